@@ -1,0 +1,183 @@
+"""Hugging Face-layout checkpoints: ``config.json`` + ``model.safetensors`` (or ``pytorch_model.bin``).
+
+State-dict keys equal those of ``transformers``, so loading is an identity map plus checks:
+- a bare ``BertModel`` checkpoint (keys without ``bert.``) loads into a head class: encoder kept, head initialised;
+- a head checkpoint loads into ``BertModel`` (the ``bert.`` prefix is stripped, head keys are left out);
+- old PyTorch ports' ``LayerNorm.gamma`` / ``LayerNorm.beta`` become ``weight`` / ``bias``;
+- the tied MLM decoder (``cls.predictions.decoder.*``) is loaded from either form and saved once;
+- any other unmapped or unused key, or any shape mismatch, fails naming the key (and both shapes).
+
+Pickle is never trusted: ``pytorch_model.bin`` is read with ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from bertkit.config import BertConfig
+
+WEIGHTS_NAME = "model.safetensors"
+PT_WEIGHTS_NAME = "pytorch_model.bin"
+CONFIG_NAME = "config.json"
+
+# keys that are aliases of other keys (tied weights) and are never stored
+TIED_ALIASES = {
+    "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+    "cls.predictions.decoder.bias": "cls.predictions.bias",
+}
+# buffers some files carry that hold no learned state
+IGNORED_SUFFIXES = ("embeddings.position_ids",)
+# parameters of heads: allowed to be missing (freshly initialised) or unused (another head's)
+HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "bert.pooler.")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint does not fit the model: names the key and, for shapes, both shapes."""
+
+
+def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Tensors from a ``.safetensors`` file or a ``.bin`` / ``.pt`` file (``weights_only=True``)."""
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        return load_file(str(path))
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: expected a state dict, got {type(state).__name__}")
+    return state
+
+
+def find_weights(directory: Path) -> Path:
+    for name in (WEIGHTS_NAME, PT_WEIGHTS_NAME):
+        if (directory / name).is_file():
+            return directory / name
+    raise FileNotFoundError(f"{directory}: no {WEIGHTS_NAME} or {PT_WEIGHTS_NAME}")
+
+
+def _rename(key: str) -> str:
+    if key.endswith("LayerNorm.gamma"):
+        return key[: -len("gamma")] + "weight"
+    if key.endswith("LayerNorm.beta"):
+        return key[: -len("beta")] + "bias"
+    return key
+
+
+def adapt_state_dict(
+    source: dict[str, torch.Tensor], model: nn.Module, origin: str = "checkpoint"
+) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
+    """Map ``source`` onto ``model``'s keys. Returns (state, initialised head keys, dropped head keys).
+
+    Raises CheckpointError naming the key for anything unmapped, unused or of the wrong shape.
+    """
+    from bertkit.modeling import BertModel
+
+    target = model.state_dict()
+    is_base = isinstance(model, BertModel)
+    state: dict[str, torch.Tensor] = {}
+    for key, value in source.items():
+        key = _rename(key)
+        if key.endswith(IGNORED_SUFFIXES):
+            continue
+        if is_base:
+            if key.startswith("bert."):
+                key = key[len("bert."):]
+            elif key.startswith(("cls.", "classifier.", "qa_outputs.")):
+                key = "head:" + key  # another class's head: not used by a bare encoder
+        elif key.startswith(("embeddings.", "encoder.", "pooler.")):
+            key = "bert." + key  # a bare BertModel checkpoint loaded into a head class
+        state[key] = value
+    # tied aliases: fill the canonical key from the alias when only the alias is stored, then drop aliases
+    for alias, canonical in TIED_ALIASES.items():
+        if alias in state:
+            value = state.pop(alias)
+            if canonical not in state and canonical in target:
+                state[canonical] = value
+
+    dropped = sorted(k for k in state if k not in target and (k.startswith("head:") or k.startswith(HEAD_PREFIXES)))
+    for k in dropped:
+        del state[k]
+    unexpected = sorted(k for k in state if k not in target)
+    if unexpected:
+        raise CheckpointError(
+            f"{origin}: key {unexpected[0]!r} does not exist in {type(model).__name__}"
+            + (f" (and {len(unexpected) - 1} more: {unexpected[1:6]})" if len(unexpected) > 1 else "")
+        )
+    for key, value in state.items():
+        if tuple(value.shape) != tuple(target[key].shape):
+            raise CheckpointError(
+                f"{origin}: shape mismatch for {key!r}: checkpoint has {tuple(value.shape)}, "
+                f"{type(model).__name__} expects {tuple(target[key].shape)}"
+            )
+    missing = sorted(k for k in target if k not in state and k not in TIED_ALIASES)
+    initialised = [k for k in missing if k.startswith(HEAD_PREFIXES)]
+    not_head = [k for k in missing if not k.startswith(HEAD_PREFIXES)]
+    if not_head:
+        raise CheckpointError(
+            f"{origin}: missing key {not_head[0]!r} for {type(model).__name__}"
+            + (f" (and {len(not_head) - 1} more)" if len(not_head) > 1 else "")
+        )
+    dropped = [k.removeprefix("head:") for k in dropped]
+    return state, initialised, dropped
+
+
+def load_state_dict_into(model: nn.Module, source: dict[str, torch.Tensor], origin: str = "checkpoint") -> None:
+    state, initialised, dropped = adapt_state_dict(source, model, origin)
+    model.load_state_dict(state, strict=False)
+    if hasattr(model, "tie_weights"):
+        model.tie_weights()
+    if initialised:
+        print(f"bertkit: initialised {len(initialised)} head parameters not in {origin}: {initialised[:4]}")
+    model._load_report = {"initialised": initialised, "dropped": dropped}
+
+
+def load_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = None, **config_overrides):
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such model directory")
+    directory = path if path.is_dir() else path.parent
+    if config is None:
+        config = BertConfig.from_pretrained(directory)
+    if config_overrides:
+        import dataclasses
+
+        config = dataclasses.replace(config, **config_overrides)
+    model = cls(config)
+    weights = path if path.is_file() else find_weights(directory)
+    load_state_dict_into(model, read_state_dict(weights), origin=str(weights))
+    model.eval()
+    return model
+
+
+def atomic_write(path: Path, write) -> None:
+    """Write via a temp file in the same directory, fsync, rename: a crash never leaves a half-written file."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> None:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {
+        k: v.detach().to("cpu").contiguous()
+        for k, v in model.state_dict().items()
+        if k not in TIED_ALIASES and not k.endswith(".sinusoidal")
+    }
+    config = model.config.to_dict("hf")
+    config["architectures"] = [type(model).__name__]
+    atomic_write(directory / WEIGHTS_NAME, lambda p: save_file(state, str(p), metadata={"format": "pt"}))
+    atomic_write(
+        directory / CONFIG_NAME,
+        lambda p: p.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8"),
+    )

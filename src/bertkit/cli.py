@@ -1,0 +1,58 @@
+"""The ``bertkit`` command: a dict of subcommands -> modules, parsed with argparse.
+
+Each command module exposes ``configure(parser: argparse.ArgumentParser) -> None`` and
+``run(args: argparse.Namespace) -> int | None``. Modules are imported only when their command runs (or its
+``-h`` is asked for), so ``bertkit --help`` is instant and does not import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("bertkit.commands.demo", "build a small random BERT, run a bundled sentence through it, print shapes"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bertkit",
+        description="BERT from scratch: tokenizer, pre-training, fine-tuning, features and serving.",
+    )
+    from bertkit import __version__
+
+    parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    for name, (_module, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        parser = build_parser()
+        if not argv:
+            parser.print_help()
+            return 0
+        parser.parse_args(argv)  # prints help / version, or an "invalid choice" error and exits 2
+        return 0
+    name = argv[0]
+    module_name, help_text = COMMANDS[name]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"bertkit {name}", description=help_text)
+    module.configure(parser)
+    args = parser.parse_args(argv[1:])
+    try:
+        code = module.run(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""BertConfig: the model's hyper-parameters, with the field names of Google's ``bert_config.json`` and Hugging Face's
+``config.json``, named presets, validation and JSON in/out."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
+POSITION_EMBEDDING_TYPES = ("absolute", "sinusoidal")
+
+# name -> (layers, hidden, heads); intermediate = 4H, vocab 30522, positions 512, type vocab 2.
+PRESETS: dict[str, tuple[int, int, int]] = {
+    "bert-tiny": (2, 128, 2),
+    "bert-mini": (4, 256, 4),
+    "bert-small": (4, 512, 8),
+    "bert-medium": (8, 512, 8),
+    "bert-base": (12, 768, 12),
+    "bert-large": (24, 1024, 16),
+}
+
+# Keys that Hugging Face's (or Google's) files carry for bookkeeping; accepted and ignored on load.
+_IGNORED_KEYS = frozenset(
+    {
+        "architectures", "model_type", "transformers_version", "torch_dtype", "dtype", "use_cache", "is_decoder",
+        "add_cross_attention", "classifier_dropout", "gradient_checkpointing", "tie_word_embeddings", "_name_or_path",
+        "bos_token_id", "eos_token_id", "directionality", "pooler_fc_size", "pooler_num_attention_heads",
+        "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type", "output_past", "return_dict",
+        "output_hidden_states", "output_attentions", "torchscript", "chunk_size_feed_forward", "problem_type",
+        "tokenizer_class", "prefix", "sep_token_id", "decoder_start_token_id", "task_specific_params",
+        "finetuning_task", "is_encoder_decoder", "_attn_implementation_autoset", "model_name",
+    }
+)
+
+
+@dataclass
+class BertConfig:
+    """Hyper-parameters of a BERT encoder.
+
+    Field names are those of Google's ``bert_config.json`` and Hugging Face's ``config.json``, so either file
+    loads as is. ``id2label`` / ``label2id`` / ``num_labels`` carry a fine-tuned head's labels, as in HF.
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    position_embedding_type: str = "absolute"
+    id2label: dict[int, str] | None = None
+    label2id: dict[str, int] | None = None
+    num_labels: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in (
+            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+            "max_position_embeddings", "type_vocab_size",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"BertConfig.{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"BertConfig.hidden_act must be one of {ACTIVATIONS}, got {self.hidden_act!r}")
+        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
+            raise ValueError(
+                f"BertConfig.position_embedding_type must be one of {POSITION_EMBEDDING_TYPES}, "
+                f"got {self.position_embedding_type!r}"
+            )
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+                raise ValueError(f"BertConfig.{name} must be a probability in [0, 1], got {value!r}")
+        for name in ("initializer_range", "layer_norm_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or float(value) <= 0:
+                raise ValueError(f"BertConfig.{name} must be a positive number, got {value!r}")
+        if self.pad_token_id is not None and not 0 <= int(self.pad_token_id) < self.vocab_size:
+            raise ValueError(f"BertConfig.pad_token_id must lie in [0, vocab_size), got {self.pad_token_id!r}")
+        if self.id2label is not None:
+            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            if self.label2id is None:
+                self.label2id = {v: k for k, v in self.id2label.items()}
+            if self.num_labels is None:
+                self.num_labels = len(self.id2label)
+        if self.num_labels is not None and (not isinstance(self.num_labels, int) or self.num_labels <= 0):
+            raise ValueError(f"BertConfig.num_labels must be a positive integer, got {self.num_labels!r}")
+
+    # ------------------------------------------------------------------ presets
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> BertConfig:
+        """``bert-tiny`` (L2/H128/A2) ... ``bert-large`` (L24/H1024/A16); intermediate 4H, vocab 30522."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        layers, hidden, heads = PRESETS[name]
+        values: dict[str, Any] = dict(
+            num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden
+        )
+        values.update(overrides)
+        return cls(**values)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    # ------------------------------------------------------------------ dict / JSON
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> BertConfig:
+        """Build from a Google or HF config dict. Unknown keys are rejected (HF bookkeeping keys are allowed)."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        kwargs: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in names:
+                kwargs[key] = value
+            elif key in _IGNORED_KEYS or key.startswith("_"):
+                extra[key] = value
+            else:
+                raise ValueError(f"{source}: unknown config field {key!r}")
+        if kwargs.get("position_embedding_type") in (None, "absolute"):
+            kwargs.pop("position_embedding_type", None)
+        try:
+            return cls(**kwargs, extra=extra)
+        except ValueError as e:
+            raise ValueError(f"{source}: {e}") from None
+
+    def to_dict(self, flavour: str = "hf") -> dict[str, Any]:
+        """``flavour="hf"`` writes a ``transformers``-loadable config.json; ``"google"`` a bert_config.json."""
+        out: dict[str, Any] = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "id2label",
+                                                                                            "label2id", "num_labels")
+        }
+        if flavour == "google":
+            out.pop("pad_token_id")
+            out.pop("layer_norm_eps")
+            if self.position_embedding_type == "absolute":
+                out.pop("position_embedding_type")
+            return out
+        if flavour != "hf":
+            raise ValueError(f"flavour must be 'hf' or 'google', got {flavour!r}")
+        out["model_type"] = "bert"
+        out["architectures"] = self.extra.get("architectures")
+        if out["architectures"] is None:
+            out.pop("architectures")
+        out["tie_word_embeddings"] = True
+        if self.id2label is not None:
+            out["id2label"] = {str(k): v for k, v in self.id2label.items()}
+            out["label2id"] = dict(self.label2id or {})
+        if "problem_type" in self.extra:
+            out["problem_type"] = self.extra["problem_type"]
+        return out
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> BertConfig:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a JSON object")
+        return cls.from_dict(data, source=str(path))
+
+    def to_json_file(self, path: str | os.PathLike, flavour: str = "hf") -> None:
+        Path(path).write_text(json.dumps(self.to_dict(flavour), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike) -> BertConfig:
+        """A directory holding ``config.json`` (or ``bert_config.json``), or a JSON file."""
+        path = Path(path)
+        if path.is_dir():
+            for name in ("config.json", "bert_config.json"):
+                if (path / name).is_file():
+                    return cls.from_json_file(path / name)
+            raise FileNotFoundError(f"{path}: no config.json or bert_config.json")
+        return cls.from_json_file(path)
+
+    def save_pretrained(self, directory: str | os.PathLike) -> None:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        self.to_json_file(Path(directory) / "config.json")

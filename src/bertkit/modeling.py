@@ -1,0 +1,691 @@
+"""THE model: BERT (Devlin et al., 2018), top to bottom.
+
+    embeddings -> self-attention -> feed-forward -> layer -> encoder -> pooler -> heads
+
+Shape legend: B batch, T tokens, H hidden, N heads, D head size (H / N), I intermediate, V vocab,
+M masked (labelled) positions, C choices.
+
+Module names are chosen so that ``state_dict()`` keys equal those of Hugging Face ``transformers`` (``LayerNorm``,
+``attention.self``, ``cls.predictions`` ...): loading an HF checkpoint is an identity map plus checks
+(see ``checkpoint.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bertkit.config import BertConfig
+
+# --------------------------------------------------------------------------------------------- activations
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    """The tanh approximation of GELU that Google's TF code used ("gelu_new" in HF)."""
+    return F.gelu(x, approximate="tanh")
+
+
+ACT2FN: dict[str, Callable[[Tensor], Tensor]] = {
+    "gelu": F.gelu,  # exact erf form
+    "gelu_new": gelu_tanh,
+    "gelu_pytorch_tanh": gelu_tanh,
+    "relu": F.relu,
+}
+
+# --------------------------------------------------------------------------------------------- attention kernels
+# Same signature: (q, k, v [B, N, T, D], mask [B, 1, 1, T] bool (True = attend) or None, dropout_p) ->
+# (context [B, N, T, D], probs [B, N, T, T] or None).
+
+
+def eager_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> tuple[Tensor, Tensor]:
+    """The explicit reference path; also the one that can return attention probabilities."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.size(-1))  # [B, N, T, T]
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # softmax in fp32, whatever the autocast dtype
+    context = torch.matmul(F.dropout(probs, dropout_p) if dropout_p > 0 else probs, v)
+    return context, probs
+
+
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> tuple[Tensor, None]:
+    """PyTorch's fused ``scaled_dot_product_attention`` (flash / memory-efficient kernels where available)."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
+
+
+ATTENTION_FUNCTIONS = {"eager": eager_attention, "sdpa": sdpa_attention}
+
+# --------------------------------------------------------------------------------------------- outputs
+
+
+@dataclass
+class BertModelOutput:
+    last_hidden_state: Tensor  # [B, T, H]
+    pooler_output: Tensor | None = None  # [B, H]
+    hidden_states: tuple[Tensor, ...] | None = None  # L + 1 tensors [B, T, H]: embeddings, then every layer
+    attentions: tuple[Tensor, ...] | None = None  # L tensors [B, N, T, T]
+
+
+@dataclass
+class BertForPreTrainingOutput:
+    loss: Tensor | None = None  # mlm_loss + nsp_loss (those whose labels were given)
+    mlm_loss: Tensor | None = None
+    nsp_loss: Tensor | None = None
+    prediction_logits: Tensor | None = None  # [B, T, V], only without MLM labels
+    seq_relationship_logits: Tensor | None = None  # [B, 2]
+    masked_logits: Tensor | None = None  # [M, V] at the labelled positions, with MLM labels (sparse prediction)
+    masked_labels: Tensor | None = None  # [M]
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+@dataclass
+class MaskedLMOutput:
+    loss: Tensor | None = None
+    logits: Tensor | None = None  # [B, T, V], only without labels (or with sparse_prediction = False)
+    masked_logits: Tensor | None = None  # [M, V] with labels
+    masked_labels: Tensor | None = None  # [M]
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+@dataclass
+class SequenceClassifierOutput:
+    loss: Tensor | None = None
+    logits: Tensor | None = None  # [B, num_labels] ([B, T, num_labels] for tokens, [B, C] for choices)
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+@dataclass
+class QuestionAnsweringOutput:
+    loss: Tensor | None = None
+    start_logits: Tensor | None = None  # [B, T]
+    end_logits: Tensor | None = None  # [B, T]
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+# --------------------------------------------------------------------------------------------- embeddings
+
+
+def sinusoidal_table(num_positions: int, dim: int) -> Tensor:
+    """The fixed encoding of Vaswani et al. (2017): sin on even, cos on odd dimensions. [P, H]"""
+    position = torch.arange(num_positions, dtype=torch.float32).unsqueeze(1)
+    div = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(num_positions, dim)
+    table[:, 0::2] = torch.sin(position * div)
+    table[:, 1::2] = torch.cos(position * div[: dim // 2])
+    return table
+
+
+class BertEmbeddings(nn.Module):
+    """token + segment + position, then LayerNorm, then dropout."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        if config.position_embedding_type == "absolute":
+            self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        else:  # fixed, not a parameter, not saved
+            self.register_buffer(
+                "sinusoidal", sinusoidal_table(config.max_position_embeddings, config.hidden_size), persistent=False
+            )
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.max_positions = config.max_position_embeddings
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, position_ids: Tensor | None) -> Tensor:
+        T = input_ids.size(1)
+        if T > self.max_positions:
+            raise ValueError(f"sequence length {T} exceeds max_position_embeddings ({self.max_positions})")
+        if position_ids is None:
+            position_ids = torch.arange(T, device=input_ids.device).unsqueeze(0)  # [1, T]
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        if hasattr(self, "position_embeddings"):
+            positions = self.position_embeddings(position_ids)
+        else:
+            positions = self.sinusoidal[position_ids]
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids) + positions  # [B, T, H]
+        return self.dropout(self.LayerNorm(x))
+
+
+# --------------------------------------------------------------------------------------------- attention
+
+
+class BertSelfAttention(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout_prob = config.attention_probs_dropout_prob
+
+    def forward(self, x: Tensor, mask: Tensor | None, implementation: str) -> tuple[Tensor, Tensor | None]:
+        B, T, H = x.shape
+        # one GEMM for q, k and v: the three weights stay separate parameters (HF's keys), concatenated here
+        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # [3H, H]
+        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        qkv = F.linear(x, weight, bias).view(B, T, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, N, T, D]
+        dropout_p = self.dropout_prob if self.training else 0.0
+        context, probs = ATTENTION_FUNCTIONS[implementation](q, k, v, mask, dropout_p)  # [B, N, T, D]
+        context = context.transpose(1, 2).reshape(B, T, H)  # [B, T, H]
+        return context, probs
+
+
+class BertSelfOutput(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, context: Tensor, residual: Tensor) -> Tensor:
+        return self.LayerNorm(self.dropout(self.dense(context)) + residual)  # post-LN
+
+
+class BertAttention(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.self = BertSelfAttention(config)
+        self.output = BertSelfOutput(config)
+
+    def forward(self, x: Tensor, mask: Tensor | None, implementation: str) -> tuple[Tensor, Tensor | None]:
+        context, probs = self.self(x, mask, implementation)
+        return self.output(context, x), probs
+
+
+# --------------------------------------------------------------------------------------------- feed-forward, layer
+
+
+class BertIntermediate(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = ACT2FN[config.hidden_act]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.act(self.dense(x))  # [B, T, I]
+
+
+class BertOutput(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: Tensor, residual: Tensor) -> Tensor:
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)  # [B, T, H]
+
+
+class BertLayer(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.attention = BertAttention(config)
+        self.intermediate = BertIntermediate(config)
+        self.output = BertOutput(config)
+
+    def forward(self, x: Tensor, mask: Tensor | None, implementation: str) -> tuple[Tensor, Tensor | None]:
+        x, probs = self.attention(x, mask, implementation)
+        return self.output(self.intermediate(x), x), probs
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+
+
+class BertPooler(nn.Module):
+    """tanh(dense(hidden state of [CLS]))."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))  # [B, H]
+
+
+# --------------------------------------------------------------------------------------------- base class
+
+
+class BertPreTrainedModel(nn.Module):
+    """Shared infrastructure: Google's weight init and HF-layout save/load (see ``checkpoint.py``)."""
+
+    base_model_prefix = "bert"
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        if not isinstance(config, BertConfig):
+            raise TypeError(f"{type(self).__name__} needs a BertConfig, got {type(config).__name__}")
+        self.config = config
+
+    def init_weights(self) -> None:
+        """Google's init: truncated normal (std = initializer_range, cut at 2 std); zero biases; LayerNorm = 1."""
+        std = self.config.initializer_range
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.trunc_normal_(module.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
+                if isinstance(module, nn.Linear) and module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+        for name, param in self.named_parameters():
+            if name.endswith("predictions.bias"):
+                nn.init.zeros_(param)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """The MLM decoder weight *is* the word-embedding matrix; its bias *is* ``cls.predictions.bias``."""
+        if hasattr(self, "cls") and hasattr(self.cls, "predictions"):
+            self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
+            self.cls.predictions.decoder.bias = self.cls.predictions.bias
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = None, **config_overrides):
+        """Load a bertkit or Hugging Face model directory (``config.json`` + ``model.safetensors`` or
+        ``pytorch_model.bin``). A bare BertModel checkpoint loads into a head class: encoder kept, head initialised.
+        ``config_overrides`` (e.g. ``num_labels=3``) change the config read from the directory."""
+        from bertkit.checkpoint import load_pretrained
+
+        return load_pretrained(cls, path, config=config, **config_overrides)
+
+    def save_pretrained(self, directory: str | os.PathLike) -> None:
+        """Write ``config.json`` + ``model.safetensors`` in the HF layout (tied weights saved once)."""
+        from bertkit.checkpoint import save_pretrained
+
+        save_pretrained(self, directory)
+
+    @property
+    def attn_implementation(self) -> str:
+        return self._bert().attn_implementation
+
+    @attn_implementation.setter
+    def attn_implementation(self, value: str) -> None:
+        if value not in ATTENTION_FUNCTIONS:
+            raise ValueError(f"attn_implementation must be one of {sorted(ATTENTION_FUNCTIONS)}, got {value!r}")
+        self._bert()._attn_implementation = value
+
+    def _bert(self) -> BertModel:
+        return self if isinstance(self, BertModel) else self.bert
+
+
+# --------------------------------------------------------------------------------------------- the encoder model
+
+
+class BertModel(BertPreTrainedModel):
+    """The bidirectional Transformer encoder with the tanh pooler on [CLS]."""
+
+    base_model_prefix = ""
+
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+        self._attn_implementation = "sdpa"
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> BertModelOutput:
+        """
+        Args:
+            input_ids: [B, T] token ids.
+            attention_mask: [B, T], 1 = real token, 0 = padding. None means nothing is padded.
+            token_type_ids: [B, T] segment ids (A = 0, B = 1). Default all 0.
+            position_ids: [B, T] or [1, T]. Default 0..T-1.
+            output_hidden_states: also return the embeddings output and every layer's output (L + 1 tensors).
+            output_attentions: also return every layer's attention probabilities (runs the eager path).
+        """
+        # one mask convention, converted once: [B, T] 1/0 -> [B, 1, 1, T] bool (True = attend), None if no padding
+        mask = None
+        if attention_mask is not None and not bool(attention_mask.all()):
+            mask = attention_mask.bool()[:, None, None, :]
+        implementation = "eager" if output_attentions else self._attn_implementation
+
+        x = self.embeddings(input_ids, token_type_ids, position_ids)  # [B, T, H]
+        hidden_states = [x] if output_hidden_states else None
+        attentions = [] if output_attentions else None
+        for layer in self.encoder.layer:
+            x, probs = layer(x, mask, implementation)
+            if hidden_states is not None:
+                hidden_states.append(x)
+            if attentions is not None:
+                attentions.append(probs)
+        pooled = self.pooler(x) if self.pooler is not None else None
+        return BertModelOutput(
+            last_hidden_state=x,
+            pooler_output=pooled,
+            hidden_states=tuple(hidden_states) if hidden_states is not None else None,
+            attentions=tuple(attentions) if attentions is not None else None,
+        )
+
+
+# --------------------------------------------------------------------------------------------- pre-training heads
+
+
+class BertPredictionHeadTransform(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = ACT2FN[config.hidden_act]
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.LayerNorm(self.act(self.dense(x)))
+
+
+class BertLMPredictionHead(nn.Module):
+    """dense + activation + LayerNorm, then a decoder tied to the word embeddings, plus a bias."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.transform = BertPredictionHeadTransform(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)  # weight and bias tied by tie_weights()
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.decoder(self.transform(x))  # [..., V]
+
+
+class BertOnlyMLMHead(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.predictions = BertLMPredictionHead(config)
+
+
+class BertOnlyNSPHead(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+
+class BertPreTrainingHeads(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.predictions = BertLMPredictionHead(config)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+
+def masked_lm(
+    head: BertLMPredictionHead, hidden: Tensor, labels: Tensor | None, sparse: bool
+) -> tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None]:
+    """MLM logits and loss. With labels and ``sparse``, vocabulary logits are computed only at the labelled
+    positions (labels != -100): the vocabulary projection over every position is the largest single cost of a small
+    model's training step. Returns (loss, full_logits [B, T, V] or None, masked_logits [M, V] or None, labels [M])."""
+    if labels is None:
+        return None, head(hidden), None, None
+    if not sparse:
+        logits = head(hidden)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), labels.view(-1)), logits, None, None
+    selected = labels.view(-1) != -100
+    masked_labels = labels.view(-1)[selected]  # [M]
+    masked_logits = head(hidden.reshape(-1, hidden.size(-1))[selected])  # [M, V]
+    if masked_labels.numel() == 0:  # nothing to predict: a zero loss that still has a graph
+        return masked_logits.sum() * 0.0, None, masked_logits, masked_labels
+    return F.cross_entropy(masked_logits.float(), masked_labels), None, masked_logits, masked_labels
+
+
+class BertForPreTraining(BertPreTrainedModel):
+    """The encoder with the MLM head and the next-sentence-prediction head."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.cls = BertPreTrainingHeads(config)
+        self.sparse_prediction = True
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        next_sentence_label: Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> BertForPreTrainingOutput:
+        """``labels`` [B, T]: original token ids at masked positions, -100 elsewhere. ``next_sentence_label`` [B]:
+        0 = B follows A (IsNext), 1 = random (NotNext)."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
+                        output_attentions)
+        mlm_loss, logits, masked_logits, masked_labels = masked_lm(
+            self.cls.predictions, out.last_hidden_state, labels, self.sparse_prediction
+        )
+        nsp_logits = self.cls.seq_relationship(out.pooler_output)  # [B, 2]
+        nsp_loss = None
+        if next_sentence_label is not None:
+            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
+        losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
+        return BertForPreTrainingOutput(
+            loss=sum(losses[1:], losses[0]) if losses else None,
+            mlm_loss=mlm_loss,
+            nsp_loss=nsp_loss,
+            prediction_logits=logits,
+            seq_relationship_logits=nsp_logits,
+            masked_logits=masked_logits,
+            masked_labels=masked_labels,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
+
+
+class BertForMaskedLM(BertPreTrainedModel):
+    """The encoder (no pooler) with the MLM head alone."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config)
+        self.sparse_prediction = True
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> MaskedLMOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
+                        output_attentions)
+        loss, logits, masked_logits, masked_labels = masked_lm(
+            self.cls.predictions, out.last_hidden_state, labels, self.sparse_prediction
+        )
+        return MaskedLMOutput(loss, logits, masked_logits, masked_labels, out.hidden_states, out.attentions)
+
+
+class BertForNextSentencePrediction(BertPreTrainedModel):
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.cls = BertOnlyNSPHead(config)
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> SequenceClassifierOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
+                        output_attentions)
+        logits = self.cls.seq_relationship(out.pooler_output)  # [B, 2]
+        loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
+        return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+# --------------------------------------------------------------------------------------------- fine-tuning heads
+
+
+def _num_labels(config: BertConfig, default: int = 2) -> int:
+    return config.num_labels if config.num_labels is not None else default
+
+
+class BertForSequenceClassification(BertPreTrainedModel):
+    """[CLS] pooled output -> dropout -> linear. ``num_labels == 1`` is regression (MSE), else cross-entropy."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.num_labels = _num_labels(config)
+        self.bert = BertModel(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, self.num_labels)
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> SequenceClassifierOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
+                        output_attentions)
+        logits = self.classifier(self.dropout(out.pooler_output))  # [B, num_labels]
+        loss = None
+        if labels is not None:
+            if self.num_labels == 1:
+                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1))
+            else:
+                loss = F.cross_entropy(logits.float(), labels.view(-1))
+        return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+class BertForTokenClassification(BertPreTrainedModel):
+    """Every token's hidden state -> dropout -> linear. Labels -100 are ignored (sub-tokens after the first)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.num_labels = _num_labels(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, self.num_labels)
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> SequenceClassifierOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
+                        output_attentions)
+        logits = self.classifier(self.dropout(out.last_hidden_state))  # [B, T, num_labels]
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1))
+        return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+class BertForQuestionAnswering(BertPreTrainedModel):
+    """Every token's hidden state -> linear -> (start, end) logits of the answer span."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        start_positions: Tensor | None = None,
+        end_positions: Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> QuestionAnsweringOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
+                        output_attentions)
+        start_logits, end_logits = self.qa_outputs(out.last_hidden_state).unbind(-1)  # each [B, T]
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            T = start_logits.size(1)  # positions outside the window are ignored, as in HF
+            start = start_positions.view(-1).clamp(0, T)
+            end = end_positions.view(-1).clamp(0, T)
+            loss = (
+                F.cross_entropy(start_logits.float(), start, ignore_index=T)
+                + F.cross_entropy(end_logits.float(), end, ignore_index=T)
+            ) / 2
+        return QuestionAnsweringOutput(loss, start_logits, end_logits, out.hidden_states, out.attentions)
+
+
+class BertForMultipleChoice(BertPreTrainedModel):
+    """Each choice is [CLS] context [SEP] ending [SEP]; a score from its pooled [CLS]; softmax over choices."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> SequenceClassifierOutput:
+        """``input_ids`` [B, C, T]; ``labels`` [B] the index of the right choice."""
+        B, C, T = input_ids.shape
+
+        def flat(t: Tensor | None) -> Tensor | None:
+            return t.reshape(B * C, -1) if t is not None else None
+
+        out = self.bert(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids),
+                        output_hidden_states, output_attentions)
+        logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)  # [B, C]
+        loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
+        return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+MODEL_CLASSES = {
+    cls.__name__: cls
+    for cls in (
+        BertModel, BertForPreTraining, BertForMaskedLM, BertForNextSentencePrediction, BertForSequenceClassification,
+        BertForTokenClassification, BertForQuestionAnswering, BertForMultipleChoice,
+    )
+}
