@@ -1,0 +1,46 @@
+"""Precision: ``auto`` | ``bf16`` | ``fp16`` | ``fp32`` resolved for a device, and the matching autocast context."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+
+
+def cpu_supports_bf16() -> bool:
+    """True where the CPU has native bf16 arithmetic (AVX512-BF16 or AMX), so bf16 autocast is a speed-up."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_precision(precision: str, device: torch.device | str) -> str:
+    """``auto`` -> ``bf16`` where the CPU or GPU supports it, else ``fp32``. Validates the name."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    device = torch.device(device)
+    if precision != "auto":
+        if precision == "fp16" and device.type == "cpu":
+            raise ValueError("precision fp16 needs a GPU; use bf16 or fp32 on CPU")
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "bf16" if device.type == "cpu" and cpu_supports_bf16() else "fp32"
+
+
+@contextlib.contextmanager
+def autocast(precision: str, device: torch.device | str) -> Iterator[None]:
+    """Autocast for a resolved precision (``bf16``/``fp16``); a no-op for ``fp32``."""
+    device = torch.device(device)
+    if precision == "fp32":
+        yield
+        return
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    with torch.autocast(device_type=device.type, dtype=dtype):
+        yield
