@@ -1,0 +1,42 @@
+import subprocess
+import sys
+
+import pytest
+
+from bertkit.cli import COMMANDS, main
+
+
+def test_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for name in COMMANDS:
+        assert name in out
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_each_command_help(name, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([name, "-h"])
+    assert e.value.code == 0
+    assert f"bertkit {name}" in capsys.readouterr().out
+
+
+def test_unknown_command_is_an_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["pretrian"])
+    assert e.value.code == 2
+    assert "pretrian" in capsys.readouterr().err
+
+
+def test_help_does_not_import_torch():
+    code = "import sys; from bertkit.cli import main\ntry:\n main(['--help'])\nexcept SystemExit: pass\nprint('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("False")
+
+
+def test_demo_runs(capsys):
+    assert main(["demo", "--text", "a b c a"]) == 0
+    out = capsys.readouterr().out
+    assert "hidden states: 3 x (1, 6, 128)" in out

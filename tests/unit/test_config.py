@@ -1,0 +1,96 @@
+import json
+
+import pytest
+
+from bertkit import BertConfig
+from bertkit.config import PRESETS
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_presets(name):
+    layers, hidden, heads = PRESETS[name]
+    c = BertConfig.from_preset(name)
+    assert (c.num_hidden_layers, c.hidden_size, c.num_attention_heads) == (layers, hidden, heads)
+    assert c.intermediate_size == 4 * hidden
+    assert (c.vocab_size, c.max_position_embeddings, c.type_vocab_size) == (30522, 512, 2)
+
+
+def test_preset_values_match_the_papers_sizes():
+    assert PRESETS["bert-base"] == (12, 768, 12)
+    assert PRESETS["bert-large"] == (24, 1024, 16)
+    assert PRESETS["bert-tiny"] == (2, 128, 2)
+    assert BertConfig.from_preset("bert-mini", vocab_size=100).vocab_size == 100
+
+
+def test_unknown_preset():
+    with pytest.raises(ValueError, match="bert-huge"):
+        BertConfig.from_preset("bert-huge")
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("hidden_size", 0),
+        ("num_hidden_layers", -1),
+        ("vocab_size", 0),
+        ("intermediate_size", 0),
+        ("hidden_act", "swish"),
+        ("hidden_dropout_prob", 1.5),
+        ("attention_probs_dropout_prob", -0.1),
+        ("position_embedding_type", "rotary"),
+    ],
+)
+def test_invalid_values_name_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        BertConfig(**{field: value})
+
+
+def test_hidden_not_divisible_by_heads():
+    with pytest.raises(ValueError, match="hidden_size.*num_attention_heads"):
+        BertConfig(hidden_size=100, num_attention_heads=12)
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_new", "gelu_pytorch_tanh", "relu"])
+def test_activations_accepted(act):
+    assert BertConfig(hidden_act=act).hidden_act == act
+
+
+def test_google_config_roundtrip(tmp_path):
+    google = {
+        "attention_probs_dropout_prob": 0.1, "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "hidden_size": 768,
+        "initializer_range": 0.02, "intermediate_size": 3072, "max_position_embeddings": 512,
+        "num_attention_heads": 12, "num_hidden_layers": 12, "type_vocab_size": 2, "vocab_size": 30522,
+    }
+    path = tmp_path / "bert_config.json"
+    path.write_text(json.dumps(google))
+    c = BertConfig.from_pretrained(tmp_path)
+    assert c.hidden_size == 768 and c.type_vocab_size == 2
+    out = tmp_path / "out.json"
+    c.to_json_file(out, flavour="google")
+    assert json.loads(out.read_text()) == google
+
+
+def test_hf_config_roundtrip_with_transformers(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    c = BertConfig.from_preset("bert-tiny", hidden_act="gelu_new", type_vocab_size=3, layer_norm_eps=1e-7)
+    c.save_pretrained(tmp_path)
+    hf = transformers.BertConfig.from_pretrained(tmp_path)
+    for field in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+                  "type_vocab_size", "layer_norm_eps", "vocab_size"):
+        assert getattr(hf, field) == getattr(c, field), field
+    hf_dir = tmp_path / "hf"
+    hf.save_pretrained(hf_dir)
+    back = BertConfig.from_pretrained(hf_dir)
+    assert back.to_dict() == c.to_dict()
+
+
+def test_unknown_key_rejected(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64, "num_attention_heads": 4, "hiden_act": "x"}))
+    with pytest.raises(ValueError, match="hiden_act"):
+        BertConfig.from_pretrained(tmp_path)
+
+
+def test_invalid_value_in_file_names_file_and_field(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_dropout_prob": 2.0}))
+    with pytest.raises(ValueError, match=r"config\.json.*hidden_dropout_prob"):
+        BertConfig.from_pretrained(tmp_path)
