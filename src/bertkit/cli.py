@@ -14,6 +14,13 @@ import sys
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("bertkit.commands.demo", "build a small random BERT, run a bundled sentence through it, print shapes"),
+    "quickstart": ("bertkit.commands.quickstart", "train a vocabulary and pre-train bert-tiny on the bundled books, "
+                   "then fill in masked words"),
+    "pretrain": ("bertkit.commands.pretrain", "pre-train BERT (MLM + NSP) on raw text; runs under torchrun too"),
+    "fill-mask": ("bertkit.commands.fill_mask", "predict the [MASK] tokens of a text with a pre-trained model"),
+    "finetune": ("bertkit.commands.finetune", "fine-tune on GLUE, SQuAD, CoNLL NER, SWAG or generic files"),
+    "evaluate": ("bertkit.commands.evaluate", "evaluate a fine-tuned model on a labelled file (official metric)"),
+    "predict": ("bertkit.commands.predict", "write a fine-tuned model's predictions in the task's official format"),
 }
 
 

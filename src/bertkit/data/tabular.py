@@ -1,0 +1,182 @@
+"""Generic CSV / TSV / JSONL classification files, with the text, pair and label columns chosen by name.
+
+Also the pieces every task reader shares: ``DataError`` (names the file and line), ``Examples`` (a list that
+counts the bad rows skipped with ``skip_bad_rows=True``) and ``ClassificationExample``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class DataError(ValueError):
+    """A malformed input file: the message names the file and the line (or the record) at fault."""
+
+    def __init__(self, path: str | os.PathLike, line: int | str | None, message: str):
+        where = f"{path}" if line is None else f"{path}:{line}" if isinstance(line, int) else f"{path} ({line})"
+        super().__init__(f"{where}: {message}")
+        self.path, self.line = str(path), line
+
+
+class Examples(list):
+    """A list of examples read from ``path``; ``skipped`` counts the bad rows left out (``skip_bad_rows``)."""
+
+    def __init__(self, items=(), path: str | os.PathLike = "", skipped: int = 0):
+        super().__init__(items)
+        self.path = str(path)
+        self.skipped = skipped
+
+
+class RowGuard:
+    """Raise a DataError for a bad row, or (with ``skip_bad_rows``) count it and go on."""
+
+    def __init__(self, path: str | os.PathLike, skip_bad_rows: bool):
+        self.path, self.skip, self.skipped, self.first_error = path, skip_bad_rows, 0, None
+
+    def bad(self, line: int | str | None, message: str) -> None:
+        error = DataError(self.path, line, message)
+        if not self.skip:
+            raise error
+        self.skipped += 1
+        self.first_error = self.first_error or str(error)
+
+    def report(self, n_read: int) -> None:
+        if self.skipped:
+            print(
+                f"bertkit: skipped {self.skipped} bad rows of {self.path} (kept {n_read}); first: {self.first_error}",
+                file=sys.stderr,
+            )
+        if n_read == 0:
+            raise DataError(self.path, None, "no usable rows" + (f" ({self.skipped} bad rows skipped)" if self.skipped
+                                                                 else ""))
+
+
+def check_file(path: str | os.PathLike) -> Path:
+    """The path, or a clear error if it is missing, not a file, or empty."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(path, None, "no such file")
+    if not path.is_file():
+        raise DataError(path, None, "not a file")
+    with open(path, "rb") as f:
+        head = f.read(65536)
+    if not head.strip().lstrip(b"\xef\xbb\xbf").strip():
+        raise DataError(path, None, "the file is empty")
+    return path
+
+
+@dataclass
+class ClassificationExample:
+    """One sentence (or sentence pair) with its label: a class name (str), a float (regression) or None."""
+
+    guid: str
+    text_a: str
+    text_b: str | None
+    label: str | float | None
+    line: int = 0
+
+
+def _delimiter(path: Path, fmt: str | None) -> str:
+    fmt = fmt or {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}.get(path.suffix.lower(), "")
+    if fmt not in ("csv", "tsv", "jsonl"):
+        raise DataError(path, None, "cannot tell the format from the extension; pass --format csv|tsv|jsonl")
+    return fmt
+
+
+def read_table(
+    path: str | os.PathLike,
+    text_column: str,
+    pair_column: str | None = None,
+    label_column: str | None = "label",
+    regression: bool = False,
+    fmt: str | None = None,
+    skip_bad_rows: bool = False,
+    require_label: bool = True,
+) -> Examples:
+    """Read a CSV / TSV (header row) or JSONL file (one object per line) into ClassificationExamples.
+
+    Columns are chosen by name. A missing label column is allowed only with ``require_label=False``
+    (prediction input). ``regression=True`` parses labels as floats and rejects non-numeric ones.
+    """
+    path = check_file(path)
+    fmt = _delimiter(path, fmt)
+    guard = RowGuard(path, skip_bad_rows)
+    rows: list[tuple[int, dict[str, Any]]] = []
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        if fmt == "jsonl":
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    guard.bad(n, f"not valid JSON ({e.msg})")
+                    continue
+                if not isinstance(obj, dict):
+                    guard.bad(n, f"expected a JSON object, got {type(obj).__name__}")
+                    continue
+                rows.append((n, obj))
+            columns = None
+        else:
+            reader = csv.reader(f, delimiter="\t" if fmt == "tsv" else ",")
+            try:
+                header = next(reader)
+            except StopIteration:
+                raise DataError(path, None, "the file is empty") from None
+            columns = [c.strip() for c in header]
+            for row in reader:
+                n = reader.line_num
+                if not row or not any(c.strip() for c in row):
+                    continue
+                if len(row) != len(columns):
+                    guard.bad(n, f"expected {len(columns)} columns (as the header), got {len(row)}")
+                    continue
+                rows.append((n, dict(zip(columns, row))))
+    wanted = [c for c in (text_column, pair_column) if c]
+    if columns is not None:
+        for c in wanted:
+            if c not in columns:
+                raise DataError(path, 1, f"no column {c!r} in the header {columns}")
+        if require_label and label_column and label_column not in columns:
+            raise DataError(path, 1, f"no label column {label_column!r} in the header {columns}")
+    out = Examples(path=path)
+    for n, row in rows:
+        missing = [c for c in wanted if c not in row]
+        if missing:
+            guard.bad(n, f"missing field {missing[0]!r}")
+            continue
+        label: str | float | None = None
+        if label_column and label_column in row and row[label_column] is not None:
+            raw = row[label_column]
+            if regression:
+                try:
+                    label = float(raw)
+                except (TypeError, ValueError):
+                    guard.bad(n, f"label {raw!r} in column {label_column!r} is not a number")
+                    continue
+            else:
+                label = str(raw).strip()
+                if not label:
+                    guard.bad(n, f"empty label in column {label_column!r}")
+                    continue
+        elif require_label and label_column:
+            guard.bad(n, f"missing label field {label_column!r}")
+            continue
+        out.append(
+            ClassificationExample(
+                guid=str(row.get("id", row.get("index", n))),
+                text_a=str(row[text_column]),
+                text_b=str(row[pair_column]) if pair_column else None,
+                label=label,
+                line=n,
+            )
+        )
+    guard.report(len(out))
+    out.skipped = guard.skipped
+    return out

@@ -1,0 +1,162 @@
+"""Fine-tuning: the explicit loop, on one screen.
+
+    features = task.featurize(examples)                       # token ids, labels (no padding yet)
+    for epoch:
+        for batch in length-bucketed shuffled batches:        # padded to the longest in the batch
+            with autocast(precision): loss = model(**batch).loss
+            loss.backward(); clip grads to 1.0; AdamW step; linear warmup/decay step
+        evaluate on dev -> if the task's main metric improved: save model, vocab, metrics.json, predictions
+
+Everything a task family does differently (features, head, metric, output format) lives in ``bertkit.tasks``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertkit.checkpoint import atomic_write
+from bertkit.tasks import length_batches
+from bertkit.training.optim import build_optimizer, linear_schedule
+from bertkit.training.precision import autocast, resolve_precision
+
+TASK_CONFIG_NAME = "finetune_config.json"
+
+
+@dataclass
+class FinetuneArgs:
+    epochs: float = 3.0
+    batch_size: int = 32
+    lr: float = 5e-5
+    warmup_proportion: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    seed: int = 42
+    precision: str = "auto"
+    device: str = "cpu"
+    eval_batch_size: int = 64
+    eval_every: int = 0  # steps between dev evaluations; 0 = at the end of each epoch
+    max_steps: int = 0  # stop after this many steps (0 = no limit), e.g. for a fixed budget
+    quiet: bool = False
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def write_json(path: Path, data: Any) -> None:
+    atomic_write(path, lambda p: p.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8"))
+
+
+def save_output(task, model, tokenizer, directory: Path, metrics: dict | None, examples, preds) -> None:
+    """The fine-tuned model (config.json + model.safetensors), its vocabulary, the task config, the dev
+    metrics and the dev predictions. Each file is written atomically."""
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    write_json(directory / TASK_CONFIG_NAME, {"family": task.family, **task.task_config()})
+    if metrics is not None:
+        write_json(directory / "metrics.json", metrics)
+    if preds is not None:
+        task.write_predictions(directory, examples, preds)
+
+
+def evaluate(task, model, examples, features, args: FinetuneArgs, precision: str) -> tuple[dict, list]:
+    preds = task.predict(model, examples, features, args.eval_batch_size, precision, args.device,
+                         progress=not args.quiet and sys.stderr.isatty())
+    return task.metrics(examples, preds), preds
+
+
+def finetune(
+    task, model, tokenizer, train_examples, dev_examples, output_dir: str | os.PathLike, args: FinetuneArgs
+) -> dict[str, Any]:
+    """Fine-tune ``model`` on ``train_examples``; keep the checkpoint with the best dev ``task.main_metric``
+    in ``output_dir``. Returns the best dev metrics (or the last training loss when there is no dev set)."""
+    from tqdm import tqdm
+
+    output_dir = Path(output_dir)
+    set_seed(args.seed)
+    device = torch.device(args.device)
+    precision = resolve_precision(args.precision, device)
+    model.to(device).train()
+    train_features = task.featurize(train_examples, tokenizer, training=True)
+    dev_features = task.featurize(dev_examples, tokenizer) if dev_examples else None
+    lengths = [len(f["input_ids"]) for f in train_features]
+    steps_per_epoch = math.ceil(len(train_features) / args.batch_size)
+    total_steps = max(1, math.ceil(steps_per_epoch * args.epochs))
+    if args.max_steps:
+        total_steps = min(total_steps, args.max_steps)
+    optimizer = build_optimizer(model, lr=args.lr, weight_decay=args.weight_decay)
+    scheduler = linear_schedule(optimizer, int(args.warmup_proportion * total_steps), total_steps)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    best: dict[str, Any] | None = None
+    history: list[dict] = []
+    step, epoch, loss_sum, loss_n, t0 = 0, 0, 0.0, 0, time.perf_counter()
+
+    def checkpoint() -> None:
+        nonlocal best
+        if dev_features is None:
+            return
+        metrics, preds = evaluate(task, model, dev_examples, dev_features, args, precision)
+        record = {**metrics, "step": step, "epoch": round(step / steps_per_epoch, 3),
+                  "train_loss": loss_sum / max(loss_n, 1)}
+        history.append(record)
+        improved = best is None or metrics.get(task.main_metric, -math.inf) > best.get(task.main_metric, -math.inf)
+        if improved:
+            best = record
+            save_output(task, model, tokenizer, output_dir, record, dev_examples, preds)
+        if not args.quiet:
+            shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+            print(f"step {step}: dev {shown}{'  (best, saved)' if improved else ''}", file=sys.stderr)
+        model.train()
+
+    progress = tqdm(total=total_steps, desc=f"finetune {task.name}", unit="step",
+                    disable=args.quiet or not sys.stderr.isatty())
+    while step < total_steps:
+        for idx in length_batches(lengths, args.batch_size, shuffle=True, seed=args.seed + epoch):
+            batch = {k: v.to(device) for k, v in task.collate([train_features[i] for i in idx]).items()}
+            with autocast(precision, device):
+                loss = model(**batch).loss
+            loss.backward()
+            if args.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
+            progress.update(1)
+            progress.set_postfix(loss=f"{loss_sum / loss_n:.4f}")
+            if args.eval_every and step % args.eval_every == 0 and step < total_steps:
+                checkpoint()
+            if step >= total_steps:
+                break
+        epoch += 1
+        if not args.eval_every or step >= total_steps:
+            checkpoint()
+    progress.close()
+    if dev_features is None:
+        save_output(task, model, tokenizer, output_dir, None, None, None)
+        best = {"step": step, "train_loss": loss_sum / max(loss_n, 1)}
+    assert best is not None
+    summary = {**best, "train_seconds": round(time.perf_counter() - t0, 2), "precision": precision}
+    write_json(output_dir / "train_log.json", {"args": asdict(args), "history": history, "best": summary,
+                                                "train_examples": len(train_features)})
+    return summary

@@ -1,0 +1,154 @@
+"""Fine-tuning task families: head wiring, example -> features, metric, prediction writer.
+
+Every family (``classification``, ``squad``, ``tagging``, ``multiple_choice``) is a class with the same small
+surface, used by ``bertkit.recipes.finetune`` and the ``finetune`` / ``evaluate`` / ``predict`` commands:
+
+- ``read(path, labelled)`` -> examples (readers in ``bertkit.data``; errors name the file and line);
+- ``fit_labels(train_examples)`` / ``task_config()`` / ``from_task_config(cfg)``: the label set, saved with the model;
+- ``model_class`` and ``model_overrides()`` (``num_labels``, ``id2label``...) for ``BertFor*.from_pretrained``;
+- ``featurize(examples, tokenizer, training)`` -> features (plain dicts of int lists; ``len`` for bucketing);
+- ``collate(features)`` -> the model's keyword tensors, padded to the longest in the batch;
+- ``predict(model, examples, features, ...)`` -> predictions; ``metrics(examples, predictions)``;
+- ``write_predictions(directory, examples, predictions)`` in the task's official format.
+
+Shared helpers here: length-bucketed batching, padding, and batched inference under autocast.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+GLUE_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "mnli-mm", "qnli", "rte", "wnli", "ax")
+LABEL_KEYS = ("labels", "start_positions", "end_positions")
+TASK_NAMES = GLUE_NAMES + ("classification", "squad", "squad_v2", "conll2003", "tagging", "swag")
+
+
+def get_task(name: str, **options: Any):
+    """The task object for a ``--task`` name; ``options`` are the command's task flags (columns, strides...)."""
+    if name in GLUE_NAMES or name == "classification":
+        from bertkit.tasks.classification import ClassificationTask
+
+        return ClassificationTask(name, **options)
+    if name in ("squad", "squad_v2"):
+        from bertkit.tasks.squad import SquadTask
+
+        return SquadTask(name, **options)
+    if name in ("conll2003", "tagging"):
+        from bertkit.tasks.tagging import TaggingTask
+
+        return TaggingTask(name, **options)
+    if name == "swag":
+        from bertkit.tasks.multiple_choice import MultipleChoiceTask
+
+        return MultipleChoiceTask(name, **options)
+    raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASK_NAMES)}")
+
+
+# --------------------------------------------------------------------------------------------- batching helpers
+
+
+def length_batches(
+    lengths: Sequence[int], batch_size: int, shuffle: bool, seed: int = 0, bucket: int = 50
+) -> list[list[int]]:
+    """Index batches of similar length, so that padding to the longest in each batch wastes little.
+
+    Training (``shuffle``): shuffle, sort within chunks of ``bucket`` batches, cut, then shuffle the batches,
+    so each epoch sees a different order while lengths stay grouped. Inference: one global sort by length.
+    """
+    order = list(range(len(lengths)))
+    if not shuffle:
+        order.sort(key=lambda i: lengths[i])
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    rng = random.Random(seed)
+    rng.shuffle(order)
+    chunk = batch_size * bucket
+    batches = []
+    for c in range(0, len(order), chunk):
+        part = sorted(order[c : c + chunk], key=lambda i: lengths[i])
+        batches += [part[i : i + batch_size] for i in range(0, len(part), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def pad(seqs: Sequence[Sequence[int]], value: int = 0, multiple_of: int = 8):
+    """[B, T] long tensor of ``seqs`` right-padded with ``value`` to the longest (rounded up to ``multiple_of``)."""
+    import torch
+
+    longest = max(len(s) for s in seqs)
+    if multiple_of > 1:
+        longest = -(-longest // multiple_of) * multiple_of
+    out = torch.full((len(seqs), longest), value, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+    return out
+
+
+def collate_inputs(features: Sequence[dict], pad_id: int = 0) -> dict[str, Any]:
+    """input_ids / token_type_ids / attention_mask [B, T] padded to the batch's longest."""
+    ids = [f["input_ids"] for f in features]
+    input_ids = pad(ids, pad_id)
+    attention_mask = pad([[1] * len(s) for s in ids], 0, multiple_of=8)
+    return {
+        "input_ids": input_ids,
+        "token_type_ids": pad([f["token_type_ids"] for f in features], 0),
+        "attention_mask": attention_mask,
+    }
+
+
+def run_inference(
+    model,
+    features: Sequence[dict],
+    collate: Callable[[Sequence[dict]], dict],
+    batch_size: int,
+    precision: str = "fp32",
+    device: str = "cpu",
+    progress: bool = False,
+) -> Iterator[tuple[list[int], Any]]:
+    """Yield (feature indices, model output) over length-sorted batches, in eval mode, without gradients."""
+    import torch
+
+    from bertkit.training.precision import autocast
+
+    model.eval()
+    batches = length_batches([len(f["input_ids"]) for f in features], batch_size, shuffle=False)
+    iterator: Any = batches
+    if progress:
+        from tqdm import tqdm
+
+        iterator = tqdm(batches, desc="eval", unit="batch", leave=False)
+    with torch.inference_mode():
+        for idx in iterator:
+            batch = collate([features[i] for i in idx])
+            batch = {k: v.to(device) for k, v in batch.items() if k not in LABEL_KEYS}
+            with autocast(precision, device):
+                out = model(**batch)
+            yield idx, out
+
+
+class TaskBase:
+    """Defaults shared by the task families (see the module docstring for the surface)."""
+
+    name = ""
+    family = ""
+    labels: list[str] | None = None
+
+    def fit_labels(self, train_examples: Sequence) -> None:
+        return None
+
+    def model_overrides(self) -> dict[str, Any]:
+        return {}
+
+    def load_model(self, model_dir, finetuned: bool):
+        """The head model from a directory: a pre-trained encoder (head initialised, ``model_overrides`` applied)
+        or, with ``finetuned``, a fine-tuned model whose ``id2label`` restores the label set if unknown."""
+        if not finetuned:
+            return self.model_class.from_pretrained(model_dir, **self.model_overrides())
+        model = self.model_class.from_pretrained(model_dir)
+        id2label = model.config.id2label
+        if self.labels is None and id2label and hasattr(self, "regression") and not self.regression:
+            self.labels = [id2label[i] for i in range(len(id2label))]
+        elif self.labels is None and id2label and not hasattr(self, "regression"):
+            self.labels = [id2label[i] for i in range(len(id2label))]
+        return model
