@@ -1,0 +1,156 @@
+"""Training a WordPiece vocabulary (Google layout) on plain-text files, and measuring one on held-out text."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from bertkit.tokenization.normalizer import ExactNormalizer
+from bertkit.tokenization.vocab import SPECIAL_TOKENS, save_vocab
+from bertkit.tokenization.wordpiece import BertTokenizer
+
+PathLike = str | os.PathLike
+
+
+def _read_batches(
+    files: Sequence[Path], normalizer: ExactNormalizer, batch_size: int, show_progress: bool
+) -> Iterator[list[str]]:
+    """Stream the files line by line (any size), normalised exactly as the tokenizer will, in batches."""
+    from tqdm.auto import tqdm
+
+    total = sum(f.stat().st_size for f in files)
+    with tqdm(total=total, unit="B", unit_scale=True, desc="reading", disable=not show_progress) as bar:
+        for path in files:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                batch: list[str] = []
+                for line in f:
+                    bar.update(len(line.encode("utf-8", errors="surrogatepass")))
+                    line = line.strip()
+                    if line:
+                        batch.append(normalizer.normalize_for_training(line))
+                    if len(batch) >= batch_size:
+                        yield batch
+                        batch = []
+                if batch:
+                    yield batch
+
+
+def google_layout(learned: dict[str, int], vocab_size: int, num_unused: int) -> dict[str, int]:
+    """Lay out a vocabulary as Google does: [PAD], [unused0..N-1], [UNK], [CLS], [SEP], [MASK], then the tokens.
+
+    ``learned`` is token -> rank (lower first); special tokens in it are skipped. The result has at most
+    ``vocab_size`` tokens.
+    """
+    layout = ["[PAD]"] + [f"[unused{i}]" for i in range(num_unused)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    seen = set(layout)
+    for token, _ in sorted(learned.items(), key=lambda kv: kv[1]):
+        if len(layout) >= vocab_size:
+            break
+        if token not in seen:
+            layout.append(token)
+            seen.add(token)
+    return {t: i for i, t in enumerate(layout)}
+
+
+def train_vocab(
+    files: PathLike | Sequence[PathLike],
+    vocab_size: int = 30522,
+    lowercase: bool = True,
+    min_frequency: int = 2,
+    output: PathLike | None = None,
+    num_unused: int = 99,
+    strip_accents: bool | None = None,
+    tokenize_chinese_chars: bool = True,
+    limit_alphabet: int | None = None,
+    show_progress: bool = True,
+    batch_size: int = 1000,
+) -> BertTokenizer:
+    """Train a WordPiece vocabulary on plain-text files and return a :class:`BertTokenizer` using it.
+
+    The text is normalised exactly as the tokenizer will normalise it (Google's rules), then Hugging Face's Rust
+    ``WordPieceTrainer`` learns the pieces (files are streamed, so any size works). The vocabulary follows Google's
+    layout: [PAD]=0, [unused0..num_unused-1], [UNK], [CLS], [SEP], [MASK], then learned tokens (with the default
+    ``num_unused=99``: [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103, as in Google's uncased vocabulary).
+
+    Args:
+        files: one or more UTF-8 text files; each non-empty line is a text.
+        vocab_size: total size including special and [unused] tokens (a small corpus may give fewer).
+        lowercase: train an uncased vocabulary (lowercase + strip accents).
+        min_frequency: a merge must occur at least this often.
+        output: directory to write ``vocab.txt`` + ``tokenizer_config.json`` to, or a ``*.txt`` path for the
+            vocabulary alone. Nothing is written when None.
+        num_unused: number of [unusedN] slots after [PAD].
+        limit_alphabet: keep at most this many initial characters (None keeps all; CJK text needs thousands).
+        show_progress: show progress bars (bytes read, and the trainer's own).
+    """
+    from tokenizers import Tokenizer, models, trainers
+
+    paths = [Path(files)] if isinstance(files, (str, os.PathLike)) else [Path(f) for f in files]
+    if not paths:
+        raise ValueError("no training files given")
+    for p in paths:
+        if not p.is_file():
+            raise FileNotFoundError(f"training file not found: {p}")
+    if num_unused < 0:
+        raise ValueError(f"num_unused must be >= 0, got {num_unused}")
+    n_fixed = num_unused + len(SPECIAL_TOKENS)
+    if vocab_size <= n_fixed:
+        raise ValueError(f"vocab_size={vocab_size} leaves no room beyond {n_fixed} special and [unused] tokens")
+    normalizer = ExactNormalizer(lowercase, strip_accents, tokenize_chinese_chars)
+    rust = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    rust.normalizer = normalizer.rust_normalizer
+    rust.pre_tokenizer = normalizer.rust_pre_tokenizer
+    kwargs = {} if limit_alphabet is None else {"limit_alphabet": limit_alphabet}
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size - num_unused,
+        min_frequency=min_frequency,
+        show_progress=show_progress,
+        special_tokens=list(SPECIAL_TOKENS),
+        continuing_subword_prefix="##",
+        **kwargs,
+    )
+    rust.train_from_iterator(_read_batches(paths, normalizer, batch_size, show_progress), trainer=trainer)
+    vocab = google_layout(rust.get_vocab(), vocab_size, num_unused)
+    tok = BertTokenizer(vocab, lowercase=lowercase, strip_accents=strip_accents, tokenize_chinese_chars=tokenize_chinese_chars)
+    if output is not None:
+        out = Path(output)
+        if out.suffix == ".txt":
+            save_vocab(vocab, out)
+        else:
+            tok.save_pretrained(out)
+    return tok
+
+
+def vocab_stats(tokenizer: BertTokenizer, lines: Iterable[str], batch_size: int = 1000) -> dict[str, float]:
+    """How well ``tokenizer``'s vocabulary covers ``lines``.
+
+    Returns a dict with ``lines``, ``words`` (words after Google's basic tokenization), ``tokens`` (wordpieces),
+    ``unk`` ([UNK] tokens; one per uncovered word), ``unk_rate`` (unk / words) and ``tokens_per_word``.
+    """
+    n_lines = n_words = n_tokens = n_unk = 0
+    unk = tokenizer.unk_token_id
+    batch: list[str] = []
+
+    def flush() -> None:
+        nonlocal n_words, n_tokens, n_unk
+        for ids, _, _, words in tokenizer._segments(batch):
+            n_tokens += len(ids)
+            n_unk += sum(1 for i in ids if i == unk)
+            n_words += len(set(words))
+        batch.clear()
+
+    for line in lines:
+        n_lines += 1
+        batch.append(line)
+        if len(batch) >= batch_size:
+            flush()
+    flush()
+    return {
+        "lines": n_lines,
+        "words": n_words,
+        "tokens": n_tokens,
+        "unk": n_unk,
+        "unk_rate": n_unk / n_words if n_words else 0.0,
+        "tokens_per_word": n_tokens / n_words if n_words else 0.0,
+    }

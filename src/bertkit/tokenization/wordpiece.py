@@ -1,0 +1,553 @@
+"""``BertTokenizer``: Google-exact BERT tokenization on top of the Rust ``tokenizers`` library.
+
+Text goes through :class:`~bertkit.tokenization.normalizer.ExactNormalizer` (Google's cleaning, CJK splitting, casing,
+accent stripping and punctuation splitting) and then greedy longest-match-first WordPiece with ``##`` continuations.
+Rust does the work for every chunk of text it handles exactly as Google's reference does; the rest (rare: combining
+marks, final sigma, characters newer than Rust's Unicode tables, lone surrogates...) is done in Python.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bertkit.tokenization.encoding import Encoding
+from bertkit.tokenization.normalizer import SEPARATORS, ExactNormalizer
+from bertkit.tokenization.vocab import SPECIAL_TOKENS, load_vocab, save_vocab
+
+# (ids, tokens, offsets, word_ids) of one segment, without special tokens
+_Segment = tuple[list[int], list[str], list[tuple[int, int]], list[int]]
+
+CONFIG_NAME = "tokenizer_config.json"
+VOCAB_NAME = "vocab.txt"
+
+
+def truncate_pair_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
+    """Lengths Google's ``_truncate_seq_pair`` leaves: pop from the longer segment (B on ties) until both fit.
+
+    Closed form of the token-by-token loop, so a 10 MB input does not loop millions of times.
+    """
+    budget = max(budget, 0)
+    excess = len_a + len_b - budget
+    if excess <= 0:
+        return len_a, len_b
+    if len_a > len_b:
+        d = min(excess, len_a - len_b)
+        len_a -= d
+        excess -= d
+    elif len_b > len_a:
+        d = min(excess, len_b - len_a)
+        len_b -= d
+        excess -= d
+    # now len_a == len_b or excess == 0; the loop alternates B, A, B, A...
+    len_b -= (excess + 1) // 2
+    len_a -= excess // 2
+    return len_a, len_b
+
+
+# Texts longer than this are cut (at separators) into pieces of about this size, which Rust runs in parallel.
+LONG_TEXT = 50_000
+_SEPARATOR_RE = re.compile("[" + re.escape(SEPARATORS) + "]")
+
+
+def _check_texts(texts: Sequence[str]) -> None:
+    if isinstance(texts, str):
+        raise TypeError("expected a list of texts, got one str")
+    for t in texts:
+        if not isinstance(t, str):
+            raise TypeError(f"expected str, got {type(t).__name__}")
+
+
+def _cut_points(text: str, size: int = LONG_TEXT) -> list[tuple[int, int]]:
+    """Spans covering ``text``, each ending at a separator (where both Google and Rust start a new word)."""
+    spans = []
+    start = 0
+    while len(text) - start > size:
+        m = _SEPARATOR_RE.search(text, start + size)
+        if m is None:
+            break
+        spans.append((start, m.end()))
+        start = m.end()
+    spans.append((start, len(text)))
+    return spans
+
+
+class BertTokenizer:
+    """Google-exact BERT WordPiece tokenizer.
+
+    Args:
+        vocab: token -> id, ids 0..V-1. Must hold [PAD] [UNK] [CLS] [SEP] [MASK].
+        lowercase: uncased model (lowercase, and strip accents unless ``strip_accents`` is False).
+        strip_accents: None follows ``lowercase`` (Google); True/False force it.
+        tokenize_chinese_chars: split CJK ideographs into one word each.
+        max_input_chars_per_word: longer words become [UNK]; Google's default is 200 (Hugging Face's is 100).
+        model_max_length: default ``max_length`` for truncation and "max_length" padding.
+    """
+
+    pad_token = "[PAD]"
+    unk_token = "[UNK]"
+    cls_token = "[CLS]"
+    sep_token = "[SEP]"
+    mask_token = "[MASK]"
+
+    def __init__(
+        self,
+        vocab: dict[str, int],
+        lowercase: bool = True,
+        strip_accents: bool | None = None,
+        tokenize_chinese_chars: bool = True,
+        max_input_chars_per_word: int = 200,
+        model_max_length: int = 512,
+    ) -> None:
+        from tokenizers import Tokenizer, models
+
+        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+        if missing:
+            raise ValueError(f"the vocabulary lacks the special token(s) {', '.join(missing)}")
+        if sorted(vocab.values()) != list(range(len(vocab))):
+            raise ValueError(f"vocabulary ids must be 0..{len(vocab) - 1}, each used once")
+        if max_input_chars_per_word < 1:
+            raise ValueError(f"max_input_chars_per_word must be >= 1, got {max_input_chars_per_word}")
+        self.vocab: dict[str, int] = dict(vocab)
+        self._id_to_token: list[str] = [""] * len(vocab)
+        for token, idx in vocab.items():
+            self._id_to_token[idx] = token
+        self.lowercase = lowercase
+        self.strip_accents = strip_accents
+        self.tokenize_chinese_chars = tokenize_chinese_chars
+        self.max_input_chars_per_word = max_input_chars_per_word
+        self.model_max_length = model_max_length
+        self.normalizer = ExactNormalizer(lowercase, strip_accents, tokenize_chinese_chars)
+        self._rust = Tokenizer(
+            models.WordPiece(self.vocab, unk_token=self.unk_token, max_input_chars_per_word=max_input_chars_per_word)
+        )
+        self._rust.normalizer = self.normalizer.rust_normalizer
+        self._rust.pre_tokenizer = self.normalizer.rust_pre_tokenizer
+        self._model = self._rust.model
+        self.pad_token_id = self.vocab[self.pad_token]
+        self.unk_token_id = self.vocab[self.unk_token]
+        self.cls_token_id = self.vocab[self.cls_token]
+        self.sep_token_id = self.vocab[self.sep_token]
+        self.mask_token_id = self.vocab[self.mask_token]
+        self.all_special_ids = {self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id}
+        self.all_special_ids.add(self.mask_token_id)
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # loading and saving
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, lowercase: bool | None = None, **kwargs: Any) -> BertTokenizer:
+        """Load from a ``vocab.txt`` file, or a directory holding one (and optionally ``tokenizer_config.json``).
+
+        ``lowercase`` overrides the config's ``do_lower_case``; with neither, the casing is guessed from the vocabulary
+        (uncased when almost no token has an uppercase letter). Other keyword arguments override the config.
+        """
+        path = Path(path)
+        if path.is_dir():
+            vocab_file, config_file = path / VOCAB_NAME, path / CONFIG_NAME
+        else:
+            vocab_file, config_file = path, path.parent / CONFIG_NAME
+        if not vocab_file.is_file():
+            raise FileNotFoundError(f"no vocabulary file at {vocab_file}")
+        vocab = load_vocab(vocab_file, required=SPECIAL_TOKENS)
+        config: dict[str, Any] = {}
+        if config_file.is_file():
+            config = json.loads(config_file.read_text(encoding="utf-8"))
+        if lowercase is None:
+            lowercase = config.get("do_lower_case")
+        if lowercase is None:
+            lowercase = guess_lowercase(vocab)
+        options: dict[str, Any] = {}
+        for key in ("strip_accents", "tokenize_chinese_chars", "max_input_chars_per_word"):
+            if key in config:
+                options[key] = config[key]
+        max_len = config.get("model_max_length")
+        if isinstance(max_len, int) and 0 < max_len < 1_000_000:  # HF writes 1e30 for "unknown"
+            options["model_max_length"] = max_len
+        options.update(kwargs)
+        return cls(vocab, lowercase=bool(lowercase), **options)
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write ``vocab.txt`` and ``tokenizer_config.json`` (readable by ``transformers.BertTokenizerFast``)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        save_vocab(self.vocab, directory / VOCAB_NAME)
+        config = {
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": self.lowercase,
+            "strip_accents": self.strip_accents,
+            "tokenize_chinese_chars": self.tokenize_chinese_chars,
+            "max_input_chars_per_word": self.max_input_chars_per_word,
+            "model_max_length": self.model_max_length,
+            "pad_token": self.pad_token,
+            "unk_token": self.unk_token,
+            "cls_token": self.cls_token,
+            "sep_token": self.sep_token,
+            "mask_token": self.mask_token,
+        }
+        (directory / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        return directory
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # vocabulary
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    def __repr__(self) -> str:
+        return (
+            f"BertTokenizer(vocab_size={self.vocab_size}, lowercase={self.lowercase}, "
+            f"strip_accents={self.strip_accents}, tokenize_chinese_chars={self.tokenize_chinese_chars}, "
+            f"max_input_chars_per_word={self.max_input_chars_per_word})"
+        )
+
+    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int]:
+        """Token(s) -> id(s); unknown tokens map to [UNK]'s id."""
+        if isinstance(tokens, str):
+            return self.vocab.get(tokens, self.unk_token_id)
+        return [self.vocab.get(t, self.unk_token_id) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> str | list[str]:
+        """Id(s) -> token(s). Raises IndexError for ids outside 0..V-1."""
+        if isinstance(ids, int):
+            return self._token(ids)
+        return [self._token(int(i)) for i in ids]
+
+    def _token(self, idx: int) -> str:
+        if not 0 <= idx < len(self._id_to_token):
+            raise IndexError(f"token id {idx} is outside the vocabulary (size {len(self._id_to_token)})")
+        return self._id_to_token[idx]
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # tokenizing one segment
+
+    def basic_tokenize(self, text: str) -> list[str]:
+        """Google's basic tokenization (cleaning, casing, CJK and punctuation splitting), before WordPiece."""
+        return self.normalizer.basic_tokenize(text)
+
+    def tokenize(self, text: str) -> list[str]:
+        """Wordpieces of ``text``, without special tokens."""
+        return self._segments([text])[0][1]
+
+    def _segments(self, texts: Sequence[str]) -> list[_Segment]:
+        """Tokenize each text (no special tokens): ids, tokens, offsets, word ids."""
+        _check_texts(texts)
+        if any(len(t) > LONG_TEXT for t in texts):
+            return self._segments_long(texts)
+        return self._segments_short(texts)
+
+    def _segments_short(self, texts: Sequence[str]) -> list[_Segment]:
+        masked = [self.normalizer.mask_unsafe(t) for t in texts]
+        encs = self._rust.encode_batch([m for m, _ in masked], add_special_tokens=False)
+        out: list[_Segment] = []
+        for text, (_, spans), enc in zip(texts, masked, encs):
+            if not spans:
+                out.append((enc.ids, enc.tokens, enc.offsets, enc.word_ids))
+            else:
+                out.append(self._merge(text, enc, spans))
+        return out
+
+    def _segments_long(self, texts: Sequence[str]) -> list[_Segment]:
+        """Cut long texts at separators into pieces (processed independently by Google's rules), run them as a batch
+        (Rust runs a batch in parallel), and join the pieces' tokens back with shifted offsets and word ids."""
+        pieces: list[str] = []
+        owners: list[tuple[int, int]] = []  # (text index, piece start)
+        for k, text in enumerate(texts):
+            for s, e in _cut_points(text):
+                pieces.append(text[s:e])
+                owners.append((k, s))
+        out: list[_Segment] = [([], [], [], []) for _ in texts]
+        n_words = [0] * len(texts)
+        for (k, start), (ids, tokens, offsets, words) in zip(owners, self._segments_short(pieces)):
+            base = n_words[k]
+            out[k][0].extend(ids)
+            out[k][1].extend(tokens)
+            out[k][2].extend([(s + start, e + start) for s, e in offsets])
+            out[k][3].extend([w + base for w in words])
+            if words:
+                n_words[k] = base + words[-1] + 1
+        return out
+
+    def _ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids only (the fast path behind ``__call__``)."""
+        _check_texts(texts)
+        if any(len(t) > LONG_TEXT for t in texts):
+            return [seg[0] for seg in self._segments(texts)]
+        masked = [self.normalizer.mask_unsafe(t) for t in texts]
+        encs = self._rust.encode_batch([m for m, _ in masked], add_special_tokens=False)
+        return [
+            enc.ids if not spans else self._merge(text, enc, spans)[0]
+            for text, (_, spans), enc in zip(texts, masked, encs)
+        ]
+
+    def _wordpiece(self, word: str, begin: int, end: int) -> list[tuple[int, str, tuple[int, int]]]:
+        pieces = self._model.tokenize(word)
+        if len(pieces) == 1 and pieces[0].id == self.unk_token_id:
+            return [(self.unk_token_id, self.unk_token, (begin, end))]
+        out = []
+        aligned = end - begin == len(word)
+        pos = begin
+        for k, p in enumerate(pieces):
+            value = p.value
+            n = len(value) - 2 if k > 0 and value.startswith("##") else len(value)
+            span = (pos, pos + n) if aligned else (begin, end)
+            pos += n
+            out.append((p.id, value, span))
+        return out
+
+    def _merge(self, text: str, enc: Any, spans: list[tuple[int, int]]) -> _Segment:
+        """Combine Rust's tokens (outside ``spans``) with Python's exact tokens for the chunks in ``spans``."""
+        items: list[tuple[int, int, str, tuple[int, int], tuple[int, int]]] = []
+        for i, t, o, w in zip(enc.ids, enc.tokens, enc.offsets, enc.word_ids):
+            items.append((o[0], i, t, o, (0, w)))
+        n_words = 0
+        for s, e in spans:
+            for word, b, en in self.normalizer.split_words(text, s, e):
+                for i, t, o in self._wordpiece(word, b, en):
+                    items.append((b, i, t, o, (1, n_words)))
+                n_words += 1
+        items.sort(key=lambda it: it[0])  # stable: pieces of one word keep their order
+        ids, tokens, offsets, words = [], [], [], []
+        last_key, wid = None, -1
+        for _, i, t, o, key in items:
+            if key != last_key:
+                wid += 1
+                last_key = key
+            ids.append(i)
+            tokens.append(t)
+            offsets.append(o)
+            words.append(wid)
+        return ids, tokens, offsets, words
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # encoding
+
+    def _limit(self, max_length: int | None, truncation: bool) -> int | None:
+        if not truncation:
+            return None
+        return self.model_max_length if max_length is None else max_length
+
+    def _build(
+        self, a: _Segment, b: _Segment | None, limit: int | None, add_special_tokens: bool
+    ) -> Encoding:
+        a_ids, a_tokens, a_offsets, a_words = a
+        la = len(a_ids)
+        lb = len(b[0]) if b is not None else 0
+        if limit is not None:
+            n_special = (3 if b is not None else 2) if add_special_tokens else 0
+            if b is None:
+                la = min(la, max(limit - n_special, 0))
+            else:
+                la, lb = truncate_pair_lengths(la, lb, limit - n_special)
+        cls, sep = ([self.cls_token_id], [self.sep_token_id]) if add_special_tokens else ([], [])
+        cls_t, sep_t = ([self.cls_token], [self.sep_token]) if add_special_tokens else ([], [])
+        sp = [(0, 0)] if add_special_tokens else []
+        none = [None] if add_special_tokens else []
+        ids = cls + a_ids[:la] + sep
+        tokens = cls_t + a_tokens[:la] + sep_t
+        offsets = sp + list(a_offsets[:la]) + sp
+        words: list[int | None] = none + list(a_words[:la]) + none
+        seq: list[int | None] = none + [0] * la + none
+        type_ids = [0] * len(ids)
+        special = [1] * len(cls) + [0] * la + [1] * len(sep)
+        if b is not None:
+            b_ids, b_tokens, b_offsets, b_words = b
+            ids += b_ids[:lb] + sep
+            tokens += b_tokens[:lb] + sep_t
+            offsets += list(b_offsets[:lb]) + sp
+            words += list(b_words[:lb]) + none
+            seq += [1] * lb + none
+            type_ids += [1] * (lb + len(sep))
+            special += [0] * lb + [1] * len(sep)
+        return Encoding(
+            ids=ids,
+            tokens=tokens,
+            type_ids=type_ids,
+            attention_mask=[1] * len(ids),
+            special_tokens_mask=special,
+            offsets=offsets,
+            word_ids=words,
+            sequence_ids=seq,
+        )
+
+    def encode(
+        self,
+        text: str,
+        pair: str | None = None,
+        max_length: int | None = None,
+        truncation: bool = True,
+        add_special_tokens: bool = True,
+    ) -> Encoding:
+        """Encode ``text`` (and ``pair``) as ``[CLS] A [SEP] (B [SEP])``.
+
+        With ``truncation`` the result holds at most ``max_length`` tokens (default ``model_max_length``); pairs lose
+        tokens from the longer segment first (Google's ``_truncate_seq_pair``).
+        """
+        return self.encode_batch([text], None if pair is None else [pair], max_length, truncation, add_special_tokens)[0]
+
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str] | None = None,
+        max_length: int | None = None,
+        truncation: bool = True,
+        add_special_tokens: bool = True,
+    ) -> list[Encoding]:
+        """:meth:`encode` for many texts at once (Rust works on the batch in parallel)."""
+        if isinstance(texts, str):
+            raise TypeError("encode_batch takes a list of texts; use encode() for one text")
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError(f"got {len(texts)} texts but {len(pairs)} pairs")
+        limit = self._limit(max_length, truncation)
+        a = self._segments(texts)
+        b = self._segments(pairs) if pairs is not None else [None] * len(a)
+        return [self._build(x, y, limit, add_special_tokens) for x, y in zip(a, b)]
+
+    def __call__(
+        self,
+        texts: str | Sequence[str],
+        pairs: str | Sequence[str] | None = None,
+        padding: str | bool = "longest",
+        max_length: int | None = None,
+        truncation: bool = True,
+        pad_to_multiple_of: int | None = None,
+        return_tensors: str | None = "pt",
+        add_special_tokens: bool = True,
+    ) -> dict[str, Any]:
+        """Encode a batch into padded ``input_ids``, ``token_type_ids`` and ``attention_mask`` of shape [B, T].
+
+        Args:
+            texts: one text or a list of texts (segment A).
+            pairs: optional segment B, one per text.
+            padding: "longest" (or True) pads to the longest in the batch; "max_length" pads to ``max_length``
+                (default ``model_max_length``); False/"do_not_pad" pads nothing (lists only, or equal lengths).
+            max_length: truncation limit (and "max_length" padding length).
+            truncation: truncate to ``max_length`` (default ``model_max_length``).
+            pad_to_multiple_of: round the padded length up to a multiple of this.
+            return_tensors: "pt" (torch.long tensors), "np" (int64 arrays) or None (lists).
+        """
+        if isinstance(texts, str):
+            texts = [texts]
+            if isinstance(pairs, str):
+                pairs = [pairs]
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError(f"got {len(texts)} texts but {len(pairs)} pairs")
+        limit = self._limit(max_length, truncation)
+        a_all = self._ids(texts)
+        b_all = self._ids(pairs) if pairs is not None else None
+        cls, sep = self.cls_token_id, self.sep_token_id
+        input_ids: list[list[int]] = []
+        type_ids: list[list[int]] = []
+        for k, a in enumerate(a_all):
+            if b_all is None:
+                if limit is not None and len(a) > limit - 2 * add_special_tokens:
+                    a = a[: max(limit - 2 * add_special_tokens, 0)]
+                ids = [cls, *a, sep] if add_special_tokens else list(a)
+                input_ids.append(ids)
+                type_ids.append([0] * len(ids))
+            else:
+                b = b_all[k]
+                la, lb = len(a), len(b)
+                if limit is not None:
+                    la, lb = truncate_pair_lengths(la, lb, limit - 3 * add_special_tokens)
+                if add_special_tokens:
+                    ids = [cls, *a[:la], sep, *b[:lb], sep]
+                    types = [0] * (la + 2) + [1] * (lb + 1)
+                else:
+                    ids = a[:la] + b[:lb]
+                    types = [0] * la + [1] * lb
+                input_ids.append(ids)
+                type_ids.append(types)
+        return self._pad(input_ids, type_ids, padding, max_length, pad_to_multiple_of, return_tensors)
+
+    def _pad(
+        self,
+        input_ids: list[list[int]],
+        type_ids: list[list[int]],
+        padding: str | bool,
+        max_length: int | None,
+        pad_to_multiple_of: int | None,
+        return_tensors: str | None,
+    ) -> dict[str, Any]:
+        lengths = [len(x) for x in input_ids]
+        longest = max(lengths, default=0)
+        if padding is True or padding == "longest":
+            target = longest
+        elif padding == "max_length":
+            target = max(self.model_max_length if max_length is None else max_length, longest)
+        elif padding is False or padding == "do_not_pad" or padding is None:
+            target = None
+        else:
+            raise ValueError(f"padding must be 'longest', 'max_length' or False, got {padding!r}")
+        if target is not None and pad_to_multiple_of:
+            target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
+        if target is None:
+            if return_tensors is None:
+                return {
+                    "input_ids": input_ids,
+                    "token_type_ids": type_ids,
+                    "attention_mask": [[1] * n for n in lengths],
+                }
+            if len(set(lengths)) > 1:
+                raise ValueError("sequences have different lengths; use padding='longest' to return tensors")
+            target = longest
+        import numpy as np
+
+        n = len(input_ids)
+        ids_arr = np.full((n, target), self.pad_token_id, dtype=np.int64)
+        types_arr = np.zeros((n, target), dtype=np.int64)
+        for k, (ids, types) in enumerate(zip(input_ids, type_ids)):
+            ids_arr[k, : len(ids)] = ids
+            types_arr[k, : len(types)] = types
+        mask_arr = (np.arange(target)[None, :] < np.asarray(lengths, dtype=np.int64)[:, None]).astype(np.int64)
+        out = {"input_ids": ids_arr, "token_type_ids": types_arr, "attention_mask": mask_arr}
+        if return_tensors == "pt":
+            import torch
+
+            return {k: torch.from_numpy(v) for k, v in out.items()}
+        if return_tensors == "np":
+            return out
+        if return_tensors is None:
+            return {k: v.tolist() for k, v in out.items()}
+        raise ValueError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}")
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # decoding
+
+    def decode(self, ids: Sequence[int] | Any, skip_special_tokens: bool = True) -> str:
+        """Join wordpieces back into text: ``##`` pieces attach to the previous piece, words are space-separated.
+
+        With ``skip_special_tokens``, [PAD] [CLS] [SEP] [MASK] are dropped ([UNK] stays, it marks lost text).
+        Accepts a list of ints or a 1-D tensor/array.
+        """
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        skip = self.all_special_ids - {self.unk_token_id} if skip_special_tokens else set()
+        words: list[str] = []
+        for i in ids:
+            i = int(i)
+            if i in skip:
+                continue
+            token = self._token(i)
+            if token.startswith("##") and words:
+                words[-1] += token[2:]
+            else:
+                words.append(token)
+        return " ".join(words)
+
+
+def guess_lowercase(vocab: dict[str, int]) -> bool:
+    """Guess whether a vocabulary is uncased: under 1% of its (non-[SPECIAL]) tokens have an uppercase letter.
+
+    (Google's cased vocabularies have 16-29% such tokens; uncased ones none; bert-base-chinese 2 in 21128.)
+    """
+    plain = [t for t in vocab if not (t.startswith("[") and t.endswith("]"))]
+    upper = sum(1 for t in plain if t != t.lower())
+    return upper <= 0.01 * len(plain)
