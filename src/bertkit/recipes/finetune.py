@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from bertkit.checkpoint import atomic_write
-from bertkit.tasks import length_batches
+from bertkit.tasks import feature_length, length_batches
 from bertkit.training.optim import build_optimizer, linear_schedule
 from bertkit.training.precision import autocast, resolve_precision
 
@@ -97,7 +97,7 @@ def finetune(
     model.to(device).train()
     train_features = task.featurize(train_examples, tokenizer, training=True)
     dev_features = task.featurize(dev_examples, tokenizer) if dev_examples else None
-    lengths = [len(f["input_ids"]) for f in train_features]
+    lengths = [feature_length(f) for f in train_features]
     steps_per_epoch = math.ceil(len(train_features) / args.batch_size)
     total_steps = max(1, math.ceil(steps_per_epoch * args.epochs))
     if args.max_steps:
@@ -156,7 +156,7 @@ def finetune(
         save_output(task, model, tokenizer, output_dir, None, None, None)
         best = {"step": step, "train_loss": loss_sum / max(loss_n, 1)}
     assert best is not None
-    summary = {**best, "train_seconds": round(time.perf_counter() - t0, 2), "precision": precision}
+    summary = {**best, "train_seconds": round(time.perf_counter() - t0, 2), "compute_precision": precision}
     write_json(output_dir / "train_log.json", {"args": asdict(args), "history": history, "best": summary,
                                                 "train_examples": len(train_features)})
     return summary

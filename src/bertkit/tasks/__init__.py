@@ -72,6 +72,11 @@ def length_batches(
     return batches
 
 
+def feature_length(feature: dict) -> int:
+    """Tokens of a feature, for length bucketing (multiple choice stores its longest choice in ``length``)."""
+    return feature.get("length") or len(feature["input_ids"])
+
+
 def pad(seqs: Sequence[Sequence[int]], value: int = 0, multiple_of: int = 8):
     """[B, T] long tensor of ``seqs`` right-padded with ``value`` to the longest (rounded up to ``multiple_of``)."""
     import torch
@@ -112,7 +117,7 @@ def run_inference(
     from bertkit.training.precision import autocast
 
     model.eval()
-    batches = length_batches([len(f["input_ids"]) for f in features], batch_size, shuffle=False)
+    batches = length_batches([feature_length(f) for f in features], batch_size, shuffle=False)
     iterator: Any = batches
     if progress:
         from tqdm import tqdm

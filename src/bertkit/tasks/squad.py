@@ -1,0 +1,253 @@
+"""Span question answering, SQuAD v1.1 and v2.0.
+
+Features (Google's ``run_squad.py`` scheme, with character offsets from the tokenizer instead of its
+whitespace re-alignment):
+- the question keeps at most ``max_query_length`` tokens; each window is ``[CLS] question [SEP] context-span [SEP]``
+  of at most ``max_seq_length`` tokens; windows start every ``doc_stride`` context tokens;
+- every context token is flagged as having its *maximum context* in exactly one window (the one where
+  ``min(left, right context) + 0.01 * span length`` is largest); a span is scored only in that window;
+- training: the answer's token span, or [CLS] (position 0) when the answer is not inside the window or the
+  question is unanswerable (v2.0).
+Post-processing: the ``n_best_size`` best starts and ends of each window, spans of at most ``max_answer_length``
+tokens, ``start + end`` logit scores; answer text cut from the original context by character offsets.
+v2.0: the null score is ``start[0] + end[0]`` (minimum over windows); predict "" when
+``null - best span > null_score_diff_threshold``.
+Outputs: ``predictions.json`` (id -> text), ``nbest_predictions.json`` (id -> list of text, probability,
+start_logit, end_logit) and, for v2.0, ``null_odds.json`` (id -> null - best span score).
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertkit.tasks import TaskBase, collate_inputs, run_inference
+from bertkit.tasks.metrics import squad_evaluate
+
+
+def doc_spans(n_tokens: int, max_tokens: int, doc_stride: int) -> list[tuple[int, int]]:
+    """(start, length) windows over ``n_tokens`` context tokens (Google's sliding window)."""
+    spans = []
+    start = 0
+    while True:
+        length = min(n_tokens - start, max_tokens)
+        spans.append((start, length))
+        if start + length >= n_tokens:
+            break
+        start += min(length, doc_stride)
+    return spans
+
+
+def max_context_flags(spans: list[tuple[int, int]]) -> list[list[bool]]:
+    """For each window, whether each of its tokens has its maximum context there (Google's
+    ``_check_is_max_context``: score = min(left, right) + 0.01 * length; the first best window wins)."""
+    best: dict[int, tuple[float, int]] = {}
+    for w, (start, length) in enumerate(spans):
+        for pos in range(start, start + length):
+            score = min(pos - start, start + length - 1 - pos) + 0.01 * length
+            if pos not in best or score > best[pos][0]:
+                best[pos] = (score, w)
+    return [[best[pos][1] == w for pos in range(start, start + length)] for w, (start, length) in enumerate(spans)]
+
+
+class SquadTask(TaskBase):
+    family = "squad"
+    model_class_name = "BertForQuestionAnswering"
+
+    def __init__(
+        self,
+        name: str = "squad",
+        max_seq_length: int = 384,
+        doc_stride: int = 128,
+        max_query_length: int = 64,
+        n_best_size: int = 20,
+        max_answer_length: int = 30,
+        null_score_diff_threshold: float = 0.0,
+        version: str | None = None,
+        **_: Any,
+    ):
+        self.name = name
+        self.max_seq_length = max_seq_length or 384
+        self.doc_stride = doc_stride
+        self.max_query_length = max_query_length
+        self.n_best_size = n_best_size
+        self.max_answer_length = max_answer_length
+        self.null_score_diff_threshold = null_score_diff_threshold
+        self.version = version or ("2.0" if name == "squad_v2" else "1.1")
+        self.main_metric = "f1"
+        if self.max_seq_length - self.max_query_length - 3 < 1:
+            raise ValueError(f"max_seq_length ({self.max_seq_length}) leaves no room for context after a "
+                             f"{self.max_query_length}-token question")
+
+    @property
+    def model_class(self):
+        from bertkit.modeling import BertForQuestionAnswering
+
+        return BertForQuestionAnswering
+
+    def task_config(self) -> dict[str, Any]:
+        return {
+            "task": self.name, "max_seq_length": self.max_seq_length, "doc_stride": self.doc_stride,
+            "max_query_length": self.max_query_length, "n_best_size": self.n_best_size,
+            "max_answer_length": self.max_answer_length, "null_score_diff_threshold": self.null_score_diff_threshold,
+            "version": self.version,
+        }
+
+    def read(self, path: str | os.PathLike, labelled: bool = True, skip_bad_rows: bool = False):
+        from bertkit.data.squad import read_squad
+
+        examples, version = read_squad(path, skip_bad_rows=skip_bad_rows, require_answers=labelled)
+        if version == "2.0" and self.version != "2.0":
+            print(f"bertkit: {path} has unanswerable questions (SQuAD 2.0): use --task squad_v2 to predict null "
+                  "answers")
+        return examples
+
+    # ------------------------------------------------------------------ features
+    def featurize(self, examples: Sequence, tokenizer, training: bool = False) -> list[dict]:
+        questions = tokenizer.encode_batch([e.question for e in examples], truncation=False, add_special_tokens=False)
+        unique = list(dict.fromkeys(e.context for e in examples))
+        encoded = dict(zip(unique, tokenizer.encode_batch(unique, truncation=False, add_special_tokens=False)))
+        cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+        features = []
+        for i, (e, q) in enumerate(zip(examples, questions)):
+            q_ids = q.ids[: self.max_query_length]
+            ctx = encoded[e.context]
+            offsets = ctx.offsets
+            max_tokens = self.max_seq_length - len(q_ids) - 3
+            spans = doc_spans(len(ctx.ids), max_tokens, self.doc_stride)
+            flags = max_context_flags(spans)
+            tok_start = tok_end = None
+            if training and e.answers and not e.is_impossible:
+                text, char_start = e.answers[0]
+                char_end = char_start + len(text)
+                ends = [o[1] for o in offsets]
+                starts = [o[0] for o in offsets]
+                tok_start = bisect.bisect_right(ends, char_start)  # first token ending after the answer start
+                tok_end = bisect.bisect_left(starts, char_end) - 1  # last token starting before the answer end
+                if tok_start >= len(offsets) or tok_end < tok_start:
+                    tok_start = tok_end = None  # the answer is not covered by any token (e.g. only spaces)
+            offset = len(q_ids) + 2  # [CLS] question [SEP]
+            for (start, length), flag in zip(spans, flags):
+                ids = [cls] + q_ids + [sep] + ctx.ids[start : start + length] + [sep]
+                f: dict[str, Any] = {
+                    "input_ids": ids,
+                    "token_type_ids": [0] * offset + [1] * (length + 1),
+                    "example": i,
+                    "span_start": start,
+                    "offset": offset,
+                    "max_context": flag,
+                    "offsets": offsets,  # the context's character offsets (shared by its windows, not copied)
+                }
+                if training:
+                    if tok_start is not None and start <= tok_start and tok_end < start + length:
+                        f["start_position"] = tok_start - start + offset
+                        f["end_position"] = tok_end - start + offset
+                    else:
+                        f["start_position"] = f["end_position"] = 0
+                features.append(f)
+        return features
+
+    def collate(self, features: Sequence[dict]) -> dict:
+        import torch
+
+        batch = collate_inputs(features)
+        if all("start_position" in f for f in features):
+            batch["start_positions"] = torch.tensor([f["start_position"] for f in features])
+            batch["end_positions"] = torch.tensor([f["end_position"] for f in features])
+        return batch
+
+    # ------------------------------------------------------------------ inference
+    def predict(self, model, examples: Sequence, features: Sequence[dict], batch_size: int = 64,
+                precision: str = "fp32", device: str = "cpu", progress: bool = False) -> list[dict]:
+        logits: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(features)
+        for idx, out in run_inference(model, features, self.collate, batch_size, precision, device, progress):
+            start = out.start_logits.float().cpu().numpy()
+            end = out.end_logits.float().cpu().numpy()
+            for row, i in enumerate(idx):
+                n = len(features[i]["input_ids"])
+                logits[i] = (start[row, :n], end[row, :n])
+        by_example: dict[int, list[int]] = collections.defaultdict(list)
+        for i, f in enumerate(features):
+            by_example[f["example"]].append(i)
+        return [self._postprocess(e, [features[i] for i in by_example[k]], [logits[i] for i in by_example[k]])
+                for k, e in enumerate(examples)]
+
+    def _postprocess(self, example, feats: list[dict], logits: list) -> dict:
+        candidates = []  # (score, start_logit, end_logit, char_start, char_end)
+        null_score, null_logits = math.inf, (0.0, 0.0)
+        for f, (start, end) in zip(feats, logits):
+            null = float(start[0] + end[0])
+            if null < null_score:
+                null_score, null_logits = null, (float(start[0]), float(end[0]))
+            starts = np.argsort(-start, kind="stable")[: self.n_best_size]
+            ends = np.argsort(-end, kind="stable")[: self.n_best_size]
+            offset, span_start, n_ctx, offsets = f["offset"], f["span_start"], len(f["max_context"]), f["offsets"]
+            for s in starts.tolist():
+                if not offset <= s < offset + n_ctx or not f["max_context"][s - offset]:
+                    continue
+                for e in ends.tolist():
+                    if not offset <= e < offset + n_ctx or e < s or e - s + 1 > self.max_answer_length:
+                        continue
+                    cs = offsets[span_start + s - offset][0]
+                    ce = offsets[span_start + e - offset][1]
+                    candidates.append((float(start[s] + end[e]), float(start[s]), float(end[e]), cs, ce))
+        candidates.sort(key=lambda c: -c[0])
+        nbest, seen = [], set()
+        for score, sl, el, cs, ce in candidates:
+            text = example.context[cs:ce]
+            if text in seen:
+                continue
+            seen.add(text)
+            nbest.append({"text": text, "start_logit": sl, "end_logit": el, "score": score})
+            if len(nbest) >= self.n_best_size:
+                break
+        best_non_null = nbest[0] if nbest else None
+        if self.version == "2.0" and not any(n["text"] == "" for n in nbest):
+            nbest.append({"text": "", "start_logit": null_logits[0], "end_logit": null_logits[1], "score": null_score})
+            nbest.sort(key=lambda n: -n["score"])
+        if not nbest:
+            nbest = [{"text": "", "start_logit": 0.0, "end_logit": 0.0, "score": 0.0}]
+        scores = np.array([n["score"] for n in nbest])
+        probs = np.exp(scores - scores.max())
+        probs /= probs.sum()
+        for n, p in zip(nbest, probs.tolist()):
+            n["probability"] = p
+            del n["score"]
+        if self.version == "2.0":
+            best_score = best_non_null["start_logit"] + best_non_null["end_logit"] if best_non_null else -math.inf
+            null_odds = null_score - best_score
+            text = "" if best_non_null is None or null_odds > self.null_score_diff_threshold else best_non_null["text"]
+            return {"text": text, "nbest": nbest, "null_odds": null_odds}
+        return {"text": best_non_null["text"] if best_non_null else "", "nbest": nbest, "null_odds": None}
+
+    # ------------------------------------------------------------------ metric and output
+    def metrics(self, examples: Sequence, preds: Sequence[dict]) -> dict[str, float]:
+        gold = {e.qas_id: ([] if e.is_impossible else e.answer_texts) for e in examples}
+        out = squad_evaluate(gold, {e.qas_id: p["text"] for e, p in zip(examples, preds)}, self.version)
+        return {k: float(v) for k, v in out.items()}
+
+    def write_predictions(self, directory: str | os.PathLike, examples: Sequence, preds: Sequence[dict]) -> list[Path]:
+        from bertkit.checkpoint import atomic_write
+
+        directory = Path(directory)
+        files = {
+            "predictions.json": {e.qas_id: p["text"] for e, p in zip(examples, preds)},
+            "nbest_predictions.json": {e.qas_id: p["nbest"] for e, p in zip(examples, preds)},
+        }
+        if self.version == "2.0":
+            files["null_odds.json"] = {e.qas_id: p["null_odds"] for e, p in zip(examples, preds)}
+        written = []
+        for name, data in files.items():
+            path = directory / name
+            text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+            atomic_write(path, lambda t, text=text: t.write_text(text, encoding="utf-8"))
+            written.append(path)
+        return written

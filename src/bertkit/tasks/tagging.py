@@ -1,0 +1,286 @@
+"""Token classification (CoNLL-2003 NER and generic CoNLL-column tagging), fine-tuned or feature-based.
+
+Fine-tuned: ``BertForTokenClassification``. Each word is split into wordpieces; the word's tag goes on its FIRST
+sub-token, the other sub-tokens (and [CLS] / [SEP]) get -100 and are ignored by the loss and at prediction.
+Words that do not fit in ``max_seq_length`` are predicted ``O`` (and counted in a warning).
+
+Feature-based (the paper's section 5.3): ``FeatureTagger`` freezes a ``BertModel`` and concatenates the hidden
+states of a chosen set of layers (default the last four: ``-1,-2,-3,-4``; 0 is the embeddings output) of each
+word's first sub-token, then trains only a small tagger on top: a 2-layer BiLSTM (default) or an MLP.
+
+Metric: entity-level precision / recall / F1 as ``conlleval`` computes them (percent), plus token accuracy.
+Predictions: ``predictions.txt`` in conlleval input format (``token gold predicted``, blank line between
+sentences; ``token predicted`` when the input has no tags).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertkit.tasks import TaskBase, collate_inputs, pad, run_inference
+from bertkit.tasks.metrics import conlleval
+
+CONLL2003_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
+TAGGER_CONFIG = "tagger_config.json"
+TAGGER_WEIGHTS = "tagger.safetensors"
+
+
+def parse_layers(layers: str | Sequence[int]) -> list[int]:
+    if isinstance(layers, str):
+        try:
+            return [int(x) for x in layers.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"--feature-layers must be comma-separated integers, got {layers!r}") from None
+    return [int(x) for x in layers]
+
+
+class TaggingTask(TaskBase):
+    family = "tagging"
+
+    def __init__(
+        self,
+        name: str = "conll2003",
+        max_seq_length: int = 128,
+        tag_column: int = -1,
+        labels: Sequence[str] | None = None,
+        feature_based: bool = False,
+        feature_layers: str | Sequence[int] = "-1,-2,-3,-4",
+        tagger: str = "bilstm",
+        tagger_hidden: int = 256,
+        **_: Any,
+    ):
+        self.name = name
+        self.max_seq_length = max_seq_length or 128
+        self.tag_column = -1 if tag_column is None else tag_column
+        self.labels = list(labels) if labels else (list(CONLL2003_LABELS) if name == "conll2003" else None)
+        self.feature_based = bool(feature_based)
+        self.feature_layers = parse_layers(feature_layers)
+        self.tagger = tagger
+        self.tagger_hidden = tagger_hidden
+        self.main_metric = "f1"
+
+    @property
+    def model_class(self):
+        from bertkit.modeling import BertForTokenClassification
+
+        return BertForTokenClassification
+
+    def task_config(self) -> dict[str, Any]:
+        return {
+            "task": self.name, "max_seq_length": self.max_seq_length, "tag_column": self.tag_column,
+            "labels": self.labels, "feature_based": self.feature_based, "feature_layers": self.feature_layers,
+            "tagger": self.tagger, "tagger_hidden": self.tagger_hidden,
+        }
+
+    def fit_labels(self, train_examples: Sequence) -> None:
+        if self.labels is None:
+            from bertkit.data.conll import label_list
+
+            self.labels = label_list(train_examples)
+
+    def model_overrides(self) -> dict[str, Any]:
+        return {"num_labels": len(self.labels), "id2label": dict(enumerate(self.labels)),
+                "label2id": {t: i for i, t in enumerate(self.labels)}}
+
+    def load_model(self, model_dir, finetuned: bool):
+        if (Path(model_dir) / TAGGER_CONFIG).is_file() and finetuned:
+            model = FeatureTagger.from_pretrained(model_dir)
+            self.labels = self.labels or model.labels
+            self.feature_based = True
+            return model
+        if self.feature_based:
+            if finetuned:
+                raise FileNotFoundError(f"{model_dir}: no {TAGGER_CONFIG} (not a feature-based tagger)")
+            from bertkit.modeling import BertModel
+
+            bert = BertModel.from_pretrained(model_dir, **self.model_overrides())
+            return FeatureTagger(bert, self.labels, self.feature_layers, self.tagger, self.tagger_hidden)
+        return super().load_model(model_dir, finetuned)
+
+    def read(self, path: str | os.PathLike, labelled: bool = True, skip_bad_rows: bool = False):
+        from bertkit.data.conll import read_conll
+
+        return read_conll(path, labels=self.labels, tag_column=self.tag_column, skip_bad_rows=skip_bad_rows,
+                          require_tags=labelled)
+
+    # ------------------------------------------------------------------ features
+    def featurize(self, examples: Sequence, tokenizer, training: bool = False) -> list[dict]:
+        from bertkit.data.tabular import DataError
+
+        flat = [w for e in examples for w in e.words]
+        pieces = [enc.ids or [tokenizer.unk_token_id] for enc in
+                  tokenizer.encode_batch(flat, truncation=False, add_special_tokens=False)]
+        label2id = {t: i for i, t in enumerate(self.labels or [])}
+        features, k, cut = [], 0, 0
+        budget = self.max_seq_length - 2
+        for n, e in enumerate(examples):
+            ids, labels, starts = [tokenizer.cls_token_id], [-100], []
+            for j, _word in enumerate(e.words):
+                p = pieces[k + j]
+                if len(ids) - 1 + len(p) > budget:
+                    cut += len(e.words) - j
+                    break
+                starts.append(len(ids))
+                tag = e.tags[j] if e.tags is not None else None
+                if tag is not None and tag not in label2id:
+                    raise DataError(getattr(examples, "path", "input"), e.line + j,
+                                    f"unknown tag {tag!r} (the model knows {self.labels})")
+                labels += [label2id[tag] if tag is not None else -100] + [-100] * (len(p) - 1)
+                ids += p
+            k += len(e.words)
+            ids.append(tokenizer.sep_token_id)
+            labels.append(-100)
+            f = {"input_ids": ids, "token_type_ids": [0] * len(ids), "example": n, "word_starts": starts}
+            if e.tags is not None:
+                f["labels"] = labels
+            features.append(f)
+        if cut:
+            print(f"bertkit: {cut} words did not fit in max_seq_length={self.max_seq_length}; they are "
+                  "predicted 'O'", file=sys.stderr)
+        return features
+
+    def collate(self, features: Sequence[dict]) -> dict:
+        batch = collate_inputs(features)
+        if all("labels" in f for f in features):
+            batch["labels"] = pad([f["labels"] for f in features], -100)
+        return batch
+
+    # ------------------------------------------------------------------ inference, metric, output
+    def predict(self, model, examples: Sequence, features: Sequence[dict], batch_size: int = 64,
+                precision: str = "fp32", device: str = "cpu", progress: bool = False) -> list[list[str]]:
+        preds: list = [None] * len(examples)
+        for idx, out in run_inference(model, features, self.collate, batch_size, precision, device, progress):
+            best = out.logits.argmax(-1).cpu()
+            for row, i in enumerate(idx):
+                f = features[i]
+                n_words = len(examples[f["example"]].words)
+                tags = [self.labels[int(best[row, s])] for s in f["word_starts"]]
+                preds[f["example"]] = tags + ["O"] * (n_words - len(tags))
+        return preds
+
+    def metrics(self, examples: Sequence, preds: Sequence[list[str]]) -> dict[str, Any]:
+        if any(e.tags is None for e in examples):
+            return {}
+        result = conlleval([e.tags for e in examples], preds)
+        return {k: result[k] for k in ("precision", "recall", "f1", "accuracy", "per_type")}
+
+    def write_predictions(self, directory: str | os.PathLike, examples: Sequence, preds: Sequence) -> list[Path]:
+        from bertkit.checkpoint import atomic_write
+
+        lines = []
+        for e, tags in zip(examples, preds):
+            for j, (w, p) in enumerate(zip(e.words, tags)):
+                lines.append(f"{w} {e.tags[j]} {p}" if e.tags is not None else f"{w} {p}")
+            lines.append("")
+        path = Path(directory) / "predictions.txt"
+        atomic_write(path, lambda t: t.write_text("\n".join(lines) + "\n", encoding="utf-8"))
+        return [path]
+
+
+# --------------------------------------------------------------------------------------------- feature-based
+
+
+class FeatureTagger(nn.Module):
+    """Frozen BERT features (concatenation of ``layers``' hidden states) -> BiLSTM or MLP tagger -> linear.
+
+    Only the tagger is trained. ``forward`` takes the same arguments as ``BertForTokenClassification`` and
+    returns its output type, so the fine-tuning loop and the tagging task use it unchanged.
+    """
+
+    def __init__(self, bert, labels: Sequence[str], layers: Sequence[int] = (-1, -2, -3, -4),
+                 tagger: str = "bilstm", hidden: int = 256, dropout: float = 0.1):
+        super().__init__()
+        if tagger not in ("bilstm", "mlp"):
+            raise ValueError(f"tagger must be 'bilstm' or 'mlp', got {tagger!r}")
+        n_states = bert.config.num_hidden_layers + 1
+        for layer in layers:
+            if not -n_states <= layer < n_states:
+                raise ValueError(f"feature layer {layer} does not exist: the model has {n_states} hidden states "
+                                 f"(0 = embeddings .. {n_states - 1} = last layer, or -1 .. -{n_states})")
+        self.bert = bert
+        self.config = bert.config
+        self.labels = list(labels)
+        self.layers = list(layers)
+        self.tagger_kind = tagger
+        self.hidden = hidden
+        for p in self.bert.parameters():
+            p.requires_grad_(False)
+        in_dim = len(self.layers) * bert.config.hidden_size
+        self.dropout = nn.Dropout(dropout)
+        if tagger == "bilstm":
+            self.rnn = nn.LSTM(in_dim, hidden, num_layers=2, bidirectional=True, batch_first=True, dropout=dropout)
+            out_dim = 2 * hidden
+        else:
+            self.mlp = nn.Sequential(nn.Linear(in_dim, hidden), nn.GELU(), nn.Dropout(dropout))
+            out_dim = hidden
+        self.classifier = nn.Linear(out_dim, len(self.labels))
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.bert.eval()  # frozen: no dropout in the feature extractor
+        return self
+
+    def features(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
+        """[B, T, len(layers) * H] concatenated hidden states of the frozen encoder."""
+        with torch.no_grad():
+            out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True)
+            return torch.cat([out.hidden_states[layer] for layer in self.layers], dim=-1).float()
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None):
+        from bertkit.modeling import SequenceClassifierOutput
+
+        x = self.dropout(self.features(input_ids, attention_mask, token_type_ids))
+        if self.tagger_kind == "bilstm":
+            lengths = (attention_mask.sum(-1) if attention_mask is not None else
+                       torch.full((x.size(0),), x.size(1))).cpu()
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+            with torch.autocast(device_type=x.device.type, enabled=False):
+                h, _ = self.rnn(packed)
+            x, _ = nn.utils.rnn.pad_packed_sequence(h, batch_first=True, total_length=input_ids.size(1))
+        else:
+            x = self.mlp(x)
+        logits = self.classifier(self.dropout(x))  # [B, T, num_labels]
+        loss = None
+        if labels is not None:
+            loss = nn.functional.cross_entropy(logits.float().view(-1, len(self.labels)), labels.view(-1))
+        return SequenceClassifierOutput(loss, logits, None, None)
+
+    def save_pretrained(self, directory: str | os.PathLike) -> None:
+        """The frozen encoder as a plain ``BertModel`` directory, plus ``tagger.safetensors`` and
+        ``tagger_config.json`` for the tagger."""
+        from safetensors.torch import save_file
+
+        from bertkit.checkpoint import atomic_write
+
+        directory = Path(directory)
+        self.bert.save_pretrained(directory)
+        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items() if not k.startswith("bert.")}
+        atomic_write(directory / TAGGER_WEIGHTS, lambda p: save_file(state, str(p)))
+        config = {"labels": self.labels, "layers": self.layers, "tagger": self.tagger_kind, "hidden": self.hidden}
+        atomic_write(directory / TAGGER_CONFIG, lambda p: p.write_text(json.dumps(config, indent=2) + "\n"))
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike) -> FeatureTagger:
+        from safetensors.torch import load_file
+
+        from bertkit.modeling import BertModel
+
+        directory = Path(directory)
+        config = json.loads((directory / TAGGER_CONFIG).read_text(encoding="utf-8"))
+        model = cls(BertModel.from_pretrained(directory), config["labels"], config["layers"], config["tagger"],
+                    config["hidden"])
+        state = load_file(str(directory / TAGGER_WEIGHTS))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = [k for k in missing if not k.startswith("bert.")]
+        if missing or unexpected:
+            raise ValueError(f"{directory / TAGGER_WEIGHTS}: missing {missing[:4]}, unexpected {unexpected[:4]}")
+        model.eval()
+        return model
