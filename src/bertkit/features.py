@@ -1,0 +1,480 @@
+"""Feature extraction: any layer (or several, concatenated) x any pooling, with length-sorted batching.
+
+    enc = Encoder.from_pretrained("runs/my-bert")
+    vecs = enc.encode(["a sentence", "another one"], layers=(-1, -2, -3, -4), pooling="mean")  # [2, 4H]
+
+Layer indices (L = number of layers): ``-1`` is the last layer, ``-L`` the first, ``0`` or ``"embeddings"`` is the
+embedding output, and ``1..L`` count layers from the bottom. Several layers are concatenated in the order given.
+
+Poolings (over the tokens of one input; padding never takes part):
+
+    mean        masked mean of every real token, [CLS] and [SEP] included (as sentence-transformers does)
+    max         masked max over the same tokens
+    mean_max    mean and max concatenated, [.., 2H]
+    cls         the [CLS] vector
+    cls_pooled  BERT's tanh pooler on the last layer's [CLS] (ignores ``layers``: the pooler only exists there)
+    first       the first token after [CLS] (the first wordpiece of the text)
+    last / sep  the final [SEP] token
+    none        no pooling: one [T_i, D] array per input (padding removed), with the tokens on ``show_tokens``
+
+bert-as-service's names are accepted too (``REDUCE_MEAN``, ``REDUCE_MAX``, ``REDUCE_MEAN_MAX``, ``CLS_TOKEN`` /
+``FIRST_TOKEN`` (= cls), ``SEP_TOKEN`` / ``LAST_TOKEN`` (= sep), ``NONE``).
+
+Speed: inputs are sorted by length into batches capped by a sentence count and a token budget (padded tokens), so
+little padding is computed; the forward pass stops after the deepest requested layer and skips the pooler unless
+``cls_pooled`` is asked for; it runs under ``torch.inference_mode`` and, where the CPU has native bf16 (AVX512-BF16 /
+AMX) or on a GPU, under bf16 autocast. Pooling is computed in fp32. Results come back in input order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # heavy imports stay lazy: `bertkit --help` and the client must not pay for torch
+    import torch
+
+    from bertkit.tokenization import BertTokenizer, Encoding
+
+POOLINGS = ("mean", "max", "mean_max", "cls", "cls_pooled", "first", "last", "sep", "none")
+POOLING_ALIASES = {
+    "reduce_mean": "mean",
+    "reduce_max": "max",
+    "reduce_mean_max": "mean_max",
+    "cls_token": "cls",
+    "first_token": "cls",  # bert-as-service's FIRST_TOKEN is [CLS]
+    "sep_token": "sep",
+    "last_token": "sep",  # bert-as-service's LAST_TOKEN is the final [SEP]
+    "last": "sep",
+    "mean-max": "mean_max",
+    "cls-pooled": "cls_pooled",
+}
+LayerSpec = int | str
+
+
+def resolve_pooling(name: str) -> str:
+    """Canonical pooling name (accepts bert-as-service's upper-case names); ValueError listing the choices."""
+    if not isinstance(name, str):
+        raise TypeError(f"pooling must be a string, one of {POOLINGS}, got {type(name).__name__}")
+    key = name.strip().lower()
+    key = POOLING_ALIASES.get(key, key)
+    if key not in POOLINGS:
+        raise ValueError(f"unknown pooling {name!r}: choose one of {', '.join(POOLINGS)}")
+    return key
+
+
+def resolve_layers(layers: LayerSpec | Sequence[LayerSpec], num_layers: int) -> tuple[int, ...]:
+    """Map user layer specs to indices into ``hidden_states`` (0 = embeddings output, L = last layer).
+
+    ``-1`` -> L, ``-L`` -> 1, ``0`` / ``"embeddings"`` -> 0, ``k`` in 1..L -> k. Strings of integers ("-2") work.
+    Raises ValueError naming the bad value and the valid range.
+    """
+    if isinstance(layers, (int, str)):
+        layers = (layers,)
+    try:
+        items = list(layers)
+    except TypeError:
+        raise TypeError(f"layers must be an int, a string or a list of them, got {type(layers).__name__}") from None
+    if not items:
+        raise ValueError("layers must name at least one layer")
+    out = []
+    for spec in items:
+        if isinstance(spec, bool):
+            raise TypeError(f"layer {spec!r} is a bool, not a layer index")
+        if isinstance(spec, str):
+            s = spec.strip().lower()
+            if s in ("embeddings", "embedding", "emb"):
+                out.append(0)
+                continue
+            try:
+                spec = int(s)
+            except ValueError:
+                raise ValueError(f"layer {spec!r} is neither an integer nor 'embeddings'") from None
+        if not isinstance(spec, (int, np.integer)):
+            raise TypeError(f"layer {spec!r} must be an integer or 'embeddings', got {type(spec).__name__}")
+        spec = int(spec)
+        if not -num_layers <= spec <= num_layers:
+            raise ValueError(
+                f"layer {spec} is out of range for a {num_layers}-layer model: use -{num_layers}..-1 (from the top), "
+                f"0 or 'embeddings' (embedding output), or 1..{num_layers} (from the bottom)"
+            )
+        out.append(spec if spec >= 0 else num_layers + 1 + spec)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------- pooling
+
+
+def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """Pool one layer's states. hidden [B, T, H] (any float dtype), mask [B, T] (1 = real token) -> [B, H] fp32
+    ([B, 2H] for mean_max). Padding never takes part. ``cls_pooled`` and ``none`` are handled by the caller."""
+    import torch
+
+    hidden = hidden.float()
+    keep = mask.bool()
+    lengths = keep.sum(1)  # [B]
+    rows = torch.arange(hidden.size(0), device=hidden.device)
+    if pooling in ("mean", "mean_max", "max"):
+        outs = []
+        if pooling in ("mean", "mean_max"):
+            summed = hidden.masked_fill(~keep.unsqueeze(-1), 0.0).sum(1)  # padding zeroed (even if inf/nan)
+            outs.append(summed / lengths.clamp(min=1).unsqueeze(-1).to(hidden.dtype))
+        if pooling in ("max", "mean_max"):
+            outs.append(hidden.masked_fill(~keep.unsqueeze(-1), float("-inf")).amax(1))
+        return torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]
+    if pooling == "cls":
+        return hidden[:, 0]
+    if pooling == "first":  # first token after [CLS]: the [SEP] itself for an empty text
+        return hidden[rows, torch.clamp(torch.ones_like(lengths), max=lengths - 1)]
+    if pooling == "sep":  # the last real token is the final [SEP]
+        return hidden[rows, (lengths - 1).clamp(min=0)]
+    raise ValueError(f"pool() does not handle pooling {pooling!r}")
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """What to compute for one input: resolved layer indices, canonical pooling, and normalisation."""
+
+    layers: tuple[int, ...]
+    pooling: str
+    normalize: bool = False
+
+    @property
+    def depth(self) -> int:
+        """The deepest hidden state needed (the last layer for cls_pooled)."""
+        return -1 if self.pooling == "cls_pooled" else max(self.layers)
+
+
+def _normalize(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+
+
+# --------------------------------------------------------------------------------------------- the encoder
+
+
+class Encoder:
+    """A BERT encoder used as a feature extractor. Holds a ``BertModel`` (with its pooler when the checkpoint has
+    one), the tokenizer, and the MLM head when the checkpoint has one (for fill-mask).
+
+    Args:
+        model: a ``BertModel`` or any ``BertFor*`` (its ``.bert`` is used).
+        tokenizer: a ``bertkit.BertTokenizer``.
+        device: where the model runs ("cpu", "cuda", ...).
+        precision: "auto" (bf16 where the CPU/GPU supports it, else fp32), "bf16", "fp16" (GPU) or "fp32".
+        has_pooler: whether the pooler weights are trained (False: ``cls_pooled`` is refused).
+        mlm_head: the ``cls.predictions`` module for fill-mask, or None.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: BertTokenizer,
+        device: str = "cpu",
+        precision: str = "auto",
+        has_pooler: bool | None = None,
+        mlm_head: Any = None,
+    ):
+        import torch
+
+        from bertkit.modeling import BertModel
+        from bertkit.training.precision import resolve_precision
+
+        bert = model if isinstance(model, BertModel) else getattr(model, "bert", None)
+        if not isinstance(bert, BertModel):
+            raise TypeError(f"Encoder needs a BertModel or a BertFor* model, got {type(model).__name__}")
+        self.device = torch.device(device)
+        self.bert = bert.to(self.device).eval()
+        self.config = bert.config
+        self.tokenizer = tokenizer
+        self.precision = resolve_precision(precision, self.device)
+        self.has_pooler = bert.pooler is not None if has_pooler is None else (has_pooler and bert.pooler is not None)
+        self.mlm_head = mlm_head.to(self.device).eval() if mlm_head is not None else None
+        self.num_layers = len(bert.encoder.layer)
+        if len(tokenizer) > self.config.vocab_size:
+            raise ValueError(
+                f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {self.config.vocab_size}"
+            )
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | os.PathLike, device: str = "cpu", precision: str = "auto", lowercase: bool | None = None
+    ) -> Encoder:
+        """Load a model directory: ``config.json`` + weights (bertkit or Hugging Face layout) and ``vocab.txt``.
+
+        The checkpoint's pooler and MLM head are kept when present (for ``cls_pooled`` and fill-mask)."""
+        from bertkit.modeling import BertForPreTraining
+        from bertkit.tokenization import BertTokenizer
+
+        path = Path(path)
+        if not path.is_dir():
+            raise FileNotFoundError(f"{path}: not a model directory (expected config.json, weights and vocab.txt)")
+        if not (path / "vocab.txt").is_file():
+            raise FileNotFoundError(f"{path}: no vocab.txt (the tokenizer's vocabulary) in the model directory")
+        tokenizer = BertTokenizer.from_pretrained(path, lowercase=lowercase)
+        with contextlib.redirect_stdout(io.StringIO()):  # the loader prints which heads it initialised
+            model = BertForPreTraining.from_pretrained(path)
+        initialised = getattr(model, "_load_report", {}).get("initialised", [])
+        has_pooler = not any(k.startswith("bert.pooler.") for k in initialised)
+        has_mlm = not any(k.startswith("cls.predictions.") for k in initialised)
+        return cls(
+            model,
+            tokenizer,
+            device=device,
+            precision=precision,
+            has_pooler=has_pooler,
+            mlm_head=model.cls.predictions if has_mlm else None,
+        )
+
+    # ------------------------------------------------------------------ pieces shared with the server
+
+    @property
+    def hidden_size(self) -> int:
+        return self.config.hidden_size
+
+    def spec(self, layers: LayerSpec | Sequence[LayerSpec] = (-2,), pooling: str = "mean", normalize: bool = False
+             ) -> PoolSpec:
+        """Validate and resolve encode options into a :class:`PoolSpec` (ValueError/TypeError naming the field)."""
+        pooling = resolve_pooling(pooling)
+        resolved = (self.num_layers,) if pooling == "cls_pooled" else resolve_layers(layers, self.num_layers)
+        if pooling == "cls_pooled" and not self.has_pooler:
+            raise ValueError("pooling 'cls_pooled' needs the pooler weights, which this checkpoint does not have")
+        return PoolSpec(resolved, pooling, bool(normalize))
+
+    def output_dim(self, spec: PoolSpec) -> int:
+        if spec.pooling == "cls_pooled":
+            return self.hidden_size
+        return self.hidden_size * len(spec.layers) * (2 if spec.pooling == "mean_max" else 1)
+
+    def max_tokens(self, max_length: int | None) -> int:
+        limit = self.config.max_position_embeddings
+        return limit if max_length is None else max(2, min(int(max_length), limit))
+
+    def tokenize(self, texts: Sequence[str], pairs: Sequence[str] | None = None, max_length: int | None = 512
+                 ) -> list[Encoding]:
+        """Tokenize with [CLS]/[SEP] and truncation to ``max_length`` (capped by max_position_embeddings)."""
+        return self.tokenizer.encode_batch(list(texts), list(pairs) if pairs is not None else None,
+                                           max_length=self.max_tokens(max_length), truncation=True)
+
+    def collate(self, encodings: Sequence[Encoding]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Pad to the longest: (input_ids, token_type_ids, attention_mask), each [B, T] on the device."""
+        import torch
+
+        T = max(len(e.ids) for e in encodings)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.full((len(encodings), T), pad, dtype=torch.long)
+        types = torch.zeros((len(encodings), T), dtype=torch.long)
+        mask = torch.zeros((len(encodings), T), dtype=torch.long)
+        for i, e in enumerate(encodings):
+            n = len(e.ids)
+            ids[i, :n] = torch.tensor(e.ids)
+            types[i, :n] = torch.tensor(e.type_ids)
+            mask[i, :n] = 1
+        return ids.to(self.device), types.to(self.device), mask.to(self.device)
+
+    def autocast(self):
+        """The autocast context for this encoder's precision (entered once around many batches: the bf16 copies of
+        the weights are then cached instead of re-made per batch)."""
+        from bertkit.training.precision import autocast
+
+        return autocast(self.precision, self.device)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor,
+                depth: int, pooler: bool = False) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        """Run embeddings and layers 1..depth only (depth -1 = all). Returns (hidden states 0..depth, each [B, T, H];
+        pooler output [B, H] or None). Call under ``torch.inference_mode()`` and (optionally) :meth:`autocast`."""
+        bert = self.bert
+        depth = self.num_layers if depth < 0 else depth
+        # the model's own mask convention: [B, 1, 1, T] bool (True = attend), None when nothing is padded
+        mask = None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
+        implementation = bert._attn_implementation
+        x = bert.embeddings(input_ids, token_type_ids, None)  # [B, T, H]
+        states = [x]
+        for layer in bert.encoder.layer[:depth]:
+            x, _ = layer(x, mask, implementation)
+            states.append(x)
+        pooled = bert.pooler(x) if pooler and depth == self.num_layers else None
+        return states, pooled
+
+    def pool_batch(self, states: list[torch.Tensor], pooled: torch.Tensor | None, attention_mask: torch.Tensor,
+                   spec: PoolSpec) -> torch.Tensor | list[torch.Tensor]:
+        """Apply ``spec`` to a forward's output: [B, D] fp32, or for ``none`` a list of [T_i, D] tensors."""
+        import torch
+
+        if spec.pooling == "cls_pooled":
+            out = pooled.float()
+        elif spec.pooling == "none":
+            full = torch.cat([states[i].float() for i in spec.layers], dim=-1)  # [B, T, D]
+            lengths = attention_mask.sum(1).tolist()
+            rows = [full[b, :n] for b, n in enumerate(lengths)]
+            return [_normalize(r) if spec.normalize else r for r in rows]
+        else:
+            out = torch.cat([pool(states[i], attention_mask, spec.pooling) for i in spec.layers], dim=-1)
+        return _normalize(out) if spec.normalize else out
+
+    def plan_batches(self, lengths: Sequence[int], batch_size: int, max_batch_tokens: int | None) -> list[list[int]]:
+        """Indices sorted by length (longest first) cut into batches of at most ``batch_size`` inputs and at most
+        ``max_batch_tokens`` padded tokens (B x longest T); a single input over the budget gets a batch of its own."""
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            longest = lengths[current[0]] if current else lengths[i]
+            if current and (len(current) >= batch_size
+                            or (max_batch_tokens and longest * (len(current) + 1) > max_batch_tokens)):
+                batches.append(current)
+                current = []
+            current.append(i)
+        if current:
+            batches.append(current)
+        return batches
+
+    # ------------------------------------------------------------------ the public call
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str] | None = None,
+        layers: LayerSpec | Sequence[LayerSpec] = (-2,),
+        pooling: str = "mean",
+        normalize: bool = False,
+        batch_size: int = 64,
+        max_length: int | None = 512,
+        show_tokens: bool = False,
+        max_batch_tokens: int | None = 16384,
+        show_progress: bool | None = None,
+    ) -> np.ndarray | list[np.ndarray] | tuple[Any, list[list[str]]]:
+        """Embed ``texts`` (optionally paired with ``pairs``, as ``[CLS] text [SEP] pair [SEP]``).
+
+        Args:
+            texts: a list of strings (a bare string is refused: wrap it in a list).
+            pairs: optional second segments, one per text.
+            layers: a layer index or a list of them, concatenated in order (see the module docstring).
+            pooling: one of ``POOLINGS`` (or a bert-as-service name).
+            normalize: L2-normalise each output vector (each token vector for ``none``).
+            batch_size: at most this many inputs per forward pass.
+            max_length: truncate inputs to this many tokens, specials included (capped by the model's positions).
+            show_tokens: also return each input's wordpieces.
+            max_batch_tokens: at most this many padded tokens per forward pass (None: no budget).
+            show_progress: a tqdm bar; None = when stderr is a terminal and there are at least 1024 inputs.
+
+        Returns:
+            float32 ``[N, D]`` array (D = H x len(layers), doubled for mean_max; H for cls_pooled), in input order;
+            for ``pooling="none"`` a list of N ``[T_i, D]`` arrays. With ``show_tokens``: ``(vectors, tokens)``.
+        """
+        import torch
+
+        texts = _check_texts(texts, "texts")
+        if pairs is not None:
+            pairs = _check_texts(pairs, "pairs")
+            if len(pairs) != len(texts):
+                raise ValueError(f"pairs has {len(pairs)} items but texts has {len(texts)}: they must match")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        spec = self.spec(layers, pooling, normalize)
+        encodings = self.tokenize(texts, pairs, max_length)
+        results: list[Any] = [None] * len(texts)
+        batches = self.plan_batches([len(e.ids) for e in encodings], batch_size, max_batch_tokens)
+        if show_progress is None:
+            show_progress = len(texts) >= 1024 and sys.stderr.isatty()
+        from tqdm.auto import tqdm
+
+        with torch.inference_mode(), self.autocast(), tqdm(
+            total=len(texts), desc="encode", unit="text", disable=not show_progress
+        ) as bar:
+            for batch in batches:
+                ids, types, mask = self.collate([encodings[i] for i in batch])
+                states, pooled = self.forward(ids, types, mask, spec.depth, spec.pooling == "cls_pooled")
+                out = self.pool_batch(states, pooled, mask, spec)
+                for j, i in enumerate(batch):
+                    results[i] = out[j].cpu().numpy()
+                bar.update(len(batch))
+        if spec.pooling == "none":
+            vectors: Any = results
+        elif results:
+            vectors = np.stack(results).astype(np.float32, copy=False)
+        else:
+            vectors = np.zeros((0, self.output_dim(spec)), dtype=np.float32)
+        if show_tokens:
+            return vectors, [list(e.tokens) for e in encodings]
+        return vectors
+
+    # ------------------------------------------------------------------ fill-mask
+
+    def fill_mask(self, texts: Sequence[str], top_k: int = 5, max_length: int | None = 512) -> list[list[list[dict]]]:
+        """For each text, for each ``[MASK]`` in it: the ``top_k`` predictions as dicts (token, token_id, score).
+        Needs a checkpoint with an MLM head (``BertForPreTraining`` / ``BertForMaskedLM``)."""
+        import torch
+
+        if self.mlm_head is None:
+            raise ValueError("fill-mask needs an MLM head (cls.predictions), which this checkpoint does not have")
+        texts = _check_texts(texts, "texts")
+        tok = self.tokenizer
+        mask_id, mask_token = tok.mask_token_id, tok.convert_ids_to_tokens(tok.mask_token_id)
+        limit = self.max_tokens(max_length)
+        encodings = []
+        for n, text in enumerate(texts):
+            # Google's normaliser splits "[MASK]" into "[", "mask", "]": tokenize around the literal marker instead
+            pieces = text.split(mask_token)
+            if len(pieces) < 2:
+                raise ValueError(f"texts[{n}] has no {mask_token} token to fill")
+            ids = [tok.cls_token_id]
+            for k, piece in enumerate(pieces):
+                if k:
+                    ids.append(mask_id)
+                ids.extend(tok.convert_tokens_to_ids(tok.tokenize(piece)) if piece.strip() else [])
+            ids.append(tok.sep_token_id)
+            if len(ids) > limit:
+                raise ValueError(f"texts[{n}] is {len(ids)} tokens long, over the limit of {limit}")
+            encodings.append(_Ids(ids, [0] * len(ids)))
+        top_k = max(1, min(int(top_k), self.config.vocab_size))
+        results = []
+        with torch.inference_mode(), self.autocast():
+            for start in range(0, len(encodings), 32):
+                chunk = encodings[start:start + 32]
+                ids, types, mask = self.collate(chunk)
+                states, _ = self.forward(ids, types, mask, -1)
+                where = ids == mask_id  # [B, T]
+                logits = self.mlm_head(states[-1][where]).float()  # [M, V]
+                probs = logits.softmax(-1)
+                scores, top = probs.topk(top_k, dim=-1)
+                rows = where.nonzero()[:, 0].tolist()
+                per_text: list[list[list[dict]]] = [[] for _ in chunk]
+                for m, b in enumerate(rows):
+                    tokens = self.tokenizer.convert_ids_to_tokens(top[m].tolist())
+                    per_text[b].append([
+                        {"token": t, "token_id": int(i), "score": float(s)}
+                        for t, i, s in zip(tokens, top[m].tolist(), scores[m].tolist())
+                    ])
+                results.extend(per_text)
+        return results
+
+
+@dataclass
+class _Ids:
+    """The two fields of an Encoding that :meth:`Encoder.collate` reads."""
+
+    ids: list[int]
+    type_ids: list[int]
+
+
+def _check_texts(texts: Any, name: str) -> list[str]:
+    if isinstance(texts, (str, bytes)):
+        raise TypeError(f"{name} must be a list of strings, got a single {type(texts).__name__}: wrap it in a list")
+    try:
+        texts = list(texts)
+    except TypeError:
+        raise TypeError(f"{name} must be a list of strings, got {type(texts).__name__}") from None
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"{name}[{i}] must be a string, got {type(t).__name__}")
+    return texts
