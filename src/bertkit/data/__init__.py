@@ -1,0 +1,1 @@
+"""Data: pre-training corpora, instances and memmap shards (``corpus``, ``pretraining``); task readers."""

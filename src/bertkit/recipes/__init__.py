@@ -1,0 +1,1 @@
+"""Training recipes: explicit loops you can read on one screen each (``pretrain``, ``finetune``)."""

@@ -1,0 +1,82 @@
+"""torchrun / DistributedDataParallel setup: gloo on CPU, nccl on GPU; only rank 0 writes.
+
+Under ``torchrun --nproc_per_node N`` (single or multi-node) the environment carries ``RANK``, ``WORLD_SIZE`` and
+``LOCAL_RANK``; without it, :func:`setup` returns a one-process context and nothing is initialised.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def setup(device: str | None = None) -> DistContext:
+    """Initialise the process group when launched by torchrun; pick the device (``cuda:LOCAL_RANK`` or cpu)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device is None or device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        dev = torch.device("cuda", local if dev.index is None else dev.index)
+        torch.cuda.set_device(dev)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo", rank=rank, world_size=world)
+    return DistContext(rank, world, local, dev)
+
+
+def barrier(ctx: DistContext) -> None:
+    if ctx.distributed:
+        dist.barrier()
+
+
+def broadcast_object(ctx: DistContext, obj):
+    """Rank 0's ``obj`` on every rank."""
+    if not ctx.distributed:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def all_reduce_mean(ctx: DistContext, values: list[float]) -> list[float]:
+    """Mean over ranks of a few floats (metrics)."""
+    if not ctx.distributed:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=ctx.device if ctx.device.type == "cuda" else "cpu")
+    dist.all_reduce(t)
+    return (t / ctx.world_size).tolist()
+
+
+def wrap(model: torch.nn.Module, ctx: DistContext, find_unused_parameters: bool = False) -> torch.nn.Module:
+    if not ctx.distributed:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused_parameters)
+
+
+def cleanup(ctx: DistContext) -> None:
+    if ctx.distributed and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,252 @@
+"""Pre-training data: instances, masking statistics, determinism, whole-word masking, shards (no tokenizer needed)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from bertkit.data.pretraining import (DataOptions, PretrainingData, Shard, VocabInfo, _ShardWriter, create_instances,
+                                      mask_instance, read_meta)
+
+SPECIALS = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+WORDS = [f"w{i}" for i in range(150)]
+PIECES = [f"##p{i}" for i in range(50)]
+TOKENS = SPECIALS + WORDS + PIECES
+
+
+@pytest.fixture(scope="module")
+def vocab() -> VocabInfo:
+    return VocabInfo.from_tokens(TOKENS)
+
+
+def _random_doc(rng: np.random.Generator, n_sent: int) -> tuple[np.ndarray, np.ndarray]:
+    """A document of words, a third of them followed by one or two ## pieces."""
+    ids, lengths = [], []
+    for _ in range(n_sent):
+        sent = []
+        for _ in range(int(rng.integers(3, 25))):
+            sent.append(6 + int(rng.integers(0, len(WORDS))))
+            for _ in range(int(rng.choice([0, 0, 0, 0, 1, 2]))):
+                sent.append(6 + len(WORDS) + int(rng.integers(0, len(PIECES))))
+        ids.extend(sent)
+        lengths.append(len(sent))
+    return np.asarray(ids, np.int32), np.asarray(lengths, np.int64)
+
+
+@pytest.fixture(scope="module")
+def shard_dir(tmp_path_factory):
+    """Two shards of 40 documents each plus a held-out shard, written by the real writer."""
+    import json
+
+    d = tmp_path_factory.mktemp("shards")
+    rng = np.random.default_rng(0)
+    train = _ShardWriter(d, "train", np.dtype(np.uint16), shard_tokens=12_000)
+    held = _ShardWriter(d, "eval", np.dtype(np.uint16), 1 << 62)
+    for _ in range(80):
+        train.add(*_random_doc(rng, int(rng.integers(2, 40))))
+    for _ in range(5):
+        held.add(*_random_doc(rng, 20))
+    train.flush()
+    held.flush()
+    meta = {"format": 1, "vocab_size": len(TOKENS), "shards": train.shards, "eval": held.shards[0]}
+    (d / "meta.json").write_text(json.dumps(meta))
+    return d
+
+
+def test_writer_made_several_shards(shard_dir):
+    meta = read_meta(shard_dir)
+    assert len(meta["shards"]) >= 2
+    shard = Shard.open(shard_dir, meta["shards"][0]["name"])
+    assert shard.sentences[-1] == len(shard.tokens) and shard.documents[-1] == len(shard.sentences) - 1
+    assert isinstance(shard.tokens, np.memmap)
+
+
+@pytest.mark.parametrize("seq", [16, 64, 128])
+@pytest.mark.parametrize("nsp", [True, False])
+def test_lengths_within_max_seq_length(shard_dir, vocab, seq, nsp):
+    data = PretrainingData(shard_dir, vocab, DataOptions(max_seq_length=seq, batch_size=8, nsp=nsp,
+                                                         short_seq_prob=0.3))
+    inst = data.instances(0)
+    a = inst[:, 2] - inst[:, 1]
+    b = inst[:, 4] - inst[:, 3]
+    assert (a >= 1).all()
+    assert (a + b + (3 if nsp else 2) <= seq).all()
+    if nsp:
+        assert (b >= 1).all()
+    for i in range(min(3, data.num_batches(0))):
+        batch = data.batch(0, i)
+        assert batch["input_ids"].shape[1] <= seq and batch["input_ids"].shape[0] == 8
+    # filled up to the length: most instances use nearly all of it
+    assert np.median(a + b) >= 0.8 * (seq - 3)
+
+
+def test_nsp_is_fifty_fifty_and_isnext_is_the_continuation(shard_dir, vocab):
+    data = PretrainingData(shard_dir, vocab, DataOptions(max_seq_length=64))
+    labels = np.concatenate([data.instances(e)[:, 5] for e in range(4)])
+    n = len(labels)
+    p = labels.mean()
+    assert n > 1000
+    assert abs(p - 0.5) < 4 * np.sqrt(0.25 / n), (p, n)
+    inst = data.instances(0)
+    for s, a_lo, a_hi, b_lo, b_hi, label in inst[:300]:
+        docs = data.shards[s].documents
+        sent = data.shards[s].sentences
+        doc_of = np.searchsorted(sent[docs], [a_lo, b_lo], side="right") - 1
+        if label == 0:  # IsNext: B comes after A in the same document
+            assert b_lo >= a_hi and doc_of[0] == doc_of[1]
+
+
+def test_random_next_comes_from_another_document(shard_dir, vocab):
+    data = PretrainingData(shard_dir, vocab, DataOptions(max_seq_length=64))
+    inst = data.instances(0)
+    shard = data.shards[0]
+    starts = shard.sentences[shard.documents]
+    rows = inst[(inst[:, 0] == 0) & (inst[:, 5] == 1)]
+    same = np.searchsorted(starts, rows[:, 1], "right") == np.searchsorted(starts, rows[:, 3], "right")
+    assert same.mean() < 0.05
+
+
+def _mask_many(vocab, whole_word, n=3000, seq=100, mask_prob=0.15, max_pred=1000, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        ids = rng.integers(6, len(TOKENS), seq)
+        ids[0], ids[40], ids[-1] = 3, 4, 4
+        special = np.zeros(seq, bool)
+        special[[0, 40, seq - 1]] = True
+        masked, labels = mask_instance(ids, special, vocab, mask_prob, max_pred, whole_word,
+                                       np.random.default_rng([seed, i]))
+        out.append((ids, special, masked, labels))
+    return out
+
+
+def test_masking_rate_and_80_10_10(vocab):
+    rows = _mask_many(vocab, whole_word=False)
+    picked = sum(int((lab != -100).sum()) for _, _, _, lab in rows)
+    total = sum(len(ids) for ids, _, _, _ in rows)
+    assert picked / total == pytest.approx(0.15, abs=0.002)  # round(100 * 0.15) = 15 per 100-token row
+    as_mask = as_same = as_random = 0
+    for ids, _, masked, lab in rows:
+        sel = lab != -100
+        as_mask += int((masked[sel] == vocab.mask_id).sum())
+        as_same += int((masked[sel] == ids[sel]).sum())
+        as_random += int(((masked[sel] != vocab.mask_id) & (masked[sel] != ids[sel])).sum())
+        assert (lab[sel] == ids[sel]).all()
+        assert (masked[~sel] == ids[~sel]).all()
+    # random replacements can hit the original token (1 in ~200): allow that in the tolerance
+    sd = np.sqrt(0.1 * 0.9 / picked)
+    assert as_mask / picked == pytest.approx(0.8, abs=5 * np.sqrt(0.16 / picked))
+    assert as_same / picked == pytest.approx(0.1, abs=5 * sd + 0.01)
+    assert as_random / picked == pytest.approx(0.1, abs=5 * sd + 0.01)
+
+
+def test_cap_max_predictions(vocab):
+    for _, _, _, lab in _mask_many(vocab, whole_word=False, n=50, max_pred=7):
+        assert (lab != -100).sum() == 7
+
+
+@pytest.mark.parametrize("whole_word", [False, True])
+def test_special_tokens_never_masked_nor_introduced(vocab, whole_word):
+    for ids, special, masked, lab in _mask_many(vocab, whole_word, n=500):
+        assert (lab[special] == -100).all() and (masked[special] == ids[special]).all()
+        sel = lab != -100
+        random_ones = masked[sel][(masked[sel] != vocab.mask_id)]
+        assert not np.isin(random_ones, [0, 1, 2, 3, 4, 5]).any()
+
+
+def test_whole_word_masking_masks_whole_words(vocab):
+    rows = _mask_many(vocab, whole_word=True, n=500)
+    cont = vocab.is_continuation
+    some_multi = 0
+    for ids, special, _, lab in rows:
+        sel = lab != -100
+        for t in range(1, len(ids)):
+            if cont[ids[t]] and not special[t] and not special[t - 1]:
+                # a continuation piece is masked exactly when the piece before it (same word) is
+                assert sel[t] == sel[t - 1], (t, ids[max(0, t - 3):t + 2], sel[max(0, t - 3):t + 2])
+                some_multi += int(sel[t])
+    assert some_multi > 100
+    # the token-level mode does split words
+    split = 0
+    for ids, special, _, lab in _mask_many(vocab, whole_word=False, n=200):
+        sel = lab != -100
+        split += sum(int(sel[t] != sel[t - 1]) for t in range(1, len(ids)) if cont[ids[t]] and not special[t - 1])
+    assert split > 0
+
+
+def test_batches_identical_for_same_seed_and_differ_otherwise(shard_dir, vocab):
+    def batches(seed, epoch):
+        d = PretrainingData(shard_dir, vocab, DataOptions(max_seq_length=64, batch_size=4, seed=seed))
+        return [d.batch(epoch, i) for i in range(3)]
+
+    a, b, c = batches(1, 0), batches(1, 0), batches(2, 0)
+    for x, y in zip(a, b):
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+    assert any(not np.array_equal(x["input_ids"], y["input_ids"]) for x, y in zip(a, c))
+    # dynamic masking: another epoch, another order and masks
+    e1 = batches(1, 1)
+    assert any(not np.array_equal(x["input_ids"], y["input_ids"]) for x, y in zip(a, e1))
+
+
+def test_static_masking_repeats_every_dupe_factor_epochs(shard_dir, vocab):
+    d = PretrainingData(shard_dir, vocab, DataOptions(max_seq_length=64, masking="static", dupe_factor=2, seed=3))
+    i = 5
+    e0, e1, e2 = (d.example(e, i) for e in (0, 1, 2))
+    np.testing.assert_array_equal(e0["input_ids"], e2["input_ids"])
+    np.testing.assert_array_equal(e0["labels"], e2["labels"])
+    assert not (len(e0["input_ids"]) == len(e1["input_ids"]) and np.array_equal(e0["input_ids"], e1["input_ids"]))
+
+
+def test_ranks_read_disjoint_parts(shard_dir, vocab):
+    opts = DataOptions(max_seq_length=64, batch_size=4)
+    r0 = PretrainingData(shard_dir, vocab, opts, rank=0, world_size=2)
+    r1 = PretrainingData(shard_dir, vocab, opts, rank=1, world_size=2)
+    o0, o1 = set(r0.order(0).tolist()), set(r1.order(0).tolist())
+    assert not (o0 & o1) and len(o0) == len(o1) and len(o0) * 2 >= len(r0.instances(0)) - 1
+    assert r0.num_batches(0) == r1.num_batches(0)
+
+
+def test_batch_layout(shard_dir, vocab):
+    d = PretrainingData(shard_dir, vocab, DataOptions(max_seq_length=64, batch_size=4))
+    b = d.batch(0, 0)
+    for r in range(4):
+        n = int(b["attention_mask"][r].sum())
+        row = b["input_ids"][r]
+        assert row[0] == vocab.cls_id and row[n - 1] == vocab.sep_id and (row[n:] == vocab.pad_id).all()
+        seps = np.flatnonzero(row[:n] == vocab.sep_id)
+        assert len(seps) == 2
+        assert (b["token_type_ids"][r, :seps[0] + 1] == 0).all() and (b["token_type_ids"][r, seps[0] + 1:n] == 1).all()
+        assert (b["labels"][r, n:] == -100).all()
+    assert b["input_ids"].shape[1] % 8 == 0
+    assert set(b["next_sentence_label"].tolist()) <= {0, 1}
+
+
+def test_eval_batches_are_fixed_and_held_out(shard_dir, vocab):
+    d = PretrainingData(shard_dir, vocab, DataOptions(max_seq_length=64, batch_size=4), split="eval")
+    a, b = d.eval_batches(3), d.eval_batches(3)
+    assert len(a) == 3
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x["input_ids"], y["input_ids"])
+
+
+def test_single_sentence_document_and_tiny_seq(vocab, tmp_path):
+    w = _ShardWriter(tmp_path, "train", np.dtype(np.uint16), 1 << 30)
+    w.add(np.arange(6, 46, dtype=np.int32), np.array([40]))
+    w.add(np.arange(6, 16, dtype=np.int32), np.array([10]))
+    w.flush()
+    shard = Shard.open(tmp_path, "train-00000")
+    inst = create_instances(shard, 8, 0.0, True, random.Random(0))
+    assert len(inst) > 0 and ((inst[:, 2] - inst[:, 1]) + (inst[:, 4] - inst[:, 3]) <= 5).all()
+    with pytest.raises(ValueError, match="too short"):
+        create_instances(shard, 4, 0.0, True, random.Random(0))
+
+
+def test_options_validated():
+    with pytest.raises(ValueError, match="mask_prob"):
+        DataOptions(mask_prob=1.5)
+    with pytest.raises(ValueError, match="masking"):
+        DataOptions(masking="sometimes")
+    assert DataOptions(max_seq_length=128).max_predictions == 20
