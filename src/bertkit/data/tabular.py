@@ -107,7 +107,7 @@ def read_table(
     path = check_file(path)
     fmt = _delimiter(path, fmt)
     guard = RowGuard(path, skip_bad_rows)
-    rows: list[tuple[int, dict[str, Any]]] = []
+    rows: list[tuple[int, dict[str, Any] | str]] = []  # (line, row or what is wrong with it)
     with open(path, encoding="utf-8-sig", newline="") as f:
         if fmt == "jsonl":
             for n, line in enumerate(f, 1):
@@ -116,12 +116,9 @@ def read_table(
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as e:
-                    guard.bad(n, f"not valid JSON ({e.msg})")
+                    rows.append((n, f"not valid JSON ({e.msg})"))
                     continue
-                if not isinstance(obj, dict):
-                    guard.bad(n, f"expected a JSON object, got {type(obj).__name__}")
-                    continue
-                rows.append((n, obj))
+                rows.append((n, obj if isinstance(obj, dict) else f"expected a JSON object, got {type(obj).__name__}"))
             columns = None
         else:
             reader = csv.reader(f, delimiter="\t" if fmt == "tsv" else ",")
@@ -135,7 +132,7 @@ def read_table(
                 if not row or not any(c.strip() for c in row):
                     continue
                 if len(row) != len(columns):
-                    guard.bad(n, f"expected {len(columns)} columns (as the header), got {len(row)}")
+                    rows.append((n, f"expected {len(columns)} columns (as the header), got {len(row)}"))
                     continue
                 rows.append((n, dict(zip(columns, row))))
     wanted = [c for c in (text_column, pair_column) if c]
@@ -147,6 +144,9 @@ def read_table(
             raise DataError(path, 1, f"no label column {label_column!r} in the header {columns}")
     out = Examples(path=path)
     for n, row in rows:
+        if isinstance(row, str):
+            guard.bad(n, row)
+            continue
         missing = [c for c in wanted if c not in row]
         if missing:
             guard.bad(n, f"missing field {missing[0]!r}")

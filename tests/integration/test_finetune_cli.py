@@ -1,0 +1,188 @@
+"""`bertkit finetune / evaluate / predict` end to end on the synthetic fixtures with a tiny random model:
+output files in the official formats, the best checkpoint loading with transformers' BertFor* and bertkit's
+(same logits), HF-layout input directories, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from bertkit.cli import main
+
+
+def _vocab_size(path) -> int:
+    return sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line)
+
+
+@pytest.fixture(scope="module")
+def ft(fixtures_dir):
+    return fixtures_dir / "finetune"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, ft):
+    from bertkit import BertConfig
+    from bertkit.modeling import BertForPreTraining
+
+    d = tmp_path_factory.mktemp("tiny")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=_vocab_size(ft / "vocab.txt"), hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=37, max_position_embeddings=128)
+    BertForPreTraining(config).save_pretrained(d)
+    shutil.copy(ft / "vocab.txt", d / "vocab.txt")
+    return d
+
+
+def _finetune(task, train, dev, model, out, *extra):
+    argv = ["finetune", "--task", task, "--train", str(train), "--dev", str(dev), "--model", str(model),
+            "--output", str(out), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet",
+            "--precision", "fp32", *extra]
+    assert main(argv) == 0
+    return json.loads((out / "metrics.json").read_text())
+
+
+def _compare_with_transformers(out, hf_class, bk_class, inputs):
+    transformers = pytest.importorskip("transformers")
+    hf = getattr(transformers, hf_class).from_pretrained(out).eval()
+    import bertkit.modeling as bm
+
+    ours = getattr(bm, bk_class).from_pretrained(out).eval()
+    with torch.no_grad():
+        a, b = hf(**inputs), ours(**inputs)
+    for name in ("logits", "start_logits", "end_logits"):
+        if hasattr(b, name) and getattr(b, name) is not None:
+            torch.testing.assert_close(getattr(a, name), getattr(b, name), atol=1e-5, rtol=1e-4)
+    return ours
+
+
+def test_glue_classification_end_to_end(tiny_dir, ft, tmp_path, capsys):
+    out = tmp_path / "sst2"
+    metrics = _finetune("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", tiny_dir, out)
+    assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["step"] == 8
+    lines = (out / "predictions.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 25
+    assert {line.split("\t")[1] for line in lines[1:]} <= {"0", "1"}
+    for name in ("config.json", "model.safetensors", "vocab.txt", "finetune_config.json"):
+        assert (out / name).is_file()
+    inputs = {"input_ids": torch.tensor([[5, 20, 30, 6, 0]]), "attention_mask": torch.tensor([[1, 1, 1, 1, 0]])}
+    _compare_with_transformers(out, "BertForSequenceClassification", "BertForSequenceClassification", inputs)
+    # evaluate reproduces the dev metrics of the saved (best) checkpoint
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out), "--data", str(ft / "sst2_dev.tsv"), "--quiet",
+                 "--precision", "fp32", "--output", str(tmp_path / "ev")]) == 0
+    again = json.loads((tmp_path / "ev" / "metrics.json").read_text())
+    assert again["accuracy"] == pytest.approx(metrics["accuracy"])
+
+
+def test_regression_and_generic_csv(tiny_dir, ft, tmp_path):
+    out = tmp_path / "stsb"
+    m = _finetune("stsb", ft / "stsb_train.tsv", ft / "stsb_dev.tsv", tiny_dir, out)
+    assert {"pearson", "spearman"} <= set(m) and -1 <= m["pearson"] <= 1
+    assert len(json.loads((out / "config.json").read_text())["id2label"]) == 1  # one output: regression
+    pred = (out / "predictions.tsv").read_text().splitlines()[1]
+    assert len(pred.split("\t")[1].split(".")[1]) == 3  # GLUE's STS-B format: 3 decimals
+    out2 = tmp_path / "generic"
+    m2 = _finetune("classification", ft / "generic_train.csv", ft / "generic_dev.csv", tiny_dir, out2,
+                   "--text-column", "review", "--label-column", "sentiment")
+    assert "accuracy" in m2 and "f1" in m2
+    cfg = json.loads((out2 / "config.json").read_text())
+    assert cfg["id2label"] == {"0": "neg", "1": "pos"}
+    assert main(["predict", "--model", str(out2), "--data", str(ft / "generic_dev.jsonl"), "--quiet",
+                 "--output", str(tmp_path / "p")]) == 0
+    rows = (tmp_path / "p" / "predictions.tsv").read_text().splitlines()
+    assert rows[1].split("\t")[0] == "r0" and rows[1].split("\t")[1] in ("neg", "pos")
+
+
+def test_squad_v1_and_v2_end_to_end(tiny_dir, ft, tmp_path):
+    extra = ["--max-seq-length", "64", "--doc-stride", "24", "--max-query-length", "16"]
+    out = tmp_path / "squad"
+    m = _finetune("squad", ft / "squad_train.json", ft / "squad_dev.json", tiny_dir, out, *extra)
+    assert 0 <= m["exact_match"] <= 100 and 0 <= m["f1"] <= 100
+    preds = json.loads((out / "predictions.json").read_text())
+    nbest = json.loads((out / "nbest_predictions.json").read_text())
+    dev = json.loads((ft / "squad_dev.json").read_text())
+    ids = [q["id"] for a in dev["data"] for p in a["paragraphs"] for q in p["qas"]]
+    assert sorted(preds) == sorted(ids) == sorted(nbest)
+    assert all(isinstance(v, str) for v in preds.values())
+    assert all(nbest[q][0]["text"] == preds[q] for q in ids)
+    inputs = {"input_ids": torch.tensor([[5, 20, 30, 6, 40, 41, 6]]), "token_type_ids": torch.tensor([[0] * 4 + [1] * 3])}
+    _compare_with_transformers(out, "BertForQuestionAnswering", "BertForQuestionAnswering", inputs)
+    out2 = tmp_path / "squad2"
+    m2 = _finetune("squad_v2", ft / "squad_v2_train.json", ft / "squad_v2_dev.json", tiny_dir, out2, *extra)
+    assert {"HasAns_exact", "NoAns_exact"} <= set(m2)
+    assert (out2 / "null_odds.json").is_file()
+    # an impossible threshold makes every answer null: NoAns all right, HasAns all wrong
+    assert main(["evaluate", "--model", str(out2), "--data", str(ft / "squad_v2_dev.json"), "--quiet",
+                 "--null-score-diff-threshold=-1e9", "--output", str(tmp_path / "ev2")]) == 0
+    ev = json.loads((tmp_path / "ev2" / "metrics.json").read_text())
+    assert ev["NoAns_exact"] == 100.0 and ev["HasAns_exact"] == 0.0
+
+
+def test_conll_fine_tuned_and_feature_based(tiny_dir, ft, tmp_path):
+    out = tmp_path / "ner"
+    m = _finetune("conll2003", ft / "conll_train.txt", ft / "conll_dev.txt", tiny_dir, out)
+    assert {"precision", "recall", "f1"} <= set(m)
+    blocks = (out / "predictions.txt").read_text().strip().split("\n\n")
+    assert len(blocks) == 8 and all(len(line.split()) == 3 for b in blocks for line in b.splitlines())
+    inputs = {"input_ids": torch.tensor([[5, 20, 30, 6]])}
+    _compare_with_transformers(out, "BertForTokenClassification", "BertForTokenClassification", inputs)
+    fb = tmp_path / "ner_fb"
+    m2 = _finetune("conll2003", ft / "conll_train.txt", ft / "conll_dev.txt", tiny_dir, fb, "--feature-based",
+                   "--feature-layers=-1,-2", "--tagger-hidden", "16")
+    assert "f1" in m2 and (fb / "tagger.safetensors").is_file()
+    from safetensors.torch import load_file
+
+    from bertkit.tasks.tagging import FeatureTagger
+
+    frozen, original = load_file(str(fb / "model.safetensors")), load_file(str(tiny_dir / "model.safetensors"))
+    key = "encoder.layer.0.attention.self.query.weight"
+    torch.testing.assert_close(frozen[key], original["bert." + key])  # BERT untouched by training
+    tagger = FeatureTagger.from_pretrained(fb)
+    assert tagger.layers == [-1, -2] and tagger.classifier.in_features == 32
+    transformers = pytest.importorskip("transformers")
+    transformers.BertModel.from_pretrained(fb)  # the frozen encoder is a plain BertModel directory
+    assert main(["evaluate", "--model", str(fb), "--data", str(ft / "conll_dev.txt"), "--quiet",
+                 "--output", str(tmp_path / "fbev")]) == 0
+    assert json.loads((tmp_path / "fbev" / "metrics.json").read_text())["f1"] == pytest.approx(m2["f1"])
+
+
+def test_swag_end_to_end(tiny_dir, ft, tmp_path):
+    out = tmp_path / "swag"
+    m = _finetune("swag", ft / "swag_train.csv", ft / "swag_dev.csv", tiny_dir, out)
+    assert 0 <= m["accuracy"] <= 1
+    inputs = {"input_ids": torch.tensor([[[5, 20, 6, 30, 6], [5, 20, 6, 31, 6]]])}
+    _compare_with_transformers(out, "BertForMultipleChoice", "BertForMultipleChoice", inputs)
+
+
+def test_hf_model_directory_as_input(ft, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    d = tmp_path / "hf"
+    config = transformers.BertConfig(vocab_size=_vocab_size(ft / "vocab.txt"), hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=37, max_position_embeddings=128)
+    transformers.BertForPreTraining(config).save_pretrained(d)
+    shutil.copy(ft / "vocab.txt", d / "vocab.txt")
+    (d / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    m = _finetune("cola", ft / "cola_train.tsv", ft / "cola_dev.tsv", d, tmp_path / "cola")
+    assert -1 <= m["mcc"] <= 1
+
+
+def test_bad_input_exits_2_naming_file_and_line(tiny_dir, ft, tmp_path, capsys):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("sentence\tlabel\nfine\t1\nbroken row\n")
+    argv = ["finetune", "--task", "sst2", "--train", str(bad), "--model", str(tiny_dir), "--output",
+            str(tmp_path / "o"), "--quiet"]
+    assert main(argv) == 2
+    assert "bad.tsv:3: expected 2 tab-separated columns, got 1" in capsys.readouterr().err
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("")
+    assert main(["finetune", "--task", "sst2", "--train", str(empty), "--model", str(tiny_dir), "--output",
+                 str(tmp_path / "o"), "--quiet"]) == 2
+    assert "empty" in capsys.readouterr().err
+    # with --skip-bad-rows the bad row is counted and training goes on
+    bad.write_text("sentence\tlabel\n" + "the film is good .\t1\nthe film is bad .\t0\n" * 4 + "broken row\n")
+    assert main(argv + ["--skip-bad-rows", "--epochs", "1", "--precision", "fp32"]) == 0
+    assert "skipped 1 bad rows" in capsys.readouterr().err
+    assert (tmp_path / "o" / "model.safetensors").is_file()

@@ -1,0 +1,144 @@
+"""Example -> features and predictions -> outputs for each task family, with the fixture vocabulary and
+hand-made logits (no training)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertkit.data.conll import TaggedSentence
+from bertkit.data.squad import SquadExample
+from bertkit.tasks import length_batches, pad
+from bertkit.tasks.squad import SquadTask, doc_spans, max_context_flags
+from bertkit.tasks.tagging import TaggingTask
+
+
+@pytest.fixture(scope="module")
+def tok(fixtures_dir):
+    from bertkit import BertTokenizer
+
+    return BertTokenizer.from_pretrained(fixtures_dir / "finetune" / "vocab.txt", lowercase=True)
+
+
+def test_doc_spans_cover_everything_with_stride():
+    spans = doc_spans(25, 10, 4)
+    assert spans[0] == (0, 10) and spans[-1][0] + spans[-1][1] == 25
+    assert all(b[0] - a[0] == 4 for a, b in zip(spans, spans[1:]))
+    assert doc_spans(5, 10, 4) == [(0, 5)]
+
+
+def test_max_context_each_token_once_and_central():
+    spans = doc_spans(25, 10, 4)
+    flags = max_context_flags(spans)
+    owners = {}
+    for w, ((start, length), f) in enumerate(zip(spans, flags)):
+        for k, flag in enumerate(f):
+            if flag:
+                assert start + k not in owners
+                owners[start + k] = w
+    assert sorted(owners) == list(range(25))
+    # token 9 is the last of window 0 but central in window 1 (start 4) -> window 1 owns it
+    assert owners[9] == 1
+
+
+def test_length_batches_group_lengths_and_cover_all():
+    lengths = [5, 50, 6, 51, 7, 52, 8, 53]
+    batches = length_batches(lengths, 2, shuffle=True, seed=1)
+    assert sorted(i for b in batches for i in b) == list(range(8))
+    assert all(max(lengths[i] for i in b) - min(lengths[i] for i in b) <= 3 for b in batches)
+    assert length_batches(lengths, 4, shuffle=False)[0] == [0, 2, 4, 6]
+    assert pad([[1, 2], [3]], 0).shape == (2, 8)
+
+
+def _squad_example(context: str, answer: str, qid: str = "q0", impossible: bool = False) -> SquadExample:
+    start = context.index(answer)
+    return SquadExample(qid, "where does alice live ?", context, [] if impossible else [(answer, start)], impossible)
+
+
+def test_squad_features_mark_the_answer_in_windows(tok):
+    context = " ".join(["the film was good ."] * 8) + " Alice lives in Paris . " + " ".join(["the plot is dull ."] * 8)
+    ex = _squad_example(context, "Paris")
+    task = SquadTask("squad", max_seq_length=32, doc_stride=8, max_query_length=8)
+    feats = task.featurize([ex], tok, training=True)
+    assert len(feats) > 3 and all(len(f["input_ids"]) <= 32 for f in feats)
+    inside = [f for f in feats if f["start_position"] > 0]
+    assert inside, "the answer lies inside at least one window"
+    for f in inside:
+        toks = tok.convert_ids_to_tokens(f["input_ids"][f["start_position"] : f["end_position"] + 1])
+        assert toks == ["paris"]
+    assert all(f["start_position"] == f["end_position"] == 0 for f in feats if f not in inside)
+    imp = task.featurize([_squad_example(context, "Paris", impossible=True)], tok, training=True)
+    assert all(f["start_position"] == 0 for f in imp)
+
+
+def _logits_for(feats, task, ex, answer_char_start, other_window_bonus=0.0):
+    """Hand-made logits: high at the answer token in every window; optionally higher outside max-context."""
+    logits = []
+    for f in feats:
+        n = len(f["input_ids"])
+        s = torch.full((n,), -5.0)
+        e = torch.full((n,), -5.0)
+        for k in range(len(f["max_context"])):
+            b, _ = f["offsets"][f["span_start"] + k]
+            if b == answer_char_start:
+                s[f["offset"] + k] = 5.0
+                e[f["offset"] + k] = 5.0
+                if not f["max_context"][k]:
+                    s[f["offset"] + k] += other_window_bonus  # only counts if max-context were ignored
+        logits.append((s.numpy(), e.numpy()))
+    return logits
+
+
+def test_squad_postprocess_text_nbest_and_null(tok):
+    context = " ".join(["the film was good ."] * 8) + " Alice lives in Paris . " + " ".join(["the plot is dull ."] * 8)
+    ex = _squad_example(context, "Paris")
+    task = SquadTask("squad", max_seq_length=32, doc_stride=8, max_query_length=8, n_best_size=5)
+    feats = task.featurize([ex], tok)
+    pred = task._postprocess(ex, feats, _logits_for(feats, task, ex, context.index("Paris"), other_window_bonus=3))
+    assert pred["text"] == "Paris"
+    assert pred["nbest"][0]["text"] == "Paris" and pred["nbest"][0]["start_logit"] == 5.0  # max-context window
+    assert len(pred["nbest"]) <= 5 and abs(sum(n["probability"] for n in pred["nbest"]) - 1) < 1e-6
+    v2 = SquadTask("squad_v2", max_seq_length=32, doc_stride=8, max_query_length=8)
+    logits = _logits_for(feats, v2, ex, context.index("Paris"))
+    for s, e in logits:
+        s[0] = e[0] = 4.0  # null score 8 < span score 10
+    assert v2._postprocess(ex, feats, logits)["text"] == "Paris"
+    v2.null_score_diff_threshold = -3.0  # null - best = -2 > -3 -> predict no answer
+    out = v2._postprocess(ex, feats, logits)
+    assert out["text"] == "" and out["null_odds"] == pytest.approx(-2.0)
+
+
+def test_tagging_first_subtoken_labels_and_word_predictions(tok):
+    # "globexcorp" is not in the vocabulary: several wordpieces; only the first carries B-ORG
+    sent = TaggedSentence(["Alice", "works", "for", "Globexcorp"], ["B-PER", "O", "O", "B-ORG"], 1)
+    task = TaggingTask("conll2003", max_seq_length=32)
+    f = task.featurize([sent], tok)[0]
+    pieces = tok.convert_ids_to_tokens(f["input_ids"])
+    assert pieces[0] == "[CLS]" and pieces[-1] == "[SEP]" and len(pieces) > 7
+    labelled = [(pieces[i], task.labels[lab]) for i, lab in enumerate(f["labels"]) if lab != -100]
+    assert [p for p, _ in labelled] == ["alice", "works", "for", pieces[f["word_starts"][3]]]
+    assert [t for _, t in labelled] == sent.tags
+    assert all(p.startswith("##") for p in pieces[f["word_starts"][3] + 1 : -1])
+    # predictions come back per word from the first sub-token; entity spanning sub-tokens scores as one chunk
+    logits = torch.zeros(1, len(f["input_ids"]), len(task.labels))
+    for pos, tag in zip(f["word_starts"], ["B-PER", "O", "O", "B-ORG"]):
+        logits[0, pos, task.labels.index(tag)] = 1.0
+    logits[0, f["word_starts"][3] + 1, task.labels.index("B-LOC")] = 9.0  # a later sub-token: ignored
+
+    class Fake(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+            from bertkit.modeling import SequenceClassifierOutput
+
+            return SequenceClassifierOutput(None, logits[:, : input_ids.size(1)], None, None)
+
+    preds = task.predict(Fake(), [sent], [f])
+    assert preds == [["B-PER", "O", "O", "B-ORG"]]
+    assert task.metrics([sent], preds)["f1"] == 100.0
+
+
+def test_tagging_truncated_words_are_predicted_o(tok, capsys):
+    sent = TaggedSentence(["alice"] * 20, ["B-PER"] * 20, 1)
+    task = TaggingTask("conll2003", max_seq_length=8)
+    f = task.featurize([sent], tok)[0]
+    assert len(f["input_ids"]) == 8 and len(f["word_starts"]) == 6
+    assert "did not fit" in capsys.readouterr().err
