@@ -437,11 +437,11 @@ def pretrain(cfg: PretrainConfig) -> Path:
                         loss = out_.loss / cfg.grad_accum
                     loss.backward()
                 step_loss += float(loss.detach())
-                window["mlm_loss"] += float(out_.mlm_loss) / cfg.grad_accum
+                window["mlm_loss"] += float(out_.mlm_loss.detach()) / cfg.grad_accum
                 window["mlm_ok"] += int((out_.masked_logits.argmax(-1) == out_.masked_labels).sum())
                 window["mlm_n"] += int(out_.masked_labels.numel())
                 if cfg.nsp:
-                    window["nsp_loss"] += float(out_.nsp_loss) / cfg.grad_accum
+                    window["nsp_loss"] += float(out_.nsp_loss.detach()) / cfg.grad_accum
                     window["nsp_ok"] += int((out_.seq_relationship_logits.argmax(-1)
                                              == batch["next_sentence_label"]).sum())
                     window["nsp_n"] += int(batch["next_sentence_label"].numel())
