@@ -14,6 +14,9 @@ import sys
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("bertkit.commands.demo", "build a small random BERT, run a bundled sentence through it, print shapes"),
+    "embed": ("bertkit.commands.embed", "embed every line of a file (any layers, any pooling) into .npy or .jsonl"),
+    "similarity": ("bertkit.commands.similarity", "cosine distances between texts, or one word across contexts"),
+    "serve": ("bertkit.commands.serve", "HTTP embedding server (TEI, OpenAI and bert-as-service APIs), batching"),
     "quickstart": ("bertkit.commands.quickstart", "train a vocabulary and pre-train bert-tiny on the bundled books, "
                    "then fill in masked words"),
     "pretrain": ("bertkit.commands.pretrain", "pre-train BERT (MLM + NSP) on raw text; runs under torchrun too"),

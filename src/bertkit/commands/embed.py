@@ -1,0 +1,136 @@
+"""``bertkit embed``: embed every line of a file into ``.npy`` (an [N, D] array) or ``.jsonl`` (one object per line).
+
+    bertkit embed --model runs/my-bert --input sentences.txt --output vecs.npy
+    bertkit embed --model runs/my-bert --input sentences.txt --output vecs.jsonl --layers -1,-2,-3,-4 --pooling mean_max
+    bertkit embed --model runs/my-bert --input pairs.tsv --output tokens.jsonl --pooling none
+
+Input: ``.txt`` (one text per line), ``.tsv`` (text TAB pair per line, for sentence pairs) or ``.jsonl``
+(``{"text": ..., "pair": ...}`` per line); ``-`` reads text lines from stdin. Empty lines are refused with their line
+number (the output rows must line up with the input lines). The output is written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import json
+import sys
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    # let "--layers -1,-2,-3,-4" parse: argparse otherwise takes "-1,-2,..." for an option
+    parser._negative_number_matcher = re.compile(r"^-\d+(,\s*-?\d+)*$|^-\d*\.\d+$")
+    parser.add_argument("--model", required=True, help="model directory: config.json, weights, vocab.txt")
+    parser.add_argument("--input", required=True, help="a .txt / .tsv / .jsonl file, or - for stdin")
+    parser.add_argument("--output", required=True, type=Path, help="out.npy (pooled vectors) or out.jsonl")
+    parser.add_argument("--layers", default="-2", help="comma-separated layers, concatenated (default -2; "
+                        "-1 is the last layer, 0 the embeddings)")
+    parser.add_argument("--pooling", default="mean", help="mean, max, mean_max, cls, cls_pooled, first, last/sep, "
+                        "none (per-token vectors; needs .jsonl)")
+    parser.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--max-length", type=int, default=512)
+    parser.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def read_inputs(path: str) -> tuple[list[str], list[str] | None]:
+    """Texts (and pairs) from a file; ValueError naming the file and line for anything malformed."""
+    if path == "-":
+        lines, name, kind = sys.stdin.read().splitlines(), "<stdin>", "txt"
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise FileNotFoundError(f"{p}: no such input file")
+        try:
+            lines = p.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{p}: not UTF-8 text ({exc})") from None
+        name, kind = str(p), p.suffix.lower().lstrip(".")
+    texts: list[str] = []
+    pairs: list[str] = []
+    for n, line in enumerate(lines, 1):
+        if kind == "jsonl":
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{name} line {n}: invalid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+                raise ValueError(f"{name} line {n}: expected an object with a string field 'text'")
+            if "pair" in obj and not isinstance(obj["pair"], str):
+                raise ValueError(f"{name} line {n}: field 'pair' must be a string")
+            text, pair = obj["text"], obj.get("pair")
+        elif kind == "tsv":
+            parts = line.split("\t")
+            if len(parts) > 2:
+                raise ValueError(f"{name} line {n}: expected 'text' or 'text<TAB>pair', got {len(parts)} columns")
+            text, pair = parts[0], (parts[1] if len(parts) == 2 else None)
+        else:
+            text, pair = line, None
+        if not text.strip():
+            raise ValueError(f"{name} line {n}: empty text (every line must hold one text)")
+        if texts and (pair is None) != (len(pairs) == 0):
+            raise ValueError(f"{name} line {n}: some lines have a pair and others do not")
+        texts.append(text)
+        if pair is not None:
+            pairs.append(pair)
+    if not texts:
+        raise ValueError(f"{name}: no texts")
+    return texts, (pairs or None)
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from bertkit.checkpoint import atomic_write
+    from bertkit.features import Encoder, resolve_pooling
+    from bertkit.serve.app import parse_layers
+
+    out = args.output
+    if out.suffix not in (".npy", ".jsonl"):
+        print(f"bertkit embed: --output must end in .npy or .jsonl, got {out}", file=sys.stderr)
+        return 2
+    try:
+        pooling = resolve_pooling(args.pooling)
+        if pooling == "none" and out.suffix == ".npy":
+            raise ValueError("--pooling none gives one [T_i, D] array per text: write it to a .jsonl file")
+        texts, pairs = read_inputs(args.input)
+        encoder = Encoder.from_pretrained(args.model, device=args.device, precision=args.precision)
+        result = encoder.encode(texts, pairs, layers=parse_layers(args.layers), pooling=pooling,
+                                normalize=args.normalize, batch_size=args.batch_size, max_length=args.max_length,
+                                show_tokens=pooling == "none", show_progress=False if args.quiet else None)
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"bertkit embed: {exc}", file=sys.stderr)
+        return 2
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".npy":
+        def write_npy(p: Path) -> None:
+            with open(p, "wb") as f:  # a file object: np.save would add ".npy" to the temp file's name
+                np.save(f, result)
+
+        atomic_write(out, write_npy)
+        shape = result.shape
+    else:
+        vectors, tokens = result if pooling == "none" else (result, None)
+
+        def write(p: Path) -> None:
+            with open(p, "w", encoding="utf-8") as f:
+                for i, text in enumerate(texts):
+                    row = {"text": text}
+                    if pairs is not None:
+                        row["pair"] = pairs[i]
+                    if tokens is not None:
+                        row["tokens"] = tokens[i]
+                    row["embedding"] = np.round(vectors[i].astype(np.float64), 7).tolist()
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+        atomic_write(out, write)
+        shape = (len(texts), vectors[0].shape[-1]) if len(texts) else (0,)
+    if not args.quiet:
+        print(f"bertkit embed: {len(texts)} texts -> {out} ({'x'.join(map(str, shape))}, layers {args.layers}, "
+              f"pooling {pooling})", file=sys.stderr)
+    return 0

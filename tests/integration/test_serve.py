@@ -1,0 +1,300 @@
+"""The embedding server against a real uvicorn on 127.0.0.1: concurrency, equality with offline Encoder.encode,
+every 4xx with its message, API key, failure isolation, and the client end to end."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import threading
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit import BertClient, BertConfig, BertForPreTraining, Encoder
+from bertkit.serve.app import ServerThread, ServeSettings, create_app
+from bertkit.serve.client import BertClientError
+
+WORDS = "the a cat dog sat on mat bank river money went to i we , . ! ? big small red blue runs ran hello world".split()
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + ["##s", "##ing", "##ed"]
+TIMEOUT = 30  # seconds for any single HTTP call: nothing can hang the suite
+BF16 = dict(rtol=2e-2, atol=2e-2)  # batch composition changes bf16 rounding, never more
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model on a shared machine: thread wake-ups would dominate
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("serve-model")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                        intermediate_size=37, max_position_embeddings=64)
+    BertForPreTraining(config).save_pretrained(path)
+    (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def encoder(model_dir):
+    return Encoder.from_pretrained(model_dir)  # precision auto: bf16 where the CPU has it, as the server runs
+
+
+SETTINGS = dict(max_inputs=16, max_input_chars=2000, max_payload_bytes=64 * 1024, max_batch_tokens=2048,
+                max_batch_size=32, max_wait_ms=2.0)
+
+
+@pytest.fixture(scope="module")
+def server(encoder):
+    with ServerThread(create_app(encoder, ServeSettings(**SETTINGS))) as srv:
+        yield srv
+
+
+def call(url: str, path: str, body=None, raw: bytes | None = None, headers: dict | None = None, method=None):
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(url + path, data=data, method=method or ("GET" if data is None else "POST"),
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
+            text = resp.read().decode()
+            return resp.status, (json.loads(text) if resp.headers.get_content_type() == "application/json" else text)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def random_text(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.choice([1, 2, 3, 5, 8, 13, 21, 34, 55])))
+
+
+# ------------------------------------------------------------------ concurrency and equality with offline
+
+
+def test_concurrent_clients_get_their_own_offline_results(server, encoder):
+    """32 threads x 50 requests of mixed lengths, endpoints and pooling specs: 0 failures, and every vector equals
+    the offline Encoder.encode result (computed in other batches) within bf16 tolerance."""
+    rng = random.Random(0)
+    kinds = ["encode-mean", "encode-max-last", "embed", "openai"]
+    plans = [[(rng.choice(kinds), [random_text(rng) for _ in range(rng.randint(1, 4))]) for _ in range(50)]
+             for _ in range(32)]
+    texts = sorted({t for plan in plans for _, ts in plan for t in ts})
+    offline = {
+        "encode-mean": encoder.encode(texts),  # server defaults = Encoder defaults: layer -2, mean
+        "encode-max-last": encoder.encode(texts, layers=[-1, 0], pooling="max"),
+        "embed": encoder.encode(texts, normalize=True),
+        "openai": encoder.encode(texts, normalize=True),
+    }
+    index = {t: i for i, t in enumerate(texts)}
+    failures: list[str] = []
+    mismatches: list[str] = []
+    lock = threading.Lock()
+
+    def worker(plan):
+        for kind, batch in plan:
+            try:
+                if kind == "encode-mean":
+                    status, out = call(server.url, "/encode", {"texts": batch})
+                    vecs = np.asarray(out["embeddings"], dtype=np.float32) if status == 200 else None
+                elif kind == "encode-max-last":
+                    status, out = call(server.url, "/encode", {"texts": batch, "pooling_layer": [-1, 0],
+                                                                "pooling_strategy": "REDUCE_MAX",
+                                                                "encoding_format": "base64"})
+                    vecs = (np.frombuffer(base64.b64decode(out["embeddings"]), "<f4").reshape(out["shape"])
+                            if status == 200 else None)
+                elif kind == "embed":
+                    status, out = call(server.url, "/embed", {"inputs": batch})
+                    vecs = np.asarray(out, dtype=np.float32) if status == 200 else None
+                else:
+                    status, out = call(server.url, "/v1/embeddings", {"input": batch, "model": "tiny"})
+                    vecs = (np.asarray([d["embedding"] for d in sorted(out["data"], key=lambda d: d["index"])],
+                                       dtype=np.float32) if status == 200 else None)
+                if status != 200:
+                    with lock:
+                        failures.append(f"{kind}: HTTP {status} {out}")
+                    continue
+                want = offline[kind][[index[t] for t in batch]]
+                if vecs.shape != want.shape or not np.allclose(vecs, want, **BF16):
+                    with lock:
+                        mismatches.append(f"{kind} {batch[:1]}: max diff {np.abs(vecs - want).max()}")
+            except Exception as exc:  # noqa: BLE001 - counted as a failure
+                with lock:
+                    failures.append(f"{kind}: {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=worker, args=(plan,)) for plan in plans]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a client thread hung"
+    assert failures == []
+    assert mismatches == []
+    status, metrics = call(server.url, "/metrics")
+    batches = int(next(line.split()[-1] for line in metrics.splitlines() if line.startswith("bertkit_batches_total")))
+    served = sum(len(ts) for plan in plans for _, ts in plan)
+    assert 0 < batches < served  # requests really were batched together
+
+
+# ------------------------------------------------------------------ every refusal, with its message
+
+
+BAD = [
+    ("/embed", b"{not json", 422, "malformed JSON"),
+    ("/embed", b"", 422, "empty request body"),
+    ("/embed", b"[1, 2]", 422, "JSON object"),
+    ("/embed", {"inputs": 42}, 422, "inputs"),
+    ("/embed", {"inputs": ["ok", 3]}, 422, "inputs"),
+    ("/embed", {"inputs": "x", "normalize": "yes"}, 422, "normalize"),
+    ("/embed", {"inputs": []}, 422, "empty list"),
+    ("/embed", {"inputs": [""]}, 422, "inputs[0]' is empty"),
+    ("/embed", {"inputs": ["fine", "   "]}, 422, "inputs[1]' is empty"),
+    ("/embed", {"inputs": ["a"] * 17}, 422, "over the limit of 16"),
+    ("/embed", {"inputs": ["the " * 600]}, 413, "characters"),
+    ("/embed", {"inputs": ["the " * 100]}, 413, "tokens long"),
+    ("/embed", {"inputs": ["x" * 70_000]}, 413, "payload"),
+    ("/embed", {"inputs": "x", "colour": "red"}, 422, "colour"),
+    ("/v1/embeddings", {"input": []}, 422, "empty list"),
+    ("/v1/embeddings", {"input": [[1, 2, 3]]}, 422, "input"),
+    ("/v1/embeddings", {"input": "x", "dimensions": 7}, 422, "dimensions"),
+    ("/encode", {"texts": "not a list"}, 422, "texts"),
+    ("/encode", {"texts": ["a"], "pooling_layer": 9}, 422, "out of range"),
+    ("/encode", {"texts": ["a"], "pooling_strategy": "AVERAGE"}, 422, "unknown pooling"),
+    ("/encode", {"texts": ["a", "b"], "pairs": ["c"]}, 422, "pairs"),
+    ("/tokenize", {"inputs": []}, 422, "empty list"),
+    ("/fill-mask", {"inputs": "no mask here"}, 422, "[MASK]"),
+    ("/fill-mask", {"inputs": "the [MASK]", "top_k": 0}, 422, "top_k"),
+    ("/nope", {"inputs": "x"}, 404, "no endpoint"),
+]
+
+
+@pytest.mark.parametrize("path,body,status,message", BAD, ids=[f"{p}-{i}" for i, (p, *_) in enumerate(BAD)])
+def test_bad_requests_get_4xx_with_a_message(server, path, body, status, message):
+    got, out = call(server.url, path, raw=body if isinstance(body, bytes) else None,
+                    body=None if isinstance(body, bytes) else body)
+    assert got == status, out
+    text = out["error"]["message"] if path.startswith("/v1/") else out["error"]
+    assert message in text
+    assert call(server.url, "/health") == (200, {"status": "ok"})
+
+
+def test_truncation_when_asked(server, encoder):
+    long = "the cat " * 100
+    status, out = call(server.url, "/embed", {"inputs": [long], "truncate": True, "normalize": False})
+    assert status == 200
+    np.testing.assert_allclose(out[0], encoder.encode([long], max_length=64)[0], **BF16)
+    status, out = call(server.url, "/encode", {"texts": [long], "pooling_strategy": "NONE", "show_tokens": True})
+    assert status == 200 and out["shape"] == [[64, 32]] and len(out["tokens"][0]) == 64
+
+
+def test_tokenize_fill_mask_info_metrics(server, encoder):
+    status, toks = call(server.url, "/tokenize", {"inputs": "The cat sat"})
+    assert status == 200 and [t["text"] for t in toks] == ["[CLS]", "the", "cat", "sat", "[SEP]"]
+    assert [(t["start"], t["stop"]) for t in toks[1:-1]] == [(0, 3), (4, 7), (8, 11)]
+    status, fills = call(server.url, "/fill-mask", {"inputs": ["the [MASK] sat on the [MASK]"], "top_k": 3})
+    assert status == 200 and len(fills) == 1 and len(fills[0]) == 2 and all(len(m) == 3 for m in fills[0])
+    offline = encoder.fill_mask(["the [MASK] sat on the [MASK]"], top_k=3)[0]  # the same computation
+    for got, want in zip(fills[0], offline):
+        assert [p["token"] for p in got] == [p["token"] for p in want]
+        np.testing.assert_allclose([p["score"] for p in got], [p["score"] for p in want], rtol=1e-3)
+    status, info = call(server.url, "/info")
+    assert status == 200 and info["embedding_dim"] == 32 and info["max_client_batch_size"] == 16
+    assert info["num_layers"] == 3 and info["max_input_length"] == 64
+    status, text = call(server.url, "/metrics")
+    assert status == 200 and 'bertkit_requests_total{path="/tokenize",status="200"}' in text
+    assert "# TYPE bertkit_request_duration_seconds histogram" in text
+
+
+def test_openai_base64_equals_float(server):
+    _, a = call(server.url, "/v1/embeddings", {"input": ["the cat", "a dog"], "encoding_format": "base64"})
+    _, b = call(server.url, "/v1/embeddings", {"input": ["the cat", "a dog"]})
+    for da, db in zip(a["data"], b["data"]):
+        np.testing.assert_allclose(np.frombuffer(base64.b64decode(da["embedding"]), "<f4"), db["embedding"],
+                                   rtol=1e-6)
+    assert a["object"] == "list" and a["usage"]["prompt_tokens"] == 8
+
+
+# ------------------------------------------------------------------ the API key
+
+
+def test_api_key(encoder):
+    with ServerThread(create_app(encoder, ServeSettings(api_key="s3cret"))) as srv:
+        assert call(srv.url, "/embed", {"inputs": "the cat"})[0] == 401
+        status, out = call(srv.url, "/v1/embeddings", {"input": "the cat"}, headers={"Authorization": "Bearer no"})
+        assert status == 401 and "API key" in out["error"]["message"]
+        assert call(srv.url, "/embed", {"inputs": "the cat"}, headers={"X-API-Key": "s3cret"})[0] == 200
+        assert call(srv.url, "/info", headers={"Authorization": "Bearer s3cret"})[0] == 200
+        assert call(srv.url, "/health") == (200, {"status": "ok"})  # probes need no key
+        with pytest.raises(BertClientError) as err:
+            BertClient(srv.url, api_key="wrong", timeout=TIMEOUT).encode(["the cat"])
+        assert err.value.status == 401
+        vec = BertClient(srv.url, api_key="s3cret", timeout=TIMEOUT).encode(["the cat"])
+        np.testing.assert_allclose(vec, encoder.encode(["the cat"]), **BF16)
+
+
+# ------------------------------------------------------------------ a failing request is isolated
+
+
+def test_a_failing_request_fails_alone(model_dir):
+    """A request whose inputs break the model gets a 500; requests batched with it still get their own results,
+    and the server stays healthy."""
+    enc = Encoder.from_pretrained(model_dir, precision="fp32")
+    poison = enc.tokenizer.convert_tokens_to_ids("money")
+    forward = enc.forward
+
+    def fragile_forward(input_ids, *args, **kwargs):
+        if bool((input_ids == poison).any()):
+            raise RuntimeError("poisoned input")
+        return forward(input_ids, *args, **kwargs)
+
+    enc.forward = fragile_forward
+    reference = Encoder.from_pretrained(model_dir, precision="fp32")
+    texts = [f"the {w} sat on the mat" for w in ("cat", "dog", "red", "big", "small", "blue")]
+    want = reference.encode(texts)
+    results: dict[int, tuple[int, object]] = {}
+    with ServerThread(create_app(enc, ServeSettings(max_wait_ms=50.0))) as srv:
+        def go(i):
+            body = {"texts": ["we went to the bank for money"]} if i == 0 else {"texts": [texts[i - 1]]}
+            results[i] = call(srv.url, "/encode", body)
+
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(7)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(TIMEOUT)
+        assert results[0][0] == 500 and "poisoned input" in results[0][1]["error"]
+        for i in range(1, 7):
+            assert results[i][0] == 200, results[i]
+            np.testing.assert_allclose(results[i][1]["embeddings"][0], want[i - 1], rtol=1e-4, atol=1e-5)
+        assert call(srv.url, "/health") == (200, {"status": "ok"})
+        _, metrics = call(srv.url, "/metrics")
+        assert "bertkit_batch_failures_total 1" in metrics  # they really shared the failing batch
+
+
+# ------------------------------------------------------------------ BertClient end to end
+
+
+def test_client_encode_matches_offline(server, encoder):
+    bc = BertClient(server.url, timeout=TIMEOUT, batch_size=3)  # forces several HTTP requests
+    rng = random.Random(1)
+    texts = [random_text(rng) for _ in range(10)]
+    vecs = bc.encode(texts)
+    assert vecs.shape == (10, 32) and vecs.dtype == np.float32
+    np.testing.assert_allclose(vecs, encoder.encode(texts), **BF16)
+    vecs, tokens = bc.encode(texts[:2], show_tokens=True, pooling_layer=[-1, -2, -3, 0],
+                             pooling_strategy="mean_max")
+    assert vecs.shape == (2, 256) and tokens[0][0] == "[CLS]"
+    np.testing.assert_allclose(vecs, encoder.encode(texts[:2], layers=[-1, -2, -3, 0], pooling="mean_max"), **BF16)
+    per_token, tokens = bc.encode(["the cat sat"], pooling_strategy="none", show_tokens=True)
+    assert per_token[0].shape == (5, 32) and tokens == [["[CLS]", "the", "cat", "sat", "[SEP]"]]
+    pairs = bc.encode(["the cat"], pairs=["sat on the mat"])
+    np.testing.assert_allclose(pairs, encoder.encode(["the cat"], pairs=["sat on the mat"]), **BF16)
+    assert bc.health() and bc.info()["hidden_size"] == 32
+    assert bc.tokenize(["a dog"])[0][1]["text"] == "a"
+    with pytest.raises(BertClientError, match="out of range"):
+        bc.encode(["a"], pooling_layer=12)
