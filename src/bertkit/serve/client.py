@@ -74,7 +74,9 @@ class BertClient:
                     message = message.get("message")
             except (json.JSONDecodeError, UnicodeDecodeError):
                 message = None
-            raise BertClientError(f"{method} {path}: HTTP {exc.code}: {message or raw[:200]!r}", exc.code) from None
+            if not isinstance(message, str):
+                message = raw[:200].decode("utf-8", "replace")
+            raise BertClientError(f"{method} {path}: HTTP {exc.code}: {message}", exc.code) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise BertClientError(f"cannot reach {self.url}{path}: {reason}") from None

@@ -1,0 +1,118 @@
+"""bertkit embed / similarity / serve -h, run in-process through bertkit.cli.main."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit import BertConfig, BertForPreTraining, Encoder
+from bertkit.cli import main
+
+WORDS = "the a cat dog sat on mat bank river money went to i we , . ! ? big small red blue runs ran hello world".split()
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + ["##s", "##ing", "##ed"]
+LINES = ["the cat sat on the mat", "hello world", "we went to the river bank ."]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli-model")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                        intermediate_size=37, max_position_embeddings=64)
+    BertForPreTraining(config).save_pretrained(path)
+    (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def encoder(model_dir):
+    return Encoder.from_pretrained(model_dir, precision="fp32")
+
+
+def test_embed_npy_with_concatenated_layers(tmp_path, model_dir, encoder):
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    out = tmp_path / "out.npy"
+    assert main(["embed", "--model", str(model_dir), "--input", str(src), "--output", str(out),
+                 "--layers", "-1,-2,-3,-4", "--pooling", "mean_max", "--precision", "fp32", "--quiet"]) == 0
+    got = np.load(out)
+    assert got.shape == (3, 4 * 32 * 2)
+    np.testing.assert_allclose(got, encoder.encode(LINES, layers=[-1, -2, -3, -4], pooling="mean_max"), rtol=1e-5,
+                               atol=1e-6)
+    assert [p.name for p in tmp_path.iterdir() if "tmp" in p.name] == []  # atomic write left no temp file
+
+
+def test_embed_jsonl_pairs_and_per_token(tmp_path, model_dir, encoder):
+    src = tmp_path / "in.tsv"
+    src.write_text("the cat\tsat on the mat\na dog\tran\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    assert main(["embed", "--model", str(model_dir), "--input", str(src), "--output", str(out), "--pooling", "none",
+                 "--precision", "fp32", "--quiet"]) == 0
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["pair"] for r in rows] == ["sat on the mat", "ran"]
+    assert rows[0]["tokens"] == ["[CLS]", "the", "cat", "[SEP]", "sat", "on", "the", "mat", "[SEP]"]
+    want = encoder.encode(["the cat", "a dog"], pairs=["sat on the mat", "ran"], pooling="none")
+    for r, w in zip(rows, want):
+        np.testing.assert_allclose(np.asarray(r["embedding"]), w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("content,suffix,message", [
+    ("a\n\nb\n", ".txt", "line 2: empty text"),
+    ('{"text": "a"}\n{"text": 3}\n', ".jsonl", "line 2: expected an object"),
+    ('{"text": "a"}\n{oops\n', ".jsonl", "line 2: invalid JSON"),
+    ("a\tb\nc\n", ".tsv", "line 2: some lines have a pair"),
+])
+def test_embed_bad_input_names_the_line(tmp_path, model_dir, capsys, content, suffix, message):
+    src = tmp_path / f"in{suffix}"
+    src.write_text(content, encoding="utf-8")
+    out = tmp_path / "out.npy"
+    assert main(["embed", "--model", str(model_dir), "--input", str(src), "--output", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert str(src) in err and message in err
+    assert not out.exists()
+
+
+def test_embed_refuses_per_token_npy_and_bad_layers(tmp_path, model_dir, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("the cat\n", encoding="utf-8")
+    assert main(["embed", "--model", str(model_dir), "--input", str(src), "--output", str(tmp_path / "o.npy"),
+                 "--pooling", "none"]) == 2
+    assert ".jsonl" in capsys.readouterr().err
+    assert main(["embed", "--model", str(model_dir), "--input", str(src), "--output", str(tmp_path / "o.npy"),
+                 "--layers", "-9"]) == 2
+    assert "out of range" in capsys.readouterr().err
+
+
+def test_similarity_texts_and_word(model_dir, encoder, capsys):
+    assert main(["similarity", "--model", str(model_dir), "--layers", "-1", *LINES[:2]]) == 0
+    out = capsys.readouterr().out
+    v = encoder.encode(LINES[:2], layers=-1)
+    d = 1 - float(v[0] @ v[1] / np.linalg.norm(v[0]) / np.linalg.norm(v[1]))
+    assert f"{d:9.4f}" in out
+    sentences = ["we went to the river bank", "the bank of money", "i ran to the bank ."]
+    assert main(["similarity", "--model", str(model_dir), "--word", "bank", *sentences]) == 0
+    out = capsys.readouterr().out
+    vecs, tokens = encoder.encode(sentences, pooling="none", show_tokens=True)
+    bank = [v[t.index("bank")] for v, t in zip(vecs, tokens)]
+    d01 = 1 - float(bank[0] @ bank[1] / np.linalg.norm(bank[0]) / np.linalg.norm(bank[1]))
+    assert d01 > 1e-3 and f"{d01:9.4f}" in out  # the same word, different contexts, different vectors
+    assert main(["similarity", "--model", str(model_dir), "--word", "bank", "a cat", "the bank"]) == 2
+    assert "text 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["embed", "similarity", "serve"])
+def test_help(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "-h"])
+    assert exit_.value.code == 0 and "--model" in capsys.readouterr().out
