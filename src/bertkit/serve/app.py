@@ -218,8 +218,8 @@ def create_app(encoder: Encoder, settings: ServeSettings | None = None) -> FastA
 
     # ------------------------------------------------------------------ errors, auth, metrics
 
-    def error_response(request: Request, status: int, message: str, error_type: str, param: str | None = None):
-        if request.url.path.startswith("/v1/"):
+    def error_response(path: str, status: int, message: str, error_type: str, param: str | None = None):
+        if path.startswith("/v1/"):
             kind = {401: "authentication_error", 413: "invalid_request_error", 422: "invalid_request_error",
                     503: "server_error", 500: "server_error"}.get(status, "invalid_request_error")
             body: dict[str, Any] = {"error": {"message": message, "type": kind, "param": param, "code": status}}
@@ -229,42 +229,58 @@ def create_app(encoder: Encoder, settings: ServeSettings | None = None) -> FastA
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError):
-        return error_response(request, exc.status, exc.message, exc.error_type, exc.param)
+        return error_response(request.url.path, exc.status, exc.message, exc.error_type, exc.param)
 
     @app.exception_handler(404)
     async def _not_found(request: Request, exc: Exception):
-        return error_response(request, 404, f"no endpoint {request.url.path}; try one of {', '.join(KNOWN_PATHS)}",
-                              "NotFound")
+        return error_response(request.url.path, 404,
+                              f"no endpoint {request.url.path}; try one of {', '.join(KNOWN_PATHS)}", "NotFound")
 
     @app.exception_handler(405)
     async def _bad_method(request: Request, exc: Exception):
-        return error_response(request, 405, f"method {request.method} is not allowed on {request.url.path}",
+        return error_response(request.url.path, 405, f"method {request.method} is not allowed on {request.url.path}",
                               "MethodNotAllowed")
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):  # the request fails; the server goes on
-        return error_response(request, 500, f"internal error: {type(exc).__name__}: {exc}", "Backend")
+        return error_response(request.url.path, 500, f"internal error: {type(exc).__name__}: {exc}", "Backend")
 
-    @app.middleware("http")
-    async def _observe(request: Request, call_next):
-        start = time.perf_counter()
-        path = request.url.path if request.url.path in KNOWN_PATHS else "other"
-        if settings.api_key is not None and request.url.path != "/health":
-            given = request.headers.get("x-api-key")
-            auth = request.headers.get("authorization", "")
-            if given is None and auth.lower().startswith("bearer "):
-                given = auth[7:].strip()
-            if given is None or not hmac.compare_digest(given.encode(), settings.api_key.encode()):
-                response = error_response(request, 401, "missing or wrong API key: send 'Authorization: Bearer KEY' "
-                                          "or 'X-API-Key: KEY'", "Unauthorized")
-                metrics.observe(path, 401, time.perf_counter() - start)
-                return response
-        try:
-            response = await call_next(request)
-        except Exception as exc:  # noqa: BLE001 - never let one request take the server down
-            response = error_response(request, 500, f"internal error: {type(exc).__name__}: {exc}", "Backend")
-        metrics.observe(path, response.status_code, time.perf_counter() - start)
-        return response
+    class Guard:
+        """Pure ASGI middleware (cheaper than BaseHTTPMiddleware): API key check, latency and status metrics."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        async def __call__(self, scope, receive, send):
+            if scope["type"] != "http":
+                return await self.inner(scope, receive, send)
+            start = time.perf_counter()
+            label = scope["path"] if scope["path"] in KNOWN_PATHS else "other"
+            status = [500]  # what an unhandled exception becomes
+            if settings.api_key is not None and scope["path"] != "/health":
+                headers = dict(scope["headers"])
+                given = headers.get(b"x-api-key", b"").decode("latin-1") or None
+                auth = headers.get(b"authorization", b"").decode("latin-1")
+                if given is None and auth.lower().startswith("bearer "):
+                    given = auth[7:].strip()
+                if given is None or not hmac.compare_digest(given.encode(), settings.api_key.encode()):
+                    response = error_response(scope["path"], 401, "missing or wrong API key: send 'Authorization: "
+                                              "Bearer KEY' or 'X-API-Key: KEY'", "Unauthorized")
+                    await response(scope, receive, send)
+                    metrics.observe(label, 401, time.perf_counter() - start)
+                    return
+
+            async def send_and_record(message):
+                if message["type"] == "http.response.start":
+                    status[0] = message["status"]
+                await send(message)
+
+            try:
+                await self.inner(scope, receive, send_and_record)
+            finally:
+                metrics.observe(label, status[0], time.perf_counter() - start)
+
+    app.add_middleware(Guard)
 
     async def read_body(request: Request, model: type[BaseModel]) -> Any:
         """Read at most max_payload_bytes (413 past it), parse JSON (422) and validate (422, naming the field)."""
@@ -318,9 +334,11 @@ def create_app(encoder: Encoder, settings: ServeSettings | None = None) -> FastA
         return out
 
     async def tokenize(texts: list[str], pairs: list[str] | None, truncate: bool, name: str) -> list[Any]:
-        encodings = await run_in_threadpool(
-            encoder.tokenizer.encode_batch, texts, pairs, max_length=max_length if truncate else None,
-            truncation=truncate)
+        kwargs = dict(max_length=max_length if truncate else None, truncation=truncate)
+        if sum(map(len, texts)) + sum(map(len, pairs or ())) < 20_000:  # small: a thread hop costs more
+            encodings = encoder.tokenizer.encode_batch(texts, pairs, **kwargs)
+        else:  # large: keep the event loop free for other requests
+            encodings = await run_in_threadpool(encoder.tokenizer.encode_batch, texts, pairs, **kwargs)
         if not truncate:
             for i, e in enumerate(encodings):
                 if len(e.ids) > max_length:
