@@ -17,6 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "embed": ("bertkit.commands.embed", "embed every line of a file (any layers, any pooling) into .npy or .jsonl"),
     "similarity": ("bertkit.commands.similarity", "cosine distances between texts, or one word across contexts"),
     "serve": ("bertkit.commands.serve", "HTTP embedding server (TEI, OpenAI and bert-as-service APIs), batching"),
+    "vocab": ("bertkit.commands.vocab", "train a WordPiece vocabulary on plain-text files"),
+    "tokenize": ("bertkit.commands.tokenize", "show the wordpieces (or ids) a vocabulary gives for texts"),
     "quickstart": ("bertkit.commands.quickstart", "train a vocabulary and pre-train bert-tiny on the bundled books, "
                    "then fill in masked words"),
     "pretrain": ("bertkit.commands.pretrain", "pre-train BERT (MLM + NSP) on raw text; runs under torchrun too"),

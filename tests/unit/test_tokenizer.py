@@ -287,3 +287,32 @@ def test_long_line_scales_linearly(tok):
     t_big = _seconds(tok.tokenize, big)
     assert t_big < 30 * t_small + 1.0, (t_small, t_big)  # linear: ~10x; quadratic would be ~100x
     assert tok.tokenize("a" * 1_000_000) == ["[UNK]"]
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_separators_are_exactly_googles_word_boundaries_and_rust_agrees(lowercase):
+    """Chunks are cut at SEPARATORS; that is only sound if they are exactly the characters that split words."""
+    import unicodedata
+
+    from bertkit.tokenization.normalizer import SEPARATORS, ExactNormalizer
+
+    space_like = {chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) in ("Zs", "Zl", "Zp")}
+    assert set(SEPARATORS) == space_like | set("\t\n\r")
+    normalizer = ExactNormalizer(lowercase)
+    assert not normalizer.unsafe_chars(SEPARATORS)
+    for ch in SEPARATORS:
+        assert normalizer.basic_tokenize(f"a{ch}b") == ["a", "b"]
+
+
+def test_long_texts_are_cut_at_separators_without_changing_the_result(tok, monkeypatch):
+    import bertkit.tokenization.wordpiece as wp
+
+    text = "Hello, wörld! e\u0301cole 中文 \x00 ΣΑΣ " * 40
+    whole = tok.encode(text, "the cat " * 30, truncation=False)
+    monkeypatch.setattr(wp, "LONG_TEXT", 25)  # cut into many pieces, run in groups
+    cut = tok.encode(text, "the cat " * 30, truncation=False)
+    assert (cut.ids, cut.offsets, cut.word_ids) == (whole.ids, whole.offsets, whole.word_ids)
+    for max_len in (7, 50, 300):  # long segments are only tokenized as far as truncation needs
+        ref = tok._build(tok._segments([text])[0], tok._segments(["the cat " * 30])[0], max_len, True)
+        assert tok.encode(text, "the cat " * 30, max_length=max_len).ids == ref.ids
+        assert tok([text], ["the cat " * 30], max_length=max_len)["input_ids"][0].tolist() == ref.ids

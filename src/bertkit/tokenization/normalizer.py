@@ -154,10 +154,12 @@ class ExactNormalizer:
 
     def _char_is_safe(self, ch: str) -> bool:
         cp = ord(ch)
-        if 0xD800 <= cp <= 0xDFFF or _attaches(ch) or not unicodedata.is_normalized("NFC", ch):
-            return False
-        if self.lowercase and ch in "\u03a3":  # the final-sigma rule depends on context
-            return False
+        # Separators must be handled alike (chunks are cut at them): they are checked by the probe alone.
+        if ch not in SEPARATORS:
+            if 0xD800 <= cp <= 0xDFFF or _attaches(ch) or not unicodedata.is_normalized("NFC", ch):
+                return False
+            if self.lowercase and ch == "\u03a3":  # the final-sigma rule depends on context
+                return False
         probe = f"a{ch}a"
         expected = reference_basic_tokenize(probe, self.lowercase, self.strip_accents, self.tokenize_chinese_chars)
         normalized = self.rust_normalizer.normalize_str(probe)

@@ -61,8 +61,9 @@ def _check_texts(texts: Sequence[str]) -> None:
             raise TypeError(f"expected str, got {type(t).__name__}")
 
 
-def _cut_points(text: str, size: int = LONG_TEXT) -> list[tuple[int, int]]:
+def _cut_points(text: str, size: int | None = None) -> list[tuple[int, int]]:
     """Spans covering ``text``, each ending at a separator (where both Google and Rust start a new word)."""
+    size = LONG_TEXT if size is None else size
     spans = []
     start = 0
     while len(text) - start > size:
@@ -236,12 +237,23 @@ class BertTokenizer:
         """Wordpieces of ``text``, without special tokens."""
         return self._segments([text])[0][1]
 
-    def _segments(self, texts: Sequence[str]) -> list[_Segment]:
-        """Tokenize each text (no special tokens): ids, tokens, offsets, word ids."""
+    def _segments(self, texts: Sequence[str], max_tokens: int | None = None) -> list[_Segment]:
+        """Tokenize each text (no special tokens): ids, tokens, offsets, word ids.
+
+        With ``max_tokens``, a segment may be cut to its first ``max_tokens`` tokens (long texts are then only
+        tokenized as far as needed).
+        """
         _check_texts(texts)
-        if any(len(t) > LONG_TEXT for t in texts):
-            return self._segments_long(texts)
-        return self._segments_short(texts)
+        if not any(len(t) > LONG_TEXT for t in texts):
+            return self._segments_short(texts)
+        short = [k for k, t in enumerate(texts) if len(t) <= LONG_TEXT]
+        out: list[_Segment] = [([], [], [], []) for _ in texts]
+        for k, seg in zip(short, self._segments_short([texts[k] for k in short])):
+            out[k] = seg
+        for k, text in enumerate(texts):
+            if len(text) > LONG_TEXT:
+                out[k] = self._segment_long(text, max_tokens)
+        return out
 
     def _segments_short(self, texts: Sequence[str]) -> list[_Segment]:
         masked = [self.normalizer.mask_unsafe(t) for t in texts]
@@ -254,32 +266,37 @@ class BertTokenizer:
                 out.append(self._merge(text, enc, spans))
         return out
 
-    def _segments_long(self, texts: Sequence[str]) -> list[_Segment]:
-        """Cut long texts at separators into pieces (processed independently by Google's rules), run them as a batch
-        (Rust runs a batch in parallel), and join the pieces' tokens back with shifted offsets and word ids."""
-        pieces: list[str] = []
-        owners: list[tuple[int, int]] = []  # (text index, piece start)
-        for k, text in enumerate(texts):
-            for s, e in _cut_points(text):
-                pieces.append(text[s:e])
-                owners.append((k, s))
-        out: list[_Segment] = [([], [], [], []) for _ in texts]
-        n_words = [0] * len(texts)
-        for (k, start), (ids, tokens, offsets, words) in zip(owners, self._segments_short(pieces)):
-            base = n_words[k]
-            out[k][0].extend(ids)
-            out[k][1].extend(tokens)
-            out[k][2].extend([(s + start, e + start) for s, e in offsets])
-            out[k][3].extend([w + base for w in words])
-            if words:
-                n_words[k] = base + words[-1] + 1
-        return out
+    def _segment_long(self, text: str, max_tokens: int | None) -> _Segment:
+        """Cut a long text at separators into pieces (Google's rules process them independently), run the pieces
+        in batches (Rust runs a batch in parallel), and join their tokens with shifted offsets and word ids. With
+        ``max_tokens``, stop once that many tokens are there."""
+        ids: list[int] = []
+        tokens: list[str] = []
+        offsets: list[tuple[int, int]] = []
+        words: list[int] = []
+        n_words = 0
+        cuts = _cut_points(text)
+        group = 8
+        for g in range(0, len(cuts), group):
+            spans = cuts[g : g + group]
+            for (start, _), (p_ids, p_tokens, p_offsets, p_words) in zip(
+                spans, self._segments_short([text[s:e] for s, e in spans])
+            ):
+                ids.extend(p_ids)
+                tokens.extend(p_tokens)
+                offsets.extend([(s + start, e + start) for s, e in p_offsets])
+                words.extend([w + n_words for w in p_words])
+                if p_words:
+                    n_words += p_words[-1] + 1
+            if max_tokens is not None and len(ids) >= max_tokens:
+                break
+        return ids, tokens, offsets, words
 
-    def _ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Ids only (the fast path behind ``__call__``)."""
+    def _ids(self, texts: Sequence[str], max_tokens: int | None = None) -> list[list[int]]:
+        """Ids only (the fast path behind ``__call__``); ``max_tokens`` as in :meth:`_segments`."""
         _check_texts(texts)
         if any(len(t) > LONG_TEXT for t in texts):
-            return [seg[0] for seg in self._segments(texts)]
+            return [seg[0] for seg in self._segments(texts, max_tokens)]
         masked = [self.normalizer.mask_unsafe(t) for t in texts]
         encs = self._rust.encode_batch([m for m, _ in masked], add_special_tokens=False)
         return [
@@ -406,8 +423,9 @@ class BertTokenizer:
         if pairs is not None and len(pairs) != len(texts):
             raise ValueError(f"got {len(texts)} texts but {len(pairs)} pairs")
         limit = self._limit(max_length, truncation)
-        a = self._segments(texts)
-        b = self._segments(pairs) if pairs is not None else [None] * len(a)
+        # Tokens beyond the limit never survive truncation (for pairs too: each segment keeps at most the budget).
+        a = self._segments(texts, limit)
+        b = self._segments(pairs, limit) if pairs is not None else [None] * len(a)
         return [self._build(x, y, limit, add_special_tokens) for x, y in zip(a, b)]
 
     def __call__(
@@ -440,8 +458,8 @@ class BertTokenizer:
         if pairs is not None and len(pairs) != len(texts):
             raise ValueError(f"got {len(texts)} texts but {len(pairs)} pairs")
         limit = self._limit(max_length, truncation)
-        a_all = self._ids(texts)
-        b_all = self._ids(pairs) if pairs is not None else None
+        a_all = self._ids(texts, limit)
+        b_all = self._ids(pairs, limit) if pairs is not None else None
         cls, sep = self.cls_token_id, self.sep_token_id
         input_ids: list[list[int]] = []
         type_ids: list[list[int]] = []

@@ -1,0 +1,86 @@
+"""Vocabulary training (English, Korean, Chinese fixtures), Google layout, stats, and the ``bertkit vocab`` command."""
+
+from __future__ import annotations
+
+import pytest
+
+from bertkit.tokenization import BertTokenizer, load_vocab, train_vocab, vocab_stats
+
+
+@pytest.fixture(scope="module")
+def texts(fixtures_dir):
+    return fixtures_dir / "tokenizer"
+
+
+def _lines(path) -> list[str]:
+    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_english_vocab_has_google_layout_and_loads_in_transformers(tmp_path, texts):
+    from transformers import BertTokenizerFast
+
+    tok = train_vocab(texts / "english.txt", vocab_size=600, output=tmp_path, show_progress=False)
+    vocab = load_vocab(tmp_path / "vocab.txt")
+    ids = {t: vocab[t] for t in ("[PAD]", "[unused0]", "[unused98]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")}
+    assert ids == {"[PAD]": 0, "[unused0]": 1, "[unused98]": 99, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103}
+    assert len(vocab) == 600 == tok.vocab_size
+    assert "alice" in vocab and "the" in vocab and "Alice" not in vocab
+    assert any(t.startswith("##") for t in vocab)
+    lines = _lines(texts / "english.txt")
+    fast = BertTokenizerFast.from_pretrained(str(tmp_path))
+    mine = BertTokenizer.from_pretrained(tmp_path)
+    assert mine.lowercase is True
+    for line in lines[:50]:
+        assert fast(line)["input_ids"] == mine.encode(line).ids
+    stats = vocab_stats(tok, lines)
+    assert stats["lines"] == len(lines)
+    assert stats["unk_rate"] < 0.01
+    assert 1.0 <= stats["tokens_per_word"] < 2.0
+    assert stats["tokens"] == sum(len(tok.tokenize(x)) for x in lines)
+
+
+def test_num_unused_is_configurable_and_cased_training(tmp_path, texts):
+    tok = train_vocab([texts / "english.txt"], vocab_size=400, lowercase=False, num_unused=3,
+                      output=tmp_path / "v.txt", show_progress=False)
+    vocab = load_vocab(tmp_path / "v.txt")
+    assert [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])][:8] == [
+        "[PAD]", "[unused0]", "[unused1]", "[unused2]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert "Alice" in vocab and tok.lowercase is False
+
+
+@pytest.mark.parametrize("name,size", [("korean.txt", 1500), ("chinese.txt", 400)])
+def test_korean_and_chinese_training(tmp_path, texts, name, size):
+    lines = _lines(texts / name)
+    train, held = lines[: int(len(lines) * 0.8)], lines[int(len(lines) * 0.8):]
+    (tmp_path / "train.txt").write_text("\n".join(train), encoding="utf-8")
+    tok = train_vocab(tmp_path / "train.txt", vocab_size=size, lowercase=False, min_frequency=1, show_progress=False,
+                      output=tmp_path / "out")
+    stats = vocab_stats(tok, held)
+    assert stats["words"] > 0
+    assert stats["unk_rate"] < 0.15, stats
+    if name == "chinese.txt":
+        assert "天" in tok.vocab and tok.tokenize("今天天气很好") == list("今天天气很好")  # one ideograph per word
+    else:
+        assert any("\uac00" <= t[-1] <= "\ud7a3" and len(t.removeprefix("##")) > 1 for t in tok.vocab)  # Hangul words
+    again = BertTokenizer.from_pretrained(tmp_path / "out")
+    assert again.vocab == tok.vocab and again.encode(held[0]).ids == tok.encode(held[0]).ids
+
+
+def test_train_vocab_errors(tmp_path, texts):
+    with pytest.raises(ValueError, match="vocab_size"):
+        train_vocab(texts / "english.txt", vocab_size=50, show_progress=False)
+    with pytest.raises(FileNotFoundError):
+        train_vocab(tmp_path / "missing.txt", vocab_size=500, show_progress=False)
+
+
+def test_vocab_command(tmp_path, texts, capsys):
+    from bertkit.cli import main
+
+    code = main(["vocab", str(texts / "english.txt"), "-o", str(tmp_path), "--vocab-size", "500", "--quiet",
+                 "--num-unused", "10", "--holdout", str(texts / "english.txt")])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "[UNK]=11" in out and "tokens/word" in out and "[UNK] rate" in out
+    assert len(load_vocab(tmp_path / "vocab.txt")) == 500
+    assert main(["tokenize", str(tmp_path), "Alice was there"]) == 0
+    assert capsys.readouterr().out.split() == ["[CLS]", "alice", "was", "there", "[SEP]"]
