@@ -209,7 +209,12 @@ class BatchQueue:
                         except BaseException as exc:  # noqa: BLE001 - reported to the caller, worker goes on
                             call.future.set_exception(exc)
                 if items:
-                    self._process(items)
+                    try:
+                        self._process(items)
+                    except Exception as exc:  # noqa: BLE001 - a bug here must fail requests, not the worker
+                        for it in items:
+                            it.request.failed = True
+                            _set_exception(it.request.future, exc)
 
     def _take(self) -> list[_Item]:
         """Pending items in arrival order, up to four batches' worth of tokens (so none waits forever)."""
