@@ -108,7 +108,8 @@ def test_squad_v1_and_v2_end_to_end(tiny_dir, ft, tmp_path):
     assert sorted(preds) == sorted(ids) == sorted(nbest)
     assert all(isinstance(v, str) for v in preds.values())
     assert all(nbest[q][0]["text"] == preds[q] for q in ids)
-    inputs = {"input_ids": torch.tensor([[5, 20, 30, 6, 40, 41, 6]]), "token_type_ids": torch.tensor([[0] * 4 + [1] * 3])}
+    inputs = {"input_ids": torch.tensor([[5, 20, 30, 6, 40, 41, 6]]),
+              "token_type_ids": torch.tensor([[0] * 4 + [1] * 3])}
     _compare_with_transformers(out, "BertForQuestionAnswering", "BertForQuestionAnswering", inputs)
     out2 = tmp_path / "squad2"
     m2 = _finetune("squad_v2", ft / "squad_v2_train.json", ft / "squad_v2_dev.json", tiny_dir, out2, *extra)

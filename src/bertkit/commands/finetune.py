@@ -20,8 +20,8 @@ TASK_CHOICES = (
 def add_task_options(parser: argparse.ArgumentParser, task_required: bool) -> None:
     parser.add_argument("--task", choices=TASK_CHOICES, required=task_required,
                         help="task family / GLUE task" + ("" if task_required else " (default: the model's)"))
-    parser.add_argument("--max-seq-length", type=int, default=None, help="tokens per input (default 128, or the "
-                        "model's fine-tuning value)")
+    parser.add_argument("--max-seq-length", type=int, default=None, help="tokens per input (default 128, SQuAD 384; "
+                        "evaluate/predict: the fine-tuning value)")
     parser.add_argument("--skip-bad-rows", action="store_true", help="skip and count malformed rows instead of "
                         "stopping at the first")
     parser.add_argument("--device", default=None, help="cpu / cuda (default: cuda when available)")
@@ -71,7 +71,9 @@ def load_tokenizer(model_dir: str | Path):
 
     model_dir = Path(model_dir)
     if not (model_dir / "vocab.txt").is_file():
-        raise FileNotFoundError(f"{model_dir}: no vocab.txt (a model directory needs config.json, weights and vocab.txt)")
+        raise FileNotFoundError(
+            f"{model_dir}: no vocab.txt (a model directory needs config.json, weights and vocab.txt)"
+        )
     return BertTokenizer.from_pretrained(model_dir)
 
 

@@ -152,8 +152,6 @@ class TaskBase:
             return self.model_class.from_pretrained(model_dir, **self.model_overrides())
         model = self.model_class.from_pretrained(model_dir)
         id2label = model.config.id2label
-        if self.labels is None and id2label and hasattr(self, "regression") and not self.regression:
-            self.labels = [id2label[i] for i in range(len(id2label))]
-        elif self.labels is None and id2label and not hasattr(self, "regression"):
+        if self.labels is None and id2label and not getattr(self, "regression", False):
             self.labels = [id2label[i] for i in range(len(id2label))]
         return model
