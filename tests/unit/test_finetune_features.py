@@ -142,3 +142,31 @@ def test_tagging_truncated_words_are_predicted_o(tok, capsys):
     f = task.featurize([sent], tok)[0]
     assert len(f["input_ids"]) == 8 and len(f["word_starts"]) == 6
     assert "did not fit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["bilstm", "mlp"])
+def test_feature_tagger_frozen_layers_and_padding(tiny_config, kind):
+    from bertkit.modeling import BertModel
+    from bertkit.tasks.tagging import FeatureTagger
+
+    torch.manual_seed(0)
+    bert = BertModel(tiny_config)
+    model = FeatureTagger(bert, ["O", "B-X", "I-X"], layers=[-1, -2, 0], tagger=kind, hidden=8).eval()
+    ids = torch.randint(5, 99, (2, 7))
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, 4:] = 0
+    feats = model.features(ids, mask)
+    hs = bert(ids, mask, output_hidden_states=True).hidden_states
+    torch.testing.assert_close(feats, torch.cat([hs[-1], hs[-2], hs[0]], -1))
+    # padding does not change a sentence's logits (packed BiLSTM / per-token MLP)
+    alone = model(ids[1:, :4]).logits
+    torch.testing.assert_close(model(ids, mask).logits[1:, :4], alone, atol=1e-5, rtol=1e-4)
+    # only the tagger learns
+    model.train()
+    labels = torch.full((2, 7), -100)
+    labels[:, 1:3] = 1
+    model(ids, mask, labels=labels).loss.backward()
+    assert all(p.grad is None for p in bert.parameters())
+    assert model.classifier.weight.grad is not None and not bert.training
+    with pytest.raises(ValueError, match="feature layer 5 does not exist"):
+        FeatureTagger(bert, ["O"], layers=[5])
