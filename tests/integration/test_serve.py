@@ -298,3 +298,29 @@ def test_client_encode_matches_offline(server, encoder):
     assert bc.tokenize(["a dog"])[0][1]["text"] == "a"
     with pytest.raises(BertClientError, match="out of range"):
         bc.encode(["a"], pooling_layer=12)
+
+
+def test_chunked_body_over_the_limit_is_refused_while_reading(server):
+    """No Content-Length to trust: the size is counted as the body streams in."""
+    import http.client
+
+    host, port = server.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
+    try:
+        conn.putrequest("POST", "/embed")
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Transfer-Encoding", "chunked")
+        conn.endheaders()
+        piece = b'{"inputs": ["' + b"a " * 8000
+        try:
+            for _ in range(8):  # 128 KB against a 64 KB limit
+                conn.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+            conn.send(b"0\r\n\r\n")
+        except OSError:
+            pass  # the server may answer and close before the whole body is sent
+        response = conn.getresponse()
+        assert response.status == 413
+        assert "over the limit" in json.loads(response.read())["error"]
+    finally:
+        conn.close()
+    assert call(server.url, "/health") == (200, {"status": "ok"})
