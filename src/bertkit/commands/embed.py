@@ -12,8 +12,8 @@ number (the output rows must line up with the input lines). The output is writte
 from __future__ import annotations
 
 import argparse
-import re
 import json
+import re
 import sys
 from pathlib import Path
 

@@ -7,8 +7,8 @@
 from __future__ import annotations
 
 import argparse
-import re
 import os
+import re
 import sys
 
 

@@ -32,7 +32,7 @@ def word_vectors(encoder, texts: list[str], word: str, layers) -> list:
     import numpy as np
 
     pattern = re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.IGNORECASE)
-    vectors, tokens = encoder.encode(texts, layers=layers, pooling="none", show_tokens=True)
+    vectors = encoder.encode(texts, layers=layers, pooling="none")
     encodings = encoder.tokenize(texts)
     out = []
     for n, (text, enc, vec) in enumerate(zip(texts, encodings, vectors), 1):

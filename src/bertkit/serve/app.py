@@ -170,7 +170,8 @@ class Metrics:
                 "# HELP bertkit_padded_tokens_total Tokens run including padding.",
                 "# TYPE bertkit_padded_tokens_total counter", f"bertkit_padded_tokens_total {s.padded_tokens}",
                 "# HELP bertkit_forward_seconds_total Time spent in forward passes.",
-                "# TYPE bertkit_forward_seconds_total counter", f"bertkit_forward_seconds_total {s.forward_seconds:.6f}",
+                "# TYPE bertkit_forward_seconds_total counter",
+                f"bertkit_forward_seconds_total {s.forward_seconds:.6f}",
                 "# HELP bertkit_batch_size Inputs per forward pass.", "# TYPE bertkit_batch_size histogram",
             ]
             cumulative = 0
@@ -560,7 +561,7 @@ class ServerThread:
     def __enter__(self) -> ServerThread:
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
