@@ -17,6 +17,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="text files: Google format (a sentence per line, blank line between documents), plain prose "
                         "(each file a document), or JSONL with a 'text' field; .gz is read too")
     g.add_argument("--corpus-format", default="auto", choices=["auto", "google", "prose", "jsonl"])
+    g.add_argument("--encoding", default="auto", choices=["auto", "utf-8"],
+                   help="auto: a line that is not UTF-8 is read as Windows-1252, with a warning; utf-8: an error")
     g.add_argument("--output", required=True, metavar="DIR", help="the run directory")
     g.add_argument("--vocab", metavar="PATH", help="an existing vocab.txt (or a directory with one); without it a "
                                                      "vocabulary is trained on the corpus first")
@@ -85,7 +87,7 @@ def config_from_args(args: argparse.Namespace):
             overrides[key.strip()] = value
     return PretrainConfig(
         corpus=args.corpus, output=args.output, vocab=args.vocab, vocab_size=args.vocab_size, lowercase=args.lowercase,
-        corpus_format=args.corpus_format, model_size=args.model_size, config_overrides=overrides,
+        corpus_format=args.corpus_format, encoding=args.encoding, model_size=args.model_size, config_overrides=overrides,
         seq_len=args.seq_len, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr,
         warmup_steps=args.warmup_steps, weight_decay=args.weight_decay, clip=args.clip, max_steps=args.max_steps,
         max_time=None if args.max_time is None else parse_duration(args.max_time), save_every=args.save_every,

@@ -99,29 +99,23 @@ def _init_tokenizer(vocab_path: str, lowercase: bool | None) -> None:
     _TOKENIZER = BertTokenizer.from_pretrained(vocab_path, lowercase=lowercase)
 
 
-def _tokenize_docs(docs: list[list[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per document: (token ids int32, sentence lengths int64); empty sentences dropped."""
-    out = []
-    for sentences in docs:
-        ids, lengths = [], []
-        for s in sentences:
-            toks = _TOKENIZER.convert_tokens_to_ids(_TOKENIZER.tokenize(s))
-            if toks:
-                ids.extend(toks)
-                lengths.append(len(toks))
-        out.append((np.asarray(ids, dtype=np.int32), np.asarray(lengths, dtype=np.int64)))
-    return out
+def _tokenize_part(part: tuple[bool, list[str]]) -> tuple[bool, np.ndarray, np.ndarray]:
+    """(last part of its document?, token ids int32, sentence lengths int64); empty sentences dropped."""
+    last, sentences = part
+    ids, lengths = [], []
+    for s in sentences:
+        toks = _TOKENIZER.convert_tokens_to_ids(_TOKENIZER.tokenize(s))
+        if toks:
+            ids.extend(toks)
+            lengths.append(len(toks))
+    return last, np.asarray(ids, dtype=np.int32), np.asarray(lengths, dtype=np.int64)
 
 
-def _batched(items: Iterable, n: int) -> Iterator[list]:
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) >= n:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+def _parts(documents: Iterable[list[str]], size: int = 1000) -> Iterator[tuple[bool, list[str]]]:
+    """Documents cut into parts of at most ``size`` sentences, so one long book still uses every core."""
+    for doc in documents:
+        for start in range(0, max(1, len(doc)), size):
+            yield start + size >= len(doc), doc[start:start + size]
 
 
 class _ShardWriter:
@@ -197,31 +191,37 @@ def build_shards(
     every = max(2, round(1 / eval_fraction)) if eval_fraction > 0 else 0
 
     workers = (os.cpu_count() or 1) if workers is None else workers
-    chunks = _batched(documents, 8)
     if workers > 1:
         import multiprocessing as mp
 
         pool = mp.get_context("fork").Pool(workers, _init_tokenizer, (str(vocab_path), lowercase))
-        results = pool.imap(_tokenize_docs, chunks)
+        results = pool.imap(_tokenize_part, _parts(documents), chunksize=4)
     else:
         pool = None
-        results = map(_tokenize_docs, chunks)
+        results = map(_tokenize_part, _parts(documents))
     doc_index = 0
     bar = tqdm(desc="tokenizing", unit=" docs", disable=not progress, mininterval=1.0)
+    ids_parts: list[np.ndarray] = []
+    len_parts: list[np.ndarray] = []
     try:
-        for result in results:
-            for ids, lengths in result:
-                doc_index += 1
-                bar.update(1)
-                if every and doc_index % every == 0 and doc_index >= 100:  # many documents: hold out whole ones
-                    held.add(ids, lengths)
-                elif every and doc_index < 100 and len(lengths) >= 50:  # few, long documents: hold out their ends
-                    n_eval = max(1, int(len(lengths) * eval_fraction))
-                    cut = int(lengths[:-n_eval].sum())
-                    train.add(ids[:cut], lengths[:-n_eval])
-                    held.add(ids[cut:], lengths[-n_eval:])
-                else:
-                    train.add(ids, lengths)
+        for last, part_ids, part_lengths in results:
+            ids_parts.append(part_ids)
+            len_parts.append(part_lengths)
+            if not last:
+                continue
+            ids, lengths = np.concatenate(ids_parts), np.concatenate(len_parts)
+            ids_parts, len_parts = [], []
+            doc_index += 1
+            bar.update(1)
+            if every and doc_index % every == 0 and doc_index >= 100:  # many documents: hold out whole ones
+                held.add(ids, lengths)
+            elif every and doc_index < 100 and len(lengths) >= 50:  # few, long documents: hold out their ends
+                n_eval = max(1, int(len(lengths) * eval_fraction))
+                cut = int(lengths[:-n_eval].sum())
+                train.add(ids[:cut], lengths[:-n_eval])
+                held.add(ids[cut:], lengths[-n_eval:])
+            else:
+                train.add(ids, lengths)
     finally:
         bar.close()
         if pool is not None:
@@ -564,18 +564,19 @@ def prepare_corpus(
     workers: int | None = None,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    encoding: str = "auto",
 ) -> dict:
     """Shards for ``corpus`` under ``out_dir``, reusing existing ones built from the same files and vocabulary."""
     from bertkit.data.corpus import iter_documents
 
     fingerprint = {"files": [[str(Path(p).resolve()), Path(p).stat().st_size, int(Path(p).stat().st_mtime)]
-                             for p in corpus], "format": corpus_format}
+                             for p in corpus], "format": corpus_format, "encoding": encoding}
     meta = read_meta(out_dir)
     if meta is not None and meta.get("fingerprint") == fingerprint and meta.get("vocab_sha256") == file_sha256(
             vocab_path):
         log(f"reusing the tokenized corpus in {out_dir}")
         return meta
     log(f"tokenizing {len(corpus)} file(s) into {out_dir}")
-    docs = iter_documents(corpus, corpus_format, workers=workers)
+    docs = iter_documents(corpus, corpus_format, workers=workers, encoding=encoding)
     return build_shards(docs, vocab_path, out_dir, lowercase=lowercase, workers=workers, fingerprint=fingerprint,
                         progress=progress)

@@ -43,6 +43,7 @@ class PretrainConfig:
     vocab_size: int = 30522
     lowercase: bool | None = None  # None: uncased for a trained vocabulary, from the vocabulary's config otherwise
     corpus_format: str = "auto"
+    encoding: str = "auto"  # "utf-8": a line that is not UTF-8 is an error (auto: read it as Windows-1252)
     model_size: str = "bert-mini"
     config_overrides: dict[str, Any] = field(default_factory=dict)
     seq_len: int = 128
@@ -153,7 +154,8 @@ def _prepare_output(cfg: PretrainConfig, ctx) -> None:
             raise PretrainError(f"{out} exists and is not empty (and is not a bertkit pre-training run); choose "
                                 "another --output, or pass --overwrite to write into it")
         if ctx.is_main:
-            for name in ("checkpoints", "metrics.jsonl", "run.json", "model.safetensors", "config.json"):
+            for name in ("checkpoints", "metrics.jsonl", "run.json", "model.safetensors", "config.json",
+                         "data/sentences.txt"):
                 p = out / name
                 if p.is_dir():
                     shutil.rmtree(p)
@@ -181,7 +183,7 @@ def _tokenizer_and_shards(cfg: PretrainConfig, ctx):
             tmp = data_dir / ".sentences.txt.tmp"
             n_docs = 0
             with open(tmp, "w", encoding="utf-8") as f:
-                for doc in iter_documents(corpus, fmt, workers=cfg.workers):
+                for doc in iter_documents(corpus, fmt, workers=cfg.workers, encoding=cfg.encoding):
                     f.write("\n".join(doc) + "\n\n")
                     n_docs += 1
             os.replace(tmp, sentences)
@@ -193,9 +195,10 @@ def _tokenizer_and_shards(cfg: PretrainConfig, ctx):
         elif not have:
             tok = BertTokenizer.from_pretrained(cfg.vocab, lowercase=cfg.lowercase)
             tok.save_pretrained(out)
-        if (data_dir / "sentences.txt").is_file():
+        if cfg.vocab is None and (data_dir / "sentences.txt").is_file():  # written above, or by the run resumed
             corpus, fmt = [str(data_dir / "sentences.txt")], "google"
         prepare_corpus(corpus, data_dir / "shards", out / "vocab.txt", corpus_format=fmt, workers=cfg.workers,
+                       encoding=cfg.encoding,
                        progress=not cfg.quiet and sys.stderr.isatty(), log=lambda m: _say(cfg, ctx, m))
     barrier(ctx)
     return BertTokenizer.from_pretrained(out), data_dir / "shards"

@@ -1,0 +1,134 @@
+"""Pre-training step throughput: bertkit's pretrain step vs a plain transformers loop, same model, batch, data.
+
+bertkit route (what ``bertkit pretrain`` runs per step): ``bertkit.BertForPreTraining`` with the sparse MLM head
+(vocabulary logits only at masked positions), ``--precision auto`` autocast (bf16 where the CPU has avx512_bf16),
+fused AdamW with BERT's parameter groups, gradient clipping at 1.0, linear schedule.
+
+transformers route (what a user writes from its docs): ``transformers.BertForPreTraining`` (default attention), fp32,
+``torch.optim.AdamW(model.parameters(), lr)``, ``out.loss`` from full-vocabulary logits, backward, clipping at 1.0,
+step, schedule step, zero_grad.
+
+Both train the same config from the same initial weights on the same batches (MLM + NSP instances built by bertkit's
+data pipeline from the bundled books, with the bert-base-uncased vocabulary when ../shared/data is present, else a
+vocabulary trained on the books). Rounds alternate between the routes; medians of per-step times are printed, and
+tokens/s counts non-padding tokens.
+
+    .venv/bin/python benchmarks/bench_pretrain.py --model-size bert-mini --steps 12
+    .venv/bin/python benchmarks/bench_pretrain.py --model-size bert-base --steps 3 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_VOCAB = ROOT.parent / "shared" / "data" / "vocab" / "bert-base-uncased" / "vocab.txt"
+
+
+def make_batches(seq_len: int, batch_size: int, n: int, workdir: Path) -> tuple[list[dict], int]:
+    from bertkit.commands.quickstart import bundled_corpus
+    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo, prepare_corpus
+    from bertkit.tokenization import BertTokenizer, train_vocab
+
+    books = bundled_corpus()[:2]
+    if SHARED_VOCAB.is_file():
+        vocab = SHARED_VOCAB
+    else:
+        import gzip
+
+        text = workdir / "books.txt"
+        text.write_text("".join(gzip.decompress(p.read_bytes()).decode() for p in books), encoding="utf-8")
+        train_vocab([text], vocab_size=30522, output=workdir / "vocab", show_progress=False)
+        vocab = workdir / "vocab" / "vocab.txt"
+    tok = BertTokenizer.from_pretrained(vocab)
+    prepare_corpus([str(p) for p in books], workdir / "shards", vocab, progress=False, log=lambda m: None)
+    data = PretrainingData(workdir / "shards", VocabInfo.from_tokenizer(tok),
+                           DataOptions(max_seq_length=seq_len, batch_size=batch_size, short_seq_prob=0.0))
+    batches = [{k: torch.from_numpy(v) for k, v in data.batch(0, i).items()} for i in range(n)]
+    return batches, len(tok)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model-size", default="bert-mini")
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per route per round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per route before the first round")
+    ap.add_argument("--precision", default="auto")
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    import transformers
+
+    from bertkit import BertConfig, BertForPreTraining
+    from bertkit.training.optim import build_optimizer, linear_schedule
+    from bertkit.training.precision import autocast, resolve_precision
+
+    with tempfile.TemporaryDirectory() as tmp:
+        batches, vocab_size = make_batches(args.seq_len, args.batch_size, args.steps, Path(tmp))
+    config = BertConfig.from_preset(args.model_size, vocab_size=vocab_size)
+    torch.manual_seed(0)
+    ours = BertForPreTraining(config).train()
+    with tempfile.TemporaryDirectory() as tmp:
+        ours.save_pretrained(tmp)
+        theirs = transformers.BertForPreTraining.from_pretrained(tmp).train()
+    precision = resolve_precision(args.precision, "cpu")
+    total = 10_000
+    opt_ours = build_optimizer(ours, lr=1e-4)
+    sched_ours = linear_schedule(opt_ours, 100, total)
+    opt_theirs = torch.optim.AdamW(theirs.parameters(), lr=1e-4)
+    sched_theirs = transformers.get_linear_schedule_with_warmup(opt_theirs, 100, total)
+
+    def step_ours(b):
+        with autocast(precision, "cpu"):
+            loss = ours(**b).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(ours.parameters(), 1.0)
+        opt_ours.step()
+        sched_ours.step()
+        opt_ours.zero_grad(set_to_none=True)
+        return float(loss)
+
+    def step_theirs(b):
+        loss = theirs(**b).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(theirs.parameters(), 1.0)
+        opt_theirs.step()
+        sched_theirs.step()
+        opt_theirs.zero_grad()
+        return float(loss)
+
+    routes = {"bertkit": step_ours, "transformers": step_theirs}
+    times: dict[str, list[float]] = {k: [] for k in routes}
+    tokens = [int(b["attention_mask"].sum()) for b in batches]
+    for name, fn in routes.items():
+        for i in range(args.warmup):
+            fn(batches[i % len(batches)])
+    for r in range(args.rounds):
+        for name, fn in (routes.items() if r % 2 == 0 else reversed(list(routes.items()))):
+            for i, b in enumerate(batches):
+                t0 = time.perf_counter()
+                fn(b)
+                times[name].append((time.perf_counter() - t0) / tokens[i])
+    n_params = sum(p.numel() for p in ours.parameters())
+    print(f"{args.model_size} ({n_params / 1e6:.1f}M params, vocab {vocab_size}), batch {args.batch_size} x seq "
+          f"{args.seq_len}, {torch.get_num_threads()} threads, bertkit precision {precision}; "
+          f"{args.rounds} rounds x {args.steps} steps per route")
+    med = {k: statistics.median(v) for k, v in times.items()}
+    for k in routes:
+        print(f"  {k:<13} {1 / med[k]:>9.0f} tokens/s   {med[k] * sum(tokens) / len(tokens) * 1000:8.1f} ms/step")
+    print(f"  ratio bertkit / transformers: {med['transformers'] / med['bertkit']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
