@@ -91,6 +91,7 @@ class Evil:
         return (print, ("pwned",))
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")
 def test_pickle_is_never_trusted(tmp_path, tiny_config):
     BertModel(tiny_config).config.save_pretrained(tmp_path)
     with open(tmp_path / "pytorch_model.bin", "wb") as f:
