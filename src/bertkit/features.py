@@ -395,8 +395,9 @@ class Encoder:
                 ids, types, mask = self.collate([encodings[i] for i in batch])
                 states, pooled = self.forward(ids, types, mask, spec.depth, spec.pooling == "cls_pooled")
                 out = self.pool_batch(states, pooled, mask, spec)
+                rows = [r.cpu().numpy() for r in out] if isinstance(out, list) else out.cpu().numpy()  # one copy
                 for j, i in enumerate(batch):
-                    results[i] = out[j].cpu().numpy()
+                    results[i] = rows[j]
                 bar.update(len(batch))
         if spec.pooling == "none":
             vectors: Any = results

@@ -263,8 +263,9 @@ class BatchQueue:
             sel = rows if len(rows) < len(batch) else slice(None)
             out = encoder.pool_batch([s[sel] for s in states], pooled[sel] if pooled is not None else None,
                                      mask[sel], spec)
+            arrays = [r.cpu().numpy() for r in out] if isinstance(out, list) else out.cpu().numpy()
             for k, j in enumerate(rows):
-                outputs[j] = out[k].cpu().numpy()
+                outputs[j] = arrays[k]
         self.stats.record(len(batch), int(mask.sum()), mask.numel(), time.perf_counter() - start)
         # deliver only after the whole batch succeeded: a failure never leaves a request half-filled
         for it, vec in zip(batch, outputs):
