@@ -97,7 +97,7 @@ def main() -> None:
         opt_ours.step()
         sched_ours.step()
         opt_ours.zero_grad(set_to_none=True)
-        return float(loss)
+        return float(loss.detach())
 
     def step_theirs(b):
         loss = theirs(**b).loss
@@ -106,7 +106,7 @@ def main() -> None:
         opt_theirs.step()
         sched_theirs.step()
         opt_theirs.zero_grad()
-        return float(loss)
+        return float(loss.detach())
 
     routes = {"bertkit": step_ours, "transformers": step_theirs}
     times: dict[str, list[float]] = {k: [] for k in routes}

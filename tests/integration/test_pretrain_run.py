@@ -196,3 +196,26 @@ def test_torchrun_two_processes(corpus, tmp_path):
     from bertkit import BertForPreTraining
 
     BertForPreTraining.from_pretrained(out)
+
+
+def test_options_two_phase_no_nsp_accumulation_static_whole_word(corpus, tmp_path):
+    from bertkit import BertForPreTraining
+    from bertkit.recipes.pretrain import PretrainConfig, pretrain
+    from bertkit.training.checkpointing import latest_checkpoint, load_checkpoint
+
+    out = tmp_path / "opts"
+    pretrain(PretrainConfig(corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), model_size="bert-tiny",
+                            config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
+                            seq_len=32, batch_size=4, grad_accum=2, max_steps=10, log_every=1, nsp=False,
+                            two_phase=True, phase2_seq_len=64, masking="static", dupe_factor=2,
+                            whole_word_mask=True, mask_prob=0.2, quiet=True, workers=1, lr=1e-3))
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [x for x in lines if "loss" in x]
+    assert [x["step"] for x in train] == list(range(1, 11))
+    assert all("nsp_acc" not in x for x in train) and all("eval_nsp_acc" not in x for x in lines)
+    # phase 2 (the last 10% of the steps) runs longer sequences: more tokens per step
+    assert train[-1]["tokens_per_s"] > 0
+    state = load_checkpoint(latest_checkpoint(out / "checkpoints"))
+    assert state["data"]["phase"] == 1 and state["step"] == 10
+    model = BertForPreTraining.from_pretrained(out)
+    assert model.config.max_position_embeddings >= 64

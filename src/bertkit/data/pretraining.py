@@ -457,7 +457,8 @@ class PretrainingData:
             [meta["eval"]["name"]] if meta.get("eval") else [])
         self.shards = [Shard.open(self.directory, n) for n in names]
         self.vocab, self.options, self.rank, self.world_size = vocab, options, rank, world_size
-        self._cache: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._cache: dict[int, np.ndarray] = {}  # layout key -> instances (two kept: a prefetch may cross epochs)
+        self._order_cache: dict[int, np.ndarray] = {}
 
     def _key(self, epoch: int) -> int:
         o = self.options
@@ -466,8 +467,8 @@ class PretrainingData:
     def instances(self, epoch: int) -> np.ndarray:
         """All instances of an epoch, ``[N, 6]``: (shard, a_start, a_end, b_start, b_end, label)."""
         key = self._key(epoch)
-        if self._cache is not None and self._cache[0] == key:
-            return self._cache[1]
+        if key in self._cache:
+            return self._cache[key]
         o = self.options
         parts = []
         for s, shard in enumerate(self.shards):
@@ -475,15 +476,23 @@ class PretrainingData:
             inst = create_instances(shard, o.max_seq_length, o.short_seq_prob, o.nsp, rng)
             parts.append(np.concatenate([np.full((len(inst), 1), s, dtype=np.int64), inst], axis=1))
         table = np.concatenate(parts) if parts else np.zeros((0, 6), dtype=np.int64)
-        self._cache = (key, table, None)
+        self._cache = {k: v for k, v in self._cache.items() if k != key}
+        while len(self._cache) >= 2:
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[key] = table
         return table
 
     def order(self, epoch: int) -> np.ndarray:
         """This rank's instance indices for an epoch, in order (a permutation drawn from (seed, epoch))."""
+        if epoch in self._order_cache:
+            return self._order_cache[epoch]
         n = len(self.instances(epoch))
         perm = np.random.default_rng([self.options.seed, 7, epoch]).permutation(n)
         per_rank = n // self.world_size
-        return perm[self.rank::self.world_size][:per_rank]
+        order = perm[self.rank::self.world_size][:per_rank]
+        self._order_cache = {k: v for k, v in self._order_cache.items() if k > epoch - 2}  # this epoch and the last
+        self._order_cache[epoch] = order
+        return order
 
     def num_batches(self, epoch: int = 0) -> int:
         return len(self.order(epoch)) // self.options.batch_size

@@ -226,6 +226,27 @@ def _to_device(batch: dict, device) -> dict:
     return {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items()}
 
 
+class _Prefetcher:
+    """Builds the next batch in a background thread while the model trains on this one. Batches are pure functions
+    of (epoch, index), so prefetching changes nothing but the wall clock."""
+
+    def __init__(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="bertkit-data")
+        self.pending = None  # (data, epoch, index, future)
+
+    def get(self, data, epoch: int, index: int) -> dict:
+        p = self.pending
+        batch = p[3].result() if p and p[0] is data and p[1:3] == (epoch, index) else data.batch(epoch, index)
+        nxt = (epoch, index + 1) if index + 1 < data.num_batches(epoch) else (epoch + 1, 0)
+        self.pending = (data, *nxt, self.pool.submit(data.batch, *nxt))
+        return batch
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _time_steps(model, make_optimizer, batches: list[dict], precision: str, device, grad_accum: int) -> float:
     """Median seconds per optimizer step of a throwaway copy of the model (state and RNG untouched)."""
     import copy
@@ -418,6 +439,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
         window = {"loss": 0.0, "mlm_loss": 0.0, "nsp_loss": 0.0, "mlm_ok": 0, "mlm_n": 0, "nsp_ok": 0, "nsp_n": 0,
                   "tokens": 0, "steps": 0, "time": 0.0}
         deadline = None if cfg.max_time is None else cfg.max_time - elapsed
+        loader = _Prefetcher()
         started = time.perf_counter()
         stopped_early = False
         while step < total_steps:
@@ -430,7 +452,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
             for micro in range(cfg.grad_accum):
                 if index >= data.num_batches(epoch):
                     epoch, index = epoch + 1, 0
-                batch = _to_device(data.batch(epoch, index), ctx.device)
+                batch = _to_device(loader.get(data, epoch, index), ctx.device)
                 index += 1
                 sync = micro == cfg.grad_accum - 1
                 no_sync = ddp_model.no_sync() if (ctx.distributed and not sync) else contextlib.nullcontext()
@@ -509,6 +531,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
                     stopped_early = True
                     break
         bar.close()
+        loader.close()
 
         # ---- the end: checkpoint + model directory (config.json, model.safetensors, vocab.txt, tokenizer config)
         checkpoint()
