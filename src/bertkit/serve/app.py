@@ -154,8 +154,9 @@ class Metrics:
                 lines.append(f'bertkit_request_duration_seconds_bucket{{path="{p}",le="+Inf"}} {self.latency_count[p]}')
                 lines.append(f'bertkit_request_duration_seconds_sum{{path="{p}"}} {self.latency_sum[p]:.6f}')
                 lines.append(f'bertkit_request_duration_seconds_count{{path="{p}"}} {self.latency_count[p]}')
-            lines += ["# HELP bertkit_inputs_total Texts received by endpoint.", "# TYPE bertkit_inputs_total counter"]
-            lines += [f'bertkit_inputs_total{{path="{p}"}} {n}' for p, n in sorted(self.inputs.items())]
+            lines += ["# HELP bertkit_inputs_total Texts received, by request field (inputs: TEI, fill-mask, "
+                      "tokenize; input: OpenAI; texts/pairs: bert-as-service).", "# TYPE bertkit_inputs_total counter"]
+            lines += [f'bertkit_inputs_total{{field="{p}"}} {n}' for p, n in sorted(self.inputs.items())]
         s = queue.stats
         with s.lock:
             lines += [
