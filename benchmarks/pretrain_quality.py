@@ -54,7 +54,10 @@ def main() -> None:
     ap.add_argument("--eval-batches", type=int, default=40)
     ap.add_argument("--out", default="runs/pretrain_quality")
     ap.add_argument("--only", choices=["bertkit", "transformers"], default=None)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads for both routes")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     import transformers
 
@@ -79,7 +82,7 @@ def main() -> None:
         t0 = time.time()
         pretrain(PretrainConfig(corpus=books, vocab=str(vocab), output=str(ours), model_size=args.model_size,
                                 batch_size=args.batch_size, lr=args.lr, max_time=budget, save_every=10**9,
-                                eval_batches=4, quiet=False, seed=0))
+                                eval_batches=4, quiet=False, seed=0, threads=args.threads))
         results["bertkit_wall_s"] = time.time() - t0
     shards = ours / "data" / "shards"
     tok = BertTokenizer.from_pretrained(vocab)

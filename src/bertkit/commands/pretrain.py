@@ -61,6 +61,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="auto: bf16 autocast where the CPU/GPU supports it")
     t.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--threads", type=int, default=None, help="torch threads per process (default: torch's choice; "
+                                                            "1 can be faster on a machine shared with other jobs)")
     o = parser.add_argument_group("checkpoints and output")
     o.add_argument("--save-every", type=int, default=1000, help="checkpoint every N steps (and at the end)")
     o.add_argument("--keep-checkpoints", type=int, default=2)
@@ -96,7 +98,8 @@ def config_from_args(args: argparse.Namespace):
         mask_prob=args.mask_prob, max_predictions=args.max_predictions, whole_word_mask=args.whole_word_mask,
         masking=args.masking, dupe_factor=args.dupe_factor, short_seq_prob=args.short_seq_prob,
         two_phase=args.two_phase, phase2_seq_len=args.phase2_seq_len, phase2_batch_size=args.phase2_batch_size,
-        precision=args.precision, device=args.device, workers=args.workers, quiet=args.quiet,
+        precision=args.precision, device=args.device, workers=args.workers, threads=args.threads,
+        quiet=args.quiet,
     )
 
 

@@ -76,6 +76,7 @@ class PretrainConfig:
     precision: str = "auto"
     device: str | None = None
     workers: int | None = None
+    threads: int | None = None  # torch intra-op threads (default: torch's choice)
     quiet: bool = False
 
     def __post_init__(self) -> None:
@@ -317,6 +318,8 @@ def pretrain(cfg: PretrainConfig) -> Path:
     from bertkit.training.optim import build_optimizer, linear_schedule
     from bertkit.training.precision import autocast, resolve_precision
 
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     ctx = D.setup(cfg.device)
     out = Path(cfg.output)
     try:
