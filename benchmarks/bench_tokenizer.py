@@ -35,7 +35,9 @@ def corpus_lines(root: Path) -> dict[str, list[str]]:
         glue += [r.split("\t")[3] for r in read(root / "glue" / "CoLA" / f"{split}.tsv") if r.count("\t") >= 3]
     out["glue"] = glue
     squad = json.loads((root / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
-    out["squad"] = [x for a in squad for p in a["paragraphs"] for x in [p["context"]] + [q["question"] for q in p["qas"]]]
+    out["squad"] = [
+        x for a in squad for p in a["paragraphs"] for x in [p["context"]] + [q["question"] for q in p["qas"]]
+    ]
     out["nsmc"] = [r.split("\t")[1] for r in read(root / "korean" / "nsmc" / "ratings_test.txt")[1:] if "\t" in r]
     return out
 
@@ -57,8 +59,10 @@ def main() -> int:
     vocab_dir = SHARED / "vocab" / args.vocab
     lines_by_corpus = corpus_lines(SHARED)
     lines = [x for v in lines_by_corpus.values() for x in v]
-    print(f"{len(lines)} lines ({', '.join(f'{k} {len(v)}' for k, v in lines_by_corpus.items())}), "
-          f"{sum(map(len, lines)) / 1e6:.1f} M chars, batch {args.batch_size}, torch threads {torch.get_num_threads()}")
+    print(
+        f"{len(lines)} lines ({', '.join(f'{k} {len(v)}' for k, v in lines_by_corpus.items())}), "
+        f"{sum(map(len, lines)) / 1e6:.1f} M chars, batch {args.batch_size}, torch threads {torch.get_num_threads()}"
+    )
     ours = BertTokenizer.from_pretrained(vocab_dir)
     fast = BertTokenizerFast.from_pretrained(str(vocab_dir), do_lower_case=ours.lowercase)
     batches = [lines[i : i + args.batch_size] for i in range(0, len(lines), args.batch_size)]
@@ -94,8 +98,10 @@ def main() -> int:
     n = len(lines)
     for k, v in med.items():
         print(f"median {k}: {v:.2f} s ({n / v:,.0f} lines/s)")
-    print(f"ratio BertTokenizerFast / bertkit: {med['BertTokenizerFast'] / med['bertkit']:.2f}x "
-          "(>1: bertkit faster; target >= 0.9)")
+    print(
+        f"ratio BertTokenizerFast / bertkit: {med['BertTokenizerFast'] / med['bertkit']:.2f}x "
+        "(>1: bertkit faster; target >= 0.9)"
+    )
 
     sub = lines[:: max(1, n // args.reference_lines)][: args.reference_lines]
     vocab = load_vocab(str(vocab_dir / "vocab.txt"))
@@ -109,8 +115,10 @@ def main() -> int:
     for i in range(0, len(sub), args.batch_size):
         ours(sub[i : i + args.batch_size], max_length=512)
     t_sub = time.perf_counter() - start
-    print(f"reference (pure Python, {len(sub)} lines spread over the corpora): {t_ref:.2f} s "
-          f"({len(sub) / t_ref:,.0f} lines/s); bertkit on the same lines {t_sub:.2f} s: {t_ref / t_sub:.1f}x faster")
+    print(
+        f"reference (pure Python, {len(sub)} lines spread over the corpora): {t_ref:.2f} s "
+        f"({len(sub) / t_ref:,.0f} lines/s); bertkit on the same lines {t_sub:.2f} s: {t_ref / t_sub:.1f}x faster"
+    )
     return 0
 
 

@@ -29,8 +29,10 @@ def report(name: str, tok, lines: list[str]) -> None:
     from bertkit.tokenization import vocab_stats
 
     s = vocab_stats(tok, lines)
-    print(f"  {name:<40} vocab {tok.vocab_size:>6}  [UNK] {100 * s['unk_rate']:.3f}% of words ({s['unk']})  "
-          f"{s['tokens_per_word']:.3f} tokens/word  ({s['words']} words)")
+    print(
+        f"  {name:<40} vocab {tok.vocab_size:>6}  [UNK] {100 * s['unk_rate']:.3f}% of words ({s['unk']})  "
+        f"{s['tokens_per_word']:.3f} tokens/word  ({s['words']} words)"
+    )
 
 
 def main() -> int:
@@ -47,8 +49,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         tok = train_vocab(train, vocab_size=args.vocab_size, output=Path(tmp) / "en", show_progress=False)
-        print(f"English (Gutenberg, {len(train)} books, {time.perf_counter() - start:.1f} s to train); held out "
-              f"{len(held)} lines:")
+        print(
+            f"English (Gutenberg, {len(train)} books, {time.perf_counter() - start:.1f} s to train); held out "
+            f"{len(held)} lines:"
+        )
         report("bertkit vocab (uncased, Gutenberg)", tok, held)
         report("bert-base-uncased", BertTokenizer.from_pretrained(SHARED / "vocab" / "bert-base-uncased"), held)
 
@@ -57,13 +61,19 @@ def main() -> int:
         path = Path(tmp) / "nsmc_train.txt"
         path.write_text("\n".join(k_train), encoding="utf-8")
         start = time.perf_counter()
-        ktok = train_vocab(path, vocab_size=args.korean_vocab_size, lowercase=False, output=Path(tmp) / "ko",
-                           show_progress=False)
-        print(f"Korean (NSMC, {len(k_train)} reviews, {time.perf_counter() - start:.1f} s to train); held out "
-              f"{len(k_held)} reviews:")
+        ktok = train_vocab(
+            path, vocab_size=args.korean_vocab_size, lowercase=False, output=Path(tmp) / "ko", show_progress=False
+        )
+        print(
+            f"Korean (NSMC, {len(k_train)} reviews, {time.perf_counter() - start:.1f} s to train); held out "
+            f"{len(k_held)} reviews:"
+        )
         report("bertkit vocab (cased, NSMC)", ktok, k_held)
-        report("bert-base-multilingual-cased",
-               BertTokenizer.from_pretrained(SHARED / "vocab" / "bert-base-multilingual-cased"), k_held)
+        report(
+            "bert-base-multilingual-cased",
+            BertTokenizer.from_pretrained(SHARED / "vocab" / "bert-base-multilingual-cased"),
+            k_held,
+        )
     return 0
 
 

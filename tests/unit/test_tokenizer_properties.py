@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 from bertkit.tokenization import BertTokenizer
 
 # Any code point (surrogates and unassigned ones too), mixed with characters that exercise the tricky rules.
-TRICKY = list("aeiouAEIOU thequickbrown,.!?'-#[]ΣσςΑάéÉ\u0301\u0308ßİı한국ᄒ\u1161中文日本\u200d\u200b\u00ad😀🥰\x00\t\n\u2028\u3000ﬁ")
+TRICKY = list(
+    "aeiouAEIOU thequickbrown,.!?'-#[]ΣσςΑάéÉ\u0301\u0308ßİı한국ᄒ\u1161中文日本\u200d\u200b\u00ad😀🥰\x00\t\n\u2028\u3000ﬁ"
+)
 CHAR = st.one_of(st.characters(exclude_categories=()), st.sampled_from(TRICKY), st.sampled_from(TRICKY))
 TEXT = st.text(alphabet=CHAR, max_size=40)
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -22,7 +22,15 @@ def test_english_vocab_has_google_layout_and_loads_in_transformers(tmp_path, tex
     tok = train_vocab(texts / "english.txt", vocab_size=600, output=tmp_path, show_progress=False)
     vocab = load_vocab(tmp_path / "vocab.txt")
     ids = {t: vocab[t] for t in ("[PAD]", "[unused0]", "[unused98]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")}
-    assert ids == {"[PAD]": 0, "[unused0]": 1, "[unused98]": 99, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103}
+    assert ids == {
+        "[PAD]": 0,
+        "[unused0]": 1,
+        "[unused98]": 99,
+        "[UNK]": 100,
+        "[CLS]": 101,
+        "[SEP]": 102,
+        "[MASK]": 103,
+    }
     assert len(vocab) == 600 == tok.vocab_size
     assert "alice" in vocab and "the" in vocab and "Alice" not in vocab
     assert any(t.startswith("##") for t in vocab)
@@ -40,21 +48,41 @@ def test_english_vocab_has_google_layout_and_loads_in_transformers(tmp_path, tex
 
 
 def test_num_unused_is_configurable_and_cased_training(tmp_path, texts):
-    tok = train_vocab([texts / "english.txt"], vocab_size=400, lowercase=False, num_unused=3,
-                      output=tmp_path / "v.txt", show_progress=False)
+    tok = train_vocab(
+        [texts / "english.txt"],
+        vocab_size=400,
+        lowercase=False,
+        num_unused=3,
+        output=tmp_path / "v.txt",
+        show_progress=False,
+    )
     vocab = load_vocab(tmp_path / "v.txt")
     assert [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])][:8] == [
-        "[PAD]", "[unused0]", "[unused1]", "[unused2]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        "[PAD]",
+        "[unused0]",
+        "[unused1]",
+        "[unused2]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+    ]
     assert "Alice" in vocab and tok.lowercase is False
 
 
 @pytest.mark.parametrize("name,size", [("korean.txt", 1500), ("chinese.txt", 400)])
 def test_korean_and_chinese_training(tmp_path, texts, name, size):
     lines = _lines(texts / name)
-    train, held = lines[: int(len(lines) * 0.8)], lines[int(len(lines) * 0.8):]
+    train, held = lines[: int(len(lines) * 0.8)], lines[int(len(lines) * 0.8) :]
     (tmp_path / "train.txt").write_text("\n".join(train), encoding="utf-8")
-    tok = train_vocab(tmp_path / "train.txt", vocab_size=size, lowercase=False, min_frequency=1, show_progress=False,
-                      output=tmp_path / "out")
+    tok = train_vocab(
+        tmp_path / "train.txt",
+        vocab_size=size,
+        lowercase=False,
+        min_frequency=1,
+        show_progress=False,
+        output=tmp_path / "out",
+    )
     stats = vocab_stats(tok, held)
     assert stats["words"] > 0
     assert stats["unk_rate"] < 0.15, stats
@@ -76,8 +104,21 @@ def test_train_vocab_errors(tmp_path, texts):
 def test_vocab_command(tmp_path, texts, capsys):
     from bertkit.cli import main
 
-    code = main(["vocab", str(texts / "english.txt"), "-o", str(tmp_path), "--vocab-size", "500", "--quiet",
-                 "--num-unused", "10", "--holdout", str(texts / "english.txt")])
+    code = main(
+        [
+            "vocab",
+            str(texts / "english.txt"),
+            "-o",
+            str(tmp_path),
+            "--vocab-size",
+            "500",
+            "--quiet",
+            "--num-unused",
+            "10",
+            "--holdout",
+            str(texts / "english.txt"),
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "[UNK]=11" in out and "tokens/word" in out and "[UNK] rate" in out

@@ -10,14 +10,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, help="directory for vocab.txt + tokenizer_config.json")
     parser.add_argument("--vocab-size", type=int, default=30522, help="total size incl. specials (default 30522)")
     parser.add_argument("--cased", action="store_true", help="keep case and accents (default: uncased)")
-    parser.add_argument("--strip-accents", choices=["auto", "yes", "no"], default="auto",
-                        help="auto: strip when uncased (Google)")
+    parser.add_argument(
+        "--strip-accents", choices=["auto", "yes", "no"], default="auto", help="auto: strip when uncased (Google)"
+    )
     parser.add_argument("--no-chinese-chars", action="store_true", help="do not split CJK ideographs")
     parser.add_argument("--min-frequency", type=int, default=2, help="minimum pair frequency for a merge (default 2)")
     parser.add_argument("--num-unused", type=int, default=99, help="[unusedN] slots after [PAD] (default 99)")
     parser.add_argument("--limit-alphabet", type=int, default=None, help="max initial characters (default: all)")
-    parser.add_argument("--holdout", nargs="*", default=[],
-                        help="held-out text files: print [UNK] rate and tokens per word on them")
+    parser.add_argument(
+        "--holdout", nargs="*", default=[], help="held-out text files: print [UNK] rate and tokens per word on them"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -39,12 +41,16 @@ def run(args: argparse.Namespace) -> int:
         limit_alphabet=args.limit_alphabet,
         show_progress=not args.quiet,
     )
-    print(f"wrote {Path(args.output) / 'vocab.txt'}: {tok.vocab_size} tokens "
-          f"([UNK]={tok.unk_token_id}, [CLS]={tok.cls_token_id}, [SEP]={tok.sep_token_id}, [MASK]={tok.mask_token_id})")
+    print(
+        f"wrote {Path(args.output) / 'vocab.txt'}: {tok.vocab_size} tokens "
+        f"([UNK]={tok.unk_token_id}, [CLS]={tok.cls_token_id}, [SEP]={tok.sep_token_id}, [MASK]={tok.mask_token_id})"
+    )
     for path in args.holdout:
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = [line.strip() for line in f if line.strip()]
         s = vocab_stats(tok, lines)
-        print(f"holdout {path}: {s['lines']} lines, {s['words']} words, [UNK] rate {100 * s['unk_rate']:.3f}%, "
-              f"{s['tokens_per_word']:.3f} tokens/word")
+        print(
+            f"holdout {path}: {s['lines']} lines, {s['words']} words, [UNK] rate {100 * s['unk_rate']:.3f}%, "
+            f"{s['tokens_per_word']:.3f} tokens/word"
+        )
     return 0

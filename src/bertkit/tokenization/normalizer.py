@@ -149,6 +149,9 @@ class ExactNormalizer:
         self._unsafe: set[str] = set()
         self._lock = threading.Lock()
 
+    def __reduce__(self) -> tuple:
+        return (self.__class__, (self.lowercase, self.strip_accents, self.tokenize_chinese_chars))
+
     # ----------------------------------------------------------------------------------------------------------------
     # deciding which characters Rust handles exactly
 
@@ -291,7 +294,7 @@ class ExactNormalizer:
 
     def normalize_for_training(self, text: str) -> str:
         """Text that Rust's normaliser turns into exactly the reference's words (for vocabulary training)."""
-        masked, spans = self.mask_unsafe(text)
+        _, spans = self.mask_unsafe(text)
         if not spans:
             return text
         return " ".join(self.basic_tokenize(text))

@@ -112,7 +112,9 @@ def train_vocab(
     )
     rust.train_from_iterator(_read_batches(paths, normalizer, batch_size, show_progress), trainer=trainer)
     vocab = google_layout(rust.get_vocab(), vocab_size, num_unused)
-    tok = BertTokenizer(vocab, lowercase=lowercase, strip_accents=strip_accents, tokenize_chinese_chars=tokenize_chinese_chars)
+    tok = BertTokenizer(
+        vocab, lowercase=lowercase, strip_accents=strip_accents, tokenize_chinese_chars=tokenize_chinese_chars
+    )
     if output is not None:
         out = Path(output)
         if out.suffix == ".txt":

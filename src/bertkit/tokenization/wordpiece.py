@@ -136,6 +136,20 @@ class BertTokenizer:
         self.all_special_ids = {self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id}
         self.all_special_ids.add(self.mask_token_id)
 
+    def __reduce__(self) -> tuple:
+        # Rebuilt from its settings, so it pickles (e.g. into DataLoader workers).
+        return (
+            self.__class__,
+            (
+                self.vocab,
+                self.lowercase,
+                self.strip_accents,
+                self.tokenize_chinese_chars,
+                self.max_input_chars_per_word,
+                self.model_max_length,
+            ),
+        )
+
     # ----------------------------------------------------------------------------------------------------------------
     # loading and saving
 
@@ -351,9 +365,7 @@ class BertTokenizer:
             return None
         return self.model_max_length if max_length is None else max_length
 
-    def _build(
-        self, a: _Segment, b: _Segment | None, limit: int | None, add_special_tokens: bool
-    ) -> Encoding:
+    def _build(self, a: _Segment, b: _Segment | None, limit: int | None, add_special_tokens: bool) -> Encoding:
         a_ids, a_tokens, a_offsets, a_words = a
         la = len(a_ids)
         lb = len(b[0]) if b is not None else 0
@@ -407,7 +419,9 @@ class BertTokenizer:
         With ``truncation`` the result holds at most ``max_length`` tokens (default ``model_max_length``); pairs lose
         tokens from the longer segment first (Google's ``_truncate_seq_pair``).
         """
-        return self.encode_batch([text], None if pair is None else [pair], max_length, truncation, add_special_tokens)[0]
+        return self.encode_batch([text], None if pair is None else [pair], max_length, truncation, add_special_tokens)[
+            0
+        ]
 
     def encode_batch(
         self,
