@@ -93,7 +93,8 @@ def pad_to(features, length: int, task):
 def bench_head(name: str, task, examples, config: BertConfig, args, tokenizer) -> dict:
     features = task.featurize(examples, tokenizer, training=True)
     lengths = [len(f["input_ids"]) for f in features]
-    batches = length_batches(lengths, args.batch_size, shuffle=True, seed=0)[: args.steps]
+    # every feature of the sampled examples, in the recipe's length-bucketed order (SQuAD: windows >= examples)
+    batches = length_batches(lengths, args.batch_size, shuffle=True, seed=0)
     n_examples = sum(len(b) for b in batches)
     device = "cpu"
     auto = resolve_precision("auto", device)
@@ -144,11 +145,13 @@ def bench_head(name: str, task, examples, config: BertConfig, args, tokenizer) -
         for key in order:
             results[key].append(run(key))
     med = {k: statistics.median(v) for k, v in results.items()}
+    padded = {"maxlen": statistics.mean(b["input_ids"].size(1) for b in maxlen),
+              "dynamic": statistics.mean(b["input_ids"].size(1) for b in dynamic)}
     base = med["hf-maxlen fp32"]
     mean_len = statistics.mean(lengths)
     print(f"\n== {name}: {task.model_class.__name__}, {args.model_size}, batch {args.batch_size}, "
-          f"{len(batches)} steps x {args.rounds} rounds; mean length {mean_len:.1f} tokens, "
-          f"max_seq_length {args.max_seq_length}")
+          f"{len(batches)} steps x {args.rounds} rounds; mean length {mean_len:.1f} tokens; padded batch width: "
+          f"max-length {padded['maxlen']:.0f}, dynamic {padded['dynamic']:.1f}")
     for k, v in med.items():
         print(f"  {k:<22} {v:8.1f} examples/s   (rounds: {', '.join(f'{x:.1f}' for x in results[k])})")
     auto_key = f"bertkit auto({auto})"
@@ -166,7 +169,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-size", default="bert-mini")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=8, help="optimizer steps per timed run")
+    parser.add_argument("--steps", type=int, default=8, help="batch-size x steps examples are sampled; every "
+                        "feature of them is trained on in each timed run (SQuAD: one step per window batch)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-seq-length", type=int, default=128, help="classification; SQuAD uses 384")
     parser.add_argument("--only", choices=["classification", "squad"], default=None)
