@@ -120,6 +120,10 @@ def _attaches(ch: str) -> bool:
     return unicodedata.category(ch)[0] == "M" or unicodedata.combining(ch) != 0 or 0x1160 <= cp <= 0x11FF
 
 
+# (lowercase, strip_accents, tokenize_chinese_chars) -> (safe characters, unsafe characters, lock)
+_VERDICTS: dict[tuple[bool, bool | None, bool], tuple[set[str], set[str], threading.Lock]] = {}
+
+
 class ExactNormalizer:
     """Google-exact normalisation and pre-tokenization, routed through Rust where Rust is known to agree.
 
@@ -145,9 +149,10 @@ class ExactNormalizer:
             lowercase=lowercase,
         )
         self.rust_pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        self._safe: set[str] = set()
-        self._unsafe: set[str] = set()
-        self._lock = threading.Lock()
+        # Verdicts depend only on the settings (and the installed tokenizers), so instances share them.
+        self._safe, self._unsafe, self._lock = _VERDICTS.setdefault(
+            (lowercase, strip_accents, tokenize_chinese_chars), (set(), set(), threading.Lock())
+        )
 
     def __reduce__(self) -> tuple:
         return (self.__class__, (self.lowercase, self.strip_accents, self.tokenize_chinese_chars))
