@@ -7,8 +7,16 @@ import random
 import numpy as np
 import pytest
 
-from bertkit.data.pretraining import (DataOptions, PretrainingData, Shard, VocabInfo, _ShardWriter, create_instances,
-                                      mask_instance, read_meta)
+from bertkit.data.pretraining import (
+    DataOptions,
+    PretrainingData,
+    Shard,
+    VocabInfo,
+    _ShardWriter,
+    create_instances,
+    mask_instance,
+    read_meta,
+)
 
 SPECIALS = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = [f"w{i}" for i in range(150)]

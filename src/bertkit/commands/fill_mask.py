@@ -62,8 +62,10 @@ def load(model_dir: str):
     return model, tokenizer
 
 
-def print_predictions(texts: list[str], results, as_json: bool = False, file=sys.stdout) -> None:
+def print_predictions(texts: list[str], results, as_json: bool = False, file=None) -> None:
     import json
+
+    file = sys.stdout if file is None else file
 
     for text, per_mask in zip(texts, results):
         if as_json:

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 SENTENCES = [
-    "it is a truth universally acknowledged , that a single man in possession of a good fortune must be in want of "
-    "a [MASK] .",
+    ("it is a truth universally acknowledged , that a single man in possession of a good fortune must be in want "
+     "of a [MASK] ."),
     "alice was beginning to get very [MASK] of sitting by her sister on the bank .",
     "\" you have been in afghanistan , i perceive , \" said sherlock [MASK] .",
     "she looked at him and [MASK] nothing .",
@@ -42,6 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, default=1e-3, help="higher than the paper's 1e-4: a tiny model, minutes")
     parser.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: one per core)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier quickstart run in --output")
     parser.add_argument("--quiet", action="store_true")
 
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             corpus=[str(p) for p in corpus], output=args.output, vocab_size=args.vocab_size,
             model_size=args.model_size, seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr,
             max_time=budget, save_every=200, log_every=25, eval_batches=8, precision=args.precision,
-            seed=args.seed, overwrite=args.overwrite, quiet=args.quiet,
+            seed=args.seed, overwrite=args.overwrite, quiet=args.quiet, threads=args.threads,
         )
     except (ValueError, FileNotFoundError) as e:
         print(f"bertkit quickstart: error: {e}", file=sys.stderr)

@@ -157,7 +157,7 @@ class _ShardWriter:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, final)
-        self.shards.append({"name": name, "tokens": int(len(tokens)), "sentences": int(len(sentences) - 1),
+        self.shards.append({"name": name, "tokens": len(tokens), "sentences": int(len(sentences) - 1),
                             "documents": int(len(documents) - 1)})
         self._reset()
 
@@ -380,7 +380,7 @@ def mask_instance(
     labels = np.full(len(ids), NO_LABEL, dtype=np.int64)
     if len(cand) == 0:
         return ids.copy(), labels
-    num = min(max_predictions, max(1, int(round(len(ids) * mask_prob))))
+    num = min(max_predictions, max(1, round(len(ids) * mask_prob)))
     if whole_word:
         # a word = a non-continuation token and the "##" tokens after it (Google's grouping)
         starts = ~vocab.is_continuation[ids[cand]]

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 # settings that change what is computed: a resumed run must match them (others, like save_every, may change)
-RUN_KEYS = ("corpus", "corpus_format", "vocab", "vocab_size", "lowercase", "model_size", "seq_len", "batch_size",
-            "grad_accum", "lr", "warmup_steps", "weight_decay", "clip", "max_steps", "seed", "nsp", "mask_prob",
-            "max_predictions", "whole_word_mask", "masking", "dupe_factor", "short_seq_prob", "two_phase",
+RUN_KEYS = ("corpus", "corpus_format", "encoding", "vocab", "vocab_size", "lowercase", "model_size", "seq_len",
+            "batch_size", "grad_accum", "lr", "warmup_steps", "weight_decay", "clip", "max_steps", "seed", "nsp",
+            "mask_prob", "max_predictions", "whole_word_mask", "masking", "dupe_factor", "short_seq_prob", "two_phase",
             "phase2_seq_len", "phase2_batch_size", "precision", "config_overrides")
 
 
@@ -313,8 +313,13 @@ def pretrain(cfg: PretrainConfig) -> Path:
     from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo
     from bertkit.modeling import BertForPreTraining
     from bertkit.training import distributed as D
-    from bertkit.training.checkpointing import (checkpoint_dir, latest_checkpoint, load_checkpoint,
-                                                save_checkpoint, set_rng_state)
+    from bertkit.training.checkpointing import (
+        checkpoint_dir,
+        latest_checkpoint,
+        load_checkpoint,
+        save_checkpoint,
+        set_rng_state,
+    )
     from bertkit.training.optim import build_optimizer, linear_schedule
     from bertkit.training.precision import autocast, resolve_precision
 

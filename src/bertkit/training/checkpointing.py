@@ -94,7 +94,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a torn or foreign file: say which
+    except Exception as e:  # noqa: BLE001  (a torn or foreign file, whatever the unpickler raises: say which)
         raise ValueError(f"{path}: not a readable bertkit checkpoint ({type(e).__name__}: {e})") from None
     if not isinstance(state, dict) or "model" not in state or "step" not in state:
         raise ValueError(f"{path}: not a bertkit training checkpoint (no model/step)")
