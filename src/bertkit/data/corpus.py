@@ -54,7 +54,7 @@ def open_text(path: str | os.PathLike) -> io.BufferedIOBase:
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
-def read_lines(path: str | os.PathLike, encoding: str = "auto") -> Iterator[str]:
+def read_lines(path: str | os.PathLike, encoding: str = "auto", warn: bool = True) -> Iterator[str]:
     """Lines without their line break. ``utf-8``: a line that is not UTF-8 fails naming the file and line. ``auto``:
     such a line is read as Windows-1252 (old Gutenberg files), with one warning per file naming the first line."""
     if encoding not in ENCODINGS:
@@ -69,7 +69,7 @@ def read_lines(path: str | os.PathLike, encoding: str = "auto") -> Iterator[str]
                     if encoding == "utf-8":
                         raise CorpusError(f"{path}: line {number}: not UTF-8 text ({e.reason} at byte {e.start} of "
                                           "the line); convert it, or pass --encoding auto") from None
-                    if not warned:
+                    if warn and not warned:
                         print(f"bertkit: {path}: line {number} is not UTF-8; reading such lines as Windows-1252",
                               file=sys.stderr)
                         warned = True
@@ -99,7 +99,7 @@ def detect_format(path: str | os.PathLike, sample_lines: int = 400, encoding: st
     if name.endswith((".jsonl", ".json")):
         return "jsonl"
     sample: list[str] = []
-    for line in read_lines(path, encoding):
+    for line in read_lines(path, encoding, warn=False):
         if line.strip():
             sample.append(line.strip())
             if len(sample) >= sample_lines:
