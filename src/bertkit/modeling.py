@@ -172,11 +172,16 @@ class BertSelfAttention(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None, implementation: str) -> tuple[Tensor, Tensor | None]:
         B, T, H = x.shape
-        # one GEMM for q, k and v: the three weights stay separate parameters (HF's keys), concatenated here
-        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # [3H, H]
-        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
-        qkv = F.linear(x, weight, bias).view(B, T, 3, self.num_heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, N, T, D]
+        if self.training:
+            # one GEMM (and one backward GEMM) for q, k and v; the weights stay separate parameters (HF's keys)
+            weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # [3H, H]
+            bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+            qkv = F.linear(x, weight, bias).view(B, T, 3, self.num_heads, self.head_dim)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, N, T, D]
+        else:
+            # three GEMMs on the parameters themselves: autocast can then cache their bf16 copies across batches
+            q, k, v = (proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # [B, N, T, D]
+                       for proj in (self.query, self.key, self.value))
         dropout_p = self.dropout_prob if self.training else 0.0
         context, probs = ATTENTION_FUNCTIONS[implementation](q, k, v, mask, dropout_p)  # [B, N, T, D]
         context = context.transpose(1, 2).reshape(B, T, H)  # [B, T, H]

@@ -225,3 +225,19 @@ def test_forward_does_not_touch_config(tiny_config, batch):
     before = tiny_config.to_dict()
     model(ids, attention_mask=mask, output_attentions=True, output_hidden_states=True)
     assert tiny_config.to_dict() == before
+
+
+def test_training_path_equals_eval_path_without_dropout(tiny_config, batch):
+    """Training fuses the q/k/v projections into one GEMM; with dropout off it must compute what eval computes."""
+    ids, mask, types = batch
+    cfg = replace(tiny_config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    model = BertForPreTraining(cfg)
+    labels = torch.where(mask.bool(), ids, torch.full_like(ids, -100))
+    model.eval()
+    a = model(ids, attention_mask=mask, token_type_ids=types, labels=labels, output_hidden_states=True)
+    model.train()
+    b = model(ids, attention_mask=mask, token_type_ids=types, labels=labels, output_hidden_states=True)
+    for x, y in zip(a.hidden_states, b.hidden_states):
+        assert (x - y)[mask.bool()].abs().max() <= 1e-5
+    assert abs(a.loss.item() - b.loss.item()) <= 1e-5
