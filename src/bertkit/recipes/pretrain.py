@@ -249,7 +249,8 @@ class _Prefetcher:
 
 
 def _time_steps(model, make_optimizer, batches: list[dict], precision: str, device, grad_accum: int) -> float:
-    """Median seconds per optimizer step of a throwaway copy of the model (state and RNG untouched)."""
+    """Median seconds per optimizer step of a throwaway copy of the model, the first (warm-up) step left out; the
+    model, optimizer and RNG states are untouched."""
     import copy
 
     from bertkit.training.precision import autocast
@@ -387,7 +388,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
             for p in range(len(phases)):
                 d = data if p == 0 else make_data(p)
                 probes.append(_time_steps(model, make_optimizer, [_to_device(d.batch(0, i % d.num_batches(0)),
-                                                                              ctx.device) for i in range(3)],
+                                                                              ctx.device) for i in range(4)],
                                           precision, ctx.device, cfg.grad_accum))
             per_step = probes[0] if len(probes) == 1 else 0.9 * probes[0] + 0.1 * probes[1]
             budget = cfg.max_time * 0.95 - 2.0
