@@ -12,14 +12,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from bertkit import Encoder  # noqa: E402
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+from tinymodels import one_thread  # noqa: E402, F401  (autouse fixture)
 
 
 def build(tmp_path, vocab_path, lowercase: bool):

@@ -12,11 +12,11 @@ import urllib.request
 
 import numpy as np
 import pytest
-import torch
 
-from bertkit import BertClient, BertConfig, BertForPreTraining, Encoder
+from bertkit import BertClient, Encoder
 from bertkit.serve.app import ServerThread, ServeSettings, create_app
 from bertkit.serve.client import BertClientError
+from tinymodels import make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
 
 WORDS = "the a cat dog sat on mat bank river money went to i we , . ! ? big small red blue runs ran hello world".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + ["##s", "##ing", "##ed"]
@@ -24,23 +24,9 @@ TIMEOUT = 30  # seconds for any single HTTP call: nothing can hang the suite
 BF16 = dict(rtol=2e-2, atol=2e-2)  # batch composition changes bf16 rounding, never more
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model on a shared machine: thread wake-ups would dominate
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("serve-model")
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
-                        intermediate_size=37, max_position_embeddings=64)
-    BertForPreTraining(config).save_pretrained(path)
-    (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
-    return path
+    return make_model_dir(tmp_path_factory.mktemp("serve-model"), VOCAB)
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit import BertConfig, BertForPreTraining, BertModel, Encoder
+from bertkit import BertForPreTraining, BertModel, Encoder
 from bertkit.features import pool, resolve_layers, resolve_pooling
+import tinymodels
+from tinymodels import one_thread  # noqa: F401  (autouse fixture)
 
 WORDS = "the a cat dog sat on mat bank river money went to i we , . ! ? big small red blue runs ran hello world".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + ["##s", "##ing", "##ed"]
@@ -21,21 +23,7 @@ TEXTS = [
 
 
 def make_model_dir(path, cls=BertForPreTraining, layers=3, seed=0, **overrides):
-    torch.manual_seed(seed)
-    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
-                        intermediate_size=37, max_position_embeddings=64, **overrides)
-    cls(config).save_pretrained(path)
-    (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models on a shared 2-core machine: one thread avoids ~10 ms of thread wake-up per op."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    return tinymodels.make_model_dir(path, VOCAB, cls=cls, layers=layers, seed=seed, **overrides)
 
 
 @pytest.fixture(scope="module")

@@ -6,33 +6,19 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
-from bertkit import BertConfig, BertForPreTraining, Encoder
+from bertkit import Encoder
 from bertkit.cli import main
+from tinymodels import make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
 
 WORDS = "the a cat dog sat on mat bank river money went to i we , . ! ? big small red blue runs ran hello world".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + ["##s", "##ing", "##ed"]
 LINES = ["the cat sat on the mat", "hello world", "we went to the river bank ."]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("cli-model")
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
-                        intermediate_size=37, max_position_embeddings=64)
-    BertForPreTraining(config).save_pretrained(path)
-    (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
-    return path
+    return make_model_dir(tmp_path_factory.mktemp("cli-model"), VOCAB, layers=4)
 
 
 @pytest.fixture(scope="module")
