@@ -23,6 +23,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from google_reference import google_pair
 
 from bertkit.tokenization import BertTokenizer, load_vocab, train_vocab, vocab_stats
 
@@ -90,16 +91,6 @@ def reference(vocab_file: Path, lowercase: bool):
         return tuple(vocab[p] for w in basic.tokenize(text) for p in wordpiece.tokenize(w))
 
     return ids
-
-
-def google_pair(a: tuple[int, ...], b: tuple[int, ...], max_len: int, cls: int, sep: int) -> list[int]:
-    a, b = list(a), list(b)
-    while len(a) + len(b) > max_len - 3:
-        if len(a) > len(b):
-            a.pop()
-        else:
-            b.pop()
-    return [cls, *a, sep, *b, sep]
 
 
 @pytest.mark.parametrize("vocab_name,corpus_name", [(v, c) for v, cs in VOCABS.items() for c in cs])

@@ -12,11 +12,11 @@ import urllib.request
 
 import numpy as np
 import pytest
+from tinymodels import make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
 
 from bertkit import BertClient, Encoder
 from bertkit.serve.app import ServerThread, ServeSettings, create_app
 from bertkit.serve.client import BertClientError
-from tinymodels import make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
 
 WORDS = "the a cat dog sat on mat bank river money went to i we , . ! ? big small red blue runs ran hello world".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + ["##s", "##ing", "##ed"]

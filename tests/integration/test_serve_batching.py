@@ -9,10 +9,10 @@ import threading
 
 import numpy as np
 import pytest
+from tinymodels import make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
 
 from bertkit import Encoder
 from bertkit.serve.batching import BatchQueue, QueueFull
-from tinymodels import make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
 
 WORDS = "the a cat dog sat on mat bank river money went to i we , . ! ? big small red blue runs ran hello world".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS

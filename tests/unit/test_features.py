@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tinymodels
 import torch
+from tinymodels import one_thread  # noqa: F401  (autouse fixture)
 
 from bertkit import BertForPreTraining, BertModel, Encoder
 from bertkit.features import pool, resolve_layers, resolve_pooling
-import tinymodels
-from tinymodels import one_thread  # noqa: F401  (autouse fixture)
 
 WORDS = "the a cat dog sat on mat bank river money went to i we , . ! ? big small red blue runs ran hello world".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + ["##s", "##ing", "##ed"]

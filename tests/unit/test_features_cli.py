@@ -6,10 +6,10 @@ import json
 
 import numpy as np
 import pytest
+from tinymodels import make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
 
 from bertkit import Encoder
 from bertkit.cli import main
-from tinymodels import make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
 
 WORDS = "the a cat dog sat on mat bank river money went to i we , . ! ? big small red blue runs ran hello world".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + ["##s", "##ing", "##ed"]

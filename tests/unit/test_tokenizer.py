@@ -7,6 +7,7 @@ import time
 
 import pytest
 import torch
+from google_reference import google_pair
 
 from bertkit.tokenization import BertTokenizer, Encoding, load_vocab, truncate_pair_lengths
 
@@ -58,17 +59,6 @@ def reference(vocab_file, lowercase: bool = True, strip_accents=None, chinese: b
         return [vocab[p] for w in basic.tokenize(text) for p in wordpiece.tokenize(w)]
 
     return ids
-
-
-def google_pair(a: list[int], b: list[int], max_len: int, cls: int, sep: int) -> list[int]:
-    """The reference's pair layout with Google's _truncate_seq_pair loop."""
-    a, b = list(a), list(b)
-    while len(a) + len(b) > max_len - 3:
-        if len(a) > len(b):
-            a.pop()
-        else:
-            b.pop()
-    return [cls, *a, sep, *b, sep]
 
 
 @pytest.mark.parametrize(
