@@ -278,9 +278,15 @@ class BertPreTrainedModel(nn.Module):
         self.config = config
 
     def init_weights(self) -> None:
-        """Google's init: truncated normal (std = initializer_range, cut at 2 std); zero biases; LayerNorm = 1."""
+        """Google's init: truncated normal (std = initializer_range, cut at 2 std); zero biases; LayerNorm = 1.
+
+        A head class skips its wrapped ``BertModel``, which initialised itself when it was built."""
         std = self.config.initializer_range
+        bert = getattr(self, "bert", None)
+        done = {id(m) for m in bert.modules()} if isinstance(bert, BertModel) else set()
         for module in self.modules():
+            if id(module) in done:
+                continue
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.trunc_normal_(module.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
                 if isinstance(module, nn.Linear) and module.bias is not None:
