@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit import ops
 from bertkit.config import BertConfig
 
 # --------------------------------------------------------------------------------------------- activations
@@ -49,12 +50,16 @@ def eager_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropou
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # softmax in fp32, whatever the autocast dtype
-    context = torch.matmul(F.dropout(probs, dropout_p) if dropout_p > 0 else probs, v)
+    context = torch.matmul(ops.dropout(probs, dropout_p) if dropout_p > 0 else probs, v)
     return context, probs
 
 
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> tuple[Tensor, None]:
     """PyTorch's fused ``scaled_dot_product_attention`` (flash / memory-efficient kernels where available)."""
+    if dropout_p > 0 and q.device.type == "cpu":
+        # SDPA's CPU kernels have no dropout: it falls back to its unfused math path and serial ``bernoulli_``;
+        # the eager path is the same computation with bertkit's cheaper dropout mask
+        return eager_attention(q, k, v, mask, dropout_p)[0], None
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
 
 
@@ -138,7 +143,7 @@ class BertEmbeddings(nn.Module):
             )
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = ops.Dropout(config.hidden_dropout_prob)
         self.max_positions = config.max_position_embeddings
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, position_ids: Tensor | None) -> Tensor:
@@ -193,7 +198,7 @@ class BertSelfOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = ops.Dropout(config.hidden_dropout_prob)
 
     def forward(self, context: Tensor, residual: Tensor) -> Tensor:
         return self.LayerNorm(self.dropout(self.dense(context)) + residual)  # post-LN
@@ -228,7 +233,7 @@ class BertOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = ops.Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
         return self.LayerNorm(self.dropout(self.dense(x)) + residual)  # [B, T, H]
@@ -454,7 +459,7 @@ def masked_lm(
     masked_logits = head(hidden.reshape(-1, hidden.size(-1))[selected])  # [M, V]
     if masked_labels.numel() == 0:  # nothing to predict: a zero loss that still has a graph
         return masked_logits.sum() * 0.0, None, masked_logits, masked_labels
-    return F.cross_entropy(masked_logits.float(), masked_labels), None, masked_logits, masked_labels
+    return ops.cross_entropy(masked_logits, masked_labels), None, masked_logits, masked_labels
 
 
 class BertForPreTraining(BertPreTrainedModel):
@@ -569,7 +574,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         super().__init__(config)
         self.num_labels = _num_labels(config)
         self.bert = BertModel(config)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = ops.Dropout(config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, self.num_labels)
         self.init_weights()
 
@@ -602,7 +607,7 @@ class BertForTokenClassification(BertPreTrainedModel):
         super().__init__(config)
         self.num_labels = _num_labels(config)
         self.bert = BertModel(config, add_pooling_layer=False)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = ops.Dropout(config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, self.num_labels)
         self.init_weights()
 
@@ -666,7 +671,7 @@ class BertForMultipleChoice(BertPreTrainedModel):
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(config)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = ops.Dropout(config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, 1)
         self.init_weights()
 
@@ -681,7 +686,7 @@ class BertForMultipleChoice(BertPreTrainedModel):
         output_attentions: bool = False,
     ) -> SequenceClassifierOutput:
         """``input_ids`` [B, C, T]; ``labels`` [B] the index of the right choice."""
-        B, C, T = input_ids.shape
+        B, C, _ = input_ids.shape
 
         def flat(t: Tensor | None) -> Tensor | None:
             return t.reshape(B * C, -1) if t is not None else None

@@ -1,0 +1,103 @@
+"""Two training-time operations with CPU-specific implementations, same maths as their PyTorch counterparts.
+
+- ``dropout``: on CPU, PyTorch's ``bernoulli_`` draws one Mersenne-Twister number and one float conversion per
+  element, serially; it was ~15% of a bf16 bert-mini pre-training step. Here the drop mask is compared from 32-bit
+  halves of full-range 64-bit draws (exact to 2**-32 in the drop probability), and only the boolean mask is kept
+  for the backward pass. The numbers come from the default generator, so ``torch.manual_seed`` and saved RNG states
+  still reproduce a run exactly.
+- ``cross_entropy``: the mean cross-entropy of low-precision vocabulary logits [M, V], computed in fp32 a block of
+  rows at a time (log-sum-exp forward; softmax minus one-hot backward) without materialising the fp32 [M, V] copies,
+  log-probabilities and zero-filled gradients that ``F.cross_entropy(logits.float(), labels)`` builds.
+
+Off CPU both fall back to the PyTorch functions (whose GPU kernels are already fused).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+_ROWS_PER_BLOCK = 32  # 32 x 30522 fp32 = 3.9 MB: a block stays in cache across its passes
+
+
+# --------------------------------------------------------------------------------------------- dropout
+
+
+def drop_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.device | str = "cpu") -> Tensor:
+    """Boolean tensor, True with probability ``p`` (to 2**-32), from the default generator."""
+    n = 1
+    for d in shape:
+        n *= d
+    words = torch.empty((n + 1) // 2, dtype=torch.int64, device=device).random_(-(2**63), None)  # full 64-bit range
+    threshold = -(2**31) + round(p * 2**32)  # P(uniform int32 < threshold) = round(p * 2**32) / 2**32
+    return (words.view(torch.int32)[:n] < threshold).view(shape)
+
+
+class _MaskedScale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, drop: Tensor, scale: float) -> Tensor:
+        ctx.save_for_backward(drop)
+        ctx.scale = scale
+        return x.mul(scale).masked_fill_(drop, 0)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        (drop,) = ctx.saved_tensors
+        return grad.mul(ctx.scale).masked_fill_(drop, 0), None, None
+
+
+def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
+    """``F.dropout(x, p, training)``: zero each element with probability ``p``, scale the rest by 1 / (1 - p)."""
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu" or p >= 1.0:
+        return F.dropout(x, p, training)
+    return _MaskedScale.apply(x, drop_mask(x.shape, p, x.device), 1.0 / (1.0 - p))
+
+
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` (same repr, no parameters) running ``bertkit.ops.dropout``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training)
+
+
+# --------------------------------------------------------------------------------------------- cross-entropy
+
+
+class _BlockwiseCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits: Tensor, labels: Tensor) -> Tensor:
+        M = logits.size(0)
+        lse = torch.empty(M, dtype=torch.float32, device=logits.device)
+        for s in range(0, M, _ROWS_PER_BLOCK):
+            lse[s:s + _ROWS_PER_BLOCK] = torch.logsumexp(logits[s:s + _ROWS_PER_BLOCK].float(), dim=-1)
+        target = logits.gather(1, labels[:, None]).squeeze(1).float()
+        ctx.save_for_backward(logits, labels, lse)
+        return (lse - target).mean()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        logits, labels, lse = ctx.saved_tensors
+        M = logits.size(0)
+        scale = grad.float() / M
+        out = torch.empty_like(logits)
+        for s in range(0, M, _ROWS_PER_BLOCK):
+            e = min(s + _ROWS_PER_BLOCK, M)
+            block = logits[s:e].float().sub_(lse[s:e, None]).exp_()  # softmax
+            block[torch.arange(e - s, device=block.device), labels[s:e]] -= 1.0
+            out[s:e] = block.mul_(scale)
+        return out, None
+
+
+def cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
+    """``F.cross_entropy(logits.float(), labels)`` (mean over rows, fp32 result) for logits [M, V], labels [M]
+    all valid (no ignore_index)."""
+    if logits.dim() != 2 or labels.shape != logits.shape[:1]:
+        raise ValueError(f"expected logits [M, V] and labels [M], got {tuple(logits.shape)} and {tuple(labels.shape)}")
+    if logits.device.type != "cpu" or logits.size(0) == 0:
+        return F.cross_entropy(logits.float(), labels)
+    if bool(((labels < 0) | (labels >= logits.size(1))).any()):
+        raise ValueError(f"labels must lie in [0, {logits.size(1)}); got {labels.min().item()}..{labels.max().item()}")
+    return _BlockwiseCrossEntropy.apply(logits, labels)

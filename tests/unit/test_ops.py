@@ -1,0 +1,81 @@
+"""bertkit.ops: the CPU dropout and blockwise cross-entropy against the PyTorch functions they replace."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertkit import ops
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 31, 32, 33, 100])
+def test_cross_entropy_matches_torch(dtype, rows):
+    g = torch.Generator().manual_seed(rows)
+    base = (torch.randn(rows, 1000, generator=g) * 4).to(dtype)
+    labels = torch.randint(0, 1000, (rows,), generator=g)
+    ours = base.clone().requires_grad_()
+    ref = base.clone().requires_grad_()
+    loss = ops.cross_entropy(ours, labels)
+    expected = F.cross_entropy(ref.float(), labels)
+    (loss * 3).backward()
+    (expected * 3).backward()
+    assert loss.dtype == torch.float32
+    assert torch.allclose(loss, expected, rtol=1e-6, atol=1e-6)
+    assert ours.grad.dtype == dtype
+    rtol, atol = (1e-5, 1e-8) if dtype == torch.float32 else (1e-2, 1e-4)  # bf16: one rounding of the gradient
+    assert torch.allclose(ours.grad.float(), ref.grad.float(), rtol=rtol, atol=atol)
+
+
+def test_cross_entropy_rejects_bad_labels_and_shapes():
+    logits = torch.randn(4, 10)
+    with pytest.raises(ValueError, match=r"\[0, 10\)"):
+        ops.cross_entropy(logits, torch.tensor([0, 1, 10, 2]))
+    with pytest.raises(ValueError, match="expected logits"):
+        ops.cross_entropy(logits, torch.tensor([0, 1]))
+
+
+def test_drop_mask_rate_on_both_halves_of_each_draw():
+    torch.manual_seed(0)
+    n = 1_000_000
+    for p in (0.1, 0.5, 0.9):
+        mask = ops.drop_mask((n,), p).float()
+        sd = (p * (1 - p) / (n / 2)) ** 0.5
+        # even and odd elements come from the low and high 32 bits of one 64-bit draw: both must be uniform
+        assert abs(mask[0::2].mean().item() - p) < 5 * sd
+        assert abs(mask[1::2].mean().item() - p) < 5 * sd
+
+
+def test_drop_mask_follows_the_default_generator():
+    torch.manual_seed(7)
+    a = ops.drop_mask((3, 5, 7), 0.3)
+    torch.manual_seed(7)
+    b = ops.drop_mask((3, 5, 7), 0.3)
+    c = ops.drop_mask((3, 5, 7), 0.3)
+    assert a.shape == (3, 5, 7) and a.dtype == torch.bool
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dropout_scales_kept_elements_and_masks_gradients(dtype):
+    torch.manual_seed(0)
+    x = torch.randn(257, 129).to(dtype).requires_grad_()
+    y = ops.dropout(x, 0.2)
+    dropped = y == 0
+    assert abs(dropped.float().mean().item() - 0.2) < 0.01
+    rtol = 1e-6 if dtype == torch.float32 else 1e-2
+    assert torch.allclose(y[~dropped].float(), (x[~dropped] * 1.25).float(), rtol=rtol)
+    y.backward(torch.ones_like(y))
+    assert torch.equal(x.grad == 0, dropped)
+    assert torch.allclose(x.grad[~dropped].float(), torch.full_like(x.grad[~dropped].float(), 1.25))
+
+
+def test_dropout_identity_when_off():
+    x = torch.randn(10, 10)
+    assert ops.dropout(x, 0.1, training=False) is x
+    assert ops.dropout(x, 0.0) is x
+    assert torch.equal(ops.dropout(x, 1.0), torch.zeros_like(x))
+    module = ops.Dropout(0.1).eval()
+    assert repr(module) == repr(torch.nn.Dropout(0.1))
+    assert module(x) is x
