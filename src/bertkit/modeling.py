@@ -338,6 +338,18 @@ class BertPreTrainedModel(nn.Module):
     def _bert(self) -> BertModel:
         return self if isinstance(self, BertModel) else self.bert
 
+    def set_dropout(self, p: float) -> None:
+        """Set every dropout probability (hidden, attention, heads) to ``p``, in the modules and in the config:
+        e.g. fine-tune with 0.1 a model pre-trained with dropout off."""
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {p}")
+        self.config.hidden_dropout_prob = self.config.attention_probs_dropout_prob = p
+        for module in self.modules():
+            if isinstance(module, nn.Dropout):
+                module.p = p
+            elif isinstance(module, BertSelfAttention):
+                module.dropout_prob = p
+
 
 # --------------------------------------------------------------------------------------------- the encoder model
 

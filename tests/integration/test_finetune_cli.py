@@ -187,3 +187,12 @@ def test_bad_input_exits_2_naming_file_and_line(tiny_dir, ft, tmp_path, capsys):
     assert main(argv + ["--skip-bad-rows", "--epochs", "1", "--precision", "fp32"]) == 0
     assert "skipped 1 bad rows" in capsys.readouterr().err
     assert (tmp_path / "o" / "model.safetensors").is_file()
+
+
+def test_dropout_flag_is_applied_and_saved(tiny_dir, ft, tmp_path):
+    out = tmp_path / "sst2-dropout"
+    _finetune("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", tiny_dir, out, "--dropout", "0.25")
+    config = json.loads((out / "config.json").read_text())
+    assert config["hidden_dropout_prob"] == config["attention_probs_dropout_prob"] == 0.25
+    assert main(["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--model", str(tiny_dir),
+                 "--output", str(tmp_path / "bad"), "--dropout", "1.5", "--quiet"]) == 2

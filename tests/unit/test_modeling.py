@@ -241,3 +241,22 @@ def test_training_path_equals_eval_path_without_dropout(tiny_config, batch):
     for x, y in zip(a.hidden_states, b.hidden_states):
         assert (x - y)[mask.bool()].abs().max() <= 1e-5
     assert abs(a.loss.item() - b.loss.item()) <= 1e-5
+
+
+def test_set_dropout_reaches_every_module_and_the_config(tiny_config, batch):
+    """A model pre-trained with dropout off fine-tunes with dropout on (``bertkit finetune --dropout``)."""
+    ids, mask, types = batch
+    cfg = replace(tiny_config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = BertForSequenceClassification(cfg).train()
+    torch.manual_seed(1)
+    a = model(ids, attention_mask=mask, token_type_ids=types).logits
+    b = model(ids, attention_mask=mask, token_type_ids=types).logits
+    assert torch.equal(a, b)  # no dropout: deterministic
+    model.set_dropout(0.3)
+    assert model.config.hidden_dropout_prob == model.config.attention_probs_dropout_prob == 0.3
+    assert all(m.p == 0.3 for m in model.modules() if isinstance(m, torch.nn.Dropout))
+    assert all(layer.attention.self.dropout_prob == 0.3 for layer in model.bert.encoder.layer)
+    c = model(ids, attention_mask=mask, token_type_ids=types).logits
+    assert not torch.equal(a, c)
+    with pytest.raises(ValueError, match="dropout"):
+        model.set_dropout(1.0)

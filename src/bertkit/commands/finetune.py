@@ -108,6 +108,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--warmup-proportion", type=float, default=0.1)
     parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--dropout", type=float, default=None, help="set every dropout probability (default: the "
+                        "model's config.json, 0.1 for Google's models)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps (default: each epoch)")
     parser.add_argument("--max-steps", type=int, default=0, help="stop after N optimizer steps (0 = no limit)")
@@ -137,6 +139,10 @@ def run(args: argparse.Namespace) -> int:
         task.fit_labels(train)
         tokenizer = load_tokenizer(args.model)
         model = task.load_model(args.model, finetuned=False)
+        if args.dropout is not None:
+            if not hasattr(model, "set_dropout"):
+                raise ValueError("--dropout applies to fine-tuned BERT, not to the frozen feature-based tagger")
+            model.set_dropout(args.dropout)
         if len(tokenizer) > model.config.vocab_size:
             raise ValueError(f"{args.model}: vocab.txt has {len(tokenizer)} tokens but the model only "
                              f"{model.config.vocab_size} embeddings")
