@@ -69,6 +69,7 @@ def main() -> None:
                 del train[args.train_examples:]
             dev = task.read(args.dev)
             tokenizer = load_tokenizer(model_dir)
+            torch.manual_seed(args.seed)  # both routes' classifier heads start from the same draw
             model = task.load_model(model_dir, finetuned=False)
             if args.dropout is not None:
                 model.set_dropout(args.dropout)

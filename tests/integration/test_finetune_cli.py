@@ -196,3 +196,38 @@ def test_dropout_flag_is_applied_and_saved(tiny_dir, ft, tmp_path):
     assert config["hidden_dropout_prob"] == config["attention_probs_dropout_prob"] == 0.25
     assert main(["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--model", str(tiny_dir),
                  "--output", str(tmp_path / "bad"), "--dropout", "1.5", "--quiet"]) == 2
+
+
+def test_gradient_accumulation_equals_the_large_batch(tiny_dir, ft, tmp_path, monkeypatch):
+    """Two accumulated micro-batches of 4 make the same gradient and optimizer step as one batch of 8
+    (same-length sentences, no dropout, fp32)."""
+    from bertkit.commands.finetune import load_tokenizer
+    from bertkit.recipes.finetune import FinetuneArgs, finetune
+    from bertkit.tasks import get_task
+
+    norms = []  # Adam's step hardly depends on the gradient's scale: compare the gradient norm itself
+    clip = torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda *a, **k: norms.append(float(clip(*a, **k))))
+    weights = []
+    for batch_size, accum in ((8, 1), (4, 2)):
+        task = get_task("sst2", max_seq_length=32)
+        train = task.read(ft / "sst2_train.tsv")[:8]  # every fixture sentence has 6 words
+        torch.manual_seed(0)
+        model = task.load_model(tiny_dir, finetuned=False)
+        model.set_dropout(0.0)
+        args = FinetuneArgs(epochs=1, batch_size=batch_size, grad_accum=accum, lr=1e-2, warmup_proportion=0.0,
+                            precision="fp32", quiet=True)
+        summary = finetune(task, model, load_tokenizer(tiny_dir), train, None, tmp_path / f"b{batch_size}", args)
+        assert summary["step"] == 1
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    torch.manual_seed(0)
+    initial = torch.cat([p.detach().flatten() for p in get_task("sst2").load_model(tiny_dir, False).parameters()])
+    assert (weights[0] - initial).abs().max() > 1e-4  # the step moved the weights
+    torch.testing.assert_close(weights[1], weights[0], atol=2e-6, rtol=1e-5)
+    assert len(norms) == 2 and norms[1] == pytest.approx(norms[0], rel=1e-5)
+
+
+def test_grad_accum_must_be_positive(tiny_dir, ft, tmp_path, capsys):
+    assert main(["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--model", str(tiny_dir),
+                 "--output", str(tmp_path / "o"), "--grad-accum", "0", "--quiet"]) == 2
+    assert "--grad-accum" in capsys.readouterr().err

@@ -103,7 +103,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "(config.json + model.safetensors or pytorch_model.bin + vocab.txt)")
     parser.add_argument("--output", required=True, help="output directory (model, vocab, metrics.json, predictions)")
     parser.add_argument("--epochs", type=float, default=3.0)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=32, help="examples per micro-batch")
+    parser.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (the optimizer "
+                        "batch is batch-size x grad-accum)")
     parser.add_argument("--eval-batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--warmup-proportion", type=float, default=0.1)
@@ -125,10 +127,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bertkit.data.tabular import DataError
-    from bertkit.recipes.finetune import FinetuneArgs, finetune
+    from bertkit.recipes.finetune import FinetuneArgs, finetune, set_seed
     from bertkit.tasks import get_task
 
     try:
+        if args.grad_accum < 1 or args.batch_size < 1:
+            raise ValueError(f"--batch-size and --grad-accum must be >= 1, got {args.batch_size} and {args.grad_accum}")
         task = get_task(args.task, **task_options(args))
         train = task.read(args.train, labelled=True, skip_bad_rows=args.skip_bad_rows)
         dev = task.read(args.dev, labelled=True, skip_bad_rows=args.skip_bad_rows) if args.dev else None
@@ -138,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
             del dev[args.max_eval_examples:]
         task.fit_labels(train)
         tokenizer = load_tokenizer(args.model)
+        set_seed(args.seed)  # the new head's initialisation follows --seed too
         model = task.load_model(args.model, finetuned=False)
         if args.dropout is not None:
             if not hasattr(model, "set_dropout"):
@@ -150,8 +155,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"bertkit finetune: error: {e}", file=sys.stderr)
         return 2
     train_args = FinetuneArgs(
-        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, warmup_proportion=args.warmup_proportion,
-        weight_decay=args.weight_decay, seed=args.seed, precision=args.precision,
+        epochs=args.epochs, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr,
+        warmup_proportion=args.warmup_proportion, weight_decay=args.weight_decay, seed=args.seed, precision=args.precision,
         device=resolve_device(args.device), eval_batch_size=args.eval_batch_size, eval_every=args.eval_every,
         max_steps=args.max_steps, quiet=args.quiet,
     )

@@ -4,7 +4,8 @@
     for epoch:
         for batch in length-bucketed shuffled batches:        # padded to the longest in the batch
             with autocast(precision): loss = model(**batch).loss
-            loss.backward(); clip grads to 1.0; AdamW step; linear warmup/decay step
+            (loss / grad_accum).backward()                    # every grad_accum micro-batches:
+            clip grads to 1.0; AdamW step; linear warmup/decay step
         evaluate on dev -> if the task's main metric improved: save model, vocab, metrics.json, predictions
 
 Everything a task family does differently (features, head, metric, output format) lives in ``bertkit.tasks``.
@@ -35,7 +36,8 @@ TASK_CONFIG_NAME = "finetune_config.json"
 @dataclass
 class FinetuneArgs:
     epochs: float = 3.0
-    batch_size: int = 32
+    batch_size: int = 32  # micro-batch; the optimizer batch is batch_size * grad_accum
+    grad_accum: int = 1
     lr: float = 5e-5
     warmup_proportion: float = 0.1
     weight_decay: float = 0.01
@@ -98,7 +100,9 @@ def finetune(
     train_features = task.featurize(train_examples, tokenizer, training=True)
     dev_features = task.featurize(dev_examples, tokenizer) if dev_examples else None
     lengths = [feature_length(f) for f in train_features]
-    steps_per_epoch = math.ceil(len(train_features) / args.batch_size)
+    if args.grad_accum < 1:
+        raise ValueError(f"grad_accum must be >= 1, got {args.grad_accum}")
+    steps_per_epoch = math.ceil(math.ceil(len(train_features) / args.batch_size) / args.grad_accum)
     total_steps = max(1, math.ceil(steps_per_epoch * args.epochs))
     if args.max_steps:
         total_steps = min(total_steps, args.max_steps)
@@ -130,18 +134,23 @@ def finetune(
     progress = tqdm(total=total_steps, desc=f"finetune {task.name}", unit="step",
                     disable=args.quiet or not sys.stderr.isatty())
     while step < total_steps:
-        for idx in length_batches(lengths, args.batch_size, shuffle=True, seed=args.seed + epoch):
+        batches = length_batches(lengths, args.batch_size, shuffle=True, seed=args.seed + epoch)
+        for b, idx in enumerate(batches):
             batch = {k: v.to(device) for k, v in task.collate([train_features[i] for i in idx]).items()}
+            # the last optimizer step of an epoch may average fewer micro-batches
+            in_step = min(args.grad_accum, len(batches) - (b - b % args.grad_accum))
             with autocast(precision, device):
                 loss = model(**batch).loss
-            loss.backward()
+            (loss / in_step).backward()
+            loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
+            if (b + 1) % args.grad_accum and b + 1 < len(batches):
+                continue
             if args.max_grad_norm:
                 torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
-            loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
             progress.update(1)
             progress.set_postfix(loss=f"{loss_sum / loss_n:.4f}")
             if args.eval_every and step % args.eval_every == 0 and step < total_steps:
