@@ -42,10 +42,15 @@ class CheckpointError(ValueError):
 
 
 def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """Tensors from a ``.safetensors`` file or a ``.bin`` / ``.pt`` file (``weights_only=True``)."""
+    """Tensors from a ``.safetensors`` file, a ``.bin`` / ``.pt`` file (``weights_only=True``), or a Google TF
+    checkpoint (its prefix, e.g. ``bert_model.ckpt``, or its ``.index`` file; names mapped to bertkit's)."""
     path = Path(path)
     if path.suffix == ".safetensors":
         return load_file(str(path))
+    if path.suffix == ".index" or Path(str(path) + ".index").is_file():
+        from bertkit.tf_checkpoint import tf_state_dict
+
+        return tf_state_dict(path)
     state = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: expected a state dict, got {type(state).__name__}")
@@ -56,7 +61,13 @@ def find_weights(directory: Path) -> Path:
     for name in (WEIGHTS_NAME, PT_WEIGHTS_NAME):
         if (directory / name).is_file():
             return directory / name
-    raise FileNotFoundError(f"{directory}: no {WEIGHTS_NAME} or {PT_WEIGHTS_NAME}")
+    from bertkit.tf_checkpoint import find_tf_checkpoint
+
+    tf_prefix = find_tf_checkpoint(directory)
+    if tf_prefix is not None:
+        return tf_prefix
+    raise FileNotFoundError(f"{directory}: no {WEIGHTS_NAME}, {PT_WEIGHTS_NAME} or TensorFlow checkpoint "
+                            f"(bert_model.ckpt.index)")
 
 
 def _rename(key: str) -> str:
@@ -137,7 +148,7 @@ def load_state_dict_into(model: nn.Module, source: dict[str, torch.Tensor], orig
 
 def load_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = None, **config_overrides):
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not Path(str(path) + ".index").is_file():
         raise FileNotFoundError(f"{path}: no such model directory")
     directory = path if path.is_dir() else path.parent
     if config is None:
@@ -147,7 +158,7 @@ def load_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = No
 
         config = dataclasses.replace(config, **config_overrides)
     model = cls(config)
-    weights = path if path.is_file() else find_weights(directory)
+    weights = path if path.is_file() or Path(str(path) + ".index").is_file() else find_weights(directory)
     load_state_dict_into(model, read_state_dict(weights), origin=str(weights))
     model.eval()
     return model

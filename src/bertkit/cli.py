@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("bertkit.commands.quickstart", "train a vocabulary and pre-train bert-tiny on the bundled books, "
                    "then fill in masked words"),
     "pretrain": ("bertkit.commands.pretrain", "pre-train BERT (MLM + NSP) on raw text; runs under torchrun too"),
+    "convert": ("bertkit.commands.convert", "Google TensorFlow BERT checkpoint -> safetensors model directory"),
     "fill-mask": ("bertkit.commands.fill_mask", "predict the [MASK] tokens of a text with a pre-trained model"),
     "finetune": ("bertkit.commands.finetune", "fine-tune on GLUE, SQuAD, CoNLL NER, SWAG or generic files"),
     "evaluate": ("bertkit.commands.evaluate", "evaluate a fine-tuned model on a labelled file (official metric)"),

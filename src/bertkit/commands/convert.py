@@ -1,0 +1,95 @@
+"""``bertkit convert``: a Google TensorFlow BERT checkpoint -> a safetensors model directory (Hugging Face layout).
+
+    bertkit convert --tf-checkpoint uncased_L-4_H-256_A-4/ --output bert-mini/
+
+Reads ``bert_model.ckpt.index`` + ``.data-*`` without TensorFlow, maps Google's variable names to bertkit's (=
+``transformers``') keys, and writes ``config.json``, ``model.safetensors``, ``vocab.txt`` and
+``tokenizer_config.json``. The head follows the checkpoint: pre-training heads (``cls/predictions``,
+``cls/seq_relationship``) give ``BertForPreTraining``, ``run_classifier.py``'s ``output_weights`` a
+``BertForSequenceClassification``, ``run_squad.py``'s ``cls/squad`` a ``BertForQuestionAnswering``, none a ``BertModel``.
+(Every bertkit command also reads such a directory directly; converting makes it loadable by ``transformers``.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tf-checkpoint", required=True, metavar="PATH",
+                        help="a Google model directory, or a checkpoint prefix such as DIR/bert_model.ckpt")
+    parser.add_argument("--config", default=None, metavar="JSON", help="bert_config.json (default: next to the "
+                        "checkpoint)")
+    parser.add_argument("--vocab", default=None, metavar="PATH", help="vocab.txt (default: next to the checkpoint)")
+    case = parser.add_mutually_exclusive_group()
+    case.add_argument("--lowercase", dest="lowercase", action="store_true", default=None,
+                      help="uncased vocabulary (default: guessed from the vocabulary)")
+    case.add_argument("--cased", dest="lowercase", action="store_false")
+    parser.add_argument("--output", required=True, metavar="DIR")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing model in OUTPUT")
+
+
+def _prefix(path: Path) -> Path:
+    from bertkit.tf_checkpoint import find_tf_checkpoint
+
+    if path.is_dir():
+        prefix = find_tf_checkpoint(path)
+        if prefix is None:
+            raise FileNotFoundError(f"{path}: no TensorFlow checkpoint (bert_model.ckpt.index) in this directory")
+        return prefix
+    return Path(str(path)[: -len(".index")]) if path.suffix == ".index" else path
+
+
+def run(args: argparse.Namespace) -> int:
+    from bertkit.config import BertConfig
+    from bertkit.tf_checkpoint import TFCheckpointError, tf_state_dict
+
+    try:
+        prefix = _prefix(Path(args.tf_checkpoint))
+        config = BertConfig.from_pretrained(Path(args.config) if args.config else prefix.parent)
+        state = tf_state_dict(prefix)
+        cls, config = _model_class(state, config)
+        output = Path(args.output)
+        if (output / "model.safetensors").exists() and not args.overwrite:
+            raise FileExistsError(f"{output}: already holds a model (pass --overwrite to replace it)")
+        model = cls(config)
+        from bertkit.checkpoint import load_state_dict_into
+
+        load_state_dict_into(model, state, origin=str(prefix))
+        if getattr(model, "_load_report", {}).get("initialised"):
+            raise TFCheckpointError(f"{prefix}: the checkpoint lacks {model._load_report['initialised']}")
+        vocab = Path(args.vocab) if args.vocab else prefix.parent / "vocab.txt"
+        model.save_pretrained(output)
+        if vocab.is_file():
+            from bertkit.tokenization import BertTokenizer
+
+            BertTokenizer.from_pretrained(vocab, lowercase=args.lowercase).save_pretrained(output)
+        elif args.vocab:
+            raise FileNotFoundError(f"{vocab}: no such vocabulary file")
+    except (FileNotFoundError, FileExistsError, ValueError) as e:  # TFCheckpointError, CheckpointError included
+        print(f"bertkit convert: error: {e}", file=sys.stderr)
+        return 2
+    n = sum(p.numel() for p in model.parameters())
+    print(json.dumps({"output": str(output), "class": cls.__name__, "parameters": n,
+                      "vocab": vocab.is_file()}))
+    if not vocab.is_file():
+        print(f"bertkit convert: note: no vocab.txt next to {prefix}; copy one into {output}", file=sys.stderr)
+    return 0
+
+
+def _model_class(state: dict, config):
+    import dataclasses
+
+    from bertkit import modeling
+
+    if "cls.predictions.bias" in state:
+        return modeling.BertForPreTraining, config
+    if "classifier.weight" in state:
+        return modeling.BertForSequenceClassification, dataclasses.replace(
+            config, num_labels=int(state["classifier.weight"].shape[0]))
+    if "qa_outputs.weight" in state:
+        return modeling.BertForQuestionAnswering, config
+    return modeling.BertModel, config
