@@ -231,3 +231,36 @@ def test_grad_accum_must_be_positive(tiny_dir, ft, tmp_path, capsys):
     assert main(["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--model", str(tiny_dir),
                  "--output", str(tmp_path / "o"), "--grad-accum", "0", "--quiet"]) == 2
     assert "--grad-accum" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(150)
+def test_torchrun_two_processes_equal_one_large_batch(tiny_dir, ft, tmp_path):
+    """DDP fine-tuning: 2 processes x batches of 4 make the optimizer step one process makes with a batch of 8
+    (same 8 same-length sentences, no dropout, fp32); rank 0 alone writes."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    train = tmp_path / "train8.tsv"
+    train.write_text("".join((ft / "sst2_train.tsv").read_text(encoding="utf-8").splitlines(True)[:9]),
+                     encoding="utf-8")
+    common = ["finetune", "--task", "sst2", "--train", str(train), "--model", str(tiny_dir), "--epochs", "1",
+              "--lr", "1e-2", "--warmup-proportion", "0", "--precision", "fp32", "--dropout", "0", "--quiet"]
+    assert main([*common, "--output", str(tmp_path / "one"), "--batch-size", "8"]) == 0
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    torchrun = Path(sys.executable).parent / "torchrun"
+    r = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", "-m", "bertkit.cli", *common,
+                        "--output", str(tmp_path / "two"), "--batch-size", "4"],
+                       capture_output=True, text=True, env=env, timeout=140, cwd=tmp_path, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len([line for line in r.stdout.splitlines() if line.startswith("{")]) == 1  # rank 0 reports
+    assert json.loads(r.stdout.strip().splitlines()[-1])["step"] == 1
+    one = load_file(str(tmp_path / "one" / "model.safetensors"))
+    two = load_file(str(tmp_path / "two" / "model.safetensors"))
+    assert one.keys() == two.keys()
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], atol=2e-6, rtol=1e-5, msg=key)
+    assert not list((tmp_path / "two").rglob("*.tmp*"))

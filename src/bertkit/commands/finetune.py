@@ -126,6 +126,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """One process, or one of ``torchrun --nproc_per_node N -m bertkit.cli finetune ...`` (DistributedDataParallel:
+    gloo on CPU, nccl on GPU)."""
+    from bertkit.training import distributed as D
+
+    ctx = D.setup(resolve_device(args.device))
+    try:
+        return _run(args, ctx)
+    finally:
+        D.cleanup(ctx)
+
+
+def _run(args: argparse.Namespace, ctx) -> int:
     from bertkit.data.tabular import DataError
     from bertkit.recipes.finetune import FinetuneArgs, finetune, set_seed
     from bertkit.tasks import get_task
@@ -157,13 +169,14 @@ def run(args: argparse.Namespace) -> int:
     train_args = FinetuneArgs(
         epochs=args.epochs, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr,
         warmup_proportion=args.warmup_proportion, weight_decay=args.weight_decay, seed=args.seed, precision=args.precision,
-        device=resolve_device(args.device), eval_batch_size=args.eval_batch_size, eval_every=args.eval_every,
+        device=str(ctx.device), eval_batch_size=args.eval_batch_size, eval_every=args.eval_every,
         max_steps=args.max_steps, quiet=args.quiet,
     )
     try:
-        summary = finetune(task, model, tokenizer, train, dev, args.output, train_args)
-    except DataError as e:
+        summary = finetune(task, model, tokenizer, train, dev, args.output, train_args, ctx)
+    except (DataError, ValueError) as e:
         print(f"bertkit finetune: error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps({"output": str(args.output), **summary}, sort_keys=True))
+    if ctx.is_main:
+        print(json.dumps({"output": str(args.output), **summary}, sort_keys=True))
     return 0

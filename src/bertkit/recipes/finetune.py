@@ -13,6 +13,7 @@ Everything a task family does differently (features, head, metric, output format
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -27,6 +28,8 @@ import torch
 
 from bertkit.checkpoint import atomic_write
 from bertkit.tasks import feature_length, length_batches
+from bertkit.training import distributed as D
+from bertkit.training.distributed import DistContext
 from bertkit.training.optim import build_optimizer, linear_schedule
 from bertkit.training.precision import autocast, resolve_precision
 
@@ -86,23 +89,36 @@ def evaluate(task, model, examples, features, args: FinetuneArgs, precision: str
 
 
 def finetune(
-    task, model, tokenizer, train_examples, dev_examples, output_dir: str | os.PathLike, args: FinetuneArgs
+    task, model, tokenizer, train_examples, dev_examples, output_dir: str | os.PathLike, args: FinetuneArgs,
+    ctx: DistContext | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``model`` on ``train_examples``; keep the checkpoint with the best dev ``task.main_metric``
-    in ``output_dir``. Returns the best dev metrics (or the last training loss when there is no dev set)."""
+    in ``output_dir``. Returns the best dev metrics (or the last training loss when there is no dev set).
+
+    Under torchrun (``ctx`` from ``bertkit.training.distributed.setup``) the model is wrapped in
+    DistributedDataParallel and each process trains on its share of every epoch's batches (an optimizer batch is
+    then ``batch_size * grad_accum * world_size`` examples); rank 0 alone evaluates and writes."""
     from tqdm import tqdm
 
     output_dir = Path(output_dir)
+    ctx = ctx or DistContext(device=torch.device(args.device))
     set_seed(args.seed)
-    device = torch.device(args.device)
+    device = ctx.device
     precision = resolve_precision(args.precision, device)
     model.to(device).train()
+    ddp_model = D.wrap(model, ctx)
+    if ctx.rank:
+        torch.manual_seed(args.seed + 1000 * ctx.rank)  # dropout differs per process; weights are rank 0's
     train_features = task.featurize(train_examples, tokenizer, training=True)
     dev_features = task.featurize(dev_examples, tokenizer) if dev_examples else None
     lengths = [feature_length(f) for f in train_features]
     if args.grad_accum < 1:
         raise ValueError(f"grad_accum must be >= 1, got {args.grad_accum}")
-    steps_per_epoch = math.ceil(math.ceil(len(train_features) / args.batch_size) / args.grad_accum)
+    batches_per_epoch = math.ceil(len(train_features) / args.batch_size) // ctx.world_size
+    if batches_per_epoch == 0:
+        raise ValueError(f"{len(train_features)} training examples make fewer batches of {args.batch_size} than "
+                         f"there are processes ({ctx.world_size})")
+    steps_per_epoch = math.ceil(batches_per_epoch / args.grad_accum)
     total_steps = max(1, math.ceil(steps_per_epoch * args.epochs))
     if args.max_steps:
         total_steps = min(total_steps, args.max_steps)
@@ -116,7 +132,8 @@ def finetune(
 
     def checkpoint() -> None:
         nonlocal best
-        if dev_features is None:
+        if dev_features is None or not ctx.is_main:
+            D.barrier(ctx)
             return
         metrics, preds = evaluate(task, model, dev_examples, dev_features, args, precision)
         record = {**metrics, "step": step, "epoch": round(step / steps_per_epoch, 3),
@@ -130,20 +147,25 @@ def finetune(
             shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
             print(f"step {step}: dev {shown}{'  (best, saved)' if improved else ''}", file=sys.stderr)
         model.train()
+        D.barrier(ctx)
 
     progress = tqdm(total=total_steps, desc=f"finetune {task.name}", unit="step",
-                    disable=args.quiet or not sys.stderr.isatty())
+                    disable=args.quiet or not ctx.is_main or not sys.stderr.isatty())
     while step < total_steps:
         batches = length_batches(lengths, args.batch_size, shuffle=True, seed=args.seed + epoch)
+        batches = batches[ctx.rank::ctx.world_size][:batches_per_epoch]  # this process's share, equal on every rank
         for b, idx in enumerate(batches):
             batch = {k: v.to(device) for k, v in task.collate([train_features[i] for i in idx]).items()}
             # the last optimizer step of an epoch may average fewer micro-batches
             in_step = min(args.grad_accum, len(batches) - (b - b % args.grad_accum))
-            with autocast(precision, device):
-                loss = model(**batch).loss
-            (loss / in_step).backward()
+            last_micro = not (b + 1) % args.grad_accum or b + 1 == len(batches)
+            no_sync = ddp_model.no_sync() if ctx.distributed and not last_micro else contextlib.nullcontext()
+            with no_sync:
+                with autocast(precision, device):
+                    loss = ddp_model(**batch).loss
+                (loss / in_step).backward()
             loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
-            if (b + 1) % args.grad_accum and b + 1 < len(batches):
+            if not last_micro:
                 continue
             if args.max_grad_norm:
                 torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm)
@@ -161,9 +183,13 @@ def finetune(
         if not args.eval_every or step >= total_steps:
             checkpoint()
     progress.close()
-    if dev_features is None:
+    if dev_features is None and ctx.is_main:
         save_output(task, model, tokenizer, output_dir, None, None, None)
+    D.barrier(ctx)
+    if dev_features is None or not ctx.is_main:
         best = {"step": step, "train_loss": loss_sum / max(loss_n, 1)}
+        if not ctx.is_main:
+            return best
     assert best is not None
     summary = {**best, "train_seconds": round(time.perf_counter() - t0, 2), "compute_precision": precision}
     write_json(output_dir / "train_log.json", {"args": asdict(args), "history": history, "best": summary,
