@@ -113,7 +113,8 @@ def test_squad_v1_and_v2_end_to_end(tiny_dir, ft, tmp_path):
     _compare_with_transformers(out, "BertForQuestionAnswering", "BertForQuestionAnswering", inputs)
     out2 = tmp_path / "squad2"
     m2 = _finetune("squad_v2", ft / "squad_v2_train.json", ft / "squad_v2_dev.json", tiny_dir, out2, *extra)
-    assert {"HasAns_exact", "NoAns_exact"} <= set(m2)
+    assert {"HasAns_exact", "NoAns_exact", "best_f1", "best_f1_thresh"} <= set(m2)
+    assert m2["best_f1"] >= m2["f1"] - 1e-9 and m2["best_exact"] >= m2["exact_match"] - 1e-9  # 0.0 is a candidate
     assert (out2 / "null_odds.json").is_file()
     # an impossible threshold makes every answer null: NoAns all right, HasAns all wrong
     assert main(["evaluate", "--model", str(out2), "--data", str(ft / "squad_v2_dev.json"), "--quiet",

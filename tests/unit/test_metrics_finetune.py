@@ -105,3 +105,21 @@ def test_conlleval_sentences_do_not_merge():
     # chunk at the end of one sentence and I- at the start of the next stay separate
     out = M.conlleval([["B-PER"], ["I-PER"]], [["B-PER"], ["I-PER"]])
     assert out["found_gold"] == 2 and out["f1"] == 100.0
+
+
+def test_squad_v2_best_thresholds_follow_the_official_search():
+    """Worked by hand with find_best_thresh of the official v2.0 script: start from "every question null" (the
+    no-answer questions score), switch questions to answered in increasing no-answer score, keep the best."""
+    from bertkit.tasks.metrics import squad_v2_best_thresholds
+
+    gold = {"q1": ["Paris"], "q2": [], "q3": ["blue sky"]}
+    answers = {"q1": "paris", "q2": "foo", "q3": "red sky"}  # q3: EM 0, F1 0.5
+    na_probs = {"q1": -2.0, "q2": 1.0, "q3": 0.5}
+    out = squad_v2_best_thresholds(gold, answers, na_probs)
+    # EM: 1 (q2 null) -> +1 at q1 (2, thresh -2.0) -> +0 at q3 -> -1 at q2
+    assert out["best_exact"] == pytest.approx(200 / 3) and out["best_exact_thresh"] == -2.0
+    # F1: 1 -> 2 at q1 -> 2.5 at q3 (thresh 0.5) -> 1.5 at q2
+    assert out["best_f1"] == pytest.approx(250 / 3) and out["best_f1_thresh"] == 0.5
+    # answering nothing is best when every answer is wrong: threshold stays at the script's 0.0
+    out = squad_v2_best_thresholds({"a": ["x"], "b": []}, {"a": "y", "b": "z"}, {"a": -1.0, "b": -0.5})
+    assert out["best_exact"] == pytest.approx(50.0) and out["best_exact_thresh"] == 0.0

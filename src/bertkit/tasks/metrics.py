@@ -153,6 +153,28 @@ def squad_evaluate(
     v1.1: max over the gold answers; a question without a prediction scores 0 (the script warns).
     v2.0: an unanswerable question's gold is ``[""]``; adds HasAns_/NoAns_ breakdowns.
     """
+    em, f1 = squad_raw_scores(gold, predictions, version)
+    total = len(gold)
+    out = {
+        "exact_match": 100.0 * sum(em.values()) / total if total else 0.0,
+        "f1": 100.0 * sum(f1.values()) / total if total else 0.0,
+        "total": total,
+    }
+    if version == "2.0":
+        has_ans = [q for q, a in gold.items() if any(normalize_answer(x) for x in a)]
+        no_ans = [q for q in gold if q not in set(has_ans)]
+        for name, ids in (("HasAns", has_ans), ("NoAns", no_ans)):
+            if ids:
+                out[f"{name}_exact"] = 100.0 * sum(em[q] for q in ids) / len(ids)
+                out[f"{name}_f1"] = 100.0 * sum(f1[q] for q in ids) / len(ids)
+                out[f"{name}_total"] = len(ids)
+    return out
+
+
+def squad_raw_scores(
+    gold: dict[str, list[str]], predictions: dict[str, str], version: str = "1.1"
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Per-question exact match and F1 (0..1), as ``get_raw_scores`` of the official scripts."""
     if version not in ("1.1", "2.0"):
         raise ValueError(f"SQuAD version must be '1.1' or '2.0', got {version!r}")
     em: dict[str, float] = {}
@@ -170,20 +192,31 @@ def squad_evaluate(
             pred = predictions[qid]
             em[qid] = max(squad_exact(pred, a) for a in answers)
             f1[qid] = max(squad_f1_v1(pred, a) for a in answers)
-    total = len(gold)
-    out = {
-        "exact_match": 100.0 * sum(em.values()) / total if total else 0.0,
-        "f1": 100.0 * sum(f1.values()) / total if total else 0.0,
-        "total": total,
-    }
-    if version == "2.0":
-        has_ans = [q for q, a in gold.items() if any(normalize_answer(x) for x in a)]
-        no_ans = [q for q in gold if q not in set(has_ans)]
-        for name, ids in (("HasAns", has_ans), ("NoAns", no_ans)):
-            if ids:
-                out[f"{name}_exact"] = 100.0 * sum(em[q] for q in ids) / len(ids)
-                out[f"{name}_f1"] = 100.0 * sum(f1[q] for q in ids) / len(ids)
-                out[f"{name}_total"] = len(ids)
+    return em, f1
+
+
+def squad_v2_best_thresholds(
+    gold: dict[str, list[str]], answers: dict[str, str], na_probs: dict[str, float]
+) -> dict[str, float]:
+    """The SQuAD 2.0 script's ``find_all_best_thresh``: the null-answer threshold that maximises EM (and F1).
+
+    ``answers`` are the best non-null answers, ``na_probs`` the no-answer scores (bertkit: null_odds = null score
+    minus best span score); a question is answered when its score is <= the threshold. Returns ``best_exact``,
+    ``best_exact_thresh``, ``best_f1``, ``best_f1_thresh`` (percent and score), as the official script does."""
+    em, f1 = squad_raw_scores(gold, answers, "2.0")
+    has_ans = {q: any(normalize_answer(x) for x in a) for q, a in gold.items()}
+    out = {}
+    for name, scores in (("exact", em), ("f1", f1)):
+        cur = best = float(sum(1 for q in has_ans if not has_ans[q]))
+        best_thresh = 0.0
+        for qid in sorted(na_probs, key=lambda k: na_probs[k]):
+            if qid not in scores:
+                continue
+            cur += scores[qid] if has_ans[qid] else (-1.0 if answers.get(qid) else 0.0)
+            if cur > best:
+                best, best_thresh = cur, na_probs[qid]
+        out[f"best_{name}"] = 100.0 * best / len(scores) if scores else 0.0
+        out[f"best_{name}_thresh"] = float(best_thresh)
     return out
 
 

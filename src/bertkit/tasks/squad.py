@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.tasks import TaskBase, collate_inputs, run_inference
-from bertkit.tasks.metrics import squad_evaluate
+from bertkit.tasks.metrics import squad_evaluate, squad_v2_best_thresholds
 
 
 def doc_spans(n_tokens: int, max_tokens: int, doc_stride: int) -> list[tuple[int, int]]:
@@ -225,13 +225,17 @@ class SquadTask(TaskBase):
             best_score = best_non_null["start_logit"] + best_non_null["end_logit"] if best_non_null else -math.inf
             null_odds = null_score - best_score
             text = "" if best_non_null is None or null_odds > self.null_score_diff_threshold else best_non_null["text"]
-            return {"text": text, "nbest": nbest, "null_odds": null_odds}
+            return {"text": text, "nbest": nbest, "null_odds": null_odds,
+                    "best_non_null": best_non_null["text"] if best_non_null else ""}
         return {"text": best_non_null["text"] if best_non_null else "", "nbest": nbest, "null_odds": None}
 
     # ------------------------------------------------------------------ metric and output
     def metrics(self, examples: Sequence, preds: Sequence[dict]) -> dict[str, float]:
         gold = {e.qas_id: ([] if e.is_impossible else e.answer_texts) for e in examples}
         out = squad_evaluate(gold, {e.qas_id: p["text"] for e, p in zip(examples, preds)}, self.version)
+        if self.version == "2.0" and preds and all(p.get("null_odds") is not None for p in preds):
+            out.update(squad_v2_best_thresholds(gold, {e.qas_id: p["best_non_null"] for e, p in zip(examples, preds)},
+                                                {e.qas_id: p["null_odds"] for e, p in zip(examples, preds)}))
         return {k: float(v) for k, v in out.items()}
 
     def write_predictions(self, directory: str | os.PathLike, examples: Sequence, preds: Sequence[dict]) -> list[Path]:
