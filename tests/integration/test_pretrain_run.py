@@ -219,3 +219,29 @@ def test_options_two_phase_no_nsp_accumulation_static_whole_word(corpus, tmp_pat
     assert state["data"]["phase"] == 1 and state["step"] == 10
     model = BertForPreTraining.from_pretrained(out)
     assert model.config.max_position_embeddings >= 64
+
+
+def test_max_time_refits_the_schedule_to_the_measured_pace(corpus, tmp_path, monkeypatch):
+    """--max-time fits the schedule from a few cold probe steps, then re-fits it once to the pace measured in the
+    run: a probe claiming 1 s/step schedules 8 steps for 12 s; the tiny model's real pace re-schedules far more,
+    run.json records it, and the lr decays on the new schedule."""
+    from bertkit.recipes import pretrain as recipe
+
+    monkeypatch.setattr(recipe, "_time_steps", lambda *a, **k: 1.0)
+    out = tmp_path / "timed"
+    recipe.pretrain(recipe.PretrainConfig(
+        corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), model_size="bert-tiny",
+        config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}, seq_len=32,
+        batch_size=4, max_time=12.0, log_every=1, quiet=True, workers=1, precision="fp32", warmup_steps=2))
+    initial = int((12.0 * 0.95 - 2.0) / 1.06)
+    run = json.loads((out / "run.json").read_text())
+    assert run["total_steps"] > 2 * initial
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [x for x in lines if "loss" in x]
+    assert train[-1]["step"] > 2 * initial
+    # before the re-fit the lr decays towards step `initial`; after it, towards run["total_steps"]
+    refit_step = recipe.refit_steps(initial, max(1, initial // 10))[1]
+    assert refit_step == initial - 1  # the pessimistic schedule is re-fitted before it ends
+    after = next(x for x in train if x["step"] == refit_step + 1)
+    expected = 1e-4 * (run["total_steps"] - (refit_step + 1)) / (run["total_steps"] - 2)
+    assert after["lr"] == pytest.approx(expected, rel=1e-6)

@@ -248,6 +248,18 @@ class _Prefetcher:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
+_PACE_FROM = 3  # --max-time re-fit: steps left out of the pace (the first ones run cold)
+
+
+def refit_steps(total_steps: int, eval_every: int) -> tuple[int, int] | None:
+    """(step the pace is timed from, step the --max-time schedule is re-fitted at), or None for very short runs.
+    The re-fit comes just after the first held-out evaluation, so the measured pace carries its share of
+    evaluation time (and at most a quarter of the way in)."""
+    least = _PACE_FROM + 10
+    at = min(max(least, eval_every + 1), max(least, total_steps // 4), total_steps - 1)
+    return (_PACE_FROM, at) if at > _PACE_FROM else None
+
+
 def _time_steps(model, make_optimizer, batches: list[dict], precision: str, device, grad_accum: int) -> float:
     """Median seconds per optimizer step of a throwaway copy of the model, the first (warm-up) step left out; the
     model, optimizer and RNG states are untouched."""
@@ -377,6 +389,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
             return build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
         ckpt_path = latest_checkpoint(checkpoint_dir(out)) if cfg.resume else None
+        refit: tuple[int, int] | None = None  # (step the pace is timed from, step the schedule is re-fitted at)
         state = load_checkpoint(ckpt_path) if ckpt_path else None
         if state is not None:
             total_steps = int(state["total_steps"])
@@ -396,12 +409,16 @@ def pretrain(cfg: PretrainConfig) -> Path:
             total_steps = int(D.broadcast_object(ctx, total_steps))
             if cfg.max_steps is not None:
                 total_steps = min(total_steps, cfg.max_steps)
+            else:  # the probe runs cold (allocator, kernels for new shapes): re-fit once to the measured pace
+                refit = (0, 0)  # placed below, once the evaluation interval is known
             _say(cfg, ctx, f"--max-time {cfg.max_time:.0f}s at {per_step * 1000:.0f} ms/step: "
                            f"scheduling {total_steps} steps")
         else:
             total_steps = int(cfg.max_steps)
         warmup = cfg.warmup_steps if cfg.warmup_steps is not None else max(1, int(0.05 * total_steps))
         eval_every = cfg.eval_every or max(1, total_steps // 10)
+        if refit is not None:
+            refit = refit_steps(total_steps, eval_every)
         phase2_start = int(0.9 * total_steps) if cfg.two_phase else total_steps
 
         optimizer = make_optimizer(model)
@@ -498,6 +515,28 @@ def pretrain(cfg: PretrainConfig) -> Path:
             window["steps"] += 1
             window["time"] += dt
             bar.update(1)
+            if refit is not None and step == refit[0]:
+                pace_start = time.perf_counter()
+            if refit is not None and step == refit[1]:
+                pace = (time.perf_counter() - pace_start) / (refit[1] - refit[0])
+                remaining = deadline - (time.perf_counter() - started)
+                fitted = int(D.broadcast_object(ctx, step + max(1, int(remaining / (pace * 1.04)))))
+                refit = None
+                if abs(fitted - total_steps) > 0.03 * total_steps:
+                    _say(cfg, ctx, f"--max-time: {pace * 1000:.0f} ms/step measured, re-scheduling "
+                                   f"{total_steps} -> {fitted} steps")
+                    total_steps = fitted
+                    scheduler = linear_schedule(optimizer, warmup, total_steps)
+                    scheduler.last_epoch = step - 1
+                    scheduler.step()  # the lr of this step on the new schedule
+                    eval_every = cfg.eval_every or max(1, total_steps // 10)
+                    if phase == 0:
+                        phase2_start = int(0.9 * total_steps) if cfg.two_phase else total_steps
+                    bar.total = total_steps
+                    bar.refresh()
+                    if ctx.is_main:
+                        record["total_steps"] = total_steps
+                        (out / "run.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
             if step % cfg.log_every == 0 or step == total_steps:
                 w = window
