@@ -245,3 +245,29 @@ def test_max_time_refits_the_schedule_to_the_measured_pace(corpus, tmp_path, mon
     after = next(x for x in train if x["step"] == refit_step + 1)
     expected = 1e-4 * (run["total_steps"] - (refit_step + 1)) / (run["total_steps"] - 2)
     assert after["lr"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_init_from_continues_pretraining_an_existing_model(corpus, tmp_path):
+    """--init-from starts from a model directory's weights, config and vocabulary (continued / domain pre-training)."""
+    from safetensors.torch import load_file
+
+    from bertkit.recipes.pretrain import PretrainConfig, PretrainError, pretrain
+
+    tiny = {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}
+    first = tmp_path / "first"
+    pretrain(PretrainConfig(corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(first), model_size="bert-tiny",
+                            config_overrides=tiny, seq_len=32, batch_size=4, max_steps=3, quiet=True, workers=1,
+                            precision="fp32", lr=1e-3))
+    second = tmp_path / "second"  # a learning rate too small to move the weights: the start is what is checked
+    pretrain(PretrainConfig(corpus=[str(corpus[0])], output=str(second), init_from=str(first), seq_len=32,
+                            batch_size=4, max_steps=1, quiet=True, workers=1, precision="fp32", lr=1e-12,
+                            model_size="bert-large"))  # ignored: the model's own config is used
+    a, b = load_file(str(first / "model.safetensors")), load_file(str(second / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], atol=1e-8, rtol=0, msg=key)
+    assert json.loads((second / "config.json").read_text())["hidden_size"] == 32
+    assert (second / "vocab.txt").read_text() == (first / "vocab.txt").read_text()
+    assert json.loads((second / "run.json").read_text())["config"]["init_from"] == str(first.resolve())
+    with pytest.raises(PretrainError, match="not a model directory"):
+        PretrainConfig(corpus=[str(corpus[0])], output=str(tmp_path / "x"), init_from=str(tmp_path), max_steps=1)

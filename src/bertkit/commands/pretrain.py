@@ -31,6 +31,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     m = parser.add_argument_group("model and objectives")
     m.add_argument("--model-size", default="bert-mini",
                    help="bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large (default bert-mini)")
+    m.add_argument("--init-from", metavar="DIR", default=None,
+                   help="continue pre-training this model (bertkit, Hugging Face or Google TF directory) on the "
+                        "corpus: its config, weights and vocabulary (--model-size is then ignored)")
     m.add_argument("--config-override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a BertConfig field, e.g. hidden_dropout_prob=0.0 (repeatable; value read as JSON)")
     m.add_argument("--no-nsp", dest="nsp", action="store_false", help="MLM only (the paper's ablation)")
@@ -89,7 +92,8 @@ def config_from_args(args: argparse.Namespace):
             overrides[key.strip()] = value
     return PretrainConfig(
         corpus=args.corpus, output=args.output, vocab=args.vocab, vocab_size=args.vocab_size, lowercase=args.lowercase,
-        corpus_format=args.corpus_format, encoding=args.encoding, model_size=args.model_size, config_overrides=overrides,
+        corpus_format=args.corpus_format, encoding=args.encoding, model_size=args.model_size, init_from=args.init_from,
+        config_overrides=overrides,
         seq_len=args.seq_len, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr,
         warmup_steps=args.warmup_steps, weight_decay=args.weight_decay, clip=args.clip, max_steps=args.max_steps,
         max_time=None if args.max_time is None else parse_duration(args.max_time), save_every=args.save_every,

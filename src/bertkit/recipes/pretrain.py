@@ -28,7 +28,7 @@ from typing import Any
 RUN_KEYS = ("corpus", "corpus_format", "encoding", "vocab", "vocab_size", "lowercase", "model_size", "seq_len",
             "batch_size", "grad_accum", "lr", "warmup_steps", "weight_decay", "clip", "max_steps", "seed", "nsp",
             "mask_prob", "max_predictions", "whole_word_mask", "masking", "dupe_factor", "short_seq_prob", "two_phase",
-            "phase2_seq_len", "phase2_batch_size", "precision", "config_overrides")
+            "phase2_seq_len", "phase2_batch_size", "precision", "config_overrides", "init_from")
 
 
 class PretrainError(RuntimeError):
@@ -45,6 +45,7 @@ class PretrainConfig:
     corpus_format: str = "auto"
     encoding: str = "auto"  # "utf-8": a line that is not UTF-8 is an error (auto: read it as Windows-1252)
     model_size: str = "bert-mini"
+    init_from: str | None = None  # continue pre-training this model directory (its config, weights, vocabulary)
     config_overrides: dict[str, Any] = field(default_factory=dict)
     seq_len: int = 128
     batch_size: int = 32
@@ -95,12 +96,21 @@ class PretrainConfig:
             raise PretrainError(f"--mask-prob must be in (0, 1), got {self.mask_prob}")
         if self.lr <= 0:
             raise PretrainError(f"--lr must be positive, got {self.lr}")
+        if self.init_from is not None:
+            init = Path(self.init_from)
+            if not (init / "config.json").is_file() and not (init / "bert_config.json").is_file():
+                raise PretrainError(f"--init-from {init}: not a model directory (no config.json)")
+            if self.vocab is None:
+                if not (init / "vocab.txt").is_file():
+                    raise PretrainError(f"--init-from {init}: no vocab.txt there; pass --vocab")
+                self.vocab = str(init)  # the model's own vocabulary (and tokenizer config)
 
     def run_record(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["corpus"] = [str(Path(p).resolve()) for p in self.corpus]
-        if d["vocab"]:
-            d["vocab"] = str(Path(d["vocab"]).resolve())
+        for key in ("vocab", "init_from"):
+            if d[key]:
+                d[key] = str(Path(d[key]).resolve())
         return {k: d[k] for k in RUN_KEYS}
 
 
@@ -379,10 +389,20 @@ def pretrain(cfg: PretrainConfig) -> Path:
 
         # ---- model, optimizer, schedule
         max_len = max(s for s, _ in phases)
-        config = BertConfig.from_preset(cfg.model_size, vocab_size=len(tokenizer),
-                                        max_position_embeddings=max(512, max_len), **cfg.config_overrides)
         torch.manual_seed(cfg.seed)
-        model = BertForPreTraining(config).to(ctx.device)
+        if cfg.init_from:  # continued pre-training (e.g. on a domain's text): the model's config and weights
+            config = BertConfig.from_pretrained(cfg.init_from)
+            if cfg.config_overrides:
+                config = dataclasses.replace(config, **cfg.config_overrides)
+            if config.vocab_size < len(tokenizer) or config.max_position_embeddings < max_len:
+                raise PretrainError(f"--init-from {cfg.init_from}: the model has {config.vocab_size} embeddings and "
+                                    f"{config.max_position_embeddings} positions; the run needs {len(tokenizer)} "
+                                    f"tokens and {max_len} positions")
+            model = BertForPreTraining.from_pretrained(cfg.init_from, config=config).to(ctx.device)
+        else:
+            config = BertConfig.from_preset(cfg.model_size, vocab_size=len(tokenizer),
+                                            max_position_embeddings=max(512, max_len), **cfg.config_overrides)
+            model = BertForPreTraining(config).to(ctx.device)
         model.train()
 
         def make_optimizer(m):
