@@ -35,7 +35,7 @@ import bertkit
 from bertkit import BertConfig
 from bertkit.tasks import length_batches
 from bertkit.training.optim import build_optimizer
-from bertkit.training.precision import autocast, resolve_precision
+from bertkit.precision import autocast, resolve_precision
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -72,7 +72,7 @@ def main() -> None:
 
     from bertkit import BertConfig, BertForPreTraining
     from bertkit.training.optim import build_optimizer, linear_schedule
-    from bertkit.training.precision import autocast, resolve_precision
+    from bertkit.precision import autocast, resolve_precision
 
     with tempfile.TemporaryDirectory() as tmp:
         batches, vocab_size = make_batches(args.seq_len, args.batch_size, args.steps, Path(tmp))

@@ -12,7 +12,6 @@ Pickle is never trusted: ``pytorch_model.bin`` is read with ``torch.load(weights
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -21,6 +20,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertkit.config import BertConfig
+from bertkit.errors import InputError
+from bertkit.files import atomic_write, write_json
 
 WEIGHTS_NAME = "model.safetensors"
 PT_WEIGHTS_NAME = "pytorch_model.bin"
@@ -37,7 +38,7 @@ IGNORED_SUFFIXES = ("embeddings.position_ids",)
 HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "bert.pooler.")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(InputError):
     """A checkpoint does not fit the model: names the key and, for shapes, both shapes."""
 
 
@@ -164,19 +165,6 @@ def load_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = No
     return model
 
 
-def atomic_write(path: Path, write) -> None:
-    """Write via a temp file in the same directory, fsync, rename: a crash never leaves a half-written file."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> None:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -188,7 +176,4 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> None:
     config = model.config.to_dict("hf")
     config["architectures"] = [type(model).__name__]
     atomic_write(directory / WEIGHTS_NAME, lambda p: save_file(state, str(p), metadata={"format": "pt"}))
-    atomic_write(
-        directory / CONFIG_NAME,
-        lambda p: p.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8"),
-    )
+    write_json(directory / CONFIG_NAME, config)

@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from bertkit.errors import BertkitError
+
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("bertkit.commands.demo", "build a small random BERT, run a bundled sentence through it, print shapes"),
@@ -61,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv[1:])
     try:
         code = module.run(args)
+    except BertkitError as e:
+        print(f"bertkit {name}: error: {e}", file=sys.stderr)
+        return e.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit.files import write_json
+
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 POSITION_EMBEDDING_TYPES = ("absolute", "sinusoidal")
 
@@ -179,7 +181,7 @@ class BertConfig:
         return cls.from_dict(data, source=str(path))
 
     def to_json_file(self, path: str | os.PathLike, flavour: str = "hf") -> None:
-        Path(path).write_text(json.dumps(self.to_dict(flavour), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_json(path, self.to_dict(flavour))
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> BertConfig:

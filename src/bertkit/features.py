@@ -185,7 +185,7 @@ class Encoder:
         import torch
 
         from bertkit.modeling import BertModel
-        from bertkit.training.precision import resolve_precision
+        from bertkit.precision import resolve_precision
 
         bert = model if isinstance(model, BertModel) else getattr(model, "bert", None)
         if not isinstance(bert, BertModel):
@@ -284,7 +284,7 @@ class Encoder:
     def autocast(self):
         """The autocast context for this encoder's precision (entered once around many batches: the bf16 copies of
         the weights are then cached instead of re-made per batch)."""
-        from bertkit.training.precision import autocast
+        from bertkit.precision import autocast
 
         return autocast(self.precision, self.device)
 

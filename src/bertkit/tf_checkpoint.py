@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertkit.errors import InputError
+
 # TF DataType enum -> numpy dtype (the ones a BERT checkpoint can hold)
 _DTYPES = {1: np.float32, 2: np.float64, 3: np.int32, 9: np.int64, 10: np.bool_, 19: np.float16}
 _DT_BFLOAT16 = 14
@@ -41,7 +43,7 @@ _OUTPUT_LAYERS = {
 _DROPPED = re.compile(r"(^|/)(adam_m|adam_v|global_step|bad_steps|loss_scale|good_steps)$")
 
 
-class TFCheckpointError(ValueError):
+class TFCheckpointError(InputError):
     """The checkpoint files are unreadable or hold a variable that has no place in BERT; names file and variable."""
 
 

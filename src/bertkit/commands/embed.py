@@ -17,6 +17,8 @@ import re
 import sys
 from pathlib import Path
 
+from bertkit.files import atomic_write
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     # let "--layers -1,-2,-3,-4" parse: argparse otherwise takes "-1,-2,..." for an option
@@ -86,7 +88,6 @@ def read_inputs(path: str) -> tuple[list[str], list[str] | None]:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from bertkit.checkpoint import atomic_write
     from bertkit.features import Encoder, resolve_pooling
     from bertkit.serve.app import parse_layers
 

@@ -22,8 +22,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, labelled: bool = True) -> int:
     from bertkit.commands.finetune import load_finetuned, resolve_device
     from bertkit.data.tabular import DataError
-    from bertkit.recipes.finetune import write_json
-    from bertkit.training.precision import resolve_precision
+    from bertkit.files import write_json
+    from bertkit.precision import resolve_precision
 
     command = "evaluate" if labelled else "predict"
     try:

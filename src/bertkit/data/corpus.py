@@ -28,6 +28,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from bertkit.errors import InputError
+
 FORMATS = ("auto", "google", "prose", "jsonl")
 # a document's paragraphs are split in chunks of this many, so one huge file still uses every core
 PARAGRAPHS_PER_TASK = 256
@@ -39,7 +41,7 @@ _INNER_SENTENCE_END = re.compile(r"[.!?]['\"\u2019\u201d)\]]*\s+['\"\u2018\u201c
 _WHITESPACE = re.compile(r"\s+")
 
 
-class CorpusError(ValueError):
+class CorpusError(InputError):
     """Unreadable corpus input; the message names the file (and line)."""
 
 

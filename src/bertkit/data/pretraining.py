@@ -39,12 +39,19 @@ from pathlib import Path
 
 import numpy as np
 
+from bertkit.files import atomic_write, write_json
+
 META_NAME = "meta.json"
 SHARD_FORMAT = 1
 NO_LABEL = -100
 
 
 # --------------------------------------------------------------------------------------------- vocabulary facts
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    with open(path, "wb") as f:  # a file object: np.save would add ".npy" to the temp file's name
+        np.save(f, array)
 
 
 @dataclass(frozen=True)
@@ -151,12 +158,7 @@ class _ShardWriter:
         documents = np.concatenate([[0], np.cumsum(self.doc_sentences)]).astype(np.int64)
         for part, array in (("tokens", tokens), ("sentences", sentences), ("documents", documents)):
             final = self.directory / f"{name}.{part}.npy"
-            tmp = self.directory / f".{name}.{part}.npy.tmp"
-            with open(tmp, "wb") as f:
-                np.save(f, array)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
+            atomic_write(final, lambda p, a=array: _save_npy(p, a))
         self.shards.append({"name": name, "tokens": len(tokens), "sentences": int(len(sentences) - 1),
                             "documents": int(len(documents) - 1)})
         self._reset()
@@ -240,9 +242,7 @@ def build_shards(
         "eval": held.shards[0] if held.shards else None,
         "fingerprint": fingerprint or {},
     }
-    from bertkit.checkpoint import atomic_write
-
-    atomic_write(out_dir / META_NAME, lambda p: p.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8"))
+    write_json(out_dir / META_NAME, meta, sort_keys=False)
     return meta
 
 

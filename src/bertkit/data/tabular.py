@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.errors import InputError
 
-class DataError(ValueError):
+
+class DataError(InputError):
     """A malformed input file: the message names the file and the line (or the record) at fault."""
 
     def __init__(self, path: str | os.PathLike, line: int | str | None, message: str):

@@ -14,7 +14,6 @@ Everything a task family does differently (features, head, metric, output format
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import random
@@ -26,12 +25,12 @@ from typing import Any
 
 import torch
 
-from bertkit.checkpoint import atomic_write
+from bertkit.files import write_json
+from bertkit.precision import autocast, resolve_precision
 from bertkit.tasks import feature_length, length_batches
 from bertkit.training import distributed as D
 from bertkit.training.distributed import DistContext
 from bertkit.training.optim import build_optimizer, linear_schedule
-from bertkit.training.precision import autocast, resolve_precision
 
 TASK_CONFIG_NAME = "finetune_config.json"
 
@@ -63,10 +62,6 @@ def set_seed(seed: int) -> None:
         np.random.seed(seed % 2**32)
     except ImportError:  # pragma: no cover
         pass
-
-
-def write_json(path: Path, data: Any) -> None:
-    atomic_write(path, lambda p: p.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8"))
 
 
 def save_output(task, model, tokenizer, directory: Path, metrics: dict | None, examples, preds) -> None:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit.errors import RunError
+
 # settings that change what is computed: a resumed run must match them (others, like save_every, may change)
 RUN_KEYS = ("corpus", "corpus_format", "encoding", "vocab", "vocab_size", "lowercase", "model_size", "seq_len",
             "batch_size", "grad_accum", "lr", "warmup_steps", "weight_decay", "clip", "max_steps", "seed", "nsp",
@@ -31,7 +33,7 @@ RUN_KEYS = ("corpus", "corpus_format", "encoding", "vocab", "vocab_size", "lower
             "phase2_seq_len", "phase2_batch_size", "precision", "config_overrides", "init_from")
 
 
-class PretrainError(RuntimeError):
+class PretrainError(RunError):
     """A run that cannot start or continue; the message says what to do."""
 
 
@@ -275,7 +277,7 @@ def _time_steps(model, make_optimizer, batches: list[dict], precision: str, devi
     model, optimizer and RNG states are untouched."""
     import copy
 
-    from bertkit.training.precision import autocast
+    from bertkit.precision import autocast
 
     probe = copy.deepcopy(model)
     opt = make_optimizer(probe)
@@ -300,7 +302,7 @@ def _evaluate(model, batches: list[dict], precision: str, device) -> dict[str, f
     """Held-out MLM accuracy (masked positions), NSP accuracy and loss, on fixed batches."""
     import torch
 
-    from bertkit.training.precision import autocast
+    from bertkit.precision import autocast
 
     model.eval()
     mlm_ok = mlm_n = nsp_ok = nsp_n = 0
@@ -335,6 +337,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
     from bertkit.config import BertConfig
     from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo
     from bertkit.modeling import BertForPreTraining
+    from bertkit.precision import autocast, resolve_precision
     from bertkit.training import distributed as D
     from bertkit.training.checkpointing import (
         checkpoint_dir,
@@ -344,7 +347,6 @@ def pretrain(cfg: PretrainConfig) -> Path:
         set_rng_state,
     )
     from bertkit.training.optim import build_optimizer, linear_schedule
-    from bertkit.training.precision import autocast, resolve_precision
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

@@ -114,7 +114,7 @@ def run_inference(
     """Yield (feature indices, model output) over length-sorted batches, in eval mode, without gradients."""
     import torch
 
-    from bertkit.training.precision import autocast
+    from bertkit.precision import autocast
 
     model.eval()
     batches = length_batches([feature_length(f) for f in features], batch_size, shuffle=False)

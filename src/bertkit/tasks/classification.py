@@ -15,6 +15,7 @@ from typing import Any
 
 from bertkit.data.glue import GLUE_TASKS
 from bertkit.data.tabular import DataError, read_table
+from bertkit.files import atomic_write
 from bertkit.tasks import TaskBase, collate_inputs, run_inference
 from bertkit.tasks import metrics as M
 
@@ -156,8 +157,6 @@ class ClassificationTask(TaskBase):
         return out
 
     def write_predictions(self, directory: str | os.PathLike, examples: Sequence, preds: Sequence) -> list[Path]:
-        from bertkit.checkpoint import atomic_write
-
         lines = ["index\tprediction"]
         for e, p in zip(examples, preds):
             lines.append(f"{e.guid}\t{p:.3f}" if self.regression else f"{e.guid}\t{p}")

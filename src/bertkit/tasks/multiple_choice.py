@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bertkit.files import atomic_write
 from bertkit.tasks import TaskBase, pad, run_inference
 from bertkit.tasks.metrics import accuracy
 
@@ -84,8 +85,6 @@ class MultipleChoiceTask(TaskBase):
         return {"accuracy": accuracy(preds, [e.label for e in examples])}
 
     def write_predictions(self, directory: str | os.PathLike, examples: Sequence, preds: Sequence) -> list[Path]:
-        from bertkit.checkpoint import atomic_write
-
         lines = ["index\tprediction"] + [f"{e.guid}\t{p}" for e, p in zip(examples, preds)]
         path = Path(directory) / "predictions.tsv"
         atomic_write(path, lambda t: t.write_text("\n".join(lines) + "\n", encoding="utf-8"))

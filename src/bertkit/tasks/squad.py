@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.files import atomic_write
 from bertkit.tasks import TaskBase, collate_inputs, run_inference
 from bertkit.tasks.metrics import squad_evaluate, squad_v2_best_thresholds
 
@@ -239,8 +240,6 @@ class SquadTask(TaskBase):
         return {k: float(v) for k, v in out.items()}
 
     def write_predictions(self, directory: str | os.PathLike, examples: Sequence, preds: Sequence[dict]) -> list[Path]:
-        from bertkit.checkpoint import atomic_write
-
         directory = Path(directory)
         files = {
             "predictions.json": {e.qas_id: p["text"] for e, p in zip(examples, preds)},

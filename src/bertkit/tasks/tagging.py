@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertkit.files import atomic_write, write_json
 from bertkit.tasks import TaskBase, collate_inputs, pad, run_inference
 from bertkit.tasks.metrics import conlleval
 
@@ -173,8 +174,6 @@ class TaggingTask(TaskBase):
         return {k: result[k] for k in ("precision", "recall", "f1", "accuracy", "per_type")}
 
     def write_predictions(self, directory: str | os.PathLike, examples: Sequence, preds: Sequence) -> list[Path]:
-        from bertkit.checkpoint import atomic_write
-
         lines = []
         for e, tags in zip(examples, preds):
             for j, (w, p) in enumerate(zip(e.words, tags)):
@@ -258,14 +257,12 @@ class FeatureTagger(nn.Module):
         ``tagger_config.json`` for the tagger."""
         from safetensors.torch import save_file
 
-        from bertkit.checkpoint import atomic_write
-
         directory = Path(directory)
         self.bert.save_pretrained(directory)
         state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items() if not k.startswith("bert.")}
         atomic_write(directory / TAGGER_WEIGHTS, lambda p: save_file(state, str(p)))
         config = {"labels": self.labels, "layers": self.layers, "tagger": self.tagger_kind, "hidden": self.hidden}
-        atomic_write(directory / TAGGER_CONFIG, lambda p: p.write_text(json.dumps(config, indent=2) + "\n"))
+        write_json(directory / TAGGER_CONFIG, config, sort_keys=False)
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike) -> FeatureTagger:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bertkit.files import write_text
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
@@ -50,7 +52,5 @@ def save_vocab(vocab: dict[str, int], path: str | Path) -> Path:
         if "\n" in token or "\r" in token:
             raise ValueError(f"token {token!r} (id {idx}) holds a line break and cannot be written to vocab.txt")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        for token, _ in by_id:
-            f.write(token + "\n")
+    write_text(path, "".join(token + "\n" for token, _ in by_id))
     return path

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bertkit.files import write_json
 from bertkit.tokenization.encoding import Encoding
 from bertkit.tokenization.normalizer import SEPARATORS, ExactNormalizer
 from bertkit.tokenization.vocab import SPECIAL_TOKENS, load_vocab, save_vocab
@@ -203,7 +204,7 @@ class BertTokenizer:
             "sep_token": self.sep_token,
             "mask_token": self.mask_token,
         }
-        (directory / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        write_json(directory / CONFIG_NAME, config, sort_keys=False)
         return directory
 
     # ----------------------------------------------------------------------------------------------------------------

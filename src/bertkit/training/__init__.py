@@ -1,1 +1,1 @@
-"""Small, pure training helpers shared by the recipes: optimizer groups + schedule, precision, atomic checkpoints."""
+"""Small, pure training helpers shared by the recipes: optimizer groups + schedule, atomic checkpoints, distributed setup."""

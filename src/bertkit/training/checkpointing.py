@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.checkpoint import atomic_write
+from bertkit.files import atomic_write
 
 _NAME = re.compile(r"^step-(\d{8,})\.pt$")
 LATEST = "latest"

@@ -1,0 +1,23 @@
+"""The one family of errors a user is meant to read: ``cli.main`` prints their message and exits with their code.
+
+Each subclass also derives from the built-in error it refines (``ValueError`` for bad input, ``RuntimeError``
+for a failed run), so library callers can keep catching those.
+"""
+
+from __future__ import annotations
+
+
+class BertkitError(Exception):
+    """An error with a message meant for the user: it names the file, line, field or flag at fault."""
+
+    exit_code = 2
+
+
+class InputError(BertkitError, ValueError):
+    """A file, flag or value given by the user is wrong (names it)."""
+
+
+class RunError(BertkitError, RuntimeError):
+    """A run cannot go on (disk full, interrupted, incompatible resume...)."""
+
+    exit_code = 1
