@@ -52,7 +52,7 @@ def make_vocab(directory: Path) -> Path:
 
 
 def classification_data(n: int, rng: random.Random):
-    from bertkit.data.tabular import ClassificationExample
+    from bertkit.data.readers import ClassificationExample
 
     path = SHARED / "glue" / "SST-2" / "train.tsv"
     if path.is_file():

@@ -11,7 +11,7 @@ from bertkit.data.conll import read_conll
 from bertkit.data.glue import read_glue
 from bertkit.data.squad import read_squad
 from bertkit.data.swag import read_swag
-from bertkit.data.tabular import DataError, read_table
+from bertkit.data.readers import DataError, read_table
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, labelled: bool = True) -> int:
     from bertkit.commands.finetune import load_finetuned, resolve_device
-    from bertkit.data.tabular import DataError
+    from bertkit.data.readers import DataError
     from bertkit.files import write_json
     from bertkit.precision import resolve_precision
 

@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, ctx) -> int:
-    from bertkit.data.tabular import DataError
+    from bertkit.data.readers import DataError
     from bertkit.recipes.finetune import FinetuneArgs, finetune, set_seed
     from bertkit.tasks import get_task
 

@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from bertkit.data.tabular import DataError, Examples, RowGuard, check_file
+from bertkit.data.readers import DataError, Examples, RowGuard, check_file
 
 TAG_RE = re.compile(r"^(O|[BIES]-\S+)$")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from bertkit.data.tabular import ClassificationExample, DataError, Examples, RowGuard, check_file
+from bertkit.data.readers import ClassificationExample, DataError, Examples, RowGuard, check_file
 
 
 @dataclass(frozen=True)

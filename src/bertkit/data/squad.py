@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from bertkit.data.tabular import DataError, Examples, RowGuard, check_file
+from bertkit.data.readers import DataError, Examples, RowGuard, check_file
 
 
 @dataclass

@@ -11,7 +11,7 @@ import csv
 import os
 from dataclasses import dataclass
 
-from bertkit.data.tabular import DataError, Examples, RowGuard, check_file
+from bertkit.data.readers import DataError, Examples, RowGuard, check_file
 
 
 @dataclass

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.data.glue import GLUE_TASKS
-from bertkit.data.tabular import DataError, read_table
+from bertkit.data.readers import DataError, read_table
 from bertkit.files import atomic_write
 from bertkit.tasks import TaskBase, collate_inputs, run_inference
 from bertkit.tasks import metrics as M

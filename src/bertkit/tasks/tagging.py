@@ -114,7 +114,7 @@ class TaggingTask(TaskBase):
 
     # ------------------------------------------------------------------ features
     def featurize(self, examples: Sequence, tokenizer, training: bool = False) -> list[dict]:
-        from bertkit.data.tabular import DataError
+        from bertkit.data.readers import DataError
 
         flat = [w for e in examples for w in e.words]
         pieces = [enc.ids or [tokenizer.unk_token_id] for enc in
