@@ -233,7 +233,7 @@ def test_max_time_refits_the_schedule_to_the_measured_pace(corpus, tmp_path, mon
         corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), model_size="bert-tiny",
         config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}, seq_len=32,
         batch_size=4, max_time=12.0, log_every=1, quiet=True, workers=1, precision="fp32", warmup_steps=2,
-        recipe="paper"))
+        recipe="paper", eval_batches=1, threads=1))
     initial = int((12.0 * 0.95 - 2.0) / 1.06)
     run = json.loads((out / "run.json").read_text())
     assert run["total_steps"] > 2 * initial
