@@ -531,6 +531,8 @@ def pretrain(cfg: PretrainConfig) -> Path:
                 budget.start()
             while step < total_steps and stop_why is None:
                 t0 = time.perf_counter()
+                if entered := feed.advance(step, total_steps):  # a ramp's next stage (before the step: resume-exact)
+                    _say(cfg, ctx, entered)
                 step_loss = _accumulate(ddp_model, feed, loader, cfg, ctx, precision, scaler, meter)
                 scaler.unscale_(optimizer)
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
@@ -561,8 +563,6 @@ def pretrain(cfg: PretrainConfig) -> Path:
                     elapsed += _held_out(cfg, ctx, out, model, eval_batches, precision, step)
                 if step % cfg.save_every == 0 and step < total_steps:
                     save()
-                if step < total_steps and (entered := feed.advance(step, total_steps)):
-                    _say(cfg, ctx, entered)
                 over, signalled = dist.all_reduce_mean(ctx, [float(bool(budget and budget.over())),
                                                              float(stop.requested)])
                 stop_why = "signal" if signalled else ("time" if over and step < total_steps else None)
