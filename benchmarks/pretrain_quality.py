@@ -125,9 +125,10 @@ def run_bertkit(out: Path, sentences: Path, vocab: Path, budget: float, seed: in
     if scale is not None:
         choices["lr"] = BUDGET_LR.get(model_size, 2e-4) * scale
     t0 = time.time()
+    limit = {"max_steps": int(-budget)} if budget < 0 else {"max_time": budget}  # negative: a step count
     pretrain(PretrainConfig(corpus=[str(sentences)], corpus_format="google", vocab=str(vocab), output=str(out),
-                            model_size=model_size, max_time=budget, save_every=10**9, eval_batches=2, seed=seed,
-                            threads=threads, quiet=True, workers=1, **choices))
+                            model_size=model_size, save_every=10**9, eval_batches=2, seed=seed, threads=threads,
+                            quiet=True, workers=1, **limit, **choices))
     run = json.loads((out / "run.json").read_text())
     steps = max((json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()), default=0)
     return {"steps": steps, "lr": run["config"]["lr"], "wall_s": round(time.time() - t0, 1)}
@@ -224,7 +225,9 @@ def main() -> None:
     ap.add_argument("--eval-batches", type=int, default=20)
     ap.add_argument("--routes", default="budget,paper,transformers")
     ap.add_argument("--ablation", action="store_true", help="run the recipe ablation instead of the routes")
-    ap.add_argument("--only", default=None, help="ablation: variants whose name contains this")
+    ap.add_argument("--only", default=None, help="ablation: variants whose name contains one of these (a,b,...)")
+    ap.add_argument("--steps", type=int, default=None, help="ablation: a fixed step count instead of the budgets "
+                                                            "(compares quality per step on a loaded machine)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads for every route")
     ap.add_argument("--out", default="runs/pretrain_quality")
     args = ap.parse_args()
@@ -238,7 +241,7 @@ def main() -> None:
     print(f"held-out: {sum(int((b['labels'] != -100).sum()) for b in mlm)} masked tokens; unigram baseline "
           f"{baseline:.4f}", flush=True)
     rows: list[dict] = []
-    csv_path = out / ("ablation.csv" if args.ablation else "results.csv")
+    csv_path = out / (("ablation-steps.csv" if args.steps else "ablation.csv") if args.ablation else "results.csv")
 
     def record(row: dict) -> None:
         rows.append(row)
@@ -248,13 +251,13 @@ def main() -> None:
             w.writeheader()
             w.writerows(rows)
 
-    for budget_text in args.budgets.split(","):
-        budget = parse_duration(budget_text)
+    for budget_text in [f"{args.steps}steps"] if args.steps else args.budgets.split(","):
+        budget = -float(args.steps) if args.steps else parse_duration(budget_text)
         for seed in map(int, args.seeds.split(",")):
             cells: list[tuple[str, dict]] = []
             if args.ablation:
                 cells = [(name, dict(choices)) for name, choices in ABLATION.items()
-                         if args.only is None or args.only in name]
+                         if args.only is None or any(o in name for o in args.only.split(","))]
             else:
                 for route in args.routes.split(","):
                     if route in ("budget", "paper"):
@@ -268,7 +271,8 @@ def main() -> None:
                 else:
                     info = run_bertkit(d, sentences, vocab, budget, seed, args.model_size, args.threads, **choices)
                 result = evaluate(d, mlm, nsp)
-                record({"route": name, "budget_min": round(budget / 60, 3), "seed": seed, **info,
+                minutes = round(budget / 60, 3) if budget > 0 else None
+                record({"route": name, "budget_min": minutes, "seed": seed, **info,
                         "mlm_acc": round(result["mlm_acc"], 4), "nsp_acc": round(result["nsp_acc"], 4),
                         "unigram_baseline": round(baseline, 4), "model_size": args.model_size})
     if not args.ablation:

@@ -586,6 +586,35 @@ def pretrain(cfg: PretrainConfig) -> Path:
         dist.cleanup(ctx)
 
 
+def held_out_accuracy(output: str | Path, max_batches: int = 20) -> dict[str, float]:
+    """A finished run's held-out MLM accuracy (text never trained on, the run's sequence format, static masks) beside
+    the unigram baseline (always predicting the most frequent training token, where an untrained model sits):
+    ``{"mlm_acc", "unigram_acc", "masked_tokens"}``."""
+    import torch
+
+    from bertkit.data.pretraining import VocabInfo, token_counts
+    from bertkit.modeling import BertForPreTraining
+    from bertkit.tokenization import BertTokenizer
+    from bertkit.training.distributed import DistContext
+
+    out = Path(output)
+    cfg = PretrainConfig(**{**_read_record(out / "run.json")["config"], "output": str(out), "max_steps": 1})
+    tokenizer = BertTokenizer.from_pretrained(out)
+    vocab = VocabInfo.from_tokenizer(tokenizer)
+    data = _Feed(cfg, out / "data" / "shards", vocab, DistContext()).make(cfg.seq_len, cfg.batch_size, "eval")
+    batches = data.eval_batches(max_batches) if data.shards else []
+    if not batches:
+        raise PretrainError(f"{out}: no held-out text to evaluate on (the corpus is too small)")
+    model = BertForPreTraining.from_pretrained(out).eval()
+    counts = token_counts(out / "data" / "shards", vocab.vocab_size)
+    counts[[vocab.cls_id, vocab.sep_id, vocab.mask_id, vocab.pad_id]] = 0
+    top = int(counts.argmax())
+    acc = _evaluate(model, batches, "fp32", torch.device("cpu"))["eval_mlm_acc"]
+    labels = [b["labels"][b["labels"] != -100] for b in batches]
+    n = sum(len(x) for x in labels)
+    return {"mlm_acc": acc, "unigram_acc": sum(int((x == top).sum()) for x in labels) / n, "masked_tokens": n}
+
+
 # --------------------------------------------------------------------------------------------- the loop's parts
 
 
