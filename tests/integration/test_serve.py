@@ -319,3 +319,38 @@ def test_chunked_body_over_the_limit_is_refused_while_reading(server):
     finally:
         conn.close()
     assert call(server.url, "/health") == (200, {"status": "ok"})
+
+
+# ------------------------------------------------------------------ NaN output and a non-ASCII key
+
+
+def test_a_model_that_outputs_nan_gets_500_in_the_api_shape(model_dir):
+    """Never [[NaN, ...]] (invalid JSON): a 500 Backend error, in each API's shape; the server stays healthy."""
+    import math
+
+    import torch
+
+    enc = Encoder.from_pretrained(model_dir, precision="fp32")
+    with torch.no_grad():
+        enc.bert.embeddings.LayerNorm.weight[0] = math.nan  # a broken checkpoint (load-time checks bypassed)
+    with ServerThread(create_app(enc, ServeSettings())) as srv:
+        for path, body in [("/embed", {"inputs": "the cat"}), ("/encode", {"texts": ["the cat"]}),
+                           ("/embed_all", {"inputs": "the cat"}), ("/encode", {"id": 1, "texts": ["the cat"]})]:
+            status, out = call(srv.url, path, body)  # call() parses the body as strict JSON
+            assert status == 500 and out["error_type"] == "Backend" and "NaN" in out["error"], (path, out)
+        status, out = call(srv.url, "/v1/embeddings", {"input": "the cat"})
+        assert status == 500 and out["error"]["type"] == "server_error" and "NaN" in out["error"]["message"]
+        status, out = call(srv.url, "/fill-mask", {"inputs": "the [MASK] sat"})
+        assert status == 500 and out["error_type"] == "Backend"
+        assert call(srv.url, "/health") == (200, {"status": "ok"})
+
+
+def test_non_ascii_api_key(encoder):
+    key = "clé-ключ-鍵"
+    with ServerThread(create_app(encoder, ServeSettings(api_key=key))) as srv:
+        as_sent = key.encode("utf-8").decode("latin-1")  # http.client sends header text as latin-1 bytes
+        assert call(srv.url, "/embed", {"inputs": "the cat"}, headers={"X-API-Key": as_sent})[0] == 200
+        assert call(srv.url, "/embed", {"inputs": "the cat"}, headers={"Authorization": "Bearer " + as_sent})[0] == 200
+        assert call(srv.url, "/embed", {"inputs": "the cat"}, headers={"X-API-Key": "cl?-????-?"})[0] == 401
+        vec = BertClient(srv.url, api_key=key, timeout=TIMEOUT).encode(["the cat"])
+        assert vec.shape == (1, 32)

@@ -259,7 +259,8 @@ def parse_json(raw: bytes, model: type[BaseModel] | Callable[[dict], type[BaseMo
     except RecursionError:
         raise ApiError(422, "malformed request: nested too deeply") from None
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errors = exc.errors()  # for a union, the error that got deepest into the value names the field best
+        err = max(errors, key=lambda e: len(field_path(e["loc"]).replace("[", ".").split(".")))
         loc = field_path(err["loc"])
         raise ApiError(422, f"field '{loc or '(body)'}': {err['msg']}", param=loc or None) from None
 
