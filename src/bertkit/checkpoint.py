@@ -12,6 +12,7 @@ Pickle is never trusted: ``pytorch_model.bin`` is read with ``torch.load(weights
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from torch import nn
 from bertkit.config import BertConfig
 from bertkit.errors import InputError
 from bertkit.files import atomic_write, write_json
+from bertkit.tf_checkpoint import find_tf_checkpoint, tf_state_dict
 
 WEIGHTS_NAME = "model.safetensors"
 PT_WEIGHTS_NAME = "pytorch_model.bin"
@@ -49,8 +51,6 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
         return load_file(str(path))
     if path.suffix == ".index" or Path(str(path) + ".index").is_file():
-        from bertkit.tf_checkpoint import tf_state_dict
-
         return tf_state_dict(path)
     state = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(state, dict):
@@ -62,8 +62,6 @@ def find_weights(directory: Path) -> Path:
     for name in (WEIGHTS_NAME, PT_WEIGHTS_NAME):
         if (directory / name).is_file():
             return directory / name
-    from bertkit.tf_checkpoint import find_tf_checkpoint
-
     tf_prefix = find_tf_checkpoint(directory)
     if tf_prefix is not None:
         return tf_prefix
@@ -86,10 +84,9 @@ def adapt_state_dict(
 
     Raises CheckpointError naming the key for anything unmapped, unused or of the wrong shape.
     """
-    from bertkit.modeling import BertModel
-
     target = model.state_dict()
-    is_base = isinstance(model, BertModel)
+    # a bare encoder (``BertModel``) has no ``bert.`` prefix on its keys; head classes have one
+    is_base = getattr(model, "base_model_prefix", "bert") == ""
     state: dict[str, torch.Tensor] = {}
     for key, value in source.items():
         key = _rename(key)
@@ -155,8 +152,6 @@ def load_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = No
     if config is None:
         config = BertConfig.from_pretrained(directory)
     if config_overrides:
-        import dataclasses
-
         config = dataclasses.replace(config, **config_overrides)
     model = cls(config)
     weights = path if path.is_file() or Path(str(path) + ".index").is_file() else find_weights(directory)

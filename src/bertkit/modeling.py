@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit import ops
+from bertkit import checkpoint, ops
 from bertkit.config import BertConfig
 
 # --------------------------------------------------------------------------------------------- activations
@@ -315,15 +315,11 @@ class BertPreTrainedModel(nn.Module):
         """Load a bertkit or Hugging Face model directory (``config.json`` + ``model.safetensors`` or
         ``pytorch_model.bin``). A bare BertModel checkpoint loads into a head class: encoder kept, head initialised.
         ``config_overrides`` (e.g. ``num_labels=3``) change the config read from the directory."""
-        from bertkit.checkpoint import load_pretrained
-
-        return load_pretrained(cls, path, config=config, **config_overrides)
+        return checkpoint.load_pretrained(cls, path, config=config, **config_overrides)
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
         """Write ``config.json`` + ``model.safetensors`` in the HF layout (tied weights saved once)."""
-        from bertkit.checkpoint import save_pretrained
-
-        save_pretrained(self, directory)
+        checkpoint.save_pretrained(self, directory)
 
     @property
     def attn_implementation(self) -> str:
