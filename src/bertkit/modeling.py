@@ -371,6 +371,7 @@ class BertModel(BertPreTrainedModel):
         position_ids: Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        num_layers: int | None = None,
     ) -> BertModelOutput:
         """
         Args:
@@ -380,7 +381,14 @@ class BertModel(BertPreTrainedModel):
             position_ids: [B, T] or [1, T]. Default 0..T-1.
             output_hidden_states: also return the embeddings output and every layer's output (L + 1 tensors).
             output_attentions: also return every layer's attention probabilities (runs the eager path).
+            num_layers: run only the embeddings and the first ``num_layers`` layers (0..L; None = all L). Stopping
+                early skips the pooler (it reads the last layer): ``pooler_output`` is then None.
         """
+        depth = len(self.encoder.layer)
+        if num_layers is not None:
+            if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 0 <= num_layers <= depth:
+                raise ValueError(f"num_layers must be an integer in 0..{depth}, got {num_layers!r}")
+            depth = num_layers
         # one mask convention, converted once: [B, T] 1/0 -> [B, 1, 1, T] bool (True = attend), None if no padding
         mask = None
         if attention_mask is not None and not bool(attention_mask.all()):
@@ -390,13 +398,13 @@ class BertModel(BertPreTrainedModel):
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # [B, T, H]
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
-        for layer in self.encoder.layer:
+        for layer in self.encoder.layer[:depth]:
             x, probs = layer(x, mask, implementation)
             if hidden_states is not None:
                 hidden_states.append(x)
             if attentions is not None:
                 attentions.append(probs)
-        pooled = self.pooler(x) if self.pooler is not None else None
+        pooled = self.pooler(x) if self.pooler is not None and depth == len(self.encoder.layer) else None
         return BertModelOutput(
             last_hidden_state=x,
             pooler_output=pooled,

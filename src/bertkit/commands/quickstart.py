@@ -48,7 +48,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertkit.commands.fill_mask import fill_mask, load, print_predictions
+    from bertkit.commands.fill_mask import print_predictions
+    from bertkit.features import Encoder
     from bertkit.recipes.pretrain import PretrainConfig, PretrainError, parse_duration, pretrain
 
     try:
@@ -81,8 +82,7 @@ def run(args: argparse.Namespace) -> int:
     except FloatingPointError as e:
         print(f"bertkit quickstart: {e}", file=sys.stderr)
         return 3
-    model, tokenizer = load(str(out))
-    results = fill_mask(model, tokenizer, SENTENCES, top_k=5)
+    results = Encoder.from_pretrained(out, precision="fp32").fill_mask(SENTENCES, top_k=5)
     print("\nfill-mask with the model just trained (top 5 guesses for each [MASK]):\n")
     print_predictions(SENTENCES, results)
     print(f"\nthe model is in {out}/ (config.json, model.safetensors, vocab.txt); it loads with "
