@@ -13,7 +13,9 @@ Pickle is never trusted: ``pytorch_model.bin`` is read with ``torch.load(weights
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -21,13 +23,15 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertkit.config import BertConfig
-from bertkit.errors import InputError
+from bertkit.errors import InputError, MissingFileError
 from bertkit.files import atomic_write, write_json
 from bertkit.tf_checkpoint import find_tf_checkpoint, tf_state_dict
 
 WEIGHTS_NAME = "model.safetensors"
 PT_WEIGHTS_NAME = "pytorch_model.bin"
 CONFIG_NAME = "config.json"
+
+logger = logging.getLogger(__name__)
 
 # keys that are aliases of other keys (tied weights) and are never stored
 TIED_ALIASES = {
@@ -65,7 +69,7 @@ def find_weights(directory: Path) -> Path:
     tf_prefix = find_tf_checkpoint(directory)
     if tf_prefix is not None:
         return tf_prefix
-    raise FileNotFoundError(f"{directory}: no {WEIGHTS_NAME}, {PT_WEIGHTS_NAME} or TensorFlow checkpoint "
+    raise MissingFileError(f"{directory}: no {WEIGHTS_NAME}, {PT_WEIGHTS_NAME} or TensorFlow checkpoint "
                             f"(bert_model.ckpt.index)")
 
 
@@ -123,8 +127,11 @@ def adapt_state_dict(
                 f"{type(model).__name__} expects {tuple(target[key].shape)}"
             )
     missing = sorted(k for k in target if k not in state and k not in TIED_ALIASES)
-    initialised = [k for k in missing if k.startswith(HEAD_PREFIXES)]
-    not_head = [k for k in missing if not k.startswith(HEAD_PREFIXES)]
+    # a head checkpoint without a pooler (BertForMaskedLM, token classification, QA) still loads into BertModel: its
+    # pooler is initialised and reported, as transformers does
+    may_initialise = ("pooler.",) if is_base else HEAD_PREFIXES
+    initialised = [k for k in missing if k.startswith(may_initialise)]
+    not_head = [k for k in missing if not k.startswith(may_initialise)]
     if not_head:
         raise CheckpointError(
             f"{origin}: missing key {not_head[0]!r} for {type(model).__name__}"
@@ -134,20 +141,42 @@ def adapt_state_dict(
     return state, initialised, dropped
 
 
-def load_state_dict_into(model: nn.Module, source: dict[str, torch.Tensor], origin: str = "checkpoint") -> None:
+@dataclass
+class LoadingInfo:
+    """What a load did besides copying weights (``from_pretrained(..., output_loading_info=True)``).
+
+    ``initialised``: the model's keys the checkpoint lacked, freshly initialised (a head, or the pooler);
+    ``dropped``: the checkpoint's keys this class has no use for (another class's head). Both use the model's key
+    names for ``initialised`` and the checkpoint's for ``dropped``; only head and pooler keys can appear."""
+
+    source: str
+    initialised: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+
+
+def load_state_dict_into(model: nn.Module, source: dict[str, torch.Tensor], origin: str = "checkpoint"
+                         ) -> LoadingInfo:
+    """Copy ``source`` into ``model`` (see :func:`adapt_state_dict` for the mapping and the checks)."""
     state, initialised, dropped = adapt_state_dict(source, model, origin)
     model.load_state_dict(state, strict=False)
     if hasattr(model, "tie_weights"):
         model.tie_weights()
     if initialised:
-        print(f"bertkit: initialised {len(initialised)} head parameters not in {origin}: {initialised[:4]}")
-    model._load_report = {"initialised": initialised, "dropped": dropped}
+        logger.info("initialised %d parameters of %s not in %s: %s", len(initialised), type(model).__name__,
+                    origin, initialised)
+    if dropped:
+        logger.info("left out %d parameters of %s that %s does not use: %s", len(dropped), origin,
+                    type(model).__name__, dropped)
+    return LoadingInfo(origin, initialised, dropped)
 
 
-def load_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = None, **config_overrides):
+def load_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = None,
+                    output_loading_info: bool = False, **config_overrides):
+    """``cls`` built from the config in ``path`` (or ``config``) with the weights in ``path``; with
+    ``output_loading_info``, ``(model, LoadingInfo)``."""
     path = Path(path)
     if not path.exists() and not Path(str(path) + ".index").is_file():
-        raise FileNotFoundError(f"{path}: no such model directory")
+        raise MissingFileError(f"{path}: no such model directory")
     directory = path if path.is_dir() else path.parent
     if config is None:
         config = BertConfig.from_pretrained(directory)
@@ -155,9 +184,9 @@ def load_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = No
         config = dataclasses.replace(config, **config_overrides)
     model = cls(config)
     weights = path if path.is_file() or Path(str(path) + ".index").is_file() else find_weights(directory)
-    load_state_dict_into(model, read_state_dict(weights), origin=str(weights))
+    info = load_state_dict_into(model, read_state_dict(weights), origin=str(weights))
     model.eval()
-    return model
+    return (model, info) if output_loading_info else model
 
 
 def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> None:

@@ -28,8 +28,6 @@ AMX) or on a GPU, under bf16 autocast. Pooling is computed in fp32. Results come
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import sys
 from collections.abc import Sequence
@@ -230,11 +228,9 @@ class Encoder:
         if not (path / "vocab.txt").is_file() and not (path / "tokenizer.json").is_file():
             raise MissingFileError(f"{path}: no vocab.txt (the tokenizer's vocabulary) in the model directory")
         tokenizer = BertTokenizer.from_pretrained(path, lowercase=lowercase)
-        with contextlib.redirect_stdout(io.StringIO()):  # the loader prints which heads it initialised
-            model = BertForPreTraining.from_pretrained(path)
-        initialised = getattr(model, "_load_report", {}).get("initialised", [])
-        has_pooler = not any(k.startswith("bert.pooler.") for k in initialised)
-        has_mlm = not any(k.startswith("cls.predictions.") for k in initialised)
+        model, info = BertForPreTraining.from_pretrained(path, output_loading_info=True)
+        has_pooler = not any(k.startswith("bert.pooler.") for k in info.initialised)
+        has_mlm = not any(k.startswith("cls.predictions.") for k in info.initialised)
         return cls(
             model,
             tokenizer,

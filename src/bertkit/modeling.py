@@ -311,11 +311,17 @@ class BertPreTrainedModel(nn.Module):
             self.cls.predictions.decoder.bias = self.cls.predictions.bias
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = None, **config_overrides):
+    def from_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = None,
+                        output_loading_info: bool = False, **config_overrides):
         """Load a bertkit or Hugging Face model directory (``config.json`` + ``model.safetensors`` or
-        ``pytorch_model.bin``). A bare BertModel checkpoint loads into a head class: encoder kept, head initialised.
-        ``config_overrides`` (e.g. ``num_labels=3``) change the config read from the directory."""
-        return checkpoint.load_pretrained(cls, path, config=config, **config_overrides)
+        ``pytorch_model.bin``). A bare BertModel checkpoint loads into a head class: encoder kept, head initialised;
+        a head checkpoint loads into ``BertModel`` (a missing pooler is initialised).
+        ``config_overrides`` (e.g. ``num_labels=3``) change the config read from the directory.
+        With ``output_loading_info``, returns ``(model, info)``: ``info.initialised`` lists the parameters the
+        checkpoint lacked and ``info.dropped`` those it had and this class does not use
+        (:class:`bertkit.checkpoint.LoadingInfo`)."""
+        return checkpoint.load_pretrained(cls, path, config=config, output_loading_info=output_loading_info,
+                                          **config_overrides)
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
         """Write ``config.json`` + ``model.safetensors`` in the HF layout (tied weights saved once)."""

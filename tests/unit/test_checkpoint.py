@@ -1,4 +1,5 @@
 import json
+import logging
 import pickle
 from dataclasses import replace
 
@@ -68,11 +69,38 @@ def test_pretraining_checkpoint_into_classifier(tmp_path, tiny_config):
     torch.manual_seed(0)
     pt = BertForPreTraining(tiny_config)
     pt.save_pretrained(tmp_path)
-    clf = BertForSequenceClassification.from_pretrained(tmp_path, num_labels=3)
+    clf, info = BertForSequenceClassification.from_pretrained(tmp_path, num_labels=3, output_loading_info=True)
     assert clf.classifier.out_features == 3 and clf.config.num_labels == 3
-    assert torch.equal(clf.bert.encoder.layer[0].attention.self.key.weight, pt.bert.encoder.layer[0].attention.self.key.weight)
-    assert "cls.seq_relationship.weight" in clf._load_report["dropped"]
-    assert "classifier.weight" in clf._load_report["initialised"]
+    assert torch.equal(clf.bert.encoder.layer[0].attention.self.key.weight,
+                       pt.bert.encoder.layer[0].attention.self.key.weight)
+    assert "cls.seq_relationship.weight" in info.dropped
+    assert info.initialised == ["classifier.bias", "classifier.weight"]
+    assert info.source == str(tmp_path / "model.safetensors")
+    assert not hasattr(clf, "_load_report")  # nothing stashed on the model
+
+
+def test_loading_reports_through_logging_and_never_prints(tmp_path, tiny_config, capsys, caplog):
+    BertModel(tiny_config).save_pretrained(tmp_path)
+    with caplog.at_level(logging.INFO, logger="bertkit.checkpoint"):
+        model = BertForPreTraining.from_pretrained(tmp_path)
+    assert isinstance(model, BertForPreTraining)  # without output_loading_info: the model alone
+    assert capsys.readouterr().out == ""
+    assert "initialised" in caplog.text and "cls.seq_relationship.weight" in caplog.text
+
+
+def test_head_checkpoint_without_pooler_loads_into_bert_model(tmp_path, tiny_config):
+    torch.manual_seed(0)
+    mlm = BertForMaskedLM(tiny_config)
+    mlm.save_pretrained(tmp_path)
+    base, info = BertModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert info.initialised == ["pooler.dense.bias", "pooler.dense.weight"]
+    assert torch.equal(base.encoder.layer[1].output.dense.weight, mlm.bert.encoder.layer[1].output.dense.weight)
+    # an encoder key is still never initialised silently
+    state = load_file(tmp_path / "model.safetensors")
+    del state["bert.encoder.layer.0.output.dense.bias"]
+    save_file(state, tmp_path / "model.safetensors")
+    with pytest.raises(CheckpointError, match="encoder.layer.0.output.dense.bias"):
+        BertModel.from_pretrained(tmp_path)
 
 
 def test_old_gamma_beta_names(tmp_path, tiny_config):

@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
         model = cls(config)
         from bertkit.checkpoint import load_state_dict_into
 
-        load_state_dict_into(model, state, origin=str(prefix))
-        if getattr(model, "_load_report", {}).get("initialised"):
-            raise TFCheckpointError(f"{prefix}: the checkpoint lacks {model._load_report['initialised']}")
+        info = load_state_dict_into(model, state, origin=str(prefix))
+        if info.initialised:
+            raise TFCheckpointError(f"{prefix}: the checkpoint lacks {info.initialised}")
         vocab = Path(args.vocab) if args.vocab else prefix.parent / "vocab.txt"
         model.save_pretrained(output)
         if vocab.is_file():
