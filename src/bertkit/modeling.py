@@ -719,11 +719,3 @@ class BertForMultipleChoice(BertPreTrainedModel):
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
         return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
-
-MODEL_CLASSES = {
-    cls.__name__: cls
-    for cls in (
-        BertModel, BertForPreTraining, BertForMaskedLM, BertForNextSentencePrediction, BertForSequenceClassification,
-        BertForTokenClassification, BertForQuestionAnswering, BertForMultipleChoice,
-    )
-}

@@ -30,7 +30,8 @@ def test_roundtrip_is_exact(tmp_path, tiny_config):
 def test_state_dict_keys_match_hf_names(tiny_config):
     keys = set(BertForPreTraining(tiny_config).state_dict())
     for key in ("bert.embeddings.word_embeddings.weight", "bert.encoder.layer.0.attention.self.query.weight",
-                "bert.encoder.layer.1.attention.output.LayerNorm.bias", "bert.encoder.layer.0.intermediate.dense.weight",
+                "bert.encoder.layer.1.attention.output.LayerNorm.bias",
+                "bert.encoder.layer.0.intermediate.dense.weight",
                 "cls.predictions.transform.dense.weight", "cls.seq_relationship.weight", "bert.pooler.dense.bias",
                 "cls.predictions.decoder.weight", "cls.predictions.bias"):
         assert key in keys, key
