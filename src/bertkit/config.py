@@ -45,6 +45,26 @@ class ConfigError(InputError):
     """A config value or file is invalid: the message names the file and the field."""
 
 
+# the fields that set the model's size, in the order num_parameters() reads them
+SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size", "max_position_embeddings",
+               "type_vocab_size")
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory this process can still allocate (Linux MemAvailable; else free physical pages), or None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 @dataclass
 class BertConfig:
     """Hyper-parameters of a BERT encoder.
@@ -132,6 +152,36 @@ class BertConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    # ------------------------------------------------------------------ size
+    def num_parameters(self, **sizes: int) -> int:
+        """The encoder's parameter count (embeddings, layers, pooler and an MLM head), from the sizes alone.
+
+        ``sizes`` override fields for the estimate (used to tell which field makes a config too large)."""
+        v, h, n_layers, i, p, t = (sizes.get(name, getattr(self, name)) for name in SIZE_FIELDS)
+        embeddings = (v + p + t) * h + 2 * h
+        layer = 4 * (h * h + h) + 2 * h * i + i + h + 4 * h
+        heads = 2 * (h * h + h) + 2 * h + v  # pooler, MLM transform + LayerNorm, MLM bias
+        return embeddings + n_layers * layer + heads
+
+    def check_fits_in_memory(self, available_bytes: int | None = None) -> None:
+        """Refuse (ConfigError naming the field to check) a config whose fp32 parameters alone would exceed the
+        memory available, instead of letting the allocator fail (or the machine swap) part-way through building."""
+        available = _available_memory() if available_bytes is None else available_bytes
+        if available is None:
+            return
+        need = 4 * self.num_parameters()
+        if need <= available:
+            return
+        # name the field to check: of those above bert-base's size, the one whose reset shrinks the model most
+        defaults = BertConfig()
+        larger = [f for f in SIZE_FIELDS if getattr(self, f) > getattr(defaults, f)]
+        blame = min(larger, key=lambda f: self.num_parameters(**{f: getattr(defaults, f)})) if larger else None
+        raise ConfigError(
+            (f"BertConfig.{blame} is {getattr(self, blame)}" if blame else "BertConfig")
+            + f": the model would hold {self.num_parameters():,} parameters ({need / 2**30:,.1f} GiB in fp32), "
+            f"more than the {available / 2**30:,.1f} GiB of memory available"
+        )
 
     # ------------------------------------------------------------------ dict / JSON
     @classmethod

@@ -363,6 +363,7 @@ class BertModel(BertPreTrainedModel):
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__(config)
+        config.check_fits_in_memory()  # a config.json's sizes are not trusted with the allocator
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
