@@ -17,7 +17,7 @@ from typing import Any
 from bertkit.files import write_json
 from bertkit.tokenization.encoding import Encoding
 from bertkit.tokenization.normalizer import SEPARATORS, ExactNormalizer
-from bertkit.tokenization.vocab import SPECIAL_TOKENS, load_vocab, save_vocab
+from bertkit.tokenization.vocab import SPECIAL_TOKENS, VocabNotFoundError, load_vocab, save_vocab
 
 # (ids, tokens, offsets, word_ids) of one segment, without special tokens
 _Segment = tuple[list[int], list[str], list[tuple[int, int]], list[int]]
@@ -166,8 +166,8 @@ class BertTokenizer:
             vocab_file, config_file = path / VOCAB_NAME, path / CONFIG_NAME
         else:
             vocab_file, config_file = path, path.parent / CONFIG_NAME
-        if not vocab_file.is_file():
-            raise FileNotFoundError(f"no vocabulary file at {vocab_file}")
+        if not vocab_file.exists():
+            raise VocabNotFoundError(f"{vocab_file}: no such vocabulary file")
         vocab = load_vocab(vocab_file, required=SPECIAL_TOKENS)
         config: dict[str, Any] = {}
         if config_file.is_file():
