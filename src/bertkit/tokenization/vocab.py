@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from bertkit.errors import InputError
 from bertkit.files import write_text
@@ -96,3 +98,77 @@ def save_vocab(vocab: dict[str, int], path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, "".join(token + "\n" for token, _ in by_id))
     return path
+
+
+def load_tokenizer_json(path: str | Path) -> tuple[dict[str, int], dict[str, Any]]:
+    """Read the WordPiece vocabulary and normaliser settings of a BERT ``tokenizer.json`` (Hugging Face ``tokenizers``).
+
+    transformers 5 writes model directories with only ``tokenizer.json`` + ``tokenizer_config.json``, no
+    ``vocab.txt``. Only BERT's pipeline is accepted: a ``WordPiece`` model with ``##`` continuations, a
+    ``BertNormalizer`` (with ``clean_text``) and a ``BertPreTokenizer``; anything else would not tokenize as this
+    tokenizer does, so it is refused rather than approximated.
+
+    Returns:
+        (vocab, settings): token -> id (ids 0..V-1, the five special tokens required), and the keyword arguments
+        ``lowercase``, ``strip_accents``, ``tokenize_chinese_chars`` and ``max_input_chars_per_word`` it states.
+
+    Raises:
+        VocabError: naming the file and the field that is not BERT's (or the file is unreadable / not JSON).
+    """
+    path = Path(path)
+    try:
+        spec = json.loads(read_vocab_text(path))
+    except json.JSONDecodeError as e:
+        raise VocabError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    if not isinstance(spec, dict):
+        raise VocabError(f"{path}: not a tokenizer.json (expected a JSON object)")
+
+    def refuse(field: str, value: Any, expected: str) -> VocabError:
+        return VocabError(
+            f"{path}: not a BERT WordPiece tokenizer: {field} is {json.dumps(value)[:80]}, expected {expected}"
+        )
+
+    model = spec.get("model")
+    if not isinstance(model, dict) or model.get("type") != "WordPiece":
+        raise refuse("model.type", model.get("type") if isinstance(model, dict) else model, '"WordPiece"')
+    if model.get("continuing_subword_prefix", "##") != "##":
+        raise refuse("model.continuing_subword_prefix", model.get("continuing_subword_prefix"), '"##"')
+    if model.get("unk_token", "[UNK]") != "[UNK]":
+        raise refuse("model.unk_token", model.get("unk_token"), '"[UNK]"')
+    normalizer = spec.get("normalizer")
+    if not isinstance(normalizer, dict) or normalizer.get("type") != "BertNormalizer":
+        raise refuse("normalizer.type", normalizer.get("type") if isinstance(normalizer, dict) else normalizer,
+                     '"BertNormalizer"')
+    if normalizer.get("clean_text", True) is not True:
+        raise refuse("normalizer.clean_text", normalizer.get("clean_text"), "true")
+    pre = spec.get("pre_tokenizer")
+    if not isinstance(pre, dict) or pre.get("type") != "BertPreTokenizer":
+        raise refuse("pre_tokenizer.type", pre.get("type") if isinstance(pre, dict) else pre, '"BertPreTokenizer"')
+    raw = model.get("vocab")
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and type(v) is int for k, v in raw.items()):
+        raise refuse("model.vocab", "...", "an object token -> integer id")
+    vocab = dict(raw)
+    check_special_tokens(vocab, SPECIAL_TOKENS, str(path))
+    if sorted(vocab.values()) != list(range(len(vocab))):
+        raise VocabError(f"{path}: model.vocab ids must be 0..{len(vocab) - 1}, each used once")
+    for added in spec.get("added_tokens") or []:
+        if isinstance(added, dict) and vocab.get(added.get("content")) != added.get("id"):
+            raise VocabError(
+                f"{path}: added token {added.get('content')!r} (id {added.get('id')}) is not in the WordPiece "
+                "vocabulary with that id; added tokens are not supported"
+            )
+    lowercase = normalizer.get("lowercase", True)
+    strip = normalizer.get("strip_accents")
+    chinese = normalizer.get("handle_chinese_chars", True)
+    for field, value in (("lowercase", lowercase), ("handle_chinese_chars", chinese)):
+        if not isinstance(value, bool):
+            raise refuse(f"normalizer.{field}", value, "true or false")
+    if strip is not None and not isinstance(strip, bool):
+        raise refuse("normalizer.strip_accents", strip, "true, false or null")
+    settings: dict[str, Any] = {"lowercase": lowercase, "strip_accents": strip, "tokenize_chinese_chars": chinese}
+    max_chars = model.get("max_input_chars_per_word")
+    if max_chars is not None:
+        if type(max_chars) is not int or max_chars < 1:
+            raise refuse("model.max_input_chars_per_word", max_chars, "a positive integer")
+        settings["max_input_chars_per_word"] = max_chars
+    return vocab, settings
