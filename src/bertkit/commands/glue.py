@@ -73,7 +73,8 @@ def parse_seeds(text: str) -> list[int]:
             return list(range(1, n + 1))
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
-        raise InputError(f"--seeds: expected a count >= 1 or a comma-separated list of integers, got {text!r}") from None
+        raise InputError(f"--seeds: expected a count >= 1 or a comma-separated list of integers, got {text!r}"
+                         ) from None
     if len(set(seeds)) != len(seeds) or not seeds:
         raise InputError(f"--seeds: {text!r} repeats a seed or names none")
     return seeds
@@ -111,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
 
     ft_flags = {o for a in _finetune_actions() for o in a.option_strings}
     cfg = SuiteConfig(
-        model=Path(args.model), data=Path(args.data), output=Path(args.output), tasks=resolve_tasks(args.tasks), tasks_given=args.tasks is not None,
+        model=Path(args.model), data=Path(args.data), output=Path(args.output), tasks=resolve_tasks(args.tasks),
+        tasks_given=args.tasks is not None,
         seeds=parse_seeds(args.seeds), lrs=parse_lrs(args.lr),
         max_time_per_run=parse_time(args.max_time_per_run, "--max-time-per-run"),
         finetune_args=finetune_argv(args), max_time_flag="--max-time" in ft_flags,
