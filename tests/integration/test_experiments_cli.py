@@ -141,3 +141,95 @@ def test_glue_sigterm_stops_with_a_resume_hint(tiny_dir, glue_dir, tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "run the same command again to resume" in err
     assert not (out / "runs" / "sst2" / "lr0.001_seed2" / "cell.json").exists()
+
+
+# ----------------------------------------------------------------------------------------------- plot, attention
+
+TINY_PRETRAIN = ["--model-size", "bert-tiny", "--config-override", "hidden_size=32", "--config-override",
+                 "num_attention_heads=2", "--config-override", "intermediate_size=64", "--seq-len", "32",
+                 "--batch-size", "4", "--precision", "fp32", "--quiet", "--workers", "1", "--lr", "1e-3"]
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A real (tiny) pretrain run: metrics.jsonl with training and held-out lines, a model directory."""
+    import gzip
+
+    from bertkit.commands.quickstart import bundled_corpus
+    from bertkit.tokenization import train_vocab
+
+    d = tmp_path_factory.mktemp("pretrain")
+    alice = next(p for p in bundled_corpus() if "alice" in p.name)
+    (d / "alice.txt").write_text(gzip.decompress(alice.read_bytes()).decode("utf-8")[:30_000], encoding="utf-8")
+    train_vocab([d / "alice.txt"], vocab_size=500, output=d / "vocab", show_progress=False)
+    out = d / "run"
+    assert main(["pretrain", "--corpus", str(d / "alice.txt"), "--vocab", str(d / "vocab" / "vocab.txt"),
+                 "--output", str(out), "--max-steps", "12", "--log-every", "2", "--eval-every", "6",
+                 "--eval-batches", "2", *TINY_PRETRAIN]) == 0
+    return out
+
+
+def test_plot_pretrain_and_finetune_runs(pretrained, tiny_dir, ft, tmp_path, capsys):
+    fine = tmp_path / "sst2"
+    assert main(["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--dev", str(ft / "sst2_dev.tsv"),
+                 "--model", str(tiny_dir), "--output", str(fine), "--epochs", "2", "--batch-size", "16", "--quiet",
+                 "--precision", "fp32", "--eval-every", "2"]) == 0
+    capsys.readouterr()
+    png = tmp_path / "curves.png"
+    assert main(["plot", str(pretrained), str(fine), "--output", str(png), "--names", "pre,fine"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {"loss", "mlm_acc", "eval_mlm_acc", "nsp_acc", "lr", "tokens_per_s", "accuracy", "train_loss"} \
+        <= set(report["metrics"])
+    w, h = png_size(png)
+    assert w > 1000 and h > 400  # a row of panels per x axis: steps, and wall time (pretrain records carry it)
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "curves.csv").open()))
+    lines = [json.loads(x) for x in (pretrained / "metrics.jsonl").read_text().splitlines()]
+    losses = [(r["step"], r["loss"]) for r in lines if "loss" in r]
+    got = [(float(r["step"]), float(r["value"])) for r in rows if r["run"] == "pre" and r["metric"] == "loss"]
+    assert got == [(float(s), pytest.approx(v)) for s, v in losses] and len(got) == 6
+    history = json.loads((fine / "train_log.json").read_text())["history"]
+    got = [float(r["value"]) for r in rows if r["run"] == "fine" and r["metric"] == "accuracy"]
+    assert got == [pytest.approx(r["accuracy"]) for r in history] and len(got) >= 2
+    assert main(["plot", str(tmp_path / "nope")]) == 2
+
+
+def test_plot_tensorboard_reads_back_with_tensorboard(pretrained, tmp_path, capsys):
+    ea_mod = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    assert main(["plot", "--tensorboard", str(pretrained), "--output", str(tmp_path / "tb")]) == 0
+    path = Path(json.loads(capsys.readouterr().out)["event_files"][0])
+    acc = ea_mod.EventAccumulator(str(path.parent))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"train/loss", "train/mlm_acc", "train/lr", "eval/mlm_acc"} <= tags
+    lines = [json.loads(x) for x in (pretrained / "metrics.jsonl").read_text().splitlines()]
+    want = [(r["step"], r["loss"]) for r in lines if "loss" in r]
+    got = [(e.step, e.value) for e in acc.Scalars("train/loss")]
+    assert got == [(s, pytest.approx(v, rel=1e-6)) for s, v in want]
+    evals = [(r["step"], r["eval_mlm_acc"]) for r in lines if "eval_mlm_acc" in r]
+    assert [(e.step, e.value) for e in acc.Scalars("eval/mlm_acc")] == [(s, pytest.approx(v)) for s, v in evals]
+    # wall times follow elapsed_s
+    walls = [e.wall_time for e in acc.Scalars("train/loss")]
+    assert walls == sorted(walls)
+
+
+def test_attention_one_head_and_grid(pretrained, tmp_path, capsys):
+    png = tmp_path / "attn.png"
+    assert main(["attention", "--model", str(pretrained), "alice was very tired", "--pair", "she sat down",
+                 "--layer", "2", "--head", "1", "--output", str(png)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    tokens = report["tokens"]
+    assert tokens[0] == "[CLS]" and tokens.count("[SEP]") == 2
+    data = __import__("numpy").load(tmp_path / "attn.npz")
+    a = data["attention"]
+    assert a.shape == (2, 2, len(tokens), len(tokens))  # [L, N, T, T]
+    assert list(data["tokens"]) == tokens and int(data["layer"]) == 2 and int(data["head"]) == 1
+    assert abs(a.sum(-1) - 1).max() < 1e-4  # rows are distributions
+    assert not __import__("numpy").allclose(a[0], a[1])  # layers differ
+    one = png_size(png)
+    grid = tmp_path / "grid.png"
+    assert main(["attention", "--model", str(pretrained), "alice was very tired", "--output", str(grid)]) == 0
+    assert png_size(grid)[0] > one[0] * 0.8 and (tmp_path / "grid.npz").is_file()
+    assert main(["attention", "--model", str(pretrained), "x", "--layer", "3", "--output", str(grid)]) == 2
+    assert "--layer 3: the model has layers 1..2" in capsys.readouterr().err

@@ -24,8 +24,6 @@ only for the selected run.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import math
@@ -38,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import InputError, RunError
+from bertkit.experiments.tables import csv_text
 from bertkit.files import atomic_write, remove_stale_temp_files, write_json, write_text
 
 log = logging.getLogger(__name__)
@@ -629,23 +628,12 @@ def results_rows(summaries: dict[str, Summary]) -> list[dict[str, Any]]:
     return rows
 
 
-def _csv_text(rows: list[dict[str, Any]]) -> str:
-    columns: list[str] = []
-    for r in rows:
-        columns += [k for k in r if k not in columns]
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
-
-
 def write_results(out: Path, summaries: dict[str, Summary], cells: list[dict], score: GlueScore) -> list[Path]:
     """results.csv (a row per task, then the GLUE score), cells.csv (every run), results.md and glue.png."""
     rows = results_rows(summaries)
     score_row = {"task": "GLUE score" if score.complete else f"GLUE score (partial: {len(score.present)} of 9)",
                  "median": None if score.score is None else round(score.score, 2)}
-    write_text(out / "results.csv", _csv_text([*rows, score_row]))
+    write_text(out / "results.csv", csv_text([*rows, score_row]))
     cell_rows = [{"task": BY_NAME[c["task"]].column, "lr": f"{float(c['lr']):g}", "seed": c["seed"],
                   "score": None if c.get("score") is None else round(c["score"], 4),
                   "mismatched_score": (round(c["mismatched_score"], 4) if c.get("mismatched_score") is not None
@@ -653,7 +641,7 @@ def write_results(out: Path, summaries: dict[str, Summary], cells: list[dict], s
                   "seconds": c.get("seconds"), "timed_out": c.get("timed_out", False),
                   **{k: v for k, v in (c.get("metrics") or {}).items() if k not in ("epoch",)}}
                  for c in cells]
-    write_text(out / "cells.csv", _csv_text(cell_rows) if cell_rows else "")
+    write_text(out / "cells.csv", csv_text(cell_rows) if cell_rows else "")
     write_text(out / "results.md", results_markdown(summaries, score))
     files = [out / "results.csv", out / "cells.csv", out / "results.md"]
     if rows:
