@@ -23,7 +23,7 @@ import base64
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 from starlette.concurrency import run_in_threadpool
 
 from bertkit import __version__
-from bertkit.features import POOLINGS, Encoder, PoolSpec
+from bertkit.features import POOLINGS, Encoder, PoolSpec, parse_layers
 from bertkit.options import option
 from bertkit.serve.batching import BatchQueue, QueueFull
 from bertkit.serve.http import (
@@ -53,22 +53,6 @@ from bertkit.serve.http import (
 from bertkit.serve.server import ServerThread  # noqa: F401  (public here: tests and docs import it from app)
 
 logger = logging.getLogger("bertkit.serve")
-
-
-def parse_layers(text: str | Sequence[Any]) -> tuple[int | str, ...]:
-    """"-1,-2,-3" -> (-1, -2, -3); "embeddings" stays a name."""
-    if not isinstance(text, str):
-        return tuple(text)
-    out: list[int | str] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            out.append(int(part))
-        except ValueError:
-            out.append(part)
-    return tuple(out)
 
 
 @dataclass
