@@ -12,7 +12,8 @@ Runs alternate (bertkit, transformers, bertkit, ...); medians over ``--repeats``
 
 RSS mode (``--rss N``): N varied ``/embed`` requests (1-16 SST-2 sentences each, some repeated up to 4 times to
 vary the length) from 4 clients, against ``bertkit serve`` with and without its idle ``malloc_trim``
-(``--malloc-trim-interval 0``); prints the server's RSS every N/10 requests. Flat with trimming, creeping without:
+(``--malloc-trim-interval 0``) and with ``MALLOC_ARENA_MAX=2`` as well; prints the server's RSS every N/10
+requests and once more after a few idle seconds:
 
     .venv/bin/python benchmarks/bench_serve.py --rss 5000 --layers 2 --hidden 128 --heads 2
 """
@@ -168,11 +169,16 @@ def rss_main(args: argparse.Namespace) -> None:
           f"{args.layers}x{args.hidden} (random)")
     with tempfile.TemporaryDirectory() as tmp:
         build_model_dir(Path(tmp), args.vocab, args.layers, args.hidden, args.heads, seed=0)
-        for label, interval in (("malloc_trim every 5 s when idle (default)", "5"), ("no malloc_trim", "0")):
+        configs = {"trim": ("malloc_trim every 5 s when idle (default)", "5", {}),
+                   "notrim": ("no malloc_trim", "0", {}),
+                   "arena2": ("malloc_trim + MALLOC_ARENA_MAX=2", "5", {"MALLOC_ARENA_MAX": "2"})}
+        for key in args.rss_configs.split(","):
+            label, interval, extra_env = configs[key]
             url = f"http://127.0.0.1:{args.port}"
             proc = subprocess.Popen([bertkit_bin, "serve", "--model", tmp, "--port", str(args.port), "--log-level",
                                      "warning", "--malloc-trim-interval", interval],
-                                    env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.DEVNULL)
+                                    env={**os.environ, "PYTHONUNBUFFERED": "1", **extra_env},
+                                    stdout=subprocess.DEVNULL)
             try:
                 wait_healthy(url, proc)
                 samples = rss_run(url, proc.pid, sentences, args.rss)
@@ -203,6 +209,7 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--port", type=int, default=18230)
     parser.add_argument("--rss", type=int, default=0, metavar="N", help="RSS mode: N varied requests")
+    parser.add_argument("--rss-configs", default="trim,notrim,arena2", help="RSS mode: which server settings")
     args = parser.parse_args()
     if args.rss:
         rss_main(args)
