@@ -98,11 +98,18 @@ def parse_model_specs(values: list[str], model_id: str | None = None) -> dict[st
 
 
 def load_model(directory: str, device: str, precision: str):
-    """What ``--model DIR`` serves: the encoder of the directory. (With ``bertkit.pipelines`` merged: the task
-    pipeline when ``config.json`` names a fine-tuned head, whose ``.encoder()`` also serves the encoder routes.)"""
-    from bertkit.features import Encoder
+    """What ``--model DIR`` serves: the task pipeline when ``config.json`` names a fine-tuned head (its
+    ``.encoder()`` also serves the encoder routes), else the directory's encoder."""
+    from bertkit.features import Encoder  # torch: kept out of `bertkit serve -h`
 
-    return Encoder.from_pretrained(directory, device=device, precision=precision)
+    try:
+        from bertkit.pipelines import NoHeadError, load_pipeline
+    except ImportError:  # a tree without bertkit.pipelines serves encoders only  TODO(lead): drop after the merge
+        return Encoder.from_pretrained(directory, device=device, precision=precision)
+    try:
+        return load_pipeline(directory, device=device, precision=precision)
+    except NoHeadError:
+        return Encoder.from_pretrained(directory, device=device, precision=precision)
 
 
 def raise_fd_limit() -> None:
