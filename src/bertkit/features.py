@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from bertkit.embeddings.st_format import read_sentence_transformers
 from bertkit.errors import InputError, MissingFileError
 from bertkit.modeling import BertForPreTraining, BertModel
 from bertkit.precision import autocast, resolve_precision
@@ -168,6 +169,24 @@ class PoolSpec:
         return -1 if self.pooling == "cls_pooled" else max(self.layers)
 
 
+@dataclass(frozen=True)
+class EncodeDefaults:
+    """What ``encode`` does when the caller names no layers / pooling / normalisation / max_length: bert-as-service's
+    layer -2 mean for a raw BERT; for a sentence-embedding model (sentence-transformers files, as ``bertkit finetune
+    --task simcse|pairs|sts`` writes) its own pooling of the last layer, normalisation and token limit."""
+
+    layers: tuple[LayerSpec, ...] = (-2,)
+    pooling: str = "mean"
+    normalize: bool = False
+    max_length: int | None = 512
+
+
+# keyword arguments of MTEB's model protocols (v1: task_name, prompt_type; v2: task_metadata, hf_split, hf_subset)
+# and of sentence-transformers' encode that ``Encoder.encode`` accepts and ignores (or maps: show_progress_bar)
+_COMPAT_KWARGS = {"task_name", "prompt_type", "task_metadata", "hf_split", "hf_subset", "prompt_name", "prompt",
+                  "show_progress_bar", "convert_to_numpy", "request_qid"}
+
+
 def _normalize(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm(dim=-1, keepdim=True).clamp(min=1e-12)
 
@@ -208,6 +227,7 @@ class Encoder:
         self.has_pooler = bert.pooler is not None if has_pooler is None else (has_pooler and bert.pooler is not None)
         self.mlm_head = mlm_head.to(self.device).eval() if mlm_head is not None else None
         self.num_layers = len(bert.encoder.layer)
+        self.defaults = EncodeDefaults()
         if len(tokenizer) > self.config.vocab_size:
             raise InputError(
                 f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {self.config.vocab_size}"
@@ -221,17 +241,22 @@ class Encoder:
     ) -> Encoder:
         """Load a model directory: ``config.json`` + weights (bertkit or Hugging Face layout) and ``vocab.txt``.
 
-        The checkpoint's pooler and MLM head are kept when present (for ``cls_pooled`` and fill-mask)."""
+        The checkpoint's pooler and MLM head are kept when present (for ``cls_pooled`` and fill-mask). A
+        sentence-transformers directory (``modules.json``: BERT + Pooling [+ Normalize]) sets ``encode``'s defaults
+        to its own pooling of the last layer, normalisation and ``max_seq_length``."""
         path = Path(path)
         if not path.is_dir():
             raise MissingFileError(f"{path}: not a model directory (expected config.json, weights and vocab.txt)")
+        sentence = read_sentence_transformers(path)
+        if sentence is not None:
+            path = sentence.model_dir
         if not (path / "vocab.txt").is_file() and not (path / "tokenizer.json").is_file():
             raise MissingFileError(f"{path}: no vocab.txt (the tokenizer's vocabulary) in the model directory")
         tokenizer = BertTokenizer.from_pretrained(path, lowercase=lowercase)
         model, info = BertForPreTraining.from_pretrained(path, output_loading_info=True)
         has_pooler = not any(k.startswith("bert.pooler.") for k in info.initialised)
         has_mlm = not any(k.startswith("cls.predictions.") for k in info.initialised)
-        return cls(
+        encoder = cls(
             model,
             tokenizer,
             device=device,
@@ -239,6 +264,10 @@ class Encoder:
             has_pooler=has_pooler,
             mlm_head=model.cls.predictions if has_mlm else None,
         )
+        if sentence is not None:
+            encoder.defaults = EncodeDefaults((-1,), sentence.pooling, sentence.normalize,
+                                              sentence.max_seq_length or EncodeDefaults.max_length)
+        return encoder
 
     # ------------------------------------------------------------------ pieces shared with the server
 
@@ -246,10 +275,13 @@ class Encoder:
     def hidden_size(self) -> int:
         return self.config.hidden_size
 
-    def spec(self, layers: LayerSpec | Sequence[LayerSpec] = (-2,), pooling: str = "mean", normalize: bool = False
-             ) -> PoolSpec:
-        """Validate and resolve encode options into a :class:`PoolSpec` (ValueError/TypeError naming the field)."""
-        pooling = resolve_pooling(pooling)
+    def spec(self, layers: LayerSpec | Sequence[LayerSpec] | None = None, pooling: str | None = None,
+             normalize: bool | None = None) -> PoolSpec:
+        """Validate and resolve encode options into a :class:`PoolSpec` (ValueError/TypeError naming the field).
+        None takes the encoder's default (:class:`EncodeDefaults`)."""
+        layers = self.defaults.layers if layers is None else layers
+        normalize = self.defaults.normalize if normalize is None else normalize
+        pooling = resolve_pooling(self.defaults.pooling if pooling is None else pooling)
         resolved = (self.num_layers,) if pooling == "cls_pooled" else resolve_layers(layers, self.num_layers)
         if pooling == "cls_pooled" and not self.has_pooler:
             raise InputError("pooling 'cls_pooled' needs the pooler weights, which this checkpoint does not have")
@@ -334,16 +366,23 @@ class Encoder:
         self,
         texts: Sequence[str],
         pairs: Sequence[str] | None = None,
-        layers: LayerSpec | Sequence[LayerSpec] = (-2,),
-        pooling: str = "mean",
-        normalize: bool = False,
+        layers: LayerSpec | Sequence[LayerSpec] | None = None,
+        pooling: str | None = None,
+        normalize: bool | None = None,
         batch_size: int = 64,
-        max_length: int | None = 512,
+        max_length: int | None = None,
         show_tokens: bool = False,
         max_batch_tokens: int | None = 16384,
         show_progress: bool | None = None,
+        **kwargs: Any,
     ) -> np.ndarray | list[np.ndarray] | tuple[Any, list[list[str]]]:
         """Embed ``texts`` (optionally paired with ``pairs``, as ``[CLS] text [SEP] pair [SEP]``).
+
+        Layers, pooling, normalisation and max_length left at None take the encoder's defaults
+        (:class:`EncodeDefaults`: layer -2, mean, unnormalised, 512 tokens for a raw BERT; a sentence-embedding
+        model's own settings). The signature is the one MTEB's model protocol calls (``encode(sentences,
+        batch_size=..., task_name=..., prompt_type=...)``; MTEB 2's DataLoader of ``{"text": [...]}`` batches is
+        accepted too); those protocol keywords are accepted and ignored, any other keyword is a TypeError.
 
         Args:
             texts: a list of strings (a bare string is refused: wrap it in a list).
@@ -352,7 +391,8 @@ class Encoder:
             pooling: one of ``POOLINGS`` (or a bert-as-service name).
             normalize: L2-normalise each output vector (each token vector for ``none``).
             batch_size: at most this many inputs per forward pass.
-            max_length: truncate inputs to this many tokens, specials included (capped by the model's positions).
+            max_length: truncate inputs to this many tokens, specials included (capped by the model's positions);
+                None: the encoder's default.
             show_tokens: also return each input's wordpieces.
             max_batch_tokens: at most this many padded tokens per forward pass (None: no budget).
             show_progress: a tqdm bar; None = when stderr is a terminal and there are at least 1024 inputs.
@@ -361,7 +401,13 @@ class Encoder:
             float32 ``[N, D]`` array (D = H x len(layers), doubled for mean_max; H for cls_pooled), in input order;
             for ``pooling="none"`` a list of N ``[T_i, D]`` arrays. With ``show_tokens``: ``(vectors, tokens)``.
         """
-        texts = _check_texts(texts, "texts")
+        unknown = sorted(set(kwargs) - _COMPAT_KWARGS)
+        if unknown:
+            raise TypeError(f"encode() got unexpected keyword argument(s) {', '.join(unknown)}")
+        if show_progress is None and kwargs.get("show_progress_bar") is not None:
+            show_progress = bool(kwargs["show_progress_bar"])
+        max_length = self.defaults.max_length if max_length is None else max_length
+        texts = _check_texts(_flatten_batches(texts), "texts")
         if pairs is not None:
             pairs = _check_texts(pairs, "pairs")
             if len(pairs) != len(texts):
@@ -457,6 +503,16 @@ class _Ids:
 
     ids: list[int]
     type_ids: list[int]
+
+
+def _flatten_batches(texts: Any) -> Any:
+    """MTEB 2 passes a DataLoader of ``{"text": [...]}`` batches: their texts in order; anything else unchanged."""
+    if isinstance(texts, (str, bytes, list, tuple)) or not hasattr(texts, "__iter__"):
+        return texts
+    items = list(texts)
+    if items and all(isinstance(b, dict) and "text" in b for b in items):
+        return [t for b in items for t in b["text"]]
+    return items
 
 
 def _check_texts(texts: Any, name: str) -> list[str]:

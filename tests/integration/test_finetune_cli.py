@@ -265,3 +265,40 @@ def test_torchrun_two_processes_equal_one_large_batch(tiny_dir, ft, tmp_path):
     for key in one:
         torch.testing.assert_close(two[key], one[key], atol=2e-6, rtol=1e-5, msg=key)
     assert not list((tmp_path / "two").rglob("*.tmp*"))
+
+
+def _parser(command):
+    import argparse
+    import importlib
+
+    from bertkit.cli import COMMANDS
+
+    parser = argparse.ArgumentParser(prog=f"bertkit {command}")
+    importlib.import_module(COMMANDS[command][0]).configure(parser)
+    return parser
+
+
+def test_flags_come_from_one_definition_each():
+    """Every flag of finetune / evaluate / predict has help; --task's choices are the one task registry (GLUE's
+    names from data/glue.py); finetune's defaults are FinetuneArgs'; evaluate and predict take the same flags."""
+    from bertkit.data.glue import GLUE_TASKS
+    from bertkit.errors import InputError
+    from bertkit.options import from_args
+    from bertkit.recipes.finetune import FinetuneArgs
+    from bertkit.tasks import TASK_NAMES, get_task
+
+    flags = {}
+    for command in ("finetune", "evaluate", "predict"):
+        parser = _parser(command)
+        for action in parser._actions:
+            assert action.dest == "help" or action.help, (command, action.option_strings)
+        (task,) = [a for a in parser._actions if a.dest == "task"]
+        assert tuple(task.choices) == TASK_NAMES
+        flags[command] = {s for a in parser._actions for s in a.option_strings}
+    assert flags["evaluate"] == flags["predict"]
+    assert flags["evaluate"] - {"--model", "--data", "--output", "--batch-size"} < flags["finetune"]
+    assert {name for name, spec in GLUE_TASKS.items() if spec.name == name} < set(TASK_NAMES)
+    args = _parser("finetune").parse_args(["--task", "sst2", "--train", "t", "--model", "m", "--output", "o"])
+    assert from_args(FinetuneArgs, args) == FinetuneArgs()
+    with pytest.raises(InputError, match="--task: unknown task 'nope'"):
+        get_task("nope")

@@ -168,5 +168,5 @@ def test_feature_tagger_frozen_layers_and_padding(tiny_config, kind):
     model(ids, mask, labels=labels).loss.backward()
     assert all(p.grad is None for p in bert.parameters())
     assert model.classifier.weight.grad is not None and not bert.training
-    with pytest.raises(ValueError, match="feature layer 5 does not exist"):
+    with pytest.raises(ValueError, match="layer 5 does not exist"):
         FeatureTagger(bert, ["O"], layers=[5])

@@ -25,10 +25,13 @@ from typing import Any
 
 import torch
 
+from bertkit.errors import InputError
 from bertkit.files import write_json
+from bertkit.options import option
 from bertkit.precision import autocast, resolve_precision
 from bertkit.tasks import feature_length, length_batches
-from bertkit.training import distributed as D
+from bertkit.tasks.options import RunOptions
+from bertkit.training import distributed
 from bertkit.training.distributed import DistContext
 from bertkit.training.optim import build_optimizer, linear_schedule
 
@@ -36,21 +39,21 @@ TASK_CONFIG_NAME = "finetune_config.json"
 
 
 @dataclass
-class FinetuneArgs:
-    epochs: float = 3.0
-    batch_size: int = 32  # micro-batch; the optimizer batch is batch_size * grad_accum
-    grad_accum: int = 1
-    lr: float = 5e-5
-    warmup_proportion: float = 0.1
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    seed: int = 42
-    precision: str = "auto"
-    device: str = "cpu"
-    eval_batch_size: int = 64
-    eval_every: int = 0  # steps between dev evaluations; 0 = at the end of each epoch
-    max_steps: int = 0  # stop after this many steps (0 = no limit), e.g. for a fixed budget
-    quiet: bool = False
+class FinetuneArgs(RunOptions):
+    """The settings of a fine-tuning run; each field is also its ``bertkit finetune`` flag."""
+
+    epochs: float = option(3.0, group="training", help="passes over the training set (fractions allowed)")
+    batch_size: int = option(32, group="training", help="examples per micro-batch")
+    grad_accum: int = option(1, group="training", help="micro-batches per optimizer step (the optimizer batch is "
+                                                        "batch-size x grad-accum)")
+    lr: float = option(5e-5, group="training", help="peak learning rate (AdamW)")
+    warmup_proportion: float = option(0.1, group="training", help="fraction of the steps with linear warmup")
+    weight_decay: float = option(0.01, group="training", help="decoupled weight decay (none on biases, LayerNorm)")
+    max_grad_norm: float = option(1.0, group="training", help="clip the gradient norm to this (0 = no clipping)")
+    seed: int = option(42, group="training", help="seed of the head's initialisation, shuffling and dropout")
+    eval_batch_size: int = option(64, group="training", help="examples per evaluation batch")
+    eval_every: int = option(0, group="training", help="evaluate on dev every N steps (0 = at the end of each epoch)")
+    max_steps: int = option(0, group="training", help="stop after N optimizer steps (0 = no limit)")
 
 
 def set_seed(seed: int) -> None:
@@ -96,22 +99,22 @@ def finetune(
     from tqdm import tqdm
 
     output_dir = Path(output_dir)
-    ctx = ctx or DistContext(device=torch.device(args.device))
+    ctx = ctx or DistContext(device=torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu")))
     set_seed(args.seed)
     device = ctx.device
     precision = resolve_precision(args.precision, device)
     model.to(device).train()
-    ddp_model = D.wrap(model, ctx)
+    ddp_model = distributed.wrap(model, ctx)
     if ctx.rank:
         torch.manual_seed(args.seed + 1000 * ctx.rank)  # dropout differs per process; weights are rank 0's
     train_features = task.featurize(train_examples, tokenizer, training=True)
     dev_features = task.featurize(dev_examples, tokenizer) if dev_examples else None
     lengths = [feature_length(f) for f in train_features]
-    if args.grad_accum < 1:
-        raise ValueError(f"grad_accum must be >= 1, got {args.grad_accum}")
+    if args.grad_accum < 1 or args.batch_size < 1:
+        raise InputError(f"--batch-size and --grad-accum must be >= 1, got {args.batch_size} and {args.grad_accum}")
     batches_per_epoch = math.ceil(len(train_features) / args.batch_size) // ctx.world_size
     if batches_per_epoch == 0:
-        raise ValueError(f"{len(train_features)} training examples make fewer batches of {args.batch_size} than "
+        raise InputError(f"{len(train_features)} training examples make fewer batches of {args.batch_size} than "
                          f"there are processes ({ctx.world_size})")
     steps_per_epoch = math.ceil(batches_per_epoch / args.grad_accum)
     total_steps = max(1, math.ceil(steps_per_epoch * args.epochs))
@@ -128,7 +131,7 @@ def finetune(
     def checkpoint() -> None:
         nonlocal best
         if dev_features is None or not ctx.is_main:
-            D.barrier(ctx)
+            distributed.barrier(ctx)
             return
         metrics, preds = evaluate(task, model, dev_examples, dev_features, args, precision)
         record = {**metrics, "step": step, "epoch": round(step / steps_per_epoch, 3),
@@ -142,7 +145,7 @@ def finetune(
             shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
             print(f"step {step}: dev {shown}{'  (best, saved)' if improved else ''}", file=sys.stderr)
         model.train()
-        D.barrier(ctx)
+        distributed.barrier(ctx)
 
     progress = tqdm(total=total_steps, desc=f"finetune {task.name}", unit="step",
                     disable=args.quiet or not ctx.is_main or not sys.stderr.isatty())
@@ -180,7 +183,7 @@ def finetune(
     progress.close()
     if dev_features is None and ctx.is_main:
         save_output(task, model, tokenizer, output_dir, None, None, None)
-    D.barrier(ctx)
+    distributed.barrier(ctx)
     if dev_features is None or not ctx.is_main:
         best = {"step": step, "train_loss": loss_sum / max(loss_n, 1)}
         if not ctx.is_main:

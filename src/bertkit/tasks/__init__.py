@@ -16,34 +16,38 @@ Shared helpers here: length-bucketed batching, padding, and batched inference un
 
 from __future__ import annotations
 
+import importlib
 import random
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-GLUE_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "mnli-mm", "qnli", "rte", "wnli", "ax")
+from bertkit.data.glue import GLUE_TASKS
+from bertkit.errors import InputError
+
 LABEL_KEYS = ("labels", "start_positions", "end_positions")
-TASK_NAMES = GLUE_NAMES + ("classification", "squad", "squad_v2", "conll2003", "tagging", "swag")
+
+# The one task registry: ``--task`` name -> (module, class). A new task is one entry here; its class takes
+# ``(name, **task_options)`` and implements the ``TaskBase`` surface. GLUE's names come from its own registry,
+# ``bertkit.data.glue.GLUE_TASKS`` (aliases such as ``diagnostic`` left out of the choices).
+TASKS: dict[str, tuple[str, str]] = {
+    **{name: ("bertkit.tasks.classification", "ClassificationTask")
+       for name, spec in GLUE_TASKS.items() if spec.name == name},
+    "classification": ("bertkit.tasks.classification", "ClassificationTask"),
+    "squad": ("bertkit.tasks.squad", "SquadTask"),
+    "squad_v2": ("bertkit.tasks.squad", "SquadTask"),
+    "conll2003": ("bertkit.tasks.tagging", "TaggingTask"),
+    "tagging": ("bertkit.tasks.tagging", "TaggingTask"),
+    "swag": ("bertkit.tasks.multiple_choice", "MultipleChoiceTask"),
+}
+TASK_NAMES = tuple(TASKS)
 
 
 def get_task(name: str, **options: Any):
     """The task object for a ``--task`` name; ``options`` are the command's task flags (columns, strides...)."""
-    if name in GLUE_NAMES or name == "classification":
-        from bertkit.tasks.classification import ClassificationTask
-
-        return ClassificationTask(name, **options)
-    if name in ("squad", "squad_v2"):
-        from bertkit.tasks.squad import SquadTask
-
-        return SquadTask(name, **options)
-    if name in ("conll2003", "tagging"):
-        from bertkit.tasks.tagging import TaggingTask
-
-        return TaggingTask(name, **options)
-    if name == "swag":
-        from bertkit.tasks.multiple_choice import MultipleChoiceTask
-
-        return MultipleChoiceTask(name, **options)
-    raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASK_NAMES)}")
+    if name not in TASKS:
+        raise InputError(f"--task: unknown task {name!r}; choose one of {', '.join(TASK_NAMES)}")
+    module, cls = TASKS[name]
+    return getattr(importlib.import_module(module), cls)(name, **options)
 
 
 # --------------------------------------------------------------------------------------------- batching helpers

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.errors import InputError
 from bertkit.files import atomic_write
 from bertkit.tasks import TaskBase, collate_inputs, run_inference
 from bertkit.tasks.metrics import squad_evaluate, squad_v2_best_thresholds
@@ -61,7 +62,6 @@ def max_context_flags(spans: list[tuple[int, int]]) -> list[list[bool]]:
 
 class SquadTask(TaskBase):
     family = "squad"
-    model_class_name = "BertForQuestionAnswering"
 
     def __init__(
         self,
@@ -85,7 +85,7 @@ class SquadTask(TaskBase):
         self.version = version or ("2.0" if name == "squad_v2" else "1.1")
         self.main_metric = "f1"
         if self.max_seq_length - self.max_query_length - 3 < 1:
-            raise ValueError(f"max_seq_length ({self.max_seq_length}) leaves no room for context after a "
+            raise InputError(f"--max-seq-length ({self.max_seq_length}) leaves no room for context after a "
                              f"{self.max_query_length}-token question")
 
     @property
