@@ -52,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
                          model_id=args.model_id or os.path.basename(os.path.normpath(args.model)))
     try:
         encoder = Encoder.from_pretrained(args.model, device=args.device, precision=args.precision)
+    except InputError as exc:  # the loader names the file; say which flag gave it
+        raise InputError(f"--model: {exc}") from None
     except BertkitError:
         raise
     except (OSError, ValueError, TypeError, KeyError, RuntimeError) as exc:
