@@ -421,3 +421,18 @@ def test_resume_refusals(tiny_dir, ft, tmp_path, capsys):
     assert "pass --resume to continue it" in capsys.readouterr().err
     assert main([*argv, "--resume"]) == 2
     assert "--lr 5e-05 (the run used 0.0001)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+@pytest.mark.parametrize("task,data,missing", [("sst2", "sst2_dev.tsv", "classifier.weight"),
+                                               ("squad", "squad_dev.json", "qa_outputs.weight")])
+def test_evaluate_and_predict_refuse_a_model_without_the_trained_head(tiny_dir, ft, tmp_path, capsys, command, task,
+                                                                       data, missing):
+    """A pre-trained directory has no task head: evaluate / predict refuse it, naming the missing weights, instead
+    of scoring with a freshly initialised head; nothing is written."""
+    out = tmp_path / "o"
+    assert main([command, "--task", task, "--model", str(tiny_dir), "--data", str(ft / data), "--quiet",
+                 "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"no trained {task} head" in err and missing in err and "bertkit finetune" in err
+    assert not out.exists()
