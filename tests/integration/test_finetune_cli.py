@@ -421,6 +421,10 @@ def test_resume_refusals(tiny_dir, ft, tmp_path, capsys):
     assert "pass --resume to continue it" in capsys.readouterr().err
     assert main([*argv, "--resume"]) == 2
     assert "--lr 5e-05 (the run used 0.0001)" in capsys.readouterr().err
+    shutil.rmtree(checkpoint_dir(out))
+    (out / "train_log.json").write_text("{}")
+    assert main([*argv, "--resume"]) == 2
+    assert "holds a finished run" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["evaluate", "predict"])

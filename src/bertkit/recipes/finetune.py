@@ -119,6 +119,9 @@ def _resume_state(output_dir: Path, args: FinetuneArgs, run: dict[str, Any]) -> 
                              f"it, or remove {checkpoint_dir(output_dir)} to start afresh")
         return None
     if path is None:
+        if (output_dir / "train_log.json").is_file():
+            raise InputError(f"--resume: {output_dir} holds a finished run (train_log.json) and no checkpoint: "
+                             "nothing to resume")
         if not args.quiet:
             print(f"--resume: no checkpoint in {checkpoint_dir(output_dir)}; starting from step 0", file=sys.stderr)
         return None
@@ -220,7 +223,7 @@ def finetune(
         model.train()
         distributed.barrier(ctx)
 
-    def save_training_state(eval_pending: bool) -> Path | None:
+    def save_training_state(eval_pending: bool) -> Path:
         """A resumable checkpoint (rank 0 writes it; every rank's RNG state goes in)."""
         rngs = [rng_state()]
         if ctx.distributed:
@@ -235,8 +238,7 @@ def finetune(
                 "best": best, "history": history, "eval_pending": eval_pending, "run": run, "rank_rng": rngs,
                 "elapsed": elapsed + time.perf_counter() - t0,
             }, keep=1)
-        distributed.barrier(ctx)
-        return path
+        return distributed.broadcast_object(ctx, path)
 
     if state is not None and state.get("eval_pending"):
         evaluate_and_keep_best()  # the evaluation the signal pre-empted
