@@ -2,6 +2,9 @@
 
     bertkit serve --model runs/my-bert                       # http://127.0.0.1:8000
     bertkit serve --model runs/my-bert --port 9000 --api-key secret --layers -1 --pooling cls
+
+Every limit is a flag (``bertkit serve -h``); docs/serving.md lists the routes and docs/serving.md#limits what each
+refusal means.
 """
 
 from __future__ import annotations
@@ -11,8 +14,13 @@ import os
 import re
 import sys
 
+from bertkit.errors import InputError, RunError
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from bertkit.options import add_options
+    from bertkit.serve.app import ServeSettings
+
     # let "--layers -1,-2,-3,-4" parse: argparse otherwise takes "-1,-2,..." for an option
     parser._negative_number_matcher = re.compile(r"^-\d+(,\s*-?\d+)*$|^-\d*\.\d+$")
     parser.add_argument("--model", required=True, help="model directory: config.json, weights, vocab.txt")
@@ -20,54 +28,58 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key", default=os.environ.get("BERTKIT_API_KEY"),
                         help="require this key (Authorization: Bearer KEY or X-API-Key); default $BERTKIT_API_KEY")
-    parser.add_argument("--layers", default="-2", help="default layer(s) for /embed, /v1/embeddings, /encode "
-                        "(comma-separated, concatenated; default -2)")
-    parser.add_argument("--pooling", default="mean", help="default pooling (mean, max, mean_max, cls, cls_pooled, "
-                        "first, last/sep); default mean")
-    parser.add_argument("--model-id", default=None, help="name reported by /info and /v1/embeddings")
     parser.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    parser.add_argument("--max-length", type=int, default=512, help="tokens per input, specials included")
-    parser.add_argument("--auto-truncate", action="store_true",
-                        help="truncate over-long inputs on /embed and /v1/embeddings instead of answering 413")
-    parser.add_argument("--max-inputs", type=int, default=256, help="inputs per request (more: 422)")
-    parser.add_argument("--max-input-chars", type=int, default=50_000, help="characters per input (more: 413)")
-    parser.add_argument("--max-payload-bytes", type=int, default=4 * 1024 * 1024, help="request body size (413)")
-    parser.add_argument("--max-batch-tokens", type=int, default=8192, help="padded tokens per forward pass")
-    parser.add_argument("--max-batch-size", type=int, default=128, help="inputs per forward pass")
-    parser.add_argument("--max-wait-ms", type=float, default=2.0, help="linger for more inputs before a batch")
-    parser.add_argument("--max-pending", type=int, default=20_000, help="queued inputs beyond which requests get 503")
-    parser.add_argument("--request-timeout", type=float, default=60.0, help="seconds a request may wait (then 503)")
     parser.add_argument("--log-level", default="info")
+    add_options(parser, ServeSettings)
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
     import uvicorn
 
+    from bertkit.errors import BertkitError
     from bertkit.features import Encoder
-    from bertkit.serve.app import ServeSettings, create_app, parse_layers
+    from bertkit.options import from_args
+    from bertkit.serve.app import ServeSettings, create_app
+    from bertkit.serve.server import bind_socket, settings_limits, uvicorn_config
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    raise_fd_limit()
+    settings = from_args(ServeSettings, args, api_key=args.api_key or None,
+                         model_id=args.model_id or os.path.basename(os.path.normpath(args.model)))
     try:
         encoder = Encoder.from_pretrained(args.model, device=args.device, precision=args.precision)
-        settings = ServeSettings(
-            model_id=args.model_id or os.path.basename(os.path.normpath(args.model)),
-            layers=parse_layers(args.layers), pooling=args.pooling, max_length=args.max_length,
-            auto_truncate=args.auto_truncate, max_inputs=args.max_inputs, max_input_chars=args.max_input_chars,
-            max_payload_bytes=args.max_payload_bytes, max_batch_tokens=args.max_batch_tokens,
-            max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms, max_pending=args.max_pending,
-            request_timeout_s=args.request_timeout, api_key=args.api_key or None,
-        )
+    except BertkitError:
+        raise
+    except (OSError, ValueError, TypeError, KeyError, RuntimeError) as exc:
+        raise InputError(f"--model {args.model}: {exc}") from None
+    try:
         app = create_app(encoder, settings)
-    except (OSError, ValueError, TypeError) as exc:
-        print(f"bertkit serve: {exc}", file=sys.stderr)
-        return 2
+    except (ValueError, TypeError) as exc:
+        raise InputError(str(exc)) from None
+    try:
+        sock = bind_socket(args.host, args.port)
+    except OSError as exc:
+        raise RunError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     if args.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_key:
         print(f"bertkit serve: warning: listening on {args.host} without --api-key", file=sys.stderr)
     print(f"bertkit serve: {args.model} ({encoder.num_layers} layers, hidden {encoder.hidden_size}, "
           f"{encoder.precision}) on http://{args.host}:{args.port}", file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=10)
+    config = uvicorn_config(app, log_level=args.log_level, timeout_graceful_shutdown=10, **settings_limits(settings))
+    uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+def raise_fd_limit() -> None:
+    """Raise the open-file limit to its hard maximum: each connection holds a descriptor."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
