@@ -2,6 +2,7 @@
 
     bertkit serve --model runs/my-bert                       # http://127.0.0.1:8000
     bertkit serve --model runs/my-bert --port 9000 --api-key secret --layers -1 --pooling cls
+    bertkit serve --model base=runs/my-bert --model sst2=runs/sst2     # several models: ?model=NAME picks one
 
 Every limit is a flag (``bertkit serve -h``); docs/serving.md lists the routes and docs/serving.md#limits what each
 refusal means.
@@ -23,7 +24,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     # let "--layers -1,-2,-3,-4" parse: argparse otherwise takes "-1,-2,..." for an option
     parser._negative_number_matcher = re.compile(r"^-\d+(,\s*-?\d+)*$|^-\d*\.\d+$")
-    parser.add_argument("--model", required=True, help="model directory: config.json, weights, vocab.txt")
+    parser.add_argument("--model", required=True, action="append", metavar="[NAME=]DIR",
+                        help="model directory (config.json, weights, vocab.txt); repeat as NAME=DIR to serve several "
+                        "(the first is the default; ?model=NAME or OpenAI's 'model' field picks one)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key", default=os.environ.get("BERTKIT_API_KEY"),
@@ -40,7 +43,6 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from bertkit.errors import BertkitError
-    from bertkit.features import Encoder
     from bertkit.options import from_args
     from bertkit.serve.app import ServeSettings, create_app
     from bertkit.serve.server import bind_socket, settings_limits, uvicorn_config
@@ -48,18 +50,20 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     raise_fd_limit()
-    settings = from_args(ServeSettings, args, api_key=args.api_key or None,
-                         model_id=args.model_id or os.path.basename(os.path.normpath(args.model)))
+    specs = parse_model_specs(args.model, args.model_id)
+    settings = from_args(ServeSettings, args, api_key=args.api_key or None, model_id=next(iter(specs)))
+    models = {}
+    for name, directory in specs.items():
+        try:
+            models[name] = load_model(directory, args.device, args.precision)
+        except InputError as exc:  # the loader names the file; say which flag gave it
+            raise InputError(f"--model: {exc}") from None
+        except BertkitError:
+            raise
+        except (OSError, ValueError, TypeError, KeyError, RuntimeError) as exc:
+            raise InputError(f"--model {directory}: {exc}") from None
     try:
-        encoder = Encoder.from_pretrained(args.model, device=args.device, precision=args.precision)
-    except InputError as exc:  # the loader names the file; say which flag gave it
-        raise InputError(f"--model: {exc}") from None
-    except BertkitError:
-        raise
-    except (OSError, ValueError, TypeError, KeyError, RuntimeError) as exc:
-        raise InputError(f"--model {args.model}: {exc}") from None
-    try:
-        app = create_app(encoder, settings)
+        app = create_app(models, settings)
     except (ValueError, TypeError) as exc:
         raise InputError(str(exc)) from None
     try:
@@ -68,11 +72,46 @@ def run(args: argparse.Namespace) -> int:
         raise RunError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     if args.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_key:
         print(f"bertkit serve: warning: listening on {args.host} without --api-key", file=sys.stderr)
-    print(f"bertkit serve: {args.model} ({encoder.num_layers} layers, hidden {encoder.hidden_size}, "
-          f"{encoder.precision}) on http://{args.host}:{args.port}", file=sys.stderr)
+    for name, svc in app.state.services.items():
+        enc = svc.encoder
+        print(f"bertkit serve: {name} = {specs[name]} ({enc.num_layers} layers, hidden {enc.hidden_size}, "
+              f"{enc.precision}{', ' + svc.pipeline.kind if svc.pipeline is not None else ''})", file=sys.stderr)
+    print(f"bertkit serve: on http://{args.host}:{args.port}", file=sys.stderr)
     config = uvicorn_config(app, log_level=args.log_level, timeout_graceful_shutdown=10, **settings_limits(settings))
     uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+def parse_model_specs(values: list[str], model_id: str | None = None) -> dict[str, str]:
+    """``--model`` values -> {name: directory}: ``NAME=DIR``, or ``DIR`` named by ``--model-id`` (one model) or by
+    the directory's base name. Names must be unique."""
+    out: dict[str, str] = {}
+    for value in values:
+        name, sep, directory = value.partition("=")
+        if not sep or os.path.isdir(value) or not name or "/" in name:
+            name, directory = "", value
+        if not name:
+            name = model_id if model_id and len(values) == 1 else os.path.basename(os.path.normpath(directory))
+        if name in out:
+            raise InputError(f"--model {value}: the name '{name}' is already taken by --model {out[name]} "
+                             "(name them: --model NAME=DIR)")
+        out[name] = directory
+    return out
+
+
+def load_model(directory: str, device: str, precision: str):
+    """What ``--model DIR`` serves: the task pipeline when ``config.json`` names a fine-tuned head (its
+    ``.encoder()`` also serves the encoder routes), else the directory's encoder."""
+    from bertkit.features import Encoder  # torch: kept out of `bertkit serve -h`
+
+    try:
+        from bertkit.pipelines import NoHeadError, load_pipeline
+    except ImportError:  # a tree without bertkit.pipelines serves encoders only  TODO(lead): drop after the merge
+        return Encoder.from_pretrained(directory, device=device, precision=precision)
+    try:
+        return load_pipeline(directory, device=device, precision=precision)
+    except NoHeadError:
+        return Encoder.from_pretrained(directory, device=device, precision=precision)
 
 
 def raise_fd_limit() -> None:

@@ -23,7 +23,7 @@ import base64
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 from starlette.concurrency import run_in_threadpool
 
 from bertkit import __version__
-from bertkit.features import POOLINGS, Encoder, PoolSpec
+from bertkit.features import POOLINGS, Encoder, PoolSpec, parse_layers
 from bertkit.options import option
 from bertkit.serve.batching import BatchQueue, QueueFull
 from bertkit.serve.http import (
@@ -53,22 +53,6 @@ from bertkit.serve.http import (
 from bertkit.serve.server import ServerThread  # noqa: F401  (public here: tests and docs import it from app)
 
 logger = logging.getLogger("bertkit.serve")
-
-
-def parse_layers(text: str | Sequence[Any]) -> tuple[int | str, ...]:
-    """"-1,-2,-3" -> (-1, -2, -3); "embeddings" stays a name."""
-    if not isinstance(text, str):
-        return tuple(text)
-    out: list[int | str] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            out.append(int(part))
-        except ValueError:
-            out.append(part)
-    return tuple(out)
 
 
 @dataclass
@@ -182,6 +166,48 @@ class DecodeRequest(_Body):
     skip_special_tokens: StrictBool = True
 
 
+class HFParameters(_Body):  # the Hugging Face inference API's "parameters" (InferenceClient.text_classification)
+    top_k: StrictInt | None = None
+    function_to_apply: Literal["sigmoid", "softmax", "none"] | None = None
+
+
+class PredictRequest(_Body):  # TEI /predict: a text, a [text, pair], or a list of [text] / [text, pair]
+    inputs: StrictStr | list[StrictStr] | list[list[StrictStr]]
+    truncate: StrictBool | None = None
+    truncation_direction: Literal["Right", "right"] = "Right"
+    raw_scores: StrictBool = False
+    return_all_scores: StrictBool = True  # TEI answers every label, best first
+    top_k: StrictInt | None = None
+    parameters: HFParameters | None = None
+
+
+class RerankRequest(_Body):  # TEI /rerank
+    query: StrictStr
+    texts: list[StrictStr]
+    truncate: StrictBool | None = None
+    truncation_direction: Literal["Right", "right"] = "Right"
+    raw_scores: StrictBool = False
+    return_text: StrictBool = False
+
+
+class NerRequest(_Body):
+    inputs: StrictStr | list[StrictStr]
+    aggregation_strategy: Literal["simple", "none"] = "simple"
+    parameters: dict[str, Any] | None = None
+
+
+class QAPair(_Body):
+    question: StrictStr
+    context: StrictStr
+
+
+class QARequest(_Body):  # {"question", "context"}, or the inference API's {"inputs": {"question", "context"}}
+    question: StrictStr | None = None
+    context: StrictStr | None = None
+    inputs: QAPair | list[QAPair] | None = None
+    parameters: dict[str, Any] | None = None
+
+
 class FillMaskRequest(_Body):
     inputs: StrictStr | list[StrictStr]
     top_k: StrictInt = 5
@@ -209,17 +235,23 @@ def as_batch(value: Any) -> tuple[list[Any], bool]:
 
 
 class Service:
-    """What every route shares: settings, the encoder, the batching queue, metrics, and the steps from checked
-    inputs to vectors (tokenize with limits, bound the answer, embed, refuse non-finite output)."""
+    """One served model: its encoder (and task pipeline, when the directory has a fine-tuned head), its batching
+    queue, and the steps from checked inputs to vectors (tokenize with limits, bound the answer, embed, refuse
+    non-finite output). Settings and metrics are shared by all the server's models.
 
-    def __init__(self, encoder: Encoder, settings: ServeSettings):
-        self.encoder, self.settings = encoder, settings
-        self.model_id = settings.model_id or "bertkit"
+    ``pipeline``: a task pipeline (``bertkit.pipelines``: ``.kind`` classification / regression / rerank / ner / qa
+    and ``.predict`` / ``.rerank`` / ``.ner`` / ``.answer``), run on the model's worker thread; None serves
+    embeddings only."""
+
+    def __init__(self, encoder: Encoder, settings: ServeSettings, name: str | None = None, pipeline: Any = None,
+                 metrics: Metrics | None = None):
+        self.encoder, self.settings, self.pipeline = encoder, settings, pipeline
+        self.model_id = name or settings.model_id or "bertkit"
         self.default_spec = encoder.spec(settings.layers, settings.pooling)  # fails early on bad defaults
         self.max_length = encoder.max_tokens(settings.max_length)
         self.queue = BatchQueue(encoder, settings.max_batch_tokens, settings.max_batch_size, settings.max_wait_ms,
                                 settings.max_pending, settings.malloc_trim_interval_s)
-        self.metrics = Metrics()
+        self.metrics = metrics or Metrics()
         self.started = time.time()
 
     # ------------------------------------------------------------------ from a request to encodings
@@ -367,18 +399,31 @@ def resize(vectors: list[np.ndarray], dimensions: int | None, normalize: bool, d
 # --------------------------------------------------------------------------------------------- routes
 
 
-def service(request: Request) -> Service:
-    return request.app.state.service
+def service(request: Request, name: str | None = None, lenient: bool = False) -> Service:
+    """The model a request is for: ``name`` (OpenAI's ``model`` field) or ``?model=``, else the first one served.
+    An unknown name is a 404 naming the served ones; ``lenient`` (OpenAI's field, which clients fill with their
+    own defaults) falls back to the only model when there is one."""
+    services: dict[str, Service] = request.app.state.services
+    name = name or request.query_params.get("model")
+    if name is None:
+        return next(iter(services.values()))
+    if name in services:
+        return services[name]
+    if lenient and len(services) == 1:
+        return next(iter(services.values()))
+    raise ApiError(404, f"no model '{name}' here: this server has {', '.join(services)} (pick one with ?model=)",
+                   param="model")
 
 
 async def body_of(request: Request, model: type[BaseModel] | Callable[[dict], type[BaseModel]]) -> Any:
-    s = service(request).settings
+    s = request.app.state.settings
     return parse_json(await read_body(request, s.max_payload_bytes, s.body_timeout_s), model)
 
 
 async def health(request: Request):
-    if not service(request).queue.alive:
-        raise ApiError(None, "the batching worker is not running", "Unhealthy")
+    for svc in request.app.state.services.values():
+        if not svc.queue.alive:
+            raise ApiError(None, f"the batching worker of '{svc.model_id}' is not running", "Unhealthy")
     return {"status": "ok"}
 
 
@@ -388,7 +433,7 @@ async def info(request: Request):
     return {  # TEI's Info fields first, then bertkit's
         "model_id": svc.model_id, "model_sha": None, "served_model_name": svc.model_id,
         "model_dtype": "bfloat16" if enc.precision == "bf16" else "float16" if enc.precision == "fp16" else "float32",
-        "model_type": {"embedding": {"pooling": svc.default_spec.pooling}},
+        "model_type": model_type(svc),
         "max_concurrent_requests": s.limit_concurrency, "max_input_length": svc.max_length,
         "max_batch_tokens": s.max_batch_tokens, "max_batch_requests": s.max_batch_size,
         "max_client_batch_size": s.max_inputs, "auto_truncate": s.auto_truncate, "tokenization_workers": 1,
@@ -400,7 +445,19 @@ async def info(request: Request):
         "max_input_chars": s.max_input_chars, "max_request_tokens": s.max_request_tokens,
         "max_output_values": s.max_output_values, "max_payload_bytes": s.max_payload_bytes,
         "max_wait_ms": s.max_wait_ms, "auth": s.api_key is not None,
+        "task": svc.pipeline.kind if svc.pipeline is not None else "embedding",
+        "models": list(request.app.state.services),
     }
+
+
+def model_type(svc: Service) -> dict[str, Any]:
+    """TEI's ``model_type``: {"embedding": {"pooling"}}, or {"classifier" | "reranker": {"id2label", "label2id"}}."""
+    pipe = svc.pipeline
+    if pipe is None or pipe.kind in ("ner", "qa"):
+        return {"embedding": {"pooling": svc.default_spec.pooling}}
+    labels = list(getattr(pipe, "labels", []))
+    ids = {"id2label": {str(i): x for i, x in enumerate(labels)}, "label2id": {x: i for i, x in enumerate(labels)}}
+    return {"reranker" if pipe.kind == "rerank" else "classifier": ids}
 
 
 async def metrics(request: Request):
@@ -451,15 +508,20 @@ def _root_body(data: dict) -> type[BaseModel]:
 
 
 async def root(request: Request):
-    """TEI's POST /: the model's own task (embed; similarity when ``inputs`` is a source sentence and others)."""
+    """TEI's POST /: the model's own task: the head's route (predict, rerank, ner, qa), else embed (similarity when
+    ``inputs`` is a source sentence and others)."""
+    svc = service(request)
+    if svc.pipeline is not None:
+        route = {"classification": predict, "regression": predict, "rerank": rerank, "ner": ner, "qa": qa}
+        return await route[svc.pipeline.kind](request)
     body = await body_of(request, _root_body)
     return await (similarity(request, body) if isinstance(body, SimilarityRequest) else embed(request, body))
 
 
 async def openai_embeddings(request: Request):
     """OpenAI POST /v1/embeddings."""
-    svc = service(request)
     body = await body_of(request, OpenAIEmbeddingsRequest)
+    svc = service(request, body.model, lenient=True)
     truncate = svc.settings.auto_truncate if body.truncate is None else body.truncate
     items, _ = as_batch(body.input)
     encodings = await svc.encodings(items, "input", truncate)
@@ -481,14 +543,11 @@ def _model_card(svc: Service) -> dict[str, Any]:
 
 
 async def openai_models(request: Request):
-    return {"object": "list", "data": [_model_card(service(request))]}
+    return {"object": "list", "data": [_model_card(svc) for svc in request.app.state.services.values()]}
 
 
 async def openai_model(request: Request):
-    svc, name = service(request), request.path_params["model"]
-    if name != svc.model_id:
-        raise ApiError(404, f"no model '{name}' here: this server has '{svc.model_id}'", param="model")
-    return _model_card(svc)
+    return _model_card(service(request, request.path_params["model"]))
 
 
 async def encode(request: Request):
@@ -538,6 +597,105 @@ async def encode(request: Request):
     if body.show_tokens:
         out["tokens"] = [list(e.tokens) for e in encodings]
     return await json_answer(out, size)
+
+
+# --------------------------------------------------------------------------------------------- task heads
+
+
+def head(svc: Service, kinds: tuple[str, ...], what: str) -> Any:
+    """The model's task pipeline when it is one of ``kinds``; else a 422 saying what the model serves."""
+    pipe = svc.pipeline
+    if pipe is None or pipe.kind not in kinds:
+        has = f"a {pipe.kind} head" if pipe is not None else "no task head (config.json 'architectures')"
+        raise ApiError(None, f"model '{svc.model_id}' has {has}: {what} needs {' or '.join(kinds)}; this model serves "
+                       "/embed, /v1/embeddings and /encode")
+    return pipe
+
+
+def check_texts(svc: Service, items: list[Any], name: str) -> None:
+    check_count(items, name, svc.settings.max_inputs)
+    for i, t in enumerate(items):
+        for j, x in enumerate([t] if isinstance(t, str) else t):
+            check_text(x, f"{name}[{i}]" if isinstance(t, str) else f"{name}[{i}][{j}]", svc.settings.max_input_chars,
+                       None)
+    svc.metrics.inputs[name] += len(items)
+
+
+async def predict(request: Request):
+    """TEI /predict: ``[{"label", "score"}]`` best first, for a text or a [text, pair]; a list of those for a batch."""
+    svc = service(request)
+    body = await body_of(request, PredictRequest)
+    pipe = head(svc, ("classification", "regression", "rerank"), "/predict")
+    inputs = body.inputs
+    if isinstance(inputs, list) and inputs and all(isinstance(x, str) for x in inputs):  # one [text, pair]
+        if len(inputs) > 2:
+            raise ApiError(None, f"'inputs' is a list of {len(inputs)} texts: send a text, a [text, pair], or a "
+                           "batch of [text] / [text, pair] lists", param="inputs")
+        inputs = tuple(inputs) if len(inputs) == 2 else inputs[0]
+    single = not isinstance(inputs, list)
+    items = [inputs] if single else [x[0] if len(x) == 1 else tuple(x) for x in inputs]
+    for i, x in enumerate(items):
+        if isinstance(x, tuple) and len(x) != 2:
+            raise ApiError(None, f"'inputs[{i}]' must be [text] or [text, pair]", param=f"inputs[{i}]")
+    check_texts(svc, items, "inputs")
+    params = body.parameters
+    top_k = params.top_k if params and params.top_k is not None else body.top_k
+    raw = body.raw_scores or (params is not None and params.function_to_apply == "none")
+    truncate = svc.settings.auto_truncate if body.truncate is None else body.truncate
+    result = await svc.call(lambda _: pipe.predict(items[0] if single else items, raw_scores=raw,
+                                                   return_all_scores=body.return_all_scores, top_k=top_k,
+                                                   truncate=truncate))
+    if single and params is not None:  # the inference API nests a single input's answer: [[...]]
+        result = [result]
+    return await json_answer(result)
+
+
+async def rerank(request: Request):
+    """TEI /rerank: ``[{"index", "score"[, "text"]}]`` best first."""
+    svc = service(request)
+    body = await body_of(request, RerankRequest)
+    pipe = head(svc, ("rerank", "regression"), "/rerank")
+    check_text(body.query, "query", svc.settings.max_input_chars, None)
+    check_texts(svc, body.texts, "texts")
+    truncate = svc.settings.auto_truncate if body.truncate is None else body.truncate
+    return await json_answer(await svc.call(lambda _: pipe.rerank(body.query, body.texts, return_text=body.return_text,
+                                                                  raw_scores=body.raw_scores, truncate=truncate)))
+
+
+async def ner(request: Request):
+    """/ner: entities grouped from word pieces, ``[{"entity_group", "score", "word", "start", "end"}]`` (per input for
+    a list)."""
+    svc = service(request)
+    body = await body_of(request, NerRequest)
+    pipe = head(svc, ("ner",), "/ner")
+    items, single = as_batch(body.inputs)
+    check_texts(svc, items, "inputs")
+    strategy = (body.parameters or {}).get("aggregation_strategy", body.aggregation_strategy)
+    result = await svc.call(lambda _: pipe.ner(items[0] if single else items, aggregation_strategy=strategy))
+    return await json_answer(result)
+
+
+async def qa(request: Request):
+    """/qa: ``{"question", "context"}`` -> ``{"answer", "score", "start", "end"}`` (a list for a list of inputs)."""
+    svc = service(request)
+    body = await body_of(request, QARequest)
+    pipe = head(svc, ("qa",), "/qa")
+    if body.inputs is not None:
+        pairs = body.inputs if isinstance(body.inputs, list) else [body.inputs]
+        single = not isinstance(body.inputs, list)
+    elif body.question is not None and body.context is not None:
+        pairs, single = [QAPair(question=body.question, context=body.context)], True
+    else:
+        raise ApiError(None, "send {\"question\", \"context\"} (or \"inputs\": a list of them)", param="question")
+    check_count(pairs, "inputs", svc.settings.max_inputs)
+    items = []
+    for i, p in enumerate(pairs):
+        where = "" if single and body.inputs is None else f"inputs[{i}]."
+        items.append({"question": check_text(p.question, f"{where}question", svc.settings.max_input_chars, None),
+                      "context": check_text(p.context, f"{where}context", svc.settings.max_input_chars, None)})
+    svc.metrics.inputs["inputs"] += len(items)
+    result = await svc.call(lambda _: pipe.answer(items))
+    return await json_answer(result[0] if single else result)
 
 
 BAS_POOLING = {"mean": "REDUCE_MEAN", "max": "REDUCE_MAX", "mean_max": "REDUCE_MEAN_MAX", "cls": "CLS_TOKEN",
@@ -654,6 +812,7 @@ ROUTES: list[tuple[str, Callable, list[str]]] = [
     ("/v1/embeddings", openai_embeddings, ["POST"]), ("/embeddings", openai_embeddings, ["POST"]),
     ("/v1/models", openai_models, ["GET"]), ("/v1/models/{model:path}", openai_model, ["GET"]),
     ("/encode", encode, ["POST"]), ("/status/server", status_server, ["GET"]), ("/fill-mask", fill_mask, ["POST"]),
+    ("/predict", predict, ["POST"]), ("/rerank", rerank, ["POST"]), ("/ner", ner, ["POST"]), ("/qa", qa, ["POST"]),
 ]
 KNOWN_PATHS = tuple(dict.fromkeys(path for path, _, _ in ROUTES if "{" not in path))
 
@@ -690,22 +849,42 @@ async def _bad_method(request: Request, exc: Exception):
     return error_response(request.url.path, 405, f"method {request.method} is not allowed on {request.url.path}")
 
 
-def create_app(encoder: Encoder, settings: ServeSettings | None = None) -> FastAPI:
-    """Build the app. The batching worker starts and stops with the app's lifespan (uvicorn runs it)."""
-    svc = Service(encoder, settings or ServeSettings())
+def make_services(models: Any, settings: ServeSettings) -> dict[str, Service]:
+    """``models``: an Encoder, a task pipeline (its ``.encoder()`` serves the encoder routes), or a dict name -> either
+    (the first is the default)."""
+    if not isinstance(models, dict):
+        models = {settings.model_id or "bertkit": models}
+    if not models:
+        raise ValueError("no model to serve")
+    metrics, out = Metrics(), {}
+    for name, model in models.items():
+        pipeline = None if isinstance(model, Encoder) else model
+        encoder = model if pipeline is None else pipeline.encoder()
+        out[name] = Service(encoder, settings, name, pipeline, metrics)
+    return out
+
+
+def create_app(models: Any, settings: ServeSettings | None = None) -> FastAPI:
+    """Build the app for one model or several (see :func:`make_services`). The batching workers start and stop
+    with the app's lifespan (uvicorn runs it)."""
+    settings = settings or ServeSettings()
+    services = make_services(models, settings)
+    svc = next(iter(services.values()))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        svc.queue.start()
+        for one in services.values():
+            one.queue.start()
         try:
             yield
         finally:
-            svc.queue.stop()
+            for one in services.values():
+                one.queue.stop()
 
     app = FastAPI(title="bertkit embedding server", version=__version__, lifespan=lifespan, docs_url=None,
                   redoc_url=None, openapi_url=None)
-    app.state.service = svc
-    app.state.queue, app.state.encoder, app.state.settings, app.state.metrics = (svc.queue, encoder, svc.settings,
+    app.state.services, app.state.service = services, svc
+    app.state.queue, app.state.encoder, app.state.settings, app.state.metrics = (svc.queue, svc.encoder, settings,
                                                                                  svc.metrics)
     for path, fn, methods in ROUTES:
         app.add_api_route(path, guarded(fn), methods=methods)

@@ -53,7 +53,7 @@ def error_body(path: str, status: int, message: str, error_type: str = "Validati
                param: str | None = None) -> dict[str, Any]:
     """The error in the called API's shape: OpenAI's ``{"error": {"message", "type", "param", "code"}}`` under
     ``/v1/``, TEI's ``{"error", "error_type"}`` elsewhere."""
-    if path.startswith("/v1/"):
+    if path.startswith("/v1/") or path == "/embeddings":  # TEI serves OpenAI's route under both names
         return {"error": {"message": message, "type": OPENAI_TYPE_OF.get(status, "invalid_request_error"),
                           "param": param, "code": status}}
     return {"error": message, "error_type": error_type}
