@@ -22,6 +22,7 @@ import logging
 import os
 import pickle
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,7 +113,9 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     if path.suffix == ".index" or Path(str(path) + ".index").is_file():
         return tf_state_dict(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about the protocol of a pickle it is about to refuse anyway
+            warnings.filterwarnings("ignore", message=".*pickle protocol", category=UserWarning)
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         if "weights only load failed" in str(e).lower():  # a pickle asking for code: never retry without the guard
             raise CheckpointError(f"{path}: refused as unsafe (a pickle with code, which bertkit never runs); "

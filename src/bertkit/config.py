@@ -51,18 +51,30 @@ SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_s
 
 
 def _available_memory() -> int | None:
-    """Bytes of memory this process can still allocate (Linux MemAvailable; else free physical pages), or None."""
+    """Bytes this process can still allocate, or None if unknown: Linux's MemAvailable (else free physical pages),
+    capped by a cgroup v2 memory limit (a container's) when there is one."""
+    available = None
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    available = int(line.split()[1]) * 1024
+                    break
     except (OSError, ValueError, IndexError):
         pass
+    if available is None:
+        try:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            pass
     try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            left = int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text())
+            available = left if available is None else min(available, left)
+    except (OSError, ValueError):
+        pass
+    return available
 
 
 @dataclass

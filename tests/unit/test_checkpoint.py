@@ -123,13 +123,13 @@ class Evil:
         return (print, ("pwned",))
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")
-def test_pickle_is_refused_as_unsafe_without_torchs_advice(tmp_path, tiny_config, capsys):
+def test_pickle_is_refused_as_unsafe_without_torchs_advice(tmp_path, tiny_config, capsys, recwarn):
     BertModel(tiny_config).config.save_pretrained(tmp_path)
     with open(tmp_path / "pytorch_model.bin", "wb") as f:
         pickle.dump({"x": Evil()}, f)
     with pytest.raises(CheckpointError) as e:
         BertModel.from_pretrained(tmp_path)
+    assert [str(w.message) for w in recwarn] == []  # nor torch's warning about the pickle's protocol
     msg = str(e.value)
     assert msg.startswith(str(tmp_path / "pytorch_model.bin")) and "refused as unsafe" in msg
     assert "convert it to safetensors" in msg

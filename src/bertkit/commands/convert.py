@@ -38,7 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _prefix(path: Path) -> Path:
-    from bertkit.tf_checkpoint import find_tf_checkpoint
+    from bertkit.tf_checkpoint import find_tf_checkpoint  # torch: kept out of `bertkit convert -h`
 
     if path.is_dir():
         prefix = find_tf_checkpoint(path)
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _model_class(state: dict, config: BertConfig) -> tuple[type, BertConfig]:
     """The class whose head the checkpoint holds (and the config with its number of labels)."""
-    from bertkit import modeling
+    from bertkit import modeling  # torch: kept out of `bertkit convert -h`
 
     if "cls.predictions.bias" in state:
         return modeling.BertForPreTraining, config

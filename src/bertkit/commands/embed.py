@@ -17,6 +17,8 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from bertkit.errors import InputError, MissingFileError
 from bertkit.files import atomic_write
 
@@ -87,8 +89,6 @@ def read_inputs(path: str) -> tuple[list[str], list[str] | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from bertkit.features import Encoder, parse_layers, resolve_pooling  # torch: kept out of `bertkit embed -h`
 
     out = args.output

@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     for name, directory in specs.items():
         try:
             models[name] = load_model(directory, args.device, args.precision)
+        except InputError as exc:  # the loader names the file; say which flag gave it
+            raise InputError(f"--model: {exc}") from None
         except BertkitError:
             raise
         except (OSError, ValueError, TypeError, KeyError, RuntimeError) as exc:

@@ -65,10 +65,10 @@ class TaskOptions:
     null_score_diff_threshold: float | None = option(
         None, group=SQUAD, help="v2.0: predict no answer when null score - best span score > this (default 0.0)")
     answer_text: str | None = option(
-        None, group=SQUAD, choices=("google", "chars"),
+        None, group=SQUAD, choices=("google", "chars", "words"),
         help="how a predicted token span becomes answer text: google = run_squad.py's get_final_text (the "
-             "de-tokenized word pieces projected onto the original whitespace-separated words; default), chars = "
-             "the context's characters from the first piece's start to the last piece's end")
+             "de-tokenized word pieces projected onto the original words; default), chars = the context's "
+             "characters from the first piece's start to the last piece's end, words = chars widened to whole words")
     feature_based: bool = option(False, group=FEATURE_BASED,
                                  help="freeze BERT; train a small tagger on the concatenation of --feature-layers")
     feature_layers: str | None = option(None, group=FEATURE_BASED,
