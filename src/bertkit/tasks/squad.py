@@ -13,7 +13,8 @@ tokens, ``start + end`` logit scores; answer text cut from the original context 
 v2.0: the null score is ``start[0] + end[0]`` (minimum over windows); predict "" when
 ``null - best span > null_score_diff_threshold``.
 Outputs: ``predictions.json`` (id -> text), ``nbest_predictions.json`` (id -> list of text, probability,
-start_logit, end_logit) and, for v2.0, ``null_odds.json`` (id -> null - best span score).
+start_logit, end_logit, start and end: character offsets in the context) and, for v2.0, ``null_odds.json``
+(id -> null - best span score).
 """
 
 from __future__ import annotations
@@ -207,7 +208,7 @@ class SquadTask(TaskBase):
             if text in seen:
                 continue
             seen.add(text)
-            nbest.append({"text": text, "start_logit": sl, "end_logit": el, "score": score})
+            nbest.append({"text": text, "start_logit": sl, "end_logit": el, "score": score, "start": cs, "end": ce})
             if len(nbest) >= self.n_best_size:
                 break
         best_non_null = nbest[0] if nbest else None
