@@ -324,3 +324,66 @@ def test_encoder_shares_the_fine_tuned_weights(sst2_dir):
     assert enc.bert is pipe.model.bert
     vec = enc.encode(["the film is good ."], pooling="cls", layers=-1)
     assert vec.shape == (1, 32)
+
+
+# --------------------------------------------------------------------------------------------- rerank
+
+
+def _rerank_rows(squad_json) -> list[dict]:
+    """(question, the context sentence holding the answer, another sentence of the context) from SQuAD fixtures."""
+    rows = []
+    for article in json.loads(squad_json.read_text())["data"]:
+        for p in article["paragraphs"]:
+            sentences = list(dict.fromkeys(s.strip() + " ." for s in p["context"].split(" . ") if s.strip()))
+            for q in p["qas"]:
+                answer = q["answers"][0]["text"]
+                pos = next((s for s in sentences if answer in s), None)
+                neg = next((s for s in sentences if answer not in s), None)
+                if pos and neg:
+                    rows.append({"query": q["question"], "positive": pos, "negative": neg})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def rerank_data(tmp_path_factory, ft):
+    d = tmp_path_factory.mktemp("rerank-data")
+    for split in ("train", "dev"):
+        rows = _rerank_rows(ft / f"squad_{split}.json")
+        assert len(rows) >= 8
+        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return d
+
+
+def test_rerank_listwise_loss_is_a_softmax_over_the_group(tiny_dir):
+    from bertkit.tasks import get_task
+
+    task = get_task("rerank")
+    model = task.load_model(tiny_dir, finetuned=False).eval()
+    torch.manual_seed(0)
+    ids = torch.randint(8, 100, (3, 4, 9))
+    types, mask = torch.zeros_like(ids), torch.ones_like(ids)
+    labels = torch.tensor([0, 2, 3])
+    out = model(ids, mask, types, labels=labels)
+    with torch.no_grad():
+        flat = model.model(ids.view(12, 9), mask.view(12, 9), types.view(12, 9)).logits.view(3, 4)
+    torch.testing.assert_close(out.logits, flat)
+    expected = -torch.log_softmax(flat, -1)[torch.arange(3), labels].mean()
+    torch.testing.assert_close(out.loss, expected)
+
+
+def test_finetune_rerank_then_pipeline_equals_predict(tmp_path_factory, tiny_dir, rerank_data, tmp_path):
+    d = _finetune(tmp_path_factory, tiny_dir, "rerank", rerank_data / "train.jsonl", rerank_data / "dev.jsonl")
+    config = json.loads((d / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"] and len(config["id2label"]) == 1
+    metrics = json.loads((d / "metrics.json").read_text())
+    assert 0 < metrics["mrr"] <= 1 and 0 <= metrics["accuracy"] <= 1
+    rows = [json.loads(x) for x in (rerank_data / "dev.jsonl").read_text().splitlines()]
+    pred = _tsv(_predict(d, rerank_data / "dev.jsonl", tmp_path / "p") / "predictions.tsv")
+    assert pred[0] == ["index", "score", "negative_score"] and len(pred) == len(rows) + 1
+    pipe = load_pipeline(d, precision="fp32", batch_size=3)
+    assert pipe.kind == "rerank"
+    for row, (_, pos, neg) in zip(rows, pred[1:]):
+        out = pipe.rerank(row["query"], [row["negative"], row["positive"]], raw_scores=True)
+        scores = {o["index"]: o["score"] for o in out}
+        assert scores[1] == pytest.approx(float(pos), abs=1e-5) and scores[0] == pytest.approx(float(neg), abs=1e-5)
+        assert out[0]["score"] >= out[1]["score"]

@@ -13,7 +13,7 @@ from typing import Any
 
 TASK_CHOICES = (
     "cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "mnli-mm", "qnli", "rte", "wnli", "ax",
-    "squad", "squad_v2", "conll2003", "swag", "classification", "tagging",
+    "squad", "squad_v2", "conll2003", "swag", "classification", "tagging", "rerank",
 )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 GLUE_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "mnli-mm", "qnli", "rte", "wnli", "ax")
 LABEL_KEYS = ("labels", "start_positions", "end_positions")
-TASK_NAMES = GLUE_NAMES + ("classification", "squad", "squad_v2", "conll2003", "tagging", "swag")
+TASK_NAMES = GLUE_NAMES + ("classification", "squad", "squad_v2", "conll2003", "tagging", "swag", "rerank")
 
 
 def get_task(name: str, **options: Any):
@@ -43,6 +43,10 @@ def get_task(name: str, **options: Any):
         from bertkit.tasks.multiple_choice import MultipleChoiceTask
 
         return MultipleChoiceTask(name, **options)
+    if name == "rerank":
+        from bertkit.tasks.rerank import RerankTask
+
+        return RerankTask(name, **options)
     raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASK_NAMES)}")
 
 
