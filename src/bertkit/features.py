@@ -207,11 +207,13 @@ class Encoder:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | os.PathLike, device: str = "cpu", precision: str = "auto", lowercase: bool | None = None
+        cls, path: str | os.PathLike, device: str = "cpu", precision: str = "auto", lowercase: bool | None = None,
+        quantize: str | None = None,
     ) -> Encoder:
         """Load a model directory: ``config.json`` + weights (bertkit or Hugging Face layout) and ``vocab.txt``.
 
-        The checkpoint's pooler and MLM head are kept when present (for ``cls_pooled`` and fill-mask)."""
+        The checkpoint's pooler and MLM head are kept when present (for ``cls_pooled`` and fill-mask).
+        ``quantize="int8"``: dynamic int8 Linear layers (CPU, fp32 around them; see ``bertkit.quantize``)."""
         from bertkit.modeling import BertForPreTraining
         from bertkit.tokenization import BertTokenizer
 
@@ -226,6 +228,11 @@ class Encoder:
         initialised = getattr(model, "_load_report", {}).get("initialised", [])
         has_pooler = not any(k.startswith("bert.pooler.") for k in initialised)
         has_mlm = not any(k.startswith("cls.predictions.") for k in initialised)
+        if quantize is not None:
+            from bertkit.quantize import quantize_model, resolve_quantize
+
+            if resolve_quantize(quantize):
+                model, precision = quantize_model(model, quantize, device), "fp32"
         return cls(
             model,
             tokenizer,

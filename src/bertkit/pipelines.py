@@ -175,10 +175,10 @@ def load_pipeline(
     if head:
         raise NoHeadError(f"{directory}: config.json names {architecture} but the weights have no head "
                           f"({', '.join(head[:4])} missing)")
-    model.to(device).eval()
     if quantize:
-        model = quantize_model(model, quantize)
+        model = quantize_model(model, quantize, device)
         precision = "fp32"  # the int8 kernels take fp32 activations; bf16 autocast around them would only add casts
+    model.to(device).eval()
     precision = resolve_precision(precision, device)
     cls = {"classification": TextClassificationPipeline, "ner": TokenClassificationPipeline,
            "qa": QuestionAnsweringPipeline}[HEADS[architecture]]

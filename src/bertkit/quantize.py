@@ -60,18 +60,19 @@ def _refuse_saving(self: nn.Module, *args, **kwargs) -> None:
     check_not_quantized(self, "save")
 
 
-def quantize_model(model: nn.Module, method: str | None = "int8") -> nn.Module:
+def quantize_model(model: nn.Module, method: str | None = "int8", device: str | torch.device = "cpu") -> nn.Module:
     """Return ``model`` with every ``nn.Linear`` replaced by a dynamic int8 Linear (in place; eval mode; CPU).
 
     The result refuses ``.train()`` and ``.save_pretrained()`` with a :class:`QuantizedModelError`. ``method=None``
-    returns the model unchanged. The model must be on the CPU: PyTorch's int8 kernels are CPU-only.
+    returns the model unchanged. The model must be on the CPU, and stay there (``device``): PyTorch's int8 kernels
+    are CPU-only.
     """
     method = resolve_quantize(method)
     if method is None:
         return model
     if is_quantized(model):
         return model
-    if any(p.device.type != "cpu" for p in model.parameters()):
+    if torch.device(device).type != "cpu" or any(p.device.type != "cpu" for p in model.parameters()):
         raise InputError("quantize='int8' runs on the CPU only (PyTorch's dynamic int8 kernels): use device='cpu'")
     engines = torch.backends.quantized.supported_engines
     if "fbgemm" in engines or "x86" in engines:

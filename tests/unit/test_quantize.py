@@ -1,0 +1,104 @@
+"""bertkit.quantize: dynamic int8 Linear layers give outputs close to fp32 (embeddings and task pipelines), and a
+quantised model refuses to train or to be saved, naming why."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit import BertConfig
+from bertkit.quantize import QuantizedModelError, is_quantized, quantize_model, resolve_quantize
+
+TEXTS = ["the film is good .", "carol lives in berlin and works for acme corp .", "the cast was grim",
+         "the ending was boring , the plot was great ."]
+
+
+@pytest.fixture(scope="module")
+def vocab(fixtures_dir):
+    return fixtures_dir / "finetune" / "vocab.txt"
+
+
+def _config(vocab, **kw) -> BertConfig:
+    n = sum(1 for line in vocab.read_text(encoding="utf-8").splitlines() if line)
+    return BertConfig(vocab_size=n, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=128, max_position_embeddings=128, **kw)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, vocab):
+    from bertkit.modeling import BertForPreTraining
+
+    d = tmp_path_factory.mktemp("tiny")
+    torch.manual_seed(0)
+    BertForPreTraining(_config(vocab)).save_pretrained(d)
+    shutil.copy(vocab, d / "vocab.txt")
+    return d
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+
+
+def test_encoder_int8_close_to_fp32(tiny_dir):
+    from bertkit.features import Encoder
+
+    fp32 = Encoder.from_pretrained(tiny_dir, precision="fp32")
+    int8 = Encoder.from_pretrained(tiny_dir, precision="auto", quantize="int8")
+    assert int8.precision == "fp32"  # int8 matmuls take fp32 activations: no bf16 autocast around them
+    quantized = [m for m in int8.bert.modules() if "quantized.dynamic" in type(m).__module__]
+    assert len(quantized) == 2 * 6 + 1  # q, k, v, attention out, intermediate, output per layer; the pooler
+    assert not any(isinstance(m, torch.nn.Linear) and type(m) is torch.nn.Linear for m in int8.bert.encoder.modules())
+    for pooling in ("mean", "cls"):
+        a = fp32.encode(TEXTS, pooling=pooling, layers=-1)
+        b = int8.encode(TEXTS, pooling=pooling, layers=-1)
+        assert not np.array_equal(a, b)  # the int8 path really ran
+        assert _cosine(a, b).min() >= 0.99, pooling
+
+
+def test_pipeline_int8_close_to_fp32(tmp_path, vocab):
+    from bertkit.modeling import BertForSequenceClassification
+    from bertkit.pipelines import load_pipeline
+
+    torch.manual_seed(1)
+    model = BertForSequenceClassification(_config(vocab, id2label={0: "neg", 1: "pos", 2: "neutral"}))
+    with torch.no_grad():
+        model.classifier.weight.mul_(50)  # spread the scores, so that a difference would show
+    model.save_pretrained(tmp_path)
+    shutil.copy(vocab, tmp_path / "vocab.txt")
+    fp32 = load_pipeline(tmp_path, precision="fp32")
+    int8 = load_pipeline(tmp_path, quantize="int8")
+    assert int8.quantize == "int8" and is_quantized(int8.model) and not is_quantized(fp32.model)
+    a = fp32.logits(TEXTS)
+    b = int8.logits(TEXTS)
+    assert not np.array_equal(a, b)
+    assert _cosine(a, b).min() >= 0.99
+    assert [x[0]["label"] for x in fp32.predict(TEXTS)] == [x[0]["label"] for x in int8.predict(TEXTS)]
+
+
+def test_quantized_model_refuses_training_and_saving(tiny_dir, tmp_path):
+    from bertkit.modeling import BertForSequenceClassification
+
+    model = quantize_model(BertForSequenceClassification(_config(tiny_dir / "vocab.txt")), "int8")
+    with pytest.raises(QuantizedModelError, match="cannot train a int8-quantised model"):
+        model.train()
+    with pytest.raises(QuantizedModelError, match="cannot save a int8-quantised model.*load the fp32 model"):
+        model.save_pretrained(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    model.eval()  # eval mode stays allowed
+    assert quantize_model(model, "int8") is model  # quantising twice is a no-op
+    assert not any(p.requires_grad for p in model.parameters())
+
+
+def test_quantize_names_and_devices(vocab):
+    from torch import nn
+
+    assert resolve_quantize(None) is None and resolve_quantize("none") is None and resolve_quantize("INT8") == "int8"
+    with pytest.raises(ValueError, match="quantize must be one of int8"):
+        resolve_quantize("int4")
+    with pytest.raises(ValueError, match="CPU only"):
+        quantize_model(nn.Sequential(nn.Linear(4, 4)), "int8", device="cuda")
+    m = nn.Sequential(nn.Linear(4, 4))
+    assert quantize_model(m, None) is m and type(m[0]) is nn.Linear
