@@ -137,9 +137,13 @@ def export_onnx(directory: str | os.PathLike, out: str | os.PathLike, opset: int
 
             fp32 = tmp.with_name(tmp.name + ".fp32")
             tmp.rename(fp32)
+            root = logging.getLogger()
+            level = root.level
+            root.setLevel(logging.ERROR)  # the quantiser logs a generic "consider pre-processing" warning on root
             try:
                 quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
             finally:
+                root.setLevel(level)
                 fp32.unlink(missing_ok=True)
 
     try:
@@ -181,3 +185,74 @@ def check_onnx(path: str | os.PathLike, model: nn.Module, outputs: tuple[str, ..
     if worst > limit:
         raise RunError(f"{path}: the exported graph differs from PyTorch by {worst:.3g} (over {limit})")
     return worst
+
+
+# --------------------------------------------------------------------------------------------- ONNX Runtime backend
+
+
+class OnnxRuntimeModel:
+    """An exported graph run by ONNX Runtime (CPU), called like the PyTorch head model it came from:
+    ``model(input_ids=..., attention_mask=..., token_type_ids=...)`` -> an object whose attributes are the graph's
+    outputs (``logits`` or ``start_logits`` / ``end_logits``) as float32 CPU tensors. Inference only."""
+
+    def __init__(self, path: str | os.PathLike, config, threads: int | None = None):
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise RunError("backend 'onnx' needs onnxruntime: pip install 'bertkit[onnx]'") from None
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or torch.get_num_threads()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.path = str(path)
+        self.session = ort.InferenceSession(self.path, options, providers=["CPUExecutionProvider"])
+        self.config = config
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        self.training = False
+
+    def __repr__(self) -> str:
+        return f"OnnxRuntimeModel({self.path}, outputs={self.output_names})"
+
+    def eval(self) -> OnnxRuntimeModel:
+        return self
+
+    def train(self, mode: bool = True) -> OnnxRuntimeModel:
+        if mode:
+            raise InputError("an ONNX Runtime model is for inference only: load the PyTorch model to train")
+        return self
+
+    def to(self, device) -> OnnxRuntimeModel:
+        if torch.device(device).type != "cpu":
+            raise InputError("backend 'onnx' runs on the CPU (onnxruntime's CPU provider): use device='cpu'")
+        return self
+
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, **_):
+        from types import SimpleNamespace
+
+        feeds = {
+            "input_ids": input_ids.cpu().numpy(),
+            "attention_mask": (torch.ones_like(input_ids) if attention_mask is None else attention_mask).cpu().numpy(),
+            "token_type_ids": (torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids).cpu().numpy(),
+        }
+        values = self.session.run(self.output_names, feeds)
+        return SimpleNamespace(**{n: torch.from_numpy(v) for n, v in zip(self.output_names, values)})
+
+
+def onnx_runtime_model(directory: str | os.PathLike, config, quantize: str | None = None,
+                       cache: str | os.PathLike | None = None) -> OnnxRuntimeModel:
+    """The ONNX Runtime model of a directory: ``DIR/model.onnx`` (``model.int8.onnx`` for int8) when it is there
+    and newer than the weights, else one exported (and checked) into ``cache`` (default: a temporary directory)."""
+    import tempfile
+
+    from bertkit.checkpoint import find_weights
+    from bertkit.quantize import resolve_quantize
+
+    directory = Path(directory)
+    quantize = resolve_quantize(quantize)
+    name = "model.int8.onnx" if quantize else "model.onnx"
+    found = directory / name
+    weights = find_weights(directory)
+    if not (found.is_file() and found.stat().st_mtime >= weights.stat().st_mtime):
+        found = Path(cache or tempfile.mkdtemp(prefix="bertkit-onnx-")) / name
+        log.info("exporting %s to %s for ONNX Runtime", directory, found)
+        export_onnx(directory, found, quantize=quantize)
+    return OnnxRuntimeModel(found, config)

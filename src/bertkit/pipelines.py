@@ -23,7 +23,8 @@ names from ``id2label`` (``LABEL_i`` when there are none), 512 tokens, SQuAD v1.
 
 Scores (as TEI's ``/predict``): softmax over the labels; a one-label model gives its sigmoid (a reranker) or its
 raw value (a regression model fine-tuned with ``--regression`` / STS-B); ``raw_scores`` gives the logits.
-``quantize="int8"`` swaps every Linear for a dynamic int8 one (CPU; see :mod:`bertkit.quantize`).
+``quantize="int8"`` swaps every Linear for a dynamic int8 one (CPU; see :mod:`bertkit.quantize`);
+``backend="onnx"`` runs the exported graph with ONNX Runtime instead of PyTorch (see :mod:`bertkit.export`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ HEADS = {
     "BertForQuestionAnswering": "qa",
 }
 DEFAULT_MAX_LENGTH = 512
+BACKENDS = ("torch", "onnx")
 
 
 class NoHeadError(InputError):
@@ -129,6 +131,7 @@ def load_pipeline(
     precision: str = "auto",
     quantize: str | None = None,
     batch_size: int = 32,
+    backend: str = "torch",
 ) -> Pipeline:
     """The pipeline for the head of a fine-tuned model directory (see the module docstring).
 
@@ -138,11 +141,16 @@ def load_pipeline(
         precision: "auto" (bf16 where the CPU/GPU has it, else fp32), "bf16", "fp16" (GPU) or "fp32".
         quantize: None or "int8" (dynamic int8 Linear layers; CPU only; runs in fp32 around the int8 matmuls).
         batch_size: inputs per forward pass (length-sorted, so padding stays small).
+        backend: "torch" (PyTorch) or "onnx": ONNX Runtime on ``DIR/model.onnx`` (``model.int8.onnx`` with int8)
+            when present, else on a graph exported on the fly (``bertkit.export``; needs ``bertkit[onnx]``; CPU).
 
     Raises:
         NoHeadError: the directory has no task head (``architectures`` names none); InputError for a bad directory.
     """
+    import argparse
+
     from bertkit.commands.finetune import load_tokenizer, task_options
+    from bertkit.config import BertConfig
     from bertkit.precision import resolve_precision
     from bertkit.quantize import quantize_model, resolve_quantize
     from bertkit.tasks import get_task
@@ -151,20 +159,26 @@ def load_pipeline(
     if not directory.is_dir():
         raise InputError(f"{directory}: no such model directory")
     quantize = resolve_quantize(quantize)
+    if backend not in BACKENDS:
+        raise InputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     architecture, saved = read_head(directory)
+    config = BertConfig.from_pretrained(directory)
     if saved.get("task"):
-        import argparse
-
         task = get_task(saved["task"], **task_options(argparse.Namespace(), saved))
     else:
-        from bertkit.config import BertConfig
-
-        config = BertConfig.from_pretrained(directory)
         task = _default_task(architecture, config, directory)
+    cls = {"classification": TextClassificationPipeline, "ner": TokenClassificationPipeline,
+           "qa": QuestionAnsweringPipeline}[HEADS[architecture]]
     try:
         tokenizer = load_tokenizer(directory)
     except FileNotFoundError as e:
         raise InputError(str(e)) from None
+    if backend == "onnx":
+        from bertkit.export import onnx_runtime_model
+
+        model = onnx_runtime_model(directory, config, quantize).to(device)
+        return cls(model, tokenizer, task, device=device, precision="fp32", batch_size=batch_size,
+                   directory=directory, quantize=quantize, backend=backend)
     with contextlib.redirect_stdout(io.StringIO()):  # the loader prints the head parameters it had to initialise
         if saved.get("task"):
             model = task.load_model(directory, finetuned=True)
@@ -180,8 +194,6 @@ def load_pipeline(
         precision = "fp32"  # the int8 kernels take fp32 activations; bf16 autocast around them would only add casts
     model.to(device).eval()
     precision = resolve_precision(precision, device)
-    cls = {"classification": TextClassificationPipeline, "ner": TokenClassificationPipeline,
-           "qa": QuestionAnsweringPipeline}[HEADS[architecture]]
     return cls(model, tokenizer, task, device=device, precision=precision, batch_size=batch_size,
                directory=directory, quantize=quantize)
 
@@ -198,7 +210,7 @@ class Pipeline:
     kind = ""
 
     def __init__(self, model, tokenizer, task, device: str = "cpu", precision: str = "fp32", batch_size: int = 32,
-                 directory: Path | None = None, quantize: str | None = None):
+                 directory: Path | None = None, quantize: str | None = None, backend: str = "torch"):
         self.model = model
         self.tokenizer = tokenizer
         self.task = task
@@ -207,12 +219,14 @@ class Pipeline:
         self.batch_size = batch_size
         self.directory = directory
         self.quantize = quantize
+        self.backend = backend
         self.config = model.config
         self.max_length = min(task.max_seq_length, self.config.max_position_embeddings)
 
     def __repr__(self) -> str:
         q = f", quantize={self.quantize}" if self.quantize else ""
-        return f"{type(self).__name__}({self.directory}, kind={self.kind}, precision={self.precision}{q})"
+        return (f"{type(self).__name__}({self.directory}, kind={self.kind}, backend={self.backend}, "
+                f"precision={self.precision}{q})")
 
     def _run(self, features: Sequence[dict]):
         """Yield (feature indices, model output) over length-sorted batches (``bertkit.tasks.run_inference``)."""
@@ -227,6 +241,9 @@ class Pipeline:
         from bertkit.features import Encoder
 
         bert = getattr(self.model, "bert", None)
+        if bert is None:
+            raise InputError(f"{self.directory}: the {self.backend} backend has no PyTorch encoder to embed with; "
+                             "load the pipeline with backend='torch' (or use bertkit.Encoder)")
         return Encoder(bert, self.tokenizer, device=self.device, precision=self.precision,
                        has_pooler=bert.pooler is not None)
 
@@ -242,9 +259,9 @@ class TextClassificationPipeline(Pipeline):
 
     def __init__(self, model, tokenizer, task, **kwargs):
         super().__init__(model, tokenizer, task, **kwargs)
-        self.num_labels = int(self.config.num_labels or model.classifier.out_features)
-        id2label = self.config.id2label or {}
         labels = getattr(task, "labels", None)
+        self.num_labels = int(self.config.num_labels or (len(labels) if labels else model.classifier.out_features))
+        id2label = self.config.id2label or {}
         if labels and len(labels) == self.num_labels:
             self.labels = [str(x) for x in labels]
         else:

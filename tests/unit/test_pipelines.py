@@ -387,3 +387,45 @@ def test_finetune_rerank_then_pipeline_equals_predict(tmp_path_factory, tiny_dir
         scores = {o["index"]: o["score"] for o in out}
         assert scores[1] == pytest.approx(float(pos), abs=1e-5) and scores[0] == pytest.approx(float(neg), abs=1e-5)
         assert out[0]["score"] >= out[1]["score"]
+
+
+# --------------------------------------------------------------------------------------------- ONNX Runtime backend
+
+
+def test_onnx_backend_equals_torch(sst2_dir, random_ner_dir, squad_dir, ft, tmp_path):
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    texts = [r[0] for r in _tsv(ft / "sst2_dev.tsv")[1:]]
+    torch_clf = load_pipeline(sst2_dir, precision="fp32")
+    onnx_clf = load_pipeline(sst2_dir, backend="onnx", batch_size=5)
+    assert onnx_clf.backend == "onnx" and type(onnx_clf.model).__name__ == "OnnxRuntimeModel"
+    np.testing.assert_allclose(onnx_clf.logits(texts), torch_clf.logits(texts), atol=1e-4)
+    assert [x[0]["label"] for x in onnx_clf.predict(texts)] == [x[0]["label"] for x in torch_clf.predict(texts)]
+    with pytest.raises(ValueError, match="backend has no PyTorch encoder"):
+        onnx_clf.encoder()
+
+    ner = load_pipeline(random_ner_dir, backend="onnx").ner(NER_TEXTS)
+    ref = load_pipeline(random_ner_dir, precision="fp32").ner(NER_TEXTS)
+    assert [[(o["entity_group"], o["start"], o["end"]) for o in x] for x in ner] == \
+           [[(o["entity_group"], o["start"], o["end"]) for o in x] for x in ref]
+
+    data = json.loads((ft / "squad_dev.json").read_text())
+    items = [{"question": q["question"], "context": p["context"]} for a in data["data"] for p in a["paragraphs"]
+             for q in p["qas"]][:6]
+    a = load_pipeline(squad_dir, backend="onnx").answer(items)
+    b = load_pipeline(squad_dir, precision="fp32").answer(items)
+    assert [(x["answer"], x["start"]) for x in a] == [(x["answer"], x["start"]) for x in b]
+    assert [x["score"] for x in a] == pytest.approx([x["score"] for x in b], abs=1e-4)
+
+    # a model.onnx in the directory is used as it is; int8 goes through ONNX Runtime's quantiser
+    d = tmp_path / "clf"
+    shutil.copytree(sst2_dir, d)
+    from bertkit.export import export_onnx
+
+    export_onnx(d, d / "model.onnx")
+    assert load_pipeline(d, backend="onnx").model.path == str(d / "model.onnx")
+    q = load_pipeline(d, backend="onnx", quantize="int8")
+    assert q.model.path != str(d / "model.onnx") and q.quantize == "int8"
+    np.testing.assert_allclose(q.logits(texts), torch_clf.logits(texts), atol=0.05)
+    with pytest.raises(ValueError, match="backend must be one of torch, onnx"):
+        load_pipeline(d, backend="tensorrt")
