@@ -15,8 +15,6 @@ applies ONNX Runtime's dynamic int8 quantisation to the weights of its MatMuls.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import logging
 import os
@@ -79,11 +77,11 @@ def load_for_export(directory: str | os.PathLike) -> tuple[nn.Module, str, tuple
     architecture = next((a for a in architectures if a in HEAD_OUTPUTS), "BertModel")
     if (directory / "tagger_config.json").is_file():
         raise InputError(f"{directory}: a feature-based tagger (BiLSTM on frozen BERT) cannot be exported to ONNX")
-    with contextlib.redirect_stdout(io.StringIO()):  # the loader prints the head parameters it had to initialise
-        model = modeling.MODEL_CLASSES[architecture].from_pretrained(directory)
+    model_class = getattr(modeling, architecture)  # one of HEAD_OUTPUTS or BertModel: no import by name from files
+    model, info = model_class.from_pretrained(directory, output_loading_info=True)
     outputs = HEAD_OUTPUTS.get(architecture)
     if outputs is None:
-        initialised = getattr(model, "_load_report", {}).get("initialised", [])
+        initialised = info.initialised
         has_pooler = model.pooler is not None and not any(k.startswith("pooler.") for k in initialised)
         outputs = ("last_hidden_state", "pooler_output") if has_pooler else ("last_hidden_state",)
     return model.eval(), architecture, outputs

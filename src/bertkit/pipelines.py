@@ -29,8 +29,6 @@ raw value (a regression model fine-tuned with ``--regression`` / STS-B); ``raw_s
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 import os
@@ -47,6 +45,8 @@ HEADS = {
 }
 DEFAULT_MAX_LENGTH = 512
 BACKENDS = ("torch", "onnx")
+HEAD_KEYS = {"BertForSequenceClassification": "classifier.weight", "BertForTokenClassification": "classifier.weight",
+             "BertForQuestionAnswering": "qa_outputs.weight"}
 
 
 class NoHeadError(InputError):
@@ -93,18 +93,20 @@ def read_head(directory: str | os.PathLike) -> tuple[str, dict[str, Any]]:
     return heads[0], saved
 
 
-def _head_outputs(directory: Path, key: str) -> int | None:
-    """The number of outputs of the head layer ``key`` (e.g. ``classifier.bias``) in the directory's weights."""
-    from bertkit.checkpoint import find_weights, read_state_dict
+def _weight_shapes(directory: Path) -> dict[str, tuple[int, ...]]:
+    """Parameter name -> shape of the directory's weights (a safetensors file's header alone; else the file)."""
+    from bertkit.checkpoint import find_weights, read_safetensors_header, read_state_dict
 
     weights = find_weights(directory)
     if weights.suffix == ".safetensors":
-        from safetensors import safe_open
+        return read_safetensors_header(weights)
+    return {k: tuple(v.shape) for k, v in read_state_dict(weights).items()}
 
-        with safe_open(str(weights), framework="pt") as f:
-            return f.get_slice(key).get_shape()[0] if key in f.keys() else None
-    value = read_state_dict(weights).get(key)
-    return None if value is None else int(value.shape[0])
+
+def _head_outputs(directory: Path, key: str) -> int | None:
+    """The number of outputs of the head layer ``key`` (e.g. ``classifier.bias``) in the directory's weights."""
+    shape = _weight_shapes(directory).get(key)
+    return None if shape is None else int(shape[0])
 
 
 def _default_task(architecture: str, config: Any, directory: Path):
@@ -179,16 +181,18 @@ def load_pipeline(
         model = onnx_runtime_model(directory, config, quantize).to(device)
         return cls(model, tokenizer, task, device=device, precision="fp32", batch_size=batch_size,
                    directory=directory, quantize=quantize, backend=backend)
-    with contextlib.redirect_stdout(io.StringIO()):  # the loader prints the head parameters it had to initialise
+    if not (directory / "tagger_config.json").is_file():
+        key = HEAD_KEYS[architecture]
+        if key not in _weight_shapes(directory):
+            raise NoHeadError(f"{directory}: config.json names {architecture} but the weights have no head "
+                              f"({key} missing)")
+    try:
         if saved.get("task"):
             model = task.load_model(directory, finetuned=True)
         else:  # the default task's label set (id2label, or LABEL_i for as many as the head has outputs)
             model = task.model_class.from_pretrained(directory, **task.model_overrides())
-    initialised = getattr(model, "_load_report", {}).get("initialised", [])
-    head = [k for k in initialised if not k.startswith("bert.")]
-    if head:
-        raise NoHeadError(f"{directory}: config.json names {architecture} but the weights have no head "
-                          f"({', '.join(head[:4])} missing)")
+    except FileNotFoundError as e:
+        raise InputError(str(e)) from None
     if quantize:
         model = quantize_model(model, quantize, device)
         precision = "fp32"  # the int8 kernels take fp32 activations; bf16 autocast around them would only add casts
@@ -497,8 +501,8 @@ class QuestionAnsweringPipeline(Pipeline):
     def answer(self, question: str | Sequence[dict], context: str | None = None) -> dict | list[dict]:
         """``answer(question, context)`` -> ``{"answer", "score", "start", "end"}``; ``answer([{"question",
         "context"}, ...])`` -> a list of them. ``start``/``end`` are character offsets into the context
-        (``context[start:end] == answer``); ``score`` is the answer's probability among the n-best spans. A SQuAD
-        2.0 model may answer ``""`` (no answer) with start = end = 0."""
+        (``context[start:end] == answer`` wherever the answer is a slice of the context); ``score`` is the answer's
+        probability among the n-best spans. A SQuAD 2.0 model may answer ``""`` (no answer) with start = end = 0."""
         from bertkit.data.squad import SquadExample
 
         if context is not None or isinstance(question, str):
@@ -524,11 +528,19 @@ class QuestionAnsweringPipeline(Pipeline):
         features = self.task.featurize(examples, self.tokenizer)
         preds = self.task.predict(self.model, examples, features, self.batch_size, self.precision, self.device)
         results = []
-        for p in preds:
+        for e, p in zip(examples, preds):
             best = next((n for n in p["nbest"] if n["text"] == p["text"]), None) or {}
             score = best.get("probability", 0.0)
-            results.append({"answer": p["text"], "score": float(0.0 if math.isnan(score) else score),
-                            "start": int(best.get("start", 0)), "end": int(best.get("end", 0))})
+            start, end = int(best.get("start", 0)), int(best.get("end", 0))
+            answer = p["text"]
+            if answer and e.context[start:end] != answer:
+                # Google's answer text (the default) may differ from the pieces' span (e.g. "Smith's" -> "Smith"):
+                # point at that text where it is, near the span
+                found = e.context.find(answer, max(0, start - len(answer)))
+                if found >= 0 and found <= end:
+                    start, end = found, found + len(answer)
+            results.append({"answer": answer, "score": float(0.0 if math.isnan(score) else score),
+                            "start": start, "end": end})
         return results[0] if single else results
 
     __call__ = answer
