@@ -1,5 +1,7 @@
 """CPU inference paths side by side: transformers fp32, bertkit fp32, bertkit default (bf16 autocast where the CPU
-has native bf16), bertkit int8 (dynamic int8 Linear) and, when onnxruntime is installed, ONNX Runtime fp32 / int8.
+has native bf16), bertkit int8 (dynamic int8 Linear) and, when onnxruntime is installed, ONNX Runtime fp32 / int8
+(for the classifier: bertkit's ``load_pipeline(backend="onnx")``; for embeddings, which the Encoder runs in PyTorch
+only, a plain ONNX Runtime loop fed with bertkit's tokens and length-sorted batches).
 
 Two workloads, each run alternating the paths (path 1, path 2, ..., path 1, ...) and reporting medians:
 
@@ -170,11 +172,23 @@ def build_paths(model_dir: Path, texts: list[str], task: str, args, work: Path) 
         return paths, default_precision
     from bertkit.export import export_onnx
 
+    if task == "embed":  # the Encoder runs PyTorch only: a plain ONNX Runtime runner fed as bertkit feeds its model
+        for q in (None, "int8"):
+            target = work / f"{task}-{q or 'fp32'}.onnx"
+            export_onnx(model_dir, target, quantize=q, check=False)
+            paths[f"onnxruntime {q or 'fp32'}"] = onnx_path(target, model_dir, texts, task, args.batch_size,
+                                                             args.threads)
+        return paths, default_precision
+    # the classifier: bertkit's own ONNX Runtime backend, load_pipeline(backend="onnx")
+    from bertkit.pipelines import load_pipeline
+
+    onnx_dir = work / "clf-onnx"
+    shutil.copytree(model_dir, onnx_dir)
+    export_onnx(onnx_dir, onnx_dir / "model.onnx", check=False)
+    export_onnx(onnx_dir, onnx_dir / "model.int8.onnx", quantize="int8", check=False)
     for q in (None, "int8"):
-        target = work / f"{task}-{q or 'fp32'}.onnx"
-        export_onnx(model_dir, target, quantize=q, check=False)
-        paths[f"onnxruntime {q or 'fp32'}"] = onnx_path(target, model_dir, texts, task, args.batch_size,
-                                                         args.threads)
+        pipe = load_pipeline(onnx_dir, backend="onnx", quantize=q, batch_size=args.batch_size)
+        paths[f"bertkit onnx {q or 'fp32'}"] = lambda pipe=pipe: pipe.logits(texts)
     return paths, default_precision
 
 
