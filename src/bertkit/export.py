@@ -58,15 +58,20 @@ class _Graph(nn.Module):
         super().__init__()
         self.model = model
         self.outputs = outputs
+        self.hidden_states = any(name.startswith("hidden_states.") for name in outputs)
 
     def forward(self, input_ids, attention_mask, token_type_ids):
-        out = self.model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        return tuple(getattr(out, name) for name in self.outputs)
+        kwargs = {"output_hidden_states": True} if self.hidden_states else {}
+        out = self.model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, **kwargs)
+        return tuple(out.hidden_states[int(name.split(".")[1])] if name.startswith("hidden_states.")
+                     else getattr(out, name) for name in self.outputs)
 
 
-def load_for_export(directory: str | os.PathLike) -> tuple[nn.Module, str, tuple[str, ...]]:
+def load_for_export(directory: str | os.PathLike, hidden_states: bool = False
+                    ) -> tuple[nn.Module, str, tuple[str, ...]]:
     """(model in eval mode, architecture, output names) of a model directory: its head if it has one of
-    ``HEAD_OUTPUTS``, else the bare encoder."""
+    ``HEAD_OUTPUTS``, else the bare encoder. ``hidden_states``: the bare encoder with every layer's output
+    (``hidden_states.0`` = embeddings .. ``hidden_states.L``) and ``pooler_output``, for ``Encoder``."""
     from bertkit import modeling
 
     directory = Path(directory)
@@ -74,7 +79,7 @@ def load_for_export(directory: str | os.PathLike) -> tuple[nn.Module, str, tuple
     if not config_path.is_file():
         raise InputError(f"{directory}: no config.json (not a model directory)")
     architectures = json.loads(config_path.read_text(encoding="utf-8")).get("architectures") or []
-    architecture = next((a for a in architectures if a in HEAD_OUTPUTS), "BertModel")
+    architecture = "BertModel" if hidden_states else next((a for a in architectures if a in HEAD_OUTPUTS), "BertModel")
     if (directory / "tagger_config.json").is_file():
         raise InputError(f"{directory}: a feature-based tagger (BiLSTM on frozen BERT) cannot be exported to ONNX")
     model_class = getattr(modeling, architecture)  # one of HEAD_OUTPUTS or BertModel: no import by name from files
@@ -84,6 +89,9 @@ def load_for_export(directory: str | os.PathLike) -> tuple[nn.Module, str, tuple
         initialised = info.initialised
         has_pooler = model.pooler is not None and not any(k.startswith("pooler.") for k in initialised)
         outputs = ("last_hidden_state", "pooler_output") if has_pooler else ("last_hidden_state",)
+        if hidden_states:
+            layers = tuple(f"hidden_states.{i}" for i in range(model.config.num_hidden_layers + 1))
+            outputs = layers + outputs[1:]
     return model.eval(), architecture, outputs
 
 
@@ -100,7 +108,7 @@ def _sample_inputs(vocab_size: int) -> dict[str, torch.Tensor]:
 
 
 def export_onnx(directory: str | os.PathLike, out: str | os.PathLike, opset: int = 17, quantize: str | None = None,
-                check: bool = True) -> ExportReport:
+                check: bool = True, hidden_states: bool = False) -> ExportReport:
     """Export the model of ``directory`` to ONNX at ``out`` (a directory, or a ``.onnx`` file). See the module
     docstring. Returns what was written and, when ONNX Runtime is installed and ``check``, the largest difference
     between its outputs and PyTorch's on a padded batch (RunError above 1e-3, or 0.5 for int8)."""
@@ -109,7 +117,7 @@ def export_onnx(directory: str | os.PathLike, out: str | os.PathLike, opset: int
 
     quantize = resolve_quantize(quantize)
     directory, out = Path(directory), Path(out)
-    model, architecture, outputs = load_for_export(directory)
+    model, architecture, outputs = load_for_export(directory, hidden_states)
     if out.suffix == ".onnx":
         target = out
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -118,7 +126,7 @@ def export_onnx(directory: str | os.PathLike, out: str | os.PathLike, opset: int
         target = out / "model.onnx"
     sample = _sample_inputs(model.config.vocab_size)
     dynamic = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
-    per_token = {"last_hidden_state", "start_logits", "end_logits"}
+    per_token = {"last_hidden_state", "start_logits", "end_logits", *(o for o in outputs if o.startswith("hidden"))}
     if architecture == "BertForTokenClassification":
         per_token.add("logits")
     for name in outputs:
@@ -235,10 +243,10 @@ class OnnxRuntimeModel:
         return SimpleNamespace(**{n: torch.from_numpy(v) for n, v in zip(self.output_names, values)})
 
 
-def onnx_runtime_model(directory: str | os.PathLike, config, quantize: str | None = None,
-                       cache: str | os.PathLike | None = None) -> OnnxRuntimeModel:
-    """The ONNX Runtime model of a directory: ``DIR/model.onnx`` (``model.int8.onnx`` for int8) when it is there
-    and newer than the weights, else one exported (and checked) into ``cache`` (default: a temporary directory)."""
+def onnx_file(directory: str | os.PathLike, quantize: str | None = None, hidden_states: bool = False,
+              cache: str | os.PathLike | None = None) -> Path:
+    """``DIR/model.onnx`` (``encoder.onnx`` with ``hidden_states``; ``.int8.onnx`` for int8) when it is there and
+    newer than the weights, else one exported (and checked) into ``cache`` (default: a temporary directory)."""
     import tempfile
 
     from bertkit.checkpoint import find_weights
@@ -246,11 +254,45 @@ def onnx_runtime_model(directory: str | os.PathLike, config, quantize: str | Non
 
     directory = Path(directory)
     quantize = resolve_quantize(quantize)
-    name = "model.int8.onnx" if quantize else "model.onnx"
+    name = ("encoder" if hidden_states else "model") + (".int8.onnx" if quantize else ".onnx")
     found = directory / name
-    weights = find_weights(directory)
-    if not (found.is_file() and found.stat().st_mtime >= weights.stat().st_mtime):
-        found = Path(cache or tempfile.mkdtemp(prefix="bertkit-onnx-")) / name
-        log.info("exporting %s to %s for ONNX Runtime", directory, found)
-        export_onnx(directory, found, quantize=quantize)
-    return OnnxRuntimeModel(found, config)
+    if found.is_file() and found.stat().st_mtime >= find_weights(directory).stat().st_mtime:
+        return found
+    found = Path(cache or tempfile.mkdtemp(prefix="bertkit-onnx-")) / name
+    log.info("exporting %s to %s for ONNX Runtime", directory, found)
+    export_onnx(directory, found, quantize=quantize, hidden_states=hidden_states)
+    return found
+
+
+def onnx_runtime_model(directory: str | os.PathLike, config, quantize: str | None = None,
+                       cache: str | os.PathLike | None = None) -> OnnxRuntimeModel:
+    """The ONNX Runtime model of a directory's head (see :func:`onnx_file` for which graph)."""
+    return OnnxRuntimeModel(onnx_file(directory, quantize, cache=cache), config)
+
+
+def use_onnx_runtime(encoder, directory: str | os.PathLike, quantize: str | None = None,
+                     cache: str | os.PathLike | None = None):
+    """Make ``encoder`` (a CPU :class:`bertkit.Encoder`) run its forward pass with ONNX Runtime on the directory's
+    encoder graph with every layer's output (``encoder.onnx`` / ``encoder.int8.onnx``, or one exported now). Its
+    pooling, batching and results stay the Encoder's; it then computes in fp32 (int8 inside the graph)."""
+    if encoder.device.type != "cpu":
+        raise InputError("backend 'onnx' runs on the CPU (onnxruntime's CPU provider): use device='cpu'")
+    runtime = OnnxRuntimeModel(onnx_file(directory, quantize, hidden_states=True, cache=cache), encoder.config)
+    names = runtime.output_names
+    has_pooler = "pooler_output" in names
+
+    def forward(input_ids, token_type_ids, attention_mask, depth: int, pooler: bool = False):
+        depth = encoder.num_layers if depth < 0 else depth
+        wanted = [f"hidden_states.{i}" for i in range(depth + 1)] + (["pooler_output"] if pooler and has_pooler
+                                                                      else [])
+        values = runtime.session.run(wanted, {"input_ids": input_ids.cpu().numpy(),
+                                              "attention_mask": attention_mask.cpu().numpy(),
+                                              "token_type_ids": token_type_ids.cpu().numpy()})
+        tensors = [torch.from_numpy(v) for v in values]
+        return tuple(tensors[:depth + 1]), (tensors[depth + 1] if len(tensors) > depth + 1 else None)
+
+    encoder.forward = forward
+    encoder.precision = "fp32"
+    encoder.backend = "onnx"
+    encoder.onnx_path = runtime.path
+    return encoder

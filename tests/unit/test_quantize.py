@@ -147,3 +147,25 @@ def test_export_refuses_a_non_model_directory(tmp_path, capsys):
 
     assert main(["export", "--onnx", str(tmp_path), str(tmp_path / "out")]) == 2
     assert "no config.json" in capsys.readouterr().err
+
+
+def test_encoder_onnx_backend_equals_torch(tiny_dir):
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from bertkit.features import Encoder
+
+    ref = Encoder.from_pretrained(tiny_dir, precision="fp32")
+    enc = Encoder.from_pretrained(tiny_dir, backend="onnx")
+    assert enc.backend == "onnx" and enc.precision == "fp32" and enc.onnx_path.endswith("encoder.onnx")
+    for layers, pooling in (((-2,), "mean"), ((-1, -2, 0), "max"), (-1, "cls_pooled"), (1, "cls")):
+        a = enc.encode(TEXTS, layers=layers, pooling=pooling)
+        b = ref.encode(TEXTS, layers=layers, pooling=pooling)
+        np.testing.assert_allclose(a, b, atol=1e-4, err_msg=f"{layers} {pooling}")
+    tokens = enc.encode(TEXTS[:2], layers=-1, pooling="none")
+    assert [t.shape for t in tokens] == [t.shape for t in ref.encode(TEXTS[:2], layers=-1, pooling="none")]
+    q = Encoder.from_pretrained(tiny_dir, backend="onnx", quantize="int8")
+    assert q.onnx_path.endswith("encoder.int8.onnx")
+    a, b = q.encode(TEXTS, layers=-1), ref.encode(TEXTS, layers=-1)
+    assert not np.array_equal(a, b) and _cosine(a, b).min() >= 0.99
+    with pytest.raises(ValueError, match="backend must be 'torch' or 'onnx'"):
+        Encoder.from_pretrained(tiny_dir, backend="tvm")
