@@ -1,7 +1,6 @@
 """CPU inference paths side by side: transformers fp32, bertkit fp32, bertkit default (bf16 autocast where the CPU
-has native bf16), bertkit int8 (dynamic int8 Linear) and, when onnxruntime is installed, ONNX Runtime fp32 / int8
-(for the classifier: bertkit's ``load_pipeline(backend="onnx")``; for embeddings, which the Encoder runs in PyTorch
-only, a plain ONNX Runtime loop fed with bertkit's tokens and length-sorted batches).
+has native bf16), bertkit int8 (dynamic int8 Linear) and, when onnxruntime is installed, bertkit's ONNX Runtime
+backend in fp32 and int8 (``Encoder.from_pretrained`` / ``load_pipeline(..., backend="onnx")``).
 
 Two workloads, each run alternating the paths (path 1, path 2, ..., path 1, ...) and reporting medians:
 
@@ -14,7 +13,7 @@ Two workloads, each run alternating the paths (path 1, path 2, ..., path 1, ...)
    largest change of a class probability.
 
 Every path tokenises for itself inside the timed call. transformers runs batches in input order (as its users
-write it); bertkit's paths and the ONNX Runtime runner sort by length. Ratios are printed against transformers fp32
+write it); bertkit's paths sort by length. Ratios are printed against transformers fp32
 and against the bertkit default.
 
     .venv/bin/python benchmarks/bench_inference.py                       # bert-base shape, full dev set
@@ -110,54 +109,17 @@ def transformers_path(model_dir: Path, texts: list[str], task: str, batch_size: 
 
 
 def bertkit_path(model_dir: Path, texts: list[str], task: str, batch_size: int, precision: str,
-                 quantize: str | None):
+                 quantize: str | None, backend: str = "torch"):
     if task == "embed":
         from bertkit import Encoder
 
-        encoder = Encoder.from_pretrained(model_dir, precision=precision, quantize=quantize)
+        encoder = Encoder.from_pretrained(model_dir, precision=precision, quantize=quantize, backend=backend)
         return lambda: encoder.encode(texts, layers=-1, pooling="mean", batch_size=batch_size, max_length=128,
                                       show_progress=False), encoder.precision
     from bertkit.pipelines import load_pipeline
 
-    pipe = load_pipeline(model_dir, precision=precision, quantize=quantize, batch_size=batch_size)
+    pipe = load_pipeline(model_dir, precision=precision, quantize=quantize, batch_size=batch_size, backend=backend)
     return lambda: pipe.logits(texts), pipe.precision
-
-
-def onnx_path(onnx_file: Path, vocab_dir: Path, texts: list[str], task: str, batch_size: int, threads: int):
-    """ONNX Runtime on the exported graph, fed as bertkit feeds its model (bertkit tokenizer, length-sorted batches)."""
-    import onnxruntime as ort
-
-    from bertkit.tokenization import BertTokenizer
-
-    tokenizer = BertTokenizer.from_pretrained(vocab_dir)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
-    output = "last_hidden_state" if task == "embed" else "logits"
-
-    def run():
-        encodings = tokenizer.encode_batch(texts, max_length=128)
-        order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))
-        rows: list = [None] * len(texts)
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            T = len(encodings[idx[0]].ids)
-            ids = np.zeros((len(idx), T), dtype=np.int64)
-            types = np.zeros_like(ids)
-            mask = np.zeros_like(ids)
-            for r, i in enumerate(idx):
-                e = encodings[i]
-                ids[r, :len(e.ids)], types[r, :len(e.ids)], mask[r, :len(e.ids)] = e.ids, e.type_ids, 1
-            out = session.run([output], {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})[0]
-            if task == "embed":
-                m = mask[..., None].astype(np.float32)
-                out = (out * m).sum(1) / m.sum(1)
-            for r, i in enumerate(idx):
-                rows[i] = out[r]
-        return np.stack(rows).astype(np.float32)
-
-    return run
 
 
 def build_paths(model_dir: Path, texts: list[str], task: str, args, work: Path) -> dict:
@@ -172,23 +134,15 @@ def build_paths(model_dir: Path, texts: list[str], task: str, args, work: Path) 
         return paths, default_precision
     from bertkit.export import export_onnx
 
-    if task == "embed":  # the Encoder runs PyTorch only: a plain ONNX Runtime runner fed as bertkit feeds its model
-        for q in (None, "int8"):
-            target = work / f"{task}-{q or 'fp32'}.onnx"
-            export_onnx(model_dir, target, quantize=q, check=False)
-            paths[f"onnxruntime {q or 'fp32'}"] = onnx_path(target, model_dir, texts, task, args.batch_size,
-                                                             args.threads)
-        return paths, default_precision
-    # the classifier: bertkit's own ONNX Runtime backend, load_pipeline(backend="onnx")
-    from bertkit.pipelines import load_pipeline
-
-    onnx_dir = work / "clf-onnx"
+    # bertkit's ONNX Runtime backend: Encoder.from_pretrained / load_pipeline(backend="onnx"), on graphs exported
+    # once here (DIR/encoder.onnx or DIR/model.onnx, and their int8 versions)
+    onnx_dir = work / f"{task}-onnx"
     shutil.copytree(model_dir, onnx_dir)
-    export_onnx(onnx_dir, onnx_dir / "model.onnx", check=False)
-    export_onnx(onnx_dir, onnx_dir / "model.int8.onnx", quantize="int8", check=False)
     for q in (None, "int8"):
-        pipe = load_pipeline(onnx_dir, backend="onnx", quantize=q, batch_size=args.batch_size)
-        paths[f"bertkit onnx {q or 'fp32'}"] = lambda pipe=pipe: pipe.logits(texts)
+        name = ("encoder" if task == "embed" else "model") + (".int8.onnx" if q else ".onnx")
+        export_onnx(onnx_dir, onnx_dir / name, quantize=q, check=False, hidden_states=task == "embed")
+        paths[f"bertkit onnx {q or 'fp32'}"], _ = bertkit_path(onnx_dir, texts, task, args.batch_size, "fp32", q,
+                                                               backend="onnx")
     return paths, default_precision
 
 
