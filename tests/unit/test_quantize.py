@@ -169,3 +169,17 @@ def test_encoder_onnx_backend_equals_torch(tiny_dir):
     assert not np.array_equal(a, b) and _cosine(a, b).min() >= 0.99
     with pytest.raises(ValueError, match="backend must be 'torch' or 'onnx'"):
         Encoder.from_pretrained(tiny_dir, backend="tvm")
+
+
+def test_export_all_layers_is_what_the_encoder_backend_reads(tiny_dir, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from bertkit.cli import main
+    from bertkit.features import Encoder
+
+    d = tmp_path / "m"
+    shutil.copytree(tiny_dir, d)
+    assert main(["export", "--onnx", str(d), str(d / "encoder.onnx"), "--all-layers"]) == 0
+    enc = Encoder.from_pretrained(d, backend="onnx")
+    assert enc.onnx_path == str(d / "encoder.onnx")  # used as it is, not exported again
+    np.testing.assert_allclose(enc.encode(TEXTS, layers=(1, -1)), Encoder.from_pretrained(d, precision="fp32").encode(
+        TEXTS, layers=(1, -1)), atol=1e-4)

@@ -14,6 +14,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opset", type=int, default=17, help="ONNX opset version (default 17)")
     parser.add_argument("--quantize", choices=("int8",), default=None,
                         help="also quantise the graph's weights to int8 (ONNX Runtime's dynamic quantisation)")
+    parser.add_argument("--all-layers", action="store_true",
+                        help="the encoder (no head) with every layer's output: the graph Encoder(backend='onnx') "
+                             "reads as DIR/encoder.onnx (or encoder.int8.onnx)")
     parser.add_argument("--no-check", dest="check", action="store_false",
                         help="skip running the graph with ONNX Runtime against PyTorch")
 
@@ -22,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from bertkit.export import export_onnx
 
     directory, out = args.onnx
-    report = export_onnx(directory, out, opset=args.opset, quantize=args.quantize, check=args.check)
+    report = export_onnx(directory, out, opset=args.opset, quantize=args.quantize, check=args.check,
+                         hidden_states=args.all_layers)
     print(json.dumps(asdict(report), sort_keys=True))
     return 0
