@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "glue": ("bertkit.commands.glue", "the GLUE suite: lr grid x seeds per task, GLUE score, leaderboard submission"),
     "plot": ("bertkit.commands.plot", "training curves of pretrain / finetune runs (PNG + CSV), or TensorBoard files"),
     "attention": ("bertkit.commands.attention", "attention maps of a text, one head or a layer's heads (PNG + NPZ)"),
+    "export": ("bertkit.commands.export", "write a model directory as an ONNX graph (--onnx DIR OUT)"),
 }
 
 
