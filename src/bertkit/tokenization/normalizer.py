@@ -41,13 +41,14 @@ _CHUNK_RE = re.compile("[^" + re.escape(SEPARATORS) + "]+")
 LONG_WORD = 1000
 
 
-def long_run_re(long_word: int) -> re.Pattern:
-    """Runs of more than ``long_word`` characters that no separator, CJK ideograph or ASCII punctuation breaks."""
-    breaks = re.escape(SEPARATORS) + "\u4e00-\u9fff\\x21-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7e"
+@functools.lru_cache(maxsize=8)
+def long_run_re(long_word: int, chinese: bool) -> re.Pattern:
+    """Runs of more than ``long_word`` characters that no separator, ASCII punctuation or (with ``chinese``) CJK
+    ideograph breaks."""
+    breaks = re.escape(SEPARATORS) + "\\x21-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7e"
+    if chinese:
+        breaks += "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in CJK_RANGES)
     return re.compile(f"[^{breaks}]{{{long_word + 1},}}")
-
-
-_LONG_RUN_RE = long_run_re(LONG_WORD)
 
 # Google's _is_chinese_char ranges.
 CJK_RANGES = (
@@ -121,8 +122,13 @@ def normalize(form: str, text: str) -> str:
     non-starters are stable-sorted by combining class (exactly the canonical ordering step), and only then given to
     ``unicodedata.normalize``, which then has nothing left to reorder.
     """
-    if len(text) <= _SORT_RUN or text.isascii() or unicodedata.is_normalized("NFD", text):
-        return unicodedata.normalize(form, text)  # (an NFD text has its marks in order: nothing to reorder)
+    if len(text) <= _SORT_RUN or text.isascii():
+        return unicodedata.normalize(form, text)
+    # is_normalized answers "no" at the first misordered mark, so it is linear too.
+    if unicodedata.is_normalized(form, text):
+        return text
+    if unicodedata.is_normalized("NFD", text):  # marks already in order: nothing for unicodedata to reorder
+        return unicodedata.normalize(form, text)
     distinct = distinct_chars(text)
     if not any(unicodedata.combining(c) for c in distinct):
         return unicodedata.normalize(form, text)
@@ -292,16 +298,16 @@ class ExactNormalizer:
         cut inside a chunk that has an unsafe character further on, and both parts must take the same path.
         """
         bad = self.unsafe_chars(text)
-        long_run = len(text) > LONG_WORD and _LONG_RUN_RE.search(text) is not None
+        long_run = len(text) > LONG_WORD and self.long_run(text) is not None
         if not bad and not tail_unsafe and not long_run:
             return text, []
         spans: list[tuple[int, int]] = []
         for m in _CHUNK_RE.finditer(text):
             chunk = m.group()
             if (
-                not bad.isdisjoint(chunk)
+                (any(c in chunk for c in bad) if len(bad) <= 16 else not bad.isdisjoint(chunk))
                 or (tail_unsafe and m.end() == len(text))
-                or (long_run and len(chunk) > LONG_WORD and _LONG_RUN_RE.search(chunk))
+                or (long_run and len(chunk) > LONG_WORD and self.long_run(chunk))
             ):
                 spans.append(m.span())
         if not spans:
@@ -314,6 +320,12 @@ class ExactNormalizer:
             last = e
         parts.append(text[last:])
         return "".join(parts), spans
+
+    def long_run(self, text: str, start: int = 0, end: int | None = None) -> re.Match | None:
+        """The first run of more than ``LONG_WORD`` characters in ``text[start:end]`` that no separator, ASCII
+        punctuation or CJK ideograph breaks (such a chunk takes the Python path), or None."""
+        end = len(text) if end is None else end
+        return long_run_re(LONG_WORD, self.tokenize_chinese_chars).search(text, start, end)
 
     def last_unsafe(self, text: str, end: int) -> int:
         """Position of the last unsafe character in ``text[:end]``, or -1 (scans back from ``end`` only as far as

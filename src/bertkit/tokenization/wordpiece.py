@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.files import write_json
+from bertkit.tokenization import normalizer as _normalizer
 from bertkit.tokenization.encoding import Encoding
-from bertkit.tokenization.normalizer import _LONG_RUN_RE, LONG_WORD, SEPARATORS, ExactNormalizer
+from bertkit.tokenization.normalizer import SEPARATORS, ExactNormalizer
 from bertkit.tokenization.vocab import (
     SPECIAL_TOKENS,
     VocabError,
@@ -378,9 +379,9 @@ class BertTokenizer:
             end = m.start() if m else len(text)
             if end not in last_unsafe:
                 last_unsafe[end] = self.normalizer.last_unsafe(text, end)
-            start = max(p - LONG_WORD, 0)  # a run that crosses p has at least LONG_WORD + 1 characters from here
+            start = max(p - _normalizer.LONG_WORD, 0)  # a run across p has more than LONG_WORD characters from here
             if end not in long_runs or long_runs[end][1] < start:
-                run = _LONG_RUN_RE.search(text, start, end)
+                run = self.normalizer.long_run(text, start, end)
                 long_runs[end] = (start, run.start() if run else end)
             tail = last_unsafe[end] >= p or long_runs[end][1] < end
             seg = self._segment_long(prefix, max_tokens, tail) if len(prefix) > LONG_TEXT else (
