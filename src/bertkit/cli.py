@@ -29,6 +29,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "finetune": ("bertkit.commands.finetune", "fine-tune on GLUE, SQuAD, CoNLL NER, SWAG or generic files"),
     "evaluate": ("bertkit.commands.evaluate", "evaluate a fine-tuned model on a labelled file (official metric)"),
     "predict": ("bertkit.commands.predict", "write a fine-tuned model's predictions in the task's official format"),
+    "glue": ("bertkit.commands.glue", "the GLUE suite: lr grid x seeds per task, GLUE score, leaderboard submission"),
+    "plot": ("bertkit.commands.plot", "training curves of pretrain / finetune runs (PNG + CSV), or TensorBoard files"),
+    "attention": ("bertkit.commands.attention", "attention maps of a text, one head or a layer's heads (PNG + NPZ)"),
 }
 
 
@@ -57,8 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = argv[0]
     module_name, help_text = COMMANDS[name]
+    from bertkit.embeddings import ROUTE_HELP, route  # finetune/evaluate --task of sentence embeddings: own flags
+
+    module_name = route(name, argv[1:]) or module_name
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"bertkit {name}", description=help_text)
+    parser = argparse.ArgumentParser(prog=f"bertkit {name}", description=help_text, epilog=ROUTE_HELP.get(name))
     module.configure(parser)
     args = parser.parse_args(argv[1:])
     try:
