@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from tinymodels import one_thread  # noqa: F401  (autouse fixture: one torch thread for tiny models)
 
 from bertkit.cli import main
 
