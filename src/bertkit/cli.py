@@ -63,8 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = argv[0]
     module_name, help_text = COMMANDS[name]
+    from bertkit.embeddings import ROUTE_HELP, route  # finetune/evaluate --task of sentence embeddings: own flags
+
+    module_name = route(name, argv[1:]) or module_name
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"bertkit {name}", description=help_text)
+    parser = argparse.ArgumentParser(prog=f"bertkit {name}", description=help_text, epilog=ROUTE_HELP.get(name))
     module.configure(parser)
     args = parser.parse_args(argv[1:])
     try:

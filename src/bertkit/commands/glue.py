@@ -39,6 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="bound each fine-tuning (90s, 10m, 1h); the best dev checkpoint reached counts")
     group = parser.add_argument_group("fine-tuning (passed to every `bertkit finetune`; see its -h)")
     for action in _finetune_actions():
+        if action.help:  # "%(default)s" (bertkit.options) cannot expand once the default is suppressed
+            action.help = action.help.replace("%(default)s", str(action.default).replace("%", "%%"))
         action.default = argparse.SUPPRESS  # only flags given on the command line are passed on
         action.required = False
         group._add_action(action)
