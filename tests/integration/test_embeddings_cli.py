@@ -100,3 +100,15 @@ def test_bad_input_errors(tmp_path, base, fx, capsys):
     assert main(["finetune", "--task", "simcse", "--train", str(fx / "texts.txt"), "--batch-size", "1000",
                  *common]) == 2
     assert "no full batch" in capsys.readouterr().err
+
+
+def test_embed_command_uses_the_saved_pooling(tmp_path, trained, fx, capsys):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("q1 q2 the\nd3 of d4\n", encoding="utf-8")
+    out = tmp_path / "v.npy"
+    assert main(["embed", "--model", str(trained), "--input", str(texts), "--output", str(out), "--quiet",
+                 "--precision", "fp32"]) == 0
+    got = np.load(out)
+    want = Encoder.from_pretrained(trained, precision="fp32").encode(["q1 q2 the", "d3 of d4"], layers=-1,
+                                                                     pooling="mean", normalize=True)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)  # layer -1, mean, unit length: the saved settings

@@ -20,15 +20,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key", default=os.environ.get("BERTKIT_API_KEY"),
                         help="require this key (Authorization: Bearer KEY or X-API-Key); default $BERTKIT_API_KEY")
-    parser.add_argument("--layers", default="-2", help="default layer(s) for /embed, /v1/embeddings, /encode "
-                        "(comma-separated, concatenated; default -2)")
-    parser.add_argument("--pooling", default="mean", help="default pooling (mean, max, mean_max, cls, cls_pooled, "
-                        "first, last/sep); default mean")
+    parser.add_argument("--layers", default=None, help="default layer(s) for /embed, /v1/embeddings, /encode "
+                        "(comma-separated, concatenated; default: the model's saved setting, else -2)")
+    parser.add_argument("--pooling", default=None, help="default pooling (mean, max, mean_max, cls, cls_pooled, "
+                        "first, last/sep); default: the model's saved pooling, else mean")
     parser.add_argument("--model-id", default=None, help="name reported by /info and /v1/embeddings")
     parser.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    parser.add_argument("--max-length", type=int, default=512, help="tokens per input, specials included")
+    parser.add_argument("--max-length", type=int, default=None, help="tokens per input, specials included "
+                        "(default: the model's max_seq_length, else 512)")
     parser.add_argument("--auto-truncate", action="store_true",
                         help="truncate over-long inputs on /embed and /v1/embeddings instead of answering 413")
     parser.add_argument("--max-inputs", type=int, default=256, help="inputs per request (more: 422)")
@@ -55,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
         encoder = Encoder.from_pretrained(args.model, device=args.device, precision=args.precision)
         settings = ServeSettings(
             model_id=args.model_id or os.path.basename(os.path.normpath(args.model)),
-            layers=parse_layers(args.layers), pooling=args.pooling, max_length=args.max_length,
+            layers=parse_layers(args.layers) if args.layers else list(encoder.defaults.layers),
+            pooling=args.pooling or encoder.defaults.pooling, max_length=args.max_length or encoder.defaults.max_length,
             auto_truncate=args.auto_truncate, max_inputs=args.max_inputs, max_input_chars=args.max_input_chars,
             max_payload_bytes=args.max_payload_bytes, max_batch_tokens=args.max_batch_tokens,
             max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms, max_pending=args.max_pending,
