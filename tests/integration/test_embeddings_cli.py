@@ -112,3 +112,22 @@ def test_embed_command_uses_the_saved_pooling(tmp_path, trained, fx, capsys):
     want = Encoder.from_pretrained(trained, precision="fp32").encode(["q1 q2 the", "d3 of d4"], layers=-1,
                                                                      pooling="mean", normalize=True)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)  # layer -1, mean, unit length: the saved settings
+
+
+def test_embedding_tasks_route_to_their_own_flags(capsys):
+    from bertkit.embeddings import route
+
+    assert route("finetune", ["--model", "m", "--task", "pairs"]) == "bertkit.embeddings.train_cli"
+    assert route("finetune", ["--task=simcse"]) == "bertkit.embeddings.train_cli"
+    assert route("finetune", ["--task", "stsb"]) is None  # GLUE's STS-B regression stays with finetune
+    assert route("evaluate", ["--task", "retrieval"]) == "bertkit.embeddings.eval_cli"
+    assert route("predict", ["--task", "sts"]) is None
+    with pytest.raises(SystemExit):
+        main(["finetune", "--task", "pairs", "-h"])
+    assert "--mini-batch-size" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--task", "retrieval", "-h"])
+    assert "--split" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["finetune", "-h"])
+    assert "--task simcse | pairs | sts" in capsys.readouterr().out
