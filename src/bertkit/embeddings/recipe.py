@@ -280,7 +280,7 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
                 break
             if not args.eval_every or step >= total_steps:
                 dev_check()
-        if dev is None and ctx.is_main:
+        if ctx.is_main and (dev is None or best is None):  # no dev set, or stopped before its first evaluation
             save({"step": step, "train_loss": loss_sum / max(loss_n, 1)})
         D.barrier(ctx)
         if stop.requested:
