@@ -21,13 +21,13 @@ def cpu_supports_bf16() -> bool:
 
 
 def resolve_precision(precision: str, device: torch.device | str) -> str:
-    """``auto`` -> ``bf16`` where the CPU or GPU supports it, else ``fp32``. Validates the name."""
+    """``auto`` -> ``bf16`` where the CPU or GPU supports it (``fp16`` on a GPU without bf16), else ``fp32``.
+    Validates the name. ``fp16`` asked for explicitly is honoured on CPU too (torch.amp supports it there, slowly;
+    useful to test the loss-scaled path); ``auto`` never picks it on CPU."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     device = torch.device(device)
     if precision != "auto":
-        if precision == "fp16" and device.type == "cpu":
-            raise ValueError("precision fp16 needs a GPU; use bf16 or fp32 on CPU")
         return precision
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
@@ -44,3 +44,11 @@ def autocast(precision: str, device: torch.device | str) -> Iterator[None]:
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     with torch.autocast(device_type=device.type, dtype=dtype):
         yield
+
+
+def grad_scaler(precision: str, device: torch.device | str) -> torch.amp.GradScaler:
+    """A loss scaler, enabled for fp16 only: fp16 gradients of small losses underflow to zero without one (bf16 has
+    fp32's exponent range and needs none). A disabled scaler passes ``scale``/``step``/``update`` straight through, and
+    its ``state_dict()`` is empty."""
+    device = torch.device(device)
+    return torch.amp.GradScaler(device.type, enabled=precision == "fp16")

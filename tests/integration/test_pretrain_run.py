@@ -143,8 +143,8 @@ def test_kill_9_then_resume_matches_uninterrupted(corpus, tmp_path):
     assert proc.returncode == -signal.SIGKILL
     assert not (run / "model.safetensors").exists()
 
-    r = subprocess.run(_pretrain_cmd(corpus, run, *args, "--resume"), capture_output=True, text=True, env=_env(), check=False,
-                       timeout=120)
+    r = subprocess.run(_pretrain_cmd(corpus, run, *args, "--resume"), capture_output=True, text=True, env=_env(),
+                       check=False, timeout=120)
     assert r.returncode == 0, r.stderr
     a, b = _weights(ref), _weights(run)
     assert a.keys() == b.keys()
@@ -232,7 +232,8 @@ def test_max_time_refits_the_schedule_to_the_measured_pace(corpus, tmp_path, mon
     recipe.pretrain(recipe.PretrainConfig(
         corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), model_size="bert-tiny",
         config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}, seq_len=32,
-        batch_size=4, max_time=12.0, log_every=1, quiet=True, workers=1, precision="fp32", warmup_steps=2))
+        batch_size=4, max_time=12.0, log_every=1, quiet=True, workers=1, precision="fp32", warmup_steps=2,
+        recipe="paper"))
     initial = int((12.0 * 0.95 - 2.0) / 1.06)
     run = json.loads((out / "run.json").read_text())
     assert run["total_steps"] > 2 * initial
@@ -240,7 +241,9 @@ def test_max_time_refits_the_schedule_to_the_measured_pace(corpus, tmp_path, mon
     train = [x for x in lines if "loss" in x]
     assert train[-1]["step"] > 2 * initial
     # before the re-fit the lr decays towards step `initial`; after it, towards run["total_steps"]
-    refit_step = recipe.refit_steps(initial, max(1, initial // 10))[1]
+    from bertkit.training.budget import refit_steps
+
+    refit_step = refit_steps(initial, max(1, initial // 10))[1]
     assert refit_step == initial - 1  # the pessimistic schedule is re-fitted before it ends
     after = next(x for x in train if x["step"] == refit_step + 1)
     expected = 1e-4 * (run["total_steps"] - (refit_step + 1)) / (run["total_steps"] - 2)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -97,7 +100,39 @@ def test_similarity_texts_and_word(model_dir, encoder, capsys):
     assert "text 1" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["embed", "similarity", "serve"])
+def test_fill_mask_command_prints_the_encoders_predictions(model_dir, encoder, capsys):
+    texts = ["the [MASK] sat on the [MASK]", "a [MASK] dog"]
+    assert main(["fill-mask", "--model", str(model_dir), "--top-k", "3", "--json", *texts]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    want = encoder.fill_mask(texts, top_k=3)
+    assert [r["text"] for r in rows] == texts
+    for row, per_text in zip(rows, want):
+        assert [[p["token"] for p in m] for m in row["predictions"]] == [[p["token"] for p in m] for m in per_text]
+        assert [[p["probability"] for p in m] for m in row["predictions"]] == [
+            [round(p["score"], 5) for p in m] for m in per_text]
+    assert main(["fill-mask", "--model", str(model_dir), "no mask here"]) == 2
+    assert "error: no [MASK] in 'no mask here'" in capsys.readouterr().err
+    assert main(["fill-mask", "--model", str(model_dir), "--top-k", "0", "the [MASK]"]) == 2
+    assert "--top-k" in capsys.readouterr().err
+
+
+def test_embed_and_similarity_do_not_import_fastapi(tmp_path, model_dir):
+    src = tmp_path / "in.txt"
+    src.write_text("the cat\n", encoding="utf-8")
+    code = (
+        "import sys\nfrom bertkit.cli import main\n"
+        f"assert main(['embed', '--model', {str(model_dir)!r}, '--input', {str(src)!r}, '--output', "
+        f"{str(tmp_path / 'o.npy')!r}, '--quiet']) == 0\n"
+        f"assert main(['similarity', '--model', {str(model_dir)!r}, 'the cat', 'a dog']) == 0\n"
+        "print('fastapi' in sys.modules, 'bertkit.serve.app' in sys.modules)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines()[-1] == "False False"
+
+
+@pytest.mark.parametrize("command", ["embed", "similarity", "fill-mask", "serve"])
 def test_help(command, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([command, "-h"])

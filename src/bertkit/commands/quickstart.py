@@ -7,8 +7,9 @@ It trains a WordPiece vocabulary on five public-domain novels shipped with bertk
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+
+from bertkit.errors import RunError
 
 SENTENCES = [
     ("it is a truth universally acknowledged , that a single man in possession of a good fortune must be in want "
@@ -27,7 +28,7 @@ def bundled_corpus() -> list[Path]:
     root = resources.files("bertkit") / "resources" / "corpus"
     files = sorted(Path(str(p)) for p in root.iterdir() if p.name.endswith(".txt.gz"))
     if not files:
-        raise FileNotFoundError(f"the bundled corpus is missing from {root}; reinstall bertkit")
+        raise RunError(f"the bundled corpus is missing from {root}; reinstall bertkit")
     return files
 
 
@@ -48,41 +49,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertkit.commands.fill_mask import fill_mask, load, print_predictions
+    from bertkit.commands.fill_mask import print_predictions
+    from bertkit.errors import InputError
+    from bertkit.features import Encoder
     from bertkit.recipes.pretrain import PretrainConfig, PretrainError, parse_duration, pretrain
 
+    corpus = bundled_corpus()
     try:
-        corpus = bundled_corpus()
         budget = parse_duration(args.max_time)
-        cfg = PretrainConfig(
-            corpus=[str(p) for p in corpus], output=args.output, vocab_size=args.vocab_size,
-            model_size=args.model_size, seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr,
-            max_time=budget, save_every=200, log_every=25, eval_batches=8, precision=args.precision,
-            seed=args.seed, overwrite=args.overwrite, quiet=args.quiet, threads=args.threads,
-        )
-    except (ValueError, FileNotFoundError) as e:
-        print(f"bertkit quickstart: error: {e}", file=sys.stderr)
-        return 2
+    except ValueError as e:
+        raise InputError(f"--max-time: {e}") from None
+    cfg = PretrainConfig(
+        corpus=[str(p) for p in corpus], output=args.output, vocab_size=args.vocab_size,
+        model_size=args.model_size, seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr,
+        max_time=budget, save_every=200, log_every=25, eval_batches=8, precision=args.precision,
+        seed=args.seed, overwrite=args.overwrite, quiet=args.quiet, threads=args.threads,
+    )
+    out = Path(args.output)
+    if (out / "run.json").is_file() and not args.overwrite:
+        raise PretrainError(f"{out} already holds a run. Pass --overwrite to replace it, or --output another/dir to "
+                            f"keep it (its model can be tried with: bertkit fill-mask --model {out} "
+                            "\"the [MASK] was in the garden .\")")
     if not args.quiet:
         print(f"bertkit quickstart: {len(corpus)} bundled public-domain books -> {args.output}")
         print(f"  1. train a {args.vocab_size}-token WordPiece vocabulary   2. pre-train {args.model_size} "
               f"(MLM + NSP) for {args.max_time}   3. fill in masked words\n")
-    out = Path(args.output)
-    if (out / "run.json").is_file() and not args.overwrite:
-        print(f"bertkit quickstart: {out} already holds a run. Pass --overwrite to replace it, or "
-              f"--output another/dir to keep it (its model can be tried with: bertkit fill-mask --model {out} "
-              f"\"the [MASK] was in the garden .\")", file=sys.stderr)
-        return 2
-    try:
-        pretrain(cfg)
-    except PretrainError as e:
-        print(f"bertkit quickstart: error: {e}", file=sys.stderr)
-        return 2
-    except FloatingPointError as e:
-        print(f"bertkit quickstart: {e}", file=sys.stderr)
-        return 3
-    model, tokenizer = load(str(out))
-    results = fill_mask(model, tokenizer, SENTENCES, top_k=5)
+    pretrain(cfg)
+    results = Encoder.from_pretrained(out, precision="fp32").fill_mask(SENTENCES, top_k=5)
     print("\nfill-mask with the model just trained (top 5 guesses for each [MASK]):\n")
     print_predictions(SENTENCES, results)
     print(f"\nthe model is in {out}/ (config.json, model.safetensors, vocab.txt); it loads with "

@@ -278,10 +278,6 @@ class Shard:
                 raise ValueError(f"{path}: unreadable shard ({e}); delete {directory} to rebuild it") from None
         return cls(name, *arrays)
 
-    @property
-    def num_documents(self) -> int:
-        return len(self.documents) - 1
-
 
 # --------------------------------------------------------------------------------------------- instances
 
@@ -572,12 +568,13 @@ def prepare_corpus(
     lowercase: bool | None = None,
     workers: int | None = None,
     progress: bool = True,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = lambda message: None,
     encoding: str = "auto",
 ) -> dict:
     """Shards for ``corpus`` under ``out_dir``, reusing existing ones built from the same files and vocabulary."""
-    from bertkit.data.corpus import iter_documents
+    from bertkit.data.corpus import expand_corpus, iter_documents
 
+    corpus = expand_corpus(corpus)
     fingerprint = {"files": [[str(Path(p).resolve()), Path(p).stat().st_size, int(Path(p).stat().st_mtime)]
                              for p in corpus], "format": corpus_format, "encoding": encoding}
     meta = read_meta(out_dir)
@@ -589,3 +586,29 @@ def prepare_corpus(
     docs = iter_documents(corpus, corpus_format, workers=workers, encoding=encoding)
     return build_shards(docs, vocab_path, out_dir, lowercase=lowercase, workers=workers, fingerprint=fingerprint,
                         progress=progress)
+
+
+def token_counts(directory: str | os.PathLike, vocab_size: int, max_tokens: int = 1 << 27) -> np.ndarray:
+    """``[V]`` int64: how often each token id occurs in the training shards (the first ``max_tokens`` of them: an
+    estimate that is plenty for a unigram distribution, and bounded in time)."""
+    meta = read_meta(directory)
+    if meta is None:
+        raise ValueError(f"{directory}: no pre-training shards (meta.json missing)")
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    left = max_tokens
+    for info in meta["shards"]:
+        tokens = Shard.open(directory, info["name"]).tokens[:left]
+        counts += np.bincount(np.asarray(tokens, dtype=np.int64), minlength=vocab_size)[:vocab_size]
+        left -= len(tokens)
+        if left <= 0:
+            break
+    return counts
+
+
+def unigram_log_probs(counts: np.ndarray, exclude: Iterable[int] = (), floor: float = 0.1) -> np.ndarray:
+    """``[V]`` float32 log-probabilities of the tokens' frequencies: what an MLM head that ignores its input
+    should predict. Ids in ``exclude`` (special tokens, never a label) and unseen tokens get ``floor`` counts."""
+    counts = counts.astype(np.float64).copy()
+    counts[list(exclude)] = 0
+    counts = np.maximum(counts, floor)
+    return np.log(counts / counts.sum()).astype(np.float32)

@@ -152,25 +152,4 @@ def load_tokenizer(model_dir: str | os.PathLike, lowercase: bool | None = None):
     sentence-transformers and ``transformers`` save it, only a WordPiece ``tokenizer.json``."""
     from bertkit.tokenization import BertTokenizer
 
-    model_dir = Path(model_dir)
-    if (model_dir / "vocab.txt").is_file():
-        return BertTokenizer.from_pretrained(model_dir, lowercase=lowercase)
-    tok_file = model_dir / "tokenizer.json"
-    if not tok_file.is_file():
-        raise FileNotFoundError(f"{model_dir}: no vocab.txt (the tokenizer's vocabulary) in the model directory")
-    spec = _load_json(tok_file)
-    model = spec.get("model") or {}
-    if model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
-        raise InputError(f"{tok_file}: not a WordPiece (BERT) tokenizer")
-    normalizer = spec.get("normalizer") or {}
-    config_file = model_dir / "tokenizer_config.json"
-    config = _load_json(config_file) if config_file.is_file() else {}
-    if lowercase is None:
-        lowercase = config.get("do_lower_case", normalizer.get("lowercase", True))
-    options = {}
-    strip = config.get("strip_accents", normalizer.get("strip_accents"))
-    if strip is not None:
-        options["strip_accents"] = strip
-    if "max_input_chars_per_word" in model:
-        options["max_input_chars_per_word"] = int(model["max_input_chars_per_word"])
-    return BertTokenizer(dict(model["vocab"]), lowercase=bool(lowercase), **options)
+    return BertTokenizer.from_pretrained(model_dir, lowercase=lowercase)

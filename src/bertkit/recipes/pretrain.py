@@ -1,122 +1,57 @@
 """Pre-training recipe: MLM + NSP from raw text, one explicit loop.
 
-    corpus -> (vocabulary) -> memmap shards -> BertForPreTraining -> OUTPUT/ (model dir + checkpoints + metrics)
+    corpus -> sentences (data) -> vocabulary (tokenization) -> memmap shards (data) -> BertForPreTraining -> OUTPUT/
 
-What the loop does, in order, per optimizer step: ``grad_accum`` micro-batches under autocast (DDP syncs gradients
-only on the last), gradient clipping at ``clip``, AdamW step, linear warmup/decay step. Every ``log_every`` steps a
-line goes to ``metrics.jsonl``; every ``eval_every`` steps the held-out MLM/NSP accuracy; every ``save_every`` steps
-(and at the end) an atomic checkpoint. A run resumes from its latest checkpoint with ``resume=True`` and then ends
-with the same weights as an uninterrupted run: the data position is (phase, epoch, index) and batches are pure
-functions of the seed, and every RNG state is restored.
+Per optimizer step: ``grad_accum`` micro-batches under autocast (DDP syncs gradients only on the last; fp16 losses
+are scaled), gradient clipping at ``clip``, AdamW step, lr schedule step. Every ``log_every`` steps a line goes to
+``metrics.jsonl``; every ``eval_every`` steps the held-out MLM/NSP accuracy; every ``save_every`` steps, at the end,
+and on SIGTERM/SIGINT an atomic checkpoint. ``resume=True`` continues from the latest checkpoint and ends with the
+same weights as an uninterrupted run: the data position is (stage, epoch, index), batches are pure functions of the
+seed, and every RNG state is restored.
+
+Two recipes (``--recipe``): ``paper`` is Devlin et al.'s (lr 1e-4, linear schedule, dropout 0.1, 15% masking, NSP);
+``budget``, the default when ``--max-time`` is given, is what measured best in minutes of CPU (docs/pretraining.md
+has the ablation): the MLM output bias starts at the corpus's unigram log-frequencies, no dropout, a higher lr on a
+trapezoidal schedule, short sequences first, MLM only on full packed sequences. Every choice is its own flag too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import math
-import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+import types
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bertkit.errors import RunError
+from bertkit.files import remove_stale_temp_files, write_json, write_text
+from bertkit.options import option
 
-# settings that change what is computed: a resumed run must match them (others, like save_every, may change)
-RUN_KEYS = ("corpus", "corpus_format", "encoding", "vocab", "vocab_size", "lowercase", "model_size", "seq_len",
-            "batch_size", "grad_accum", "lr", "warmup_steps", "weight_decay", "clip", "max_steps", "seed", "nsp",
-            "mask_prob", "max_predictions", "whole_word_mask", "masking", "dupe_factor", "short_seq_prob", "two_phase",
-            "phase2_seq_len", "phase2_batch_size", "precision", "config_overrides", "init_from")
+RECIPES = ("budget", "paper")
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+SCHEDULES = ("linear", "trapezoid", "onecycle")
+# what a run writes into OUTPUT (and --overwrite removes); a directory holding only these is a run's beginnings
+RUN_FILES = ("checkpoints", "metrics.jsonl", "run.json", "model.safetensors", "config.json", "data", "vocab.txt",
+             "tokenizer_config.json", "special_tokens_map.json")
 
 
 class PretrainError(RunError):
-    """A run that cannot start or continue; the message says what to do."""
+    """A run that cannot start or continue; the message says what to do (exit code 2, as a refused command)."""
+
+    exit_code = 2
 
 
-@dataclass
-class PretrainConfig:
-    corpus: list[str]
-    output: str
-    vocab: str | None = None
-    vocab_size: int = 30522
-    lowercase: bool | None = None  # None: uncased for a trained vocabulary, from the vocabulary's config otherwise
-    corpus_format: str = "auto"
-    encoding: str = "auto"  # "utf-8": a line that is not UTF-8 is an error (auto: read it as Windows-1252)
-    model_size: str = "bert-mini"
-    init_from: str | None = None  # continue pre-training this model directory (its config, weights, vocabulary)
-    config_overrides: dict[str, Any] = field(default_factory=dict)
-    seq_len: int = 128
-    batch_size: int = 32
-    grad_accum: int = 1
-    lr: float = 1e-4
-    warmup_steps: int | None = None  # None: 5% of the steps
-    weight_decay: float = 0.01
-    clip: float = 1.0
-    max_steps: int | None = None
-    max_time: float | None = None  # seconds
-    save_every: int = 1000
-    keep_checkpoints: int = 2
-    eval_every: int | None = None  # None: about 10 evaluations per run
-    eval_batches: int = 10
-    log_every: int = 10
-    resume: bool = False
-    overwrite: bool = False
-    seed: int = 0
-    nsp: bool = True
-    mask_prob: float = 0.15
-    max_predictions: int | None = None
-    whole_word_mask: bool = False
-    masking: str = "dynamic"
-    dupe_factor: int = 5
-    short_seq_prob: float = 0.1
-    two_phase: bool = False  # the paper's schedule: seq_len for 90% of steps, then phase2_seq_len
-    phase2_seq_len: int = 512
-    phase2_batch_size: int | None = None
-    precision: str = "auto"
-    device: str | None = None
-    workers: int | None = None
-    threads: int | None = None  # torch intra-op threads (default: torch's choice)
-    quiet: bool = False
+class LossNotFinite(RunError, FloatingPointError):
+    """The loss or gradient norm stopped being finite; the message names the last good checkpoint."""
 
-    def __post_init__(self) -> None:
-        if not self.corpus:
-            raise PretrainError("give at least one --corpus file")
-        if self.max_steps is None and self.max_time is None:
-            raise PretrainError("give --max-steps or --max-time (or both)")
-        for name in ("seq_len", "batch_size", "grad_accum", "save_every", "log_every", "eval_batches"):
-            if getattr(self, name) < 1:
-                raise PretrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise PretrainError(f"--max-steps must be >= 1, got {self.max_steps}")
-        if self.max_time is not None and self.max_time <= 0:
-            raise PretrainError(f"--max-time must be positive, got {self.max_time}")
-        if not 0 < self.mask_prob < 1:
-            raise PretrainError(f"--mask-prob must be in (0, 1), got {self.mask_prob}")
-        if self.lr <= 0:
-            raise PretrainError(f"--lr must be positive, got {self.lr}")
-        if self.init_from is not None:
-            init = Path(self.init_from)
-            if not (init / "config.json").is_file() and not (init / "bert_config.json").is_file():
-                raise PretrainError(f"--init-from {init}: not a model directory (no config.json)")
-            if self.vocab is None:
-                if not (init / "vocab.txt").is_file():
-                    raise PretrainError(f"--init-from {init}: no vocab.txt there; pass --vocab")
-                self.vocab = str(init)  # the model's own vocabulary (and tokenizer config)
-
-    def run_record(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["corpus"] = [str(Path(p).resolve()) for p in self.corpus]
-        for key in ("vocab", "init_from"):
-            if d[key]:
-                d[key] = str(Path(d[key]).resolve())
-        return {k: d[k] for k in RUN_KEYS}
-
-
-# --------------------------------------------------------------------------------------------- small helpers
+    exit_code = 3
 
 
 def parse_duration(text: str) -> float:
@@ -133,88 +68,674 @@ def parse_duration(text: str) -> float:
     return sum(float(a) * scale[b] for a, b in parts)
 
 
+def _run_key(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
+    """An ``option`` that changes what is computed: a resumed run must match it (others, like save_every, may
+    change). Marked ``run`` in the field's metadata; :data:`RUN_KEYS` lists them."""
+    f = option(default, **kwargs)
+    f.metadata = types.MappingProxyType({**f.metadata, "run": True})
+    return f
+
+
+_D, _M, _R, _T, _O = ("data", "model and objectives", "recipe (unset: chosen by --recipe)", "training",
+                      "checkpoints and output")
+
+
+@dataclass
+class PretrainConfig:
+    """Every setting of a pre-training run; ``bertkit pretrain``'s flags are built from these fields."""
+
+    corpus: list[str] = _run_key(nargs="+", required=True, metavar="PATH", group=_D, help=(
+        "text files or directories of them: Google format (a sentence per line, blank line between documents), "
+        "plain prose (each file a document), or JSONL with a 'text' field; gzip is recognised by its bytes"))
+    output: str = option(required=True, metavar="DIR", group=_D, help="the run directory")
+    corpus_format: str = _run_key("auto", choices=("auto", "google", "prose", "jsonl"), group=_D, help=(
+        "auto: jsonl by name, google when most lines hold one sentence, else prose"))
+    encoding: str = _run_key("auto", choices=("auto", "utf-8"), group=_D, help=(
+        "auto: a line that is not UTF-8 is read as Windows-1252, with a warning; utf-8: an error"))
+    vocab: str | None = _run_key(None, metavar="PATH", group=_D, help=(
+        "an existing vocab.txt (or a directory with one); without it a vocabulary is trained on the corpus first"))
+    vocab_size: int = _run_key(30522, group=_D, help="size of the trained vocabulary")
+    lowercase: bool | None = _run_key(None, skip=True)  # --lowercase/--cased; None: uncased for a trained vocabulary
+    workers: int | None = option(None, group=_D, help="preprocessing processes (default: every core)")
+
+    model_size: str = _run_key("bert-mini", group=_M, help=(
+        "bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large"))
+    init_from: str | None = _run_key(None, metavar="DIR", group=_M, help=(
+        "continue pre-training this model (bertkit, Hugging Face or Google TF directory) on the corpus: its config, "
+        "weights and vocabulary (--model-size is then ignored)"))
+    config_overrides: dict[str, Any] = _run_key(default_factory=dict, skip=True)  # --config-override KEY=VALUE
+    nsp: bool | None = _run_key(None, skip=True)  # --nsp / --no-nsp
+    mask_prob: float | None = _run_key(None, group=_M, help="fraction of tokens masked (paper 0.15)")
+    max_predictions: int | None = _run_key(None, group=_M, help=(
+        "masked positions per sequence at most (default ceil(seq_len * mask_prob))"))
+    whole_word_mask: bool = _run_key(False, group=_M, help="mask every piece of a chosen word")
+    masking: str = _run_key("dynamic", choices=("dynamic", "static"), group=_M, help=(
+        "dynamic: fresh masks each epoch; static: --dupe-factor fixed copies, cycled"))
+    dupe_factor: int = _run_key(5, group=_M, help="static masking: fixed copies of the data")
+    short_seq_prob: float | None = _run_key(None, group=_M, help="share of shorter sequences (paper 0.1)")
+
+    recipe: str | None = _run_key(None, choices=RECIPES, group=_R, help=(
+        "budget: the settings that learn fastest in minutes (default with --max-time); paper: Devlin et al.'s "
+        "(default otherwise). Flags below override single choices"))
+    output_bias: str | None = _run_key(None, choices=("unigram", "zero"), group=_R, help=(
+        "initial MLM output bias: the corpus's unigram log-frequencies, or zeros (paper)"))
+    dropout: float | None = _run_key(None, group=_R, help=(
+        "dropout while pre-training (paper: the model's, 0.1); config.json keeps the model's for fine-tuning"))
+    schedule: str | None = _run_key(None, choices=SCHEDULES, group=_R, help=(
+        "lr schedule after warmup: linear decay (paper), trapezoid (flat, then linear decay over the last half), "
+        "onecycle (cosine up and down)"))
+    warmup_fraction: float | None = _run_key(None, group=_R, help="warmup as a fraction of the steps (paper 0.05)")
+    seq_ramp: str | None = _run_key(None, metavar="LEN:UNTIL,...", group=_R, help=(
+        "shorter sequences first, e.g. 64:0.3 = length 64 for 30%% of the steps, then --seq-len; off"))
+    batch_ramp: str | None = _run_key(None, metavar="SIZE:UNTIL,...", group=_R, help=(
+        "smaller batches first, e.g. 8:0.05,16:0.15, then --batch-size; off"))
+
+    seq_len: int = _run_key(128, group=_T, help="sequence length")
+    batch_size: int = _run_key(32, group=_T, help="micro-batch per process")
+    grad_accum: int = _run_key(1, group=_T, help="micro-batches per optimizer step")
+    lr: float | None = _run_key(None, group=_T, help="peak learning rate (paper 1e-4; budget: by model size)")
+    warmup_steps: int | None = _run_key(None, group=_T, help="warmup steps (default: --warmup-fraction)")
+    weight_decay: float = _run_key(0.01, group=_T, help="AdamW decoupled weight decay (none on biases, LayerNorm)")
+    clip: float = _run_key(1.0, group=_T, help="gradient norm clipping")
+    max_steps: int | None = _run_key(None, group=_T, help="optimizer steps (with --max-time: at most)")
+    max_time: float | None = option(None, parse=parse_duration, metavar="DURATION", group=_T, help=(
+        "wall-clock budget (90s, 10m, 1.5h); the schedule is fitted to it"))
+    two_phase: bool = _run_key(False, group=_T, help=(
+        "the paper's schedule: --seq-len for 90%% of the steps, then --phase2-seq-len"))
+    phase2_seq_len: int = _run_key(512, group=_T, help="--two-phase: sequence length of the last 10%% of steps")
+    phase2_batch_size: int | None = _run_key(None, group=_T, help="--two-phase: its batch size (default --batch-size)")
+    precision: str = _run_key("auto", choices=PRECISIONS, group=_T, help=(
+        "auto: bf16 autocast where the CPU/GPU supports it (fp16 with loss scaling on GPUs without bf16)"))
+    device: str | None = option(None, group=_T, help="cpu | cuda (default: cuda when available)")
+    seed: int = _run_key(0, group=_T, help="seed of the weights, the data order and the masks")
+    threads: int | None = option(None, group=_T, help=(
+        "torch threads per process (default: torch's choice; 1 can be faster on a machine shared with other jobs)"))
+
+    save_every: int = option(1000, group=_O, help="checkpoint every N steps (and at the end, and on SIGTERM)")
+    keep_checkpoints: int = option(2, group=_O, help="newest checkpoints kept")
+    resume: bool = option(False, group=_O, help="continue the run in OUTPUT from its latest checkpoint")
+    overwrite: bool = option(False, group=_O, help="replace the run in OUTPUT")
+    eval_every: int | None = option(None, group=_O, help="held-out evaluation every N steps (default: ~10 per run)")
+    eval_batches: int = option(10, group=_O, help="held-out batches per evaluation")
+    log_every: int = option(10, group=_O, help="a metrics line every N steps")
+    quiet: bool = option(False, group=_O, help="no progress bar or messages")
+
+    def __post_init__(self) -> None:
+        if not self.corpus:
+            raise PretrainError("give at least one --corpus file")
+        if self.max_steps is None and self.max_time is None:
+            raise PretrainError("give --max-steps or --max-time (or both)")
+        for name in ("seq_len", "batch_size", "grad_accum", "save_every", "log_every", "eval_batches"):
+            if getattr(self, name) < 1:
+                raise PretrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise PretrainError(f"--max-steps must be >= 1, got {self.max_steps}")
+        if self.max_time is not None and self.max_time <= 0:
+            raise PretrainError(f"--max-time must be positive, got {self.max_time}")
+        if self.mask_prob is not None and not 0 < self.mask_prob < 1:
+            raise PretrainError(f"--mask-prob must be in (0, 1), got {self.mask_prob}")
+        if self.lr is not None and self.lr <= 0:
+            raise PretrainError(f"--lr must be positive, got {self.lr}")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise PretrainError(f"--dropout must be in [0, 1), got {self.dropout}")
+        if self.init_from is not None:
+            init = Path(self.init_from)
+            if not (init / "config.json").is_file() and not (init / "bert_config.json").is_file():
+                raise PretrainError(f"--init-from {init}: not a model directory (no config.json)")
+            if self.vocab is None:
+                if not (init / "vocab.txt").is_file():
+                    raise PretrainError(f"--init-from {init}: no vocab.txt there; pass --vocab")
+                self.vocab = str(init)  # the model's own vocabulary (and tokenizer config)
+
+    def run_record(self) -> dict[str, Any]:
+        """The run keys, with paths made absolute."""
+        d = dataclasses.asdict(self)
+        d["corpus"] = [str(Path(p).resolve()) for p in self.corpus]
+        for key in ("vocab", "init_from"):
+            if d[key]:
+                d[key] = str(Path(d[key]).resolve())
+        return {k: d[k] for k in RUN_KEYS}
+
+
+RUN_KEYS = tuple(f.name for f in dataclasses.fields(PretrainConfig) if f.metadata.get("run"))
+
+# --------------------------------------------------------------------------------------------- the two recipes
+
+PAPER = {"lr": 1e-4, "schedule": "linear", "warmup_fraction": 0.05, "dropout": None, "mask_prob": 0.15, "nsp": True,
+         "short_seq_prob": 0.1, "output_bias": "zero", "seq_ramp": "off", "batch_ramp": "off"}
+# chosen by measurement (docs/pretraining.md, "Pre-training in minutes"); lr by model width below
+BUDGET = {"lr": None, "schedule": "trapezoid", "warmup_fraction": 0.05, "dropout": 0.0, "mask_prob": 0.15,
+          "nsp": False, "short_seq_prob": 0.0, "output_bias": "unigram", "seq_ramp": "64:0.3", "batch_ramp": "off"}
+BUDGET_LR = {"bert-tiny": 2e-3, "bert-mini": 1e-3, "bert-small": 5e-4, "bert-medium": 5e-4}  # others: 2e-4
+
+
+def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
+    """``cfg`` with every recipe choice the user left unset filled in, and a line saying what was chosen."""
+    name = cfg.recipe or ("budget" if cfg.max_time is not None else "paper")
+    table = dict(BUDGET if name == "budget" else PAPER)
+    if table["lr"] is None:
+        table["lr"] = BUDGET_LR.get(cfg.model_size, 2e-4) if not cfg.init_from else 1e-4
+    if name == "budget" and cfg.seq_len < 128:  # a ramp from 64 only helps runs of longer sequences
+        table["seq_ramp"] = "off"
+    chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
+    resolved = dataclasses.replace(cfg, recipe=name, **chosen)
+    shown = ", ".join(f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in table)
+    return resolved, f"recipe {name}: {shown}"
+
+# --------------------------------------------------------------------------------------------- preparing a run
+
+
 def _say(cfg: PretrainConfig, ctx, message: str) -> None:
     if ctx.is_main and not cfg.quiet:
         print(message, flush=True)
 
 
-def _prepare_output(cfg: PretrainConfig, ctx) -> None:
-    """Refuse to silently overwrite a different run; with --overwrite, clear what a run writes."""
+def _read_record(path: Path) -> dict[str, Any]:
+    """A run.json; a torn or foreign one is an error naming it."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(record, dict) or not isinstance(record["config"], dict):
+            raise TypeError("not an object with a 'config'")
+        return record
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise PretrainError(f"{path}: not a readable run record ({type(e).__name__}: {e}); start the run again with "
+                            "--overwrite, or choose another --output") from None
+
+
+def _clear_run(out: Path) -> None:
+    for name in RUN_FILES:
+        p = out / name
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+
+
+def _remove_stale(out: Path) -> None:
+    """Temp files (``.NAME.tmp-PID``) that killed processes left in the run's directories."""
+    for d in (out, out / "checkpoints", out / "data", out / "data" / "shards"):
+        remove_stale_temp_files(d)
+
+
+def _prepare_output(cfg: PretrainConfig) -> PretrainConfig:
+    """Refuse to silently overwrite a different run; with --overwrite, clear what a run writes. With --resume and no
+    run.json yet (killed while preparing), start afresh: returns ``cfg`` with ``resume`` off then."""
     out = Path(cfg.output)
-    record_path = out / "run.json"
-    record = cfg.run_record()
+    record_path, record = out / "run.json", cfg.run_record()
     if out.exists() and not out.is_dir():
         raise PretrainError(f"{out} exists and is not a directory; choose another --output")
-    if cfg.resume:
-        if not record_path.is_file():
+    names = {p.name for p in out.iterdir() if not p.name.startswith(".")} if out.is_dir() else set()
+    if cfg.resume and not record_path.is_file():
+        if names - set(RUN_FILES):
             raise PretrainError(f"--resume: {out} holds no pre-training run (no run.json); drop --resume to start one")
-        old = json.loads(record_path.read_text(encoding="utf-8"))["config"]
+        _clear_run(out)  # a run killed before it began training: nothing to resume, start it afresh
+        _remove_stale(out)
+        return dataclasses.replace(cfg, resume=False)
+    if cfg.resume:
+        old = _read_record(record_path)["config"]
         diff = [k for k in RUN_KEYS if k in old and old[k] != record[k]]
         if diff:
             raise PretrainError(f"--resume: these settings differ from the run in {out}: "
                                 + ", ".join(f"{k} (was {old[k]!r}, now {record[k]!r})" for k in diff)
                                 + "; use the run's settings, or start a new run with another --output")
-        return
-    if out.is_dir() and any(out.iterdir()):
-        if not cfg.overwrite:
-            if record_path.is_file():
-                old = json.loads(record_path.read_text(encoding="utf-8"))["config"]
-                diff = [k for k in RUN_KEYS if old.get(k) != record[k]]
-                what = ("a run with the same settings" if not diff else
-                        "a different run (differs in " + ", ".join(diff[:6]) + ")")
-                raise PretrainError(f"{out} already holds {what}. Pass --resume to continue it, --overwrite to "
-                                    "replace it, or choose another --output")
-            raise PretrainError(f"{out} exists and is not empty (and is not a bertkit pre-training run); choose "
-                                "another --output, or pass --overwrite to write into it")
-        if ctx.is_main:
-            for name in ("checkpoints", "metrics.jsonl", "run.json", "model.safetensors", "config.json",
-                         "data/sentences.txt"):
-                p = out / name
-                if p.is_dir():
-                    shutil.rmtree(p)
-                elif p.exists():
-                    p.unlink()
+        _remove_stale(out)
+        return cfg
+    if names and not cfg.overwrite:
+        if record_path.is_file():
+            old = _read_record(record_path)["config"]
+            diff = [k for k in RUN_KEYS if old.get(k) != record[k]]
+            what = "a run with the same settings" if not diff else f"a different run (differs in {', '.join(diff[:6])})"
+            raise PretrainError(f"{out} already holds {what}. Pass --resume to continue it, --overwrite to replace "
+                                "it, or choose another --output")
+        raise PretrainError(f"{out} exists and is not empty (and is not a bertkit pre-training run); choose another "
+                            "--output, or pass --overwrite to write into it")
+    if names:
+        _clear_run(out)
+    return cfg
 
 
 def _tokenizer_and_shards(cfg: PretrainConfig, ctx):
-    from bertkit.data.corpus import iter_documents
+    """The vocabulary (trained on the sentence-split corpus unless given) and the tokenized shards, built by rank 0."""
+    from bertkit.data.corpus import expand_corpus, write_sentences
     from bertkit.data.pretraining import prepare_corpus
     from bertkit.tokenization import BertTokenizer, train_vocab
     from bertkit.training.distributed import barrier
 
-    out = Path(cfg.output)
-    data_dir = out / "data"
+    out, progress = Path(cfg.output), not cfg.quiet and sys.stderr.isatty()
+    data_dir, sentences = out / "data", out / "data" / "sentences.txt"
     if ctx.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        data_dir.mkdir(exist_ok=True)
-        have = (out / "vocab.txt").is_file() and cfg.resume
-        corpus, fmt = [str(p) for p in cfg.corpus], cfg.corpus_format
-        if not have and cfg.vocab is None:
-            # sentence-split once into Google's format: the vocabulary trainer and the tokenizer both read it
-            sentences = data_dir / "sentences.txt"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        have_vocab = (out / "vocab.txt").is_file() and cfg.resume
+        corpus, fmt = [str(p) for p in expand_corpus(cfg.corpus)], cfg.corpus_format
+        if not have_vocab and cfg.vocab is None:
             _say(cfg, ctx, f"reading {len(corpus)} corpus file(s) and splitting sentences ...")
-            tmp = data_dir / ".sentences.txt.tmp"
-            n_docs = 0
-            with open(tmp, "w", encoding="utf-8") as f:
-                for doc in iter_documents(corpus, fmt, workers=cfg.workers, encoding=cfg.encoding):
-                    f.write("\n".join(doc) + "\n\n")
-                    n_docs += 1
-            os.replace(tmp, sentences)
-            lowercase = True if cfg.lowercase is None else cfg.lowercase
+            n_docs = write_sentences(corpus, sentences, fmt, cfg.workers, cfg.encoding, progress)
             _say(cfg, ctx, f"training a {cfg.vocab_size}-token WordPiece vocabulary on {n_docs} document(s) ...")
-            tok = train_vocab([sentences], vocab_size=cfg.vocab_size, lowercase=lowercase,
-                              show_progress=not cfg.quiet and sys.stderr.isatty())
-            tok.save_pretrained(out)
-        elif not have:
-            tok = BertTokenizer.from_pretrained(cfg.vocab, lowercase=cfg.lowercase)
-            tok.save_pretrained(out)
-        if cfg.vocab is None and (data_dir / "sentences.txt").is_file():  # written above, or by the run resumed
-            corpus, fmt = [str(data_dir / "sentences.txt")], "google"
+            train_vocab([sentences], vocab_size=cfg.vocab_size, lowercase=True if cfg.lowercase is None else
+                        cfg.lowercase, show_progress=progress).save_pretrained(out)
+        elif not have_vocab:
+            BertTokenizer.from_pretrained(cfg.vocab, lowercase=cfg.lowercase).save_pretrained(out)
+        if cfg.vocab is None and sentences.is_file():  # written above, or by the run resumed
+            corpus, fmt = [str(sentences)], "google"
         prepare_corpus(corpus, data_dir / "shards", out / "vocab.txt", corpus_format=fmt, workers=cfg.workers,
-                       encoding=cfg.encoding,
-                       progress=not cfg.quiet and sys.stderr.isatty(), log=lambda m: _say(cfg, ctx, m))
+                       encoding=cfg.encoding, progress=progress, log=lambda m: _say(cfg, ctx, m))
     barrier(ctx)
     return BertTokenizer.from_pretrained(out), data_dir / "shards"
+
+
+def _build_model(cfg: PretrainConfig, tokenizer, shard_dir: Path, max_len: int, device):
+    """A fresh BertForPreTraining of ``model_size`` (MLM output bias from the corpus's unigram frequencies with
+    ``output_bias=unigram``), or the ``init_from`` model; dropout set to ``cfg.dropout`` for training."""
+    import torch
+
+    from bertkit.config import BertConfig
+    from bertkit.data.pretraining import VocabInfo, token_counts, unigram_log_probs
+    from bertkit.modeling import BertForPreTraining
+
+    torch.manual_seed(cfg.seed)
+    if cfg.init_from:  # continued pre-training (e.g. on a domain's text): the model's config and weights
+        config = BertConfig.from_pretrained(cfg.init_from)
+        if cfg.config_overrides:
+            config = dataclasses.replace(config, **cfg.config_overrides)
+        if config.vocab_size < len(tokenizer) or config.max_position_embeddings < max_len:
+            raise PretrainError(f"--init-from {cfg.init_from}: the model has {config.vocab_size} embeddings and "
+                                f"{config.max_position_embeddings} positions; the run needs {len(tokenizer)} "
+                                f"tokens and {max_len} positions")
+        model = BertForPreTraining.from_pretrained(cfg.init_from, config=config)
+    else:
+        config = BertConfig.from_preset(cfg.model_size, vocab_size=len(tokenizer),
+                                        max_position_embeddings=max(512, max_len), **cfg.config_overrides)
+        model = BertForPreTraining(config)
+        if cfg.output_bias == "unigram":  # the unigram plateau becomes where training starts, not where it stalls
+            v = VocabInfo.from_tokenizer(tokenizer)
+            bias = unigram_log_probs(token_counts(shard_dir, config.vocab_size),
+                                     exclude=(v.cls_id, v.sep_id, v.mask_id, v.pad_id))
+            with torch.no_grad():
+                model.cls.predictions.bias.copy_(torch.from_numpy(bias))
+    if cfg.dropout is not None:
+        saved = (config.hidden_dropout_prob, config.attention_probs_dropout_prob)
+        model.set_dropout(cfg.dropout)
+        model.config.hidden_dropout_prob, model.config.attention_probs_dropout_prob = saved  # for config.json
+    return model.to(device).train(), config
+
+
+class _Feed:
+    """The run's batches: one PretrainingData per stage of the ramps (built when reached) and the position in it,
+    (stage, epoch, index). Entering a stage keeps the position: the same instance with the same sequence length,
+    the same fraction of the epoch otherwise."""
+
+    def __init__(self, cfg: PretrainConfig, shard_dir: Path, vocab, ctx):
+        from bertkit.training.ramps import parse_ramp
+
+        self.cfg, self.shard_dir, self.vocab, self.ctx = cfg, shard_dir, vocab, ctx
+        self.seq_ramp, self.batch_ramp = parse_ramp(cfg.seq_ramp, "--seq-ramp"), parse_ramp(cfg.batch_ramp,
+                                                                                              "--batch-ramp")
+        self.phase2 = (cfg.phase2_seq_len, cfg.phase2_batch_size or cfg.batch_size) if cfg.two_phase else None
+        self.max_len = max([cfg.seq_len, *(v for v, _ in self.seq_ramp), *(self.phase2 or (0,))[:1]])
+        self.stage, self.epoch, self.index = 0, 0, 0
+        self.stages, self.data = [], None
+
+    def plan(self, total_steps: int):
+        from bertkit.training.ramps import plan_stages
+
+        c = self.cfg
+        return plan_stages(total_steps, c.seq_len, c.batch_size, self.seq_ramp, self.batch_ramp, self.phase2)
+
+    def make(self, seq_len: int, batch_size: int, split: str = "train"):
+        from bertkit.data.pretraining import DataOptions, PretrainingData
+
+        c = self.cfg
+        opts = DataOptions(max_seq_length=seq_len, batch_size=batch_size, nsp=c.nsp, mask_prob=c.mask_prob,
+                           max_predictions=c.max_predictions, whole_word=c.whole_word_mask,
+                           short_seq_prob=c.short_seq_prob, masking=c.masking, dupe_factor=c.dupe_factor, seed=c.seed)
+        rank, world = (0, 1) if split == "eval" else (self.ctx.rank, self.ctx.world_size)
+        data = PretrainingData(self.shard_dir, self.vocab, opts, rank, world, split=split)
+        if split == "train" and data.num_batches(0) == 0:
+            raise PretrainError(f"the corpus gives fewer than {batch_size * world} instances of {seq_len} tokens: "
+                                "add text or lower --batch-size")
+        return data
+
+    def start(self, total_steps: int, position: dict | None) -> None:
+        """Plan the stages; place the feed at a checkpoint's position (or at the start)."""
+        self.stages = self.plan(total_steps)
+        if position:
+            self.stage, self.epoch, self.index = (int(position[k]) for k in ("phase", "epoch", "index"))
+        s = self.stages[min(self.stage, len(self.stages) - 1)]
+        self.data = self.make(s.seq_len, s.batch_size)
+
+    def advance(self, step: int, total_steps: int) -> str | None:
+        """Enter the stage that holds ``step`` of ``total_steps`` (stages only move forward); a message if entered."""
+        from bertkit.training.ramps import stage_at
+
+        self.stages = self.plan(total_steps)
+        target = stage_at(self.stages, step)
+        if target <= self.stage:
+            return None
+        new, old = self.stages[target], self.data.options
+        old_n = max(1, self.data.num_batches(self.epoch))
+        self.data = self.make(new.seq_len, new.batch_size)
+        if old.max_seq_length == new.seq_len:
+            self.index = -(-self.index * old.batch_size // new.batch_size)
+        else:
+            self.index = -(-self.index * self.data.num_batches(self.epoch) // old_n)
+        self.stage = target
+        return f"step {step}: sequence length {new.seq_len}, batch size {new.batch_size}"
+
+    def next(self, loader) -> dict:
+        if self.index >= self.data.num_batches(self.epoch):
+            self.epoch, self.index = self.epoch + 1, 0
+        batch = loader.get(self.data, self.epoch, self.index)
+        self.index += 1
+        return batch
+
+    def position(self) -> dict[str, int]:
+        return {"phase": self.stage, "epoch": self.epoch, "index": self.index}
+
+    def step_costs(self, timer) -> dict[tuple[int, int], float]:
+        """Seconds per step of every (sequence length, batch size) the run will use, timed by ``timer(data)``."""
+        return {p: timer(self.make(*p)) for p in sorted({(s.seq_len, s.batch_size) for s in self.plan(10**6)})}
+
+    def cost(self, per_step: dict[tuple[int, int], float]):
+        """cost(first, total): predicted seconds of steps [first, total) of a run of ``total`` steps."""
+        def cost(first: int, total: int) -> float:
+            stages = self.plan(total)
+            ends = [s.start for s in stages[1:]] + [total]
+            return sum(max(0, end - max(first, s.start)) * per_step[(s.seq_len, s.batch_size)]
+                       for s, end in zip(stages, ends))
+        return cost
+
+
+@contextlib.contextmanager
+def _os_errors(out: Path):
+    """An unwritable output or a full disk as one line, not a traceback."""
+    try:
+        yield
+    except OSError as e:
+        where = e.filename or out
+        if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            raise RunError(f"{where}: disk full ({e.strerror}); free space, then run again with --resume (the "
+                           "previous checkpoint is intact)") from None
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise PretrainError(f"{where}: cannot write ({e.strerror}); choose a writable --output") from None
+        raise
+
+
+# --------------------------------------------------------------------------------------------- the recipe
+
+
+def pretrain(cfg: PretrainConfig) -> Path:
+    """Run (or resume) a pre-training run; returns OUTPUT, which ends as a loadable model directory.
+
+    Raises PretrainError for a run that cannot start, LossNotFinite when the loss stops being finite, and
+    Interrupted (after saving a checkpoint) on SIGTERM/SIGINT."""
+    import torch
+
+    from bertkit.data.pretraining import VocabInfo
+    from bertkit.precision import grad_scaler, resolve_precision
+    from bertkit.training import distributed as dist
+    from bertkit.training.budget import TimeBudget
+    from bertkit.training.checkpointing import checkpoint_dir, latest_checkpoint, load_checkpoint, set_rng_state
+    from bertkit.training.interrupt import GracefulStop
+    from bertkit.training.meter import Meter
+    from bertkit.training.optim import build_optimizer, lr_schedule
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    ctx = dist.setup(cfg.device)
+    out = Path(cfg.output)
+    try:
+        with GracefulStop() as stop, _os_errors(out):
+            # ---- output dir, recipe, vocabulary, shards, model
+            cfg, chosen = resolve_recipe(cfg)
+            cfg = _on_main(ctx, lambda: _prepare_output(cfg))
+            _say(cfg, ctx, chosen)
+            tokenizer, shard_dir = _tokenizer_and_shards(cfg, ctx)
+            precision = resolve_precision(cfg.precision, ctx.device)
+            feed = _Feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
+            eval_data = feed.make(cfg.seq_len, cfg.batch_size, "eval")
+            eval_batches = eval_data.eval_batches(cfg.eval_batches) if eval_data.shards else []
+            model, config = _build_model(cfg, tokenizer, shard_dir, feed.max_len, ctx.device)
+            optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
+            scaler = grad_scaler(precision, ctx.device)
+
+            # ---- the schedule: steps (fitted to --max-time), warmup, evaluation interval; or a checkpoint's
+            last = latest_checkpoint(checkpoint_dir(out)) if cfg.resume else None
+            state = load_checkpoint(last) if last else None
+            budget = TimeBudget(cfg.max_time, float(state["elapsed"]) if state else 0.0) if cfg.max_time else None
+            cost = None
+            if state is not None:
+                total_steps = int(state["total_steps"])
+            elif cfg.resume:
+                total_steps = int(_read_record(out / "run.json")["total_steps"])
+            elif budget is not None:
+                cost = feed.cost(feed.step_costs(lambda d: _time_steps(
+                    model, lambda m: build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay),
+                    [_to_device(d.batch(0, i % d.num_batches(0)), ctx.device) for i in range(4)], precision,
+                    ctx.device, cfg.grad_accum)))
+                total_steps = int(dist.broadcast_object(ctx, min(budget.fit(cost), cfg.max_steps or 1 << 62)))
+                _say(cfg, ctx, f"--max-time {cfg.max_time:.0f}s at {cost(0, 1) * 1000:.0f} ms/step: "
+                               f"scheduling {total_steps} steps")
+            else:
+                total_steps = int(cfg.max_steps)
+            warmup = max(1, int(cfg.warmup_fraction * total_steps)) if cfg.warmup_steps is None else cfg.warmup_steps
+            eval_every = cfg.eval_every or max(1, total_steps // 10)
+            if cost is not None and cfg.max_steps is None:  # the probe ran cold: re-fit once to the measured pace
+                budget.plan_refit(total_steps, eval_every)
+            scheduler = lr_schedule(optimizer, cfg.schedule, warmup, total_steps)
+            step, elapsed = 0, 0.0
+            if state is not None:
+                model.load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+                scheduler.load_state_dict(state["scheduler"])
+                scaler.load_state_dict(state.get("scaler") or {})
+                step, elapsed = int(state["step"]), float(state["elapsed"])
+                set_rng_state(state["rng"])
+                _say(cfg, ctx, f"resuming from {last} (step {step} of {total_steps})")
+            else:
+                torch.manual_seed(cfg.seed + 1000 * ctx.rank)  # dropout differs per rank; weights are rank 0's (DDP)
+            feed.start(total_steps, state["data"] if state else None)
+            ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
+            record = {"config": cfg.run_record(), "total_steps": total_steps, "warmup_steps": warmup,
+                      "precision": precision, "world_size": ctx.world_size, "model_config": config.to_dict("hf")}
+            if ctx.is_main:
+                write_json(out / "run.json", record, sort_keys=False)
+                _truncate_metrics(out / "metrics.jsonl", step)
+                _say(cfg, ctx, f"model {cfg.model_size}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+                               f"parameters, vocab {len(tokenizer)}, precision {precision}, {ctx.world_size} "
+                               f"process(es) on {ctx.device.type}")
+
+            def save() -> Path | None:
+                nonlocal elapsed
+                t_save = time.perf_counter()
+                path = _save(ctx, out, cfg, step, model, optimizer, scheduler, scaler, total_steps, elapsed, feed)
+                elapsed += time.perf_counter() - t_save
+                return path
+
+            # ---- the loop
+            from tqdm import tqdm
+
+            bar = tqdm(total=total_steps, initial=step, desc="pre-training", unit="step", dynamic_ncols=True,
+                       disable=cfg.quiet or not ctx.is_main or not sys.stderr.isatty(), mininterval=0.5)
+            meter, loader, stop_why = Meter(), _Prefetcher(), None
+            if budget is not None:
+                budget.start()
+            while step < total_steps and stop_why is None:
+                t0 = time.perf_counter()
+                step_loss = _accumulate(ddp_model, feed, loader, cfg, ctx, precision, scaler, meter)
+                scaler.unscale_(optimizer)
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+                check = dist.all_reduce_mean(ctx, [step_loss, float(grad_norm)])
+                if not math.isfinite(check[0]) or not (scaler.is_enabled() or math.isfinite(check[1])):
+                    _raise_not_finite(out, check, step)
+                scaler.step(optimizer)  # with fp16: skipped when a gradient overflowed, and the scale lowered
+                scaler.update()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                elapsed += time.perf_counter() - t0
+                meter.add(loss=step_loss, steps=1, time=time.perf_counter() - t0)
+                bar.update(1)
+                fitted = budget.after_step(step, total_steps, cost) if budget else None
+                if fitted is not None:
+                    fitted = int(dist.broadcast_object(ctx, fitted))
+                    _say(cfg, ctx, f"--max-time: re-scheduling {total_steps} -> {fitted} steps at the measured pace")
+                    total_steps, record["total_steps"], bar.total = fitted, fitted, fitted
+                    scheduler = lr_schedule(optimizer, cfg.schedule, warmup, total_steps)
+                    scheduler.last_epoch = step - 1
+                    scheduler.step()  # the lr of this step on the new schedule
+                    eval_every = cfg.eval_every or max(1, total_steps // 10)
+                    if ctx.is_main:
+                        write_json(out / "run.json", record, sort_keys=False)
+                if step % cfg.log_every == 0 or step == total_steps:
+                    _log(ctx, cfg, out, meter, bar, step, total_steps, scheduler.get_last_lr()[0], elapsed, feed.epoch)
+                if eval_batches and ctx.is_main and (step % eval_every == 0 or step == total_steps):
+                    t_eval = time.perf_counter()
+                    result = _evaluate(model, eval_batches, precision, ctx.device)
+                    elapsed += time.perf_counter() - t_eval
+                    _append_metrics(out, {"step": step, **result})
+                    _say(cfg, ctx, f"  held-out at step {step}: MLM acc {result['eval_mlm_acc']:.3f}"
+                         + (f", NSP acc {result['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in result else "")
+                         + f", loss {result['eval_loss']:.3f}")
+                if step % cfg.save_every == 0 and step < total_steps:
+                    save()
+                entered = feed.advance(step, total_steps) if step < total_steps else None
+                if entered:
+                    _say(cfg, ctx, entered)
+                over, signalled = dist.all_reduce_mean(ctx, [float(bool(budget and budget.over())),
+                                                             float(stop.requested)])
+                stop_why = "signal" if signalled else ("time" if over and step < total_steps else None)
+            bar.close()
+            loader.close()
+
+            # ---- the end: checkpoint + model directory (config.json, model.safetensors, vocab.txt, tokenizer config)
+            path = save()
+            if stop_why == "signal":
+                stop.raise_(f"stopped at step {step} of {total_steps} on a signal; the checkpoint {path} is saved. "
+                            f"Continue with the same command and --resume")
+            if ctx.is_main:
+                model.save_pretrained(out)
+                tokenizer.save_pretrained(out)
+                _remove_stale(out)
+                if stop_why == "time":
+                    _say(cfg, ctx, f"--max-time reached at step {step} of {total_steps}")
+                _say(cfg, ctx, f"done: {step} steps in {elapsed:.0f}s; model saved to {out}")
+            dist.barrier(ctx)
+            return out
+    finally:
+        dist.cleanup(ctx)
+
+
+# --------------------------------------------------------------------------------------------- the loop's parts
+
+
+def _on_main(ctx, fn):
+    """``fn()`` on rank 0, its result (or its PretrainError) on every rank."""
+    from bertkit.training.distributed import broadcast_object
+
+    result, error = None, None
+    if ctx.is_main:
+        try:
+            result = fn()
+        except PretrainError as e:
+            error = str(e)
+    result, error = broadcast_object(ctx, (result, error))
+    if error:
+        raise PretrainError(error)
+    return result
+
+
+def _accumulate(ddp_model, feed: _Feed, loader, cfg: PretrainConfig, ctx, precision: str, scaler, meter) -> float:
+    """Forward and backward of ``grad_accum`` micro-batches (DDP syncs on the last); returns the step's loss."""
+    from bertkit.precision import autocast
+
+    step_loss = 0.0
+    for micro in range(cfg.grad_accum):
+        batch = _to_device(feed.next(loader), ctx.device)
+        sync = micro == cfg.grad_accum - 1
+        with ddp_model.no_sync() if (ctx.distributed and not sync) else contextlib.nullcontext():
+            with autocast(precision, ctx.device):
+                output = ddp_model(**batch)
+                loss = output.loss / cfg.grad_accum
+            scaler.scale(loss).backward()
+        step_loss += float(loss.detach())
+        meter.add(mlm_loss=float(output.mlm_loss.detach()) / cfg.grad_accum, mlm_n=output.masked_labels.numel(),
+                  mlm_ok=int((output.masked_logits.max(-1).indices == output.masked_labels).sum()),  # = argmax
+                  tokens=int(batch["attention_mask"].sum()))
+        if cfg.nsp:
+            labels = batch["next_sentence_label"]
+            meter.add(nsp_loss=float(output.nsp_loss.detach()) / cfg.grad_accum, nsp_n=labels.numel(),
+                      nsp_ok=int((output.seq_relationship_logits.argmax(-1) == labels).sum()))
+    return step_loss
+
+
+def _raise_not_finite(out: Path, check: list[float], step: int) -> None:
+    from bertkit.training.checkpointing import checkpoint_dir, latest_checkpoint
+
+    last = latest_checkpoint(checkpoint_dir(out))
+    raise LossNotFinite(
+        f"the loss became {check[0]} (gradient norm {check[1]}) at step {step + 1}; stopping. "
+        + (f"The last good checkpoint is {last}: resume with --resume, perhaps with a lower --lr."
+           if last else "No checkpoint was saved yet: restart with a lower --lr or --precision fp32."))
+
+
+def _log(ctx, cfg: PretrainConfig, out: Path, meter, bar, step: int, total_steps: int, lr: float, elapsed: float,
+         epoch: int) -> None:
+    """A metrics line (means over the window and the ranks), the progress bar's figures, and a reset window."""
+    from bertkit.training.distributed import all_reduce_mean
+
+    m = meter
+    vals = all_reduce_mean(ctx, [m.ratio("loss", "steps"), m.ratio("mlm_loss", "steps"), m.ratio("nsp_loss", "steps"),
+                                 m.ratio("mlm_ok", "mlm_n"), m.ratio("nsp_ok", "nsp_n"), m.ratio("tokens", "time")])
+    meter.reset()
+    line = {"step": step, "loss": vals[0], "mlm_loss": vals[1], "mlm_acc": vals[3], "lr": lr,
+            "tokens_per_s": vals[5] * ctx.world_size, "elapsed_s": round(elapsed, 2), "epoch": epoch}
+    if cfg.nsp:
+        line.update(nsp_loss=vals[2], nsp_acc=vals[4])
+    if not ctx.is_main:
+        return
+    _append_metrics(out, line)
+    nsp = {"nsp": f"{vals[4]:.3f}"} if cfg.nsp else {}
+    bar.set_postfix(loss=f"{vals[0]:.3f}", mlm=f"{vals[3]:.3f}", **nsp, tok_s=f"{line['tokens_per_s']:.0f}",
+                    refresh=False)
+    if bar.disable and not cfg.quiet:
+        print(f"step {step}/{total_steps}  loss {vals[0]:.3f}  mlm acc {vals[3]:.3f}"
+              + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "") + f"  {line['tokens_per_s']:.0f} tokens/s", flush=True)
+
+
+def _append_metrics(out: Path, line: dict) -> None:
+    # appended, not rewritten: a kill tears at most the last line, which _truncate_metrics drops on resume
+    with open(out / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def _save(ctx, out: Path, cfg: PretrainConfig, step: int, model, optimizer, scheduler, scaler, total_steps: int,
+          elapsed: float, feed: _Feed) -> Path | None:
+    """A training checkpoint (rank 0 writes it); its path."""
+    from bertkit.training.checkpointing import checkpoint_dir, save_checkpoint
+
+    if not ctx.is_main:
+        return None
+    return save_checkpoint(checkpoint_dir(out), step, {
+        "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+        "scaler": scaler.state_dict(), "total_steps": total_steps, "elapsed": elapsed, "data": feed.position(),
+        "config": cfg.run_record()}, keep=cfg.keep_checkpoints)
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """On resume, drop metric lines written after the checkpoint being resumed (they will be written again)."""
+    if not path.is_file():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line).get("step", 0) <= step:
+                keep.append(line)
+        except json.JSONDecodeError:
+            continue  # a line torn by a kill
+    write_text(path, "".join(k + "\n" for k in keep))
+
+
+# --------------------------------------------------------------------------------------------- small helpers
 
 
 @contextlib.contextmanager
@@ -258,18 +779,6 @@ class _Prefetcher:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
-
-
-_PACE_FROM = 3  # --max-time re-fit: steps left out of the pace (the first ones run cold)
-
-
-def refit_steps(total_steps: int, eval_every: int) -> tuple[int, int] | None:
-    """(step the pace is timed from, step the --max-time schedule is re-fitted at), or None for very short runs.
-    The re-fit comes just after the first held-out evaluation, so the measured pace carries its share of
-    evaluation time (and at most a quarter of the way in)."""
-    least = _PACE_FROM + 10
-    at = min(max(least, eval_every + 1), max(least, total_steps // 4), total_steps - 1)
-    return (_PACE_FROM, at) if at > _PACE_FROM else None
 
 
 def _time_steps(model, make_optimizer, batches: list[dict], precision: str, device, grad_accum: int) -> float:
@@ -325,307 +834,3 @@ def _evaluate(model, batches: list[dict], precision: str, device) -> dict[str, f
     return result
 
 
-# --------------------------------------------------------------------------------------------- the recipe
-
-
-def pretrain(cfg: PretrainConfig) -> Path:
-    """Run (or resume) a pre-training run; returns OUTPUT, which ends as a loadable model directory.
-
-    Raises PretrainError for a run that cannot start, and FloatingPointError when the loss stops being finite."""
-    import torch
-
-    from bertkit.config import BertConfig
-    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo
-    from bertkit.modeling import BertForPreTraining
-    from bertkit.precision import autocast, resolve_precision
-    from bertkit.training import distributed as D
-    from bertkit.training.checkpointing import (
-        checkpoint_dir,
-        latest_checkpoint,
-        load_checkpoint,
-        save_checkpoint,
-        set_rng_state,
-    )
-    from bertkit.training.optim import build_optimizer, linear_schedule
-
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    ctx = D.setup(cfg.device)
-    out = Path(cfg.output)
-    try:
-        # ---- output dir, vocabulary, shards
-        error = None
-        if ctx.is_main:
-            try:
-                _prepare_output(cfg, ctx)
-            except PretrainError as e:
-                error = str(e)
-        error = D.broadcast_object(ctx, error)
-        if error:
-            raise PretrainError(error)
-        tokenizer, shard_dir = _tokenizer_and_shards(cfg, ctx)
-        vocab = VocabInfo.from_tokenizer(tokenizer)
-        precision = resolve_precision(cfg.precision, ctx.device)
-
-        # ---- data: one PretrainingData per phase (the paper's 128 -> 512 schedule is two phases)
-        phases = [(cfg.seq_len, cfg.batch_size)]
-        if cfg.two_phase:
-            phases.append((cfg.phase2_seq_len, cfg.phase2_batch_size or cfg.batch_size))
-
-        def make_data(phase: int, split: str = "train") -> PretrainingData:
-            seq, bs = phases[phase]
-            opts = DataOptions(max_seq_length=seq, batch_size=bs, nsp=cfg.nsp, mask_prob=cfg.mask_prob,
-                               max_predictions=cfg.max_predictions, whole_word=cfg.whole_word_mask,
-                               short_seq_prob=cfg.short_seq_prob, masking=cfg.masking, dupe_factor=cfg.dupe_factor,
-                               seed=cfg.seed)
-            if split == "eval":
-                return PretrainingData(shard_dir, vocab, opts, 0, 1, split="eval")
-            return PretrainingData(shard_dir, vocab, opts, ctx.rank, ctx.world_size)
-
-        data = make_data(0)
-        if data.num_batches(0) == 0:
-            raise PretrainError(f"the corpus gives fewer than {cfg.batch_size * ctx.world_size} instances of "
-                                f"{cfg.seq_len} tokens: add text or lower --batch-size")
-        eval_data = make_data(0, "eval")
-        eval_batches = eval_data.eval_batches(cfg.eval_batches) if eval_data.shards else []
-
-        # ---- model, optimizer, schedule
-        max_len = max(s for s, _ in phases)
-        torch.manual_seed(cfg.seed)
-        if cfg.init_from:  # continued pre-training (e.g. on a domain's text): the model's config and weights
-            config = BertConfig.from_pretrained(cfg.init_from)
-            if cfg.config_overrides:
-                config = dataclasses.replace(config, **cfg.config_overrides)
-            if config.vocab_size < len(tokenizer) or config.max_position_embeddings < max_len:
-                raise PretrainError(f"--init-from {cfg.init_from}: the model has {config.vocab_size} embeddings and "
-                                    f"{config.max_position_embeddings} positions; the run needs {len(tokenizer)} "
-                                    f"tokens and {max_len} positions")
-            model = BertForPreTraining.from_pretrained(cfg.init_from, config=config).to(ctx.device)
-        else:
-            config = BertConfig.from_preset(cfg.model_size, vocab_size=len(tokenizer),
-                                            max_position_embeddings=max(512, max_len), **cfg.config_overrides)
-            model = BertForPreTraining(config).to(ctx.device)
-        model.train()
-
-        def make_optimizer(m):
-            return build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay)
-
-        ckpt_path = latest_checkpoint(checkpoint_dir(out)) if cfg.resume else None
-        refit: tuple[int, int] | None = None  # (step the pace is timed from, step the schedule is re-fitted at)
-        state = load_checkpoint(ckpt_path) if ckpt_path else None
-        if state is not None:
-            total_steps = int(state["total_steps"])
-        elif cfg.resume and (out / "run.json").is_file():
-            total_steps = int(json.loads((out / "run.json").read_text(encoding="utf-8"))["total_steps"])
-        elif cfg.max_time is not None:
-            # fit the schedule to the wall-clock budget: time a few steps of a throwaway copy, per phase
-            probes = []
-            for p in range(len(phases)):
-                d = data if p == 0 else make_data(p)
-                probes.append(_time_steps(model, make_optimizer, [_to_device(d.batch(0, i % d.num_batches(0)),
-                                                                              ctx.device) for i in range(4)],
-                                          precision, ctx.device, cfg.grad_accum))
-            per_step = probes[0] if len(probes) == 1 else 0.9 * probes[0] + 0.1 * probes[1]
-            budget = cfg.max_time * 0.95 - 2.0
-            total_steps = max(1, int(budget / (per_step * 1.06)))  # ~6% for logging, evaluation, checkpoints
-            total_steps = int(D.broadcast_object(ctx, total_steps))
-            if cfg.max_steps is not None:
-                total_steps = min(total_steps, cfg.max_steps)
-            else:  # the probe runs cold (allocator, kernels for new shapes): re-fit once to the measured pace
-                refit = (0, 0)  # placed below, once the evaluation interval is known
-            _say(cfg, ctx, f"--max-time {cfg.max_time:.0f}s at {per_step * 1000:.0f} ms/step: "
-                           f"scheduling {total_steps} steps")
-        else:
-            total_steps = int(cfg.max_steps)
-        warmup = cfg.warmup_steps if cfg.warmup_steps is not None else max(1, int(0.05 * total_steps))
-        eval_every = cfg.eval_every or max(1, total_steps // 10)
-        if refit is not None:
-            refit = refit_steps(total_steps, eval_every)
-        phase2_start = int(0.9 * total_steps) if cfg.two_phase else total_steps
-
-        optimizer = make_optimizer(model)
-        scheduler = linear_schedule(optimizer, warmup, total_steps)
-        step, phase, epoch, index, elapsed = 0, 0, 0, 0, 0.0
-        if state is not None:
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            step, elapsed = int(state["step"]), float(state["elapsed"])
-            phase, epoch, index = (int(state["data"][k]) for k in ("phase", "epoch", "index"))
-            set_rng_state(state["rng"])
-            if phase:
-                data = make_data(phase)
-            _say(cfg, ctx, f"resuming from {ckpt_path} (step {step} of {total_steps})")
-        else:
-            torch.manual_seed(cfg.seed + 1000 * ctx.rank)  # dropout differs per rank; weights are rank 0's (DDP)
-        ddp_model = D.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
-
-        metrics_path = out / "metrics.jsonl"
-        if ctx.is_main:
-            record = {"config": cfg.run_record(), "total_steps": total_steps, "warmup_steps": warmup,
-                      "precision": precision, "world_size": ctx.world_size, "model_config": config.to_dict("hf")}
-            (out / "run.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-            _truncate_metrics(metrics_path, step)
-            n_params = sum(p.numel() for p in model.parameters())
-            _say(cfg, ctx, f"model {cfg.model_size}: {n_params / 1e6:.1f}M parameters, vocab {len(tokenizer)}, "
-                           f"precision {precision}, {ctx.world_size} process(es) on {ctx.device.type}; "
-                           f"{data.num_batches(epoch) * ctx.world_size * cfg.batch_size} instances per epoch")
-
-        def checkpoint() -> None:
-            if ctx.is_main:
-                save_checkpoint(checkpoint_dir(out), step, {
-                    "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(), "total_steps": total_steps, "elapsed": elapsed,
-                    "data": {"phase": phase, "epoch": epoch, "index": index}, "config": cfg.run_record(),
-                }, keep=cfg.keep_checkpoints)
-
-        # ---- the loop
-        from tqdm import tqdm
-
-        bar = tqdm(total=total_steps, initial=step, desc="pre-training", unit="step", dynamic_ncols=True,
-                   disable=cfg.quiet or not ctx.is_main or not sys.stderr.isatty(), mininterval=0.5)
-        window = {"loss": 0.0, "mlm_loss": 0.0, "nsp_loss": 0.0, "mlm_ok": 0, "mlm_n": 0, "nsp_ok": 0, "nsp_n": 0,
-                  "tokens": 0, "steps": 0, "time": 0.0}
-        deadline = None if cfg.max_time is None else cfg.max_time - elapsed
-        loader = _Prefetcher()
-        started = time.perf_counter()
-        stopped_early = False
-        while step < total_steps:
-            if phase == 0 and step >= phase2_start:
-                phase, epoch, index = 1, 0, 0
-                data = make_data(1)
-                _say(cfg, ctx, f"phase 2: sequence length {phases[1][0]}")
-            t0 = time.perf_counter()
-            step_loss = 0.0
-            for micro in range(cfg.grad_accum):
-                if index >= data.num_batches(epoch):
-                    epoch, index = epoch + 1, 0
-                batch = _to_device(loader.get(data, epoch, index), ctx.device)
-                index += 1
-                sync = micro == cfg.grad_accum - 1
-                no_sync = ddp_model.no_sync() if (ctx.distributed and not sync) else contextlib.nullcontext()
-                with no_sync:
-                    with autocast(precision, ctx.device):
-                        out_ = ddp_model(**batch)
-                        loss = out_.loss / cfg.grad_accum
-                    loss.backward()
-                step_loss += float(loss.detach())
-                window["mlm_loss"] += float(out_.mlm_loss.detach()) / cfg.grad_accum
-                window["mlm_ok"] += int((out_.masked_logits.max(-1).indices == out_.masked_labels).sum())  # = argmax, faster
-                window["mlm_n"] += int(out_.masked_labels.numel())
-                if cfg.nsp:
-                    window["nsp_loss"] += float(out_.nsp_loss.detach()) / cfg.grad_accum
-                    window["nsp_ok"] += int((out_.seq_relationship_logits.argmax(-1)
-                                             == batch["next_sentence_label"]).sum())
-                    window["nsp_n"] += int(batch["next_sentence_label"].numel())
-                window["tokens"] += int(batch["attention_mask"].sum())
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-            check = D.all_reduce_mean(ctx, [step_loss, float(grad_norm)])
-            if not all(math.isfinite(v) for v in check):
-                last = latest_checkpoint(checkpoint_dir(out))
-                raise FloatingPointError(
-                    f"the loss became {check[0]} (gradient norm {check[1]}) at step {step + 1}; stopping. "
-                    + (f"The last good checkpoint is {last}: resume with --resume, perhaps with a lower --lr."
-                       if last else "No checkpoint was saved yet: restart with a lower --lr or --precision fp32."))
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            dt = time.perf_counter() - t0
-            elapsed += dt
-            window["loss"] += step_loss
-            window["steps"] += 1
-            window["time"] += dt
-            bar.update(1)
-            if refit is not None and step == refit[0]:
-                pace_start = time.perf_counter()
-            if refit is not None and step == refit[1]:
-                pace = (time.perf_counter() - pace_start) / (refit[1] - refit[0])
-                remaining = deadline - (time.perf_counter() - started)
-                fitted = int(D.broadcast_object(ctx, step + max(1, int(remaining / (pace * 1.04)))))
-                refit = None
-                if abs(fitted - total_steps) > 0.03 * total_steps:
-                    _say(cfg, ctx, f"--max-time: {pace * 1000:.0f} ms/step measured, re-scheduling "
-                                   f"{total_steps} -> {fitted} steps")
-                    total_steps = fitted
-                    scheduler = linear_schedule(optimizer, warmup, total_steps)
-                    scheduler.last_epoch = step - 1
-                    scheduler.step()  # the lr of this step on the new schedule
-                    eval_every = cfg.eval_every or max(1, total_steps // 10)
-                    if phase == 0:
-                        phase2_start = int(0.9 * total_steps) if cfg.two_phase else total_steps
-                    bar.total = total_steps
-                    bar.refresh()
-                    if ctx.is_main:
-                        record["total_steps"] = total_steps
-                        (out / "run.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-
-            if step % cfg.log_every == 0 or step == total_steps:
-                w = window
-                vals = D.all_reduce_mean(ctx, [w["loss"] / w["steps"], w["mlm_loss"] / w["steps"],
-                                               w["nsp_loss"] / w["steps"], w["mlm_ok"] / max(1, w["mlm_n"]),
-                                               w["nsp_ok"] / max(1, w["nsp_n"]), w["tokens"] / max(w["time"], 1e-9)])
-                line = {"step": step, "loss": vals[0], "mlm_loss": vals[1], "mlm_acc": vals[3],
-                        "lr": scheduler.get_last_lr()[0], "tokens_per_s": vals[5] * ctx.world_size,
-                        "elapsed_s": round(elapsed, 2), "epoch": epoch}
-                if cfg.nsp:
-                    line.update(nsp_loss=vals[2], nsp_acc=vals[4])
-                if ctx.is_main:
-                    with open(metrics_path, "a", encoding="utf-8") as f:
-                        f.write(json.dumps(line) + "\n")
-                    bar.set_postfix(loss=f"{vals[0]:.3f}", mlm=f"{vals[3]:.3f}",
-                                    **({"nsp": f"{vals[4]:.3f}"} if cfg.nsp else {}),
-                                    tok_s=f"{line['tokens_per_s']:.0f}", refresh=False)
-                    if bar.disable and not cfg.quiet:
-                        print(f"step {step}/{total_steps}  loss {vals[0]:.3f}  mlm acc {vals[3]:.3f}"
-                              + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "")
-                              + f"  {line['tokens_per_s']:.0f} tokens/s", flush=True)
-                window = dict.fromkeys(window, 0)
-                window["loss"] = window["mlm_loss"] = window["nsp_loss"] = window["time"] = 0.0
-            if eval_batches and ctx.is_main and (step % eval_every == 0 or step == total_steps):
-                t_eval = time.perf_counter()
-                result = _evaluate(model, eval_batches, precision, ctx.device)
-                elapsed += time.perf_counter() - t_eval
-                with open(metrics_path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps({"step": step, **result}) + "\n")
-                _say(cfg, ctx, f"  held-out at step {step}: MLM acc {result['eval_mlm_acc']:.3f}"
-                     + (f", NSP acc {result['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in result else "")
-                     + f", loss {result['eval_loss']:.3f}")
-            if step % cfg.save_every == 0 and step < total_steps:
-                t_save = time.perf_counter()
-                checkpoint()
-                elapsed += time.perf_counter() - t_save
-            if deadline is not None and step < total_steps:
-                over = time.perf_counter() - started >= deadline
-                if D.all_reduce_mean(ctx, [float(over)])[0] > 0:
-                    stopped_early = True
-                    break
-        bar.close()
-        loader.close()
-
-        # ---- the end: checkpoint + model directory (config.json, model.safetensors, vocab.txt, tokenizer config)
-        checkpoint()
-        if ctx.is_main:
-            model.save_pretrained(out)
-            tokenizer.save_pretrained(out)
-            if stopped_early:
-                _say(cfg, ctx, f"--max-time reached at step {step} of {total_steps}")
-            _say(cfg, ctx, f"done: {step} steps in {elapsed:.0f}s; model saved to {out}")
-        D.barrier(ctx)
-        return out
-    finally:
-        D.cleanup(ctx)
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """On resume, drop metric lines written after the checkpoint being resumed (they will be written again)."""
-    if not path.is_file():
-        return
-    keep = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if json.loads(line).get("step", 0) <= step:
-                keep.append(line)
-        except json.JSONDecodeError:
-            continue  # a line torn by a kill
-    path.write_text("".join(k + "\n" for k in keep), encoding="utf-8")

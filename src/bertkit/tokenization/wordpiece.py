@@ -17,13 +17,34 @@ from typing import Any
 from bertkit.files import write_json
 from bertkit.tokenization.encoding import Encoding
 from bertkit.tokenization.normalizer import SEPARATORS, ExactNormalizer
-from bertkit.tokenization.vocab import SPECIAL_TOKENS, load_vocab, save_vocab
+from bertkit.tokenization.vocab import (
+    SPECIAL_TOKENS,
+    VocabError,
+    VocabNotFoundError,
+    load_tokenizer_json,
+    load_vocab,
+    save_vocab,
+)
 
 # (ids, tokens, offsets, word_ids) of one segment, without special tokens
 _Segment = tuple[list[int], list[str], list[tuple[int, int]], list[int]]
 
 CONFIG_NAME = "tokenizer_config.json"
 VOCAB_NAME = "vocab.txt"
+TOKENIZER_JSON_NAME = "tokenizer.json"
+
+
+def find_vocab(directory: str | Path) -> Path | None:
+    """The file a model directory's tokenizer is read from: ``vocab.txt``, else ``tokenizer.json``; None if neither.
+
+    Use this (or just :meth:`BertTokenizer.from_pretrained`) wherever a directory is checked for a vocabulary:
+    directories written by transformers 5 hold only ``tokenizer.json``.
+    """
+    directory = Path(directory)
+    for name in (VOCAB_NAME, TOKENIZER_JSON_NAME):
+        if (directory / name).exists():
+            return directory / name
+    return None
 
 
 def truncate_pair_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
@@ -156,27 +177,45 @@ class BertTokenizer:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, lowercase: bool | None = None, **kwargs: Any) -> BertTokenizer:
-        """Load from a ``vocab.txt`` file, or a directory holding one (and optionally ``tokenizer_config.json``).
+        """Load from a model or tokenizer directory, a ``vocab.txt``, or a ``tokenizer.json``.
 
-        ``lowercase`` overrides the config's ``do_lower_case``; with neither, the casing is guessed from the vocabulary
-        (uncased when almost no token has an uppercase letter). Other keyword arguments override the config.
+        A directory is read from its ``vocab.txt`` or, when it has none (transformers 5 writes none), from its
+        ``tokenizer.json`` (which must describe BERT's WordPiece: its vocabulary, casing, accent stripping, CJK
+        splitting and word-length limit are taken from it). ``tokenizer_config.json`` next to either overrides those
+        settings. ``lowercase`` overrides both; with none of them, the casing is guessed from the vocabulary (uncased
+        when almost no token has an uppercase letter). Other keyword arguments override the config.
+
+        Raises:
+            VocabNotFoundError: (a ``FileNotFoundError``) no vocabulary there.
+            VocabError: (a ``ValueError``) an unreadable or invalid vocabulary, or a non-BERT ``tokenizer.json``.
         """
         path = Path(path)
-        if path.is_dir():
-            vocab_file, config_file = path / VOCAB_NAME, path / CONFIG_NAME
+        source = find_vocab(path) if path.is_dir() else path
+        if source is None:
+            raise VocabNotFoundError(f"{path}: no {VOCAB_NAME} or {TOKENIZER_JSON_NAME} (the tokenizer's vocabulary)")
+        if not source.exists():
+            raise VocabNotFoundError(f"{source}: no such vocabulary file")
+        config_file = source.parent / CONFIG_NAME
+        options: dict[str, Any] = {}
+        if source.suffix == ".json":
+            vocab, options = load_tokenizer_json(source)
         else:
-            vocab_file, config_file = path, path.parent / CONFIG_NAME
-        if not vocab_file.is_file():
-            raise FileNotFoundError(f"no vocabulary file at {vocab_file}")
-        vocab = load_vocab(vocab_file, required=SPECIAL_TOKENS)
+            vocab = load_vocab(source, required=SPECIAL_TOKENS)
         config: dict[str, Any] = {}
         if config_file.is_file():
-            config = json.loads(config_file.read_text(encoding="utf-8"))
-        if lowercase is None:
-            lowercase = config.get("do_lower_case")
-        if lowercase is None:
-            lowercase = guess_lowercase(vocab)
-        options: dict[str, Any] = {}
+            try:
+                config = json.loads(config_file.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise VocabError(f"{config_file}: cannot read the tokenizer config ({e})") from None
+            if not isinstance(config, dict):
+                raise VocabError(f"{config_file}: not a tokenizer config (expected a JSON object)")
+        if config.get("do_lower_case") is not None:
+            options["lowercase"] = config["do_lower_case"]
+        if lowercase is not None:
+            options["lowercase"] = lowercase
+        if options.get("lowercase") is None:
+            options["lowercase"] = guess_lowercase(vocab)
+        options["lowercase"] = bool(options["lowercase"])
         for key in ("strip_accents", "tokenize_chinese_chars", "max_input_chars_per_word"):
             if key in config:
                 options[key] = config[key]
@@ -184,7 +223,7 @@ class BertTokenizer:
         if isinstance(max_len, int) and 0 < max_len < 1_000_000:  # HF writes 1e30 for "unknown"
             options["model_max_length"] = max_len
         options.update(kwargs)
-        return cls(vocab, lowercase=bool(lowercase), **options)
+        return cls(vocab, **options)
 
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write ``vocab.txt`` and ``tokenizer_config.json`` (readable by ``transformers.BertTokenizerFast``)."""

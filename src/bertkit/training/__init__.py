@@ -1,1 +1,2 @@
-"""Small, pure training helpers shared by the recipes: optimizer groups + schedule, atomic checkpoints, distributed setup."""
+"""Small, pure training helpers shared by the recipes: optimizer groups + schedules, atomic checkpoints,
+distributed setup, ramps, the time budget, the metrics meter and graceful stops."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -42,7 +44,8 @@ def build_optimizer(
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
 
 
-def linear_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+def linear_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int,
+                    total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
     """Linear warmup from 0 over ``warmup_steps``, then linear decay to 0 at ``total_steps``."""
     warmup_steps = max(0, int(warmup_steps))
     total_steps = max(1, int(total_steps))
@@ -53,3 +56,40 @@ def linear_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int, total_s
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+SCHEDULES = ("linear", "trapezoid", "onecycle")
+
+
+def lr_factor(kind: str, step: int, warmup_steps: int, total_steps: int, cooldown: float = 0.5) -> float:
+    """The lr multiplier at ``step`` (0-based) of ``total_steps``:
+
+    - ``linear``: warmup from 0 over ``warmup_steps``, then linear decay to 0 at ``total_steps`` (the paper's);
+    - ``trapezoid``: the same warmup, then flat at the peak, then linear decay to 0 over the last ``cooldown``
+      fraction of the steps (more steps at the peak lr; cramming and "warmup-stable-decay" schedules);
+    - ``onecycle``: cosine up to the peak over ``warmup_steps``, then cosine down to 0 (Smith's one-cycle shape).
+    """
+    warmup_steps, total_steps = max(0, int(warmup_steps)), max(1, int(total_steps))
+    if kind == "linear":
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+    if kind == "trapezoid":
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)
+        decay_from = max(warmup_steps, int(total_steps * (1 - cooldown)))
+        return 1.0 if step < decay_from else max(0.0, (total_steps - step) / max(1, total_steps - decay_from))
+    if kind == "onecycle":
+        if step < warmup_steps:
+            return 0.5 * (1 - math.cos(math.pi * (step + 1) / (warmup_steps + 1)))
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return 0.5 * (1 + math.cos(math.pi * progress))
+    raise ValueError(f"schedule must be one of {SCHEDULES}, got {kind!r}")
+
+
+def lr_schedule(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int,
+                total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """A ``LambdaLR`` following :func:`lr_factor` (``linear`` is :func:`linear_schedule` exactly)."""
+    if kind not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {kind!r}")
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(kind, s, warmup_steps, total_steps))

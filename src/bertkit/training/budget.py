@@ -1,0 +1,85 @@
+"""A wall-clock budget for a training run (``--max-time``): how many steps fit, one re-fit, and the deadline.
+
+As cramming's ``check_deadline``, the run stops when the time is spent; unlike it, the schedule is a function of the
+step, not of the clock, so that a resumed run computes exactly what an uninterrupted one would. The step count is
+fitted before training from a few timed probe steps (``cost``), then re-fitted once to the pace the run measures
+(probe steps run cold: allocator, kernels for new shapes), just after the first held-out evaluation so that the
+measured pace carries its share of evaluation time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+# cost(first_step, total_steps) -> predicted seconds for steps [first_step, total_steps) of a run scheduled for
+# total_steps steps (stages of a ramp are fractions of the total, so the cost is not simply proportional)
+Cost = Callable[[int, int], float]
+
+PACE_FROM = 3  # steps left out of the measured pace (the first ones run cold)
+MARGIN, OVERHEAD, SLACK = 0.95, 2.0, 1.06  # of the budget; seconds; for logging, evaluation and checkpoints
+
+
+def refit_steps(total_steps: int, eval_every: int) -> tuple[int, int] | None:
+    """(step the pace is timed from, step the schedule is re-fitted at), or None for very short runs. The re-fit
+    comes just after the first held-out evaluation, and at most a quarter of the way in."""
+    least = PACE_FROM + 10
+    at = min(max(least, eval_every + 1), max(least, total_steps // 4), total_steps - 1)
+    return (PACE_FROM, at) if at > PACE_FROM else None
+
+
+def _largest(fits: Callable[[int], bool], low: int) -> int:
+    """The largest n >= low with fits(n) (fits is monotone: true up to some n), or low when none fits."""
+    if not fits(low):
+        return low
+    hi = low + 1
+    while fits(hi):
+        hi = low + 2 * (hi - low)
+    lo = low  # fits(lo), not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+class TimeBudget:
+    """``seconds`` of wall clock, of which ``elapsed`` were spent before (a resumed run)."""
+
+    def __init__(self, seconds: float, elapsed: float = 0.0):
+        self.seconds = float(seconds)
+        self.started = time.perf_counter()
+        self.deadline = self.seconds - float(elapsed)  # seconds from `started`
+        self.window: tuple[int, int] | None = None  # (pace from, re-fit at)
+        self._pace_start: float | None = None
+
+    def start(self) -> None:
+        """Start the clock (when the training loop starts: preparing the data and probing are not counted)."""
+        self.started = time.perf_counter()
+
+    def fit(self, cost: Cost) -> int:
+        """Steps whose predicted cost fits the budget (at least 1)."""
+        budget = self.seconds * MARGIN - OVERHEAD
+        return _largest(lambda n: cost(0, n) * SLACK <= budget, 1)
+
+    def plan_refit(self, total_steps: int, eval_every: int) -> None:
+        self.window = refit_steps(total_steps, eval_every)
+
+    def after_step(self, step: int, total_steps: int, cost: Cost) -> int | None:
+        """Call after each optimizer step. At the re-fit step, returns the step count that fits the time left at the
+        measured pace (None otherwise, and when it is within 3% of ``total_steps``)."""
+        if self.window is None:
+            return None
+        start, at = self.window
+        if step == start:
+            self._pace_start = time.perf_counter()
+        if step != at or self._pace_start is None:
+            return None
+        self.window = None
+        scale = (time.perf_counter() - self._pace_start) / max(1e-9, cost(start, total_steps) - cost(at, total_steps))
+        remaining = self.deadline - (time.perf_counter() - self.started)
+        fitted = _largest(lambda n: cost(step, n) * scale * 1.04 <= remaining, step + 1)
+        return fitted if abs(fitted - total_steps) > 0.03 * total_steps else None
+
+    def over(self) -> bool:
+        """True once the budget is spent."""
+        return time.perf_counter() - self.started >= self.deadline
