@@ -9,6 +9,13 @@ Runs alternate (bertkit, transformers, bertkit, ...); medians over ``--repeats``
     forward pass, serialised by a lock, torch.no_grad, fp32.
 
     .venv/bin/python benchmarks/bench_serve.py --n 128 --clients 16 --repeats 2
+
+RSS mode (``--rss N``): N varied ``/embed`` requests (1-16 SST-2 sentences each, some repeated up to 4 times to
+vary the length) from 4 clients, against ``bertkit serve`` with and without its idle ``malloc_trim``
+(``--malloc-trim-interval 0``) and with ``MALLOC_ARENA_MAX=2`` as well; prints the server's RSS every N/10
+requests and once more after a few idle seconds:
+
+    .venv/bin/python benchmarks/bench_serve.py --rss 5000 --layers 2 --hidden 128 --heads 2
 """
 
 from __future__ import annotations
@@ -108,6 +115,82 @@ def load(url: str, sentences: list[str], clients: int) -> tuple[float, list[floa
     return time.perf_counter() - start, latencies, failures
 
 
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def rss_run(url: str, pid: int, sentences: list[str], n: int, clients: int = 4, seed: int = 0) -> list[tuple]:
+    """``n`` varied /embed requests; returns [(requests done, RSS MB)] sampled every n/10 requests."""
+    import random
+
+    rng = random.Random(seed)
+    bodies = []
+    for _ in range(n):
+        k = rng.choice([1, 2, 4, 8, 16])
+        texts = [" ".join([rng.choice(sentences)] * rng.choice([1, 1, 2, 4])) for _ in range(k)]
+        bodies.append(json.dumps({"inputs": texts, "truncate": True}).encode())
+    samples = [(0, rss_mb(pid))]
+    lock = threading.Lock()
+    done = [0]
+    it = iter(bodies)
+    step = max(1, n // 10)
+
+    def worker():
+        while True:
+            with lock:
+                body = next(it, None)
+            if body is None:
+                return
+            req = urllib.request.Request(url + "/embed", data=body, headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=300) as r:
+                r.read()
+            with lock:
+                done[0] += 1
+                if done[0] % step == 0:
+                    samples.append((done[0], rss_mb(pid)))
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    time.sleep(6)  # one trim interval of idleness
+    samples.append((n, rss_mb(pid)))
+    return samples
+
+
+def rss_main(args: argparse.Namespace) -> None:
+    sentences = load_sentences(args.data, 20000)
+    bertkit_bin = str(Path(sys.executable).with_name("bertkit"))
+    print(f"RSS of bertkit serve over {args.rss} varied /embed requests (1-16 SST-2 sentences each); model "
+          f"{args.layers}x{args.hidden} (random)")
+    with tempfile.TemporaryDirectory() as tmp:
+        build_model_dir(Path(tmp), args.vocab, args.layers, args.hidden, args.heads, seed=0)
+        configs = {"trim": ("malloc_trim every 5 s when idle (default)", "5", {}),
+                   "notrim": ("no malloc_trim", "0", {}),
+                   "arena2": ("malloc_trim + MALLOC_ARENA_MAX=2", "5", {"MALLOC_ARENA_MAX": "2"})}
+        for key in args.rss_configs.split(","):
+            label, interval, extra_env = configs[key]
+            url = f"http://127.0.0.1:{args.port}"
+            proc = subprocess.Popen([bertkit_bin, "serve", "--model", tmp, "--port", str(args.port), "--log-level",
+                                     "warning", "--malloc-trim-interval", interval],
+                                    env={**os.environ, "PYTHONUNBUFFERED": "1", **extra_env},
+                                    stdout=subprocess.DEVNULL)
+            try:
+                wait_healthy(url, proc)
+                samples = rss_run(url, proc.pid, sentences, args.rss)
+            finally:
+                proc.terminate()
+                proc.wait(15)
+            print(f"  {label}: " + "  ".join(f"{k}:{mb:.0f}" for k, mb in samples) + " (requests:MB)")
+            after_warmup = [mb for k, mb in samples if k >= args.rss // 10]
+            print(f"    after the first {args.rss // 10} requests: min {min(after_warmup):.0f} MB, "
+                  f"max {max(after_warmup):.0f} MB, end {samples[-1][1]:.0f} MB")
+
+
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
@@ -125,7 +208,12 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=768)
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--port", type=int, default=18230)
+    parser.add_argument("--rss", type=int, default=0, metavar="N", help="RSS mode: N varied requests")
+    parser.add_argument("--rss-configs", default="trim,notrim,arena2", help="RSS mode: which server settings")
     args = parser.parse_args()
+    if args.rss:
+        rss_main(args)
+        return
     if args.baseline_server:
         baseline_server(args.baseline_server[0], int(args.baseline_server[1]))
         return

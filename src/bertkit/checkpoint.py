@@ -8,24 +8,39 @@ State-dict keys equal those of ``transformers``, so loading is an identity map p
 - any other unmapped or unused key, or any shape mismatch, fails naming the key (and both shapes).
 
 Pickle is never trusted: ``pytorch_model.bin`` is read with ``torch.load(weights_only=True)``.
+
+Nothing is allocated on trust: before the model is built, ``config.json``'s sizes are checked against the tensor
+shapes in the weights file (a safetensors header costs a few KB to read), and a config without weights is checked
+against the memory available. Weights holding NaN or Inf are refused, naming the tensor.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
 import os
+import pickle
+import re
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertkit.config import BertConfig
-from bertkit.errors import InputError
+from bertkit.errors import InputError, MissingFileError
 from bertkit.files import atomic_write, write_json
+from bertkit.tf_checkpoint import find_tf_checkpoint, tf_state_dict
 
 WEIGHTS_NAME = "model.safetensors"
 PT_WEIGHTS_NAME = "pytorch_model.bin"
 CONFIG_NAME = "config.json"
+
+logger = logging.getLogger(__name__)
 
 # keys that are aliases of other keys (tied weights) and are never stored
 TIED_ALIASES = {
@@ -42,32 +57,102 @@ class CheckpointError(InputError):
     """A checkpoint does not fit the model: names the key and, for shapes, both shapes."""
 
 
+# the largest safetensors header we read (the format caps it at 100 MB; a bert-large header is about 40 KB)
+MAX_HEADER_BYTES = 100_000_000
+
+
+def read_safetensors_header(path: str | os.PathLike) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape from a ``.safetensors`` file's JSON header, without reading any tensor data.
+
+    A safetensors file is an 8-byte little-endian header length, a JSON header (name -> dtype, shape, data offsets),
+    then the data. Checks that the header parses and that every tensor's data lies inside the file, so a truncated
+    or garbage file is refused here, in one line naming it."""
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 0 < n <= min(size - 8, MAX_HEADER_BYTES):
+            raise CheckpointError(f"{path}: not a safetensors file (bad header length; truncated or another format)")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw)
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
+        shapes: dict[str, tuple[int, ...]] = {}
+        data_size = size - 8 - n
+        for name, entry in header.items():
+            if name == "__metadata__":
+                continue
+            shape = tuple(int(d) for d in entry["shape"])
+            begin, end = (int(x) for x in entry["data_offsets"])
+            if not 0 <= begin <= end <= data_size:
+                raise CheckpointError(f"{path}: tensor {name!r} lies past the end of the file (truncated? "
+                                      f"{data_size} data bytes, the tensor ends at {end})")
+            shapes[name] = shape
+    except CheckpointError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError) as e:  # UnicodeDecodeError and JSONDecodeError too
+        raise CheckpointError(f"{path}: not a safetensors file (unreadable header: {e})") from None
+    return shapes
+
+
 def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """Tensors from a ``.safetensors`` file, a ``.bin`` / ``.pt`` file (``weights_only=True``), or a Google TF
-    checkpoint (its prefix, e.g. ``bert_model.ckpt``, or its ``.index`` file; names mapped to bertkit's)."""
+    checkpoint (its prefix, e.g. ``bert_model.ckpt``, or its ``.index`` file; names mapped to bertkit's).
+
+    A file that cannot be read raises CheckpointError naming it; a pickle that would run code is refused as unsafe.
+    """
     path = Path(path)
     if path.suffix == ".safetensors":
-        return load_file(str(path))
+        read_safetensors_header(path)  # a truncated or garbage file: one line naming it
+        try:
+            return load_file(str(path))
+        except SafetensorError as e:
+            raise CheckpointError(f"{path}: unreadable safetensors file ({e})") from None
     if path.suffix == ".index" or Path(str(path) + ".index").is_file():
-        from bertkit.tf_checkpoint import tf_state_dict
-
         return tf_state_dict(path)
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        with warnings.catch_warnings():  # torch warns about the protocol of a pickle it is about to refuse anyway
+            warnings.filterwarnings("ignore", message=".*pickle protocol", category=UserWarning)
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "weights only load failed" in str(e).lower():  # a pickle asking for code: never retry without the guard
+            raise CheckpointError(f"{path}: refused as unsafe (a pickle with code, which bertkit never runs); "
+                                  f"convert it to safetensors with a tool you trust") from None
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint ({_first_line(e)})") from None
+    except (RuntimeError, EOFError, ValueError, OSError) as e:  # a truncated zip, garbage bytes
+        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint ({_first_line(e)})") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: expected a state dict, got {type(state).__name__}")
+    for key, value in state.items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            raise CheckpointError(f"{path}: expected a state dict of named tensors, got {key!r}: "
+                                  f"{type(value).__name__}")
     return state
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def check_finite(state: dict[str, torch.Tensor], origin: str) -> None:
+    """Refuse NaN or Inf in any floating-point tensor, naming it: such weights give NaN outputs, never an error."""
+    for key, value in state.items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            bad = int((~torch.isfinite(value)).sum())
+            raise CheckpointError(f"{origin}: tensor {key!r} holds {bad} NaN or infinite value(s) of "
+                                  f"{value.numel()}")
 
 
 def find_weights(directory: Path) -> Path:
     for name in (WEIGHTS_NAME, PT_WEIGHTS_NAME):
         if (directory / name).is_file():
             return directory / name
-    from bertkit.tf_checkpoint import find_tf_checkpoint
-
     tf_prefix = find_tf_checkpoint(directory)
     if tf_prefix is not None:
         return tf_prefix
-    raise FileNotFoundError(f"{directory}: no {WEIGHTS_NAME}, {PT_WEIGHTS_NAME} or TensorFlow checkpoint "
+    raise MissingFileError(f"{directory}: no {WEIGHTS_NAME}, {PT_WEIGHTS_NAME} or TensorFlow checkpoint "
                             f"(bert_model.ckpt.index)")
 
 
@@ -86,10 +171,9 @@ def adapt_state_dict(
 
     Raises CheckpointError naming the key for anything unmapped, unused or of the wrong shape.
     """
-    from bertkit.modeling import BertModel
-
     target = model.state_dict()
-    is_base = isinstance(model, BertModel)
+    # a bare encoder (``BertModel``) has no ``bert.`` prefix on its keys; head classes have one
+    is_base = getattr(model, "base_model_prefix", "bert") == ""
     state: dict[str, torch.Tensor] = {}
     for key, value in source.items():
         key = _rename(key)
@@ -126,8 +210,11 @@ def adapt_state_dict(
                 f"{type(model).__name__} expects {tuple(target[key].shape)}"
             )
     missing = sorted(k for k in target if k not in state and k not in TIED_ALIASES)
-    initialised = [k for k in missing if k.startswith(HEAD_PREFIXES)]
-    not_head = [k for k in missing if not k.startswith(HEAD_PREFIXES)]
+    # a head checkpoint without a pooler (BertForMaskedLM, token classification, QA) still loads into BertModel: its
+    # pooler is initialised and reported, as transformers does
+    may_initialise = ("pooler.",) if is_base else HEAD_PREFIXES
+    initialised = [k for k in missing if k.startswith(may_initialise)]
+    not_head = [k for k in missing if not k.startswith(may_initialise)]
     if not_head:
         raise CheckpointError(
             f"{origin}: missing key {not_head[0]!r} for {type(model).__name__}"
@@ -137,32 +224,103 @@ def adapt_state_dict(
     return state, initialised, dropped
 
 
-def load_state_dict_into(model: nn.Module, source: dict[str, torch.Tensor], origin: str = "checkpoint") -> None:
+@dataclass
+class LoadingInfo:
+    """What a load did besides copying weights (``from_pretrained(..., output_loading_info=True)``).
+
+    ``initialised``: the model's keys the checkpoint lacked, freshly initialised (a head, or the pooler);
+    ``dropped``: the checkpoint's keys this class has no use for (another class's head). Both use the model's key
+    names for ``initialised`` and the checkpoint's for ``dropped``; only head and pooler keys can appear."""
+
+    source: str
+    initialised: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+
+
+def load_state_dict_into(model: nn.Module, source: dict[str, torch.Tensor], origin: str = "checkpoint"
+                         ) -> LoadingInfo:
+    """Copy ``source`` into ``model`` (see :func:`adapt_state_dict` for the mapping and the checks)."""
     state, initialised, dropped = adapt_state_dict(source, model, origin)
     model.load_state_dict(state, strict=False)
     if hasattr(model, "tie_weights"):
         model.tie_weights()
     if initialised:
-        print(f"bertkit: initialised {len(initialised)} head parameters not in {origin}: {initialised[:4]}")
-    model._load_report = {"initialised": initialised, "dropped": dropped}
+        logger.info("initialised %d parameters of %s not in %s: %s", len(initialised), type(model).__name__,
+                    origin, initialised)
+    if dropped:
+        logger.info("left out %d parameters of %s that %s does not use: %s", len(dropped), origin,
+                    type(model).__name__, dropped)
+    return LoadingInfo(origin, initialised, dropped)
 
 
-def load_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = None, **config_overrides):
+def load_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = None,
+                    output_loading_info: bool = False, **config_overrides):
+    """``cls`` built from the config in ``path`` (or ``config``) with the weights in ``path``; with
+    ``output_loading_info``, ``(model, LoadingInfo)``.
+
+    The config is checked against the weights' shapes before the model is built (a safetensors header is read
+    before any tensor), so a wrong size is refused naming the config field instead of allocating it."""
     path = Path(path)
     if not path.exists() and not Path(str(path) + ".index").is_file():
-        raise FileNotFoundError(f"{path}: no such model directory")
+        raise MissingFileError(f"{path}: no such model directory")
     directory = path if path.is_dir() else path.parent
+    config_source = "config"
     if config is None:
         config = BertConfig.from_pretrained(directory)
+        config_source = str(next((directory / n for n in (CONFIG_NAME, "bert_config.json")
+                                  if (directory / n).is_file()), directory))
     if config_overrides:
-        import dataclasses
-
         config = dataclasses.replace(config, **config_overrides)
-    model = cls(config)
     weights = path if path.is_file() or Path(str(path) + ".index").is_file() else find_weights(directory)
-    load_state_dict_into(model, read_state_dict(weights), origin=str(weights))
+    if weights.suffix == ".safetensors":  # the header alone: nothing read or built yet
+        check_config_against_shapes(config, read_safetensors_header(weights), config_source, str(weights))
+    state = read_state_dict(weights)
+    check_config_against_shapes(config, {k: tuple(v.shape) for k, v in state.items()}, config_source, str(weights))
+    check_finite(state, str(weights))
+    model = cls(config)
+    info = load_state_dict_into(model, state, origin=str(weights))
     model.eval()
-    return model
+    return (model, info) if output_loading_info else model
+
+
+_LAYER_RE = re.compile(r"^encoder\.layer\.(\d+)\.")
+
+
+def check_config_against_shapes(config: BertConfig, shapes: dict[str, tuple[int, ...]], config_source: str,
+                                weights: str) -> None:
+    """Refuse a config whose sizes disagree with the weights file, naming the config field (``num_hidden_layers``,
+    ``vocab_size``, ``hidden_size``, ``intermediate_size``, ``max_position_embeddings``, ``type_vocab_size``).
+
+    ``shapes``: the file's tensor names (HF, Google-port or bare-encoder names) -> shapes."""
+    encoder_shapes: dict[str, tuple[int, ...]] = {}
+    file_key: dict[str, str] = {}  # normalised name -> the file's own name, for messages
+    for key, shape in shapes.items():
+        name = _rename(key).removeprefix("bert.")
+        encoder_shapes[name], file_key[name] = tuple(shape), key
+    layers = {int(m.group(1)) for k in encoder_shapes if (m := _LAYER_RE.match(k))}
+    if (max(layers) + 1 if layers else 0) != config.num_hidden_layers:
+        raise CheckpointError(f"{config_source}: num_hidden_layers is {config.num_hidden_layers} but {weights} "
+                              f"holds {max(layers) + 1 if layers else 0} layers")
+    # key -> the config fields that give each of its dimensions, in order
+    expected = {
+        "embeddings.word_embeddings.weight": ("vocab_size", "hidden_size"),
+        "embeddings.position_embeddings.weight": ("max_position_embeddings", "hidden_size"),
+        "embeddings.token_type_embeddings.weight": ("type_vocab_size", "hidden_size"),
+        "encoder.layer.0.attention.self.query.weight": ("hidden_size", "hidden_size"),
+        "encoder.layer.0.intermediate.dense.weight": ("intermediate_size", "hidden_size"),
+        "cls.predictions.bias": ("vocab_size",),
+    }
+    for key, fields in expected.items():
+        shape = encoder_shapes.get(key)
+        if shape is None:
+            continue  # a missing key is named by the load itself
+        want = tuple(getattr(config, name) for name in fields)
+        if len(shape) != len(fields):
+            raise CheckpointError(f"{weights}: {file_key[key]!r} has shape {shape}, the config gives {want}")
+        for name, size in reversed(list(zip(fields, shape))):  # hidden_size (the last dimension) first
+            if size != getattr(config, name):
+                raise CheckpointError(f"{config_source}: {name} is {getattr(config, name)} but {weights} has "
+                                      f"{file_key[key]!r} of shape {shape} (the config gives {want})")
 
 
 def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> None:

@@ -29,6 +29,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "finetune": ("bertkit.commands.finetune", "fine-tune on GLUE, SQuAD, CoNLL NER, SWAG or generic files"),
     "evaluate": ("bertkit.commands.evaluate", "evaluate a fine-tuned model on a labelled file (official metric)"),
     "predict": ("bertkit.commands.predict", "write a fine-tuned model's predictions in the task's official format"),
+    "glue": ("bertkit.commands.glue", "the GLUE suite: lr grid x seeds per task, GLUE score, leaderboard submission"),
+    "plot": ("bertkit.commands.plot", "training curves of pretrain / finetune runs (PNG + CSV), or TensorBoard files"),
+    "ablate": ("bertkit.commands.ablate", "the paper's pre-training ablations on your corpus: nsp, mask-rate, "
+               "model-size, steps"),
+    "probe": ("bertkit.commands.probe", "frozen-model probes per layer x pooling (SST-2, MRPC, STS-B, NER)"),
+    "attention": ("bertkit.commands.attention", "attention maps of a text, one head or a layer's heads (PNG + NPZ)"),
+    "export": ("bertkit.commands.export", "write a model directory as an ONNX graph (--onnx DIR OUT)"),
 }
 
 
@@ -57,8 +64,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = argv[0]
     module_name, help_text = COMMANDS[name]
+    from bertkit.embeddings import ROUTE_HELP, route  # finetune/evaluate --task of sentence embeddings: own flags
+
+    module_name = route(name, argv[1:]) or module_name
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"bertkit {name}", description=help_text)
+    parser = argparse.ArgumentParser(prog=f"bertkit {name}", description=help_text, epilog=ROUTE_HELP.get(name))
     module.configure(parser)
     args = parser.parse_args(argv[1:])
     try:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit.errors import InputError, MissingFileError
 from bertkit.files import write_json
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
@@ -37,6 +39,42 @@ _IGNORED_KEYS = frozenset(
         "finetuning_task", "is_encoder_decoder", "_attn_implementation_autoset", "model_name",
     }
 )
+
+
+class ConfigError(InputError):
+    """A config value or file is invalid: the message names the file and the field."""
+
+
+# the fields that set the model's size, in the order num_parameters() reads them
+SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size", "max_position_embeddings",
+               "type_vocab_size")
+
+
+def _available_memory() -> int | None:
+    """Bytes this process can still allocate, or None if unknown: Linux's MemAvailable (else free physical pages),
+    capped by a cgroup v2 memory limit (a container's) when there is one."""
+    available = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if available is None:
+        try:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            left = int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text())
+            available = left if available is None else min(available, left)
+    except (OSError, ValueError):
+        pass
+    return available
 
 
 @dataclass
@@ -67,35 +105,40 @@ class BertConfig:
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # JSON allows NaN and Infinity: no hyper-parameter may be either
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"BertConfig.{f.name} must be a finite number, got {value!r}")
         for name in (
             "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
             "max_position_embeddings", "type_vocab_size",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"BertConfig.{name} must be a positive integer, got {value!r}")
+                raise ConfigError(f"BertConfig.{name} must be a positive integer, got {value!r}")
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            raise ConfigError(
                 f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
                 f"num_attention_heads ({self.num_attention_heads})"
             )
         if self.hidden_act not in ACTIVATIONS:
-            raise ValueError(f"BertConfig.hidden_act must be one of {ACTIVATIONS}, got {self.hidden_act!r}")
+            raise ConfigError(f"BertConfig.hidden_act must be one of {ACTIVATIONS}, got {self.hidden_act!r}")
         if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
-            raise ValueError(
+            raise ConfigError(
                 f"BertConfig.position_embedding_type must be one of {POSITION_EMBEDDING_TYPES}, "
                 f"got {self.position_embedding_type!r}"
             )
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-                raise ValueError(f"BertConfig.{name} must be a probability in [0, 1], got {value!r}")
+                raise ConfigError(f"BertConfig.{name} must be a probability in [0, 1], got {value!r}")
         for name in ("initializer_range", "layer_norm_eps"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or float(value) <= 0:
-                raise ValueError(f"BertConfig.{name} must be a positive number, got {value!r}")
-        if self.pad_token_id is not None and not 0 <= int(self.pad_token_id) < self.vocab_size:
-            raise ValueError(f"BertConfig.pad_token_id must lie in [0, vocab_size), got {self.pad_token_id!r}")
+                raise ConfigError(f"BertConfig.{name} must be a positive number, got {value!r}")
+        if self.pad_token_id is not None and (isinstance(self.pad_token_id, bool) or not isinstance(
+                self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size):
+            raise ConfigError(f"BertConfig.pad_token_id must lie in [0, vocab_size), got {self.pad_token_id!r}")
         if self.id2label is not None:
             self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
             if self.label2id is None:
@@ -103,14 +146,14 @@ class BertConfig:
             if self.num_labels is None:
                 self.num_labels = len(self.id2label)
         if self.num_labels is not None and (not isinstance(self.num_labels, int) or self.num_labels <= 0):
-            raise ValueError(f"BertConfig.num_labels must be a positive integer, got {self.num_labels!r}")
+            raise ConfigError(f"BertConfig.num_labels must be a positive integer, got {self.num_labels!r}")
 
     # ------------------------------------------------------------------ presets
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> BertConfig:
         """``bert-tiny`` (L2/H128/A2) ... ``bert-large`` (L24/H1024/A16); intermediate 4H, vocab 30522."""
         if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+            raise ConfigError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
         layers, hidden, heads = PRESETS[name]
         values: dict[str, Any] = dict(
             num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden
@@ -121,6 +164,36 @@ class BertConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    # ------------------------------------------------------------------ size
+    def num_parameters(self, **sizes: int) -> int:
+        """The encoder's parameter count (embeddings, layers, pooler and an MLM head), from the sizes alone.
+
+        ``sizes`` override fields for the estimate (used to tell which field makes a config too large)."""
+        v, h, n_layers, i, p, t = (sizes.get(name, getattr(self, name)) for name in SIZE_FIELDS)
+        embeddings = (v + p + t) * h + 2 * h
+        layer = 4 * (h * h + h) + 2 * h * i + i + h + 4 * h
+        heads = 2 * (h * h + h) + 2 * h + v  # pooler, MLM transform + LayerNorm, MLM bias
+        return embeddings + n_layers * layer + heads
+
+    def check_fits_in_memory(self, available_bytes: int | None = None) -> None:
+        """Refuse (ConfigError naming the field to check) a config whose fp32 parameters alone would exceed the
+        memory available, instead of letting the allocator fail (or the machine swap) part-way through building."""
+        available = _available_memory() if available_bytes is None else available_bytes
+        if available is None:
+            return
+        need = 4 * self.num_parameters()
+        if need <= available:
+            return
+        # name the field to check: of those above bert-base's size, the one whose reset shrinks the model most
+        defaults = BertConfig()
+        larger = [f for f in SIZE_FIELDS if getattr(self, f) > getattr(defaults, f)]
+        blame = min(larger, key=lambda f: self.num_parameters(**{f: getattr(defaults, f)})) if larger else None
+        raise ConfigError(
+            (f"BertConfig.{blame} is {getattr(self, blame)}" if blame else "BertConfig")
+            + f": the model would hold {self.num_parameters():,} parameters ({need / 2**30:,.1f} GiB in fp32), "
+            f"more than the {available / 2**30:,.1f} GiB of memory available"
+        )
 
     # ------------------------------------------------------------------ dict / JSON
     @classmethod
@@ -135,13 +208,13 @@ class BertConfig:
             elif key in _IGNORED_KEYS or key.startswith("_"):
                 extra[key] = value
             else:
-                raise ValueError(f"{source}: unknown config field {key!r}")
+                raise ConfigError(f"{source}: unknown config field {key!r}")
         if kwargs.get("position_embedding_type") in (None, "absolute"):
             kwargs.pop("position_embedding_type", None)
         try:
             return cls(**kwargs, extra=extra)
-        except ValueError as e:
-            raise ValueError(f"{source}: {e}") from None
+        except (ValueError, TypeError) as e:  # ConfigError, or a value of the wrong type (int("x"))
+            raise ConfigError(f"{source}: {e}") from None
 
     def to_dict(self, flavour: str = "hf") -> dict[str, Any]:
         """``flavour="hf"`` writes a ``transformers``-loadable config.json; ``"google"`` a bert_config.json."""
@@ -156,7 +229,7 @@ class BertConfig:
                 out.pop("position_embedding_type")
             return out
         if flavour != "hf":
-            raise ValueError(f"flavour must be 'hf' or 'google', got {flavour!r}")
+            raise ConfigError(f"flavour must be 'hf' or 'google', got {flavour!r}")
         out["model_type"] = "bert"
         out["architectures"] = self.extra.get("architectures")
         if out["architectures"] is None:
@@ -174,10 +247,12 @@ class BertConfig:
         path = Path(path)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: not valid JSON ({e})") from None
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot read the config ({e.strerror or e})") from None
         if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a JSON object")
+            raise ConfigError(f"{path}: expected a JSON object")
         return cls.from_dict(data, source=str(path))
 
     def to_json_file(self, path: str | os.PathLike, flavour: str = "hf") -> None:
@@ -191,7 +266,7 @@ class BertConfig:
             for name in ("config.json", "bert_config.json"):
                 if (path / name).is_file():
                     return cls.from_json_file(path / name)
-            raise FileNotFoundError(f"{path}: no config.json or bert_config.json")
+            raise MissingFileError(f"{path}: no config.json or bert_config.json")
         return cls.from_json_file(path)
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:

@@ -21,3 +21,7 @@ class RunError(BertkitError, RuntimeError):
     """A run cannot go on (disk full, interrupted, incompatible resume...)."""
 
     exit_code = 1
+
+
+class MissingFileError(InputError, FileNotFoundError):
+    """A file or directory the user named (or one a model directory must hold) does not exist (names it)."""

@@ -28,21 +28,22 @@ AMX) or on a GPU, under bf16 autocast. Pooling is computed in fp32. Results come
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import torch
+from tqdm.auto import tqdm
 
-if TYPE_CHECKING:  # heavy imports stay lazy: `bertkit --help` and the client must not pay for torch
-    import torch
-
-    from bertkit.tokenization import BertTokenizer, Encoding
+from bertkit.embeddings.st_format import read_sentence_transformers
+from bertkit.errors import InputError, MissingFileError
+from bertkit.modeling import BertForPreTraining, BertModel
+from bertkit.precision import autocast, resolve_precision
+from bertkit.tokenization import BertTokenizer, Encoding
 
 POOLINGS = ("mean", "max", "mean_max", "cls", "cls_pooled", "first", "last", "sep", "none")
 POOLING_ALIASES = {
@@ -67,8 +68,25 @@ def resolve_pooling(name: str) -> str:
     key = name.strip().lower()
     key = POOLING_ALIASES.get(key, key)
     if key not in POOLINGS:
-        raise ValueError(f"unknown pooling {name!r}: choose one of {', '.join(POOLINGS)}")
+        raise InputError(f"unknown pooling {name!r}: choose one of {', '.join(POOLINGS)}")
     return key
+
+
+def parse_layers(text: str | Sequence[Any]) -> tuple[int | str, ...]:
+    """A ``--layers`` value as layer specs: ``"-1,-2,-3"`` -> ``(-1, -2, -3)``; ``"embeddings"`` stays a name, and
+    a sequence passes through. :func:`resolve_layers` then checks them against a model."""
+    if not isinstance(text, str):
+        return tuple(text)
+    out: list[int | str] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            out.append(int(part))
+        except ValueError:
+            out.append(part)
+    return tuple(out)
 
 
 def resolve_layers(layers: LayerSpec | Sequence[LayerSpec], num_layers: int) -> tuple[int, ...]:
@@ -84,7 +102,7 @@ def resolve_layers(layers: LayerSpec | Sequence[LayerSpec], num_layers: int) -> 
     except TypeError:
         raise TypeError(f"layers must be an int, a string or a list of them, got {type(layers).__name__}") from None
     if not items:
-        raise ValueError("layers must name at least one layer")
+        raise InputError("layers must name at least one layer")
     out = []
     for spec in items:
         if isinstance(spec, bool):
@@ -97,12 +115,12 @@ def resolve_layers(layers: LayerSpec | Sequence[LayerSpec], num_layers: int) -> 
             try:
                 spec = int(s)
             except ValueError:
-                raise ValueError(f"layer {spec!r} is neither an integer nor 'embeddings'") from None
+                raise InputError(f"layer {spec!r} is neither an integer nor 'embeddings'") from None
         if not isinstance(spec, (int, np.integer)):
             raise TypeError(f"layer {spec!r} must be an integer or 'embeddings', got {type(spec).__name__}")
         spec = int(spec)
         if not -num_layers <= spec <= num_layers:
-            raise ValueError(
+            raise InputError(
                 f"layer {spec} is out of range for a {num_layers}-layer model: use -{num_layers}..-1 (from the top), "
                 f"0 or 'embeddings' (embedding output), or 1..{num_layers} (from the bottom)"
             )
@@ -116,8 +134,6 @@ def resolve_layers(layers: LayerSpec | Sequence[LayerSpec], num_layers: int) -> 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
     """Pool one layer's states. hidden [B, T, H] (any float dtype), mask [B, T] (1 = real token) -> [B, H] fp32
     ([B, 2H] for mean_max). Padding never takes part. ``cls_pooled`` and ``none`` are handled by the caller."""
-    import torch
-
     hidden = hidden.float()
     keep = mask.bool()
     lengths = keep.sum(1)  # [B]
@@ -153,6 +169,24 @@ class PoolSpec:
         return -1 if self.pooling == "cls_pooled" else max(self.layers)
 
 
+@dataclass(frozen=True)
+class EncodeDefaults:
+    """What ``encode`` does when the caller names no layers / pooling / normalisation / max_length: bert-as-service's
+    layer -2 mean for a raw BERT; for a sentence-embedding model (sentence-transformers files, as ``bertkit finetune
+    --task simcse|pairs|sts`` writes) its own pooling of the last layer, normalisation and token limit."""
+
+    layers: tuple[LayerSpec, ...] = (-2,)
+    pooling: str = "mean"
+    normalize: bool = False
+    max_length: int | None = 512
+
+
+# keyword arguments of MTEB's model protocols (v1: task_name, prompt_type; v2: task_metadata, hf_split, hf_subset)
+# and of sentence-transformers' encode that ``Encoder.encode`` accepts and ignores (or maps: show_progress_bar)
+_COMPAT_KWARGS = {"task_name", "prompt_type", "task_metadata", "hf_split", "hf_subset", "prompt_name", "prompt",
+                  "show_progress_bar", "convert_to_numpy", "request_qid"}
+
+
 def _normalize(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm(dim=-1, keepdim=True).clamp(min=1e-12)
 
@@ -182,11 +216,6 @@ class Encoder:
         has_pooler: bool | None = None,
         mlm_head: Any = None,
     ):
-        import torch
-
-        from bertkit.modeling import BertModel
-        from bertkit.precision import resolve_precision
-
         bert = model if isinstance(model, BertModel) else getattr(model, "bert", None)
         if not isinstance(bert, BertModel):
             raise TypeError(f"Encoder needs a BertModel or a BertFor* model, got {type(model).__name__}")
@@ -198,8 +227,9 @@ class Encoder:
         self.has_pooler = bert.pooler is not None if has_pooler is None else (has_pooler and bert.pooler is not None)
         self.mlm_head = mlm_head.to(self.device).eval() if mlm_head is not None else None
         self.num_layers = len(bert.encoder.layer)
+        self.defaults = EncodeDefaults()
         if len(tokenizer) > self.config.vocab_size:
-            raise ValueError(
+            raise InputError(
                 f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {self.config.vocab_size}"
             )
 
@@ -207,26 +237,37 @@ class Encoder:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | os.PathLike, device: str = "cpu", precision: str = "auto", lowercase: bool | None = None
+        cls, path: str | os.PathLike, device: str = "cpu", precision: str = "auto", lowercase: bool | None = None,
+        quantize: str | None = None, backend: str = "torch",
     ) -> Encoder:
         """Load a model directory: ``config.json`` + weights (bertkit or Hugging Face layout) and ``vocab.txt``.
 
-        The checkpoint's pooler and MLM head are kept when present (for ``cls_pooled`` and fill-mask)."""
-        from bertkit.modeling import BertForPreTraining
-        from bertkit.tokenization import BertTokenizer
-
+        The checkpoint's pooler and MLM head are kept when present (for ``cls_pooled`` and fill-mask). A
+        sentence-transformers directory (``modules.json``: BERT + Pooling [+ Normalize]) sets ``encode``'s defaults
+        to its own pooling of the last layer, normalisation and ``max_seq_length``.
+        ``quantize="int8"``: dynamic int8 Linear layers (CPU, fp32 around them; see ``bertkit.quantize``).
+        ``backend="onnx"``: the forward pass runs in ONNX Runtime (CPU; int8 graph with ``quantize``; see
+        ``bertkit.export``)."""
+        if backend not in ("torch", "onnx"):
+            raise InputError(f"backend must be 'torch' or 'onnx', got {backend!r}")
         path = Path(path)
         if not path.is_dir():
-            raise FileNotFoundError(f"{path}: not a model directory (expected config.json, weights and vocab.txt)")
-        if not (path / "vocab.txt").is_file():
-            raise FileNotFoundError(f"{path}: no vocab.txt (the tokenizer's vocabulary) in the model directory")
+            raise MissingFileError(f"{path}: not a model directory (expected config.json, weights and vocab.txt)")
+        sentence = read_sentence_transformers(path)
+        if sentence is not None:
+            path = sentence.model_dir
+        if not (path / "vocab.txt").is_file() and not (path / "tokenizer.json").is_file():
+            raise MissingFileError(f"{path}: no vocab.txt (the tokenizer's vocabulary) in the model directory")
         tokenizer = BertTokenizer.from_pretrained(path, lowercase=lowercase)
-        with contextlib.redirect_stdout(io.StringIO()):  # the loader prints which heads it initialised
-            model = BertForPreTraining.from_pretrained(path)
-        initialised = getattr(model, "_load_report", {}).get("initialised", [])
-        has_pooler = not any(k.startswith("bert.pooler.") for k in initialised)
-        has_mlm = not any(k.startswith("cls.predictions.") for k in initialised)
-        return cls(
+        model, info = BertForPreTraining.from_pretrained(path, output_loading_info=True)
+        has_pooler = not any(k.startswith("bert.pooler.") for k in info.initialised)
+        has_mlm = not any(k.startswith("cls.predictions.") for k in info.initialised)
+        if quantize is not None and backend == "torch":
+            from bertkit.quantize import quantize_model, resolve_quantize
+
+            if resolve_quantize(quantize):
+                model, precision = quantize_model(model, quantize, device), "fp32"
+        encoder = cls(
             model,
             tokenizer,
             device=device,
@@ -234,6 +275,14 @@ class Encoder:
             has_pooler=has_pooler,
             mlm_head=model.cls.predictions if has_mlm else None,
         )
+        if backend == "onnx":
+            from bertkit.export import use_onnx_runtime
+
+            use_onnx_runtime(encoder, path, quantize)
+        if sentence is not None:
+            encoder.defaults = EncodeDefaults((-1,), sentence.pooling, sentence.normalize,
+                                              sentence.max_seq_length or EncodeDefaults.max_length)
+        return encoder
 
     # ------------------------------------------------------------------ pieces shared with the server
 
@@ -241,13 +290,16 @@ class Encoder:
     def hidden_size(self) -> int:
         return self.config.hidden_size
 
-    def spec(self, layers: LayerSpec | Sequence[LayerSpec] = (-2,), pooling: str = "mean", normalize: bool = False
-             ) -> PoolSpec:
-        """Validate and resolve encode options into a :class:`PoolSpec` (ValueError/TypeError naming the field)."""
-        pooling = resolve_pooling(pooling)
+    def spec(self, layers: LayerSpec | Sequence[LayerSpec] | None = None, pooling: str | None = None,
+             normalize: bool | None = None) -> PoolSpec:
+        """Validate and resolve encode options into a :class:`PoolSpec` (ValueError/TypeError naming the field).
+        None takes the encoder's default (:class:`EncodeDefaults`)."""
+        layers = self.defaults.layers if layers is None else layers
+        normalize = self.defaults.normalize if normalize is None else normalize
+        pooling = resolve_pooling(self.defaults.pooling if pooling is None else pooling)
         resolved = (self.num_layers,) if pooling == "cls_pooled" else resolve_layers(layers, self.num_layers)
         if pooling == "cls_pooled" and not self.has_pooler:
-            raise ValueError("pooling 'cls_pooled' needs the pooler weights, which this checkpoint does not have")
+            raise InputError("pooling 'cls_pooled' needs the pooler weights, which this checkpoint does not have")
         return PoolSpec(resolved, pooling, bool(normalize))
 
     def output_dim(self, spec: PoolSpec) -> int:
@@ -267,8 +319,6 @@ class Encoder:
 
     def collate(self, encodings: Sequence[Encoding]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Pad to the longest: (input_ids, token_type_ids, attention_mask), each [B, T] on the device."""
-        import torch
-
         T = max(len(e.ids) for e in encodings)
         pad = self.tokenizer.pad_token_id
         ids = torch.full((len(encodings), T), pad, dtype=torch.long)
@@ -284,32 +334,19 @@ class Encoder:
     def autocast(self):
         """The autocast context for this encoder's precision (entered once around many batches: the bf16 copies of
         the weights are then cached instead of re-made per batch)."""
-        from bertkit.precision import autocast
-
         return autocast(self.precision, self.device)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor,
-                depth: int, pooler: bool = False) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+                depth: int, pooler: bool = False) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
         """Run embeddings and layers 1..depth only (depth -1 = all). Returns (hidden states 0..depth, each [B, T, H];
         pooler output [B, H] or None). Call under ``torch.inference_mode()`` and (optionally) :meth:`autocast`."""
-        bert = self.bert
         depth = self.num_layers if depth < 0 else depth
-        # the model's own mask convention: [B, 1, 1, T] bool (True = attend), None when nothing is padded
-        mask = None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
-        implementation = bert._attn_implementation
-        x = bert.embeddings(input_ids, token_type_ids, None)  # [B, T, H]
-        states = [x]
-        for layer in bert.encoder.layer[:depth]:
-            x, _ = layer(x, mask, implementation)
-            states.append(x)
-        pooled = bert.pooler(x) if pooler and depth == self.num_layers else None
-        return states, pooled
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True, num_layers=depth)
+        return out.hidden_states, (out.pooler_output if pooler else None)
 
     def pool_batch(self, states: list[torch.Tensor], pooled: torch.Tensor | None, attention_mask: torch.Tensor,
                    spec: PoolSpec) -> torch.Tensor | list[torch.Tensor]:
         """Apply ``spec`` to a forward's output: [B, D] fp32, or for ``none`` a list of [T_i, D] tensors."""
-        import torch
-
         if spec.pooling == "cls_pooled":
             out = pooled.float()
         elif spec.pooling == "none":
@@ -344,16 +381,23 @@ class Encoder:
         self,
         texts: Sequence[str],
         pairs: Sequence[str] | None = None,
-        layers: LayerSpec | Sequence[LayerSpec] = (-2,),
-        pooling: str = "mean",
-        normalize: bool = False,
+        layers: LayerSpec | Sequence[LayerSpec] | None = None,
+        pooling: str | None = None,
+        normalize: bool | None = None,
         batch_size: int = 64,
-        max_length: int | None = 512,
+        max_length: int | None = None,
         show_tokens: bool = False,
         max_batch_tokens: int | None = 16384,
         show_progress: bool | None = None,
+        **kwargs: Any,
     ) -> np.ndarray | list[np.ndarray] | tuple[Any, list[list[str]]]:
         """Embed ``texts`` (optionally paired with ``pairs``, as ``[CLS] text [SEP] pair [SEP]``).
+
+        Layers, pooling, normalisation and max_length left at None take the encoder's defaults
+        (:class:`EncodeDefaults`: layer -2, mean, unnormalised, 512 tokens for a raw BERT; a sentence-embedding
+        model's own settings). The signature is the one MTEB's model protocol calls (``encode(sentences,
+        batch_size=..., task_name=..., prompt_type=...)``; MTEB 2's DataLoader of ``{"text": [...]}`` batches is
+        accepted too); those protocol keywords are accepted and ignored, any other keyword is a TypeError.
 
         Args:
             texts: a list of strings (a bare string is refused: wrap it in a list).
@@ -362,7 +406,8 @@ class Encoder:
             pooling: one of ``POOLINGS`` (or a bert-as-service name).
             normalize: L2-normalise each output vector (each token vector for ``none``).
             batch_size: at most this many inputs per forward pass.
-            max_length: truncate inputs to this many tokens, specials included (capped by the model's positions).
+            max_length: truncate inputs to this many tokens, specials included (capped by the model's positions);
+                None: the encoder's default.
             show_tokens: also return each input's wordpieces.
             max_batch_tokens: at most this many padded tokens per forward pass (None: no budget).
             show_progress: a tqdm bar; None = when stderr is a terminal and there are at least 1024 inputs.
@@ -371,23 +416,25 @@ class Encoder:
             float32 ``[N, D]`` array (D = H x len(layers), doubled for mean_max; H for cls_pooled), in input order;
             for ``pooling="none"`` a list of N ``[T_i, D]`` arrays. With ``show_tokens``: ``(vectors, tokens)``.
         """
-        import torch
-
-        texts = _check_texts(texts, "texts")
+        unknown = sorted(set(kwargs) - _COMPAT_KWARGS)
+        if unknown:
+            raise TypeError(f"encode() got unexpected keyword argument(s) {', '.join(unknown)}")
+        if show_progress is None and kwargs.get("show_progress_bar") is not None:
+            show_progress = bool(kwargs["show_progress_bar"])
+        max_length = self.defaults.max_length if max_length is None else max_length
+        texts = _check_texts(_flatten_batches(texts), "texts")
         if pairs is not None:
             pairs = _check_texts(pairs, "pairs")
             if len(pairs) != len(texts):
-                raise ValueError(f"pairs has {len(pairs)} items but texts has {len(texts)}: they must match")
+                raise InputError(f"pairs has {len(pairs)} items but texts has {len(texts)}: they must match")
         if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+            raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
         spec = self.spec(layers, pooling, normalize)
         encodings = self.tokenize(texts, pairs, max_length)
         results: list[Any] = [None] * len(texts)
         batches = self.plan_batches([len(e.ids) for e in encodings], batch_size, max_batch_tokens)
         if show_progress is None:
             show_progress = len(texts) >= 1024 and sys.stderr.isatty()
-        from tqdm.auto import tqdm
-
         with torch.inference_mode(), self.autocast(), tqdm(
             total=len(texts), desc="encode", unit="text", disable=not show_progress
         ) as bar:
@@ -414,28 +461,19 @@ class Encoder:
     def fill_mask(self, texts: Sequence[str], top_k: int = 5, max_length: int | None = 512) -> list[list[list[dict]]]:
         """For each text, for each ``[MASK]`` in it: the ``top_k`` predictions as dicts (token, token_id, score).
         Needs a checkpoint with an MLM head (``BertForPreTraining`` / ``BertForMaskedLM``)."""
-        import torch
-
         if self.mlm_head is None:
-            raise ValueError("fill-mask needs an MLM head (cls.predictions), which this checkpoint does not have")
+            raise InputError("fill-mask needs an MLM head (cls.predictions), which this checkpoint does not have")
         texts = _check_texts(texts, "texts")
         tok = self.tokenizer
         mask_id, mask_token = tok.mask_token_id, tok.convert_ids_to_tokens(tok.mask_token_id)
         limit = self.max_tokens(max_length)
         encodings = []
         for n, text in enumerate(texts):
-            # Google's normaliser splits "[MASK]" into "[", "mask", "]": tokenize around the literal marker instead
-            pieces = text.split(mask_token)
-            if len(pieces) < 2:
-                raise ValueError(f"texts[{n}] has no {mask_token} token to fill")
-            ids = [tok.cls_token_id]
-            for k, piece in enumerate(pieces):
-                if k:
-                    ids.append(mask_id)
-                ids.extend(tok.convert_tokens_to_ids(tok.tokenize(piece)) if piece.strip() else [])
-            ids.append(tok.sep_token_id)
+            if mask_token not in text:
+                raise InputError(f"texts[{n}] has no {mask_token} token to fill: {text[:80]!r}")
+            ids = encode_with_masks(tok, text, mask_token)
             if len(ids) > limit:
-                raise ValueError(f"texts[{n}] is {len(ids)} tokens long, over the limit of {limit}")
+                raise InputError(f"texts[{n}] is {len(ids)} tokens long, over the limit of {limit}")
             encodings.append(_Ids(ids, [0] * len(ids)))
         top_k = max(1, min(int(top_k), self.config.vocab_size))
         results = []
@@ -460,12 +498,36 @@ class Encoder:
         return results
 
 
+def encode_with_masks(tokenizer: BertTokenizer, text: str, mask_token: str = "[MASK]") -> list[int]:
+    """``[CLS] pieces [SEP]`` ids, where every literal ``mask_token`` in ``text`` becomes the mask id.
+
+    Google's normaliser splits ``"[MASK]"`` into ``"["``, ``"mask"``, ``"]"``, so the text is tokenized around the
+    literal marker instead (whatever the casing of the rest)."""
+    ids = [tokenizer.cls_token_id]
+    for k, piece in enumerate(text.split(mask_token)):
+        if k:
+            ids.append(tokenizer.mask_token_id)
+        ids.extend(tokenizer.convert_tokens_to_ids(tokenizer.tokenize(piece)) if piece.strip() else [])
+    ids.append(tokenizer.sep_token_id)
+    return ids
+
+
 @dataclass
 class _Ids:
     """The two fields of an Encoding that :meth:`Encoder.collate` reads."""
 
     ids: list[int]
     type_ids: list[int]
+
+
+def _flatten_batches(texts: Any) -> Any:
+    """MTEB 2 passes a DataLoader of ``{"text": [...]}`` batches: their texts in order; anything else unchanged."""
+    if isinstance(texts, (str, bytes, list, tuple)) or not hasattr(texts, "__iter__"):
+        return texts
+    items = list(texts)
+    if items and all(isinstance(b, dict) and "text" in b for b in items):
+        return [t for b in items for t in b["text"]]
+    return items
 
 
 def _check_texts(texts: Any, name: str) -> list[str]:

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit import ops
+from bertkit import checkpoint, ops
 from bertkit.config import BertConfig
 
 # --------------------------------------------------------------------------------------------- activations
@@ -311,19 +311,21 @@ class BertPreTrainedModel(nn.Module):
             self.cls.predictions.decoder.bias = self.cls.predictions.bias
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = None, **config_overrides):
+    def from_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = None,
+                        output_loading_info: bool = False, **config_overrides):
         """Load a bertkit or Hugging Face model directory (``config.json`` + ``model.safetensors`` or
-        ``pytorch_model.bin``). A bare BertModel checkpoint loads into a head class: encoder kept, head initialised.
-        ``config_overrides`` (e.g. ``num_labels=3``) change the config read from the directory."""
-        from bertkit.checkpoint import load_pretrained
-
-        return load_pretrained(cls, path, config=config, **config_overrides)
+        ``pytorch_model.bin``). A bare BertModel checkpoint loads into a head class: encoder kept, head initialised;
+        a head checkpoint loads into ``BertModel`` (a missing pooler is initialised).
+        ``config_overrides`` (e.g. ``num_labels=3``) change the config read from the directory.
+        With ``output_loading_info``, returns ``(model, info)``: ``info.initialised`` lists the parameters the
+        checkpoint lacked and ``info.dropped`` those it had and this class does not use
+        (:class:`bertkit.checkpoint.LoadingInfo`)."""
+        return checkpoint.load_pretrained(cls, path, config=config, output_loading_info=output_loading_info,
+                                          **config_overrides)
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
         """Write ``config.json`` + ``model.safetensors`` in the HF layout (tied weights saved once)."""
-        from bertkit.checkpoint import save_pretrained
-
-        save_pretrained(self, directory)
+        checkpoint.save_pretrained(self, directory)
 
     @property
     def attn_implementation(self) -> str:
@@ -361,6 +363,7 @@ class BertModel(BertPreTrainedModel):
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__(config)
+        config.check_fits_in_memory()  # a config.json's sizes are not trusted with the allocator
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
@@ -375,6 +378,7 @@ class BertModel(BertPreTrainedModel):
         position_ids: Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        num_layers: int | None = None,
     ) -> BertModelOutput:
         """
         Args:
@@ -384,7 +388,14 @@ class BertModel(BertPreTrainedModel):
             position_ids: [B, T] or [1, T]. Default 0..T-1.
             output_hidden_states: also return the embeddings output and every layer's output (L + 1 tensors).
             output_attentions: also return every layer's attention probabilities (runs the eager path).
+            num_layers: run only the embeddings and the first ``num_layers`` layers (0..L; None = all L). Stopping
+                early skips the pooler (it reads the last layer): ``pooler_output`` is then None.
         """
+        depth = len(self.encoder.layer)
+        if num_layers is not None:
+            if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 0 <= num_layers <= depth:
+                raise ValueError(f"num_layers must be an integer in 0..{depth}, got {num_layers!r}")
+            depth = num_layers
         # one mask convention, converted once: [B, T] 1/0 -> [B, 1, 1, T] bool (True = attend), None if no padding
         mask = None
         if attention_mask is not None and not bool(attention_mask.all()):
@@ -394,13 +405,13 @@ class BertModel(BertPreTrainedModel):
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # [B, T, H]
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
-        for layer in self.encoder.layer:
+        for layer in self.encoder.layer[:depth]:
             x, probs = layer(x, mask, implementation)
             if hidden_states is not None:
                 hidden_states.append(x)
             if attentions is not None:
                 attentions.append(probs)
-        pooled = self.pooler(x) if self.pooler is not None else None
+        pooled = self.pooler(x) if self.pooler is not None and depth == len(self.encoder.layer) else None
         return BertModelOutput(
             last_hidden_state=x,
             pooler_output=pooled,
@@ -709,11 +720,3 @@ class BertForMultipleChoice(BertPreTrainedModel):
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
         return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
-
-MODEL_CLASSES = {
-    cls.__name__: cls
-    for cls in (
-        BertModel, BertForPreTraining, BertForMaskedLM, BertForNextSentencePrediction, BertForSequenceClassification,
-        BertForTokenClassification, BertForQuestionAnswering, BertForMultipleChoice,
-    )
-}

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertkit.errors import InputError
+from bertkit.errors import InputError, MissingFileError
 
 # TF DataType enum -> numpy dtype (the ones a BERT checkpoint can hold)
 _DTYPES = {1: np.float32, 2: np.float64, 3: np.int32, 9: np.int64, 10: np.bool_, 19: np.float16}
@@ -130,7 +130,7 @@ def read_tf_checkpoint(prefix: str | os.PathLike) -> dict[str, np.ndarray]:
     prefix = str(prefix).removesuffix(".index")
     index = Path(prefix + ".index")
     if not index.is_file():
-        raise FileNotFoundError(f"{index}: no such TensorFlow checkpoint index")
+        raise MissingFileError(f"{index}: no such TensorFlow checkpoint index")
     try:
         entries = _read_index(index)
     except (IndexError, struct.error, ValueError) as e:
@@ -161,7 +161,7 @@ def read_tf_checkpoint(prefix: str | os.PathLike) -> dict[str, np.ndarray]:
         if shard not in shards:
             data_path = Path(f"{prefix}.data-{shard:05d}-of-{num_shards:05d}")
             if not data_path.is_file():
-                raise FileNotFoundError(f"{data_path}: data shard of {index} is missing")
+                raise MissingFileError(f"{data_path}: data shard of {index} is missing")
             shards[shard] = data_path.read_bytes()
         raw = shards[shard][offset:offset + size]
         if len(raw) != size:

@@ -105,3 +105,48 @@ def test_conll_end_to_end(shared_data, tiny_uncased, tmp_path):
     assert {"precision", "recall", "f1"} <= set(m)
     blocks = (out / "predictions.txt").read_text().strip().split("\n\n")
     assert len(blocks) == 160
+
+
+def test_squad_answer_text_projection_keeps_em_f1(shared_data):
+    """On the first 1000 questions of the SQuAD v1.1 dev set, logits peaked at each gold answer's pieces, then at
+    spans cut one piece into the answer's first and last words (as an under-trained model predicts): Google's
+    get_final_text projection (the default) scores no lower EM / F1 than the raw character spans, on both; whole-word
+    widening (`words`) recovers the cut spans."""
+    import numpy as np
+
+    from bertkit import BertTokenizer
+    from bertkit.data.squad import read_squad
+    from bertkit.tasks.squad import SquadTask
+
+    tok = BertTokenizer.from_pretrained(shared_data / "vocab" / "bert-base-uncased" / "vocab.txt", lowercase=True)
+    examples, _ = read_squad(shared_data / "squad" / "dev-v1.1.json")
+    del examples[1000:]
+    task = SquadTask("squad")
+    features = task.featurize(examples, tok, training=True)  # the gold span of each window that holds the answer
+
+    def logits(cut: bool):
+        out = []
+        for f in features:
+            start, end = np.zeros(len(f["input_ids"]), np.float32), np.zeros(len(f["input_ids"]), np.float32)
+            s, e = f["start_position"], f["end_position"]
+            pieces, base = f["tokens"], f["span_start"] - f["offset"]
+            if s and cut:
+                s += s < e and pieces[base + s + 1].startswith("##")  # start inside the first word
+                e -= e > s and pieces[base + e].startswith("##")  # end inside the last word
+            start[s], end[e] = 10.0, 10.0
+            out.append((start, end))
+        return out
+
+    scores = {}
+    for spans in ("gold", "cut"):
+        window_logits = logits(spans == "cut")
+        for mode in ("google", "chars", "words"):
+            task.answer_text = mode
+            m = task.metrics(examples, task.postprocess(examples, features, window_logits))
+            scores[spans, mode] = (m["exact_match"], m["f1"])
+    print({f"{s}/{m}": v for (s, m), v in scores.items()})
+    for spans in ("gold", "cut"):
+        assert scores[spans, "google"][0] >= scores[spans, "chars"][0] and scores[spans, "google"][1] >= scores[
+            spans, "chars"][1]
+    assert scores["gold", "google"][0] > 98.0
+    assert scores["cut", "chars"][0] < 90.0 < 98.0 < scores["cut", "words"][0]

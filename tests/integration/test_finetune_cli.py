@@ -265,3 +265,199 @@ def test_torchrun_two_processes_equal_one_large_batch(tiny_dir, ft, tmp_path):
     for key in one:
         torch.testing.assert_close(two[key], one[key], atol=2e-6, rtol=1e-5, msg=key)
     assert not list((tmp_path / "two").rglob("*.tmp*"))
+
+
+def _parser(command):
+    import argparse
+    import importlib
+
+    from bertkit.cli import COMMANDS
+
+    parser = argparse.ArgumentParser(prog=f"bertkit {command}")
+    importlib.import_module(COMMANDS[command][0]).configure(parser)
+    return parser
+
+
+def test_flags_come_from_one_definition_each():
+    """Every flag of finetune / evaluate / predict has help; --task's choices are the one task registry (GLUE's
+    names from data/glue.py); finetune's defaults are FinetuneArgs'; evaluate and predict take the same flags."""
+    from bertkit.data.glue import GLUE_TASKS
+    from bertkit.errors import InputError
+    from bertkit.options import from_args
+    from bertkit.recipes.finetune import FinetuneArgs
+    from bertkit.tasks import TASK_NAMES, get_task
+
+    flags = {}
+    for command in ("finetune", "evaluate", "predict"):
+        parser = _parser(command)
+        for action in parser._actions:
+            assert action.dest == "help" or action.help, (command, action.option_strings)
+        (task,) = [a for a in parser._actions if a.dest == "task"]
+        assert tuple(task.choices) == TASK_NAMES
+        flags[command] = {s for a in parser._actions for s in a.option_strings}
+    assert flags["evaluate"] == flags["predict"]
+    assert flags["evaluate"] - {"--model", "--data", "--output", "--batch-size"} < flags["finetune"]
+    assert {name for name, spec in GLUE_TASKS.items() if spec.name == name} < set(TASK_NAMES)
+    args = _parser("finetune").parse_args(["--task", "sst2", "--train", "t", "--model", "m", "--output", "o"])
+    assert from_args(FinetuneArgs, args) == FinetuneArgs()
+    with pytest.raises(InputError, match="--task: unknown task 'nope'"):
+        get_task("nope")
+
+
+def test_fp16_scales_the_loss_so_small_gradients_survive(tiny_dir, ft, tmp_path, monkeypatch):
+    """fp16 autocast (on CPU here; the same path as on a V100 / T4) with a loss so small that its gradients underflow
+    fp16: the GradScaler keeps them, so the clipped (unscaled) gradient norm equals fp32's; its state is saved in
+    the resumable checkpoint."""
+    import dataclasses
+
+    import bertkit.recipes.finetune as recipe
+    from bertkit.commands.finetune import load_tokenizer
+    from bertkit.tasks import get_task
+
+    class TinyLoss(torch.nn.Module):
+        """The model with its loss times 1e-6: gradients of ~1e-9, below fp16's smallest subnormal (6e-8)."""
+
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.config = inner, inner.config
+
+        def forward(self, **batch):
+            out = self.inner(**batch)
+            return dataclasses.replace(out, loss=out.loss * 1e-6)
+
+        def save_pretrained(self, directory):
+            self.inner.save_pretrained(directory)
+
+    norms, saved = [], []
+    clip = torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda *a, **k: norms.append(float(clip(*a, **k))))
+    save = recipe.save_checkpoint
+    monkeypatch.setattr(recipe, "save_checkpoint", lambda d, step, state, keep: saved.append(state) or save(
+        d, step, state, keep))
+    for precision in ("fp32", "fp16"):
+        task = get_task("sst2", max_seq_length=32)
+        train = task.read(ft / "sst2_train.tsv")[:8]
+        torch.manual_seed(0)
+        model = task.load_model(tiny_dir, finetuned=False)
+        model.set_dropout(0.0)
+        args = recipe.FinetuneArgs(epochs=1, batch_size=8, lr=1e-3, precision=precision, quiet=True, max_steps=2,
+                                   save_every=1)
+        summary = recipe.finetune(task, TinyLoss(model), load_tokenizer(tiny_dir), train * 2, None,
+                                  tmp_path / precision, args)
+        assert summary["compute_precision"] == precision
+    assert len(norms) == 4 and norms[0] > 0
+    assert norms[2] == pytest.approx(norms[0], rel=2e-2)  # the first step: same gradient, fp16 or not
+    assert saved[0]["scaler"] == {} and saved[1]["scaler"]["scale"] == 65536.0  # disabled in fp32; fp16's state
+
+
+def _finetune_process(tiny_dir, ft, output, *extra):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
+    argv = [sys.executable, "-m", "bertkit.cli", "finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"),
+            "--dev", str(ft / "sst2_dev.tsv"), "--model", str(tiny_dir), "--epochs", "12", "--batch-size", "4",
+            "--grad-accum", "2", "--lr", "1e-3", "--precision", "fp32", "--eval-every", "25", "--quiet",
+            "--max-seq-length", "16", "--output", str(output), *extra]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_dir, ft, tmp_path_factory):
+    whole = tmp_path_factory.mktemp("whole")
+    proc = _finetune_process(tiny_dir, ft, whole)
+    out, err = proc.communicate(timeout=170)
+    assert proc.returncode == 0, err[-2000:]
+    return whole, json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("signum", [15, 2])
+def test_signal_saves_a_checkpoint_and_resume_equals_an_uninterrupted_run(tiny_dir, ft, tmp_path, signum,
+                                                                          uninterrupted):
+    """A real `bertkit finetune` process gets SIGTERM (SIGINT) mid-run: it finishes the step, writes a checkpoint,
+    exits 128 + signal saying how to resume; --resume then ends with the uninterrupted run's weights and dev
+    history, bit for bit; a finished run leaves no checkpoint or temp file behind."""
+    import time
+
+    from safetensors.torch import load_file
+
+    whole, total = uninterrupted
+    cut = tmp_path / "cut"
+    proc = _finetune_process(tiny_dir, ft, cut, "--save-every", "10")
+    latest = cut / "checkpoints" / "latest"
+    deadline = time.monotonic() + 120
+    while not latest.is_file() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, err[-2000:]
+    assert "--resume" in err and "checkpoint" in err
+    (ckpt,) = (cut / "checkpoints").glob("step-*.pt")
+    assert 10 <= int(ckpt.stem.split("-")[1]) < 96  # 12 epochs x 8 steps: stopped mid-run
+    proc = _finetune_process(tiny_dir, ft, cut, "--resume")
+    out, err = proc.communicate(timeout=170)
+    assert proc.returncode == 0, err[-2000:]
+    resumed = json.loads(out.strip().splitlines()[-1])
+    same = ("train_seconds", "output")
+    assert {k: v for k, v in resumed.items() if k not in same} == {k: v for k, v in total.items() if k not in same}
+    a, b = load_file(str(whole / "model.safetensors")), load_file(str(cut / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    history = [json.loads((d / "train_log.json").read_text())["history"] for d in (whole, cut)]
+    assert history[0] == history[1] and [h["step"] for h in history[0]] == [25, 50, 75, 96]
+    assert not (cut / "checkpoints").exists() and not list(cut.rglob(".*tmp*"))
+
+
+def test_resume_refusals(tiny_dir, ft, tmp_path, capsys):
+    """An interrupted run's checkpoint is not silently overwritten; --resume with other settings is refused."""
+    from bertkit.training.checkpointing import checkpoint_dir, save_checkpoint
+
+    out = tmp_path / "o"
+    argv = ["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--model", str(tiny_dir),
+            "--output", str(out), "--quiet", "--precision", "fp32", "--epochs", "1"]
+    save_checkpoint(checkpoint_dir(out), 3, {"model": {}, "run": {"task": "sst2", "args": {"lr": 1e-4}}})
+    assert main(argv) == 2
+    assert "pass --resume to continue it" in capsys.readouterr().err
+    assert main([*argv, "--resume"]) == 2
+    assert "--lr 5e-05 (the run used 0.0001)" in capsys.readouterr().err
+    shutil.rmtree(checkpoint_dir(out))
+    (out / "train_log.json").write_text("{}")
+    assert main([*argv, "--resume"]) == 2
+    assert "holds a finished run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+@pytest.mark.parametrize("task,data,missing", [("sst2", "sst2_dev.tsv", "classifier.weight"),
+                                               ("squad", "squad_dev.json", "qa_outputs.weight")])
+def test_evaluate_and_predict_refuse_a_model_without_the_trained_head(tiny_dir, ft, tmp_path, capsys, command, task,
+                                                                       data, missing):
+    """A pre-trained directory has no task head: evaluate / predict refuse it, naming the missing weights, instead
+    of scoring with a freshly initialised head; nothing is written."""
+    out = tmp_path / "o"
+    assert main([command, "--task", task, "--model", str(tiny_dir), "--data", str(ft / data), "--quiet",
+                 "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"no trained {task} head" in err and missing in err and "bertkit finetune" in err
+    assert not out.exists()
+
+
+def test_evaluate_quantize_int8_runs_the_int8_model(tiny_dir, ft, tmp_path, monkeypatch):
+    """``evaluate --quantize int8`` evaluates the int8 model (int8 numerics are tested in test_quantize.py)."""
+    import bertkit.quantize as quantize
+
+    seen = []
+    real = quantize.quantize_model
+
+    def spy(model, method, device="cpu"):
+        out = real(model, method, device)
+        seen.append((method, quantize.is_quantized(out)))
+        return out
+
+    monkeypatch.setattr(quantize, "quantize_model", spy)
+    out = tmp_path / "sst2"
+    _finetune("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", tiny_dir, out)
+    assert main(["evaluate", "--model", str(out), "--data", str(ft / "sst2_dev.tsv"), "--quiet",
+                 "--output", str(tmp_path / "int8"), "--quantize", "int8"]) == 0
+    assert seen == [("int8", True)]
+    assert 0.0 <= json.loads((tmp_path / "int8" / "metrics.json").read_text())["accuracy"] <= 1.0

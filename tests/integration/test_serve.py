@@ -137,22 +137,29 @@ BAD = [
     ("/embed", {"inputs": 42}, 422, "inputs"),
     ("/embed", {"inputs": ["ok", 3]}, 422, "inputs"),
     ("/embed", {"inputs": "x", "normalize": "yes"}, 422, "normalize"),
-    ("/embed", {"inputs": []}, 422, "empty list"),
-    ("/embed", {"inputs": [""]}, 422, "inputs[0]' is empty"),
-    ("/embed", {"inputs": ["fine", "   "]}, 422, "inputs[1]' is empty"),
+    ("/embed", {"inputs": []}, 400, "cannot be empty"),
+    ("/embed", {"inputs": [""]}, 400, "inputs[0]' is empty"),
+    ("/embed", {"inputs": ["fine", "   "]}, 400, "inputs[1]' is empty"),
     ("/embed", {"inputs": ["a"] * 17}, 422, "over the limit of 16"),
-    ("/embed", {"inputs": ["the " * 600]}, 413, "characters"),
-    ("/embed", {"inputs": ["the " * 100]}, 413, "tokens long"),
+    ("/embed", {"inputs": ["the " * 600]}, 422, "characters"),
+    ("/embed", {"inputs": ["the " * 100]}, 422, "tokens long"),
+    ("/embed", {"inputs": [[2, 5, 999]]}, 422, "vocabulary"),
+    ("/embed", {"inputs": "x", "dimensions": 0}, 422, "dimensions"),
     ("/embed", {"inputs": ["x" * 70_000]}, 413, "payload"),
     ("/embed", {"inputs": "x", "colour": "red"}, 422, "colour"),
-    ("/v1/embeddings", {"input": []}, 422, "empty list"),
-    ("/v1/embeddings", {"input": [[1, 2, 3]]}, 422, "input"),
-    ("/v1/embeddings", {"input": "x", "dimensions": 7}, 422, "dimensions"),
+    ("/v1/embeddings", {"input": []}, 400, "cannot be empty"),
+    ("/v1/embeddings", {"input": [[1, 2, 99999]]}, 422, "vocabulary"),
+    ("/v1/embeddings", {"input": [[1, 2], "x", [True]]}, 422, "input"),
+    ("/v1/embeddings", {"input": "x", "dimensions": 33}, 422, "dimensions"),
     ("/encode", {"texts": "not a list"}, 422, "texts"),
     ("/encode", {"texts": ["a"], "pooling_layer": 9}, 422, "out of range"),
     ("/encode", {"texts": ["a"], "pooling_strategy": "AVERAGE"}, 422, "unknown pooling"),
     ("/encode", {"texts": ["a", "b"], "pairs": ["c"]}, 422, "pairs"),
-    ("/tokenize", {"inputs": []}, 422, "empty list"),
+    ("/tokenize", {"inputs": []}, 400, "cannot be empty"),
+    ("/tokenize", {"inputs": ["a"], "pairs": ["x" * 2001]}, 422, "pairs[0]' has 2001 characters"),
+    ("/tokenize", {"inputs": ["a"], "pairs": [" "]}, 400, "pairs[0]' is empty"),
+    ("/decode", {"ids": []}, 400, "cannot be empty"),
+    ("/decode", {"ids": [[2, 500]]}, 422, "vocabulary"),
     ("/fill-mask", {"inputs": "no mask here"}, 422, "[MASK]"),
     ("/fill-mask", {"inputs": "the [MASK]", "top_k": 0}, 422, "top_k"),
     ("/nope", {"inputs": "x"}, 404, "no endpoint"),
@@ -180,7 +187,9 @@ def test_truncation_when_asked(server, encoder):
 
 def test_tokenize_fill_mask_info_metrics(server, encoder):
     status, toks = call(server.url, "/tokenize", {"inputs": "The cat sat"})
-    assert status == 200 and [t["text"] for t in toks] == ["[CLS]", "the", "cat", "sat", "[SEP]"]
+    assert status == 200 and len(toks) == 1  # TEI nests a single input too
+    toks = toks[0]
+    assert [t["text"] for t in toks] == ["[CLS]", "the", "cat", "sat", "[SEP]"]
     assert [(t["start"], t["stop"]) for t in toks[1:-1]] == [(0, 3), (4, 7), (8, 11)]
     status, fills = call(server.url, "/fill-mask", {"inputs": ["the [MASK] sat on the [MASK]"], "top_k": 3})
     assert status == 200 and len(fills) == 1 and len(fills[0]) == 2 and all(len(m) == 3 for m in fills[0])
@@ -310,3 +319,38 @@ def test_chunked_body_over_the_limit_is_refused_while_reading(server):
     finally:
         conn.close()
     assert call(server.url, "/health") == (200, {"status": "ok"})
+
+
+# ------------------------------------------------------------------ NaN output and a non-ASCII key
+
+
+def test_a_model_that_outputs_nan_gets_500_in_the_api_shape(model_dir):
+    """Never [[NaN, ...]] (invalid JSON): a 500 Backend error, in each API's shape; the server stays healthy."""
+    import math
+
+    import torch
+
+    enc = Encoder.from_pretrained(model_dir, precision="fp32")
+    with torch.no_grad():
+        enc.bert.embeddings.LayerNorm.weight[0] = math.nan  # a broken checkpoint (load-time checks bypassed)
+    with ServerThread(create_app(enc, ServeSettings())) as srv:
+        for path, body in [("/embed", {"inputs": "the cat"}), ("/encode", {"texts": ["the cat"]}),
+                           ("/embed_all", {"inputs": "the cat"}), ("/encode", {"id": 1, "texts": ["the cat"]})]:
+            status, out = call(srv.url, path, body)  # call() parses the body as strict JSON
+            assert status == 500 and out["error_type"] == "Backend" and "NaN" in out["error"], (path, out)
+        status, out = call(srv.url, "/v1/embeddings", {"input": "the cat"})
+        assert status == 500 and out["error"]["type"] == "server_error" and "NaN" in out["error"]["message"]
+        status, out = call(srv.url, "/fill-mask", {"inputs": "the [MASK] sat"})
+        assert status == 500 and out["error_type"] == "Backend"
+        assert call(srv.url, "/health") == (200, {"status": "ok"})
+
+
+def test_non_ascii_api_key(encoder):
+    key = "clé-ключ-鍵"
+    with ServerThread(create_app(encoder, ServeSettings(api_key=key))) as srv:
+        as_sent = key.encode("utf-8").decode("latin-1")  # http.client sends header text as latin-1 bytes
+        assert call(srv.url, "/embed", {"inputs": "the cat"}, headers={"X-API-Key": as_sent})[0] == 200
+        assert call(srv.url, "/embed", {"inputs": "the cat"}, headers={"Authorization": "Bearer " + as_sent})[0] == 200
+        assert call(srv.url, "/embed", {"inputs": "the cat"}, headers={"X-API-Key": "cl?-????-?"})[0] == 401
+        vec = BertClient(srv.url, api_key=key, timeout=TIMEOUT).encode(["the cat"])
+        assert vec.shape == (1, 32)

@@ -87,3 +87,34 @@ def test_back_pressure_cancellation_and_shutdown(encoder):
     with pytest.raises((RuntimeError, concurrent.futures.CancelledError)):
         pending.result(timeout=30)  # failed by shutdown, never left waiting
     assert not queue.alive
+
+
+def test_idle_worker_hands_memory_back(encoder):
+    """After work, an idle worker calls malloc_trim (glibc), at most once per interval, and not when there was no
+    work since the last one."""
+    import time
+
+    from bertkit.serve.batching import MALLOC_TRIM
+
+    if MALLOC_TRIM is None:
+        pytest.skip("no glibc malloc_trim here")
+    queue = BatchQueue(encoder, max_batch_tokens=512, max_wait_ms=0, trim_interval_s=0.2).start()
+    try:
+        time.sleep(0.5)
+        assert queue.stats.trims == 0  # nothing done yet: nothing to hand back
+        queue.submit(encoder.tokenize(["the cat sat"]), encoder.spec()).result(timeout=30)
+        deadline = time.monotonic() + 10
+        while queue.stats.trims == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert queue.stats.trims == 1
+        time.sleep(0.6)
+        assert queue.stats.trims == 1  # idle without new work: no further trims
+    finally:
+        queue.stop()
+    off = BatchQueue(encoder, max_batch_tokens=512, max_wait_ms=0, trim_interval_s=0).start()
+    try:
+        off.submit(encoder.tokenize(["the cat sat"]), encoder.spec()).result(timeout=30)
+        time.sleep(0.5)
+        assert off.stats.trims == 0
+    finally:
+        off.stop()

@@ -149,13 +149,13 @@ def test_bare_bertmodel_into_head_class(tmp_path):
     torch.manual_seed(5)
     hf = transformers.BertModel(hf_config(**CONFIGS["tiny-gelu"])).eval()
     hf.save_pretrained(tmp_path)
-    bk = bertkit.BertForPreTraining.from_pretrained(tmp_path).eval()
+    bk, info = bertkit.BertForPreTraining.from_pretrained(tmp_path, output_loading_info=True)
     # encoder kept ...
     torch.testing.assert_close(bk.bert.encoder.layer[1].output.dense.weight, hf.encoder.layer[1].output.dense.weight)
     torch.testing.assert_close(bk.bert.pooler.dense.weight, hf.pooler.dense.weight)
     # ... head initialised (and still tied)
     assert bk.cls.predictions.decoder.weight is bk.bert.embeddings.word_embeddings.weight
-    assert "cls.seq_relationship.weight" in bk._load_report["initialised"]
+    assert "cls.seq_relationship.weight" in info.initialised and info.dropped == []
     ids, mask, types = make_batch(2)
     with torch.no_grad():
         a = hf(input_ids=ids, attention_mask=mask, token_type_ids=types)
@@ -168,6 +168,26 @@ def test_bare_bertmodel_into_head_class(tmp_path):
     with torch.no_grad():
         close_at_real(hf_pt.bert(input_ids=ids, attention_mask=mask).last_hidden_state,
                       base(ids, attention_mask=mask).last_hidden_state, mask)
+
+
+def test_masked_lm_directory_without_pooler_loads_into_bert_model(tmp_path, capsys):
+    """transformers' BertForMaskedLM has no pooler: BertModel.from_pretrained on its directory initialises the pooler
+    and says so (in the returned info), as transformers does, instead of refusing a missing key."""
+    torch.manual_seed(7)
+    hf = transformers.BertForMaskedLM(hf_config(**CONFIGS["tiny-gelu"])).eval()
+    hf.save_pretrained(tmp_path)
+    assert not any("pooler" in k for k in hf.state_dict())
+    base, info = bertkit.BertModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert info.initialised == ["pooler.dense.bias", "pooler.dense.weight"]
+    assert "cls.predictions.transform.dense.weight" in info.dropped
+    ids, mask, _ = make_batch(2)
+    with torch.no_grad():
+        out = base(ids, attention_mask=mask)
+        close_at_real(hf.bert(input_ids=ids, attention_mask=mask).last_hidden_state, out.last_hidden_state, mask)
+    assert out.pooler_output.shape == (4, 32)
+    reference = transformers.BertModel.from_pretrained(tmp_path)  # transformers too loads it, pooler initialised
+    assert sorted(reference.state_dict()) == sorted(base.state_dict())
+    assert capsys.readouterr().out == ""  # the library reports, never prints
 
 
 def test_pytorch_model_bin_loads_with_weights_only(tmp_path):

@@ -94,3 +94,30 @@ def test_invalid_value_in_file_names_file_and_field(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"hidden_dropout_prob": 2.0}))
     with pytest.raises(ValueError, match=r"config\.json.*hidden_dropout_prob"):
         BertConfig.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("field,value", [("layer_norm_eps", "NaN"), ("initializer_range", "Infinity"),
+                                         ("hidden_dropout_prob", "-Infinity")])
+def test_non_finite_values_are_refused_naming_the_field(tmp_path, field, value):
+    path = tmp_path / "config.json"
+    text = json.dumps(BertConfig.from_preset("bert-tiny").to_dict("hf")).replace("}", f', "{field}": 0.5}}')
+    path.write_text(text.replace("0.5", value), encoding="utf-8")  # JSON as Python writes NaN / Infinity
+    with pytest.raises(ValueError, match=f"{field} must be a finite number") as e:
+        BertConfig.from_json_file(path)
+    assert str(path) in str(e.value)
+
+
+def test_wrongly_typed_value_is_a_config_error(tmp_path):
+    from bertkit.config import ConfigError
+
+    with pytest.raises(ConfigError, match="pad_token_id"):
+        BertConfig.from_dict({"pad_token_id": "x"}, source="c.json")
+
+
+def test_demo_and_convert_errors_are_one_line(tmp_path, capsys):
+    from bertkit.cli import main
+
+    assert main(["demo", "--model-size", "bert-huge"]) == 2
+    assert "bertkit demo: error: unknown preset 'bert-huge'" in capsys.readouterr().err
+    assert main(["convert", "--tf-checkpoint", str(tmp_path), "--output", str(tmp_path / "o")]) == 2
+    assert f"bertkit convert: error: {tmp_path}: no TensorFlow checkpoint" in capsys.readouterr().err

@@ -9,7 +9,7 @@ import torch
 from tinymodels import one_thread  # noqa: F401  (autouse fixture)
 
 from bertkit import BertForPreTraining, BertModel, Encoder
-from bertkit.features import pool, resolve_layers, resolve_pooling
+from bertkit.features import encode_with_masks, parse_layers, pool, resolve_layers, resolve_pooling
 
 WORDS = "the a cat dog sat on mat bank river money went to i we , . ! ? big small red blue runs ran hello world".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + ["##s", "##ing", "##ed"]
@@ -220,6 +220,42 @@ def test_fill_mask_and_missing_heads(tmp_path, encoder):
     with pytest.raises(ValueError, match="pooler"):
         bare.encode(["the cat"], pooling="cls_pooled")
     assert bare.encode(["the cat"], pooling="cls").shape == (1, 32)
+
+
+def test_fill_mask_encoding():
+    class Tok:
+        cls_token_id, sep_token_id, mask_token_id = 2, 3, 4
+
+        def tokenize(self, text):
+            return text.split()
+
+        def convert_tokens_to_ids(self, tokens):
+            return [len(t) + 10 for t in tokens]
+
+    assert encode_with_masks(Tok(), "the [MASK] sat [MASK]") == [2, 13, 4, 13, 4, 3]
+    assert encode_with_masks(Tok(), "[MASK][MASK]") == [2, 4, 4, 3]
+
+
+def test_parse_layers():
+    assert parse_layers("-1, -2,-3,") == (-1, -2, -3)
+    assert parse_layers("embeddings,4") == ("embeddings", 4)
+    assert parse_layers([0, -1]) == (0, -1)
+
+
+def test_encoder_uses_the_models_forward(encoder):
+    """Encoder.forward is BertModel.forward(num_layers=...): the same hidden states, and no layer past the depth."""
+    ids, types, mask = encoder.collate(encoder.tokenize(TEXTS[:3]))
+    calls = []
+    hook = encoder.bert.encoder.layer[2].register_forward_hook(lambda *a: calls.append(1))
+    try:
+        with torch.inference_mode():
+            states, pooled = encoder.forward(ids, types, mask, depth=2)
+            full = encoder.bert(ids, mask, types, output_hidden_states=True)
+    finally:
+        hook.remove()
+    assert calls == [1] and len(states) == 3 and pooled is None  # only the full forward ran layer 3
+    for a, b in zip(states, full.hidden_states):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_missing_vocab_is_named(tmp_path):

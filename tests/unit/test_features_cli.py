@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -97,8 +100,53 @@ def test_similarity_texts_and_word(model_dir, encoder, capsys):
     assert "text 1" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["embed", "similarity", "serve"])
+def test_fill_mask_command_prints_the_encoders_predictions(model_dir, encoder, capsys):
+    texts = ["the [MASK] sat on the [MASK]", "a [MASK] dog"]
+    assert main(["fill-mask", "--model", str(model_dir), "--top-k", "3", "--json", *texts]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    want = encoder.fill_mask(texts, top_k=3)
+    assert [r["text"] for r in rows] == texts
+    for row, per_text in zip(rows, want):
+        assert [[p["token"] for p in m] for m in row["predictions"]] == [[p["token"] for p in m] for m in per_text]
+        assert [[p["probability"] for p in m] for m in row["predictions"]] == [
+            [round(p["score"], 5) for p in m] for m in per_text]
+    assert main(["fill-mask", "--model", str(model_dir), "no mask here"]) == 2
+    assert "error: no [MASK] in 'no mask here'" in capsys.readouterr().err
+    assert main(["fill-mask", "--model", str(model_dir), "--top-k", "0", "the [MASK]"]) == 2
+    assert "--top-k" in capsys.readouterr().err
+
+
+def test_embed_and_similarity_do_not_import_fastapi(tmp_path, model_dir):
+    src = tmp_path / "in.txt"
+    src.write_text("the cat\n", encoding="utf-8")
+    code = (
+        "import sys\nfrom bertkit.cli import main\n"
+        f"assert main(['embed', '--model', {str(model_dir)!r}, '--input', {str(src)!r}, '--output', "
+        f"{str(tmp_path / 'o.npy')!r}, '--quiet']) == 0\n"
+        f"assert main(['similarity', '--model', {str(model_dir)!r}, 'the cat', 'a dog']) == 0\n"
+        "print('fastapi' in sys.modules, 'bertkit.serve.app' in sys.modules)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines()[-1] == "False False"
+
+
+@pytest.mark.parametrize("command", ["embed", "similarity", "fill-mask", "serve"])
 def test_help(command, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([command, "-h"])
     assert exit_.value.code == 0 and "--model" in capsys.readouterr().out
+
+
+def test_embed_quantize_int8_is_close_to_fp32(tmp_path, model_dir):
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    for mode in ("fp32", "int8"):
+        extra = ["--quantize", "int8"] if mode == "int8" else []
+        assert main(["embed", "--model", str(model_dir), "--input", str(src), "--output", str(tmp_path / f"{mode}.npy"),
+                     "--precision", "fp32", "--quiet", *extra]) == 0
+    a, b = np.load(tmp_path / "fp32.npy"), np.load(tmp_path / "int8.npy")
+    assert not np.array_equal(a, b)
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cos.min() > 0.99

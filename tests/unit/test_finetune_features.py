@@ -168,5 +168,101 @@ def test_feature_tagger_frozen_layers_and_padding(tiny_config, kind):
     model(ids, mask, labels=labels).loss.backward()
     assert all(p.grad is None for p in bert.parameters())
     assert model.classifier.weight.grad is not None and not bert.training
-    with pytest.raises(ValueError, match="feature layer 5 does not exist"):
+    with pytest.raises(ValueError, match="layer 5 does not exist"):
         FeatureTagger(bert, ["O"], layers=[5])
+
+
+# Google's run_squad.py get_final_text as published (tensorflow logging removed; its BasicTokenizer(do_lower_case)
+# is bertkit's line-by-line reference port), to hold bertkit's port to it.
+def _google_get_final_text(pred_text, orig_text, do_lower_case):
+    import collections
+
+    from bertkit.tokenization.normalizer import reference_basic_tokenize
+
+    def _strip_spaces(text):
+        ns_chars = []
+        ns_to_s_map = collections.OrderedDict()
+        for (i, c) in enumerate(text):
+            if c == " ":
+                continue
+            ns_to_s_map[len(ns_chars)] = i
+            ns_chars.append(c)
+        ns_text = "".join(ns_chars)
+        return (ns_text, ns_to_s_map)
+
+    tok_text = " ".join(reference_basic_tokenize(orig_text, lowercase=do_lower_case))
+    start_position = tok_text.find(pred_text)
+    if start_position == -1:
+        return orig_text
+    end_position = start_position + len(pred_text) - 1
+    (orig_ns_text, orig_ns_to_s_map) = _strip_spaces(orig_text)
+    (tok_ns_text, tok_ns_to_s_map) = _strip_spaces(tok_text)
+    if len(orig_ns_text) != len(tok_ns_text):
+        return orig_text
+    tok_s_to_ns_map = {}
+    for (i, tok_index) in tok_ns_to_s_map.items():
+        tok_s_to_ns_map[tok_index] = i
+    orig_start_position = None
+    if start_position in tok_s_to_ns_map:
+        ns_start_position = tok_s_to_ns_map[start_position]
+        if ns_start_position in orig_ns_to_s_map:
+            orig_start_position = orig_ns_to_s_map[ns_start_position]
+    if orig_start_position is None:
+        return orig_text
+    orig_end_position = None
+    if end_position in tok_s_to_ns_map:
+        ns_end_position = tok_s_to_ns_map[end_position]
+        if ns_end_position in orig_ns_to_s_map:
+            orig_end_position = orig_ns_to_s_map[ns_end_position]
+    if orig_end_position is None:
+        return orig_text
+    output_text = orig_text[orig_start_position:(orig_end_position + 1)]
+    return output_text
+
+
+def test_get_final_text_equals_googles():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from bertkit.tasks.squad import get_final_text
+    from bertkit.tokenization.normalizer import reference_basic_tokenize
+
+    alphabet = st.sampled_from(list("abcXYZ  .,'\"-éÉ\u0301ß中") + ["\u00a0", "\t"])
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(alphabet, max_size=24), st.integers(0, 30), st.integers(0, 30), st.booleans(), st.booleans())
+    def check(orig, a, b, lower, from_orig):
+        tok = " ".join(reference_basic_tokenize(orig, lowercase=lower))
+        pred = tok[min(a, b):max(a, b)].strip() if from_orig else tok[::-1][:a]
+        ours = get_final_text(pred, orig, lambda t: reference_basic_tokenize(t, lowercase=lower))
+        assert ours == _google_get_final_text(pred, orig, lower)
+
+    check()
+    # the example of Google's comment: the tokenized prediction loses what the original word adds
+    assert get_final_text("steve smith", "Steve Smith's", reference_basic_tokenize) == "Steve Smith"
+
+
+@pytest.mark.parametrize("context,first,last,google,chars,words", [
+    # Google's projection does not widen a span that starts or ends inside a word; `words` does
+    ('the "imperium" fell', 1, 4, '"imp', '"imp', '"imperium'),
+    ('the "imperium" fell', 3, 8, "mperium", "mperium", "imperium"),
+    ("Steve Smith's film", 0, 9, "Steve Smith", "Steve Smith", "Steve Smith"),
+    # original words are re-joined with one space
+    ("New  York \u2603!", 0, 6, "New York", "New  York", "New  York"),
+    # an [UNK] piece cannot be found in the original: Google returns the whole whitespace-separated words
+    ("New  York \u2603!", 7, 7, "\u2603!", "\u2603", "\u2603"),
+    # accents stripped by the tokenizer change the length: again the whole original words
+    ("cafe\u0301, noir", 0, 3, "cafe\u0301,", "cafe\u0301", "cafe\u0301"),
+])
+def test_squad_answer_text_modes(tok, context, first, last, google, chars, words):
+    """The answer text of context pieces first..last in each --answer-text mode, through featurize and postprocess
+    with hand-made logits (google = run_squad.py's get_final_text, the default)."""
+    ex = SquadExample("q0", "where ?", context, [], False)
+    assert SquadTask("squad").answer_text == "google"
+    for mode, expected in (("google", google), ("chars", chars), ("words", words)):
+        task = SquadTask("squad", max_seq_length=64, max_query_length=8, answer_text=mode)
+        (f,) = task.featurize([ex], tok)
+        start, end = torch.zeros(len(f["input_ids"])).numpy(), torch.zeros(len(f["input_ids"])).numpy()
+        start[f["offset"] + first] = end[f["offset"] + last] = 10.0
+        (pred,) = task.postprocess([ex], [f], [(start, end)])
+        assert pred["text"] == expected, mode

@@ -46,6 +46,26 @@ def test_bert_model_shapes(tiny_config, batch):
     assert out.attentions[0][1, :, :, 4:].abs().max() == 0
 
 
+def test_num_layers_stops_early(tiny_config, batch):
+    ids, mask, types = batch
+    model = BertModel(tiny_config).eval()
+    full = model(ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True)
+    for n in range(tiny_config.num_hidden_layers):
+        early = model(ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True, num_layers=n)
+        assert len(early.hidden_states) == n + 1 and early.pooler_output is None  # the pooler reads the last layer
+        torch.testing.assert_close(early.last_hidden_state, full.hidden_states[n], rtol=0, atol=0)
+    last = model(ids, attention_mask=mask, token_type_ids=types, num_layers=tiny_config.num_hidden_layers)
+    torch.testing.assert_close(last.pooler_output, full.pooler_output, rtol=0, atol=0)
+    # the layers after the stop are never run
+    calls = []
+    model.encoder.layer[1].register_forward_hook(lambda *a: calls.append(1))
+    model(ids, num_layers=1)
+    assert calls == []
+    for bad in (-1, 3, 1.5, True):
+        with pytest.raises(ValueError, match="num_layers"):
+            model(ids, num_layers=bad)
+
+
 def test_defaults_are_optional(tiny_config, batch):
     ids, _, _ = batch
     out = BertModel(tiny_config).eval()(ids)

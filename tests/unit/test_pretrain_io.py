@@ -172,21 +172,6 @@ def test_config_validation():
         PretrainConfig(corpus=["a"], output="o", max_steps=1, batch_size=0)
 
 
-def test_fill_mask_encoding():
-    from bertkit.commands.fill_mask import encode_with_masks
-
-    class Tok:
-        cls_token_id, sep_token_id, mask_token_id = 2, 3, 4
-
-        def tokenize(self, text):
-            return text.split()
-
-        def convert_tokens_to_ids(self, tokens):
-            return [len(t) + 10 for t in tokens]
-
-    assert encode_with_masks(Tok(), "the [MASK] sat [MASK]") == [2, 13, 4, 13, 4, 3]
-
-
 @pytest.mark.parametrize("failure", [
     RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1280 vs 1174"),
     OSError(28, "No space left on device"),

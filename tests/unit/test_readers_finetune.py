@@ -9,9 +9,9 @@ import pytest
 
 from bertkit.data.conll import read_conll
 from bertkit.data.glue import read_glue
+from bertkit.data.readers import DataError, read_table
 from bertkit.data.squad import read_squad
 from bertkit.data.swag import read_swag
-from bertkit.data.readers import DataError, read_table
 
 
 @pytest.fixture

@@ -34,14 +34,14 @@ def test_reader_returns_what_tensorflow_reads(tf_dir):
 
 
 def test_mapping_equals_transformers_load_tf_weights_in_bert(tf_dir):
-    model = BertForPreTraining.from_pretrained(tf_dir)  # bert_config.json + bert_model.ckpt.* read directly
+    model, info = BertForPreTraining.from_pretrained(tf_dir, output_loading_info=True)  # bert_config.json + ckpt
     ours = model.state_dict()
     reference = load_file(str(tf_dir / "hf_state_dict.safetensors"))
     for key, value in reference.items():
         assert key in ours, key
         assert torch.equal(ours[key], value), key
     assert torch.equal(ours["cls.predictions.decoder.weight"], reference["bert.embeddings.word_embeddings.weight"])
-    assert model._load_report["initialised"] == []
+    assert info.initialised == []
 
 
 def test_bare_encoder_and_prefix_paths(tf_dir):

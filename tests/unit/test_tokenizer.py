@@ -319,3 +319,96 @@ def test_pickles(tok):
     again = pickle.loads(pickle.dumps(tok))
     assert again.encode(text) == tok.encode(text)
     assert (again.lowercase, again.max_input_chars_per_word, len(again)) == (tok.lowercase, 200, len(tok))
+
+
+PLAIN = [
+    "Hello, World! How are you?",
+    "héllo wörld, café naïve École STRASSE",
+    "日本語のテキスト、東京。中文字符 한국어",
+    "can't won't U.S.A. 3.14 $5,000 e-mail",
+    "a" * 150 + " " + "x" * 90,  # HF's tokenizer.json states a 100-character word limit, not Google's 200
+]
+
+
+@pytest.mark.parametrize(
+    "lowercase,strip_accents,chinese",
+    [(True, None, True), (False, None, True), (False, True, False), (True, False, True)],
+)
+def test_directory_written_by_transformers_5_loads_from_tokenizer_json(tmp_path, vocab_file, lowercase, strip_accents,
+                                                                       chinese):
+    from transformers import BertTokenizerFast
+
+    fast = BertTokenizerFast(str(vocab_file), do_lower_case=lowercase, strip_accents=strip_accents,
+                             tokenize_chinese_chars=chinese)
+    fast.save_pretrained(str(tmp_path))
+    assert not (tmp_path / "vocab.txt").exists() and (tmp_path / "tokenizer.json").is_file()
+    (tmp_path / "tokenizer_config.json").unlink()  # the settings must come from tokenizer.json itself
+    mine = BertTokenizer.from_pretrained(tmp_path)
+    assert (mine.lowercase, mine.strip_accents, mine.tokenize_chinese_chars) == (lowercase, strip_accents, chinese)
+    assert mine.max_input_chars_per_word == 100
+    assert mine.vocab == load_vocab(vocab_file)
+    for text in PLAIN:
+        assert mine.encode(text, "the pair").ids == fast(text, "the pair")["input_ids"], text
+    # and exactly what the same settings give from a vocab.txt, on the tricky strings too
+    same = BertTokenizer.from_pretrained(vocab_file, lowercase=lowercase, strip_accents=strip_accents,
+                                         tokenize_chinese_chars=chinese, max_input_chars_per_word=100)
+    for text in TRICKY:
+        assert mine.encode(text) == same.encode(text)
+    # also read by the file's name, and with the config transformers writes next to it
+    assert BertTokenizer.from_pretrained(tmp_path / "tokenizer.json").vocab == mine.vocab
+    fast.save_pretrained(str(tmp_path))
+    assert BertTokenizer.from_pretrained(tmp_path).lowercase is lowercase
+    again = BertTokenizerFast.from_pretrained(str(tmp_path))
+    for text in PLAIN:
+        assert mine.encode(text).ids == again(text)["input_ids"], text
+
+
+def _tokenizer_json(tmp_path, vocab_file, edit) -> object:
+    from transformers import BertTokenizerFast
+
+    BertTokenizerFast(str(vocab_file)).save_pretrained(str(tmp_path))
+    spec = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))
+    edit(spec)
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "edit,field",
+    [
+        (lambda s: s["model"].update(type="BPE"), "model.type"),
+        (lambda s: s["model"].update(continuing_subword_prefix="@@"), "model.continuing_subword_prefix"),
+        (lambda s: s.update(normalizer={"type": "NFKC"}), "normalizer.type"),
+        (lambda s: s.update(normalizer=None), "normalizer.type"),
+        (lambda s: s.update(pre_tokenizer={"type": "Whitespace"}), "pre_tokenizer.type"),
+        (lambda s: s["model"]["vocab"].pop("[CLS]"), r"\[CLS\]"),
+        (lambda s: s["added_tokens"].append({"id": 99999, "content": "<new>", "special": True}), "added token"),
+    ],
+)
+def test_tokenizer_json_that_is_not_bert_wordpiece_is_refused(tmp_path, vocab_file, edit, field):
+    from bertkit.errors import InputError
+
+    directory = _tokenizer_json(tmp_path, vocab_file, edit)
+    with pytest.raises(InputError, match=rf"tokenizer\.json: .*{field}"):
+        BertTokenizer.from_pretrained(directory)
+
+
+def test_tokenizer_json_from_a_non_bert_tokenizer_is_refused(tmp_path):
+    from tokenizers import Tokenizer, models
+
+    from bertkit.errors import InputError
+
+    Tokenizer(models.BPE()).save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(InputError, match=r"not a BERT WordPiece tokenizer: model.type is \"BPE\""):
+        BertTokenizer.from_pretrained(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(InputError, match=r"tokenizer\.json: not valid JSON"):
+        BertTokenizer.from_pretrained(tmp_path)
+
+
+def test_directory_without_any_vocabulary_names_both_files(tmp_path):
+    from bertkit.tokenization import find_vocab
+
+    assert find_vocab(tmp_path) is None
+    with pytest.raises(FileNotFoundError, match=r"no vocab\.txt or tokenizer\.json"):
+        BertTokenizer.from_pretrained(tmp_path)

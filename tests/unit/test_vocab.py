@@ -125,3 +125,78 @@ def test_vocab_command(tmp_path, texts, capsys):
     assert len(load_vocab(tmp_path / "vocab.txt")) == 500
     assert main(["tokenize", str(tmp_path), "Alice was there"]) == 0
     assert capsys.readouterr().out.split() == ["[CLS]", "alice", "was", "there", "[SEP]"]
+
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+@pytest.mark.parametrize(
+    "missing,reason",
+    [("[UNK]", "words it cannot cover"), ("[CLS]", "start every input"), ("[PAD]", "pad batches"),
+     ("[SEP]", "end every segment"), ("[MASK]", "masked-language-model")],
+)
+def test_missing_special_token_gives_its_own_reason(tmp_path, missing, reason):
+    from bertkit.errors import InputError
+
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join([t for t in SPECIALS if t != missing] + ["hello"]) + "\n", encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        BertTokenizer.from_pretrained(path)
+    message = str(info.value)
+    assert str(path) in message and missing in message and reason in message
+    if missing != "[UNK]":
+        assert "cannot cover" not in message
+
+
+def _unreadable_cases(tmp_path):
+    binary = tmp_path / "binary" / "vocab.txt"
+    binary.parent.mkdir()
+    binary.write_bytes(b"[PAD]\n[UNK]\n\xff\xfe\x00\x01garbage\n")
+    nul = tmp_path / "nul" / "vocab.txt"
+    nul.parent.mkdir()
+    nul.write_bytes(("\n".join(SPECIALS) + "\n\x00\x00\n").encode())
+    directory = tmp_path / "dir" / "vocab.txt"
+    directory.mkdir(parents=True)
+    return {"not a UTF-8": binary, "NUL bytes": nul, "is a directory": directory}
+
+
+def test_unreadable_vocab_is_a_one_line_error_naming_the_file(tmp_path):
+    from bertkit.errors import InputError
+
+    for reason, path in _unreadable_cases(tmp_path).items():
+        loads = [load_vocab, lambda p: BertTokenizer.from_pretrained(p.parent)]
+        if path.is_file():
+            loads.append(BertTokenizer.from_pretrained)
+        for load in loads:
+            with pytest.raises(InputError) as info:
+                load(path)
+            message = str(info.value)
+            assert str(path) in message and reason in message and "\n" not in message
+
+
+def test_vocab_without_read_permission_is_named(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from bertkit.errors import InputError
+
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(SPECIALS) + "\n", encoding="utf-8")
+    real = Path.read_bytes
+
+    def denied(self):  # chmod 000 is not enforced for root, so refuse the read the way the kernel would
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    with pytest.raises(InputError, match=r"vocab\.txt: cannot read the vocabulary file \(Permission denied\)"):
+        BertTokenizer.from_pretrained(tmp_path)
+
+
+def test_unreadable_vocab_through_the_cli(tmp_path, capsys):
+    from bertkit.cli import main
+
+    path = _unreadable_cases(tmp_path)["not a UTF-8"]
+    assert main(["tokenize", str(path), "hello"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("bertkit tokenize: error:") and str(path) in err and len(err.splitlines()) == 1

@@ -6,16 +6,21 @@ Reads ``bert_model.ckpt.index`` + ``.data-*`` without TensorFlow, maps Google's 
 ``transformers``') keys, and writes ``config.json``, ``model.safetensors``, ``vocab.txt`` and
 ``tokenizer_config.json``. The head follows the checkpoint: pre-training heads (``cls/predictions``,
 ``cls/seq_relationship``) give ``BertForPreTraining``, ``run_classifier.py``'s ``output_weights`` a
-``BertForSequenceClassification``, ``run_squad.py``'s ``cls/squad`` a ``BertForQuestionAnswering``, none a ``BertModel``.
+``BertForSequenceClassification``, ``run_squad.py``'s ``cls/squad`` a ``BertForQuestionAnswering``, none a
+``BertModel``.
 (Every bertkit command also reads such a directory directly; converting makes it loadable by ``transformers``.)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
+
+from bertkit.config import BertConfig
+from bertkit.errors import InputError, MissingFileError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -33,57 +38,50 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _prefix(path: Path) -> Path:
-    from bertkit.tf_checkpoint import find_tf_checkpoint
+    from bertkit.tf_checkpoint import find_tf_checkpoint  # torch: kept out of `bertkit convert -h`
 
     if path.is_dir():
         prefix = find_tf_checkpoint(path)
         if prefix is None:
-            raise FileNotFoundError(f"{path}: no TensorFlow checkpoint (bert_model.ckpt.index) in this directory")
+            raise MissingFileError(f"{path}: no TensorFlow checkpoint (bert_model.ckpt.index) in this directory")
         return prefix
     return Path(str(path)[: -len(".index")]) if path.suffix == ".index" else path
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertkit.config import BertConfig
+    # torch and the model: kept out of `bertkit convert -h`
+    from bertkit.checkpoint import load_state_dict_into
     from bertkit.tf_checkpoint import TFCheckpointError, tf_state_dict
+    from bertkit.tokenization import BertTokenizer
 
-    try:
-        prefix = _prefix(Path(args.tf_checkpoint))
-        config = BertConfig.from_pretrained(Path(args.config) if args.config else prefix.parent)
-        state = tf_state_dict(prefix)
-        cls, config = _model_class(state, config)
-        output = Path(args.output)
-        if (output / "model.safetensors").exists() and not args.overwrite:
-            raise FileExistsError(f"{output}: already holds a model (pass --overwrite to replace it)")
-        model = cls(config)
-        from bertkit.checkpoint import load_state_dict_into
-
-        load_state_dict_into(model, state, origin=str(prefix))
-        if getattr(model, "_load_report", {}).get("initialised"):
-            raise TFCheckpointError(f"{prefix}: the checkpoint lacks {model._load_report['initialised']}")
-        vocab = Path(args.vocab) if args.vocab else prefix.parent / "vocab.txt"
-        model.save_pretrained(output)
-        if vocab.is_file():
-            from bertkit.tokenization import BertTokenizer
-
-            BertTokenizer.from_pretrained(vocab, lowercase=args.lowercase).save_pretrained(output)
-        elif args.vocab:
-            raise FileNotFoundError(f"{vocab}: no such vocabulary file")
-    except (FileNotFoundError, FileExistsError, ValueError) as e:  # TFCheckpointError, CheckpointError included
-        print(f"bertkit convert: error: {e}", file=sys.stderr)
-        return 2
+    prefix = _prefix(Path(args.tf_checkpoint))
+    output = Path(args.output)
+    if (output / "model.safetensors").exists() and not args.overwrite:
+        raise InputError(f"{output}: already holds a model (pass --overwrite to replace it)")
+    vocab = Path(args.vocab) if args.vocab else prefix.parent / "vocab.txt"
+    if args.vocab and not vocab.is_file():
+        raise MissingFileError(f"{vocab}: no such vocabulary file")
+    config = BertConfig.from_pretrained(Path(args.config) if args.config else prefix.parent)
+    state = tf_state_dict(prefix)
+    cls, config = _model_class(state, config)
+    model = cls(config)
+    info = load_state_dict_into(model, state, origin=str(prefix))
+    if info.initialised:
+        raise TFCheckpointError(f"{prefix}: the checkpoint lacks {info.initialised}")
+    tokenizer = BertTokenizer.from_pretrained(vocab, lowercase=args.lowercase) if vocab.is_file() else None
+    model.save_pretrained(output)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(output)
     n = sum(p.numel() for p in model.parameters())
-    print(json.dumps({"output": str(output), "class": cls.__name__, "parameters": n,
-                      "vocab": vocab.is_file()}))
-    if not vocab.is_file():
+    print(json.dumps({"output": str(output), "class": cls.__name__, "parameters": n, "vocab": tokenizer is not None}))
+    if tokenizer is None:
         print(f"bertkit convert: note: no vocab.txt next to {prefix}; copy one into {output}", file=sys.stderr)
     return 0
 
 
-def _model_class(state: dict, config):
-    import dataclasses
-
-    from bertkit import modeling
+def _model_class(state: dict, config: BertConfig) -> tuple[type, BertConfig]:
+    """The class whose head the checkpoint holds (and the config with its number of labels)."""
+    from bertkit import modeling  # torch: kept out of `bertkit convert -h`
 
     if "cls.predictions.bias" in state:
         return modeling.BertForPreTraining, config

@@ -14,7 +14,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
+    import torch  # kept out of `bertkit demo -h`
 
     from bertkit import BertConfig, BertForPreTraining
 

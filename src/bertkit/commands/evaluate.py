@@ -1,45 +1,61 @@
-"""``bertkit evaluate``: run a fine-tuned model on a labelled file; write metrics.json and the predictions."""
+"""``bertkit evaluate``: run a fine-tuned model on a labelled file; write metrics.json and the predictions.
+
+``bertkit predict`` is the same run on a file that may have no labels (no metrics)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+from bertkit.options import add_options, from_args, option
+from bertkit.tasks.options import FINETUNE_ONLY, RunOptions, TaskOptions, add_task_flag
+
+
+@dataclass(kw_only=True)
+class InferenceFiles:
+    """What ``evaluate`` and ``predict`` read and write."""
+
+    model: str = option(required=True, help="a fine-tuned OUTPUT directory of `bertkit finetune`")
+    data: str = option(required=True, help="file in the task's format (evaluate needs its labels, predict does not)")
+    output: str | None = option(None, help="where metrics.json and the predictions go "
+                                           "(default: MODEL/eval-<data file name> or MODEL/predict-<data file name>)")
+    batch_size: int = option(64, help="examples per batch")
+    quantize: str | None = option(None, choices=("int8",),
+                                  help="int8: dynamic int8 Linear layers on the CPU (faster; see docs/inference.md)")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from bertkit.commands.finetune import add_task_options
-
-    parser.add_argument("--model", required=True, help="a fine-tuned OUTPUT directory of `bertkit finetune`")
-    parser.add_argument("--data", required=True, help="labelled file in the task's format")
-    parser.add_argument("--output", default=None, help="where metrics.json and the predictions go "
-                        "(default: MODEL/eval-<data file name>)")
-    parser.add_argument("--batch-size", type=int, default=64)
-    add_task_options(parser, task_required=False)
+    add_options(parser, InferenceFiles)
+    add_task_flag(parser, required=False)
+    add_options(parser, RunOptions)
+    add_options(parser, TaskOptions, exclude=FINETUNE_ONLY)
 
 
 def run(args: argparse.Namespace, labelled: bool = True) -> int:
     from bertkit.commands.finetune import load_finetuned, resolve_device
-    from bertkit.data.readers import DataError
     from bertkit.files import write_json
     from bertkit.precision import resolve_precision
 
-    command = "evaluate" if labelled else "predict"
-    try:
-        task, model, tokenizer = load_finetuned(args.model, args.task, args)
-        examples = task.read(args.data, labelled=labelled, skip_bad_rows=args.skip_bad_rows)
-        device = resolve_device(args.device)
-        precision = resolve_precision(args.precision, device)
-        model.to(device)
-        features = task.featurize(examples, tokenizer)
-    except (DataError, FileNotFoundError, ValueError) as e:
-        print(f"bertkit {command}: error: {e}", file=sys.stderr)
-        return 2
-    output = Path(args.output or Path(args.model) / f"{'eval' if labelled else 'predict'}-{Path(args.data).stem}")
+    files: InferenceFiles = from_args(InferenceFiles, args)
+    run_options: RunOptions = from_args(RunOptions, args)
+    task, model, tokenizer = load_finetuned(files.model, args.task, args)
+    examples = task.read(files.data, labelled=labelled, skip_bad_rows=run_options.skip_bad_rows)
+    device = resolve_device(run_options.device)
+    precision = resolve_precision(run_options.precision, device)
+    model.to(device)
+    if files.quantize:
+        from bertkit.quantize import quantize_model
+
+        model, precision = quantize_model(model, files.quantize, device), "fp32"
+    features = task.featurize(examples, tokenizer)
+    kind = "eval" if labelled else "predict"
+    output = Path(files.output or Path(files.model) / f"{kind}-{Path(files.data).stem}")
     output.mkdir(parents=True, exist_ok=True)
-    preds = task.predict(model, examples, features, args.batch_size, precision, device,
-                         progress=not args.quiet and sys.stderr.isatty())
+    preds = task.predict(model, examples, features, files.batch_size, precision, device,
+                         progress=not run_options.quiet and sys.stderr.isatty())
     written = task.write_predictions(output, examples, preds)
     result = {"output": str(output), "examples": len(examples), "skipped_rows": examples.skipped,
               "predictions": [str(p) for p in written]}

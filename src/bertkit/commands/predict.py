@@ -1,18 +1,12 @@
-"""``bertkit predict``: run a fine-tuned model on a (possibly unlabelled) file; write the task's prediction files."""
+"""``bertkit predict``: run a fine-tuned model on a (possibly unlabelled) file; write the task's prediction files.
+
+The same flags and run as ``bertkit evaluate``, without labels or metrics."""
 
 from __future__ import annotations
 
 import argparse
 
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    from bertkit.commands.finetune import add_task_options
-
-    parser.add_argument("--model", required=True, help="a fine-tuned OUTPUT directory of `bertkit finetune`")
-    parser.add_argument("--data", required=True, help="input file in the task's format (labels not needed)")
-    parser.add_argument("--output", default=None, help="where the predictions go (default: MODEL/predict-<data>)")
-    parser.add_argument("--batch-size", type=int, default=64)
-    add_task_options(parser, task_required=False)
+from bertkit.commands.evaluate import configure  # noqa: F401  (the same flags)
 
 
 def run(args: argparse.Namespace) -> int:

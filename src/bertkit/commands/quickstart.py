@@ -50,8 +50,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertkit.commands.fill_mask import fill_mask, load, print_predictions
+    from bertkit.commands.fill_mask import print_predictions
     from bertkit.errors import InputError
+    from bertkit.features import Encoder
     from bertkit.recipes.pretrain import PretrainConfig, PretrainError, held_out_accuracy, parse_duration, pretrain
 
     corpus = bundled_corpus()
@@ -78,8 +79,7 @@ def run(args: argparse.Namespace) -> int:
     score = held_out_accuracy(out)
     print(f"\nheld-out masked-word accuracy: {score['mlm_acc']:.1%} (unigram baseline, always guessing the most "
           f"frequent word: {score['unigram_acc']:.1%}; {score['masked_tokens']} masked words of text never trained on)")
-    model, tokenizer = load(str(out))
-    results = fill_mask(model, tokenizer, SENTENCES, top_k=5)
+    results = Encoder.from_pretrained(out, precision="fp32").fill_mask(SENTENCES, top_k=5)
     print("\nfill-mask with the model just trained (top 5 guesses for each [MASK]):\n")
     print_predictions(SENTENCES, results)
     print(f"\nthe model is in {out}/ (config.json, model.safetensors, vocab.txt); it loads with "

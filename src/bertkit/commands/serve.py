@@ -2,6 +2,10 @@
 
     bertkit serve --model runs/my-bert                       # http://127.0.0.1:8000
     bertkit serve --model runs/my-bert --port 9000 --api-key secret --layers -1 --pooling cls
+    bertkit serve --model base=runs/my-bert --model sst2=runs/sst2     # several models: ?model=NAME picks one
+
+Every limit is a flag (``bertkit serve -h``); docs/serving.md lists the routes and docs/serving.md#limits what each
+refusal means.
 """
 
 from __future__ import annotations
@@ -11,63 +15,112 @@ import os
 import re
 import sys
 
+from bertkit.errors import InputError, RunError
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from bertkit.options import add_options
+    from bertkit.serve.app import ServeSettings
+
     # let "--layers -1,-2,-3,-4" parse: argparse otherwise takes "-1,-2,..." for an option
     parser._negative_number_matcher = re.compile(r"^-\d+(,\s*-?\d+)*$|^-\d*\.\d+$")
-    parser.add_argument("--model", required=True, help="model directory: config.json, weights, vocab.txt")
+    parser.add_argument("--model", required=True, action="append", metavar="[NAME=]DIR",
+                        help="model directory (config.json, weights, vocab.txt); repeat as NAME=DIR to serve several "
+                        "(the first is the default; ?model=NAME or OpenAI's 'model' field picks one)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key", default=os.environ.get("BERTKIT_API_KEY"),
                         help="require this key (Authorization: Bearer KEY or X-API-Key); default $BERTKIT_API_KEY")
-    parser.add_argument("--layers", default="-2", help="default layer(s) for /embed, /v1/embeddings, /encode "
-                        "(comma-separated, concatenated; default -2)")
-    parser.add_argument("--pooling", default="mean", help="default pooling (mean, max, mean_max, cls, cls_pooled, "
-                        "first, last/sep); default mean")
-    parser.add_argument("--model-id", default=None, help="name reported by /info and /v1/embeddings")
     parser.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    parser.add_argument("--max-length", type=int, default=512, help="tokens per input, specials included")
-    parser.add_argument("--auto-truncate", action="store_true",
-                        help="truncate over-long inputs on /embed and /v1/embeddings instead of answering 413")
-    parser.add_argument("--max-inputs", type=int, default=256, help="inputs per request (more: 422)")
-    parser.add_argument("--max-input-chars", type=int, default=50_000, help="characters per input (more: 413)")
-    parser.add_argument("--max-payload-bytes", type=int, default=4 * 1024 * 1024, help="request body size (413)")
-    parser.add_argument("--max-batch-tokens", type=int, default=8192, help="padded tokens per forward pass")
-    parser.add_argument("--max-batch-size", type=int, default=128, help="inputs per forward pass")
-    parser.add_argument("--max-wait-ms", type=float, default=2.0, help="linger for more inputs before a batch")
-    parser.add_argument("--max-pending", type=int, default=20_000, help="queued inputs beyond which requests get 503")
-    parser.add_argument("--request-timeout", type=float, default=60.0, help="seconds a request may wait (then 503)")
     parser.add_argument("--log-level", default="info")
+    add_options(parser, ServeSettings)
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
     import uvicorn
 
-    from bertkit.features import Encoder
-    from bertkit.serve.app import ServeSettings, create_app, parse_layers
+    from bertkit.errors import BertkitError
+    from bertkit.options import from_args
+    from bertkit.serve.app import ServeSettings, create_app
+    from bertkit.serve.server import bind_socket, settings_limits, uvicorn_config
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    raise_fd_limit()
+    specs = parse_model_specs(args.model, args.model_id)
+    settings = from_args(ServeSettings, args, api_key=args.api_key or None, model_id=next(iter(specs)))
+    models = {}
+    for name, directory in specs.items():
+        try:
+            models[name] = load_model(directory, args.device, args.precision)
+        except InputError as exc:  # the loader names the file; say which flag gave it
+            raise InputError(f"--model: {exc}") from None
+        except BertkitError:
+            raise
+        except (OSError, ValueError, TypeError, KeyError, RuntimeError) as exc:
+            raise InputError(f"--model {directory}: {exc}") from None
     try:
-        encoder = Encoder.from_pretrained(args.model, device=args.device, precision=args.precision)
-        settings = ServeSettings(
-            model_id=args.model_id or os.path.basename(os.path.normpath(args.model)),
-            layers=parse_layers(args.layers), pooling=args.pooling, max_length=args.max_length,
-            auto_truncate=args.auto_truncate, max_inputs=args.max_inputs, max_input_chars=args.max_input_chars,
-            max_payload_bytes=args.max_payload_bytes, max_batch_tokens=args.max_batch_tokens,
-            max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms, max_pending=args.max_pending,
-            request_timeout_s=args.request_timeout, api_key=args.api_key or None,
-        )
-        app = create_app(encoder, settings)
-    except (OSError, ValueError, TypeError) as exc:
-        print(f"bertkit serve: {exc}", file=sys.stderr)
-        return 2
+        app = create_app(models, settings)
+    except (ValueError, TypeError) as exc:
+        raise InputError(str(exc)) from None
+    try:
+        sock = bind_socket(args.host, args.port)
+    except OSError as exc:
+        raise RunError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     if args.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_key:
         print(f"bertkit serve: warning: listening on {args.host} without --api-key", file=sys.stderr)
-    print(f"bertkit serve: {args.model} ({encoder.num_layers} layers, hidden {encoder.hidden_size}, "
-          f"{encoder.precision}) on http://{args.host}:{args.port}", file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=10)
+    for name, svc in app.state.services.items():
+        enc = svc.encoder
+        print(f"bertkit serve: {name} = {specs[name]} ({enc.num_layers} layers, hidden {enc.hidden_size}, "
+              f"{enc.precision}{', ' + svc.pipeline.kind if svc.pipeline is not None else ''})", file=sys.stderr)
+    print(f"bertkit serve: on http://{args.host}:{args.port}", file=sys.stderr)
+    config = uvicorn_config(app, log_level=args.log_level, timeout_graceful_shutdown=10, **settings_limits(settings))
+    uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+def parse_model_specs(values: list[str], model_id: str | None = None) -> dict[str, str]:
+    """``--model`` values -> {name: directory}: ``NAME=DIR``, or ``DIR`` named by ``--model-id`` (one model) or by
+    the directory's base name. Names must be unique."""
+    out: dict[str, str] = {}
+    for value in values:
+        name, sep, directory = value.partition("=")
+        if not sep or os.path.isdir(value) or not name or "/" in name:
+            name, directory = "", value
+        if not name:
+            name = model_id if model_id and len(values) == 1 else os.path.basename(os.path.normpath(directory))
+        if name in out:
+            raise InputError(f"--model {value}: the name '{name}' is already taken by --model {out[name]} "
+                             "(name them: --model NAME=DIR)")
+        out[name] = directory
+    return out
+
+
+def load_model(directory: str, device: str, precision: str):
+    """What ``--model DIR`` serves: the task pipeline when ``config.json`` names a fine-tuned head (its
+    ``.encoder()`` also serves the encoder routes), else the directory's encoder."""
+    from bertkit.features import Encoder  # torch: kept out of `bertkit serve -h`
+
+    try:
+        from bertkit.pipelines import NoHeadError, load_pipeline
+    except ImportError:  # a tree without bertkit.pipelines serves encoders only  TODO(lead): drop after the merge
+        return Encoder.from_pretrained(directory, device=device, precision=precision)
+    try:
+        return load_pipeline(directory, device=device, precision=precision)
+    except NoHeadError:
+        return Encoder.from_pretrained(directory, device=device, precision=precision)
+
+
+def raise_fd_limit() -> None:
+    """Raise the open-file limit to its hard maximum: each connection holds a descriptor."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
+
+import numpy as np
+
+from bertkit.errors import InputError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -22,15 +25,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="model directory: config.json, weights, vocab.txt")
     parser.add_argument("texts", nargs="+", help="two or more texts (sentences containing --word, with --word)")
     parser.add_argument("--word", default=None, help="compare this word's contextual vectors across the texts")
-    parser.add_argument("--layers", default="-2", help="comma-separated layers, concatenated (default -2)")
-    parser.add_argument("--pooling", default="mean", help="pooling for whole texts (default mean)")
+    parser.add_argument("--layers", default=None, help="comma-separated layers, concatenated (default: the model's "
+                        "saved setting, else -2)")
+    parser.add_argument("--pooling", default=None, help="pooling for whole texts (default: the model's saved "
+                        "pooling, else mean)")
     parser.add_argument("--precision", default="fp32", choices=["auto", "bf16", "fp32"])
 
 
 def word_vectors(encoder, texts: list[str], word: str, layers) -> list:
     """The mean of ``word``'s wordpiece vectors (its first whole-word occurrence) in each text."""
-    import numpy as np
-
     pattern = re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.IGNORECASE)
     vectors = encoder.encode(texts, layers=layers, pooling="none")
     encodings = encoder.tokenize(texts)
@@ -38,18 +41,16 @@ def word_vectors(encoder, texts: list[str], word: str, layers) -> list:
     for n, (text, enc, vec) in enumerate(zip(texts, encodings, vectors), 1):
         match = pattern.search(text)
         if match is None:
-            raise ValueError(f"text {n} ({text!r}) does not contain the word {word!r}")
+            raise InputError(f"text {n} ({text!r}) does not contain the word {word!r}")
         rows = [i for i, ((b, e), special) in enumerate(zip(enc.offsets, enc.special_tokens_mask))
                 if not special and b >= match.start() and e <= match.end() and e > b]
         if not rows:
-            raise ValueError(f"text {n}: the word {word!r} was cut off by truncation")
+            raise InputError(f"text {n}: the word {word!r} was cut off by truncation")
         out.append(np.asarray(vec)[rows].mean(0))
     return out
 
 
 def cosine_distances(vectors):
-    import numpy as np
-
     m = np.stack(vectors).astype(np.float64)
     m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
     return np.clip(1.0 - m @ m.T, 0.0, 2.0)
@@ -66,34 +67,24 @@ def print_matrix(labels: list[str], d) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertkit.features import Encoder
-    from bertkit.serve.app import parse_layers
+    from bertkit.features import Encoder, parse_layers  # torch: kept out of `bertkit similarity -h`
 
     if len(args.texts) < 2:
-        print("bertkit similarity: give at least two texts", file=sys.stderr)
-        return 2
-    try:
-        encoder = Encoder.from_pretrained(args.model, precision=args.precision)
-        layers = parse_layers(args.layers)
-        if args.word:
-            contextual = cosine_distances(word_vectors(encoder, args.texts, args.word, layers))
-            print(f"the word {args.word!r} at layers {args.layers}:")
-            print_matrix(args.texts, contextual)
-            static = cosine_distances(word_vectors(encoder, args.texts, args.word, [0]))
-            print(f"\nfor contrast, at layer 0 (embedding output: only the position differs), mean distance "
-                  f"{static[~_eye(len(args.texts))].mean():.4f} vs {contextual[~_eye(len(args.texts))].mean():.4f} "
-                  f"at layers {args.layers}")
-        else:
-            vectors = encoder.encode(args.texts, layers=layers, pooling=args.pooling)
-            print(f"texts at layers {args.layers}, pooling {args.pooling}:")
-            print_matrix(args.texts, cosine_distances(list(vectors)))
-    except (OSError, ValueError, TypeError) as exc:
-        print(f"bertkit similarity: {exc}", file=sys.stderr)
-        return 2
+        raise InputError(f"give at least two texts, got {len(args.texts)}")
+    encoder = Encoder.from_pretrained(args.model, precision=args.precision)
+    layers = parse_layers(args.layers) if args.layers else list(encoder.defaults.layers)
+    args.layers = args.layers or ",".join(map(str, layers))
+    args.pooling = args.pooling or encoder.defaults.pooling  # unnamed: a sentence-embedding model's own
+    if args.word:
+        contextual = cosine_distances(word_vectors(encoder, args.texts, args.word, layers))
+        print(f"the word {args.word!r} at layers {args.layers}:")
+        print_matrix(args.texts, contextual)
+        static = cosine_distances(word_vectors(encoder, args.texts, args.word, [0]))
+        off_diagonal = ~np.eye(len(args.texts), dtype=bool)
+        print(f"\nfor contrast, at layer 0 (embedding output: only the position differs), mean distance "
+              f"{static[off_diagonal].mean():.4f} vs {contextual[off_diagonal].mean():.4f} at layers {args.layers}")
+    else:
+        vectors = encoder.encode(args.texts, layers=layers, pooling=args.pooling)
+        print(f"texts at layers {args.layers}, pooling {args.pooling}:")
+        print_matrix(args.texts, cosine_distances(list(vectors)))
     return 0
-
-
-def _eye(n: int):
-    import numpy as np
-
-    return np.eye(n, dtype=bool)

@@ -10,12 +10,19 @@ Failure isolation: if a batch fails, each request in it is retried on its own, s
 model fails (its future gets the exception); the worker keeps running. Cancelled requests (a client that timed out)
 are dropped before they cost any compute. A bounded queue refuses new work with :class:`QueueFull` instead of
 growing without end.
+
+Memory: glibc keeps memory that a batch freed (activations, token lists) in its arenas, so a long-running server's
+RSS creeps up with varied request sizes. The worker calls ``malloc_trim(0)`` (glibc only, through ctypes), which hands
+that memory back to the OS: at most once per ``trim_interval_s``, when it goes idle or between batches under steady
+load, and only after work.
 """
 
 from __future__ import annotations
 
 import collections
 import concurrent.futures
+import ctypes
+import ctypes.util
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +30,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bertkit.features import Encoder, PoolSpec
+
+
+def _load_malloc_trim() -> Any:
+    """glibc's ``malloc_trim`` (None on other C libraries and platforms)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        fn = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
+    return fn
+
+
+MALLOC_TRIM = _load_malloc_trim()
 
 
 class QueueFull(RuntimeError):
@@ -66,6 +87,7 @@ class Stats:
         self.padded_tokens = 0  # B x T actually run
         self.forward_seconds = 0.0
         self.failed_batches = 0
+        self.trims = 0  # malloc_trim calls
         self.batch_size_buckets = collections.Counter()  # upper bound -> count
 
     BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -90,6 +112,8 @@ class BatchQueue:
         max_batch_size: inputs per forward pass.
         max_wait_ms: how long the worker lingers after the first pending input for more to arrive (0: never).
         max_pending: pending inputs beyond which :meth:`submit` raises :class:`QueueFull`.
+        trim_interval_s: after work, hand freed memory back to the OS (``malloc_trim``), at most this often (0:
+            never; no effect where glibc is absent).
     """
 
     def __init__(
@@ -99,6 +123,7 @@ class BatchQueue:
         max_batch_size: int = 128,
         max_wait_ms: float = 2.0,
         max_pending: int = 20000,
+        trim_interval_s: float = 5.0,
     ):
         if max_batch_tokens < encoder.max_tokens(None):
             raise ValueError(f"max_batch_tokens ({max_batch_tokens}) must hold one input of the model's maximum "
@@ -109,6 +134,9 @@ class BatchQueue:
         self.max_wait = max_wait_ms / 1000.0
         self.max_pending = int(max_pending)
         self.stats = Stats()
+        self.trim_interval = float(trim_interval_s) if MALLOC_TRIM is not None else 0.0
+        self._dirty = False  # work done since the last trim
+        self._last_trim = 0.0
         self._pending: collections.deque[_Item] = collections.deque()
         self._calls: collections.deque[_Call] = collections.deque()
         self._cond = threading.Condition()
@@ -187,7 +215,15 @@ class BatchQueue:
             while True:
                 with self._cond:
                     while not self._pending and not self._calls and not self._stop:
-                        self._cond.wait()
+                        wait = self._trim_wait()
+                        if wait == 0.0:
+                            self._cond.release()  # trimming can take milliseconds: let submitters in meanwhile
+                            try:
+                                self._trim()
+                            finally:
+                                self._cond.acquire()
+                            continue
+                        self._cond.wait(wait)
                     if self._stop:
                         return
                     if self._pending and not self._calls and self.max_wait > 0:
@@ -208,6 +244,7 @@ class BatchQueue:
                             call.future.set_result(call.fn(self.encoder))
                         except BaseException as exc:  # noqa: BLE001 - reported to the caller, worker goes on
                             call.future.set_exception(exc)
+                self._dirty = True
                 if items:
                     try:
                         self._process(items)
@@ -215,6 +252,21 @@ class BatchQueue:
                         for it in items:
                             it.request.failed = True
                             _set_exception(it.request.future, exc)
+                if self._trim_wait() == 0.0:  # under steady load the worker may never go idle
+                    self._trim()
+
+    def _trim_wait(self) -> float | None:
+        """Seconds until a trim is due (0: now), or None when none is (nothing done since the last, or off)."""
+        if not self._dirty or self.trim_interval <= 0:
+            return None
+        return max(0.0, self._last_trim + self.trim_interval - time.monotonic())
+
+    def _trim(self) -> None:
+        MALLOC_TRIM(0)
+        self._dirty = False
+        self._last_trim = time.monotonic()
+        with self.stats.lock:
+            self.stats.trims += 1
 
     def _take(self) -> list[_Item]:
         """Pending items in arrival order, up to four batches' worth of tokens (so none waits forever)."""

@@ -36,7 +36,8 @@ class BertClient:
         url: the server's base URL.
         api_key: sent as ``Authorization: Bearer KEY`` (default: the ``BERTKIT_API_KEY`` environment variable).
         timeout: seconds per HTTP request (connect and read); nothing waits forever.
-        batch_size: texts per HTTP request; None = the server's ``max_client_batch_size`` (from /info).
+        batch_size: texts per HTTP request; None = the server's ``max_client_batch_size`` (from /info), at most 256
+            (long texts in a request of thousands could pass the server's per-request token budget).
     """
 
     def __init__(self, url: str = "http://127.0.0.1:8000", api_key: str | None = None, timeout: float = 60.0,
@@ -60,7 +61,8 @@ class BertClient:
         if data is not None:
             headers["Content-Type"] = "application/json"
         if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
+            # header text goes out as latin-1: send a non-ASCII key as its UTF-8 bytes, which the server compares
+            headers["Authorization"] = f"Bearer {self.api_key}".encode("utf-8").decode("latin-1")
         req = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
@@ -102,7 +104,7 @@ class BertClient:
     @property
     def batch_size(self) -> int:
         if self._batch_size is None:
-            self._batch_size = int((self._info or self.info()).get("max_client_batch_size", 64))
+            self._batch_size = min(256, int((self._info or self.info()).get("max_client_batch_size", 64)))
         return self._batch_size
 
     # ------------------------------------------------------------------ the work

@@ -16,34 +16,39 @@ Shared helpers here: length-bucketed batching, padding, and batched inference un
 
 from __future__ import annotations
 
+import importlib
 import random
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-GLUE_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "mnli-mm", "qnli", "rte", "wnli", "ax")
+from bertkit.data.glue import GLUE_TASKS
+from bertkit.errors import InputError
+
 LABEL_KEYS = ("labels", "start_positions", "end_positions")
-TASK_NAMES = GLUE_NAMES + ("classification", "squad", "squad_v2", "conll2003", "tagging", "swag")
+
+# The one task registry: ``--task`` name -> (module, class). A new task is one entry here; its class takes
+# ``(name, **task_options)`` and implements the ``TaskBase`` surface. GLUE's names come from its own registry,
+# ``bertkit.data.glue.GLUE_TASKS`` (aliases such as ``diagnostic`` left out of the choices).
+TASKS: dict[str, tuple[str, str]] = {
+    **{name: ("bertkit.tasks.classification", "ClassificationTask")
+       for name, spec in GLUE_TASKS.items() if spec.name == name},
+    "classification": ("bertkit.tasks.classification", "ClassificationTask"),
+    "squad": ("bertkit.tasks.squad", "SquadTask"),
+    "squad_v2": ("bertkit.tasks.squad", "SquadTask"),
+    "conll2003": ("bertkit.tasks.tagging", "TaggingTask"),
+    "tagging": ("bertkit.tasks.tagging", "TaggingTask"),
+    "swag": ("bertkit.tasks.multiple_choice", "MultipleChoiceTask"),
+    "rerank": ("bertkit.tasks.rerank", "RerankTask"),
+}
+TASK_NAMES = tuple(TASKS)
 
 
 def get_task(name: str, **options: Any):
     """The task object for a ``--task`` name; ``options`` are the command's task flags (columns, strides...)."""
-    if name in GLUE_NAMES or name == "classification":
-        from bertkit.tasks.classification import ClassificationTask
-
-        return ClassificationTask(name, **options)
-    if name in ("squad", "squad_v2"):
-        from bertkit.tasks.squad import SquadTask
-
-        return SquadTask(name, **options)
-    if name in ("conll2003", "tagging"):
-        from bertkit.tasks.tagging import TaggingTask
-
-        return TaggingTask(name, **options)
-    if name == "swag":
-        from bertkit.tasks.multiple_choice import MultipleChoiceTask
-
-        return MultipleChoiceTask(name, **options)
-    raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASK_NAMES)}")
+    if name not in TASKS:
+        raise InputError(f"--task: unknown task {name!r}; choose one of {', '.join(TASK_NAMES)}")
+    module, cls = TASKS[name]
+    return getattr(importlib.import_module(module), cls)(name, **options)
 
 
 # --------------------------------------------------------------------------------------------- batching helpers
@@ -132,6 +137,37 @@ def run_inference(
             yield idx, out
 
 
+def stored_weight_names(model_dir) -> set[str]:
+    """The tensor names in a model directory's weights file (safetensors: from its header, without reading
+    the tensors)."""
+    from pathlib import Path
+
+    from bertkit.checkpoint import find_weights, read_state_dict
+
+    path = find_weights(Path(model_dir))
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(path), "pt") as f:
+            return set(f.keys())
+    return set(read_state_dict(path))
+
+
+def check_trained_head(model, model_dir, task_name: str) -> None:
+    """Refuse a directory whose weights lack the task head (``classifier.*``, ``qa_outputs.*``, the pooler the head
+    reads...): loading would initialise it at random, and predictions from it mean nothing. Only ``finetune`` may
+    create a head."""
+    head = [k for k in model.state_dict() if not k.startswith("bert.") or k.startswith("bert.pooler.")]
+    stored = stored_weight_names(model_dir)
+    missing = [k for k in head if k not in stored]
+    if missing:
+        raise InputError(
+            f"{model_dir}: no trained {task_name} head: the weights lack {', '.join(missing[:4])}"
+            + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+            + f". Fine-tune it first (bertkit finetune --task {task_name} --model {model_dir} ...); evaluate and "
+              "predict never use a freshly initialised head")
+
+
 class TaskBase:
     """Defaults shared by the task families (see the module docstring for the surface)."""
 
@@ -151,6 +187,7 @@ class TaskBase:
         if not finetuned:
             return self.model_class.from_pretrained(model_dir, **self.model_overrides())
         model = self.model_class.from_pretrained(model_dir)
+        check_trained_head(model, model_dir, self.name)
         id2label = model.config.id2label
         if self.labels is None and id2label and not getattr(self, "regression", False):
             self.labels = [id2label[i] for i in range(len(id2label))]

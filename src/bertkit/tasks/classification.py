@@ -17,12 +17,11 @@ from bertkit.data.glue import GLUE_TASKS
 from bertkit.data.readers import DataError, read_table
 from bertkit.files import atomic_write
 from bertkit.tasks import TaskBase, collate_inputs, run_inference
-from bertkit.tasks import metrics as M
+from bertkit.tasks.metrics import accuracy, f1_binary, matthews_corrcoef, pearson, spearman
 
 
 class ClassificationTask(TaskBase):
     family = "classification"
-    model_class_name = "BertForSequenceClassification"
 
     def __init__(
         self,
@@ -145,15 +144,15 @@ class ClassificationTask(TaskBase):
         if any(g is None for g in gold):
             return {}
         if self.regression:
-            return {"pearson": M.pearson(preds, gold), "spearman": M.spearman(preds, gold)}
+            return {"pearson": pearson(preds, gold), "spearman": spearman(preds, gold)}
         index = {label: i for i, label in enumerate(self.labels)}
         p = [index[x] for x in preds]
         y = [index[x] for x in gold]
-        out = {"accuracy": M.accuracy(p, y)}
+        out = {"accuracy": accuracy(p, y)}
         if "mcc" in self.metric_names:
-            out["mcc"] = M.matthews_corrcoef(p, y)
+            out["mcc"] = matthews_corrcoef(p, y)
         if "f1" in self.metric_names and len(self.labels) == 2:
-            out["f1"] = M.f1_binary(p, y, positive=1)
+            out["f1"] = f1_binary(p, y, positive=1)
         return out
 
     def write_predictions(self, directory: str | os.PathLike, examples: Sequence, preds: Sequence) -> list[Path]:

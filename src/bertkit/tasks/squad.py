@@ -9,11 +9,20 @@ whitespace re-alignment):
 - training: the answer's token span, or [CLS] (position 0) when the answer is not inside the window or the
   question is unanswerable (v2.0).
 Post-processing: the ``n_best_size`` best starts and ends of each window, spans of at most ``max_answer_length``
-tokens, ``start + end`` logit scores; answer text cut from the original context by character offsets.
+tokens, ``start + end`` logit scores. Answer text (``answer_text``):
+- ``google`` (default): ``run_squad.py``'s ``get_final_text``, ported line for line: the predicted word pieces,
+  de-tokenized (``##`` joined), are found in the basic-tokenized original whitespace-separated words that hold the
+  span, and projected back character by character (so "Steve Smith's" gives "Steve Smith"); when that alignment
+  fails (e.g. an [UNK] piece, or accents the tokenizer strips that change the length), the whole original words;
+- ``chars``: the context's characters from the first piece's start to the last piece's end;
+- ``words``: ``chars`` widened to whole basic-tokenizer words (a span starting or ending inside a word takes the
+  whole word). Not Google's: its published EM/F1 rest on ``google``.
 v2.0: the null score is ``start[0] + end[0]`` (minimum over windows); predict "" when
 ``null - best span > null_score_diff_threshold``.
 Outputs: ``predictions.json`` (id -> text), ``nbest_predictions.json`` (id -> list of text, probability,
-start_logit, end_logit) and, for v2.0, ``null_odds.json`` (id -> null - best span score).
+start_logit, end_logit, and start / end: the character span of the answer's pieces in the context) and, for
+v2.0, ``null_odds.json``
+(id -> null - best span score).
 """
 
 from __future__ import annotations
@@ -23,12 +32,13 @@ import collections
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bertkit.errors import InputError
 from bertkit.files import atomic_write
 from bertkit.tasks import TaskBase, collate_inputs, run_inference
 from bertkit.tasks.metrics import squad_evaluate, squad_v2_best_thresholds
@@ -59,9 +69,75 @@ def max_context_flags(spans: list[tuple[int, int]]) -> list[list[bool]]:
     return [[best[pos][1] == w for pos in range(start, start + length)] for w, (start, length) in enumerate(spans)]
 
 
+def whitespace_words(context: str) -> tuple[list[str], list[int]]:
+    """Google's ``read_squad_examples`` split of a context: words separated by space, tab, CR, LF or U+202F
+    (``doc_tokens``), and the word index of every character (``char_to_word_offset``)."""
+    words: list[str] = []
+    char_to_word: list[int] = []
+    prev_is_whitespace = True
+    for c in context:
+        if c in " \t\r\n\u202f":
+            prev_is_whitespace = True
+        else:
+            if prev_is_whitespace:
+                words.append(c)
+            else:
+                words[-1] += c
+            prev_is_whitespace = False
+        char_to_word.append(len(words) - 1)
+    return words, char_to_word
+
+
+def get_final_text(pred_text: str, orig_text: str, basic_tokenize: Callable[[str], list[str]]) -> str:
+    """Google's ``run_squad.py`` ``get_final_text``, line for line: project the de-tokenized prediction
+    ``pred_text`` back onto ``orig_text``, the original whitespace-separated words that hold it.
+
+    ``orig_text`` is basic-tokenized (``basic_tokenize``: the model's, Google's ``BasicTokenizer(do_lower_case)``),
+    ``pred_text`` is found in it, and with spaces removed from both, characters are aligned one to one. When
+    ``pred_text`` is not found or the lengths differ, the whole ``orig_text`` is returned, as Google's does."""
+
+    def _strip_spaces(text: str) -> tuple[str, dict[int, int]]:
+        ns_chars = []
+        ns_to_s_map = {}
+        for i, c in enumerate(text):
+            if c == " ":
+                continue
+            ns_to_s_map[len(ns_chars)] = i
+            ns_chars.append(c)
+        return "".join(ns_chars), ns_to_s_map
+
+    tok_text = " ".join(basic_tokenize(orig_text))
+    start_position = tok_text.find(pred_text)
+    if start_position == -1:
+        return orig_text
+    end_position = start_position + len(pred_text) - 1
+    orig_ns_text, orig_ns_to_s_map = _strip_spaces(orig_text)
+    tok_ns_text, tok_ns_to_s_map = _strip_spaces(tok_text)
+    if len(orig_ns_text) != len(tok_ns_text):
+        return orig_text
+    tok_s_to_ns_map = {tok_index: i for i, tok_index in tok_ns_to_s_map.items()}
+    orig_start_position = None
+    if start_position in tok_s_to_ns_map:
+        ns_start_position = tok_s_to_ns_map[start_position]
+        if ns_start_position in orig_ns_to_s_map:
+            orig_start_position = orig_ns_to_s_map[ns_start_position]
+    if orig_start_position is None:
+        return orig_text
+    orig_end_position = None
+    if end_position in tok_s_to_ns_map:
+        ns_end_position = tok_s_to_ns_map[end_position]
+        if ns_end_position in orig_ns_to_s_map:
+            orig_end_position = orig_ns_to_s_map[ns_end_position]
+    if orig_end_position is None:
+        return orig_text
+    return orig_text[orig_start_position : orig_end_position + 1]
+
+
+ANSWER_TEXT_MODES = ("google", "chars", "words")
+
+
 class SquadTask(TaskBase):
     family = "squad"
-    model_class_name = "BertForQuestionAnswering"
 
     def __init__(
         self,
@@ -73,6 +149,7 @@ class SquadTask(TaskBase):
         max_answer_length: int = 30,
         null_score_diff_threshold: float = 0.0,
         version: str | None = None,
+        answer_text: str | None = None,
         **_: Any,
     ):
         self.name = name
@@ -83,9 +160,13 @@ class SquadTask(TaskBase):
         self.max_answer_length = max_answer_length
         self.null_score_diff_threshold = null_score_diff_threshold
         self.version = version or ("2.0" if name == "squad_v2" else "1.1")
+        self.answer_text = answer_text or "google"
+        if self.answer_text not in ANSWER_TEXT_MODES:
+            raise InputError(f"--answer-text must be one of {ANSWER_TEXT_MODES}, got {self.answer_text!r}")
+        self._words: tuple[str, tuple[list[str], list[int]]] | None = None  # the last context's whitespace words
         self.main_metric = "f1"
         if self.max_seq_length - self.max_query_length - 3 < 1:
-            raise ValueError(f"max_seq_length ({self.max_seq_length}) leaves no room for context after a "
+            raise InputError(f"--max-seq-length ({self.max_seq_length}) leaves no room for context after a "
                              f"{self.max_query_length}-token question")
 
     @property
@@ -99,7 +180,7 @@ class SquadTask(TaskBase):
             "task": self.name, "max_seq_length": self.max_seq_length, "doc_stride": self.doc_stride,
             "max_query_length": self.max_query_length, "n_best_size": self.n_best_size,
             "max_answer_length": self.max_answer_length, "null_score_diff_threshold": self.null_score_diff_threshold,
-            "version": self.version,
+            "version": self.version, "answer_text": self.answer_text,
         }
 
     def read(self, path: str | os.PathLike, labelled: bool = True, skip_bad_rows: bool = False):
@@ -145,7 +226,9 @@ class SquadTask(TaskBase):
                     "span_start": start,
                     "offset": offset,
                     "max_context": flag,
-                    "offsets": offsets,  # the context's character offsets (shared by its windows, not copied)
+                    # the context's pieces, their character offsets and word indices (shared by its windows)
+                    "offsets": offsets, "tokens": ctx.tokens, "word_ids": ctx.word_ids,
+                    "basic_tokenize": tokenizer.basic_tokenize,  # get_final_text projects answers with the same
                 }
                 if training:
                     if tok_start is not None and start <= tok_start and tok_end < start + length:
@@ -175,14 +258,39 @@ class SquadTask(TaskBase):
             for row, i in enumerate(idx):
                 n = len(features[i]["input_ids"])
                 logits[i] = (start[row, :n], end[row, :n])
+        return self.postprocess(examples, features, logits)
+
+    def postprocess(self, examples: Sequence, features: Sequence[dict], logits: Sequence) -> list[dict]:
+        """Predictions from each feature's (start logits [T], end logits [T]), grouped by example."""
         by_example: dict[int, list[int]] = collections.defaultdict(list)
         for i, f in enumerate(features):
             by_example[f["example"]].append(i)
         return [self._postprocess(e, [features[i] for i in by_example[k]], [logits[i] for i in by_example[k]])
                 for k, e in enumerate(examples)]
 
+    def answer_span_text(self, context: str, feature: dict, first: int, last: int) -> str:
+        """The answer text of context pieces ``first..last`` (indices into the context's pieces), by
+        ``self.answer_text`` (see the module docstring)."""
+        offsets = feature["offsets"]
+        if self.answer_text == "words":
+            word_ids = feature["word_ids"]
+            while first > 0 and word_ids[first - 1] == word_ids[first]:
+                first -= 1
+            while last + 1 < len(word_ids) and word_ids[last + 1] == word_ids[last]:
+                last += 1
+        if self.answer_text != "google":
+            return context[offsets[first][0] : offsets[last][1]]
+        tok_text = " ".join(feature["tokens"][first : last + 1])
+        tok_text = tok_text.replace(" ##", "").replace("##", "")  # de-tokenize word pieces
+        tok_text = " ".join(tok_text.strip().split())
+        if self._words is None or self._words[0] != context:  # once per example, not per candidate
+            self._words = (context, whitespace_words(context))
+        words, char_to_word = self._words[1]
+        orig_text = " ".join(words[char_to_word[offsets[first][0]] : char_to_word[offsets[last][1] - 1] + 1])
+        return get_final_text(tok_text, orig_text, feature["basic_tokenize"])
+
     def _postprocess(self, example, feats: list[dict], logits: list) -> dict:
-        candidates = []  # (score, start_logit, end_logit, char_start, char_end)
+        candidates = []  # (score, start_logit, end_logit, feature, first piece, last piece)
         null_score, null_logits = math.inf, (0.0, 0.0)
         for f, (start, end) in zip(feats, logits):
             null = float(start[0] + end[0])
@@ -190,24 +298,24 @@ class SquadTask(TaskBase):
                 null_score, null_logits = null, (float(start[0]), float(end[0]))
             starts = np.argsort(-start, kind="stable")[: self.n_best_size]
             ends = np.argsort(-end, kind="stable")[: self.n_best_size]
-            offset, span_start, n_ctx, offsets = f["offset"], f["span_start"], len(f["max_context"]), f["offsets"]
+            offset, span_start, n_ctx = f["offset"], f["span_start"], len(f["max_context"])
             for s in starts.tolist():
                 if not offset <= s < offset + n_ctx or not f["max_context"][s - offset]:
                     continue
                 for e in ends.tolist():
                     if not offset <= e < offset + n_ctx or e < s or e - s + 1 > self.max_answer_length:
                         continue
-                    cs = offsets[span_start + s - offset][0]
-                    ce = offsets[span_start + e - offset][1]
-                    candidates.append((float(start[s] + end[e]), float(start[s]), float(end[e]), cs, ce))
+                    candidates.append((float(start[s] + end[e]), float(start[s]), float(end[e]), f,
+                                       span_start + s - offset, span_start + e - offset))
         candidates.sort(key=lambda c: -c[0])
         nbest, seen = [], set()
-        for score, sl, el, cs, ce in candidates:
-            text = example.context[cs:ce]
+        for score, sl, el, f, first, last in candidates:
+            text = self.answer_span_text(example.context, f, first, last)
             if text in seen:
                 continue
             seen.add(text)
-            nbest.append({"text": text, "start_logit": sl, "end_logit": el, "score": score})
+            nbest.append({"text": text, "start_logit": sl, "end_logit": el, "score": score,
+                          "start": f["offsets"][first][0], "end": f["offsets"][last][1]})  # the pieces' characters
             if len(nbest) >= self.n_best_size:
                 break
         best_non_null = nbest[0] if nbest else None

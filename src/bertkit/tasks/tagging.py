@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertkit.errors import InputError
 from bertkit.files import atomic_write, write_json
 from bertkit.tasks import TaskBase, collate_inputs, pad, run_inference
 from bertkit.tasks.metrics import conlleval
@@ -39,7 +40,7 @@ def parse_layers(layers: str | Sequence[int]) -> list[int]:
         try:
             return [int(x) for x in layers.split(",") if x.strip()]
         except ValueError:
-            raise ValueError(f"--feature-layers must be comma-separated integers, got {layers!r}") from None
+            raise InputError(f"--feature-layers must be comma-separated integers, got {layers!r}") from None
     return [int(x) for x in layers]
 
 
@@ -99,7 +100,7 @@ class TaggingTask(TaskBase):
             return model
         if self.feature_based:
             if finetuned:
-                raise FileNotFoundError(f"{model_dir}: no {TAGGER_CONFIG} (not a feature-based tagger)")
+                raise InputError(f"{model_dir}: no {TAGGER_CONFIG} (not a feature-based tagger)")
             from bertkit.modeling import BertModel
 
             bert = BertModel.from_pretrained(model_dir, **self.model_overrides())
@@ -198,12 +199,12 @@ class FeatureTagger(nn.Module):
                  tagger: str = "bilstm", hidden: int = 256, dropout: float = 0.1):
         super().__init__()
         if tagger not in ("bilstm", "mlp"):
-            raise ValueError(f"tagger must be 'bilstm' or 'mlp', got {tagger!r}")
+            raise InputError(f"--tagger must be 'bilstm' or 'mlp', got {tagger!r}")
         n_states = bert.config.num_hidden_layers + 1
         for layer in layers:
             if not -n_states <= layer < n_states:
-                raise ValueError(f"feature layer {layer} does not exist: the model has {n_states} hidden states "
-                                 f"(0 = embeddings .. {n_states - 1} = last layer, or -1 .. -{n_states})")
+                raise InputError(f"--feature-layers: layer {layer} does not exist: the model has {n_states} "
+                                 f"hidden states (0 = embeddings .. {n_states - 1} = last layer, or -1 .. -{n_states})")
         self.bert = bert
         self.config = bert.config
         self.labels = list(labels)

@@ -1,0 +1,132 @@
+"""``bertkit glue``: the GLUE suite in one command (lr grid x seeds per task, GLUE score, leaderboard files)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+# finetune flags the suite sets itself (the others pass through to every `bertkit finetune`)
+_OWN = {"task", "train", "dev", "model", "output", "lr", "seed", "help"}
+
+
+def _finetune_actions() -> list[argparse.Action]:
+    """The options of ``bertkit finetune`` (read from its parser, so new finetune flags pass through as well)."""
+    from bertkit.commands import finetune
+
+    parser = argparse.ArgumentParser(add_help=False)
+    finetune.configure(parser)
+    return [a for a in parser._actions if a.option_strings and a.dest not in _OWN]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Fine-tune a model on every GLUE task found under --data (the GLUE download layout: CoLA/train.tsv, "
+        "dev.tsv, test.tsv ...) with the paper's protocol: each learning rate over N seeds, the best median on dev. "
+        "Writes results.csv, results.md, glue.png, cells.csv and, where test files exist, the leaderboard's "
+        "submission.zip. Run the same command again to resume a stopped suite.")
+    parser.add_argument("--model", required=True, help="bertkit or Hugging Face BERT directory")
+    parser.add_argument("--data", required=True, help="the GLUE directory (CoLA/, SST-2/, MRPC/, STS-B/, QQP/, "
+                                                      "MNLI/, QNLI/, RTE/, WNLI/, diagnostic/)")
+    parser.add_argument("--output", required=True, help="the suite's directory")
+    parser.add_argument("--tasks", default=None, help="comma-separated tasks (default: every one found), e.g. "
+                                                      "cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte,wnli")
+    parser.add_argument("--seeds", default="3", help="seeds per learning rate: a count N (seeds 1..N) or a "
+                                                     "comma-separated list (default 3)")
+    parser.add_argument("--lr", default="2e-5,3e-5,5e-5", help="the learning-rate grid, comma-separated "
+                                                               "(default 2e-5,3e-5,5e-5)")
+    parser.add_argument("--max-time-per-run", default=None, metavar="DURATION",
+                        help="bound each fine-tuning (90s, 10m, 1h); the best dev checkpoint reached counts")
+    group = parser.add_argument_group("fine-tuning (passed to every `bertkit finetune`; see its -h)")
+    for action in _finetune_actions():
+        if action.help:  # "%(default)s" (bertkit.options) cannot expand once the default is suppressed
+            action.help = action.help.replace("%(default)s", str(action.default).replace("%", "%%"))
+        action.default = argparse.SUPPRESS  # only flags given on the command line are passed on
+        action.required = False
+        group._add_action(action)
+
+
+def finetune_argv(args: argparse.Namespace) -> list[str]:
+    """The pass-through finetune flags given on the command line, as argv."""
+    out: list[str] = []
+    for action in _finetune_actions():
+        if action.dest not in vars(args):
+            continue
+        value = getattr(args, action.dest)
+        flag = action.option_strings[-1] if action.option_strings[-1].startswith("--") else action.option_strings[0]
+        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction)):
+            out.append(flag)
+        elif isinstance(value, list):
+            for v in value:
+                out += [flag, str(v)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def parse_seeds(text: str) -> list[int]:
+    from bertkit.errors import InputError
+
+    try:
+        if "," not in text:
+            n = int(text)
+            if n < 1:
+                raise ValueError
+            return list(range(1, n + 1))
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise InputError(f"--seeds: expected a count >= 1 or a comma-separated list of integers, got {text!r}"
+                         ) from None
+    if len(set(seeds)) != len(seeds) or not seeds:
+        raise InputError(f"--seeds: {text!r} repeats a seed or names none")
+    return seeds
+
+
+def parse_lrs(text: str) -> list[float]:
+    from bertkit.errors import InputError
+
+    try:
+        lrs = [float(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise InputError(f"--lr: expected comma-separated numbers, got {text!r}") from None
+    if not lrs or any(not lr > 0 for lr in lrs):
+        raise InputError(f"--lr: expected positive learning rates, got {text!r}")
+    return sorted(set(lrs))
+
+
+def parse_time(text: str | None, flag: str) -> float | None:
+    if text is None:
+        return None
+    from bertkit.errors import InputError
+    from bertkit.recipes.pretrain import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise InputError(f"{flag}: {e}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from bertkit.experiments.glue import SuiteConfig, SuiteRunner, resolve_tasks
+    from bertkit.training.interrupt import GracefulStop
+
+    ft_flags = {o for a in _finetune_actions() for o in a.option_strings}
+    cfg = SuiteConfig(
+        model=Path(args.model), data=Path(args.data), output=Path(args.output), tasks=resolve_tasks(args.tasks),
+        tasks_given=args.tasks is not None,
+        seeds=parse_seeds(args.seeds), lrs=parse_lrs(args.lr),
+        max_time_per_run=parse_time(args.max_time_per_run, "--max-time-per-run"),
+        finetune_args=finetune_argv(args), max_time_flag="--max-time" in ft_flags,
+    )
+    with GracefulStop() as stop:
+        report = SuiteRunner(cfg, say=lambda m: print(m, file=sys.stderr, flush=True), stop=stop).run()
+    print((Path(args.output) / "results.md").read_text(encoding="utf-8"), file=sys.stderr)
+    print(json.dumps({
+        "output": str(report.output), "glue_score": None if report.glue.score is None else round(report.glue.score, 2),
+        "complete": report.glue.complete, "tasks": {k: round(s.median, 2) for k, s in report.summaries.items()},
+        "cells_run": report.cells_run, "cells_kept": report.cells_kept,
+        "submission": None if report.submission is None else str(report.submission),
+    }, sort_keys=True))
+    return 0

@@ -1,0 +1,185 @@
+"""One optimizer step's loss and gradients for a contrastive batch: plain, or cached (GradCache), and across ranks.
+
+A batch is a list of *columns* (anchors, positives, hard negatives...), each a :class:`Column` of token tensors
+``[B, T]``; ``embed(ids, types, mask) -> [b, D]`` runs the encoder with a graph.
+
+Plain: embed every column with a graph, take the loss, backward. Memory grows with B.
+
+Cached (Gao et al., 2021, "Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup"):
+
+    1. embed every column in mini-batches of ``mini_batch_size`` WITHOUT a graph, saving the RNG state before each
+       mini-batch;
+    2. take the loss on the whole batch's embeddings (leaf tensors) and its gradient w.r.t. each embedding;
+    3. re-run each mini-batch WITH a graph, replaying its saved RNG state so its dropout masks are the ones of
+       step 1, and back-propagate the cached embedding gradients through it.
+
+The parameters' gradients then equal the plain step's (same loss, same masks), while the activations held at once
+are those of one mini-batch.
+
+Across ranks (torchrun): every rank's embeddings are all-gathered *with* gradients (:func:`gather_with_grad`),
+so each rank computes the loss of the global batch. The
+all-gather's backward sums each rank's gradient into the embeddings it owns (world-size times the gradient of the
+global loss); :func:`average_gradients` then divides the summed parameter gradients by the world size, which leaves
+exactly the gradient of the global-batch loss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+EmbedFn = Callable[[Tensor, Tensor, Tensor], Tensor]
+
+
+@dataclass
+class Column:
+    """One column of a batch, padded: input_ids, token_type_ids, attention_mask, each [B, T]."""
+
+    ids: Tensor
+    types: Tensor
+    mask: Tensor
+
+    def __len__(self) -> int:
+        return self.ids.size(0)
+
+    def chunks(self, size: int) -> Iterator[Column]:
+        """Row slices of at most ``size``, each cut to its own longest input (less padding to compute)."""
+        for start in range(0, len(self), size):
+            mask = self.mask[start:start + size]
+            longest = int(mask.sum(1).max())
+            yield Column(self.ids[start:start + size, :longest], self.types[start:start + size, :longest],
+                         mask[:, :longest])
+
+
+class RngState:
+    """The CPU (and current CUDA device's) RNG state at construction; ``replay()`` runs a block from that state and
+    puts the surrounding state back afterwards."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cpu = torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+    @contextlib.contextmanager
+    def replay(self) -> Iterator[None]:
+        devices = [self.device] if self.cuda is not None else []
+        with torch.random.fork_rng(devices=devices):
+            torch.set_rng_state(self.cpu)
+            if self.cuda is not None:
+                torch.cuda.set_rng_state(self.cuda, self.device)
+            yield
+
+
+# ------------------------------------------------------------------------------------------------ across ranks
+
+
+class _GatherWithGrad(torch.autograd.Function):
+    """All-gather along dim 0 whose backward sums every rank's gradient and hands each rank its own rows.
+    (Written out rather than ``torch.distributed.nn.functional.all_gather``, deprecated in recent PyTorch; every
+    rank must pass the same number of rows.)"""
+
+    @staticmethod
+    def forward(ctx, t: Tensor) -> Tensor:
+        import torch.distributed as dist
+
+        ctx.rank, ctx.rows = dist.get_rank(), t.size(0)
+        parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, t.contiguous())
+        return torch.cat(parts, dim=0)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        import torch.distributed as dist
+
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad)  # the sum over ranks of d(each rank's loss) / d(every embedding)
+        return grad[ctx.rank * ctx.rows:(ctx.rank + 1) * ctx.rows]
+
+
+def gather_with_grad(t: Tensor) -> Tensor:
+    """All ranks' ``t`` ([b, ...] each, the same b) concatenated in rank order, differentiable; ``t`` itself when
+    not distributed."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return t
+    return _GatherWithGrad.apply(t)
+
+
+def gather_labels(t: Tensor | None) -> Tensor | None:
+    """All ranks' labels concatenated (no gradient)."""
+    import torch.distributed as dist
+
+    if t is None or not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return t
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t.contiguous())
+    return torch.cat(parts, dim=0)
+
+
+def average_gradients(model: torch.nn.Module) -> None:
+    """Divide the all-reduced (summed) parameter gradients by the world size (see the module docstring)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    world = dist.get_world_size()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])  # one all-reduce instead of one per tensor
+    dist.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for g in grads:
+        n = g.numel()
+        g.copy_(flat[offset:offset + n].view_as(g))
+        offset += n
+
+
+# ------------------------------------------------------------------------------------------------ the two steps
+
+
+def plain_step(embed: EmbedFn, columns: Sequence[Column], labels: Tensor | None, loss_fn) -> Tensor:
+    """Embed every column with a graph, take the (global-batch) loss and back-propagate. Returns the loss."""
+    reps = [gather_with_grad(embed(c.ids, c.types, c.mask)) for c in columns]
+    loss = loss_fn(reps, gather_labels(labels))
+    loss.backward()
+    return loss.detach()
+
+
+def cached_step(embed: EmbedFn, columns: Sequence[Column], labels: Tensor | None, loss_fn, mini_batch_size: int
+                ) -> Tensor:
+    """GradCache: the same loss and parameter gradients as :func:`plain_step` (with the same dropout masks), holding
+    the activations of one mini-batch at a time. Returns the loss."""
+    if mini_batch_size < 1:
+        raise ValueError(f"--mini-batch-size must be >= 1, got {mini_batch_size}")
+    device = columns[0].ids.device
+    # 1. embeddings without a graph; the RNG state before each mini-batch
+    chunks: list[list[tuple[Column, RngState]]] = []
+    reps: list[Tensor] = []
+    with torch.no_grad():
+        for column in columns:
+            parts, outs = [], []
+            for chunk in column.chunks(mini_batch_size):
+                parts.append((chunk, RngState(device)))
+                outs.append(embed(chunk.ids, chunk.types, chunk.mask))
+            chunks.append(parts)
+            reps.append(torch.cat(outs).detach().requires_grad_(True))
+    # 2. the loss on the whole (global) batch, and d loss / d embedding
+    loss = loss_fn([gather_with_grad(r) for r in reps], gather_labels(labels))
+    loss.backward()
+    # 3. each mini-batch again, with a graph and its own dropout masks, fed its cached embedding gradient
+    for parts, rep in zip(chunks, reps):
+        start = 0
+        for chunk, state in parts:
+            grad = rep.grad[start:start + len(chunk)]
+            start += len(chunk)
+            with state.replay():
+                out = embed(chunk.ids, chunk.types, chunk.mask)
+            out.backward(grad)
+    return loss.detach()

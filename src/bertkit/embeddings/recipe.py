@@ -1,0 +1,297 @@
+"""Sentence-embedding training: the explicit loop, on one screen.
+
+    rows = read(--train)                                   # (text,) | (anchor, positive[, negative]) | (a, b, score)
+    token ids of every text, once
+    for step:
+        columns = the batch's rows, column by column, padded   # simcse: the same texts twice (dropout differs)
+        loss, grads = plain_step | cached_step(--mini-batch-size)   # embeddings gathered across ranks
+        average grads over ranks; clip to 1.0; AdamW step; linear warmup/decay step
+        every --eval-every steps (or epoch): Spearman on --dev; keep the best checkpoint
+    OUTPUT: config.json + model.safetensors + vocab.txt + sentence-transformers files (pooling, Normalize)
+
+The loss sees the global batch (``batch_size`` x world size rows): see ``gradcache`` for why the gradient is then
+exactly that of the global-batch loss.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertkit.embeddings.data import TextRows
+from bertkit.embeddings.evaluate import sts_metrics
+from bertkit.embeddings.gradcache import Column, average_gradients, cached_step, plain_step
+from bertkit.embeddings.losses import build_loss
+from bertkit.embeddings.st_format import (
+    TO_ST_POOLING,
+    load_tokenizer,
+    read_sentence_transformers,
+    write_sentence_transformers,
+)
+from bertkit.errors import InputError
+from bertkit.features import EncodeDefaults, Encoder, pool
+from bertkit.files import write_json
+from bertkit.modeling import BertModel
+from bertkit.options import option
+from bertkit.precision import PRECISIONS, autocast, resolve_precision
+from bertkit.training import distributed as D
+from bertkit.training.interrupt import GracefulStop
+from bertkit.training.optim import build_optimizer, linear_schedule
+
+TRAIN_CONFIG_NAME = "embedding_config.json"
+
+
+def _dims(text: str) -> list[int]:
+    try:
+        dims = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--matryoshka-dims must be comma-separated integers, got {text!r}") from None
+    return dims
+
+
+@dataclass
+class EmbeddingTrainArgs:
+    """The flags of ``bertkit finetune --task simcse|pairs|sts`` (one definition each; see ``bertkit.options``)."""
+
+    task: str = option(None, choices=("simcse", "pairs", "sts"), required=True,
+                       help="simcse: unsupervised (text per line); pairs: (anchor, positive[, negative]) with "
+                       "MultipleNegativesRankingLoss; sts: (text, text, score) with CoSENT")
+    train: str = option(None, required=True, help="training file (text, TSV, CSV, JSONL, SQuAD JSON)")
+    model: str = option(None, required=True, help="bertkit, Hugging Face or sentence-transformers BERT directory")
+    output: str = option(None, required=True, help="output directory (loads in Encoder, sentence-transformers, "
+                         "transformers)")
+    dev: str | None = option(None, help="STS dev file (sentence1, sentence2, score): evaluated every --eval-every "
+                             "steps or epoch; the best checkpoint by Spearman is kept")
+    pooling: str | None = option(None, choices=tuple(TO_ST_POOLING), help="pooling of the last layer, saved with "
+                                 "the model (default: a sentence-transformers model's own, else mean)", group="model")
+    normalize: bool = option(True, help="do not L2-normalise the saved model's vectors", group="model")
+    max_seq_length: int = option(128, help="tokens per text, specials included", group="model")
+    text_column: str | None = option(None, help="text / anchor / first-sentence column (default text, anchor, "
+                                     "sentence1; NLI: premise)", group="data")
+    pair_column: str | None = option(None, help="positive / second-sentence column (default positive, sentence2; "
+                                     "NLI: hypothesis)", group="data")
+    negative_column: str | None = option(None, help="hard-negative column(s), comma-separated (default: "
+                                         "'negative' when the file has it)", group="data")
+    label_column: str | None = option(None, help="score column for sts (default score; NLI: label)", group="data")
+    data_format: str | None = option(None, flag="--format", choices=("text", "csv", "tsv", "jsonl"),
+                                     help="file format (default: from the extension; other extensions: text)",
+                                     group="data")
+    nli: bool = option(False, help="pairs from an NLI file: entailments are positives, the same premise's "
+                       "contradictions hard negatives", group="data")
+    squad_pairs: str | None = option(None, choices=("sentence", "paragraph"), help="pairs from a SQuAD JSON file: "
+                                     "(question, answer sentence) or (question, paragraph)", group="data")
+    skip_bad_rows: bool = option(False, help="skip and count malformed rows instead of stopping", group="data")
+    max_train_examples: int = option(0, help="use only the first N training rows (0 = all)", group="data")
+    epochs: float = option(1.0, group="training")
+    max_steps: int = option(0, help="stop after N optimizer steps (0 = no limit)", group="training")
+    lr: float = option(5e-5, help="peak learning rate", group="training")
+    batch_size: int = option(64, help="rows per step per process: the in-batch negatives", group="training")
+    mini_batch_size: int = option(0, help="GradCache: embed the batch in mini-batches of N (memory of N, "
+                                  "negatives of --batch-size; 0 = off)", group="training")
+    warmup_proportion: float = option(0.1, group="training")
+    weight_decay: float = option(0.01, group="training")
+    temperature: float = option(0.05, help="simcse: InfoNCE temperature", group="loss")
+    scale: float = option(20.0, help="pairs / sts: cosine scale (1 / temperature)", group="loss")
+    symmetric: bool = option(False, help="pairs: also rank anchors for each positive (two-way loss)", group="loss")
+    matryoshka_dims: str | None = option(None, help="e.g. 768,256,64: sum the loss over these prefixes",
+                                         group="loss")
+    seed: int = option(42, group="training")
+    precision: str = option("auto", choices=PRECISIONS, group="training")
+    device: str | None = option(None, help="cpu / cuda (default: cuda when available)", group="training")
+    eval_every: int = option(0, help="evaluate --dev every N steps (default: each epoch)", group="training")
+    eval_batch_size: int = option(64, group="training")
+    quiet: bool = option(False, help="no progress lines", group="training")
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_seq_length", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.mini_batch_size < 0 or self.max_steps < 0 or self.epochs <= 0:
+            raise InputError("--mini-batch-size and --max-steps must be >= 0, --epochs > 0")
+        if self.task != "pairs" and (self.nli or self.squad_pairs or self.symmetric or self.negative_column):
+            raise InputError("--nli, --squad-pairs, --symmetric and --negative-column apply to --task pairs")
+        if self.nli and self.squad_pairs:
+            raise InputError("--nli and --squad-pairs are two different input formats: choose one")
+        _dims(self.matryoshka_dims or "")
+
+
+def read_training_rows(args: EmbeddingTrainArgs) -> TextRows:
+    """The training file read the way ``--task`` and the data flags say."""
+    from bertkit.embeddings import data as R
+
+    common = dict(fmt=args.data_format, skip_bad_rows=args.skip_bad_rows)
+    if args.task == "simcse":
+        rows = R.read_texts(args.train, args.text_column, **common)
+    elif args.task == "sts":
+        rows = R.read_scored(args.train, args.text_column, args.pair_column, args.label_column, **common)
+    elif args.squad_pairs:
+        rows = R.read_squad_pairs(args.train, args.squad_pairs, args.skip_bad_rows)
+    elif args.nli:
+        rows = R.read_nli(args.train, args.text_column, args.pair_column, args.label_column, **common)
+    else:
+        rows = R.read_pairs(args.train, args.text_column, args.pair_column, args.negative_column, **common)
+    if args.max_train_examples:
+        del rows.rows[args.max_train_examples:]
+        if rows.scores is not None:
+            del rows.scores[args.max_train_examples:]
+    return rows
+
+
+def _set_seed(seed: int) -> None:
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | None, ctx,
+                     log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Train a sentence-embedding model on ``rows``; write it to ``args.output`` (the best dev checkpoint when
+    ``dev`` is given, else the last). Returns a summary (steps, loss, dev metrics, seconds)."""
+    log = log or (lambda message: None)
+    _set_seed(args.seed)
+    device = ctx.device
+    precision = resolve_precision(args.precision, device)
+    source = read_sentence_transformers(args.model)
+    model_dir = source.model_dir if source is not None else Path(args.model)
+    pooling = args.pooling or (source.pooling if source is not None else "mean")
+    tokenizer = load_tokenizer(model_dir)
+    model = BertModel.from_pretrained(model_dir).to(device).train()
+    if len(tokenizer) > model.config.vocab_size:
+        raise ValueError(f"{args.model}: the vocabulary has {len(tokenizer)} tokens but the model only "
+                         f"{model.config.vocab_size} embeddings")
+    if ctx.rank:
+        torch.manual_seed(args.seed + 1000 * ctx.rank)  # dropout differs per process; the weights are the same
+    loss_fn = build_loss(args.task, temperature=args.temperature, scale=args.scale, symmetric=args.symmetric,
+                         matryoshka_dims=_dims(args.matryoshka_dims or "") or None)
+    max_len = min(args.max_seq_length, model.config.max_position_embeddings)
+
+    # token ids of every text, once (texts repeat across columns: anchors, SQuAD sentences)
+    width = rows.width
+    distinct = list(dict.fromkeys(t for r in rows.rows for t in r))
+    encoded = tokenizer.encode_batch(distinct, max_length=max_len, truncation=True)
+    ids_of = {t: e.ids for t, e in zip(distinct, encoded)}
+    table = [[ids_of[t] for t in r] for r in rows.rows]  # [N][width] -> ids
+    labels_all = torch.tensor(rows.scores, dtype=torch.float32) if rows.scores is not None else None
+
+    n, world = len(table), ctx.world_size
+    global_batch = args.batch_size * world
+    batches_per_epoch = n // global_batch  # whole global batches: every rank the same count, no tiny last batch
+    if batches_per_epoch == 0:
+        raise ValueError(f"{n} training rows make no full batch of {args.batch_size} x {world} process(es): lower "
+                         "--batch-size")
+    total_steps = max(1, math.ceil(batches_per_epoch * args.epochs))
+    if args.max_steps:
+        total_steps = min(total_steps, args.max_steps)
+    optimizer = build_optimizer(model, lr=args.lr, weight_decay=args.weight_decay)
+    scheduler = linear_schedule(optimizer, int(args.warmup_proportion * total_steps), total_steps)
+    params = [p for p in model.parameters() if p.requires_grad]
+    pad = tokenizer.pad_token_id
+
+    def column(seqs: list[list[int]]) -> Column:
+        T = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), T), pad, dtype=torch.long)
+        mask = torch.zeros((len(seqs), T), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, :len(s)] = torch.tensor(s)
+            mask[i, :len(s)] = 1
+        return Column(ids.to(device), torch.zeros_like(ids).to(device), mask.to(device))
+
+    def embed(ids: torch.Tensor, types: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        with autocast(precision, device):
+            hidden = model(ids, attention_mask=mask, token_type_ids=types).last_hidden_state  # [b, T, H]
+        return pool(hidden, mask, pooling)  # [b, H] fp32
+
+    output = Path(args.output)
+    history: list[dict] = []
+    best: dict[str, Any] | None = None
+    step, epoch, loss_sum, loss_n, t0 = 0, 0, 0.0, 0, time.perf_counter()
+    seen = 0
+
+    def save(record: dict | None) -> None:
+        output.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(output)
+        tokenizer.save_pretrained(output)
+        write_sentence_transformers(output, pooling=pooling, normalize=args.normalize,
+                                    dim=model.config.hidden_size, max_seq_length=max_len)
+        write_json(output / TRAIN_CONFIG_NAME, {"args": asdict(args), "best": record})
+
+    def dev_check() -> None:
+        nonlocal best
+        if dev is None or not ctx.is_main:
+            D.barrier(ctx)
+            return
+        encoder = Encoder(model, tokenizer, device=str(device), precision=precision)
+        encoder.defaults = EncodeDefaults((-1,), pooling, args.normalize, max_len)
+        metrics = sts_metrics(encoder, dev, batch_size=args.eval_batch_size)
+        record = {"step": step, "epoch": round(step / batches_per_epoch, 3), "train_loss": loss_sum / max(loss_n, 1),
+                  "dev_spearman": metrics["spearman"], "dev_pearson": metrics["pearson"]}
+        history.append(record)
+        improved = best is None or record["dev_spearman"] > best["dev_spearman"]
+        if improved:
+            best = record
+            save(record)
+        log(f"step {step}: dev spearman {metrics['spearman']:.2f} pearson {metrics['pearson']:.2f}"
+            f"{'  (best, saved)' if improved else ''}")
+        model.train()
+        D.barrier(ctx)
+
+    with GracefulStop() as stop:
+        while step < total_steps:
+            g = torch.Generator().manual_seed(args.seed + epoch)
+            order = torch.randperm(n, generator=g).tolist()
+            for b in range(batches_per_epoch):
+                start = b * global_batch + ctx.rank * args.batch_size  # this process's share of the global batch
+                idx = order[start:start + args.batch_size]
+                columns = [column([table[i][k] for i in idx]) for k in range(width)]
+                if args.task == "simcse":
+                    columns = [columns[0], columns[0]]  # the same texts twice: dropout is the augmentation
+                labels = labels_all[idx].to(device) if labels_all is not None else None
+                if args.mini_batch_size and args.mini_batch_size < args.batch_size:
+                    loss = cached_step(embed, columns, labels, loss_fn, args.mini_batch_size)
+                else:
+                    loss = plain_step(embed, columns, labels, loss_fn)
+                average_gradients(model)
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                seen += global_batch
+                loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
+                if ctx.is_main and (step % 50 == 0 or step == total_steps):
+                    rate = seen / (time.perf_counter() - t0)
+                    log(f"step {step}/{total_steps}: loss {loss_sum / loss_n:.4f} ({rate:.1f} rows/s)")
+                if args.eval_every and step % args.eval_every == 0 and step < total_steps:
+                    dev_check()
+                if stop.requested or step >= total_steps:
+                    break
+            epoch += 1
+            if stop.requested:
+                break
+            if not args.eval_every or step >= total_steps:
+                dev_check()
+        if ctx.is_main and (dev is None or best is None):  # no dev set, or stopped before its first evaluation
+            save({"step": step, "train_loss": loss_sum / max(loss_n, 1)})
+        D.barrier(ctx)
+        if stop.requested:
+            stop.raise_(f"stopped at step {step}; {args.output} holds the "
+                        f"{'best dev' if dev is not None else 'current'} model")
+    seconds = time.perf_counter() - t0
+    summary = {"steps": step, "train_loss": loss_sum / max(loss_n, 1), "train_rows": n, "global_batch": global_batch,
+               "train_seconds": round(seconds, 2), "rows_per_second": round(seen / seconds, 2),
+               "compute_precision": precision}
+    if best is not None:
+        summary.update({k: v for k, v in best.items() if k.startswith("dev_")}, best_step=best["step"])
+    if ctx.is_main:
+        write_json(output / "train_log.json", {"args": asdict(args), "history": history, "summary": summary})
+    return summary

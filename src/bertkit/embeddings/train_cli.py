@@ -1,0 +1,52 @@
+"""``bertkit finetune --task simcse|pairs|sts``: train a sentence-embedding model (flags: ``EmbeddingTrainArgs``).
+
+    bertkit finetune --task simcse --train sentences.txt --model runs/my-bert --output runs/simcse
+    bertkit finetune --task pairs --train pairs.tsv --model runs/my-bert --output runs/pairs --batch-size 256 \\
+        --mini-batch-size 32 --dev stsb_dev.tsv
+    torchrun --nproc_per_node 2 -m bertkit.cli finetune --task pairs ...    # negatives span both processes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from bertkit.embeddings.recipe import EmbeddingTrainArgs
+    from bertkit.options import add_options
+
+    add_options(parser, EmbeddingTrainArgs)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bertkit.commands.finetune import resolve_device
+    from bertkit.embeddings.data import read_scored
+    from bertkit.embeddings.recipe import EmbeddingTrainArgs, read_training_rows, train_embeddings
+    from bertkit.errors import InputError
+    from bertkit.options import from_args
+    from bertkit.training import distributed as D
+
+    try:
+        cfg = from_args(EmbeddingTrainArgs, args)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    rows = read_training_rows(cfg)
+    dev = read_scored(cfg.dev, skip_bad_rows=cfg.skip_bad_rows) if cfg.dev else None
+    ctx = D.setup(resolve_device(cfg.device))
+    try:
+        log = None if cfg.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
+        if ctx.is_main and not cfg.quiet:
+            shape = {1: "texts", 2: "pairs", 3: "triplets"}.get(rows.width, f"{rows.width}-tuples")
+            print(f"bertkit finetune --task {cfg.task}: {len(rows)} {shape} from {cfg.train}"
+                  + (f" ({rows.skipped} bad rows skipped)" if rows.skipped else ""), file=sys.stderr)
+        try:
+            summary = train_embeddings(cfg, rows, dev, ctx, log)
+        except ValueError as e:
+            raise InputError(str(e)) from None
+    finally:
+        D.cleanup(ctx)
+    if ctx.is_main:
+        print(json.dumps({"output": cfg.output, **summary}, sort_keys=True))
+    return 0

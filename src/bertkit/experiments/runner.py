@@ -1,0 +1,113 @@
+"""Run one ``bertkit`` command (pretrain, finetune, evaluate, predict) as a child process, for the studies.
+
+A child process, not an in-process call, so that a study can (1) bound a run's wall-clock time, (2) abandon the
+run in flight when the study itself is asked to stop (SIGTERM / SIGINT via ``GracefulStop``), and (3) drive the
+commands exactly as a user types them, whatever their internals become.
+
+The child's output goes to a log file, written atomically when the child ends.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertkit.files import atomic_write
+
+
+@dataclass
+class ChildResult:
+    """How a child run ended: ``code`` (0 = success), whether it ran out of ``max_time`` or was abandoned because
+    the study was asked to stop, and its wall-clock seconds."""
+
+    code: int
+    timed_out: bool
+    stopped: bool
+    seconds: float
+    log: Path | None
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux, get SIGTERM when the study process dies (even by SIGKILL), so a killed
+    study leaves no run writing into a cell that its resumed self will redo."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def bertkit_argv(args: Sequence[str]) -> list[str]:
+    """The command line that runs ``bertkit ARGS`` with this interpreter (and this process's PYTHONPATH)."""
+    return [sys.executable, "-m", "bertkit.cli", *[str(a) for a in args]]
+
+
+def run_bertkit(args: Sequence[str], log: Path | None = None, max_time: float | None = None, stop=None,
+                poll: float = 0.2, grace: float = 60.0) -> ChildResult:
+    """Run ``bertkit ARGS`` to its end; return how it ended.
+
+    Args:
+        args: the command and its flags, e.g. ``["finetune", "--task", "sst2", ...]``.
+        log: where the child's stdout + stderr go (atomically, at the end); None = discarded.
+        max_time: seconds; past it the child gets SIGTERM (a run that saves on SIGTERM keeps its work), then
+            SIGKILL after ``grace`` seconds.
+        stop: a ``GracefulStop`` (or anything with ``.requested``); when set, the child gets SIGTERM likewise.
+    """
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[2])  # the tree this bertkit came from, for the child
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    with tempfile.TemporaryFile(mode="w+b") as out:
+        t0 = time.perf_counter()
+        # own process group: a Ctrl-C at the terminal reaches the study first, which then stops the child itself
+        child = subprocess.Popen(bertkit_argv(args), stdout=out, stderr=subprocess.STDOUT, env=env,
+                                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
+        timed_out = stopped = False
+        term_sent: float | None = None
+        try:
+            while True:
+                try:
+                    code = child.wait(timeout=poll)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                now = time.perf_counter()
+                if term_sent is None:
+                    if stop is not None and getattr(stop, "requested", False):
+                        stopped = True
+                    elif max_time is not None and now - t0 > max_time:
+                        timed_out = True
+                    if stopped or timed_out:
+                        child.send_signal(signal.SIGTERM)
+                        term_sent = now
+                elif now - term_sent > grace:
+                    child.kill()
+        except BaseException:
+            child.kill()
+            child.wait()
+            raise
+        seconds = time.perf_counter() - t0
+        if log is not None:
+            out.seek(0)
+            data = out.read()
+            log.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(log, lambda p: p.write_bytes(data))
+    return ChildResult(code=code, timed_out=timed_out, stopped=stopped, seconds=seconds, log=log)
+
+
+def log_tail(result: ChildResult, lines: int = 8) -> str:
+    """The last lines of a child's log, for an error message."""
+    if result.log is None or not result.log.is_file():
+        return ""
+    text = result.log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    return "\n".join(text[-lines:])

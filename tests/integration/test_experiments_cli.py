@@ -1,0 +1,307 @@
+"""The experiment commands end to end with a tiny random model on the shipped fixtures: the GLUE suite (results,
+submission, resume after SIGKILL without recomputing a finished cell, SIGTERM), plot, attention and probe."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from bertkit.cli import main
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR, after checking the signature."""
+    data = path.read_bytes()
+    assert data[:8] == PNG, f"{path} is not a PNG"
+    assert data[12:16] == b"IHDR"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+@pytest.fixture(scope="module")
+def ft(fixtures_dir):
+    return fixtures_dir / "finetune"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, ft):
+    from tinymodels import make_model_dir
+
+    vocab = (ft / "vocab.txt").read_text(encoding="utf-8").split()
+    return make_model_dir(tmp_path_factory.mktemp("tiny"), vocab, layers=2)
+
+
+@pytest.fixture(scope="module")
+def glue_dir(tmp_path_factory, ft):
+    """A GLUE download layout from the fixtures: SST-2 (with a test file) and MRPC (without)."""
+    d = tmp_path_factory.mktemp("glue")
+    (d / "SST-2").mkdir()
+    (d / "SST-2" / "train.tsv").write_text((ft / "sst2_train.tsv").read_text())
+    (d / "SST-2" / "dev.tsv").write_text((ft / "sst2_dev.tsv").read_text())
+    sentences = [line.split("\t")[0] for line in (ft / "sst2_dev.tsv").read_text().splitlines()[1:9]]
+    (d / "SST-2" / "test.tsv").write_text("index\tsentence\n" + "".join(f"{i}\t{s}\n" for i, s in enumerate(sentences)))
+    (d / "MRPC").mkdir()
+    (d / "MRPC" / "train.tsv").write_text((ft / "mrpc_train.tsv").read_text(encoding="utf-8-sig"))
+    (d / "MRPC" / "dev.tsv").write_text((ft / "mrpc_dev.tsv").read_text(encoding="utf-8-sig"))
+    return d
+
+
+FT_FLAGS = ["--epochs", "1", "--batch-size", "16", "--precision", "fp32", "--device", "cpu"]
+
+
+@pytest.mark.slow
+def test_glue_suite_results_and_submission(tiny_dir, glue_dir, tmp_path, capsys):
+    out = tmp_path / "suite"
+    argv = ["glue", "--model", str(tiny_dir), "--data", str(glue_dir), "--output", str(out), "--seeds", "2",
+            "--lr", "1e-3", *FT_FLAGS]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["cells_run"] == 4 and report["cells_kept"] == 0
+    assert set(report["tasks"]) == {"sst2", "mrpc"} and not report["complete"]
+    rows = (out / "results.csv").read_text().splitlines()
+    assert rows[0].startswith("task,metric,median,min,max,lr,seeds")
+    assert [r.split(",")[0] for r in rows[1:]] == ["SST-2", "MRPC", "GLUE score (partial: 2 of 9)"]
+    # the table's numbers are the cells' numbers: MRPC = mean of F1 and accuracy, median over the 2 seeds
+    cells = [json.loads((out / "runs" / "mrpc" / f"lr0.001_seed{s}" / "cell.json").read_text()) for s in (1, 2)]
+    per_seed = sorted(100 * (c["metrics"]["f1"] + c["metrics"]["accuracy"]) / 2 for c in cells)
+    assert report["tasks"]["mrpc"] == pytest.approx(sum(per_seed) / 2, abs=0.01)
+    mrpc_row = rows[2].split(",")
+    assert float(mrpc_row[3]) == pytest.approx(per_seed[0], abs=0.01)
+    assert float(mrpc_row[4]) == pytest.approx(per_seed[1], abs=0.01)
+    assert "| MRPC | f1/accuracy" in (out / "results.md").read_text()
+    w, h = png_size(out / "glue.png")
+    assert w > 200 and h > 150
+    # submission: SST-2 only (MRPC has no test file), 8 test rows, labels 0/1, from the selected run
+    with zipfile.ZipFile(out / "submission.zip") as z:
+        assert z.namelist() == ["SST-2.tsv"]
+        lines = z.read("SST-2.tsv").decode().splitlines()
+    assert lines[0] == "index\tprediction" and [x.split("\t")[0] for x in lines[1:]] == [str(i) for i in range(8)]
+    assert {x.split("\t")[1] for x in lines[1:]} <= {"0", "1"}
+    # weights: only the selected run of each task keeps them
+    kept = sorted(p.parent.name for p in (out / "runs").glob("*/*/model.safetensors"))
+    assert len(kept) == 2
+    # a resumed suite with other settings is refused, naming them
+    assert main(argv[:-len(FT_FLAGS)] + ["--epochs", "2", *FT_FLAGS[2:]]) == 2
+    assert "finetune_args" in capsys.readouterr().err
+
+
+def _start(args: list[str]) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen([sys.executable, "-m", "bertkit.cli", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    t0 = time.time()
+    while not path.exists():
+        assert proc.poll() is None, f"the suite ended early: {proc.communicate()}"
+        assert time.time() - t0 < timeout, f"{path} did not appear"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_glue_resume_after_kill_keeps_finished_cells(tiny_dir, glue_dir, tmp_path, capsys):
+    out = tmp_path / "suite"
+    argv = ["glue", "--model", str(tiny_dir), "--data", str(glue_dir), "--output", str(out), "--tasks", "sst2",
+            "--seeds", "1,2,3", "--lr", "1e-3", *FT_FLAGS]
+    proc = _start(argv)
+    first = out / "runs" / "sst2" / "lr0.001_seed1"
+    _wait_for(first / "cell.json", proc)
+    proc.kill()  # SIGKILL: no handler runs
+    proc.wait()
+    record = (first / "cell.json").read_bytes()
+    stamps = {p.name: p.stat().st_mtime_ns for p in first.iterdir()}
+    time.sleep(0.05)
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["cells_kept"] >= 1 and report["cells_kept"] + report["cells_run"] == 3
+    assert (first / "cell.json").read_bytes() == record  # not recomputed
+    assert {p.name: p.stat().st_mtime_ns for p in first.iterdir() if p.name in stamps
+            and p.name != "model.safetensors"} == {k: v for k, v in stamps.items() if k != "model.safetensors"}
+    for s in (2, 3):
+        assert (out / "runs" / "sst2" / f"lr0.001_seed{s}" / "cell.json").is_file()
+
+
+def test_glue_sigterm_stops_with_a_resume_hint(tiny_dir, glue_dir, tmp_path):
+    out = tmp_path / "suite"
+    proc = _start(["glue", "--model", str(tiny_dir), "--data", str(glue_dir), "--output", str(out), "--tasks",
+                   "sst2", "--seeds", "2", "--lr", "1e-3", *FT_FLAGS])
+    _wait_for(out / "runs" / "sst2" / "lr0.001_seed1", proc)  # the first fine-tuning has started
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "run the same command again to resume" in err
+    assert not (out / "runs" / "sst2" / "lr0.001_seed2" / "cell.json").exists()
+
+
+# ----------------------------------------------------------------------------------------------- plot, attention
+
+TINY_PRETRAIN = ["--model-size", "bert-tiny", "--config-override", "hidden_size=32", "--config-override",
+                 "num_attention_heads=2", "--config-override", "intermediate_size=64", "--seq-len", "32",
+                 "--batch-size", "4", "--precision", "fp32", "--quiet", "--workers", "1", "--lr", "1e-3"]
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A real (tiny) pretrain run: metrics.jsonl with training and held-out lines, a model directory."""
+    import gzip
+
+    from bertkit.commands.quickstart import bundled_corpus
+    from bertkit.tokenization import train_vocab
+
+    d = tmp_path_factory.mktemp("pretrain")
+    alice = next(p for p in bundled_corpus() if "alice" in p.name)
+    (d / "alice.txt").write_text(gzip.decompress(alice.read_bytes()).decode("utf-8")[:30_000], encoding="utf-8")
+    train_vocab([d / "alice.txt"], vocab_size=500, output=d / "vocab", show_progress=False)
+    out = d / "run"
+    assert main(["pretrain", "--corpus", str(d / "alice.txt"), "--vocab", str(d / "vocab" / "vocab.txt"),
+                 "--output", str(out), "--max-steps", "12", "--log-every", "2", "--eval-every", "6",
+                 "--eval-batches", "2", *TINY_PRETRAIN]) == 0
+    return out
+
+
+def test_plot_pretrain_and_finetune_runs(pretrained, tiny_dir, ft, tmp_path, capsys):
+    fine = tmp_path / "sst2"
+    assert main(["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--dev", str(ft / "sst2_dev.tsv"),
+                 "--model", str(tiny_dir), "--output", str(fine), "--epochs", "2", "--batch-size", "16", "--quiet",
+                 "--precision", "fp32", "--eval-every", "2"]) == 0
+    capsys.readouterr()
+    png = tmp_path / "curves.png"
+    assert main(["plot", str(pretrained), str(fine), "--output", str(png), "--names", "pre,fine"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {"loss", "mlm_acc", "eval_mlm_acc", "nsp_acc", "lr", "tokens_per_s", "accuracy", "train_loss"} \
+        <= set(report["metrics"])
+    w, h = png_size(png)
+    assert w > 1000 and h > 400  # a row of panels per x axis: steps, and wall time (pretrain records carry it)
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "curves.csv").open()))
+    lines = [json.loads(x) for x in (pretrained / "metrics.jsonl").read_text().splitlines()]
+    losses = [(r["step"], r["loss"]) for r in lines if "loss" in r]
+    got = [(float(r["step"]), float(r["value"])) for r in rows if r["run"] == "pre" and r["metric"] == "loss"]
+    assert got == [(float(s), pytest.approx(v)) for s, v in losses] and len(got) == 6
+    history = json.loads((fine / "train_log.json").read_text())["history"]
+    got = [float(r["value"]) for r in rows if r["run"] == "fine" and r["metric"] == "accuracy"]
+    assert got == [pytest.approx(r["accuracy"]) for r in history] and len(got) >= 2
+    assert main(["plot", str(tmp_path / "nope")]) == 2
+
+
+def test_plot_tensorboard_reads_back_with_tensorboard(pretrained, tmp_path, capsys):
+    ea_mod = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    assert main(["plot", "--tensorboard", str(pretrained), "--output", str(tmp_path / "tb")]) == 0
+    path = Path(json.loads(capsys.readouterr().out)["event_files"][0])
+    acc = ea_mod.EventAccumulator(str(path.parent))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"train/loss", "train/mlm_acc", "train/lr", "eval/mlm_acc"} <= tags
+    lines = [json.loads(x) for x in (pretrained / "metrics.jsonl").read_text().splitlines()]
+    want = [(r["step"], r["loss"]) for r in lines if "loss" in r]
+    got = [(e.step, e.value) for e in acc.Scalars("train/loss")]
+    assert got == [(s, pytest.approx(v, rel=1e-6)) for s, v in want]
+    evals = [(r["step"], r["eval_mlm_acc"]) for r in lines if "eval_mlm_acc" in r]
+    assert [(e.step, e.value) for e in acc.Scalars("eval/mlm_acc")] == [(s, pytest.approx(v)) for s, v in evals]
+    # wall times follow elapsed_s
+    walls = [e.wall_time for e in acc.Scalars("train/loss")]
+    assert walls == sorted(walls)
+
+
+def test_attention_one_head_and_grid(pretrained, tmp_path, capsys):
+    png = tmp_path / "attn.png"
+    assert main(["attention", "--model", str(pretrained), "alice was very tired", "--pair", "she sat down",
+                 "--layer", "2", "--head", "1", "--output", str(png)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    tokens = report["tokens"]
+    assert tokens[0] == "[CLS]" and tokens.count("[SEP]") == 2
+    data = __import__("numpy").load(tmp_path / "attn.npz")
+    a = data["attention"]
+    assert a.shape == (2, 2, len(tokens), len(tokens))  # [L, N, T, T]
+    assert list(data["tokens"]) == tokens and int(data["layer"]) == 2 and int(data["head"]) == 1
+    assert abs(a.sum(-1) - 1).max() < 1e-4  # rows are distributions
+    assert not __import__("numpy").allclose(a[0], a[1])  # layers differ
+    one = png_size(png)
+    grid = tmp_path / "grid.png"
+    assert main(["attention", "--model", str(pretrained), "alice was very tired", "--output", str(grid)]) == 0
+    assert png_size(grid)[0] > one[0] * 0.8 and (tmp_path / "grid.npz").is_file()
+    assert main(["attention", "--model", str(pretrained), "x", "--layer", "3", "--output", str(grid)]) == 2
+    assert "--layer 3: the model has layers 1..2" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------- ablate
+
+ABLATE_PRETRAIN = "--model-size bert-tiny --config-override hidden_size=32 --config-override num_attention_heads=2 " \
+                  "--config-override intermediate_size=64 --seq-len 32 --batch-size 4 --precision fp32 --workers 1 " \
+                  "--lr 1e-3 --eval-batches 2"
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    import gzip
+
+    from bertkit.commands.quickstart import bundled_corpus
+
+    d = tmp_path_factory.mktemp("ablate-corpus")
+    alice = next(p for p in bundled_corpus() if "alice" in p.name)
+    (d / "alice.txt").write_text(gzip.decompress(alice.read_bytes()).decode("utf-8")[:20_000], encoding="utf-8")
+    return d / "alice.txt"
+
+
+@pytest.mark.slow
+def test_ablate_nsp_study_and_resume(corpus_file, glue_dir, tmp_path, capsys):
+    out = tmp_path / "nsp"
+    argv = ["ablate", "--corpus", str(corpus_file), "--output", str(out), "--study", "nsp", "--steps", "4",
+            "--vocab-size", "400", "--glue", str(glue_dir), "--tasks", "sst2", "--seeds", "1", "--lr", "1e-3",
+            "--pretrain-args", ABLATE_PRETRAIN, "--finetune-args", "--epochs 1 --batch-size 16 --precision fp32"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    import csv
+
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert [r["variant"] for r in rows] == ["MLM + NSP", "MLM only (no NSP)"]
+    for r, key in zip(rows, ("mlm-nsp", "mlm-only")):
+        lines = [json.loads(x) for x in (out / "pretrain" / key / "metrics.jsonl").read_text().splitlines()]
+        held = [x for x in lines if "eval_mlm_acc" in x][-1]
+        assert float(r["heldout_mlm_acc"]) == pytest.approx(held["eval_mlm_acc"], abs=1e-4)
+        assert r["pretrain_steps"] == "4" and r["SST-2_median"] != ""
+        run = json.loads((out / "pretrain" / key / "run.json").read_text())
+        assert run["config"]["nsp"] is (key == "mlm-nsp")
+        assert Path(run["config"]["vocab"]).resolve() == (out / "vocab" / "vocab.txt").resolve()  # one vocabulary
+    assert rows[0]["heldout_nsp_acc"] != "" and rows[1]["heldout_nsp_acc"] == ""
+    md = (out / "results.md").read_text()
+    assert md.startswith("| Pre-training tasks | held-out MLM acc | held-out NSP acc | SST-2 (dev) |")
+    assert png_size(out / "nsp.png")[0] > 200
+    # resume: nothing is pre-trained or fine-tuned again
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.name in ("variant.json", "cell.json")}
+    assert len(stamps) == 4
+    assert main(argv) == 0
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+
+
+@pytest.mark.slow
+def test_ablate_steps_study_exports_checkpoints(corpus_file, tmp_path, capsys):
+    out = tmp_path / "steps"
+    assert main(["ablate", "--corpus", str(corpus_file), "--output", str(out), "--study", "steps", "--steps", "6",
+                 "--checkpoints", "3", "--vocab-size", "400", "--pretrain-args", ABLATE_PRETRAIN]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [v["variant"] for v in report["variants"]] == ["2 steps", "4 steps", "6 steps"]
+    from bertkit.modeling import BertForPreTraining
+    from bertkit.training.checkpointing import load_checkpoint
+
+    ckpt = load_checkpoint(out / "pretrain" / "run" / "checkpoints" / "step-00000004.pt")
+    model = BertForPreTraining.from_pretrained(out / "pretrain" / "steps" / "step-4")
+    for k, v in model.state_dict().items():
+        assert __import__("torch").equal(v, ckpt["model"][k]), k
+    lines = [json.loads(x) for x in (out / "pretrain" / "run" / "metrics.jsonl").read_text().splitlines()]
+    held = {x["step"]: x["eval_mlm_acc"] for x in lines if "eval_mlm_acc" in x}
+    assert [v["heldout_mlm_acc"] for v in report["variants"]] == [pytest.approx(held[s]) for s in (2, 4, 6)]
+    assert png_size(out / "steps.png")[0] > 200
