@@ -41,9 +41,9 @@ ABLATION: dict[str, dict] = {
     "budget, NSP": {"recipe": "budget", "nsp": True, "short_seq_prob": 0.1},
     "budget, linear schedule": {"recipe": "budget", "schedule": "linear"},
     "budget, onecycle schedule": {"recipe": "budget", "schedule": "onecycle", "warmup_fraction": 0.3},
-    "budget, no seq ramp": {"recipe": "budget", "seq_ramp": "off"},
+    "budget, seq ramp 64:0.3": {"recipe": "budget", "seq_ramp": "64:0.3"},
     "budget, batch ramp 8:0.05,16:0.15": {"recipe": "budget", "batch_ramp": "8:0.05,16:0.15"},
-    "budget, mask 0.3": {"recipe": "budget", "mask_prob": 0.3},
+    "budget, mask 0.15": {"recipe": "budget", "mask_prob": 0.15},
     "budget, lr x2": {"recipe": "budget", "lr_scale": 2.0},
     "budget, lr x0.5": {"recipe": "budget", "lr_scale": 0.5},
 }

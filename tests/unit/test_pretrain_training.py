@@ -264,7 +264,7 @@ def test_unigram_output_bias_starts_training_at_the_unigram_entropy(corpus, tmp_
     for bias in ("unigram", "zero"):
         out = tmp_path / bias
         pretrain(_config(corpus, out, recipe="budget", output_bias=bias, max_steps=1, lr=1e-12, eval_batches=25,
-                         nsp=False, short_seq_prob=0.0))
+                         nsp=False, short_seq_prob=0.0, mask_prob=0.15))
         evals = [x for x in map(eval_line, (out / "metrics.jsonl").read_text().splitlines()) if "eval_loss" in x]
         losses[bias] = evals[0]["eval_loss"]
     shards = tmp_path / "unigram" / "data" / "shards"
