@@ -88,7 +88,7 @@ class ServeSettings:
     keep_alive_timeout_s: float = option(5.0, flag="--keep-alive-timeout", help="seconds an idle keep-alive "
                                          "connection stays open")
     limit_concurrency: int = option(512, help="connections or requests in flight beyond which new requests get 503")
-    malloc_trim_interval_s: float = option(5.0, flag="--malloc-trim-interval", help="when idle, hand freed memory "
+    malloc_trim_interval_s: float = option(5.0, flag="--malloc-trim-interval", help="after work, hand freed memory "
                                            "back to the OS at most this often (glibc malloc_trim; 0: never)")
     api_key: str | None = field(default=None, repr=False, metadata={"skip": True})
 
