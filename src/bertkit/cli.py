@@ -31,7 +31,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "predict": ("bertkit.commands.predict", "write a fine-tuned model's predictions in the task's official format"),
     "glue": ("bertkit.commands.glue", "the GLUE suite: lr grid x seeds per task, GLUE score, leaderboard submission"),
     "plot": ("bertkit.commands.plot", "training curves of pretrain / finetune runs (PNG + CSV), or TensorBoard files"),
+    "ablate": ("bertkit.commands.ablate", "the paper's pre-training ablations on your corpus: nsp, mask-rate, "
+               "model-size, steps"),
+    "probe": ("bertkit.commands.probe", "frozen-model probes per layer x pooling (SST-2, MRPC, STS-B, NER)"),
     "attention": ("bertkit.commands.attention", "attention maps of a text, one head or a layer's heads (PNG + NPZ)"),
+    "export": ("bertkit.commands.export", "write a model directory as an ONNX graph (--onnx DIR OUT)"),
 }
 
 

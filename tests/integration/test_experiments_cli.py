@@ -59,6 +59,7 @@ def glue_dir(tmp_path_factory, ft):
 FT_FLAGS = ["--epochs", "1", "--batch-size", "16", "--precision", "fp32", "--device", "cpu"]
 
 
+@pytest.mark.slow
 def test_glue_suite_results_and_submission(tiny_dir, glue_dir, tmp_path, capsys):
     out = tmp_path / "suite"
     argv = ["glue", "--model", str(tiny_dir), "--data", str(glue_dir), "--output", str(out), "--seeds", "2",
@@ -108,6 +109,7 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120.0) -> Non
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_glue_resume_after_kill_keeps_finished_cells(tiny_dir, glue_dir, tmp_path, capsys):
     out = tmp_path / "suite"
     argv = ["glue", "--model", str(tiny_dir), "--data", str(glue_dir), "--output", str(out), "--tasks", "sst2",
@@ -233,3 +235,73 @@ def test_attention_one_head_and_grid(pretrained, tmp_path, capsys):
     assert png_size(grid)[0] > one[0] * 0.8 and (tmp_path / "grid.npz").is_file()
     assert main(["attention", "--model", str(pretrained), "x", "--layer", "3", "--output", str(grid)]) == 2
     assert "--layer 3: the model has layers 1..2" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------- ablate
+
+ABLATE_PRETRAIN = "--model-size bert-tiny --config-override hidden_size=32 --config-override num_attention_heads=2 " \
+                  "--config-override intermediate_size=64 --seq-len 32 --batch-size 4 --precision fp32 --workers 1 " \
+                  "--lr 1e-3 --eval-batches 2"
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    import gzip
+
+    from bertkit.commands.quickstart import bundled_corpus
+
+    d = tmp_path_factory.mktemp("ablate-corpus")
+    alice = next(p for p in bundled_corpus() if "alice" in p.name)
+    (d / "alice.txt").write_text(gzip.decompress(alice.read_bytes()).decode("utf-8")[:20_000], encoding="utf-8")
+    return d / "alice.txt"
+
+
+@pytest.mark.slow
+def test_ablate_nsp_study_and_resume(corpus_file, glue_dir, tmp_path, capsys):
+    out = tmp_path / "nsp"
+    argv = ["ablate", "--corpus", str(corpus_file), "--output", str(out), "--study", "nsp", "--steps", "4",
+            "--vocab-size", "400", "--glue", str(glue_dir), "--tasks", "sst2", "--seeds", "1", "--lr", "1e-3",
+            "--pretrain-args", ABLATE_PRETRAIN, "--finetune-args", "--epochs 1 --batch-size 16 --precision fp32"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    import csv
+
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert [r["variant"] for r in rows] == ["MLM + NSP", "MLM only (no NSP)"]
+    for r, key in zip(rows, ("mlm-nsp", "mlm-only")):
+        lines = [json.loads(x) for x in (out / "pretrain" / key / "metrics.jsonl").read_text().splitlines()]
+        held = [x for x in lines if "eval_mlm_acc" in x][-1]
+        assert float(r["heldout_mlm_acc"]) == pytest.approx(held["eval_mlm_acc"], abs=1e-4)
+        assert r["pretrain_steps"] == "4" and r["SST-2_median"] != ""
+        run = json.loads((out / "pretrain" / key / "run.json").read_text())
+        assert run["config"]["nsp"] is (key == "mlm-nsp")
+        assert Path(run["config"]["vocab"]).resolve() == (out / "vocab" / "vocab.txt").resolve()  # one vocabulary
+    assert rows[0]["heldout_nsp_acc"] != "" and rows[1]["heldout_nsp_acc"] == ""
+    md = (out / "results.md").read_text()
+    assert md.startswith("| Pre-training tasks | held-out MLM acc | held-out NSP acc | SST-2 (dev) |")
+    assert png_size(out / "nsp.png")[0] > 200
+    # resume: nothing is pre-trained or fine-tuned again
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.name in ("variant.json", "cell.json")}
+    assert len(stamps) == 4
+    assert main(argv) == 0
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+
+
+@pytest.mark.slow
+def test_ablate_steps_study_exports_checkpoints(corpus_file, tmp_path, capsys):
+    out = tmp_path / "steps"
+    assert main(["ablate", "--corpus", str(corpus_file), "--output", str(out), "--study", "steps", "--steps", "6",
+                 "--checkpoints", "3", "--vocab-size", "400", "--pretrain-args", ABLATE_PRETRAIN]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [v["variant"] for v in report["variants"]] == ["2 steps", "4 steps", "6 steps"]
+    from bertkit.modeling import BertForPreTraining
+    from bertkit.training.checkpointing import load_checkpoint
+
+    ckpt = load_checkpoint(out / "pretrain" / "run" / "checkpoints" / "step-00000004.pt")
+    model = BertForPreTraining.from_pretrained(out / "pretrain" / "steps" / "step-4")
+    for k, v in model.state_dict().items():
+        assert __import__("torch").equal(v, ckpt["model"][k]), k
+    lines = [json.loads(x) for x in (out / "pretrain" / "run" / "metrics.jsonl").read_text().splitlines()]
+    held = {x["step"]: x["eval_mlm_acc"] for x in lines if "eval_mlm_acc" in x}
+    assert [v["heldout_mlm_acc"] for v in report["variants"]] == [pytest.approx(held[s]) for s in (2, 4, 6)]
+    assert png_size(out / "steps.png")[0] > 200

@@ -354,6 +354,7 @@ class SuiteConfig:
     max_time_per_run: float | None = None
     finetune_args: list[str] = field(default_factory=list)
     max_time_flag: bool = False  # finetune has its own --max-time (else the suite stops a run at its deadline)
+    predict_test: bool = True  # write the leaderboard files where test files exist
 
     def record(self) -> dict[str, Any]:
         """The settings a resumed suite must share (the task list and time bound may change)."""
@@ -491,7 +492,7 @@ class SuiteRunner:
                 self._prune_weights(root, cells, final=False)
         summary = summarize(t.name, cells)
         predictions: dict[str, list] = {}
-        if summary is not None:
+        if summary is not None and self.cfg.predict_test:
             best = root / summary.best_cell
             for target in (found, mm, ax):
                 if target is None or target.test is None:

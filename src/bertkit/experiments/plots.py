@@ -118,11 +118,12 @@ def heatmap(path: Path, matrix: Sequence[Sequence[float | None]], rows: Sequence
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     if annotate and m.size and np.isfinite(m).any():
         lo, hi = np.nanmin(m), np.nanmax(m)
+        digits = 1 if np.nanmax(np.abs(m)) >= 10 else 2
         for i in range(m.shape[0]):
             for j in range(m.shape[1]):
                 if np.isfinite(m[i, j]):
                     dark = hi > lo and (m[i, j] - lo) / (hi - lo) < 0.5
-                    ax.text(j, i, f"{m[i, j]:.2f}" if abs(m[i, j]) < 10 else f"{m[i, j]:.1f}", ha="center",
+                    ax.text(j, i, f"{m[i, j]:.{digits}f}", ha="center",
                             va="center", fontsize=7, color="white" if dark else "black")
     return save_figure(fig, path)
 

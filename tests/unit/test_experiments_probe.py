@@ -1,0 +1,104 @@
+"""`bertkit probe` on a tiny random model and the shipped fixtures: per-layer numbers are the numbers of that layer
+(checked against an independent computation), change with the layer, and features are cached."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from tinymodels import one_thread  # noqa: F401  (autouse fixture: one torch thread for tiny models)
+
+from bertkit.cli import main
+
+
+@pytest.fixture(scope="module")
+def ft(fixtures_dir):
+    return fixtures_dir / "finetune"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, ft):
+    from tinymodels import make_model_dir
+
+    vocab = (ft / "vocab.txt").read_text(encoding="utf-8").split()
+    return make_model_dir(tmp_path_factory.mktemp("probe-model"), vocab, layers=3)
+
+
+def _csv(path):
+    import csv
+
+    return list(csv.DictReader(path.open()))
+
+
+def test_stsb_probe_is_each_layers_cosine_spearman(model_dir, ft, tmp_path, capsys):
+    from bertkit.data.glue import read_glue
+    from bertkit.features import Encoder
+    from bertkit.tasks.metrics import spearman
+
+    out = tmp_path / "p"
+    argv = ["probe", "--model", str(model_dir), "--task", "stsb", "--dev", str(ft / "stsb_dev.tsv"), "--output",
+            str(out), "--pooling", "mean,cls", "--precision", "fp32", "--device", "cpu"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert not any(report["cached"].values())
+    rows = {(r["layer"], r["pooling"]): float(r["score"]) for r in _csv(out / "probe.csv")}
+    assert set(rows) == {(lay, p) for lay in ("embeddings", "1", "2", "3") for p in ("mean", "cls")}
+    # independent: Encoder.encode at that one layer, cosine, Spearman
+    dev = list(read_glue(ft / "stsb_dev.tsv", "stsb"))
+    enc = Encoder.from_pretrained(model_dir, precision="fp32")
+    for layer, name in ((0, "embeddings"), (2, "2"), (3, "3")):
+        a = enc.encode([e.text_a for e in dev], layers=[layer], pooling="mean", normalize=True)
+        b = enc.encode([e.text_b for e in dev], layers=[layer], pooling="mean", normalize=True)
+        want = 100 * spearman(np.round((a * b).sum(-1), 5).tolist(), [e.label for e in dev])
+        assert rows[(name, "mean")] == pytest.approx(want, abs=1e-3)
+    means = [rows[(lay, "mean")] for lay in ("embeddings", "1", "2", "3")]
+    assert len(set(means)) > 1  # the number changes when the layer changes (16 dev pairs: ranks can tie)
+    md = (out / "probe.md").read_text()
+    assert "| layer | mean | cls |" in md and "| 3 |" in md
+    data = (out / "probe.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    # second run: features come from the cache, same numbers
+    assert main(argv) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["cached"] and all(again["cached"].values())
+    assert {(r["layer"], r["pooling"]): float(r["score"]) for r in _csv(out / "probe.csv")} == rows
+
+
+def test_sst2_linear_probe_per_layer(model_dir, ft, tmp_path, capsys):
+    out = tmp_path / "p"
+    assert main(["probe", "--model", str(model_dir), "--task", "sst2", "--train", str(ft / "sst2_train.tsv"),
+                 "--dev", str(ft / "sst2_dev.tsv"), "--output", str(out), "--pooling", "cls,mean",
+                 "--precision", "fp32", "--device", "cpu"]) == 0
+    rows = {(r["layer"], r["pooling"]): float(r["accuracy"]) for r in _csv(out / "probe.csv")}
+    assert len(rows) == 8 and all(0.0 <= v <= 1.0 for v in rows.values())
+    # the embeddings' [CLS] is the same vector for every input ([CLS] + position 0 + segment 0): the probe can only
+    # predict one class there, so it scores the share of that class; deeper [CLS] vectors see the text
+    labels = [line.rsplit("\t", 1)[1] for line in (ft / "sst2_dev.tsv").read_text().splitlines()[1:]]
+    shares = {lab: labels.count(lab) / len(labels) for lab in set(labels)}
+    assert rows[("embeddings", "cls")] in [pytest.approx(s) for s in shares.values()]
+    assert max(rows[(lay, "cls")] for lay in ("1", "2", "3")) > rows[("embeddings", "cls")]
+
+
+def test_ner_probe_layers_and_table7(model_dir, ft, tmp_path, capsys):
+    out = tmp_path / "p"
+    assert main(["probe", "--model", str(model_dir), "--task", "conll2003", "--train", str(ft / "conll_train.txt"),
+                 "--dev", str(ft / "conll_dev.txt"), "--output", str(out), "--tagger", "linear", "--epochs", "10",
+                 "--tagger-lr", "3e-2",
+                 "--precision", "fp32", "--device", "cpu"]) == 0
+    rows = _csv(out / "probe.csv")
+    layers = [r for r in rows if r["kind"] == "layer"]
+    table7 = [r["layer"] for r in rows if r["kind"] == "table7"]
+    assert [r["layer"] for r in layers] == ["embeddings", "1", "2", "3"]
+    assert table7 == ["embeddings", "second-to-last hidden", "last hidden", "weighted sum last four hidden",
+                      "concat last four hidden", "weighted sum all layers"]
+    scores = {r["layer"]: float(r["score"]) for r in rows}
+    assert all(0.0 <= v <= 100.0 for v in scores.values())
+    assert max(scores.values()) > 0.0  # the tagger learned entities
+    # Table 7's single-layer rows are the per-layer probes (same features, seed and tagger)
+    assert scores["last hidden"] == pytest.approx(float(layers[-1]["score"]))
+    feats = list((out / "features").glob("train-words-*.npy"))
+    words = np.load(feats[0])
+    assert len(feats) == 1 and words.shape[1:] == (4, 32)  # [words, L+1, H]
+    assert all(not np.allclose(words[:, i], words[:, i + 1]) for i in range(3))
+    assert (out / "probe_table7.png").is_file() and "Table 7" in (out / "probe.md").read_text()
