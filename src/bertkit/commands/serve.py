@@ -103,11 +103,8 @@ def load_model(directory: str, device: str, precision: str):
     """What ``--model DIR`` serves: the task pipeline when ``config.json`` names a fine-tuned head (its
     ``.encoder()`` also serves the encoder routes), else the directory's encoder."""
     from bertkit.features import Encoder  # torch: kept out of `bertkit serve -h`
+    from bertkit.pipelines import NoHeadError, load_pipeline
 
-    try:
-        from bertkit.pipelines import NoHeadError, load_pipeline
-    except ImportError:  # a tree without bertkit.pipelines serves encoders only  TODO(lead): drop after the merge
-        return Encoder.from_pretrained(directory, device=device, precision=precision)
     try:
         return load_pipeline(directory, device=device, precision=precision)
     except NoHeadError:
