@@ -123,3 +123,19 @@ def test_wrong_head_and_no_head(server):
     assert status == 422 and "no task head" in out["error"]
     status, out = raw(server.url, "/predict?model=clf", {"inputs": ["x" * 60_000]})
     assert status == 422 and "--max-input-chars" in out["error"]
+
+
+def test_int8_models_serve(dirs):
+    models = {"clf": load_model(str(dirs["sst2"]), "cpu", "auto", "int8"),
+              "base": load_model(str(dirs["base"]), "cpu", "auto", "int8")}
+    fp32 = {"clf": load_model(str(dirs["sst2"]), "cpu", "fp32"), "base": load_model(str(dirs["base"]), "cpu", "fp32")}
+    plain = [m for m in models["base"].bert.modules() if type(m) is torch.nn.Linear]
+    int8 = [m for m in models["base"].bert.modules() if "quantized" in type(m).__module__ and hasattr(m, "weight")]
+    assert int8 and not plain  # every Linear really is an int8 one
+    texts = [r[0] for r in _tsv(dirs["ft"] / "sst2_dev.tsv")[1:6]]
+    with ServerThread(create_app(models, ServeSettings())) as srv:
+        status, out = raw(srv.url, "/embed?model=base", {"inputs": texts, "normalize": True})
+        want = fp32["base"].encode(texts, normalize=True)
+        assert status == 200 and np.min(np.sum(np.asarray(out) * want, axis=1)) > 0.99  # cosine to fp32
+        status, out = raw(srv.url, "/predict?model=clf", {"inputs": [[t] for t in texts]})
+        assert status == 200 and len(out) == len(texts) and sorted(x["label"] for x in out[0]) == ["0", "1"]
