@@ -40,6 +40,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "max_seq_length, else 512)")
     parser.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--quantize", default=None, choices=["int8"],
+                        help="int8: dynamic int8 Linear layers on the CPU (faster; see docs/inference.md)")
+    parser.add_argument("--backend", default="torch", choices=["torch", "onnx"],
+                        help="onnx: run the encoder with ONNX Runtime (needs the 'onnx' extra)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -100,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     if pooling == "none" and out.suffix == ".npy":
         raise InputError("--pooling none gives one [T_i, D] array per text: write it to a .jsonl file")
     texts, pairs = read_inputs(args.input)
-    encoder = Encoder.from_pretrained(args.model, device=args.device, precision=args.precision)
+    encoder = Encoder.from_pretrained(args.model, device=args.device, precision=args.precision,
+                                      quantize=args.quantize, backend=args.backend)
     pooling = pooling or encoder.defaults.pooling  # unnamed: a sentence-embedding model's own (Encoder.defaults)
     layers = parse_layers(args.layers) if args.layers else encoder.defaults.layers
     result = encoder.encode(texts, pairs, layers=layers, pooling=pooling,
