@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "model-size, steps"),
     "probe": ("bertkit.commands.probe", "frozen-model probes per layer x pooling (SST-2, MRPC, STS-B, NER)"),
     "attention": ("bertkit.commands.attention", "attention maps of a text, one head or a layer's heads (PNG + NPZ)"),
+    "export": ("bertkit.commands.export", "write a model directory as an ONNX graph (--onnx DIR OUT)"),
 }
 
 

@@ -237,13 +237,19 @@ class Encoder:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | os.PathLike, device: str = "cpu", precision: str = "auto", lowercase: bool | None = None
+        cls, path: str | os.PathLike, device: str = "cpu", precision: str = "auto", lowercase: bool | None = None,
+        quantize: str | None = None, backend: str = "torch",
     ) -> Encoder:
         """Load a model directory: ``config.json`` + weights (bertkit or Hugging Face layout) and ``vocab.txt``.
 
         The checkpoint's pooler and MLM head are kept when present (for ``cls_pooled`` and fill-mask). A
         sentence-transformers directory (``modules.json``: BERT + Pooling [+ Normalize]) sets ``encode``'s defaults
-        to its own pooling of the last layer, normalisation and ``max_seq_length``."""
+        to its own pooling of the last layer, normalisation and ``max_seq_length``.
+        ``quantize="int8"``: dynamic int8 Linear layers (CPU, fp32 around them; see ``bertkit.quantize``).
+        ``backend="onnx"``: the forward pass runs in ONNX Runtime (CPU; int8 graph with ``quantize``; see
+        ``bertkit.export``)."""
+        if backend not in ("torch", "onnx"):
+            raise InputError(f"backend must be 'torch' or 'onnx', got {backend!r}")
         path = Path(path)
         if not path.is_dir():
             raise MissingFileError(f"{path}: not a model directory (expected config.json, weights and vocab.txt)")
@@ -251,11 +257,16 @@ class Encoder:
         if sentence is not None:
             path = sentence.model_dir
         if not (path / "vocab.txt").is_file() and not (path / "tokenizer.json").is_file():
-            raise MissingFileError(f"{path}: no vocab.txt (the tokenizer's vocabulary) in the model directory")
+            raise MissingFileError(f"{path}: no vocab.txt or tokenizer.json (the tokenizer's vocabulary) in the model directory")
         tokenizer = BertTokenizer.from_pretrained(path, lowercase=lowercase)
         model, info = BertForPreTraining.from_pretrained(path, output_loading_info=True)
         has_pooler = not any(k.startswith("bert.pooler.") for k in info.initialised)
         has_mlm = not any(k.startswith("cls.predictions.") for k in info.initialised)
+        if quantize is not None and backend == "torch":
+            from bertkit.quantize import quantize_model, resolve_quantize
+
+            if resolve_quantize(quantize):
+                model, precision = quantize_model(model, quantize, device), "fp32"
         encoder = cls(
             model,
             tokenizer,
@@ -264,6 +275,10 @@ class Encoder:
             has_pooler=has_pooler,
             mlm_head=model.cls.predictions if has_mlm else None,
         )
+        if backend == "onnx":
+            from bertkit.export import use_onnx_runtime
+
+            use_onnx_runtime(encoder, path, quantize)
         if sentence is not None:
             encoder.defaults = EncodeDefaults((-1,), sentence.pooling, sentence.normalize,
                                               sentence.max_seq_length or EncodeDefaults.max_length)

@@ -152,3 +152,22 @@ def test_trained_vocab_covers_held_out_gutenberg_and_loads_in_transformers(share
     mine = BertTokenizer.from_pretrained(tmp_path)
     sample = [line for line in lines if max(map(len, line.split()), default=0) <= 100][:1000]  # HF's 100-char limit
     assert fast(sample)["input_ids"] == [e.ids for e in mine.encode_batch(sample)]
+
+
+@pytest.mark.parametrize("vocab_name", ["bert-base-uncased", "bert-base-cased", "bert-base-chinese"])
+def test_truncated_long_lines_equal_the_whole_lines_first_tokens(shared_data, vocab_name):
+    """Issue 11 item 8: a truncated long line is tokenized from a prefix; on real text and real vocabularies the
+    result (ids, offsets, word ids) equals the whole line's tokens cut to length, single and paired."""
+    tok = BertTokenizer.from_pretrained(shared_data / "vocab" / vocab_name / "vocab.txt")
+    books = ["pg98.txt", "pg2701.txt"] if vocab_name != "bert-base-chinese" else ["pg98.txt"]
+    lines = [(shared_data / "corpus" / "gutenberg" / b).read_text(encoding="utf-8", errors="replace") for b in books]
+    texts = [lines[0].replace("\n", " ")[:300_000], lines[-1].replace("\n", "")[:300_000]]  # with and without spaces
+    texts.append("。".join("中文字符" + t[:50] for t in texts)[:100_000])
+    for text in texts:
+        whole = tok._segments([text])[0]
+        for max_len in (2, 3, 64, 512, 5000):
+            enc = tok.encode(text, max_length=max_len)
+            ref = tok._build(whole, None, max_len, True)
+            assert enc == ref, max_len
+            pair = tok.encode(text, texts[0], max_length=max_len)
+            assert pair == tok._build(whole, tok._segments([texts[0]])[0], max_len, True)

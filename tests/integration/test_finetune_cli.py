@@ -440,3 +440,24 @@ def test_evaluate_and_predict_refuse_a_model_without_the_trained_head(tiny_dir, 
     err = capsys.readouterr().err
     assert f"no trained {task} head" in err and missing in err and "bertkit finetune" in err
     assert not out.exists()
+
+
+def test_evaluate_quantize_int8_runs_the_int8_model(tiny_dir, ft, tmp_path, monkeypatch):
+    """``evaluate --quantize int8`` evaluates the int8 model (int8 numerics are tested in test_quantize.py)."""
+    import bertkit.quantize as quantize
+
+    seen = []
+    real = quantize.quantize_model
+
+    def spy(model, method, device="cpu"):
+        out = real(model, method, device)
+        seen.append((method, quantize.is_quantized(out)))
+        return out
+
+    monkeypatch.setattr(quantize, "quantize_model", spy)
+    out = tmp_path / "sst2"
+    _finetune("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", tiny_dir, out)
+    assert main(["evaluate", "--model", str(out), "--data", str(ft / "sst2_dev.tsv"), "--quiet",
+                 "--output", str(tmp_path / "int8"), "--quantize", "int8"]) == 0
+    assert seen == [("int8", True)]
+    assert 0.0 <= json.loads((tmp_path / "int8" / "metrics.json").read_text())["accuracy"] <= 1.0

@@ -142,10 +142,19 @@ def test_kill_9_then_resume_matches_uninterrupted(corpus, tmp_path):
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
     assert not (run / "model.safetensors").exists()
+    # the temp files a kill in the middle of a save leaves (the killed process's pid: dead), and one of a live process
+    ckpts = run / "checkpoints"
+    orphans = [ckpts / f".step-00000099.pt.tmp-{proc.pid}", ckpts / f".latest.tmp-{proc.pid}",
+               run / f".run.json.tmp-{proc.pid}"]
+    for p in orphans:
+        p.write_bytes(b"half a file")
+    live = run / "checkpoints" / f".latest.tmp-{os.getpid()}"
+    live.write_bytes(b"being written")
 
     r = subprocess.run(_pretrain_cmd(corpus, run, *args, "--resume"), capture_output=True, text=True, env=_env(),
                        check=False, timeout=120)
     assert r.returncode == 0, r.stderr
+    assert not any(p.exists() for p in orphans) and live.exists()
     a, b = _weights(ref), _weights(run)
     assert a.keys() == b.keys()
     worst = max(float((a[k] - b[k]).abs().max()) for k in a)
@@ -159,6 +168,78 @@ def test_kill_9_then_resume_matches_uninterrupted(corpus, tmp_path):
     steps_logged = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()
                     if "loss" in json.loads(x)]
     assert steps_logged == list(range(1, steps + 1))
+
+
+@pytest.mark.parametrize("signals", [(signal.SIGTERM,), (signal.SIGINT, signal.SIGTERM)])
+def test_sigterm_saves_a_checkpoint_and_resume_matches_uninterrupted(corpus, tmp_path, signals):
+    """SIGTERM (or Ctrl-C, then a second signal while saving) finishes the step, saves a checkpoint, exits 128+signal
+    saying how to resume; --resume then ends with an uninterrupted run's weights, bit for bit."""
+    steps = 16
+    args = ["--max-steps", str(steps), "--save-every", "100", "--log-every", "1", "--seed", "3", "--lr", "1e-3",
+            "--threads", "1"]
+    from bertkit.cli import main
+
+    ref = tmp_path / "ref"
+    assert main(_pretrain_cmd(corpus, ref, *args)[1:]) == 0
+    run = tmp_path / "stopped"
+    proc = subprocess.Popen(_pretrain_cmd(corpus, run, *args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=_env())
+    metrics, deadline = run / "metrics.jsonl", time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.is_file() and any(json.loads(x).get("step", 0) >= 4 for x in metrics.read_text().splitlines()
+                                     if x.endswith("}")):
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None, f"the run ended before the signal: {proc.stderr.read()}"
+    for s in signals:
+        proc.send_signal(s)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 128 + signals[0], err
+    assert "--resume" in err and "saving a checkpoint" in err
+    from bertkit.training.checkpointing import latest_checkpoint, load_checkpoint
+
+    stopped_at = load_checkpoint(latest_checkpoint(run / "checkpoints"))["step"]
+    assert 4 <= stopped_at < steps  # a checkpoint although --save-every 100 never came
+    assert not (run / "model.safetensors").exists()
+    r = subprocess.run(_pretrain_cmd(corpus, run, *args, "--resume"), capture_output=True, text=True, env=_env(),
+                       check=False, timeout=120)
+    assert r.returncode == 0, r.stderr
+    a, b = _weights(ref), _weights(run)
+    assert all(torch.equal(a[k], b[k]) for k in a), f"stopped at step {stopped_at}"
+
+
+def test_resume_of_a_run_killed_before_run_json_starts_it_afresh(corpus, tmp_path):
+    from bertkit.cli import main
+
+    out = tmp_path / "early"
+    (out / "data" / "shards").mkdir(parents=True)
+    (out / "data" / "shards" / "train-00000.tokens.npy").write_bytes(b"torn")
+    (out / f".vocab.txt.tmp-{2**22 + 12345}").write_bytes(b"torn")
+    assert main(_pretrain_cmd(corpus, out, "--max-steps", "2", "--resume")[1:]) == 0
+    assert (out / "model.safetensors").is_file() and json.loads((out / "run.json").read_text())["total_steps"] == 2
+    assert not list(out.glob(".*.tmp-*"))
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    assert main(_pretrain_cmd(corpus, foreign, "--max-steps", "2", "--resume")[1:]) == 2
+    assert (foreign / "notes.txt").read_text() == "mine"
+
+
+def test_corrupt_run_json_and_unwritable_output_are_one_line_errors(corpus, tmp_path, capsys):
+    from bertkit.cli import main
+
+    out = tmp_path / "torn"
+    assert main(_pretrain_cmd(corpus, out, "--max-steps", "2")[1:]) == 0
+    (out / "run.json").write_text('{"config": {"lr": ')
+    capsys.readouterr()
+    for extra in (["--resume"], []):
+        assert main(_pretrain_cmd(corpus, out, "--max-steps", "2", *extra)[1:]) == 2
+        err = capsys.readouterr().err
+        assert f"{out / 'run.json'}: not a readable run record" in err and len(err.strip().splitlines()) == 1
+    # a directory the process may not write: /sys refuses mkdir even to root
+    assert main(_pretrain_cmd(corpus, Path("/sys/bertkit-test/run"), "--max-steps", "2")[1:]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "/sys/bertkit-test" in err and len(err.strip().splitlines()) == 1
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(corpus, tmp_path):
@@ -233,7 +314,7 @@ def test_max_time_refits_the_schedule_to_the_measured_pace(corpus, tmp_path, mon
         corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), model_size="bert-tiny",
         config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}, seq_len=32,
         batch_size=4, max_time=12.0, log_every=1, quiet=True, workers=1, precision="fp32", warmup_steps=2,
-        recipe="paper"))
+        recipe="paper", eval_batches=1, threads=1))
     initial = int((12.0 * 0.95 - 2.0) / 1.06)
     run = json.loads((out / "run.json").read_text())
     assert run["total_steps"] > 2 * initial

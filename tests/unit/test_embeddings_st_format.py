@@ -121,3 +121,19 @@ def test_unsupported_pipelines_are_named(tmp_path):
         read_sentence_transformers(path)
     with pytest.raises(InputError, match="no sentence-transformers equivalent"):
         write_sentence_transformers(tmp_path / "x", pooling="mean_max", normalize=False, dim=32, max_seq_length=8)
+
+
+def test_encode_takes_mteb_protocol_calls(tmp_path):
+    """MTEB 1.x: encode(sentences, task_name=..., prompt_type=..., batch_size=...); MTEB 2: a DataLoader of
+    {"text": [...]} batches plus task_metadata / hf_split / hf_subset. Other keywords stay errors."""
+    from torch.utils.data import DataLoader
+
+    encoder = Encoder.from_pretrained(_bertkit_dir(tmp_path / "m", "mean", True), precision="fp32")
+    want = encoder.encode(TEXTS)
+    v1 = encoder.encode(TEXTS, task_name="STSBenchmark", prompt_type=None, batch_size=2)
+    np.testing.assert_allclose(v1, want, rtol=1e-5, atol=1e-6)
+    loader = DataLoader([{"text": t} for t in TEXTS], batch_size=2)
+    v2 = encoder.encode(loader, task_metadata=object(), hf_split="test", hf_subset="default", prompt_type=None)
+    np.testing.assert_allclose(v2, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(TypeError, match="unexpected keyword argument.*poolin"):
+        encoder.encode(TEXTS, poolin="cls")

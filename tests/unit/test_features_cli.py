@@ -137,3 +137,16 @@ def test_help(command, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([command, "-h"])
     assert exit_.value.code == 0 and "--model" in capsys.readouterr().out
+
+
+def test_embed_quantize_int8_is_close_to_fp32(tmp_path, model_dir):
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    for mode in ("fp32", "int8"):
+        extra = ["--quantize", "int8"] if mode == "int8" else []
+        assert main(["embed", "--model", str(model_dir), "--input", str(src), "--output", str(tmp_path / f"{mode}.npy"),
+                     "--precision", "fp32", "--quiet", *extra]) == 0
+    a, b = np.load(tmp_path / "fp32.npy"), np.load(tmp_path / "int8.npy")
+    assert not np.array_equal(a, b)
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cos.min() > 0.99

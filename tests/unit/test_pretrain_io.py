@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -168,3 +170,95 @@ def test_config_validation():
         PretrainConfig(corpus=["a"], output="o")
     with pytest.raises(PretrainError, match="--batch-size must be >= 1"):
         PretrainConfig(corpus=["a"], output="o", max_steps=1, batch_size=0)
+
+
+@pytest.mark.parametrize("failure", [
+    RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1280 vs 1174"),
+    OSError(28, "No space left on device"),
+])
+def test_disk_full_save_says_so_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch, failure):
+    from bertkit.errors import RunError
+    from bertkit.training import checkpointing as ck
+
+    ck.save_checkpoint(tmp_path, 1, {"model": {"w": torch.ones(2)}})
+
+    def full(obj, path):
+        Path(path).write_bytes(b"PK half")
+        raise failure
+
+    monkeypatch.setattr(ck.torch, "save", full)
+    with pytest.raises(RunError, match=r"disk full .*previous checkpoint .*step-00000001.pt is intact"):
+        ck.save_checkpoint(tmp_path, 2, {"model": {"w": torch.zeros(2)}})
+    assert ck.latest_checkpoint(tmp_path).name == "step-00000001.pt"
+    assert torch.equal(ck.load_checkpoint(ck.latest_checkpoint(tmp_path))["model"]["w"], torch.ones(2))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-00000001.pt"]  # no temp file left
+    monkeypatch.setattr(ck.torch, "save", lambda obj, path: (_ for _ in ()).throw(RuntimeError("other")))
+    with pytest.raises(RuntimeError, match="other"):  # other failures are not called a full disk
+        ck.save_checkpoint(tmp_path, 3, {"model": {}})
+
+
+# --------------------------------------------------------------------------------------------- hostile corpora
+
+
+def test_gzip_is_recognised_by_its_bytes_not_its_name(tmp_path):
+    p = tmp_path / "looks-plain.txt"
+    p.write_bytes(gzip.compress(b"First sentence here.\nSecond one, too.\n"))
+    assert list(iter_documents([p], "google", workers=1)) == [["First sentence here.", "Second one, too."]]
+    q = tmp_path / "not-really.gz"
+    q.write_text("Plain text. Named .gz.\n", encoding="utf-8")
+    assert list(iter_documents([q], "google", workers=1)) == [["Plain text. Named .gz."]]
+
+
+def test_binary_files_are_refused_naming_them(tmp_path):
+    elf = tmp_path / "program"
+    elf.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 40)
+    noise = tmp_path / "noise.txt"
+    noise.write_bytes(np.random.default_rng(0).integers(128, 256, 5000, dtype=np.uint8).tobytes())
+    late = tmp_path / "late.txt"
+    late.write_bytes(b"A fine first line.\n" * 5000 + b"then \x00 a NUL.\n")
+    packed = tmp_path / "packed.txt"
+    packed.write_bytes(gzip.compress(b"\x00\x01\x02" * 1000))
+    for p, why in ((elf, "NUL bytes"), (noise, "not text"), (late, "line 5001: a NUL byte"), (packed, "NUL bytes")):
+        with pytest.raises(CorpusError, match=why) as e:
+            list(iter_documents([p], "google", workers=1))
+        assert str(p) in str(e.value)
+
+
+def test_a_directory_is_read_as_its_text_files(tmp_path):
+    from bertkit.data.corpus import expand_corpus
+
+    d = tmp_path / "books"
+    (d / "b" / "deeper").mkdir(parents=True)
+    (d / "b" / "deeper" / "z.txt").write_text("Zed one.\n", encoding="utf-8")
+    (d / "a.txt").write_text("Ay one.\n", encoding="utf-8")
+    (d / "c.txt.gz").write_bytes(gzip.compress(b"See one.\n"))
+    (d / "picture.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(200))
+    (d / ".hidden.txt").write_text("Hidden.\n", encoding="utf-8")
+    assert [p.relative_to(d).as_posix() for p in expand_corpus([d])] == ["a.txt", "b/deeper/z.txt", "c.txt.gz"]
+    assert list(iter_documents([d], "google", workers=1)) == [["Ay one."], ["Zed one."], ["See one."]]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CorpusError, match="empty: a directory with no text files"):
+        expand_corpus([tmp_path / "empty"])
+
+
+def test_long_paragraphs_are_cut_so_splitting_stays_linear(tmp_path):
+    """A paragraph of ~1 MB on one line (which pysbd alone takes many minutes on) is split in bounded time, and
+    every character but whitespace survives the cuts."""
+    from bertkit.data.corpus import MAX_PARAGRAPH_CHARS, cut_paragraph, split_sentences
+
+    rng = random.Random(0)
+    words = "the cat sat on a mat and then it ran away. Mr. Smith went to Washington on Monday! why? yes.".split()
+    line = " ".join(rng.choice(words) for _ in range(60_000))  # ~280 KB of sentences
+    spaceless = "x" * 1_000_000 + "." * 1_000_000
+    pieces = cut_paragraph(line)
+    assert "".join(pieces) == line and max(map(len, pieces)) <= MAX_PARAGRAPH_CHARS
+    assert all(p.endswith((". ", "! ", "? ")) for p in pieces[:-1])  # cut after sentence ends where there are some
+    assert "".join(cut_paragraph(spaceless)) == spaceless
+    t0 = time.perf_counter()
+    for text in (line, spaceless):
+        p = tmp_path / "one-line.txt"
+        p.write_text(text + "\n", encoding="utf-8")
+        sentences = [s for doc in iter_documents([p], "prose", workers=1) for s in doc]
+        assert "".join(sentences).replace(" ", "") == text.replace(" ", "")
+    assert time.perf_counter() - t0 < 120  # quadratic splitting takes hours on these
+    assert split_sentences(["Short one. Another."]) == ["Short one.", "Another."]

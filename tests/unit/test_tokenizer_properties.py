@@ -1,4 +1,4 @@
-"""Property tests on arbitrary Unicode (lone surrogates included): BertTokenizer never fails and equals the reference."""
+"""Property tests on arbitrary Unicode (lone surrogates included): BertTokenizer never fails, equals the reference."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from bertkit.tokenization import BertTokenizer
 
 # Any code point (surrogates and unassigned ones too), mixed with characters that exercise the tricky rules.
 TRICKY = list(
-    "aeiouAEIOU thequickbrown,.!?'-#[]ΣσςΑάéÉ\u0301\u0308ßİı한국ᄒ\u1161中文日本\u200d\u200b\u00ad😀🥰\x00\t\n\u2028\u3000ﬁ"
+    "aeiouAEIOU thequickbrown,.!?'-#[]ΣσςΑάéÉ\u0301\u0308ßİı한국ᄒ\u1161中文日本"
+    "\u200d\u200b\u00ad😀🥰\x00\t\n\u2028\u3000ﬁ"
 )
 CHAR = st.one_of(st.characters(exclude_categories=()), st.sampled_from(TRICKY), st.sampled_from(TRICKY))
 TEXT = st.text(alphabet=CHAR, max_size=40)

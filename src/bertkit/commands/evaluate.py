@@ -23,6 +23,8 @@ class InferenceFiles:
     output: str | None = option(None, help="where metrics.json and the predictions go "
                                            "(default: MODEL/eval-<data file name> or MODEL/predict-<data file name>)")
     batch_size: int = option(64, help="examples per batch")
+    quantize: str | None = option(None, choices=("int8",),
+                                  help="int8: dynamic int8 Linear layers on the CPU (faster; see docs/inference.md)")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +46,10 @@ def run(args: argparse.Namespace, labelled: bool = True) -> int:
     device = resolve_device(run_options.device)
     precision = resolve_precision(run_options.precision, device)
     model.to(device)
+    if files.quantize:
+        from bertkit.quantize import quantize_model
+
+        model, precision = quantize_model(model, files.quantize, device), "fp32"
     features = task.featurize(examples, tokenizer)
     kind = "eval" if labelled else "predict"
     output = Path(files.output or Path(files.model) / f"{kind}-{Path(files.data).stem}")

@@ -25,8 +25,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="model directory: config.json, weights, vocab.txt")
     parser.add_argument("texts", nargs="+", help="two or more texts (sentences containing --word, with --word)")
     parser.add_argument("--word", default=None, help="compare this word's contextual vectors across the texts")
-    parser.add_argument("--layers", default="-2", help="comma-separated layers, concatenated (default -2)")
-    parser.add_argument("--pooling", default="mean", help="pooling for whole texts (default mean)")
+    parser.add_argument("--layers", default=None, help="comma-separated layers, concatenated (default: the model's "
+                        "saved setting, else -2)")
+    parser.add_argument("--pooling", default=None, help="pooling for whole texts (default: the model's saved "
+                        "pooling, else mean)")
     parser.add_argument("--precision", default="fp32", choices=["auto", "bf16", "fp32"])
 
 
@@ -70,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     if len(args.texts) < 2:
         raise InputError(f"give at least two texts, got {len(args.texts)}")
     encoder = Encoder.from_pretrained(args.model, precision=args.precision)
-    layers = parse_layers(args.layers)
+    layers = parse_layers(args.layers) if args.layers else list(encoder.defaults.layers)
+    args.layers = args.layers or ",".join(map(str, layers))
+    args.pooling = args.pooling or encoder.defaults.pooling  # unnamed: a sentence-embedding model's own
     if args.word:
         contextual = cosine_distances(word_vectors(encoder, args.texts, args.word, layers))
         print(f"the word {args.word!r} at layers {args.layers}:")

@@ -16,8 +16,8 @@ Cached (Gao et al., 2021, "Scaling Deep Contrastive Learning Batch Size under Me
 The parameters' gradients then equal the plain step's (same loss, same masks), while the activations held at once
 are those of one mini-batch.
 
-Across ranks (torchrun): every rank's embeddings are all-gathered *with* gradients
-(``torch.distributed.nn.functional.all_gather``), so each rank computes the loss of the global batch. The
+Across ranks (torchrun): every rank's embeddings are all-gathered *with* gradients (:func:`gather_with_grad`),
+so each rank computes the loss of the global batch. The
 all-gather's backward sums each rank's gradient into the embeddings it owns (world-size times the gradient of the
 global loss); :func:`average_gradients` then divides the summed parameter gradients by the world size, which leaves
 exactly the gradient of the global-batch loss.
@@ -77,16 +77,37 @@ class RngState:
 # ------------------------------------------------------------------------------------------------ across ranks
 
 
+class _GatherWithGrad(torch.autograd.Function):
+    """All-gather along dim 0 whose backward sums every rank's gradient and hands each rank its own rows.
+    (Written out rather than ``torch.distributed.nn.functional.all_gather``, deprecated in recent PyTorch; every
+    rank must pass the same number of rows.)"""
+
+    @staticmethod
+    def forward(ctx, t: Tensor) -> Tensor:
+        import torch.distributed as dist
+
+        ctx.rank, ctx.rows = dist.get_rank(), t.size(0)
+        parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, t.contiguous())
+        return torch.cat(parts, dim=0)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        import torch.distributed as dist
+
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad)  # the sum over ranks of d(each rank's loss) / d(every embedding)
+        return grad[ctx.rank * ctx.rows:(ctx.rank + 1) * ctx.rows]
+
+
 def gather_with_grad(t: Tensor) -> Tensor:
-    """All ranks' ``t`` ([b, ...] each) concatenated in rank order, differentiable; ``t`` itself when not
-    distributed."""
+    """All ranks' ``t`` ([b, ...] each, the same b) concatenated in rank order, differentiable; ``t`` itself when
+    not distributed."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return t
-    from torch.distributed.nn.functional import all_gather
-
-    return torch.cat(all_gather(t.contiguous()), dim=0)
+    return _GatherWithGrad.apply(t)
 
 
 def gather_labels(t: Tensor | None) -> Tensor | None:

@@ -68,8 +68,8 @@ class EmbeddingTrainArgs:
                          "transformers)")
     dev: str | None = option(None, help="STS dev file (sentence1, sentence2, score): evaluated every --eval-every "
                              "steps or epoch; the best checkpoint by Spearman is kept")
-    pooling: str = option("mean", choices=tuple(TO_ST_POOLING), help="pooling of the last layer, saved with the "
-                          "model", group="model")
+    pooling: str | None = option(None, choices=tuple(TO_ST_POOLING), help="pooling of the last layer, saved with "
+                                 "the model (default: a sentence-transformers model's own, else mean)", group="model")
     normalize: bool = option(True, help="do not L2-normalise the saved model's vectors", group="model")
     max_seq_length: int = option(128, help="tokens per text, specials included", group="model")
     text_column: str | None = option(None, help="text / anchor / first-sentence column (default text, anchor, "
@@ -163,6 +163,7 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
     precision = resolve_precision(args.precision, device)
     source = read_sentence_transformers(args.model)
     model_dir = source.model_dir if source is not None else Path(args.model)
+    pooling = args.pooling or (source.pooling if source is not None else "mean")
     tokenizer = load_tokenizer(model_dir)
     model = BertModel.from_pretrained(model_dir).to(device).train()
     if len(tokenizer) > model.config.vocab_size:
@@ -208,7 +209,7 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
     def embed(ids: torch.Tensor, types: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         with autocast(precision, device):
             hidden = model(ids, attention_mask=mask, token_type_ids=types).last_hidden_state  # [b, T, H]
-        return pool(hidden, mask, args.pooling)  # [b, H] fp32
+        return pool(hidden, mask, pooling)  # [b, H] fp32
 
     output = Path(args.output)
     history: list[dict] = []
@@ -220,7 +221,7 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
         output.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(output)
         tokenizer.save_pretrained(output)
-        write_sentence_transformers(output, pooling=args.pooling, normalize=args.normalize,
+        write_sentence_transformers(output, pooling=pooling, normalize=args.normalize,
                                     dim=model.config.hidden_size, max_seq_length=max_len)
         write_json(output / TRAIN_CONFIG_NAME, {"args": asdict(args), "best": record})
 
@@ -230,7 +231,7 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
             D.barrier(ctx)
             return
         encoder = Encoder(model, tokenizer, device=str(device), precision=precision)
-        encoder.defaults = EncodeDefaults((-1,), args.pooling, args.normalize, max_len)
+        encoder.defaults = EncodeDefaults((-1,), pooling, args.normalize, max_len)
         metrics = sts_metrics(encoder, dev, batch_size=args.eval_batch_size)
         record = {"step": step, "epoch": round(step / batches_per_epoch, 3), "train_loss": loss_sum / max(loss_n, 1),
                   "dev_spearman": metrics["spearman"], "dev_pearson": metrics["pearson"]}
@@ -279,7 +280,7 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
                 break
             if not args.eval_every or step >= total_steps:
                 dev_check()
-        if dev is None and ctx.is_main:
+        if ctx.is_main and (dev is None or best is None):  # no dev set, or stopped before its first evaluation
             save({"step": step, "train_loss": loss_sum / max(loss_n, 1)})
         D.barrier(ctx)
         if stop.requested:

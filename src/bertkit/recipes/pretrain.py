@@ -226,7 +226,7 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
 
 
 def _say(cfg: PretrainConfig, ctx, message: str) -> None:
-    if ctx.is_main and not cfg.quiet:
+    if ctx.is_main and not cfg.quiet and message:
         print(message, flush=True)
 
 
@@ -469,12 +469,11 @@ def pretrain(cfg: PretrainConfig) -> Path:
     Raises PretrainError for a run that cannot start, LossNotFinite when the loss stops being finite, and
     Interrupted (after saving a checkpoint) on SIGTERM/SIGINT."""
     import torch
+    from tqdm import tqdm
 
     from bertkit.data.pretraining import VocabInfo
     from bertkit.precision import grad_scaler, resolve_precision
     from bertkit.training import distributed as dist
-    from bertkit.training.budget import TimeBudget
-    from bertkit.training.checkpointing import checkpoint_dir, latest_checkpoint, load_checkpoint, set_rng_state
     from bertkit.training.interrupt import GracefulStop
     from bertkit.training.meter import Meter
     from bertkit.training.optim import build_optimizer, lr_schedule
@@ -485,7 +484,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
     out = Path(cfg.output)
     try:
         with GracefulStop() as stop, _os_errors(out):
-            # ---- output dir, recipe, vocabulary, shards, model
+            # ---- recipe, output dir, vocabulary, shards, model, optimizer
             cfg, chosen = resolve_recipe(cfg)
             cfg = _on_main(ctx, lambda: _prepare_output(cfg))
             _say(cfg, ctx, chosen)
@@ -498,41 +497,14 @@ def pretrain(cfg: PretrainConfig) -> Path:
             optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
             scaler = grad_scaler(precision, ctx.device)
 
-            # ---- the schedule: steps (fitted to --max-time), warmup, evaluation interval; or a checkpoint's
-            last = latest_checkpoint(checkpoint_dir(out)) if cfg.resume else None
-            state = load_checkpoint(last) if last else None
-            budget = TimeBudget(cfg.max_time, float(state["elapsed"]) if state else 0.0) if cfg.max_time else None
-            cost = None
-            if state is not None:
-                total_steps = int(state["total_steps"])
-            elif cfg.resume:
-                total_steps = int(_read_record(out / "run.json")["total_steps"])
-            elif budget is not None:
-                cost = feed.cost(feed.step_costs(lambda d: _time_steps(
-                    model, lambda m: build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay),
-                    [_to_device(d.batch(0, i % d.num_batches(0)), ctx.device) for i in range(4)], precision,
-                    ctx.device, cfg.grad_accum)))
-                total_steps = int(dist.broadcast_object(ctx, min(budget.fit(cost), cfg.max_steps or 1 << 62)))
-                _say(cfg, ctx, f"--max-time {cfg.max_time:.0f}s at {cost(0, 1) * 1000:.0f} ms/step: "
-                               f"scheduling {total_steps} steps")
-            else:
-                total_steps = int(cfg.max_steps)
+            # ---- the schedule (steps fitted to --max-time), or the checkpoint resumed
+            state, budget, cost, total_steps = _schedule(cfg, ctx, feed, model, precision)
             warmup = max(1, int(cfg.warmup_fraction * total_steps)) if cfg.warmup_steps is None else cfg.warmup_steps
             eval_every = cfg.eval_every or max(1, total_steps // 10)
             if cost is not None and cfg.max_steps is None:  # the probe ran cold: re-fit once to the measured pace
                 budget.plan_refit(total_steps, eval_every)
             scheduler = lr_schedule(optimizer, cfg.schedule, warmup, total_steps)
-            step, elapsed = 0, 0.0
-            if state is not None:
-                model.load_state_dict(state["model"])
-                optimizer.load_state_dict(state["optimizer"])
-                scheduler.load_state_dict(state["scheduler"])
-                scaler.load_state_dict(state.get("scaler") or {})
-                step, elapsed = int(state["step"]), float(state["elapsed"])
-                set_rng_state(state["rng"])
-                _say(cfg, ctx, f"resuming from {last} (step {step} of {total_steps})")
-            else:
-                torch.manual_seed(cfg.seed + 1000 * ctx.rank)  # dropout differs per rank; weights are rank 0's (DDP)
+            step, elapsed = _restore(cfg, ctx, state, model, optimizer, scheduler, scaler)
             feed.start(total_steps, state["data"] if state else None)
             ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
             record = {"config": cfg.run_record(), "total_steps": total_steps, "warmup_steps": warmup,
@@ -540,9 +512,9 @@ def pretrain(cfg: PretrainConfig) -> Path:
             if ctx.is_main:
                 write_json(out / "run.json", record, sort_keys=False)
                 _truncate_metrics(out / "metrics.jsonl", step)
-                _say(cfg, ctx, f"model {cfg.model_size}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
-                               f"parameters, vocab {len(tokenizer)}, precision {precision}, {ctx.world_size} "
-                               f"process(es) on {ctx.device.type}")
+            _say(cfg, ctx, f"model {cfg.model_size}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+                           f"parameters, vocab {len(tokenizer)}, precision {precision}, {ctx.world_size} process(es) "
+                           f"on {ctx.device.type}; {total_steps} steps")
 
             def save() -> Path | None:
                 nonlocal elapsed
@@ -552,8 +524,6 @@ def pretrain(cfg: PretrainConfig) -> Path:
                 return path
 
             # ---- the loop
-            from tqdm import tqdm
-
             bar = tqdm(total=total_steps, initial=step, desc="pre-training", unit="step", dynamic_ncols=True,
                        disable=cfg.quiet or not ctx.is_main or not sys.stderr.isatty(), mininterval=0.5)
             meter, loader, stop_why = Meter(), _Prefetcher(), None
@@ -577,9 +547,8 @@ def pretrain(cfg: PretrainConfig) -> Path:
                 bar.update(1)
                 fitted = budget.after_step(step, total_steps, cost) if budget else None
                 if fitted is not None:
-                    fitted = int(dist.broadcast_object(ctx, fitted))
-                    _say(cfg, ctx, f"--max-time: re-scheduling {total_steps} -> {fitted} steps at the measured pace")
-                    total_steps, record["total_steps"], bar.total = fitted, fitted, fitted
+                    total_steps = record["total_steps"] = bar.total = int(dist.broadcast_object(ctx, fitted))
+                    _say(cfg, ctx, f"--max-time: re-scheduled to {total_steps} steps at the measured pace")
                     scheduler = lr_schedule(optimizer, cfg.schedule, warmup, total_steps)
                     scheduler.last_epoch = step - 1
                     scheduler.step()  # the lr of this step on the new schedule
@@ -589,17 +558,10 @@ def pretrain(cfg: PretrainConfig) -> Path:
                 if step % cfg.log_every == 0 or step == total_steps:
                     _log(ctx, cfg, out, meter, bar, step, total_steps, scheduler.get_last_lr()[0], elapsed, feed.epoch)
                 if eval_batches and ctx.is_main and (step % eval_every == 0 or step == total_steps):
-                    t_eval = time.perf_counter()
-                    result = _evaluate(model, eval_batches, precision, ctx.device)
-                    elapsed += time.perf_counter() - t_eval
-                    _append_metrics(out, {"step": step, **result})
-                    _say(cfg, ctx, f"  held-out at step {step}: MLM acc {result['eval_mlm_acc']:.3f}"
-                         + (f", NSP acc {result['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in result else "")
-                         + f", loss {result['eval_loss']:.3f}")
+                    elapsed += _held_out(cfg, ctx, out, model, eval_batches, precision, step)
                 if step % cfg.save_every == 0 and step < total_steps:
                     save()
-                entered = feed.advance(step, total_steps) if step < total_steps else None
-                if entered:
+                if step < total_steps and (entered := feed.advance(step, total_steps)):
                     _say(cfg, ctx, entered)
                 over, signalled = dist.all_reduce_mean(ctx, [float(bool(budget and budget.over())),
                                                              float(stop.requested)])
@@ -616,8 +578,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
                 model.save_pretrained(out)
                 tokenizer.save_pretrained(out)
                 _remove_stale(out)
-                if stop_why == "time":
-                    _say(cfg, ctx, f"--max-time reached at step {step} of {total_steps}")
+                _say(cfg, ctx, f"--max-time reached at step {step} of {total_steps}" if stop_why == "time" else "")
                 _say(cfg, ctx, f"done: {step} steps in {elapsed:.0f}s; model saved to {out}")
             dist.barrier(ctx)
             return out
@@ -642,6 +603,66 @@ def _on_main(ctx, fn):
     if error:
         raise PretrainError(error)
     return result
+
+
+def _schedule(cfg: PretrainConfig, ctx, feed: _Feed, model, precision: str):
+    """(checkpoint state or None, TimeBudget or None, cost model or None, total steps). The steps are a resumed
+    run's, or fitted to --max-time by timing a few steps of each (sequence length, batch size) on a throwaway copy
+    of the model, or --max-steps."""
+    from bertkit.training.budget import TimeBudget
+    from bertkit.training.checkpointing import checkpoint_dir, latest_checkpoint, load_checkpoint
+    from bertkit.training.distributed import broadcast_object
+    from bertkit.training.optim import build_optimizer
+
+    out = Path(cfg.output)
+    last = latest_checkpoint(checkpoint_dir(out)) if cfg.resume else None
+    state = load_checkpoint(last) if last else None
+    budget = TimeBudget(cfg.max_time, float(state["elapsed"]) if state else 0.0) if cfg.max_time else None
+    if state is not None:
+        _say(cfg, ctx, f"resuming from {last} (step {state['step']} of {state['total_steps']})")
+        return state, budget, None, int(state["total_steps"])
+    if cfg.resume:
+        return state, budget, None, int(_read_record(out / "run.json")["total_steps"])
+    if budget is None:
+        return state, budget, None, int(cfg.max_steps)
+
+    def timer(data) -> float:
+        batches = [_to_device(data.batch(0, i % data.num_batches(0)), ctx.device) for i in range(4)]
+        return _time_steps(model, lambda m: build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay), batches,
+                           precision, ctx.device, cfg.grad_accum)
+
+    cost = feed.cost(feed.step_costs(timer))
+    total_steps = int(broadcast_object(ctx, min(budget.fit(cost), cfg.max_steps or 1 << 62)))
+    _say(cfg, ctx, f"--max-time {cfg.max_time:.0f}s at {cost(0, 1) * 1000:.0f} ms/step: scheduling {total_steps} steps")
+    return state, budget, cost, total_steps
+
+
+def _restore(cfg: PretrainConfig, ctx, state: dict | None, model, optimizer, scheduler, scaler) -> tuple[int, float]:
+    """Load a checkpoint's states (model, optimizer, schedule, loss scaler, RNGs): (step, elapsed seconds)."""
+    import torch
+
+    from bertkit.training.checkpointing import set_rng_state
+
+    if state is None:
+        torch.manual_seed(cfg.seed + 1000 * ctx.rank)  # dropout differs per rank; weights are rank 0's (DDP)
+        return 0, 0.0
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    scaler.load_state_dict(state.get("scaler") or {})
+    set_rng_state(state["rng"])
+    return int(state["step"]), float(state["elapsed"])
+
+
+def _held_out(cfg: PretrainConfig, ctx, out: Path, model, batches: list[dict], precision: str, step: int) -> float:
+    """Evaluate on the held-out batches, write and say the result; returns the seconds it took."""
+    t0 = time.perf_counter()
+    result = _evaluate(model, batches, precision, ctx.device)
+    _append_metrics(out, {"step": step, **result})
+    _say(cfg, ctx, f"  held-out at step {step}: MLM acc {result['eval_mlm_acc']:.3f}"
+         + (f", NSP acc {result['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in result else "")
+         + f", loss {result['eval_loss']:.3f}")
+    return time.perf_counter() - t0
 
 
 def _accumulate(ddp_model, feed: _Feed, loader, cfg: PretrainConfig, ctx, precision: str, scaler, meter) -> float:

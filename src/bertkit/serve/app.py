@@ -61,10 +61,13 @@ class ServeSettings:
 
     model_id: str | None = option(None, help="name reported by /info, /v1/models and /v1/embeddings (default: the "
                                   "model directory's name)")
-    layers: tuple = option((-2,), parse=parse_layers, help="default layer(s) for /embed, /v1/embeddings, /encode "
-                           "(comma-separated, concatenated)")
-    pooling: str = option("mean", help=f"default pooling ({', '.join(POOLINGS)})")
-    max_length: int = option(512, help="tokens per input, specials included (capped by the model)")
+    layers: tuple | None = option(None, parse=parse_layers, help="default layer(s) for /embed, /v1/embeddings, "
+                                  "/encode (comma-separated, concatenated; default: the model's saved setting, "
+                                  "else -2)")
+    pooling: str | None = option(None, help=f"default pooling ({', '.join(POOLINGS)}; default: the model's saved "
+                                 "pooling, else mean)")
+    max_length: int | None = option(None, help="tokens per input, specials included (capped by the model; default: "
+                                    "the model's max_seq_length, else 512)")
     auto_truncate: bool = option(False, help="truncate over-long inputs on /embed and /v1/embeddings instead of 422")
     max_inputs: int = option(2048, help="inputs per request (more: 422)")
     max_input_chars: int = option(50_000, help="characters per input (more: 422, or cut when truncating)")
@@ -85,7 +88,7 @@ class ServeSettings:
     keep_alive_timeout_s: float = option(5.0, flag="--keep-alive-timeout", help="seconds an idle keep-alive "
                                          "connection stays open")
     limit_concurrency: int = option(512, help="connections or requests in flight beyond which new requests get 503")
-    malloc_trim_interval_s: float = option(5.0, flag="--malloc-trim-interval", help="when idle, hand freed memory "
+    malloc_trim_interval_s: float = option(5.0, flag="--malloc-trim-interval", help="after work, hand freed memory "
                                            "back to the OS at most this often (glibc malloc_trim; 0: never)")
     api_key: str | None = field(default=None, repr=False, metadata={"skip": True})
 
@@ -247,8 +250,13 @@ class Service:
                  metrics: Metrics | None = None):
         self.encoder, self.settings, self.pipeline = encoder, settings, pipeline
         self.model_id = name or settings.model_id or "bertkit"
-        self.default_spec = encoder.spec(settings.layers, settings.pooling)  # fails early on bad defaults
-        self.max_length = encoder.max_tokens(settings.max_length)
+        # None: the model's own (a sentence-embedding model's saved pooling; Encoder.defaults); fails early if bad
+        self.default_spec = encoder.spec(settings.layers, settings.pooling)
+        # the default layers as the user gave them, else the model's own counted from the top (-1 = last, 0 = the
+        # embeddings), as bert-as-service reports them
+        self.default_layers = (list(settings.layers) if settings.layers is not None else
+                               [i - encoder.num_layers - 1 if i else 0 for i in self.default_spec.layers])
+        self.max_length = encoder.max_tokens(settings.max_length or encoder.defaults.max_length)
         self.queue = BatchQueue(encoder, settings.max_batch_tokens, settings.max_batch_size, settings.max_wait_ms,
                                 settings.max_pending, settings.malloc_trim_interval_s)
         self.metrics = metrics or Metrics()
@@ -440,7 +448,7 @@ async def info(request: Request):
         "version": __version__, "sha": None, "docker_label": None,
         "architecture": "bert", "hidden_size": enc.config.hidden_size, "num_layers": enc.num_layers,
         "vocab_size": enc.config.vocab_size, "embedding_dim": enc.output_dim(svc.default_spec),
-        "default_pooling_layer": list(s.layers), "default_pooling_strategy": svc.default_spec.pooling,
+        "default_pooling_layer": svc.default_layers, "default_pooling_strategy": svc.default_spec.pooling,
         "poolings": list(POOLINGS), "has_pooler": enc.has_pooler, "has_mlm_head": enc.mlm_head is not None,
         "max_input_chars": s.max_input_chars, "max_request_tokens": s.max_request_tokens,
         "max_output_values": s.max_output_values, "max_payload_bytes": s.max_payload_bytes,
@@ -710,7 +718,7 @@ async def status_server(request: Request):
         requests = sum(svc.metrics.requests.values())
         inputs = sum(svc.metrics.inputs.values())
     return {"ckpt_name": svc.model_id, "max_seq_len": svc.max_length, "max_batch_size": s.max_batch_size,
-            "num_worker": 1, "pooling_layer": list(s.layers),
+            "num_worker": 1, "pooling_layer": svc.default_layers,
             "pooling_strategy": BAS_POOLING.get(svc.default_spec.pooling, svc.default_spec.pooling.upper()),
             "server_version": __version__,
             "server_start_time": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(svc.started)),

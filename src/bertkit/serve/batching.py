@@ -12,8 +12,9 @@ are dropped before they cost any compute. A bounded queue refuses new work with 
 growing without end.
 
 Memory: glibc keeps memory that a batch freed (activations, token lists) in its arenas, so a long-running server's
-RSS creeps up with varied request sizes. When the worker goes idle it calls ``malloc_trim(0)`` (glibc only, through
-ctypes; at most once per ``trim_interval_s``), which hands that memory back to the OS.
+RSS creeps up with varied request sizes. The worker calls ``malloc_trim(0)`` (glibc only, through ctypes), which hands
+that memory back to the OS: at most once per ``trim_interval_s``, when it goes idle or between batches under steady
+load, and only after work.
 """
 
 from __future__ import annotations
@@ -111,8 +112,8 @@ class BatchQueue:
         max_batch_size: inputs per forward pass.
         max_wait_ms: how long the worker lingers after the first pending input for more to arrive (0: never).
         max_pending: pending inputs beyond which :meth:`submit` raises :class:`QueueFull`.
-        trim_interval_s: when idle after work, hand freed memory back to the OS (``malloc_trim``), at most this
-            often (0: never; no effect where glibc is absent).
+        trim_interval_s: after work, hand freed memory back to the OS (``malloc_trim``), at most this often (0:
+            never; no effect where glibc is absent).
     """
 
     def __init__(
@@ -251,6 +252,8 @@ class BatchQueue:
                         for it in items:
                             it.request.failed = True
                             _set_exception(it.request.future, exc)
+                if self._trim_wait() == 0.0:  # under steady load the worker may never go idle
+                    self._trim()
 
     def _trim_wait(self) -> float | None:
         """Seconds until a trim is due (0: now), or None when none is (nothing done since the last, or off)."""

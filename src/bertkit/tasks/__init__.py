@@ -38,6 +38,7 @@ TASKS: dict[str, tuple[str, str]] = {
     "conll2003": ("bertkit.tasks.tagging", "TaggingTask"),
     "tagging": ("bertkit.tasks.tagging", "TaggingTask"),
     "swag": ("bertkit.tasks.multiple_choice", "MultipleChoiceTask"),
+    "rerank": ("bertkit.tasks.rerank", "RerankTask"),
 }
 TASK_NAMES = tuple(TASKS)
 

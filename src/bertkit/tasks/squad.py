@@ -20,7 +20,9 @@ tokens, ``start + end`` logit scores. Answer text (``answer_text``):
 v2.0: the null score is ``start[0] + end[0]`` (minimum over windows); predict "" when
 ``null - best span > null_score_diff_threshold``.
 Outputs: ``predictions.json`` (id -> text), ``nbest_predictions.json`` (id -> list of text, probability,
-start_logit, end_logit) and, for v2.0, ``null_odds.json`` (id -> null - best span score).
+start_logit, end_logit, and start / end: the character span of the answer's pieces in the context) and, for
+v2.0, ``null_odds.json``
+(id -> null - best span score).
 """
 
 from __future__ import annotations
@@ -312,7 +314,8 @@ class SquadTask(TaskBase):
             if text in seen:
                 continue
             seen.add(text)
-            nbest.append({"text": text, "start_logit": sl, "end_logit": el, "score": score})
+            nbest.append({"text": text, "start_logit": sl, "end_logit": el, "score": score,
+                          "start": f["offsets"][first][0], "end": f["offsets"][last][1]})  # the pieces' characters
             if len(nbest) >= self.n_best_size:
                 break
         best_non_null = nbest[0] if nbest else None

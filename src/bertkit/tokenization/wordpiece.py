@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.files import write_json
+from bertkit.tokenization import normalizer as _normalizer
 from bertkit.tokenization.encoding import Encoding
 from bertkit.tokenization.normalizer import SEPARATORS, ExactNormalizer
 from bertkit.tokenization.vocab import (
@@ -73,6 +74,12 @@ def truncate_pair_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int
 # Texts longer than this are cut (at separators) into pieces of about this size, which Rust runs in parallel.
 LONG_TEXT = 50_000
 _SEPARATOR_RE = re.compile("[" + re.escape(SEPARATORS) + "]")
+
+
+def _prefix_start(max_tokens: int) -> int:
+    """Texts longer than this (in characters) are tokenized by growing prefixes when at most ``max_tokens`` tokens
+    are kept (a first prefix this long holds ``max_tokens`` tokens on ordinary text)."""
+    return 8 * max(max_tokens, 0) + 1024
 
 
 def _check_texts(texts: Sequence[str]) -> None:
@@ -294,36 +301,101 @@ class BertTokenizer:
     def _segments(self, texts: Sequence[str], max_tokens: int | None = None) -> list[_Segment]:
         """Tokenize each text (no special tokens): ids, tokens, offsets, word ids.
 
-        With ``max_tokens``, a segment may be cut to its first ``max_tokens`` tokens (long texts are then only
-        tokenized as far as needed).
+        With ``max_tokens``, a segment may hold only its first tokens (at least ``max_tokens`` of them, or all): a
+        long text is then only tokenized as far as needed (:meth:`_segment_prefix`), so the cost is bounded by
+        ``max_tokens`` rather than by the text.
         """
         _check_texts(texts)
-        if not any(len(t) > LONG_TEXT for t in texts):
-            return self._segments_short(texts)
-        short = [k for k, t in enumerate(texts) if len(t) <= LONG_TEXT]
-        out: list[_Segment] = [([], [], [], []) for _ in texts]
+        out: list[_Segment | None] = [None] * len(texts)
+        short = []
+        for k, text in enumerate(texts):
+            if max_tokens is not None and len(text) > _prefix_start(max_tokens):
+                out[k] = self._segment_prefix(text, max_tokens)
+            elif len(text) > LONG_TEXT:
+                out[k] = self._segment_long(text, max_tokens)
+            else:
+                short.append(k)
         for k, seg in zip(short, self._segments_short([texts[k] for k in short])):
             out[k] = seg
-        for k, text in enumerate(texts):
-            if len(text) > LONG_TEXT:
-                out[k] = self._segment_long(text, max_tokens)
-        return out
+        return out  # type: ignore[return-value]
 
-    def _segments_short(self, texts: Sequence[str]) -> list[_Segment]:
-        masked = [self.normalizer.mask_unsafe(t) for t in texts]
-        encs = self._rust.encode_batch([m for m, _ in masked], add_special_tokens=False)
+    def _segments_short(self, texts: Sequence[str], tail_unsafe: Sequence[bool] | None = None) -> list[_Segment]:
         out: list[_Segment] = []
-        for text, (_, spans), enc in zip(texts, masked, encs):
-            if not spans:
+        for text, spans, parts in self._encode_parts(texts, tail_unsafe):
+            if not spans and len(parts) == 1 and parts[0][0] == 0:
+                enc = parts[0][1]
                 out.append((enc.ids, enc.tokens, enc.offsets, enc.word_ids))
             else:
-                out.append(self._merge(text, enc, spans))
+                out.append(self._merge(text, parts, spans))
         return out
 
-    def _segment_long(self, text: str, max_tokens: int | None) -> _Segment:
+    def _encode_parts(
+        self, texts: Sequence[str], tail_unsafe: Sequence[bool] | None = None
+    ) -> list[tuple[str, list[tuple[int, int]], list[tuple[int, Any]]]]:
+        """Per text: (text, the chunks for the Python path, [(offset, Rust encoding)] for the text between them).
+
+        The text between Python chunks goes to Rust as separate pieces (one batch for all texts), not blanked out:
+        Rust takes about a second per megabyte even of spaces.
+        """
+        tails = tail_unsafe if tail_unsafe is not None else [False] * len(texts)
+        spans_all = [self.normalizer.mask_unsafe(t, tail)[1] for t, tail in zip(texts, tails)]
+        pieces: list[str] = []
+        where: list[tuple[int, int]] = []  # (text index, offset) of each piece
+        for k, (text, spans) in enumerate(zip(texts, spans_all)):
+            last = 0
+            for s, e in [*spans, (len(text), len(text))]:
+                if s > last and (not spans or not text[last:s].isspace()):
+                    pieces.append(text[last:s])
+                    where.append((k, last))
+                last = e
+            if not spans and not text:
+                pieces.append(text)
+                where.append((k, 0))
+        encs = self._rust.encode_batch(pieces, add_special_tokens=False) if pieces else []
+        parts: list[list[tuple[int, Any]]] = [[] for _ in texts]
+        for (k, offset), enc in zip(where, encs):
+            parts[k].append((offset, enc))
+        return [(t, sp, pa) for t, sp, pa in zip(texts, spans_all, parts)]
+
+    def _segment_prefix(self, text: str, max_tokens: int) -> _Segment:
+        """The first tokens (at least ``max_tokens``, or all) of ``text``, from as short a prefix as will do.
+
+        Prefixes grow geometrically, each ending at the first cut (:meth:`ExactNormalizer.prefix_cut`) after twice
+        the last: a place where the reference's words of the prefix are exactly the first words of the whole text
+        (a separator, a CJK ideograph, or a punctuation mark that ends a word whatever follows). So the result is
+        the whole text's tokens, cut short, for a cost proportional to the prefix tokenized, not to the text.
+        """
+        # The chunk that a cut falls in must take the same path (Rust or Python) as in the whole text: Python if it
+        # has an unsafe character or a long run (see ExactNormalizer.mask_unsafe), after the cut included.
+        last_unsafe: dict[int, int] = {}  # chunk end -> position of the last unsafe character before it
+        long_runs: dict[int, tuple[int, int]] = {}  # chunk end -> (searched from, start of a long run or chunk end)
+        target = _prefix_start(max_tokens)
+        while target < len(text):
+            cut = self.normalizer.prefix_cut(text, target)
+            if cut is None:
+                break
+            p, prefix = cut
+            m = _SEPARATOR_RE.search(text, p)
+            end = m.start() if m else len(text)
+            if end not in last_unsafe:
+                last_unsafe[end] = self.normalizer.last_unsafe(text, end)
+            start = max(p - _normalizer.LONG_WORD, 0)  # a run across p has more than LONG_WORD characters from here
+            if end not in long_runs or long_runs[end][1] < start:
+                run = self.normalizer.long_run(text, start, end)
+                long_runs[end] = (start, run.start() if run else end)
+            tail = last_unsafe[end] >= p or long_runs[end][1] < end
+            seg = self._segment_long(prefix, max_tokens, tail) if len(prefix) > LONG_TEXT else (
+                self._segments_short([prefix], [tail])[0]
+            )
+            if len(seg[0]) >= max_tokens:
+                return seg
+            target = 2 * p
+        return self._segment_long(text, max_tokens) if len(text) > LONG_TEXT else self._segments_short([text])[0]
+
+    def _segment_long(self, text: str, max_tokens: int | None, tail_unsafe: bool = False) -> _Segment:
         """Cut a long text at separators into pieces (Google's rules process them independently), run the pieces
         in batches (Rust runs a batch in parallel), and join their tokens with shifted offsets and word ids. With
-        ``max_tokens``, stop once that many tokens are there."""
+        ``max_tokens``, stop once that many tokens are there. ``tail_unsafe`` as in ``mask_unsafe``."""
         ids: list[int] = []
         tokens: list[str] = []
         offsets: list[tuple[int, int]] = []
@@ -333,8 +405,9 @@ class BertTokenizer:
         group = 8
         for g in range(0, len(cuts), group):
             spans = cuts[g : g + group]
+            tails = [tail_unsafe and e == len(text) for _, e in spans]
             for (start, _), (p_ids, p_tokens, p_offsets, p_words) in zip(
-                spans, self._segments_short([text[s:e] for s, e in spans])
+                spans, self._segments_short([text[s:e] for s, e in spans], tails)
             ):
                 ids.extend(p_ids)
                 tokens.extend(p_tokens)
@@ -349,16 +422,18 @@ class BertTokenizer:
     def _ids(self, texts: Sequence[str], max_tokens: int | None = None) -> list[list[int]]:
         """Ids only (the fast path behind ``__call__``); ``max_tokens`` as in :meth:`_segments`."""
         _check_texts(texts)
-        if any(len(t) > LONG_TEXT for t in texts):
+        start = _prefix_start(max_tokens) if max_tokens is not None else LONG_TEXT
+        if any(len(t) > min(start, LONG_TEXT) for t in texts):
             return [seg[0] for seg in self._segments(texts, max_tokens)]
-        masked = [self.normalizer.mask_unsafe(t) for t in texts]
-        encs = self._rust.encode_batch([m for m, _ in masked], add_special_tokens=False)
-        return [
-            enc.ids if not spans else self._merge(text, enc, spans)[0]
-            for text, (_, spans), enc in zip(texts, masked, encs)
-        ]
+        out = []
+        for text, spans, parts in self._encode_parts(texts):
+            plain = not spans and len(parts) == 1 and parts[0][0] == 0
+            out.append(parts[0][1].ids if plain else self._merge(text, parts, spans)[0])
+        return out
 
     def _wordpiece(self, word: str, begin: int, end: int) -> list[tuple[int, str, tuple[int, int]]]:
+        if len(word) > self.max_input_chars_per_word:
+            return [(self.unk_token_id, self.unk_token, (begin, end))]
         pieces = self._model.tokenize(word)
         if len(pieces) == 1 and pieces[0].id == self.unk_token_id:
             return [(self.unk_token_id, self.unk_token, (begin, end))]
@@ -373,16 +448,18 @@ class BertTokenizer:
             out.append((p.id, value, span))
         return out
 
-    def _merge(self, text: str, enc: Any, spans: list[tuple[int, int]]) -> _Segment:
-        """Combine Rust's tokens (outside ``spans``) with Python's exact tokens for the chunks in ``spans``."""
-        items: list[tuple[int, int, str, tuple[int, int], tuple[int, int]]] = []
-        for i, t, o, w in zip(enc.ids, enc.tokens, enc.offsets, enc.word_ids):
-            items.append((o[0], i, t, o, (0, w)))
+    def _merge(self, text: str, parts: list[tuple[int, Any]], spans: list[tuple[int, int]]) -> _Segment:
+        """Combine Rust's tokens (of the pieces between ``spans``) with Python's exact tokens for ``spans``."""
+        items: list[tuple[int, int, str, tuple[int, int], tuple[int, ...]]] = []
+        for k, (shift, enc) in enumerate(parts):
+            for i, t, o, w in zip(enc.ids, enc.tokens, enc.offsets, enc.word_ids):
+                o = (o[0] + shift, o[1] + shift)
+                items.append((o[0], i, t, o, (0, k, w)))
         n_words = 0
         for s, e in spans:
             for word, b, en in self.normalizer.split_words(text, s, e):
                 for i, t, o in self._wordpiece(word, b, en):
-                    items.append((b, i, t, o, (1, n_words)))
+                    items.append((b, i, t, o, (1, n_words, 0)))
                 n_words += 1
         items.sort(key=lambda it: it[0])  # stable: pieces of one word keep their order
         ids, tokens, offsets, words = [], [], [], []

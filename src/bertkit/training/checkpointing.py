@@ -8,6 +8,7 @@ stored is tensors, numbers, strings, lists and dicts (the numpy RNG state is sto
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import re
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertkit.errors import RunError
 from bertkit.files import atomic_write
 
 _NAME = re.compile(r"^step-(\d{8,})\.pt$")
@@ -81,12 +83,32 @@ def save_checkpoint(directory: str | os.PathLike, step: int, state: dict[str, An
     directory.mkdir(parents=True, exist_ok=True)
     state = dict(state, step=step, rng=rng_state())
     path = directory / f"step-{step:08d}.pt"
-    atomic_write(path, lambda p: torch.save(state, p))
-    atomic_write(directory / LATEST, lambda p: p.write_text(path.name + "\n", encoding="utf-8"))
+    try:
+        atomic_write(path, lambda p: torch.save(state, p))
+        atomic_write(directory / LATEST, lambda p: p.write_text(path.name + "\n", encoding="utf-8"))
+    except (OSError, RuntimeError) as e:
+        if not _disk_full(e):
+            raise
+        previous = latest_checkpoint(directory)
+        raise DiskFullError(f"{path}: disk full while saving the checkpoint; "
+                            + (f"the previous checkpoint {previous} is intact" if previous else "no checkpoint yet")
+                            + ". Free space, then continue with --resume") from None
     for _, old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
         if old != path:
             old.unlink(missing_ok=True)
     return path
+
+
+class DiskFullError(RunError):
+    """The disk filled up while a checkpoint was written (the previous one is intact)."""
+
+
+def _disk_full(e: BaseException) -> bool:
+    """ENOSPC/EDQUOT, or torch.save's zip writer failing mid-file (``inline_container.cc ... unexpected pos``)."""
+    if isinstance(e, OSError):
+        return e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+    text = str(e)
+    return "unexpected pos" in text or "No space left" in text or "file write failed" in text
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:

@@ -1,0 +1,31 @@
+"""``bertkit export --onnx DIR OUT``: write a model directory as an ONNX graph (for ONNX Runtime and others)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--onnx", nargs=2, metavar=("DIR", "OUT"), required=True,
+                        help="model directory -> OUT: a directory (model.onnx + config, vocabulary and task files) "
+                             "or a file name ending in .onnx")
+    parser.add_argument("--opset", type=int, default=17, help="ONNX opset version (default 17)")
+    parser.add_argument("--quantize", choices=("int8",), default=None,
+                        help="also quantise the graph's weights to int8 (ONNX Runtime's dynamic quantisation)")
+    parser.add_argument("--all-layers", action="store_true",
+                        help="the encoder (no head) with every layer's output: the graph Encoder(backend='onnx') "
+                             "reads as DIR/encoder.onnx (or encoder.int8.onnx)")
+    parser.add_argument("--no-check", dest="check", action="store_false",
+                        help="skip running the graph with ONNX Runtime against PyTorch")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bertkit.export import export_onnx
+
+    directory, out = args.onnx
+    report = export_onnx(directory, out, opset=args.opset, quantize=args.quantize, check=args.check,
+                         hidden_states=args.all_layers)
+    print(json.dumps(asdict(report), sort_keys=True))
+    return 0

@@ -1,0 +1,298 @@
+"""ONNX export of a model directory (``bertkit export --onnx DIR OUT``), for ONNX Runtime and other runtimes.
+
+The graph takes ``input_ids``, ``attention_mask`` and ``token_type_ids`` (int64, [batch, sequence], both axes
+dynamic) and returns the head's outputs under transformers' names:
+
+    BertForSequenceClassification / BertForTokenClassification    logits
+    BertForQuestionAnswering                                       start_logits, end_logits
+    anything else (BertModel, BertForPreTraining, BertForMaskedLM) last_hidden_state, pooler_output (if trained)
+
+OUT is a directory (``model.onnx`` + the directory's config.json, vocab.txt, tokenizer and task files, so that it is
+self-contained) or a file name ending in ``.onnx``. With ONNX Runtime installed (``pip install bertkit[onnx]``),
+the export is checked: the graph's outputs on a padded batch are compared with PyTorch's. ``quantize="int8"`` also
+applies ONNX Runtime's dynamic int8 quantisation to the weights of its MatMuls.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from bertkit.errors import InputError, RunError
+
+log = logging.getLogger(__name__)
+
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+HEAD_OUTPUTS = {
+    "BertForSequenceClassification": ("logits",),
+    "BertForTokenClassification": ("logits",),
+    "BertForQuestionAnswering": ("start_logits", "end_logits"),
+}
+COPIED_FILES = ("config.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json",
+                "finetune_config.json")
+
+
+@dataclass
+class ExportReport:
+    path: str
+    architecture: str
+    outputs: list[str]
+    opset: int
+    max_abs_diff: float | None = None  # ONNX Runtime vs PyTorch on a padded batch; None without onnxruntime
+    quantized: str | None = None
+    files: list[str] = field(default_factory=list)
+
+
+class _Graph(nn.Module):
+    """The model's forward with positional inputs and a tuple of named outputs (what the exporter traces)."""
+
+    def __init__(self, model: nn.Module, outputs: tuple[str, ...]):
+        super().__init__()
+        self.model = model
+        self.outputs = outputs
+        self.hidden_states = any(name.startswith("hidden_states.") for name in outputs)
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        kwargs = {"output_hidden_states": True} if self.hidden_states else {}
+        out = self.model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, **kwargs)
+        return tuple(out.hidden_states[int(name.split(".")[1])] if name.startswith("hidden_states.")
+                     else getattr(out, name) for name in self.outputs)
+
+
+def load_for_export(directory: str | os.PathLike, hidden_states: bool = False
+                    ) -> tuple[nn.Module, str, tuple[str, ...]]:
+    """(model in eval mode, architecture, output names) of a model directory: its head if it has one of
+    ``HEAD_OUTPUTS``, else the bare encoder. ``hidden_states``: the bare encoder with every layer's output
+    (``hidden_states.0`` = embeddings .. ``hidden_states.L``) and ``pooler_output``, for ``Encoder``."""
+    from bertkit import modeling
+
+    directory = Path(directory)
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise InputError(f"{directory}: no config.json (not a model directory)")
+    architectures = json.loads(config_path.read_text(encoding="utf-8")).get("architectures") or []
+    architecture = "BertModel" if hidden_states else next((a for a in architectures if a in HEAD_OUTPUTS), "BertModel")
+    if (directory / "tagger_config.json").is_file():
+        raise InputError(f"{directory}: a feature-based tagger (BiLSTM on frozen BERT) cannot be exported to ONNX")
+    model_class = getattr(modeling, architecture)  # one of HEAD_OUTPUTS or BertModel: no import by name from files
+    model, info = model_class.from_pretrained(directory, output_loading_info=True)
+    outputs = HEAD_OUTPUTS.get(architecture)
+    if outputs is None:
+        initialised = info.initialised
+        has_pooler = model.pooler is not None and not any(k.startswith("pooler.") for k in initialised)
+        outputs = ("last_hidden_state", "pooler_output") if has_pooler else ("last_hidden_state",)
+        if hidden_states:
+            layers = tuple(f"hidden_states.{i}" for i in range(model.config.num_hidden_layers + 1))
+            outputs = layers + outputs[1:]
+    return model.eval(), architecture, outputs
+
+
+def _sample_inputs(vocab_size: int) -> dict[str, torch.Tensor]:
+    """A padded batch of two: the traced graph keeps the attention-mask path (an unpadded trace would drop it)."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(min(5, vocab_size - 1), vocab_size, (2, 11), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    ids[1, 7:] = 0
+    types = torch.zeros_like(ids)
+    types[:, 6:] = 1
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types * mask}
+
+
+def export_onnx(directory: str | os.PathLike, out: str | os.PathLike, opset: int = 17, quantize: str | None = None,
+                check: bool = True, hidden_states: bool = False) -> ExportReport:
+    """Export the model of ``directory`` to ONNX at ``out`` (a directory, or a ``.onnx`` file). See the module
+    docstring. Returns what was written and, when ONNX Runtime is installed and ``check``, the largest difference
+    between its outputs and PyTorch's on a padded batch (RunError above 1e-3, or 0.5 for int8)."""
+    from bertkit.files import atomic_write
+    from bertkit.quantize import resolve_quantize
+
+    quantize = resolve_quantize(quantize)
+    directory, out = Path(directory), Path(out)
+    model, architecture, outputs = load_for_export(directory, hidden_states)
+    if out.suffix == ".onnx":
+        target = out
+        out.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        target = out / "model.onnx"
+    sample = _sample_inputs(model.config.vocab_size)
+    dynamic = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
+    per_token = {"last_hidden_state", "start_logits", "end_logits", *(o for o in outputs if o.startswith("hidden"))}
+    if architecture == "BertForTokenClassification":
+        per_token.add("logits")
+    for name in outputs:
+        dynamic[name] = {0: "batch", 1: "sequence"} if name in per_token else {0: "batch"}
+
+    def write(tmp: Path) -> None:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")  # tracer warnings on the padding test, the exporter's deprecation notes
+            torch.onnx.export(_Graph(model, outputs).eval(), tuple(sample[n] for n in INPUT_NAMES), str(tmp),
+                              input_names=list(INPUT_NAMES), output_names=list(outputs), dynamic_axes=dynamic,
+                              opset_version=opset, dynamo=False)
+        if quantize:
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            fp32 = tmp.with_name(tmp.name + ".fp32")
+            tmp.rename(fp32)
+            root = logging.getLogger()
+            level = root.level
+            root.setLevel(logging.ERROR)  # the quantiser logs a generic "consider pre-processing" warning on root
+            try:
+                quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
+            finally:
+                root.setLevel(level)
+                fp32.unlink(missing_ok=True)
+
+    try:
+        import onnx  # noqa: F401  (the exporter needs it)
+    except ImportError:
+        raise RunError("ONNX export needs the onnx package: pip install 'bertkit[onnx]' (onnx, onnxruntime)") from None
+    atomic_write(target, write)
+    report = ExportReport(str(target), architecture, list(outputs), opset, quantized=quantize, files=[str(target)])
+    if out.suffix != ".onnx":
+        for name in COPIED_FILES:
+            if (directory / name).is_file() and (directory / name).resolve() != (out / name).resolve():
+                atomic_write(out / name, lambda t, src=directory / name: shutil.copyfile(src, t))
+                report.files.append(str(out / name))
+    if check:
+        report.max_abs_diff = check_onnx(target, model, outputs, sample, limit=0.5 if quantize else 1e-3)
+    return report
+
+
+def check_onnx(path: str | os.PathLike, model: nn.Module, outputs: tuple[str, ...], sample: dict[str, torch.Tensor],
+               limit: float = 1e-3) -> float | None:
+    """Largest |ONNX Runtime - PyTorch| over ``outputs`` on ``sample`` (padding masked out); None without
+    onnxruntime; RunError above ``limit``."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        log.info("onnxruntime is not installed: the exported graph was not checked")
+        return None
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(list(outputs), {k: v.numpy() for k, v in sample.items()})
+    with torch.no_grad():
+        want = _Graph(model, outputs)(*(sample[n] for n in INPUT_NAMES))
+    mask = sample["attention_mask"].bool()
+    worst = 0.0
+    for name, a, b in zip(outputs, got, want):
+        diff = (torch.from_numpy(a) - b.float()).abs()
+        if diff.dim() >= 2 and diff.shape[1] == mask.shape[1]:
+            diff = diff[mask]  # padded positions are not outputs anyone reads
+        worst = max(worst, float(diff.max()))
+    if worst > limit:
+        raise RunError(f"{path}: the exported graph differs from PyTorch by {worst:.3g} (over {limit})")
+    return worst
+
+
+# --------------------------------------------------------------------------------------------- ONNX Runtime backend
+
+
+class OnnxRuntimeModel:
+    """An exported graph run by ONNX Runtime (CPU), called like the PyTorch head model it came from:
+    ``model(input_ids=..., attention_mask=..., token_type_ids=...)`` -> an object whose attributes are the graph's
+    outputs (``logits`` or ``start_logits`` / ``end_logits``) as float32 CPU tensors. Inference only."""
+
+    def __init__(self, path: str | os.PathLike, config, threads: int | None = None):
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise RunError("backend 'onnx' needs onnxruntime: pip install 'bertkit[onnx]'") from None
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or torch.get_num_threads()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.path = str(path)
+        self.session = ort.InferenceSession(self.path, options, providers=["CPUExecutionProvider"])
+        self.config = config
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        self.training = False
+
+    def __repr__(self) -> str:
+        return f"OnnxRuntimeModel({self.path}, outputs={self.output_names})"
+
+    def eval(self) -> OnnxRuntimeModel:
+        return self
+
+    def train(self, mode: bool = True) -> OnnxRuntimeModel:
+        if mode:
+            raise InputError("an ONNX Runtime model is for inference only: load the PyTorch model to train")
+        return self
+
+    def to(self, device) -> OnnxRuntimeModel:
+        if torch.device(device).type != "cpu":
+            raise InputError("backend 'onnx' runs on the CPU (onnxruntime's CPU provider): use device='cpu'")
+        return self
+
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, **_):
+        from types import SimpleNamespace
+
+        feeds = {
+            "input_ids": input_ids.cpu().numpy(),
+            "attention_mask": (torch.ones_like(input_ids) if attention_mask is None else attention_mask).cpu().numpy(),
+            "token_type_ids": (torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids).cpu().numpy(),
+        }
+        values = self.session.run(self.output_names, feeds)
+        return SimpleNamespace(**{n: torch.from_numpy(v) for n, v in zip(self.output_names, values)})
+
+
+def onnx_file(directory: str | os.PathLike, quantize: str | None = None, hidden_states: bool = False,
+              cache: str | os.PathLike | None = None) -> Path:
+    """``DIR/model.onnx`` (``encoder.onnx`` with ``hidden_states``; ``.int8.onnx`` for int8) when it is there and
+    newer than the weights, else one exported (and checked) into ``cache`` (default: a temporary directory)."""
+    import tempfile
+
+    from bertkit.checkpoint import find_weights
+    from bertkit.quantize import resolve_quantize
+
+    directory = Path(directory)
+    quantize = resolve_quantize(quantize)
+    name = ("encoder" if hidden_states else "model") + (".int8.onnx" if quantize else ".onnx")
+    found = directory / name
+    if found.is_file() and found.stat().st_mtime >= find_weights(directory).stat().st_mtime:
+        return found
+    found = Path(cache or tempfile.mkdtemp(prefix="bertkit-onnx-")) / name
+    log.info("exporting %s to %s for ONNX Runtime", directory, found)
+    export_onnx(directory, found, quantize=quantize, hidden_states=hidden_states)
+    return found
+
+
+def onnx_runtime_model(directory: str | os.PathLike, config, quantize: str | None = None,
+                       cache: str | os.PathLike | None = None) -> OnnxRuntimeModel:
+    """The ONNX Runtime model of a directory's head (see :func:`onnx_file` for which graph)."""
+    return OnnxRuntimeModel(onnx_file(directory, quantize, cache=cache), config)
+
+
+def use_onnx_runtime(encoder, directory: str | os.PathLike, quantize: str | None = None,
+                     cache: str | os.PathLike | None = None):
+    """Make ``encoder`` (a CPU :class:`bertkit.Encoder`) run its forward pass with ONNX Runtime on the directory's
+    encoder graph with every layer's output (``encoder.onnx`` / ``encoder.int8.onnx``, or one exported now). Its
+    pooling, batching and results stay the Encoder's; it then computes in fp32 (int8 inside the graph)."""
+    if encoder.device.type != "cpu":
+        raise InputError("backend 'onnx' runs on the CPU (onnxruntime's CPU provider): use device='cpu'")
+    runtime = OnnxRuntimeModel(onnx_file(directory, quantize, hidden_states=True, cache=cache), encoder.config)
+    names = runtime.output_names
+    has_pooler = "pooler_output" in names
+
+    def forward(input_ids, token_type_ids, attention_mask, depth: int, pooler: bool = False):
+        depth = encoder.num_layers if depth < 0 else depth
+        wanted = [f"hidden_states.{i}" for i in range(depth + 1)] + (["pooler_output"] if pooler and has_pooler
+                                                                      else [])
+        values = runtime.session.run(wanted, {"input_ids": input_ids.cpu().numpy(),
+                                              "attention_mask": attention_mask.cpu().numpy(),
+                                              "token_type_ids": token_type_ids.cpu().numpy()})
+        tensors = [torch.from_numpy(v) for v in values]
+        return tuple(tensors[:depth + 1]), (tensors[depth + 1] if len(tensors) > depth + 1 else None)
+
+    encoder.forward = forward
+    encoder.precision = "fp32"
+    encoder.backend = "onnx"
+    encoder.onnx_path = runtime.path
+    return encoder

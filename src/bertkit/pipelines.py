@@ -1,0 +1,546 @@
+"""In-process task pipelines: a fine-tuned model directory in, task answers out (what ``bertkit serve`` serves).
+
+    clf = load_pipeline("runs/sst2")                      # the head is read from config.json "architectures"
+    clf.predict("a gripping film")                        # [{"label": "1", "score": 0.97}]
+    clf.predict([("a man eats", "someone eats")], return_all_scores=True)
+    rr = load_pipeline("runs/reranker")
+    rr.rerank("what is BERT?", ["a muppet", "a language model"])   # [{"index": 1, "score": 0.91}, ...]
+    ner = load_pipeline("runs/conll")
+    ner.ner("George Washington went to Washington")       # [{"entity_group": "PER", "score", "word", "start", "end"}]
+    qa = load_pipeline("runs/squad")
+    qa.answer("Where?", "The cat sat on the mat.")        # {"answer": "on the mat", "score", "start", "end"}
+
+Heads (``architectures[0]`` in ``config.json``) -> pipeline:
+
+    BertForSequenceClassification   TextClassificationPipeline  (.kind: classification, regression or rerank)
+    BertForTokenClassification      TokenClassificationPipeline (also the feature-based tagger of ``finetune``)
+    BertForQuestionAnswering        QuestionAnsweringPipeline
+
+The task settings saved by ``bertkit finetune`` (``finetune_config.json``: labels, max_seq_length, doc stride...)
+are used when present, so a pipeline tokenises, windows and post-processes exactly as ``bertkit predict`` does
+(the same ``bertkit.tasks`` code runs). A Hugging Face model directory without that file gets the defaults: label
+names from ``id2label`` (``LABEL_i`` when there are none), 512 tokens, SQuAD v1.1 windows.
+
+Scores (as TEI's ``/predict``): softmax over the labels; a one-label model gives its sigmoid (a reranker) or its
+raw value (a regression model fine-tuned with ``--regression`` / STS-B); ``raw_scores`` gives the logits.
+``quantize="int8"`` swaps every Linear for a dynamic int8 one (CPU; see :mod:`bertkit.quantize`);
+``backend="onnx"`` runs the exported graph with ONNX Runtime instead of PyTorch (see :mod:`bertkit.export`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import InputError
+
+HEADS = {
+    "BertForSequenceClassification": "classification",
+    "BertForTokenClassification": "ner",
+    "BertForQuestionAnswering": "qa",
+}
+DEFAULT_MAX_LENGTH = 512
+BACKENDS = ("torch", "onnx")
+HEAD_KEYS = {"BertForSequenceClassification": "classifier.weight", "BertForTokenClassification": "classifier.weight",
+             "BertForQuestionAnswering": "qa_outputs.weight"}
+
+
+class NoHeadError(InputError):
+    """The model directory has no task head a pipeline can run (it can still serve embeddings)."""
+
+
+class InputTooLongError(InputError):
+    """An input is longer than the model takes and ``truncate=False`` was asked for."""
+
+    def __init__(self, index: int, length: int, limit: int):
+        super().__init__(f"input {index} is {length} tokens long, over the limit of {limit}: shorten it or set "
+                         "truncate=true")
+        self.index, self.length, self.limit = index, length, limit
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+def read_head(directory: str | os.PathLike) -> tuple[str, dict[str, Any]]:
+    """(architecture, saved task config) of a model directory. Raises :class:`NoHeadError` naming what is missing."""
+    from bertkit.recipes.finetune import TASK_CONFIG_NAME
+
+    directory = Path(directory)
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise InputError(f"{directory}: no config.json (not a model directory)")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InputError(f"{config_path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    saved: dict[str, Any] = {}
+    if (directory / TASK_CONFIG_NAME).is_file():
+        saved = json.loads((directory / TASK_CONFIG_NAME).read_text(encoding="utf-8"))
+    if (directory / "tagger_config.json").is_file():  # feature-based tagger: BertModel + a small tagger
+        return "BertForTokenClassification", saved
+    architectures = config.get("architectures") or []
+    heads = [a for a in architectures if a in HEADS]
+    if not heads:
+        found = f"architectures {architectures}" if architectures else "no 'architectures' field"
+        raise NoHeadError(
+            f"{config_path}: {found}; a task pipeline needs a fine-tuned head, one of {', '.join(HEADS)} "
+            "(fine-tune one with `bertkit finetune`; this directory serves embeddings only)"
+        )
+    return heads[0], saved
+
+
+def _weight_shapes(directory: Path) -> dict[str, tuple[int, ...]]:
+    """Parameter name -> shape of the directory's weights (a safetensors file's header alone; else the file)."""
+    from bertkit.checkpoint import find_weights, read_safetensors_header, read_state_dict
+
+    weights = find_weights(directory)
+    if weights.suffix == ".safetensors":
+        return read_safetensors_header(weights)
+    return {k: tuple(v.shape) for k, v in read_state_dict(weights).items()}
+
+
+def _head_outputs(directory: Path, key: str) -> int | None:
+    """The number of outputs of the head layer ``key`` (e.g. ``classifier.bias``) in the directory's weights."""
+    shape = _weight_shapes(directory).get(key)
+    return None if shape is None else int(shape[0])
+
+
+def _default_task(architecture: str, config: Any, directory: Path):
+    """The task object for a directory without finetune_config.json (e.g. a Hugging Face model); a config without
+    ``num_labels`` / ``id2label`` takes the number of labels from the head's weights."""
+    from bertkit.tasks import get_task
+
+    id2label = config.id2label or {}
+    num_labels = config.num_labels or len(id2label)
+    if not num_labels and architecture != "BertForQuestionAnswering":
+        num_labels = _head_outputs(directory, "classifier.bias") or 2
+    labels = [id2label.get(i, f"LABEL_{i}") for i in range(num_labels)]
+    max_len = min(DEFAULT_MAX_LENGTH, config.max_position_embeddings)
+    if architecture == "BertForSequenceClassification":
+        return get_task("classification", max_seq_length=max_len, labels=labels, regression=False)
+    if architecture == "BertForTokenClassification":
+        return get_task("tagging", max_seq_length=max_len, labels=labels)
+    return get_task("squad", max_seq_length=min(384, max_len))
+
+
+def load_pipeline(
+    directory: str | os.PathLike,
+    device: str = "cpu",
+    precision: str = "auto",
+    quantize: str | None = None,
+    batch_size: int = 32,
+    backend: str = "torch",
+) -> Pipeline:
+    """The pipeline for the head of a fine-tuned model directory (see the module docstring).
+
+    Args:
+        directory: a ``bertkit finetune`` OUTPUT directory, or a Hugging Face ``BertFor*`` directory with vocab.txt.
+        device: "cpu", "cuda", ...
+        precision: "auto" (bf16 where the CPU/GPU has it, else fp32), "bf16", "fp16" (GPU) or "fp32".
+        quantize: None or "int8" (dynamic int8 Linear layers; CPU only; runs in fp32 around the int8 matmuls).
+        batch_size: inputs per forward pass (length-sorted, so padding stays small).
+        backend: "torch" (PyTorch) or "onnx": ONNX Runtime on ``DIR/model.onnx`` (``model.int8.onnx`` with int8)
+            when present, else on a graph exported on the fly (``bertkit.export``; needs ``bertkit[onnx]``; CPU).
+
+    Raises:
+        NoHeadError: the directory has no task head (``architectures`` names none); InputError for a bad directory.
+    """
+    import argparse
+
+    from bertkit.commands.finetune import load_tokenizer, task_options
+    from bertkit.config import BertConfig
+    from bertkit.precision import resolve_precision
+    from bertkit.quantize import quantize_model, resolve_quantize
+    from bertkit.tasks import get_task
+
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise InputError(f"{directory}: no such model directory")
+    quantize = resolve_quantize(quantize)
+    if backend not in BACKENDS:
+        raise InputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    architecture, saved = read_head(directory)
+    config = BertConfig.from_pretrained(directory)
+    if saved.get("task"):
+        task = get_task(saved["task"], **task_options(argparse.Namespace(), saved))
+    else:
+        task = _default_task(architecture, config, directory)
+    cls = {"classification": TextClassificationPipeline, "ner": TokenClassificationPipeline,
+           "qa": QuestionAnsweringPipeline}[HEADS[architecture]]
+    try:
+        tokenizer = load_tokenizer(directory)
+    except FileNotFoundError as e:
+        raise InputError(str(e)) from None
+    if backend == "onnx":
+        from bertkit.export import onnx_runtime_model
+
+        model = onnx_runtime_model(directory, config, quantize).to(device)
+        return cls(model, tokenizer, task, device=device, precision="fp32", batch_size=batch_size,
+                   directory=directory, quantize=quantize, backend=backend)
+    if not (directory / "tagger_config.json").is_file():
+        key = HEAD_KEYS[architecture]
+        if key not in _weight_shapes(directory):
+            raise NoHeadError(f"{directory}: config.json names {architecture} but the weights have no head "
+                              f"({key} missing)")
+    try:
+        if saved.get("task"):
+            model = task.load_model(directory, finetuned=True)
+        else:  # the default task's label set (id2label, or LABEL_i for as many as the head has outputs)
+            model = task.model_class.from_pretrained(directory, **task.model_overrides())
+    except FileNotFoundError as e:
+        raise InputError(str(e)) from None
+    if quantize:
+        model = quantize_model(model, quantize, device)
+        precision = "fp32"  # the int8 kernels take fp32 activations; bf16 autocast around them would only add casts
+    model.to(device).eval()
+    precision = resolve_precision(precision, device)
+    return cls(model, tokenizer, task, device=device, precision=precision, batch_size=batch_size,
+               directory=directory, quantize=quantize)
+
+
+# --------------------------------------------------------------------------------------------- pipelines
+
+
+class Pipeline:
+    """Shared parts: the model (eval mode), its tokenizer, the task object and batched inference.
+
+    ``kind`` names what the pipeline answers (``classification``, ``regression``, ``rerank``, ``ner``, ``qa``);
+    the server routes ``POST /`` by it."""
+
+    kind = ""
+
+    def __init__(self, model, tokenizer, task, device: str = "cpu", precision: str = "fp32", batch_size: int = 32,
+                 directory: Path | None = None, quantize: str | None = None, backend: str = "torch"):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.task = task
+        self.device = str(device)
+        self.precision = precision
+        self.batch_size = batch_size
+        self.directory = directory
+        self.quantize = quantize
+        self.backend = backend
+        self.config = model.config
+        self.max_length = min(task.max_seq_length, self.config.max_position_embeddings)
+
+    def __repr__(self) -> str:
+        q = f", quantize={self.quantize}" if self.quantize else ""
+        return (f"{type(self).__name__}({self.directory}, kind={self.kind}, backend={self.backend}, "
+                f"precision={self.precision}{q})")
+
+    def _run(self, features: Sequence[dict]):
+        """Yield (feature indices, model output) over length-sorted batches (``bertkit.tasks.run_inference``)."""
+        from bertkit.tasks import run_inference
+
+        yield from run_inference(self.model, features, self.task.collate, self.batch_size, self.precision,
+                                 self.device)
+
+    def encoder(self):
+        """A :class:`bertkit.Encoder` over this model's encoder (weights shared, not copied): embeddings of the
+        fine-tuned model, for the server's encoder routes."""
+        from bertkit.features import Encoder
+
+        bert = getattr(self.model, "bert", None)
+        if bert is None:
+            raise InputError(f"{self.directory}: the {self.backend} backend has no PyTorch encoder to embed with; "
+                             "load the pipeline with backend='torch' (or use bertkit.Encoder)")
+        return Encoder(bert, self.tokenizer, device=self.device, precision=self.precision,
+                       has_pooler=bert.pooler is not None)
+
+
+def _check_text(x: Any, where: str) -> str:
+    if not isinstance(x, str):
+        raise InputError(f"{where} must be a string, got {type(x).__name__}")
+    return x
+
+
+class TextClassificationPipeline(Pipeline):
+    """Sequence classification / regression (and cross-encoder reranking) on texts or text pairs."""
+
+    def __init__(self, model, tokenizer, task, **kwargs):
+        super().__init__(model, tokenizer, task, **kwargs)
+        labels = getattr(task, "labels", None)
+        self.num_labels = int(self.config.num_labels or (len(labels) if labels else model.classifier.out_features))
+        id2label = self.config.id2label or {}
+        if labels and len(labels) == self.num_labels:
+            self.labels = [str(x) for x in labels]
+        else:
+            self.labels = [str(id2label.get(i, f"LABEL_{i}")) for i in range(self.num_labels)]
+        if getattr(task, "family", "") == "rerank":
+            self.kind = "rerank"
+        elif self.num_labels == 1:
+            self.kind = "regression" if getattr(task, "regression", False) else "rerank"
+        else:
+            self.kind = "classification"
+
+    # ------------------------------------------------------------------ shared
+    def _split(self, inputs: Any) -> tuple[bool, list[str], list[str] | None]:
+        """(single, texts, pairs) from a text, a (text, pair) tuple, or a list of either."""
+        def one(x: Any, where: str) -> tuple[str, str | None]:
+            if isinstance(x, str):
+                return x, None
+            if isinstance(x, (tuple, list)) and len(x) == 2:
+                return _check_text(x[0], f"{where}[0]"), _check_text(x[1], f"{where}[1]")
+            raise InputError(f"{where} must be a text or a (text, pair) of two texts, got {type(x).__name__}"
+                             + (f" of {len(x)} items" if isinstance(x, (tuple, list)) else ""))
+
+        if isinstance(inputs, (str, tuple)):
+            items, single = [one(inputs, "inputs")], True
+        elif isinstance(inputs, list):
+            if not inputs:
+                raise InputError("inputs is empty: give at least one text")
+            items, single = [one(x, f"inputs[{i}]") for i, x in enumerate(inputs)], False
+        else:
+            raise InputError(f"inputs must be a text, a (text, pair) tuple or a list of them, got "
+                             f"{type(inputs).__name__}")
+        texts = [a for a, _ in items]
+        has_pairs = [b is not None for _, b in items]
+        if any(has_pairs) and not all(has_pairs):
+            raise InputError("inputs mixes single texts and pairs: give all texts or all (text, pair) pairs")
+        return single, texts, ([b for _, b in items] if all(has_pairs) else None)
+
+    def logits(self, texts: Sequence[str], pairs: Sequence[str] | None = None, truncate: bool = True):
+        """[N, num_labels] fp32 numpy logits of ``texts`` (with ``pairs``), tokenised as the fine-tuning was
+        (``[CLS] text [SEP] pair [SEP]``, at most ``max_seq_length`` tokens, longer segment cut first)."""
+        import numpy as np
+
+        if not truncate:
+            full = self.tokenizer.encode_batch(list(texts), None if pairs is None else list(pairs), truncation=False)
+            for i, e in enumerate(full):
+                if len(e.ids) > self.max_length:
+                    raise InputTooLongError(i, len(e.ids), self.max_length)
+        encodings = self.tokenizer.encode_batch(list(texts), None if pairs is None else list(pairs),
+                                                max_length=self.max_length)
+        features = [{"input_ids": e.ids, "token_type_ids": e.type_ids} for e in encodings]
+        out = np.zeros((len(features), self.num_labels), dtype=np.float32)
+        for idx, result in self._run(features):
+            out[idx] = result.logits.float().cpu().numpy()
+        return out
+
+    def scores(self, logits, raw_scores: bool = False):
+        """Logits -> scores: softmax (several labels), sigmoid (a one-label reranker), the value itself (a
+        regression model, or ``raw_scores``)."""
+        import numpy as np
+
+        if raw_scores or self.kind == "regression":
+            return logits
+        if self.num_labels == 1:
+            return 1.0 / (1.0 + np.exp(-logits))
+        shifted = np.exp(logits - logits.max(-1, keepdims=True))
+        return shifted / shifted.sum(-1, keepdims=True)
+
+    # ------------------------------------------------------------------ the public calls
+    def predict(self, inputs: str | tuple[str, str] | list, raw_scores: bool = False, return_all_scores: bool = False,
+                top_k: int | None = None, truncate: bool = True) -> list[dict] | list[list[dict]]:
+        """Classify a text, a ``(text, pair)`` tuple, or a list of either.
+
+        Returns, for each input, ``[{"label", "score"}]`` sorted by score (best first): the best label only, all of
+        them with ``return_all_scores``, or the ``top_k`` best. A single input gives one such list; a list of
+        inputs a list of lists. ``truncate=False`` raises :class:`InputTooLongError` for an over-long input."""
+        single, texts, pairs = self._split(inputs)
+        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+            raise InputError(f"top_k must be a positive integer, got {top_k!r}")
+        k = top_k if top_k is not None else (self.num_labels if return_all_scores else 1)
+        scores = self.scores(self.logits(texts, pairs, truncate), raw_scores)
+        results = []
+        for row in scores.tolist():
+            order = sorted(range(self.num_labels), key=lambda j: -row[j])[:k]
+            results.append([{"label": self.labels[j], "score": float(row[j])} for j in order])
+        return results[0] if single else results
+
+    __call__ = predict
+
+    def rerank(self, query: str, texts: Sequence[str], return_text: bool = False, raw_scores: bool = False,
+               truncate: bool = True) -> list[dict]:
+        """Score each of ``texts`` against ``query`` as a ``[CLS] query [SEP] text [SEP]`` pair (a cross-encoder).
+
+        Returns ``[{"index", "score"[, "text"]}]`` best first; ``score`` is the sigmoid of the model's one logit
+        (the logit itself with ``raw_scores``). Needs a one-label model (a reranker or a regression model)."""
+        _check_text(query, "query")
+        if isinstance(texts, str) or not isinstance(texts, Sequence):
+            raise InputError(f"texts must be a list of texts, got {type(texts).__name__}")
+        if not texts:
+            raise InputError("texts is empty: give at least one text to rank")
+        texts = [_check_text(t, f"texts[{i}]") for i, t in enumerate(texts)]
+        if self.num_labels != 1:
+            raise InputError(f"{self.directory}: rerank needs a one-label model (a cross-encoder), this one has "
+                             f"{self.num_labels} labels {self.labels}: use predict")
+        scores = self.scores(self.logits([query] * len(texts), texts, truncate), raw_scores)[:, 0].tolist()
+        order = sorted(range(len(texts)), key=lambda i: -scores[i])
+        out = []
+        for i in order:
+            item: dict[str, Any] = {"index": i, "score": float(scores[i])}
+            if return_text:
+                item["text"] = texts[i]
+            out.append(item)
+        return out
+
+
+class TokenClassificationPipeline(Pipeline):
+    """Named entities: each word piece is classified; adjacent pieces are grouped into entities as transformers'
+    ``aggregation_strategy="simple"`` does, with character offsets into the input text."""
+
+    kind = "ner"
+
+    def __init__(self, model, tokenizer, task, **kwargs):
+        super().__init__(model, tokenizer, task, **kwargs)
+        labels = getattr(task, "labels", None) or getattr(model, "labels", None)
+        id2label = self.config.id2label or {}
+        n = len(labels) if labels else int(self.config.num_labels or 2)
+        self.labels = [str(x) for x in labels] if labels else [id2label.get(i, f"LABEL_{i}") for i in range(n)]
+
+    def token_scores(self, texts: Sequence[str]) -> list[tuple[Any, Any]]:
+        """For each text: (its Encoding without specials, [T, num_labels] fp32 softmax scores). A text longer than
+        ``max_seq_length`` is cut into consecutive windows, each ``[CLS] piece [SEP]``, so every token is tagged."""
+        import numpy as np
+
+        encodings = self.tokenizer.encode_batch(list(texts), truncation=False, add_special_tokens=False)
+        cls, sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
+        width = self.max_length - 2
+        features, where = [], []  # where: (text index, first token) of each window
+        for t, enc in enumerate(encodings):
+            for start in range(0, max(len(enc.ids), 1), width):
+                piece = enc.ids[start:start + width]
+                features.append({"input_ids": [cls] + piece + [sep], "token_type_ids": [0] * (len(piece) + 2)})
+                where.append((t, start))
+        scores = [np.zeros((len(e.ids), len(self.labels)), dtype=np.float32) for e in encodings]
+        for idx, out in self._run(features):
+            logits = out.logits.float().cpu().numpy()
+            for row, i in enumerate(idx):
+                t, start = where[i]
+                n = len(features[i]["input_ids"]) - 2
+                x = logits[row, 1:n + 1]
+                e = np.exp(x - x.max(-1, keepdims=True))
+                scores[t][start:start + n] = e / e.sum(-1, keepdims=True)
+        return list(zip(encodings, scores))
+
+    def ner(self, inputs: str | list[str], aggregation_strategy: str = "simple",
+            ignore_labels: Sequence[str] = ("O",)) -> list[dict] | list[list[dict]]:
+        """Entities of a text (or of each text of a list).
+
+        ``simple`` (default): ``[{"entity_group", "score", "word", "start", "end"}]``: adjacent tokens with the same
+        entity type are grouped (a ``B-`` tag starts a new group), the score is the mean of their label
+        probabilities, ``word`` joins the word pieces, ``start``/``end`` are character offsets into the text.
+        ``none``: one ``{"entity", "score", "index", "word", "start", "end"}`` per token (``index`` counts [CLS]).
+        Labels in ``ignore_labels`` are left out."""
+        if aggregation_strategy not in ("simple", "none"):
+            raise InputError(f"aggregation_strategy must be 'simple' or 'none', got {aggregation_strategy!r}")
+        single = isinstance(inputs, str)
+        texts = [inputs] if single else list(inputs) if isinstance(inputs, list) else None
+        if texts is None:
+            raise InputError(f"inputs must be a text or a list of texts, got {type(inputs).__name__}")
+        if not texts:
+            raise InputError("inputs is empty: give at least one text")
+        texts = [_check_text(t, f"inputs[{i}]") for i, t in enumerate(texts)]
+        results = []
+        for text, (enc, scores) in zip(texts, self.token_scores(texts)):
+            tokens = []
+            for j, (token_id, token, (start, end)) in enumerate(zip(enc.ids, enc.tokens, enc.offsets)):
+                best = int(scores[j].argmax())
+                word = text[start:end] if token_id == self.tokenizer.unk_token_id else token
+                tokens.append({"entity": self.labels[best], "score": float(scores[j, best]), "index": j + 1,
+                               "word": word, "start": start, "end": end})
+            groups = tokens if aggregation_strategy == "none" else group_entities(tokens)
+            key = "entity" if aggregation_strategy == "none" else "entity_group"
+            results.append([g for g in groups if g[key] not in ignore_labels])
+        return results[0] if single else results
+
+    __call__ = ner
+
+
+def _tag(label: str) -> tuple[str, str]:
+    """("B" | "I", type) of an IOB label; a label without a B-/I- prefix continues (transformers' get_tag)."""
+    if label.startswith("B-"):
+        return "B", label[2:]
+    if label.startswith("I-"):
+        return "I", label[2:]
+    return "I", label
+
+
+CLEAN_UP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
+            (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
+
+
+def tokens_to_string(tokens: Sequence[str]) -> str:
+    """Word pieces back to text as the WordPiece decoder does: ``##`` pieces join the previous one, and the
+    tokenizers' clean-up glues punctuation and English contractions to the word before."""
+    text = " ".join(tokens).replace(" ##", "").strip()
+    for a, b in CLEAN_UP:
+        text = text.replace(a, b)
+    return text
+
+
+def group_entities(tokens: Sequence[dict]) -> list[dict]:
+    """transformers' "simple" aggregation: consecutive tokens of the same entity type form one group unless a
+    token's tag is ``B-``; score = mean of the tokens' scores; word = the pieces joined; start/end of the span."""
+    groups: list[list[dict]] = []
+    for t in tokens:
+        if groups:
+            bi, tag = _tag(t["entity"])
+            _, last_tag = _tag(groups[-1][-1]["entity"])
+            if tag == last_tag and bi != "B":
+                groups[-1].append(t)
+                continue
+        groups.append([t])
+    return [{"entity_group": g[0]["entity"].split("-", 1)[-1],
+             "score": float(sum(t["score"] for t in g) / len(g)),
+             "word": tokens_to_string([t["word"] for t in g]),
+             "start": g[0]["start"], "end": g[-1]["end"]} for g in groups]
+
+
+class QuestionAnsweringPipeline(Pipeline):
+    """Extractive QA: the best answer span of a context, through the fine-tuning's doc-stride windows and n-best
+    post-processing (``bertkit.tasks.squad``)."""
+
+    kind = "qa"
+
+    def answer(self, question: str | Sequence[dict], context: str | None = None) -> dict | list[dict]:
+        """``answer(question, context)`` -> ``{"answer", "score", "start", "end"}``; ``answer([{"question",
+        "context"}, ...])`` -> a list of them. ``start``/``end`` are character offsets into the context
+        (``context[start:end] == answer`` wherever the answer is a slice of the context); ``score`` is the answer's
+        probability among the n-best spans. A SQuAD 2.0 model may answer ``""`` (no answer) with start = end = 0."""
+        from bertkit.data.squad import SquadExample
+
+        if context is not None or isinstance(question, str):
+            items, single = [{"question": question, "context": context}], True
+        elif isinstance(question, dict):
+            items, single = [question], True
+        elif isinstance(question, list):
+            items, single = question, False
+        else:
+            raise InputError(f"give a question and a context, or a list of {{question, context}} objects, got "
+                             f"{type(question).__name__}")
+        if not items:
+            raise InputError("inputs is empty: give at least one {question, context}")
+        examples = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or not {"question", "context"} <= set(item):
+                raise InputError(f"inputs[{i}] must be an object with 'question' and 'context'")
+            q = _check_text(item["question"], f"inputs[{i}].question")
+            c = _check_text(item["context"], f"inputs[{i}].context")
+            if not q.strip() or not c.strip():
+                raise InputError(f"inputs[{i}]: question and context must not be empty")
+            examples.append(SquadExample(qas_id=str(i), question=q, context=c))
+        features = self.task.featurize(examples, self.tokenizer)
+        preds = self.task.predict(self.model, examples, features, self.batch_size, self.precision, self.device)
+        results = []
+        for e, p in zip(examples, preds):
+            best = next((n for n in p["nbest"] if n["text"] == p["text"]), None) or {}
+            score = best.get("probability", 0.0)
+            start, end = int(best.get("start", 0)), int(best.get("end", 0))
+            answer = p["text"]
+            if answer and e.context[start:end] != answer:
+                # Google's answer text (the default) may differ from the pieces' span (e.g. "Smith's" -> "Smith"):
+                # point at that text where it is, near the span
+                found = e.context.find(answer, max(0, start - len(answer)))
+                if found >= 0 and found <= end:
+                    start, end = found, found + len(answer)
+            results.append({"answer": answer, "score": float(0.0 if math.isnan(score) else score),
+                            "start": start, "end": end})
+        return results[0] if single else results
+
+    __call__ = answer

@@ -1,0 +1,153 @@
+"""`bertkit finetune --task simcse|pairs|sts` and `bertkit evaluate --task sts|retrieval` end to end on the synthetic
+embedding fixtures (tests/fixtures/embeddings, see make_fixtures.py) with a tiny random BERT."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tinymodels
+from tinymodels import one_thread  # noqa: F401  (autouse fixture)
+
+from bertkit import BertForPreTraining, Encoder
+from bertkit.cli import main
+
+
+@pytest.fixture(scope="module")
+def fx(fixtures_dir) -> Path:
+    return fixtures_dir / "embeddings"
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory, fx) -> Path:
+    vocab = (fx / "vocab.txt").read_text(encoding="utf-8").split()
+    return tinymodels.make_model_dir(tmp_path_factory.mktemp("base"), vocab, cls=BertForPreTraining, layers=2)
+
+
+def _json_out(capsys) -> dict:
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def _retrieval(capsys, model, fx, out, *extra) -> dict:
+    assert main(["evaluate", "--task", "retrieval", "--model", str(model), "--data", str(fx / "beir"),
+                 "--output", str(out), "--precision", "fp32", *extra]) == 0
+    result = _json_out(capsys)
+    assert json.loads((out / "metrics.json").read_text())["ndcg@10"] == result["ndcg@10"]
+    return result
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, base, fx) -> Path:
+    out = tmp_path_factory.mktemp("pairs") / "model"
+    assert main(["finetune", "--task", "pairs", "--train", str(fx / "train_pairs.tsv"), "--model", str(base),
+                 "--output", str(out), "--batch-size", "32", "--epochs", "3", "--lr", "1e-3", "--precision", "fp32",
+                 "--dev", str(fx / "sts_dev.tsv"), "--quiet"]) == 0
+    return out
+
+
+def test_pairs_training_raises_retrieval(capsys, tmp_path, base, trained, fx):
+    before = _retrieval(capsys, base, fx, tmp_path / "before", "--pooling", "mean", "--layers", "-1")
+    after = _retrieval(capsys, trained, fx, tmp_path / "after")
+    assert after["encoding"] == {"layers": [2], "pooling": "mean", "normalize": True}  # the saved defaults
+    assert after["ndcg@10"] > before["ndcg@10"] + 20, (before, after)
+    assert after["recall@10"] > before["recall@10"] + 20
+    log = json.loads((trained / "train_log.json").read_text())
+    assert log["summary"]["best_step"] in [h["step"] for h in log["history"]]
+    best = max(h["dev_spearman"] for h in log["history"])
+    assert log["summary"]["dev_spearman"] == best  # the best dev checkpoint is the one kept
+    assert main(["evaluate", "--task", "sts", "--model", str(trained), "--data", str(fx / "sts_dev.tsv"),
+                 "--output", str(tmp_path / "sts")]) == 0
+    assert _json_out(capsys)["spearman"] == pytest.approx(best, abs=0.5)
+
+
+def test_trained_directory_loads_in_sentence_transformers(trained, fx):
+    st = pytest.importorskip("sentence_transformers")
+    texts = [line.split("\t")[0] for line in (fx / "sts_dev.tsv").read_text().splitlines()[1:9]]
+    ours = Encoder.from_pretrained(trained, precision="fp32").encode(texts)
+    theirs = st.SentenceTransformer(str(trained), device="cpu").encode(texts)
+    assert (ours * theirs).sum(1).min() >= 0.9999  # both unit length (Normalize)
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--task", "simcse", "--train", "texts.txt", "--max-steps", "3", "--mini-batch-size", "5"],
+    ["--task", "pairs", "--train", "train_triplets.jsonl", "--max-steps", "2", "--symmetric",
+     "--matryoshka-dims", "32,16"],
+    ["--task", "sts", "--train", "sts_dev.tsv", "--max-steps", "2", "--pooling", "cls", "--no-normalize"],
+])
+def test_other_tasks_run_and_save(tmp_path, base, fx, argv, capsys):
+    argv = [a if not a.endswith((".txt", ".jsonl", ".tsv")) else str(fx / a) for a in argv]
+    out = tmp_path / "out"
+    assert main(["finetune", *argv, "--model", str(base), "--output", str(out), "--batch-size", "16", "--quiet",
+                 "--precision", "fp32"]) == 0
+    summary = _json_out(capsys)
+    assert summary["steps"] == int(argv[argv.index("--max-steps") + 1]) and np.isfinite(summary["train_loss"])
+    encoder = Encoder.from_pretrained(out)
+    pooling = argv[argv.index("--pooling") + 1] if "--pooling" in argv else "mean"
+    assert encoder.defaults.pooling == pooling and encoder.defaults.normalize == ("--no-normalize" not in argv)
+
+
+def test_bad_input_errors(tmp_path, base, fx, capsys):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("anchor\tpositive\nq1\td1\nq2\t\n", encoding="utf-8")
+    common = ["--model", str(base), "--output", str(tmp_path / "o"), "--quiet"]
+    assert main(["finetune", "--task", "pairs", "--train", str(bad), *common]) == 2
+    assert f"{bad}:3: missing or empty text in column 'positive'" in capsys.readouterr().err
+    assert main(["finetune", "--task", "pairs", "--train", str(fx / "texts.txt"), *common]) == 2
+    assert "--task simcse" in capsys.readouterr().err
+    assert main(["finetune", "--task", "simcse", "--train", str(fx / "texts.txt"), "--batch-size", "1000",
+                 *common]) == 2
+    assert "no full batch" in capsys.readouterr().err
+
+
+def test_embed_command_uses_the_saved_pooling(tmp_path, trained, fx, capsys):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("q1 q2 the\nd3 of d4\n", encoding="utf-8")
+    out = tmp_path / "v.npy"
+    assert main(["embed", "--model", str(trained), "--input", str(texts), "--output", str(out), "--quiet",
+                 "--precision", "fp32"]) == 0
+    got = np.load(out)
+    want = Encoder.from_pretrained(trained, precision="fp32").encode(["q1 q2 the", "d3 of d4"], layers=-1,
+                                                                     pooling="mean", normalize=True)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)  # layer -1, mean, unit length: the saved settings
+
+
+def test_embedding_tasks_route_to_their_own_flags(capsys):
+    from bertkit.embeddings import route
+
+    assert route("finetune", ["--model", "m", "--task", "pairs"]) == "bertkit.embeddings.train_cli"
+    assert route("finetune", ["--task=simcse"]) == "bertkit.embeddings.train_cli"
+    assert route("finetune", ["--task", "stsb"]) is None  # GLUE's STS-B regression stays with finetune
+    assert route("evaluate", ["--task", "retrieval"]) == "bertkit.embeddings.eval_cli"
+    assert route("predict", ["--task", "sts"]) is None
+    with pytest.raises(SystemExit):
+        main(["finetune", "--task", "pairs", "-h"])
+    assert "--mini-batch-size" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--task", "retrieval", "-h"])
+    assert "--split" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["finetune", "-h"])
+    assert "--task simcse | pairs | sts" in capsys.readouterr().out
+
+
+def test_server_uses_the_saved_pooling(trained):
+    import urllib.request
+
+    from bertkit.serve.app import ServerThread, ServeSettings, create_app
+
+    encoder = Encoder.from_pretrained(trained, precision="fp32")
+    with ServerThread(create_app(encoder, ServeSettings())) as srv:
+        with urllib.request.urlopen(srv.url + "/info", timeout=30) as r:
+            info = json.loads(r.read())
+        body = json.dumps({"texts": ["q1 q2 the", "d3 of d4"]}).encode()
+        req = urllib.request.Request(srv.url + "/encode", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            out = json.loads(r.read())
+    assert info["default_pooling_layer"] == [-1] and info["default_pooling_strategy"] == "mean"
+    saved = json.loads((trained / "sentence_bert_config.json").read_text())["max_seq_length"]
+    assert info["max_input_length"] == saved == 64  # --max-seq-length 128, capped by the tiny model's 64 positions
+    want = encoder.encode(["q1 q2 the", "d3 of d4"], normalize=False)  # /encode normalises only when asked
+    np.testing.assert_allclose(np.array(out["embeddings"]), want, rtol=1e-4, atol=1e-5)

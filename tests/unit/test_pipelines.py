@@ -1,0 +1,431 @@
+"""bertkit.pipelines on tiny fixture models fine-tuned here for a few steps: the answers equal `bertkit predict`'s
+(same labels, spans and probabilities) and a plain forward pass of the model; NER grouping equals transformers'
+TokenClassificationPipeline(aggregation_strategy="simple"); directories without a head are refused by name."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.cli import main
+from bertkit.pipelines import (
+    InputTooLongError,
+    NoHeadError,
+    QuestionAnsweringPipeline,
+    TextClassificationPipeline,
+    TokenClassificationPipeline,
+    group_entities,
+    load_pipeline,
+)
+
+
+@pytest.fixture(scope="module")
+def ft(fixtures_dir):
+    return fixtures_dir / "finetune"
+
+
+def _vocab_size(path) -> int:
+    return sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line)
+
+
+def _config(ft):
+    from bertkit import BertConfig
+
+    return BertConfig(vocab_size=_vocab_size(ft / "vocab.txt"), hidden_size=32, num_hidden_layers=2,
+                      num_attention_heads=4, intermediate_size=37, max_position_embeddings=128)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, ft):
+    from bertkit.modeling import BertForPreTraining
+
+    d = tmp_path_factory.mktemp("tiny")
+    torch.manual_seed(0)
+    BertForPreTraining(_config(ft)).save_pretrained(d)
+    shutil.copy(ft / "vocab.txt", d / "vocab.txt")
+    return d
+
+
+def _finetune(tmp_path_factory, tiny_dir, task, train, dev, *extra):
+    out = tmp_path_factory.mktemp(task)
+    argv = ["finetune", "--task", task, "--train", str(train), "--dev", str(dev), "--model", str(tiny_dir),
+            "--output", str(out), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet",
+            "--precision", "fp32", "--max-train-examples", "16", *extra]
+    assert main(argv) == 0
+    return out
+
+
+def _predict(model_dir, data, out):
+    assert main(["predict", "--model", str(model_dir), "--data", str(data), "--output", str(out), "--quiet",
+                 "--precision", "fp32", "--batch-size", "5"]) == 0
+    return out
+
+
+def _tsv(path) -> list[list[str]]:
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.reader(f, delimiter="\t"))
+
+
+# --------------------------------------------------------------------------------------------- classification
+
+
+@pytest.fixture(scope="module")
+def sst2_dir(tmp_path_factory, tiny_dir, ft):
+    return _finetune(tmp_path_factory, tiny_dir, "sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv")
+
+
+def _one_by_one_logits(model_dir, tokenizer, texts, pairs=None, max_length=128, num_labels=None):
+    from bertkit.modeling import BertForSequenceClassification
+
+    extra = {"num_labels": num_labels} if num_labels else {}
+    model = BertForSequenceClassification.from_pretrained(model_dir, **extra).eval()
+    rows = []
+    with torch.no_grad():
+        for i, t in enumerate(texts):
+            enc = tokenizer.encode(t, pairs[i] if pairs else None, max_length=max_length)
+            rows.append(model(torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids])).logits[0])
+    return torch.stack(rows).numpy()
+
+
+def test_classification_equals_predict_and_the_model(sst2_dir, ft, tmp_path):
+    rows = _tsv(ft / "sst2_dev.tsv")[1:]
+    texts = [r[0] for r in rows]
+    pred = _tsv(_predict(sst2_dir, ft / "sst2_dev.tsv", tmp_path / "p") / "predictions.tsv")[1:]
+    pipe = load_pipeline(sst2_dir, precision="fp32", batch_size=5)
+    assert isinstance(pipe, TextClassificationPipeline) and pipe.kind == "classification"
+    assert pipe.labels == ["0", "1"]  # the GLUE task's label names, saved with the model
+    top = pipe.predict(texts)
+    assert [t[0]["label"] for t in top] == [p[1] for p in pred]
+    # scores: the softmax of the model's own logits, batched and padded or not (1e-5 in fp32)
+    logits = _one_by_one_logits(sst2_dir, pipe.tokenizer, texts)
+    probs = torch.tensor(logits).softmax(-1).numpy()
+    every = pipe.predict(texts, return_all_scores=True)
+    for i, labels in enumerate(every):
+        assert [x["score"] for x in labels] == sorted((x["score"] for x in labels), reverse=True)
+        for x in labels:
+            assert x["score"] == pytest.approx(probs[i, int(x["label"])], abs=1e-5)
+    raw = pipe.predict(texts[:3], raw_scores=True, top_k=2)
+    for i, labels in enumerate(raw):
+        for x in labels:
+            assert x["score"] == pytest.approx(logits[i, int(x["label"])], abs=1e-5)
+    # a single text gives one list; a (text, pair) tuple is one pair
+    assert pipe.predict(texts[0]) == [top[0][0]]
+    assert len(pipe.predict((texts[0], texts[1]), return_all_scores=True)) == 2
+
+
+def test_pairs_regression_scores(tmp_path_factory, tiny_dir, ft, tmp_path):
+    d = _finetune(tmp_path_factory, tiny_dir, "stsb", ft / "stsb_train.tsv", ft / "stsb_dev.tsv")
+    rows = _tsv(ft / "stsb_dev.tsv")
+    header, rows = rows[0], rows[1:]
+    a, b = header.index("sentence1"), header.index("sentence2")
+    pairs = [(r[a], r[b]) for r in rows]
+    pred = _tsv(_predict(d, ft / "stsb_dev.tsv", tmp_path / "p") / "predictions.tsv")[1:]
+    pipe = load_pipeline(d, precision="fp32", batch_size=4)
+    assert pipe.kind == "regression"
+    out = pipe.predict(pairs)
+    got = [o[0]["score"] for o in out]
+    assert got == pytest.approx([float(p[1]) for p in pred], abs=6e-4)  # predictions.tsv keeps 3 decimals
+    logits = _one_by_one_logits(d, pipe.tokenizer, [p[0] for p in pairs], [p[1] for p in pairs])
+    assert got == pytest.approx(logits[:, 0].tolist(), abs=1e-5)  # the raw value: no sigmoid for regression
+
+
+def test_unnamed_labels_and_truncate_false(tmp_path, ft):
+    from bertkit.modeling import BertForSequenceClassification
+
+    torch.manual_seed(1)
+    config = _config(ft)
+    config.num_labels = 3
+    BertForSequenceClassification(config).save_pretrained(tmp_path)  # a head with no label names, no task config
+    shutil.copy(ft / "vocab.txt", tmp_path / "vocab.txt")
+    pipe = load_pipeline(tmp_path, precision="fp32")
+    assert pipe.labels == ["LABEL_0", "LABEL_1", "LABEL_2"]
+    out = pipe.predict(["the film is good ."], return_all_scores=True)[0]
+    assert sorted(x["label"] for x in out) == pipe.labels and sum(x["score"] for x in out) == pytest.approx(1.0)
+    long = " ".join(["good"] * 600)
+    assert len(pipe.predict([long])[0]) == 1  # truncated to the model's positions by default
+    with pytest.raises(InputTooLongError, match="input 0 is 602 tokens long, over the limit of 128"):
+        pipe.predict([long], truncate=False)
+    with pytest.raises(ValueError, match="rerank needs a one-label model"):
+        pipe.rerank("q", ["a"])
+
+
+def test_rerank_on_a_one_label_head(tmp_path, ft):
+    from bertkit.modeling import BertForSequenceClassification
+
+    torch.manual_seed(2)
+    config = _config(ft)
+    config.num_labels = 1
+    BertForSequenceClassification(config).save_pretrained(tmp_path)  # a cross-encoder layout, as HF saves one
+    shutil.copy(ft / "vocab.txt", tmp_path / "vocab.txt")
+    pipe = load_pipeline(tmp_path, precision="fp32", batch_size=2)
+    assert pipe.kind == "rerank"
+    texts = ["the film is good .", "the cast is grim .", "carol lives in berlin .", "the plot"]
+    out = pipe.rerank("where does carol live ?", texts, return_text=True)
+    raw = pipe.rerank("where does carol live ?", texts, raw_scores=True)
+    logits = _one_by_one_logits(tmp_path, pipe.tokenizer, ["where does carol live ?"] * 4, texts,
+                                num_labels=1)[:, 0]
+    assert [o["index"] for o in out] == list(np.argsort(-logits, kind="stable"))
+    assert [o["text"] for o in out] == [texts[o["index"]] for o in out] and "text" not in raw[0]
+    for o, r in zip(out, raw):
+        assert r["score"] == pytest.approx(logits[r["index"]], abs=1e-5)
+        assert o["score"] == pytest.approx(1 / (1 + np.exp(-logits[o["index"]])), abs=1e-6)
+
+
+# --------------------------------------------------------------------------------------------- errors
+
+
+def test_no_head_is_named(tiny_dir, tmp_path):
+    with pytest.raises(NoHeadError, match=r"architectures \['BertForPreTraining'\].*BertForSequenceClassification"):
+        load_pipeline(tiny_dir)
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 32}))
+    with pytest.raises(NoHeadError, match="no 'architectures' field"):
+        load_pipeline(tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="empty: no config.json"):
+        load_pipeline(tmp_path / "empty")
+    with pytest.raises(ValueError, match="quantize must be one of int8"):
+        load_pipeline(tmp_path, quantize="int4")
+
+
+# --------------------------------------------------------------------------------------------- NER
+
+
+@pytest.fixture(scope="module")
+def conll_dir(tmp_path_factory, tiny_dir, ft):
+    return _finetune(tmp_path_factory, tiny_dir, "conll2003", ft / "conll_train.txt", ft / "conll_dev.txt")
+
+
+def _conll_sentences(path) -> list[list[str]]:
+    sentences, words = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("-DOCSTART-"):
+            continue
+        if not line.strip():
+            if words:
+                sentences.append(words)
+            words = []
+        else:
+            words.append(line.split()[0])
+    if words:
+        sentences.append(words)
+    return sentences
+
+
+def test_ner_token_labels_equal_predict(conll_dir, ft, tmp_path):
+    out = _predict(conll_dir, ft / "conll_dev.txt", tmp_path / "p")
+    blocks = [b for b in (out / "predictions.txt").read_text().split("\n\n") if b.strip()]
+    predicted = [[line.split()[-1] for line in b.splitlines()] for b in blocks]
+    sentences = _conll_sentences(ft / "conll_dev.txt")
+    assert len(sentences) == len(predicted)
+    pipe = load_pipeline(conll_dir, precision="fp32", batch_size=3)
+    assert isinstance(pipe, TokenClassificationPipeline)
+    texts = [" ".join(words) for words in sentences]
+    tokens = pipe.ner(texts, aggregation_strategy="none", ignore_labels=())
+    for text, words, tags, toks in zip(texts, sentences, predicted, tokens):
+        by_start = {}
+        for t in toks:
+            by_start.setdefault(t["start"], t)  # the first word piece starting at a character
+        pos = 0
+        for word, tag in zip(words, tags):
+            start = text.index(word, pos)
+            pos = start + len(word)
+            assert by_start[start]["entity"] == tag  # the first sub-token's label, as `predict` tags a word
+            assert text[by_start[start]["start"]:by_start[start]["end"]].lower() == by_start[start]["word"].lower()
+
+
+@pytest.fixture(scope="module")
+def random_ner_dir(tmp_path_factory, ft):
+    """A random token-classification head over IOB labels: its guesses make groups of every shape."""
+    from bertkit.modeling import BertForTokenClassification
+
+    d = tmp_path_factory.mktemp("ner")
+    labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "MISC"]
+    torch.manual_seed(3)
+    config = _config(ft)
+    config.num_labels, config.id2label = len(labels), dict(enumerate(labels))
+    config.label2id = {x: i for i, x in enumerate(labels)}
+    BertForTokenClassification(config).save_pretrained(d)
+    shutil.copy(ft / "vocab.txt", d / "vocab.txt")
+    return d
+
+
+NER_TEXTS = ["Carol lives in Berlin and works for Acme Corp.", "Dave works for Globex  in London!",
+             "the ending was boring , the cast was great .", "Zürich's qwertyuiop is unknown"]
+
+
+def test_ner_simple_grouping_equals_transformers(random_ner_dir):
+    transformers = pytest.importorskip("transformers")
+    pipe = load_pipeline(random_ner_dir, precision="fp32")
+    ours = pipe.ner(NER_TEXTS)
+    hf_model = transformers.BertForTokenClassification.from_pretrained(random_ner_dir).eval()
+    hf_tok = transformers.BertTokenizerFast.from_pretrained(random_ner_dir, do_lower_case=pipe.tokenizer.lowercase)
+    hf = transformers.TokenClassificationPipeline(model=hf_model, tokenizer=hf_tok, aggregation_strategy="simple")
+    theirs = [hf(t) for t in NER_TEXTS]
+    assert sum(len(x) for x in ours) >= 4 and any(o["end"] - o["start"] > 5 for x in ours for o in x)  # not vacuous
+    for text, a, b in zip(NER_TEXTS, ours, theirs):
+        assert [(o["entity_group"], o["word"], o["start"], o["end"]) for o in a] == \
+               [(o["entity_group"], o["word"], o["start"], o["end"]) for o in b], text
+        assert [o["score"] for o in a] == pytest.approx([float(o["score"]) for o in b], abs=1e-5)
+
+
+def test_ner_long_text_is_windowed(random_ner_dir):
+    pipe = load_pipeline(random_ner_dir, precision="fp32")
+    pipe.max_length = 8  # windows of 6 tokens
+    text = NER_TEXTS[0] + " " + NER_TEXTS[1]
+    tokens = pipe.ner(text, aggregation_strategy="none", ignore_labels=())
+    enc = pipe.tokenizer.encode(text, add_special_tokens=False)
+    assert [t["start"] for t in tokens] == [o[0] for o in enc.offsets]  # every token tagged, none twice
+    assert group_entities(tokens) and all(text[g["start"]:g["end"]] for g in group_entities(tokens))
+
+
+# --------------------------------------------------------------------------------------------- QA
+
+
+@pytest.fixture(scope="module")
+def squad_dir(tmp_path_factory, tiny_dir, ft):
+    # short windows, so that the fixture's contexts go through several doc-stride windows
+    return _finetune(tmp_path_factory, tiny_dir, "squad", ft / "squad_train.json", ft / "squad_dev.json",
+                     "--max-seq-length", "40", "--doc-stride", "16", "--max-query-length", "16")
+
+
+def test_qa_equals_predict(squad_dir, ft, tmp_path):
+    out = _predict(squad_dir, ft / "squad_dev.json", tmp_path / "p")
+    preds = json.loads((out / "predictions.json").read_text())
+    nbest = json.loads((out / "nbest_predictions.json").read_text())
+    data = json.loads((ft / "squad_dev.json").read_text())
+    items = [(q["id"], q["question"], p["context"]) for a in data["data"] for p in a["paragraphs"] for q in p["qas"]]
+    pipe = load_pipeline(squad_dir, precision="fp32", batch_size=7)
+    assert isinstance(pipe, QuestionAnsweringPipeline) and pipe.task.doc_stride == 16
+    from bertkit.data.squad import SquadExample
+
+    windows = pipe.task.featurize([SquadExample("x", items[0][1], items[0][2])], pipe.tokenizer)
+    assert len(windows) > 2  # the long-context path is the one under test
+    answers = pipe.answer([{"question": q, "context": c} for _, q, c in items])
+    for (qid, _q, context), ans in zip(items, answers):
+        assert ans["answer"] == preds[qid]
+        assert context[ans["start"]:ans["end"]] == ans["answer"]
+        best = next(n for n in nbest[qid] if n["text"] == preds[qid])
+        assert ans["score"] == pytest.approx(best["probability"], abs=1e-5)
+        assert (ans["start"], ans["end"]) == (best["start"], best["end"])
+    qid, q, c = items[1]
+    assert pipe.answer(q, c) == answers[1] == pipe({"question": q, "context": c})
+    with pytest.raises(ValueError, match="inputs\\[0\\] must be an object with 'question' and 'context'"):
+        pipe.answer([{"question": "x"}])
+
+
+def test_encoder_shares_the_fine_tuned_weights(sst2_dir):
+    pipe = load_pipeline(sst2_dir, precision="fp32")
+    enc = pipe.encoder()
+    assert enc.bert is pipe.model.bert
+    vec = enc.encode(["the film is good ."], pooling="cls", layers=-1)
+    assert vec.shape == (1, 32)
+
+
+# --------------------------------------------------------------------------------------------- rerank
+
+
+def _rerank_rows(squad_json) -> list[dict]:
+    """(question, the context sentence holding the answer, another sentence of the context) from SQuAD fixtures."""
+    rows = []
+    for article in json.loads(squad_json.read_text())["data"]:
+        for p in article["paragraphs"]:
+            sentences = list(dict.fromkeys(s.strip() + " ." for s in p["context"].split(" . ") if s.strip()))
+            for q in p["qas"]:
+                answer = q["answers"][0]["text"]
+                pos = next((s for s in sentences if answer in s), None)
+                neg = next((s for s in sentences if answer not in s), None)
+                if pos and neg:
+                    rows.append({"query": q["question"], "positive": pos, "negative": neg})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def rerank_data(tmp_path_factory, ft):
+    d = tmp_path_factory.mktemp("rerank-data")
+    for split in ("train", "dev"):
+        rows = _rerank_rows(ft / f"squad_{split}.json")
+        assert len(rows) >= 8
+        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return d
+
+
+def test_rerank_listwise_loss_is_a_softmax_over_the_group(tiny_dir):
+    from bertkit.tasks import get_task
+
+    task = get_task("rerank")
+    model = task.load_model(tiny_dir, finetuned=False).eval()
+    torch.manual_seed(0)
+    ids = torch.randint(8, 100, (3, 4, 9))
+    types, mask = torch.zeros_like(ids), torch.ones_like(ids)
+    labels = torch.tensor([0, 2, 3])
+    out = model(ids, mask, types, labels=labels)
+    with torch.no_grad():
+        flat = model.model(ids.view(12, 9), mask.view(12, 9), types.view(12, 9)).logits.view(3, 4)
+    torch.testing.assert_close(out.logits, flat)
+    expected = -torch.log_softmax(flat, -1)[torch.arange(3), labels].mean()
+    torch.testing.assert_close(out.loss, expected)
+
+
+def test_finetune_rerank_then_pipeline_equals_predict(tmp_path_factory, tiny_dir, rerank_data, tmp_path):
+    d = _finetune(tmp_path_factory, tiny_dir, "rerank", rerank_data / "train.jsonl", rerank_data / "dev.jsonl")
+    config = json.loads((d / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"] and len(config["id2label"]) == 1
+    metrics = json.loads((d / "metrics.json").read_text())
+    assert 0 < metrics["mrr"] <= 1 and 0 <= metrics["accuracy"] <= 1
+    rows = [json.loads(x) for x in (rerank_data / "dev.jsonl").read_text().splitlines()]
+    pred = _tsv(_predict(d, rerank_data / "dev.jsonl", tmp_path / "p") / "predictions.tsv")
+    assert pred[0] == ["index", "score", "negative_score"] and len(pred) == len(rows) + 1
+    pipe = load_pipeline(d, precision="fp32", batch_size=3)
+    assert pipe.kind == "rerank"
+    for row, (_, pos, neg) in zip(rows, pred[1:]):
+        out = pipe.rerank(row["query"], [row["negative"], row["positive"]], raw_scores=True)
+        scores = {o["index"]: o["score"] for o in out}
+        assert scores[1] == pytest.approx(float(pos), abs=1e-5) and scores[0] == pytest.approx(float(neg), abs=1e-5)
+        assert out[0]["score"] >= out[1]["score"]
+
+
+# --------------------------------------------------------------------------------------------- ONNX Runtime backend
+
+
+def test_onnx_backend_equals_torch(sst2_dir, random_ner_dir, squad_dir, ft, tmp_path):
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    texts = [r[0] for r in _tsv(ft / "sst2_dev.tsv")[1:]]
+    torch_clf = load_pipeline(sst2_dir, precision="fp32")
+    onnx_clf = load_pipeline(sst2_dir, backend="onnx", batch_size=5)
+    assert onnx_clf.backend == "onnx" and type(onnx_clf.model).__name__ == "OnnxRuntimeModel"
+    np.testing.assert_allclose(onnx_clf.logits(texts), torch_clf.logits(texts), atol=1e-4)
+    assert [x[0]["label"] for x in onnx_clf.predict(texts)] == [x[0]["label"] for x in torch_clf.predict(texts)]
+    with pytest.raises(ValueError, match="backend has no PyTorch encoder"):
+        onnx_clf.encoder()
+
+    ner = load_pipeline(random_ner_dir, backend="onnx").ner(NER_TEXTS)
+    ref = load_pipeline(random_ner_dir, precision="fp32").ner(NER_TEXTS)
+    assert [[(o["entity_group"], o["start"], o["end"]) for o in x] for x in ner] == \
+           [[(o["entity_group"], o["start"], o["end"]) for o in x] for x in ref]
+
+    data = json.loads((ft / "squad_dev.json").read_text())
+    items = [{"question": q["question"], "context": p["context"]} for a in data["data"] for p in a["paragraphs"]
+             for q in p["qas"]][:6]
+    a = load_pipeline(squad_dir, backend="onnx").answer(items)
+    b = load_pipeline(squad_dir, precision="fp32").answer(items)
+    assert [(x["answer"], x["start"]) for x in a] == [(x["answer"], x["start"]) for x in b]
+    assert [x["score"] for x in a] == pytest.approx([x["score"] for x in b], abs=1e-4)
+
+    # a model.onnx in the directory is used as it is; int8 goes through ONNX Runtime's quantiser
+    d = tmp_path / "clf"
+    shutil.copytree(sst2_dir, d)
+    from bertkit.export import export_onnx
+
+    export_onnx(d, d / "model.onnx")
+    assert load_pipeline(d, backend="onnx").model.path == str(d / "model.onnx")
+    q = load_pipeline(d, backend="onnx", quantize="int8")
+    assert q.model.path != str(d / "model.onnx") and q.quantize == "int8"
+    np.testing.assert_allclose(q.logits(texts), torch_clf.logits(texts), atol=0.05)
+    with pytest.raises(ValueError, match="backend must be one of torch, onnx"):
+        load_pipeline(d, backend="tensorrt")

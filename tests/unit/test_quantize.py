@@ -1,0 +1,185 @@
+"""bertkit.quantize: dynamic int8 Linear layers give outputs close to fp32 (embeddings and task pipelines), and a
+quantised model refuses to train or to be saved, naming why."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit import BertConfig
+from bertkit.quantize import QuantizedModelError, is_quantized, quantize_model, resolve_quantize
+
+TEXTS = ["the film is good .", "carol lives in berlin and works for acme corp .", "the cast was grim",
+         "the ending was boring , the plot was great ."]
+
+
+@pytest.fixture(scope="module")
+def vocab(fixtures_dir):
+    return fixtures_dir / "finetune" / "vocab.txt"
+
+
+def _config(vocab, **kw) -> BertConfig:
+    n = sum(1 for line in vocab.read_text(encoding="utf-8").splitlines() if line)
+    return BertConfig(vocab_size=n, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=128, max_position_embeddings=128, **kw)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, vocab):
+    from bertkit.modeling import BertForPreTraining
+
+    d = tmp_path_factory.mktemp("tiny")
+    torch.manual_seed(0)
+    BertForPreTraining(_config(vocab)).save_pretrained(d)
+    shutil.copy(vocab, d / "vocab.txt")
+    return d
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+
+
+def test_encoder_int8_close_to_fp32(tiny_dir):
+    from bertkit.features import Encoder
+
+    fp32 = Encoder.from_pretrained(tiny_dir, precision="fp32")
+    int8 = Encoder.from_pretrained(tiny_dir, precision="auto", quantize="int8")
+    assert int8.precision == "fp32"  # int8 matmuls take fp32 activations: no bf16 autocast around them
+    quantized = [m for m in int8.bert.modules() if "quantized.dynamic" in type(m).__module__]
+    assert len(quantized) == 2 * 6 + 1  # q, k, v, attention out, intermediate, output per layer; the pooler
+    assert not any(isinstance(m, torch.nn.Linear) and type(m) is torch.nn.Linear for m in int8.bert.encoder.modules())
+    for pooling in ("mean", "cls"):
+        a = fp32.encode(TEXTS, pooling=pooling, layers=-1)
+        b = int8.encode(TEXTS, pooling=pooling, layers=-1)
+        assert not np.array_equal(a, b)  # the int8 path really ran
+        assert _cosine(a, b).min() >= 0.99, pooling
+
+
+def test_pipeline_int8_close_to_fp32(tmp_path, vocab):
+    from bertkit.modeling import BertForSequenceClassification
+    from bertkit.pipelines import load_pipeline
+
+    torch.manual_seed(1)
+    model = BertForSequenceClassification(_config(vocab, id2label={0: "neg", 1: "pos", 2: "neutral"}))
+    with torch.no_grad():
+        model.classifier.weight.mul_(50)  # spread the scores, so that a difference would show
+    model.save_pretrained(tmp_path)
+    shutil.copy(vocab, tmp_path / "vocab.txt")
+    fp32 = load_pipeline(tmp_path, precision="fp32")
+    int8 = load_pipeline(tmp_path, quantize="int8")
+    assert int8.quantize == "int8" and is_quantized(int8.model) and not is_quantized(fp32.model)
+    a = fp32.logits(TEXTS)
+    b = int8.logits(TEXTS)
+    assert not np.array_equal(a, b)
+    assert _cosine(a, b).min() >= 0.99
+    assert [x[0]["label"] for x in fp32.predict(TEXTS)] == [x[0]["label"] for x in int8.predict(TEXTS)]
+
+
+def test_quantized_model_refuses_training_and_saving(tiny_dir, tmp_path):
+    from bertkit.modeling import BertForSequenceClassification
+
+    model = quantize_model(BertForSequenceClassification(_config(tiny_dir / "vocab.txt")), "int8")
+    with pytest.raises(QuantizedModelError, match="cannot train a int8-quantised model"):
+        model.train()
+    with pytest.raises(QuantizedModelError, match="cannot save a int8-quantised model.*load the fp32 model"):
+        model.save_pretrained(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    model.eval()  # eval mode stays allowed
+    assert quantize_model(model, "int8") is model  # quantising twice is a no-op
+    assert not any(p.requires_grad for p in model.parameters())
+
+
+def test_quantize_names_and_devices(vocab):
+    from torch import nn
+
+    assert resolve_quantize(None) is None and resolve_quantize("none") is None and resolve_quantize("INT8") == "int8"
+    with pytest.raises(ValueError, match="quantize must be one of int8"):
+        resolve_quantize("int4")
+    with pytest.raises(ValueError, match="CPU only"):
+        quantize_model(nn.Sequential(nn.Linear(4, 4)), "int8", device="cuda")
+    m = nn.Sequential(nn.Linear(4, 4))
+    assert quantize_model(m, None) is m and type(m[0]) is nn.Linear
+
+
+# --------------------------------------------------------------------------------------------- ONNX export
+
+
+def test_export_onnx_heads_and_encoder(tmp_path, tiny_dir, vocab):
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from bertkit.cli import main
+    from bertkit.modeling import BertForQuestionAnswering
+
+    torch.manual_seed(4)
+    qa_dir = tmp_path / "qa"
+    BertForQuestionAnswering(_config(vocab)).save_pretrained(qa_dir)
+    shutil.copy(vocab, qa_dir / "vocab.txt")
+    assert main(["export", "--onnx", str(qa_dir), str(tmp_path / "qa-onnx")]) == 0
+    assert {p.name for p in (tmp_path / "qa-onnx").iterdir()} >= {"model.onnx", "config.json", "vocab.txt"}
+    # a batch of another size and length than the traced one, with padding: dynamic axes and the mask both work
+    session = ort.InferenceSession(str(tmp_path / "qa-onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    ids = torch.tensor([[5, 20, 30, 40, 6, 50, 51, 6], [5, 21, 6, 22, 6, 0, 0, 0], [5, 6, 7, 6, 0, 0, 0, 0]])
+    mask, types = (ids != 0).long(), torch.tensor([[0] * 5 + [1] * 3] * 3) * (ids != 0)
+    start, end = session.run(["start_logits", "end_logits"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy(),
+                                                              "token_type_ids": types.numpy()})
+    ref = BertForQuestionAnswering.from_pretrained(qa_dir).eval()
+    with torch.no_grad():
+        want = ref(ids, mask, types)
+    m = mask.bool()
+    torch.testing.assert_close(torch.from_numpy(start)[m], want.start_logits[m], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(torch.from_numpy(end)[m], want.end_logits[m], atol=1e-4, rtol=1e-4)
+
+    from bertkit.export import export_onnx
+
+    report = export_onnx(tiny_dir, tmp_path / "enc.onnx")  # no head: the encoder's outputs
+    assert report.outputs == ["last_hidden_state", "pooler_output"] and report.max_abs_diff < 1e-4
+    assert report.files == [str(tmp_path / "enc.onnx")]
+    q = export_onnx(tiny_dir, tmp_path / "enc-int8.onnx", quantize="int8")
+    assert q.quantized == "int8" and 0 < q.max_abs_diff < 0.5
+    assert (tmp_path / "enc-int8.onnx").stat().st_size < 0.6 * (tmp_path / "enc.onnx").stat().st_size
+
+
+def test_export_refuses_a_non_model_directory(tmp_path, capsys):
+    from bertkit.cli import main
+
+    assert main(["export", "--onnx", str(tmp_path), str(tmp_path / "out")]) == 2
+    assert "no config.json" in capsys.readouterr().err
+
+
+def test_encoder_onnx_backend_equals_torch(tiny_dir):
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from bertkit.features import Encoder
+
+    ref = Encoder.from_pretrained(tiny_dir, precision="fp32")
+    enc = Encoder.from_pretrained(tiny_dir, backend="onnx")
+    assert enc.backend == "onnx" and enc.precision == "fp32" and enc.onnx_path.endswith("encoder.onnx")
+    for layers, pooling in (((-2,), "mean"), ((-1, -2, 0), "max"), (-1, "cls_pooled"), (1, "cls")):
+        a = enc.encode(TEXTS, layers=layers, pooling=pooling)
+        b = ref.encode(TEXTS, layers=layers, pooling=pooling)
+        np.testing.assert_allclose(a, b, atol=1e-4, err_msg=f"{layers} {pooling}")
+    tokens = enc.encode(TEXTS[:2], layers=-1, pooling="none")
+    assert [t.shape for t in tokens] == [t.shape for t in ref.encode(TEXTS[:2], layers=-1, pooling="none")]
+    q = Encoder.from_pretrained(tiny_dir, backend="onnx", quantize="int8")
+    assert q.onnx_path.endswith("encoder.int8.onnx")
+    a, b = q.encode(TEXTS, layers=-1), ref.encode(TEXTS, layers=-1)
+    assert not np.array_equal(a, b) and _cosine(a, b).min() >= 0.99
+    with pytest.raises(ValueError, match="backend must be 'torch' or 'onnx'"):
+        Encoder.from_pretrained(tiny_dir, backend="tvm")
+
+
+def test_export_all_layers_is_what_the_encoder_backend_reads(tiny_dir, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from bertkit.cli import main
+    from bertkit.features import Encoder
+
+    d = tmp_path / "m"
+    shutil.copytree(tiny_dir, d)
+    assert main(["export", "--onnx", str(d), str(d / "encoder.onnx"), "--all-layers"]) == 0
+    enc = Encoder.from_pretrained(d, backend="onnx")
+    assert enc.onnx_path == str(d / "encoder.onnx")  # used as it is, not exported again
+    np.testing.assert_allclose(enc.encode(TEXTS, layers=(1, -1)), Encoder.from_pretrained(d, precision="fp32").encode(
+        TEXTS, layers=(1, -1)), atol=1e-4)
