@@ -1,22 +1,25 @@
-"""Time to quality: held-out MLM accuracy after a wall-clock budget of bert-mini pre-training on the shared Gutenberg
-books, for ``bertkit pretrain`` and for a plain transformers loop, evaluated the same way on text not trained on.
+"""Time to quality: held-out masked-token accuracy after a wall-clock budget of pre-training, for bertkit's budget
+recipe, bertkit's paper recipe, and a plain transformers loop (at its best lr of 1e-4, 5e-4, 1e-3).
 
-Both routes see the same shards (bert-base-uncased vocabulary, seq 128, MLM + NSP, dynamic masking), the same batch
-order, the same initial weights and the same lr schedule shape (linear warmup 5%, linear decay to 0 at the number of
-steps that fits the budget, estimated from a few timed steps). bertkit runs its recipe (sparse MLM head, bf16 autocast
-where available, fused AdamW, clipping); transformers runs fp32, ``torch.optim.AdamW``, full-vocabulary logits.
+Every route trains the same model size on the same sentence-split corpus (default: the five bundled books) with the
+same vocabulary (trained once on it) from ``--budget`` of wall clock, and every final model is scored the same way,
+loaded into ``transformers.BertForPreTraining`` in fp32, on the same fixed held-out batches (the last 2% of the
+sentences of every book, never trained on; single segments of 128 tokens, 15% static masks): accuracy of the argmax
+at masked positions, NSP accuracy on held-out pairs, and the unigram baseline (always predicting the most frequent
+training token: the plateau a model sits on until it learns context).
 
-Evaluation: both final models are loaded into ``transformers.BertForPreTraining`` in fp32 and scored on the same fixed
-held-out batches (the last 2% of sentences of every book, never trained on; static masks): accuracy of the argmax at
-masked positions, and NSP accuracy.
-
-    .venv/bin/python benchmarks/pretrain_quality.py --budget 10m          # needs ~25 quiet minutes
-    .venv/bin/python benchmarks/pretrain_quality.py --budget 3m --out runs/pq3
+    # the grid: budgets x routes x seeds -> CSV + PNG (needs a quiet machine: 1+2+5+10 min x (2 + 3 lr) x 2 seeds)
+    .venv/bin/python benchmarks/pretrain_quality.py --budgets 1m,2m,5m,10m --seeds 0,1 --out runs/pq
+    # one small cell, to check it works
+    .venv/bin/python benchmarks/pretrain_quality.py --budgets 20s --seeds 0 --lrs 1e-3 --model-size bert-tiny
+    # the recipe ablation behind the budget recipe's defaults (docs/pretraining.md)
+    .venv/bin/python benchmarks/pretrain_quality.py --ablation --budgets 2m --model-size bert-tiny --threads 1
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import shutil
 import time
@@ -25,127 +28,265 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
+
+# the ablation: each variant is the budget recipe with one choice changed (or the paper recipe plus one choice)
+ABLATION: dict[str, dict] = {
+    "paper, lr 1e-3 (the old quickstart)": {"recipe": "paper", "lr": 1e-3},
+    "paper + unigram output bias": {"recipe": "paper", "lr": 1e-3, "output_bias": "unigram"},
+    "paper + no dropout": {"recipe": "paper", "lr": 1e-3, "dropout": 0.0},
+    "paper + MLM only, packed": {"recipe": "paper", "lr": 1e-3, "nsp": False, "short_seq_prob": 0.0},
+    "budget (defaults)": {"recipe": "budget"},
+    "budget, zero output bias": {"recipe": "budget", "output_bias": "zero"},
+    "budget, dropout 0.1": {"recipe": "budget", "dropout": 0.1},
+    "budget, NSP": {"recipe": "budget", "nsp": True, "short_seq_prob": 0.1},
+    "budget, linear schedule": {"recipe": "budget", "schedule": "linear"},
+    "budget, onecycle schedule": {"recipe": "budget", "schedule": "onecycle", "warmup_fraction": 0.3},
+    "budget, seq ramp 64:0.3": {"recipe": "budget", "seq_ramp": "64:0.3"},
+    "budget, batch ramp 8:0.05,16:0.15": {"recipe": "budget", "batch_ramp": "8:0.05,16:0.15"},
+    "budget, mask 0.15": {"recipe": "budget", "mask_prob": 0.15},
+    "budget, lr x2": {"recipe": "budget", "lr_scale": 2.0},
+    "budget, lr x0.5": {"recipe": "budget", "lr_scale": 0.5},
+}
 
 
-def evaluate_hf(model_dir: Path, batches: list[dict]) -> dict:
+def prepare(out: Path, corpus: list[str], vocab: str | None, vocab_size: int) -> tuple[Path, Path, Path]:
+    """(sentences.txt, vocab.txt, shards dir): the corpus sentence-split once, a vocabulary, the shards."""
+    from bertkit.data.corpus import write_sentences
+    from bertkit.data.pretraining import prepare_corpus
+    from bertkit.tokenization import train_vocab
+
+    out.mkdir(parents=True, exist_ok=True)
+    sentences = out / "sentences.txt"
+    if not sentences.is_file():
+        write_sentences(corpus, sentences)
+    if vocab is None:
+        vocab_path = out / "vocab" / "vocab.txt"
+        if not vocab_path.is_file():
+            train_vocab([sentences], vocab_size=vocab_size, output=out / "vocab", show_progress=False)
+    else:
+        vocab_path = Path(vocab)
+    prepare_corpus([str(sentences)], out / "shards", vocab_path, corpus_format="google", progress=False)
+    return sentences, vocab_path, out / "shards"
+
+
+def heldout(shard_dir: Path, vocab_path: Path, n_batches: int) -> tuple[list[dict], list[dict], float]:
+    """(MLM batches: single segments, NSP batches: pairs, unigram baseline accuracy on the MLM batches)."""
+    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo, token_counts
+    from bertkit.tokenization import BertTokenizer
+
+    vinfo = VocabInfo.from_tokenizer(BertTokenizer.from_pretrained(vocab_path))
+
+    def batches(nsp: bool) -> list[dict]:
+        out = []  # the held-out text is small (2%): several mask draws over it, so accuracies are less noisy
+        for seed in range(8):
+            data = PretrainingData(shard_dir, vinfo, DataOptions(batch_size=32, nsp=nsp, short_seq_prob=0.0,
+                                                                 seed=seed), split="eval")
+            out += [{k: torch.from_numpy(v) for k, v in b.items()} for b in data.eval_batches(n_batches)]
+            if sum(len(b["input_ids"]) for b in out) >= n_batches * 32:
+                break
+        return out
+
+    mlm, nsp = batches(False), batches(True)
+    counts = token_counts(shard_dir, vinfo.vocab_size)
+    counts[[vinfo.cls_id, vinfo.sep_id, vinfo.mask_id, vinfo.pad_id]] = 0
+    top = int(counts.argmax())
+    labels = torch.cat([b["labels"][b["labels"] != -100] for b in mlm])
+    return mlm, nsp, float((labels == top).float().mean())
+
+
+def evaluate(model_dir: Path, mlm: list[dict], nsp: list[dict]) -> dict:
+    """Held-out MLM accuracy (masked positions) and NSP accuracy, by transformers in fp32."""
     import transformers
 
     model = transformers.BertForPreTraining.from_pretrained(model_dir).eval()
     ok = n = nsp_ok = nsp_n = 0
     with torch.no_grad():
-        for b in batches:
+        for b in mlm:
             out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
                         token_type_ids=b["token_type_ids"])
             sel = b["labels"] != -100
             ok += int((out.prediction_logits.argmax(-1)[sel] == b["labels"][sel]).sum())
             n += int(sel.sum())
+        for b in nsp:
+            out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                        token_type_ids=b["token_type_ids"])
             nsp_ok += int((out.seq_relationship_logits.argmax(-1) == b["next_sentence_label"]).sum())
             nsp_n += len(b["next_sentence_label"])
-    return {"mlm_acc": ok / n, "nsp_acc": nsp_ok / nsp_n, "masked_tokens": n}
+    return {"mlm_acc": ok / max(1, n), "nsp_acc": nsp_ok / max(1, nsp_n), "masked_tokens": n}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--budget", default="10m")
-    ap.add_argument("--model-size", default="bert-mini")
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--eval-batches", type=int, default=40)
-    ap.add_argument("--out", default="runs/pretrain_quality")
-    ap.add_argument("--only", choices=["bertkit", "transformers"], default=None)
-    ap.add_argument("--threads", type=int, default=None, help="torch threads for both routes")
-    args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+def run_bertkit(out: Path, sentences: Path, vocab: Path, budget: float, seed: int, model_size: str,
+                threads: int | None, **choices) -> dict:
+    from bertkit.recipes.pretrain import BUDGET_LR, PretrainConfig, pretrain
 
+    if out.exists():
+        shutil.rmtree(out)
+    scale = choices.pop("lr_scale", None)
+    if scale is not None:
+        choices["lr"] = BUDGET_LR.get(model_size, 2e-4) * scale
+    t0 = time.time()
+    limit = {"max_steps": int(-budget)} if budget < 0 else {"max_time": budget}  # negative: a step count
+    pretrain(PretrainConfig(corpus=[str(sentences)], corpus_format="google", vocab=str(vocab), output=str(out),
+                            model_size=model_size, save_every=10**9, eval_batches=2, seed=seed, threads=threads,
+                            quiet=True, workers=1, **limit, **choices))
+    run = json.loads((out / "run.json").read_text())
+    steps = max((json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()), default=0)
+    return {"steps": steps, "lr": run["config"]["lr"], "wall_s": round(time.time() - t0, 1)}
+
+
+def run_transformers(out: Path, shard_dir: Path, vocab: Path, budget: float, seed: int, model_size: str,
+                     lr: float) -> dict:
+    """A plain loop from transformers' docs: fp32, torch AdamW, full-vocabulary logits, MLM + NSP, linear schedule
+    fitted to the budget from 3 timed steps, stopped at the deadline."""
     import transformers
 
     from bertkit import BertConfig, BertForPreTraining
     from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo
-    from bertkit.recipes.pretrain import PretrainConfig, parse_duration, pretrain
     from bertkit.tokenization import BertTokenizer
 
-    budget = parse_duration(args.budget)
-    books = sorted(str(p) for p in (SHARED / "corpus" / "gutenberg").glob("*.txt"))
-    vocab = SHARED / "vocab" / "bert-base-uncased" / "vocab.txt"
-    if not books or not vocab.is_file():
-        raise SystemExit(f"needs the shared data in {SHARED}")
-    out = Path(args.out)
-    results = {}
-
-    # ---- bertkit: the recipe, as `bertkit pretrain` runs it
-    ours = out / "bertkit"
-    if args.only in (None, "bertkit"):
-        if ours.exists():
-            shutil.rmtree(ours)
-        t0 = time.time()
-        pretrain(PretrainConfig(corpus=books, vocab=str(vocab), output=str(ours), model_size=args.model_size,
-                                batch_size=args.batch_size, lr=args.lr, max_time=budget, save_every=10**9,
-                                eval_batches=4, quiet=False, seed=0, threads=args.threads))
-        results["bertkit_wall_s"] = time.time() - t0
-    shards = ours / "data" / "shards"
     tok = BertTokenizer.from_pretrained(vocab)
-    vinfo = VocabInfo.from_tokenizer(tok)
-    data = PretrainingData(shards, vinfo, DataOptions(batch_size=args.batch_size, seed=0))
-    held = PretrainingData(shards, vinfo, DataOptions(batch_size=args.batch_size, seed=0), split="eval")
-    eval_batches = [{k: torch.from_numpy(v) for k, v in b.items()} for b in held.eval_batches(args.eval_batches)]
+    data = PretrainingData(shard_dir, VocabInfo.from_tokenizer(tok), DataOptions(batch_size=32, seed=seed))
+    torch.manual_seed(seed)
+    init = out / "init"
+    BertForPreTraining(BertConfig.from_preset(model_size, vocab_size=len(tok))).save_pretrained(init)
+    model = transformers.BertForPreTraining.from_pretrained(init).train()
 
-    # ---- transformers: a plain loop from its docs (fp32, AdamW, full-vocabulary logits)
-    theirs = out / "transformers"
-    if args.only in (None, "transformers"):
-        config = BertConfig.from_preset(args.model_size, vocab_size=len(tok))
-        torch.manual_seed(0)
-        init = out / "init"
-        BertForPreTraining(config).save_pretrained(init)  # the same initial weights as bertkit's run
-        model = transformers.BertForPreTraining.from_pretrained(init).train()
-        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    def batch(i):
+        n = data.num_batches(0)
+        return {k: torch.from_numpy(v) for k, v in data.batch(i // n, i % n).items()}
 
-        def batch(i):
-            n = data.num_batches(0)
-            return {k: torch.from_numpy(v) for k, v in data.batch(i // n, i % n).items()}
+    def step(b, opt, sched):
+        loss = model(**b).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        return float(loss.detach())
 
-        def step(b):
-            loss = model(**b).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad()
-            return float(loss.detach())
+    probe_state = {k: v.clone() for k, v in model.state_dict().items()}
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    times = []
+    for i in range(3):
+        t = time.perf_counter()
+        step(batch(i), opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.0))
+        times.append(time.perf_counter() - t)
+    model.load_state_dict(probe_state)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    total = max(1, int((budget * 0.95 - 2) / (sorted(times)[1] * 1.06)))
+    sched = transformers.get_linear_schedule_with_warmup(opt, max(1, int(0.05 * total)), total)
+    t0, done = time.perf_counter(), 0
+    while done < total and time.perf_counter() - t0 < budget:
+        step(batch(done), opt, sched)
+        done += 1
+    model.save_pretrained(out)
+    return {"steps": done, "lr": lr}
 
-        # fit the schedule to the budget from 3 timed steps, as bertkit does
-        probe_state = {k: v.clone() for k, v in model.state_dict().items()}
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.0)
-        times = []
-        for i in range(3):
-            t = time.perf_counter()
-            step(batch(i))
-            times.append(time.perf_counter() - t)
-        model.load_state_dict(probe_state)
-        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-        total = max(1, int((budget * 0.95 - 2) / (sorted(times)[1] * 1.06)))
-        sched = transformers.get_linear_schedule_with_warmup(opt, max(1, int(0.05 * total)), total)
-        print(f"transformers loop: {sorted(times)[1] * 1000:.0f} ms/step, scheduling {total} steps")
-        t0 = time.perf_counter()
-        done = 0
-        while done < total and time.perf_counter() - t0 < budget:
-            loss = step(batch(done))
-            done += 1
-            if done % 50 == 0:
-                print(f"  step {done}/{total} loss {loss:.3f}", flush=True)
-        model.save_pretrained(theirs)
-        results["transformers_steps"] = done
-        results["transformers_scheduled"] = total
 
-    for name, d in (("bertkit", ours), ("transformers", theirs)):
-        if (d / "model.safetensors").is_file() or (d / "pytorch_model.bin").is_file():
-            results[name] = evaluate_hf(d, eval_batches)
-    if (ours / "run.json").is_file():
-        results["bertkit_steps"] = json.loads((ours / "run.json").read_text())["total_steps"]
-    results["budget_s"] = budget
-    print(json.dumps(results, indent=2))
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    best: dict[tuple[str, float], list[float]] = {}
+    for route in sorted({r["route"] for r in rows}):
+        points: dict[float, list[float]] = {}
+        for r in rows:
+            if r["route"] == route:
+                points.setdefault(float(r["budget_min"]), []).append(float(r["mlm_acc"]))
+        xs = sorted(points)
+        ax.plot(xs, [sum(points[x]) / len(points[x]) for x in xs], marker="o", label=route)
+        best.update({(route, x): points[x] for x in xs})
+    base = [float(r["unigram_baseline"]) for r in rows]
+    if base:
+        ax.axhline(sum(base) / len(base), color="grey", linestyle=":", label="unigram baseline")
+    ax.set_xlabel("pre-training budget (minutes, CPU)")
+    ax.set_ylabel("held-out MLM accuracy")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    from bertkit.commands.quickstart import bundled_corpus
+    from bertkit.recipes.pretrain import parse_duration
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--budgets", default="1m,2m,5m,10m")
+    ap.add_argument("--seeds", default="0,1")
+    ap.add_argument("--lrs", default="1e-4,5e-4,1e-3", help="the transformers loop's lrs (its best is reported)")
+    ap.add_argument("--model-size", default="bert-mini")
+    ap.add_argument("--corpus", nargs="+", default=None, help="default: the bundled books")
+    ap.add_argument("--vocab", default=None, help="default: a vocabulary trained on the corpus")
+    ap.add_argument("--vocab-size", type=int, default=8000)
+    ap.add_argument("--eval-batches", type=int, default=20)
+    ap.add_argument("--routes", default="budget,paper,transformers")
+    ap.add_argument("--ablation", action="store_true", help="run the recipe ablation instead of the routes")
+    ap.add_argument("--only", default=None, help="ablation: variants whose name contains one of these (a,b,...)")
+    ap.add_argument("--steps", type=int, default=None, help="ablation: a fixed step count instead of the budgets "
+                                                            "(compares quality per step on a loaded machine)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads for every route")
+    ap.add_argument("--out", default="runs/pretrain_quality")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    out = Path(args.out)
+    corpus = args.corpus or [str(p) for p in bundled_corpus()]
+    sentences, vocab, shards = prepare(out / "prepared", corpus, args.vocab, args.vocab_size)
+    mlm, nsp, baseline = heldout(shards, vocab, args.eval_batches)
+    print(f"held-out: {sum(int((b['labels'] != -100).sum()) for b in mlm)} masked tokens; unigram baseline "
+          f"{baseline:.4f}", flush=True)
+    rows: list[dict] = []
+    csv_path = out / (("ablation-steps.csv" if args.steps else "ablation.csv") if args.ablation else "results.csv")
+
+    def record(row: dict) -> None:
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        with open(csv_path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+    for budget_text in [f"{args.steps}steps"] if args.steps else args.budgets.split(","):
+        budget = -float(args.steps) if args.steps else parse_duration(budget_text)
+        for seed in map(int, args.seeds.split(",")):
+            cells: list[tuple[str, dict]] = []
+            if args.ablation:
+                cells = [(name, dict(choices)) for name, choices in ABLATION.items()
+                         if args.only is None or any(o in name for o in args.only.split(","))]
+            else:
+                for route in args.routes.split(","):
+                    if route in ("budget", "paper"):
+                        cells.append((f"bertkit {route}", {"recipe": route}))
+                    elif route == "transformers":
+                        cells += [(f"transformers lr {lr}", {"lr": float(lr)}) for lr in args.lrs.split(",")]
+            for name, choices in cells:
+                d = out / "runs" / f"{name.replace(' ', '_').replace(',', '')}-{budget_text}-{seed}"
+                if name.startswith("transformers"):
+                    info = run_transformers(d, shards, vocab, budget, seed, args.model_size, choices["lr"])
+                else:
+                    info = run_bertkit(d, sentences, vocab, budget, seed, args.model_size, args.threads, **choices)
+                result = evaluate(d, mlm, nsp)
+                minutes = round(budget / 60, 3) if budget > 0 else None
+                record({"route": name, "budget_min": minutes, "seed": seed, **info,
+                        "mlm_acc": round(result["mlm_acc"], 4), "nsp_acc": round(result["nsp_acc"], 4),
+                        "unigram_baseline": round(baseline, 4), "model_size": args.model_size})
+    if not args.ablation:
+        # the transformers loop at its best lr per budget and seed, as one route
+        best: dict[tuple, dict] = {}
+        for r in rows:
+            if r["route"].startswith("transformers"):
+                key = (r["budget_min"], r["seed"])
+                if key not in best or r["mlm_acc"] > best[key]["mlm_acc"]:
+                    best[key] = r
+        shown = [r for r in rows if not r["route"].startswith("transformers")]
+        shown += [dict(r, route="transformers (best lr)") for r in best.values()]
+        plot(shown, out / "time_to_quality.png")
+        print(f"wrote {csv_path} and {out / 'time_to_quality.png'}")
 
 
 if __name__ == "__main__":

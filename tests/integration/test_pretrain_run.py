@@ -79,6 +79,10 @@ def test_run_output_loads_in_bertkit_and_transformers(corpus, tmp_path, capsys):
     assert {"mlm_acc", "nsp_acc", "tokens_per_s", "lr"} <= set(train[0])
     assert [x["step"] for x in evals] == [6, 12] and 0 <= evals[0]["eval_nsp_acc"] <= 1
 
+    from bertkit.recipes.pretrain import held_out_accuracy
+
+    score = held_out_accuracy(out)  # what the quickstart prints: held-out accuracy beside the unigram baseline
+    assert score["masked_tokens"] > 0 and 0 <= score["mlm_acc"] <= 1 and 0 < score["unigram_acc"] < 0.5
     model = BertForPreTraining.from_pretrained(out)
     ids = torch.tensor([[2, 50, 60, 70, 3]])
     ours = model(ids).prediction_logits

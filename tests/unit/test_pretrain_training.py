@@ -192,3 +192,120 @@ def test_lr_schedules(kind):
     if kind == "linear":  # the paper's schedule, as before
         ref = linear_schedule(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0), warmup, total)
         assert [ref.lr_lambdas[0](s) for s in range(total)] == pytest.approx(f[:total])
+
+
+# --------------------------------------------------------------------------------------------- the recipes
+
+
+def test_recipe_choice_budget_with_max_time_paper_otherwise_and_flags_win(tmp_path):
+    from bertkit.recipes.pretrain import BUDGET, PAPER, PretrainConfig, resolve_recipe
+
+    timed, line = resolve_recipe(PretrainConfig(corpus=["x"], output="o", max_time=60))
+    assert timed.recipe == "budget" and line.startswith("recipe budget:")
+    assert all(k in line for k in BUDGET)  # every choice is printed
+    assert (timed.output_bias, timed.dropout, timed.nsp) == (BUDGET["output_bias"], BUDGET["dropout"], BUDGET["nsp"])
+    stepped, _ = resolve_recipe(PretrainConfig(corpus=["x"], output="o", max_steps=10))
+    assert stepped.recipe == "paper"
+    assert {k: getattr(stepped, k) for k in PAPER} == PAPER
+    assert (stepped.lr, stepped.mask_prob, stepped.nsp, stepped.output_bias) == (1e-4, 0.15, True, "zero")
+    mixed, line = resolve_recipe(PretrainConfig(corpus=["x"], output="o", max_time=60, recipe="paper", nsp=False,
+                                                lr=3e-4))
+    assert (mixed.recipe, mixed.nsp, mixed.lr, mixed.schedule) == ("paper", False, 3e-4, "linear")
+    assert "nsp=False (set)" in line and "lr=0.0003 (set)" in line
+
+
+def test_paper_recipe_is_the_plain_bert_loop(corpus, tmp_path):
+    """--recipe paper computes what a plain loop does (Devlin et al.: lr 1e-4 with 5% linear warmup and linear decay,
+    dropout 0.1, MLM + NSP, 15% masks, 10% short sequences, zero output bias), bit for bit."""
+    from bertkit import BertConfig, BertForPreTraining
+    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo
+    from bertkit.recipes.pretrain import pretrain
+    from bertkit.tokenization import BertTokenizer
+    from bertkit.training.optim import build_optimizer, linear_schedule
+
+    out, steps, seed = tmp_path / "paper", 6, 5
+    pretrain(_config(corpus, out, recipe="paper", lr=None, max_steps=steps, seed=seed, eval_batches=1))
+    tok = BertTokenizer.from_pretrained(out)
+    torch.manual_seed(seed)
+    model = BertForPreTraining(BertConfig.from_preset("bert-tiny", vocab_size=len(tok), **TINY)).train()
+    assert model.config.hidden_dropout_prob == 0.1
+    opt = build_optimizer(model, lr=1e-4, weight_decay=0.01)
+    sched = linear_schedule(opt, 1, steps)
+    data = PretrainingData(out / "data" / "shards", VocabInfo.from_tokenizer(tok),
+                           DataOptions(max_seq_length=32, batch_size=4, nsp=True, mask_prob=0.15, short_seq_prob=0.1,
+                                       seed=seed))
+    torch.manual_seed(seed)
+    for i in range(steps):
+        loss = model(**{k: torch.from_numpy(v) for k, v in data.batch(0, i).items()}).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+    ours = _weights(out)
+    theirs = model.state_dict()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert float((ours["cls.predictions.bias"]).abs().max()) < 0.01  # started at zero
+
+
+def test_unigram_output_bias_starts_training_at_the_unigram_entropy(corpus, tmp_path):
+    """With --output-bias unigram the first held-out loss is the cross-entropy of the held-out tokens under the
+    training text's unigram distribution (the plateau a zero-bias model needs many steps to reach); with zero bias
+    it is about log(V)."""
+    import math
+
+    import numpy as np
+
+    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo, read_meta
+    from bertkit.recipes.pretrain import pretrain
+    from bertkit.tokenization import BertTokenizer
+
+    losses = {}
+    for bias in ("unigram", "zero"):
+        out = tmp_path / bias
+        pretrain(_config(corpus, out, recipe="budget", output_bias=bias, max_steps=1, lr=1e-12, eval_batches=25,
+                         nsp=False, short_seq_prob=0.0, mask_prob=0.15))
+        evals = [x for x in map(eval_line, (out / "metrics.jsonl").read_text().splitlines()) if "eval_loss" in x]
+        losses[bias] = evals[0]["eval_loss"]
+    shards = tmp_path / "unigram" / "data" / "shards"
+    tok = BertTokenizer.from_pretrained(tmp_path / "unigram")
+    v = VocabInfo.from_tokenizer(tok)
+    train = np.concatenate([np.load(shards / f"{s['name']}.tokens.npy").astype(np.int64)
+                            for s in read_meta(shards)["shards"]])
+    p = np.bincount(train, minlength=len(tok)) / len(train)
+    held = PretrainingData(shards, v, DataOptions(max_seq_length=32, batch_size=4, nsp=False, short_seq_prob=0.0),
+                           split="eval").eval_batches(25)
+    labels = np.concatenate([b["labels"][b["labels"] != -100] for b in held])
+    cross_entropy = float(-np.log(np.maximum(p[labels], 1e-12)).mean())
+    entropy = float(-(p[p > 0] * np.log(p[p > 0])).sum())
+    assert losses["unigram"] == pytest.approx(cross_entropy, rel=0.03)
+    assert losses["unigram"] == pytest.approx(entropy, rel=0.15)
+    assert losses["zero"] == pytest.approx(math.log(len(tok)), rel=0.03)
+    assert losses["zero"] - cross_entropy > 0.3  # (a 600-token vocabulary on 30 KB is far from uniform, not very)
+
+
+def eval_line(text: str) -> dict:
+    import json
+
+    return json.loads(text)
+
+
+def test_resume_across_a_ramp_boundary_is_exact(corpus, tmp_path):
+    """Sequence-length and batch-size ramps change stage at given steps; a run rewound to a checkpoint before a
+    boundary and resumed crosses it to the uninterrupted run's weights, bit for bit."""
+    from bertkit.recipes.pretrain import pretrain
+    from bertkit.training.checkpointing import load_checkpoint
+
+    kw = dict(recipe="budget", max_steps=12, save_every=1, keep_checkpoints=20, seq_ramp="16:0.5",
+              batch_ramp="2:0.25", log_every=1, eval_batches=1, dropout=0.1)
+    run = tmp_path / "ramped"
+    pretrain(_config(corpus, run, **kw))
+    # the stage of the data position after N steps (the next step's stage begins with it)
+    stage = {s: load_checkpoint(run / "checkpoints" / f"step-{s:08d}.pt")["data"]["phase"] for s in (2, 3, 4, 6, 7)}
+    assert stage == {2: 0, 3: 0, 4: 1, 6: 1, 7: 2}  # (16, 2) for steps 0-2, (16, 4) for 3-5, then (32, 4)
+    for at in (3, 5):
+        resumed = tmp_path / f"from-{at}"
+        _rewind(run, resumed, at)
+        pretrain(_config(corpus, resumed, resume=True, **kw))
+        a, b = _weights(run), _weights(resumed)
+        assert all(torch.equal(a[k], b[k]) for k in a), f"resumed from step {at}"
