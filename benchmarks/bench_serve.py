@@ -169,7 +169,7 @@ def rss_main(args: argparse.Namespace) -> None:
           f"{args.layers}x{args.hidden} (random)")
     with tempfile.TemporaryDirectory() as tmp:
         build_model_dir(Path(tmp), args.vocab, args.layers, args.hidden, args.heads, seed=0)
-        configs = {"trim": ("malloc_trim every 5 s when idle (default)", "5", {}),
+        configs = {"trim": ("malloc_trim at most every 5 s (default)", "5", {}),
                    "notrim": ("no malloc_trim", "0", {}),
                    "arena2": ("malloc_trim + MALLOC_ARENA_MAX=2", "5", {"MALLOC_ARENA_MAX": "2"})}
         for key in args.rss_configs.split(","):

@@ -257,7 +257,7 @@ class Encoder:
         if sentence is not None:
             path = sentence.model_dir
         if not (path / "vocab.txt").is_file() and not (path / "tokenizer.json").is_file():
-            raise MissingFileError(f"{path}: no vocab.txt (the tokenizer's vocabulary) in the model directory")
+            raise MissingFileError(f"{path}: no vocab.txt or tokenizer.json (the tokenizer's vocabulary) in the model directory")
         tokenizer = BertTokenizer.from_pretrained(path, lowercase=lowercase)
         model, info = BertForPreTraining.from_pretrained(path, output_loading_info=True)
         has_pooler = not any(k.startswith("bert.pooler.") for k in info.initialised)

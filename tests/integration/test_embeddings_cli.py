@@ -131,3 +131,23 @@ def test_embedding_tasks_route_to_their_own_flags(capsys):
     with pytest.raises(SystemExit):
         main(["finetune", "-h"])
     assert "--task simcse | pairs | sts" in capsys.readouterr().out
+
+
+def test_server_uses_the_saved_pooling(trained):
+    import urllib.request
+
+    from bertkit.serve.app import ServerThread, ServeSettings, create_app
+
+    encoder = Encoder.from_pretrained(trained, precision="fp32")
+    with ServerThread(create_app(encoder, ServeSettings())) as srv:
+        with urllib.request.urlopen(srv.url + "/info", timeout=30) as r:
+            info = json.loads(r.read())
+        body = json.dumps({"texts": ["q1 q2 the", "d3 of d4"]}).encode()
+        req = urllib.request.Request(srv.url + "/encode", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            out = json.loads(r.read())
+    assert info["default_pooling_layer"] == [-1] and info["default_pooling_strategy"] == "mean"
+    saved = json.loads((trained / "sentence_bert_config.json").read_text())["max_seq_length"]
+    assert info["max_input_length"] == saved == 64  # --max-seq-length 128, capped by the tiny model's 64 positions
+    want = encoder.encode(["q1 q2 the", "d3 of d4"], normalize=False)  # /encode normalises only when asked
+    np.testing.assert_allclose(np.array(out["embeddings"]), want, rtol=1e-4, atol=1e-5)

@@ -461,3 +461,14 @@ def test_evaluate_quantize_int8_runs_the_int8_model(tiny_dir, ft, tmp_path, monk
                  "--output", str(tmp_path / "int8"), "--quantize", "int8"]) == 0
     assert seen == [("int8", True)]
     assert 0.0 <= json.loads((tmp_path / "int8" / "metrics.json").read_text())["accuracy"] <= 1.0
+
+
+def test_finetune_tensorboard_writes_dev_metrics(tiny_dir, ft, tmp_path):
+    ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    out = tmp_path / "tb"
+    metrics = _finetune("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", tiny_dir, out, "--tensorboard")
+    acc = ea.EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()
+    points = acc.Scalars("dev/accuracy")
+    assert [p.step for p in points] == [metrics["step"]]
+    assert points[0].value == pytest.approx(metrics["accuracy"])

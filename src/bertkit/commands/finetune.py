@@ -55,11 +55,12 @@ def resolve_device(name: str | None) -> str:
 
 
 def load_tokenizer(model_dir: str | Path):
-    from bertkit.tokenization import BertTokenizer
+    from bertkit.tokenization import BertTokenizer, find_vocab
 
     model_dir = Path(model_dir)
-    if not (model_dir / "vocab.txt").is_file():
-        raise InputError(f"{model_dir}: no vocab.txt (a model directory needs config.json, weights and vocab.txt)")
+    if find_vocab(model_dir) is None:
+        raise InputError(f"{model_dir}: no vocab.txt or tokenizer.json (a model directory needs config.json, "
+                         "weights and a vocabulary)")
     return BertTokenizer.from_pretrained(model_dir)
 
 

@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-# finetune flags the suite sets itself (the others pass through to every `bertkit finetune`)
-_OWN = {"task", "train", "dev", "model", "output", "lr", "seed", "help"}
+# finetune flags the suite sets itself, or that make no sense per cell (the others pass through to every finetune)
+_OWN = {"task", "train", "dev", "model", "output", "lr", "seed", "help", "resume", "save_every"}
 
 
 def _finetune_actions() -> list[argparse.Action]:

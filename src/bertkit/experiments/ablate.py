@@ -49,7 +49,8 @@ class Variant:
 def variants_for(study: str, values: Sequence[str] | None) -> list[Variant]:
     """The variants of ``study`` (``values``: mask rates or model sizes given on the command line)."""
     if study == "nsp":
-        return [Variant("mlm-nsp", "MLM + NSP", (), True),
+        # both explicit: pretrain's budget recipe (the default with --max-time) otherwise turns NSP off
+        return [Variant("mlm-nsp", "MLM + NSP", ("--nsp",), True),
                 Variant("mlm-only", "MLM only (no NSP)", ("--no-nsp",), False)]
     if study == "mask-rate":
         rates = [float(v) for v in values] if values else list(DEFAULT_RATES)

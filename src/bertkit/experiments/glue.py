@@ -422,6 +422,8 @@ class SuiteRunner:
         deadline = None if self.cfg.max_time_flag else self.cfg.max_time_per_run
         result = self.run_child(args, log=cell / "finetune.log", max_time=deadline, stop=self.stop)
         self._check_stop()
+        # a run stopped at its deadline may leave a resumable checkpoint (optimizer state included): not needed
+        shutil.rmtree(cell / "checkpoints", ignore_errors=True)
         record: dict[str, Any] = {"task": t.name, "lr": lr, "seed": seed, "name": cell.name,
                                   "seconds": round(result.seconds, 2), "timed_out": result.timed_out}
         metrics_path = cell / "metrics.json"

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from bertkit.errors import InputError
+from bertkit.experiments.tensorboard import EventWriter
 from bertkit.files import remove_stale_temp_files, write_json
 from bertkit.options import option
 from bertkit.precision import autocast, resolve_precision
@@ -74,6 +75,8 @@ class FinetuneArgs(RunOptions):
     max_steps: int = option(0, group="training", help="stop after N optimizer steps (0 = no limit)")
     save_every: int = option(0, group="checkpoints", help="also write a resumable checkpoint every N steps (0 = only "
                                                           "when stopped by SIGTERM / SIGINT)")
+    tensorboard: bool = option(False, group="checkpoints", help="also write TensorBoard event files (train loss and "
+                                                                "dev metrics per evaluation) to OUTPUT/tensorboard")
     resume: bool = option(False, group="checkpoints", help="continue the interrupted run in OUTPUT from its checkpoint "
                                                            "(same flags): the result equals an uninterrupted run's")
 
@@ -203,6 +206,7 @@ def finetune(
         if not args.quiet and ctx.is_main:
             print(f"resuming {output_dir} at step {step} of {total_steps}", file=sys.stderr)
     t0 = time.perf_counter()
+    board = EventWriter(output_dir / "tensorboard") if args.tensorboard and ctx.is_main else None
 
     def evaluate_and_keep_best() -> None:
         nonlocal best
@@ -213,6 +217,8 @@ def finetune(
         record = {**metrics, "step": step, "epoch": round(step / steps_per_epoch, 3),
                   "train_loss": loss_sum / max(loss_n, 1)}
         history.append(record)
+        if board is not None:
+            board.add_record(record)
         improved = best is None or metrics.get(task.main_metric, -math.inf) > best.get(task.main_metric, -math.inf)
         if improved:
             best = record
@@ -303,4 +309,6 @@ def finetune(
     write_json(output_dir / "train_log.json", {"args": asdict(args), "history": history, "best": summary,
                                                 "train_examples": len(train_features)})
     shutil.rmtree(checkpoint_dir(output_dir), ignore_errors=True)  # finished: nothing left to resume
+    if board is not None:
+        board.close()
     return summary

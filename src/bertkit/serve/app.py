@@ -252,6 +252,10 @@ class Service:
         self.model_id = name or settings.model_id or "bertkit"
         # None: the model's own (a sentence-embedding model's saved pooling; Encoder.defaults); fails early if bad
         self.default_spec = encoder.spec(settings.layers, settings.pooling)
+        # the default layers as the user gave them, else the model's own counted from the top (-1 = last, 0 = the
+        # embeddings), as bert-as-service reports them
+        self.default_layers = (list(settings.layers) if settings.layers is not None else
+                               [i - encoder.num_layers - 1 if i else 0 for i in self.default_spec.layers])
         self.max_length = encoder.max_tokens(settings.max_length or encoder.defaults.max_length)
         self.queue = BatchQueue(encoder, settings.max_batch_tokens, settings.max_batch_size, settings.max_wait_ms,
                                 settings.max_pending, settings.malloc_trim_interval_s)
@@ -444,7 +448,7 @@ async def info(request: Request):
         "version": __version__, "sha": None, "docker_label": None,
         "architecture": "bert", "hidden_size": enc.config.hidden_size, "num_layers": enc.num_layers,
         "vocab_size": enc.config.vocab_size, "embedding_dim": enc.output_dim(svc.default_spec),
-        "default_pooling_layer": list(svc.default_spec.layers), "default_pooling_strategy": svc.default_spec.pooling,
+        "default_pooling_layer": svc.default_layers, "default_pooling_strategy": svc.default_spec.pooling,
         "poolings": list(POOLINGS), "has_pooler": enc.has_pooler, "has_mlm_head": enc.mlm_head is not None,
         "max_input_chars": s.max_input_chars, "max_request_tokens": s.max_request_tokens,
         "max_output_values": s.max_output_values, "max_payload_bytes": s.max_payload_bytes,
@@ -714,7 +718,7 @@ async def status_server(request: Request):
         requests = sum(svc.metrics.requests.values())
         inputs = sum(svc.metrics.inputs.values())
     return {"ckpt_name": svc.model_id, "max_seq_len": svc.max_length, "max_batch_size": s.max_batch_size,
-            "num_worker": 1, "pooling_layer": list(s.layers),
+            "num_worker": 1, "pooling_layer": svc.default_layers,
             "pooling_strategy": BAS_POOLING.get(svc.default_spec.pooling, svc.default_spec.pooling.upper()),
             "server_version": __version__,
             "server_start_time": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(svc.started)),

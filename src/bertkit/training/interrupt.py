@@ -9,6 +9,7 @@ finishes first. Outside the main thread (where handlers cannot be installed) it 
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -34,12 +35,19 @@ class GracefulStop:
         self.signum: int | None = None
         self.count = 0
         self._previous: dict[int, object] = {}
+        self._owner = os.getpid()
 
     @property
     def requested(self) -> bool:
         return self.signum is not None
 
     def _handle(self, signum, frame) -> None:  # noqa: ARG002
+        if os.getpid() != self._owner:
+            # a forked worker (e.g. a corpus-reading pool) inherited this handler: it must die as a worker does, or
+            # ``pool.terminate()`` could never stop it
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         self.count += 1
         if self.signum is None:
             self.signum = signum
@@ -48,6 +56,7 @@ class GracefulStop:
                   f"(a second signal waits for the save)", file=sys.stderr, flush=True)
 
     def __enter__(self) -> GracefulStop:
+        self._owner = os.getpid()
         if threading.current_thread() is threading.main_thread():
             for s in self.SIGNALS:
                 self._previous[s] = signal.signal(s, self._handle)

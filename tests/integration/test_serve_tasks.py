@@ -1,0 +1,141 @@
+"""Task models over HTTP: tiny models fine-tuned here (as tests/unit/test_pipelines.py does) and served with the
+encoder beside them on one server. /predict, /ner and /qa answer what `bertkit predict` and the in-process pipeline
+answer; POST / goes to the head's route; huggingface_hub's text_classification reads the answer."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit import BertConfig
+from bertkit.cli import main
+from bertkit.commands.serve import load_model
+from bertkit.features import Encoder
+from bertkit.serve.app import ServerThread, ServeSettings, create_app
+
+TIMEOUT = 120
+
+
+def raw(url: str, path: str, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _tsv(path) -> list[list[str]]:
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.reader(f, delimiter="\t"))
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory, fixtures_dir):
+    from bertkit.modeling import BertForPreTraining
+
+    ft = fixtures_dir / "finetune"
+    base = tmp_path_factory.mktemp("base")
+    vocab = sum(1 for line in (ft / "vocab.txt").read_text(encoding="utf-8").splitlines() if line)
+    torch.manual_seed(0)
+    BertForPreTraining(BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=37, max_position_embeddings=128)).save_pretrained(base)
+    shutil.copy(ft / "vocab.txt", base / "vocab.txt")
+    out = {"base": base, "ft": ft}
+    for task, train, dev, extra in [("sst2", "sst2_train.tsv", "sst2_dev.tsv", []),
+                                    ("conll2003", "conll_train.txt", "conll_dev.txt", []),
+                                    ("squad", "squad_train.json", "squad_dev.json",
+                                     ["--max-seq-length", "40", "--doc-stride", "16", "--max-query-length", "16"])]:
+        d = tmp_path_factory.mktemp(task)
+        assert main(["finetune", "--task", task, "--train", str(ft / train), "--dev", str(ft / dev), "--model",
+                     str(base), "--output", str(d), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet",
+                     "--precision", "fp32", "--max-train-examples", "16", *extra]) == 0
+        out[task] = d
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(dirs):
+    models = {name: load_model(str(dirs[key]), "cpu", "fp32")
+              for name, key in [("clf", "sst2"), ("ner", "conll2003"), ("qa", "squad"), ("base", "base")]}
+    assert isinstance(models["base"], Encoder) and models["clf"].kind == "classification"
+    with ServerThread(create_app(models, ServeSettings())) as srv:
+        srv.models = models
+        yield srv
+
+
+def test_predict_equals_bertkit_predict(server, dirs, tmp_path):
+    ft = dirs["ft"]
+    texts = [r[0] for r in _tsv(ft / "sst2_dev.tsv")[1:]]
+    assert main(["predict", "--model", str(dirs["sst2"]), "--data", str(ft / "sst2_dev.tsv"), "--output",
+                 str(tmp_path / "p"), "--quiet", "--precision", "fp32"]) == 0
+    labels = [row[1] for row in _tsv(tmp_path / "p" / "predictions.tsv")[1:]]
+    status, out = raw(server.url, "/predict?model=clf", {"inputs": [[t] for t in texts]})
+    assert status == 200 and [o[0]["label"] for o in out] == labels
+    want = server.models["clf"].predict(texts, return_all_scores=True)
+    for got, w in zip(out, want):
+        assert [g["label"] for g in got] == [x["label"] for x in w]
+        np.testing.assert_allclose([g["score"] for g in got], [x["score"] for x in w], rtol=1e-5, atol=1e-5)
+        assert sorted(g["label"] for g in got) == ["0", "1"]  # TEI: every label, best first
+    status, out = raw(server.url, "/?model=clf", {"inputs": texts[0]})  # POST / goes to the head's route
+    assert status == 200 and out[0]["label"] == labels[0]
+    status, info = raw(server.url, "/info?model=clf")
+    assert info["model_type"] == {"classifier": {"id2label": {"0": "0", "1": "1"}, "label2id": {"0": 0, "1": 1}}}
+    status, out = raw(server.url, "/embed?model=clf", {"inputs": texts[:2]})  # the encoder routes stay
+    assert status == 200 and len(out[0]) == 32
+
+
+def test_text_classification_client(server, dirs):
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    text = _tsv(dirs["ft"] / "sst2_dev.tsv")[1][0]
+    client = huggingface_hub.InferenceClient(base_url=server.url + "/?model=clf", timeout=TIMEOUT)
+    got = client.text_classification(text)
+    want = server.models["clf"].predict(text, return_all_scores=True)
+    assert [x.label for x in got] == [w["label"] for w in want]
+    np.testing.assert_allclose([x.score for x in got], [w["score"] for w in want], rtol=1e-5, atol=1e-5)
+
+
+def test_ner_and_qa_equal_the_pipeline(server):
+    text = "George Washington went to Washington ."
+    status, out = raw(server.url, "/ner?model=ner", {"inputs": text})
+    assert status == 200 and out == json.loads(json.dumps(server.models["ner"].ner(text)))
+    assert out and all(0 <= e["start"] < e["end"] <= len(text) for e in out)  # character offsets into the input
+    context = "The cat sat on the mat in the big house by the river , and the dog slept in the sun all day ."
+    status, out = raw(server.url, "/qa?model=qa", {"question": "where did the cat sit ?", "context": context})
+    want = server.models["qa"].answer("where did the cat sit ?", context)
+    assert status == 200 and out["answer"] == want["answer"] and out["start"] == want["start"]
+    assert context[out["start"]:out["end"]] == out["answer"]
+    assert out["score"] == pytest.approx(want["score"], abs=1e-5)
+
+
+def test_wrong_head_and_no_head(server):
+    status, out = raw(server.url, "/qa?model=clf", {"question": "a", "context": "b"})
+    assert status == 422 and "classification head" in out["error"]
+    status, out = raw(server.url, "/predict?model=base", {"inputs": "the cat"})
+    assert status == 422 and "no task head" in out["error"]
+    status, out = raw(server.url, "/predict?model=clf", {"inputs": ["x" * 60_000]})
+    assert status == 422 and "--max-input-chars" in out["error"]
+
+
+def test_int8_models_serve(dirs):
+    models = {"clf": load_model(str(dirs["sst2"]), "cpu", "auto", "int8"),
+              "base": load_model(str(dirs["base"]), "cpu", "auto", "int8")}
+    fp32 = {"clf": load_model(str(dirs["sst2"]), "cpu", "fp32"), "base": load_model(str(dirs["base"]), "cpu", "fp32")}
+    plain = [m for m in models["base"].bert.modules() if type(m) is torch.nn.Linear]
+    int8 = [m for m in models["base"].bert.modules() if "quantized" in type(m).__module__ and hasattr(m, "weight")]
+    assert int8 and not plain  # every Linear really is an int8 one
+    texts = [r[0] for r in _tsv(dirs["ft"] / "sst2_dev.tsv")[1:6]]
+    with ServerThread(create_app(models, ServeSettings())) as srv:
+        status, out = raw(srv.url, "/embed?model=base", {"inputs": texts, "normalize": True})
+        want = fp32["base"].encode(texts, normalize=True)
+        assert status == 200 and np.min(np.sum(np.asarray(out) * want, axis=1)) > 0.99  # cosine to fp32
+        status, out = raw(srv.url, "/predict?model=clf", {"inputs": [[t] for t in texts]})
+        assert status == 200 and len(out) == len(texts) and sorted(x["label"] for x in out[0]) == ["0", "1"]

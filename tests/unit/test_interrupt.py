@@ -1,0 +1,41 @@
+import multiprocessing
+import os
+import signal
+import time
+
+import pytest
+
+from bertkit.training.interrupt import GracefulStop, Interrupted
+
+
+def test_signal_is_a_request_and_raise_gives_the_exit_code():
+    with GracefulStop() as stop:
+        assert not stop.requested
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        assert stop.requested and stop.signum == signal.SIGTERM
+        os.kill(os.getpid(), signal.SIGINT)  # a second signal is counted, not acted on
+        time.sleep(0.05)
+        assert stop.count == 2
+        with pytest.raises(Interrupted, match="resume") as e:
+            stop.raise_("run again with --resume")
+    assert e.value.exit_code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+
+
+def test_a_forked_worker_still_dies_on_sigterm():
+    """Workers forked inside GracefulStop (corpus pools) inherit its handler; they must still die on SIGTERM,
+    or pool.terminate() hangs forever."""
+    ctx = multiprocessing.get_context("fork")
+    with GracefulStop() as stop:
+        child = ctx.Process(target=time.sleep, args=(30,))
+        child.start()
+        time.sleep(0.2)
+        os.kill(child.pid, signal.SIGTERM)
+        child.join(10)
+        alive = child.is_alive()
+        if alive:
+            child.kill()
+            child.join()
+        assert not alive and child.exitcode == -signal.SIGTERM
+        assert not stop.requested
