@@ -331,8 +331,11 @@ def test_max_time_refits_the_schedule_to_the_measured_pace(corpus, tmp_path, mon
     refit_step = refit_steps(initial, max(1, initial // 10))[1]
     assert refit_step == initial - 1  # the pessimistic schedule is re-fitted before it ends
     after = next(x for x in train if x["step"] == refit_step + 1)
-    expected = 1e-4 * (run["total_steps"] - (refit_step + 1)) / (run["total_steps"] - 2)
-    assert after["lr"] == pytest.approx(expected, rel=1e-6)
+    # that lr is 1e-4 * (T - step) / (T - warmup) on a linear schedule to the re-fitted T (a second re-fit, at 45% of
+    # the steps, may change T again later: run.json records the last)
+    s, lr = refit_step + 1, after["lr"]
+    refitted = (1e-4 * s - 2 * lr) / (1e-4 - lr)
+    assert refitted == pytest.approx(round(refitted), abs=1e-3) and round(refitted) > 2 * initial
 
 
 def test_init_from_continues_pretraining_an_existing_model(corpus, tmp_path):

@@ -122,6 +122,11 @@ def test_time_budget_fits_steps_to_the_probed_cost_and_refits_to_the_measured_pa
         refit = tb.after_step(step, total, cost) or refit
     remaining = 60.0 - 0.25 * at
     assert refit == at + int(remaining / (0.25 * 1.04))
+    assert tb.window == (at, int(0.45 * refit))  # a second re-fit before the middle, from the pace since the first
+    for step in range(at + 1, int(0.45 * refit) + 1):
+        now[0] += 0.25
+        assert tb.after_step(step, refit, cost) is None  # the pace held: no change
+    assert tb.window is None
     assert not tb.over()
     now[0] += 60
     assert tb.over()

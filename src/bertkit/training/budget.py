@@ -51,6 +51,7 @@ class TimeBudget:
         self.deadline = self.seconds - float(elapsed)  # seconds from `started`
         self.window: tuple[int, int] | None = None  # (pace from, re-fit at)
         self._pace_start: float | None = None
+        self._again = False  # one more re-fit, before the middle of the run
 
     def start(self) -> None:
         """Start the clock (when the training loop starts: preparing the data and probing are not counted)."""
@@ -62,7 +63,10 @@ class TimeBudget:
         return _largest(lambda n: cost(0, n) * SLACK <= budget, 1)
 
     def plan_refit(self, total_steps: int, eval_every: int) -> None:
+        """Re-fit once just after the first evaluation, and once more at 45% of the steps (the first measured pace
+        still carries the cold start; before the middle, a trapezoid's lr is still flat)."""
         self.window = refit_steps(total_steps, eval_every)
+        self._again = self.window is not None
 
     def after_step(self, step: int, total_steps: int, cost: Cost) -> int | None:
         """Call after each optimizer step. At the re-fit step, returns the step count that fits the time left at the
@@ -75,10 +79,17 @@ class TimeBudget:
         if step != at or self._pace_start is None:
             return None
         self.window = None
-        scale = (time.perf_counter() - self._pace_start) / max(1e-9, cost(start, total_steps) - cost(at, total_steps))
-        remaining = self.deadline - (time.perf_counter() - self.started)
+        now = time.perf_counter()
+        scale = (now - self._pace_start) / max(1e-9, cost(start, total_steps) - cost(at, total_steps))
+        remaining = self.deadline - (now - self.started)
         fitted = _largest(lambda n: cost(step, n) * scale * 1.04 <= remaining, step + 1)
-        return fitted if abs(fitted - total_steps) > 0.03 * total_steps else None
+        result = fitted if abs(fitted - total_steps) > 0.03 * total_steps else None
+        if self._again:
+            self._again = False
+            second = int(0.45 * (result or total_steps))
+            if second > step + 10:
+                self.window, self._pace_start = (step, second), now
+        return result
 
     def over(self) -> bool:
         """True once the budget is spent."""
