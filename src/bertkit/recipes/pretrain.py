@@ -585,7 +585,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
 
 
 def held_out_accuracy(output: str | Path, max_batches: int = 20) -> dict[str, float]:
-    """A finished run's held-out MLM accuracy (text never trained on, the run's sequence format, static masks) beside
+    """A finished run's held-out MLM accuracy (text never trained on, the run's sequences, static 15% masks) beside
     the unigram baseline (always predicting the most frequent training token, where an untrained model sits):
     ``{"mlm_acc", "unigram_acc", "masked_tokens"}``."""
     import torch
@@ -596,7 +596,9 @@ def held_out_accuracy(output: str | Path, max_batches: int = 20) -> dict[str, fl
     from bertkit.training.distributed import DistContext
 
     out = Path(output)
-    cfg = PretrainConfig(**{**_read_record(out / "run.json")["config"], "output": str(out), "max_steps": 1})
+    # the run's sequences, masked at the paper's 15% whatever the run trained with, so runs compare
+    cfg = PretrainConfig(**{**_read_record(out / "run.json")["config"], "output": str(out), "max_steps": 1,
+                            "mask_prob": 0.15, "max_predictions": None})
     tokenizer = BertTokenizer.from_pretrained(out)
     vocab = VocabInfo.from_tokenizer(tokenizer)
     data = _Feed(cfg, out / "data" / "shards", vocab, DistContext()).make(cfg.seq_len, cfg.batch_size, "eval")
