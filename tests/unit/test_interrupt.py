@@ -39,3 +39,15 @@ def test_a_forked_worker_still_dies_on_sigterm():
             child.join()
         assert not alive and child.exitcode == -signal.SIGTERM
         assert not stop.requested
+
+
+def test_a_forked_worker_ignores_sigint_which_is_the_parents():
+    ctx = multiprocessing.get_context("fork")
+    with GracefulStop() as stop:
+        child = ctx.Process(target=time.sleep, args=(1.0,))
+        child.start()
+        time.sleep(0.2)
+        os.kill(child.pid, signal.SIGINT)
+        child.join(10)
+        assert child.exitcode == 0  # finished its work
+        assert not stop.requested

@@ -43,10 +43,12 @@ class GracefulStop:
 
     def _handle(self, signum, frame) -> None:  # noqa: ARG002
         if os.getpid() != self._owner:
-            # a forked worker (e.g. a corpus-reading pool) inherited this handler: it must die as a worker does, or
-            # ``pool.terminate()`` could never stop it
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
+            # a forked worker (e.g. a corpus-reading pool) inherited this handler. SIGTERM must kill it, or
+            # ``pool.terminate()`` could never stop it; Ctrl-C's SIGINT (sent to the whole process group) is the
+            # parent's to handle, so the worker ignores it, as pool workers conventionally do, and no task is lost
+            if signum == signal.SIGTERM:
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
             return
         self.count += 1
         if self.signum is None:
