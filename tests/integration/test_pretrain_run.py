@@ -65,11 +65,16 @@ def test_run_output_loads_in_bertkit_and_transformers(corpus, tmp_path, capsys):
     cfg = PretrainConfig(corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), model_size="bert-tiny",
                          config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
                          seq_len=32, batch_size=4, max_steps=12, save_every=5, log_every=2, eval_every=6,
-                         eval_batches=2, precision="auto", quiet=True, workers=1, lr=1e-3)
+                         eval_batches=2, precision="auto", quiet=True, workers=1, lr=1e-3, tensorboard=True)
     pretrain(cfg)
     for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "metrics.jsonl",
                  "run.json"):
         assert (out / name).is_file(), name
+    ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    board = ea.EventAccumulator(str(out / "tensorboard"))
+    board.Reload()
+    assert [e.step for e in board.Scalars("train/loss")] == [2, 4, 6, 8, 10, 12]
+    assert [e.step for e in board.Scalars("eval/mlm_acc")] == [6, 12]
     ckpts = sorted(p.name for p in (out / "checkpoints").glob("step-*.pt"))
     assert ckpts == ["step-00000010.pt", "step-00000012.pt"]  # keep the newest 2
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

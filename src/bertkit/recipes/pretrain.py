@@ -38,7 +38,7 @@ RECIPES = ("budget", "paper")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 SCHEDULES = ("linear", "trapezoid", "onecycle")
 # what a run writes into OUTPUT (and --overwrite removes); a directory holding only these is a run's beginnings
-RUN_FILES = ("checkpoints", "metrics.jsonl", "run.json", "model.safetensors", "config.json", "data", "vocab.txt",
+RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "run.json", "model.safetensors", "config.json", "data", "vocab.txt",
              "tokenizer_config.json", "special_tokens_map.json")
 
 
@@ -159,6 +159,8 @@ class PretrainConfig:
     eval_batches: int = option(10, group=_O, help="held-out batches per evaluation")
     log_every: int = option(10, group=_O, help="a metrics line every N steps")
     quiet: bool = option(False, group=_O, help="no progress bar or messages")
+    tensorboard: bool = option(False, group=_O, help="also write TensorBoard event files to OUTPUT/tensorboard "
+                                                     "(refreshed from metrics.jsonl at each held-out evaluation)")
 
     def __post_init__(self) -> None:
         if not self.corpus:
@@ -575,6 +577,8 @@ def pretrain(cfg: PretrainConfig) -> Path:
             if ctx.is_main:
                 model.save_pretrained(out)
                 tokenizer.save_pretrained(out)
+                if cfg.tensorboard:
+                    _write_tensorboard(out)
                 _remove_stale(out)
                 _say(cfg, ctx, f"--max-time reached at step {step} of {total_steps}" if stop_why == "time" else "")
                 _say(cfg, ctx, f"done: {step} steps in {elapsed:.0f}s; model saved to {out}")
@@ -688,6 +692,8 @@ def _held_out(cfg: PretrainConfig, ctx, out: Path, model, batches: list[dict], p
     t0 = time.perf_counter()
     result = _evaluate(model, batches, precision, ctx.device)
     _append_metrics(out, {"step": step, **result})
+    if cfg.tensorboard:
+        _write_tensorboard(out)
     _say(cfg, ctx, f"  held-out at step {step}: MLM acc {result['eval_mlm_acc']:.3f}"
          + (f", NSP acc {result['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in result else "")
          + f", loss {result['eval_loss']:.3f}")
@@ -750,6 +756,16 @@ def _log(ctx, cfg: PretrainConfig, out: Path, meter, bar, step: int, total_steps
     if bar.disable and not cfg.quiet:
         print(f"step {step}/{total_steps}  loss {vals[0]:.3f}  mlm acc {vals[3]:.3f}"
               + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "") + f"  {line['tokens_per_s']:.0f} tokens/s", flush=True)
+
+
+def _write_tensorboard(out: Path) -> None:
+    """OUTPUT/tensorboard from metrics.jsonl (one event file, rewritten atomically; exact after a resume too)."""
+    from bertkit.experiments.tensorboard import convert_records
+
+    lines = (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    start = time.time() - max((float(r.get("elapsed_s", 0)) for r in records), default=0.0)
+    convert_records(records, out / "tensorboard", start_time=start)
 
 
 def _append_metrics(out: Path, line: dict) -> None:
