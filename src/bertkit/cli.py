@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 
 from bertkit.errors import BertkitError
@@ -53,6 +54,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Warnings of the library (``logging.getLogger("bertkit...")``) as plain lines on the current stderr."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(message)s"))
+
+    @property
+    def stream(self):  # looked up at each record: stderr may have been replaced since
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+def _show_library_warnings() -> None:
+    log = logging.getLogger("bertkit")
+    if not any(isinstance(h, _StderrHandler) for h in log.handlers):
+        log.addHandler(_StderrHandler())
+        log.setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
@@ -63,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.parse_args(argv)  # prints help / version, or an "invalid choice" error and exits 2
         return 0
     name = argv[0]
+    _show_library_warnings()
     module_name, help_text = COMMANDS[name]
     from bertkit.embeddings import ROUTE_HELP, route  # finetune/evaluate --task of sentence embeddings: own flags
 

@@ -64,14 +64,14 @@ def test_jsonl_errors_name_file_and_line(tmp_path, line, match):
     assert str(p) in str(e.value)
 
 
-def test_non_utf8(tmp_path, capsys):
+def test_non_utf8(tmp_path, caplog):
     p = tmp_path / "old.txt"
     p.write_bytes(b"Fine line.\nJane\x92s letter.\n")
     with pytest.raises(CorpusError, match=r"old.txt: line 2: not UTF-8"):
         list(read_raw_documents(p, "google", encoding="utf-8"))
     docs = list(read_raw_documents(p, "google"))  # auto: Windows-1252 for that line, with a warning
     assert docs == [("sentences", ["Fine line.", "Jane\u2019s letter."])]
-    assert "line 2 is not UTF-8" in capsys.readouterr().err
+    assert "line 2 is not UTF-8" in caplog.text
 
 
 def test_missing_file_and_bad_format(tmp_path):

@@ -24,13 +24,15 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import logging
 import os
 import re
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from bertkit.errors import InputError
+
+logger = logging.getLogger(__name__)
 
 FORMATS = ("auto", "google", "prose", "jsonl")
 # a document's paragraphs are split in chunks of this many, so one huge file still uses every core
@@ -154,8 +156,8 @@ def read_lines(path: str | os.PathLike, encoding: str = "auto", warn: bool = Tru
                         raise CorpusError(f"{path}: line {number}: not UTF-8 text ({e.reason} at byte {e.start} of "
                                           "the line); convert it, or pass --encoding auto") from None
                     if warn and not warned:
-                        print(f"bertkit: {path}: line {number} is not UTF-8; reading such lines as Windows-1252",
-                              file=sys.stderr)
+                        logger.warning(f"bertkit: {path}: line {number} is not UTF-8; reading such lines as "
+                                       "Windows-1252")
                         warned = True
                     line = raw.decode("cp1252", errors="replace")
                 if number == 1:

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
-import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bertkit.errors import InputError
+
+logger = logging.getLogger(__name__)
 
 
 class DataError(InputError):
@@ -50,13 +53,26 @@ class RowGuard:
 
     def report(self, n_read: int) -> None:
         if self.skipped:
-            print(
-                f"bertkit: skipped {self.skipped} bad rows of {self.path} (kept {n_read}); first: {self.first_error}",
-                file=sys.stderr,
+            logger.warning(
+                f"bertkit: skipped {self.skipped} bad rows of {self.path} (kept {n_read}); first: {self.first_error}"
             )
         if n_read == 0:
             raise DataError(self.path, None, "no usable rows" + (f" ({self.skipped} bad rows skipped)" if self.skipped
                                                                  else ""))
+
+
+def jsonl_records(lines: Iterable[str]) -> Iterator[tuple[int, dict[str, Any] | str]]:
+    """(line number, object) for each non-blank JSONL line, or (line number, what is wrong) for a line that is not
+    a JSON object: every JSONL reader's first step."""
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            yield n, f"not valid JSON ({e.msg})"
+            continue
+        yield n, obj if isinstance(obj, dict) else f"expected a JSON object, got {type(obj).__name__}"
 
 
 def check_file(path: str | os.PathLike) -> Path:
@@ -112,15 +128,7 @@ def read_table(
     rows: list[tuple[int, dict[str, Any] | str]] = []  # (line, row or what is wrong with it)
     with open(path, encoding="utf-8-sig", newline="") as f:
         if fmt == "jsonl":
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    rows.append((n, f"not valid JSON ({e.msg})"))
-                    continue
-                rows.append((n, obj if isinstance(obj, dict) else f"expected a JSON object, got {type(obj).__name__}"))
+            rows.extend(jsonl_records(f))
             columns = None
         else:
             reader = csv.reader(f, delimiter="\t" if fmt == "tsv" else ",")

@@ -14,7 +14,6 @@ files with standard quoting; JSONL one object per line.
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.readers import DataError, RowGuard, check_file
+from bertkit.data.readers import DataError, RowGuard, check_file, jsonl_records
 
 logger = logging.getLogger(__name__)
 
@@ -79,15 +78,7 @@ def iter_records(path: Path, fmt: str) -> tuple[list[str] | None, Iterator[tuple
     def records() -> Iterator[tuple[int, dict[str, Any] | str]]:
         with open(path, encoding="utf-8-sig", newline="") as f:
             if fmt == "jsonl":
-                for n, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        obj = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        yield n, f"not valid JSON ({e.msg})"
-                        continue
-                    yield n, obj if isinstance(obj, dict) else f"expected a JSON object, got {type(obj).__name__}"
+                yield from jsonl_records(f)
                 return
             reader = _reader(f, fmt)
             next(reader)

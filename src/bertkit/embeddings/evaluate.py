@@ -12,7 +12,6 @@ its text joined by a space, as BEIR's sentence-transformers wrapper does.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.readers import DataError, RowGuard, check_file
+from bertkit.data.readers import DataError, RowGuard, check_file, jsonl_records
 from bertkit.embeddings.data import TextRows
 from bertkit.tasks.metrics import pearson, spearman
 
@@ -72,15 +71,11 @@ class BeirData:
 def _read_jsonl_ids(path: Path, guard: RowGuard, with_title: bool) -> tuple[list[str], list[str]]:
     ids, texts = [], []
     with open(path, encoding="utf-8-sig") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
+        for n, obj in jsonl_records(f):
+            if isinstance(obj, str):
+                guard.bad(n, obj)
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                guard.bad(n, f"not valid JSON ({e.msg})")
-                continue
-            if not isinstance(obj, dict) or "_id" not in obj or not isinstance(obj.get("text"), str):
+            if "_id" not in obj or not isinstance(obj.get("text"), str):
                 guard.bad(n, 'expected an object with "_id" and a "text" string')
                 continue
             text = obj["text"].strip()

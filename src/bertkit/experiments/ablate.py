@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import InputError, RunError
-from bertkit.files import remove_stale_temp_files, write_json, write_text
+from bertkit.experiments.runner import log_tail, open_study, run_bertkit
+from bertkit.files import write_json, write_text
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,6 @@ class AblationStudy:
     """Runs a study variant by variant (pre-training, then fine-tuning), resuming whatever is finished."""
 
     def __init__(self, cfg: AblateConfig, say: Callable[[str], None] | None = None, stop=None, run_child=None):
-        from bertkit.experiments.runner import run_bertkit
-
         if cfg.budget is None and cfg.steps is None:
             raise InputError("give a pre-training budget: --budget DURATION (wall clock) or --steps N")
         if cfg.study == "steps" and cfg.steps is None and cfg.save_every is None:
@@ -186,8 +185,6 @@ class AblationStudy:
         result = self.run_child(args, log=cfg.output / "pretrain" / f"{variant.key}.log", stop=self.stop)
         self._check_stop()
         if result.code != 0 or not (run_dir / "config.json").is_file():
-            from bertkit.experiments.runner import log_tail
-
             raise RunError(f"{variant.label}: bertkit pretrain exited with {result.code}; see "
                            f"{cfg.output / 'pretrain' / (variant.key + '.log')}:\n{log_tail(result)}")
         record = {"variant": variant.key, **heldout_metrics(run_dir), "seconds": round(result.seconds, 1)}
@@ -214,17 +211,8 @@ class AblationStudy:
     def run(self) -> AblateReport:
         cfg = self.cfg
         out = cfg.output
-        out.mkdir(parents=True, exist_ok=True)
-        remove_stale_temp_files(out)
-        settings = out / "study.json"
-        if settings.is_file():
-            saved = json.loads(settings.read_text(encoding="utf-8"))
-            if saved != cfg.record():
-                diff = sorted(k for k in set(saved) | set(cfg.record()) if saved.get(k) != cfg.record().get(k))
-                raise InputError(f"{out} holds a study with other settings ({', '.join(diff)}): use another "
-                                 "--output, or the same corpus, budget, variants and pre-training flags")
-        else:
-            write_json(settings, cfg.record())
+        open_study(out, "study.json", cfg.record(), "a study",
+                   "the same corpus, budget, variants and pre-training flags")
         vocab = self.vocabulary()
         results: list[VariantResult] = []
         for variant in variants_for(cfg.study, cfg.values):

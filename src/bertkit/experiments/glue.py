@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import InputError, RunError
+from bertkit.experiments.runner import log_tail, open_study, run_bertkit
 from bertkit.experiments.tables import csv_text
 from bertkit.files import atomic_write, remove_stale_temp_files, write_json, write_text
 
@@ -392,8 +393,6 @@ class SuiteRunner:
 
     def __init__(self, cfg: SuiteConfig, say: Callable[[str], None] | None = None, stop=None,
                  run_child: Callable[..., Any] | None = None):
-        from bertkit.experiments.runner import run_bertkit
-
         self.cfg = cfg
         self.say = say or (lambda msg: log.info(msg))
         self.stop = stop
@@ -431,8 +430,6 @@ class SuiteRunner:
             metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
             record["metrics"] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
         if result.code != 0 and not (result.timed_out and metrics_path.is_file()):
-            from bertkit.experiments.runner import log_tail
-
             raise RunError(f"{t.column} lr {lr:g} seed {seed}: bertkit finetune exited with {result.code}; see "
                            f"{cell / 'finetune.log'}:\n{log_tail(result)}")
         if "metrics" not in record:
@@ -523,8 +520,6 @@ class SuiteRunner:
         result = self.run_child(args, log=out / "predict.log", stop=self.stop)
         self._check_stop()
         if result.code != 0:
-            from bertkit.experiments.runner import log_tail
-
             raise RunError(f"{target.task.column}: bertkit predict on {target.test} exited with {result.code}:\n"
                            f"{log_tail(result)}")
         write_json(done, {"model": model_dir.name})
@@ -552,17 +547,8 @@ class SuiteRunner:
     def run(self) -> SuiteReport:
         cfg = self.cfg
         out = cfg.output
-        out.mkdir(parents=True, exist_ok=True)
-        remove_stale_temp_files(out)
-        settings = out / "suite.json"
-        if settings.is_file():
-            saved = json.loads(settings.read_text(encoding="utf-8"))
-            if saved != cfg.record():
-                diff = sorted(k for k in set(saved) | set(cfg.record()) if saved.get(k) != cfg.record().get(k))
-                raise InputError(f"{out} holds a GLUE suite run with other settings ({', '.join(diff)}): use "
-                                 "another --output, or the same model, seeds, lr grid and finetune flags")
-        else:
-            write_json(settings, cfg.record())
+        open_study(out, "suite.json", cfg.record(), "a GLUE suite run",
+                   "the same model, seeds, lr grid and finetune flags")
         found, notes = discover(cfg.data, cfg.tasks, quiet_absent=not cfg.tasks_given)
         if not any(f.task.trains for f in found):
             raise InputError(f"--data {cfg.data}: no GLUE task to fine-tune was found ({'; '.join(notes)})")

@@ -9,6 +9,7 @@ The child's output goes to a log file, written atomically when the child ends.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.files import atomic_write
+from bertkit.errors import InputError
+from bertkit.files import atomic_write, remove_stale_temp_files, write_json
 
 
 @dataclass
@@ -111,3 +113,19 @@ def log_tail(result: ChildResult, lines: int = 8) -> str:
         return ""
     text = result.log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
     return "\n".join(text[-lines:])
+
+
+def open_study(out: Path, settings_name: str, record: dict, what: str, hint: str) -> None:
+    """Create (or reopen, to resume) a study directory: remove dead processes' temp files, and record its settings
+    in ``settings_name`` — or, when resuming, refuse settings that differ from the recorded ones, naming them."""
+    out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temp_files(out)
+    settings = out / settings_name
+    if not settings.is_file():
+        write_json(settings, record)
+        return
+    saved = json.loads(settings.read_text(encoding="utf-8"))
+    if saved != record:
+        diff = sorted(k for k in set(saved) | set(record) if saved.get(k) != record.get(k))
+        raise InputError(f"{out} holds {what} with other settings ({', '.join(diff)}): use another --output, or "
+                         f"{hint}")

@@ -30,6 +30,7 @@ from __future__ import annotations
 import bisect
 import collections
 import json
+import logging
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -42,6 +43,8 @@ from bertkit.errors import InputError
 from bertkit.files import atomic_write
 from bertkit.tasks import TaskBase, collate_inputs, run_inference
 from bertkit.tasks.metrics import squad_evaluate, squad_v2_best_thresholds
+
+logger = logging.getLogger(__name__)
 
 
 def doc_spans(n_tokens: int, max_tokens: int, doc_stride: int) -> list[tuple[int, int]]:
@@ -188,8 +191,8 @@ class SquadTask(TaskBase):
 
         examples, version = read_squad(path, skip_bad_rows=skip_bad_rows, require_answers=labelled)
         if version == "2.0" and self.version != "2.0":
-            print(f"bertkit: {path} has unanswerable questions (SQuAD 2.0): use --task squad_v2 to predict null "
-                  "answers")
+            logger.warning(f"bertkit: {path} has unanswerable questions (SQuAD 2.0): use --task squad_v2 to predict "
+                           "null answers")
         return examples
 
     # ------------------------------------------------------------------ features

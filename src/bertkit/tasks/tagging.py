@@ -16,8 +16,8 @@ sentences; ``token predicted`` when the input has no tags).
 from __future__ import annotations
 
 import json
+import logging
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,8 @@ from bertkit.errors import InputError
 from bertkit.files import atomic_write, write_json
 from bertkit.tasks import TaskBase, collate_inputs, pad, run_inference
 from bertkit.tasks.metrics import conlleval
+
+logger = logging.getLogger(__name__)
 
 CONLL2003_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
 TAGGER_CONFIG = "tagger_config.json"
@@ -145,8 +147,8 @@ class TaggingTask(TaskBase):
                 f["labels"] = labels
             features.append(f)
         if cut:
-            print(f"bertkit: {cut} words did not fit in max_seq_length={self.max_seq_length}; they are "
-                  "predicted 'O'", file=sys.stderr)
+            logger.warning(f"bertkit: {cut} words did not fit in max_seq_length={self.max_seq_length}; they are "
+                           "predicted 'O'")
         return features
 
     def collate(self, features: Sequence[dict]) -> dict:
