@@ -472,3 +472,12 @@ def test_finetune_tensorboard_writes_dev_metrics(tiny_dir, ft, tmp_path):
     points = acc.Scalars("dev/accuracy")
     assert [p.step for p in points] == [metrics["step"]]
     assert points[0].value == pytest.approx(metrics["accuracy"])
+
+
+def test_a_fine_tuned_reranker_without_its_head_is_refused(tiny_dir):
+    """The rerank task loads a fine-tuned directory through the same head check as the other tasks."""
+    from bertkit.errors import InputError
+    from bertkit.tasks import get_task
+
+    with pytest.raises(InputError, match="no trained rerank head: the weights lack .*classifier.weight"):
+        get_task("rerank").load_model(tiny_dir, finetuned=True)

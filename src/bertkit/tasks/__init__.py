@@ -137,35 +137,19 @@ def run_inference(
             yield idx, out
 
 
-def stored_weight_names(model_dir) -> set[str]:
-    """The tensor names in a model directory's weights file (safetensors: from its header, without reading
-    the tensors)."""
-    from pathlib import Path
-
-    from bertkit.checkpoint import find_weights, read_state_dict
-
-    path = find_weights(Path(model_dir))
-    if path.suffix == ".safetensors":
-        from safetensors import safe_open
-
-        with safe_open(str(path), "pt") as f:
-            return set(f.keys())
-    return set(read_state_dict(path))
-
-
-def check_trained_head(model, model_dir, task_name: str) -> None:
-    """Refuse a directory whose weights lack the task head (``classifier.*``, ``qa_outputs.*``, the pooler the head
-    reads...): loading would initialise it at random, and predictions from it mean nothing. Only ``finetune`` may
-    create a head."""
-    head = [k for k in model.state_dict() if not k.startswith("bert.") or k.startswith("bert.pooler.")]
-    stored = stored_weight_names(model_dir)
-    missing = [k for k in head if k not in stored]
+def load_trained(model_class, model_dir, task_name: str):
+    """A fine-tuned model of ``model_class`` from ``model_dir``, refused if its weights lack the task head
+    (``classifier.*``, ``qa_outputs.*``, the pooler the head reads...): loading would initialise it at random, and
+    predictions from it mean nothing. Only ``finetune`` may create a head."""
+    model, info = model_class.from_pretrained(model_dir, output_loading_info=True)
+    missing = info.initialised
     if missing:
         raise InputError(
             f"{model_dir}: no trained {task_name} head: the weights lack {', '.join(missing[:4])}"
             + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
             + f". Fine-tune it first (bertkit finetune --task {task_name} --model {model_dir} ...); evaluate and "
               "predict never use a freshly initialised head")
+    return model
 
 
 class TaskBase:
@@ -186,8 +170,7 @@ class TaskBase:
         or, with ``finetuned``, a fine-tuned model whose ``id2label`` restores the label set if unknown."""
         if not finetuned:
             return self.model_class.from_pretrained(model_dir, **self.model_overrides())
-        model = self.model_class.from_pretrained(model_dir)
-        check_trained_head(model, model_dir, self.name)
+        model = load_trained(self.model_class, model_dir, self.name)
         id2label = model.config.id2label
         if self.labels is None and id2label and not getattr(self, "regression", False):
             self.labels = [id2label[i] for i in range(len(id2label))]

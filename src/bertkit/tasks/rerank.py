@@ -31,7 +31,7 @@ from typing import Any
 from torch import nn
 
 from bertkit.files import atomic_write
-from bertkit.tasks import TaskBase, collate_inputs, pad, run_inference
+from bertkit.tasks import TaskBase, collate_inputs, load_trained, pad, run_inference
 
 
 class RerankTask(TaskBase):
@@ -79,7 +79,7 @@ class RerankTask(TaskBase):
         """Fine-tuning: the one-label classifier wrapped in :class:`ListwiseReranker` (the listwise loss);
         a fine-tuned directory: the plain classifier (inference scores one pair at a time)."""
         if finetuned:
-            return self.model_class.from_pretrained(model_dir)
+            return load_trained(self.model_class, model_dir, self.name)
         return ListwiseReranker(self.model_class.from_pretrained(model_dir, **self.model_overrides()))
 
     # ------------------------------------------------------------------ data
