@@ -1,7 +1,11 @@
-"""Helpers shared by the feature and serving tests: a tiny model directory, and one torch thread per module."""
+"""Helpers shared by the feature and serving tests: a tiny model directory, one torch thread per module, and a
+JSON-over-HTTP call to a live server."""
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -28,3 +32,16 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+def http_json(url: str, path: str, body=None, method: str | None = None, timeout: float = 120):
+    """``(status, parsed JSON answer or None)`` for ``body`` sent as JSON (GET without a body), errors included."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, method=method or ("GET" if data is None else "POST"),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            text = r.read()
+            return r.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())

@@ -3,13 +3,9 @@ huggingface_hub's `InferenceClient` (TEI), and bert-as-service's raw HTTP JSON; 
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-
 import numpy as np
 import pytest
-from tinymodels import make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
+from tinymodels import http_json, make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
 
 from bertkit import Encoder
 from bertkit.serve.app import ServerThread, ServeSettings, create_app
@@ -34,16 +30,9 @@ def server(encoder):
         yield srv
 
 
+
 def raw(url: str, path: str, body=None, method=None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, method=method or ("GET" if data is None else "POST"),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
-            text = r.read()
-            return r.status, json.loads(text) if text else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    return http_json(url, path, body, method, timeout=TIMEOUT)
 
 
 def unit(x: np.ndarray) -> np.ndarray:

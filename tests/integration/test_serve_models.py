@@ -5,13 +5,9 @@ with `bertkit.pipelines` itself."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-
 import numpy as np
 import pytest
-from tinymodels import make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
+from tinymodels import http_json, make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
 
 from bertkit import Encoder
 from bertkit.commands.serve import parse_model_specs
@@ -24,14 +20,9 @@ FP32 = dict(rtol=1e-4, atol=1e-5)
 TIMEOUT = 60
 
 
-def raw(url: str, path: str, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+
+def raw(url: str, path: str, body=None, method=None):
+    return http_json(url, path, body, method, timeout=TIMEOUT)
 
 
 @pytest.fixture(scope="module")

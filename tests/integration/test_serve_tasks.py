@@ -7,12 +7,11 @@ from __future__ import annotations
 import csv
 import json
 import shutil
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
 import torch
+from tinymodels import http_json
 
 from bertkit import BertConfig
 from bertkit.cli import main
@@ -23,14 +22,9 @@ from bertkit.serve.app import ServerThread, ServeSettings, create_app
 TIMEOUT = 120
 
 
-def raw(url: str, path: str, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+
+def raw(url: str, path: str, body=None, method=None):
+    return http_json(url, path, body, method, timeout=TIMEOUT)
 
 
 def _tsv(path) -> list[list[str]]:
