@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import InputError
+from bertkit.tokenization import BertTokenizer
 
 HEADS = {
     "BertForSequenceClassification": "classification",
@@ -151,7 +152,7 @@ def load_pipeline(
     """
     import argparse
 
-    from bertkit.commands.finetune import load_tokenizer, task_options
+    from bertkit.commands.finetune import task_options
     from bertkit.config import BertConfig
     from bertkit.precision import resolve_precision
     from bertkit.quantize import quantize_model, resolve_quantize
@@ -172,7 +173,7 @@ def load_pipeline(
     cls = {"classification": TextClassificationPipeline, "ner": TokenClassificationPipeline,
            "qa": QuestionAnsweringPipeline}[HEADS[architecture]]
     try:
-        tokenizer = load_tokenizer(directory)
+        tokenizer = BertTokenizer.from_pretrained(directory)
     except FileNotFoundError as e:
         raise InputError(str(e)) from None
     if backend == "onnx":

@@ -11,8 +11,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from bertkit import Encoder  # noqa: E402
 from tinymodels import one_thread  # noqa: E402, F401  (autouse fixture)
+
+from bertkit import Encoder  # noqa: E402
 
 
 def build(tmp_path, vocab_path, lowercase: bool):

@@ -202,9 +202,9 @@ def test_dropout_flag_is_applied_and_saved(tiny_dir, ft, tmp_path):
 def test_gradient_accumulation_equals_the_large_batch(tiny_dir, ft, tmp_path, monkeypatch):
     """Two accumulated micro-batches of 4 make the same gradient and optimizer step as one batch of 8
     (same-length sentences, no dropout, fp32)."""
-    from bertkit.commands.finetune import load_tokenizer
     from bertkit.recipes.finetune import FinetuneArgs, finetune
     from bertkit.tasks import get_task
+    from bertkit.tokenization import BertTokenizer
 
     norms = []  # Adam's step hardly depends on the gradient's scale: compare the gradient norm itself
     clip = torch.nn.utils.clip_grad_norm_
@@ -218,7 +218,7 @@ def test_gradient_accumulation_equals_the_large_batch(tiny_dir, ft, tmp_path, mo
         model.set_dropout(0.0)
         args = FinetuneArgs(epochs=1, batch_size=batch_size, grad_accum=accum, lr=1e-2, warmup_proportion=0.0,
                             precision="fp32", quiet=True)
-        summary = finetune(task, model, load_tokenizer(tiny_dir), train, None, tmp_path / f"b{batch_size}", args)
+        summary = finetune(task, model, BertTokenizer.from_pretrained(tiny_dir), train, None, tmp_path / f"b{batch_size}", args)
         assert summary["step"] == 1
         weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     torch.manual_seed(0)
@@ -311,8 +311,8 @@ def test_fp16_scales_the_loss_so_small_gradients_survive(tiny_dir, ft, tmp_path,
     import dataclasses
 
     import bertkit.recipes.finetune as recipe
-    from bertkit.commands.finetune import load_tokenizer
     from bertkit.tasks import get_task
+    from bertkit.tokenization import BertTokenizer
 
     class TinyLoss(torch.nn.Module):
         """The model with its loss times 1e-6: gradients of ~1e-9, below fp16's smallest subnormal (6e-8)."""
@@ -342,7 +342,7 @@ def test_fp16_scales_the_loss_so_small_gradients_survive(tiny_dir, ft, tmp_path,
         model.set_dropout(0.0)
         args = recipe.FinetuneArgs(epochs=1, batch_size=8, lr=1e-3, precision=precision, quiet=True, max_steps=2,
                                    save_every=1)
-        summary = recipe.finetune(task, TinyLoss(model), load_tokenizer(tiny_dir), train * 2, None,
+        summary = recipe.finetune(task, TinyLoss(model), BertTokenizer.from_pretrained(tiny_dir), train * 2, None,
                                   tmp_path / precision, args)
         assert summary["compute_precision"] == precision
     assert len(norms) == 4 and norms[0] > 0

@@ -15,6 +15,7 @@ from typing import Any
 from bertkit.errors import InputError
 from bertkit.options import add_options, from_args, option
 from bertkit.tasks.options import TaskOptions, add_task_flag
+from bertkit.tokenization import BertTokenizer
 
 FILES = "files and data"
 
@@ -54,16 +55,6 @@ def resolve_device(name: str | None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def load_tokenizer(model_dir: str | Path):
-    from bertkit.tokenization import BertTokenizer, find_vocab
-
-    model_dir = Path(model_dir)
-    if find_vocab(model_dir) is None:
-        raise InputError(f"{model_dir}: no vocab.txt or tokenizer.json (a model directory needs config.json, "
-                         "weights and a vocabulary)")
-    return BertTokenizer.from_pretrained(model_dir)
-
-
 def load_model(task, model_dir: str | Path, finetuned: bool):
     """``task.load_model``, with a missing directory or weights file reported as bad input naming it."""
     try:
@@ -90,7 +81,7 @@ def load_finetuned(model_dir: str | Path, task_name: str | None, args: argparse.
     if not name:
         raise InputError(f"{model_dir}: no {TASK_CONFIG_NAME}; pass --task")
     task = get_task(name, **task_options(args, saved))
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = BertTokenizer.from_pretrained(model_dir)
     model = load_model(task, model_dir, finetuned=True)
     return task, model, tokenizer
 
@@ -135,7 +126,7 @@ def _run(args: argparse.Namespace, ctx) -> int:
     if dev is not None and files.max_eval_examples:
         del dev[files.max_eval_examples:]
     task.fit_labels(train)
-    tokenizer = load_tokenizer(files.model)
+    tokenizer = BertTokenizer.from_pretrained(files.model)
     set_seed(train_args.seed)  # the new head's initialisation follows --seed too
     model = load_model(task, files.model, finetuned=False)
     if files.dropout is not None:

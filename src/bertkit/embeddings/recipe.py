@@ -30,7 +30,6 @@ from bertkit.embeddings.gradcache import Column, average_gradients, cached_step,
 from bertkit.embeddings.losses import build_loss
 from bertkit.embeddings.st_format import (
     TO_ST_POOLING,
-    load_tokenizer,
     read_sentence_transformers,
     write_sentence_transformers,
 )
@@ -40,6 +39,7 @@ from bertkit.files import write_json
 from bertkit.modeling import BertModel
 from bertkit.options import option
 from bertkit.precision import PRECISIONS, autocast, resolve_precision
+from bertkit.tokenization import BertTokenizer
 from bertkit.training import distributed as D
 from bertkit.training.interrupt import GracefulStop
 from bertkit.training.optim import build_optimizer, linear_schedule
@@ -164,7 +164,7 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
     source = read_sentence_transformers(args.model)
     model_dir = source.model_dir if source is not None else Path(args.model)
     pooling = args.pooling or (source.pooling if source is not None else "mean")
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = BertTokenizer.from_pretrained(model_dir)
     model = BertModel.from_pretrained(model_dir).to(device).train()
     if len(tokenizer) > model.config.vocab_size:
         raise ValueError(f"{args.model}: the vocabulary has {len(tokenizer)} tokens but the model only "

@@ -145,11 +145,3 @@ def read_sentence_transformers(path: str | os.PathLike) -> SentenceSettings | No
             max_seq_length = int(value) if isinstance(value, (int, float)) and value > 0 else None
             break
     return SentenceSettings(model_dir, pooling, normalize, max_seq_length)
-
-
-def load_tokenizer(model_dir: str | os.PathLike, lowercase: bool | None = None):
-    """The BERT tokenizer of a model folder: ``vocab.txt`` (+ ``tokenizer_config.json``), or, as newer
-    sentence-transformers and ``transformers`` save it, only a WordPiece ``tokenizer.json``."""
-    from bertkit.tokenization import BertTokenizer
-
-    return BertTokenizer.from_pretrained(model_dir, lowercase=lowercase)
