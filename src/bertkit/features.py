@@ -256,9 +256,7 @@ class Encoder:
         sentence = read_sentence_transformers(path)
         if sentence is not None:
             path = sentence.model_dir
-        if not (path / "vocab.txt").is_file() and not (path / "tokenizer.json").is_file():
-            raise MissingFileError(f"{path}: no vocab.txt or tokenizer.json (the tokenizer's vocabulary) in the model directory")
-        tokenizer = BertTokenizer.from_pretrained(path, lowercase=lowercase)
+        tokenizer = BertTokenizer.from_pretrained(path, lowercase=lowercase)  # names a missing vocabulary itself
         model, info = BertForPreTraining.from_pretrained(path, output_loading_info=True)
         has_pooler = not any(k.startswith("bert.pooler.") for k in info.initialised)
         has_mlm = not any(k.startswith("cls.predictions.") for k in info.initialised)
