@@ -152,11 +152,11 @@ def load_pipeline(
     """
     import argparse
 
-    from bertkit.commands.finetune import task_options
     from bertkit.config import BertConfig
     from bertkit.precision import resolve_precision
     from bertkit.quantize import quantize_model, resolve_quantize
     from bertkit.tasks import get_task
+    from bertkit.tasks.options import task_options
 
     directory = Path(directory)
     if not directory.is_dir():

@@ -14,7 +14,7 @@ from typing import Any
 
 from bertkit.errors import InputError
 from bertkit.options import add_options, from_args, option
-from bertkit.tasks.options import TaskOptions, add_task_flag
+from bertkit.tasks.options import TaskOptions, add_task_flag, task_options
 from bertkit.tokenization import BertTokenizer
 
 FILES = "files and data"
@@ -36,15 +36,6 @@ class FinetuneFiles:
     dropout: float | None = option(None,
                                    help="set every dropout probability (default: the model's config.json, 0.1 for "
                                         "Google's models)")
-
-
-def task_options(args: argparse.Namespace, saved: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Task flags given on the command line, over the ones saved with a fine-tuned model."""
-    options: dict[str, Any] = dict(saved or {})
-    options.pop("family", None)
-    options.pop("task", None)
-    options.update(from_args(TaskOptions, args).given())
-    return options
 
 
 def resolve_device(name: str | None) -> str:

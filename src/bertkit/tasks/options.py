@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from bertkit.options import option
+from bertkit.options import from_args, option
 from bertkit.precision import PRECISIONS
 from bertkit.tasks import TASK_NAMES
 
@@ -82,3 +82,12 @@ class TaskOptions:
         --no- form, so False means "not given" and must not override a saved True)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if getattr(self, f.name) is not None and getattr(self, f.name) is not False}
+
+
+def task_options(args: argparse.Namespace, saved: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Task flags given on the command line, over the ones saved with a fine-tuned model."""
+    options: dict[str, Any] = dict(saved or {})
+    options.pop("family", None)
+    options.pop("task", None)
+    options.update(from_args(TaskOptions, args).given())
+    return options
