@@ -230,7 +230,12 @@ def main() -> None:
                                                             "(compares quality per step on a loaded machine)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads for every route")
     ap.add_argument("--out", default="runs/pretrain_quality")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="CSV",
+                    help="only combine these results.csv (lanes run side by side) into --out's curve and table")
     args = ap.parse_args()
+    if args.merge:
+        merge(args.merge, Path(args.out))
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -276,17 +281,56 @@ def main() -> None:
                         "mlm_acc": round(result["mlm_acc"], 4), "nsp_acc": round(result["nsp_acc"], 4),
                         "unigram_baseline": round(baseline, 4), "model_size": args.model_size})
     if not args.ablation:
-        # the transformers loop at its best lr per budget and seed, as one route
-        best: dict[tuple, dict] = {}
-        for r in rows:
-            if r["route"].startswith("transformers"):
-                key = (r["budget_min"], r["seed"])
-                if key not in best or r["mlm_acc"] > best[key]["mlm_acc"]:
-                    best[key] = r
-        shown = [r for r in rows if not r["route"].startswith("transformers")]
-        shown += [dict(r, route="transformers (best lr)") for r in best.values()]
-        plot(shown, out / "time_to_quality.png")
-        print(f"wrote {csv_path} and {out / 'time_to_quality.png'}")
+        summarize(rows, out)
+
+
+def summarize(rows: list[dict], out: Path) -> None:
+    """The curve (the transformers loop at its best lr per budget, chosen on the mean over seeds) and a markdown
+    table: each route's mean held-out MLM accuracy per budget, with the per-seed values and steps."""
+    by_lr: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["route"].startswith("transformers"):
+            by_lr.setdefault((float(r["budget_min"]), r["route"]), []).append(r)
+    best: dict[float, list[dict]] = {}
+    for (budget, _), cell in by_lr.items():
+        mean = sum(float(r["mlm_acc"]) for r in cell) / len(cell)
+        if budget not in best or mean > sum(float(r["mlm_acc"]) for r in best[budget]) / len(best[budget]):
+            best[budget] = cell
+    shown = [r for r in rows if not r["route"].startswith("transformers")]
+    shown += [dict(r, route="transformers (best lr)") for cell in best.values() for r in cell]
+    plot(shown, out / "time_to_quality.png")
+    budgets = sorted({float(r["budget_min"]) for r in shown})
+    lines = ["| route | " + " | ".join(f"{b:g} min" for b in budgets) + " |", "|---" * (len(budgets) + 1) + "|"]
+    for route in sorted({r["route"] for r in rows}) + ["transformers (best lr)"]:
+        cells = []
+        for b in budgets:
+            got = sorted((r for r in (shown if route.endswith("(best lr)") else rows)
+                          if r["route"] == route and float(r["budget_min"]) == b), key=lambda r: int(r["seed"]))
+            if not got:
+                cells.append("")
+                continue
+            mean = sum(float(r["mlm_acc"]) for r in got) / len(got)
+            detail = ", ".join(f"{float(r['mlm_acc']):.2%}" for r in got)
+            extra = f" lr {got[0]['lr']}" if route.endswith("(best lr)") else ""
+            cells.append(f"**{mean:.2%}** ({detail}; {'/'.join(str(r['steps']) for r in got)} steps{extra})")
+        lines.append(f"| {route} | " + " | ".join(cells) + " |")
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {out / 'time_to_quality.png'} and {out / 'table.md'}")
+
+
+def merge(csvs: list[str], out: Path) -> None:
+    """Several results.csv (lanes run side by side) -> one results.csv, curve and table in OUT."""
+    rows: list[dict] = []
+    for path in csvs:
+        with open(path, newline="") as f:
+            rows += list(csv.DictReader(f))
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(sorted(rows, key=lambda r: (r["route"], float(r["budget_min"]), int(r["seed"]))))
+    summarize(rows, out)
 
 
 if __name__ == "__main__":
