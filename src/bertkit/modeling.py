@@ -146,19 +146,24 @@ class BertEmbeddings(nn.Module):
         self.dropout = ops.Dropout(config.hidden_dropout_prob)
         self.max_positions = config.max_position_embeddings
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, position_ids: Tensor | None) -> Tensor:
-        T = input_ids.size(1)
+    def forward(self, input_ids: Tensor | None, token_type_ids: Tensor | None, position_ids: Tensor | None,
+                inputs_embeds: Tensor | None = None) -> Tensor:
+        """``inputs_embeds`` [B, T, H]: the word vectors to use instead of looking up ``input_ids``."""
+        shape = inputs_embeds.shape[:2] if inputs_embeds is not None else input_ids.shape
+        device = inputs_embeds.device if inputs_embeds is not None else input_ids.device
+        T = shape[1]
         if T > self.max_positions:
             raise ValueError(f"sequence length {T} exceeds max_position_embeddings ({self.max_positions})")
         if position_ids is None:
-            position_ids = torch.arange(T, device=input_ids.device).unsqueeze(0)  # [1, T]
+            position_ids = torch.arange(T, device=device).unsqueeze(0)  # [1, T]
         if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
+            token_type_ids = torch.zeros(shape, dtype=torch.long, device=device)
         if hasattr(self, "position_embeddings"):
             positions = self.position_embeddings(position_ids)
         else:
             positions = self.sinusoidal[position_ids]
-        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids) + positions  # [B, T, H]
+        words = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        x = words + self.token_type_embeddings(token_type_ids) + positions  # [B, T, H]
         return self.dropout(self.LayerNorm(x))
 
 
@@ -372,17 +377,18 @@ class BertModel(BertPreTrainedModel):
 
     def forward(
         self,
-        input_ids: Tensor,
+        input_ids: Tensor | None,
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         num_layers: int | None = None,
+        inputs_embeds: Tensor | None = None,
     ) -> BertModelOutput:
         """
         Args:
-            input_ids: [B, T] token ids.
+            input_ids: [B, T] token ids (None when ``inputs_embeds`` is given).
             attention_mask: [B, T], 1 = real token, 0 = padding. None means nothing is padded.
             token_type_ids: [B, T] segment ids (A = 0, B = 1). Default all 0.
             position_ids: [B, T] or [1, T]. Default 0..T-1.
@@ -390,7 +396,11 @@ class BertModel(BertPreTrainedModel):
             output_attentions: also return every layer's attention probabilities (runs the eager path).
             num_layers: run only the embeddings and the first ``num_layers`` layers (0..L; None = all L). Stopping
                 early skips the pooler (it reads the last layer): ``pooler_output`` is then None.
+            inputs_embeds: [B, T, H] word vectors used instead of looking up ``input_ids`` (e.g. looked up once for
+                several calls, so that the embedding matrix gets one gradient instead of one per call).
         """
+        if input_ids is None and inputs_embeds is None:
+            raise ValueError("give input_ids or inputs_embeds")
         depth = len(self.encoder.layer)
         if num_layers is not None:
             if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 0 <= num_layers <= depth:
@@ -402,7 +412,7 @@ class BertModel(BertPreTrainedModel):
             mask = attention_mask.bool()[:, None, None, :]
         implementation = "eager" if output_attentions else self._attn_implementation
 
-        x = self.embeddings(input_ids, token_type_ids, position_ids)  # [B, T, H]
+        x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # [B, T, H]
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for layer in self.encoder.layer[:depth]:

@@ -7,7 +7,7 @@ import torch
 from tinymodels import one_thread  # noqa: F401  (autouse fixture)
 
 from bertkit import BertConfig, BertModel
-from bertkit.embeddings.gradcache import Column, cached_step, plain_step
+from bertkit.embeddings.gradcache import Column, cached_step, embed_column, length_chunks, plain_step
 from bertkit.embeddings.losses import CoSENTLoss, MultipleNegativesRankingLoss
 from bertkit.features import pool
 
@@ -69,7 +69,7 @@ def test_cached_step_replays_dropout_masks():
     embed = _embed(model)
 
     torch.manual_seed(123)
-    reps = [torch.cat([embed(c.ids, c.types, c.mask) for c in col.chunks(3)]) for col in columns]
+    reps = [embed_column(embed, col, max_rows=3) for col in columns]  # the cached step's length-sorted mini-batches
     ref_loss = loss_fn(reps, None)
     ref_loss.backward()
     want = _grads(model)
@@ -87,3 +87,68 @@ def test_cached_step_replays_dropout_masks():
     cached_step(embed, columns, None, loss_fn, 3)
     other = _grads(model)
     assert not torch.allclose(other["encoder.layer.0.output.dense.weight"], want["encoder.layer.0.output.dense.weight"])
+
+
+def _embed_words(model):
+    def embed(ids, types, mask, words=None):
+        out = model(ids, attention_mask=mask, token_type_ids=types, inputs_embeds=words)
+        return pool(out.last_hidden_state, mask, "mean")
+    return embed
+
+
+@pytest.mark.parametrize("lengths,max_rows", [
+    ([5, 3, 9, 3, 12, 7, 7, 2], None), ([5, 3, 9, 3, 12, 7, 7, 2], 3), ([4] * 6, None), ([4] * 6, 4), ([1], None),
+])
+@pytest.mark.parametrize("overhead", [0, 6, 1000])
+def test_length_chunks_is_the_cheapest_sorted_partition(lengths, max_rows, overhead):
+    import itertools
+
+    chunks = length_chunks(lengths, max_rows, overhead)
+    assert sorted(i for c in chunks for i in c) == list(range(len(lengths)))  # every row once
+    flat = [lengths[i] for c in chunks for i in c]
+    assert flat == sorted(flat) and all(len(c) <= (max_rows or len(lengths)) for c in chunks)
+    cost = sum(len(c) * max(lengths[i] for i in c) + overhead for c in chunks)
+    sl, n, best = sorted(lengths), len(lengths), float("inf")  # brute force over every cut of the sorted rows
+    for k in range(n):
+        for cuts in itertools.combinations(range(1, n), k):
+            bounds = [0, *cuts, n]
+            if max_rows and any(b - a > max_rows for a, b in zip(bounds, bounds[1:])):
+                continue
+            best = min(best, sum((b - a) * sl[b - 1] + overhead for a, b in zip(bounds, bounds[1:])))
+    assert cost == best
+    if overhead == 1000 and not max_rows:
+        assert len(chunks) == 1
+
+
+@pytest.mark.parametrize("lookup", [False, True])
+def test_length_sorted_chunks_give_the_plain_batch_loss_and_gradients(lookup):
+    """Each column embedded in length-sorted chunks (each padded to its own longest, rows put back in order; with
+    one word-vector lookup for all chunks) gives the loss and parameter gradients of the whole padded batch."""
+    model = _model(0.0)
+    loss_fn = MultipleNegativesRankingLoss(symmetric=True)
+    columns = [_column(s, b=12, longest=16) for s in (20, 21, 22)]
+    whole = [pool(model(c.ids, attention_mask=c.mask, token_type_ids=c.types).last_hidden_state, c.mask, "mean")
+             for c in columns]  # the plain batch: one call per column, padded to the column's longest
+    ref = loss_fn(whole, None)
+    ref.backward()
+    want = _grads(model)
+    model.zero_grad(set_to_none=True)
+
+    assert all(len(c.length_chunks(overhead=0)) > 2 for c in columns)  # the test does cut the columns
+    words = model.embeddings.word_embeddings if lookup else None
+    reps = [embed_column(_embed_words(model), c, words, overhead=0) for c in columns]
+    for r, w in zip(reps, whole):
+        torch.testing.assert_close(r, w.detach(), rtol=1e-5, atol=1e-6)
+    loss = loss_fn(reps, None)
+    loss.backward()
+    got = _grads(model)
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-6)
+    assert want.keys() == got.keys() and len(got) > 10
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-6, msg=name)
+
+    model.zero_grad(set_to_none=True)  # and plain_step (its default chunking) likewise
+    loss = plain_step(_embed_words(model), columns, None, loss_fn, words)
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-6)
+    for name, grad in _grads(model).items():
+        torch.testing.assert_close(grad, want[name], rtol=1e-4, atol=1e-6, msg=name)

@@ -5,6 +5,7 @@
     for step:
         columns = the batch's rows, column by column, padded   # simcse: the same texts twice (dropout differs)
         loss, grads = plain_step | cached_step(--mini-batch-size)   # embeddings gathered across ranks
+                      (each column encoded in length-sorted chunks, each padded to its own longest)
         average grads over ranks; clip to 1.0; AdamW step; linear warmup/decay step
         every --eval-every steps (or epoch): Spearman on --dev; keep the best checkpoint
     OUTPUT: config.json + model.safetensors + vocab.txt + sentence-transformers files (pooling, Normalize)
@@ -206,10 +207,14 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
             mask[i, :len(s)] = 1
         return Column(ids.to(device), torch.zeros_like(ids).to(device), mask.to(device))
 
-    def embed(ids: torch.Tensor, types: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def embed(ids: torch.Tensor, types: torch.Tensor, mask: torch.Tensor,
+              words: torch.Tensor | None = None) -> torch.Tensor:
         with autocast(precision, device):
-            hidden = model(ids, attention_mask=mask, token_type_ids=types).last_hidden_state  # [b, T, H]
+            hidden = model(ids, attention_mask=mask, token_type_ids=types,
+                           inputs_embeds=words).last_hidden_state  # [b, T, H]
         return pool(hidden, mask, pooling)  # [b, H] fp32
+
+    lookup = model.embeddings.word_embeddings  # one lookup per column for all its length-sorted chunks
 
     output = Path(args.output)
     history: list[dict] = []
@@ -259,7 +264,7 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
                 if args.mini_batch_size and args.mini_batch_size < args.batch_size:
                     loss = cached_step(embed, columns, labels, loss_fn, args.mini_batch_size)
                 else:
-                    loss = plain_step(embed, columns, labels, loss_fn)
+                    loss = plain_step(embed, columns, labels, loss_fn, lookup)
                 average_gradients(model)
                 torch.nn.utils.clip_grad_norm_(params, 1.0)
                 optimizer.step()
