@@ -1,17 +1,12 @@
 """One optimizer step's loss and gradients for a contrastive batch: plain, or cached (GradCache), and across ranks.
 
 A batch is a list of *columns* (anchors, positives, hard negatives...), each a :class:`Column` of token tensors
-``[B, T]``; ``embed(ids, types, mask) -> [b, D]`` runs the encoder with a graph (``embed(ids, types, mask, words)``
-when a ``lookup`` is given: ``words`` [b, T, H] are the word vectors to use).
+``[B, T]``; ``embed(ids, types, mask) -> [b, D]`` runs the encoder with a graph.
 
-Length-sorted chunks: a column is embedded in chunks of rows of similar length, each padded to its own longest
-(:func:`length_chunks`), and the embeddings put back in the rows' order. A shuffled batch padded to its longest text
-computes ~1.7x the real tokens on SQuAD (question, sentence) pairs; the chunks ~1.1x. Padding never changes a real
-token's output (masked keys, masked pooling), so the embeddings, the loss and the gradients are those of the whole
-padded batch. With ``lookup`` (the word-embedding module) the word vectors of all the chunks are looked up in one
-call, so the [V, H] embedding matrix gets one dense gradient per column rather than one per chunk.
-
-Plain: embed every column (in length-sorted chunks) with a graph, take the loss, backward. Memory grows with B.
+Plain: embed every column with a graph, take the loss, backward. Memory grows with B. With ``joint`` all the columns
+go through one ``embed`` call (their rows one after the other: :func:`concat_columns`); with an ``embed`` that packs
+the real tokens (``bertkit.modeling.Packing``, as the training recipe's does) that is one pass over the real tokens
+of the whole step, whatever the lengths, instead of one padded pass per column.
 
 Cached (Gao et al., 2021, "Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup"):
 
@@ -41,11 +36,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-EmbedFn = Callable[..., Tensor]
+EmbedFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 
-# a model call's fixed cost in padded tokens (kernel launches, per-call gradient accumulation): cutting a chunk in
-# two pays when it saves more padding than this (bert-mini on one CPU thread: ~10-40 tokens, fp32 / bf16)
-CHUNK_OVERHEAD_TOKENS = 32
+# the fixed cost of one more chunk (a model call, or an attention group), in padded tokens: cutting a chunk in two
+# pays when it saves more padding than this (bert-mini, one CPU thread: ~50-150 tokens, fp32 / bf16)
+CHUNK_OVERHEAD_TOKENS = 96
 
 
 def length_chunks(lengths: Sequence[int], max_rows: int | None = None,
@@ -120,22 +115,6 @@ def _inverse(pieces: Sequence[tuple[Tensor, Column]]) -> Tensor:
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(order.numel(), device=order.device)
     return inverse
-
-
-def embed_column(embed: EmbedFn, column: Column, lookup: Callable[[Tensor], Tensor] | None = None,
-                 max_rows: int | None = None, overhead: float = CHUNK_OVERHEAD_TOKENS) -> Tensor:
-    """``embed`` of the whole column [B, D], computed in length-sorted chunks (see the module docstring); with
-    ``lookup``, the word vectors of every chunk come from one ``lookup`` call."""
-    pieces = column.length_chunks(max_rows, overhead)
-    if lookup is None:
-        outs = [embed(c.ids, c.types, c.mask) for _, c in pieces]
-    else:
-        words = lookup(torch.cat([c.ids.reshape(-1) for _, c in pieces]))  # [sum b*T, H]
-        words = words.split([c.ids.numel() for _, c in pieces])
-        outs = [embed(c.ids, c.types, c.mask, w.view(*c.ids.shape, -1)) for (_, c), w in zip(pieces, words)]
-    if len(pieces) == 1:
-        return outs[0][_inverse(pieces)]
-    return torch.cat(outs)[_inverse(pieces)]
 
 
 class RngState:
@@ -227,11 +206,23 @@ def average_gradients(model: torch.nn.Module) -> None:
 # ------------------------------------------------------------------------------------------------ the two steps
 
 
+def concat_columns(columns: Sequence[Column]) -> Column:
+    """The columns' rows one after the other, padded to the longest of them (padding: 0 ids, 0 mask)."""
+    T = max(c.ids.size(1) for c in columns)
+    parts = [[torch.nn.functional.pad(t, (0, T - t.size(1))) for t in (c.ids, c.types, c.mask)] for c in columns]
+    return Column(*(torch.cat(ts) for ts in zip(*parts)))
+
+
 def plain_step(embed: EmbedFn, columns: Sequence[Column], labels: Tensor | None, loss_fn,
-               lookup: Callable[[Tensor], Tensor] | None = None) -> Tensor:
-    """Embed every column with a graph (in length-sorted chunks: :func:`embed_column`), take the (global-batch)
-    loss and back-propagate. Returns the loss."""
-    reps = [gather_with_grad(embed_column(embed, c, lookup)) for c in columns]
+               joint: bool = False) -> Tensor:
+    """Embed every column with a graph (``joint``: all of them in one ``embed`` call), take the (global-batch) loss
+    and back-propagate. Returns the loss."""
+    if joint:
+        whole = concat_columns(columns)
+        reps = list(embed(whole.ids, whole.types, whole.mask).split([len(c) for c in columns]))
+    else:
+        reps = [embed(c.ids, c.types, c.mask) for c in columns]
+    reps = [gather_with_grad(r) for r in reps]
     loss = loss_fn(reps, gather_labels(labels))
     loss.backward()
     return loss.detach()
