@@ -88,14 +88,6 @@ class Column:
     def __len__(self) -> int:
         return self.ids.size(0)
 
-    def chunks(self, size: int) -> Iterator[Column]:
-        """Row slices of at most ``size``, each cut to its own longest input (less padding to compute)."""
-        for start in range(0, len(self), size):
-            mask = self.mask[start:start + size]
-            longest = int(mask.sum(1).max())
-            yield Column(self.ids[start:start + size, :longest], self.types[start:start + size, :longest],
-                         mask[:, :longest])
-
     def length_chunks(self, max_rows: int | None = None,
                       overhead: float = CHUNK_OVERHEAD_TOKENS) -> list[tuple[Tensor, Column]]:
         """(row indices, those rows cut to their own longest input) of :func:`length_chunks`."""
