@@ -1,4 +1,5 @@
-"""GradCache: the cached step's loss AND parameter gradients equal the plain batch's; dropout masks are replayed."""
+"""GradCache: the cached step's loss AND parameter gradients equal the plain batch's; dropout masks are replayed.
+Packing (the training step on the real tokens only) and length-sorted chunks: the same loss and gradients again."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from tinymodels import one_thread  # noqa: F401  (autouse fixture)
 
 from bertkit import BertConfig, BertModel
 from bertkit.embeddings.gradcache import Column, cached_step, concat_columns, length_chunks, plain_step
-from bertkit.modeling import Packing
 from bertkit.embeddings.losses import CoSENTLoss, MultipleNegativesRankingLoss
 from bertkit.features import pool
+from bertkit.modeling import Packing
 
 
 def _model(dropout: float) -> BertModel:
@@ -110,9 +111,9 @@ def test_length_chunks_is_the_cheapest_sorted_partition(lengths, max_rows, overh
     for k in range(n):
         for cuts in itertools.combinations(range(1, n), k):
             bounds = [0, *cuts, n]
-            if max_rows and any(b - a > max_rows for a, b in zip(bounds, bounds[1:])):
+            if max_rows and any(b - a > max_rows for a, b in itertools.pairwise(bounds)):
                 continue
-            best = min(best, sum((b - a) * sl[b - 1] + overhead for a, b in zip(bounds, bounds[1:])))
+            best = min(best, sum((b - a) * sl[b - 1] + overhead for a, b in itertools.pairwise(bounds)))
     assert cost == best
     if overhead == 1000 and not max_rows:
         assert len(chunks) == 1
