@@ -6,8 +6,9 @@ saved, loaded by both) with MultipleNegativesRankingLoss (scale 20, in-batch neg
 for the same number of steps. Each side is timed from a model directory and the rows in memory to a trained model
 (loading, tokenization and the loop included; sentence-transformers saves nothing, bertkit writes its output),
 and by its training loop alone (sentence-transformers: ``trainer.train()``; bertkit: the loop after tokenization).
-Use enough --steps that loading does not dominate. Runs alternate (sentence-transformers, bertkit, bertkit,
-sentence-transformers, ...); medians and the throughput ratios are printed.
+Use enough --steps that loading does not dominate. One untimed 1-step run of each side first (imports, first
+calls); then runs alternate (sentence-transformers, bertkit, bertkit, sentence-transformers, ...); medians and the
+throughput ratios are printed.
 
     sentence-transformers: SentenceTransformer(dir) (mean pooling), losses.MultipleNegativesRankingLoss,
                            SentenceTransformerTrainer (use_cpu on CPU, bf16 flag when --precision bf16)
@@ -189,7 +190,9 @@ def main() -> None:
             times: dict[str, list[float]] = {"sentence-transformers": [], "bertkit": []}
             loops: dict[str, list[float]] = {"sentence-transformers": [], "bertkit": []}
             runs = {"sentence-transformers": run_sentence_transformers, "bertkit": run_bertkit}
-            run_bertkit(model_dir, rows[:args.batch_size * 2], argparse.Namespace(**{**vars(args), "steps": 1}), work)
+            warm = argparse.Namespace(**{**vars(args), "steps": 1})  # one untimed step each: imports, first calls
+            run_sentence_transformers(model_dir, rows[:args.batch_size * 2], warm, work)
+            run_bertkit(model_dir, rows[:args.batch_size * 2], warm, work)
             order = ["sentence-transformers", "bertkit"]
             for r in range(args.repeats):
                 for name in (order if r % 2 == 0 else order[::-1]):

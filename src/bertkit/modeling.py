@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -64,6 +64,63 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout
 
 
 ATTENTION_FUNCTIONS = {"eager": eager_attention, "sdpa": sdpa_attention}
+
+
+class Packing:
+    """The real tokens of a padded batch, packed. With ``BertModel.forward(..., packing=Packing(attention_mask))``
+    every token-wise computation (the linear layers, LayerNorm, the activation, dropout) runs on the N real tokens
+    ``[N, H]`` only, and attention re-pads them per *group* of rows, each group to its own longest row (groups of
+    rows of similar length: little padding in the [T, T] scores either; default one group, the whole batch). The
+    outputs come back padded, [B, T, H], zeros at padding. The maths is the padded batch's: padding never changes a
+    real token's output (its keys are masked). ``groups``: lists of row indices, every row in exactly one."""
+
+    def __init__(self, attention_mask: Tensor, groups: Sequence[Sequence[int]] | None = None):
+        keep = attention_mask.bool()
+        B, T = keep.shape
+        device = keep.device
+        self.shape = (B, T)
+        self.index = keep.reshape(-1).nonzero().squeeze(1)  # [N]: the real tokens' places in the flattened [B*T]
+        n = self.n = self.index.numel()
+        place = torch.full((B * T,), n, dtype=torch.long, device=device)  # packed position, n (a zero row) at padding
+        place[self.index] = torch.arange(n, device=device)
+        self.place = place
+        place = place.view(B, T)
+        groups = [list(range(B))] if groups is None else [list(g) for g in groups]
+        if sorted(i for g in groups for i in g) != list(range(B)):
+            raise ValueError(f"Packing groups must hold every row of the batch once ({B} rows)")
+        self.groups: list[tuple[int, int, Tensor | None]] = []  # (rows, longest, attention mask [b, 1, 1, t] or None)
+        slots = []
+        for rows in groups:
+            r = torch.tensor(rows, dtype=torch.long, device=device)
+            used = keep[r].any(0).nonzero()
+            t = int(used.max()) + 1 if used.numel() else 1
+            m = keep[r, :t]
+            self.groups.append((len(rows), t, None if bool(m.all()) else m[:, None, None, :]))
+            slots.append(place[r, :t].reshape(-1))
+        self.slots = torch.cat(slots)  # every group's padded slot -> its packed position (n at padding)
+        real = (self.slots < n).nonzero().squeeze(1)
+        self.take = torch.empty(n, dtype=torch.long, device=device)  # packed position -> its slot in the groups
+        self.take[self.slots[real]] = real
+
+    def pack(self, x: Tensor) -> Tensor:
+        """[B, T, F] -> [N, F], the real tokens."""
+        return x.reshape(-1, x.size(-1)).index_select(0, self.index)
+
+    def unpack(self, x: Tensor) -> Tensor:
+        """[N, F] -> [B, T, F], zeros at padding."""
+        padded = torch.cat([x, x.new_zeros(1, x.size(-1))]).index_select(0, self.place)
+        return padded.view(*self.shape, x.size(-1))
+
+    def to_groups(self, x: Tensor) -> list[tuple[Tensor, Tensor | None]]:
+        """[N, F] -> per group ([b, t, F] zeros at padding, its attention mask [b, 1, 1, t] or None)."""
+        padded = torch.cat([x, x.new_zeros(1, x.size(-1))]).index_select(0, self.slots)
+        parts = padded.split([b * t for b, t, _ in self.groups])
+        return [(p.view(b, t, -1), m) for p, (b, t, m) in zip(parts, self.groups)]
+
+    def from_groups(self, parts: Sequence[Tensor]) -> Tensor:
+        """The inverse of :meth:`to_groups`: [b, t, F] per group -> [N, F]."""
+        flat = torch.cat([p.reshape(-1, p.size(-1)) for p in parts])
+        return flat.index_select(0, self.take)
 
 # --------------------------------------------------------------------------------------------- outputs
 
@@ -175,7 +232,10 @@ class BertSelfAttention(nn.Module):
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_prob = config.attention_probs_dropout_prob
 
-    def forward(self, x: Tensor, mask: Tensor | None, implementation: str) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, mask: Tensor | Packing | None, implementation: str
+                ) -> tuple[Tensor, Tensor | None]:
+        if isinstance(mask, Packing):
+            return self._packed(x, mask, implementation), None
         B, T, H = x.shape
         if self.training:
             # one GEMM (and one backward GEMM) for q, k and v; the weights stay separate parameters (HF's keys)
@@ -191,6 +251,21 @@ class BertSelfAttention(nn.Module):
         context, probs = ATTENTION_FUNCTIONS[implementation](q, k, v, mask, dropout_p)  # [B, N, T, D]
         context = context.transpose(1, 2).reshape(B, T, H)  # [B, T, H]
         return context, probs
+
+    def _packed(self, x: Tensor, packing: Packing, implementation: str) -> Tensor:
+        """x [N, H] packed tokens -> context [N, H]: one q/k/v GEMM over the real tokens, attention per group."""
+        H = x.size(-1)
+        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # [3H, H]
+        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        qkv = F.linear(x, weight, bias)  # [N, 3H]
+        dropout_p = self.dropout_prob if self.training else 0.0
+        outs = []
+        for part, mask in packing.to_groups(qkv):  # [b, t, 3H]
+            b, t = part.shape[:2]
+            q, k, v = part.view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+            context, _ = ATTENTION_FUNCTIONS[implementation](q, k, v, mask, dropout_p)  # [b, N, t, D]
+            outs.append(context.transpose(1, 2).reshape(b, t, H))
+        return packing.from_groups(outs)
 
 
 class BertSelfOutput(nn.Module):
@@ -379,6 +454,7 @@ class BertModel(BertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         num_layers: int | None = None,
+        packing: Packing | None = None,
     ) -> BertModelOutput:
         """
         Args:
@@ -390,6 +466,9 @@ class BertModel(BertPreTrainedModel):
             output_attentions: also return every layer's attention probabilities (runs the eager path).
             num_layers: run only the embeddings and the first ``num_layers`` layers (0..L; None = all L). Stopping
                 early skips the pooler (it reads the last layer): ``pooler_output`` is then None.
+            packing: run the layers on the real tokens only (:class:`Packing` of this batch's attention mask, which
+                it replaces; attention in its groups of rows); the outputs are the padded batch's, padded back to
+                [B, T, H] with zeros at padding.
         """
         depth = len(self.encoder.layer)
         if num_layers is not None:
@@ -401,8 +480,16 @@ class BertModel(BertPreTrainedModel):
         if attention_mask is not None and not bool(attention_mask.all()):
             mask = attention_mask.bool()[:, None, None, :]
         implementation = "eager" if output_attentions else self._attn_implementation
+        if packing is not None:
+            if output_attentions:
+                raise ValueError("output_attentions needs the padded batch: leave packing out")
+            if tuple(input_ids.shape) != packing.shape:
+                raise ValueError(f"packing is of a {list(packing.shape)} batch, the input is {list(input_ids.shape)}")
+            mask = packing
 
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # [B, T, H]
+        if packing is not None:
+            x = packing.pack(x)  # [N, H]: the real tokens
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for layer in self.encoder.layer[:depth]:
@@ -411,6 +498,9 @@ class BertModel(BertPreTrainedModel):
                 hidden_states.append(x)
             if attentions is not None:
                 attentions.append(probs)
+        if packing is not None:
+            x = packing.unpack(x)  # [B, T, H]
+            hidden_states = [packing.unpack(h) for h in hidden_states] if hidden_states is not None else None
         pooled = self.pooler(x) if self.pooler is not None and depth == len(self.encoder.layer) else None
         return BertModelOutput(
             last_hidden_state=x,

@@ -3,7 +3,10 @@
 A batch is a list of *columns* (anchors, positives, hard negatives...), each a :class:`Column` of token tensors
 ``[B, T]``; ``embed(ids, types, mask) -> [b, D]`` runs the encoder with a graph.
 
-Plain: embed every column with a graph, take the loss, backward. Memory grows with B.
+Plain: embed every column with a graph, take the loss, backward. Memory grows with B. With ``joint`` all the columns
+go through one ``embed`` call (their rows one after the other: :func:`concat_columns`); with an ``embed`` that packs
+the real tokens (``bertkit.modeling.Packing``, as the training recipe's does) that is one pass over the real tokens
+of the whole step, whatever the lengths, instead of one padded pass per column.
 
 Cached (Gao et al., 2021, "Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup"):
 
@@ -26,6 +29,7 @@ exactly the gradient of the global-batch loss.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -33,6 +37,44 @@ import torch
 from torch import Tensor
 
 EmbedFn = Callable[[Tensor, Tensor, Tensor], Tensor]
+
+# the fixed cost of one more chunk (a model call, or an attention group), in padded tokens: cutting a chunk in two
+# pays when it saves more padding than this (bert-mini, one CPU thread: ~50-150 tokens, fp32 / bf16)
+CHUNK_OVERHEAD_TOKENS = 96
+
+
+def length_chunks(lengths: Sequence[int], max_rows: int | None = None,
+                  overhead: float = CHUNK_OVERHEAD_TOKENS) -> list[list[int]]:
+    """Row indices cut into chunks of similar lengths (shortest first, ties in row order) minimising
+    ``sum over chunks (rows x longest) + overhead x chunks``; a chunk holds at most ``max_rows`` rows (None: no
+    limit). Exact dynamic programme over the sorted lengths (cuts only between distinct lengths when unlimited)."""
+    n = len(lengths)
+    if n == 0:
+        return []
+    order = sorted(range(n), key=lambda i: lengths[i])
+    sl = [lengths[i] for i in order]
+    if max_rows is not None and max_rows < 1:
+        raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+    cap = n if not max_rows else max_rows
+    if cap >= n:  # a chunk of one length never needs cutting: cuts only where the length changes
+        points = [0] + [j for j in range(1, n) if sl[j] != sl[j - 1]] + [n]
+    else:
+        points = list(range(n + 1))
+    best, back = [0.0] + [math.inf] * (len(points) - 1), [0] * len(points)
+    for b in range(1, len(points)):
+        j, longest = points[b], sl[points[b] - 1]
+        for a in range(b - 1, -1, -1):
+            i = points[a]
+            if j - i > cap:
+                break
+            cost = best[a] + (j - i) * longest + overhead
+            if cost < best[b]:
+                best[b], back[b] = cost, a
+    cuts, b = [], len(points) - 1
+    while b:
+        cuts.append((points[back[b]], points[b]))
+        b = back[b]
+    return [order[i:j] for i, j in reversed(cuts)]
 
 
 @dataclass
@@ -46,13 +88,25 @@ class Column:
     def __len__(self) -> int:
         return self.ids.size(0)
 
-    def chunks(self, size: int) -> Iterator[Column]:
-        """Row slices of at most ``size``, each cut to its own longest input (less padding to compute)."""
-        for start in range(0, len(self), size):
-            mask = self.mask[start:start + size]
-            longest = int(mask.sum(1).max())
-            yield Column(self.ids[start:start + size, :longest], self.types[start:start + size, :longest],
-                         mask[:, :longest])
+    def length_chunks(self, max_rows: int | None = None,
+                      overhead: float = CHUNK_OVERHEAD_TOKENS) -> list[tuple[Tensor, Column]]:
+        """(row indices, those rows cut to their own longest input) of :func:`length_chunks`."""
+        lengths = self.mask.sum(1).tolist()
+        out = []
+        for rows in length_chunks(lengths, max_rows, overhead):
+            index = torch.tensor(rows, device=self.ids.device)
+            longest = max(lengths[i] for i in rows)
+            out.append((index, Column(self.ids[index, :longest], self.types[index, :longest],
+                                      self.mask[index, :longest])))
+        return out
+
+
+def _inverse(pieces: Sequence[tuple[Tensor, Column]]) -> Tensor:
+    """The permutation that puts the chunks' concatenated rows back in the column's order."""
+    order = torch.cat([index for index, _ in pieces])
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel(), device=order.device)
+    return inverse
 
 
 class RngState:
@@ -144,9 +198,23 @@ def average_gradients(model: torch.nn.Module) -> None:
 # ------------------------------------------------------------------------------------------------ the two steps
 
 
-def plain_step(embed: EmbedFn, columns: Sequence[Column], labels: Tensor | None, loss_fn) -> Tensor:
-    """Embed every column with a graph, take the (global-batch) loss and back-propagate. Returns the loss."""
-    reps = [gather_with_grad(embed(c.ids, c.types, c.mask)) for c in columns]
+def concat_columns(columns: Sequence[Column]) -> Column:
+    """The columns' rows one after the other, padded to the longest of them (padding: 0 ids, 0 mask)."""
+    T = max(c.ids.size(1) for c in columns)
+    parts = [[torch.nn.functional.pad(t, (0, T - t.size(1))) for t in (c.ids, c.types, c.mask)] for c in columns]
+    return Column(*(torch.cat(ts) for ts in zip(*parts)))
+
+
+def plain_step(embed: EmbedFn, columns: Sequence[Column], labels: Tensor | None, loss_fn,
+               joint: bool = False) -> Tensor:
+    """Embed every column with a graph (``joint``: all of them in one ``embed`` call), take the (global-batch) loss
+    and back-propagate. Returns the loss."""
+    if joint:
+        whole = concat_columns(columns)
+        reps = list(embed(whole.ids, whole.types, whole.mask).split([len(c) for c in columns]))
+    else:
+        reps = [embed(c.ids, c.types, c.mask) for c in columns]
+    reps = [gather_with_grad(r) for r in reps]
     loss = loss_fn(reps, gather_labels(labels))
     loss.backward()
     return loss.detach()
@@ -155,30 +223,30 @@ def plain_step(embed: EmbedFn, columns: Sequence[Column], labels: Tensor | None,
 def cached_step(embed: EmbedFn, columns: Sequence[Column], labels: Tensor | None, loss_fn, mini_batch_size: int
                 ) -> Tensor:
     """GradCache: the same loss and parameter gradients as :func:`plain_step` (with the same dropout masks), holding
-    the activations of one mini-batch at a time. Returns the loss."""
+    the activations of one mini-batch at a time. The mini-batches are length-sorted chunks of at most
+    ``mini_batch_size`` rows (:func:`length_chunks`). Returns the loss."""
     if mini_batch_size < 1:
         raise ValueError(f"--mini-batch-size must be >= 1, got {mini_batch_size}")
     device = columns[0].ids.device
     # 1. embeddings without a graph; the RNG state before each mini-batch
-    chunks: list[list[tuple[Column, RngState]]] = []
+    chunks: list[list[tuple[Tensor, Column, RngState]]] = []
     reps: list[Tensor] = []
     with torch.no_grad():
         for column in columns:
             parts, outs = [], []
-            for chunk in column.chunks(mini_batch_size):
-                parts.append((chunk, RngState(device)))
+            pieces = column.length_chunks(mini_batch_size)
+            for index, chunk in pieces:
+                parts.append((index, chunk, RngState(device)))
                 outs.append(embed(chunk.ids, chunk.types, chunk.mask))
             chunks.append(parts)
-            reps.append(torch.cat(outs).detach().requires_grad_(True))
+            reps.append(torch.cat(outs)[_inverse(pieces)].requires_grad_(True))
     # 2. the loss on the whole (global) batch, and d loss / d embedding
     loss = loss_fn([gather_with_grad(r) for r in reps], gather_labels(labels))
     loss.backward()
     # 3. each mini-batch again, with a graph and its own dropout masks, fed its cached embedding gradient
     for parts, rep in zip(chunks, reps):
-        start = 0
-        for chunk, state in parts:
-            grad = rep.grad[start:start + len(chunk)]
-            start += len(chunk)
+        for index, chunk, state in parts:
+            grad = rep.grad[index]
             with state.replay():
                 out = embed(chunk.ids, chunk.types, chunk.mask)
             out.backward(grad)
