@@ -339,8 +339,9 @@ class Encoder:
         """Run embeddings and layers 1..depth only (depth -1 = all). Returns (hidden states 0..depth, each [B, T, H];
         pooler output [B, H] or None). Call under ``torch.inference_mode()`` and (optionally) :meth:`autocast`."""
         depth = self.num_layers if depth < 0 else depth
-        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True, num_layers=depth)
-        return out.hidden_states, (out.pooler_output if pooler else None)
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True, num_layers=depth,
+                        output_pooler=pooler)
+        return out.hidden_states, out.pooler_output
 
     def pool_batch(self, states: list[torch.Tensor], pooled: torch.Tensor | None, attention_mask: torch.Tensor,
                    spec: PoolSpec) -> torch.Tensor | list[torch.Tensor]:

@@ -173,6 +173,7 @@ class BertSelfAttention(nn.Module):
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.qkv: nn.Module | None = None  # q, k, v fused for inference (bertkit.quantize.fuse_qkv); never saved
         self.dropout_prob = config.attention_probs_dropout_prob
 
     def forward(self, x: Tensor, mask: Tensor | None, implementation: str) -> tuple[Tensor, Tensor | None]:
@@ -182,6 +183,11 @@ class BertSelfAttention(nn.Module):
             weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # [3H, H]
             bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
             qkv = F.linear(x, weight, bias).view(B, T, 3, self.num_heads, self.head_dim)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, N, T, D]
+        elif self.qkv is not None:
+            # an inference-only model whose q, k, v were fused into one Linear (``bertkit.quantize``: one int8 GEMM and
+            # one activation quantisation instead of three)
+            qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
             q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, N, T, D]
         else:
             # three GEMMs on the parameters themselves: autocast can then cache their bf16 copies across batches
@@ -379,6 +385,7 @@ class BertModel(BertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         num_layers: int | None = None,
+        output_pooler: bool = True,
     ) -> BertModelOutput:
         """
         Args:
@@ -390,6 +397,7 @@ class BertModel(BertPreTrainedModel):
             output_attentions: also return every layer's attention probabilities (runs the eager path).
             num_layers: run only the embeddings and the first ``num_layers`` layers (0..L; None = all L). Stopping
                 early skips the pooler (it reads the last layer): ``pooler_output`` is then None.
+            output_pooler: False skips the pooler (``pooler_output`` None) when the caller does not read it.
         """
         depth = len(self.encoder.layer)
         if num_layers is not None:
@@ -411,7 +419,8 @@ class BertModel(BertPreTrainedModel):
                 hidden_states.append(x)
             if attentions is not None:
                 attentions.append(probs)
-        pooled = self.pooler(x) if self.pooler is not None and depth == len(self.encoder.layer) else None
+        pooled = (self.pooler(x) if output_pooler and self.pooler is not None and depth == len(self.encoder.layer)
+                  else None)
         return BertModelOutput(
             last_hidden_state=x,
             pooler_output=pooled,
