@@ -227,3 +227,26 @@ def test_export_all_layers_is_what_the_encoder_backend_reads(tiny_dir, tmp_path)
     assert enc.onnx_path == str(d / "encoder.onnx")  # used as it is, not exported again
     np.testing.assert_allclose(enc.encode(TEXTS, layers=(1, -1)), Encoder.from_pretrained(d, precision="fp32").encode(
         TEXTS, layers=(1, -1)), atol=1e-4)
+
+
+def test_encoder_int8_parallel_batches_equal_one_at_a_time(tiny_dir):
+    """int8 encoders run whole batches side by side on the CPU threads: same vectors, in input order, and the
+    caller's thread count comes back."""
+    from bertkit.features import Encoder
+
+    int8 = Encoder.from_pretrained(tiny_dir, quantize="int8")
+    assert int8.parallel_batches and not Encoder.from_pretrained(tiny_dir).parallel_batches
+    texts = [f"{t} {n}" for n in range(5) for t in TEXTS]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for pooling in ("mean", "none"):
+            int8.parallel_batches = True
+            a = int8.encode(texts, pooling=pooling, layers=-1, batch_size=3)
+            assert torch.get_num_threads() == 2
+            int8.parallel_batches = False
+            b = int8.encode(texts, pooling=pooling, layers=-1, batch_size=3)
+            for x, y in zip(a, b):
+                np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-4)
+    finally:
+        torch.set_num_threads(threads)
