@@ -1,6 +1,9 @@
 """CPU inference paths side by side: transformers fp32, bertkit fp32, bertkit default (bf16 autocast where the CPU
-has native bf16), bertkit int8 (dynamic int8 Linear) and, when onnxruntime is installed, bertkit's ONNX Runtime
-backend in fp32 and int8 (``Encoder.from_pretrained`` / ``load_pipeline(..., backend="onnx")``).
+has native bf16), bertkit int8 (dynamic int8 Linear, q/k/v fused, on the int8 engine bertkit picks for the CPU:
+onednn where it has VNNI / AMX), bertkit int8 on the other engine (``bertkit int8 x86``: fbgemm, or ``bertkit int8
+onednn``), with more than one thread the int8 Encoder without its batches side by side (``bertkit int8
+serial``: one batch at a time, every thread inside each op) and, when onnxruntime is installed, bertkit's ONNX
+Runtime backend in fp32 and int8 (``Encoder.from_pretrained`` / ``load_pipeline(..., backend="onnx")``).
 
 Two workloads, each run alternating the paths (path 1, path 2, ..., path 1, ...) and reporting medians:
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -109,24 +113,53 @@ def transformers_path(model_dir: Path, texts: list[str], task: str, batch_size: 
 
 
 def bertkit_path(model_dir: Path, texts: list[str], task: str, batch_size: int, precision: str,
-                 quantize: str | None, backend: str = "torch"):
-    if task == "embed":
-        from bertkit import Encoder
+                 quantize: str | None, backend: str = "torch", engine: str | None = None,
+                 parallel_batches: bool | None = None):
+    """``engine``: the int8 engine to quantise with (``BERTKIT_INT8_ENGINE`` while loading; None: bertkit's pick).
+    ``parallel_batches``: set the Encoder's (None: its default, on for int8)."""
+    from bertkit.quantize import ENGINE_VARIABLE
 
-        encoder = Encoder.from_pretrained(model_dir, precision=precision, quantize=quantize, backend=backend)
-        return lambda: encoder.encode(texts, layers=-1, pooling="mean", batch_size=batch_size, max_length=128,
-                                      show_progress=False), encoder.precision
-    from bertkit.pipelines import load_pipeline
+    saved = os.environ.pop(ENGINE_VARIABLE, None)
+    if engine:
+        os.environ[ENGINE_VARIABLE] = engine
+    try:
+        if task == "embed":
+            from bertkit import Encoder
 
-    pipe = load_pipeline(model_dir, precision=precision, quantize=quantize, batch_size=batch_size, backend=backend)
-    return lambda: pipe.logits(texts), pipe.precision
+            encoder = Encoder.from_pretrained(model_dir, precision=precision, quantize=quantize, backend=backend)
+            if parallel_batches is not None:
+                encoder.parallel_batches = parallel_batches
+            return lambda: encoder.encode(texts, layers=-1, pooling="mean", batch_size=batch_size, max_length=128,
+                                          show_progress=False), encoder.precision
+        from bertkit.pipelines import load_pipeline
+
+        pipe = load_pipeline(model_dir, precision=precision, quantize=quantize, batch_size=batch_size,
+                             backend=backend)
+        return lambda: pipe.logits(texts), pipe.precision
+    finally:
+        os.environ.pop(ENGINE_VARIABLE, None)
+        if saved is not None:
+            os.environ[ENGINE_VARIABLE] = saved
 
 
 def build_paths(model_dir: Path, texts: list[str], task: str, args, work: Path) -> dict:
+    import torch
+
     paths = {"transformers fp32": transformers_path(model_dir, texts, task, args.batch_size)}
     paths["bertkit fp32"], _ = bertkit_path(model_dir, texts, task, args.batch_size, "fp32", None)
     paths["bertkit default"], default_precision = bertkit_path(model_dir, texts, task, args.batch_size, "auto", None)
+    # int8: the engine bertkit picks for this CPU (onednn where it has VNNI / AMX), and each other engine there is
     paths["bertkit int8"], _ = bertkit_path(model_dir, texts, task, args.batch_size, "fp32", "int8")
+    if task == "embed" and torch.get_num_threads() > 1:  # the int8 Encoder without its batches side by side
+        paths["bertkit int8 serial"], _ = bertkit_path(model_dir, texts, task, args.batch_size, "fp32", "int8",
+                                                       parallel_batches=False)
+    from bertkit.quantize import pick_engine
+
+    picked = pick_engine()
+    for engine in ("x86", "onednn"):
+        if engine != picked and engine in torch.backends.quantized.supported_engines:
+            paths[f"bertkit int8 {engine}"], _ = bertkit_path(model_dir, texts, task, args.batch_size, "fp32", "int8",
+                                                              engine=engine)
     try:
         import onnxruntime  # noqa: F401
     except ImportError:
@@ -146,15 +179,15 @@ def build_paths(model_dir: Path, texts: list[str], task: str, args, work: Path) 
     return paths, default_precision
 
 
-def measure(paths: dict, n: int, repeats: int) -> tuple[dict, dict]:
+def measure(paths: dict, n: int, repeats: int, clock=time.perf_counter) -> tuple[dict, dict]:
     """Alternate the paths ``repeats`` times after one warm-up each: (median seconds, last outputs) per path."""
     times: dict[str, list[float]] = {name: [] for name in paths}
     outputs = {name: run() for name, run in paths.items()}  # warm-up (and outputs for the quality columns)
     for r in range(repeats):
         for name, run in paths.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             run()
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(clock() - t0)
         print(f"  round {r + 1}: " + ", ".join(f"{k} {n / v[-1]:.1f}/s" for k, v in times.items()), flush=True)
     return {k: statistics.median(v) for k, v in times.items()}, outputs
 
@@ -174,7 +207,7 @@ def report(title: str, n: int, seconds: dict, outputs: dict, labels: list[int] |
     default = seconds["bertkit default"]
     rows = []
     print(f"\n{title}")
-    head = f"{'path':<20} {'sent/s':>9} {'vs transformers':>16} {'vs bertkit default':>19} {'min cos':>8}"
+    head = f"{'path':<22} {'sent/s':>9} {'vs transformers':>16} {'vs bertkit default':>19} {'min cos':>8}"
     if labels is not None:
         head += f" {'accuracy':>9} {'Δ points':>9} {'max Δprob':>10}"
     print(head)
@@ -182,7 +215,7 @@ def report(title: str, n: int, seconds: dict, outputs: dict, labels: list[int] |
         out = outputs[name]
         row = {"path": name, "sentences_per_s": n / s, "vs_transformers_fp32": base / s,
                "vs_bertkit_default": default / s, "min_cosine_to_fp32": float(cosine(out, ref).min())}
-        line = (f"{name:<20} {n / s:>9.1f} {base / s:>15.2f}x {default / s:>18.2f}x "
+        line = (f"{name:<22} {n / s:>9.1f} {base / s:>15.2f}x {default / s:>18.2f}x "
                 f"{row['min_cosine_to_fp32']:>8.5f}")
         if labels is not None:
             acc = float((out.argmax(-1) == np.array(labels)).mean())
@@ -192,7 +225,10 @@ def report(title: str, n: int, seconds: dict, outputs: dict, labels: list[int] |
             line += f" {acc:>9.4f} {100 * (acc - ref_acc):>+9.2f} {row['max_prob_change']:>10.4f}"
         print(line)
         rows.append(row)
-    print(f"(bertkit default = precision auto -> {default_precision} on this CPU)")
+    from bertkit.quantize import pick_engine
+
+    print(f"(bertkit default = precision auto -> {default_precision} on this CPU; bertkit int8 = engine "
+          f"{pick_engine()})")
     return rows
 
 
@@ -210,6 +246,9 @@ def main() -> None:
     parser.add_argument("--clf-train", type=int, default=20000, help="SST-2 training sentences for that classifier")
     parser.add_argument("--clf-epochs", type=float, default=1.0)
     parser.add_argument("--skip", default="", help="comma-separated workloads to skip: embed, classify")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall: elapsed time (the "
+                        "figures to report); cpu: this process's CPU time, for comparing paths with --threads 1 on a "
+                        "machine shared with other jobs (with more threads it counts every thread's time)")
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument("--data", default=str(DATA), help="the shared data folder (default ../shared/data)")
     args = parser.parse_args()
@@ -220,12 +259,14 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     args.threads = torch.get_num_threads()
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     vocab = DATA / "vocab/bert-base-uncased/vocab.txt"
     if not vocab.is_file():
         sys.exit(f"{DATA} is absent: this benchmark needs the shared SST-2 data and vocabulary")
     texts, labels = read_sst2(DATA / "glue/SST-2/dev.tsv")
     skip = set(filter(None, args.skip.split(",")))
-    print(f"torch {torch.__version__}, {args.threads} threads, batch {args.batch_size}, {args.repeats} rounds")
+    print(f"torch {torch.__version__}, {args.threads} threads, batch {args.batch_size}, {args.repeats} rounds, "
+          f"{args.clock} clock")
     results: dict = {"args": vars(args)}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -236,7 +277,7 @@ def main() -> None:
             print(f"\nembeddings: {n} SST-2 dev sentences, random-weight model L={args.layers} H={args.hidden}, "
                   "mean pooling of the last layer")
             paths, precision = build_paths(model_dir, texts[:n], "embed", args, work)
-            seconds, outputs = measure(paths, n, args.repeats)
+            seconds, outputs = measure(paths, n, args.repeats, clock)
             results["embed"] = report(f"== embeddings ({n} sentences, L={args.layers} H={args.hidden}, random weights)",
                                       n, seconds, outputs, None, precision)
         if "classify" not in skip:
@@ -248,7 +289,7 @@ def main() -> None:
             shape = f"L={config['num_hidden_layers']} H={config['hidden_size']}"
             print(f"\nclassifier: {clf} ({shape}) on the {len(texts)} SST-2 dev sentences")
             paths, precision = build_paths(clf, texts, "classify", args, work)
-            seconds, outputs = measure(paths, len(texts), args.repeats)
+            seconds, outputs = measure(paths, len(texts), args.repeats, clock)
             results["classify"] = report(f"== SST-2 classifier ({shape}, {len(texts)} dev sentences)", len(texts),
                                          seconds, outputs, labels, precision)
     if args.json:

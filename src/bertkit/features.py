@@ -228,6 +228,10 @@ class Encoder:
         self.mlm_head = mlm_head.to(self.device).eval() if mlm_head is not None else None
         self.num_layers = len(bert.encoder.layer)
         self.defaults = EncodeDefaults()
+        # CPU: run whole batches side by side, one thread each (up to torch.get_num_threads() of them), instead of
+        # one batch at a time with every thread inside each op; set for int8 models (their many small ops between
+        # the int8 GEMMs split poorly over threads)
+        self.parallel_batches = False
         if len(tokenizer) > self.config.vocab_size:
             raise InputError(
                 f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {self.config.vocab_size}"
@@ -260,10 +264,12 @@ class Encoder:
         model, info = BertForPreTraining.from_pretrained(path, output_loading_info=True)
         has_pooler = not any(k.startswith("bert.pooler.") for k in info.initialised)
         has_mlm = not any(k.startswith("cls.predictions.") for k in info.initialised)
+        quantized = False
         if quantize is not None and backend == "torch":
             from bertkit.quantize import quantize_model, resolve_quantize
 
-            if resolve_quantize(quantize):
+            quantized = bool(resolve_quantize(quantize))
+            if quantized:
                 model, precision = quantize_model(model, quantize, device), "fp32"
         encoder = cls(
             model,
@@ -277,6 +283,8 @@ class Encoder:
             from bertkit.export import use_onnx_runtime
 
             use_onnx_runtime(encoder, path, quantize)
+        elif quantized:
+            encoder.parallel_batches = True
         if sentence is not None:
             encoder.defaults = EncodeDefaults((-1,), sentence.pooling, sentence.normalize,
                                               sentence.max_seq_length or EncodeDefaults.max_length)
@@ -339,8 +347,9 @@ class Encoder:
         """Run embeddings and layers 1..depth only (depth -1 = all). Returns (hidden states 0..depth, each [B, T, H];
         pooler output [B, H] or None). Call under ``torch.inference_mode()`` and (optionally) :meth:`autocast`."""
         depth = self.num_layers if depth < 0 else depth
-        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True, num_layers=depth)
-        return out.hidden_states, (out.pooler_output if pooler else None)
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True, num_layers=depth,
+                        output_pooler=pooler)
+        return out.hidden_states, out.pooler_output
 
     def pool_batch(self, states: list[torch.Tensor], pooled: torch.Tensor | None, attention_mask: torch.Tensor,
                    spec: PoolSpec) -> torch.Tensor | list[torch.Tensor]:
@@ -433,14 +442,17 @@ class Encoder:
         batches = self.plan_batches([len(e.ids) for e in encodings], batch_size, max_batch_tokens)
         if show_progress is None:
             show_progress = len(texts) >= 1024 and sys.stderr.isatty()
+
+        def run(batch: list[int]) -> Any:
+            ids, types, mask = self.collate([encodings[i] for i in batch])
+            states, pooled = self.forward(ids, types, mask, spec.depth, spec.pooling == "cls_pooled")
+            out = self.pool_batch(states, pooled, mask, spec)
+            return [r.cpu().numpy() for r in out] if isinstance(out, list) else out.cpu().numpy()  # one copy
+
         with torch.inference_mode(), self.autocast(), tqdm(
             total=len(texts), desc="encode", unit="text", disable=not show_progress
         ) as bar:
-            for batch in batches:
-                ids, types, mask = self.collate([encodings[i] for i in batch])
-                states, pooled = self.forward(ids, types, mask, spec.depth, spec.pooling == "cls_pooled")
-                out = self.pool_batch(states, pooled, mask, spec)
-                rows = [r.cpu().numpy() for r in out] if isinstance(out, list) else out.cpu().numpy()  # one copy
+            for batch, rows in zip(batches, self._run_batches(run, batches)):
                 for j, i in enumerate(batch):
                     results[i] = rows[j]
                 bar.update(len(batch))
@@ -453,6 +465,31 @@ class Encoder:
         if show_tokens:
             return vectors, [list(e.tokens) for e in encodings]
         return vectors
+
+    def _run_batches(self, run, batches: list[list[int]]):
+        """``run(batch)`` for each batch, results in order: one after the other, or with ``parallel_batches`` on the
+        CPU, ``torch.get_num_threads()`` batches at a time on as many threads with one intra-op thread each (the
+        caller's thread count is restored after)."""
+        threads = torch.get_num_threads()
+        workers = min(threads, len(batches)) if self.parallel_batches and self.device.type == "cpu" else 1
+        if workers < 2:
+            yield from map(run, batches)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        precision, device = self.precision, self.device
+
+        def work(batch: list[int]) -> Any:
+            torch.set_num_threads(1)  # this thread's own OpenMP count too (oneDNN reads it)
+            with torch.inference_mode(), autocast(precision, device):  # both are per-thread states
+                return run(batch)
+
+        torch.set_num_threads(1)
+        try:
+            with ThreadPoolExecutor(workers, thread_name_prefix="bertkit-encode") as pool:
+                yield from pool.map(work, batches)
+        finally:
+            torch.set_num_threads(threads)
 
     # ------------------------------------------------------------------ fill-mask
 

@@ -230,6 +230,7 @@ class BertSelfAttention(nn.Module):
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.qkv: nn.Module | None = None  # q, k, v fused for inference (bertkit.quantize.fuse_qkv); never saved
         self.dropout_prob = config.attention_probs_dropout_prob
 
     def forward(self, x: Tensor, mask: Tensor | Packing | None, implementation: str
@@ -242,6 +243,11 @@ class BertSelfAttention(nn.Module):
             weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # [3H, H]
             bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
             qkv = F.linear(x, weight, bias).view(B, T, 3, self.num_heads, self.head_dim)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, N, T, D]
+        elif self.qkv is not None:
+            # an inference-only model whose q, k, v were fused into one Linear (``bertkit.quantize``: one int8 GEMM and
+            # one activation quantisation instead of three)
+            qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
             q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, N, T, D]
         else:
             # three GEMMs on the parameters themselves: autocast can then cache their bf16 copies across batches
@@ -455,6 +461,7 @@ class BertModel(BertPreTrainedModel):
         output_attentions: bool = False,
         num_layers: int | None = None,
         packing: Packing | None = None,
+        output_pooler: bool = True,
     ) -> BertModelOutput:
         """
         Args:
@@ -469,6 +476,7 @@ class BertModel(BertPreTrainedModel):
             packing: run the layers on the real tokens only (:class:`Packing` of this batch's attention mask, which
                 it replaces; attention in its groups of rows); the outputs are the padded batch's, padded back to
                 [B, T, H] with zeros at padding.
+            output_pooler: False skips the pooler (``pooler_output`` None) when the caller does not read it.
         """
         depth = len(self.encoder.layer)
         if num_layers is not None:
@@ -501,7 +509,8 @@ class BertModel(BertPreTrainedModel):
         if packing is not None:
             x = packing.unpack(x)  # [B, T, H]
             hidden_states = [packing.unpack(h) for h in hidden_states] if hidden_states is not None else None
-        pooled = self.pooler(x) if self.pooler is not None and depth == len(self.encoder.layer) else None
+        pooled = (self.pooler(x) if output_pooler and self.pooler is not None and depth == len(self.encoder.layer)
+                  else None)
         return BertModelOutput(
             last_hidden_state=x,
             pooler_output=pooled,

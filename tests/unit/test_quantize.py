@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bertkit import BertConfig
-from bertkit.quantize import QuantizedModelError, is_quantized, quantize_model, resolve_quantize
+from bertkit.quantize import QuantizedModelError, fuse_qkv, is_quantized, pick_engine, quantize_model, resolve_quantize
 
 TEXTS = ["the film is good .", "carol lives in berlin and works for acme corp .", "the cast was grim",
          "the ending was boring , the plot was great ."]
@@ -49,13 +49,57 @@ def test_encoder_int8_close_to_fp32(tiny_dir):
     int8 = Encoder.from_pretrained(tiny_dir, precision="auto", quantize="int8")
     assert int8.precision == "fp32"  # int8 matmuls take fp32 activations: no bf16 autocast around them
     quantized = [m for m in int8.bert.modules() if "quantized.dynamic" in type(m).__module__]
-    assert len(quantized) == 2 * 6 + 1  # q, k, v, attention out, intermediate, output per layer; the pooler
+    assert len(quantized) == 2 * 4 + 1  # q+k+v fused, attention out, intermediate, output per layer; the pooler
     assert not any(isinstance(m, torch.nn.Linear) and type(m) is torch.nn.Linear for m in int8.bert.encoder.modules())
     for pooling in ("mean", "cls"):
         a = fp32.encode(TEXTS, pooling=pooling, layers=-1)
         b = int8.encode(TEXTS, pooling=pooling, layers=-1)
         assert not np.array_equal(a, b)  # the int8 path really ran
         assert _cosine(a, b).min() >= 0.99, pooling
+
+
+def test_fused_qkv_is_the_same_model(tiny_dir):
+    from bertkit.modeling import BertModel
+
+    model = BertModel.from_pretrained(tiny_dir).eval()
+    ids = torch.randint(5, 100, (3, 9))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    with torch.no_grad():
+        want = model(ids, mask).last_hidden_state
+        assert fuse_qkv(model) == 2 and fuse_qkv(model) == 0  # once per attention; a second call finds none
+        attention = model.encoder.layer[0].attention.self
+        assert attention.qkv.weight.shape == (3 * 64, 64) and not hasattr(attention, "query")
+        got = model(ids, mask).last_hidden_state
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("engine", ["x86", "onednn"])
+def test_encoder_int8_engines_close_to_fp32(tiny_dir, engine, monkeypatch):
+    """Each int8 engine (the default one picked for the CPU, and the other) gives vectors close to fp32's."""
+    from bertkit.features import Encoder
+
+    if engine not in torch.backends.quantized.supported_engines:
+        pytest.skip(f"no {engine} engine in this PyTorch build")
+    monkeypatch.setenv("BERTKIT_INT8_ENGINE", engine)
+    fp32 = Encoder.from_pretrained(tiny_dir, precision="fp32")
+    int8 = Encoder.from_pretrained(tiny_dir, quantize="int8")
+    assert torch.backends.quantized.engine == engine and int8.bert.encoder.layer[1].attention.self.qkv is not None
+    for pooling in ("mean", "cls"):
+        a = fp32.encode(TEXTS * 3, pooling=pooling, layers=-1)
+        b = int8.encode(TEXTS * 3, pooling=pooling, layers=-1)
+        assert not np.array_equal(a, b)
+        assert _cosine(a, b).min() >= 0.99, (engine, pooling)
+
+
+def test_pick_engine(monkeypatch):
+    monkeypatch.delenv("BERTKIT_INT8_ENGINE", raising=False)
+    assert pick_engine() in torch.backends.quantized.supported_engines
+    assert pick_engine("FBGEMM" if "fbgemm" in torch.backends.quantized.supported_engines else None) in (
+        "fbgemm", pick_engine())
+    monkeypatch.setenv("BERTKIT_INT8_ENGINE", "int4-engine")
+    with pytest.raises(ValueError, match="int8 engine must be one of x86, fbgemm, onednn"):
+        pick_engine()
 
 
 def test_pipeline_int8_close_to_fp32(tmp_path, vocab):
@@ -183,3 +227,26 @@ def test_export_all_layers_is_what_the_encoder_backend_reads(tiny_dir, tmp_path)
     assert enc.onnx_path == str(d / "encoder.onnx")  # used as it is, not exported again
     np.testing.assert_allclose(enc.encode(TEXTS, layers=(1, -1)), Encoder.from_pretrained(d, precision="fp32").encode(
         TEXTS, layers=(1, -1)), atol=1e-4)
+
+
+def test_encoder_int8_parallel_batches_equal_one_at_a_time(tiny_dir):
+    """int8 encoders run whole batches side by side on the CPU threads: same vectors, in input order, and the
+    caller's thread count comes back."""
+    from bertkit.features import Encoder
+
+    int8 = Encoder.from_pretrained(tiny_dir, quantize="int8")
+    assert int8.parallel_batches and not Encoder.from_pretrained(tiny_dir).parallel_batches
+    texts = [f"{t} {n}" for n in range(5) for t in TEXTS]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for pooling in ("mean", "none"):
+            int8.parallel_batches = True
+            a = int8.encode(texts, pooling=pooling, layers=-1, batch_size=3)
+            assert torch.get_num_threads() == 2
+            int8.parallel_batches = False
+            b = int8.encode(texts, pooling=pooling, layers=-1, batch_size=3)
+            for x, y in zip(a, b):
+                np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-4)
+    finally:
+        torch.set_num_threads(threads)
