@@ -3,6 +3,8 @@ accepts (scalars, steps and wall times intact), the crc32c they rely on."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bertkit.experiments import plots
@@ -54,3 +56,12 @@ def test_bar_line_heatmap_pngs(tmp_path):
         w, h = _size(p)
         assert w > 100 and h > 100
     assert not list(tmp_path.glob(".*tmp*"))  # written atomically, no temp file left
+
+
+def test_held_out_records_get_interpolated_wall_time(tmp_path):
+    # pretrain logs every 50 steps with elapsed_s, and evaluates at other steps without it
+    lines = [{"step": 50, "loss": 6.0, "elapsed_s": 100.0}, {"step": 100, "loss": 5.0, "elapsed_s": 300.0},
+             {"step": 60, "eval_mlm_acc": 0.1}, {"step": 100, "eval_mlm_acc": 0.2}, {"step": 120, "eval_mlm_acc": 0.3}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    run = plots.read_run(tmp_path)
+    assert run.series["eval_mlm_acc"] == [(60.0, 140.0, 0.1), (100.0, 300.0, 0.2), (120.0, None, 0.3)]

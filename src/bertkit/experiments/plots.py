@@ -179,18 +179,32 @@ def read_records(run_dir: Path) -> list[dict[str, Any]]:
 
 def read_run(run_dir: Path, name: str | None = None) -> RunCurves:
     """Series of a run: every numeric field of its records by step; wall time from ``elapsed_s`` where the records
-    have it (held-out records without it take the time of the training record of the same step)."""
+    have it (held-out records without it, which fall between training records, take the time interpolated between
+    the training records around their step)."""
+    import bisect
+
     records = read_records(run_dir)
     curves = RunCurves(name or Path(run_dir).name)
     time_at: dict[float, float] = {}
     for r in records:
         if "step" in r and isinstance(r.get("elapsed_s"), (int, float)):
             time_at[float(r["step"])] = float(r["elapsed_s"])
+    known = sorted(time_at)
+
+    def seconds_at(step: float) -> float | None:
+        if step in time_at:
+            return time_at[step]
+        i = bisect.bisect_left(known, step)
+        if 0 < i < len(known):
+            a, b = known[i - 1], known[i]
+            return time_at[a] + (time_at[b] - time_at[a]) * (step - a) / (b - a)
+        return None  # before the first or after the last timed record: no honest time to give it
+
     for r in records:
         if "step" not in r:
             continue
         step = float(r["step"])
-        seconds = time_at.get(step)
+        seconds = seconds_at(step)
         for k, v in r.items():
             if k not in ("step", "elapsed_s", "epoch"):
                 curves.add(k, step, seconds, v)
