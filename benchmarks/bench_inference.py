@@ -1,8 +1,8 @@
 """CPU inference paths side by side: transformers fp32, bertkit fp32, bertkit default (bf16 autocast where the CPU
 has native bf16), bertkit int8 (dynamic int8 Linear, q/k/v fused, on the int8 engine bertkit picks for the CPU:
 onednn where it has VNNI / AMX), bertkit int8 on the other engine (``bertkit int8 x86``: fbgemm, or ``bertkit int8
-onednn``), with more than one thread the int8 Encoder without its batches side by side (``bertkit int8
-serial``: one batch at a time, every thread inside each op) and, when onnxruntime is installed, bertkit's ONNX
+onednn``), with more than one thread the int8 Encoder with its batches side by side (``bertkit int8
+parallel``: ``encoder.parallel_batches``, opt-in, one thread per batch) and, when onnxruntime is installed, bertkit's ONNX
 Runtime backend in fp32 and int8 (``Encoder.from_pretrained`` / ``load_pipeline(..., backend="onnx")``).
 
 Two workloads, each run alternating the paths (path 1, path 2, ..., path 1, ...) and reporting medians:
@@ -116,7 +116,7 @@ def bertkit_path(model_dir: Path, texts: list[str], task: str, batch_size: int, 
                  quantize: str | None, backend: str = "torch", engine: str | None = None,
                  parallel_batches: bool | None = None):
     """``engine``: the int8 engine to quantise with (``BERTKIT_INT8_ENGINE`` while loading; None: bertkit's pick).
-    ``parallel_batches``: set the Encoder's (None: its default, on for int8)."""
+    ``parallel_batches``: set the Encoder's (None: its default, off)."""
     from bertkit.quantize import ENGINE_VARIABLE
 
     saved = os.environ.pop(ENGINE_VARIABLE, None)
@@ -150,9 +150,9 @@ def build_paths(model_dir: Path, texts: list[str], task: str, args, work: Path) 
     paths["bertkit default"], default_precision = bertkit_path(model_dir, texts, task, args.batch_size, "auto", None)
     # int8: the engine bertkit picks for this CPU (onednn where it has VNNI / AMX), and each other engine there is
     paths["bertkit int8"], _ = bertkit_path(model_dir, texts, task, args.batch_size, "fp32", "int8")
-    if task == "embed" and torch.get_num_threads() > 1:  # the int8 Encoder without its batches side by side
-        paths["bertkit int8 serial"], _ = bertkit_path(model_dir, texts, task, args.batch_size, "fp32", "int8",
-                                                       parallel_batches=False)
+    if task == "embed" and torch.get_num_threads() > 1:  # the int8 Encoder with its batches side by side (opt-in)
+        paths["bertkit int8 parallel"], _ = bertkit_path(model_dir, texts, task, args.batch_size, "fp32", "int8",
+                                                         parallel_batches=True)
     from bertkit.quantize import pick_engine
 
     picked = pick_engine()

@@ -229,8 +229,8 @@ class Encoder:
         self.num_layers = len(bert.encoder.layer)
         self.defaults = EncodeDefaults()
         # CPU: run whole batches side by side, one thread each (up to torch.get_num_threads() of them), instead of
-        # one batch at a time with every thread inside each op; set for int8 models (their many small ops between
-        # the int8 GEMMs split poorly over threads)
+        # one batch at a time with every thread inside each op. Off by default: on a quiet 2-core machine it measured
+        # slower for int8 (76 vs 90 sentences/s, BENCHMARKS.md); it can help where other jobs share the cores
         self.parallel_batches = False
         if len(tokenizer) > self.config.vocab_size:
             raise InputError(
@@ -283,8 +283,6 @@ class Encoder:
             from bertkit.export import use_onnx_runtime
 
             use_onnx_runtime(encoder, path, quantize)
-        elif quantized:
-            encoder.parallel_batches = True
         if sentence is not None:
             encoder.defaults = EncodeDefaults((-1,), sentence.pooling, sentence.normalize,
                                               sentence.max_seq_length or EncodeDefaults.max_length)

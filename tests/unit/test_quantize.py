@@ -230,12 +230,12 @@ def test_export_all_layers_is_what_the_encoder_backend_reads(tiny_dir, tmp_path)
 
 
 def test_encoder_int8_parallel_batches_equal_one_at_a_time(tiny_dir):
-    """int8 encoders run whole batches side by side on the CPU threads: same vectors, in input order, and the
-    caller's thread count comes back."""
+    """An int8 encoder asked to run whole batches side by side on the CPU threads (opt-in): same vectors, in input
+    order, and the caller's thread count comes back."""
     from bertkit.features import Encoder
 
     int8 = Encoder.from_pretrained(tiny_dir, quantize="int8")
-    assert int8.parallel_batches and not Encoder.from_pretrained(tiny_dir).parallel_batches
+    assert not int8.parallel_batches and not Encoder.from_pretrained(tiny_dir).parallel_batches  # opt-in
     texts = [f"{t} {n}" for n in range(5) for t in TEXTS]
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
