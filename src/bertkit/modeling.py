@@ -238,16 +238,8 @@ class BertSelfAttention(nn.Module):
         if isinstance(mask, Packing):
             return self._packed(x, mask, implementation), None
         B, T, H = x.shape
-        if self.training:
-            # one GEMM (and one backward GEMM) for q, k and v; the weights stay separate parameters (HF's keys)
-            weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # [3H, H]
-            bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
-            qkv = F.linear(x, weight, bias).view(B, T, 3, self.num_heads, self.head_dim)
-            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, N, T, D]
-        elif self.qkv is not None:
-            # an inference-only model whose q, k, v were fused into one Linear (``bertkit.quantize``: one int8 GEMM and
-            # one activation quantisation instead of three)
-            qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
+        if self.training or self.qkv is not None:
+            qkv = self._project_qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
             q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, N, T, D]
         else:
             # three GEMMs on the parameters themselves: autocast can then cache their bf16 copies across batches
@@ -258,12 +250,21 @@ class BertSelfAttention(nn.Module):
         context = context.transpose(1, 2).reshape(B, T, H)  # [B, T, H]
         return context, probs
 
+    def _project_qkv(self, x: Tensor) -> Tensor:
+        """[..., H] -> [..., 3H]: q, k and v in one GEMM. An inference-only model whose q, k, v were fused into one
+        Linear (``bertkit.quantize``: one int8 GEMM and one activation quantisation instead of three) uses it;
+        otherwise the weights are concatenated on the fly, so they stay separate parameters (HF's keys) and training
+        gets one GEMM (and one backward GEMM) instead of three."""
+        if self.qkv is not None:
+            return self.qkv(x)
+        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # [3H, H]
+        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        return F.linear(x, weight, bias)
+
     def _packed(self, x: Tensor, packing: Packing, implementation: str) -> Tensor:
         """x [N, H] packed tokens -> context [N, H]: one q/k/v GEMM over the real tokens, attention per group."""
         H = x.size(-1)
-        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # [3H, H]
-        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
-        qkv = F.linear(x, weight, bias)  # [N, 3H]
+        qkv = self._project_qkv(x)  # [N, 3H]
         dropout_p = self.dropout_prob if self.training else 0.0
         outs = []
         for part, mask in packing.to_groups(qkv):  # [b, t, 3H]
