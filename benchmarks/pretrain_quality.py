@@ -291,10 +291,12 @@ def summarize(rows: list[dict], out: Path) -> None:
     for r in rows:
         if r["route"].startswith("transformers"):
             by_lr.setdefault((float(r["budget_min"]), r["route"]), []).append(r)
+    def mean_acc(cell: list[dict]) -> float:
+        return sum(float(r["mlm_acc"]) for r in cell) / len(cell)
+
     best: dict[float, list[dict]] = {}
     for (budget, _), cell in by_lr.items():
-        mean = sum(float(r["mlm_acc"]) for r in cell) / len(cell)
-        if budget not in best or mean > sum(float(r["mlm_acc"]) for r in best[budget]) / len(best[budget]):
+        if budget not in best or mean_acc(cell) > mean_acc(best[budget]):
             best[budget] = cell
     shown = [r for r in rows if not r["route"].startswith("transformers")]
     shown += [dict(r, route="transformers (best lr)") for cell in best.values() for r in cell]
@@ -309,7 +311,7 @@ def summarize(rows: list[dict], out: Path) -> None:
             if not got:
                 cells.append("")
                 continue
-            mean = sum(float(r["mlm_acc"]) for r in got) / len(got)
+            mean = mean_acc(got)
             detail = ", ".join(f"{float(r['mlm_acc']):.2%}" for r in got)
             extra = f" lr {got[0]['lr']}" if route.endswith("(best lr)") else ""
             cells.append(f"**{mean:.2%}** ({detail}; {'/'.join(str(r['steps']) for r in got)} steps{extra})")
