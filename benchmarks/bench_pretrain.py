@@ -15,6 +15,13 @@ tokens/s counts non-padding tokens.
 
     .venv/bin/python benchmarks/bench_pretrain.py --model-size bert-mini --steps 12
     .venv/bin/python benchmarks/bench_pretrain.py --model-size bert-base --steps 3 --rounds 2
+    # GPU: bert-base at seq 128, bf16 autocast on both sides (what Trainer(bf16=True) does), fused AdamW on both
+    python3 benchmarks/bench_pretrain.py --device cuda --model-size bert-base --batch-size 128 --steps 20
+
+On a GPU the transformers route gets bf16 autocast too (``--theirs-precision``, default: fp32 on CPU as its docs'
+loop, the same precision as bertkit's on a GPU, as ``Trainer(bf16=True)``) and ``torch.optim.AdamW(fused=True)``
+(Trainer's default optimizer on CUDA), so the ratio measures the model and head, not a missed switch. Timings on a
+GPU synchronise the device after every step. ``--compile`` wraps both models in ``torch.compile``.
 """
 
 from __future__ import annotations
@@ -31,13 +38,16 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_VOCAB = ROOT.parent / "shared" / "data" / "vocab" / "bert-base-uncased" / "vocab.txt"
 
 
-def make_batches(seq_len: int, batch_size: int, n: int, workdir: Path) -> tuple[list[dict], int]:
+def make_batches(seq_len: int, batch_size: int, n: int, workdir: Path, vocab: Path | None = None
+                 ) -> tuple[list[dict], int]:
     from bertkit.commands.quickstart import bundled_corpus
     from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo, prepare_corpus
     from bertkit.tokenization import BertTokenizer, train_vocab
 
     books = bundled_corpus()[:2]
-    if SHARED_VOCAB.is_file():
+    if vocab is not None:
+        pass
+    elif SHARED_VOCAB.is_file():
         vocab = SHARED_VOCAB
     else:
         import gzip
@@ -50,7 +60,8 @@ def make_batches(seq_len: int, batch_size: int, n: int, workdir: Path) -> tuple[
     prepare_corpus([str(p) for p in books], workdir / "shards", vocab, progress=False, log=lambda m: None)
     data = PretrainingData(workdir / "shards", VocabInfo.from_tokenizer(tok),
                            DataOptions(max_seq_length=seq_len, batch_size=batch_size, short_seq_prob=0.0))
-    batches = [{k: torch.from_numpy(v) for k, v in data.batch(0, i).items()} for i in range(n)]
+    nb = data.num_batches(0)
+    batches = [{k: torch.from_numpy(v) for k, v in data.batch(i // nb, i % nb).items()} for i in range(n)]
     return batches, len(tok)
 
 
@@ -64,6 +75,11 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps per route before the first round")
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="cpu | cuda")
+    ap.add_argument("--theirs-precision", default=None,
+                    help="transformers route: fp32 | bf16 | fp16 (default: fp32 on CPU, bertkit's precision on GPU)")
+    ap.add_argument("--vocab", default=None, help="vocab.txt (default: bert-base-uncased from ../shared, else trained)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile both models")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -75,23 +91,34 @@ def main() -> None:
     from bertkit.precision import autocast, resolve_precision
 
     with tempfile.TemporaryDirectory() as tmp:
-        batches, vocab_size = make_batches(args.seq_len, args.batch_size, args.steps, Path(tmp))
+        batches, vocab_size = make_batches(args.seq_len, args.batch_size, args.steps, Path(tmp),
+                                           Path(args.vocab) if args.vocab else None)
+    dev = torch.device(args.device)
+    batches = [{k: v.to(dev) for k, v in b.items()} for b in batches]
     config = BertConfig.from_preset(args.model_size, vocab_size=vocab_size)
     torch.manual_seed(0)
     ours = BertForPreTraining(config).train()
     with tempfile.TemporaryDirectory() as tmp:
         ours.save_pretrained(tmp)
         theirs = transformers.BertForPreTraining.from_pretrained(tmp).train()
-    precision = resolve_precision(args.precision, "cpu")
+    ours.to(dev)
+    theirs.to(dev)
+    precision = resolve_precision(args.precision, dev)
+    theirs_precision = args.theirs_precision or ("fp32" if dev.type == "cpu" else precision)
     total = 10_000
     opt_ours = build_optimizer(ours, lr=1e-4)
     sched_ours = linear_schedule(opt_ours, 100, total)
-    opt_theirs = torch.optim.AdamW(theirs.parameters(), lr=1e-4)
+    opt_theirs = torch.optim.AdamW(theirs.parameters(), lr=1e-4, **({"fused": True} if dev.type == "cuda" else {}))
     sched_theirs = transformers.get_linear_schedule_with_warmup(opt_theirs, 100, total)
+    run_ours, run_theirs = (torch.compile(ours), torch.compile(theirs)) if args.compile else (ours, theirs)
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
 
     def step_ours(b):
-        with autocast(precision, "cpu"):
-            loss = ours(**b).loss
+        with autocast(precision, dev):
+            loss = run_ours(**b).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(ours.parameters(), 1.0)
         opt_ours.step()
@@ -100,7 +127,8 @@ def main() -> None:
         return float(loss.detach())
 
     def step_theirs(b):
-        loss = theirs(**b).loss
+        with autocast(theirs_precision, dev):
+            loss = run_theirs(**b).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(theirs.parameters(), 1.0)
         opt_theirs.step()
@@ -117,12 +145,16 @@ def main() -> None:
     for r in range(args.rounds):
         for name, fn in (routes.items() if r % 2 == 0 else reversed(list(routes.items()))):
             for i, b in enumerate(batches):
+                sync()
                 t0 = time.perf_counter()
                 fn(b)
+                sync()
                 times[name].append((time.perf_counter() - t0) / tokens[i])
     n_params = sum(p.numel() for p in ours.parameters())
+    where = (torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"{torch.get_num_threads()} threads")
     print(f"{args.model_size} ({n_params / 1e6:.1f}M params, vocab {vocab_size}), batch {args.batch_size} x seq "
-          f"{args.seq_len}, {torch.get_num_threads()} threads, bertkit precision {precision}; "
+          f"{args.seq_len}, {where}, torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"precision bertkit {precision} / transformers {theirs_precision}{', compiled' if args.compile else ''}; "
           f"{args.rounds} rounds x {args.steps} steps per route")
     med = {k: statistics.median(v) for k, v in times.items()}
     for k in routes:

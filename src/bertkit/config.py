@@ -238,6 +238,9 @@ class BertConfig:
         if self.id2label is not None:
             out["id2label"] = {str(k): v for k, v in self.id2label.items()}
             out["label2id"] = dict(self.label2id or {})
+        elif self.num_labels is not None:  # as transformers writes a head without names: LABEL_i
+            out["id2label"] = {str(i): f"LABEL_{i}" for i in range(self.num_labels)}
+            out["label2id"] = {f"LABEL_{i}": i for i in range(self.num_labels)}
         if "problem_type" in self.extra:
             out["problem_type"] = self.extra["problem_type"]
         return out

@@ -486,7 +486,8 @@ class BertModel(BertPreTrainedModel):
             depth = num_layers
         # one mask convention, converted once: [B, T] 1/0 -> [B, 1, 1, T] bool (True = attend), None if no padding
         mask = None
-        if attention_mask is not None and not bool(attention_mask.all()):
+        # (compiled: always the mask, since reading a tensor's value would break the graph)
+        if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
             mask = attention_mask.bool()[:, None, None, :]
         implementation = "eager" if output_attentions else self._attn_implementation
         if packing is not None:

@@ -370,3 +370,68 @@ def test_init_from_continues_pretraining_an_existing_model(corpus, tmp_path):
     assert json.loads((second / "run.json").read_text())["config"]["init_from"] == str(first.resolve())
     with pytest.raises(PretrainError, match="not a model directory"):
         PretrainConfig(corpus=[str(corpus[0])], output=str(tmp_path / "x"), init_from=str(tmp_path), max_steps=1)
+
+
+@pytest.mark.slow
+def test_compile_trains_the_same_model_and_saves_plain_weights(corpus, tmp_path):
+    """--compile runs the steps through torch.compile: the same losses as the eager run (same seed, fp32, no
+    dropout), and the saved weights keep the plain names (no ``_orig_mod.`` prefix) and equal the eager run's."""
+    from bertkit.recipes.pretrain import PretrainConfig, pretrain
+
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    runs = {}
+    for compiled in (False, True):
+        out = tmp_path / f"compile-{compiled}"
+        pretrain(PretrainConfig(corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), model_size="bert-tiny",
+                                config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64,
+                                                  "num_hidden_layers": 1, "hidden_dropout_prob": 0.0,
+                                                  "attention_probs_dropout_prob": 0.0},
+                                seq_len=32, batch_size=4, max_steps=3, log_every=1, quiet=True, workers=1,
+                                precision="fp32", compile=compiled, eval_batches=1))
+        losses = [json.loads(x)["loss"] for x in (out / "metrics.jsonl").read_text().splitlines()
+                  if "loss" in json.loads(x)]
+        runs[compiled] = (losses, _weights(out))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0  # the compiled run did compile
+    (eager, w_eager), (comp, w_comp) = runs[False], runs[True]
+    assert len(eager) == len(comp) == 3
+    assert comp == pytest.approx(eager, rel=1e-4)
+    assert sorted(w_comp) == sorted(w_eager) and not any("_orig_mod" in k for k in w_comp)
+    for k in w_eager:
+        torch.testing.assert_close(w_comp[k], w_eager[k], rtol=1e-3, atol=1e-4)
+
+
+def test_loader_worker_processes_feed_the_same_batches(corpus, tmp_path):
+    """Batches built ahead in worker processes (the GPU default) are the ones the background thread builds: the same
+    losses step for step, across an epoch boundary and through a seq-len ramp's change of stage."""
+    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo
+    from bertkit.recipes.pretrain import PretrainConfig, PretrainError, pretrain
+    from bertkit.tokenization import BertTokenizer
+
+    losses = {}
+    for workers in (0, 2):
+        out = tmp_path / f"w{workers}"
+        pretrain(PretrainConfig(corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), model_size="bert-tiny",
+                                config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64,
+                                                  "num_hidden_layers": 1},
+                                seq_len=32, batch_size=16, max_steps=30, log_every=1, quiet=True, workers=1,
+                                precision="fp32", loader_workers=workers, seq_ramp="16:0.3", eval_batches=1))
+        lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        losses[workers] = [x["loss"] for x in lines if "loss" in x]
+        epochs = {x["epoch"] for x in lines if "epoch" in x}
+    assert len(losses[0]) == 30 and losses[2] == losses[0]
+    assert len(epochs) > 1  # the run crossed an epoch boundary, where the workers build the next epoch's batches
+    # a pickled PretrainingData reopens its shards (it does not carry them) and builds the same batches
+    import pickle
+
+    vinfo = VocabInfo.from_tokenizer(BertTokenizer.from_pretrained(corpus[1]))
+    data = PretrainingData(tmp_path / "w0" / "data" / "shards", vinfo, DataOptions(max_seq_length=32, batch_size=4))
+    blob = pickle.dumps(data)
+    assert len(blob) < 20_000
+    again = pickle.loads(blob)
+    for k, v in data.batch(1, 2).items():
+        assert (again.batch(1, 2)[k] == v).all()
+    with pytest.raises(PretrainError, match="--loader-workers"):
+        PretrainConfig(corpus=["x"], output="o", max_steps=1, loader_workers=-1)

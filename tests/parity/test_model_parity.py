@@ -145,6 +145,25 @@ def test_finetuning_heads_roundtrip(tmp_path, cls_name, kwargs):
         torch.testing.assert_close(v1, v2)
 
 
+@pytest.mark.parametrize("cls_name", ["BertForSequenceClassification", "BertForTokenClassification"])
+def test_head_with_a_label_count_and_no_names_loads_in_hf(tmp_path, cls_name):
+    """A head built in bertkit with num_labels only (no names) saves a config transformers loads at that size
+    (it reads the label count from id2label, and refused the weights when only num_labels was known here)."""
+    torch.manual_seed(6)
+    bk = getattr(bertkit, cls_name)(BertConfig(vocab_size=99, max_position_embeddings=64, num_labels=3,
+                                               **CONFIGS["tiny-gelu"])).eval()
+    bk.save_pretrained(tmp_path)
+    hf = getattr(transformers, cls_name).from_pretrained(tmp_path).eval()
+    assert hf.config.num_labels == 3 and hf.config.id2label[2] == "LABEL_2"
+    ids, mask, types = make_batch(2)
+    with torch.no_grad():
+        a = hf(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
+        b = bk(ids, attention_mask=mask, token_type_ids=types).logits
+    assert a.shape == b.shape and a.shape[-1] == 3
+    assert (a - b).abs()[mask.bool()].max() <= TOL if a.dim() == 3 else (a - b).abs().max() <= TOL
+    assert getattr(bertkit, cls_name).from_pretrained(tmp_path).config.num_labels == 3
+
+
 def test_bare_bertmodel_into_head_class(tmp_path):
     torch.manual_seed(5)
     hf = transformers.BertModel(hf_config(**CONFIGS["tiny-gelu"])).eval()

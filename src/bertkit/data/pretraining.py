@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import random
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -434,6 +435,18 @@ class DataOptions:
             self.max_predictions = int(np.ceil(self.max_seq_length * self.mask_prob))
 
 
+_REOPENED: dict[bytes, PretrainingData] = {}
+
+
+def _reopen(*args) -> PretrainingData:
+    key = pickle.dumps(args)
+    if key not in _REOPENED:
+        while len(_REOPENED) >= 4:
+            _REOPENED.pop(next(iter(_REOPENED)))
+        _REOPENED[key] = PretrainingData(*args)
+    return _REOPENED[key]
+
+
 class PretrainingData:
     """Batches of MLM (+ NSP) instances over memmap shards, addressed by (epoch, index).
 
@@ -452,9 +465,14 @@ class PretrainingData:
         names = [s["name"] for s in meta["shards"]] if split == "train" else (
             [meta["eval"]["name"]] if meta.get("eval") else [])
         self.shards = [Shard.open(self.directory, n) for n in names]
-        self.vocab, self.options, self.rank, self.world_size = vocab, options, rank, world_size
+        self.vocab, self.options, self.rank, self.world_size, self.split = vocab, options, rank, world_size, split
         self._cache: dict[int, np.ndarray] = {}  # layout key -> instances (two kept: a prefetch may cross epochs)
         self._order_cache: dict[int, np.ndarray] = {}
+
+    def __reduce__(self):
+        """Pickled as its arguments: another process (a batch-building worker) reopens the memmaps instead of receiving
+        copies of the shards, and keeps the reopened object for the next batch."""
+        return _reopen, (str(self.directory), self.vocab, self.options, self.rank, self.world_size, self.split)
 
     def _key(self, epoch: int) -> int:
         o = self.options
