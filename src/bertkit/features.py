@@ -194,6 +194,14 @@ def _normalize(x: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------- the encoder
 
 
+def cpu_forward_tokens(intermediate_size: int = 3072) -> int:
+    """Padded tokens per forward pass that keep a CPU forward fast: the feed-forward activations ([tokens,
+    intermediate] floats) at about 3 MB per torch thread, i.e. 256 tokens per thread for bert-base (512 on 2 cores,
+    where bert-base measured fastest between 384 and 1024 tokens, in int8, bf16 and fp32 alike), 768 for bert-mini
+    (whose small layers lose more to per-batch overhead than to cache misses)."""
+    return 256 * max(1, torch.get_num_threads()) * 3072 // max(1, intermediate_size)
+
+
 class Encoder:
     """A BERT encoder used as a feature extractor. Holds a ``BertModel`` (with its pooler when the checkpoint has
     one), the tokenizer, and the MLM head when the checkpoint has one (for fill-mask).
@@ -232,6 +240,12 @@ class Encoder:
         # one batch at a time with every thread inside each op. Off by default: on a quiet 2-core machine it measured
         # slower for int8 (76 vs 90 sentences/s, BENCHMARKS.md); it can help where other jobs share the cores
         self.parallel_batches = False
+        # CPU: at most this many padded tokens per forward pass, whatever batch the caller allows (None: no cap).
+        # Larger batches run slower there: their [tokens, intermediate] activations leave the cache, and past 32 MB
+        # every one is a fresh mmap that page-faults in (bert-base int8 on 2 cores: 80 sentences/s at batch 64 x ~50
+        # tokens, 111 under 512 tokens; BENCHMARKS.md)
+        self.forward_tokens = (cpu_forward_tokens(self.config.intermediate_size) if self.device.type == "cpu"
+                               else None)
         if len(tokenizer) > self.config.vocab_size:
             raise InputError(
                 f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {self.config.vocab_size}"
@@ -365,7 +379,10 @@ class Encoder:
 
     def plan_batches(self, lengths: Sequence[int], batch_size: int, max_batch_tokens: int | None) -> list[list[int]]:
         """Indices sorted by length (longest first) cut into batches of at most ``batch_size`` inputs and at most
-        ``max_batch_tokens`` padded tokens (B x longest T); a single input over the budget gets a batch of its own."""
+        ``max_batch_tokens`` padded tokens (B x longest T), and on a CPU at most ``forward_tokens``; a single input
+        over the budget gets a batch of its own."""
+        budgets = [b for b in (max_batch_tokens, self.forward_tokens) if b]
+        max_batch_tokens = min(budgets) if budgets else None
         order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
         batches: list[list[int]] = []
         current: list[int] = []

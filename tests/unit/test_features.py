@@ -273,3 +273,60 @@ def test_plan_batches_respects_size_and_token_budget(encoder):
         assert len(b) <= 3
         assert len(b) == 1 or max(lengths[i] for i in b) * len(b) <= 50
         assert [lengths[i] for i in b] == sorted((lengths[i] for i in b), reverse=True)
+
+
+def test_cpu_forward_token_cap_splits_batches_without_changing_vectors(model_dir, monkeypatch):
+    """On a CPU the Encoder cuts batches at ``forward_tokens`` padded tokens even when the caller allows more (large
+    batches run slower there); the vectors are the ones an uncapped run gives."""
+    enc = Encoder.from_pretrained(model_dir, precision="fp32")
+    assert enc.forward_tokens is not None and enc.forward_tokens > 0
+    texts = [" ".join(["word"] * n) for n in (3, 9, 1, 14, 6, 2, 11, 5)]
+    calls: list[tuple[int, int]] = []
+    hook = enc.bert.register_forward_hook(lambda m, args, out: calls.append(tuple(args[0].shape)))
+    try:
+        enc.forward_tokens = None
+        free = enc.encode(texts, layers=-1, pooling="mean", batch_size=64, max_batch_tokens=16384)
+        assert len(calls) == 1
+        calls.clear()
+        enc.forward_tokens = 24
+        capped = enc.encode(texts, layers=-1, pooling="mean", batch_size=64, max_batch_tokens=16384)
+    finally:
+        hook.remove()
+    assert len(calls) > 1 and all(b * t <= 24 or b == 1 for b, t in calls)
+    np.testing.assert_allclose(capped, free, rtol=1e-5, atol=1e-6)
+
+
+def test_split_by_tokens_and_task_inference_under_the_cap(monkeypatch):
+    from bertkit.tasks import split_by_tokens
+
+    lengths = [2, 3, 3, 5, 8, 8, 9, 30]
+    batches = split_by_tokens([[0, 1, 2, 3], [4, 5, 6, 7]], lengths, 16)
+    assert [i for b in batches for i in b] == list(range(8))  # same order, nothing lost
+    for b in batches:
+        assert len(b) == 1 or max(lengths[i] for i in b) * len(b) <= 16
+    assert [7] in batches  # longer than the cap: alone
+
+    # run_inference (the task pipelines' loop) cuts its CPU batches the same way, with the same outputs
+    import bertkit.features
+    from bertkit import BertConfig, BertForSequenceClassification
+    from bertkit.tasks import collate_inputs, run_inference
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                                     num_attention_heads=2, intermediate_size=32, num_labels=2))
+    g = torch.Generator().manual_seed(1)
+    feats = [{"input_ids": torch.randint(5, 50, (n,), generator=g).tolist(), "token_type_ids": [0] * n,
+              "attention_mask": [1] * n} for n in lengths]
+
+    def run(cap):
+        monkeypatch.setattr(bertkit.features, "cpu_forward_tokens", lambda width=3072: cap)
+        out, shapes = {}, []
+        for idx, o in run_inference(model, feats, collate_inputs, batch_size=8):
+            shapes.append(len(idx))
+            out.update({i: o.logits[j] for j, i in enumerate(idx)})
+        return torch.stack([out[i] for i in range(len(feats))]), shapes
+
+    free, one = run(10**9)
+    capped, many = run(16)
+    assert one == [8] and len(many) == len(split_by_tokens([list(range(8))], lengths, 16)) > 1
+    torch.testing.assert_close(capped, free, rtol=1e-5, atol=1e-6)

@@ -77,6 +77,24 @@ def length_batches(
     return batches
 
 
+def split_by_tokens(batches: list[list[int]], lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Cut each batch (indices in order of length) further so that none holds more than ``max_tokens`` padded tokens
+    (its size x its longest); an input longer than that alone gets a batch of its own."""
+    out: list[list[int]] = []
+    for batch in batches:
+        current: list[int] = []
+        longest = 0
+        for i in batch:
+            if current and max(longest, lengths[i]) * (len(current) + 1) > max_tokens:
+                out.append(current)
+                current, longest = [], 0
+            current.append(i)
+            longest = max(longest, lengths[i])
+        if current:
+            out.append(current)
+    return out
+
+
 def feature_length(feature: dict) -> int:
     """Tokens of a feature, for length bucketing (multiple choice stores its longest choice in ``length``)."""
     return feature.get("length") or len(feature["input_ids"])
@@ -122,7 +140,13 @@ def run_inference(
     from bertkit.precision import autocast
 
     model.eval()
-    batches = length_batches([feature_length(f) for f in features], batch_size, shuffle=False)
+    lengths = [feature_length(f) for f in features]
+    batches = length_batches(lengths, batch_size, shuffle=False)
+    if torch.device(device).type == "cpu":  # as the Encoder: CPU forwards are faster under a token budget
+        from bertkit.features import cpu_forward_tokens
+
+        width = getattr(getattr(model, "config", None), "intermediate_size", 3072)
+        batches = split_by_tokens(batches, lengths, cpu_forward_tokens(width))
     iterator: Any = batches
     if progress:
         from tqdm import tqdm
