@@ -217,7 +217,7 @@ def test_gradient_accumulation_equals_the_large_batch(tiny_dir, ft, tmp_path, mo
         model = task.load_model(tiny_dir, finetuned=False)
         model.set_dropout(0.0)
         args = FinetuneArgs(epochs=1, batch_size=batch_size, grad_accum=accum, lr=1e-2, warmup_proportion=0.0,
-                            precision="fp32", quiet=True)
+                            precision="fp32", quiet=True, device="cpu")
         summary = finetune(task, model, BertTokenizer.from_pretrained(tiny_dir), train, None, tmp_path / f"b{batch_size}", args)
         assert summary["step"] == 1
         weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
@@ -249,7 +249,8 @@ def test_torchrun_two_processes_equal_one_large_batch(tiny_dir, ft, tmp_path):
     train.write_text("".join((ft / "sst2_train.tsv").read_text(encoding="utf-8").splitlines(True)[:9]),
                      encoding="utf-8")
     common = ["finetune", "--task", "sst2", "--train", str(train), "--model", str(tiny_dir), "--epochs", "1",
-              "--lr", "1e-2", "--warmup-proportion", "0", "--precision", "fp32", "--dropout", "0", "--quiet"]
+              "--lr", "1e-2", "--warmup-proportion", "0", "--precision", "fp32", "--dropout", "0", "--quiet",
+              "--device", "cpu"]  # gloo on the CPU, also on a machine with one GPU
     assert main([*common, "--output", str(tmp_path / "one"), "--batch-size", "8"]) == 0
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     torchrun = Path(sys.executable).parent / "torchrun"
@@ -461,6 +462,12 @@ def test_evaluate_quantize_int8_runs_the_int8_model(tiny_dir, ft, tmp_path, monk
                  "--output", str(tmp_path / "int8"), "--quantize", "int8"]) == 0
     assert seen == [("int8", True)]
     assert 0.0 <= json.loads((tmp_path / "int8" / "metrics.json").read_text())["accuracy"] <= 1.0
+    # where a GPU is present, --quantize without --device still runs on the CPU (int8 kernels are CPU-only): it
+    # used to pick cuda and refuse ("int8 runs on the CPU only"), as it did on the H100
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert main(["evaluate", "--model", str(out), "--data", str(ft / "sst2_dev.tsv"), "--quiet",
+                 "--output", str(tmp_path / "int8-gpu-box"), "--quantize", "int8"]) == 0
+    assert seen == [("int8", True)] * 2
 
 
 def test_finetune_tensorboard_writes_dev_metrics(tiny_dir, ft, tmp_path):

@@ -31,7 +31,8 @@ def _config(corpus, out, **kw):
     from bertkit.recipes.pretrain import PretrainConfig
 
     base = dict(corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), model_size="bert-tiny",
-                config_overrides=TINY, seq_len=32, batch_size=4, quiet=True, workers=1, precision="fp32", lr=1e-3)
+                config_overrides=TINY, seq_len=32, batch_size=4, quiet=True, workers=1, precision="fp32", lr=1e-3,
+                device="cpu")  # the tests compare with loops on the CPU, also on a machine with a GPU
     base.update(kw)
     return PretrainConfig(**base)
 
@@ -314,3 +315,17 @@ def test_resume_across_a_ramp_boundary_is_exact(corpus, tmp_path):
         pretrain(_config(corpus, resumed, resume=True, **kw))
         a, b = _weights(run), _weights(resumed)
         assert all(torch.equal(a[k], b[k]) for k in a), f"resumed from step {at}"
+
+
+def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):
+    """torchrun with more processes per node than GPUs: a one-line error naming the fix, not CUDA's "invalid device
+    ordinal" from deep inside set_device (seen with --nproc_per_node 2 on a one-GPU machine)."""
+    from bertkit.errors import RunError
+    from bertkit.training import distributed
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: pytest.fail("set_device reached"))
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(RunError, match=r"GPU 1, but this machine has 1.*--nproc_per_node 1.*--device cpu"):
+        distributed.setup("cuda")

@@ -43,7 +43,8 @@ def run(args: argparse.Namespace, labelled: bool = True) -> int:
     run_options: RunOptions = from_args(RunOptions, args)
     task, model, tokenizer = load_finetuned(files.model, args.task, args)
     examples = task.read(files.data, labelled=labelled, skip_bad_rows=run_options.skip_bad_rows)
-    device = resolve_device(run_options.device)
+    # int8 kernels are CPU-only: --quantize without --device runs on the CPU even where a GPU is present
+    device = (run_options.device or "cpu") if files.quantize else resolve_device(run_options.device)
     precision = resolve_precision(run_options.precision, device)
     model.to(device)
     if files.quantize:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from bertkit.errors import RunError
+
 
 @dataclass(frozen=True)
 class DistContext:
@@ -39,6 +41,11 @@ def setup(device: str | None = None) -> DistContext:
     dev = torch.device(device)
     if dev.type == "cuda":
         dev = torch.device("cuda", local if dev.index is None else dev.index)
+        count = torch.cuda.device_count()
+        if dev.index >= count:
+            raise RunError(f"process {rank} (LOCAL_RANK {local}) wants GPU {dev.index}, but this machine has {count}: "
+                           f"launch at most {count} process(es) per node (torchrun --nproc_per_node {count}), or "
+                           "pass --device cpu")
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo", rank=rank, world_size=world)
