@@ -254,7 +254,12 @@ def test_corrupt_run_json_and_unwritable_output_are_one_line_errors(corpus, tmp_
     assert "cannot write" in err and "/sys/bertkit-test" in err and len(err.strip().splitlines()) == 1
 
 
-def test_nan_loss_stops_and_keeps_last_good_checkpoint(corpus, tmp_path):
+@pytest.mark.parametrize("loader_workers", [0, 2])
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(corpus, tmp_path, loader_workers):
+    """A non-finite loss stops the run, keeping the last good checkpoint; batch-building worker processes (the GPU
+    default) are shut down with it, not left behind."""
+    import multiprocessing
+
     from bertkit.recipes.pretrain import PretrainConfig, pretrain
     from bertkit.training.checkpointing import latest_checkpoint, load_checkpoint
 
@@ -262,9 +267,10 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(corpus, tmp_path):
     cfg = PretrainConfig(corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), model_size="bert-tiny",
                          config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
                          seq_len=32, batch_size=4, max_steps=20, save_every=1, warmup_steps=0, lr=1e36,
-                         precision="fp32", quiet=True, workers=1)
+                         precision="fp32", quiet=True, workers=1, loader_workers=loader_workers)
     with pytest.raises(FloatingPointError, match="last good checkpoint"):
         pretrain(cfg)
+    assert multiprocessing.active_children() == []
     last = latest_checkpoint(out / "checkpoints")
     state = load_checkpoint(last)
     assert state["step"] >= 1

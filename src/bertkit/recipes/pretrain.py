@@ -540,45 +540,49 @@ def pretrain(cfg: PretrainConfig) -> Path:
             meter, loader, stop_why = Meter(), _Prefetcher(loader_workers), None
             if budget is not None:
                 budget.start()
-            while step < total_steps and stop_why is None:
-                t0 = time.perf_counter()
-                if entered := feed.advance(step, total_steps):  # a ramp's next stage (before the step: resume-exact)
-                    _say(cfg, ctx, entered)
-                step_loss = _accumulate(ddp_model, feed, loader, cfg, ctx, precision, scaler, meter)
-                scaler.unscale_(optimizer)
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-                check = dist.all_reduce_mean(ctx, [step_loss, float(grad_norm)])
-                if not math.isfinite(check[0]) or not (scaler.is_enabled() or math.isfinite(check[1])):
-                    _raise_not_finite(out, check, step)
-                scaler.step(optimizer)  # with fp16: skipped when a gradient overflowed, and the scale lowered
-                scaler.update()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                step += 1
-                elapsed += time.perf_counter() - t0
-                meter.add(loss=step_loss, steps=1, time=time.perf_counter() - t0)
-                bar.update(1)
-                fitted = budget.after_step(step, total_steps, cost) if budget else None
-                if fitted is not None:
-                    total_steps = record["total_steps"] = bar.total = int(dist.broadcast_object(ctx, fitted))
-                    _say(cfg, ctx, f"--max-time: re-scheduled to {total_steps} steps at the measured pace")
-                    scheduler = lr_schedule(optimizer, cfg.schedule, warmup, total_steps)
-                    scheduler.last_epoch = step - 1
-                    scheduler.step()  # the lr of this step on the new schedule
-                    eval_every = cfg.eval_every or max(1, total_steps // 10)
-                    if ctx.is_main:
-                        write_json(out / "run.json", record, sort_keys=False)
-                if step % cfg.log_every == 0 or step == total_steps:
-                    _log(ctx, cfg, out, meter, bar, step, total_steps, scheduler.get_last_lr()[0], elapsed, feed.epoch)
-                if eval_batches and ctx.is_main and (step % eval_every == 0 or step == total_steps):
-                    elapsed += _held_out(cfg, ctx, out, model, eval_batches, precision, step)
-                if step % cfg.save_every == 0 and step < total_steps:
-                    save()
-                over, signalled = dist.all_reduce_mean(ctx, [float(bool(budget and budget.over())),
-                                                             float(stop.requested)])
-                stop_why = "signal" if signalled else ("time" if over and step < total_steps else None)
-            bar.close()
-            loader.close()
+            try:  # the workers (processes on a GPU) go when the loop does, also when it raises
+                while step < total_steps and stop_why is None:
+                    t0 = time.perf_counter()
+                    # a ramp's next stage (before the step: resume-exact)
+                    if entered := feed.advance(step, total_steps):
+                        _say(cfg, ctx, entered)
+                    step_loss = _accumulate(ddp_model, feed, loader, cfg, ctx, precision, scaler, meter)
+                    scaler.unscale_(optimizer)
+                    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+                    check = dist.all_reduce_mean(ctx, [step_loss, float(grad_norm)])
+                    if not math.isfinite(check[0]) or not (scaler.is_enabled() or math.isfinite(check[1])):
+                        _raise_not_finite(out, check, step)
+                    scaler.step(optimizer)  # with fp16: skipped when a gradient overflowed, and the scale lowered
+                    scaler.update()
+                    scheduler.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    step += 1
+                    elapsed += time.perf_counter() - t0
+                    meter.add(loss=step_loss, steps=1, time=time.perf_counter() - t0)
+                    bar.update(1)
+                    fitted = budget.after_step(step, total_steps, cost) if budget else None
+                    if fitted is not None:
+                        total_steps = record["total_steps"] = bar.total = int(dist.broadcast_object(ctx, fitted))
+                        _say(cfg, ctx, f"--max-time: re-scheduled to {total_steps} steps at the measured pace")
+                        scheduler = lr_schedule(optimizer, cfg.schedule, warmup, total_steps)
+                        scheduler.last_epoch = step - 1
+                        scheduler.step()  # the lr of this step on the new schedule
+                        eval_every = cfg.eval_every or max(1, total_steps // 10)
+                        if ctx.is_main:
+                            write_json(out / "run.json", record, sort_keys=False)
+                    if step % cfg.log_every == 0 or step == total_steps:
+                        _log(ctx, cfg, out, meter, bar, step, total_steps, scheduler.get_last_lr()[0], elapsed,
+                             feed.epoch)
+                    if eval_batches and ctx.is_main and (step % eval_every == 0 or step == total_steps):
+                        elapsed += _held_out(cfg, ctx, out, model, eval_batches, precision, step)
+                    if step % cfg.save_every == 0 and step < total_steps:
+                        save()
+                    over, signalled = dist.all_reduce_mean(ctx, [float(bool(budget and budget.over())),
+                                                                 float(stop.requested)])
+                    stop_why = "signal" if signalled else ("time" if over and step < total_steps else None)
+            finally:
+                bar.close()
+                loader.close()
 
             # ---- the end: checkpoint + model directory (config.json, model.safetensors, vocab.txt, tokenizer config)
             path = save()
