@@ -202,6 +202,25 @@ def cpu_forward_tokens(intermediate_size: int = 3072) -> int:
     return 256 * max(1, torch.get_num_threads()) * 3072 // max(1, intermediate_size)
 
 
+def cut_batches(order: Sequence[int], lengths: Sequence[int], batch_size: int,
+                max_tokens: int | None) -> list[list[int]]:
+    """``order`` cut, in order, into batches of at most ``batch_size`` inputs and at most ``max_tokens`` padded
+    tokens (its size x its longest; None: no budget); an input over the budget gets a batch of its own."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:
+        if current and (len(current) >= batch_size
+                        or (max_tokens and max(longest, lengths[i]) * (len(current) + 1) > max_tokens)):
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, lengths[i])
+    if current:
+        batches.append(current)
+    return batches
+
+
 class Encoder:
     """A BERT encoder used as a feature extractor. Holds a ``BertModel`` (with its pooler when the checkpoint has
     one), the tokenizer, and the MLM head when the checkpoint has one (for fill-mask).
@@ -278,12 +297,10 @@ class Encoder:
         model, info = BertForPreTraining.from_pretrained(path, output_loading_info=True)
         has_pooler = not any(k.startswith("bert.pooler.") for k in info.initialised)
         has_mlm = not any(k.startswith("cls.predictions.") for k in info.initialised)
-        quantized = False
         if quantize is not None and backend == "torch":
             from bertkit.quantize import quantize_model, resolve_quantize
 
-            quantized = bool(resolve_quantize(quantize))
-            if quantized:
+            if resolve_quantize(quantize):
                 model, precision = quantize_model(model, quantize, device), "fp32"
         encoder = cls(
             model,
@@ -382,20 +399,8 @@ class Encoder:
         ``max_batch_tokens`` padded tokens (B x longest T), and on a CPU at most ``forward_tokens``; a single input
         over the budget gets a batch of its own."""
         budgets = [b for b in (max_batch_tokens, self.forward_tokens) if b]
-        max_batch_tokens = min(budgets) if budgets else None
         order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-        batches: list[list[int]] = []
-        current: list[int] = []
-        for i in order:
-            longest = lengths[current[0]] if current else lengths[i]
-            if current and (len(current) >= batch_size
-                            or (max_batch_tokens and longest * (len(current) + 1) > max_batch_tokens)):
-                batches.append(current)
-                current = []
-            current.append(i)
-        if current:
-            batches.append(current)
-        return batches
+        return cut_batches(order, lengths, batch_size, min(budgets) if budgets else None)
 
     # ------------------------------------------------------------------ the public call
 

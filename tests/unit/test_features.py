@@ -296,11 +296,11 @@ def test_cpu_forward_token_cap_splits_batches_without_changing_vectors(model_dir
     np.testing.assert_allclose(capped, free, rtol=1e-5, atol=1e-6)
 
 
-def test_split_by_tokens_and_task_inference_under_the_cap(monkeypatch):
-    from bertkit.tasks import split_by_tokens
+def test_cut_batches_and_task_inference_under_the_cap(monkeypatch):
+    from bertkit.features import cut_batches
 
     lengths = [2, 3, 3, 5, 8, 8, 9, 30]
-    batches = split_by_tokens([[0, 1, 2, 3], [4, 5, 6, 7]], lengths, 16)
+    batches = [part for b in ([0, 1, 2, 3], [4, 5, 6, 7]) for part in cut_batches(b, lengths, len(b), 16)]
     assert [i for b in batches for i in b] == list(range(8))  # same order, nothing lost
     for b in batches:
         assert len(b) == 1 or max(lengths[i] for i in b) * len(b) <= 16
@@ -328,5 +328,5 @@ def test_split_by_tokens_and_task_inference_under_the_cap(monkeypatch):
 
     free, one = run(10**9)
     capped, many = run(16)
-    assert one == [8] and len(many) == len(split_by_tokens([list(range(8))], lengths, 16)) > 1
+    assert one == [8] and len(many) == len(cut_batches(list(range(8)), lengths, 8, 16)) > 1
     torch.testing.assert_close(capped, free, rtol=1e-5, atol=1e-6)

@@ -77,24 +77,6 @@ def length_batches(
     return batches
 
 
-def split_by_tokens(batches: list[list[int]], lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Cut each batch (indices in order of length) further so that none holds more than ``max_tokens`` padded tokens
-    (its size x its longest); an input longer than that alone gets a batch of its own."""
-    out: list[list[int]] = []
-    for batch in batches:
-        current: list[int] = []
-        longest = 0
-        for i in batch:
-            if current and max(longest, lengths[i]) * (len(current) + 1) > max_tokens:
-                out.append(current)
-                current, longest = [], 0
-            current.append(i)
-            longest = max(longest, lengths[i])
-        if current:
-            out.append(current)
-    return out
-
-
 def feature_length(feature: dict) -> int:
     """Tokens of a feature, for length bucketing (multiple choice stores its longest choice in ``length``)."""
     return feature.get("length") or len(feature["input_ids"])
@@ -143,10 +125,10 @@ def run_inference(
     lengths = [feature_length(f) for f in features]
     batches = length_batches(lengths, batch_size, shuffle=False)
     if torch.device(device).type == "cpu":  # as the Encoder: CPU forwards are faster under a token budget
-        from bertkit.features import cpu_forward_tokens
+        from bertkit.features import cpu_forward_tokens, cut_batches
 
-        width = getattr(getattr(model, "config", None), "intermediate_size", 3072)
-        batches = split_by_tokens(batches, lengths, cpu_forward_tokens(width))
+        cap = cpu_forward_tokens(getattr(getattr(model, "config", None), "intermediate_size", 3072))
+        batches = [part for b in batches for part in cut_batches(b, lengths, len(b), cap)]
     iterator: Any = batches
     if progress:
         from tqdm import tqdm
