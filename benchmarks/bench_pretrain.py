@@ -45,11 +45,9 @@ def make_batches(seq_len: int, batch_size: int, n: int, workdir: Path, vocab: Pa
     from bertkit.tokenization import BertTokenizer, train_vocab
 
     books = bundled_corpus()[:2]
-    if vocab is not None:
-        pass
-    elif SHARED_VOCAB.is_file():
+    if vocab is None and SHARED_VOCAB.is_file():
         vocab = SHARED_VOCAB
-    else:
+    elif vocab is None:
         import gzip
 
         text = workdir / "books.txt"
