@@ -108,6 +108,15 @@ class _Counting(io.RawIOBase):
         self.count += n or 0
         return n
 
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.f.tell()
+
     def close(self) -> None:
         self.f.close()
         super().close()
@@ -320,15 +329,17 @@ def strip_gutenberg(lines: list[str]) -> list[str]:
 
 
 def _strip_gutenberg_stream(lines: Iterator[str], header_lines: int = 2000) -> Iterator[str]:
-    """Streaming :func:`strip_gutenberg`: the first ``header_lines`` are held to look for the START marker; reading
-    stops at the first END marker."""
+    """Streaming :func:`strip_gutenberg`: the first ``header_lines`` (at most 1 MB) are held to look for the START
+    marker; reading stops at the first END marker."""
     head: list[str] = []
+    chars = 0
     for line in lines:
         head.append(line)
+        chars += len(line)
         if "***" in line and _GUTENBERG_START.match(line):
             head = []
             break
-        if len(head) >= header_lines:
+        if len(head) >= header_lines or chars >= 1 << 20:
             break
     for line in head:
         if "***" in line and _GUTENBERG_END.match(line):
@@ -362,10 +373,12 @@ def detect_format(path: str | os.PathLike, sample_lines: int = 400, encoding: st
     if head[:4] == _PARQUET_MAGIC:
         return "parquet"
     sample: list[str] = []
-    for line in read_lines(path, encoding, warn=False):
+    chars = 0
+    for line in read_lines(path, encoding, warn=False, max_bytes=1 << 16):
         if line.strip():
-            sample.append(line.strip())
-            if len(sample) >= sample_lines:
+            sample.append(line.strip()[:4096])
+            chars += len(sample[-1])
+            if len(sample) >= sample_lines or chars >= 1 << 20:
                 break
     if not sample:
         return "google"
