@@ -48,6 +48,12 @@ ABLATION: dict[str, dict] = {
     "budget, mask 0.15": {"recipe": "budget", "mask_prob": 0.15},
     "budget, lr x2": {"recipe": "budget", "lr_scale": 2.0},
     "budget, lr x0.5": {"recipe": "budget", "lr_scale": 0.5},
+    # issue 20: candidates to leave the plateau, scored by the honest meter
+    "budget, mask mix 100/0/0": {"recipe": "budget", "mask_mix": "100/0/0"},
+    "budget, seq 64 x batch 64": {"recipe": "budget", "seq_len": 64, "batch_size": 64},
+    "budget, seq 64 x batch 32": {"recipe": "budget", "seq_len": 64},
+    "budget, 100/0/0, seq 64": {"recipe": "budget", "mask_mix": "100/0/0", "seq_len": 64},
+    "budget, mask 0.15, 100/0/0": {"recipe": "budget", "mask_prob": 0.15, "mask_mix": "100/0/0"},
 }
 
 

@@ -116,3 +116,48 @@ def test_mask_mix_option_is_validated_and_honoured(data):
     b = data_.batch(0, 0)
     sel = b["labels"] != -100
     assert (b["input_ids"][sel] == info.mask_id).all()
+
+
+# ------------------------------------------------------------------------------------------------ the cloze probe
+
+
+class _FakeEncoder:
+    """fill_mask answers from a function of the sentence; a vocabulary of the given words."""
+
+    def __init__(self, words, guess):
+        self.tokenizer = SimpleNamespace(vocab={w: i for i, w in enumerate(words)})
+        self.guess, self.seen = guess, []
+
+    def fill_mask(self, texts, top_k=5):
+        self.seen += list(texts)
+        return [[[{"token": t, "token_id": 0, "score": 0.2} for t in self.guess(s)[:top_k]]] for s in texts]
+
+
+def test_cloze_probe_scores_oracle_constant_and_skips_unknown_words():
+    from bertkit.tasks.cloze import CLOZE_ITEMS, cloze_probe
+
+    answers = {s: list(a) for s, a in CLOZE_ITEMS}
+    words = {w for a in answers.values() for w in a} | {"the", ",", "."}
+    oracle = cloze_probe(_FakeEncoder(words, lambda s: answers[s] + ["the"] * 5))
+    assert oracle.top1 == oracle.top5 == oracle.scored == oracle.total == len(CLOZE_ITEMS)
+    constant = cloze_probe(_FakeEncoder(words, lambda s: ["the", ",", ".", "and", "of"]))
+    assert constant.top1 == constant.top5 == 0 and constant.scored == len(CLOZE_ITEMS)
+    fifth = cloze_probe(_FakeEncoder(words, lambda s: ["the", ",", ".", "of"] + answers[s][:1]))
+    assert fifth.top1 == 0 and fifth.top5 == len(CLOZE_ITEMS)
+    no_holmes = cloze_probe(_FakeEncoder(words - {"holmes"}, lambda s: answers[s]))
+    assert no_holmes.scored == len(CLOZE_ITEMS) - 1 and "skipped" in no_holmes.line()
+
+
+def test_cloze_probe_runs_on_a_real_encoder(tmp_path):
+    from tinymodels import make_model_dir
+
+    from bertkit.features import Encoder
+    from bertkit.tasks.cloze import CLOZE_ITEMS, cloze_probe
+
+    words = sorted({w for s, _ in CLOZE_ITEMS for w in s.split() if w != "[MASK]"} | {"holmes", "deal", "head"})
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    make_model_dir(tmp_path, vocab)
+    score = cloze_probe(Encoder.from_pretrained(tmp_path, precision="fp32"))
+    assert score.scored == sum(any(a in vocab for a in answers) for _, answers in CLOZE_ITEMS) >= 3
+    assert 0 <= score.top1 <= score.top5 <= score.scored
+    assert all(len(guesses) == 5 and all(g in vocab for g in guesses) for _, guesses, _ in score.answers)
