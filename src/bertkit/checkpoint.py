@@ -209,6 +209,12 @@ def adapt_state_dict(
                 f"{origin}: shape mismatch for {key!r}: checkpoint has {tuple(value.shape)}, "
                 f"{type(model).__name__} expects {tuple(target[key].shape)}"
             )
+        if value.is_floating_point() != target[key].is_floating_point():  # fp16/bf16 -> fp32 is a cast, int is not
+            raise CheckpointError(
+                f"{origin}: dtype mismatch for {key!r}: checkpoint has {str(value.dtype).removeprefix('torch.')}, "
+                f"{type(model).__name__} expects {str(target[key].dtype).removeprefix('torch.')} (a weight stored "
+                f"as integers would be cast silently into wrong values)"
+            )
     missing = sorted(k for k in target if k not in state and k not in TIED_ALIASES)
     # a head checkpoint without a pooler (BertForMaskedLM, token classification, QA) still loads into BertModel: its
     # pooler is initialised and reported, as transformers does

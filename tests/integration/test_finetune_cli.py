@@ -218,7 +218,8 @@ def test_gradient_accumulation_equals_the_large_batch(tiny_dir, ft, tmp_path, mo
         model.set_dropout(0.0)
         args = FinetuneArgs(epochs=1, batch_size=batch_size, grad_accum=accum, lr=1e-2, warmup_proportion=0.0,
                             precision="fp32", quiet=True, device="cpu")
-        summary = finetune(task, model, BertTokenizer.from_pretrained(tiny_dir), train, None, tmp_path / f"b{batch_size}", args)
+        tokenizer = BertTokenizer.from_pretrained(tiny_dir)
+        summary = finetune(task, model, tokenizer, train, None, tmp_path / f"b{batch_size}", args)
         assert summary["step"] == 1
         weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     torch.manual_seed(0)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.readers import DataError, RowGuard, check_file, jsonl_records
+from bertkit.data.readers import DataError, RowGuard, check_file, jsonl_records, open_text
 from bertkit.embeddings.data import TextRows
 from bertkit.tasks.metrics import pearson, spearman
 
@@ -70,7 +70,7 @@ class BeirData:
 
 def _read_jsonl_ids(path: Path, guard: RowGuard, with_title: bool) -> tuple[list[str], list[str]]:
     ids, texts = [], []
-    with open(path, encoding="utf-8-sig") as f:
+    with open_text(path) as f:
         for n, obj in jsonl_records(f):
             if isinstance(obj, str):
                 guard.bad(n, obj)
@@ -106,7 +106,7 @@ def read_beir(directory: str | os.PathLike, split: str = "test", skip_bad_rows: 
     query_ids, query_texts = _read_jsonl_ids(queries_file, RowGuard(queries_file, skip_bad_rows), False)
     guard = RowGuard(qrels_file, skip_bad_rows)
     qrels: dict[str, dict[str, int]] = {}
-    with open(qrels_file, encoding="utf-8-sig") as f:
+    with open_text(qrels_file) as f:
         for n, line in enumerate(f, 1):
             parts = line.rstrip("\r\n").split("\t")
             if not line.strip() or (n == 1 and parts[0] in ("query-id", "query_id", "qid")):
