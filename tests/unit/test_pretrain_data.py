@@ -98,7 +98,7 @@ def test_nsp_is_fifty_fifty_and_isnext_is_the_continuation(shard_dir, vocab):
     assert n > 1000
     assert abs(p - 0.5) < 4 * np.sqrt(0.25 / n), (p, n)
     inst = data.instances(0)
-    for s, a_lo, a_hi, b_lo, b_hi, label in inst[:300]:
+    for s, a_lo, a_hi, b_lo, _b_hi, label in inst[:300]:
         docs = data.shards[s].documents
         sent = data.shards[s].sentences
         doc_of = np.searchsorted(sent[docs], [a_lo, b_lo], side="right") - 1

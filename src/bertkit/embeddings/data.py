@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import csv
 import logging
+import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.readers import DataError, RowGuard, check_file, jsonl_records
+from bertkit.data.readers import DataError, RowGuard, check_file, jsonl_records, open_text
 
 logger = logging.getLogger(__name__)
 
@@ -69,14 +70,14 @@ def iter_records(path: Path, fmt: str) -> tuple[list[str] | None, Iterator[tuple
     only while the iterator runs."""
     header = None
     if fmt != "jsonl":
-        with open(path, encoding="utf-8-sig", newline="") as f:
+        with open_text(path, newline="") as f:
             first = next(_reader(f, fmt), None)
         if first is None:
             raise DataError(path, None, "the file is empty")
         header = [c.strip() for c in first]
 
     def records() -> Iterator[tuple[int, dict[str, Any] | str]]:
-        with open(path, encoding="utf-8-sig", newline="") as f:
+        with open_text(path, newline="") as f:
             if fmt == "jsonl":
                 yield from jsonl_records(f)
                 return
@@ -110,7 +111,7 @@ def read_texts(path: str | os.PathLike, text_column: str | None = None, fmt: str
     kind = table_format(path, fmt)
     if kind is None:
         rows, lines = [], []
-        with open(path, encoding="utf-8-sig") as f:
+        with open_text(path) as f:
             for n, line in enumerate(f, 1):
                 if line.strip():
                     rows.append((line.strip(),))
@@ -180,7 +181,7 @@ def _read_columns(path: Path, kind: str, columns: Sequence[str], score_column: s
             raw = record.get(score_column)
             try:
                 score = float(raw)
-                if score != score:
+                if math.isnan(score):
                     raise ValueError
             except (TypeError, ValueError):
                 guard.bad(n, f"score {raw!r} in column {score_column!r} is not a number")

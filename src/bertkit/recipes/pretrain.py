@@ -38,8 +38,8 @@ RECIPES = ("budget", "paper")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 SCHEDULES = ("linear", "trapezoid", "onecycle")
 # what a run writes into OUTPUT (and --overwrite removes); a directory holding only these is a run's beginnings
-RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "run.json", "model.safetensors", "config.json", "data", "vocab.txt",
-             "tokenizer_config.json", "special_tokens_map.json")
+RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "run.json", "model.safetensors", "config.json", "data",
+             "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 
 
 class PretrainError(RunError):

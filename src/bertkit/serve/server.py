@@ -59,7 +59,7 @@ class TimedH11Protocol(H11Protocol):
         self._header_timer = None
         if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
             return
-        client = "%s:%d" % self.client if self.client else "?"
+        client = f"{self.client[0]}:{self.client[1]}" if self.client else "?"
         logger.warning("closed a connection from %s: no complete request headers within %s s (--header-timeout)",
                        client, self.header_timeout)
         self.transport.close()
