@@ -4,6 +4,7 @@ never a traceback, and a wrong-dtype weight is refused rather than cast."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -105,3 +106,75 @@ def test_deeply_nested_jsonl_line_names_its_line(tmp_path):
     path.write_text('{"text": "ok", "label": "a"}\n' + "[" * 100_000 + "\n")
     with pytest.raises(DataError, match=r"train.jsonl:2: JSON nested too deeply"):
         read_table(path, "text")
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool, torch.uint8])
+def test_float_weight_stored_as_integers_is_refused_naming_key_and_dtypes(tmp_path, dtype):
+    from safetensors.torch import load_file, save_file
+
+    from bertkit import BertConfig
+    from bertkit.checkpoint import CheckpointError
+    from bertkit.modeling import BertModel
+
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=20, max_position_embeddings=16)
+    BertModel(config).save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    state = load_file(str(weights))
+    key = next(k for k in state if k.endswith("attention.self.query.weight"))
+    state[key] = (state[key] * 100).to(dtype)
+    save_file(state, str(weights))
+    with pytest.raises(CheckpointError, match=rf"dtype mismatch for '{key}': checkpoint has "
+                                              rf"{str(dtype)[6:]}, BertModel expects float32"):
+        BertModel.from_pretrained(tmp_path)
+
+
+def test_half_precision_weights_still_load(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from bertkit import BertConfig
+    from bertkit.modeling import BertModel
+
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=20, max_position_embeddings=16)
+    BertModel(config).save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    state = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in load_file(str(weights)).items()}
+    save_file(state, str(weights))
+    loaded = BertModel.from_pretrained(tmp_path)
+    key = next(iter(k for k in state if k.endswith("query.weight")))
+    torch.testing.assert_close(loaded.state_dict()[key], state[key].float())
+
+
+def test_ablate_accepts_a_corpus_directory_as_pretrain_does(tmp_path, capsys):
+    from bertkit.experiments.ablate import AblateConfig, AblationStudy
+    from bertkit.experiments.runner import ChildResult
+
+    corpus = tmp_path / "books"
+    (corpus / "part").mkdir(parents=True)
+    (corpus / "a.txt").write_text("Alice was beginning to get very tired.\n")
+    (corpus / "part" / "b.txt").write_text("So she was considering in her own mind.\n")
+    (corpus / ".hidden.txt").write_text("left out\n")
+    calls = []
+
+    def fake_child(argv, log, stop=None, **kw):
+        calls.append(argv)
+        out = Path(argv[argv.index("--output") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "vocab.txt").write_text("[PAD]\n")
+        return ChildResult(0, False, False, 0.0, log)
+
+    study = AblationStudy(AblateConfig(corpus=[str(corpus)], output=tmp_path / "out", study="nsp", steps=2),
+                          run_child=fake_child)
+    assert study.vocabulary() == tmp_path / "out" / "vocab" / "vocab.txt"
+    files = calls[0][1:calls[0].index("--output")]
+    assert files == [str(corpus / "a.txt"), str(corpus / "part" / "b.txt")]  # the directory's text files
+    # the command: a directory is checked as pretrain checks it (was "no such file" for any directory)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["ablate", "--corpus", str(empty), "--output", str(tmp_path / "o2"), "--study", "nsp",
+                 "--steps", "2"]) == 2
+    assert f"{empty}: a directory with no text files" in capsys.readouterr().err
+    assert main(["ablate", "--corpus", str(tmp_path / "nothing"), "--output", str(tmp_path / "o3"), "--study", "nsp",
+                 "--steps", "2"]) == 2
+    assert "no such corpus file or directory" in capsys.readouterr().err

@@ -446,9 +446,13 @@ def mask_instance(
     max_predictions: int,
     whole_word: bool,
     rng: np.random.Generator,
+    mix: tuple[float, float, float] = (0.8, 0.1, 0.1),
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mask one instance. ``ids`` [T] (no padding), ``special`` [T] bool ([CLS]/[SEP]). Returns (masked ids, labels
-    with the original id at masked positions and -100 elsewhere)."""
+    with the original id at masked positions and -100 elsewhere).
+
+    ``mix`` = (mask, random, keep): the shares of chosen positions whose input becomes [MASK], a random token, or stays
+    unchanged (the paper's 80/10/10). Held-out evaluation uses (1, 0, 0): a kept token would give its label away."""
     cand = np.flatnonzero(~special)
     labels = np.full(len(ids), NO_LABEL, dtype=np.int64)
     if len(cand) == 0:
@@ -476,13 +480,15 @@ def mask_instance(
     out = ids.copy()
     labels[picked] = ids[picked]
     r = rng.random(len(picked))
-    out[picked[r < 0.8]] = vocab.mask_id
-    rand_pos = picked[r >= 0.9]
+    out[picked[r < mix[0]]] = vocab.mask_id
+    rand_pos = picked[r >= mix[0] + mix[2]]  # [mask | keep | random] on [0, 1): the paper's draw order
     out[rand_pos] = vocab.random_pool[rng.integers(0, len(vocab.random_pool), len(rand_pos))]
     return out, labels
 
 
 # --------------------------------------------------------------------------------------------- batches
+
+HONEST_MIX = (1.0, 0.0, 0.0)  # held-out inputs: every chosen position [MASK]
 
 
 @dataclass
@@ -497,6 +503,7 @@ class DataOptions:
     masking: str = "dynamic"  # or "static"
     dupe_factor: int = 5  # static masking: fixed copies, cycled over epochs
     seed: int = 0
+    mask_mix: tuple[float, float, float] = (0.8, 0.1, 0.1)  # training inputs of chosen positions: mask/random/keep
 
     def __post_init__(self) -> None:
         if self.masking not in ("dynamic", "static"):
@@ -507,6 +514,10 @@ class DataOptions:
             raise ValueError(f"max_seq_length must be >= 8, got {self.max_seq_length}")
         if self.batch_size < 1 or self.dupe_factor < 1:
             raise ValueError("batch_size and dupe_factor must be >= 1")
+        self.mask_mix = tuple(float(x) for x in self.mask_mix)
+        if len(self.mask_mix) != 3 or min(self.mask_mix) < 0 or abs(sum(self.mask_mix) - 1.0) > 1e-6:
+            raise ValueError(f"mask_mix must be three non-negative shares (mask, random, keep) summing to 1, "
+                             f"got {self.mask_mix}")
         if self.max_predictions is None:
             self.max_predictions = int(np.ceil(self.max_seq_length * self.mask_prob))
 
@@ -642,12 +653,14 @@ class PretrainingData:
         special[-1] = True
         return ids, types, special, label
 
-    def example(self, epoch: int, i: int) -> dict[str, np.ndarray | int]:
-        """Instance ``i`` of an epoch, masked (the mask depends only on seed, epoch or copy, and ``i``)."""
+    def example(self, epoch: int, i: int, mix: tuple[float, float, float] | None = None) -> dict[str, np.ndarray | int]:
+        """Instance ``i`` of an epoch, masked (the mask depends only on seed, epoch or copy, and ``i``); ``mix``
+        overrides the options' mask/random/keep shares."""
         o = self.options
         ids, types, special, label = self.instance_tokens(epoch, i)
         rng = np.random.default_rng([o.seed, 11, self._key(epoch), i])
-        masked, labels = mask_instance(ids, special, self.vocab, o.mask_prob, o.max_predictions, o.whole_word, rng)
+        masked, labels = mask_instance(ids, special, self.vocab, o.mask_prob, o.max_predictions, o.whole_word, rng,
+                                       mix or o.mask_mix)
         return {"input_ids": masked, "token_type_ids": types, "labels": labels, "next_sentence_label": label,
                 "original_ids": ids}
 
@@ -660,12 +673,14 @@ class PretrainingData:
         return collate([self.example(epoch, int(i)) for i in self.ids_at(epoch, positions)], self.vocab.pad_id, o.nsp)
 
     def eval_batches(self, max_batches: int) -> list[dict[str, np.ndarray]]:
-        """Fixed held-out batches (static masks, layout copy 0), the same every call."""
+        """Fixed held-out batches (static masks, layout copy 0), the same every call. Every chosen position's input is
+        [MASK] (none random, none kept), whatever the training mix: the honest meter scores only what the model had
+        to infer (docs/pretraining.md, "How quality is measured")."""
         o = self.options
         n = min(len(self.instances(0)), max_batches * o.batch_size)
         out = []
         for start in range(0, n, o.batch_size):
-            out.append(collate([self.example(0, i) for i in range(start, min(n, start + o.batch_size))],
+            out.append(collate([self.example(0, i, HONEST_MIX) for i in range(start, min(n, start + o.batch_size))],
                                self.vocab.pad_id, o.nsp))
         return out
 

@@ -12,11 +12,13 @@ status (Empty 400, Validation/Tokenizer 422, Overloaded 429, Unhealthy 503), exc
 from __future__ import annotations
 
 import asyncio
+import base64
 import hmac
 import json
 import logging
 import threading
 import time
+import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -109,9 +111,8 @@ class Metrics:
                 lines.append(f'bertkit_request_duration_seconds_bucket{{path="{p}",le="+Inf"}} {self.latency_count[p]}')
                 lines.append(f'bertkit_request_duration_seconds_sum{{path="{p}"}} {self.latency_sum[p]:.6f}')
                 lines.append(f'bertkit_request_duration_seconds_count{{path="{p}"}} {self.latency_count[p]}')
-            lines += ["# HELP bertkit_inputs_total Inputs received, by request field (inputs: TEI, fill-mask, "
-                      "tokenize; input: OpenAI; texts/pairs: bert-as-service).", "# TYPE bertkit_inputs_total counter"]
-            lines += [f'bertkit_inputs_total{{field="{p}"}} {n}' for p, n in sorted(self.inputs.items())]
+            lines += ["# HELP bertkit_inputs_total Inputs received, by model.", "# TYPE bertkit_inputs_total counter"]
+            lines += [f'bertkit_inputs_total{{model="{p}"}} {n}' for p, n in sorted(self.inputs.items())]
         s = queue.stats
         with s.lock:
             lines += [
@@ -291,7 +292,7 @@ def check_count(items: Sequence[Any], name: str, max_inputs: int) -> None:
 def check_text(text: str, name: str, max_chars: int, truncate: bool | None) -> str:
     """One text: 400 Empty when blank; past ``max_chars``, cut when ``truncate`` else 422 (with a hint to set
     ``truncate`` when the route takes it: ``truncate`` is False; None means the route cannot truncate)."""
-    if not text.strip():
+    if is_blank(text):
         raise ApiError(None, f"'{name}' is empty", "Empty", name)
     if len(text) > max_chars:
         if truncate:
@@ -300,6 +301,12 @@ def check_text(text: str, name: str, max_chars: int, truncate: bool | None) -> s
         raise ApiError(None, f"'{name}' has {len(text)} characters, over the limit of {max_chars} (--max-input-chars)"
                        + hint, param=name)
     return text
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` holds nothing a BERT tokenizer keeps: only whitespace, control, format (zero-width) or
+    unassigned characters, which the normalizer drops (Google's ``_clean_text``)."""
+    return not any(not c.isspace() and not unicodedata.category(c).startswith("C") and c != "\ufffd" for c in text)
 
 
 def check_ids(ids: Sequence[int], name: str, vocab_size: int) -> list[int]:
@@ -357,6 +364,11 @@ def _pieces(obj: Any, out: list[str]) -> None:
         out.append(json.dumps(obj.item(), allow_nan=False))
     else:
         out.append(json.dumps(obj, allow_nan=False))
+
+
+def b64(vector: np.ndarray) -> str:
+    """An array as base64 of its little-endian float32 bytes (OpenAI's and bertkit's ``encoding_format: base64``)."""
+    return base64.b64encode(np.asarray(vector).astype("<f4").tobytes()).decode()
 
 
 async def json_answer(obj: Any, size: int = 0, status: int = 200) -> Response:
