@@ -143,7 +143,7 @@ def main() -> None:
         b, r = res["bertkit"], res["reference"]
         print(f"bertkit:   epoch 0 starts in {b['epoch0_s']:.2f} s, epoch 1 in {b['epoch1_s']:.2f} s "
               f"({b['epoch0_batches']} batches of {args.batch_size} per rank, {b['instances'] / 1e6:.1f} M instances); "
-              f"a later batch {b['batch_ms']:.0f} ms; peak RSS {b['peak_rss_mb']:.0f} MB (mapped shard pages included), "
+              f"a later batch {b['batch_ms']:.0f} ms; peak RSS {b['peak_rss_mb']:.0f} MB (shard pages in), "
               f"anonymous memory at the end {b.get('rss_anon_mb', float('nan')):.0f} MB")
         print(f"reference: an epoch's instance table takes {r['epoch_s']:.0f} s per rank "
               f"({r['per_shard_s']:.2f} s a shard, {args.reference_shards} timed) and holds {r['table_mb']:.0f} MB")

@@ -677,7 +677,7 @@ class PretrainingData:
         [MASK] (none random, none kept), whatever the training mix: the honest meter scores only what the model had
         to infer (docs/pretraining.md, "How quality is measured")."""
         o = self.options
-        n = min(len(self.instances(0)), max_batches * o.batch_size)
+        n = min(self.num_instances(0), max_batches * o.batch_size)
         out = []
         for start in range(0, n, o.batch_size):
             out.append(collate([self.example(0, i, HONEST_MIX) for i in range(start, min(n, start + o.batch_size))],
