@@ -178,3 +178,13 @@ def test_ablate_accepts_a_corpus_directory_as_pretrain_does(tmp_path, capsys):
     assert main(["ablate", "--corpus", str(tmp_path / "nothing"), "--output", str(tmp_path / "o3"), "--study", "nsp",
                  "--steps", "2"]) == 2
     assert "no such corpus file or directory" in capsys.readouterr().err
+
+
+def test_embed_input_not_utf8_names_the_line(tmp_path):
+    from bertkit.commands.embed import read_inputs
+
+    path = _latin1(tmp_path / "texts.txt", "one\ncaf\xe9\n")
+    with pytest.raises(DataError, match=r"texts.txt:2: byte 0xe9 at column 4 is not UTF-8"):
+        read_inputs(str(path))
+    path.write_bytes(b"\xef\xbb\xbfone\ntwo\n")  # a BOM is not part of the first text
+    assert read_inputs(str(path))[0] == ["one", "two"]
