@@ -112,8 +112,12 @@ class PretrainConfig:
     loader_workers: int | None = option(None, group=_D, help=(
         "processes building batches during training (default: 2 on a GPU; on CPU 0, a background thread)"))
 
+    arch: str = _run_key("bert", choices=("bert", "modernbert"), group=_M, help=(
+        "bert: Devlin et al.'s; modernbert: Warner et al.'s (rotary, GeGLU, pre-norm, sliding windows; 30%% masking, "
+        "no NSP; saved in transformers' ModernBERT layout)"))
     model_size: str = _run_key("bert-mini", group=_M, help=(
-        "bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large"))
+        "bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large; with --arch modernbert: "
+        "modernbert-tiny | -mini | -small | -base | -large (bert-X names map to modernbert-X)"))
     init_from: str | None = _run_key(None, metavar="DIR", group=_M, help=(
         "continue pre-training this model (bertkit, Hugging Face or Google TF directory) on the corpus: its config, "
         "weights and vocabulary (--model-size is then ignored)"))
@@ -240,8 +244,14 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     """``cfg`` with every recipe choice the user left unset filled in, and a line saying what was chosen."""
     name = cfg.recipe or ("budget" if cfg.max_time is not None else "paper")
     table = dict(BUDGET if name == "budget" else PAPER)
+    size = cfg.model_size
+    if cfg.arch == "modernbert":  # its own recipe's masking and objectives; lr as BERT's of the same size
+        from bertkit.recipes import modernbert
+
+        table.update(modernbert.DEFAULTS)
+        size = size.replace("modernbert-", "bert-")
     if table["lr"] is None:
-        table["lr"] = BUDGET_LR.get(cfg.model_size, 2e-4) if not cfg.init_from else 1e-4
+        table["lr"] = BUDGET_LR.get(size, 2e-4) if not cfg.init_from else 1e-4
     chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
     resolved = dataclasses.replace(cfg, recipe=name, **chosen)
     shown = ", ".join(f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in table)
@@ -519,7 +529,11 @@ def pretrain(cfg: PretrainConfig) -> Path:
             feed = _Feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
             eval_data = feed.make(cfg.seq_len, cfg.batch_size, "eval")
             eval_batches = eval_data.eval_batches(cfg.eval_batches) if eval_data.shards else []
-            model, config = _build_model(cfg, tokenizer, shard_dir, feed.max_len, ctx.device)
+            if cfg.arch == "modernbert":  # the model factory keyed by architecture
+                from bertkit.recipes.modernbert import build_model
+            else:
+                build_model = _build_model
+            model, config = build_model(cfg, tokenizer, shard_dir, feed.max_len, ctx.device)
             optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
             scaler = grad_scaler(precision, ctx.device)
 
