@@ -43,7 +43,7 @@ def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("meter")
     (root / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
     out = root / "shards"
-    build_shards(docs, root / "vocab.txt", out, eval_fraction=0.2, workers=1, progress=False)
+    build_shards(docs, root / "vocab.txt", out, eval_fraction=0.25, workers=1, progress=False)  # 64+ instances
     counts = torch.zeros(len(vocab))
     counts[10:] = torch.from_numpy(p)
     return out, info, counts
