@@ -166,3 +166,32 @@ def device_peak(device, precision: str) -> float | None:
 def mfu(flops_per_second: float, peak: float | None) -> float | None:
     """Model FLOPs utilisation: achieved model FLOP/s over the peak (None without a peak)."""
     return flops_per_second / peak if peak else None
+
+
+_RUNS: dict[str, tuple[dict, str]] = {}
+
+
+def log_fields(ctx, out: str | os.PathLike, tokens_per_s_per_rank: float, sums: dict[str, float]) -> dict[str, float]:
+    """What a pre-training log line adds: model TFLOP/s (all ranks) and MFU (per device), from the window's meter
+    sums (``tokens``, ``mlm_n``, ``nsp_n``) and the run's ``run.json`` (model config, precision, seq_len). Rank 0
+    only (the others return nothing); an unknown device peak gives no ``mfu``."""
+    if not ctx.is_main or not sums.get("tokens"):
+        return {}
+    key = str(out)
+    if key not in _RUNS:
+        try:
+            record = json.loads((Path(out) / "run.json").read_text(encoding="utf-8"))
+            _RUNS[key] = (record["model_config"], record["precision"], record["config"].get("seq_len", 128))
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}
+    config, precision, seq_len = _RUNS[key]
+    tokens = sums["tokens"]
+    nsp = bool(sums.get("nsp_n"))
+    mean_length = tokens / sums["nsp_n"] if nsp else float(seq_len)
+    per_token = flops_per_token(config, mean_length, sums.get("mlm_n", 0.0) / tokens, nsp)
+    achieved = per_token * tokens_per_s_per_rank
+    fields = {"model_tflops": round(achieved * ctx.world_size / 1e12, 4)}
+    peak = device_peak(ctx.device, precision)
+    if peak:
+        fields["mfu"] = round(achieved / peak, 4)
+    return fields

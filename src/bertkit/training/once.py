@@ -74,3 +74,30 @@ def once(ctx, scope: str, work: Callable[[], T], what: str, timeout: float = 720
     if status != "ok":
         raise RunError(f"{preparer} failed {what}, so rank {ctx.rank} stops too: {status.removeprefix('error: ')}")
     return None
+
+
+def _fingerprint(vocab: os.PathLike, shard_dir: os.PathLike) -> dict:
+    from bertkit.data.pretraining import file_sha256, read_meta
+
+    meta = read_meta(shard_dir) or {}
+    return {"vocab": file_sha256(vocab) if os.path.isfile(vocab) else None,
+            "shards": [(s["name"], s["tokens"]) for s in meta.get("shards", [])],
+            "eval": (meta.get("eval") or {}).get("tokens")}
+
+
+def check_same_shards(ctx, vocab: os.PathLike, shard_dir: os.PathLike) -> None:
+    """Every rank reads the vocabulary and shards rank 0 reads (node-local preparations must agree); a clear error
+    on the ranks that differ."""
+    if not ctx.distributed:
+        return
+    from bertkit.training.distributed import all_reduce_mean, broadcast_object
+
+    mine = _fingerprint(vocab, shard_dir)
+    ref = broadcast_object(ctx, mine)
+    same = mine == ref
+    if all_reduce_mean(ctx, [float(same)])[0] < 1.0:
+        raise RunError(f"rank {ctx.rank}'s prepared corpus in {shard_dir} " + (
+            "matches rank 0's, but another rank's does not" if same else
+            "differs from rank 0's (another vocabulary or other shards): each node must prepare the same corpus "
+            "files with the same vocabulary (pass --vocab to share one), or use --prepare-on global on a shared "
+            "file system"))
