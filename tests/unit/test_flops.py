@@ -68,6 +68,7 @@ def test_gpu_table_and_cpu_probe(tmp_path, monkeypatch):
     assert 1e8 < peak < 1e14
     assert (tmp_path / "bertkit" / "cpu_peak.json").is_file()
     assert flops.cpu_peak("fp32") == peak  # cached: not measured again
+    assert flops.cpu_peak("fp32", seconds=0.05, refresh=True) >= peak  # measured again; the highest figure kept
     assert flops.mfu(peak / 2, peak) == pytest.approx(0.5) and flops.mfu(1.0, None) is None
 
 

@@ -115,8 +115,9 @@ def _cpu_name() -> str:
 
 def cpu_peak(precision: str, seconds: float = 1.0, refresh: bool = False) -> float:
     """This CPU's measured matmul FLOP/s at ``precision`` with torch's current thread count: the best of a few
-    timed 1024x1024 matmuls over about ``seconds``, cached per CPU model, thread count, torch version and precision
-    (a busy machine measures low; ``refresh`` measures again)."""
+    timed 1024x1024 matmuls over about ``seconds``, cached per CPU model, thread count, torch version and precision.
+    A busy machine measures low, so ``refresh`` measures again and the cache keeps the highest figure seen
+    (benchmarks/bench_pretrain.py refreshes it)."""
     import torch
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
@@ -138,7 +139,7 @@ def cpu_peak(precision: str, seconds: float = 1.0, refresh: bool = False) -> flo
         t = time.perf_counter()
         torch.matmul(a, b)
         best = min(best, time.perf_counter() - t)
-    peak = 2 * n**3 / best
+    peak = max(2 * n**3 / best, float(cache.get(key, 0.0)))
     cache[key] = peak
     try:
         from bertkit.files import write_json
