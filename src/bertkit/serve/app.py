@@ -40,7 +40,6 @@ logger = logging.getLogger("bertkit.serve")
 ROUTES: list[tuple[str, Callable, list[str]]] = [*routes_tei.ROUTES, *routes_openai.ROUTES, *routes_bas.ROUTES,
                                                  *routes_tasks.ROUTES]
 KNOWN_PATHS = tuple(dict.fromkeys(path for path, _, _ in ROUTES if "{" not in path))
-HEALTH_PATHS = ("/health", "/ping")
 
 
 def guarded(fn: Callable) -> Callable:
@@ -119,5 +118,6 @@ def create_app(models: Any, settings: ServeSettings | None = None) -> FastAPI:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(404, _not_found)
     app.add_exception_handler(405, _bad_method)
-    app.add_middleware(Guard, metrics=metrics, api_key=settings.api_key, known_paths=KNOWN_PATHS)
+    app.add_middleware(Guard, metrics=metrics, api_key=settings.api_key, known_paths=KNOWN_PATHS,
+                       limit_concurrency=settings.limit_concurrency)
     return app

@@ -9,8 +9,18 @@ from typing import Any
 
 from fastapi import Request
 
+from bertkit.features import encode_with_masks
 from bertkit.serve.http import ApiError, json_answer
-from bertkit.serve.schemas import FillMaskRequest, NerRequest, PredictRequest, QAPair, QARequest, RerankRequest
+from bertkit.serve.schemas import (
+    ClassificationParameters,
+    FillMaskRequest,
+    NerParameters,
+    NerRequest,
+    PredictRequest,
+    QAPair,
+    QARequest,
+    RerankRequest,
+)
 from bertkit.serve.service import Service, as_batch, body_of, fields, service_of
 
 ENCODER_ROUTES = ("/embed", "/embed_all", "/v1/embeddings", "/encode", "/tokenize")
@@ -55,15 +65,18 @@ async def predict(request: Request):
              {"inputs": "inputs[{i}]", "pairs": "inputs[{i}][1]"})
     with fields(single=single, **names):
         await svc.prepare(texts, pairs, truncate=body.truncate, max_length=_limit(svc, pipe))
-    params = body.parameters
-    top_k = params.top_k if params and params.top_k is not None else body.top_k
-    raw = body.raw_scores or (params is not None and params.function_to_apply == "none")
-    truncate = svc.settings.auto_truncate if body.truncate is None else body.truncate
+    params = body.parameters or ClassificationParameters()
+    if body.raw_scores and params.function_to_apply not in (None, "none"):
+        raise ApiError(None, f"'raw_scores' asks for the logits but 'parameters.function_to_apply' asks for "
+                       f"{params.function_to_apply}: send one of them", param="raw_scores")
+    kwargs: dict[str, Any] = {"raw_scores": body.raw_scores, "return_all_scores": body.return_all_scores,
+                              "top_k": params.top_k if params.top_k is not None else body.top_k,
+                              "truncate": svc.settings.auto_truncate if body.truncate is None else body.truncate}
+    if params.function_to_apply is not None:
+        kwargs["function_to_apply"] = params.function_to_apply
     svc.bound_answer(len(items) * len(getattr(pipe, "labels", ())) * 2, f"{len(items)} inputs x their labels")
-    result = await svc.call(lambda _: pipe.predict(items[0] if single else items, raw_scores=raw,
-                                                   return_all_scores=body.return_all_scores, top_k=top_k,
-                                                   truncate=truncate))
-    if single and params is not None:  # the inference API nests a single input's answer: [[...]]
+    result = await svc.call(lambda _: pipe.predict(items[0] if single else items, **kwargs))
+    if single and body.parameters is not None:  # the inference API nests a single input's answer: [[...]]
         result = [result]
     return await json_answer(result)
 
@@ -93,8 +106,11 @@ async def ner(request: Request):
     encodings = await svc.prepare(items, can_truncate=False, max_length=None)  # long texts are tagged in windows
     n_tokens = sum(len(e.ids) for e in encodings)
     svc.bound_answer(n_tokens * 6, f"up to one entity of 6 values per token, {n_tokens} tokens")
-    strategy = (body.parameters or {}).get("aggregation_strategy", body.aggregation_strategy)
-    result = await svc.call(lambda _: pipe.ner(items[0] if single else items, aggregation_strategy=strategy))
+    params = body.parameters or NerParameters()
+    kwargs: dict[str, Any] = {"aggregation_strategy": params.aggregation_strategy or body.aggregation_strategy}
+    if params.ignore_labels is not None:
+        kwargs["ignore_labels"] = params.ignore_labels
+    result = await svc.call(lambda _: pipe.ner(items[0] if single else items, **kwargs))
     return await json_answer(result)
 
 
@@ -115,24 +131,56 @@ async def qa(request: Request):
     with fields(single=single, **names):
         await svc.prepare([p.question for p in pairs], [p.context for p in pairs], can_truncate=False,
                           max_length=None)
+    kwargs = body.parameters.model_dump(exclude_none=True) if body.parameters is not None else {}
+    top_k = kwargs.get("top_k", 1)
+    svc.bound_answer(len(pairs) * max(top_k, 1) * 4, f"{len(pairs)} questions x top_k {top_k} answers")
     items = [{"question": p.question, "context": p.context} for p in pairs]
-    result = await svc.call(lambda _: pipe.answer(items))
+    result = await svc.call(lambda _: pipe.answer(items, **kwargs))
     return await json_answer(result[0] if single else result)
 
 
 async def fill_mask(request: Request):
-    """/fill-mask: per input, per [MASK], the top-k ``{"token", "token_id", "token_str", "score"}``."""
+    """/fill-mask: per input, per [MASK], the top-k ``{"token", "token_id", "token_str", "score"}``; in the inference
+    API's shape (a request with ``parameters``, as huggingface_hub's fill_mask sends): per input, the top-k
+    ``{"score", "token" (the id), "token_str", "sequence"}``, a list of them per [MASK] when there are several."""
     svc = service_of(request)
     body = await body_of(request, FillMaskRequest)
+    hf = body.parameters is not None
+    top_k = body.parameters.top_k if hf and body.parameters.top_k is not None else body.top_k
     items, single = as_batch(body.inputs)
-    await svc.prepare(items, truncate=True, can_truncate=False)  # fill_mask cuts at the server's limit
-    masks = svc.masks(items, body.top_k)
-    result = await svc.call(lambda enc: enc.fill_mask(items, top_k=body.top_k, max_length=svc.max_length))
-    for per_text in result:
-        for per_mask in per_text:
+    await svc.prepare(items, truncate=True, can_truncate=False)  # fill_mask refuses what is over the limit
+    with fields(top_k="parameters.top_k" if hf and body.parameters.top_k is not None else "top_k"):
+        masks = svc.masks(items, top_k)
+    result = await svc.call(lambda enc: enc.fill_mask(items, top_k=top_k, max_length=svc.max_length))
+    result = _inference_api_fills(svc, items, result) if hf else [
+        [[{**p, "token_str": p["token"]} for p in per_mask] for per_mask in per_text] for per_text in result]
+    return await json_answer(result[0] if single else result, masks * top_k * 4)
+
+
+def _inference_api_fills(svc: Service, texts: list[str], result: list) -> list:
+    """transformers' fill-mask answer: ``token`` is the id, ``sequence`` the input with that prediction in place
+    (special tokens, [UNK] included, left out when the input has one [MASK]); one [MASK] gives a flat list."""
+    tok = svc.encoder.tokenizer
+    mask = tok.convert_ids_to_tokens(tok.mask_token_id)
+    specials = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.unk_token_id, tok.mask_token_id}
+    out = []
+    for text, per_text in zip(texts, result):
+        ids = encode_with_masks(tok, text, mask)
+        where = [j for j, i in enumerate(ids) if i == tok.mask_token_id]
+        one = len(where) == 1
+        fills = []
+        for j, per_mask in zip(where, per_text):
+            row = []
             for p in per_mask:
-                p["token_str"] = p["token"]
-    return await json_answer(result[0] if single else result, masks * body.top_k * 4)
+                filled = ids[:j] + [p["token_id"]] + ids[j + 1:]
+                if one:  # transformers skips its special tokens, [UNK] included
+                    filled = [i for i in filled if i not in specials]
+                row.append({"score": p["score"], "token": p["token_id"],
+                            "token_str": tok.decode([p["token_id"]], skip_special_tokens=False),
+                            "sequence": tok.decode(filled, skip_special_tokens=False)})
+            fills.append(row)
+        out.append(fills[0] if one else fills)
+    return out
 
 
 BY_KIND = {"classification": predict, "regression": predict, "rerank": rerank, "ner": ner, "qa": qa}

@@ -63,9 +63,9 @@ def length_batches(
     Training (``shuffle``): shuffle, sort within chunks of ``bucket`` batches, cut, then shuffle the batches,
     so each epoch sees a different order while lengths stay grouped. Inference: one global sort by length.
     """
-    if not shuffle:
-        from bertkit.batches import plan_batches
+    from bertkit.batches import cut_batches, plan_batches
 
+    if not shuffle:
         return plan_batches(lengths, batch_size, longest_first=False)
     order = list(range(len(lengths)))
     rng = random.Random(seed)
@@ -73,8 +73,7 @@ def length_batches(
     chunk = batch_size * bucket
     batches = []
     for c in range(0, len(order), chunk):
-        part = sorted(order[c : c + chunk], key=lambda i: lengths[i])
-        batches += [part[i : i + batch_size] for i in range(0, len(part), batch_size)]
+        batches += cut_batches(sorted(order[c : c + chunk], key=lambda i: lengths[i]), lengths, batch_size, None)
     rng.shuffle(batches)
     return batches
 
