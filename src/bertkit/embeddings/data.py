@@ -5,6 +5,7 @@
     read_nli     premise / hypothesis / label rows -> (premise, entailment, contradiction)     (--task pairs --nli)
     read_squad_pairs  SQuAD JSON -> (question, answer sentence) or (question, paragraph)       (--squad-pairs)
     read_scored  (text, text, score) rows, STS-B's GLUE file included                         (--task sts, --dev)
+    column       one column of a training batch, padded (the one collate, bertkit.batches)
 
 A row with a missing or empty text, or a non-numeric score, is a ``DataError`` naming ``file:line``; with
 ``skip_bad_rows`` it is counted and left out. TSV files are read without quote handling (as GLUE's are); CSV
@@ -261,6 +262,16 @@ def read_nli(path: str | os.PathLike, premise_column: str | None = None, hypothe
                     dropped)
     _finish(guard, out)
     return out
+
+
+def column(seqs: Sequence[Sequence[int]], pad_id: int, device: Any = None):
+    """One column of a training batch (each row's token ids) padded to its longest, as the embedding loop feeds
+    it to the model: a ``gradcache.Column`` (input_ids, token_type_ids all 0, attention_mask) on ``device``, from
+    the one collate (:func:`bertkit.batches.collate`)."""
+    from bertkit.batches import collate
+    from bertkit.embeddings.gradcache import Column
+
+    return Column(*collate(seqs, None, pad_id, device=device))
 
 
 _SEGMENTER = None

@@ -39,7 +39,7 @@ from bertkit.training.distributed import DistContext
 from bertkit.training.interrupt import GracefulStop
 from bertkit.training.log import say
 from bertkit.training.optim import build_optimizer, linear_schedule
-from bertkit.training.rundir import RunDir
+from bertkit.training.rundir import RunDir, run_record
 from bertkit.training.state import TrainState, seed_dropout, seed_everything
 from bertkit.training.step import optimizer_step
 
@@ -242,7 +242,3 @@ def finetune(
         board.close()
     return summary
 
-
-def run_record(precision: str, device: torch.device | str) -> dict[str, str]:
-    """What a metrics record says about how it was computed: precision, backend and device."""
-    return {"precision": precision, "backend": "pytorch", "device": torch.device(device).type}

@@ -193,3 +193,10 @@ def check_writable(directory: str | os.PathLike, flag: str = "--output") -> None
     except OSError as e:
         raise InputError(f"{flag} {directory}: cannot write there ({e.strerror or e}); choose a writable "
                          "directory") from None
+
+
+def run_record(precision: str, device: Any, backend: str = "pytorch") -> dict[str, str]:
+    """What a metrics record says about how it was computed: precision, backend and device (type)."""
+    import torch
+
+    return {"precision": precision, "backend": backend, "device": torch.device(device).type}
