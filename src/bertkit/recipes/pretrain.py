@@ -285,8 +285,10 @@ def _read_record(path: Path) -> dict[str, Any]:
                             "--overwrite, or choose another --output") from None
 
 
-def _clear_run(out: Path) -> None:
+def _clear_run(out: Path, keep: tuple[str, ...] = ()) -> None:
     for name in RUN_FILES:
+        if name in keep:
+            continue
         p = out / name
         if p.is_dir():
             shutil.rmtree(p)
@@ -311,7 +313,9 @@ def _prepare_output(cfg: PretrainConfig) -> PretrainConfig:
     if cfg.resume and not record_path.is_file():
         if names - set(RUN_FILES):
             raise PretrainError(f"--resume: {out} holds no pre-training run (no run.json); drop --resume to start one")
-        _clear_run(out)  # a run killed before it began training: nothing to resume, start it afresh
+        # a run killed before it began training: nothing to resume, start it afresh; an interrupted preparation
+        # of its shards (data/) resumes, or starts afresh if its files or settings changed (data/prepare.py)
+        _clear_run(out, keep=("data",))
         _remove_stale(out)
         return dataclasses.replace(cfg, resume=False)
     if cfg.resume:
