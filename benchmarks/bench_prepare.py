@@ -1,7 +1,7 @@
 """Corpus preparation throughput and memory: bertkit's preparation vs raw ``tokenizers`` on the same text.
 
 The corpus is the 12 shared Gutenberg books repeated (each copy renamed) up to ``--sizes`` megabytes, generated into
-a temporary directory and deleted afterwards: many files, or (``--one-file``) the same text as one file.
+a temporary directory and deleted afterwards: many files, or (``--layout both``) the same text as one file.
 
 bertkit route: ``prepare_corpus`` (what ``bertkit prepare`` and ``bertkit pretrain`` run): reading, the default
 regex sentence splitter, Google-exact WordPiece, shards on disk, with every core (worker processes). It runs in a
@@ -15,7 +15,7 @@ no shards. This is the ceiling the issue sets (preparation at >= 50% of it).
 Rounds alternate between the routes; the medians of MB/s (text bytes over wall time) and their ratio are printed.
 
     .venv/bin/python benchmarks/bench_prepare.py --sizes 100 --rounds 2
-    .venv/bin/python benchmarks/bench_prepare.py --sizes 100 1000 --rounds 1 --one-file
+    .venv/bin/python benchmarks/bench_prepare.py --sizes 100 1000 --rounds 1 --layout both
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=[100.0], help="corpus sizes in MB (default 100)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per route (default 2)")
-    parser.add_argument("--one-file", action="store_true", help="also measure the same text as one file")
+    parser.add_argument("--layout", choices=["files", "one-file", "both"], default="files",
+                        help="the corpus as many files (default), as one file, or both")
     parser.add_argument("--workers", type=int, default=None, help="bertkit worker processes (default: every core)")
     parser.add_argument("--vocab", default=str(SHARED / "vocab" / "bert-base-uncased" / "vocab.txt"))
     args = parser.parse_args()
@@ -125,7 +126,7 @@ def main() -> None:
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     rows = []
     for size in args.sizes:
-        for one_file in ([False, True] if args.one_file else [False]):
+        for one_file in {"files": [False], "one-file": [True], "both": [False, True]}[args.layout]:
             tmp = Path(tempfile.mkdtemp(prefix="bench_prepare-"))
             try:
                 files, total = make_corpus(tmp / "corpus", size, one_file)

@@ -96,6 +96,19 @@ def test_workers_give_the_same_documents(tmp_path, monkeypatch):
     assert len(list(corpus_mod.file_blocks(files[0]))) > 5
 
 
+def test_books_joined_in_one_file_keep_every_book_and_drop_every_licence(tmp_path):
+    p = tmp_path / "joined.txt"
+    licence = "".join(f"Licence line {i}.\n" for i in range(350))
+    book = PROSE.replace("must not be read.\n", "must not be read.\n" + licence)
+    unmarked = "".join(f"An unmarked book, line {i}.\n" for i in range(1500))
+    p.write_text(book + book.replace("dark night", "bright day") + unmarked, encoding="utf-8")
+    (doc,) = list(iter_documents([p], "prose", workers=1))
+    assert doc[0] == "It was a dark night." and "It was a bright day." in doc
+    assert doc.count("Nobody answered.") == 2 and not any("Licence" in s for s in doc)
+    text = " ".join(doc)
+    assert "An unmarked book, line 400." in text and "An unmarked book, line 1499." in text
+
+
 def test_strip_gutenberg_leaves_plain_text_alone():
     lines = ["a", "b"]
     assert strip_gutenberg(lines) == lines

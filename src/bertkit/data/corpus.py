@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import json
 import logging
 import os
@@ -56,6 +57,7 @@ MAX_PARAGRAPH_CHARS = 1 << 16
 
 _GUTENBERG_START = re.compile(r"^\s*\*\*\*\s*START OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
 _GUTENBERG_END = re.compile(r"^\s*\*\*\*\s*END OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
+_LICENCE_LINES, _NEXT_START_LINES = 400, 1000
 _SENTENCE_END = re.compile(r"[.!?]['\"\u2019\u201d)\]]*$")
 _INNER_SENTENCE_END = re.compile(r"[.!?]['\"\u2019\u201d)\]]*\s+['\"\u2018\u201c(]*[A-Z]")
 _WHITESPACE = re.compile(r"\s+")
@@ -330,7 +332,9 @@ def strip_gutenberg(lines: list[str]) -> list[str]:
 
 def _strip_gutenberg_stream(lines: Iterator[str], header_lines: int = 2000) -> Iterator[str]:
     """Streaming :func:`strip_gutenberg`: the first ``header_lines`` (at most 1 MB) are held to look for the START
-    marker; reading stops at the first END marker."""
+    marker. After an END marker, lines are dropped up to the next START marker when one comes within
+    ``_NEXT_START_LINES`` (books joined in one file: the licence and the next header), to the end of the file, or
+    else the licence's ``_LICENCE_LINES`` (Gutenberg's is 350 lines) and the text after it is kept."""
     head: list[str] = []
     chars = 0
     for line in lines:
@@ -341,14 +345,24 @@ def _strip_gutenberg_stream(lines: Iterator[str], header_lines: int = 2000) -> I
             break
         if len(head) >= header_lines or chars >= 1 << 20:
             break
-    for line in head:
-        if "***" in line and _GUTENBERG_END.match(line):
-            return
-        yield line
-    for line in lines:
-        if "***" in line and _GUTENBERG_END.match(line):
-            return
-        yield line
+    after_end: list[str] | None = None  # the lines after an END marker, held until the licence's length is known
+    for line in itertools.chain(head, lines):
+        if "***" in line:
+            if _GUTENBERG_END.match(line):
+                if after_end is not None and len(after_end) > _LICENCE_LINES:
+                    yield from after_end[_LICENCE_LINES:]
+                after_end = []
+                continue
+            if after_end is not None and _GUTENBERG_START.match(line):
+                after_end = None  # the licence and the next book's header: dropped
+                continue
+        if after_end is None:
+            yield line
+        else:
+            after_end.append(line)
+            if len(after_end) >= _NEXT_START_LINES:  # no next book's START: the licence was its first lines
+                yield from after_end[_LICENCE_LINES:]
+                after_end = None
 
 
 def _suffix_name(path: str | os.PathLike) -> str:

@@ -128,7 +128,7 @@ class _ShardWriter:
 
     def add(self, ids: np.ndarray, lengths: np.ndarray, doc_end: bool = True) -> None:
         if len(lengths):
-            self.ids.append(ids)
+            self.ids.append(np.asarray(ids).astype(self.dtype, copy=False))  # stored at the shard's width
             self.lengths.append(lengths)
             self.open_sentences += len(lengths)
             self.n_tokens += len(ids)
@@ -149,7 +149,7 @@ class _ShardWriter:
         if not self.doc_sentences:
             return
         name = self.prefix if self.prefix == "eval" else f"{self.prefix}-{len(self.shards):05d}"
-        tokens = np.concatenate(self.ids).astype(self.dtype)
+        tokens = np.concatenate(self.ids).astype(self.dtype, copy=False)
         sentences = np.concatenate([[0], np.cumsum(np.concatenate(self.lengths))]).astype(np.int64)
         documents = np.concatenate([[0], np.cumsum(self.doc_sentences)]).astype(np.int64)
         self._reset()
