@@ -164,6 +164,23 @@ def _rename(key: str) -> str:
     return key
 
 
+def check_tensors(state: dict[str, torch.Tensor], target: dict[str, torch.Tensor], model_name: str,
+                  origin: str) -> None:
+    """Each tensor of ``state`` has its ``target`` tensor's shape, and is floating point where the target is (and
+    only there): a half-precision weight loads (a cast), a float weight stored as integers would be cast silently
+    into wrong values, so it is refused. The error names the key, both shapes or dtypes, and ``origin``."""
+    for key, value in state.items():
+        want = target[key]
+        if tuple(value.shape) != tuple(want.shape):
+            raise CheckpointError(f"{origin}: shape mismatch for {key!r}: checkpoint has {tuple(value.shape)}, "
+                                  f"{model_name} expects {tuple(want.shape)}")
+        if value.is_floating_point() != want.is_floating_point():
+            raise CheckpointError(f"{origin}: dtype mismatch for {key!r}: checkpoint has "
+                                  f"{str(value.dtype).removeprefix('torch.')}, {model_name} expects "
+                                  f"{str(want.dtype).removeprefix('torch.')} (a weight stored as integers would be "
+                                  f"cast silently into wrong values)")
+
+
 def adapt_state_dict(
     source: dict[str, torch.Tensor], model: nn.Module, origin: str = "checkpoint"
 ) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
@@ -203,18 +220,7 @@ def adapt_state_dict(
             f"{origin}: key {unexpected[0]!r} does not exist in {type(model).__name__}"
             + (f" (and {len(unexpected) - 1} more: {unexpected[1:6]})" if len(unexpected) > 1 else "")
         )
-    for key, value in state.items():
-        if tuple(value.shape) != tuple(target[key].shape):
-            raise CheckpointError(
-                f"{origin}: shape mismatch for {key!r}: checkpoint has {tuple(value.shape)}, "
-                f"{type(model).__name__} expects {tuple(target[key].shape)}"
-            )
-        if value.is_floating_point() != target[key].is_floating_point():  # fp16/bf16 -> fp32 is a cast, int is not
-            raise CheckpointError(
-                f"{origin}: dtype mismatch for {key!r}: checkpoint has {str(value.dtype).removeprefix('torch.')}, "
-                f"{type(model).__name__} expects {str(target[key].dtype).removeprefix('torch.')} (a weight stored "
-                f"as integers would be cast silently into wrong values)"
-            )
+    check_tensors(state, target, type(model).__name__, origin)
     missing = sorted(k for k in target if k not in state and k not in TIED_ALIASES)
     # a head checkpoint without a pooler (BertForMaskedLM, token classification, QA) still loads into BertModel: its
     # pooler is initialised and reported, as transformers does
@@ -393,12 +399,7 @@ def adapt_layout_state_dict(source: dict[str, torch.Tensor], model: nn.Module, l
             f"{origin}: key {unexpected[0]!r} does not exist in {type(model).__name__}"
             + (f" (and {len(unexpected) - 1} more: {unexpected[1:6]})" if len(unexpected) > 1 else "")
         )
-    for key, value in state.items():
-        if tuple(value.shape) != tuple(target[key].shape):
-            raise CheckpointError(
-                f"{origin}: shape mismatch for {key!r}: checkpoint has {tuple(value.shape)}, "
-                f"{type(model).__name__} expects {tuple(target[key].shape)}"
-            )
+    check_tensors(state, target, type(model).__name__, origin)
     missing = sorted(k for k in target if k not in state and k not in layout.tied)
     initialised = [k for k in missing if not is_base and k.startswith(layout.head_prefixes)]
     not_head = [k for k in missing if k not in initialised]

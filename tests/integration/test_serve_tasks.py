@@ -173,3 +173,4 @@ def test_ner_and_qa_are_bounded_before_computing(server):
         assert status == 200 and context[out["start"]:out["end"]] == out["answer"]
         status, out = raw(small.url, "/ner?model=ner", {"inputs": "\u200b\u200b"})
         assert status == 400 and "is empty" in out["error"]
+

@@ -188,3 +188,22 @@ def test_embed_input_not_utf8_names_the_line(tmp_path):
         read_inputs(str(path))
     path.write_bytes(b"\xef\xbb\xbfone\ntwo\n")  # a BOM is not part of the first text
     assert read_inputs(str(path))[0] == ["one", "two"]
+
+
+def test_modernbert_float_weight_stored_as_int32_is_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from bertkit import modeling_modernbert as mb
+    from bertkit.checkpoint import CheckpointError
+
+    config = mb.ModernBertConfig(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                                 num_attention_heads=4, local_attention=8, max_position_embeddings=64, pad_token_id=0)
+    mb.ModernBertForMaskedLM(config).save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    state = load_file(str(weights))
+    key = next(k for k in state if k.endswith("Wqkv.weight"))
+    state[key] = (state[key] * 100).to(torch.int32)
+    save_file(state, str(weights))
+    with pytest.raises(CheckpointError, match=rf"dtype mismatch for '{key}': checkpoint has int32, "
+                                              r"ModernBertForMaskedLM expects float32"):
+        mb.ModernBertForMaskedLM.from_pretrained(tmp_path)

@@ -105,6 +105,10 @@ class PretrainConfig:
     vocab_size: int = _run_key(30522, group=_D, help="size of the trained vocabulary")
     lowercase: bool | None = _run_key(None, skip=True)  # --lowercase/--cased; None: uncased for a trained vocabulary
     workers: int | None = option(None, group=_D, help="preprocessing processes (default: every core)")
+    prepare_on: str = option("global", choices=("global", "node"), group=_D, help=(
+        "multi-node runs: global = rank 0 prepares the corpus in OUTPUT on a file system every node shares; node = "
+        "each node's local rank 0 prepares it in OUTPUT on that node's own disk. The other ranks wait"))
+    prepare_timeout: float = option(7200.0, group=_D, help="seconds a rank waits for the corpus preparation")
     loader_workers: int | None = option(None, group=_D, help=(
         "processes building batches during training (default: 2 on a GPU; on CPU 0, a background thread)"))
 
@@ -321,11 +325,12 @@ def _tokenizer_and_shards(cfg: PretrainConfig, ctx):
     from bertkit.data.corpus import expand_corpus, write_sentences
     from bertkit.data.pretraining import prepare_corpus
     from bertkit.tokenization import BertTokenizer, train_vocab
-    from bertkit.training.distributed import barrier
+    from bertkit.training.once import check_same_shards, once
 
     out, progress = Path(cfg.output), not cfg.quiet and sys.stderr.isatty()
     data_dir, sentences = out / "data", out / "data" / "sentences.txt"
-    if ctx.is_main:
+
+    def prepare() -> None:  # once per run (--prepare-on global) or per node (node); the other ranks wait
         data_dir.mkdir(parents=True, exist_ok=True)
         have_vocab = (out / "vocab.txt").is_file() and cfg.resume
         corpus, fmt = [str(p) for p in expand_corpus(cfg.corpus)], cfg.corpus_format
@@ -341,7 +346,10 @@ def _tokenizer_and_shards(cfg: PretrainConfig, ctx):
             corpus, fmt = [str(sentences)], "google"
         prepare_corpus(corpus, data_dir / "shards", out / "vocab.txt", corpus_format=fmt, workers=cfg.workers,
                        encoding=cfg.encoding, progress=progress, log=lambda m: _say(cfg, ctx, m))
-    barrier(ctx)
+
+    once(ctx, cfg.prepare_on, prepare, "preparing the corpus", cfg.prepare_timeout,
+         lambda m: None if cfg.quiet else print(m, flush=True))
+    check_same_shards(ctx, out / "vocab.txt", data_dir / "shards")
     return BertTokenizer.from_pretrained(out), data_dir / "shards"
 
 
@@ -766,27 +774,31 @@ def _raise_not_finite(out: Path, check: list[float], step: int) -> None:
 def _log(ctx, cfg: PretrainConfig, run, meter, bar, step: int, total_steps: int, lr: float, elapsed: float,
          epoch: int) -> None:
     """A metrics line (means over the window and the ranks), the progress bar's figures, and a reset window."""
+    from bertkit.training import flops
     from bertkit.training.distributed import all_reduce_mean
 
     m = meter
     vals = all_reduce_mean(ctx, [m.ratio("loss", "steps"), m.ratio("mlm_loss", "steps"), m.ratio("nsp_loss", "steps"),
                                  m.ratio("mlm_ok", "mlm_n"), m.ratio("nsp_ok", "nsp_n"), m.ratio("tokens", "time")])
+    rates = flops.log_fields(ctx, out, vals[5], dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
     meter.reset()
     # train_mlm_acc: on the training batches' own 80/10/10 inputs (kept tokens count): a training-window figure,
     # not a quality meter; the held-out records (eval_mlm_acc) are
     line = {"step": step, "loss": vals[0], "mlm_loss": vals[1], "train_mlm_acc": vals[3], "lr": lr,
-            "tokens_per_s": vals[5] * ctx.world_size, "elapsed_s": round(elapsed, 2), "epoch": epoch}
+            "tokens_per_s": vals[5] * ctx.world_size, "elapsed_s": round(elapsed, 2), "epoch": epoch, **rates}
     if cfg.nsp:
         line.update(nsp_loss=vals[2], nsp_acc=vals[4])
     if not ctx.is_main:
         return
     run.append_metrics(line)
     nsp = {"nsp": f"{vals[4]:.3f}"} if cfg.nsp else {}
+    mfu = {"mfu": f"{rates['mfu']:.1%}"} if "mfu" in rates else {}
     bar.set_postfix(loss=f"{vals[0]:.3f}", train_mlm=f"{vals[3]:.3f}", **nsp, tok_s=f"{line['tokens_per_s']:.0f}",
-                    refresh=False)
+                    **mfu, refresh=False)
     if bar.disable and not cfg.quiet:
         print(f"step {step}/{total_steps}  loss {vals[0]:.3f}  train-window mlm acc {vals[3]:.3f}"
-              + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "") + f"  {line['tokens_per_s']:.0f} tokens/s", flush=True)
+              + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "") + f"  {line['tokens_per_s']:.0f} tokens/s"
+              + (f"  MFU {mfu['mfu']}" if mfu else ""), flush=True)
 
 
 def _write_tensorboard(out: Path) -> None:
