@@ -780,7 +780,7 @@ def _log(ctx, cfg: PretrainConfig, run, meter, bar, step: int, total_steps: int,
     m = meter
     vals = all_reduce_mean(ctx, [m.ratio("loss", "steps"), m.ratio("mlm_loss", "steps"), m.ratio("nsp_loss", "steps"),
                                  m.ratio("mlm_ok", "mlm_n"), m.ratio("nsp_ok", "nsp_n"), m.ratio("tokens", "time")])
-    rates = flops.log_fields(ctx, out, vals[5], dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
+    rates = flops.log_fields(ctx, run.path, vals[5], dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
     meter.reset()
     # train_mlm_acc: on the training batches' own 80/10/10 inputs (kept tokens count): a training-window figure,
     # not a quality meter; the held-out records (eval_mlm_acc) are
