@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import errno
 import json
+import math
 import shutil
 import sys
 import time
