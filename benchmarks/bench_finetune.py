@@ -33,9 +33,9 @@ import transformers
 
 import bertkit
 from bertkit import BertConfig
+from bertkit.precision import autocast, resolve_precision
 from bertkit.tasks import length_batches
 from bertkit.training.optim import build_optimizer
-from bertkit.precision import autocast, resolve_precision
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

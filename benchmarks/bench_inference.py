@@ -2,8 +2,8 @@
 has native bf16), bertkit int8 (dynamic int8 Linear, q/k/v fused, on the int8 engine bertkit picks for the CPU:
 onednn where it has VNNI / AMX), bertkit int8 on the other engine (``bertkit int8 x86``: fbgemm, or ``bertkit int8
 onednn``), with more than one thread the int8 Encoder with its batches side by side (``bertkit int8
-parallel``: ``encoder.parallel_batches``, opt-in, one thread per batch) and, when onnxruntime is installed, bertkit's ONNX
-Runtime backend in fp32 and int8 (``Encoder.from_pretrained`` / ``load_pipeline(..., backend="onnx")``).
+parallel``: ``encoder.parallel_batches``, opt-in, one thread per batch) and, when onnxruntime is installed,
+bertkit's ONNX Runtime backend in fp32 and int8 (``Encoder.from_pretrained`` / ``load_pipeline(..., backend="onnx")``).
 
 Two workloads, each run alternating the paths (path 1, path 2, ..., path 1, ...) and reporting medians:
 

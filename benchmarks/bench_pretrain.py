@@ -85,8 +85,8 @@ def main() -> None:
     import transformers
 
     from bertkit import BertConfig, BertForPreTraining
-    from bertkit.training.optim import build_optimizer, linear_schedule
     from bertkit.precision import autocast, resolve_precision
+    from bertkit.training.optim import build_optimizer, linear_schedule
 
     with tempfile.TemporaryDirectory() as tmp:
         batches, vocab_size = make_batches(args.seq_len, args.batch_size, args.steps, Path(tmp),
@@ -137,7 +137,7 @@ def main() -> None:
     routes = {"bertkit": step_ours, "transformers": step_theirs}
     times: dict[str, list[float]] = {k: [] for k in routes}
     tokens = [int(b["attention_mask"].sum()) for b in batches]
-    for name, fn in routes.items():
+    for fn in routes.values():
         for i in range(args.warmup):
             fn(batches[i % len(batches)])
     for r in range(args.rounds):

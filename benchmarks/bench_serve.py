@@ -237,7 +237,7 @@ def main() -> None:
                 wait_healthy(url, procs[name])
             print(f"{len(sentences)} SST-2 sentences, one per request, {args.clients} concurrent clients; model "
                   f"{args.layers}x{args.hidden} (random), last layer, masked mean")
-            for name, (url, _) in servers.items():  # warm-up
+            for url, _ in servers.values():  # warm-up
                 load(url, sentences[:args.clients], args.clients)
             results: dict[str, list[tuple[float, float, float, int]]] = {"bertkit": [], "transformers": []}
             for r in range(args.repeats):

@@ -164,6 +164,23 @@ def _rename(key: str) -> str:
     return key
 
 
+def check_tensors(state: dict[str, torch.Tensor], target: dict[str, torch.Tensor], model_name: str,
+                  origin: str) -> None:
+    """Each tensor of ``state`` has its ``target`` tensor's shape, and is floating point where the target is (and
+    only there): a half-precision weight loads (a cast), a float weight stored as integers would be cast silently
+    into wrong values, so it is refused. The error names the key, both shapes or dtypes, and ``origin``."""
+    for key, value in state.items():
+        want = target[key]
+        if tuple(value.shape) != tuple(want.shape):
+            raise CheckpointError(f"{origin}: shape mismatch for {key!r}: checkpoint has {tuple(value.shape)}, "
+                                  f"{model_name} expects {tuple(want.shape)}")
+        if value.is_floating_point() != want.is_floating_point():
+            raise CheckpointError(f"{origin}: dtype mismatch for {key!r}: checkpoint has "
+                                  f"{str(value.dtype).removeprefix('torch.')}, {model_name} expects "
+                                  f"{str(want.dtype).removeprefix('torch.')} (a weight stored as integers would be "
+                                  f"cast silently into wrong values)")
+
+
 def adapt_state_dict(
     source: dict[str, torch.Tensor], model: nn.Module, origin: str = "checkpoint"
 ) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
@@ -203,12 +220,7 @@ def adapt_state_dict(
             f"{origin}: key {unexpected[0]!r} does not exist in {type(model).__name__}"
             + (f" (and {len(unexpected) - 1} more: {unexpected[1:6]})" if len(unexpected) > 1 else "")
         )
-    for key, value in state.items():
-        if tuple(value.shape) != tuple(target[key].shape):
-            raise CheckpointError(
-                f"{origin}: shape mismatch for {key!r}: checkpoint has {tuple(value.shape)}, "
-                f"{type(model).__name__} expects {tuple(target[key].shape)}"
-            )
+    check_tensors(state, target, type(model).__name__, origin)
     missing = sorted(k for k in target if k not in state and k not in TIED_ALIASES)
     # a head checkpoint without a pooler (BertForMaskedLM, token classification, QA) still loads into BertModel: its
     # pooler is initialised and reported, as transformers does
@@ -332,6 +344,116 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> None:
         if k not in TIED_ALIASES and not k.endswith(".sinusoidal")
     }
     config = model.config.to_dict("hf")
+    config["architectures"] = [type(model).__name__]
+    atomic_write(directory / WEIGHTS_NAME, lambda p: save_file(state, str(p), metadata={"format": "pt"}))
+    write_json(directory / CONFIG_NAME, config)
+
+
+# --------------------------------------------------------------------------------------------- other architectures
+# A second architecture (ModernBERT) keeps its own HF key names; what differs from BERT's layout is declared here
+# once, and the same checks apply: unmapped, unused or mis-shaped keys fail naming the key.
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where an architecture's HF state-dict keys live.
+
+    ``prefix``: the encoder's attribute in head classes, with its dot (``"model."``); ``base_roots``: the first
+    components of a bare encoder's keys (``"embeddings."``, ``"layers."`` ...); ``head_prefixes``: head keys, which may
+    be missing (initialised) or unused (dropped); ``tied``: alias key -> canonical key, never saved."""
+
+    prefix: str
+    base_roots: tuple[str, ...]
+    head_prefixes: tuple[str, ...]
+    tied: dict[str, str] = field(default_factory=dict)
+
+
+def adapt_layout_state_dict(source: dict[str, torch.Tensor], model: nn.Module, layout: Layout,
+                            origin: str = "checkpoint") -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
+    """:func:`adapt_state_dict` for another :class:`Layout`: a bare encoder's checkpoint loads into a head class
+    (head initialised) and a head checkpoint into the bare encoder (head keys dropped). Returns (state, initialised,
+    dropped); raises CheckpointError naming the key for anything unmapped, unused or of the wrong shape."""
+    target = model.state_dict()
+    is_base = getattr(model, "base_model_prefix", None) == ""
+    state: dict[str, torch.Tensor] = {}
+    for key, value in source.items():
+        if is_base:
+            if key.startswith(layout.prefix):
+                key = key[len(layout.prefix):]
+            elif key.startswith(layout.head_prefixes):
+                key = "head:" + key
+        elif key.startswith(layout.base_roots):
+            key = layout.prefix + key
+        state[key] = value
+    for alias, canonical in layout.tied.items():
+        if alias in state:
+            value = state.pop(alias)
+            if canonical not in state and canonical in target:
+                state[canonical] = value
+    dropped = sorted(k for k in state if k not in target and k.startswith(("head:",) + layout.head_prefixes))
+    for k in dropped:
+        del state[k]
+    unexpected = sorted(k for k in state if k not in target)
+    if unexpected:
+        raise CheckpointError(
+            f"{origin}: key {unexpected[0]!r} does not exist in {type(model).__name__}"
+            + (f" (and {len(unexpected) - 1} more: {unexpected[1:6]})" if len(unexpected) > 1 else "")
+        )
+    check_tensors(state, target, type(model).__name__, origin)
+    missing = sorted(k for k in target if k not in state and k not in layout.tied)
+    initialised = [k for k in missing if not is_base and k.startswith(layout.head_prefixes)]
+    not_head = [k for k in missing if k not in initialised]
+    if not_head:
+        raise CheckpointError(
+            f"{origin}: missing key {not_head[0]!r} for {type(model).__name__}"
+            + (f" (and {len(not_head) - 1} more)" if len(not_head) > 1 else "")
+        )
+    return state, initialised, [k.removeprefix("head:") for k in dropped]
+
+
+def load_layout_pretrained(cls, config_cls, layout: Layout, path: str | os.PathLike, config=None,
+                           output_loading_info: bool = False, **config_overrides):
+    """:func:`load_pretrained` for a model class of another :class:`Layout`: ``config_cls.from_pretrained`` reads the
+    directory's config, ``config.check_shapes(shapes, config_source, weights)`` checks it against the weights' shapes
+    (the safetensors header first: nothing is allocated on a wrong size), NaN/Inf weights are refused."""
+    path = Path(path)
+    if not path.exists():
+        raise MissingFileError(f"{path}: no such model directory")
+    directory = path if path.is_dir() else path.parent
+    config_source = "config"
+    if config is None:
+        config = config_cls.from_pretrained(directory)
+        config_source = str(directory / CONFIG_NAME)
+    if config_overrides:
+        config = dataclasses.replace(config, **config_overrides)
+    weights = path if path.is_file() else find_weights(directory)
+    if weights.suffix == ".safetensors":
+        config.check_shapes(read_safetensors_header(weights), config_source, str(weights))
+    state = read_state_dict(weights)
+    config.check_shapes({k: tuple(v.shape) for k, v in state.items()}, config_source, str(weights))
+    check_finite(state, str(weights))
+    model = cls(config)
+    state, initialised, dropped = adapt_layout_state_dict(state, model, layout, origin=str(weights))
+    model.load_state_dict(state, strict=False)
+    model.tie_weights()
+    if initialised:
+        logger.info("initialised %d parameters of %s not in %s: %s", len(initialised), cls.__name__, weights,
+                    initialised)
+    if dropped:
+        logger.info("left out %d parameters of %s that %s does not use: %s", len(dropped), weights, cls.__name__,
+                    dropped)
+    model.eval()
+    info = LoadingInfo(str(weights), initialised, dropped)
+    return (model, info) if output_loading_info else model
+
+
+def save_layout_pretrained(model: nn.Module, directory: str | os.PathLike, layout: Layout) -> None:
+    """``config.json`` (``model.config.to_dict()`` with ``architectures``) + ``model.safetensors``, tied aliases
+    saved once (under their canonical key)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items() if k not in layout.tied}
+    config = model.config.to_dict()
     config["architectures"] = [type(model).__name__]
     atomic_write(directory / WEIGHTS_NAME, lambda p: save_file(state, str(p), metadata={"format": "pt"}))
     write_json(directory / CONFIG_NAME, config)

@@ -75,6 +75,7 @@ def _show_library_warnings() -> None:
     if not any(isinstance(h, _StderrHandler) for h in log.handlers):
         log.addHandler(_StderrHandler())
         log.setLevel(logging.WARNING)
+        logging.getLogger("bertkit.run").setLevel(logging.INFO)  # a training run's progress (bertkit.training.log)
 
 
 def main(argv: list[str] | None = None) -> int:

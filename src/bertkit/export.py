@@ -183,7 +183,7 @@ def check_onnx(path: str | os.PathLike, model: nn.Module, outputs: tuple[str, ..
         want = _Graph(model, outputs)(*(sample[n] for n in INPUT_NAMES))
     mask = sample["attention_mask"].bool()
     worst = 0.0
-    for name, a, b in zip(outputs, got, want):
+    for a, b in zip(got, want):
         diff = (torch.from_numpy(a) - b.float()).abs()
         if diff.dim() >= 2 and diff.shape[1] == mask.shape[1]:
             diff = diff[mask]  # padded positions are not outputs anyone reads

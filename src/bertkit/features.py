@@ -39,12 +39,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from bertkit.batches import collate, cut_batches, plan_batches  # noqa: F401 (cut_batches re-exported)
 from bertkit.embeddings.st_format import read_sentence_transformers
 from bertkit.errors import InputError, MissingFileError
 from bertkit.modeling import BertForPreTraining, BertModel
 from bertkit.precision import autocast, resolve_precision
 from bertkit.tokenization import BertTokenizer, Encoding
 
+FILL_MASK_BATCH = 32  # texts per fill-mask forward pass (the CPU token budget may cut smaller)
 POOLINGS = ("mean", "max", "mean_max", "cls", "cls_pooled", "first", "last", "sep", "none")
 POOLING_ALIASES = {
     "reduce_mean": "mean",
@@ -202,25 +204,6 @@ def cpu_forward_tokens(intermediate_size: int = 3072) -> int:
     return 256 * max(1, torch.get_num_threads()) * 3072 // max(1, intermediate_size)
 
 
-def cut_batches(order: Sequence[int], lengths: Sequence[int], batch_size: int,
-                max_tokens: int | None) -> list[list[int]]:
-    """``order`` cut, in order, into batches of at most ``batch_size`` inputs and at most ``max_tokens`` padded
-    tokens (its size x its longest; None: no budget); an input over the budget gets a batch of its own."""
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for i in order:
-        if current and (len(current) >= batch_size
-                        or (max_tokens and max(longest, lengths[i]) * (len(current) + 1) > max_tokens)):
-            batches.append(current)
-            current, longest = [], 0
-        current.append(i)
-        longest = max(longest, lengths[i])
-    if current:
-        batches.append(current)
-    return batches
-
-
 class Encoder:
     """A BERT encoder used as a feature extractor. Holds a ``BertModel`` (with its pooler when the checkpoint has
     one), the tokenizer, and the MLM head when the checkpoint has one (for fill-mask).
@@ -353,18 +336,10 @@ class Encoder:
                                            max_length=self.max_tokens(max_length), truncation=True)
 
     def collate(self, encodings: Sequence[Encoding]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Pad to the longest: (input_ids, token_type_ids, attention_mask), each [B, T] on the device."""
-        T = max(len(e.ids) for e in encodings)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.full((len(encodings), T), pad, dtype=torch.long)
-        types = torch.zeros((len(encodings), T), dtype=torch.long)
-        mask = torch.zeros((len(encodings), T), dtype=torch.long)
-        for i, e in enumerate(encodings):
-            n = len(e.ids)
-            ids[i, :n] = torch.tensor(e.ids)
-            types[i, :n] = torch.tensor(e.type_ids)
-            mask[i, :n] = 1
-        return ids.to(self.device), types.to(self.device), mask.to(self.device)
+        """Pad to the longest: (input_ids, token_type_ids, attention_mask), each [B, T] on the device
+        (:func:`bertkit.batches.collate`)."""
+        return collate([e.ids for e in encodings], [e.type_ids for e in encodings], self.tokenizer.pad_token_id,
+                       device=self.device)
 
     def autocast(self):
         """The autocast context for this encoder's precision (entered once around many batches: the bf16 copies of
@@ -399,8 +374,7 @@ class Encoder:
         ``max_batch_tokens`` padded tokens (B x longest T), and on a CPU at most ``forward_tokens``; a single input
         over the budget gets a batch of its own."""
         budgets = [b for b in (max_batch_tokens, self.forward_tokens) if b]
-        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-        return cut_batches(order, lengths, batch_size, min(budgets) if budgets else None)
+        return plan_batches(lengths, batch_size, min(budgets) if budgets else None)
 
     # ------------------------------------------------------------------ the public call
 
@@ -522,36 +496,31 @@ class Encoder:
         tok = self.tokenizer
         mask_id, mask_token = tok.mask_token_id, tok.convert_ids_to_tokens(tok.mask_token_id)
         limit = self.max_tokens(max_length)
-        encodings = []
+        sequences = []
         for n, text in enumerate(texts):
             if mask_token not in text:
                 raise InputError(f"texts[{n}] has no {mask_token} token to fill: {text[:80]!r}")
             ids = encode_with_masks(tok, text, mask_token)
             if len(ids) > limit:
                 raise InputError(f"texts[{n}] is {len(ids)} tokens long, over the limit of {limit}")
-            encodings.append(_Ids(ids, [0] * len(ids)))
+            sequences.append(ids)
         top_k = max(1, min(int(top_k), self.config.vocab_size))
-        results = []
+        results: list[list[list[dict]]] = [[] for _ in sequences]
         with torch.inference_mode(), self.autocast():
-            for start in range(0, len(encodings), 32):
-                chunk = encodings[start:start + 32]
-                ids, types, mask = self.collate(chunk)
+            for batch in self.plan_batches([len(s) for s in sequences], FILL_MASK_BATCH, None):
+                ids, types, mask = collate([sequences[i] for i in batch], None, tok.pad_token_id, device=self.device)
                 states, _ = self.forward(ids, types, mask, -1)
                 where = ids == mask_id  # [B, T]
                 logits = self.mlm_head(states[-1][where]).float()  # [M, V]
                 probs = logits.softmax(-1)
                 scores, top = probs.topk(top_k, dim=-1)
-                rows = where.nonzero()[:, 0].tolist()
-                per_text: list[list[list[dict]]] = [[] for _ in chunk]
-                for m, b in enumerate(rows):
-                    tokens = self.tokenizer.convert_ids_to_tokens(top[m].tolist())
-                    per_text[b].append([
+                for m, b in enumerate(where.nonzero()[:, 0].tolist()):
+                    tokens = tok.convert_ids_to_tokens(top[m].tolist())
+                    results[batch[b]].append([
                         {"token": t, "token_id": int(i), "score": float(s)}
                         for t, i, s in zip(tokens, top[m].tolist(), scores[m].tolist())
                     ])
-                results.extend(per_text)
         return results
-
 
 def encode_with_masks(tokenizer: BertTokenizer, text: str, mask_token: str = "[MASK]") -> list[int]:
     """``[CLS] pieces [SEP]`` ids, where every literal ``mask_token`` in ``text`` becomes the mask id.
@@ -565,14 +534,6 @@ def encode_with_masks(tokenizer: BertTokenizer, text: str, mask_token: str = "[M
         ids.extend(tokenizer.convert_tokens_to_ids(tokenizer.tokenize(piece)) if piece.strip() else [])
     ids.append(tokenizer.sep_token_id)
     return ids
-
-
-@dataclass
-class _Ids:
-    """The two fields of an Encoding that :meth:`Encoder.collate` reads."""
-
-    ids: list[int]
-    type_ids: list[int]
 
 
 def _flatten_batches(texts: Any) -> Any:

@@ -85,7 +85,8 @@ class _BlockwiseCrossEntropy(torch.autograd.Function):
         out = torch.empty_like(logits)
         for s in range(0, M, _ROWS_PER_BLOCK):
             e = min(s + _ROWS_PER_BLOCK, M)
-            block = logits[s:e].float().sub_(lse[s:e, None]).exp_()  # softmax
+            # a copy even when logits are fp32: the caller may still read them (the training-window accuracy)
+            block = logits[s:e].to(torch.float32, copy=True).sub_(lse[s:e, None]).exp_()  # softmax
             block[torch.arange(e - s, device=block.device), labels[s:e]] -= 1.0
             out[s:e] = block.mul_(scale)
         return out, None

@@ -63,7 +63,9 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, exclude: typing.I
             continue
         target = parser
         if meta.get("group"):
-            target = groups.get(meta["group"]) or groups.setdefault(meta["group"], parser.add_argument_group(meta["group"]))
+            if meta["group"] not in groups:
+                groups[meta["group"]] = parser.add_argument_group(meta["group"])
+            target = groups[meta["group"]]
         default = f.default if f.default is not _MISSING else (f.default_factory() if f.default_factory is not _MISSING
                                                                   else None)
         tp = hints.get(f.name, str)

@@ -151,3 +151,107 @@ def test_server_uses_the_saved_pooling(trained):
     assert info["max_input_length"] == saved == 64  # --max-seq-length 128, capped by the tiny model's 64 positions
     want = encoder.encode(["q1 q2 the", "d3 of d4"], normalize=False)  # /encode normalises only when asked
     np.testing.assert_allclose(np.array(out["embeddings"]), want, rtol=1e-4, atol=1e-5)
+
+
+def test_fp16_scales_the_loss_so_small_gradients_survive(tmp_path, base, fx, monkeypatch):
+    """fp16 autocast (on CPU here; what --precision auto picks on a GPU without bf16) with a loss so small that its
+    gradients underflow fp16: the loss scaler keeps them, so the (unscaled) gradient norm of the first step equals
+    fp32's. Without loss scaling the fp16 gradients flush to zero."""
+    import torch
+
+    import bertkit.embeddings.recipe as recipe
+    from bertkit.training.distributed import DistContext
+
+    build = recipe.build_loss
+
+    def tiny_loss(*a, **k):
+        inner = build(*a, **k)
+        return lambda reps, labels: inner(reps, labels) * 1e-6  # Linear gradients below fp16's smallest, 6e-8
+
+    monkeypatch.setattr(recipe, "build_loss", tiny_loss)
+    grads = []  # the unscaled gradient of each parameter, as clipping sees it
+
+    def record(params, *a, **k):
+        params = list(params)
+        grads.append([p.grad.norm().item() for p in params if p.grad is not None])  # the pooler has none
+        return clip(params, *a, **k)
+
+    clip = torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", record)
+    for precision in ("fp32", "fp16"):
+        args = recipe.EmbeddingTrainArgs(task="pairs", train=str(fx / "train_pairs.tsv"), model=str(base),
+                                         output=str(tmp_path / precision), batch_size=16, max_steps=1, lr=1e-3,
+                                         precision=precision, device="cpu", quiet=True)
+        torch.manual_seed(0)
+        summary = recipe.train_embeddings(args, recipe.read_training_rows(args), None, DistContext())
+        assert summary["compute_precision"] == precision == summary["precision"]
+    fp32, fp16 = grads
+    # the attention key biases get no gradient in exact arithmetic (softmax ignores a constant): only rounding noise
+    real = [(a, b) for a, b in zip(fp32, fp16) if a > 1e-4 * max(fp32)]
+    assert len(fp32) == len(fp16) and len(real) >= 20  # of 37: the layers' weights among them
+    # every weight's gradient survives, the fp16 Linear layers' included (they flush to zero without the scaler)
+    assert all(b == pytest.approx(a, rel=5e-2) for a, b in real)
+
+
+def _embeddings_process(base, fx, output, *extra):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
+    argv = [sys.executable, "-m", "bertkit.cli", "finetune", "--task", "pairs", "--train",
+            str(fx / "train_pairs.tsv"), "--dev", str(fx / "sts_dev.tsv"), "--model", str(base), "--epochs", "3",
+            "--batch-size", "8", "--lr", "1e-3", "--precision", "fp32", "--eval-every", "40", "--quiet",
+            "--output", str(output), *extra]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.timeout(300)
+def test_signal_saves_a_checkpoint_and_resume_equals_an_uninterrupted_run(tmp_path, base, fx):
+    """A real `bertkit finetune --task pairs` process gets SIGTERM mid-run: it finishes the step, writes a
+    checkpoint, exits 143 saying how to resume; --resume then ends with the uninterrupted run's weights and dev
+    history, bit for bit, and leaves no checkpoint behind. Without --resume the interrupted run is not overwritten,
+    and a finished one is refused without --overwrite."""
+    import time
+
+    from safetensors.torch import load_file
+
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    proc = _embeddings_process(base, fx, whole)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-2000:]
+    total = json.loads(out.strip().splitlines()[-1])
+    proc = _embeddings_process(base, fx, cut, "--save-every", "10")
+    latest = cut / "checkpoints" / "latest"
+    deadline = time.monotonic() + 120
+    while not latest.is_file() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(15)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    assert "--resume" in err and "checkpoint" in err
+    (ckpt,) = (cut / "checkpoints").glob("step-*.pt")
+    assert 10 <= int(ckpt.stem.split("-")[1]) < 150  # 3 epochs x 50 steps: stopped mid-run
+    proc = _embeddings_process(base, fx, cut)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "pass --resume" in err
+    proc = _embeddings_process(base, fx, cut, "--resume")
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-2000:]
+    resumed = json.loads(out.strip().splitlines()[-1])
+    same = ("train_seconds", "rows_per_second", "output")
+    assert {k: v for k, v in resumed.items() if k not in same} == {k: v for k, v in total.items() if k not in same}
+    a, b = load_file(str(whole / "model.safetensors")), load_file(str(cut / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch_equal(a[k], b[k]) for k in a)
+    history = [json.loads((d / "train_log.json").read_text())["history"] for d in (whole, cut)]
+    assert history[0] == history[1] and [h["step"] for h in history[0]] == [40, 80, 120, 150]
+    assert not (cut / "checkpoints").exists()
+    proc = _embeddings_process(base, fx, cut)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "--overwrite" in err
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return torch.equal(a, b)

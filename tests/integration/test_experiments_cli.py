@@ -180,7 +180,8 @@ def test_plot_pretrain_and_finetune_runs(pretrained, tiny_dir, ft, tmp_path, cap
     png = tmp_path / "curves.png"
     assert main(["plot", str(pretrained), str(fine), "--output", str(png), "--names", "pre,fine"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert {"loss", "mlm_acc", "eval_mlm_acc", "nsp_acc", "lr", "tokens_per_s", "accuracy", "train_loss"} \
+    assert {"loss", "train_mlm_acc", "eval_mlm_acc", "eval_mlm_baseline", "nsp_acc", "lr", "tokens_per_s", "accuracy",
+            "train_loss"} \
         <= set(report["metrics"])
     w, h = png_size(png)
     assert w > 1000 and h > 400  # a row of panels per x axis: steps, and wall time (pretrain records carry it)

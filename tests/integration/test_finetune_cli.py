@@ -208,7 +208,7 @@ def test_gradient_accumulation_equals_the_large_batch(tiny_dir, ft, tmp_path, mo
 
     norms = []  # Adam's step hardly depends on the gradient's scale: compare the gradient norm itself
     clip = torch.nn.utils.clip_grad_norm_
-    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda *a, **k: norms.append(float(clip(*a, **k))))
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda *a, **k: norms.append(n := clip(*a, **k)) or n)
     weights = []
     for batch_size, accum in ((8, 1), (4, 2)):
         task = get_task("sst2", max_seq_length=32)
@@ -218,14 +218,15 @@ def test_gradient_accumulation_equals_the_large_batch(tiny_dir, ft, tmp_path, mo
         model.set_dropout(0.0)
         args = FinetuneArgs(epochs=1, batch_size=batch_size, grad_accum=accum, lr=1e-2, warmup_proportion=0.0,
                             precision="fp32", quiet=True, device="cpu")
-        summary = finetune(task, model, BertTokenizer.from_pretrained(tiny_dir), train, None, tmp_path / f"b{batch_size}", args)
+        tokenizer = BertTokenizer.from_pretrained(tiny_dir)
+        summary = finetune(task, model, tokenizer, train, None, tmp_path / f"b{batch_size}", args)
         assert summary["step"] == 1
         weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     torch.manual_seed(0)
     initial = torch.cat([p.detach().flatten() for p in get_task("sst2").load_model(tiny_dir, False).parameters()])
     assert (weights[0] - initial).abs().max() > 1e-4  # the step moved the weights
     torch.testing.assert_close(weights[1], weights[0], atol=2e-6, rtol=1e-5)
-    assert len(norms) == 2 and norms[1] == pytest.approx(norms[0], rel=1e-5)
+    assert len(norms) == 2 and float(norms[1]) == pytest.approx(float(norms[0]), rel=1e-5)
 
 
 def test_grad_accum_must_be_positive(tiny_dir, ft, tmp_path, capsys):
@@ -331,10 +332,12 @@ def test_fp16_scales_the_loss_so_small_gradients_survive(tiny_dir, ft, tmp_path,
 
     norms, saved = [], []
     clip = torch.nn.utils.clip_grad_norm_
-    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda *a, **k: norms.append(float(clip(*a, **k))))
-    save = recipe.save_checkpoint
-    monkeypatch.setattr(recipe, "save_checkpoint", lambda d, step, state, keep: saved.append(state) or save(
-        d, step, state, keep))
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda *a, **k: norms.append(n := clip(*a, **k)) or n)
+    import bertkit.training.state as train_state
+
+    save = train_state.save_checkpoint
+    monkeypatch.setattr(train_state, "save_checkpoint", lambda d, step, state, keep: saved.append(state) or save(
+        d, step, state, keep=keep))
     for precision in ("fp32", "fp16"):
         task = get_task("sst2", max_seq_length=32)
         train = task.read(ft / "sst2_train.tsv")[:8]
@@ -346,6 +349,7 @@ def test_fp16_scales_the_loss_so_small_gradients_survive(tiny_dir, ft, tmp_path,
         summary = recipe.finetune(task, TinyLoss(model), BertTokenizer.from_pretrained(tiny_dir), train * 2, None,
                                   tmp_path / precision, args)
         assert summary["compute_precision"] == precision
+    norms = [float(n) for n in norms]
     assert len(norms) == 4 and norms[0] > 0
     assert norms[2] == pytest.approx(norms[0], rel=2e-2)  # the first step: same gradient, fp16 or not
     assert saved[0]["scaler"] == {} and saved[1]["scaler"]["scale"] == 65536.0  # disabled in fp32; fp16's state

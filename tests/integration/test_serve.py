@@ -35,7 +35,7 @@ def encoder(model_dir):
 
 
 SETTINGS = dict(max_inputs=16, max_input_chars=2000, max_payload_bytes=64 * 1024, max_batch_tokens=2048,
-                max_batch_size=32, max_wait_ms=2.0)
+                max_batch_size=32, max_wait_ms=2.0, max_request_tokens=500)
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +140,16 @@ BAD = [
     ("/embed", {"inputs": []}, 400, "cannot be empty"),
     ("/embed", {"inputs": [""]}, 400, "inputs[0]' is empty"),
     ("/embed", {"inputs": ["fine", "   "]}, 400, "inputs[1]' is empty"),
+    ("/embed", {"inputs": ["fine", "\u200b"]}, 400, "inputs[1]' is empty"),  # zero-width: nothing to tokenize
+    ("/embed", {"inputs": ["\u0001\u0002 \ufeff"]}, 400, "inputs[0]' is empty"),  # control characters only
+    ("/v1/embeddings", {"input": ["\u200d"]}, 400, "input[0]' is empty"),
+    ("/encode", {"texts": ["a"], "pairs": ["\u200b"]}, 400, "pairs[0]' is empty"),
+    ("/embed", {"inputs": "x", "prompt_name": "query"}, 422, "prompt_name"),
+    ("/embed", {"inputs": "x", "options": {"use_gpu": True}}, 422, "options.use_gpu"),
+    ("/embed", {"inputs": "x", "encoding_format": "base64"}, 422, "encoding_format"),
+    ("/fill-mask", {"inputs": "the [MASK]", "parameters": {"targets": ["cat"]}}, 422, "parameters.targets"),
+    ("/fill-mask", {"inputs": "the [MASK]", "parameters": {"top_k": 0}}, 422, "parameters.top_k"),
+    ("/encode", {"texts": ["the cat"] * 10, "pairs": ["sat on the mat " * 12] * 10}, 422, "--max-request-tokens"),
     ("/embed", {"inputs": ["a"] * 17}, 422, "over the limit of 16"),
     ("/embed", {"inputs": ["the " * 600]}, 422, "characters"),
     ("/embed", {"inputs": ["the " * 100]}, 422, "tokens long"),

@@ -119,6 +119,44 @@ def test_inference_client(server, encoder):
     np.testing.assert_allclose(sims, [1.0, float(vecs[0] @ vecs[1])], rtol=1e-4, atol=1e-5)
 
 
+def test_inference_client_fill_mask(server, encoder):
+    """huggingface_hub's fill_mask sends {"inputs", "parameters": {...}} and reads transformers' answer: token ids,
+    token_str, the filled sequence; one [MASK] gives a flat list."""
+    client = huggingface_hub.InferenceClient(base_url=server.url + "/fill-mask", timeout=TIMEOUT)
+    text = "the cat [MASK] on the mat"
+    want = encoder.fill_mask([text], top_k=5)[0][0]
+    got = client.fill_mask(text)
+    assert [x.token for x in got] == [w["token_id"] for w in want]
+    np.testing.assert_allclose([x.score for x in got], [w["score"] for w in want], **FP32)
+    assert [x.token_str for x in got] == [w["token"] for w in want]
+    assert got[0].sequence == text.replace("[MASK]", want[0]["token"])
+    got = client.fill_mask(text, top_k=2)
+    assert [x.token for x in got] == [w["token_id"] for w in want[:2]]
+    status, out = raw(server.url, "/fill-mask", {"inputs": "the [MASK] sat on the [MASK]", "parameters": {}})
+    assert status == 200 and len(out) == 2 and len(out[0]) == 5  # several [MASK]s: a list per [MASK]
+    assert "[CLS]" in out[0][0]["sequence"] and "[MASK]" in out[0][0]["sequence"]  # as transformers decodes them
+    with pytest.raises(huggingface_hub.errors.HfHubHTTPError, match="targets"):
+        client.fill_mask(text, targets=["cat"])  # not implemented: refused, never ignored
+
+
+def test_inference_api_options_and_info(server, encoder):
+    """The inference API's "options" (langchain-community's HuggingFaceInferenceAPIEmbeddings sends them) are
+    accepted on POST / and /embed; unknown ones are refused naming them. /info records precision, backend, device."""
+    body = {"inputs": TEXTS, "options": {"wait_for_model": True, "use_cache": True}}
+    status, out = raw(server.url, "/", body)
+    assert status == 200
+    np.testing.assert_allclose(out, encoder.encode(TEXTS, normalize=True), **FP32)
+    status, out = raw(server.url, "/embed", {"inputs": TEXTS[0], "options": {"use_cache": False}})
+    assert status == 200
+    status, out = raw(server.url, "/", {"inputs": TEXTS[0], "options": {"wait": True}})
+    assert status == 422 and "options.wait" in out["error"]
+    status, info = raw(server.url, "/info")
+    assert (info["precision"], info["backend"], info["device"]) == ("fp32", "torch", "cpu")
+    assert info["model_dtype"] == "float32"
+    status, _ = raw(server.url, "/health", method="HEAD")
+    assert status == 200
+
+
 def _embed_ids(server, ids: list[int]) -> np.ndarray:
     status, out = raw(server.url, "/embed", {"inputs": [ids], "normalize": False})
     assert status == 200, out

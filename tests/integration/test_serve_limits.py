@@ -230,23 +230,41 @@ def test_deep_json_and_huge_integers_get_422_on_a_kept_connection(server):
         conn.close()
 
 
-def test_concurrency_limit_refuses_with_one_line(model_dir, tmp_path):
-    srv = Server(model_dir, tmp_path / "serve.log", "--limit-concurrency", "3", "--header-timeout", "5")
+def test_idle_connections_do_not_count_and_health_is_never_refused(model_dir, tmp_path):
+    """600 connections that send nothing count against no limit: /health (GET and HEAD) answers 200 within a second
+    and a real request is served. Requests in flight past --limit-concurrency get 503 with one log line each,
+    while /health still answers."""
+    srv = Server(model_dir, tmp_path / "serve.log", "--limit-concurrency", "3", "--header-timeout", "20",
+                 "--body-timeout", "20")
+    idle, slow = [], []
     try:
-        idle = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(3)]
-        time.sleep(0.3)
-        try:
-            with urllib.request.urlopen(srv.url + "/health", timeout=10) as r:
-                status = r.status
-        except urllib.error.HTTPError as exc:
-            status = exc.code
-        assert status == 503
-        for s in idle:
-            s.close()
-        time.sleep(0.3)
+        idle = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(600)]
+        time.sleep(0.5)
+        for method in ("GET", "HEAD"):
+            start = time.monotonic()
+            with urllib.request.urlopen(urllib.request.Request(srv.url + "/health", method=method), timeout=10) as r:
+                assert r.status == 200 and (r.read() == b"") == (method == "HEAD")
+            assert time.monotonic() - start < HEALTH_LIMIT
+        assert post(srv.url, "/embed", {"inputs": "the cat"})[0] == 200  # the idle 600 hold no slot
+        for _ in range(3):  # three requests in flight: each waits for the rest of its body
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            s.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 100\r\n\r\n{")
+            slow.append(s)
+        time.sleep(0.5)
+        status, out = post(srv.url, "/embed", {"inputs": "the cat"})
+        assert status == 503 and "--limit-concurrency" in out["error"]
+        start = time.monotonic()
         with urllib.request.urlopen(srv.url + "/health", timeout=10) as r:
-            assert r.status == 200  # served again once the idle connections are gone
+            assert r.status == 200 and time.monotonic() - start < HEALTH_LIMIT  # probes are never refused
+        for s in slow:
+            s.close()
+        slow = []
+        time.sleep(0.5)
+        assert post(srv.url, "/embed", {"inputs": "the cat"})[0] == 200  # served again once they are gone
     finally:
+        for s in idle + slow:
+            s.close()
         log = srv.stop()
     assert log.count("Exceeded concurrency limit.") == 1
     assert "Traceback" not in log

@@ -35,7 +35,9 @@ def test_several_models_on_one_server(encoders):
     texts = ["the cat sat", "a big red dog"]
     want = {name: enc.encode(texts, normalize=True) for name, enc in encoders.items()}
     assert not np.allclose(want["alpha"], want["beta"], atol=1e-3)  # two really different models
-    with ServerThread(create_app(encoders, ServeSettings())) as srv:
+    app = create_app(encoders, ServeSettings())
+    assert set(vars(app.state)["_state"]) == {"services", "settings"}  # only what the routes and ServerThread read
+    with ServerThread(app) as srv:
         status, out = raw(srv.url, "/embed", {"inputs": texts})
         np.testing.assert_allclose(out, want["alpha"], **FP32)  # the first is the default
         status, out = raw(srv.url, "/embed?model=beta", {"inputs": texts})

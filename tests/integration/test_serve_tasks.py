@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -133,3 +134,43 @@ def test_int8_models_serve(dirs):
         assert status == 200 and np.min(np.sum(np.asarray(out) * want, axis=1)) > 0.99  # cosine to fp32
         status, out = raw(srv.url, "/predict?model=clf", {"inputs": [[t] for t in texts]})
         assert status == 200 and len(out) == len(texts) and sorted(x["label"] for x in out[0]) == ["0", "1"]
+
+
+def test_task_routes_refuse_unknown_parameters_and_name_every_route(server):
+    for path, body, field in [
+        ("/qa?model=qa", {"inputs": {"question": "where ?", "context": "the mat"}, "parameters": {"bogus": 1}},
+         "parameters.bogus"),
+        ("/ner?model=ner", {"inputs": "George went home", "parameters": {"bogus": 1}}, "parameters.bogus"),
+        ("/predict?model=clf", {"inputs": "a fine film", "parameters": {"bogus": 1}}, "parameters.bogus"),
+        ("/ner?model=ner", {"inputs": "George went home", "parameters": {"stride": 8}}, "parameters.stride"),
+        ("/predict?model=clf", {"inputs": "a fine film", "options": {"bogus": True}}, "options.bogus"),
+        ("/predict?model=clf", {"inputs": "a fine film", "raw_scores": True,
+                                "parameters": {"function_to_apply": "sigmoid"}}, "raw_scores"),
+    ]:
+        status, out = raw(server.url, path, body)
+        assert status == 422 and field in out["error"], (path, out)
+    status, out = raw(server.url, "/rerank?model=clf", {"query": "a", "texts": ["b"]})
+    assert status == 422 and "/predict" in out["error"] and "/embed" in out["error"]  # every route it serves
+    status, out = raw(server.url, "/predict?model=clf", {"inputs": "a fine film", "options": {"use_cache": True}})
+    assert status == 200
+    status, info = raw(server.url, "/info?model=qa")
+    assert (info["precision"], info["backend"], info["device"], info["task"]) == ("fp32", "torch", "cpu", "qa")
+
+
+def test_ner_and_qa_are_bounded_before_computing(server):
+    """/ner and /qa count the request's tokens against --max-request-tokens (and their answer against
+    --max-output-values) before any compute, as /tokenize and /embed do."""
+    app = create_app({"ner": server.models["ner"], "qa": server.models["qa"]}, ServeSettings(max_request_tokens=2000))
+    with ServerThread(app) as small:
+        start = time.monotonic()
+        status, out = raw(small.url, "/ner?model=ner", {"inputs": [f"w{i} " * 300 for i in range(10)]})
+        assert status == 422 and "--max-request-tokens" in out["error"] and "'inputs'" in out["error"]
+        context = "the cat sat on the mat . " * 100
+        status, out = raw(small.url, "/qa?model=qa", {"inputs": [{"question": "where ?", "context": context}] * 5})
+        assert status == 422 and "--max-request-tokens" in out["error"]
+        assert time.monotonic() - start < 10
+        status, out = raw(small.url, "/qa?model=qa", {"question": "where did the cat sit ?", "context": context[:200]})
+        assert status == 200 and context[out["start"]:out["end"]] == out["answer"]
+        status, out = raw(small.url, "/ner?model=ner", {"inputs": "\u200b\u200b"})
+        assert status == 400 and "is empty" in out["error"]
+

@@ -31,7 +31,7 @@ def test_max_context_each_token_once_and_central():
     spans = doc_spans(25, 10, 4)
     flags = max_context_flags(spans)
     owners = {}
-    for w, ((start, length), f) in enumerate(zip(spans, flags)):
+    for w, ((start, _length), f) in enumerate(zip(spans, flags)):
         for k, flag in enumerate(f):
             if flag:
                 assert start + k not in owners

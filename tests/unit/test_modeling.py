@@ -82,13 +82,14 @@ def test_pretraining_shapes_and_losses(tiny_config, batch):
     labels = torch.full((B, T), -100)
     labels[0, 1] = 7
     labels[3, 2] = 9
-    out = model(ids, attention_mask=mask, token_type_ids=types, labels=labels, next_sentence_label=torch.zeros(B).long())
+    nsp = torch.zeros(B).long()
+    out = model(ids, attention_mask=mask, token_type_ids=types, labels=labels, next_sentence_label=nsp)
     assert out.masked_logits.shape == (2, 99)
     assert out.prediction_logits is None
     assert torch.allclose(out.loss, out.mlm_loss + out.nsp_loss)
     # sparse prediction computes the same loss as the full vocabulary projection
     model.sparse_prediction = False
-    full = model(ids, attention_mask=mask, token_type_ids=types, labels=labels, next_sentence_label=torch.zeros(B).long())
+    full = model(ids, attention_mask=mask, token_type_ids=types, labels=labels, next_sentence_label=nsp)
     assert torch.allclose(full.mlm_loss, out.mlm_loss, atol=1e-6)
     assert full.prediction_logits.shape == (B, T, 99)
 
@@ -127,7 +128,8 @@ def test_finetuning_heads_shapes(tiny_config, batch):
     labels[mask == 0] = -100
     assert tok(ids, attention_mask=mask, labels=labels).logits.shape == (B, T, 5)
     qa = BertForQuestionAnswering(tiny_config).eval()
-    out = qa(ids, attention_mask=mask, start_positions=torch.zeros(B).long(), end_positions=torch.tensor([99] + [3] * (B - 1)))
+    ends = torch.tensor([99] + [3] * (B - 1))
+    out = qa(ids, attention_mask=mask, start_positions=torch.zeros(B).long(), end_positions=ends)
     assert out.start_logits.shape == (B, T) and out.end_logits.shape == (B, T) and torch.isfinite(out.loss)
     mc = BertForMultipleChoice(tiny_config).eval()
     ids3 = ids[:12].view(3, 4, T)

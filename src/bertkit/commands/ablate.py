@@ -15,7 +15,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "Pre-train each variant of a study with the same corpus, vocabulary, budget and seed, report its held-out "
         "MLM accuracy, and fine-tune it on GLUE tasks (median and min-max over seeds). Writes results.csv, "
         "results.md (the paper's table shape) and STUDY.png. Run the same command again to resume.")
-    parser.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text files (as for pretrain)")
+    parser.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
+                        help="text files or directories (as for pretrain)")
     parser.add_argument("--output", required=True, help="the study's directory")
     parser.add_argument("--study", required=True, choices=STUDIES,
                         help="nsp: MLM+NSP vs MLM only; mask-rate: 15/30/40%%; model-size: presets; steps: one run's "
@@ -47,14 +48,13 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from bertkit.commands.glue import parse_lrs, parse_seeds, parse_time
+    from bertkit.data.corpus import expand_corpus
     from bertkit.errors import InputError
     from bertkit.experiments.ablate import AblateConfig, AblationStudy
     from bertkit.experiments.glue import resolve_tasks
     from bertkit.training.interrupt import GracefulStop
 
-    for c in args.corpus:
-        if not Path(c).is_file():
-            raise InputError(f"--corpus {c}: no such file")
+    expand_corpus(args.corpus)  # files or directories, as for pretrain: a missing or empty one is named here
     if args.glue is not None and not Path(args.glue).is_dir():
         raise InputError(f"--glue {args.glue}: not a directory")
     cfg = AblateConfig(

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bertkit.data.readers import read_text
 from bertkit.errors import InputError, MissingFileError
 from bertkit.files import atomic_write
 
@@ -55,10 +56,7 @@ def read_inputs(path: str) -> tuple[list[str], list[str] | None]:
         p = Path(path)
         if not p.is_file():
             raise MissingFileError(f"{p}: no such input file")
-        try:
-            lines = p.read_text(encoding="utf-8").splitlines()
-        except UnicodeDecodeError as exc:
-            raise InputError(f"{p}: not UTF-8 text ({exc})") from None
+        lines = read_text(p).splitlines()  # a byte that is not UTF-8: an error naming the line, as every reader
         name, kind = str(p), p.suffix.lower().lstrip(".")
     texts: list[str] = []
     pairs: list[str] = []

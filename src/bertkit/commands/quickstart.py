@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from bertkit.errors import InputError
     from bertkit.features import Encoder
     from bertkit.recipes.pretrain import PretrainConfig, PretrainError, held_out_accuracy, parse_duration, pretrain
+    from bertkit.tasks.cloze import cloze_probe
 
     corpus = bundled_corpus()
     try:
@@ -77,9 +78,12 @@ def run(args: argparse.Namespace) -> int:
               f"for {args.max_time}   3. score it on held-out text   4. fill in masked words\n")
     pretrain(cfg)
     score = held_out_accuracy(out)
-    print(f"\nheld-out masked-word accuracy: {score['mlm_acc']:.1%} (unigram baseline, always guessing the most "
-          f"frequent word: {score['unigram_acc']:.1%}; {score['masked_tokens']} masked words of text never trained on)")
-    results = Encoder.from_pretrained(out, precision="fp32").fill_mask(SENTENCES, top_k=5)
+    print(f"\nheld-out masked-word accuracy: {score['mlm_acc']:.1%}, {score['mlm_acc'] / score['mlm_baseline']:.1f}x "
+          f"the best constant guess ({score['mlm_baseline']:.1%}); {score['masked_tokens']} words of text never "
+          f"trained on, every one replaced by [MASK]")
+    encoder = Encoder.from_pretrained(out, precision="fp32")
+    print(cloze_probe(encoder).line() + " (bertkit.tasks.cloze: names and phrases of the bundled books)")
+    results = encoder.fill_mask(SENTENCES, top_k=5)
     print("\nfill-mask with the model just trained (top 5 guesses for each [MASK]):\n")
     print_predictions(SENTENCES, results)
     print(f"\nthe model is in {out}/ (config.json, model.safetensors, vocab.txt); it loads with "

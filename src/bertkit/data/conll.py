@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from bertkit.data.readers import DataError, Examples, RowGuard, check_file
+from bertkit.data.readers import DataError, Examples, RowGuard, check_file, open_text
 
 TAG_RE = re.compile(r"^(O|[BIES]-\S+)$")
 
@@ -47,7 +47,7 @@ def read_conll(
             out.append(TaggedSentence(words, tags if n_cols and n_cols > 1 else None, first_line))
         words, tags, bad = [], [], False
 
-    with open(path, encoding="utf-8-sig") as f:
+    with open_text(path) as f:
         for n, line in enumerate(f, 1):
             parts = line.split()
             if not parts:

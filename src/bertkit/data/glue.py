@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from bertkit.data.readers import ClassificationExample, DataError, Examples, RowGuard, check_file
+from bertkit.data.readers import ClassificationExample, DataError, Examples, RowGuard, check_file, open_text
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def read_glue(
     path = check_file(path)
     guard = RowGuard(path, skip_bad_rows)
     out = Examples(path=path)
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    with open_text(path, newline="") as f:
         lines = [line.rstrip("\r\n") for line in f]
     start = 0
     first = lines[0].split("\t") if lines else []

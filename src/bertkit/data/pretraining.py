@@ -7,24 +7,32 @@ Pipeline (as Google's ``create_pretraining_data.py``, stored so a corpus larger 
    sentence, S+1) and ``*.documents.npy`` (sentence offset of every document, D+1), plus ``meta.json`` last as the
    commit marker. A small held-out part (whole documents when there are many; else the last sentences of each long
    document) goes to the ``eval`` shard, never trained on.
-2. :func:`create_instances` lays out ``[CLS] A [SEP] B [SEP]`` instances of one shard as token *ranges*: an int64
-   array ``[N, 5]`` of (a_start, a_end, b_start, b_end, next_sentence_label). A and B are runs of whole sentences, so
-   each is a contiguous range of the shard's tokens, and truncation only moves an end. B is the true continuation
-   (label 0, IsNext) or a span of another document of the shard (label 1, NotNext), 50/50; segments are filled to
-   ``max_seq_length`` with ``short_seq_prob`` shorter targets; overlong pairs lose tokens from the longer segment at
-   a random end. Without NSP an instance is one segment ``[CLS] A [SEP]`` (label -1).
+2. :class:`ShardLayout` lays out ``[CLS] A [SEP] B [SEP]`` instances of one shard as token *ranges* (a_start, a_end,
+   b_start, b_end, next_sentence_label). A and B are runs of whole sentences, so each is a contiguous range of the
+   shard's tokens, and truncation only moves an end. Chunks are cut vectorised: the sentences of a document that start
+   in one cell of a ``max_tokens`` grid; only their starts are stored. Each instance is drawn on demand from a
+   generator seeded by (seed, epoch or copy, shard, instance): a ``short_seq_prob`` shorter target, then B is the
+   true continuation (label 0, IsNext) or a span of another document of the shard (label 1, NotNext), 50/50; overlong
+   pairs lose tokens from the longer segment at random ends. Without NSP an instance is one segment ``[CLS] A [SEP]``
+   (label -1). :func:`create_instances` materialises a layout (tests, inspection).
 3. :func:`mask_instance` picks ``round(len * mask_prob)`` positions (at least 1, at most ``max_predictions``) among
    non-special tokens, by whole words with ``whole_word``; 80% become [MASK], 10% a random non-special token, 10%
    stay. [CLS], [SEP] and [PAD] are never picked.
 4. :class:`PretrainingData` serves batches by (epoch, index) as pure functions of the seed: the instance layout and
    order of an epoch, and every mask, come from generators seeded by (seed, epoch or copy, shard or instance). So a
    run resumes from its (epoch, index) position with no data state beyond those two numbers, and each rank of a
-   distributed run reads its own strided part of the order. Masking is ``dynamic`` (fresh layout and masks each
-   epoch) or ``static`` (``dupe_factor`` fixed copies, cycled).
+   distributed run reads its own strided part of the order. The order visits the shards in a permuted sequence,
+   ``SHUFFLE_SHARDS`` at a time, shuffling those shards' instances together by a Feistel permutation (no index
+   array): a rank holds one count per shard and the chunk starts of about two windows, whatever the corpus size, and
+   an epoch starts after one vectorised pass over the sentence offsets. Masking is ``dynamic`` (fresh layout and masks
+   each epoch) or ``static`` (``dupe_factor`` fixed copies, cycled).
 
 Differences from Google's script, on purpose: the short-sequence target is re-drawn per instance rather than per
 document (books are single documents here); a one-sentence chunk can still be an IsNext pair, split inside the
-sentence, which keeps NSP at 50/50; the random document comes from the same shard.
+sentence, which keeps NSP at 50/50; the random document comes from the same shard; chunks come from a fixed grid
+rather than a greedy fill, and a NotNext pair's unused sentences are not put back into the stream, so one epoch's A
+and IsNext B cover about 2/3 of the text rather than 9/10 (the rest of each batch is B text drawn from the shard,
+and the layout is drawn afresh each epoch: a few epochs cover all of it; tests/unit/test_instance_layout.py).
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from bertkit.files import atomic_write, write_json
 META_NAME = "meta.json"
 SHARD_FORMAT = 1
 NO_LABEL = -100
+SHUFFLE_SHARDS = 16  # shards whose instances an epoch shuffles together (see PretrainingData.ids_at)
 
 
 # --------------------------------------------------------------------------------------------- vocabulary facts
@@ -283,83 +292,150 @@ class Shard:
 # --------------------------------------------------------------------------------------------- instances
 
 
+def _chunk_starts(shard: Shard, max_tokens: int) -> np.ndarray:
+    """First sentence of every chunk of one shard, ``[N]`` int64, vectorised: a chunk is the run of a document's
+    sentences that start inside one cell of a grid of ``max_tokens`` tokens laid from the document's start (so, like
+    a greedy fill, only a document's last chunk is short). Every document start begins a chunk."""
+    sent = np.asarray(shard.sentences, dtype=np.int64)
+    docs = np.asarray(shard.documents, dtype=np.int64)
+    n_sent = len(sent) - 1
+    if n_sent <= 0:
+        return np.zeros(0, dtype=np.int64)
+    cell = (sent[:-1] - np.repeat(sent[docs[:-1]], np.diff(docs))) // max_tokens  # [S]
+    new = np.empty(n_sent, dtype=bool)
+    new[0] = True
+    np.not_equal(cell[1:], cell[:-1], out=new[1:])
+    new[docs[:-1][docs[:-1] < n_sent]] = True
+    return np.flatnonzero(new)
+
+
+def _popcount_bits(rng: random.Random, n: int) -> int:
+    """How many of ``n`` fair coin flips came up heads (a Binomial(n, 1/2) draw)."""
+    return bin(rng.getrandbits(n)).count("1") if n > 0 else 0
+
+
+class ShardLayout:
+    """One shard's instances for one layout key (an epoch, or a static copy), built lazily.
+
+    Only the chunk starts are stored (``[N]`` int64, vectorised by :func:`_chunk_starts`, the same for every key);
+    instance ``k`` is drawn
+    when asked from a generator seeded by (seed, key, shard, k): its short-sequence target, the A/B split, IsNext or
+    a random B from another document of the shard, and the truncation. So an instance costs microseconds and no
+    table of the whole corpus is ever held."""
+
+    def __init__(self, shard: Shard, max_seq_length: int, short_seq_prob: float, nsp: bool, seed: str,
+                 starts: np.ndarray | None = None):
+        self.shard, self.short_seq_prob, self.nsp, self.seed = shard, short_seq_prob, nsp, seed
+        self.max_tokens = max_seq_length - (3 if nsp else 2)
+        if self.max_tokens < 2:
+            raise ValueError(f"max_seq_length {max_seq_length} is too short for an instance")
+        self.starts = _chunk_starts(shard, self.max_tokens) if starts is None else starts
+        self.n_sentences = len(shard.sentences) - 1
+        self.n_docs = len(shard.documents) - 1
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def instance(self, k: int) -> tuple[int, int, int, int, int]:
+        """(a_start, a_end, b_start, b_end, label) of instance ``k``: token ranges of the shard; label 0 IsNext,
+        1 NotNext, -1 without NSP (B empty)."""
+        sent, docs, m = self.shard.sentences, self.shard.documents, self.max_tokens
+        rng = random.Random(f"bertkit-instance/{self.seed}/{k}")
+        c0 = int(self.starts[k])
+        c1 = int(self.starts[k + 1]) if k + 1 < len(self.starts) else self.n_sentences
+        lo = int(sent[c0])
+        goal = rng.randint(2, m) if rng.random() < self.short_seq_prob else m
+        e = c1
+        if goal < m:  # a short instance: the chunk's first sentences that reach the target
+            e = min(c1, c0 + 1 + int(np.searchsorted(sent[c0 + 1:c1 + 1], lo + goal)))
+        n = e - c0  # sentences in the instance
+        if not self.nsp:
+            return lo, min(int(sent[e]), lo + m), 0, 0, -1
+        is_random = rng.random() < 0.5
+        if is_random or n >= 2:
+            a_lo, a_hi = lo, int(sent[c0 + (rng.randint(1, n - 1) if n >= 2 else 1)])
+        else:  # IsNext from a single sentence: split it inside
+            a_lo, whole = lo, int(sent[e])
+            if whole - a_lo < 2:
+                is_random, a_hi = True, whole
+            else:
+                a_hi = rng.randint(a_lo + 1, whole - 1)
+        if is_random:
+            goal_b = max(1, goal - (a_hi - a_lo))
+            d = int(np.searchsorted(docs, c0, side="right")) - 1
+            other = d
+            for _ in range(10):
+                other = rng.randint(0, self.n_docs - 1)
+                if other != d or self.n_docs == 1:
+                    break
+            o_lo, o_hi = int(docs[other]), int(docs[other + 1])
+            j = rng.randint(o_lo, o_hi - 1)
+            b_lo = int(sent[j])
+            b_hi = int(sent[min(o_hi, j + 1 + int(np.searchsorted(sent[j + 1:o_hi + 1], b_lo + goal_b)))])
+        else:
+            b_lo, b_hi = a_hi, int(sent[e])
+        if b_hi <= b_lo and a_hi - a_lo >= 2:  # empty sentences only: B is A's second half
+            mid = a_lo + (a_hi - a_lo) // 2
+            a_hi, b_lo, b_hi, is_random = mid, mid, a_hi, False
+        # truncate the longer segment at random ends until the pair fits (Google's one-token loop, in closed form:
+        # the longer one loses tokens until both are equal, then B and A alternate, B first)
+        la, lb = a_hi - a_lo, b_hi - b_lo
+        excess = la + lb - m
+        if excess > 0:
+            first = min(excess, abs(la - lb))
+            rest = excess - first
+            cut_a = (first if la > lb else 0) + rest // 2
+            cut_b = (first if la <= lb else 0) + (rest + 1) // 2
+            front_a, front_b = _popcount_bits(rng, cut_a), _popcount_bits(rng, cut_b)
+            a_lo, a_hi = a_lo + front_a, a_hi - (cut_a - front_a)
+            b_lo, b_hi = b_lo + front_b, b_hi - (cut_b - front_b)
+        return a_lo, a_hi, b_lo, b_hi, int(is_random)
+
+    def table(self) -> np.ndarray:
+        """Every instance, ``[N, 5]`` int64 (for tests and inspection: training never builds it)."""
+        return np.asarray([self.instance(k) for k in range(len(self))], dtype=np.int64).reshape(-1, 5)
+
+
 def create_instances(
-    shard: Shard, max_seq_length: int, short_seq_prob: float, nsp: bool, rng: random.Random
+    shard: Shard, max_seq_length: int, short_seq_prob: float, nsp: bool, seed: str | int = 0
 ) -> np.ndarray:
     """Instances of one shard as token ranges ``[N, 5]``: (a_start, a_end, b_start, b_end, label).
 
     With NSP, label 0 = IsNext, 1 = NotNext, and ``len(A) + len(B) + 3 <= max_seq_length``; without, B is empty,
-    label -1 and ``len(A) + 2 <= max_seq_length``."""
-    sent = np.asarray(shard.sentences)
-    docs = np.asarray(shard.documents)
-    n_docs = len(docs) - 1
-    max_tokens = max_seq_length - (3 if nsp else 2)
-    if max_tokens < 2:
-        raise ValueError(f"max_seq_length {max_seq_length} is too short for an instance")
-    out: list[tuple[int, int, int, int, int]] = []
+    label -1 and ``len(A) + 2 <= max_seq_length``. Materialises :class:`ShardLayout` (which training reads lazily)."""
+    return ShardLayout(shard, max_seq_length, short_seq_prob, nsp, str(seed)).table()
 
-    def target() -> int:
-        return rng.randint(2, max_tokens) if rng.random() < short_seq_prob else max_tokens
 
-    for d in range(n_docs):
-        s_lo, s_hi = int(docs[d]), int(docs[d + 1])
-        i = s_lo
-        chunk_start, length, goal = s_lo, 0, target()
-        while i < s_hi:
-            length += int(sent[i + 1] - sent[i])
-            if i == s_hi - 1 or length >= goal:
-                n = i + 1 - chunk_start  # sentences in the chunk
-                if not nsp:
-                    a_lo, a_hi = int(sent[chunk_start]), int(sent[i + 1])
-                    a_hi = min(a_hi, a_lo + max_tokens)
-                    out.append((a_lo, a_hi, 0, 0, -1))
-                else:
-                    is_random = rng.random() < 0.5
-                    if is_random or n >= 2:
-                        a_end = rng.randint(1, n - 1) if n >= 2 else 1  # sentences in A
-                        a_lo, a_hi = int(sent[chunk_start]), int(sent[chunk_start + a_end])
-                    else:  # IsNext from a single sentence: split it inside
-                        a_lo, whole = int(sent[chunk_start]), int(sent[i + 1])
-                        if whole - a_lo < 2:
-                            is_random = True
-                            a_hi = whole
-                        else:
-                            a_hi = rng.randint(a_lo + 1, whole - 1)
-                    if is_random:
-                        goal_b = max(1, goal - (a_hi - a_lo))
-                        other = d
-                        for _ in range(10):
-                            other = rng.randint(0, n_docs - 1)
-                            if other != d or n_docs == 1:
-                                break
-                        o_lo, o_hi = int(docs[other]), int(docs[other + 1])
-                        j = rng.randint(o_lo, o_hi - 1)
-                        b_lo = b_hi = int(sent[j])
-                        while j < o_hi and b_hi - b_lo < goal_b:
-                            b_hi = int(sent[j + 1])
-                            j += 1
-                        # the unused sentences of the chunk go back to the stream
-                        if n >= 2:
-                            i = chunk_start + (a_end if n >= 2 else 1) - 1
-                    else:
-                        b_lo = a_hi
-                        b_hi = int(sent[i + 1])
-                    # truncate the longer segment at a random end until the pair fits
-                    while (a_hi - a_lo) + (b_hi - b_lo) > max_tokens:
-                        if a_hi - a_lo > b_hi - b_lo:
-                            if rng.random() < 0.5:
-                                a_lo += 1
-                            else:
-                                a_hi -= 1
-                        elif rng.random() < 0.5:
-                            b_lo += 1
-                        else:
-                            b_hi -= 1
-                    if a_hi > a_lo and b_hi > b_lo:
-                        out.append((a_lo, a_hi, b_lo, b_hi, int(is_random)))
-                chunk_start, length, goal = i + 1, 0, target()
-            i += 1
-    return np.asarray(out, dtype=np.int64).reshape(-1, 5)
+def _splitmix(x: np.ndarray) -> np.ndarray:
+    x = (x + np.uint64(0x9E3779B97F4A7C15)) & np.uint64(0xFFFFFFFFFFFFFFFF)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def permute(positions: np.ndarray, n: int, key: list[int]) -> np.ndarray:
+    """A pseudo-random permutation of ``[0, n)`` evaluated at ``positions``, without materialising it: a 4-round
+    Feistel network over the next even power of two, with values that land at or past ``n`` walked on until they
+    fall inside (cycle walking), which keeps it a bijection of ``[0, n)``. ``key`` seeds the round keys."""
+    positions = np.asarray(positions, dtype=np.int64)
+    if n <= 1:
+        return positions.copy()
+    bits = max(2, int(n - 1).bit_length())
+    bits += bits % 2
+    half = np.uint64(bits // 2)
+    low = np.uint64((1 << (bits // 2)) - 1)
+    round_keys = np.random.default_rng(key).integers(0, 1 << 63, size=4, dtype=np.uint64)
+    x = positions.astype(np.uint64)
+    todo = np.arange(len(x))
+    with np.errstate(over="ignore"):
+        while len(todo):
+            y = x[todo]
+            left, right = y >> half, y & low
+            for k in round_keys:
+                left, right = right, left ^ (_splitmix(right ^ k) & low)
+            x[todo] = (left << half) | right
+            todo = todo[x[todo] >= np.uint64(n)]
+    return x.astype(np.int64)
 
 
 def mask_instance(
@@ -370,9 +446,13 @@ def mask_instance(
     max_predictions: int,
     whole_word: bool,
     rng: np.random.Generator,
+    mix: tuple[float, float, float] = (0.8, 0.1, 0.1),
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mask one instance. ``ids`` [T] (no padding), ``special`` [T] bool ([CLS]/[SEP]). Returns (masked ids, labels
-    with the original id at masked positions and -100 elsewhere)."""
+    with the original id at masked positions and -100 elsewhere).
+
+    ``mix`` = (mask, random, keep): the shares of chosen positions whose input becomes [MASK], a random token, or stays
+    unchanged (the paper's 80/10/10). Held-out evaluation uses (1, 0, 0): a kept token would give its label away."""
     cand = np.flatnonzero(~special)
     labels = np.full(len(ids), NO_LABEL, dtype=np.int64)
     if len(cand) == 0:
@@ -400,13 +480,15 @@ def mask_instance(
     out = ids.copy()
     labels[picked] = ids[picked]
     r = rng.random(len(picked))
-    out[picked[r < 0.8]] = vocab.mask_id
-    rand_pos = picked[r >= 0.9]
+    out[picked[r < mix[0]]] = vocab.mask_id
+    rand_pos = picked[r >= mix[0] + mix[2]]  # [mask | keep | random] on [0, 1): the paper's draw order
     out[rand_pos] = vocab.random_pool[rng.integers(0, len(vocab.random_pool), len(rand_pos))]
     return out, labels
 
 
 # --------------------------------------------------------------------------------------------- batches
+
+HONEST_MIX = (1.0, 0.0, 0.0)  # held-out inputs: every chosen position [MASK]
 
 
 @dataclass
@@ -421,6 +503,7 @@ class DataOptions:
     masking: str = "dynamic"  # or "static"
     dupe_factor: int = 5  # static masking: fixed copies, cycled over epochs
     seed: int = 0
+    mask_mix: tuple[float, float, float] = (0.8, 0.1, 0.1)  # training inputs of chosen positions: mask/random/keep
 
     def __post_init__(self) -> None:
         if self.masking not in ("dynamic", "static"):
@@ -431,6 +514,10 @@ class DataOptions:
             raise ValueError(f"max_seq_length must be >= 8, got {self.max_seq_length}")
         if self.batch_size < 1 or self.dupe_factor < 1:
             raise ValueError("batch_size and dupe_factor must be >= 1")
+        self.mask_mix = tuple(float(x) for x in self.mask_mix)
+        if len(self.mask_mix) != 3 or min(self.mask_mix) < 0 or abs(sum(self.mask_mix) - 1.0) > 1e-6:
+            raise ValueError(f"mask_mix must be three non-negative shares (mask, random, keep) summing to 1, "
+                             f"got {self.mask_mix}")
         if self.max_predictions is None:
             self.max_predictions = int(np.ceil(self.max_seq_length * self.mask_prob))
 
@@ -466,8 +553,8 @@ class PretrainingData:
             [meta["eval"]["name"]] if meta.get("eval") else [])
         self.shards = [Shard.open(self.directory, n) for n in names]
         self.vocab, self.options, self.rank, self.world_size, self.split = vocab, options, rank, world_size, split
-        self._cache: dict[int, np.ndarray] = {}  # layout key -> instances (two kept: a prefetch may cross epochs)
-        self._order_cache: dict[int, np.ndarray] = {}
+        self._starts: dict[int, np.ndarray] = {}  # shard -> its chunk starts, the recently read shards only
+        self._counts: np.ndarray | None = None  # instances per shard
 
     def __reduce__(self):
         """Pickled as its arguments: another process (a batch-building worker) reopens the memmaps instead of receiving
@@ -478,43 +565,79 @@ class PretrainingData:
         o = self.options
         return epoch % o.dupe_factor if o.masking == "static" else epoch
 
-    def instances(self, epoch: int) -> np.ndarray:
-        """All instances of an epoch, ``[N, 6]``: (shard, a_start, a_end, b_start, b_end, label)."""
-        key = self._key(epoch)
-        if key in self._cache:
-            return self._cache[key]
+    # An epoch's instances are numbered shard by shard (id = instances of the shards before + k). Its order visits
+    # the shards in a permuted sequence, SHUFFLE_SHARDS at a time: within such a window the instances of all its
+    # shards are shuffled together by a Feistel permutation (no index array), and ranks take strided positions. So
+    # a rank holds the chunk starts of about two windows of shards and one count per shard, whatever the corpus size.
+    # Every epoch has the same chunks (so the same count); what is drawn afresh is each instance's layout.
+
+    def _layout(self, key: int, s: int) -> ShardLayout:
         o = self.options
-        parts = []
-        for s, shard in enumerate(self.shards):
-            rng = random.Random(f"bertkit-instances/{o.seed}/{key}/{s}")
-            inst = create_instances(shard, o.max_seq_length, o.short_seq_prob, o.nsp, rng)
-            parts.append(np.concatenate([np.full((len(inst), 1), s, dtype=np.int64), inst], axis=1))
-        table = np.concatenate(parts) if parts else np.zeros((0, 6), dtype=np.int64)
-        self._cache = {k: v for k, v in self._cache.items() if k != key}
-        while len(self._cache) >= 2:
-            self._cache.pop(next(iter(self._cache)))
-        self._cache[key] = table
-        return table
+        starts = self._starts.pop(s, None)  # re-inserted below: the dict's order is least recent first
+        layout = ShardLayout(self.shards[s], o.max_seq_length, o.short_seq_prob, o.nsp, f"{o.seed}/{key}/{s}", starts)
+        while len(self._starts) >= 2 * SHUFFLE_SHARDS + 2:
+            self._starts.pop(next(iter(self._starts)))
+        self._starts[s] = layout.starts
+        return layout
+
+    def counts(self, epoch: int = 0) -> np.ndarray:
+        """``[shards]`` int64: how many instances each shard has (the chunks do not depend on the epoch: one
+        vectorised pass over each shard's sentence offsets, once; the chunk starts are rebuilt when read)."""
+        if self._counts is None:
+            self._counts = np.asarray([len(self._layout(0, s)) for s in range(len(self.shards))], dtype=np.int64)
+        return self._counts
+
+    def num_instances(self, epoch: int = 0) -> int:
+        return int(self.counts(epoch).sum())
+
+    def _locate(self, epoch: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Instance ids -> (shard, index within the shard's layout)."""
+        first = np.concatenate([[0], np.cumsum(self.counts(epoch))])
+        s = np.searchsorted(first, ids, side="right") - 1
+        return s, ids - first[s]
+
+    def ids_at(self, epoch: int, positions: np.ndarray) -> np.ndarray:
+        """The instance ids at ``positions`` of the epoch's global order (a pure function of seed and epoch)."""
+        counts = self.counts(epoch)
+        first = np.concatenate([[0], np.cumsum(counts)])
+        shards = np.random.default_rng([self.options.seed, 7, epoch]).permutation(len(counts))
+        windows = [shards[w:w + SHUFFLE_SHARDS] for w in range(0, len(shards), SHUFFLE_SHARDS)]
+        window_first = np.concatenate([[0], np.cumsum([counts[w].sum() for w in windows])])
+        positions = np.asarray(positions, dtype=np.int64)
+        out = np.empty(len(positions), dtype=np.int64)
+        w_of = np.searchsorted(window_first, positions, side="right") - 1
+        for w in np.unique(w_of):
+            at = np.flatnonzero(w_of == w)
+            inner = permute(positions[at] - window_first[w], int(window_first[w + 1] - window_first[w]),
+                            [self.options.seed, 7, epoch, int(w)])
+            member_first = np.concatenate([[0], np.cumsum(counts[windows[w]])])
+            j = np.searchsorted(member_first, inner, side="right") - 1
+            out[at] = first[windows[w][j]] + inner - member_first[j]
+        return out
+
+    def _per_rank(self, epoch: int) -> int:
+        return self.num_instances(epoch) // self.world_size
 
     def order(self, epoch: int) -> np.ndarray:
-        """This rank's instance indices for an epoch, in order (a permutation drawn from (seed, epoch))."""
-        if epoch in self._order_cache:
-            return self._order_cache[epoch]
-        n = len(self.instances(epoch))
-        perm = np.random.default_rng([self.options.seed, 7, epoch]).permutation(n)
-        per_rank = n // self.world_size
-        order = perm[self.rank::self.world_size][:per_rank]
-        self._order_cache = {k: v for k, v in self._order_cache.items() if k > epoch - 2}  # this epoch and the last
-        self._order_cache[epoch] = order
-        return order
+        """This rank's instance ids for an epoch, in order (materialised: for tests and inspection)."""
+        return self.ids_at(epoch, self.rank + self.world_size * np.arange(self._per_rank(epoch)))
+
+    def instances(self, epoch: int) -> np.ndarray:
+        """All instances of an epoch, ``[N, 6]``: (shard, a_start, a_end, b_start, b_end, label), in id order.
+        Materialised for tests and inspection; training reads instances one by one."""
+        key = self._key(epoch)
+        parts = [np.concatenate([np.full((n, 1), s, dtype=np.int64), self._layout(key, s).table()], axis=1)
+                 for s, n in enumerate(self.counts(epoch))]
+        return np.concatenate(parts) if parts else np.zeros((0, 6), dtype=np.int64)
 
     def num_batches(self, epoch: int = 0) -> int:
-        return len(self.order(epoch)) // self.options.batch_size
+        return self._per_rank(epoch) // self.options.batch_size
 
     def instance_tokens(self, epoch: int, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """(ids, token_type_ids, special mask, nsp label) of instance ``i`` before masking."""
         o, v = self.options, self.vocab
-        s, a_lo, a_hi, b_lo, b_hi, label = (int(x) for x in self.instances(epoch)[i])
+        s, k = (int(x[0]) for x in self._locate(epoch, np.asarray([i])))
+        a_lo, a_hi, b_lo, b_hi, label = self._layout(self._key(epoch), s).instance(k)
         toks = self.shards[s].tokens
         a = np.asarray(toks[a_lo:a_hi], dtype=np.int64)
         if o.nsp:
@@ -530,30 +653,34 @@ class PretrainingData:
         special[-1] = True
         return ids, types, special, label
 
-    def example(self, epoch: int, i: int) -> dict[str, np.ndarray | int]:
-        """Instance ``i`` of an epoch, masked (the mask depends only on seed, epoch or copy, and ``i``)."""
+    def example(self, epoch: int, i: int, mix: tuple[float, float, float] | None = None) -> dict[str, np.ndarray | int]:
+        """Instance ``i`` of an epoch, masked (the mask depends only on seed, epoch or copy, and ``i``); ``mix``
+        overrides the options' mask/random/keep shares."""
         o = self.options
         ids, types, special, label = self.instance_tokens(epoch, i)
         rng = np.random.default_rng([o.seed, 11, self._key(epoch), i])
-        masked, labels = mask_instance(ids, special, self.vocab, o.mask_prob, o.max_predictions, o.whole_word, rng)
+        masked, labels = mask_instance(ids, special, self.vocab, o.mask_prob, o.max_predictions, o.whole_word, rng,
+                                       mix or o.mask_mix)
         return {"input_ids": masked, "token_type_ids": types, "labels": labels, "next_sentence_label": label,
                 "original_ids": ids}
 
     def batch(self, epoch: int, index: int) -> dict[str, np.ndarray]:
         """Batch ``index`` of this rank's order for ``epoch``: int64 arrays padded to the longest (multiple of 8)."""
         o = self.options
-        idx = self.order(epoch)[index * o.batch_size:(index + 1) * o.batch_size]
-        if len(idx) < o.batch_size:
+        if not 0 <= index < self.num_batches(epoch):
             raise IndexError(f"batch {index} is past the end of epoch {epoch} ({self.num_batches(epoch)} batches)")
-        return collate([self.example(epoch, int(i)) for i in idx], self.vocab.pad_id, o.nsp)
+        positions = self.rank + self.world_size * np.arange(index * o.batch_size, (index + 1) * o.batch_size)
+        return collate([self.example(epoch, int(i)) for i in self.ids_at(epoch, positions)], self.vocab.pad_id, o.nsp)
 
     def eval_batches(self, max_batches: int) -> list[dict[str, np.ndarray]]:
-        """Fixed held-out batches (static masks, layout copy 0), the same every call."""
+        """Fixed held-out batches (static masks, layout copy 0), the same every call. Every chosen position's input is
+        [MASK] (none random, none kept), whatever the training mix: the honest meter scores only what the model had
+        to infer (docs/pretraining.md, "How quality is measured")."""
         o = self.options
-        n = min(len(self.instances(0)), max_batches * o.batch_size)
+        n = min(self.num_instances(0), max_batches * o.batch_size)
         out = []
         for start in range(0, n, o.batch_size):
-            out.append(collate([self.example(0, i) for i in range(start, min(n, start + o.batch_size))],
+            out.append(collate([self.example(0, i, HONEST_MIX) for i in range(start, min(n, start + o.batch_size))],
                                self.vocab.pad_id, o.nsp))
         return out
 

@@ -1,7 +1,11 @@
 """Generic CSV / TSV / JSONL classification files, with the text, pair and label columns chosen by name.
 
 Also the pieces every task reader shares: ``DataError`` (names the file and line), ``Examples`` (a list that
-counts the bad rows skipped with ``skip_bad_rows=True``) and ``ClassificationExample``.
+counts the bad rows skipped with ``skip_bad_rows=True``), ``ClassificationExample`` and ``open_text`` /
+``read_text``: task files are UTF-8 (a BOM allowed); a byte that is not is a ``DataError`` naming the file, line
+and column, never a ``UnicodeDecodeError`` traceback. (Prose corpora differ: ``data.corpus.read_lines`` falls back
+to Windows-1252 with a warning, since a stray character in a book is harmless, while in a task file it may sit in a
+label or an id.)
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from bertkit.errors import InputError
 
@@ -72,7 +76,67 @@ def jsonl_records(lines: Iterable[str]) -> Iterator[tuple[int, dict[str, Any] | 
         except json.JSONDecodeError as e:
             yield n, f"not valid JSON ({e.msg})"
             continue
+        except RecursionError:
+            yield n, "JSON nested too deeply to read"
+            continue
         yield n, obj if isinstance(obj, dict) else f"expected a JSON object, got {type(obj).__name__}"
+
+
+def not_utf8(path: str | os.PathLike) -> DataError:
+    """The error for a file that does not decode as UTF-8: it names the first bad line, column and byte."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):  # a UTF-8 sequence never holds the byte 0x0a, so lines split safely
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return DataError(path, n, f"byte 0x{raw[e.start]:02x} at column {e.start + 1} is not UTF-8 "
+                                 f"({e.reason}); task files must be UTF-8: convert it, e.g. with "
+                                 f"'iconv -f windows-1252 -t utf-8'")
+    return DataError(path, None, "the file is not valid UTF-8")
+
+
+class open_text:
+    """``open(path, encoding="utf-8-sig")`` whose decoding errors are a ``DataError`` naming the file and line.
+
+    It offers what the readers use of a text file: iteration (csv.reader, line loops), ``read`` and ``readline``.
+    """
+
+    def __init__(self, path: str | os.PathLike, newline: str | None = None):
+        self.path = path
+        self._f = open(path, encoding="utf-8-sig", newline=newline)  # noqa: SIM115 (closed by __exit__/close)
+
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except UnicodeDecodeError:
+            raise not_utf8(self.path) from None
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> str:
+        return self._call(self._f.__next__)
+
+    def read(self, size: int = -1) -> str:
+        return self._call(self._f.read, size)
+
+    def readline(self, size: int = -1) -> str:
+        return self._call(self._f.readline, size)
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._f.close()
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The whole of a UTF-8 task file (a BOM dropped), or a ``DataError`` naming the first line that is not UTF-8."""
+    with open_text(path) as f:
+        return f.read()
 
 
 def check_file(path: str | os.PathLike) -> Path:
@@ -126,7 +190,7 @@ def read_table(
     fmt = _delimiter(path, fmt)
     guard = RowGuard(path, skip_bad_rows)
     rows: list[tuple[int, dict[str, Any] | str]] = []  # (line, row or what is wrong with it)
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    with open_text(path, newline="") as f:
         if fmt == "jsonl":
             rows.extend(jsonl_records(f))
             columns = None

@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from bertkit.data.readers import DataError, Examples, RowGuard, check_file
+from bertkit.data.readers import DataError, Examples, RowGuard, check_file, read_text
 
 
 @dataclass
@@ -47,11 +47,13 @@ def read_squad(
     The version comes from the file's ``version`` field, or ``2.0`` when any question has ``is_impossible``.
     """
     path = check_file(path)
-    raw = path.read_text(encoding="utf-8-sig")
+    raw = read_text(path)
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as e:
         raise DataError(path, e.lineno, f"not valid JSON ({e.msg})") from None
+    except RecursionError:  # e.g. '[' x 100,000: the parser recurses once per level
+        raise DataError(path, None, "JSON nested too deeply to read (a SQuAD file is 6 levels deep)") from None
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise DataError(path, None, 'expected a SQuAD object {"version": ..., "data": [articles]}')
     guard = RowGuard(path, skip_bad_rows)
@@ -102,5 +104,5 @@ def read_squad(
     guard.report(len(out))
     out.skipped = guard.skipped
     version = str(data.get("version", ""))
-    version = "2.0" if any_impossible or version.startswith("v2") or version.startswith("2") else "1.1"
+    version = "2.0" if any_impossible or version.startswith(("v2", "2")) else "1.1"
     return out, version

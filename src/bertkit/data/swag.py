@@ -11,7 +11,7 @@ import csv
 import os
 from dataclasses import dataclass
 
-from bertkit.data.readers import DataError, Examples, RowGuard, check_file
+from bertkit.data.readers import DataError, Examples, RowGuard, check_file, open_text
 
 
 @dataclass
@@ -27,7 +27,7 @@ def read_swag(path: str | os.PathLike, skip_bad_rows: bool = False, require_labe
     path = check_file(path)
     guard = RowGuard(path, skip_bad_rows)
     out = Examples(path=path)
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    with open_text(path, newline="") as f:
         reader = csv.reader(f)
         header = [c.strip() for c in next(reader)]
         endings = sorted((c for c in header if c.startswith("ending") and c[6:].isdigit()), key=lambda c: int(c[6:]))

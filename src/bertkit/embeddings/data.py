@@ -5,6 +5,7 @@
     read_nli     premise / hypothesis / label rows -> (premise, entailment, contradiction)     (--task pairs --nli)
     read_squad_pairs  SQuAD JSON -> (question, answer sentence) or (question, paragraph)       (--squad-pairs)
     read_scored  (text, text, score) rows, STS-B's GLUE file included                         (--task sts, --dev)
+    column       one column of a training batch, padded (the one collate, bertkit.batches)
 
 A row with a missing or empty text, or a non-numeric score, is a ``DataError`` naming ``file:line``; with
 ``skip_bad_rows`` it is counted and left out. TSV files are read without quote handling (as GLUE's are); CSV
@@ -15,13 +16,14 @@ from __future__ import annotations
 
 import csv
 import logging
+import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.readers import DataError, RowGuard, check_file, jsonl_records
+from bertkit.data.readers import DataError, RowGuard, check_file, jsonl_records, open_text
 
 logger = logging.getLogger(__name__)
 
@@ -69,14 +71,14 @@ def iter_records(path: Path, fmt: str) -> tuple[list[str] | None, Iterator[tuple
     only while the iterator runs."""
     header = None
     if fmt != "jsonl":
-        with open(path, encoding="utf-8-sig", newline="") as f:
+        with open_text(path, newline="") as f:
             first = next(_reader(f, fmt), None)
         if first is None:
             raise DataError(path, None, "the file is empty")
         header = [c.strip() for c in first]
 
     def records() -> Iterator[tuple[int, dict[str, Any] | str]]:
-        with open(path, encoding="utf-8-sig", newline="") as f:
+        with open_text(path, newline="") as f:
             if fmt == "jsonl":
                 yield from jsonl_records(f)
                 return
@@ -110,7 +112,7 @@ def read_texts(path: str | os.PathLike, text_column: str | None = None, fmt: str
     kind = table_format(path, fmt)
     if kind is None:
         rows, lines = [], []
-        with open(path, encoding="utf-8-sig") as f:
+        with open_text(path) as f:
             for n, line in enumerate(f, 1):
                 if line.strip():
                     rows.append((line.strip(),))
@@ -180,7 +182,7 @@ def _read_columns(path: Path, kind: str, columns: Sequence[str], score_column: s
             raw = record.get(score_column)
             try:
                 score = float(raw)
-                if score != score:
+                if math.isnan(score):
                     raise ValueError
             except (TypeError, ValueError):
                 guard.bad(n, f"score {raw!r} in column {score_column!r} is not a number")
@@ -260,6 +262,16 @@ def read_nli(path: str | os.PathLike, premise_column: str | None = None, hypothe
                     dropped)
     _finish(guard, out)
     return out
+
+
+def column(seqs: Sequence[Sequence[int]], pad_id: int, device: Any = None):
+    """One column of a training batch (each row's token ids) padded to its longest, as the embedding loop feeds
+    it to the model: a ``gradcache.Column`` (input_ids, token_type_ids all 0, attention_mask) on ``device``, from
+    the one collate (:func:`bertkit.batches.collate`)."""
+    from bertkit.batches import collate
+    from bertkit.embeddings.gradcache import Column
+
+    return Column(*collate(seqs, None, pad_id, device=device))
 
 
 _SEGMENTER = None

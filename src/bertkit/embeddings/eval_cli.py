@@ -26,6 +26,9 @@ class EmbeddingEvalArgs:
                        "included; retrieval: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv)")
     output: str | None = option(None, help="where metrics.json goes (default: MODEL/eval-<data name>)")
     split: str = option("test", help="retrieval: the qrels file qrels/SPLIT.tsv")
+    run_file: str | None = option(None, metavar="PATH", help="retrieval: also write the ranking as a TREC run file "
+                                  "(qid Q0 docid rank score tag; the top 100 per judged query), for trec_eval, "
+                                  "pytrec_eval or ir_measures")
     batch_size: int = option(64)
     pooling: str | None = option(None, choices=POOLINGS, help="override the model's pooling (default: the saved "
                                  "one; layer -2 mean for a raw BERT)", group="encoding")
@@ -57,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     from bertkit.options import from_args
 
     cfg = from_args(EmbeddingEvalArgs, args)
+    if cfg.run_file and cfg.task != "retrieval":
+        raise InputError("--run-file is for --task retrieval (a TREC run file is a ranking)")
     options = {}
     if cfg.pooling:
         options["pooling"] = cfg.pooling
@@ -72,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
             metrics = sts_metrics(encoder, data, cfg.batch_size, **options)
         else:
             data = read_beir(cfg.data, cfg.split, cfg.skip_bad_rows)
-            metrics = retrieval_metrics(encoder, data, cfg.batch_size, **options)
+            metrics = retrieval_metrics(encoder, data, cfg.batch_size, run_file=cfg.run_file, **options)
     except (FileNotFoundError, ValueError) as e:
         if isinstance(e, InputError):
             raise
@@ -81,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     metrics["encoding"] = {"layers": list(spec.layers), "pooling": spec.pooling, "normalize": spec.normalize}
     output = Path(cfg.output or Path(cfg.model) / f"eval-{Path(cfg.data).stem or Path(cfg.data).name}")
     output.mkdir(parents=True, exist_ok=True)
+    if cfg.run_file:
+        metrics["run_file"] = str(cfg.run_file)
     write_json(output / "metrics.json", {"task": cfg.task, "data": cfg.data, **metrics})
     print(json.dumps({"output": str(output), "task": cfg.task, **metrics}, sort_keys=True))
     return 0

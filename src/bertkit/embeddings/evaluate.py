@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.readers import DataError, RowGuard, check_file, jsonl_records
+from bertkit.data.readers import DataError, RowGuard, check_file, jsonl_records, open_text
 from bertkit.embeddings.data import TextRows
 from bertkit.tasks.metrics import pearson, spearman
 
@@ -70,7 +70,7 @@ class BeirData:
 
 def _read_jsonl_ids(path: Path, guard: RowGuard, with_title: bool) -> tuple[list[str], list[str]]:
     ids, texts = [], []
-    with open(path, encoding="utf-8-sig") as f:
+    with open_text(path) as f:
         for n, obj in jsonl_records(f):
             if isinstance(obj, str):
                 guard.bad(n, obj)
@@ -106,7 +106,7 @@ def read_beir(directory: str | os.PathLike, split: str = "test", skip_bad_rows: 
     query_ids, query_texts = _read_jsonl_ids(queries_file, RowGuard(queries_file, skip_bad_rows), False)
     guard = RowGuard(qrels_file, skip_bad_rows)
     qrels: dict[str, dict[str, int]] = {}
-    with open(qrels_file, encoding="utf-8-sig") as f:
+    with open_text(qrels_file) as f:
         for n, line in enumerate(f, 1):
             parts = line.rstrip("\r\n").split("\t")
             if not line.strip() or (n == 1 and parts[0] in ("query-id", "query_id", "qid")):
@@ -130,8 +130,10 @@ def read_beir(directory: str | os.PathLike, split: str = "test", skip_bad_rows: 
     return BeirData(corpus_ids, corpus_texts, query_ids, query_texts, qrels)
 
 
-def exact_search(queries: np.ndarray, corpus: np.ndarray, top_k: int, chunk: int = 1024) -> np.ndarray:
-    """Indices [Nq, min(top_k, Nc)] of the highest-cosine documents per query, best first (ties: lower index)."""
+def exact_search(queries: np.ndarray, corpus: np.ndarray, top_k: int, chunk: int = 1024,
+                 with_scores: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Indices [Nq, min(top_k, Nc)] of the highest-cosine documents per query, best first (ties: lower index);
+    with ``with_scores``, (indices, their cosines)."""
     import torch
 
     q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
@@ -139,11 +141,34 @@ def exact_search(queries: np.ndarray, corpus: np.ndarray, top_k: int, chunk: int
     q = q / q.norm(dim=1, keepdim=True).clamp(min=1e-12)
     c = c / c.norm(dim=1, keepdim=True).clamp(min=1e-12)
     k = min(top_k, c.size(0))
-    out = []
+    out, values = [], []
     for start in range(0, q.size(0), chunk):
         scores = q[start:start + chunk] @ c.T  # [n, Nc]
-        out.append(torch.topk(scores, k, dim=1, sorted=True).indices)
-    return torch.cat(out).numpy() if out else np.zeros((0, k), dtype=np.int64)
+        top = torch.topk(scores, k, dim=1, sorted=True)
+        out.append(top.indices)
+        values.append(top.values)
+    indices = torch.cat(out).numpy() if out else np.zeros((0, k), dtype=np.int64)
+    if not with_scores:
+        return indices
+    return indices, torch.cat(values).numpy() if values else np.zeros((0, k), dtype=np.float32)
+
+
+def write_run_file(path: str | os.PathLike, rankings: dict[str, list[tuple[str, float]]], tag: str = "bertkit"
+                   ) -> None:
+    """A TREC run file (``qid Q0 docid rank score tag``, one line per retrieved document, ranks from 1), written
+    atomically. Scores keep float32's 9 significant digits, so trec_eval's order (by score) is the ranking's."""
+    from bertkit.files import write_text
+
+    if not tag or any(c.isspace() for c in tag):
+        raise ValueError(f"run tag {tag!r}: one word with no spaces")
+    lines = []
+    for qid, ranked in rankings.items():
+        for rank, (doc, score) in enumerate(ranked, 1):
+            if any(c.isspace() for c in qid + doc):
+                raise ValueError(f"query {qid!r} / document {doc!r}: an id with a space cannot go in a TREC run file")
+            lines.append(f"{qid} Q0 {doc} {rank} {float(score):.9g} {tag}\n")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, "".join(lines))
 
 
 def ranking_metrics(rankings: dict[str, list[str]], qrels: dict[str, dict[str, int]],
@@ -172,13 +197,18 @@ def ranking_metrics(rankings: dict[str, list[str]], qrels: dict[str, dict[str, i
 
 
 def retrieval_metrics(encoder, data: BeirData, batch_size: int = 64, k_values: Sequence[int] = K_VALUES,
+                      run_file: str | os.PathLike | None = None, run_tag: str = "bertkit",
                       **options) -> dict[str, float]:
-    """Embed the judged queries and the corpus, search exactly, and score the rankings."""
+    """Embed the judged queries and the corpus, search exactly, and score the rankings; with ``run_file``, also
+    write them as a TREC run file (the top max(k_values) documents of each judged query, with their cosines)."""
     judged = [i for i, q in enumerate(data.query_ids) if q in data.qrels]
     if not judged:
         raise ValueError("none of the queries has judgements in the qrels file")
     q_vec = _encode(encoder, [data.query_texts[i] for i in judged], batch_size, **options)
     c_vec = _encode(encoder, data.corpus_texts, batch_size, **options)
-    top = exact_search(q_vec, c_vec, max(k_values))
+    top, scores = exact_search(q_vec, c_vec, max(k_values), with_scores=True)
     rankings = {data.query_ids[i]: [data.corpus_ids[j] for j in row] for i, row in zip(judged, top)}
+    if run_file is not None:
+        write_run_file(run_file, {data.query_ids[i]: [(data.corpus_ids[j], s) for j, s in zip(row, values)]
+                                  for i, row, values in zip(judged, top, scores)}, run_tag)
     return ranking_metrics(rankings, data.qrels, k_values)

@@ -206,9 +206,9 @@ def concat_columns(columns: Sequence[Column]) -> Column:
 
 
 def plain_step(embed: EmbedFn, columns: Sequence[Column], labels: Tensor | None, loss_fn,
-               joint: bool = False) -> Tensor:
+               joint: bool = False, scale: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """Embed every column with a graph (``joint``: all of them in one ``embed`` call), take the (global-batch) loss
-    and back-propagate. Returns the loss."""
+    and back-propagate ``scale(loss)`` (fp16's loss scaler; default: the loss). Returns the loss."""
     if joint:
         whole = concat_columns(columns)
         reps = list(embed(whole.ids, whole.types, whole.mask).split([len(c) for c in columns]))
@@ -216,12 +216,12 @@ def plain_step(embed: EmbedFn, columns: Sequence[Column], labels: Tensor | None,
         reps = [embed(c.ids, c.types, c.mask) for c in columns]
     reps = [gather_with_grad(r) for r in reps]
     loss = loss_fn(reps, gather_labels(labels))
-    loss.backward()
+    (scale(loss) if scale is not None else loss).backward()
     return loss.detach()
 
 
-def cached_step(embed: EmbedFn, columns: Sequence[Column], labels: Tensor | None, loss_fn, mini_batch_size: int
-                ) -> Tensor:
+def cached_step(embed: EmbedFn, columns: Sequence[Column], labels: Tensor | None, loss_fn, mini_batch_size: int,
+                scale: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """GradCache: the same loss and parameter gradients as :func:`plain_step` (with the same dropout masks), holding
     the activations of one mini-batch at a time. The mini-batches are length-sorted chunks of at most
     ``mini_batch_size`` rows (:func:`length_chunks`). Returns the loss."""
@@ -242,7 +242,7 @@ def cached_step(embed: EmbedFn, columns: Sequence[Column], labels: Tensor | None
             reps.append(torch.cat(outs)[_inverse(pieces)].requires_grad_(True))
     # 2. the loss on the whole (global) batch, and d loss / d embedding
     loss = loss_fn([gather_with_grad(r) for r in reps], gather_labels(labels))
-    loss.backward()
+    (scale(loss) if scale is not None else loss).backward()  # the scale rides on the cached gradients
     # 3. each mini-batch again, with a graph and its own dropout masks, fed its cached embedding gradient
     for parts, rep in zip(chunks, reps):
         for index, chunk, state in parts:

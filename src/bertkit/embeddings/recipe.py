@@ -7,7 +7,9 @@
         loss, grads = plain_step | cached_step(--mini-batch-size)   # embeddings gathered across ranks
                       (plain: every column in one pass over the real tokens only, attention in groups of rows of
                       similar length; cached: mini-batches of similar lengths)
-        average grads over ranks; clip to 1.0; AdamW step; linear warmup/decay step
+        average grads over ranks; apply_update (bertkit.training.step): fp16 loss scaling, clip to --clip, AdamW
+            step, linear warmup/decay step
+        SIGTERM / SIGINT: finish the step, write a checkpoint, exit (``--resume`` continues exactly)
         every --eval-every steps (or epoch): Spearman on --dev; keep the best checkpoint
     OUTPUT: config.json + model.safetensors + vocab.txt + sentence-transformers files (pooling, Normalize)
 
@@ -18,8 +20,8 @@ exactly that of the global-batch loss.
 from __future__ import annotations
 
 import math
+import shutil
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -40,13 +42,21 @@ from bertkit.features import EncodeDefaults, Encoder, pool
 from bertkit.files import write_json
 from bertkit.modeling import BertModel, Packing
 from bertkit.options import option
-from bertkit.precision import PRECISIONS, autocast, resolve_precision
+from bertkit.precision import PRECISIONS, autocast, grad_scaler, resolve_precision
 from bertkit.tokenization import BertTokenizer
 from bertkit.training import distributed as D
 from bertkit.training.interrupt import GracefulStop
+from bertkit.training.log import say
 from bertkit.training.optim import build_optimizer, linear_schedule
+from bertkit.training.rundir import RunDir, run_record
+from bertkit.training.state import TrainState, seed_dropout, seed_everything
+from bertkit.training.step import apply_update
 
 TRAIN_CONFIG_NAME = "embedding_config.json"
+# settings that change what is computed: a resumed run must use the same
+RESUME_KEYS = ("model", "train", "epochs", "max_steps", "lr", "batch_size", "mini_batch_size", "warmup_proportion",
+               "weight_decay", "clip", "temperature", "scale", "symmetric", "matryoshka_dims", "seed", "precision",
+               "max_seq_length", "pooling", "eval_every", "max_train_examples")
 
 
 def _dims(text: str) -> list[int]:
@@ -98,6 +108,7 @@ class EmbeddingTrainArgs:
                                   "negatives of --batch-size; 0 = off)", group="training")
     warmup_proportion: float = option(0.1, group="training")
     weight_decay: float = option(0.01, group="training")
+    clip: float = option(1.0, help="clip the gradient norm to this (0 = no clipping)", group="training")
     temperature: float = option(0.05, help="simcse: InfoNCE temperature", group="loss")
     scale: float = option(20.0, help="pairs / sts: cosine scale (1 / temperature)", group="loss")
     symmetric: bool = option(False, help="pairs: also rank anchors for each positive (two-way loss)", group="loss")
@@ -109,6 +120,11 @@ class EmbeddingTrainArgs:
     eval_every: int = option(0, help="evaluate --dev every N steps (default: each epoch)", group="training")
     eval_batch_size: int = option(64, group="training")
     quiet: bool = option(False, help="no progress lines", group="training")
+    save_every: int = option(0, help="also write a resumable checkpoint every N steps (0 = only when stopped by "
+                             "SIGTERM / SIGINT)", group="checkpoints")
+    resume: bool = option(False, help="continue the interrupted run in OUTPUT from its checkpoint (same flags): the "
+                          "result equals an uninterrupted run's", group="checkpoints")
+    overwrite: bool = option(False, help="replace the finished run in OUTPUT", group="checkpoints")
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_seq_length", "eval_batch_size"):
@@ -145,22 +161,15 @@ def read_training_rows(args: EmbeddingTrainArgs) -> TextRows:
     return rows
 
 
-def _set_seed(seed: int) -> None:
-    import random
-
-    import numpy as np
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | None, ctx,
-                     log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | None, ctx) -> dict[str, Any]:
     """Train a sentence-embedding model on ``rows``; write it to ``args.output`` (the best dev checkpoint when
-    ``dev`` is given, else the last). Returns a summary (steps, loss, dev metrics, seconds)."""
-    log = log or (lambda message: None)
-    _set_seed(args.seed)
+    ``dev`` is given, else the last). Returns a summary (steps, loss, dev metrics, seconds). On SIGTERM / SIGINT a
+    checkpoint is written (and every ``save_every`` steps); ``args.resume`` continues from it bit for bit."""
+    output = Path(args.output)
+    run = RunDir(output, ctx)
+    if ctx.is_main:
+        run.check_writable()
+    seed_everything(args.seed)
     device = ctx.device
     precision = resolve_precision(args.precision, device)
     source = read_sentence_transformers(args.model)
@@ -171,8 +180,7 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
     if len(tokenizer) > model.config.vocab_size:
         raise ValueError(f"{args.model}: the vocabulary has {len(tokenizer)} tokens but the model only "
                          f"{model.config.vocab_size} embeddings")
-    if ctx.rank:
-        torch.manual_seed(args.seed + 1000 * ctx.rank)  # dropout differs per process; the weights are the same
+    seed_dropout(args.seed, ctx)  # dropout differs per process; the weights are the same
     loss_fn = build_loss(args.task, temperature=args.temperature, scale=args.scale, symmetric=args.symmetric,
                          matryoshka_dims=_dims(args.matryoshka_dims or "") or None)
     max_len = min(args.max_seq_length, model.config.max_position_embeddings)
@@ -196,7 +204,8 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
         total_steps = min(total_steps, args.max_steps)
     optimizer = build_optimizer(model, lr=args.lr, weight_decay=args.weight_decay)
     scheduler = linear_schedule(optimizer, int(args.warmup_proportion * total_steps), total_steps)
-    params = [p for p in model.parameters() if p.requires_grad]
+    # fp16 (--precision auto on a GPU without bf16) scales the loss, so small gradients survive
+    state = TrainState(model, optimizer, scheduler, grad_scaler(precision, device), position={"epoch": 0, "batch": 0})
     pad = tokenizer.pad_token_id
 
     def column(seqs: list[list[int]]) -> Column:
@@ -219,14 +228,21 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
                            packing=packing).last_hidden_state  # [b, T, H]
         return pool(hidden, mask, pooling)  # [b, H] fp32
 
-    output = Path(args.output)
+    keys = {"task": args.task, "args": {k: getattr(args, k) for k in RESUME_KEYS}, "train_rows": n,
+            "world_size": world}
+    run.remove_stale()
+    saved = run.resume_checkpoint(keys, args.resume, finished="train_log.json", overwrite=args.overwrite)
     history: list[dict] = []
     best: dict[str, Any] | None = None
-    step, epoch, loss_sum, loss_n, t0 = 0, 0, 0.0, 0, time.perf_counter()
-    seen = 0
+    loss_sum, loss_n, seen = 0.0, 0, 0
+    if saved is not None:
+        state.load(saved, ctx)
+        best, history, (loss_sum, loss_n, seen) = saved["best"], saved["history"], saved["loss"]
+        say(f"resuming {output} at step {state.step} of {total_steps}", ctx, args.quiet)
+    run.write_keys(keys)
+    t0, elapsed0 = time.perf_counter(), state.elapsed
 
     def save(record: dict | None) -> None:
-        output.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(output)
         tokenizer.save_pretrained(output)
         write_sentence_transformers(output, pooling=pooling, normalize=args.normalize,
@@ -241,23 +257,33 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
         encoder = Encoder(model, tokenizer, device=str(device), precision=precision)
         encoder.defaults = EncodeDefaults((-1,), pooling, args.normalize, max_len)
         metrics = sts_metrics(encoder, dev, batch_size=args.eval_batch_size)
-        record = {"step": step, "epoch": round(step / batches_per_epoch, 3), "train_loss": loss_sum / max(loss_n, 1),
-                  "dev_spearman": metrics["spearman"], "dev_pearson": metrics["pearson"]}
+        record = {"step": state.step, "epoch": round(state.step / batches_per_epoch, 3),
+                  "train_loss": loss_sum / max(loss_n, 1), "dev_spearman": metrics["spearman"],
+                  "dev_pearson": metrics["pearson"], **run_record(precision, device)}
         history.append(record)
         improved = best is None or record["dev_spearman"] > best["dev_spearman"]
         if improved:
             best = record
             save(record)
-        log(f"step {step}: dev spearman {metrics['spearman']:.2f} pearson {metrics['pearson']:.2f}"
-            f"{'  (best, saved)' if improved else ''}")
+        say(f"step {state.step}: dev spearman {metrics['spearman']:.2f} pearson {metrics['pearson']:.2f}"
+            f"{'  (best, saved)' if improved else ''}", ctx, args.quiet)
         model.train()
         D.barrier(ctx)
 
+    def checkpoint(eval_pending: bool) -> Path | None:
+        state.elapsed = elapsed0 + time.perf_counter() - t0
+        path = state.save(run.checkpoints, ctx, keep=1, loss=[loss_sum, loss_n, seen], best=best, history=history,
+                          eval_pending=eval_pending, run=keys)
+        return D.broadcast_object(ctx, path)
+
+    if saved is not None and saved.get("eval_pending"):
+        dev_check()  # the evaluation the signal pre-empted
     with GracefulStop() as stop:
-        while step < total_steps:
+        while state.step < total_steps:
+            epoch = state.position["epoch"]
             g = torch.Generator().manual_seed(args.seed + epoch)
             order = torch.randperm(n, generator=g).tolist()
-            for b in range(batches_per_epoch):
+            for b in range(state.position["batch"], batches_per_epoch):
                 start = b * global_batch + ctx.rank * args.batch_size  # this process's share of the global batch
                 idx = order[start:start + args.batch_size]
                 columns = [column([table[i][k] for i in idx]) for k in range(width)]
@@ -265,41 +291,53 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
                     columns = [columns[0], columns[0]]  # the same texts twice: dropout is the augmentation
                 labels = labels_all[idx].to(device) if labels_all is not None else None
                 if args.mini_batch_size and args.mini_batch_size < args.batch_size:
-                    loss = cached_step(embed, columns, labels, loss_fn, args.mini_batch_size)
-                else:
-                    loss = plain_step(embed, columns, labels, loss_fn, joint=True)  # one pass per step
+                    loss = cached_step(embed, columns, labels, loss_fn, args.mini_batch_size,
+                                       scale=state.scaler.scale)
+                else:  # one pass per step
+                    loss = plain_step(embed, columns, labels, loss_fn, joint=True, scale=state.scaler.scale)
                 average_gradients(model)
-                torch.nn.utils.clip_grad_norm_(params, 1.0)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                step += 1
+                apply_update(state, args.clip, ctx=ctx)
+                state.position = {"epoch": epoch, "batch": b + 1}
                 seen += global_batch
                 loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
-                if ctx.is_main and (step % 50 == 0 or step == total_steps):
-                    rate = seen / (time.perf_counter() - t0)
-                    log(f"step {step}/{total_steps}: loss {loss_sum / loss_n:.4f} ({rate:.1f} rows/s)")
-                if args.eval_every and step % args.eval_every == 0 and step < total_steps:
-                    dev_check()
-                if stop.requested or step >= total_steps:
+                step = state.step
+                if step % 50 == 0 or step == total_steps:
+                    rate = seen / max(elapsed0 + time.perf_counter() - t0, 1e-9)
+                    say(f"step {step}/{total_steps}: loss {loss_sum / loss_n:.4f} ({rate:.1f} rows/s)", ctx,
+                        args.quiet)
+                if step >= total_steps:
                     break
-            epoch += 1
-            if stop.requested:
-                break
-            if not args.eval_every or step >= total_steps:
+                eval_due = bool(args.eval_every) and step % args.eval_every == 0
+                stopping = stop.requested
+                if ctx.distributed:  # every process stops at the same step
+                    stopping = D.all_reduce_mean(ctx, [float(stopping)])[0] > 0
+                if stopping:
+                    path = checkpoint(eval_pending=eval_due)
+                    if ctx.is_main and best is None:  # no dev set, or stopped before its first evaluation
+                        save({"step": step, "train_loss": loss_sum / max(loss_n, 1)})
+                    D.barrier(ctx)
+                    stop.raise_(f"stopped at step {step} of {total_steps}; checkpoint {path}; {args.output} holds "
+                                f"the {'best dev' if best is not None else 'current'} model. Continue with the "
+                                "same command and --resume")
+                if eval_due:
+                    dev_check()
+                if args.save_every and step % args.save_every == 0:
+                    checkpoint(eval_pending=False)
+            else:
+                state.position = {"epoch": epoch + 1, "batch": 0}
+            if not args.eval_every or state.step >= total_steps:
                 dev_check()
-        if ctx.is_main and (dev is None or best is None):  # no dev set, or stopped before its first evaluation
-            save({"step": step, "train_loss": loss_sum / max(loss_n, 1)})
-        D.barrier(ctx)
-        if stop.requested:
-            stop.raise_(f"stopped at step {step}; {args.output} holds the "
-                        f"{'best dev' if dev is not None else 'current'} model")
-    seconds = time.perf_counter() - t0
-    summary = {"steps": step, "train_loss": loss_sum / max(loss_n, 1), "train_rows": n, "global_batch": global_batch,
-               "train_seconds": round(seconds, 2), "rows_per_second": round(seen / seconds, 2),
-               "compute_precision": precision}
+    if ctx.is_main and (dev is None or best is None):  # no dev set
+        save({"step": state.step, "train_loss": loss_sum / max(loss_n, 1)})
+    D.barrier(ctx)
+    seconds = elapsed0 + time.perf_counter() - t0
+    summary = {"steps": state.step, "train_loss": loss_sum / max(loss_n, 1), "train_rows": n,
+               "global_batch": global_batch, "train_seconds": round(seconds, 2),
+               "rows_per_second": round(seen / seconds, 2), "compute_precision": precision,
+               **run_record(precision, device)}
     if best is not None:
         summary.update({k: v for k, v in best.items() if k.startswith("dev_")}, best_step=best["step"])
     if ctx.is_main:
         write_json(output / "train_log.json", {"args": asdict(args), "history": history, "summary": summary})
+        shutil.rmtree(run.checkpoints, ignore_errors=True)  # finished: nothing left to resume
     return summary

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from bertkit.errors import InputError
     from bertkit.options import from_args
     from bertkit.training import distributed as D
+    from bertkit.training.log import say
 
     try:
         cfg = from_args(EmbeddingTrainArgs, args)
@@ -36,13 +36,11 @@ def run(args: argparse.Namespace) -> int:
     dev = read_scored(cfg.dev, skip_bad_rows=cfg.skip_bad_rows) if cfg.dev else None
     ctx = D.setup(resolve_device(cfg.device))
     try:
-        log = None if cfg.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
-        if ctx.is_main and not cfg.quiet:
-            shape = {1: "texts", 2: "pairs", 3: "triplets"}.get(rows.width, f"{rows.width}-tuples")
-            print(f"bertkit finetune --task {cfg.task}: {len(rows)} {shape} from {cfg.train}"
-                  + (f" ({rows.skipped} bad rows skipped)" if rows.skipped else ""), file=sys.stderr)
+        shape = {1: "texts", 2: "pairs", 3: "triplets"}.get(rows.width, f"{rows.width}-tuples")
+        say(f"bertkit finetune --task {cfg.task}: {len(rows)} {shape} from {cfg.train}"
+            + (f" ({rows.skipped} bad rows skipped)" if rows.skipped else ""), ctx, cfg.quiet)
         try:
-            summary = train_embeddings(cfg, rows, dev, ctx, log)
+            summary = train_embeddings(cfg, rows, dev, ctx)
         except ValueError as e:
             raise InputError(str(e)) from None
     finally:

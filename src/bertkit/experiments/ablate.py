@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.corpus import expand_corpus
 from bertkit.errors import InputError, RunError
 from bertkit.experiments.runner import log_tail, open_study, run_bertkit
 from bertkit.files import write_json, write_text
@@ -144,12 +145,13 @@ class AblationStudy:
         path = cfg.output / "vocab" / "vocab.txt"
         if path.is_file():
             return path
-        for c in cfg.corpus:
-            if str(c).endswith((".gz", ".jsonl", ".json")):
+        files = [str(f) for f in expand_corpus(cfg.corpus)]  # `bertkit vocab` takes files: a directory's text files
+        for c in files:
+            if c.endswith((".gz", ".jsonl", ".json")):
                 raise InputError(f"--corpus {c}: the shared vocabulary is trained from plain-text files; pass "
                                  "--vocab (e.g. the vocab.txt of an earlier `bertkit pretrain` run)")
         self.say(f"training the shared {cfg.vocab_size}-token vocabulary ...")
-        result = self.run_child(["vocab", *cfg.corpus, "--output", str(path.parent), "--vocab-size",
+        result = self.run_child(["vocab", *files, "--output", str(path.parent), "--vocab-size",
                                  str(cfg.vocab_size), "--quiet"], log=cfg.output / "vocab" / "vocab.log",
                                 stop=self.stop)
         self._check_stop()

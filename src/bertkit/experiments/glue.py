@@ -299,7 +299,7 @@ def discover(data_dir: Path, tasks: Sequence[str], quiet_absent: bool = False) -
             notes.append(f"{t.column}: no {t.directory}/ folder")
             continue
 
-        def has(fname: str | None) -> Path | None:
+        def has(fname: str | None, folder: Path = folder) -> Path | None:
             return folder / fname if fname and (folder / fname).is_file() else None
 
         if t.name == "ax":

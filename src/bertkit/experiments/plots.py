@@ -134,7 +134,7 @@ def heatmap(path: Path, matrix: Sequence[Sequence[float | None]], rows: Sequence
 PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("loss", ("loss", "train_loss")),
     ("held-out / dev loss", ("eval_loss",)),
-    ("MLM accuracy", ("mlm_acc", "eval_mlm_acc")),
+    ("MLM accuracy (train: own inputs; held-out: [MASK])", ("train_mlm_acc", "mlm_acc", "eval_mlm_acc")),
     ("NSP accuracy", ("nsp_acc", "eval_nsp_acc")),
     ("dev metric", ("accuracy", "f1", "mcc", "pearson", "spearman", "exact", "exact_match")),
     ("learning rate", ("lr",)),

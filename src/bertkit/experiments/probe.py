@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertkit.batches import collate, plan_batches
 from bertkit.errors import InputError
 from bertkit.files import atomic_write, write_text
 
@@ -138,21 +139,13 @@ def word_features(encoder, sentences: Sequence, max_length: int, batch_size: int
     offsets = np.zeros(len(sentences) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(s.words) for s in sentences])
     out = np.zeros((int(offsets[-1]), L + 1, H), dtype=np.float32)
-    order = sorted(range(len(feats)), key=lambda i: len(feats[i]["input_ids"]))
-    with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            T = max(len(feats[i]["input_ids"]) for i in idx)
-            ids = torch.full((len(idx), T), encoder.tokenizer.pad_token_id, dtype=torch.long)
-            mask = torch.zeros((len(idx), T), dtype=torch.long)
-            for r, i in enumerate(idx):
-                n = len(feats[i]["input_ids"])
-                ids[r, :n] = torch.tensor(feats[i]["input_ids"])
-                mask[r, :n] = 1
-            ids, mask = ids.to(encoder.device), mask.to(encoder.device)
-            with encoder.autocast():
-                o = encoder.bert(ids, mask, torch.zeros_like(ids), output_hidden_states=True)
-            states = torch.stack([h.float() for h in o.hidden_states], dim=2).cpu().numpy()  # [B, T, L+1, H]
+    sequences = [f["input_ids"] for f in feats]
+    with torch.inference_mode(), encoder.autocast():
+        for idx in plan_batches([len(x) for x in sequences], batch_size, longest_first=False):
+            ids, types, mask = collate([sequences[i] for i in idx], None, encoder.tokenizer.pad_token_id,
+                                       device=encoder.device)
+            hidden, _ = encoder.forward(ids, types, mask, depth=-1)
+            states = torch.stack([h.float() for h in hidden], dim=2).cpu().numpy()  # [B, T, L+1, H]
             for r, i in enumerate(idx):
                 starts = feats[i]["word_starts"]
                 base = offsets[feats[i]["example"]]

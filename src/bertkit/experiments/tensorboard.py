@@ -108,6 +108,8 @@ def record_scalars(record: dict[str, Any]) -> dict[str, float]:
             tag = "eval/" + key[5:]
         elif key == "train_loss":
             tag = "train/loss"
+        elif key == "train_mlm_acc":  # pretrain's training-window accuracy (80/10/10 inputs)
+            tag = "train/mlm_acc"
         else:
             tag = ("dev/" if dev else "train/") + key
         out[tag] = float(value)

@@ -62,7 +62,7 @@ class BertClient:
             headers["Content-Type"] = "application/json"
         if self.api_key:
             # header text goes out as latin-1: send a non-ASCII key as its UTF-8 bytes, which the server compares
-            headers["Authorization"] = f"Bearer {self.api_key}".encode("utf-8").decode("latin-1")
+            headers["Authorization"] = f"Bearer {self.api_key}".encode().decode("latin-1")
         req = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:

@@ -12,11 +12,13 @@ status (Empty 400, Validation/Tokenizer 422, Overloaded 429, Unhealthy 503), exc
 from __future__ import annotations
 
 import asyncio
+import base64
 import hmac
 import json
 import logging
 import threading
 import time
+import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -109,9 +111,8 @@ class Metrics:
                 lines.append(f'bertkit_request_duration_seconds_bucket{{path="{p}",le="+Inf"}} {self.latency_count[p]}')
                 lines.append(f'bertkit_request_duration_seconds_sum{{path="{p}"}} {self.latency_sum[p]:.6f}')
                 lines.append(f'bertkit_request_duration_seconds_count{{path="{p}"}} {self.latency_count[p]}')
-            lines += ["# HELP bertkit_inputs_total Inputs received, by request field (inputs: TEI, fill-mask, "
-                      "tokenize; input: OpenAI; texts/pairs: bert-as-service).", "# TYPE bertkit_inputs_total counter"]
-            lines += [f'bertkit_inputs_total{{field="{p}"}} {n}' for p, n in sorted(self.inputs.items())]
+            lines += ["# HELP bertkit_inputs_total Inputs received, by model.", "# TYPE bertkit_inputs_total counter"]
+            lines += [f'bertkit_inputs_total{{model="{p}"}} {n}' for p, n in sorted(self.inputs.items())]
         s = queue.stats
         with s.lock:
             lines += [
@@ -165,20 +166,25 @@ def api_key_matches(headers: Sequence[tuple[bytes, bytes]], key: bytes) -> bool:
 
 
 class Guard:
-    """Pure ASGI middleware (cheaper than BaseHTTPMiddleware): the API key check and latency/status metrics.
+    """Pure ASGI middleware (cheaper than BaseHTTPMiddleware): the API key check, the concurrency limit and
+    latency/status metrics.
 
     Args:
         inner: the wrapped ASGI app.
         metrics: where each request's path, status and latency go.
         api_key: the key every request must carry (None: no key), except ``GET`` on ``open_paths`` (health probes).
         known_paths: paths counted under their own name in the metrics (others count as "other").
+        limit_concurrency: requests answered at once beyond which a new one gets 503 (None: no limit). Health
+            probes are never refused nor counted, and neither are connections with no request in them (idle or
+            still sending headers: the header and keep-alive timeouts close those).
     """
 
     def __init__(self, inner: Any, metrics: Metrics, api_key: str | None = None, known_paths: Sequence[str] = (),
-                 open_paths: Sequence[str] = ("/health", "/ping", "/")):
+                 open_paths: Sequence[str] = ("/health", "/ping", "/"), limit_concurrency: int | None = None):
         self.inner, self.metrics = inner, metrics
         self.key = None if api_key is None else api_key.encode("utf-8")
         self.known, self.open = set(known_paths), set(open_paths)
+        self.limit, self.in_flight = limit_concurrency, 0  # requests being answered (one event loop: a plain int)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -187,12 +193,19 @@ class Guard:
         path = scope["path"]
         label = path if path in self.known else "other"
         status = [500]  # what an unhandled exception becomes
-        if (self.key is not None and not (scope["method"] in ("GET", "HEAD") and path in self.open)
-                and not api_key_matches(scope["headers"], self.key)):
+        probe = scope["method"] in ("GET", "HEAD") and path in self.open  # health probes: no key, never refused
+        if self.key is not None and not probe and not api_key_matches(scope["headers"], self.key):
             response = error_response(path, 401, "missing or wrong API key: send 'Authorization: Bearer KEY' or "
                                       "'X-API-Key: KEY'", close=True)
             await response(scope, receive, send)
             self.metrics.observe(label, 401, time.perf_counter() - start)
+            return
+        if self.limit is not None and not probe and self.in_flight >= self.limit:
+            logger.warning("Exceeded concurrency limit.")
+            response = error_response(path, 503, f"{self.in_flight} requests are being answered, the limit "
+                                      "(--limit-concurrency): retry later", "Overloaded")
+            await response(scope, receive, send)
+            self.metrics.observe(label, 503, time.perf_counter() - start)
             return
 
         async def send_and_record(message: dict) -> None:
@@ -200,9 +213,12 @@ class Guard:
                 status[0] = message["status"]
             await send(message)
 
+        counted = not probe
+        self.in_flight += counted
         try:
             await self.inner(scope, receive, send_and_record)
         finally:
+            self.in_flight -= counted
             self.metrics.observe(label, status[0], time.perf_counter() - start)
 
 
@@ -271,9 +287,16 @@ def field_path(loc: Sequence[Any]) -> str:
     for p in loc:
         if isinstance(p, int):
             out += f"[{p}]"
-        elif isinstance(p, str) and not p.startswith(("str", "list", "int", "dict", "function", "tagged")):
+        elif isinstance(p, str) and not _union_member(p):
             out += ("." if out else "") + p
     return out
+
+
+def _union_member(name: str) -> bool:
+    """pydantic's name for a member of a union (``str``, ``list[int]``, ``function-after[...]``, a model's class
+    name), as opposed to a field (lower-case, as every request field is; ``stride`` is a field)."""
+    return (name in ("str", "int", "bool", "float", "none", "list", "dict") or "[" in name or name[:1].isupper()
+            or name.startswith(("function-", "tagged-union", "literal")))
 
 
 # --------------------------------------------------------------------------------------------- input checks
@@ -291,7 +314,7 @@ def check_count(items: Sequence[Any], name: str, max_inputs: int) -> None:
 def check_text(text: str, name: str, max_chars: int, truncate: bool | None) -> str:
     """One text: 400 Empty when blank; past ``max_chars``, cut when ``truncate`` else 422 (with a hint to set
     ``truncate`` when the route takes it: ``truncate`` is False; None means the route cannot truncate)."""
-    if not text.strip():
+    if is_blank(text):
         raise ApiError(None, f"'{name}' is empty", "Empty", name)
     if len(text) > max_chars:
         if truncate:
@@ -300,6 +323,12 @@ def check_text(text: str, name: str, max_chars: int, truncate: bool | None) -> s
         raise ApiError(None, f"'{name}' has {len(text)} characters, over the limit of {max_chars} (--max-input-chars)"
                        + hint, param=name)
     return text
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` holds nothing a BERT tokenizer keeps: only whitespace, control, format (zero-width) or
+    unassigned characters, which the normalizer drops (Google's ``_clean_text``)."""
+    return not any(not c.isspace() and not unicodedata.category(c).startswith("C") and c != "\ufffd" for c in text)
 
 
 def check_ids(ids: Sequence[int], name: str, vocab_size: int) -> list[int]:
@@ -357,6 +386,11 @@ def _pieces(obj: Any, out: list[str]) -> None:
         out.append(json.dumps(obj.item(), allow_nan=False))
     else:
         out.append(json.dumps(obj, allow_nan=False))
+
+
+def b64(vector: np.ndarray) -> str:
+    """An array as base64 of its little-endian float32 bytes (OpenAI's and bertkit's ``encoding_format: base64``)."""
+    return base64.b64encode(np.asarray(vector).astype("<f4").tobytes()).decode()
 
 
 async def json_answer(obj: Any, size: int = 0, status: int = 200) -> Response:

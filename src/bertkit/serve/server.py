@@ -59,7 +59,7 @@ class TimedH11Protocol(H11Protocol):
         self._header_timer = None
         if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
             return
-        client = "%s:%d" % self.client if self.client else "?"
+        client = f"{self.client[0]}:{self.client[1]}" if self.client else "?"
         logger.warning("closed a connection from %s: no complete request headers within %s s (--header-timeout)",
                        client, self.header_timeout)
         self.transport.close()
@@ -84,19 +84,20 @@ def quiet_accept_errors() -> None:
 
 
 def uvicorn_config(app: Any, *, header_timeout: float = 10.0, keep_alive_timeout: float = 5.0,
-                   limit_concurrency: int | None = 512, log_level: str = "warning", **kwargs: Any) -> uvicorn.Config:
-    """A uvicorn config with bertkit's connection limits: ``header_timeout`` per request's headers,
-    ``keep_alive_timeout`` idle between requests, and ``limit_concurrency`` connections/tasks (503 past it)."""
+                   log_level: str = "warning", **kwargs: Any) -> uvicorn.Config:
+    """A uvicorn config with bertkit's connection limits: ``header_timeout`` per request's headers and
+    ``keep_alive_timeout`` idle between requests. uvicorn's own ``limit_concurrency`` stays off: it counts every
+    open connection, so idle ones would make /health answer 503; the app's :class:`~bertkit.serve.http.Guard`
+    limits the requests in flight instead."""
     protocol = type("TimedH11Protocol", (TimedH11Protocol,), {"header_timeout": float(header_timeout)})
     quiet_accept_errors()
     return uvicorn.Config(app, http=protocol, timeout_keep_alive=int(max(1, round(keep_alive_timeout))),
-                          limit_concurrency=limit_concurrency, log_level=log_level, lifespan="on", **kwargs)
+                          log_level=log_level, lifespan="on", **kwargs)
 
 
 def settings_limits(settings: Any) -> dict[str, Any]:
-    """The :func:`uvicorn_config` limits of a :class:`~bertkit.serve.app.ServeSettings`."""
-    return {"header_timeout": settings.header_timeout_s, "keep_alive_timeout": settings.keep_alive_timeout_s,
-            "limit_concurrency": settings.limit_concurrency}
+    """The :func:`uvicorn_config` limits of a :class:`~bertkit.serve.service.ServeSettings`."""
+    return {"header_timeout": settings.header_timeout_s, "keep_alive_timeout": settings.keep_alive_timeout_s}
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

@@ -11,7 +11,8 @@ surface, used by ``bertkit.recipes.finetune`` and the ``finetune`` / ``evaluate`
 - ``predict(model, examples, features, ...)`` -> predictions; ``metrics(examples, predictions)``;
 - ``write_predictions(directory, examples, predictions)`` in the task's official format.
 
-Shared helpers here: length-bucketed batching, padding, and batched inference under autocast.
+Shared helpers here: length-bucketed training batches, and batched inference under autocast; inference batches
+and padding come from the one planner and collate, ``bertkit.batches``.
 """
 
 from __future__ import annotations
@@ -62,17 +63,17 @@ def length_batches(
     Training (``shuffle``): shuffle, sort within chunks of ``bucket`` batches, cut, then shuffle the batches,
     so each epoch sees a different order while lengths stay grouped. Inference: one global sort by length.
     """
-    order = list(range(len(lengths)))
+    from bertkit.batches import cut_batches, plan_batches
+
     if not shuffle:
-        order.sort(key=lambda i: lengths[i])
-        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+        return plan_batches(lengths, batch_size, longest_first=False)
+    order = list(range(len(lengths)))
     rng = random.Random(seed)
     rng.shuffle(order)
     chunk = batch_size * bucket
     batches = []
     for c in range(0, len(order), chunk):
-        part = sorted(order[c : c + chunk], key=lambda i: lengths[i])
-        batches += [part[i : i + batch_size] for i in range(0, len(part), batch_size)]
+        batches += cut_batches(sorted(order[c : c + chunk], key=lambda i: lengths[i]), lengths, batch_size, None)
     rng.shuffle(batches)
     return batches
 
@@ -83,28 +84,21 @@ def feature_length(feature: dict) -> int:
 
 
 def pad(seqs: Sequence[Sequence[int]], value: int = 0, multiple_of: int = 8):
-    """[B, T] long tensor of ``seqs`` right-padded with ``value`` to the longest (rounded up to ``multiple_of``)."""
-    import torch
+    """[B, T] long tensor of ``seqs`` right-padded with ``value`` to the longest, rounded up to ``multiple_of``
+    (:func:`bertkit.batches.pad`; the task models' batches round to 8)."""
+    from bertkit.batches import pad as pad_sequences
 
-    longest = max(len(s) for s in seqs)
-    if multiple_of > 1:
-        longest = -(-longest // multiple_of) * multiple_of
-    out = torch.full((len(seqs), longest), value, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
-    return out
+    return pad_sequences(seqs, value, multiple_of)
 
 
 def collate_inputs(features: Sequence[dict], pad_id: int = 0) -> dict[str, Any]:
-    """input_ids / token_type_ids / attention_mask [B, T] padded to the batch's longest."""
-    ids = [f["input_ids"] for f in features]
-    input_ids = pad(ids, pad_id)
-    attention_mask = pad([[1] * len(s) for s in ids], 0, multiple_of=8)
-    return {
-        "input_ids": input_ids,
-        "token_type_ids": pad([f["token_type_ids"] for f in features], 0),
-        "attention_mask": attention_mask,
-    }
+    """input_ids / token_type_ids / attention_mask [B, T] padded to the batch's longest, rounded up to 8
+    (:func:`bertkit.batches.collate`)."""
+    from bertkit.batches import collate
+
+    input_ids, token_type_ids, attention_mask = collate(
+        [f["input_ids"] for f in features], [f["token_type_ids"] for f in features], pad_id, multiple_of=8)
+    return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
 
 
 def run_inference(
@@ -122,13 +116,15 @@ def run_inference(
     from bertkit.precision import autocast
 
     model.eval()
+    from bertkit.batches import plan_batches
+
     lengths = [feature_length(f) for f in features]
-    batches = length_batches(lengths, batch_size, shuffle=False)
+    cap = None
     if torch.device(device).type == "cpu":  # as the Encoder: CPU forwards are faster under a token budget
-        from bertkit.features import cpu_forward_tokens, cut_batches
+        from bertkit.features import cpu_forward_tokens
 
         cap = cpu_forward_tokens(getattr(getattr(model, "config", None), "intermediate_size", 3072))
-        batches = [part for b in batches for part in cut_batches(b, lengths, len(b), cap)]
+    batches = plan_batches(lengths, batch_size, cap, longest_first=False)
     iterator: Any = batches
     if progress:
         from tqdm import tqdm

@@ -143,7 +143,7 @@ def normalize(form: str, text: str) -> str:
     if len(classes) > 1:
         # A stable sort by combining class: one pass per class, each keeping only that class's marks.
         keep = [{c: "" for c in marks if unicodedata.combining(c) != k} for k in classes]
-        run = re.compile("[" + "".join(map(re.escape, marks)) + "]{%d,}" % (_SORT_RUN + 1))
+        run = re.compile("[" + "".join(map(re.escape, marks)) + f"]{{{_SORT_RUN + 1},}}")
         decomposed = run.sub(lambda m: "".join(replace_chars(m.group(), t) for t in keep), decomposed)
     return unicodedata.normalize(form, decomposed)
 

@@ -1,0 +1,168 @@
+"""Model FLOPs per pre-training step and model FLOPs utilisation (MFU): the FLOPs a step needs, over what the device
+could do in the same time at its dense peak for the precision in use.
+
+The count (a multiply-add is 2 FLOPs; B sequences of real, non-padding lengths L_b, H hidden, I intermediate, V vocab,
+ℓ layers, M masked positions):
+
+- per token and layer: Q, K, V and output projections ``4 * 2*H*H``, the feed-forward ``2 * 2*H*I``;
+- per sequence and layer: attention scores ``Q K^T`` and values ``P V``, ``2 * 2*L_b^2*H``;
+- MLM head, at masked positions only (bertkit's sparse head): transform ``2*H*H`` and decoder ``2*H*V`` per position;
+- NSP: pooler ``2*H*H`` and classifier ``2*H*2`` per sequence;
+- training is 3x the forward (backward: gradients of inputs and of weights, each as much as the forward).
+
+Embedding look-ups, LayerNorm, softmax, GELU, dropout and the optimizer are not counted (no matmuls; a few percent).
+Padding is not counted either: a step that pads wastes its FLOPs, and MFU shows it. This is the count of NVIDIA's and
+Megatron's papers (``6 * params * tokens`` plus attention), restricted to what BERT computes.
+
+Peaks: :data:`GPU_PEAKS` lists dense (no sparsity) tensor-core FLOP/s of common GPUs from their vendors' data sheets;
+on a CPU the peak is measured once by a short matmul probe (:func:`cpu_peak`) and cached under
+``~/.cache/bertkit``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import time
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+def _get(config, name: str) -> int:
+    return int(config[name] if isinstance(config, dict) else getattr(config, name))
+
+
+def forward_flops(config, lengths, masked: int, nsp: bool) -> float:
+    """Forward FLOPs of BertForPreTraining on sequences of ``lengths`` (real tokens each) with ``masked`` MLM
+    positions. ``config`` is a BertConfig or its dict."""
+    h, i, v, n_layers = (_get(config, k) for k in ("hidden_size", "intermediate_size", "vocab_size",
+                                                   "num_hidden_layers"))
+    lengths = [int(x) for x in lengths]
+    tokens, squares = sum(lengths), sum(x * x for x in lengths)
+    per_layer = tokens * (4 * 2 * h * h + 2 * 2 * h * i) + squares * 2 * 2 * h
+    mlm = masked * (2 * h * h + 2 * h * v)
+    nsp_flops = len(lengths) * (2 * h * h + 2 * h * 2) if nsp else 0
+    return float(n_layers * per_layer + mlm + nsp_flops)
+
+
+def train_flops(config, lengths, masked: int, nsp: bool) -> float:
+    """FLOPs of one training pass (forward and backward) over the same batch: 3x the forward."""
+    return 3.0 * forward_flops(config, lengths, masked, nsp)
+
+
+def flops_per_token(config, mean_length: float, masked_per_token: float, nsp: bool) -> float:
+    """Training FLOPs per real token, for sequences of ``mean_length`` tokens with ``masked_per_token`` MLM positions
+    per token (what a log line knows: its token rate and its masking rate)."""
+    length = max(1.0, float(mean_length))
+    h, i, v, n_layers = (_get(config, k) for k in ("hidden_size", "intermediate_size", "vocab_size",
+                                                   "num_hidden_layers"))
+    per_token = n_layers * (4 * 2 * h * h + 2 * 2 * h * i + length * 2 * 2 * h)
+    per_token += masked_per_token * (2 * h * h + 2 * h * v)
+    if nsp:
+        per_token += (2 * h * h + 2 * h * 2) / length
+    return 3.0 * per_token
+
+
+# Dense tensor-core peak FLOP/s (no 2:4 sparsity) from the vendors' data sheets; fp32 is the plain FP32 rate
+# (PyTorch leaves TF32 off for matmuls by default). Matched against torch.cuda.get_device_name(), first match wins.
+GPU_PEAKS: list[tuple[str, dict[str, float]]] = [
+    ("H200", {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12}),
+    ("H100 PCIe", {"bf16": 756e12, "fp16": 756e12, "fp32": 51e12}),
+    ("H100 NVL", {"bf16": 835e12, "fp16": 835e12, "fp32": 60e12}),
+    ("H100", {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12}),  # SXM
+    ("H800", {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12}),
+    ("GH200", {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12}),
+    ("A100", {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}),
+    ("A800", {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}),
+    ("L40S", {"bf16": 362e12, "fp16": 362e12, "fp32": 91.6e12}),
+    ("L40", {"bf16": 181e12, "fp16": 181e12, "fp32": 90.5e12}),
+    ("L4", {"bf16": 121e12, "fp16": 121e12, "fp32": 30.3e12}),
+    ("A10G", {"bf16": 70e12, "fp16": 70e12, "fp32": 31.2e12}),
+    ("A10", {"bf16": 125e12, "fp16": 125e12, "fp32": 31.2e12}),
+    ("A6000", {"bf16": 155e12, "fp16": 155e12, "fp32": 38.7e12}),
+    ("V100", {"fp16": 125e12, "fp32": 15.7e12}),  # no bf16 tensor cores
+    ("T4", {"fp16": 65e12, "fp32": 8.1e12}),
+    ("RTX 4090", {"bf16": 165e12, "fp16": 165e12, "fp32": 82.6e12}),  # fp32 accumulation
+    ("RTX 3090", {"bf16": 71e12, "fp16": 71e12, "fp32": 35.6e12}),
+]
+
+
+def gpu_peak(name: str, precision: str) -> float | None:
+    """Dense peak FLOP/s of the GPU called ``name`` at ``precision`` (bf16/fp16/fp32), or None when unlisted. A
+    precision the GPU has no tensor cores for falls back to its fp32 rate (what autocast then really runs at)."""
+    for key, peaks in GPU_PEAKS:
+        if key.lower() in name.lower():
+            return peaks.get(precision, peaks["fp32"])
+    return None
+
+
+def _cache_path() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "bertkit" / "cpu_peak.json"
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_peak(precision: str, seconds: float = 1.0, refresh: bool = False) -> float:
+    """This CPU's measured matmul FLOP/s at ``precision`` with torch's current thread count: the best of a few
+    timed 1024x1024 matmuls over about ``seconds``, cached per CPU model, thread count, torch version and precision
+    (a busy machine measures low; ``refresh`` measures again)."""
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
+    key = f"{_cpu_name()}|threads={torch.get_num_threads()}|torch={torch.__version__}|{precision}"
+    path = _cache_path()
+    cache: dict = {}
+    if path.is_file():
+        try:
+            cache = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            cache = {}
+    if key in cache and not refresh:
+        return float(cache[key])
+    n = 1024
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    torch.matmul(a, b)  # warm-up (oneDNN picks its kernel)
+    best, deadline = float("inf"), time.perf_counter() + seconds
+    while time.perf_counter() < deadline or best == float("inf"):
+        t = time.perf_counter()
+        torch.matmul(a, b)
+        best = min(best, time.perf_counter() - t)
+    peak = 2 * n**3 / best
+    cache[key] = peak
+    try:
+        from bertkit.files import write_json
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, cache)
+    except OSError as e:  # an unwritable home only costs a re-measure
+        logger.debug("cannot cache the CPU peak in %s: %s", path, e)
+    return peak
+
+
+def device_peak(device, precision: str) -> float | None:
+    """Dense peak FLOP/s of ``device`` (a torch.device or string) at ``precision``: the table for GPUs, the probe
+    for CPUs; None for a GPU the table does not list."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return gpu_peak(torch.cuda.get_device_name(device), precision)
+    if device.type == "cpu":
+        return cpu_peak(precision)
+    return None
+
+
+def mfu(flops_per_second: float, peak: float | None) -> float | None:
+    """Model FLOPs utilisation: achieved model FLOP/s over the peak (None without a peak)."""
+    return flops_per_second / peak if peak else None

@@ -1,0 +1,86 @@
+"""One optimizer step, the same in every recipe: micro-batches (DDP syncs gradients only on the last), autocast,
+loss scaling (fp16), unscale, clipping, a finiteness check, the optimizer step (skipped by the scaler when a
+gradient overflowed), the schedule step and zero_grad.
+
+    result = optimizer_step(state, micro_batches, forward, clip=1.0, ctx=ctx, ddp_model=ddp_model)
+
+``forward(model, micro_batch)`` returns the micro-batch's loss (or an output with a ``.loss``), computed with
+``model``; the step divides it by the number of micro-batches, scales and back-propagates it. A recipe whose
+backward is its own (GradCache in the embedding tasks) back-propagates ``state.scaler.scale(loss)`` itself and
+calls :func:`apply_update`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from bertkit.errors import RunError
+from bertkit.precision import autocast
+from bertkit.training import distributed
+from bertkit.training.distributed import DistContext
+from bertkit.training.state import TrainState
+
+
+class LossNotFinite(RunError, FloatingPointError):
+    """The loss or gradient norm stopped being finite; the message names the last good checkpoint."""
+
+    exit_code = 3
+
+
+@dataclass
+class StepResult:
+    loss: float  # the step's loss: the mean over its micro-batches (this process's)
+    grad_norm: float  # the gradient norm before clipping (unscaled)
+
+
+def apply_update(state: TrainState, clip: float, *, ctx: DistContext | None = None, loss: float = 0.0,
+                 on_not_finite: Callable[[float, float], Any] | None = None) -> float:
+    """Unscale the gradients, clip their norm to ``clip`` (0: no clipping), step the optimizer, the loss scaler and
+    the schedule, zero the gradients. With ``on_not_finite``, a loss or (without loss scaling) a gradient norm that
+    is not finite on any process calls it with the (loss, norm) means over the processes before anything changes
+    (it is expected to raise). Returns the gradient norm."""
+    scaler, optimizer = state.scaler, state.optimizer
+    scaler.unscale_(optimizer)  # clip the true gradients
+    params = [p for p in state.model.parameters() if p.requires_grad]
+    # max_norm inf computes the norm and multiplies by 1.0: the same gradients as no clipping
+    norm = float(torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf))
+    if on_not_finite is not None:
+        mean_loss, mean_norm = distributed.all_reduce_mean(ctx or DistContext(), [loss, norm])
+        if not math.isfinite(mean_loss) or not (scaler.is_enabled() or math.isfinite(mean_norm)):
+            on_not_finite(mean_loss, mean_norm)
+    scaler.step(optimizer)  # with fp16: skipped when a gradient overflowed, and the scale lowered
+    scaler.update()
+    state.scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    state.step += 1
+    return norm
+
+
+def optimizer_step(state: TrainState, micro_batches: Sequence[Any], forward: Callable[[torch.nn.Module, Any], Any],
+                   *, clip: float, precision: str, device: torch.device | str, ctx: DistContext | None = None,
+                   ddp_model: torch.nn.Module | None = None,
+                   after_backward: Callable[[Any, Any], None] | None = None,
+                   on_not_finite: Callable[[float, float], Any] | None = None) -> StepResult:
+    """Forward and backward of every micro-batch (under autocast; DDP's gradient all-reduce only on the last), then
+    :func:`apply_update`. ``after_backward(micro_batch, output)`` sees each micro-batch's output (metrics)."""
+    ctx = ctx or DistContext()
+    model = ddp_model if ddp_model is not None else state.model
+    n, loss_sum = len(micro_batches), 0.0
+    for i, micro in enumerate(micro_batches):
+        sync = i == n - 1
+        with model.no_sync() if ctx.distributed and not sync else contextlib.nullcontext():
+            with autocast(precision, device):
+                output = forward(model, micro)
+                loss = (output if isinstance(output, torch.Tensor) else output.loss) / n
+            state.scaler.scale(loss).backward()
+        loss_sum += float(loss.detach())
+        if after_backward is not None:
+            after_backward(micro, output)
+    norm = apply_update(state, clip, ctx=ctx, loss=loss_sum, on_not_finite=on_not_finite)
+    return StepResult(loss_sum, norm)

@@ -1,0 +1,71 @@
+"""FLOP count per pre-training step (training/flops.py): a hand count for a tiny config, the same count measured by
+torch's own FLOP counter on bertkit's model, and the device peaks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertkit.training import flops
+
+TINY = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "vocab_size": 99}
+
+
+def test_hand_count_for_a_tiny_config():
+    # two sequences of 7 and 5 tokens, 3 masked positions, NSP
+    h, i, v = 32, 64, 99
+    per_layer = (7 + 5) * (8 * h * h + 4 * h * i) + (7 * 7 + 5 * 5) * 4 * h
+    hand = 2 * per_layer + 3 * (2 * h * h + 2 * h * v) + 2 * (2 * h * h + 4 * h)
+    assert hand == 2 * (12 * (8192 + 8192) + 74 * 128) + 3 * (2048 + 6336) + 2 * (2048 + 128) == 441_664
+    assert flops.forward_flops(TINY, [7, 5], 3, nsp=True) == hand
+    assert flops.train_flops(TINY, [7, 5], 3, nsp=True) == 3 * hand
+    assert flops.forward_flops(TINY, [7, 5], 3, nsp=False) == hand - 2 * (2 * h * h + 4 * h)
+    # the per-token form agrees on equal lengths
+    per_token = flops.flops_per_token(TINY, 6.0, 3 / 12, nsp=True)
+    assert per_token * 12 == pytest.approx(flops.train_flops(TINY, [6, 6], 3, nsp=True))
+
+
+def test_count_equals_torchs_flop_counter_on_bertkits_model():
+    """torch.utils.flop_counter counts every matmul the forward and the backward run; without padding, the
+    documented count is exactly that."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from bertkit import BertConfig
+    from bertkit.modeling import BertForPreTraining
+
+    config = BertConfig(**TINY, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0)
+    model = BertForPreTraining(config)
+    model.attn_implementation = "eager"  # plain matmuls: the counter does not know the CPU's fused SDPA kernel
+    g = torch.Generator().manual_seed(0)
+    B, T = 3, 11
+    ids = torch.randint(5, 99, (B, T), generator=g)
+    labels = torch.full((B, T), -100)
+    picked = torch.tensor([[0, 2], [1, 5], [2, 9], [0, 7]])
+    labels[picked[:, 0], picked[:, 1]] = ids[picked[:, 0], picked[:, 1]]
+    nsp = torch.tensor([0, 1, 0])
+    counter = FlopCounterMode(display=False)
+    with counter:
+        out = model(input_ids=ids, attention_mask=torch.ones(B, T, dtype=torch.long), labels=labels,
+                    next_sentence_label=nsp)
+    forward = counter.get_total_flops()
+    assert forward == flops.forward_flops(config, [T] * B, 4, nsp=True)
+    with counter:  # counts afresh: the backward alone is twice the forward
+        out.loss.backward()
+    assert forward + counter.get_total_flops() == flops.train_flops(config, [T] * B, 4, nsp=True)
+
+
+def test_gpu_table_and_cpu_probe(tmp_path, monkeypatch):
+    assert flops.gpu_peak("NVIDIA H100 80GB HBM3", "bf16") == 989e12
+    assert flops.gpu_peak("NVIDIA H100 PCIe", "bf16") == 756e12
+    assert flops.gpu_peak("NVIDIA A100-SXM4-80GB", "fp32") == 19.5e12
+    assert flops.gpu_peak("Tesla V100-SXM2-16GB", "bf16") == 15.7e12  # no bf16 tensor cores: the fp32 rate
+    assert flops.gpu_peak("NVIDIA GeForce RTX 4090", "fp16") == 165e12
+    assert flops.gpu_peak("Some Future GPU", "bf16") is None
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    peak = flops.cpu_peak("fp32", seconds=0.05)
+    assert 1e8 < peak < 1e14
+    assert (tmp_path / "bertkit" / "cpu_peak.json").is_file()
+    assert flops.cpu_peak("fp32") == peak  # cached: not measured again
+    assert flops.mfu(peak / 2, peak) == pytest.approx(0.5) and flops.mfu(1.0, None) is None

@@ -1,0 +1,209 @@
+"""Issue 24's leftover hostile-input probes: each bad input is a clear error naming the file (and line or key),
+never a traceback, and a wrong-dtype weight is refused rather than cast."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertkit.cli import main
+from bertkit.data.conll import read_conll
+from bertkit.data.glue import read_glue
+from bertkit.data.readers import DataError, read_table
+from bertkit.data.squad import read_squad
+from bertkit.data.swag import read_swag
+from bertkit.embeddings import data as emb_data
+from bertkit.embeddings.evaluate import read_beir
+
+
+def _latin1(path, text: str):
+    path.write_bytes(text.encode("cp1252"))
+    return path
+
+
+@pytest.mark.parametrize("reader, name, text, line", [
+    (lambda p: read_conll(p), "ner.conll", "EU B-ORG\nrejects O\n\nPar\xe9s B-LOC\n", 4),
+    (lambda p: read_glue(p, "sst2"), "train.tsv", "sentence\tlabel\nfine\t1\ncaf\xe9 noir\t0\n", 3),
+    (lambda p: read_table(p, "text"), "train.tsv", "text\tlabel\nok\ta\nna\xefve\tb\n", 3),
+    (lambda p: read_table(p, "text", fmt="jsonl"), "train.jsonl",
+     '{"text": "ok", "label": "a"}\n{"text": "r\xe9sum\xe9", "label": "b"}\n', 2),
+    (lambda p: read_swag(p), "swag.csv", "sent1,sent2,ending0,ending1,label\na,b,c,d,0\nz\xe8,b,c,d,1\n", 3),
+    (lambda p: read_squad(p), "dev.json", '{"version": "1.1", "data": [\n{"title": "Caf\xe9", "paragraphs": []}]}',
+     2),
+    (lambda p: emb_data.read_texts(p), "texts.txt", "one\ntwo\nthr\xe9e\n", 3),
+    (lambda p: emb_data.read_pairs(p), "pairs.tsv", "anchor\tpositive\na\tb\nc\t\xe9\n", 3),
+])
+def test_non_utf8_task_file_names_file_and_line(tmp_path, reader, name, text, line):
+    path = _latin1(tmp_path / name, text)
+    with pytest.raises(DataError, match="not UTF-8") as e:
+        reader(path)
+    assert e.value.path == str(path) and e.value.line == line
+    assert f"{path}:{line}: byte 0x" in str(e.value)
+
+
+def test_non_utf8_beir_qrels(tmp_path):
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "d1", "text": "x"}\n')
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "y"}\n')
+    _latin1(tmp_path / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\td\xe91\t1\n")
+    with pytest.raises(DataError, match=r"test.tsv:2: byte 0xe9 at column 5 is not UTF-8"):
+        read_beir(tmp_path)
+
+
+def test_utf8_with_bom_still_reads(tmp_path):
+    p = tmp_path / "ner.conll"
+    p.write_bytes(b"\xef\xbb\xbf" + "Par\xe9s B-LOC\n".encode())
+    assert read_conll(p)[0].words == ["Par\xe9s"]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, fixtures_dir):
+    from bertkit import BertConfig
+    from bertkit.modeling import BertForSequenceClassification
+
+    vocab = fixtures_dir / "finetune" / "vocab.txt"
+    d = tmp_path_factory.mktemp("tiny")
+    torch.manual_seed(0)
+    size = sum(1 for line in vocab.read_text(encoding="utf-8").splitlines() if line)
+    config = BertConfig(vocab_size=size, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                        intermediate_size=37, max_position_embeddings=64, num_labels=2)
+    BertForSequenceClassification(config).save_pretrained(d)
+    shutil.copy(vocab, d / "vocab.txt")
+    return d
+
+
+def test_finetune_and_predict_on_non_utf8_tsv_exit_with_file_and_line(tiny_dir, fixtures_dir, tmp_path, capsys):
+    ft = fixtures_dir / "finetune"
+    good = (ft / "sst2_train.tsv").read_text(encoding="utf-8").splitlines()
+    bad = _latin1(tmp_path / "train.tsv", "\n".join(good[:5] + ["un caf\xe9 noir\t1"] + good[5:]) + "\n")
+    code = main(["finetune", "--task", "sst2", "--train", str(bad), "--dev", str(ft / "sst2_dev.tsv"),
+                 "--model", str(tiny_dir), "--output", str(tmp_path / "out"), "--epochs", "1", "--quiet",
+                 "--precision", "fp32"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{bad}:6: byte 0xe9" in err and "Traceback" not in err
+    code = main(["predict", "--model", str(tiny_dir), "--task", "sst2", "--data", str(bad), "--quiet",
+                 "--output", str(tmp_path / "pred")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{bad}:6: byte 0xe9" in err and "Traceback" not in err
+
+
+def test_deeply_nested_squad_json_is_an_error_naming_the_file(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000)
+    with pytest.raises(DataError, match="nested too deeply") as e:
+        read_squad(path)
+    assert e.value.path == str(path)
+    path.write_text('{"data": ' + "[" * 100_000 + "]" * 100_000 + "}")  # valid JSON, still too deep
+    with pytest.raises(DataError, match="nested too deeply"):
+        read_squad(path)
+
+
+def test_deeply_nested_jsonl_line_names_its_line(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"text": "ok", "label": "a"}\n' + "[" * 100_000 + "\n")
+    with pytest.raises(DataError, match=r"train.jsonl:2: JSON nested too deeply"):
+        read_table(path, "text")
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool, torch.uint8])
+def test_float_weight_stored_as_integers_is_refused_naming_key_and_dtypes(tmp_path, dtype):
+    from safetensors.torch import load_file, save_file
+
+    from bertkit import BertConfig
+    from bertkit.checkpoint import CheckpointError
+    from bertkit.modeling import BertModel
+
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=20, max_position_embeddings=16)
+    BertModel(config).save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    state = load_file(str(weights))
+    key = next(k for k in state if k.endswith("attention.self.query.weight"))
+    state[key] = (state[key] * 100).to(dtype)
+    save_file(state, str(weights))
+    with pytest.raises(CheckpointError, match=rf"dtype mismatch for '{key}': checkpoint has "
+                                              rf"{str(dtype)[6:]}, BertModel expects float32"):
+        BertModel.from_pretrained(tmp_path)
+
+
+def test_half_precision_weights_still_load(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from bertkit import BertConfig
+    from bertkit.modeling import BertModel
+
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=20, max_position_embeddings=16)
+    BertModel(config).save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    state = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in load_file(str(weights)).items()}
+    save_file(state, str(weights))
+    loaded = BertModel.from_pretrained(tmp_path)
+    key = next(iter(k for k in state if k.endswith("query.weight")))
+    torch.testing.assert_close(loaded.state_dict()[key], state[key].float())
+
+
+def test_ablate_accepts_a_corpus_directory_as_pretrain_does(tmp_path, capsys):
+    from bertkit.experiments.ablate import AblateConfig, AblationStudy
+    from bertkit.experiments.runner import ChildResult
+
+    corpus = tmp_path / "books"
+    (corpus / "part").mkdir(parents=True)
+    (corpus / "a.txt").write_text("Alice was beginning to get very tired.\n")
+    (corpus / "part" / "b.txt").write_text("So she was considering in her own mind.\n")
+    (corpus / ".hidden.txt").write_text("left out\n")
+    calls = []
+
+    def fake_child(argv, log, stop=None, **kw):
+        calls.append(argv)
+        out = Path(argv[argv.index("--output") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "vocab.txt").write_text("[PAD]\n")
+        return ChildResult(0, False, False, 0.0, log)
+
+    study = AblationStudy(AblateConfig(corpus=[str(corpus)], output=tmp_path / "out", study="nsp", steps=2),
+                          run_child=fake_child)
+    assert study.vocabulary() == tmp_path / "out" / "vocab" / "vocab.txt"
+    files = calls[0][1:calls[0].index("--output")]
+    assert files == [str(corpus / "a.txt"), str(corpus / "part" / "b.txt")]  # the directory's text files
+    # the command: a directory is checked as pretrain checks it (was "no such file" for any directory)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["ablate", "--corpus", str(empty), "--output", str(tmp_path / "o2"), "--study", "nsp",
+                 "--steps", "2"]) == 2
+    assert f"{empty}: a directory with no text files" in capsys.readouterr().err
+    assert main(["ablate", "--corpus", str(tmp_path / "nothing"), "--output", str(tmp_path / "o3"), "--study", "nsp",
+                 "--steps", "2"]) == 2
+    assert "no such corpus file or directory" in capsys.readouterr().err
+
+
+def test_embed_input_not_utf8_names_the_line(tmp_path):
+    from bertkit.commands.embed import read_inputs
+
+    path = _latin1(tmp_path / "texts.txt", "one\ncaf\xe9\n")
+    with pytest.raises(DataError, match=r"texts.txt:2: byte 0xe9 at column 4 is not UTF-8"):
+        read_inputs(str(path))
+    path.write_bytes(b"\xef\xbb\xbfone\ntwo\n")  # a BOM is not part of the first text
+    assert read_inputs(str(path))[0] == ["one", "two"]
+
+
+def test_modernbert_float_weight_stored_as_int32_is_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from bertkit import modeling_modernbert as mb
+    from bertkit.checkpoint import CheckpointError
+
+    config = mb.ModernBertConfig(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                                 num_attention_heads=4, local_attention=8, max_position_embeddings=64, pad_token_id=0)
+    mb.ModernBertForMaskedLM(config).save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    state = load_file(str(weights))
+    key = next(k for k in state if k.endswith("Wqkv.weight"))
+    state[key] = (state[key] * 100).to(torch.int32)
+    save_file(state, str(weights))
+    with pytest.raises(CheckpointError, match=rf"dtype mismatch for '{key}': checkpoint has int32, "
+                                              r"ModernBertForMaskedLM expects float32"):
+        mb.ModernBertForMaskedLM.from_pretrained(tmp_path)
