@@ -108,7 +108,10 @@ def _weight_shapes(directory: Path) -> dict[str, tuple[int, ...]]:
 
 def _head_outputs(directory: Path, key: str) -> int | None:
     """The number of outputs of the head layer ``key`` (e.g. ``classifier.bias``) in the directory's weights."""
-    shape = _weight_shapes(directory).get(key)
+    try:
+        shape = _weight_shapes(directory).get(key)
+    except FileNotFoundError:  # an exported ONNX directory: no PyTorch weights
+        return None
     return None if shape is None else int(shape[0])
 
 
@@ -193,6 +196,16 @@ def load_pipeline(
         if isinstance(pipe, QuestionAnsweringPipeline):
             pipe.convention = qa_convention
         return pipe
+    from bertkit.checkpoint import find_weights
+    from bertkit.export import onnx_name
+
+    try:
+        find_weights(directory)
+    except FileNotFoundError as e:
+        if (directory / onnx_name()).is_file() or (directory / onnx_name("int8")).is_file():
+            raise InputError(f"{directory}: an exported ONNX directory (no PyTorch weights): load it with "
+                             "backend='onnx' (--backend onnx)") from None
+        raise InputError(str(e)) from None
     if not (directory / "tagger_config.json").is_file():
         key = HEAD_KEYS[architecture]
         if key not in _weight_shapes(directory):
