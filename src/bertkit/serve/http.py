@@ -312,8 +312,8 @@ def check_count(items: Sequence[Any], name: str, max_inputs: int) -> None:
 
 
 def check_text(text: str, name: str, max_chars: int, truncate: bool | None) -> str:
-    """One text: 400 Empty when blank; past ``max_chars``, cut when ``truncate`` else 422 (with a hint to set
-    ``truncate`` when the route takes it: ``truncate`` is False; None means the route cannot truncate)."""
+    """One text: 400 Empty when blank (:func:`is_blank`); past ``max_chars``, cut when ``truncate`` else 422 (with a
+    hint to set ``truncate`` when the route takes it: ``truncate`` is False; None means the route cannot truncate)."""
     if is_blank(text):
         raise ApiError(None, f"'{name}' is empty", "Empty", name)
     if len(text) > max_chars:

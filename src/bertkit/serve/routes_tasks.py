@@ -159,9 +159,10 @@ async def fill_mask(request: Request):
 
 def _inference_api_fills(svc: Service, texts: list[str], result: list) -> list:
     """transformers' fill-mask answer: ``token`` is the id, ``sequence`` the input with that prediction in place
-    (special tokens left out when the input has one [MASK]); one [MASK] gives a flat list."""
+    (special tokens, [UNK] included, left out when the input has one [MASK]); one [MASK] gives a flat list."""
     tok = svc.encoder.tokenizer
     mask = tok.convert_ids_to_tokens(tok.mask_token_id)
+    specials = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.unk_token_id, tok.mask_token_id}
     out = []
     for text, per_text in zip(texts, result):
         ids = encode_with_masks(tok, text, mask)
@@ -172,8 +173,11 @@ def _inference_api_fills(svc: Service, texts: list[str], result: list) -> list:
             row = []
             for p in per_mask:
                 filled = ids[:j] + [p["token_id"]] + ids[j + 1:]
-                row.append({"score": p["score"], "token": p["token_id"], "token_str": tok.decode([p["token_id"]]),
-                            "sequence": tok.decode(filled, skip_special_tokens=one)})
+                if one:  # transformers skips its special tokens, [UNK] included
+                    filled = [i for i in filled if i not in specials]
+                row.append({"score": p["score"], "token": p["token_id"],
+                            "token_str": tok.decode([p["token_id"]], skip_special_tokens=False),
+                            "sequence": tok.decode(filled, skip_special_tokens=False)})
             fills.append(row)
         out.append(fills[0] if one else fills)
     return out

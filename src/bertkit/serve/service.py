@@ -24,7 +24,16 @@ from starlette.concurrency import run_in_threadpool
 from bertkit.features import POOLINGS, Encoder, PoolSpec, parse_layers
 from bertkit.options import option
 from bertkit.serve.batching import BatchQueue, QueueFull
-from bertkit.serve.http import ApiError, Metrics, check_output_size, is_blank, parse_json, read_body
+from bertkit.serve.http import (
+    ApiError,
+    Metrics,
+    check_count,
+    check_ids,
+    check_output_size,
+    check_text,
+    parse_json,
+    read_body,
+)
 
 
 @dataclass
@@ -87,6 +96,21 @@ class InputRejected(ApiError):
         elif "{i}" in name:  # the whole list: the field above the index
             name = name.split("[{i}]")[0]
         return ApiError(self.status, self.template.format(field=name), self.error_type, param=name)
+
+
+FIELD = "{field}"  # what the http checks are given as the field's name: the route names it (InputRejected.named)
+
+
+@contextlib.contextmanager
+def _role(role: str, index: int | None = None) -> Iterator[None]:
+    """The http layer's input checks, run by the service: their refusal becomes an :class:`InputRejected` of
+    ``role`` (and ``index``), whose field the route names."""
+    try:
+        yield
+    except ApiError as exc:
+        if FIELD not in exc.message:
+            raise
+        raise InputRejected(role, index, exc.message, exc.error_type) from None
 
 
 @contextlib.contextmanager
@@ -238,37 +262,20 @@ class Service:
         return out
 
     def _check_count(self, items: list[Any]) -> None:
-        if not items:
-            raise InputRejected("inputs", None, "'{field}' cannot be empty: send at least one input", "Empty")
-        if len(items) > self.settings.max_inputs:
-            raise InputRejected("inputs", None, f"'{{field}}' has {len(items)} inputs, over the limit of "
-                                f"{self.settings.max_inputs} per request (--max-inputs): split it")
+        with _role("inputs"):
+            check_count(items, FIELD, self.settings.max_inputs)
 
     def _text(self, text: str, role: str, i: int, truncate: bool | None) -> str:
-        """One text: 400 Empty when it holds nothing the tokenizer keeps (blanks, control and zero-width
-        characters); past ``--max-input-chars``, cut when ``truncate`` else 422 (a hint to set ``truncate`` when
-        the route takes it: ``truncate`` is False; None means the route cannot truncate)."""
-        if is_blank(text):
-            raise InputRejected(role, i, "'{field}' is empty", "Empty")
-        limit = self.settings.max_input_chars
-        if len(text) > limit:
-            if truncate:
-                return text[:limit]
-            hint = "; shorten it or set \"truncate\": true" if truncate is False else ": shorten it"
-            raise InputRejected(role, i, f"'{{field}}' has {len(text)} characters, over the limit of {limit} "
-                                f"(--max-input-chars){hint}")
-        return text
+        """One text (:func:`~bertkit.serve.http.check_text`): 400 when it holds nothing the tokenizer keeps; past
+        ``--max-input-chars``, cut when ``truncate``, else 422."""
+        with _role(role, i):
+            return check_text(text, FIELD, self.settings.max_input_chars, truncate)
 
     def _ids(self, ids: list[int], i: int, vocab: int | None = None) -> Tokens:
         """Token-id input: non-empty, each id in the model's vocabulary."""
-        vocab = vocab or self.encoder.config.vocab_size
-        if not ids:
-            raise InputRejected("inputs", i, "'{field}' is an empty token list", "Empty")
-        for j, t in enumerate(ids):
-            if not 0 <= t < vocab:
-                raise InputRejected("inputs", i, f"'{{field}}[{j}]' is token id {t}, outside the model's vocabulary "
-                                    f"(0..{vocab - 1})")
-        return Tokens(list(ids), [0] * len(ids), [])
+        with _role("inputs", i):
+            ids = check_ids(ids, FIELD, vocab or self.encoder.config.vocab_size)
+        return Tokens(ids, [0] * len(ids), [])
 
     def _words(self, words: Any, i: int, truncate: bool | None) -> Tokens:
         """bert-as-service's ``is_tokenized``: a list of words, each WordPiece'd on its own, in [CLS] ... [SEP]."""
