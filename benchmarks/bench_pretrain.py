@@ -18,6 +18,10 @@ tokens/s counts non-padding tokens.
     # GPU: bert-base at seq 128, bf16 autocast on both sides (what Trainer(bf16=True) does), fused AdamW on both
     python3 benchmarks/bench_pretrain.py --device cuda --model-size bert-base --batch-size 128 --steps 20
 
+Each route's line shows model TFLOP/s and MFU (training/flops.py's count: the same model FLOPs for both routes, with
+the MLM head at masked positions only; over the dense peak of the device at the route's precision: the GPU table, or
+this CPU's measured matmul peak).
+
 On a GPU the transformers route gets bf16 autocast too (``--theirs-precision``, default: fp32 on CPU as its docs'
 loop, the same precision as bertkit's on a GPU, as ``Trainer(bf16=True)``) and ``torch.optim.AdamW(fused=True)``
 (Trainer's default optimizer on CUDA), so the ratio measures the model and head, not a missed switch. Timings on a
@@ -155,8 +159,23 @@ def main() -> None:
           f"precision bertkit {precision} / transformers {theirs_precision}{', compiled' if args.compile else ''}; "
           f"{args.rounds} rounds x {args.steps} steps per route")
     med = {k: statistics.median(v) for k, v in times.items()}
+    # MFU: the same model FLOPs for both routes (training/flops.py: MLM head at masked positions only, as bertkit
+    # computes it; the transformers route's full-vocabulary head is work the model does not need, so it shows as
+    # lower MFU), over the device's dense peak at the route's precision
+    from bertkit.training.flops import cpu_peak, device_peak, train_flops
+
+    if dev.type == "cpu":  # measure the CPU's matmul peak again (the cache keeps the highest figure seen)
+        for p in {precision, theirs_precision}:
+            cpu_peak(p, refresh=True)
+
+    flops = sum(train_flops(config, b["attention_mask"].sum(-1).tolist(), int((b["labels"] != -100).sum()), True)
+                for b in batches) / sum(tokens)  # per real token
+    peaks = {"bertkit": device_peak(dev, precision), "transformers": device_peak(dev, theirs_precision)}
     for k in routes:
-        print(f"  {k:<13} {1 / med[k]:>9.0f} tokens/s   {med[k] * sum(tokens) / len(tokens) * 1000:8.1f} ms/step")
+        achieved = flops / med[k]
+        mfu = f"MFU {achieved / peaks[k]:6.1%} of {peaks[k] / 1e12:.3g} TFLOP/s" if peaks[k] else "MFU - (no peak)"
+        print(f"  {k:<13} {1 / med[k]:>9.0f} tokens/s   {med[k] * sum(tokens) / len(tokens) * 1000:8.1f} ms/step   "
+              f"{achieved / 1e12:7.3f} model TFLOP/s   {mfu}")
     print(f"  ratio bertkit / transformers: {med['transformers'] / med['bertkit']:.2f}x")
 
 

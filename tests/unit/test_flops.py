@@ -68,4 +68,22 @@ def test_gpu_table_and_cpu_probe(tmp_path, monkeypatch):
     assert 1e8 < peak < 1e14
     assert (tmp_path / "bertkit" / "cpu_peak.json").is_file()
     assert flops.cpu_peak("fp32") == peak  # cached: not measured again
+    assert flops.cpu_peak("fp32", seconds=0.05, refresh=True) >= peak  # measured again; the highest figure kept
     assert flops.mfu(peak / 2, peak) == pytest.approx(0.5) and flops.mfu(1.0, None) is None
+
+
+def test_log_fields_from_the_run_record(tmp_path, monkeypatch):
+    """What a pretrain log line adds: model TFLOP/s over all ranks and MFU per device, from the meter's sums."""
+    import json
+    from types import SimpleNamespace
+
+    (tmp_path / "run.json").write_text(json.dumps({"model_config": TINY, "precision": "bf16",
+                                                   "config": {"seq_len": 12}}))
+    monkeypatch.setattr(flops, "device_peak", lambda device, precision: 1e9 if precision == "bf16" else None)
+    ctx = SimpleNamespace(is_main=True, world_size=2, device=torch.device("cpu"))
+    sums = {"tokens": 12.0, "mlm_n": 3.0, "nsp_n": 2.0}
+    fields = flops.log_fields(ctx, tmp_path, 1000.0, sums)
+    per_token = flops.train_flops(TINY, [6, 6], 3, nsp=True) / 12
+    assert fields["model_tflops"] == pytest.approx(per_token * 1000 * 2 / 1e12, abs=1e-4)
+    assert fields["mfu"] == pytest.approx(per_token * 1000 / 1e9, abs=1e-4)
+    assert flops.log_fields(SimpleNamespace(is_main=False), tmp_path, 1000.0, sums) == {}

@@ -555,6 +555,7 @@ class PretrainingData:
         self.vocab, self.options, self.rank, self.world_size, self.split = vocab, options, rank, world_size, split
         self._starts: dict[int, np.ndarray] = {}  # shard -> its chunk starts, the recently read shards only
         self._counts: np.ndarray | None = None  # instances per shard
+        self._first_ids: np.ndarray | None = None
 
     def __reduce__(self):
         """Pickled as its arguments: another process (a batch-building worker) reopens the memmaps instead of receiving
@@ -590,16 +591,21 @@ class PretrainingData:
     def num_instances(self, epoch: int = 0) -> int:
         return int(self.counts(epoch).sum())
 
+    def _first(self) -> np.ndarray:
+        """``[shards + 1]``: the id of each shard's first instance (and the total)."""
+        if self._first_ids is None:
+            self._first_ids = np.concatenate([[0], np.cumsum(self.counts())])
+        return self._first_ids
+
     def _locate(self, epoch: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Instance ids -> (shard, index within the shard's layout)."""
-        first = np.concatenate([[0], np.cumsum(self.counts(epoch))])
+        first = self._first()
         s = np.searchsorted(first, ids, side="right") - 1
         return s, ids - first[s]
 
     def ids_at(self, epoch: int, positions: np.ndarray) -> np.ndarray:
         """The instance ids at ``positions`` of the epoch's global order (a pure function of seed and epoch)."""
-        counts = self.counts(epoch)
-        first = np.concatenate([[0], np.cumsum(counts)])
+        counts, first = self.counts(epoch), self._first()
         shards = np.random.default_rng([self.options.seed, 7, epoch]).permutation(len(counts))
         windows = [shards[w:w + SHUFFLE_SHARDS] for w in range(0, len(shards), SHUFFLE_SHARDS)]
         window_first = np.concatenate([[0], np.cumsum([counts[w].sum() for w in windows])])

@@ -109,11 +109,19 @@ class PretrainConfig:
     vocab_size: int = _run_key(30522, group=_D, help="size of the trained vocabulary")
     lowercase: bool | None = _run_key(None, skip=True)  # --lowercase/--cased; None: uncased for a trained vocabulary
     workers: int | None = option(None, group=_D, help="preprocessing processes (default: every core)")
+    prepare_on: str = option("global", choices=("global", "node"), group=_D, help=(
+        "multi-node runs: global = rank 0 prepares the corpus in OUTPUT on a file system every node shares; node = "
+        "each node's local rank 0 prepares it in OUTPUT on that node's own disk. The other ranks wait"))
+    prepare_timeout: float = option(7200.0, group=_D, help="seconds a rank waits for the corpus preparation")
     loader_workers: int | None = option(None, group=_D, help=(
         "processes building batches during training (default: 2 on a GPU; on CPU 0, a background thread)"))
 
+    arch: str = _run_key("bert", choices=("bert", "modernbert"), group=_M, help=(
+        "bert: Devlin et al.'s; modernbert: Warner et al.'s (rotary, GeGLU, pre-norm, sliding windows; 30%% masking, "
+        "no NSP; saved in transformers' ModernBERT layout)"))
     model_size: str = _run_key("bert-mini", group=_M, help=(
-        "bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large"))
+        "bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large; with --arch modernbert: "
+        "modernbert-tiny | -mini | -small | -base | -large (bert-X names map to modernbert-X)"))
     init_from: str | None = _run_key(None, metavar="DIR", group=_M, help=(
         "continue pre-training this model (bertkit, Hugging Face or Google TF directory) on the corpus: its config, "
         "weights and vocabulary (--model-size is then ignored)"))
@@ -143,6 +151,9 @@ class PretrainConfig:
         "shorter sequences first, e.g. 64:0.3 = length 64 for 30%% of the steps, then --seq-len; off"))
     batch_ramp: str | None = _run_key(None, metavar="SIZE:UNTIL,...", group=_R, help=(
         "smaller batches first, e.g. 8:0.05,16:0.15, then --batch-size; off"))
+    position_init: str | None = _run_key(None, choices=("normal", "sinusoidal"), group=_R, help=(
+        "initial position embeddings: Google's truncated normal, or the Transformer's sinusoids at the same scale "
+        "(neighbouring positions start alike, so what attention learns at one position holds at the next)"))
     mask_mix: str | None = _run_key(None, metavar="MASK/RANDOM/KEEP", group=_R, help=(
         "what the input of a chosen position becomes, in percent: [MASK], a random token, unchanged (paper "
         "80/10/10; 100/0/0 drops the copy task)"))
@@ -228,11 +239,12 @@ RUN_KEYS = tuple(f.name for f in dataclasses.fields(PretrainConfig) if f.metadat
 # --------------------------------------------------------------------------------------------- the two recipes
 
 PAPER = {"lr": 1e-4, "schedule": "linear", "warmup_fraction": 0.05, "dropout": None, "mask_prob": 0.15, "nsp": True,
-         "short_seq_prob": 0.1, "output_bias": "zero", "seq_ramp": "off", "batch_ramp": "off", "mask_mix": "80/10/10"}
+         "short_seq_prob": 0.1, "output_bias": "zero", "seq_ramp": "off", "batch_ramp": "off", "mask_mix": "80/10/10",
+         "position_init": "normal"}
 # chosen by measurement (docs/pretraining.md, "Pre-training in minutes"); lr by model width below
 BUDGET = {"lr": None, "schedule": "trapezoid", "warmup_fraction": 0.05, "dropout": 0.0, "mask_prob": 0.3,
           "nsp": False, "short_seq_prob": 0.0, "output_bias": "unigram", "seq_ramp": "off", "batch_ramp": "off",
-          "mask_mix": "80/10/10"}
+          "mask_mix": "80/10/10", "position_init": "normal"}
 BUDGET_LR = {"bert-tiny": 4e-3, "bert-mini": 1e-3, "bert-small": 5e-4, "bert-medium": 5e-4}  # others: 2e-4
 
 
@@ -240,8 +252,14 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     """``cfg`` with every recipe choice the user left unset filled in, and a line saying what was chosen."""
     name = cfg.recipe or ("budget" if cfg.max_time is not None else "paper")
     table = dict(BUDGET if name == "budget" else PAPER)
+    size = cfg.model_size
+    if cfg.arch == "modernbert":  # its own recipe's masking and objectives; lr as BERT's of the same size
+        from bertkit.recipes import modernbert
+
+        table.update(modernbert.DEFAULTS)
+        size = size.replace("modernbert-", "bert-")
     if table["lr"] is None:
-        table["lr"] = BUDGET_LR.get(cfg.model_size, 2e-4) if not cfg.init_from else 1e-4
+        table["lr"] = BUDGET_LR.get(size, 2e-4) if not cfg.init_from else 1e-4
     chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
     resolved = dataclasses.replace(cfg, recipe=name, **chosen)
     shown = ", ".join(f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in table)
@@ -324,11 +342,12 @@ def _tokenizer_and_shards(cfg: PretrainConfig, ctx):
     from bertkit.data.corpus import expand_corpus, write_sentences
     from bertkit.data.pretraining import prepare_corpus
     from bertkit.tokenization import BertTokenizer, train_vocab
-    from bertkit.training.distributed import barrier
+    from bertkit.training.once import check_same_shards, once
 
     out, progress = Path(cfg.output), not cfg.quiet and sys.stderr.isatty()
     data_dir, sentences = out / "data", out / "data" / "sentences.txt"
-    if ctx.is_main:
+
+    def prepare() -> None:  # once per run (--prepare-on global) or per node (node); the other ranks wait
         data_dir.mkdir(parents=True, exist_ok=True)
         have_vocab = (out / "vocab.txt").is_file() and cfg.resume
         corpus, fmt = [str(p) for p in expand_corpus(cfg.corpus)], cfg.corpus_format
@@ -344,7 +363,10 @@ def _tokenizer_and_shards(cfg: PretrainConfig, ctx):
             corpus, fmt = [str(sentences)], "google"
         prepare_corpus(corpus, data_dir / "shards", out / "vocab.txt", corpus_format=fmt, workers=cfg.workers,
                        encoding=cfg.encoding, progress=progress, log=lambda m: _say(cfg, ctx, m))
-    barrier(ctx)
+
+    once(ctx, cfg.prepare_on, prepare, "preparing the corpus", cfg.prepare_timeout,
+         lambda m: None if cfg.quiet else print(m, flush=True))
+    check_same_shards(ctx, out / "vocab.txt", data_dir / "shards")
     return BertTokenizer.from_pretrained(out), data_dir / "shards"
 
 
@@ -377,11 +399,27 @@ def _build_model(cfg: PretrainConfig, tokenizer, shard_dir: Path, max_len: int, 
                                      exclude=(v.cls_id, v.sep_id, v.mask_id, v.pad_id))
             with torch.no_grad():
                 model.cls.predictions.bias.copy_(torch.from_numpy(bias))
+    if cfg.position_init == "sinusoidal" and not cfg.init_from:
+        with torch.no_grad():
+            table = model.bert.embeddings.position_embeddings.weight
+            table.copy_(sinusoids(*table.shape) * config.initializer_range / 0.7071)  # std = initializer_range
     if cfg.dropout is not None:
         saved = (config.hidden_dropout_prob, config.attention_probs_dropout_prob)
         model.set_dropout(cfg.dropout)
         model.config.hidden_dropout_prob, model.config.attention_probs_dropout_prob = saved  # for config.json
     return model.to(device).train(), config
+
+
+def sinusoids(positions: int, width: int):
+    """The Transformer's position encodings [positions, width]: sin and cos of position / 10000^(2i / width)."""
+    import torch
+
+    pos = torch.arange(positions, dtype=torch.float32)[:, None]
+    freq = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))
+    table = torch.zeros(positions, width)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)[:, : width // 2]
+    return table
 
 
 class _Feed:
@@ -519,7 +557,11 @@ def pretrain(cfg: PretrainConfig) -> Path:
             feed = _Feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
             eval_data = feed.make(cfg.seq_len, cfg.batch_size, "eval")
             eval_batches = eval_data.eval_batches(cfg.eval_batches) if eval_data.shards else []
-            model, config = _build_model(cfg, tokenizer, shard_dir, feed.max_len, ctx.device)
+            if cfg.arch == "modernbert":  # the model factory keyed by architecture
+                from bertkit.recipes.modernbert import build_model
+            else:
+                build_model = _build_model
+            model, config = build_model(cfg, tokenizer, shard_dir, feed.max_len, ctx.device)
             optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
             scaler = grad_scaler(precision, ctx.device)
 
@@ -779,27 +821,31 @@ def _raise_not_finite(out: Path, check: list[float], step: int) -> None:
 def _log(ctx, cfg: PretrainConfig, out: Path, meter, bar, step: int, total_steps: int, lr: float, elapsed: float,
          epoch: int) -> None:
     """A metrics line (means over the window and the ranks), the progress bar's figures, and a reset window."""
+    from bertkit.training import flops
     from bertkit.training.distributed import all_reduce_mean
 
     m = meter
     vals = all_reduce_mean(ctx, [m.ratio("loss", "steps"), m.ratio("mlm_loss", "steps"), m.ratio("nsp_loss", "steps"),
                                  m.ratio("mlm_ok", "mlm_n"), m.ratio("nsp_ok", "nsp_n"), m.ratio("tokens", "time")])
+    rates = flops.log_fields(ctx, out, vals[5], dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
     meter.reset()
     # train_mlm_acc: on the training batches' own 80/10/10 inputs (kept tokens count): a training-window figure,
     # not a quality meter; the held-out records (eval_mlm_acc) are
     line = {"step": step, "loss": vals[0], "mlm_loss": vals[1], "train_mlm_acc": vals[3], "lr": lr,
-            "tokens_per_s": vals[5] * ctx.world_size, "elapsed_s": round(elapsed, 2), "epoch": epoch}
+            "tokens_per_s": vals[5] * ctx.world_size, "elapsed_s": round(elapsed, 2), "epoch": epoch, **rates}
     if cfg.nsp:
         line.update(nsp_loss=vals[2], nsp_acc=vals[4])
     if not ctx.is_main:
         return
     _append_metrics(out, line)
     nsp = {"nsp": f"{vals[4]:.3f}"} if cfg.nsp else {}
+    mfu = {"mfu": f"{rates['mfu']:.1%}"} if "mfu" in rates else {}
     bar.set_postfix(loss=f"{vals[0]:.3f}", train_mlm=f"{vals[3]:.3f}", **nsp, tok_s=f"{line['tokens_per_s']:.0f}",
-                    refresh=False)
+                    **mfu, refresh=False)
     if bar.disable and not cfg.quiet:
         print(f"step {step}/{total_steps}  loss {vals[0]:.3f}  train-window mlm acc {vals[3]:.3f}"
-              + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "") + f"  {line['tokens_per_s']:.0f} tokens/s", flush=True)
+              + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "") + f"  {line['tokens_per_s']:.0f} tokens/s"
+              + (f"  MFU {mfu['mfu']}" if mfu else ""), flush=True)
 
 
 def _write_tensorboard(out: Path) -> None:

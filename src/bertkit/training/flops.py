@@ -115,8 +115,9 @@ def _cpu_name() -> str:
 
 def cpu_peak(precision: str, seconds: float = 1.0, refresh: bool = False) -> float:
     """This CPU's measured matmul FLOP/s at ``precision`` with torch's current thread count: the best of a few
-    timed 1024x1024 matmuls over about ``seconds``, cached per CPU model, thread count, torch version and precision
-    (a busy machine measures low; ``refresh`` measures again)."""
+    timed 1024x1024 matmuls over about ``seconds``, cached per CPU model, thread count, torch version and precision.
+    A busy machine measures low, so ``refresh`` measures again and the cache keeps the highest figure seen
+    (benchmarks/bench_pretrain.py refreshes it)."""
     import torch
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
@@ -138,7 +139,7 @@ def cpu_peak(precision: str, seconds: float = 1.0, refresh: bool = False) -> flo
         t = time.perf_counter()
         torch.matmul(a, b)
         best = min(best, time.perf_counter() - t)
-    peak = 2 * n**3 / best
+    peak = max(2 * n**3 / best, float(cache.get(key, 0.0)))
     cache[key] = peak
     try:
         from bertkit.files import write_json
@@ -166,3 +167,32 @@ def device_peak(device, precision: str) -> float | None:
 def mfu(flops_per_second: float, peak: float | None) -> float | None:
     """Model FLOPs utilisation: achieved model FLOP/s over the peak (None without a peak)."""
     return flops_per_second / peak if peak else None
+
+
+_RUNS: dict[str, tuple[dict, str]] = {}
+
+
+def log_fields(ctx, out: str | os.PathLike, tokens_per_s_per_rank: float, sums: dict[str, float]) -> dict[str, float]:
+    """What a pre-training log line adds: model TFLOP/s (all ranks) and MFU (per device), from the window's meter
+    sums (``tokens``, ``mlm_n``, ``nsp_n``) and the run's ``run.json`` (model config, precision, seq_len). Rank 0
+    only (the others return nothing); an unknown device peak gives no ``mfu``."""
+    if not ctx.is_main or not sums.get("tokens"):
+        return {}
+    key = str(out)
+    if key not in _RUNS:
+        try:
+            record = json.loads((Path(out) / "run.json").read_text(encoding="utf-8"))
+            _RUNS[key] = (record["model_config"], record["precision"], record["config"].get("seq_len", 128))
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}
+    config, precision, seq_len = _RUNS[key]
+    tokens = sums["tokens"]
+    nsp = bool(sums.get("nsp_n"))
+    mean_length = tokens / sums["nsp_n"] if nsp else float(seq_len)
+    per_token = flops_per_token(config, mean_length, sums.get("mlm_n", 0.0) / tokens, nsp)
+    achieved = per_token * tokens_per_s_per_rank
+    fields = {"model_tflops": round(achieved * ctx.world_size / 1e12, 4)}
+    peak = device_peak(ctx.device, precision)
+    if peak:
+        fields["mfu"] = round(achieved / peak, 4)
+    return fields

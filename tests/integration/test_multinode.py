@@ -1,0 +1,96 @@
+"""Multi-node pre-training as torchrun runs it, simulated on localhost: two nodes of one process each (gloo, c10d
+rendezvous), each preparing the corpus on its own "local disk" (``--prepare-on node``: a working directory per node),
+train the same weights as one process with the same global batch."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BIN = Path(sys.executable).parent
+# no dropout (its draws differ per process), one masked position per instance (so each rank's mean MLM loss weighs
+# its positions as the single process's mean does), fp32
+TINY = ["--model-size", "bert-tiny", "--config-override", "hidden_size=32", "--config-override",
+        "num_attention_heads=2", "--config-override", "intermediate_size=64", "--config-override",
+        "hidden_dropout_prob=0.0", "--config-override", "attention_probs_dropout_prob=0.0", "--seq-len", "32",
+        "--max-predictions", "1", "--precision", "fp32", "--quiet", "--workers", "1", "--loader-workers", "0",
+        "--max-steps", "3", "--log-every", "1", "--device", "cpu"]
+
+
+def _env() -> dict:
+    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[Path, Path]:
+    from bertkit.commands.quickstart import bundled_corpus
+    from bertkit.tokenization import train_vocab
+
+    d = tmp_path_factory.mktemp("multinode-corpus")
+    alice = next(p for p in bundled_corpus() if "alice" in p.name)
+    path = d / "alice.txt"
+    path.write_text(gzip.decompress(alice.read_bytes()).decode("utf-8")[:40_000], encoding="utf-8")
+    train_vocab([path], vocab_size=600, output=d / "vocab", show_progress=False)
+    return path, d / "vocab" / "vocab.txt"
+
+
+def _weights(directory: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(directory / "model.safetensors"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.timeout(150)
+def test_two_nodes_train_the_weights_of_one_process_with_the_same_global_batch(corpus, tmp_path):
+    path, vocab = corpus
+    args = ["pretrain", "--corpus", str(path), "--vocab", str(vocab), "--output", "run", *TINY]
+    port = _free_port()
+    nodes = []
+    for node in (0, 1):
+        cwd = tmp_path / f"node{node}"  # the node's own disk: --prepare-on node prepares its shards there
+        cwd.mkdir()
+        cmd = [str(BIN / "torchrun"), "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "bertkit-test",
+               "--rdzv-conf", f"is_host={node == 0}", "--max-restarts", "0", "-m", "bertkit.cli", *args,
+               "--batch-size", "4", "--prepare-on", "node"]
+        nodes.append(subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    single = tmp_path / "single"
+    single.mkdir()
+    one = subprocess.run([str(BIN / "bertkit"), *args, "--batch-size", "8"], cwd=single, env=_env(),
+                         capture_output=True, text=True, timeout=140, check=False)
+    logs = [p.communicate(timeout=140)[0] for p in nodes]
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert all(p.returncode == 0 for p in nodes), "\n".join(x[-3000:] for x in logs)
+    # each node prepared its own shards; rank 0's node alone holds the trained model
+    for node in (0, 1):
+        assert (tmp_path / f"node{node}" / "run" / "data" / "shards" / "meta.json").is_file()
+    runs = [tmp_path / "node0" / "run", tmp_path / "node1" / "run"]
+    outputs = [d for d in runs if (d / "model.safetensors").is_file()]
+    assert len(outputs) == 1
+    two, ref = _weights(outputs[0]), _weights(single / "run")
+    assert sorted(two) == sorted(ref)
+    for k in ref:
+        torch.testing.assert_close(two[k], ref[k], rtol=1e-4, atol=1e-5)
+    # the same losses step by step (means over the ranks), and they moved: the steps trained
+    records = [[json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+               for d in (outputs[0], single / "run")]
+    losses = [[r["loss"] for r in rs if "loss" in r] for rs in records]
+    assert len(losses[1]) == 3 and losses[0] == pytest.approx(losses[1], rel=1e-5)
+    assert len(set(losses[1])) == 3
+    # every log line shows the token rate and MFU (over this CPU's measured peak)
+    assert all(r["tokens_per_s"] > 0 and 0 < r["mfu"] < 5 for rs in records for r in rs if "loss" in r)
