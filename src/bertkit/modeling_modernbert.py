@@ -277,10 +277,14 @@ class ModernBertConfig:
         except (ValueError, TypeError) as e:
             raise ConfigError(f"{source}: {e}") from None
 
-    def to_dict(self) -> dict[str, Any]:
-        """transformers' ``config.json``: 5.x's ``layer_types`` and ``rope_parameters``, and 4.x's
-        ``global_attn_every_n_layers`` / ``global_rope_theta`` / ``local_rope_theta`` (when the layer pattern is an
-        every-n one), so either version reads the same model."""
+    def to_dict(self, flavour: str = "hf") -> dict[str, Any]:
+        """transformers' ``config.json`` (``flavour`` "hf", the only one: there is no Google format): 5.x's
+        ``layer_types`` and ``rope_parameters``, and 4.x's ``global_attn_every_n_layers`` / ``global_rope_theta`` /
+        ``local_rope_theta`` (the first when the layer pattern is an every-n one), so either version reads the same
+        model."""
+        if flavour != "hf":
+            raise ConfigError(f"ModernBERT configs are written in transformers' format only (flavour 'hf'), "
+                              f"not {flavour!r}")
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                                if f.name not in ("extra", "id2label", "label2id", "num_labels")}
         out["model_type"] = self.model_type
@@ -364,6 +368,15 @@ class ModernBertModelOutput:
     last_hidden_state: Tensor  # [B, T, H], after the final LayerNorm
     hidden_states: tuple[Tensor, ...] | None = None  # L + 1 tensors [B, T, H]: embeddings, then every layer
     attentions: tuple[Tensor, ...] | None = None  # L tensors [B, N, T, T]
+
+
+@dataclass
+class ModernBertMaskedLMOutput(MaskedLMOutput):
+    """``MaskedLMOutput``; ``mlm_loss`` is ``loss`` (the pre-training loop's name: there is no NSP loss)."""
+
+    @property
+    def mlm_loss(self) -> Tensor | None:
+        return self.loss
 
 
 # --------------------------------------------------------------------------------------------- embeddings
@@ -808,19 +821,19 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         packing: Packing | None = None,
-    ) -> MaskedLMOutput:
+    ) -> ModernBertMaskedLMOutput:
         """``labels`` [B, T]: original token ids at masked positions, -100 elsewhere. Without labels, ``logits``
         [B, T, V]; with labels (and ``sparse_prediction``), ``masked_logits`` [M, V] and ``masked_labels`` [M]."""
         out = self.model(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
                          output_attentions, packing=packing)
         hidden = out.last_hidden_state  # [B, T, H]
         if labels is None:
-            return MaskedLMOutput(None, self.decoder(self.head(hidden)), None, None, out.hidden_states,
+            return ModernBertMaskedLMOutput(None, self.decoder(self.head(hidden)), None, None, out.hidden_states,
                                   out.attentions)
         if not self.sparse_prediction:
             logits = self.decoder(self.head(hidden))  # [B, T, V]
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), labels.view(-1))
-            return MaskedLMOutput(loss, logits, None, None, out.hidden_states, out.attentions)
+            return ModernBertMaskedLMOutput(loss, logits, None, None, out.hidden_states, out.attentions)
         selected = labels.view(-1) != -100
         masked_labels = labels.view(-1)[selected]  # [M]
         masked_logits = self.decoder(self.head(hidden.reshape(-1, hidden.size(-1))[selected]))  # [M, V]
@@ -828,7 +841,7 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
             loss = masked_logits.sum() * 0.0
         else:
             loss = ops.cross_entropy(masked_logits, masked_labels)
-        return MaskedLMOutput(loss, None, masked_logits, masked_labels, out.hidden_states, out.attentions)
+        return ModernBertMaskedLMOutput(loss, None, masked_logits, masked_labels, out.hidden_states, out.attentions)
 
 
 class ModernBertForSequenceClassification(ModernBertPreTrainedModel):

@@ -116,8 +116,12 @@ class PretrainConfig:
     loader_workers: int | None = option(None, group=_D, help=(
         "processes building batches during training (default: 2 on a GPU; on CPU 0, a background thread)"))
 
+    arch: str = _run_key("bert", choices=("bert", "modernbert"), group=_M, help=(
+        "bert: Devlin et al.'s; modernbert: Warner et al.'s (rotary, GeGLU, pre-norm, sliding windows; 30%% masking, "
+        "no NSP; saved in transformers' ModernBERT layout)"))
     model_size: str = _run_key("bert-mini", group=_M, help=(
-        "bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large"))
+        "bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large; with --arch modernbert: "
+        "modernbert-tiny | -mini | -small | -base | -large (bert-X names map to modernbert-X)"))
     init_from: str | None = _run_key(None, metavar="DIR", group=_M, help=(
         "continue pre-training this model (bertkit, Hugging Face or Google TF directory) on the corpus: its config, "
         "weights and vocabulary (--model-size is then ignored)"))
@@ -147,6 +151,9 @@ class PretrainConfig:
         "shorter sequences first, e.g. 64:0.3 = length 64 for 30%% of the steps, then --seq-len; off"))
     batch_ramp: str | None = _run_key(None, metavar="SIZE:UNTIL,...", group=_R, help=(
         "smaller batches first, e.g. 8:0.05,16:0.15, then --batch-size; off"))
+    position_init: str | None = _run_key(None, choices=("normal", "sinusoidal"), group=_R, help=(
+        "initial position embeddings: Google's truncated normal, or the Transformer's sinusoids at the same scale "
+        "(neighbouring positions start alike, so what attention learns at one position holds at the next)"))
     mask_mix: str | None = _run_key(None, metavar="MASK/RANDOM/KEEP", group=_R, help=(
         "what the input of a chosen position becomes, in percent: [MASK], a random token, unchanged (paper "
         "80/10/10; 100/0/0 drops the copy task)"))
@@ -232,11 +239,12 @@ RUN_KEYS = tuple(f.name for f in dataclasses.fields(PretrainConfig) if f.metadat
 # --------------------------------------------------------------------------------------------- the two recipes
 
 PAPER = {"lr": 1e-4, "schedule": "linear", "warmup_fraction": 0.05, "dropout": None, "mask_prob": 0.15, "nsp": True,
-         "short_seq_prob": 0.1, "output_bias": "zero", "seq_ramp": "off", "batch_ramp": "off", "mask_mix": "80/10/10"}
+         "short_seq_prob": 0.1, "output_bias": "zero", "seq_ramp": "off", "batch_ramp": "off", "mask_mix": "80/10/10",
+         "position_init": "normal"}
 # chosen by measurement (docs/pretraining.md, "Pre-training in minutes"); lr by model width below
 BUDGET = {"lr": None, "schedule": "trapezoid", "warmup_fraction": 0.05, "dropout": 0.0, "mask_prob": 0.3,
           "nsp": False, "short_seq_prob": 0.0, "output_bias": "unigram", "seq_ramp": "off", "batch_ramp": "off",
-          "mask_mix": "80/10/10"}
+          "mask_mix": "80/10/10", "position_init": "normal"}
 BUDGET_LR = {"bert-tiny": 4e-3, "bert-mini": 1e-3, "bert-small": 5e-4, "bert-medium": 5e-4}  # others: 2e-4
 
 
@@ -244,8 +252,14 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     """``cfg`` with every recipe choice the user left unset filled in, and a line saying what was chosen."""
     name = cfg.recipe or ("budget" if cfg.max_time is not None else "paper")
     table = dict(BUDGET if name == "budget" else PAPER)
+    size = cfg.model_size
+    if cfg.arch == "modernbert":  # its own recipe's masking and objectives; lr as BERT's of the same size
+        from bertkit.recipes import modernbert
+
+        table.update(modernbert.DEFAULTS)
+        size = size.replace("modernbert-", "bert-")
     if table["lr"] is None:
-        table["lr"] = BUDGET_LR.get(cfg.model_size, 2e-4) if not cfg.init_from else 1e-4
+        table["lr"] = BUDGET_LR.get(size, 2e-4) if not cfg.init_from else 1e-4
     chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
     resolved = dataclasses.replace(cfg, recipe=name, **chosen)
     shown = ", ".join(f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in table)
@@ -385,11 +399,27 @@ def _build_model(cfg: PretrainConfig, tokenizer, shard_dir: Path, max_len: int, 
                                      exclude=(v.cls_id, v.sep_id, v.mask_id, v.pad_id))
             with torch.no_grad():
                 model.cls.predictions.bias.copy_(torch.from_numpy(bias))
+    if cfg.position_init == "sinusoidal" and not cfg.init_from:
+        with torch.no_grad():
+            table = model.bert.embeddings.position_embeddings.weight
+            table.copy_(sinusoids(*table.shape) * config.initializer_range / 0.7071)  # std = initializer_range
     if cfg.dropout is not None:
         saved = (config.hidden_dropout_prob, config.attention_probs_dropout_prob)
         model.set_dropout(cfg.dropout)
         model.config.hidden_dropout_prob, model.config.attention_probs_dropout_prob = saved  # for config.json
     return model.to(device).train(), config
+
+
+def sinusoids(positions: int, width: int):
+    """The Transformer's position encodings [positions, width]: sin and cos of position / 10000^(2i / width)."""
+    import torch
+
+    pos = torch.arange(positions, dtype=torch.float32)[:, None]
+    freq = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))
+    table = torch.zeros(positions, width)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)[:, : width // 2]
+    return table
 
 
 class _Feed:
@@ -527,7 +557,11 @@ def pretrain(cfg: PretrainConfig) -> Path:
             feed = _Feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
             eval_data = feed.make(cfg.seq_len, cfg.batch_size, "eval")
             eval_batches = eval_data.eval_batches(cfg.eval_batches) if eval_data.shards else []
-            model, config = _build_model(cfg, tokenizer, shard_dir, feed.max_len, ctx.device)
+            if cfg.arch == "modernbert":  # the model factory keyed by architecture
+                from bertkit.recipes.modernbert import build_model
+            else:
+                build_model = _build_model
+            model, config = build_model(cfg, tokenizer, shard_dir, feed.max_len, ctx.device)
             optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
             scaler = grad_scaler(precision, ctx.device)
 

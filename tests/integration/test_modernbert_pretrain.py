@@ -1,0 +1,103 @@
+"""``bertkit pretrain --arch modernbert`` end to end on a bundled book with a tiny ModernBERT: the run's defaults
+(30% masking, no NSP), the output directory in transformers' ModernBERT layout (loaded by transformers with the
+same logits), the training loss going down, resume equal to an uninterrupted run, and clear refusals."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BIN = Path(sys.executable).parent
+OVERRIDES = {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 48, "num_hidden_layers": 3,
+             "local_attention": 16}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[Path, Path]:
+    from bertkit.commands.quickstart import bundled_corpus
+    from bertkit.tokenization import train_vocab
+
+    d = tmp_path_factory.mktemp("mb-corpus")
+    alice = next(p for p in bundled_corpus() if "alice" in p.name)
+    path = d / "alice.txt"
+    path.write_text(gzip.decompress(alice.read_bytes()).decode("utf-8")[:40_000], encoding="utf-8")
+    train_vocab([path], vocab_size=600, output=d / "vocab", show_progress=False)
+    return path, d / "vocab" / "vocab.txt"
+
+
+def _cfg(corpus, out, **kw):
+    from bertkit.recipes.pretrain import PretrainConfig
+
+    values = dict(corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), arch="modernbert",
+                  model_size="modernbert-tiny", config_overrides=dict(OVERRIDES), seq_len=48, batch_size=4,
+                  max_steps=10, save_every=5, log_every=2, eval_every=5, eval_batches=2, precision="fp32",
+                  quiet=True, workers=1, lr=3e-3, threads=1)
+    values.update(kw)
+    return PretrainConfig(**values)
+
+
+def test_pretrain_modernbert_writes_a_transformers_modernbert(corpus, tmp_path):
+    from bertkit.modeling_modernbert import ModernBertForMaskedLM
+    from bertkit.recipes.pretrain import pretrain
+
+    out = tmp_path / "run"
+    pretrain(_cfg(corpus, out, max_steps=30, save_every=100, eval_every=30))
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "modernbert" and config["architectures"] == ["ModernBertForMaskedLM"]
+    assert config["local_attention"] == 16 and config["vocab_size"] == 600
+    run = json.loads((out / "run.json").read_text())["config"]
+    assert (run["arch"], run["mask_prob"], run["nsp"]) == ("modernbert", 0.3, False)
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    losses = [x["loss"] for x in lines if "loss" in x]
+    assert losses[-1] < losses[0] - 0.3, losses  # it learns (from ~ln 600 = 6.4)
+    assert any("eval_mlm_acc" in x for x in lines)
+
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.ModernBertForMaskedLM.from_pretrained(out, attn_implementation="eager").eval()
+    bk = ModernBertForMaskedLM.from_pretrained(out)
+    ids = torch.randint(5, 600, (2, 40))
+    mask = torch.ones_like(ids)
+    mask[1, 30:] = 0
+    with torch.no_grad():
+        a = hf(input_ids=ids, attention_mask=mask).logits
+        b = bk(ids, attention_mask=mask).logits
+    assert (a - b)[mask.bool()].abs().max() < 1e-4
+
+
+def test_resume_equals_uninterrupted(corpus, tmp_path):
+    from safetensors.torch import load_file
+
+    from bertkit.recipes.pretrain import pretrain
+
+    full, part = tmp_path / "full", tmp_path / "part"
+    pretrain(_cfg(corpus, full))
+    pretrain(_cfg(corpus, part))
+    # as if killed after the step-5 checkpoint: its later checkpoint and final weights gone
+    ckpts = sorted((part / "checkpoints").glob("step-*.pt"))
+    assert [p.name for p in ckpts] == ["step-00000005.pt", "step-00000010.pt"]
+    ckpts[-1].unlink()
+    (part / "model.safetensors").unlink()
+    pretrain(_cfg(corpus, part, resume=True))
+    a, b = load_file(str(full / "model.safetensors")), load_file(str(part / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=0)
+
+
+def test_refusals_are_one_line(corpus, tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    base = [str(BIN / "bertkit"), "pretrain", "--corpus", str(corpus[0]), "--vocab", str(corpus[1]), "--arch",
+            "modernbert", "--max-steps", "2", "--quiet", "--workers", "1", "--precision", "fp32"]
+    for extra, needle in ((["--model-size", "bert-medium"], "not a ModernBERT size"),
+                          (["--model-size", "modernbert-tiny", "--nsp"], "no next-sentence head")):
+        r = subprocess.run(base + ["--output", str(tmp_path / extra[1])] + extra, capture_output=True, text=True,
+                           env=env, timeout=300)
+        assert r.returncode == 2, r.stderr
+        assert needle in r.stderr and "Traceback" not in r.stderr, r.stderr
