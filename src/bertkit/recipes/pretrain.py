@@ -363,7 +363,7 @@ def _tokenizer_and_shards(cfg: PretrainConfig, ctx):
                        encoding=cfg.encoding, progress=progress, log=lambda m: _say(cfg, ctx, m))
 
     once(ctx, cfg.prepare_on, prepare, "preparing the corpus", cfg.prepare_timeout,
-         lambda m: None if cfg.quiet else print(m, flush=True))
+         lambda m: None if cfg.quiet else print(m, flush=True), directory=data_dir)
     check_same_shards(ctx, out / "vocab.txt", data_dir / "shards")
     return BertTokenizer.from_pretrained(out), data_dir / "shards"
 
