@@ -54,6 +54,8 @@ ABLATION: dict[str, dict] = {
     "budget, seq 64 x batch 32": {"recipe": "budget", "seq_len": 64},
     "budget, 100/0/0, seq 64": {"recipe": "budget", "mask_mix": "100/0/0", "seq_len": 64},
     "budget, mask 0.15, 100/0/0": {"recipe": "budget", "mask_prob": 0.15, "mask_mix": "100/0/0"},
+    "budget, sinusoidal positions": {"recipe": "budget", "position_init": "sinusoidal"},
+    "budget, sinusoidal, 100/0/0": {"recipe": "budget", "position_init": "sinusoidal", "mask_mix": "100/0/0"},
 }
 
 
@@ -236,7 +238,7 @@ def main() -> None:
     ap.add_argument("--eval-batches", type=int, default=20)
     ap.add_argument("--routes", default="budget,paper,transformers")
     ap.add_argument("--ablation", action="store_true", help="run the recipe ablation instead of the routes")
-    ap.add_argument("--only", default=None, help="ablation: variants whose name contains one of these (a,b,...)")
+    ap.add_argument("--only", default=None, help="ablation: variants whose name contains one of these (a|b|...)")
     ap.add_argument("--steps", type=int, default=None, help="ablation: a fixed step count instead of the budgets "
                                                             "(compares quality per step on a loaded machine)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads for every route")
@@ -273,7 +275,7 @@ def main() -> None:
             cells: list[tuple[str, dict]] = []
             if args.ablation:
                 cells = [(name, dict(choices)) for name, choices in ABLATION.items()
-                         if args.only is None or any(o in name for o in args.only.split(","))]
+                         if args.only is None or any(o in name for o in args.only.split("|"))]
             else:
                 for route in args.routes.split(","):
                     if route in ("budget", "paper"):

@@ -243,6 +243,10 @@ class Encoder:
         self.mlm_head = mlm_head.to(self.device).eval() if mlm_head is not None else None
         self.num_layers = len(bert.layers) if isinstance(bert, ModernBertModel) else len(bert.encoder.layer)
         self.defaults = EncodeDefaults()
+        # what runs the forward pass instead of ``self.bert`` when set: e.g. ONNX Runtime
+        # (``bertkit.export.OnnxEncoderRunner``), called as ``forward`` is
+        self.runner: Any = None
+        self.backend = "torch"
         # CPU: run whole batches side by side, one thread each (up to torch.get_num_threads() of them), instead of
         # one batch at a time with every thread inside each op. Off by default: on a quiet 2-core machine it measured
         # slower for int8 (76 vs 90 sentences/s, BENCHMARKS.md); it can help where other jobs share the cores
@@ -376,6 +380,8 @@ class Encoder:
                 depth: int, pooler: bool = False) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
         """Run embeddings and layers 1..depth only (depth -1 = all). Returns (hidden states 0..depth, each [B, T, H];
         pooler output [B, H] or None). Call under ``torch.inference_mode()`` and (optionally) :meth:`autocast`."""
+        if self.runner is not None:
+            return self.runner(input_ids, token_type_ids, attention_mask, depth, pooler)
         depth = self.num_layers if depth < 0 else depth
         if isinstance(self.bert, BertModel):
             out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True, num_layers=depth,

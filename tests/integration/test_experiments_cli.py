@@ -273,13 +273,14 @@ def test_ablate_nsp_study_and_resume(corpus_file, glue_dir, tmp_path, capsys):
         lines = [json.loads(x) for x in (out / "pretrain" / key / "metrics.jsonl").read_text().splitlines()]
         held = [x for x in lines if "eval_mlm_acc" in x][-1]
         assert float(r["heldout_mlm_acc"]) == pytest.approx(held["eval_mlm_acc"], abs=1e-4)
+        assert float(r["heldout_mlm_baseline"]) == pytest.approx(held["eval_mlm_baseline"], abs=1e-4)
         assert r["pretrain_steps"] == "4" and r["SST-2_median"] != ""
         run = json.loads((out / "pretrain" / key / "run.json").read_text())
         assert run["config"]["nsp"] is (key == "mlm-nsp")
         assert Path(run["config"]["vocab"]).resolve() == (out / "vocab" / "vocab.txt").resolve()  # one vocabulary
     assert rows[0]["heldout_nsp_acc"] != "" and rows[1]["heldout_nsp_acc"] == ""
     md = (out / "results.md").read_text()
-    assert md.startswith("| Pre-training tasks | held-out MLM acc | held-out NSP acc | SST-2 (dev) |")
+    assert md.startswith("| Pre-training tasks | held-out MLM acc (best constant) | held-out NSP acc | SST-2 (dev) |")
     assert png_size(out / "nsp.png")[0] > 200
     # resume: nothing is pre-trained or fine-tuned again
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.name in ("variant.json", "cell.json")}

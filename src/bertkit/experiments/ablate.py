@@ -302,6 +302,7 @@ def write_study_results(out: Path, cfg: AblateConfig, results: list[VariantResul
         row: dict[str, Any] = {"study": cfg.study, "variant": r.variant.label, "value": r.variant.value,
                                "pretrain_steps": r.steps, "pretrain_seconds": r.seconds,
                                "heldout_mlm_acc": _round(r.heldout.get("eval_mlm_acc"), 4),
+                               "heldout_mlm_baseline": _round(r.heldout.get("eval_mlm_baseline"), 4),
                                "heldout_nsp_acc": _round(r.heldout.get("eval_nsp_acc"), 4),
                                "heldout_loss": _round(r.heldout.get("eval_loss"), 4)}
         if cfg.study == "model-size":
@@ -338,7 +339,7 @@ def study_markdown(cfg: AblateConfig, results: list[VariantResult], tasks: list[
     head = [FIRST_COLUMN[cfg.study]]
     if cfg.study == "model-size":
         head += ["#L", "#H", "#A"]
-    head += ["held-out MLM acc"]
+    head += ["held-out MLM acc (best constant)"]
     if cfg.study == "nsp":
         head += ["held-out NSP acc"]
     head += [f"{BY_NAME[t].column} (dev)" for t in tasks]
@@ -349,8 +350,8 @@ def study_markdown(cfg: AblateConfig, results: list[VariantResult], tasks: list[
             from bertkit.config import PRESETS
 
             cells += [str(x) for x in PRESETS[r.variant.value]]
-        acc = r.heldout.get("eval_mlm_acc")
-        cells.append("-" if acc is None else f"{100 * acc:.1f}")
+        acc, base = r.heldout.get("eval_mlm_acc"), r.heldout.get("eval_mlm_baseline")
+        cells.append("-" if acc is None else f"{100 * acc:.1f}" + ("" if base is None else f" ({100 * base:.1f})"))
         if cfg.study == "nsp":
             nsp = r.heldout.get("eval_nsp_acc")
             cells.append("-" if nsp is None else f"{100 * nsp:.1f}")
@@ -360,7 +361,8 @@ def study_markdown(cfg: AblateConfig, results: list[VariantResult], tasks: list[
         (" / " if cfg.budget is not None and cfg.steps is not None else "") + \
         (f"{cfg.steps} steps" if cfg.steps is not None else "")
     lines += ["", f"Each variant: the same corpus, vocabulary, budget ({budget}) and seeds. Task scores are dev "
-              f"GLUE points, median (min-max) over {len(cfg.seeds)} fine-tuning seed(s); held-out MLM accuracy in %"
+              f"GLUE points, median (min-max) over {len(cfg.seeds)} fine-tuning seed(s); held-out MLM accuracy in % at "
+              f"[MASK] positions (docs/pretraining.md), beside the best constant guess"
               + (" (each at its own mask rate)" if cfg.study == "mask-rate" else "") + "."]
     return "\n".join(lines) + "\n"
 
