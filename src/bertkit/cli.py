@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tokenize": ("bertkit.commands.tokenize", "show the wordpieces (or ids) a vocabulary gives for texts"),
     "quickstart": ("bertkit.commands.quickstart", "train a vocabulary and pre-train bert-tiny on the bundled books, "
                    "then fill in masked words"),
+    "prepare": ("bertkit.commands.prepare", "tokenize a corpus into pre-training shards once; pretrain reuses them"),
     "pretrain": ("bertkit.commands.pretrain", "pre-train BERT (MLM + NSP) on raw text; runs under torchrun too"),
     "convert": ("bertkit.commands.convert", "Google TensorFlow BERT checkpoint -> safetensors model directory"),
     "fill-mask": ("bertkit.commands.fill_mask", "predict the [MASK] tokens of a text with a pre-trained model"),

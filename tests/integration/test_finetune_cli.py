@@ -298,7 +298,8 @@ def test_flags_come_from_one_definition_each():
         assert tuple(task.choices) == TASK_NAMES
         flags[command] = {s for a in parser._actions for s in a.option_strings}
     assert flags["evaluate"] == flags["predict"]
-    assert flags["evaluate"] - {"--model", "--data", "--output", "--batch-size", "--quantize"} < flags["finetune"]
+    inference_only = {"--model", "--data", "--output", "--batch-size", "--quantize", "--backend"}
+    assert flags["evaluate"] - inference_only < flags["finetune"]
     assert {name for name, spec in GLUE_TASKS.items() if spec.name == name} < set(TASK_NAMES)
     args = _parser("finetune").parse_args(["--task", "sst2", "--train", "t", "--model", "m", "--output", "o"])
     assert from_args(FinetuneArgs, args) == FinetuneArgs()

@@ -299,7 +299,7 @@ def test_qa_equals_predict(squad_dir, ft, tmp_path):
     nbest = json.loads((out / "nbest_predictions.json").read_text())
     data = json.loads((ft / "squad_dev.json").read_text())
     items = [(q["id"], q["question"], p["context"]) for a in data["data"] for p in a["paragraphs"] for q in p["qas"]]
-    pipe = load_pipeline(squad_dir, precision="fp32", batch_size=7)
+    pipe = load_pipeline(squad_dir, precision="fp32", batch_size=7, qa_convention="google")  # predict's convention
     assert isinstance(pipe, QuestionAnsweringPipeline) and pipe.task.doc_stride == 16
     from bertkit.data.squad import SquadExample
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.data.corpus import CorpusError, detect_format, iter_documents, read_raw_documents, strip_gutenberg
+from bertkit.data.corpus import CorpusError, detect_format, file_blocks, iter_documents, strip_gutenberg
 from bertkit.training import checkpointing as C
 
 PROSE = """*** START OF THE PROJECT GUTENBERG EBOOK TEST ***
@@ -60,7 +60,7 @@ def test_jsonl_errors_name_file_and_line(tmp_path, line, match):
     p = tmp_path / "bad.jsonl"
     p.write_text(json.dumps({"text": "fine."}) + "\n" + line + "\n", encoding="utf-8")
     with pytest.raises(CorpusError, match=match) as e:
-        list(read_raw_documents(p))
+        list(file_blocks(p))
     assert str(p) in str(e.value)
 
 
@@ -68,9 +68,9 @@ def test_non_utf8(tmp_path, caplog):
     p = tmp_path / "old.txt"
     p.write_bytes(b"Fine line.\nJane\x92s letter.\n")
     with pytest.raises(CorpusError, match=r"old.txt: line 2: not UTF-8"):
-        list(read_raw_documents(p, "google", encoding="utf-8"))
-    docs = list(read_raw_documents(p, "google"))  # auto: Windows-1252 for that line, with a warning
-    assert docs == [("sentences", ["Fine line.", "Jane\u2019s letter."])]
+        list(file_blocks(p, "google", encoding="utf-8"))
+    blocks = list(file_blocks(p, "google"))  # auto: Windows-1252 for that line, with a warning
+    assert blocks == [("sentences", ["Fine line.", "Jane\u2019s letter."], [1])]
     assert "line 2 is not UTF-8" in caplog.text
 
 
@@ -79,12 +79,13 @@ def test_missing_file_and_bad_format(tmp_path):
         list(iter_documents([tmp_path / "nope.txt"], workers=1))
     (tmp_path / "a.txt").write_text("x.\n")
     with pytest.raises(CorpusError, match="format must be one of"):
-        list(read_raw_documents(tmp_path / "a.txt", "xml"))
+        list(file_blocks(tmp_path / "a.txt", "xml"))
 
 
-def test_workers_give_the_same_documents(tmp_path):
+def test_workers_give_the_same_documents(tmp_path, monkeypatch):
     from bertkit.data import corpus as corpus_mod
 
+    monkeypatch.setattr(corpus_mod, "BLOCK_CHARS", 2000)  # the first file is cut into several blocks
     text = "\n\n".join(f"Paragraph {i} starts. It has a second sentence, number {i}." for i in range(600))
     (tmp_path / "a.txt").write_text(text, encoding="utf-8")
     (tmp_path / "b.txt").write_text(PROSE, encoding="utf-8")
@@ -92,7 +93,7 @@ def test_workers_give_the_same_documents(tmp_path):
     one = list(iter_documents(files, workers=1))
     two = list(iter_documents(files, workers=2))
     assert one == two and len(one) == 2 and len(one[0]) == 1200
-    assert corpus_mod.PARAGRAPHS_PER_TASK < 600  # the first file really was cut into several tasks
+    assert len(list(corpus_mod.file_blocks(files[0]))) > 5
 
 
 def test_strip_gutenberg_leaves_plain_text_alone():
@@ -244,7 +245,8 @@ def test_a_directory_is_read_as_its_text_files(tmp_path):
 def test_long_paragraphs_are_cut_so_splitting_stays_linear(tmp_path):
     """A paragraph of ~1 MB on one line (which pysbd alone takes many minutes on) is split in bounded time, and
     every character but whitespace survives the cuts."""
-    from bertkit.data.corpus import MAX_PARAGRAPH_CHARS, cut_paragraph, split_sentences
+    from bertkit.data.corpus import PYSBD_MAX_CHARS as MAX_PARAGRAPH_CHARS
+    from bertkit.data.corpus import cut_paragraph, split_sentences
 
     rng = random.Random(0)
     words = "the cat sat on a mat and then it ran away. Mr. Smith went to Washington on Monday! why? yes.".split()

@@ -1,22 +1,32 @@
-"""Reading pre-training corpora: three input formats in, documents (lists of sentences) out.
+"""Reading pre-training corpora as a stream: files in, bounded blocks of text out, in order.
 
 Formats (``--corpus-format``, default ``auto``):
 
 - ``google``: Google's ``create_pretraining_data.py`` input: one sentence per line, a blank line between documents.
+  The fastest path: nothing is split.
 - ``prose``: plain text, paragraphs separated by blank lines (lines inside a paragraph are joined), each file one
-  document; paragraphs are split into sentences with ``pysbd``. A Project Gutenberg licence header and footer
+  document, split into sentences (:mod:`bertkit.data.splitter`). A Project Gutenberg licence header and footer
   (``*** START OF ... ***`` / ``*** END OF ... ***``) are dropped when present.
-- ``jsonl``: one JSON object per line with a ``text`` field, each a document, split into sentences like prose.
+- ``jsonl``: one JSON object per line, its ``text`` field (``text_field``) a document, split like prose.
+- ``parquet``: a Parquet file's text column (``text_field``), each row a document (read with pyarrow, a row group
+  at a time).
+- ``arrow``: an Arrow IPC stream file, as a Hugging Face ``datasets.save_to_disk`` directory holds them (the
+  directory itself is recognised by its ``state.json``; a ``DatasetDict`` by ``dataset_dict.json``: every split).
 
-``auto`` picks ``jsonl`` for ``.jsonl``/``.json`` names and otherwise looks at the first lines: text where nearly
-most lines end a sentence, and hold about one, is ``google``; anything else is ``prose``. Files may be
-gzip-compressed (recognised by their first bytes, whatever the name); a file that is not text is refused, and a
-directory is read as its text files (:func:`expand_corpus`). Text is UTF-8; with ``encoding="auto"`` (the default)
-a line that is not is read as Windows-1252 (as old Project Gutenberg files are) with a warning;
-``encoding="utf-8"`` fails naming the file and line.
+``auto`` goes by the name (``.jsonl``/``.json``, ``.parquet``, ``.arrow``, under any ``.gz``/``.zst``) and then by
+the first bytes (Parquet's ``PAR1``); text where most lines end a sentence and hold about one is ``google``,
+anything else ``prose``. Text files may be gzip- or zstd-compressed (recognised by their first bytes, whatever the
+name); a file that is not text is refused. Text is UTF-8; with ``encoding="auto"`` (the default) a line that is not
+is read as Windows-1252 (as old Project Gutenberg files are) with a warning; ``encoding="utf-8"`` fails naming the
+file and line.
 
-Sentence splitting runs in worker processes (every core) on chunks of paragraphs, in order:
-:func:`iter_documents` yields the same documents whatever the number of workers.
+A directory is read as its corpus files, recursively, in path order (:func:`expand_corpus`). Symbolic links inside
+it are followed, each with a logged note naming its target; a target already read (or a directory loop) is read
+once.
+
+Memory stays bounded whatever the corpus: :func:`iter_blocks` never holds a file, a document or a line whole (a
+line longer than ``MAX_LINE_BYTES`` is read in pieces cut at a space). Only a JSONL record, or a Parquet/Arrow
+row, is held whole, as it must be parsed whole.
 """
 
 from __future__ import annotations
@@ -27,16 +37,22 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.errors import InputError
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("auto", "google", "prose", "jsonl")
-# a document's paragraphs are split in chunks of this many, so one huge file still uses every core
-PARAGRAPHS_PER_TASK = 256
+FORMATS = ("auto", "google", "prose", "jsonl", "parquet", "arrow")
+ENCODINGS = ("auto", "utf-8")
+# a block of text handed to a worker: about this many characters (documents are cut at paragraph boundaries)
+BLOCK_CHARS = 1 << 19
+# a line is read in pieces of at most this many bytes (cut at a space), so one huge line is never held whole
+MAX_LINE_BYTES = 1 << 20
+# a paragraph is cut (at a line) once it reaches this many characters, so a file without blank lines streams too
+MAX_PARAGRAPH_CHARS = 1 << 16
 
 _GUTENBERG_START = re.compile(r"^\s*\*\*\*\s*START OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
 _GUTENBERG_END = re.compile(r"^\s*\*\*\*\s*END OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
@@ -49,19 +65,20 @@ class CorpusError(InputError):
     """Unreadable corpus input; the message names the file (and line)."""
 
 
-ENCODINGS = ("auto", "utf-8")
-
-
 _GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_PARQUET_MAGIC = b"PAR1"
+_ARROW_MAGICS = (b"\xff\xff\xff\xff", b"ARROW1")
 _SNIFF_BYTES = 1 << 16
 # a text file has (nearly) no bytes that are neither valid UTF-8 nor ordinary whitespace/printable; Windows-1252
 # prose has a few percent; compiled programs, images and archives have many (and NUL bytes)
 _MAX_BINARY_FRACTION = 0.3
+_COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd")
 
 
-def _is_gzip(path: Path) -> bool:
+def _head(path: Path, n: int = 8) -> bytes:
     with open(path, "rb") as f:
-        return f.read(2) == _GZIP_MAGIC
+        return f.read(n)
 
 
 def binary_reason(sample: bytes) -> str | None:
@@ -77,19 +94,60 @@ def binary_reason(sample: bytes) -> str | None:
     return None
 
 
-def open_text(path: str | os.PathLike) -> io.BufferedIOBase:
-    """Open a file for binary line reading: gunzipped when its first bytes are gzip's magic (whatever its name);
-    a file that is not text (NUL bytes, or mostly bytes that are neither UTF-8 nor printable) is refused."""
+class _Counting(io.RawIOBase):
+    """A raw file that counts the bytes read from disk (progress, whatever the compression)."""
+
+    def __init__(self, f):
+        self.f, self.count = f, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = self.f.readinto(b)
+        self.count += n or 0
+        return n
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.f.tell()
+
+    def close(self) -> None:
+        self.f.close()
+        super().close()
+
+
+def open_text(path: str | os.PathLike, counter: list | None = None) -> io.BufferedIOBase:
+    """Open a file for binary line reading: decompressed when its first bytes are gzip's or zstd's magic (whatever
+    its name); a file that is not text (NUL bytes, or mostly bytes that are neither UTF-8 nor printable) is refused.
+    ``counter``: a one-element list that receives the raw (on-disk) byte counter, ``counter[0].count``."""
     path = Path(path)
     if path.is_dir():
         raise CorpusError(f"{path}: is a directory (give it as --corpus alone, or its files)")
     if not path.is_file():
         raise CorpusError(f"{path}: no such corpus file")
-    f = gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb", buffering=_SNIFF_BYTES)
+    head = _head(path, 4)
+    raw = _Counting(open(path, "rb", buffering=0))  # noqa: SIM115 (closed with the returned reader)
+    if counter is not None:
+        counter.append(raw)
     try:
-        reason = binary_reason(f.peek(_SNIFF_BYTES)[:_SNIFF_BYTES] if hasattr(f, "peek") else b"")
-    except (OSError, EOFError) as e:
-        f.close()
+        if head[:2] == _GZIP_MAGIC:
+            f = io.BufferedReader(gzip.GzipFile(fileobj=io.BufferedReader(raw, 1 << 16), mode="rb"), _SNIFF_BYTES)
+        elif head == _ZSTD_MAGIC:
+            import zstandard
+
+            f = io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True),
+                                  _SNIFF_BYTES)
+        else:
+            f = io.BufferedReader(raw, _SNIFF_BYTES)
+        reason = binary_reason(f.peek(_SNIFF_BYTES)[:_SNIFF_BYTES])
+    except Exception as e:  # noqa: BLE001 (gzip, zstd and OS errors: all mean the file cannot be read)
+        raw.close()
         raise CorpusError(f"{path}: cannot read: {e}") from None
     if reason:
         f.close()
@@ -97,98 +155,230 @@ def open_text(path: str | os.PathLike) -> io.BufferedIOBase:
     return f
 
 
-def text_size(path: str | os.PathLike) -> int:
-    """Bytes of text in a file: its size, or for gzip the uncompressed size its trailer records (mod 2^32)."""
-    path = Path(path)
-    size = path.stat().st_size
-    if size >= 18 and _is_gzip(path):
-        with open(path, "rb") as f:
-            f.seek(-4, os.SEEK_END)
-            return int.from_bytes(f.read(4), "little")
-    return size
+def _is_hf_dataset(d: Path) -> bool:
+    return (d / "state.json").is_file() or (d / "dataset_dict.json").is_file()
+
+
+def _hf_arrow_files(d: Path) -> list[Path]:
+    """The Arrow files of a ``datasets.save_to_disk`` directory (a Dataset, or every split of a DatasetDict)."""
+    if (d / "dataset_dict.json").is_file():
+        try:
+            splits = json.loads((d / "dataset_dict.json").read_text(encoding="utf-8"))["splits"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise CorpusError(f"{d / 'dataset_dict.json'}: unreadable ({e})") from None
+        logger.info(f"bertkit: {d}: a DatasetDict; reading its splits {', '.join(splits)}")
+        return [f for s in splits for f in _hf_arrow_files(d / s)]
+    try:
+        state = json.loads((d / "state.json").read_text(encoding="utf-8"))
+        files = [d / entry["filename"] for entry in state["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CorpusError(f"{d / 'state.json'}: not a datasets.save_to_disk directory ({e})") from None
+    missing = [f for f in files if not f.is_file()]
+    if missing:
+        raise CorpusError(f"{d}: the dataset's file {missing[0].name} is missing")
+    return files
+
+
+def _corpus_file_kind(f: Path) -> bool:
+    """Whether a file found in a corpus directory is one to read (text, compressed text, Parquet, Arrow)."""
+    name = f.name.lower()
+    if name.endswith((".parquet", ".arrow")):
+        return True
+    with open(f, "rb") as fh:
+        head = fh.read(_SNIFF_BYTES)
+    return head[:2] == _GZIP_MAGIC or head[:4] == _ZSTD_MAGIC or head[:4] == _PARQUET_MAGIC or \
+        binary_reason(head) is None
 
 
 def expand_corpus(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """The corpus files: a file as given; a directory as its text files (recursively, sorted by path; hidden files,
-    and files that are neither text nor gzip by their first bytes, are left out). A path that is neither, or a
-    directory with no text file, is an error naming it."""
+    """The corpus files: a file as given; a ``datasets.save_to_disk`` directory as its Arrow files; another directory
+    as its corpus files (recursively, sorted by path; hidden files, and files that are neither text, compressed
+    text, Parquet nor Arrow by their first bytes, are left out). Symbolic links inside a directory are followed with
+    a logged note; a file reached twice is read once. A path that is neither, or a directory with nothing to read,
+    is an error naming it."""
     files: list[Path] = []
+    seen: set[Path] = set()
+
+    def add(f: Path) -> None:
+        real = f.resolve()
+        if real in seen:
+            logger.warning(f"bertkit: {f}: already read as part of the corpus (the same file as another); once is "
+                           "enough")
+            return
+        seen.add(real)
+        files.append(f)
+
     for p in map(Path, paths):
         if p.is_file():
-            files.append(p)
+            add(p)
+        elif p.is_dir() and _is_hf_dataset(p):
+            for f in _hf_arrow_files(p):
+                add(f)
         elif p.is_dir():
-            found = []
-            for f in sorted(p.rglob("*")):
-                rel = f.relative_to(p)
-                if not f.is_file() or any(part.startswith(".") for part in rel.parts):
-                    continue
-                with open(f, "rb") as fh:
-                    head = fh.read(_SNIFF_BYTES)
-                if head[:2] == _GZIP_MAGIC or binary_reason(head) is None:
-                    found.append(f)
+            found = _walk(p)
             if not found:
                 raise CorpusError(f"{p}: a directory with no text files to read as a corpus")
-            files.extend(found)
+            for f in found:
+                add(f)
         else:
             raise CorpusError(f"{p}: no such corpus file or directory")
     return files
 
 
+def _walk(root: Path) -> list[Path]:
+    """Corpus files under ``root`` in path order, following symbolic links (noted) but never a directory twice."""
+    found: list[Path] = []
+    visited = {root.resolve()}
+
+    def visit(d: Path) -> None:
+        try:
+            entries = sorted(d.iterdir())
+        except OSError as e:
+            raise CorpusError(f"{d}: cannot list the directory ({e})") from None
+        for f in entries:
+            if f.name.startswith("."):
+                continue
+            if f.is_symlink():
+                target = f.resolve()
+                if not target.exists():
+                    logger.warning(f"bertkit: {f}: a symbolic link to {target}, which does not exist; skipped")
+                    continue
+                logger.warning(f"bertkit: {f}: a symbolic link; following it to {target}")
+            if f.is_dir():
+                real = f.resolve()
+                if real in visited:
+                    logger.warning(f"bertkit: {f}: a directory already read (a link loop?); skipped")
+                    continue
+                visited.add(real)
+                if _is_hf_dataset(f):
+                    found.extend(_hf_arrow_files(f))
+                else:
+                    visit(f)
+            elif f.is_file() and _corpus_file_kind(f):
+                found.append(f)
+
+    visit(root)
+    return found
+
+
+def file_size(path: str | os.PathLike) -> int:
+    return Path(path).stat().st_size
+
+
+def _decode(raw: bytes, path, number: int, encoding: str, warned: list) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if encoding == "utf-8":
+            raise CorpusError(f"{path}: line {number}: not UTF-8 text ({e.reason} at byte {e.start} of the line); "
+                              "convert it, or pass --encoding auto") from None
+        if not warned:
+            logger.warning(f"bertkit: {path}: line {number} is not UTF-8; reading such lines as Windows-1252")
+            warned.append(True)
+        return raw.decode("cp1252", errors="replace")
+
+
 def read_lines(path: str | os.PathLike, encoding: str = "auto", warn: bool = True,
-               on_bytes: Callable[[int], None] | None = None) -> Iterator[str]:
+               counter: list | None = None, max_bytes: int | None = MAX_LINE_BYTES) -> Iterator[str]:
     """Lines without their line break. ``utf-8``: a line that is not UTF-8 fails naming the file and line. ``auto``:
     such a line is read as Windows-1252 (old Gutenberg files), with one warning per file naming the first line.
-    A NUL byte fails naming the line (a binary file). ``on_bytes(n)`` is told the bytes of each line read."""
+    A NUL byte fails naming the line (a binary file). A line longer than ``max_bytes`` comes in pieces, cut after a
+    space where there is one (None: whole lines, as JSON records need)."""
     if encoding not in ENCODINGS:
         raise CorpusError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
-    number, warned = 0, False
+    number, warned, carry = 0, ([] if warn else [True]), b""
     try:
-        with open_text(path) as f:
-            for number, raw in enumerate(f, 1):
-                if on_bytes is not None:
-                    on_bytes(len(raw))
+        with open_text(path, counter) as f:
+            while True:
+                raw = f.readline(max_bytes) if max_bytes else f.readline()
+                if not raw:
+                    break
+                if carry:
+                    raw, carry = carry + raw, b""
+                partial = max_bytes is not None and not raw.endswith(b"\n") and len(raw) >= max_bytes
+                if partial:  # a piece of a long line: cut after its last space (or a character boundary)
+                    cut = raw.rfind(b" ") + 1
+                    if cut <= 0:
+                        cut = len(raw)
+                        while cut > 0 and (raw[cut - 1] & 0xC0) == 0x80:
+                            cut -= 1
+                        cut = cut - 1 if cut > 0 and raw[cut - 1] >= 0xC0 else cut
+                        cut = cut or len(raw)
+                    raw, carry = raw[:cut], raw[cut:]
+                else:
+                    number += 1
                 if b"\x00" in raw:
-                    raise CorpusError(f"{path}: line {number}: a NUL byte: this is a binary file, not text")
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    if encoding == "utf-8":
-                        raise CorpusError(f"{path}: line {number}: not UTF-8 text ({e.reason} at byte {e.start} of "
-                                          "the line); convert it, or pass --encoding auto") from None
-                    if warn and not warned:
-                        logger.warning(f"bertkit: {path}: line {number} is not UTF-8; reading such lines as "
-                                       "Windows-1252")
-                        warned = True
-                    line = raw.decode("cp1252", errors="replace")
-                if number == 1:
+                    raise CorpusError(f"{path}: line {number + partial}: a NUL byte: this is a binary file, not text")
+                line = _decode(raw, path, number + partial, encoding, warned)
+                if number == 1 or (number == 0 and partial):
                     line = line.removeprefix("\ufeff")
                 yield line.rstrip("\r\n")
+            if carry:
+                yield _decode(carry, path, number + 1, encoding, warned).rstrip("\r\n")
     except (OSError, EOFError) as e:  # e.g. a truncated .gz
         raise CorpusError(f"{path}: cannot read after line {number}: {e}") from None
+    except Exception as e:
+        if type(e).__module__.startswith("zstd") or "zstd" in type(e).__name__.lower():
+            raise CorpusError(f"{path}: cannot read after line {number}: {e}") from None
+        raise
 
 
 def strip_gutenberg(lines: list[str]) -> list[str]:
     """Drop a Project Gutenberg licence header (up to ``*** START OF ...``) and footer (from ``*** END OF ...``)."""
-    start = next((i for i, line in enumerate(lines[:2000]) if _GUTENBERG_START.match(line)), None)
-    if start is not None:
-        lines = lines[start + 1:]
-    end = next((i for i in range(len(lines) - 1, -1, -1) if _GUTENBERG_END.match(lines[i])), None)
-    if end is not None:
-        lines = lines[:end]
-    return lines
+    return list(_strip_gutenberg_stream(iter(lines)))
+
+
+def _strip_gutenberg_stream(lines: Iterator[str], header_lines: int = 2000) -> Iterator[str]:
+    """Streaming :func:`strip_gutenberg`: the first ``header_lines`` (at most 1 MB) are held to look for the START
+    marker; reading stops at the first END marker."""
+    head: list[str] = []
+    chars = 0
+    for line in lines:
+        head.append(line)
+        chars += len(line)
+        if "***" in line and _GUTENBERG_START.match(line):
+            head = []
+            break
+        if len(head) >= header_lines or chars >= 1 << 20:
+            break
+    for line in head:
+        if "***" in line and _GUTENBERG_END.match(line):
+            return
+        yield line
+    for line in lines:
+        if "***" in line and _GUTENBERG_END.match(line):
+            return
+        yield line
+
+
+def _suffix_name(path: str | os.PathLike) -> str:
+    name = Path(path).name.lower()
+    for suffix in _COMPRESSED_SUFFIXES:
+        name = name.removesuffix(suffix)
+    return name
 
 
 def detect_format(path: str | os.PathLike, sample_lines: int = 400, encoding: str = "auto") -> str:
-    """``jsonl`` by name; else ``google`` when >= 60% of sampled lines end a sentence and few hold two; else prose
-    (hard-wrapped prose ends a sentence on a minority of lines; unwrapped prose holds several per line)."""
-    name = Path(path).name.lower().removesuffix(".gz")
+    """``jsonl``/``parquet``/``arrow`` by name (or Parquet's magic bytes); else ``google`` when >= 60% of sampled
+    lines end a sentence and few hold two; else prose (hard-wrapped prose ends a sentence on a minority of lines;
+    unwrapped prose holds several per line)."""
+    name = _suffix_name(path)
     if name.endswith((".jsonl", ".json")):
         return "jsonl"
+    if name.endswith(".parquet"):
+        return "parquet"
+    if name.endswith(".arrow"):
+        return "arrow"
+    head = _head(Path(path)) if Path(path).is_file() else b""
+    if head[:4] == _PARQUET_MAGIC:
+        return "parquet"
     sample: list[str] = []
-    for line in read_lines(path, encoding, warn=False):
+    chars = 0
+    for line in read_lines(path, encoding, warn=False, max_bytes=1 << 16):
         if line.strip():
-            sample.append(line.strip())
-            if len(sample) >= sample_lines:
+            sample.append(line.strip()[:4096])
+            chars += len(sample[-1])
+            if len(sample) >= sample_lines or chars >= 1 << 20:
                 break
     if not sample:
         return "google"
@@ -197,68 +387,219 @@ def detect_format(path: str | os.PathLike, sample_lines: int = 400, encoding: st
     return "google" if ends >= 0.6 and multi <= 0.5 else "prose"
 
 
-def _paragraphs(lines: Iterable[str]) -> list[str]:
+def paragraphs(lines: Iterable[str]) -> list[str]:
     """Blank-line-separated paragraphs, each one line of single-spaced text."""
-    paragraphs, current = [], []
+    out, current = [], []
     for line in lines:
         if line.strip():
             current.append(line.strip())
         elif current:
-            paragraphs.append(" ".join(current))
+            out.append(" ".join(current))
             current = []
     if current:
-        paragraphs.append(" ".join(current))
-    return paragraphs
+        out.append(" ".join(current))
+    return out
 
 
-def read_raw_documents(path: str | os.PathLike, fmt: str = "auto", encoding: str = "auto",
-                       on_bytes: Callable[[int], None] | None = None) -> Iterator[tuple[str, list[str]]]:
-    """Yield ``(kind, items)`` per document: kind ``sentences`` (already split) or ``paragraphs`` (to split)."""
+# ------------------------------------------------------------------------------------------------ blocks
+
+
+@dataclass
+class Block:
+    """A bounded piece of the corpus, in order. ``kind`` ``sentences``: each item one sentence (Google's format);
+    ``texts``: each item text to cut into paragraphs and sentences. ``ends``: indices of the items after which a
+    document ends. ``where``: (file index, block index within the file), the position a resume restarts after."""
+
+    kind: str
+    items: list[str]
+    ends: list[int]
+    where: tuple[int, int] = (0, 0)
+    chars: int = 0
+    read_bytes: int = 0  # on-disk bytes of the file read so far (progress)
+    extra: dict = field(default_factory=dict)
+
+
+def _google_blocks(path, encoding, counter) -> Iterator[tuple[str, list[str], list[int]]]:
+    items: list[str] = []
+    ends: list[int] = []
+    chars = 0
+    for line in read_lines(path, encoding, counter=counter):
+        line = line.strip()
+        if line:
+            if "  " in line or "\t" in line:
+                line = _WHITESPACE.sub(" ", line)
+            items.append(line)
+            chars += len(line)
+        elif items and (not ends or ends[-1] != len(items) - 1):
+            ends.append(len(items) - 1)
+            if chars >= BLOCK_CHARS:
+                yield "sentences", items, ends
+                items, ends, chars = [], [], 0
+        if chars >= 2 * BLOCK_CHARS:  # one long document: its sentences in several blocks
+            yield "sentences", items, ends
+            items, ends, chars = [], [], 0
+    if items and (not ends or ends[-1] != len(items) - 1):
+        ends.append(len(items) - 1)
+    yield "sentences", items, ends or [-1]  # the file's last block closes its last document
+
+
+def _prose_blocks(path, encoding, counter) -> Iterator[tuple[str, list[str], list[int]]]:
+    """A prose file (one document) as texts of about ``BLOCK_CHARS``, cut at blank lines."""
+    lines: list[str] = []
+    chars = para = 0
+    for line in _strip_gutenberg_stream(read_lines(path, encoding, counter=counter)):
+        blank = not line.strip()
+        if blank and chars >= BLOCK_CHARS:
+            yield "texts", ["\n".join(lines)], []
+            lines, chars, para = [], 0, 0
+            continue
+        lines.append(line)
+        chars += len(line) + 1
+        para = 0 if blank else para + len(line) + 1
+        if para >= MAX_PARAGRAPH_CHARS:  # no blank line for long: cut the paragraph here
+            lines.append("")
+            para = 0
+            if chars >= 2 * BLOCK_CHARS:
+                yield "texts", ["\n".join(lines)], []
+                lines, chars = [], 0
+    yield "texts", ["\n".join(lines)], [0]
+
+
+def _text_documents_blocks(docs: Iterator[str]) -> Iterator[tuple[str, list[str], list[int]]]:
+    """Documents (JSONL records, Parquet/Arrow rows) gathered into texts of about ``BLOCK_CHARS``; a longer document
+    is cut at blank lines into several items."""
+    items: list[str] = []
+    ends: list[int] = []
+    chars = 0
+    for text in docs:
+        while len(text) > BLOCK_CHARS:
+            cut = text.rfind("\n\n", BLOCK_CHARS // 2, BLOCK_CHARS)
+            if cut < 0:
+                cut = text.rfind("\n", BLOCK_CHARS // 2, BLOCK_CHARS)
+            if cut < 0:
+                cut = text.rfind(" ", BLOCK_CHARS // 2, BLOCK_CHARS)
+            cut = cut + 1 if cut >= 0 else BLOCK_CHARS
+            items.append(text[:cut])
+            text = text[cut:]
+            yield "texts", items, ends
+            items, ends, chars = [], [], 0
+        items.append(text)
+        ends.append(len(items) - 1)
+        chars += len(text)
+        if chars >= BLOCK_CHARS:
+            yield "texts", items, ends
+            items, ends, chars = [], [], 0
+    if items:
+        yield "texts", items, ends
+
+
+def _jsonl_texts(path, encoding, counter, text_field: str) -> Iterator[str]:
+    for number, line in enumerate(read_lines(path, encoding, counter=counter, max_bytes=None), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise CorpusError(f"{path}: line {number}: invalid JSON ({e.msg})") from None
+        except RecursionError:
+            raise CorpusError(f"{path}: line {number}: JSON nested too deeply") from None
+        if not isinstance(record, dict) or text_field not in record:
+            raise CorpusError(f"{path}: line {number}: expected an object with a {text_field!r} field")
+        text = record[text_field]
+        if not isinstance(text, str):
+            raise CorpusError(f"{path}: line {number}: field {text_field!r} must be a string, got "
+                              f"{type(text).__name__}")
+        yield text
+
+
+def _table_texts(path, fmt: str, text_field: str, counter) -> Iterator[str]:
+    """The ``text_field`` column of a Parquet file (a row group at a time) or an Arrow IPC stream/file (a record batch
+    at a time): strings, each a document; nulls are skipped."""
+    import pyarrow as pa
+
+    path = Path(path)
+    raw = _Counting(open(path, "rb", buffering=0))  # noqa: SIM115 (closed below)
+    if counter is not None:
+        counter.append(raw)
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            pf = pq.ParquetFile(io.BufferedReader(raw, 1 << 20))
+            names = pf.schema_arrow.names
+            batches = lambda: pf.iter_batches(batch_size=1024, columns=[text_field])  # noqa: E731
+        else:
+            source = pa.input_stream(io.BufferedReader(raw, 1 << 20))
+            try:
+                reader = pa.ipc.open_stream(source)
+            except pa.ArrowInvalid:
+                raw.close()
+                raw = _Counting(open(path, "rb", buffering=0))  # noqa: SIM115
+                reader = pa.ipc.open_file(pa.memory_map(str(path)))
+            names = reader.schema.names
+            if hasattr(reader, "num_record_batches"):
+                batches = lambda: (reader.get_batch(i) for i in range(reader.num_record_batches))  # noqa: E731
+            else:
+                batches = lambda: iter(reader)  # noqa: E731
+        if text_field not in names:
+            raise CorpusError(f"{path}: no column {text_field!r} (columns: {', '.join(names)}); pass --text-field")
+        for batch in batches():
+            column = batch.column(batch.schema.get_field_index(text_field))
+            if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+                raise CorpusError(f"{path}: column {text_field!r} holds {column.type}, not text")
+            for text in column.to_pylist():
+                if text:
+                    yield text
+    except (pa.ArrowException, OSError) as e:
+        raise CorpusError(f"{path}: cannot read as {fmt}: {e}") from None
+    finally:
+        raw.close()
+
+
+def file_blocks(path: str | os.PathLike, fmt: str = "auto", encoding: str = "auto", text_field: str = "text",
+                counter: list | None = None) -> Iterator[tuple[str, list[str], list[int]]]:
+    """(kind, items, ends) blocks of one file, in order (see :class:`Block`); always at least one block."""
     if fmt not in FORMATS:
         raise CorpusError(f"corpus format must be one of {FORMATS}, got {fmt!r}")
+    if encoding not in ENCODINGS:
+        raise CorpusError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
     if fmt == "auto":
         fmt = detect_format(path, encoding=encoding)
     if fmt == "google":
-        doc: list[str] = []
-        for line in read_lines(path, encoding, on_bytes=on_bytes):
-            line = _WHITESPACE.sub(" ", line).strip()
-            if line:
-                doc.append(line)
-            elif doc:
-                yield "sentences", doc
-                doc = []
-        if doc:
-            yield "sentences", doc
+        yield from _google_blocks(path, encoding, counter)
     elif fmt == "prose":
-        paragraphs = _paragraphs(strip_gutenberg(list(read_lines(path, encoding, on_bytes=on_bytes))))
-        if paragraphs:
-            yield "paragraphs", paragraphs
-    else:  # jsonl
-        for number, line in enumerate(read_lines(path, encoding, on_bytes=on_bytes), 1):
-            if not line.strip():
+        yield from _prose_blocks(path, encoding, counter)
+    elif fmt == "jsonl":
+        yield from _text_documents_blocks(_jsonl_texts(path, encoding, counter, text_field))
+    else:
+        yield from _text_documents_blocks(_table_texts(path, fmt, text_field, counter))
+
+
+def iter_blocks(paths: list[Path], fmt: str = "auto", encoding: str = "auto", text_field: str = "text",
+                start: tuple[int, int] | None = None) -> Iterator[Block]:
+    """Every file's blocks, in order, each tagged with its position. ``start``: skip every block up to and
+    including that (file, block) position (a resumed preparation; those blocks are read but not returned)."""
+    for i, path in enumerate(paths):
+        if start is not None and i < start[0]:
+            continue
+        counter: list = []
+        for j, (kind, items, ends) in enumerate(file_blocks(path, fmt, encoding, text_field, counter)):
+            if start is not None and i == start[0] and j <= start[1]:
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise CorpusError(f"{path}: line {number}: invalid JSON ({e.msg})") from None
-            if not isinstance(record, dict) or "text" not in record:
-                raise CorpusError(f"{path}: line {number}: expected an object with a 'text' field")
-            text = record["text"]
-            if not isinstance(text, str):
-                raise CorpusError(f"{path}: line {number}: field 'text' must be a string, got {type(text).__name__}")
-            paragraphs = _paragraphs(text.splitlines())
-            if paragraphs:
-                yield "paragraphs", paragraphs
+            yield Block(kind, items, ends, (i, j), sum(map(len, items)),
+                        counter[0].count if counter else 0)
+
+
+# ------------------------------------------------------------------------------------------------ sentences
 
 
 _SEGMENTER = None
-# pysbd's time grows with the square of a paragraph's length (0.7 s at 25k characters, 20 s at 200k): longer
-# paragraphs are cut into pieces of at most this many characters first, so splitting stays linear in the text
-MAX_PARAGRAPH_CHARS = 4000
 _CUT_AT = re.compile(r"[.!?]['\"\u2019\u201d)\]]*\s")
+# pysbd's time grows with the square of a paragraph's length: longer paragraphs are cut into pieces first
+PYSBD_MAX_CHARS = 4000
 
 
-def cut_paragraph(paragraph: str, limit: int = MAX_PARAGRAPH_CHARS) -> list[str]:
+def cut_paragraph(paragraph: str, limit: int = PYSBD_MAX_CHARS) -> list[str]:
     """``paragraph`` in pieces of at most ``limit`` characters: cut after the last sentence end in the second half of
     a window, else at its last whitespace, else at the limit (text with no spaces)."""
     pieces = []
@@ -276,7 +617,7 @@ def cut_paragraph(paragraph: str, limit: int = MAX_PARAGRAPH_CHARS) -> list[str]
 
 def split_sentences(paragraphs: list[str]) -> list[str]:
     """Sentences of each paragraph, with pysbd (English rules), in order; empty ones dropped. Paragraphs longer than
-    ``MAX_PARAGRAPH_CHARS`` are cut first (:func:`cut_paragraph`)."""
+    ``PYSBD_MAX_CHARS`` are cut first (:func:`cut_paragraph`)."""
     global _SEGMENTER
     if _SEGMENTER is None:
         import pysbd
@@ -284,7 +625,7 @@ def split_sentences(paragraphs: list[str]) -> list[str]:
         _SEGMENTER = pysbd.Segmenter(language="en", clean=False)
     sentences = []
     for paragraph in paragraphs:
-        for piece in cut_paragraph(paragraph) if len(paragraph) > MAX_PARAGRAPH_CHARS else (paragraph,):
+        for piece in cut_paragraph(paragraph) if len(paragraph) > PYSBD_MAX_CHARS else (paragraph,):
             for s in _SEGMENTER.segment(piece):
                 s = s.strip()
                 if s:
@@ -292,82 +633,107 @@ def split_sentences(paragraphs: list[str]) -> list[str]:
     return sentences
 
 
-def _split_task(task: tuple[str, list[str]]) -> list[str]:
-    kind, items = task
-    return split_sentences(items) if kind == "paragraphs" else items
+def block_sentences(kind: str, items: list[str], splitter: str = "regex") -> tuple[list[str], list[int]]:
+    """The sentences of a block's items and how many come from each item."""
+    from bertkit.data.splitter import split_paragraphs
+
+    if kind == "sentences":
+        return items, [1] * len(items)
+    sentences: list[str] = []
+    counts = []
+    for text in items:
+        before = len(sentences)
+        sentences.extend(split_paragraphs(paragraphs(text.split("\n")), splitter))
+        counts.append(len(sentences) - before)
+    return sentences, counts
 
 
-def _tasks(paths: Iterable[str | os.PathLike], fmt: str, encoding: str,
-           on_bytes: Callable[[int], None] | None) -> Iterator[tuple[bool, tuple[str, list[str]]]]:
-    """(last part of its document?, task) in order; long paragraph lists are cut into several tasks."""
-    for path in paths:
-        for kind, items in read_raw_documents(path, fmt, encoding, on_bytes):
-            step = PARAGRAPHS_PER_TASK if kind == "paragraphs" else len(items)
-            for start in range(0, len(items), step):
-                yield start + step >= len(items), (kind, items[start:start + step])
+def _split_task(task: tuple[str, list[str], str]) -> tuple[list[str], list[int]]:
+    return block_sentences(*task)
+
+
+def document_pieces(counts: list[int], ends: list[int]) -> list[tuple[int, int, bool]]:
+    """(first sentence, end sentence, does the document end there?) for each run of a block's sentences that belongs
+    to one document; ``counts`` is sentences per item, ``ends`` the items after which a document ends (``-1``: the
+    block only closes the document left open)."""
+    pieces, start, total = [], 0, 0
+    end_set = set(ends)
+    for i, c in enumerate(counts):
+        total += c
+        if i in end_set:
+            pieces.append((start, total, True))
+            start = total
+    if start < total:
+        pieces.append((start, total, False))
+    if -1 in end_set:
+        pieces.append((total, total, True))
+    return pieces
 
 
 def iter_documents(paths: Iterable[str | os.PathLike], fmt: str = "auto", workers: int | None = None,
-                   on_document=None, encoding: str = "auto", progress: bool = False) -> Iterator[list[str]]:
-    """Documents (lists of sentences) from every file (directories: their text files), in file order. ``workers``
-    processes split sentences (default: every core; 0 or 1 = in this process). ``on_document(sentences)`` is called
-    per document. ``progress``: a progress bar over the bytes read."""
-    paths = expand_corpus(paths)
-    workers = (os.cpu_count() or 1) if workers is None else workers
-    bar = None
-    if progress:
-        from tqdm import tqdm
+                   on_document=None, encoding: str = "auto", progress: bool = False, splitter: str = "regex",
+                   text_field: str = "text") -> Iterator[list[str]]:
+    """Documents (lists of sentences) from every file (directories: their corpus files), in file order; the same
+    whatever ``workers`` (default: every core; 0 or 1 = in this process). Each document is held whole here: for
+    corpora of any size, use :func:`bertkit.data.pretraining.prepare_corpus` or :func:`write_sentences`, which
+    stream. ``on_document(sentences)`` is called per document."""
+    from bertkit.data.pipeline import ordered_map
 
-        bar = tqdm(total=sum(text_size(p) for p in paths), desc="reading", unit="B", unit_scale=True,
-                   mininterval=1.0, dynamic_ncols=True)
-    tasks = _tasks(paths, fmt, encoding, bar.update if bar is not None else None)
-    flags: list[bool] = []
-
-    def flagged() -> Iterator[tuple[str, list[str]]]:
-        for last, task in tasks:
-            flags.append(last)
-            yield task
-
-    if workers <= 1:
-        results: Iterator[list[str]] = map(_split_task, flagged())
-        pool = None
-    else:
-        import multiprocessing as mp
-
-        pool = mp.get_context("spawn" if os.name == "nt" else "fork").Pool(workers)
-        results = pool.imap(_split_task, flagged(), chunksize=1)
-    try:
-        doc: list[str] = []
-        for i, sentences in enumerate(results):
-            doc.extend(sentences)
-            if flags[i]:
-                if doc:
-                    if on_document is not None:
-                        on_document(doc)
-                    yield doc
-                doc = []
-    finally:
-        if pool is not None:
-            pool.terminate()
-        if bar is not None:
-            bar.close()
+    files = expand_corpus(paths)
+    blocks = iter_blocks(files, fmt, encoding, text_field)
+    tasks = ((b, (b.kind, b.items, splitter)) for b in blocks)
+    doc: list[str] = []
+    with ordered_map(_split_task, tasks, workers) as results:
+        for _block, (sentences, counts) in results:
+            for lo, hi, end in document_pieces(counts, _block.ends):
+                doc.extend(sentences[lo:hi])
+                if end:
+                    if doc:
+                        if on_document is not None:
+                            on_document(doc)
+                        yield doc
+                    doc = []
+    if doc:
+        if on_document is not None:
+            on_document(doc)
+        yield doc
 
 
 def write_sentences(paths: Iterable[str | os.PathLike], output: str | os.PathLike, fmt: str = "auto",
-                    workers: int | None = None, encoding: str = "auto", progress: bool = False) -> int:
+                    workers: int | None = None, encoding: str = "auto", progress: bool = False,
+                    splitter: str = "regex", text_field: str = "text") -> int:
     """Sentence-split the corpus once into Google's format (a sentence per line, a blank line after each document)
-    at ``output``, atomically (fsynced temp file, renamed); the vocabulary trainer and the tokenizer both read it.
-    Returns the number of documents."""
+    at ``output``, atomically (fsynced temp file, renamed), streaming: memory does not grow with the corpus. The
+    vocabulary trainer and the tokenizer both read it. Returns the number of documents."""
+    from bertkit.data.pipeline import ordered_map, progress_bar
     from bertkit.files import atomic_write
 
+    files = expand_corpus(paths)
     count = 0
 
     def write(tmp: Path) -> None:
         nonlocal count
-        with open(tmp, "w", encoding="utf-8") as f:
-            for doc in iter_documents(paths, fmt, workers=workers, encoding=encoding, progress=progress):
-                f.write("\n".join(doc) + "\n\n")
-                count += 1
+        open_doc = False
+        bar = progress_bar(files, "splitting", progress)
+        blocks = iter_blocks(files, fmt, encoding, text_field)
+        tasks = ((b, (b.kind, b.items, splitter)) for b in blocks)
+        try:
+            with open(tmp, "w", encoding="utf-8") as f, ordered_map(_split_task, tasks, workers) as results:
+                for block, (sentences, counts) in results:
+                    bar.advance(block)
+                    for lo, hi, end in document_pieces(counts, block.ends):
+                        if hi > lo:
+                            f.write("\n".join(sentences[lo:hi]) + "\n")
+                            open_doc = True
+                        if end and open_doc:
+                            f.write("\n")
+                            count += 1
+                            open_doc = False
+                if open_doc:
+                    f.write("\n")
+                    count += 1
+        finally:
+            bar.close()
 
     atomic_write(output, write)
     return count

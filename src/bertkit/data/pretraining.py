@@ -42,13 +42,13 @@ import json
 import os
 import pickle
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from bertkit.files import atomic_write, write_json
+from bertkit.files import atomic_write
 
 META_NAME = "meta.json"
 SHARD_FORMAT = 1
@@ -106,40 +106,16 @@ def file_sha256(path: str | os.PathLike) -> str:
 # --------------------------------------------------------------------------------------------- shards
 
 
-_TOKENIZER = None
-
-
-def _init_tokenizer(vocab_path: str, lowercase: bool | None) -> None:
-    global _TOKENIZER
-    from bertkit.tokenization import BertTokenizer
-
-    _TOKENIZER = BertTokenizer.from_pretrained(vocab_path, lowercase=lowercase)
-
-
-def _tokenize_part(part: tuple[bool, list[str]]) -> tuple[bool, np.ndarray, np.ndarray]:
-    """(last part of its document?, token ids int32, sentence lengths int64); empty sentences dropped."""
-    last, sentences = part
-    ids, lengths = [], []
-    for s in sentences:
-        toks = _TOKENIZER.convert_tokens_to_ids(_TOKENIZER.tokenize(s))
-        if toks:
-            ids.extend(toks)
-            lengths.append(len(toks))
-    return last, np.asarray(ids, dtype=np.int32), np.asarray(lengths, dtype=np.int64)
-
-
-def _parts(documents: Iterable[list[str]], size: int = 1000) -> Iterator[tuple[bool, list[str]]]:
-    """Documents cut into parts of at most ``size`` sentences, so one long book still uses every core."""
-    for doc in documents:
-        for start in range(0, max(1, len(doc)), size):
-            yield start + size >= len(doc), doc[start:start + size]
-
-
 class _ShardWriter:
-    """Accumulates tokenized documents and writes ``<name>.{tokens,sentences,documents}.npy`` shards."""
+    """Accumulates tokenized sentences and writes ``<name>.{tokens,sentences,documents}.npy`` shards (atomically).
 
-    def __init__(self, directory: Path, prefix: str, dtype: np.dtype, shard_tokens: int):
+    ``add(ids, lengths, doc_end)`` appends sentences to the open document and closes it with ``doc_end``; a shard
+    is written by :meth:`flush` (at ``shard_tokens`` when ``auto_flush``), and a document still open then ends with
+    the shard (its rest starts a document of the next one). Memory is one shard's tokens."""
+
+    def __init__(self, directory: Path, prefix: str, dtype: np.dtype, shard_tokens: int, auto_flush: bool = True):
         self.directory, self.prefix, self.dtype, self.shard_tokens = directory, prefix, dtype, shard_tokens
+        self.auto_flush = auto_flush
         self.shards: list[dict] = []
         self._reset()
 
@@ -147,31 +123,41 @@ class _ShardWriter:
         self.ids: list[np.ndarray] = []
         self.lengths: list[np.ndarray] = []
         self.doc_sentences: list[int] = []
+        self.open_sentences = 0
         self.n_tokens = 0
 
-    def add(self, ids: np.ndarray, lengths: np.ndarray) -> None:
-        if len(lengths) == 0:
-            return
-        self.ids.append(ids)
-        self.lengths.append(lengths)
-        self.doc_sentences.append(len(lengths))
-        self.n_tokens += len(ids)
-        if self.n_tokens >= self.shard_tokens:
+    def add(self, ids: np.ndarray, lengths: np.ndarray, doc_end: bool = True) -> None:
+        if len(lengths):
+            self.ids.append(ids)
+            self.lengths.append(lengths)
+            self.open_sentences += len(lengths)
+            self.n_tokens += len(ids)
+        if doc_end and self.open_sentences:
+            self.doc_sentences.append(self.open_sentences)
+            self.open_sentences = 0
+        if self.auto_flush and self.n_tokens >= self.shard_tokens:
             self.flush()
 
+    @property
+    def full(self) -> bool:
+        return self.n_tokens >= self.shard_tokens
+
     def flush(self) -> None:
+        if self.open_sentences:
+            self.doc_sentences.append(self.open_sentences)
+            self.open_sentences = 0
         if not self.doc_sentences:
             return
         name = self.prefix if self.prefix == "eval" else f"{self.prefix}-{len(self.shards):05d}"
         tokens = np.concatenate(self.ids).astype(self.dtype)
         sentences = np.concatenate([[0], np.cumsum(np.concatenate(self.lengths))]).astype(np.int64)
         documents = np.concatenate([[0], np.cumsum(self.doc_sentences)]).astype(np.int64)
+        self._reset()
         for part, array in (("tokens", tokens), ("sentences", sentences), ("documents", documents)):
             final = self.directory / f"{name}.{part}.npy"
             atomic_write(final, lambda p, a=array: _save_npy(p, a))
         self.shards.append({"name": name, "tokens": len(tokens), "sentences": int(len(sentences) - 1),
                             "documents": int(len(documents) - 1)})
-        self._reset()
 
 
 def build_shards(
@@ -185,75 +171,15 @@ def build_shards(
     fingerprint: dict | None = None,
     progress: bool = True,
 ) -> dict:
-    """Tokenize ``documents`` into memmap shards under ``out_dir``; returns (and writes) the ``meta.json`` dict.
+    """Tokenize ``documents`` (lists of sentences, e.g. from :func:`bertkit.data.corpus.iter_documents`) into memmap
+    shards under ``out_dir``; returns (and writes) the ``meta.json`` dict. For corpus files use
+    :func:`prepare_corpus`, which streams from the files and resumes. The held-out part is chosen as there
+    (:class:`bertkit.data.prepare.HeldOut`)."""
+    from bertkit.data.prepare import build_shards_from_documents
 
-    ``eval_fraction`` of the text is held out: every ``round(1/fraction)``-th document when there are many, else the
-    last sentences of each document of 50+ sentences. ``fingerprint`` (e.g. the corpus files' sizes) is stored in the
-    meta so a later run can reuse the shards only when it matches."""
-    from tqdm import tqdm
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / META_NAME).unlink(missing_ok=True)  # no commit marker until every shard is written
-    _init_tokenizer(str(vocab_path), lowercase)
-    vocab_size = len(_TOKENIZER)
-    dtype = np.dtype(np.uint16 if vocab_size <= 65535 else np.int32)
-    train = _ShardWriter(out_dir, "train", dtype, shard_tokens)
-    held = _ShardWriter(out_dir, "eval", dtype, 1 << 62)
-    every = max(2, round(1 / eval_fraction)) if eval_fraction > 0 else 0
-
-    workers = (os.cpu_count() or 1) if workers is None else workers
-    if workers > 1:
-        import multiprocessing as mp
-
-        pool = mp.get_context("fork").Pool(workers, _init_tokenizer, (str(vocab_path), lowercase))
-        results = pool.imap(_tokenize_part, _parts(documents), chunksize=4)
-    else:
-        pool = None
-        results = map(_tokenize_part, _parts(documents))
-    doc_index = 0
-    bar = tqdm(desc="tokenizing", unit=" docs", disable=not progress, mininterval=1.0)
-    ids_parts: list[np.ndarray] = []
-    len_parts: list[np.ndarray] = []
-    try:
-        for last, part_ids, part_lengths in results:
-            ids_parts.append(part_ids)
-            len_parts.append(part_lengths)
-            if not last:
-                continue
-            ids, lengths = np.concatenate(ids_parts), np.concatenate(len_parts)
-            ids_parts, len_parts = [], []
-            doc_index += 1
-            bar.update(1)
-            if every and doc_index % every == 0 and doc_index >= 100:  # many documents: hold out whole ones
-                held.add(ids, lengths)
-            elif every and doc_index < 100 and len(lengths) >= 50:  # few, long documents: hold out their ends
-                n_eval = max(1, int(len(lengths) * eval_fraction))
-                cut = int(lengths[:-n_eval].sum())
-                train.add(ids[:cut], lengths[:-n_eval])
-                held.add(ids[cut:], lengths[-n_eval:])
-            else:
-                train.add(ids, lengths)
-    finally:
-        bar.close()
-        if pool is not None:
-            pool.terminate()
-    train.flush()
-    held.flush()
-    if not train.shards:
-        raise ValueError("the corpus holds no text to pre-train on (every document was empty)")
-    meta = {
-        "format": SHARD_FORMAT,
-        "vocab_size": vocab_size,
-        "vocab_sha256": file_sha256(vocab_path),
-        "lowercase": _TOKENIZER.lowercase if hasattr(_TOKENIZER, "lowercase") else lowercase,
-        "dtype": dtype.name,
-        "shards": train.shards,
-        "eval": held.shards[0] if held.shards else None,
-        "fingerprint": fingerprint or {},
-    }
-    write_json(out_dir / META_NAME, meta, sort_keys=False)
-    return meta
+    return build_shards_from_documents(documents, vocab_path, out_dir, lowercase=lowercase, shard_tokens=shard_tokens,
+                                       eval_fraction=eval_fraction, workers=workers, fingerprint=fingerprint,
+                                       progress=progress)
 
 
 def read_meta(out_dir: str | os.PathLike) -> dict | None:
@@ -721,22 +647,15 @@ def prepare_corpus(
     progress: bool = True,
     log: Callable[[str], None] = lambda message: None,
     encoding: str = "auto",
+    **options,
 ) -> dict:
-    """Shards for ``corpus`` under ``out_dir``, reusing existing ones built from the same files and vocabulary."""
-    from bertkit.data.corpus import expand_corpus, iter_documents
+    """Shards for ``corpus`` under ``out_dir``, streamed from the files in every core, resumed where an interrupted
+    preparation stopped, and reused when built before from the same files, vocabulary and settings (here, or by
+    ``bertkit prepare`` in the cache). See :func:`bertkit.data.prepare.prepare_corpus` for ``options``."""
+    from bertkit.data.prepare import prepare_corpus as prepare
 
-    corpus = expand_corpus(corpus)
-    fingerprint = {"files": [[str(Path(p).resolve()), Path(p).stat().st_size, int(Path(p).stat().st_mtime)]
-                             for p in corpus], "format": corpus_format, "encoding": encoding}
-    meta = read_meta(out_dir)
-    if meta is not None and meta.get("fingerprint") == fingerprint and meta.get("vocab_sha256") == file_sha256(
-            vocab_path):
-        log(f"reusing the tokenized corpus in {out_dir}")
-        return meta
-    log(f"tokenizing {len(corpus)} file(s) into {out_dir}")
-    docs = iter_documents(corpus, corpus_format, workers=workers, encoding=encoding)
-    return build_shards(docs, vocab_path, out_dir, lowercase=lowercase, workers=workers, fingerprint=fingerprint,
-                        progress=progress)
+    return prepare(corpus, out_dir, vocab_path, corpus_format=corpus_format, lowercase=lowercase, workers=workers,
+                   progress=progress, log=log, encoding=encoding, **options)
 
 
 def token_counts(directory: str | os.PathLike, vocab_size: int, max_tokens: int = 1 << 27) -> np.ndarray:

@@ -92,6 +92,7 @@ async def rerank(request: Request):
         await svc.prepare([body.query] * len(body.texts), body.texts, truncate=body.truncate,
                           max_length=_limit(svc, pipe))
     truncate = svc.settings.auto_truncate if body.truncate is None else body.truncate
+    svc.bound_answer(len(body.texts) * 3, f"{len(body.texts)} texts x (index, score, text)")
     return await json_answer(await svc.call(lambda _: pipe.rerank(body.query, body.texts, return_text=body.return_text,
                                                                   raw_scores=body.raw_scores, truncate=truncate)))
 
