@@ -317,7 +317,7 @@ def test_options_two_phase_no_nsp_accumulation_static_whole_word(corpus, tmp_pat
     # phase 2 (the last 10% of the steps) runs longer sequences: more tokens per step
     assert train[-1]["tokens_per_s"] > 0
     state = load_checkpoint(latest_checkpoint(out / "checkpoints"))
-    assert state["data"]["phase"] == 1 and state["step"] == 10
+    assert state["position"]["phase"] == 1 and state["step"] == 10
     model = BertForPreTraining.from_pretrained(out)
     assert model.config.max_position_embeddings >= 64
 
@@ -448,3 +448,39 @@ def test_loader_worker_processes_feed_the_same_batches(corpus, tmp_path):
         assert (again.batch(1, 2)[k] == v).all()
     with pytest.raises(PretrainError, match="--loader-workers"):
         PretrainConfig(corpus=["x"], output="o", max_steps=1, loader_workers=-1)
+
+
+@pytest.mark.parametrize("latest", ["removed", "corrupted"])
+def test_resume_mid_log_window_writes_the_uninterrupted_metrics(corpus, tmp_path, caplog, latest):
+    """A run resumed from a checkpoint taken in the middle of a log window (--save-every 3, --log-every 4) writes the
+    same metrics.jsonl as the uninterrupted run (timings aside): the averaging window is restored, not restarted.
+    A corrupted newest checkpoint is skipped with a warning naming it, and the previous intact one resumed."""
+    import shutil
+
+    from bertkit.cli import main
+
+    args = ["--max-steps", "8", "--save-every", "3", "--log-every", "4", "--seed", "5", "--lr", "1e-3",
+            "--keep-checkpoints", "3", "--threads", "1"]
+    ref = tmp_path / "ref"
+    assert main(_pretrain_cmd(corpus, ref, *args)[1:]) == 0
+    run = tmp_path / "resumed"
+    shutil.copytree(ref, run)
+    (run / "model.safetensors").unlink()
+    newest = run / "checkpoints" / "step-00000008.pt"
+    if latest == "removed":  # as if killed after the checkpoint of step 6
+        newest.unlink()
+    else:
+        newest.write_bytes(b"\x00" * 100)
+    assert main(_pretrain_cmd(corpus, run, *args, "--resume")[1:]) == 0
+    if latest == "corrupted":
+        assert any("step-00000008.pt" in r.getMessage() and "previous" in r.getMessage() for r in caplog.records)
+
+    def lines(d):
+        timing = ("tokens_per_s", "elapsed_s", "model_tflops", "mfu")
+        return [{k: v for k, v in json.loads(x).items() if k not in timing}
+                for x in (d / "metrics.jsonl").read_text().splitlines()]
+
+    assert [r["step"] for r in lines(ref) if "loss" in r] == [4, 8]
+    assert lines(run) == lines(ref)
+    a, b = _weights(ref), _weights(run)
+    assert all(torch.equal(a[k], b[k]) for k in a)

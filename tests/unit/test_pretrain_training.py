@@ -307,7 +307,7 @@ def test_resume_across_a_ramp_boundary_is_exact(corpus, tmp_path):
     run = tmp_path / "ramped"
     pretrain(_config(corpus, run, **kw))
     # the stage of the data position after N steps (the next step's stage begins with it)
-    stage = {s: load_checkpoint(run / "checkpoints" / f"step-{s:08d}.pt")["data"]["phase"] for s in (2, 3, 4, 6, 7)}
+    stage = {s: load_checkpoint(run / "checkpoints" / f"step-{s:08d}.pt")["position"]["phase"] for s in (2, 3, 4, 6, 7)}
     assert stage == {2: 0, 3: 0, 4: 1, 6: 1, 7: 2}  # (16, 2) for steps 0-2, (16, 4) for 3-5, then (32, 4)
     for at in (3, 5):
         resumed = tmp_path / f"from-{at}"

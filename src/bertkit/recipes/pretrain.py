@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import RunError
-from bertkit.files import remove_stale_temp_files, write_json, write_text
+from bertkit.errors import LossNotFinite, RunError
+from bertkit.files import write_json
 from bertkit.options import option
 
 RECIPES = ("budget", "paper")
@@ -48,10 +48,7 @@ class PretrainError(RunError):
     exit_code = 2
 
 
-class LossNotFinite(RunError, FloatingPointError):
-    """The loss or gradient norm stopped being finite; the message names the last good checkpoint."""
-
-    exit_code = 3
+__all__ = ["LossNotFinite", "PretrainConfig", "PretrainError", "held_out_accuracy", "pretrain"]
 
 
 def parse_duration(text: str) -> float:
@@ -295,9 +292,10 @@ def _clear_run(out: Path) -> None:
 
 
 def _remove_stale(out: Path) -> None:
-    """Temp files (``.NAME.tmp-PID``) that killed processes left in the run's directories."""
-    for d in (out, out / "checkpoints", out / "data", out / "data" / "shards"):
-        remove_stale_temp_files(d)
+    """Temp files that killed processes left in the run's directories (ours and safetensors')."""
+    from bertkit.training.rundir import RunDir
+
+    RunDir(out).remove_stale("data", "data/shards")
 
 
 def _prepare_output(cfg: PretrainConfig) -> PretrainConfig:
@@ -365,7 +363,7 @@ def _tokenizer_and_shards(cfg: PretrainConfig, ctx):
                        encoding=cfg.encoding, progress=progress, log=lambda m: _say(cfg, ctx, m))
 
     once(ctx, cfg.prepare_on, prepare, "preparing the corpus", cfg.prepare_timeout,
-         lambda m: None if cfg.quiet else print(m, flush=True))
+         lambda m: None if cfg.quiet else print(m, flush=True), directory=data_dir)
     check_same_shards(ctx, out / "vocab.txt", data_dir / "shards")
     return BertTokenizer.from_pretrained(out), data_dir / "shards"
 
@@ -541,6 +539,9 @@ def pretrain(cfg: PretrainConfig) -> Path:
     from bertkit.training.interrupt import GracefulStop
     from bertkit.training.meter import Meter
     from bertkit.training.optim import build_optimizer, lr_schedule
+    from bertkit.training.rundir import RunDir
+    from bertkit.training.state import TrainState, seed_dropout
+    from bertkit.training.step import optimizer_step
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -571,9 +572,15 @@ def pretrain(cfg: PretrainConfig) -> Path:
             eval_every = cfg.eval_every or max(1, total_steps // 10)
             if cost is not None and cfg.max_steps is None:  # the probe ran cold: re-fit once to the measured pace
                 budget.plan_refit(total_steps, eval_every)
-            scheduler = lr_schedule(optimizer, cfg.schedule, warmup, total_steps)
-            step, elapsed = _restore(cfg, ctx, state, model, optimizer, scheduler, scaler)
-            feed.start(total_steps, state["data"] if state else None)
+            train = TrainState(model, optimizer, lr_schedule(optimizer, cfg.schedule, warmup, total_steps), scaler)
+            meter, run = Meter(), RunDir(out, ctx)
+            if state is None:
+                seed_dropout(cfg.seed, ctx)  # dropout differs per rank; weights are rank 0's (DDP)
+            else:
+                train.load(state, ctx)
+                meter.sums.update(state.get("meter") or {})  # the log window resumes where it was
+            step, elapsed = train.step, train.elapsed
+            feed.start(total_steps, (state.get("position") or state.get("data")) if state else None)
             ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
             if cfg.compile:  # after DDP, as PyTorch's DDP + compile guide does; checkpoints save the plain model
                 ddp_model = torch.compile(ddp_model)
@@ -581,7 +588,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
                       "precision": precision, "world_size": ctx.world_size, "model_config": config.to_dict("hf")}
             if ctx.is_main:
                 write_json(out / "run.json", record, sort_keys=False)
-                _truncate_metrics(out / "metrics.jsonl", step)
+            run.truncate_metrics(step)
             _say(cfg, ctx, f"model {cfg.model_size}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
                            f"parameters, vocab {len(tokenizer)}, precision {precision}, {ctx.world_size} process(es) "
                            f"on {ctx.device.type}; {total_steps} steps")
@@ -589,7 +596,9 @@ def pretrain(cfg: PretrainConfig) -> Path:
             def save() -> Path | None:
                 nonlocal elapsed
                 t_save = time.perf_counter()
-                path = _save(ctx, out, cfg, step, model, optimizer, scheduler, scaler, total_steps, elapsed, feed)
+                train.elapsed, train.position = elapsed, feed.position()
+                path = train.save(run.checkpoints, ctx, keep=cfg.keep_checkpoints, total_steps=total_steps,
+                                  config=cfg.run_record(), meter=dict(meter.sums))
                 elapsed += time.perf_counter() - t_save
                 return path
 
@@ -598,7 +607,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
                        disable=cfg.quiet or not ctx.is_main or not sys.stderr.isatty(), mininterval=0.5)
             loader_workers = cfg.loader_workers if cfg.loader_workers is not None else (
                 2 if ctx.device.type == "cuda" else 0)
-            meter, loader, stop_why = Meter(), _Prefetcher(loader_workers), None
+            loader, stop_why = _Prefetcher(loader_workers), None
             if budget is not None:
                 budget.start()
             try:  # the workers (processes on a GPU) go when the loop does, also when it raises
@@ -607,17 +616,12 @@ def pretrain(cfg: PretrainConfig) -> Path:
                     # a ramp's next stage (before the step: resume-exact)
                     if entered := feed.advance(step, total_steps):
                         _say(cfg, ctx, entered)
-                    step_loss = _accumulate(ddp_model, feed, loader, cfg, ctx, precision, scaler, meter)
-                    scaler.unscale_(optimizer)
-                    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-                    check = dist.all_reduce_mean(ctx, [step_loss, float(grad_norm)])
-                    if not math.isfinite(check[0]) or not (scaler.is_enabled() or math.isfinite(check[1])):
-                        _raise_not_finite(out, check, step)
-                    scaler.step(optimizer)  # with fp16: skipped when a gradient overflowed, and the scale lowered
-                    scaler.update()
-                    scheduler.step()
-                    optimizer.zero_grad(set_to_none=True)
-                    step += 1
+                    forward, count = _micro_batches(feed, loader, cfg, ctx, meter)
+                    step_loss = optimizer_step(
+                        train, range(cfg.grad_accum), forward, clip=cfg.clip, precision=precision,
+                        device=ctx.device, ctx=ctx, ddp_model=ddp_model, after_backward=count,
+                        on_not_finite=lambda loss, norm: _raise_not_finite(out, [loss, norm], train.step)).loss
+                    step = train.step
                     elapsed += time.perf_counter() - t0
                     meter.add(loss=step_loss, steps=1, time=time.perf_counter() - t0)
                     bar.update(1)
@@ -625,14 +629,14 @@ def pretrain(cfg: PretrainConfig) -> Path:
                     if fitted is not None:
                         total_steps = record["total_steps"] = bar.total = int(dist.broadcast_object(ctx, fitted))
                         _say(cfg, ctx, f"--max-time: re-scheduled to {total_steps} steps at the measured pace")
-                        scheduler = lr_schedule(optimizer, cfg.schedule, warmup, total_steps)
-                        scheduler.last_epoch = step - 1
-                        scheduler.step()  # the lr of this step on the new schedule
+                        train.scheduler = lr_schedule(optimizer, cfg.schedule, warmup, total_steps)
+                        train.scheduler.last_epoch = step - 1
+                        train.scheduler.step()  # the lr of this step on the new schedule
                         eval_every = cfg.eval_every or max(1, total_steps // 10)
                         if ctx.is_main:
                             write_json(out / "run.json", record, sort_keys=False)
                     if step % cfg.log_every == 0 or step == total_steps:
-                        _log(ctx, cfg, out, meter, bar, step, total_steps, scheduler.get_last_lr()[0], elapsed,
+                        _log(ctx, cfg, run, meter, bar, step, total_steps, train.scheduler.get_last_lr()[0], elapsed,
                              feed.epoch)
                     if eval_batches and ctx.is_main and (step % eval_every == 0 or step == total_steps):
                         elapsed += _held_out(cfg, ctx, out, model, eval_batches, precision, step)
@@ -726,13 +730,14 @@ def _schedule(cfg: PretrainConfig, ctx, feed: _Feed, model, precision: str):
     run's, or fitted to --max-time by timing a few steps of each (sequence length, batch size) on a throwaway copy
     of the model, or --max-steps."""
     from bertkit.training.budget import TimeBudget
-    from bertkit.training.checkpointing import checkpoint_dir, latest_checkpoint, load_checkpoint
     from bertkit.training.distributed import broadcast_object
     from bertkit.training.optim import build_optimizer
+    from bertkit.training.rundir import RunDir
 
     out = Path(cfg.output)
-    last = latest_checkpoint(checkpoint_dir(out)) if cfg.resume else None
-    state = load_checkpoint(last) if last else None
+    # the newest readable checkpoint: a corrupted latest one is skipped with a warning naming it
+    found = RunDir(out, ctx).latest_intact_checkpoint() if cfg.resume else None
+    last, state = found if found else (None, None)
     budget = TimeBudget(cfg.max_time, float(state["elapsed"]) if state else 0.0) if cfg.max_time else None
     if state is not None:
         _say(cfg, ctx, f"resuming from {last} (step {state['step']} of {state['total_steps']})")
@@ -753,28 +758,13 @@ def _schedule(cfg: PretrainConfig, ctx, feed: _Feed, model, precision: str):
     return state, budget, cost, total_steps
 
 
-def _restore(cfg: PretrainConfig, ctx, state: dict | None, model, optimizer, scheduler, scaler) -> tuple[int, float]:
-    """Load a checkpoint's states (model, optimizer, schedule, loss scaler, RNGs): (step, elapsed seconds)."""
-    import torch
-
-    from bertkit.training.checkpointing import set_rng_state
-
-    if state is None:
-        torch.manual_seed(cfg.seed + 1000 * ctx.rank)  # dropout differs per rank; weights are rank 0's (DDP)
-        return 0, 0.0
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    scaler.load_state_dict(state.get("scaler") or {})
-    set_rng_state(state["rng"])
-    return int(state["step"]), float(state["elapsed"])
-
-
 def _held_out(cfg: PretrainConfig, ctx, out: Path, model, batches: list[dict], precision: str, step: int) -> float:
     """Evaluate on the held-out batches, write and say the result; returns the seconds it took."""
     t0 = time.perf_counter()
     result = _evaluate(model, batches, precision, ctx.device)  # eval_batches: every labelled input is [MASK]
-    _append_metrics(out, {"step": step, **result})
+    from bertkit.training.rundir import RunDir
+
+    RunDir(out).append_metrics({"step": step, **result})
     if cfg.tensorboard:
         _write_tensorboard(out)
     _say(cfg, ctx, f"  held-out at step {step}: MLM acc {result['eval_mlm_acc']:.3f} at [MASK] "
@@ -784,20 +774,17 @@ def _held_out(cfg: PretrainConfig, ctx, out: Path, model, batches: list[dict], p
     return time.perf_counter() - t0
 
 
-def _accumulate(ddp_model, feed: _Feed, loader, cfg: PretrainConfig, ctx, precision: str, scaler, meter) -> float:
-    """Forward and backward of ``grad_accum`` micro-batches (DDP syncs on the last); returns the step's loss."""
-    from bertkit.precision import autocast
+def _micro_batches(feed: _Feed, loader, cfg: PretrainConfig, ctx, meter):
+    """(forward, count) for ``optimizer_step``: each micro-batch is the feed's next batch; ``count`` adds its
+    figures to the log window."""
+    current: dict[str, Any] = {}
 
-    step_loss = 0.0
-    for micro in range(cfg.grad_accum):
-        batch = _to_device(feed.next(loader), ctx.device)
-        sync = micro == cfg.grad_accum - 1
-        with ddp_model.no_sync() if (ctx.distributed and not sync) else contextlib.nullcontext():
-            with autocast(precision, ctx.device):
-                output = ddp_model(**batch)
-                loss = output.loss / cfg.grad_accum
-            scaler.scale(loss).backward()
-        step_loss += float(loss.detach())
+    def forward(model, _):
+        current["batch"] = batch = _to_device(feed.next(loader), ctx.device)
+        return model(**batch)
+
+    def count(_, output) -> None:
+        batch = current["batch"]
         meter.add(mlm_loss=float(output.mlm_loss.detach()) / cfg.grad_accum, mlm_n=output.masked_labels.numel(),
                   mlm_ok=int((output.masked_logits.max(-1).indices == output.masked_labels).sum()),  # = argmax
                   tokens=int(batch["attention_mask"].sum()))
@@ -805,7 +792,8 @@ def _accumulate(ddp_model, feed: _Feed, loader, cfg: PretrainConfig, ctx, precis
             labels = batch["next_sentence_label"]
             meter.add(nsp_loss=float(output.nsp_loss.detach()) / cfg.grad_accum, nsp_n=labels.numel(),
                       nsp_ok=int((output.seq_relationship_logits.argmax(-1) == labels).sum()))
-    return step_loss
+
+    return forward, count
 
 
 def _raise_not_finite(out: Path, check: list[float], step: int) -> None:
@@ -818,7 +806,7 @@ def _raise_not_finite(out: Path, check: list[float], step: int) -> None:
            if last else "No checkpoint was saved yet: restart with a lower --lr or --precision fp32."))
 
 
-def _log(ctx, cfg: PretrainConfig, out: Path, meter, bar, step: int, total_steps: int, lr: float, elapsed: float,
+def _log(ctx, cfg: PretrainConfig, run, meter, bar, step: int, total_steps: int, lr: float, elapsed: float,
          epoch: int) -> None:
     """A metrics line (means over the window and the ranks), the progress bar's figures, and a reset window."""
     from bertkit.training import flops
@@ -827,7 +815,7 @@ def _log(ctx, cfg: PretrainConfig, out: Path, meter, bar, step: int, total_steps
     m = meter
     vals = all_reduce_mean(ctx, [m.ratio("loss", "steps"), m.ratio("mlm_loss", "steps"), m.ratio("nsp_loss", "steps"),
                                  m.ratio("mlm_ok", "mlm_n"), m.ratio("nsp_ok", "nsp_n"), m.ratio("tokens", "time")])
-    rates = flops.log_fields(ctx, out, vals[5], dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
+    rates = flops.log_fields(ctx, run.path, vals[5], dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
     meter.reset()
     # train_mlm_acc: on the training batches' own 80/10/10 inputs (kept tokens count): a training-window figure,
     # not a quality meter; the held-out records (eval_mlm_acc) are
@@ -837,7 +825,7 @@ def _log(ctx, cfg: PretrainConfig, out: Path, meter, bar, step: int, total_steps
         line.update(nsp_loss=vals[2], nsp_acc=vals[4])
     if not ctx.is_main:
         return
-    _append_metrics(out, line)
+    run.append_metrics(line)
     nsp = {"nsp": f"{vals[4]:.3f}"} if cfg.nsp else {}
     mfu = {"mfu": f"{rates['mfu']:.1%}"} if "mfu" in rates else {}
     bar.set_postfix(loss=f"{vals[0]:.3f}", train_mlm=f"{vals[3]:.3f}", **nsp, tok_s=f"{line['tokens_per_s']:.0f}",
@@ -856,39 +844,6 @@ def _write_tensorboard(out: Path) -> None:
     records = [json.loads(line) for line in lines if line.strip()]
     start = time.time() - max((float(r.get("elapsed_s", 0)) for r in records), default=0.0)
     convert_records(records, out / "tensorboard", start_time=start)
-
-
-def _append_metrics(out: Path, line: dict) -> None:
-    # appended, not rewritten: a kill tears at most the last line, which _truncate_metrics drops on resume
-    with open(out / "metrics.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps(line) + "\n")
-
-
-def _save(ctx, out: Path, cfg: PretrainConfig, step: int, model, optimizer, scheduler, scaler, total_steps: int,
-          elapsed: float, feed: _Feed) -> Path | None:
-    """A training checkpoint (rank 0 writes it); its path."""
-    from bertkit.training.checkpointing import checkpoint_dir, save_checkpoint
-
-    if not ctx.is_main:
-        return None
-    return save_checkpoint(checkpoint_dir(out), step, {
-        "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-        "scaler": scaler.state_dict(), "total_steps": total_steps, "elapsed": elapsed, "data": feed.position(),
-        "config": cfg.run_record()}, keep=cfg.keep_checkpoints)
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """On resume, drop metric lines written after the checkpoint being resumed (they will be written again)."""
-    if not path.is_file():
-        return
-    keep = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if json.loads(line).get("step", 0) <= step:
-                keep.append(line)
-        except json.JSONDecodeError:
-            continue  # a line torn by a kill
-    write_text(path, "".join(k + "\n" for k in keep))
 
 
 # --------------------------------------------------------------------------------------------- small helpers
