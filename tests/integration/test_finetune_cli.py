@@ -216,7 +216,7 @@ def test_gradient_accumulation_equals_the_large_batch(tiny_dir, ft, tmp_path, mo
         torch.manual_seed(0)
         model = task.load_model(tiny_dir, finetuned=False)
         model.set_dropout(0.0)
-        args = FinetuneArgs(epochs=1, batch_size=batch_size, grad_accum=accum, lr=1e-2, warmup_proportion=0.0,
+        args = FinetuneArgs(epochs=1, batch_size=batch_size, grad_accum=accum, lr=1e-2, warmup_fraction=0.0,
                             precision="fp32", quiet=True, device="cpu")
         tokenizer = BertTokenizer.from_pretrained(tiny_dir)
         summary = finetune(task, model, tokenizer, train, None, tmp_path / f"b{batch_size}", args)
@@ -250,7 +250,7 @@ def test_torchrun_two_processes_equal_one_large_batch(tiny_dir, ft, tmp_path):
     train.write_text("".join((ft / "sst2_train.tsv").read_text(encoding="utf-8").splitlines(True)[:9]),
                      encoding="utf-8")
     common = ["finetune", "--task", "sst2", "--train", str(train), "--model", str(tiny_dir), "--epochs", "1",
-              "--lr", "1e-2", "--warmup-proportion", "0", "--precision", "fp32", "--dropout", "0", "--quiet",
+              "--lr", "1e-2", "--warmup-fraction", "0", "--precision", "fp32", "--dropout", "0", "--quiet",
               "--device", "cpu"]  # gloo on the CPU, also on a machine with one GPU
     assert main([*common, "--output", str(tmp_path / "one"), "--batch-size", "8"]) == 0
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")

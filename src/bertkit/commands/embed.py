@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -25,8 +24,7 @@ from bertkit.files import atomic_write
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    # let "--layers -1,-2,-3,-4" parse: argparse otherwise takes "-1,-2,..." for an option
-    parser._negative_number_matcher = re.compile(r"^-\d+(,\s*-?\d+)*$|^-\d*\.\d+$")
+    # "--layers -1,-2,-3,-4" parses: cli.main joins a negative list to its flag (argparse takes it for an option)
     parser.add_argument("--model", required=True, help="model directory: config.json, weights, vocab.txt")
     parser.add_argument("--input", required=True, help="a .txt / .tsv / .jsonl file, or - for stdin")
     parser.add_argument("--output", required=True, type=Path, help="out.npy (pooled vectors) or out.jsonl")
