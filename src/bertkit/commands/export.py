@@ -14,7 +14,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "or a file name ending in .onnx")
     parser.add_argument("--opset", type=int, default=17, help="ONNX opset version (default 17)")
     parser.add_argument("--quantize", choices=("int8",), default=None,
-                        help="also quantise the graph's weights to int8 (ONNX Runtime's dynamic quantisation)")
+                        help="also write the graph with int8 weights (ONNX Runtime's dynamic quantisation): into a "
+                             "directory as model.int8.onnx (encoder.int8.onnx) beside the fp32 model.onnx, which "
+                             "backend='onnx' runs unless int8 is asked for; to a .onnx file name, that file only")
     parser.add_argument("--all-layers", action="store_true",
                         help="the encoder (no head) with every layer's output: the graph Encoder(backend='onnx') "
                              "reads as DIR/encoder.onnx (or encoder.int8.onnx)")
