@@ -9,6 +9,12 @@
     ner.ner("George Washington went to Washington")       # [{"entity_group": "PER", "score", "word", "start", "end"}]
     qa = load_pipeline("runs/squad")
     qa.answer("Where?", "The cat sat on the mat.")        # {"answer": "on the mat", "score", "start", "end"}
+    qa.answer("Where?", "The cat sat on the mat.", top_k=2)   # a list of the 2 best answers
+
+The calls' keyword arguments carry transformers' pipeline names and semantics (``function_to_apply``, ``top_k``,
+``aggregation_strategy``, ``ignore_labels``, ``handle_impossible_answer``, ``doc_stride``...; docs/inference.md); a
+bad value raises InputError naming it. QA answers by transformers' convention unless ``qa_convention="google"``
+(``run_squad.py``'s, as ``bertkit predict``).
 
 Heads (``architectures[0]`` in ``config.json``) -> pipeline:
 
@@ -21,8 +27,9 @@ are used when present, so a pipeline tokenises, windows and post-processes exact
 (the same ``bertkit.tasks`` code runs). A Hugging Face model directory without that file gets the defaults: label
 names from ``id2label`` (``LABEL_i`` when there are none), 512 tokens, SQuAD v1.1 windows.
 
-Scores (as TEI's ``/predict``): softmax over the labels; a one-label model gives its sigmoid (a reranker) or its
-raw value (a regression model fine-tuned with ``--regression`` / STS-B); ``raw_scores`` gives the logits.
+Scores (as transformers' default ``function_to_apply``): softmax over the labels; a one-label model gives its sigmoid
+(a reranker) or its raw value (a regression model fine-tuned with ``--regression`` / STS-B); ``raw_scores`` gives
+the logits.
 ``quantize="int8"`` swaps every Linear for a dynamic int8 one (CPU; see :mod:`bertkit.quantize`);
 ``backend="onnx"`` runs the exported graph with ONNX Runtime instead of PyTorch (see :mod:`bertkit.export`).
 """

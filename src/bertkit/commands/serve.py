@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 
 from bertkit.errors import InputError, RunError
@@ -22,8 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     from bertkit.options import add_options
     from bertkit.serve.app import ServeSettings
 
-    # let "--layers -1,-2,-3,-4" parse: argparse otherwise takes "-1,-2,..." for an option
-    parser._negative_number_matcher = re.compile(r"^-\d+(,\s*-?\d+)*$|^-\d*\.\d+$")
+    # "--layers -1,-2,-3,-4" parses: cli.main joins a negative list to its flag (argparse takes it for an option)
     parser.add_argument("--model", required=True, action="append", metavar="[NAME=]DIR",
                         help="model directory (config.json, weights, vocab.txt); repeat as NAME=DIR to serve several "
                         "(the first is the default; ?model=NAME or OpenAI's 'model' field picks one)")
