@@ -493,3 +493,31 @@ def test_a_fine_tuned_reranker_without_its_head_is_refused(tiny_dir):
 
     with pytest.raises(InputError, match="no trained rerank head: the weights lack .*classifier.weight"):
         get_task("rerank").load_model(tiny_dir, finetuned=True)
+
+
+def test_a_finished_output_is_refused_without_overwrite_and_an_unwritable_one_up_front(tiny_dir, ft, tmp_path,
+                                                                                       capsys):
+    """finetune into a finished run's directory needs --overwrite (as pretrain); an output that cannot be written
+    fails before any training with a one-line error naming --output. Both metrics.json and the summary record how
+    the figures were computed: precision, backend and device."""
+    out = tmp_path / "o"
+    argv = ["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--dev", str(ft / "sst2_dev.tsv"),
+            "--model", str(tiny_dir), "--output", str(out), "--quiet", "--precision", "fp32", "--epochs", "1",
+            "--max-train-examples", "8", "--max-seq-length", "16", "--device", "cpu"]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    metrics = json.loads((out / "metrics.json").read_text())
+    for record in (summary, metrics):
+        assert (record["precision"], record["backend"], record["device"]) == ("fp32", "pytorch", "cpu")
+    before = (out / "model.safetensors").read_bytes()
+    assert main(argv) == 2
+    assert "already holds a finished run" in capsys.readouterr().err
+    assert (out / "model.safetensors").read_bytes() == before
+    assert main([*argv, "--overwrite"]) == 0
+    capsys.readouterr()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    bad = [*argv[:argv.index("--output") + 1], str(blocker / "out"), *argv[argv.index("--output") + 2:]]
+    assert main(bad) == 2
+    err = capsys.readouterr().err
+    assert f"--output {blocker / 'out'}: cannot write there" in err and "Traceback" not in err

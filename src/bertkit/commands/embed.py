@@ -92,10 +92,12 @@ def read_inputs(path: str) -> tuple[list[str], list[str] | None]:
 
 def run(args: argparse.Namespace) -> int:
     from bertkit.features import Encoder, parse_layers, resolve_pooling  # torch: kept out of `bertkit embed -h`
+    from bertkit.training.rundir import check_writable
 
     out = args.output
     if out.suffix not in (".npy", ".jsonl"):
         raise InputError(f"--output must end in .npy or .jsonl, got {out}")
+    check_writable(out.parent, "--output")  # before the work, not after it
     pooling = resolve_pooling(args.pooling) if args.pooling else None
     if pooling == "none" and out.suffix == ".npy":
         raise InputError("--pooling none gives one [T_i, D] array per text: write it to a .jsonl file")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -25,8 +26,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bertkit.export import export_onnx
+    from bertkit.training.rundir import check_writable
 
     directory, out = args.onnx
+    target = Path(out)
+    check_writable(target.parent if target.suffix == ".onnx" else target, "--onnx")  # before the export, not after
     report = export_onnx(directory, out, opset=args.opset, quantize=args.quantize, check=args.check,
                          hidden_states=args.all_layers)
     print(json.dumps(asdict(report), sort_keys=True))

@@ -114,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
     from bertkit.experiments.glue import SuiteConfig, SuiteRunner, resolve_tasks
     from bertkit.options import option_flags
     from bertkit.training.interrupt import GracefulStop
+    from bertkit.training.rundir import check_writable
 
+    check_writable(Path(args.output), "--output")  # before the suite, not after its first cell
     ft_flags = {flag for cls in _finetune_options() for flag in option_flags(cls).values()}
     cfg = SuiteConfig(
         model=Path(args.model), data=Path(args.data), output=Path(args.output), tasks=resolve_tasks(args.tasks),
