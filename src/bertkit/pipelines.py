@@ -9,6 +9,12 @@
     ner.ner("George Washington went to Washington")       # [{"entity_group": "PER", "score", "word", "start", "end"}]
     qa = load_pipeline("runs/squad")
     qa.answer("Where?", "The cat sat on the mat.")        # {"answer": "on the mat", "score", "start", "end"}
+    qa.answer("Where?", "The cat sat on the mat.", top_k=2)   # a list of the 2 best answers
+
+The calls' keyword arguments carry transformers' pipeline names and semantics (``function_to_apply``, ``top_k``,
+``aggregation_strategy``, ``ignore_labels``, ``handle_impossible_answer``, ``doc_stride``...; docs/inference.md); a
+bad value raises InputError naming it. QA answers by transformers' convention unless ``qa_convention="google"``
+(``run_squad.py``'s, as ``bertkit predict``).
 
 Heads (``architectures[0]`` in ``config.json``) -> pipeline:
 
@@ -21,8 +27,9 @@ are used when present, so a pipeline tokenises, windows and post-processes exact
 (the same ``bertkit.tasks`` code runs). A Hugging Face model directory without that file gets the defaults: label
 names from ``id2label`` (``LABEL_i`` when there are none), 512 tokens, SQuAD v1.1 windows.
 
-Scores (as TEI's ``/predict``): softmax over the labels; a one-label model gives its sigmoid (a reranker) or its
-raw value (a regression model fine-tuned with ``--regression`` / STS-B); ``raw_scores`` gives the logits.
+Scores (as transformers' default ``function_to_apply``): softmax over the labels; a one-label model gives its sigmoid
+(a reranker) or its raw value (a regression model fine-tuned with ``--regression`` / STS-B); ``raw_scores`` gives
+the logits.
 ``quantize="int8"`` swaps every Linear for a dynamic int8 one (CPU; see :mod:`bertkit.quantize`);
 ``backend="onnx"`` runs the exported graph with ONNX Runtime instead of PyTorch (see :mod:`bertkit.export`).
 """
@@ -268,16 +275,24 @@ class Pipeline:
                                  self.device)
 
     def encoder(self):
-        """A :class:`bertkit.Encoder` over this model's encoder (weights shared, not copied): embeddings of the
-        fine-tuned model, for the server's encoder routes."""
+        """A :class:`bertkit.Encoder` of this model's encoder, for embeddings of the fine-tuned model (the server's
+        encoder routes): over the PyTorch model's weights (shared, not copied), or, on the onnx backend, one running
+        ONNX Runtime on the directory's every-layer graph (``encoder.onnx``; exported from the PyTorch weights when
+        absent), int8 if the pipeline is. An exported directory without PyTorch weights has no encoder: InputError."""
         from bertkit.features import Encoder
 
         bert = getattr(self.model, "bert", None)
-        if bert is None:
-            raise InputError(f"{self.directory}: the {self.backend} backend has no PyTorch encoder to embed with; "
-                             "load the pipeline with backend='torch' (or use bertkit.Encoder)")
-        return Encoder(bert, self.tokenizer, device=self.device, precision=self.precision,
-                       has_pooler=bert.pooler is not None)
+        if bert is not None:
+            return Encoder(bert, self.tokenizer, device=self.device, precision=self.precision,
+                           has_pooler=bert.pooler is not None)
+        if self.backend == "onnx" and self.directory is not None:
+            try:
+                return Encoder.from_pretrained(self.directory, device=self.device, precision="fp32",
+                                               quantize=self.quantize, backend="onnx")
+            except FileNotFoundError:
+                pass
+        raise InputError(f"{self.directory}: the {self.backend} backend has no encoder to embed with here (no "
+                         "PyTorch weights): load the pipeline from the fine-tuned directory, or use bertkit.Encoder")
 
 
 def _check_text(x: Any, where: str) -> str:

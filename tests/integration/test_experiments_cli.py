@@ -307,3 +307,14 @@ def test_ablate_steps_study_exports_checkpoints(corpus_file, tmp_path, capsys):
     held = {x["step"]: x["eval_mlm_acc"] for x in lines if "eval_mlm_acc" in x}
     assert [v["heldout_mlm_acc"] for v in report["variants"]] == [pytest.approx(held[s]) for s in (2, 4, 6)]
     assert png_size(out / "steps.png")[0] > 200
+
+
+def test_glue_and_export_refuse_an_unwritable_output_before_the_work(tiny_dir, glue_dir, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    assert main(["glue", "--model", str(tiny_dir), "--data", str(glue_dir), "--output", str(blocker / "suite"),
+                 "--seeds", "1", "--lr", "1e-3"]) == 2
+    assert f"--output {blocker / 'suite'}: cannot write there" in capsys.readouterr().err
+    assert not (tmp_path / "suite").exists()
+    assert main(["export", "--onnx", str(tiny_dir), str(blocker / "model.onnx")]) == 2
+    assert f"--onnx {blocker}: cannot write there" in capsys.readouterr().err

@@ -450,6 +450,27 @@ def test_loader_worker_processes_feed_the_same_batches(corpus, tmp_path):
         PretrainConfig(corpus=["x"], output="o", max_steps=1, loader_workers=-1)
 
 
+def test_quickstart_prints_the_honest_figure_the_probe_and_fill_mask(corpus, tmp_path, capsys):
+    """What a new user reads at the end of the main job: the honest held-out figure beside the best constant guess,
+    the cloze probe's score, and fill-mask guesses (on a small corpus and budget here)."""
+    from bertkit.cli import main
+
+    out = tmp_path / "qs"
+    assert main(["quickstart", "--corpus", str(corpus[0]), "--output", str(out), "--max-time", "8s",
+                 "--vocab-size", "600", "--seq-len", "32", "--batch-size", "8", "--threads", "1", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    line = next(x for x in text.splitlines() if x.startswith("held-out masked-word accuracy"))
+    m = re.search(r"accuracy: ([\d.]+)%, ([\d.]+)x the best constant guess \(([\d.]+)%\); (\d+) words", line)
+    assert m, line
+    acc, ratio, base = float(m[1]), float(m[2]), float(m[3])
+    assert 0 < base < 50 and ratio == pytest.approx(acc / base, abs=0.06)
+    assert "every one replaced by [MASK]" in line
+    assert re.search(r"cloze probe: \d+/\d+ right at the top guess, \d+/\d+ in the top 5", text)
+    assert "fill-mask with the model just trained" in text and "sherlock [MASK]" in text
+    score = __import__("bertkit.recipes.pretrain", fromlist=["held_out_accuracy"]).held_out_accuracy(out)
+    assert f"{score['mlm_acc']:.1%}" in line  # the printed figure is the meter's
+
+
 @pytest.mark.parametrize("latest", ["removed", "corrupted"])
 def test_resume_mid_log_window_writes_the_uninterrupted_metrics(corpus, tmp_path, caplog, latest):
     """A run resumed from a checkpoint taken in the middle of a log window (--save-every 3, --log-every 4) writes the

@@ -260,3 +260,18 @@ def test_qa_parameters_refused_by_name(qa_dir, name, value):
     pipe = load_pipeline(qa_dir, precision="fp32")
     with pytest.raises(InputError, match=name):
         pipe.answer("who?", "Carol lives in Berlin.", **{name: value})
+
+
+def test_qa_convention_is_chosen_at_load_and_per_call(qa_dir, qa_items):
+    hf = load_pipeline(qa_dir, precision="fp32")
+    google = load_pipeline(qa_dir, precision="fp32", qa_convention="google")
+    assert (hf.convention, google.convention) == ("hf", "google")
+    q, c = qa_items[0]["question"], qa_items[0]["context"]
+    assert google.answer(q, c) == hf.answer(q, c, convention="google")
+    assert hf.answer(q, c) == google.answer(q, c, convention="hf")
+    # Google's convention: handle_impossible_answer turns on SQuAD 2.0's null answer among the n-best
+    with_null = google.answer(q, c, top_k=100, handle_impossible_answer=True)
+    assert [x["answer"] for x in with_null].count("") == 1
+    assert "" not in [x["answer"] for x in google.answer(q, c, top_k=100)]
+    with pytest.raises(InputError, match="qa_convention"):
+        load_pipeline(qa_dir, qa_convention="squad")

@@ -41,8 +41,19 @@ from bertkit.errors import InputError
 from bertkit.features import EncodeDefaults, Encoder, pool
 from bertkit.files import write_json
 from bertkit.modeling import BertModel, Packing
-from bertkit.options import option
-from bertkit.precision import PRECISIONS, autocast, grad_scaler, resolve_precision
+from bertkit.options import (
+    clip_option,
+    device_option,
+    lr_option,
+    max_steps_option,
+    option,
+    output_option,
+    precision_option,
+    seed_option,
+    threads_option,
+    warmup_option,
+)
+from bertkit.precision import autocast, grad_scaler, resolve_precision
 from bertkit.tokenization import BertTokenizer
 from bertkit.training import distributed as D
 from bertkit.training.interrupt import GracefulStop
@@ -54,7 +65,7 @@ from bertkit.training.step import apply_update
 
 TRAIN_CONFIG_NAME = "embedding_config.json"
 # settings that change what is computed: a resumed run must use the same
-RESUME_KEYS = ("model", "train", "epochs", "max_steps", "lr", "batch_size", "mini_batch_size", "warmup_proportion",
+RESUME_KEYS = ("model", "train", "epochs", "max_steps", "lr", "batch_size", "mini_batch_size", "warmup_fraction",
                "weight_decay", "clip", "temperature", "scale", "symmetric", "matryoshka_dims", "seed", "precision",
                "max_seq_length", "pooling", "eval_every", "max_train_examples")
 
@@ -76,7 +87,7 @@ class EmbeddingTrainArgs:
                        "MultipleNegativesRankingLoss; sts: (text, text, score) with CoSENT")
     train: str = option(None, required=True, help="training file (text, TSV, CSV, JSONL, SQuAD JSON)")
     model: str = option(None, required=True, help="bertkit, Hugging Face or sentence-transformers BERT directory")
-    output: str = option(None, required=True, help="output directory (loads in Encoder, sentence-transformers, "
+    output: str = output_option(help="output directory (loads in Encoder, sentence-transformers, "
                          "transformers)")
     dev: str | None = option(None, help="STS dev file (sentence1, sentence2, score): evaluated every --eval-every "
                              "steps or epoch; the best checkpoint by Spearman is kept")
@@ -101,22 +112,23 @@ class EmbeddingTrainArgs:
     skip_bad_rows: bool = option(False, help="skip and count malformed rows instead of stopping", group="data")
     max_train_examples: int = option(0, help="use only the first N training rows (0 = all)", group="data")
     epochs: float = option(1.0, group="training")
-    max_steps: int = option(0, help="stop after N optimizer steps (0 = no limit)", group="training")
-    lr: float = option(5e-5, help="peak learning rate", group="training")
+    max_steps: int | None = max_steps_option()
+    lr: float = lr_option(5e-5)
     batch_size: int = option(64, help="rows per step per process: the in-batch negatives", group="training")
     mini_batch_size: int = option(0, help="GradCache: embed the batch in mini-batches of N (memory of N, "
                                   "negatives of --batch-size; 0 = off)", group="training")
-    warmup_proportion: float = option(0.1, group="training")
+    warmup_fraction: float = warmup_option(0.1)
     weight_decay: float = option(0.01, group="training")
-    clip: float = option(1.0, help="clip the gradient norm to this (0 = no clipping)", group="training")
+    clip: float = clip_option(1.0)
     temperature: float = option(0.05, help="simcse: InfoNCE temperature", group="loss")
     scale: float = option(20.0, help="pairs / sts: cosine scale (1 / temperature)", group="loss")
     symmetric: bool = option(False, help="pairs: also rank anchors for each positive (two-way loss)", group="loss")
     matryoshka_dims: str | None = option(None, help="e.g. 768,256,64: sum the loss over these prefixes",
                                          group="loss")
-    seed: int = option(42, group="training")
-    precision: str = option("auto", choices=PRECISIONS, group="training")
-    device: str | None = option(None, help="cpu / cuda (default: cuda when available)", group="training")
+    seed: int = seed_option(42)
+    precision: str = precision_option(group="training")
+    device: str | None = device_option(group="training")
+    threads: int | None = threads_option()
     eval_every: int = option(0, help="evaluate --dev every N steps (default: each epoch)", group="training")
     eval_batch_size: int = option(64, group="training")
     quiet: bool = option(False, help="no progress lines", group="training")
@@ -130,7 +142,7 @@ class EmbeddingTrainArgs:
         for name in ("batch_size", "max_seq_length", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.mini_batch_size < 0 or self.max_steps < 0 or self.epochs <= 0:
+        if self.mini_batch_size < 0 or (self.max_steps or 0) < 0 or self.epochs <= 0:
             raise InputError("--mini-batch-size and --max-steps must be >= 0, --epochs > 0")
         if self.task != "pairs" and (self.nli or self.squad_pairs or self.symmetric or self.negative_column):
             raise InputError("--nli, --squad-pairs, --symmetric and --negative-column apply to --task pairs")
@@ -165,6 +177,8 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
     """Train a sentence-embedding model on ``rows``; write it to ``args.output`` (the best dev checkpoint when
     ``dev`` is given, else the last). Returns a summary (steps, loss, dev metrics, seconds). On SIGTERM / SIGINT a
     checkpoint is written (and every ``save_every`` steps); ``args.resume`` continues from it bit for bit."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
     output = Path(args.output)
     run = RunDir(output, ctx)
     if ctx.is_main:
@@ -203,7 +217,7 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
     if args.max_steps:
         total_steps = min(total_steps, args.max_steps)
     optimizer = build_optimizer(model, lr=args.lr, weight_decay=args.weight_decay)
-    scheduler = linear_schedule(optimizer, int(args.warmup_proportion * total_steps), total_steps)
+    scheduler = linear_schedule(optimizer, int(args.warmup_fraction * total_steps), total_steps)
     # fp16 (--precision auto on a GPU without bf16) scales the loss, so small gradients survive
     state = TrainState(model, optimizer, scheduler, grad_scaler(precision, device), position={"epoch": 0, "batch": 0})
     pad = tokenizer.pad_token_id

@@ -4,7 +4,7 @@
     for epoch:
         for grad_accum batches at a time (length-bucketed, shuffled; padded to the longest in the batch):
             optimizer_step(...)      # bertkit.training.step: autocast, fp16 loss scaling, unscale, clip to
-                                     # --max-grad-norm, AdamW step, linear warmup/decay step
+                                     # --clip, AdamW step, linear warmup/decay step
             SIGTERM / SIGINT: finish the step, write a checkpoint, exit (``--resume`` continues exactly)
         evaluate on dev -> if the task's main metric improved: save model, vocab, metrics.json, predictions
 
@@ -30,7 +30,15 @@ import torch
 from bertkit.errors import InputError
 from bertkit.experiments.tensorboard import EventWriter
 from bertkit.files import write_json
-from bertkit.options import option
+from bertkit.options import (
+    clip_option,
+    lr_option,
+    max_steps_option,
+    option,
+    seed_option,
+    threads_option,
+    warmup_option,
+)
 from bertkit.precision import grad_scaler, resolve_precision
 from bertkit.tasks import feature_length, length_batches
 from bertkit.tasks.options import RunOptions
@@ -45,7 +53,7 @@ from bertkit.training.step import optimizer_step
 
 TASK_CONFIG_NAME = "finetune_config.json"
 # settings that change what is computed: a resumed run must use the same
-RESUME_KEYS = ("epochs", "batch_size", "grad_accum", "lr", "warmup_proportion", "weight_decay", "max_grad_norm",
+RESUME_KEYS = ("epochs", "batch_size", "grad_accum", "lr", "warmup_fraction", "weight_decay", "clip",
                "seed", "precision", "eval_every", "max_steps")
 
 
@@ -57,14 +65,15 @@ class FinetuneArgs(RunOptions):
     batch_size: int = option(32, group="training", help="examples per micro-batch")
     grad_accum: int = option(1, group="training", help="micro-batches per optimizer step (the optimizer batch is "
                                                         "batch-size x grad-accum)")
-    lr: float = option(5e-5, group="training", help="peak learning rate (AdamW)")
-    warmup_proportion: float = option(0.1, group="training", help="fraction of the steps with linear warmup")
+    lr: float = lr_option(5e-5)
+    warmup_fraction: float = warmup_option(0.1)
     weight_decay: float = option(0.01, group="training", help="decoupled weight decay (none on biases, LayerNorm)")
-    max_grad_norm: float = option(1.0, group="training", help="clip the gradient norm to this (0 = no clipping)")
-    seed: int = option(42, group="training", help="seed of the head's initialisation, shuffling and dropout")
+    clip: float = clip_option(1.0)
+    seed: int = seed_option(42)
+    threads: int | None = threads_option()
     eval_batch_size: int = option(64, group="training", help="examples per evaluation batch")
     eval_every: int = option(0, group="training", help="evaluate on dev every N steps (0 = at the end of each epoch)")
-    max_steps: int = option(0, group="training", help="stop after N optimizer steps (0 = no limit)")
+    max_steps: int | None = max_steps_option()
     save_every: int = option(0, group="checkpoints", help="also write a resumable checkpoint every N steps (0 = only "
                                                           "when stopped by SIGTERM / SIGINT)")
     tensorboard: bool = option(False, group="checkpoints", help="also write TensorBoard event files (train loss and "
@@ -116,6 +125,8 @@ def finetune(
     ctx = ctx or DistContext(device=torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu")))
     if args.grad_accum < 1 or args.batch_size < 1:
         raise InputError(f"--batch-size and --grad-accum must be >= 1, got {args.batch_size} and {args.grad_accum}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     run = RunDir(output_dir, ctx)
     if ctx.is_main:
         run.check_writable()
@@ -137,7 +148,7 @@ def finetune(
     if args.max_steps:
         total_steps = min(total_steps, args.max_steps)
     optimizer = build_optimizer(model, lr=args.lr, weight_decay=args.weight_decay)
-    scheduler = linear_schedule(optimizer, int(args.warmup_proportion * total_steps), total_steps)
+    scheduler = linear_schedule(optimizer, int(args.warmup_fraction * total_steps), total_steps)
     state = TrainState(model, optimizer, scheduler, grad_scaler(precision, device), position={"epoch": 0, "batch": 0})
 
     best: dict[str, Any] | None = None
@@ -201,7 +212,7 @@ def finetune(
             while b < len(batches):
                 # an optimizer step of grad_accum micro-batches (the last of an epoch may average fewer)
                 group = batches[b:b + args.grad_accum]
-                optimizer_step(state, group, forward, clip=args.max_grad_norm, precision=precision, device=device,
+                optimizer_step(state, group, forward, clip=args.clip, precision=precision, device=device,
                                ctx=ctx, ddp_model=ddp_model, after_backward=count_loss)
                 b += len(group)
                 state.position = {"epoch": epoch, "batch": b}

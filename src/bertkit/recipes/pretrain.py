@@ -32,10 +32,20 @@ from typing import Any
 
 from bertkit.errors import LossNotFinite, RunError
 from bertkit.files import write_json
-from bertkit.options import option
+from bertkit.options import (
+    clip_option,
+    device_option,
+    lr_option,
+    max_steps_option,
+    option,
+    output_option,
+    precision_option,
+    seed_option,
+    threads_option,
+    warmup_option,
+)
 
 RECIPES = ("budget", "paper")
-PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 SCHEDULES = ("linear", "trapezoid", "onecycle")
 # what a run writes into OUTPUT (and --overwrite removes); a directory holding only these is a run's beginnings
 RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "run.json", "model.safetensors", "config.json", "data",
@@ -80,7 +90,11 @@ def parse_mask_mix(text: str) -> tuple[float, float, float]:
 def _run_key(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
     """An ``option`` that changes what is computed: a resumed run must match it (others, like save_every, may
     change). Marked ``run`` in the field's metadata; :data:`RUN_KEYS` lists them."""
-    f = option(default, **kwargs)
+    return _as_run_key(option(default, **kwargs))
+
+
+def _as_run_key(f: Any) -> Any:
+    """A shared option (``bertkit.options``) marked as a run key."""
     f.metadata = types.MappingProxyType({**f.metadata, "run": True})
     return f
 
@@ -96,7 +110,7 @@ class PretrainConfig:
     corpus: list[str] = _run_key(nargs="+", required=True, metavar="PATH", group=_D, help=(
         "text files or directories of them: Google format (a sentence per line, blank line between documents), "
         "plain prose (each file a document), or JSONL with a 'text' field; gzip is recognised by its bytes"))
-    output: str = option(required=True, metavar="DIR", group=_D, help="the run directory")
+    output: str = output_option(metavar="DIR", group=_D, help="the run directory")
     corpus_format: str = _run_key("auto", choices=("auto", "google", "prose", "jsonl"), group=_D, help=(
         "auto: jsonl by name, google when most lines hold one sentence, else prose"))
     encoding: str = _run_key("auto", choices=("auto", "utf-8"), group=_D, help=(
@@ -143,7 +157,7 @@ class PretrainConfig:
     schedule: str | None = _run_key(None, choices=SCHEDULES, group=_R, help=(
         "lr schedule after warmup: linear decay (paper), trapezoid (flat, then linear decay over the last half), "
         "onecycle (cosine up and down)"))
-    warmup_fraction: float | None = _run_key(None, group=_R, help="warmup as a fraction of the steps (paper 0.05)")
+    warmup_fraction: float | None = _as_run_key(warmup_option(None, group=_R))  # paper 0.05
     seq_ramp: str | None = _run_key(None, metavar="LEN:UNTIL,...", group=_R, help=(
         "shorter sequences first, e.g. 64:0.3 = length 64 for 30%% of the steps, then --seq-len; off"))
     batch_ramp: str | None = _run_key(None, metavar="SIZE:UNTIL,...", group=_R, help=(
@@ -158,23 +172,22 @@ class PretrainConfig:
     seq_len: int = _run_key(128, group=_T, help="sequence length")
     batch_size: int = _run_key(32, group=_T, help="micro-batch per process")
     grad_accum: int = _run_key(1, group=_T, help="micro-batches per optimizer step")
-    lr: float | None = _run_key(None, group=_T, help="peak learning rate (paper 1e-4; budget: by model size)")
+    lr: float | None = _as_run_key(lr_option(None, help="peak learning rate (paper 1e-4; budget: by model size)",
+                                             group=_T))
     warmup_steps: int | None = _run_key(None, group=_T, help="warmup steps (default: --warmup-fraction)")
     weight_decay: float = _run_key(0.01, group=_T, help="AdamW decoupled weight decay (none on biases, LayerNorm)")
-    clip: float = _run_key(1.0, group=_T, help="gradient norm clipping")
-    max_steps: int | None = _run_key(None, group=_T, help="optimizer steps (with --max-time: at most)")
+    clip: float = _as_run_key(clip_option(1.0, group=_T))
+    max_steps: int | None = _as_run_key(max_steps_option(help="optimizer steps (with --max-time: at most)", group=_T))
     max_time: float | None = option(None, parse=parse_duration, metavar="DURATION", group=_T, help=(
         "wall-clock budget (90s, 10m, 1.5h); the schedule is fitted to it"))
     two_phase: bool = _run_key(False, group=_T, help=(
         "the paper's schedule: --seq-len for 90%% of the steps, then --phase2-seq-len"))
     phase2_seq_len: int = _run_key(512, group=_T, help="--two-phase: sequence length of the last 10%% of steps")
     phase2_batch_size: int | None = _run_key(None, group=_T, help="--two-phase: its batch size (default --batch-size)")
-    precision: str = _run_key("auto", choices=PRECISIONS, group=_T, help=(
-        "auto: bf16 autocast where the CPU/GPU supports it (fp16 with loss scaling on GPUs without bf16)"))
-    device: str | None = option(None, group=_T, help="cpu | cuda (default: cuda when available)")
-    seed: int = _run_key(0, group=_T, help="seed of the weights, the data order and the masks")
-    threads: int | None = option(None, group=_T, help=(
-        "torch threads per process (default: torch's choice; 1 can be faster on a machine shared with other jobs)"))
+    precision: str = _as_run_key(precision_option(group=_T))
+    device: str | None = device_option(group=_T)
+    seed: int = _as_run_key(seed_option(0, group=_T, help="seed of the weights, the data order and the masks"))
+    threads: int | None = threads_option(group=_T)
     compile: bool = option(False, group=_T, help=(
         "torch.compile the model for the training steps (GPU: 1.25x per bert-base step; compiling takes about a "
         "minute, so it pays on runs of more than a few minutes)"))
