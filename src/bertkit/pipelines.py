@@ -404,6 +404,9 @@ class TextClassificationPipeline(Pipeline):
         :class:`InputTooLongError` for an over-long input."""
         if function_to_apply is not None and function_to_apply not in FUNCTIONS:
             raise InputError(f"function_to_apply must be one of {', '.join(FUNCTIONS)}, got {function_to_apply!r}")
+        for name, value in (("raw_scores", raw_scores), ("return_all_scores", return_all_scores),
+                            ("truncate", truncate)):
+            _check_bool(name, value)
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise InputError(f"top_k must be a positive integer, got {top_k!r}")
         single, texts, pairs = self._split(inputs)
