@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from bertkit import checkpoint
 from bertkit.batches import collate, cut_batches, plan_batches  # noqa: F401 (cut_batches re-exported)
 from bertkit.embeddings.st_format import read_sentence_transformers
 from bertkit.errors import InputError, MissingFileError
@@ -286,7 +287,7 @@ class Encoder:
         if sentence is not None:
             path = sentence.model_dir
         tokenizer = BertTokenizer.from_pretrained(path, lowercase=lowercase)  # names a missing vocabulary itself
-        if _model_type(path) == "modernbert":
+        if checkpoint.model_type(path) == "modernbert":
             return cls._from_modernbert(path, tokenizer, device, precision, quantize, backend, sentence)
         model, info = BertForPreTraining.from_pretrained(path, output_loading_info=True)
         has_pooler = not any(k.startswith("bert.pooler.") for k in info.initialised)
@@ -556,17 +557,6 @@ class Encoder:
                         for t, i, s in zip(tokens, top[m].tolist(), scores[m].tolist())
                     ])
         return results
-
-def _model_type(directory: Path) -> str | None:
-    """``model_type`` of a directory's config.json (None when unreadable: the loader then names the problem)."""
-    import json
-
-    try:
-        data = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data.get("model_type") if isinstance(data, dict) else None
-
 
 def encode_with_masks(tokenizer: BertTokenizer, text: str, mask_token: str = "[MASK]") -> list[int]:
     """``[CLS] pieces [SEP]`` ids, where every literal ``mask_token`` in ``text`` becomes the mask id.

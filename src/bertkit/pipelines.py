@@ -275,16 +275,24 @@ class Pipeline:
                                  self.device)
 
     def encoder(self):
-        """A :class:`bertkit.Encoder` over this model's encoder (weights shared, not copied): embeddings of the
-        fine-tuned model, for the server's encoder routes."""
+        """A :class:`bertkit.Encoder` of this model's encoder, for embeddings of the fine-tuned model (the server's
+        encoder routes): over the PyTorch model's weights (shared, not copied), or, on the onnx backend, one running
+        ONNX Runtime on the directory's every-layer graph (``encoder.onnx``; exported from the PyTorch weights when
+        absent), int8 if the pipeline is. An exported directory without PyTorch weights has no encoder: InputError."""
         from bertkit.features import Encoder
 
         bert = getattr(self.model, "bert", None)
-        if bert is None:
-            raise InputError(f"{self.directory}: the {self.backend} backend has no PyTorch encoder to embed with; "
-                             "load the pipeline with backend='torch' (or use bertkit.Encoder)")
-        return Encoder(bert, self.tokenizer, device=self.device, precision=self.precision,
-                       has_pooler=bert.pooler is not None)
+        if bert is not None:
+            return Encoder(bert, self.tokenizer, device=self.device, precision=self.precision,
+                           has_pooler=bert.pooler is not None)
+        if self.backend == "onnx" and self.directory is not None:
+            try:
+                return Encoder.from_pretrained(self.directory, device=self.device, precision="fp32",
+                                               quantize=self.quantize, backend="onnx")
+            except FileNotFoundError:
+                pass
+        raise InputError(f"{self.directory}: the {self.backend} backend has no encoder to embed with here (no "
+                         "PyTorch weights): load the pipeline from the fine-tuned directory, or use bertkit.Encoder")
 
 
 def _check_text(x: Any, where: str) -> str:
@@ -396,6 +404,9 @@ class TextClassificationPipeline(Pipeline):
         :class:`InputTooLongError` for an over-long input."""
         if function_to_apply is not None and function_to_apply not in FUNCTIONS:
             raise InputError(f"function_to_apply must be one of {', '.join(FUNCTIONS)}, got {function_to_apply!r}")
+        for name, value in (("raw_scores", raw_scores), ("return_all_scores", return_all_scores),
+                            ("truncate", truncate)):
+            _check_bool(name, value)
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise InputError(f"top_k must be a positive integer, got {top_k!r}")
         single, texts, pairs = self._split(inputs)

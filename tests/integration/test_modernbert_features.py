@@ -100,3 +100,25 @@ def test_bert_only_paths_refuse_in_one_line(model_dir):
         BertForSequenceClassification.from_pretrained(model_dir)
     with pytest.raises(BertkitError, match="ModernBERT.*no int8"):
         Encoder.from_pretrained(model_dir, quantize="int8")
+
+
+def test_served_embeddings_equal_the_encoder(model_dir):
+    """``bertkit serve`` loads a ModernBERT directory as an embedding model (no task head) and /embed and OpenAI's
+    /v1/embeddings answer what ``Encoder.encode`` computes."""
+    from tinymodels import http_json
+
+    from bertkit.commands.serve import load_model
+    from bertkit.serve.app import ServerThread, ServeSettings, create_app
+
+    enc = load_model(str(model_dir), "cpu", "fp32")
+    assert isinstance(enc, Encoder)
+    texts = ["the cat sat", "a big red dog ran to the river bank"]
+    want = enc.encode(texts, normalize=True)
+    with ServerThread(create_app(enc, ServeSettings(model_id="mb"))) as srv:
+        status, out = http_json(srv.url, "/embed", {"inputs": texts}, timeout=60)
+        assert status == 200, out
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+        status, out = http_json(srv.url, "/v1/embeddings", {"input": texts, "model": "mb"}, timeout=60)
+        np.testing.assert_allclose([d["embedding"] for d in out["data"]], want, rtol=1e-4, atol=1e-5)
+        status, out = http_json(srv.url, "/predict", {"inputs": "the cat"}, timeout=60)
+        assert status >= 400  # no task head: refused, not a traceback

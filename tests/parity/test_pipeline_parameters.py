@@ -94,6 +94,9 @@ def test_function_to_apply_and_top_k_refused_by_name(classifiers):
     for bad in (0, -1, 1.5, True, "2"):
         with pytest.raises(InputError, match="top_k"):
             pipe.predict("a text", top_k=bad)
+    for name in ("raw_scores", "return_all_scores", "truncate"):
+        with pytest.raises(InputError, match=name):
+            pipe.predict("a text", **{name: "yes"})
 
 
 # --------------------------------------------------------------------------------------------- token classification

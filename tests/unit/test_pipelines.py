@@ -401,8 +401,9 @@ def test_onnx_backend_equals_torch(sst2_dir, random_ner_dir, squad_dir, ft, tmp_
     assert onnx_clf.backend == "onnx" and type(onnx_clf.model).__name__ == "OnnxRuntimeModel"
     np.testing.assert_allclose(onnx_clf.logits(texts), torch_clf.logits(texts), atol=1e-4)
     assert [x[0]["label"] for x in onnx_clf.predict(texts)] == [x[0]["label"] for x in torch_clf.predict(texts)]
-    with pytest.raises(ValueError, match="backend has no PyTorch encoder"):
-        onnx_clf.encoder()
+    enc = onnx_clf.encoder()  # ONNX Runtime on the fine-tuned encoder's every-layer graph
+    assert enc.backend == "onnx" and enc.runner is not None
+    np.testing.assert_allclose(enc.encode(texts, layers=-1), torch_clf.encoder().encode(texts, layers=-1), atol=1e-4)
 
     ner = load_pipeline(random_ner_dir, backend="onnx").ner(NER_TEXTS)
     ref = load_pipeline(random_ner_dir, precision="fp32").ner(NER_TEXTS)

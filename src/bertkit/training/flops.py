@@ -123,9 +123,9 @@ def _cpu_name() -> str:
 
 def cpu_peak(precision: str, seconds: float = 1.0, refresh: bool = False) -> float:
     """This CPU's measured matmul FLOP/s at ``precision`` with torch's current thread count: the best of a few
-    timed 1024x1024 matmuls over about ``seconds``, cached per CPU model, thread count, torch version and precision.
-    A busy machine measures low, so ``refresh`` measures again and the cache keeps the highest figure seen
-    (benchmarks/bench_pretrain.py refreshes it)."""
+    timed square matmuls (1024, or smaller where that is slow) over about ``seconds``, cached per CPU model, thread
+    count, torch version and precision. A busy machine measures low, so ``refresh`` measures again and the cache
+    keeps the highest figure seen (benchmarks/bench_pretrain.py refreshes it)."""
     import torch
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
@@ -139,9 +139,12 @@ def cpu_peak(precision: str, seconds: float = 1.0, refresh: bool = False) -> flo
             cache = {}
     if key in cache and not refresh:
         return float(cache[key])
-    n = 1024
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    torch.matmul(a, b)  # warm-up (oneDNN picks its kernel)
+    for n in (256, 512, 1024):  # as large as a quick probe allows (fp16 matmuls on a CPU can be 100x slower)
+        a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+        t = time.perf_counter()
+        torch.matmul(a, b)  # also the warm-up (oneDNN picks its kernel)
+        if time.perf_counter() - t > 0.02 * seconds:
+            break
     best, deadline = float("inf"), time.perf_counter() + seconds
     while time.perf_counter() < deadline or best == float("inf"):
         t = time.perf_counter()
