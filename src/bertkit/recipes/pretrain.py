@@ -255,7 +255,8 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
         from bertkit.recipes import modernbert
 
         table.update(modernbert.DEFAULTS)
-        size = size.replace("modernbert-", "bert-")
+        cfg = dataclasses.replace(cfg, model_size=modernbert.preset(cfg.model_size))  # a bad size fails here, early
+        size = cfg.model_size.replace("modernbert-", "bert-")
     if table["lr"] is None:
         table["lr"] = BUDGET_LR.get(size, 2e-4) if not cfg.init_from else 1e-4
     chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
