@@ -14,15 +14,22 @@ process and the script prints medians and ratios (> 1 means the first-named path
    ``torch.optim.AdamW`` as its docs show, with its config's default ``sparse_prediction=False`` (vocabulary logits at
    every position) and, as a second row, with ``sparse_prediction=True`` (its own option to skip them); bertkit's
    side: ``build_optimizer`` (fused AdamW) and the sparse MLM head.
+3. **Long context** (``--only long``): one document of ``--long-lengths`` tokens embedded by bertkit's
+   ``ModernBertModel`` (fp32, inference mode), each length in a fresh process: seconds and the process's peak
+   resident memory above the loaded model's. Local layers take the blocked O(T * W) path; global layers run SDPA
+   without a mask (its flash kernel: no [T, T] matrix). No transformers column: this measures growth with length.
 
     .venv/bin/python benchmarks/bench_modernbert.py                                 # modernbert-mini, both parts
     .venv/bin/python benchmarks/bench_modernbert.py --only train --repeats 3 --warmup 1   # a quick check
+    .venv/bin/python benchmarks/bench_modernbert.py --only long --threads 1               # 1024 .. 8192 tokens
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -142,6 +149,37 @@ def train(args, config: ModernBertConfig, directory: str) -> None:
               + (f" | ratio {t / med['bertkit']:.2f}x" if name != "bertkit" else ""))
 
 
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def long_one(config: ModernBertConfig, length: int) -> None:
+    """In its own process: build the model, note the peak RSS, embed one ``length``-token document, print a line."""
+    torch.manual_seed(0)
+    model = ModernBertModel(config).eval()
+    ids = torch.randint(1000, config.vocab_size, (1, length))
+    with torch.inference_mode():
+        model(ids[:, :16])  # warm the kernels at a tiny size
+        with open("/proc/self/clear_refs", "w") as f:  # Linux: reset the peak (VmHWM) to the current RSS
+            f.write("5")
+        before = _status_kib("VmRSS")
+        start = time.perf_counter()
+        model(ids)
+        seconds = time.perf_counter() - start
+    peak = _status_kib("VmHWM") - before
+    print(f"  {length} tokens: {seconds:.2f} s, peak memory above the model {peak / 1024:.0f} MiB "
+          f"({peak / length:.1f} KiB per token)", flush=True)
+
+
+def long_context(args, config: ModernBertConfig) -> None:
+    print("long context: one document, fp32, inference mode, each length in a fresh process")
+    for length in args.long_lengths:
+        cmd = [sys.executable, __file__, "--long-one", str(length), "--preset", args.preset, "--vocab-size",
+               str(args.vocab_size), "--threads", str(args.threads)]
+        subprocess.run(cmd, check=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="modernbert-mini")
@@ -155,16 +193,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = leave PyTorch's default)")
-    parser.add_argument("--only", choices=["inference", "train"], default=None)
+    parser.add_argument("--long-lengths", type=lambda t: [int(x) for x in t.split(",")],
+                        default=[1024, 2048, 4096, 8192])
+    parser.add_argument("--long-one", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--only", choices=["inference", "train", "long"], default=None)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     config = ModernBertConfig.from_preset(args.preset, vocab_size=args.vocab_size, pad_token_id=0, cls_token_id=101,
                                           sep_token_id=102, bos_token_id=101, eos_token_id=102,
-                                          max_position_embeddings=max(args.max_len, args.train_len))
+                                          max_position_embeddings=max(8192, args.max_len, args.train_len))
+    if args.long_one is not None:
+        return long_one(config, args.long_one)
     print(f"{args.preset} (L{config.num_hidden_layers}/H{config.hidden_size}/A{config.num_attention_heads}/"
           f"I{config.intermediate_size}, window {config.local_attention}), vocab {config.vocab_size}, torch "
           f"{torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}")
+    if args.only == "long":
+        return long_context(args, config)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as d:
         ModernBertForMaskedLM(config).save_pretrained(d)

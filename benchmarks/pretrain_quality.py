@@ -56,6 +56,10 @@ ABLATION: dict[str, dict] = {
     "budget, mask 0.15, 100/0/0": {"recipe": "budget", "mask_prob": 0.15, "mask_mix": "100/0/0"},
     "budget, sinusoidal positions": {"recipe": "budget", "position_init": "sinusoidal"},
     "budget, sinusoidal, 100/0/0": {"recipe": "budget", "position_init": "sinusoidal", "mask_mix": "100/0/0"},
+    "budget, sinusoidal, lr x0.25": {"recipe": "budget", "position_init": "sinusoidal", "lr_scale": 0.25},
+    "budget, sinusoidal, seq 64 x batch 64": {"recipe": "budget", "position_init": "sinusoidal", "seq_len": 64,
+                                              "batch_size": 64},
+    "budget, sinusoidal, mask 0.15": {"recipe": "budget", "position_init": "sinusoidal", "mask_prob": 0.15},
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 import sys
 
 from bertkit.errors import BertkitError
@@ -79,8 +80,23 @@ def _show_library_warnings() -> None:
         logging.getLogger("bertkit.run").setLevel(logging.INFO)  # a training run's progress (bertkit.training.log)
 
 
+_NEGATIVE_LIST = re.compile(r"^-\d+(,\s*-?\d+)+$")
+
+
+def join_negative_lists(argv: list[str]) -> list[str]:
+    """``--layers -1,-2`` -> ``--layers=-1,-2``: argparse takes a value that starts with '-' and is not a single
+    number for an option. No flag looks like a list of negative numbers, so the join is safe for every command."""
+    out: list[str] = []
+    for arg in argv:
+        if out and _NEGATIVE_LIST.match(arg) and out[-1].startswith("--") and "=" not in out[-1]:
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = join_negative_lists(list(sys.argv[1:] if argv is None else argv))
     if not argv or argv[0] not in COMMANDS:
         parser = build_parser()
         if not argv:

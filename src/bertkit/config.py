@@ -202,6 +202,10 @@ class BertConfig:
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         kwargs: dict[str, Any] = {}
         extra: dict[str, Any] = {}
+        if data.get("model_type") == "modernbert":  # bertkit.modeling_modernbert reads it; say so in one line
+            raise ConfigError(f"{source}: a ModernBERT model (model_type 'modernbert'); this reads BERT models only "
+                              f"so far (ModernBERT works in pretrain --arch modernbert, embed/features, fill-mask and "
+                              f"bertkit.ModernBertFor*)")
         for key, value in data.items():
             if key in names:
                 kwargs[key] = value

@@ -25,3 +25,9 @@ class RunError(BertkitError, RuntimeError):
 
 class MissingFileError(InputError, FileNotFoundError):
     """A file or directory the user named (or one a model directory must hold) does not exist (names it)."""
+
+
+class LossNotFinite(RunError, FloatingPointError):
+    """A training loss or gradient norm stopped being finite; the message names the last good checkpoint."""
+
+    exit_code = 3

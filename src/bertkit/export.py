@@ -8,9 +8,14 @@ dynamic) and returns the head's outputs under transformers' names:
     anything else (BertModel, BertForPreTraining, BertForMaskedLM) last_hidden_state, pooler_output (if trained)
 
 OUT is a directory (``model.onnx`` + the directory's config.json, vocab.txt, tokenizer and task files, so that it is
-self-contained) or a file name ending in ``.onnx``. With ONNX Runtime installed (``pip install bertkit[onnx]``),
-the export is checked: the graph's outputs on a padded batch are compared with PyTorch's. ``quantize="int8"`` also
-applies ONNX Runtime's dynamic int8 quantisation to the weights of its MatMuls.
+self-contained: ``load_pipeline(OUT, backend="onnx")`` runs it with no PyTorch weights there) or a file name ending in
+``.onnx``. With ONNX Runtime installed (``pip install bertkit[onnx]``), the export is checked: the graph's outputs on
+a padded batch are compared with PyTorch's. ``quantize="int8"`` also writes ONNX Runtime's dynamic int8 quantisation
+of the graph (int8 MatMul weights) under its own name, ``model.int8.onnx`` (``encoder.int8.onnx``), beside the fp32
+``model.onnx``: a backend asked for fp32 never runs an int8 graph (:func:`onnx_file` refuses one).
+
+The backend: :class:`OnnxRuntimeModel` runs a head graph where a pipeline runs its PyTorch model, and
+:class:`OnnxEncoderRunner` runs the every-layer encoder graph for :class:`bertkit.Encoder` (its ``runner``).
 """
 
 from __future__ import annotations
@@ -36,6 +41,16 @@ HEAD_OUTPUTS = {
     "BertForTokenClassification": ("logits",),
     "BertForQuestionAnswering": ("start_logits", "end_logits"),
 }
+QUANTIZED_OPS = {"DynamicQuantizeLinear", "MatMulInteger", "QuantizeLinear", "DequantizeLinear", "QLinearMatMul",
+                 "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QAttention"}
+
+
+def onnx_name(quantize: str | None = None, hidden_states: bool = False) -> str:
+    """The graph's file name in a model directory: ``model.onnx`` (a head, or the bare encoder's last layer),
+    ``encoder.onnx`` (every layer's output, for Encoder), with ``.int8`` before ``.onnx`` for the int8 graph."""
+    return ("encoder" if hidden_states else "model") + (".int8.onnx" if quantize else ".onnx")
+
+
 COPIED_FILES = ("config.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json",
                 "finetune_config.json")
 
@@ -119,11 +134,14 @@ def export_onnx(directory: str | os.PathLike, out: str | os.PathLike, opset: int
     directory, out = Path(directory), Path(out)
     model, architecture, outputs = load_for_export(directory, hidden_states)
     if out.suffix == ".onnx":
-        target = out
+        targets = {quantize: out}  # the one file asked for
         out.parent.mkdir(parents=True, exist_ok=True)
     else:
         out.mkdir(parents=True, exist_ok=True)
-        target = out / "model.onnx"
+        # a directory gets the fp32 graph and, when asked, the int8 one under its own name
+        targets = {None: out / onnx_name(None, hidden_states)}
+        if quantize:
+            targets[quantize] = out / onnx_name(quantize, hidden_states)
     sample = _sample_inputs(model.config.vocab_size)
     dynamic = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
     per_token = {"last_hidden_state", "start_logits", "end_logits", *(o for o in outputs if o.startswith("hidden"))}
@@ -132,39 +150,51 @@ def export_onnx(directory: str | os.PathLike, out: str | os.PathLike, opset: int
     for name in outputs:
         dynamic[name] = {0: "batch", 1: "sequence"} if name in per_token else {0: "batch"}
 
-    def write(tmp: Path) -> None:
+    def trace(tmp: Path) -> None:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")  # tracer warnings on the padding test, the exporter's deprecation notes
             torch.onnx.export(_Graph(model, outputs).eval(), tuple(sample[n] for n in INPUT_NAMES), str(tmp),
                               input_names=list(INPUT_NAMES), output_names=list(outputs), dynamic_axes=dynamic,
                               opset_version=opset, dynamo=False)
-        if quantize:
-            from onnxruntime.quantization import QuantType, quantize_dynamic
 
-            fp32 = tmp.with_name(tmp.name + ".fp32")
-            tmp.rename(fp32)
-            root = logging.getLogger()
-            level = root.level
-            root.setLevel(logging.ERROR)  # the quantiser logs a generic "consider pre-processing" warning on root
-            try:
-                quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
-            finally:
-                root.setLevel(level)
-                fp32.unlink(missing_ok=True)
+    def quantized(tmp: Path) -> None:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        fp32 = tmp.with_name(tmp.name + ".fp32")
+        if None in targets:
+            shutil.copyfile(targets[None], fp32)
+        else:
+            trace(fp32)
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(logging.ERROR)  # the quantiser logs a generic "consider pre-processing" warning on root
+        try:
+            quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
+        finally:
+            root.setLevel(level)
+            fp32.unlink(missing_ok=True)
 
     try:
         import onnx  # noqa: F401  (the exporter needs it)
     except ImportError:
         raise RunError("ONNX export needs the onnx package: pip install 'bertkit[onnx]' (onnx, onnxruntime)") from None
-    atomic_write(target, write)
-    report = ExportReport(str(target), architecture, list(outputs), opset, quantized=quantize, files=[str(target)])
+    if None in targets:
+        atomic_write(targets[None], trace)
+    if quantize:
+        atomic_write(targets[quantize], quantized)
+    written = list(targets.values())
+    report = ExportReport(str(targets.get(quantize, written[0])), architecture, list(outputs), opset,
+                          quantized=quantize, files=[str(t) for t in written])
     if out.suffix != ".onnx":
         for name in COPIED_FILES:
             if (directory / name).is_file() and (directory / name).resolve() != (out / name).resolve():
                 atomic_write(out / name, lambda t, src=directory / name: shutil.copyfile(src, t))
                 report.files.append(str(out / name))
     if check:
-        report.max_abs_diff = check_onnx(target, model, outputs, sample, limit=0.5 if quantize else 1e-3)
+        for q, target in targets.items():
+            diff = check_onnx(target, model, outputs, sample, limit=0.5 if q else 1e-3)
+            if q == quantize:
+                report.max_abs_diff = diff
     return report
 
 
@@ -243,10 +273,22 @@ class OnnxRuntimeModel:
         return SimpleNamespace(**{n: torch.from_numpy(v) for n, v in zip(self.output_names, values)})
 
 
+def graph_is_quantized(path: str | os.PathLike) -> bool:
+    """Whether an ONNX graph holds quantised operators (what ``quantize_dynamic`` writes)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return any(node.op_type in QUANTIZED_OPS for node in graph.node)
+
+
 def onnx_file(directory: str | os.PathLike, quantize: str | None = None, hidden_states: bool = False,
               cache: str | os.PathLike | None = None) -> Path:
-    """``DIR/model.onnx`` (``encoder.onnx`` with ``hidden_states``; ``.int8.onnx`` for int8) when it is there and
-    newer than the weights, else one exported (and checked) into ``cache`` (default: a temporary directory)."""
+    """The graph a backend runs: ``DIR/model.onnx`` (``encoder.onnx`` with ``hidden_states``; ``model.int8.onnx`` /
+    ``encoder.int8.onnx`` for int8) when it is there and not older than the directory's PyTorch weights (an exported
+    directory has none: its graph is used as it is), else one exported (and checked) from the weights into ``cache``
+    (default: a temporary directory). Raises InputError when the graph's precision is not the one asked for (an int8
+    graph named ``model.onnx``, as ``export --quantize`` used to write it) or when there is neither graph nor
+    weights."""
     import tempfile
 
     from bertkit.checkpoint import find_weights
@@ -254,10 +296,28 @@ def onnx_file(directory: str | os.PathLike, quantize: str | None = None, hidden_
 
     directory = Path(directory)
     quantize = resolve_quantize(quantize)
-    name = ("encoder" if hidden_states else "model") + (".int8.onnx" if quantize else ".onnx")
+    name = onnx_name(quantize, hidden_states)
     found = directory / name
-    if found.is_file() and found.stat().st_mtime >= find_weights(directory).stat().st_mtime:
+    try:
+        weights: Path | None = find_weights(directory)
+    except FileNotFoundError:
+        weights = None
+    if found.is_file() and (weights is None or found.stat().st_mtime >= weights.stat().st_mtime):
+        try:
+            is_int8 = graph_is_quantized(found)
+        except ImportError:
+            raise RunError("backend 'onnx' needs onnx and onnxruntime: pip install 'bertkit[onnx]'") from None
+        if is_int8 != bool(quantize):
+            raise InputError(
+                f"{found} is an {'int8' if is_int8 else 'fp32'} graph but {'int8' if quantize else 'fp32'} was asked "
+                f"for: " + (f"load it with quantize='int8' (--quantize int8), or re-export with `bertkit export "
+                            f"--onnx` (int8 graphs are now written as {onnx_name('int8', hidden_states)})"
+                            if is_int8 else f"an int8 graph is {onnx_name('int8', hidden_states)}"))
         return found
+    if weights is None:
+        flags = (" --all-layers" if hidden_states else "") + (" --quantize int8" if quantize else "")
+        raise InputError(f"{directory}: no {name} and no PyTorch weights to export it from (export it with "
+                         f"`bertkit export --onnx MODEL_DIR {directory}{flags}`)")
     found = Path(cache or tempfile.mkdtemp(prefix="bertkit-onnx-")) / name
     log.info("exporting %s to %s for ONNX Runtime", directory, found)
     export_onnx(directory, found, quantize=quantize, hidden_states=hidden_states)
@@ -270,29 +330,45 @@ def onnx_runtime_model(directory: str | os.PathLike, config, quantize: str | Non
     return OnnxRuntimeModel(onnx_file(directory, quantize, cache=cache), config)
 
 
-def use_onnx_runtime(encoder, directory: str | os.PathLike, quantize: str | None = None,
-                     cache: str | os.PathLike | None = None):
-    """Make ``encoder`` (a CPU :class:`bertkit.Encoder`) run its forward pass with ONNX Runtime on the directory's
-    encoder graph with every layer's output (``encoder.onnx`` / ``encoder.int8.onnx``, or one exported now). Its
-    pooling, batching and results stay the Encoder's; it then computes in fp32 (int8 inside the graph)."""
-    if encoder.device.type != "cpu":
-        raise InputError("backend 'onnx' runs on the CPU (onnxruntime's CPU provider): use device='cpu'")
-    runtime = OnnxRuntimeModel(onnx_file(directory, quantize, hidden_states=True, cache=cache), encoder.config)
-    names = runtime.output_names
-    has_pooler = "pooler_output" in names
+class OnnxEncoderRunner:
+    """The forward pass of :class:`bertkit.Encoder` in ONNX Runtime, on an every-layer encoder graph
+    (``encoder.onnx`` / ``encoder.int8.onnx``): ``runner(input_ids, token_type_ids, attention_mask, depth, pooler)``
+    -> (hidden states 0..depth, each [B, T, H] fp32; pooler output [B, H] or None), as ``Encoder.forward``. The
+    Encoder holds it as its ``runner`` and keeps its own tokenising, batching and pooling."""
 
-    def forward(input_ids, token_type_ids, attention_mask, depth: int, pooler: bool = False):
-        depth = encoder.num_layers if depth < 0 else depth
-        wanted = [f"hidden_states.{i}" for i in range(depth + 1)] + (["pooler_output"] if pooler and has_pooler
-                                                                      else [])
-        values = runtime.session.run(wanted, {"input_ids": input_ids.cpu().numpy(),
-                                              "attention_mask": attention_mask.cpu().numpy(),
-                                              "token_type_ids": token_type_ids.cpu().numpy()})
+    backend = "onnx"
+
+    def __init__(self, path: str | os.PathLike, config, num_layers: int):
+        self.runtime = OnnxRuntimeModel(path, config)
+        self.path = self.runtime.path
+        self.num_layers = num_layers
+        self.has_pooler = "pooler_output" in self.runtime.output_names
+
+    def __repr__(self) -> str:
+        return f"OnnxEncoderRunner({self.path})"
+
+    def __call__(self, input_ids, token_type_ids, attention_mask, depth: int, pooler: bool = False):
+        depth = self.num_layers if depth < 0 else depth
+        wanted = [f"hidden_states.{i}" for i in range(depth + 1)]
+        if pooler and self.has_pooler:
+            wanted.append("pooler_output")
+        values = self.runtime.session.run(wanted, {"input_ids": input_ids.cpu().numpy(),
+                                                   "attention_mask": attention_mask.cpu().numpy(),
+                                                   "token_type_ids": token_type_ids.cpu().numpy()})
         tensors = [torch.from_numpy(v) for v in values]
         return tuple(tensors[:depth + 1]), (tensors[depth + 1] if len(tensors) > depth + 1 else None)
 
-    encoder.forward = forward
+
+def use_onnx_runtime(encoder, directory: str | os.PathLike, quantize: str | None = None,
+                     cache: str | os.PathLike | None = None):
+    """Give ``encoder`` (a CPU :class:`bertkit.Encoder`) an :class:`OnnxEncoderRunner` on the directory's encoder
+    graph with every layer's output (``encoder.onnx`` / ``encoder.int8.onnx``, or one exported now). Its pooling,
+    batching and results stay the Encoder's; it then computes in fp32 (int8 inside the graph)."""
+    if encoder.device.type != "cpu":
+        raise InputError("backend 'onnx' runs on the CPU (onnxruntime's CPU provider): use device='cpu'")
+    encoder.runner = OnnxEncoderRunner(onnx_file(directory, quantize, hidden_states=True, cache=cache),
+                                       encoder.config, encoder.num_layers)
     encoder.precision = "fp32"
     encoder.backend = "onnx"
-    encoder.onnx_path = runtime.path
+    encoder.onnx_path = encoder.runner.path
     return encoder

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from bertkit import checkpoint
 from bertkit.batches import collate, cut_batches, plan_batches  # noqa: F401 (cut_batches re-exported)
 from bertkit.embeddings.st_format import read_sentence_transformers
 from bertkit.errors import InputError, MissingFileError
@@ -226,18 +227,27 @@ class Encoder:
         has_pooler: bool | None = None,
         mlm_head: Any = None,
     ):
-        bert = model if isinstance(model, BertModel) else getattr(model, "bert", None)
-        if not isinstance(bert, BertModel):
-            raise TypeError(f"Encoder needs a BertModel or a BertFor* model, got {type(model).__name__}")
+        from bertkit.modeling_modernbert import ModernBertModel  # the second architecture: no pooler, no segments
+
+        bert = model if isinstance(model, (BertModel, ModernBertModel)) else (
+            getattr(model, "bert", None) or getattr(model, "model", None))
+        if not isinstance(bert, (BertModel, ModernBertModel)):
+            raise TypeError(f"Encoder needs a BertModel, ModernBertModel or a *For* model around one, got "
+                            f"{type(model).__name__}")
         self.device = torch.device(device)
         self.bert = bert.to(self.device).eval()
         self.config = bert.config
         self.tokenizer = tokenizer
         self.precision = resolve_precision(precision, self.device)
-        self.has_pooler = bert.pooler is not None if has_pooler is None else (has_pooler and bert.pooler is not None)
+        pooler = getattr(bert, "pooler", None)
+        self.has_pooler = pooler is not None if has_pooler is None else (has_pooler and pooler is not None)
         self.mlm_head = mlm_head.to(self.device).eval() if mlm_head is not None else None
-        self.num_layers = len(bert.encoder.layer)
+        self.num_layers = len(bert.layers) if isinstance(bert, ModernBertModel) else len(bert.encoder.layer)
         self.defaults = EncodeDefaults()
+        # what runs the forward pass instead of ``self.bert`` when set: e.g. ONNX Runtime
+        # (``bertkit.export.OnnxEncoderRunner``), called as ``forward`` is
+        self.runner: Any = None
+        self.backend = "torch"
         # CPU: run whole batches side by side, one thread each (up to torch.get_num_threads() of them), instead of
         # one batch at a time with every thread inside each op. Off by default: on a quiet 2-core machine it measured
         # slower for int8 (76 vs 90 sentences/s, BENCHMARKS.md); it can help where other jobs share the cores
@@ -277,6 +287,8 @@ class Encoder:
         if sentence is not None:
             path = sentence.model_dir
         tokenizer = BertTokenizer.from_pretrained(path, lowercase=lowercase)  # names a missing vocabulary itself
+        if checkpoint.model_type(path) == "modernbert":
+            return cls._from_modernbert(path, tokenizer, device, precision, quantize, backend, sentence)
         model, info = BertForPreTraining.from_pretrained(path, output_loading_info=True)
         has_pooler = not any(k.startswith("bert.pooler.") for k in info.initialised)
         has_mlm = not any(k.startswith("cls.predictions.") for k in info.initialised)
@@ -297,6 +309,25 @@ class Encoder:
             from bertkit.export import use_onnx_runtime
 
             use_onnx_runtime(encoder, path, quantize)
+        if sentence is not None:
+            encoder.defaults = EncodeDefaults((-1,), sentence.pooling, sentence.normalize,
+                                              sentence.max_seq_length or EncodeDefaults.max_length)
+        return encoder
+
+    @classmethod
+    def _from_modernbert(cls, path: Path, tokenizer: BertTokenizer, device: str, precision: str,
+                         quantize: str | None, backend: str, sentence) -> Encoder:
+        """A ModernBERT directory: the encoder, and its MLM head (head + tied decoder) for fill-mask when the
+        checkpoint has one. int8 and ONNX are BERT's only so far, and say so."""
+        from bertkit.modeling_modernbert import ModernBertForMaskedLM
+
+        if backend != "torch" or quantize not in (None, "none", "off"):
+            raise InputError(f"{path}: a ModernBERT model runs in PyTorch without quantization for now "
+                             f"(backend 'torch', no int8); --quantize and the ONNX backend are BERT's only")
+        model, info = ModernBertForMaskedLM.from_pretrained(path, output_loading_info=True)
+        has_mlm = not any(k.startswith("head.") or k.startswith("decoder.") for k in info.initialised)
+        encoder = cls(model, tokenizer, device=device, precision=precision, has_pooler=False,
+                      mlm_head=torch.nn.Sequential(model.head, model.decoder) if has_mlm else None)
         if sentence is not None:
             encoder.defaults = EncodeDefaults((-1,), sentence.pooling, sentence.normalize,
                                               sentence.max_seq_length or EncodeDefaults.max_length)
@@ -350,10 +381,15 @@ class Encoder:
                 depth: int, pooler: bool = False) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
         """Run embeddings and layers 1..depth only (depth -1 = all). Returns (hidden states 0..depth, each [B, T, H];
         pooler output [B, H] or None). Call under ``torch.inference_mode()`` and (optionally) :meth:`autocast`."""
+        if self.runner is not None:
+            return self.runner(input_ids, token_type_ids, attention_mask, depth, pooler)
         depth = self.num_layers if depth < 0 else depth
-        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True, num_layers=depth,
-                        output_pooler=pooler)
-        return out.hidden_states, out.pooler_output
+        if isinstance(self.bert, BertModel):
+            out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True, num_layers=depth,
+                            output_pooler=pooler)
+            return out.hidden_states, out.pooler_output
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True, num_layers=depth)
+        return out.hidden_states, None  # ModernBERT: no pooler
 
     def pool_batch(self, states: list[torch.Tensor], pooled: torch.Tensor | None, attention_mask: torch.Tensor,
                    spec: PoolSpec) -> torch.Tensor | list[torch.Tensor]:

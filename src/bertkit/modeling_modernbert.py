@@ -704,8 +704,8 @@ class ModernBertModel(ModernBertPreTrainedModel):
         Args:
             input_ids: [B, T] token ids.
             attention_mask: [B, T], 1 = real token, 0 = padding. None means nothing is padded.
-            token_type_ids: must be None or all zeros: ModernBERT has no segment embeddings (the argument is there so
-                that BERT's calling convention works; a second segment is refused rather than ignored).
+            token_type_ids: not used: ModernBERT has no segment embeddings (a pair's parts are told apart by [SEP]
+                alone, as in ModernBERT's own pipelines); accepted so that BERT's calling convention works.
             position_ids: [B, T] or [1, T]. Default 0..T-1.
             output_hidden_states: also return the embeddings' output and every layer's output (L + 1 tensors; the
                 last one is ``last_hidden_state``, after the final LayerNorm, as transformers returns it).
@@ -720,8 +720,6 @@ class ModernBertModel(ModernBertPreTrainedModel):
         if T > self.config.max_position_embeddings:
             raise ValueError(f"sequence length {T} exceeds max_position_embeddings "
                              f"({self.config.max_position_embeddings})")
-        if token_type_ids is not None and bool(token_type_ids.any()):
-            raise ValueError("ModernBERT has no segment embeddings: token_type_ids must be None or all zeros")
         depth = len(self.layers)
         if num_layers is not None:
             if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 0 <= num_layers <= depth:
@@ -1000,3 +998,25 @@ MODEL_CLASSES = {
     "ModernBertForQuestionAnswering": ModernBertForQuestionAnswering,
     "ModernBertForMultipleChoice": ModernBertForMultipleChoice,
 }
+
+# BERT's class -> ModernBERT's with the same head and the same output fields: what a task that names a BERT head loads
+# from a ModernBERT directory (``for_directory``)
+COUNTERPARTS = {
+    "BertModel": ModernBertModel,
+    "BertForMaskedLM": ModernBertForMaskedLM,
+    "BertForSequenceClassification": ModernBertForSequenceClassification,
+    "BertForTokenClassification": ModernBertForTokenClassification,
+    "BertForQuestionAnswering": ModernBertForQuestionAnswering,
+    "BertForMultipleChoice": ModernBertForMultipleChoice,
+}
+
+
+def for_directory(model_class: type, directory: str | os.PathLike) -> type:
+    """``model_class`` (a ``BertFor*``), or its ModernBERT counterpart when ``directory`` holds a ModernBERT
+    (config.json ``model_type: modernbert``); a BERT class without one is refused naming it."""
+    if checkpoint.model_type(directory) != "modernbert":
+        return model_class
+    if model_class.__name__ not in COUNTERPARTS:
+        raise ConfigError(f"{directory}: a ModernBERT model; {model_class.__name__} has no ModernBERT counterpart "
+                          f"(ModernBERT has no pooler and no next-sentence head)")
+    return COUNTERPARTS[model_class.__name__]

@@ -14,27 +14,35 @@ A field's name gives the flag (``max_seq_length`` -> ``--max-seq-length``), its 
 
 Bools become ``store_true`` (default False) or ``store_false`` (default True, flag ``--no-NAME`` unless given).
 ``X | None`` fields take ``X``'s type. ``parse=`` converts the string (e.g. a duration); ``skip=True`` keeps a
-field out of the CLI.
+field out of the CLI; ``aliases=`` are older spellings still accepted (with a deprecation warning).
+
+The options every training command shares have one name, one help text and one spelling here (``lr_option``,
+``warmup_option``, ``clip_option``, ``max_steps_option``, ``seed_option``, ``device_option``, ``precision_option``,
+``threads_option``, ``output_option``); a command chooses only its default. A command that passes flags on to
+another (``bertkit glue`` -> ``finetune``) uses ``add_options(..., passthrough=True)`` and :func:`to_argv`.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import typing
 from collections.abc import Callable
 from typing import Any
 
 _MISSING = dataclasses.MISSING
+logger = logging.getLogger(__name__)
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")  # bertkit.precision's, repeated so that this module imports no torch
 
 
 def option(default: Any = _MISSING, *, help: str = "", flag: str | None = None, group: str | None = None,
            choices: typing.Sequence | None = None, metavar: str | None = None, parse: Callable | None = None,
            nargs: str | None = None, required: bool = False, skip: bool = False,
-           default_factory: Callable | None = None) -> Any:
+           default_factory: Callable | None = None, aliases: tuple[str, ...] = ()) -> Any:
     """A dataclass field whose flag, help, group and parsing live next to its default."""
     meta = {"help": help, "flag": flag, "group": group, "choices": choices, "metavar": metavar, "parse": parse,
-            "nargs": nargs, "required": required, "skip": skip}
+            "nargs": nargs, "required": required, "skip": skip, "aliases": tuple(aliases)}
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -52,10 +60,26 @@ def _base_type(tp: Any) -> Any:
     return tp
 
 
-def add_options(parser: argparse.ArgumentParser, cls: type, *, exclude: typing.Iterable[str] = ()) -> None:
-    """Add a flag per field of dataclass ``cls`` (fields named in ``exclude`` or with ``skip`` are left out)."""
+class _DeprecatedAlias(argparse.Action):
+    """An older spelling of a flag: stores into the same field, and warns once it is used."""
+
+    def __init__(self, option_strings, dest, current: str = "", const=None, nargs=None, **kwargs):
+        self.current = current
+        super().__init__(option_strings, dest, nargs=nargs, const=const, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        logger.warning("%s is deprecated: use %s", option_string, self.current)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+def add_options(parser: argparse.ArgumentParser | Any, cls: type, *, exclude: typing.Iterable[str] = (),
+                groups: dict[str, Any] | None = None, passthrough: bool = False) -> dict[str, Any]:
+    """Add a flag per field of dataclass ``cls`` (fields named in ``exclude`` or with ``skip`` are left out).
+    Fields with a ``group`` go into argument groups of that title (``groups``: title -> group, shared between calls;
+    returned). ``passthrough``: no defaults and nothing required, so that only the flags given appear in the parsed
+    namespace (for a command that hands them on, with :func:`to_argv`)."""
     hints = typing.get_type_hints(cls)
-    groups: dict[str, Any] = {}
+    groups = {} if groups is None else groups
     exclude = set(exclude)
     for f in dataclasses.fields(cls):
         meta = f.metadata
@@ -92,7 +116,103 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, exclude: typing.I
                 kwargs["required"] = True
             if default is not None and not meta.get("required") and "%(default)" not in help_text:
                 kwargs["help"] = (help_text + " " if help_text else "") + "(default: %(default)s)"
+        if passthrough:
+            if "%(default)" in kwargs["help"]:
+                kwargs["help"] = kwargs["help"].replace("%(default)s", str(default).replace("%", "%%"))
+            kwargs.update(default=argparse.SUPPRESS, required=False)
         target.add_argument(flag, **kwargs)
+        for alias in meta.get("aliases") or ():
+            extra = {k: v for k, v in kwargs.items() if k in ("type", "choices", "nargs", "metavar")}
+            if kwargs.get("action") in ("store_true", "store_false"):
+                extra.update(nargs=0, const=kwargs["action"] == "store_true")
+            target.add_argument(alias, dest=f.name, action=_DeprecatedAlias, current=flag, default=argparse.SUPPRESS,
+                                help=argparse.SUPPRESS, **extra)
+    return groups
+
+
+def option_flags(cls: type) -> dict[str, str]:
+    """field name -> its flag, for the fields of ``cls`` that have one."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("skip") or not f.init:
+            continue
+        flag = f.metadata.get("flag")
+        if not flag:
+            base, tp = _base_type(hints.get(f.name, str)), hints.get(f.name, str)
+            negated = base is bool and typing.get_origin(tp) is None and f.default is True
+            flag = ("--no-" if negated else "--") + f.name.replace("_", "-")
+        out[f.name] = flag
+    return out
+
+
+def to_argv(cls: type, args: argparse.Namespace, *, exclude: typing.Iterable[str] = ()) -> list[str]:
+    """The flags of ``cls`` present in ``args`` (parsed with ``passthrough=True``), as an argv to hand on."""
+    hints = typing.get_type_hints(cls)
+    out: list[str] = []
+    exclude = set(exclude)
+    for name, flag in option_flags(cls).items():
+        if name in exclude or name not in vars(args):
+            continue
+        value, tp = getattr(args, name), hints.get(name, str)
+        if _base_type(tp) is bool and typing.get_origin(tp) is None:
+            out.append(flag)
+        elif isinstance(value, list):
+            for v in value:
+                out += [flag, str(v)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+# --------------------------------------------------------------------------------- the options commands share
+
+TRAINING = "training"
+
+
+def lr_option(default: float | None, help: str = "peak learning rate (AdamW)", group: str | None = TRAINING) -> Any:
+    return option(default, group=group, help=help)
+
+
+def warmup_option(default: float | None, group: str | None = TRAINING) -> Any:
+    """``warmup_fraction`` (``--warmup-proportion``: the older spelling)."""
+    return option(default, group=group, aliases=("--warmup-proportion",),
+                  help="fraction of the steps with linear warmup from 0 to the peak learning rate")
+
+
+def clip_option(default: float = 1.0, group: str | None = TRAINING) -> Any:
+    """``clip`` (``--max-grad-norm``: the older spelling)."""
+    return option(default, group=group, aliases=("--max-grad-norm",),
+                  help="clip the gradient norm to this (0 = no clipping)")
+
+
+def max_steps_option(help: str = "stop after N optimizer steps (default: no limit)",
+                     group: str | None = TRAINING) -> Any:
+    return option(None, group=group, help=help)
+
+
+def seed_option(default: int, group: str | None = TRAINING,
+                help: str = "seed of the initialisation, the data order and dropout") -> Any:
+    return option(default, group=group, help=help)
+
+
+def device_option(group: str | None = None) -> Any:
+    return option(None, group=group, help="cpu | cuda | cuda:N (default: cuda when available)")
+
+
+def precision_option(group: str | None = None) -> Any:
+    return option("auto", choices=PRECISIONS, group=group, help=(
+        "autocast precision: auto = bf16 where the CPU/GPU supports it (fp16 with loss scaling on GPUs without "
+        "bf16), else fp32"))
+
+
+def threads_option(group: str | None = TRAINING) -> Any:
+    return option(None, group=group, help=(
+        "torch threads per process (default: torch's choice; 1 can be faster on a machine shared with other jobs)"))
+
+
+def output_option(help: str, group: str | None = None, metavar: str | None = None) -> Any:
+    return option(None, required=True, group=group, help=help, metavar=metavar)
 
 
 def from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:

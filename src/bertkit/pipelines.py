@@ -9,6 +9,12 @@
     ner.ner("George Washington went to Washington")       # [{"entity_group": "PER", "score", "word", "start", "end"}]
     qa = load_pipeline("runs/squad")
     qa.answer("Where?", "The cat sat on the mat.")        # {"answer": "on the mat", "score", "start", "end"}
+    qa.answer("Where?", "The cat sat on the mat.", top_k=2)   # a list of the 2 best answers
+
+The calls' keyword arguments carry transformers' pipeline names and semantics (``function_to_apply``, ``top_k``,
+``aggregation_strategy``, ``ignore_labels``, ``handle_impossible_answer``, ``doc_stride``...; docs/inference.md); a
+bad value raises InputError naming it. QA answers by transformers' convention unless ``qa_convention="google"``
+(``run_squad.py``'s, as ``bertkit predict``).
 
 Heads (``architectures[0]`` in ``config.json``) -> pipeline:
 
@@ -21,8 +27,9 @@ are used when present, so a pipeline tokenises, windows and post-processes exact
 (the same ``bertkit.tasks`` code runs). A Hugging Face model directory without that file gets the defaults: label
 names from ``id2label`` (``LABEL_i`` when there are none), 512 tokens, SQuAD v1.1 windows.
 
-Scores (as TEI's ``/predict``): softmax over the labels; a one-label model gives its sigmoid (a reranker) or its
-raw value (a regression model fine-tuned with ``--regression`` / STS-B); ``raw_scores`` gives the logits.
+Scores (as transformers' default ``function_to_apply``): softmax over the labels; a one-label model gives its sigmoid
+(a reranker) or its raw value (a regression model fine-tuned with ``--regression`` / STS-B); ``raw_scores`` gives
+the logits.
 ``quantize="int8"`` swaps every Linear for a dynamic int8 one (CPU; see :mod:`bertkit.quantize`);
 ``backend="onnx"`` runs the exported graph with ONNX Runtime instead of PyTorch (see :mod:`bertkit.export`).
 """
@@ -46,6 +53,8 @@ HEADS = {
 }
 DEFAULT_MAX_LENGTH = 512
 BACKENDS = ("torch", "onnx")
+FUNCTIONS = ("softmax", "sigmoid", "none")  # text classification's function_to_apply (transformers' names)
+AGGREGATIONS = ("simple", "none", "first", "max", "average")  # token classification's aggregation_strategy
 HEAD_KEYS = {"BertForSequenceClassification": "classifier.weight", "BertForTokenClassification": "classifier.weight",
              "BertForQuestionAnswering": "qa_outputs.weight"}
 
@@ -106,7 +115,10 @@ def _weight_shapes(directory: Path) -> dict[str, tuple[int, ...]]:
 
 def _head_outputs(directory: Path, key: str) -> int | None:
     """The number of outputs of the head layer ``key`` (e.g. ``classifier.bias``) in the directory's weights."""
-    shape = _weight_shapes(directory).get(key)
+    try:
+        shape = _weight_shapes(directory).get(key)
+    except FileNotFoundError:  # an exported ONNX directory: no PyTorch weights
+        return None
     return None if shape is None else int(shape[0])
 
 
@@ -135,6 +147,7 @@ def load_pipeline(
     quantize: str | None = None,
     batch_size: int = 32,
     backend: str = "torch",
+    qa_convention: str = "hf",
 ) -> Pipeline:
     """The pipeline for the head of a fine-tuned model directory (see the module docstring).
 
@@ -146,6 +159,9 @@ def load_pipeline(
         batch_size: inputs per forward pass (length-sorted, so padding stays small).
         backend: "torch" (PyTorch) or "onnx": ONNX Runtime on ``DIR/model.onnx`` (``model.int8.onnx`` with int8)
             when present, else on a graph exported on the fly (``bertkit.export``; needs ``bertkit[onnx]``; CPU).
+        qa_convention: a QA head's default answer convention: "hf" (transformers' question-answering pipeline:
+            whole words, ``doc_stride`` = overlap, top_k) or "google" (``run_squad.py``'s, as ``bertkit predict``);
+            see :class:`QuestionAnsweringPipeline`.
 
     Raises:
         NoHeadError: the directory has no task head (``architectures`` names none); InputError for a bad directory.
@@ -164,6 +180,8 @@ def load_pipeline(
     quantize = resolve_quantize(quantize)
     if backend not in BACKENDS:
         raise InputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if qa_convention not in QA_CONVENTIONS:
+        raise InputError(f"qa_convention must be one of {', '.join(QA_CONVENTIONS)}, got {qa_convention!r}")
     architecture, saved = read_head(directory)
     config = BertConfig.from_pretrained(directory)
     if saved.get("task"):
@@ -180,8 +198,21 @@ def load_pipeline(
         from bertkit.export import onnx_runtime_model
 
         model = onnx_runtime_model(directory, config, quantize).to(device)
-        return cls(model, tokenizer, task, device=device, precision="fp32", batch_size=batch_size,
+        pipe = cls(model, tokenizer, task, device=device, precision="fp32", batch_size=batch_size,
                    directory=directory, quantize=quantize, backend=backend)
+        if isinstance(pipe, QuestionAnsweringPipeline):
+            pipe.convention = qa_convention
+        return pipe
+    from bertkit.checkpoint import find_weights
+    from bertkit.export import onnx_name
+
+    try:
+        find_weights(directory)
+    except FileNotFoundError as e:
+        if (directory / onnx_name()).is_file() or (directory / onnx_name("int8")).is_file():
+            raise InputError(f"{directory}: an exported ONNX directory (no PyTorch weights): load it with "
+                             "backend='onnx' (--backend onnx)") from None
+        raise InputError(str(e)) from None
     if not (directory / "tagger_config.json").is_file():
         key = HEAD_KEYS[architecture]
         if key not in _weight_shapes(directory):
@@ -199,8 +230,11 @@ def load_pipeline(
         precision = "fp32"  # the int8 kernels take fp32 activations; bf16 autocast around them would only add casts
     model.to(device).eval()
     precision = resolve_precision(precision, device)
-    return cls(model, tokenizer, task, device=device, precision=precision, batch_size=batch_size,
+    pipe = cls(model, tokenizer, task, device=device, precision=precision, batch_size=batch_size,
                directory=directory, quantize=quantize)
+    if isinstance(pipe, QuestionAnsweringPipeline):
+        pipe.convention = qa_convention
+    return pipe
 
 
 # --------------------------------------------------------------------------------------------- pipelines
@@ -241,16 +275,24 @@ class Pipeline:
                                  self.device)
 
     def encoder(self):
-        """A :class:`bertkit.Encoder` over this model's encoder (weights shared, not copied): embeddings of the
-        fine-tuned model, for the server's encoder routes."""
+        """A :class:`bertkit.Encoder` of this model's encoder, for embeddings of the fine-tuned model (the server's
+        encoder routes): over the PyTorch model's weights (shared, not copied), or, on the onnx backend, one running
+        ONNX Runtime on the directory's every-layer graph (``encoder.onnx``; exported from the PyTorch weights when
+        absent), int8 if the pipeline is. An exported directory without PyTorch weights has no encoder: InputError."""
         from bertkit.features import Encoder
 
         bert = getattr(self.model, "bert", None)
-        if bert is None:
-            raise InputError(f"{self.directory}: the {self.backend} backend has no PyTorch encoder to embed with; "
-                             "load the pipeline with backend='torch' (or use bertkit.Encoder)")
-        return Encoder(bert, self.tokenizer, device=self.device, precision=self.precision,
-                       has_pooler=bert.pooler is not None)
+        if bert is not None:
+            return Encoder(bert, self.tokenizer, device=self.device, precision=self.precision,
+                           has_pooler=bert.pooler is not None)
+        if self.backend == "onnx" and self.directory is not None:
+            try:
+                return Encoder.from_pretrained(self.directory, device=self.device, precision="fp32",
+                                               quantize=self.quantize, backend="onnx")
+            except FileNotFoundError:
+                pass
+        raise InputError(f"{self.directory}: the {self.backend} backend has no encoder to embed with here (no "
+                         "PyTorch weights): load the pipeline from the fine-tuned directory, or use bertkit.Encoder")
 
 
 def _check_text(x: Any, where: str) -> str:
@@ -322,31 +364,54 @@ class TextClassificationPipeline(Pipeline):
             out[idx] = result.logits.float().cpu().numpy()
         return out
 
-    def scores(self, logits, raw_scores: bool = False):
-        """Logits -> scores: softmax (several labels), sigmoid (a one-label reranker), the value itself (a
-        regression model, or ``raw_scores``)."""
+    def default_function(self) -> str:
+        """transformers' default ``function_to_apply``: none for a regression model (``problem_type`` regression,
+        or fine-tuned with ``--regression``), sigmoid for one label or ``multi_label_classification``, else
+        softmax."""
+        problem = getattr(self.config, "problem_type", None) or getattr(self.config, "extra", {}).get("problem_type")
+        if problem == "regression" or self.kind == "regression":
+            return "none"
+        if problem == "multi_label_classification" or self.num_labels == 1:
+            return "sigmoid"
+        return "softmax"
+
+    def scores(self, logits, raw_scores: bool = False, function_to_apply: str | None = None):
+        """Logits -> scores by ``function_to_apply`` ("softmax", "sigmoid" or "none"; None: :meth:`default_function`:
+        softmax over several labels, the sigmoid of a one-label reranker, the value of a regression model);
+        ``raw_scores`` is "none"."""
         import numpy as np
 
-        if raw_scores or self.kind == "regression":
+        function = "none" if raw_scores else (function_to_apply or self.default_function())
+        if function not in FUNCTIONS:
+            raise InputError(f"function_to_apply must be one of {', '.join(FUNCTIONS)}, got {function_to_apply!r}")
+        if function == "none":
             return logits
-        if self.num_labels == 1:
+        if function == "sigmoid":
             return 1.0 / (1.0 + np.exp(-logits))
         shifted = np.exp(logits - logits.max(-1, keepdims=True))
         return shifted / shifted.sum(-1, keepdims=True)
 
     # ------------------------------------------------------------------ the public calls
     def predict(self, inputs: str | tuple[str, str] | list, raw_scores: bool = False, return_all_scores: bool = False,
-                top_k: int | None = None, truncate: bool = True) -> list[dict] | list[list[dict]]:
+                top_k: int | None = None, truncate: bool = True, function_to_apply: str | None = None
+                ) -> list[dict] | list[list[dict]]:
         """Classify a text, a ``(text, pair)`` tuple, or a list of either.
 
         Returns, for each input, ``[{"label", "score"}]`` sorted by score (best first): the best label only, all of
         them with ``return_all_scores``, or the ``top_k`` best. A single input gives one such list; a list of
-        inputs a list of lists. ``truncate=False`` raises :class:`InputTooLongError` for an over-long input."""
-        single, texts, pairs = self._split(inputs)
-        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        inputs a list of lists. ``function_to_apply``: "softmax", "sigmoid" or "none" (the logits), as transformers'
+        text-classification pipeline (default: :meth:`default_function`). ``truncate=False`` raises
+        :class:`InputTooLongError` for an over-long input."""
+        if function_to_apply is not None and function_to_apply not in FUNCTIONS:
+            raise InputError(f"function_to_apply must be one of {', '.join(FUNCTIONS)}, got {function_to_apply!r}")
+        for name, value in (("raw_scores", raw_scores), ("return_all_scores", return_all_scores),
+                            ("truncate", truncate)):
+            _check_bool(name, value)
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise InputError(f"top_k must be a positive integer, got {top_k!r}")
+        single, texts, pairs = self._split(inputs)
         k = top_k if top_k is not None else (self.num_labels if return_all_scores else 1)
-        scores = self.scores(self.logits(texts, pairs, truncate), raw_scores)
+        scores = self.scores(self.logits(texts, pairs, truncate), raw_scores, function_to_apply)
         results = []
         for row in scores.tolist():
             order = sorted(range(self.num_labels), key=lambda j: -row[j])[:k]
@@ -420,16 +485,29 @@ class TokenClassificationPipeline(Pipeline):
         return list(zip(encodings, scores))
 
     def ner(self, inputs: str | list[str], aggregation_strategy: str = "simple",
-            ignore_labels: Sequence[str] = ("O",)) -> list[dict] | list[list[dict]]:
-        """Entities of a text (or of each text of a list).
+            ignore_labels: Sequence[str] | None = ("O",)) -> list[dict] | list[list[dict]]:
+        """Entities of a text (or of each text of a list), as transformers' token-classification pipeline.
 
-        ``simple`` (default): ``[{"entity_group", "score", "word", "start", "end"}]``: adjacent tokens with the same
-        entity type are grouped (a ``B-`` tag starts a new group), the score is the mean of their label
-        probabilities, ``word`` joins the word pieces, ``start``/``end`` are character offsets into the text.
-        ``none``: one ``{"entity", "score", "index", "word", "start", "end"}`` per token (``index`` counts [CLS]).
-        Labels in ``ignore_labels`` are left out."""
-        if aggregation_strategy not in ("simple", "none"):
-            raise InputError(f"aggregation_strategy must be 'simple' or 'none', got {aggregation_strategy!r}")
+        ``aggregation_strategy``:
+
+        - ``simple`` (default): ``[{"entity_group", "score", "word", "start", "end"}]``: adjacent tokens with the
+          same entity type are grouped (a ``B-`` tag starts a new group), the score is the mean of their label
+          probabilities, ``word`` joins the word pieces, ``start``/``end`` are character offsets into the text;
+        - ``none``: one ``{"entity", "score", "index", "word", "start", "end"}`` per token (``index`` counts [CLS]);
+        - ``first`` / ``max`` / ``average``: each word (a token and the ``##`` pieces after it) gets one label first
+          (its first token's; the one of its most confident token; the best of its tokens' averaged
+          probabilities), then words are grouped as ``simple``.
+
+        Entities whose label (``none``: the full label, e.g. ``B-LOC``; else the type, e.g. ``LOC``) is in
+        ``ignore_labels`` are left out (None: ``["O"]``)."""
+        if aggregation_strategy not in AGGREGATIONS:
+            raise InputError(f"aggregation_strategy must be one of {', '.join(AGGREGATIONS)}, got "
+                             f"{aggregation_strategy!r}")
+        if ignore_labels is None:
+            ignore_labels = ("O",)
+        if isinstance(ignore_labels, str) or not isinstance(ignore_labels, (list, tuple, set, frozenset)) or \
+                not all(isinstance(x, str) for x in ignore_labels):
+            raise InputError(f"ignore_labels must be a list of label names, got {ignore_labels!r}")
         single = isinstance(inputs, str)
         texts = [inputs] if single else list(inputs) if isinstance(inputs, list) else None
         if texts is None:
@@ -442,13 +520,45 @@ class TokenClassificationPipeline(Pipeline):
             tokens = []
             for j, (token_id, token, (start, end)) in enumerate(zip(enc.ids, enc.tokens, enc.offsets)):
                 best = int(scores[j].argmax())
-                word = text[start:end] if token_id == self.tokenizer.unk_token_id else token
+                unknown = token_id == self.tokenizer.unk_token_id
+                word = text[start:end] if unknown else token
                 tokens.append({"entity": self.labels[best], "score": float(scores[j, best]), "index": j + 1,
-                               "word": word, "start": start, "end": end})
-            groups = tokens if aggregation_strategy == "none" else group_entities(tokens)
+                               "word": word, "start": start, "end": end, "scores": scores[j],
+                               # transformers' test for a word-piece tokenizer: the piece's text is not the token
+                               "is_subword": not unknown and len(token) != end - start})
+            if aggregation_strategy == "none":
+                groups = [{k: t[k] for k in ("entity", "score", "index", "word", "start", "end")} for t in tokens]
+            elif aggregation_strategy == "simple":
+                groups = group_entities(tokens)
+            else:
+                groups = group_entities(self._words(tokens, aggregation_strategy))
             key = "entity" if aggregation_strategy == "none" else "entity_group"
             results.append([g for g in groups if g[key] not in ignore_labels])
         return results[0] if single else results
+
+    def _words(self, tokens: list[dict], strategy: str) -> list[dict]:
+        """transformers' ``aggregate_words``: one entity per word (a token and the sub-word pieces after it)."""
+        import numpy as np
+
+        words: list[list[dict]] = []
+        for t in tokens:
+            if words and t["is_subword"]:
+                words[-1].append(t)
+            else:
+                words.append([t])
+        out = []
+        for w in words:
+            if strategy == "first":
+                scores = w[0]["scores"]
+            elif strategy == "max":
+                scores = max(w, key=lambda t: t["scores"].max())["scores"]
+            else:
+                scores = np.nanmean(np.stack([t["scores"] for t in w]), axis=0)
+            best = int(scores.argmax())
+            out.append({"entity": self.labels[best], "score": float(scores[best]),
+                        "word": tokens_to_string([t["word"] for t in w]), "start": w[0]["start"],
+                        "end": w[-1]["end"]})
+        return out
 
     __call__ = ner
 
@@ -493,19 +603,68 @@ def group_entities(tokens: Sequence[dict]) -> list[dict]:
              "start": g[0]["start"], "end": g[-1]["end"]} for g in groups]
 
 
+QA_CONVENTIONS = ("hf", "google")
+
+
+def _check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise InputError(f"{name} must be an integer {bound}, got {value!r}")
+    return value
+
+
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
 class QuestionAnsweringPipeline(Pipeline):
-    """Extractive QA: the best answer span of a context, through the fine-tuning's doc-stride windows and n-best
-    post-processing (``bertkit.tasks.squad``)."""
+    """Extractive QA: the best answer spans of a context.
+
+    Two conventions (``convention``; the pipeline's default is set by ``load_pipeline(qa_convention=...)``):
+
+    - ``hf`` (default): transformers' question-answering pipeline, as HF users and the HF inference API expect:
+      ``doc_stride`` is the overlap between windows, spans score start x end probability within their window,
+      answers are whole words of the context, equal answers of several windows add up (see
+      :func:`bertkit.tasks.squad.hf_answers`); defaults 384 tokens, doc_stride min(max_seq_len / 2, 128), 64 question
+      tokens, answers of at most 15 tokens;
+    - ``google``: ``run_squad.py``'s, as ``bertkit predict`` writes it: ``doc_stride`` is the step between windows,
+      a span is scored in the window where its start has the most context, n-best probabilities, the answer text by
+      the fine-tuning's ``--answer-text`` (``get_final_text`` by default, which may keep a piece of a word); the
+      defaults are the fine-tuning's (``finetune_config.json``).
+    """
 
     kind = "qa"
+    convention = "hf"
 
-    def answer(self, question: str | Sequence[dict], context: str | None = None) -> dict | list[dict]:
+    def answer(self, question: str | Sequence[dict], context: str | None = None, top_k: int = 1,
+               handle_impossible_answer: bool = False, doc_stride: int | None = None,
+               max_answer_len: int | None = None, max_seq_len: int | None = None, max_question_len: int | None = None,
+               align_to_words: bool = True, convention: str | None = None) -> dict | list:
         """``answer(question, context)`` -> ``{"answer", "score", "start", "end"}``; ``answer([{"question",
-        "context"}, ...])`` -> a list of them. ``start``/``end`` are character offsets into the context
-        (``context[start:end] == answer`` wherever the answer is a slice of the context); ``score`` is the answer's
-        probability among the n-best spans. A SQuAD 2.0 model may answer ``""`` (no answer) with start = end = 0."""
+        "context"}, ...])`` -> a list of them. With ``top_k > 1`` each question gets a list of up to ``top_k``
+        answers, best first. ``start``/``end`` are character offsets into the context (``context[start:end] ==
+        answer`` wherever the answer is a slice of the context). ``handle_impossible_answer``: the empty answer
+        ``""`` (start = end = 0) competes with the spans (a SQuAD 2.0 model). The other parameters are
+        transformers' (see the class docstring for both conventions); a bad value raises InputError naming it."""
         from bertkit.data.squad import SquadExample
 
+        convention = self.convention if convention is None else convention
+        if convention not in QA_CONVENTIONS:
+            raise InputError(f"convention must be one of {', '.join(QA_CONVENTIONS)}, got {convention!r}")
+        top_k = _check_int("top_k", top_k, 1)
+        handle_impossible_answer = _check_bool("handle_impossible_answer", handle_impossible_answer)
+        align_to_words = _check_bool("align_to_words", align_to_words)
+        limit = self.config.max_position_embeddings
+        if max_seq_len is not None:
+            max_seq_len = _check_int("max_seq_len", max_seq_len, 4, limit)
+        if max_question_len is not None:
+            max_question_len = _check_int("max_question_len", max_question_len, 1)
+        if max_answer_len is not None:
+            max_answer_len = _check_int("max_answer_len", max_answer_len, 1)
+        if doc_stride is not None:
+            doc_stride = _check_int("doc_stride", doc_stride, 0 if convention == "hf" else 1)
         if context is not None or isinstance(question, str):
             items, single = [{"question": question, "context": context}], True
         elif isinstance(question, dict):
@@ -526,22 +685,74 @@ class QuestionAnsweringPipeline(Pipeline):
             if not q.strip() or not c.strip():
                 raise InputError(f"inputs[{i}]: question and context must not be empty")
             examples.append(SquadExample(qas_id=str(i), question=q, context=c))
-        features = self.task.featurize(examples, self.tokenizer)
-        preds = self.task.predict(self.model, examples, features, self.batch_size, self.precision, self.device)
-        results = []
-        for e, p in zip(examples, preds):
-            best = next((n for n in p["nbest"] if n["text"] == p["text"]), None) or {}
-            score = best.get("probability", 0.0)
-            start, end = int(best.get("start", 0)), int(best.get("end", 0))
-            answer = p["text"]
-            if answer and e.context[start:end] != answer:
-                # Google's answer text (the default) may differ from the pieces' span (e.g. "Smith's" -> "Smith"):
-                # point at that text where it is, near the span
-                found = e.context.find(answer, max(0, start - len(answer)))
-                if found >= 0 and found <= end:
-                    start, end = found, found + len(answer)
-            results.append({"answer": answer, "score": float(0.0 if math.isnan(score) else score),
-                            "start": start, "end": end})
+        if convention == "hf":
+            results = self._answer_hf(examples, top_k, handle_impossible_answer, doc_stride, max_answer_len,
+                                      max_seq_len, max_question_len, align_to_words)
+        else:
+            results = self._answer_google(examples, top_k, handle_impossible_answer, doc_stride, max_answer_len,
+                                          max_seq_len, max_question_len, align_to_words)
+        results = [r[0] if top_k == 1 else r for r in results]
         return results[0] if single else results
 
     __call__ = answer
+
+    def _answer_hf(self, examples, top_k, handle_impossible_answer, doc_stride, max_answer_len, max_seq_len,
+                   max_question_len, align_to_words) -> list[list[dict]]:
+        from bertkit.tasks.squad import HF_MAX_ANSWER_LEN, HF_MAX_QUESTION_LEN, HF_MAX_SEQ_LEN, hf_answers, hf_features
+
+        max_seq_len = max_seq_len or min(HF_MAX_SEQ_LEN, self.config.max_position_embeddings)
+        features = hf_features(examples, self.tokenizer, max_seq_len, doc_stride,
+                               max_question_len or HF_MAX_QUESTION_LEN)
+        logits: list = [None] * len(features)
+        for idx, out in self._run(features):
+            start, end = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+            for row, i in enumerate(idx):
+                n = len(features[i]["input_ids"])
+                logits[i] = (start[row, :n], end[row, :n])
+        answers = hf_answers(examples, features, logits, top_k, handle_impossible_answer,
+                             max_answer_len or HF_MAX_ANSWER_LEN, align_to_words)
+        if top_k == 1:  # a context without a span still answers (the empty answer, as Google's convention)
+            answers = [a or [{"score": 0.0, "start": 0, "end": 0, "answer": ""}] for a in answers]
+        return [[{"answer": a["answer"], "score": a["score"], "start": a["start"], "end": a["end"]} for a in x]
+                for x in answers]
+
+    def _answer_google(self, examples, top_k, handle_impossible_answer, doc_stride, max_answer_len, max_seq_len,
+                       max_question_len, align_to_words) -> list[list[dict]]:
+        import copy
+
+        task = self.task
+        overrides = {"doc_stride": doc_stride, "max_answer_length": max_answer_len, "max_seq_length": max_seq_len,
+                     "max_query_length": max_question_len}
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        if handle_impossible_answer and task.version != "2.0":
+            overrides["version"] = "2.0"
+        if not align_to_words and task.answer_text == "words":
+            overrides["answer_text"] = "chars"
+        if overrides:
+            task = copy.copy(task)
+            for k, v in overrides.items():
+                setattr(task, k, v)
+            if task.max_seq_length - task.max_query_length - 3 < 1:
+                raise InputError(f"max_seq_len ({task.max_seq_length}) leaves no room for context after a "
+                                 f"{task.max_query_length}-token question")
+            task._words = None
+        features = task.featurize(examples, self.tokenizer)
+        preds = task.predict(self.model, examples, features, self.batch_size, self.precision, self.device)
+        results = []
+        for e, p in zip(examples, preds):
+            ranked = [p["text"]] + [n["text"] for n in p["nbest"] if n["text"] != p["text"]]
+            answers = []
+            for text in ranked[:top_k]:
+                best = next((n for n in p["nbest"] if n["text"] == text), None) or {}
+                score = best.get("probability", 0.0)
+                start, end = int(best.get("start", 0)), int(best.get("end", 0))
+                if text and e.context[start:end] != text:
+                    # Google's answer text (the default) may differ from the pieces' span (e.g. "Smith's" ->
+                    # "Smith"): point at that text where it is, near the span
+                    found = e.context.find(text, max(0, start - len(text)))
+                    if found >= 0 and found <= end:
+                        start, end = found, found + len(text)
+                answers.append({"answer": text, "score": float(0.0 if math.isnan(score) else score),
+                                "start": start, "end": end})
+            results.append(answers)
+        return results

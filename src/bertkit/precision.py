@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import torch
 
-PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+from bertkit.options import PRECISIONS  # defined once, with the flag that takes it
 
 
 def cpu_supports_bf16() -> bool:

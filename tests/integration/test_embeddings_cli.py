@@ -255,3 +255,24 @@ def torch_equal(a, b) -> bool:
     import torch
 
     return torch.equal(a, b)
+
+
+def test_unwritable_outputs_fail_before_the_work(tmp_path, base, fx, capsys):
+    """embed --output, and the embedding-task training's --output, in a place that cannot be written: a one-line
+    error naming the flag, before anything is computed."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    texts = tmp_path / "texts.txt"
+    texts.write_text("q1 q2 the\n", encoding="utf-8")
+    assert main(["embed", "--model", str(base), "--input", str(texts), "--output", str(blocker / "v.npy"),
+                 "--quiet"]) == 2
+    assert f"--output {blocker}: cannot write there" in capsys.readouterr().err
+    assert main(["finetune", "--task", "pairs", "--train", str(fx / "train_pairs.tsv"), "--model", str(base),
+                 "--output", str(blocker / "o"), "--quiet", "--max-steps", "1"]) == 2
+    assert f"--output {blocker / 'o'}: cannot write there" in capsys.readouterr().err
+
+
+def test_evaluation_metrics_record_precision_backend_and_device(capsys, tmp_path, base, fx):
+    _retrieval(capsys, base, fx, tmp_path / "r", "--device", "cpu")
+    metrics = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    assert (metrics["precision"], metrics["backend"], metrics["device"]) == ("fp32", "pytorch", "cpu")

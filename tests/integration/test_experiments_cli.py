@@ -71,6 +71,12 @@ def test_glue_suite_results_and_submission(tiny_dir, glue_dir, tmp_path, capsys)
     rows = (out / "results.csv").read_text().splitlines()
     assert rows[0].startswith("task,metric,median,min,max,lr,seeds")
     assert [r.split(",")[0] for r in rows[1:]] == ["SST-2", "MRPC", "GLUE score (partial: 2 of 9)"]
+    # how the figures were computed, per task and per run
+    header = rows[0].split(",")
+    for name in ("precision", "backend", "device"):
+        assert name in header and name in (out / "cells.csv").read_text().splitlines()[0].split(",")
+    computed = [dict(zip(header, r.split(","))) for r in rows[1:3]]
+    assert all((c["precision"], c["backend"], c["device"]) == ("fp32", "pytorch", "cpu") for c in computed)
     # the table's numbers are the cells' numbers: MRPC = mean of F1 and accuracy, median over the 2 seeds
     cells = [json.loads((out / "runs" / "mrpc" / f"lr0.001_seed{s}" / "cell.json").read_text()) for s in (1, 2)]
     per_seed = sorted(100 * (c["metrics"]["f1"] + c["metrics"]["accuracy"]) / 2 for c in cells)
@@ -307,3 +313,14 @@ def test_ablate_steps_study_exports_checkpoints(corpus_file, tmp_path, capsys):
     held = {x["step"]: x["eval_mlm_acc"] for x in lines if "eval_mlm_acc" in x}
     assert [v["heldout_mlm_acc"] for v in report["variants"]] == [pytest.approx(held[s]) for s in (2, 4, 6)]
     assert png_size(out / "steps.png")[0] > 200
+
+
+def test_glue_and_export_refuse_an_unwritable_output_before_the_work(tiny_dir, glue_dir, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    assert main(["glue", "--model", str(tiny_dir), "--data", str(glue_dir), "--output", str(blocker / "suite"),
+                 "--seeds", "1", "--lr", "1e-3"]) == 2
+    assert f"--output {blocker / 'suite'}: cannot write there" in capsys.readouterr().err
+    assert not (tmp_path / "suite").exists()
+    assert main(["export", "--onnx", str(tiny_dir), str(blocker / "model.onnx")]) == 2
+    assert f"--onnx {blocker}: cannot write there" in capsys.readouterr().err

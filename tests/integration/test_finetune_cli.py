@@ -216,7 +216,7 @@ def test_gradient_accumulation_equals_the_large_batch(tiny_dir, ft, tmp_path, mo
         torch.manual_seed(0)
         model = task.load_model(tiny_dir, finetuned=False)
         model.set_dropout(0.0)
-        args = FinetuneArgs(epochs=1, batch_size=batch_size, grad_accum=accum, lr=1e-2, warmup_proportion=0.0,
+        args = FinetuneArgs(epochs=1, batch_size=batch_size, grad_accum=accum, lr=1e-2, warmup_fraction=0.0,
                             precision="fp32", quiet=True, device="cpu")
         tokenizer = BertTokenizer.from_pretrained(tiny_dir)
         summary = finetune(task, model, tokenizer, train, None, tmp_path / f"b{batch_size}", args)
@@ -250,7 +250,7 @@ def test_torchrun_two_processes_equal_one_large_batch(tiny_dir, ft, tmp_path):
     train.write_text("".join((ft / "sst2_train.tsv").read_text(encoding="utf-8").splitlines(True)[:9]),
                      encoding="utf-8")
     common = ["finetune", "--task", "sst2", "--train", str(train), "--model", str(tiny_dir), "--epochs", "1",
-              "--lr", "1e-2", "--warmup-proportion", "0", "--precision", "fp32", "--dropout", "0", "--quiet",
+              "--lr", "1e-2", "--warmup-fraction", "0", "--precision", "fp32", "--dropout", "0", "--quiet",
               "--device", "cpu"]  # gloo on the CPU, also on a machine with one GPU
     assert main([*common, "--output", str(tmp_path / "one"), "--batch-size", "8"]) == 0
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -298,7 +298,8 @@ def test_flags_come_from_one_definition_each():
         assert tuple(task.choices) == TASK_NAMES
         flags[command] = {s for a in parser._actions for s in a.option_strings}
     assert flags["evaluate"] == flags["predict"]
-    assert flags["evaluate"] - {"--model", "--data", "--output", "--batch-size", "--quantize"} < flags["finetune"]
+    inference_only = {"--model", "--data", "--output", "--batch-size", "--quantize", "--backend"}
+    assert flags["evaluate"] - inference_only < flags["finetune"]
     assert {name for name, spec in GLUE_TASKS.items() if spec.name == name} < set(TASK_NAMES)
     args = _parser("finetune").parse_args(["--task", "sst2", "--train", "t", "--model", "m", "--output", "o"])
     assert from_args(FinetuneArgs, args) == FinetuneArgs()
@@ -492,3 +493,31 @@ def test_a_fine_tuned_reranker_without_its_head_is_refused(tiny_dir):
 
     with pytest.raises(InputError, match="no trained rerank head: the weights lack .*classifier.weight"):
         get_task("rerank").load_model(tiny_dir, finetuned=True)
+
+
+def test_a_finished_output_is_refused_without_overwrite_and_an_unwritable_one_up_front(tiny_dir, ft, tmp_path,
+                                                                                       capsys):
+    """finetune into a finished run's directory needs --overwrite (as pretrain); an output that cannot be written
+    fails before any training with a one-line error naming --output. Both metrics.json and the summary record how
+    the figures were computed: precision, backend and device."""
+    out = tmp_path / "o"
+    argv = ["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--dev", str(ft / "sst2_dev.tsv"),
+            "--model", str(tiny_dir), "--output", str(out), "--quiet", "--precision", "fp32", "--epochs", "1",
+            "--max-train-examples", "8", "--max-seq-length", "16", "--device", "cpu"]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    metrics = json.loads((out / "metrics.json").read_text())
+    for record in (summary, metrics):
+        assert (record["precision"], record["backend"], record["device"]) == ("fp32", "pytorch", "cpu")
+    before = (out / "model.safetensors").read_bytes()
+    assert main(argv) == 2
+    assert "already holds a finished run" in capsys.readouterr().err
+    assert (out / "model.safetensors").read_bytes() == before
+    assert main([*argv, "--overwrite"]) == 0
+    capsys.readouterr()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    bad = [*argv[:argv.index("--output") + 1], str(blocker / "out"), *argv[argv.index("--output") + 2:]]
+    assert main(bad) == 2
+    err = capsys.readouterr().err
+    assert f"--output {blocker / 'out'}: cannot write there" in err and "Traceback" not in err

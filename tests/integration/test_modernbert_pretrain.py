@@ -96,8 +96,9 @@ def test_refusals_are_one_line(corpus, tmp_path):
     base = [str(BIN / "bertkit"), "pretrain", "--corpus", str(corpus[0]), "--vocab", str(corpus[1]), "--arch",
             "modernbert", "--max-steps", "2", "--quiet", "--workers", "1", "--precision", "fp32"]
     for extra, needle in ((["--model-size", "bert-medium"], "not a ModernBERT size"),
-                          (["--model-size", "modernbert-tiny", "--nsp"], "no next-sentence head")):
-        r = subprocess.run(base + ["--output", str(tmp_path / extra[1])] + extra, capture_output=True, text=True,
-                           env=env, timeout=300)
+                          (["--model-size", "modernbert-tiny", "--nsp"], "no next-sentence head"),
+                          (["--model-size", "modernbert-tiny", "--position-init", "sinusoidal"], "rotary")):
+        r = subprocess.run(base + ["--output", str(tmp_path / extra[-1].strip("-"))] + extra, capture_output=True,
+                           text=True, env=env, timeout=300)
         assert r.returncode == 2, r.stderr
         assert needle in r.stderr and "Traceback" not in r.stderr, r.stderr

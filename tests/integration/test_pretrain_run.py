@@ -317,7 +317,7 @@ def test_options_two_phase_no_nsp_accumulation_static_whole_word(corpus, tmp_pat
     # phase 2 (the last 10% of the steps) runs longer sequences: more tokens per step
     assert train[-1]["tokens_per_s"] > 0
     state = load_checkpoint(latest_checkpoint(out / "checkpoints"))
-    assert state["data"]["phase"] == 1 and state["step"] == 10
+    assert state["position"]["phase"] == 1 and state["step"] == 10
     model = BertForPreTraining.from_pretrained(out)
     assert model.config.max_position_embeddings >= 64
 
@@ -448,3 +448,60 @@ def test_loader_worker_processes_feed_the_same_batches(corpus, tmp_path):
         assert (again.batch(1, 2)[k] == v).all()
     with pytest.raises(PretrainError, match="--loader-workers"):
         PretrainConfig(corpus=["x"], output="o", max_steps=1, loader_workers=-1)
+
+
+def test_quickstart_prints_the_honest_figure_the_probe_and_fill_mask(corpus, tmp_path, capsys):
+    """What a new user reads at the end of the main job: the honest held-out figure beside the best constant guess,
+    the cloze probe's score, and fill-mask guesses (on a small corpus and budget here)."""
+    from bertkit.cli import main
+
+    out = tmp_path / "qs"
+    assert main(["quickstart", "--corpus", str(corpus[0]), "--output", str(out), "--max-time", "8s",
+                 "--vocab-size", "600", "--seq-len", "32", "--batch-size", "8", "--threads", "1", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    line = next(x for x in text.splitlines() if x.startswith("held-out masked-word accuracy"))
+    m = re.search(r"accuracy: ([\d.]+)%, ([\d.]+)x the best constant guess \(([\d.]+)%\); (\d+) words", line)
+    assert m, line
+    acc, ratio, base = float(m[1]), float(m[2]), float(m[3])
+    assert 0 < base < 50 and ratio == pytest.approx(acc / base, abs=0.06)
+    assert "every one replaced by [MASK]" in line
+    assert re.search(r"cloze probe: \d+/\d+ right at the top guess, \d+/\d+ in the top 5", text)
+    assert "fill-mask with the model just trained" in text and "sherlock [MASK]" in text
+    score = __import__("bertkit.recipes.pretrain", fromlist=["held_out_accuracy"]).held_out_accuracy(out)
+    assert f"{score['mlm_acc']:.1%}" in line  # the printed figure is the meter's
+
+
+@pytest.mark.parametrize("latest", ["removed", "corrupted"])
+def test_resume_mid_log_window_writes_the_uninterrupted_metrics(corpus, tmp_path, caplog, latest):
+    """A run resumed from a checkpoint taken in the middle of a log window (--save-every 3, --log-every 4) writes the
+    same metrics.jsonl as the uninterrupted run (timings aside): the averaging window is restored, not restarted.
+    A corrupted newest checkpoint is skipped with a warning naming it, and the previous intact one resumed."""
+    import shutil
+
+    from bertkit.cli import main
+
+    args = ["--max-steps", "8", "--save-every", "3", "--log-every", "4", "--seed", "5", "--lr", "1e-3",
+            "--keep-checkpoints", "3", "--threads", "1"]
+    ref = tmp_path / "ref"
+    assert main(_pretrain_cmd(corpus, ref, *args)[1:]) == 0
+    run = tmp_path / "resumed"
+    shutil.copytree(ref, run)
+    (run / "model.safetensors").unlink()
+    newest = run / "checkpoints" / "step-00000008.pt"
+    if latest == "removed":  # as if killed after the checkpoint of step 6
+        newest.unlink()
+    else:
+        newest.write_bytes(b"\x00" * 100)
+    assert main(_pretrain_cmd(corpus, run, *args, "--resume")[1:]) == 0
+    if latest == "corrupted":
+        assert any("step-00000008.pt" in r.getMessage() and "previous" in r.getMessage() for r in caplog.records)
+
+    def lines(d):
+        timing = ("tokens_per_s", "elapsed_s", "model_tflops", "mfu")
+        return [{k: v for k, v in json.loads(x).items() if k not in timing}
+                for x in (d / "metrics.jsonl").read_text().splitlines()]
+
+    assert [r["step"] for r in lines(ref) if "loss" in r] == [4, 8]
+    assert lines(run) == lines(ref)
+    a, b = _weights(ref), _weights(run)
+    assert all(torch.equal(a[k], b[k]) for k in a)

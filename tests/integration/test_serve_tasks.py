@@ -174,3 +174,68 @@ def test_ner_and_qa_are_bounded_before_computing(server):
         status, out = raw(small.url, "/ner?model=ner", {"inputs": "\u200b\u200b"})
         assert status == 400 and "is empty" in out["error"]
 
+
+
+def _entities(items) -> list[dict]:
+    """huggingface_hub's output elements (or the pipeline's dicts) as comparable dicts, scores rounded to 1e-5."""
+    out = []
+    for x in items:
+        d = dict(x) if isinstance(x, dict) else {k: getattr(x, k) for k in ("entity_group", "entity", "score", "word",
+                                                                           "start", "end")}
+        out.append({k: (round(v, 5) if k == "score" else v) for k, v in d.items()
+                    if k in ("entity_group", "entity", "score", "word", "start", "end") and v is not None})
+    return out
+
+
+def test_inference_client_on_every_task_route(server, dirs):
+    """huggingface_hub's InferenceClient sends each task's parameters; the server's answers equal the in-process
+    pipeline's with the same arguments (fp32), and each parameter really changes the answer."""
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+
+    def client(path: str):
+        return huggingface_hub.InferenceClient(base_url=server.url + path, timeout=TIMEOUT)
+
+    clf, ner_pipe, qa_pipe = server.models["clf"], server.models["ner"], server.models["qa"]
+    text = _tsv(dirs["ft"] / "sst2_dev.tsv")[1][0]
+    for function in ("softmax", "sigmoid", "none"):
+        for top_k in (1, 2):
+            got = client("/?model=clf").text_classification(text, function_to_apply=function, top_k=top_k)
+            want = clf.predict(text, function_to_apply=function, top_k=top_k)
+            assert [x.label for x in got] == [w["label"] for w in want] and len(got) == top_k
+            np.testing.assert_allclose([x.score for x in got], [w["score"] for w in want], rtol=1e-5, atol=1e-6)
+    sig = client("/?model=clf").text_classification(text, function_to_apply="sigmoid", top_k=2)
+    assert abs(sum(x.score for x in sig) - 1) > 1e-3  # sigmoid is each label's own: really not the softmax
+
+    sentence = "George Washington went to Washington and met John in Paris ."
+    seen = []
+    for strategy in ("simple", "none", "first", "max", "average"):
+        for ignore in (["O"], []):
+            got = client("/ner?model=ner").token_classification(sentence, aggregation_strategy=strategy,
+                                                               ignore_labels=ignore)
+            want = ner_pipe.ner(sentence, aggregation_strategy=strategy, ignore_labels=ignore)
+            assert _entities(got) == _entities(want), (strategy, ignore)
+            seen.append(len(got))
+    assert seen[3] > seen[2]  # "none" with nothing ignored has every token, "O" ones included
+    kinds = {e["entity"] for e in ner_pipe.ner(sentence, aggregation_strategy="none", ignore_labels=[])}
+    dropped = sorted(kinds)[:1] + ["O"]
+    got = client("/ner?model=ner").token_classification(sentence, aggregation_strategy="none", ignore_labels=dropped)
+    assert got == [] or not {x.entity for x in got} & set(dropped)
+
+    question, context = "where did the cat sit ?", ("The cat sat on the mat in the big house by the river , and the "
+                                                    "dog slept in the sun all day .")
+    for top_k, impossible in ((1, False), (2, False), (3, True)):
+        got = client("/qa?model=qa").question_answering(question=question, context=context, top_k=top_k,
+                                                         handle_impossible_answer=impossible)
+        want = qa_pipe.answer(question, context, top_k=top_k, handle_impossible_answer=impossible)
+        got, want = (got, want) if top_k > 1 else ([got], [want])
+        assert len(got) == len(want) >= min(top_k, 2)
+        assert [(x.answer, x.start, x.end) for x in got] == [(w["answer"], w["start"], w["end"]) for w in want]
+        np.testing.assert_allclose([x.score for x in got], [w["score"] for w in want], rtol=1e-5, atol=1e-6)
+
+    base = server.models["base"]
+    got = client("/?model=base").feature_extraction(["the cat sat", "a dog"])
+    np.testing.assert_allclose(got, base.encode(["the cat sat", "a dog"], normalize=True), rtol=1e-4, atol=1e-5)
+    got = client("/fill-mask?model=base").fill_mask("the cat [MASK] on the mat", top_k=3)
+    want = base.fill_mask(["the cat [MASK] on the mat"], top_k=3)[0][0]
+    assert [x.token for x in got] == [w["token_id"] for w in want]
+    np.testing.assert_allclose([x.score for x in got], [w["score"] for w in want], rtol=1e-5, atol=1e-6)

@@ -166,3 +166,24 @@ def test_masked_lm_head_loads_into_classifier_and_encoder(tmp_path):
     with torch.no_grad():
         close(hf.model(input_ids=ids, attention_mask=mask).last_hidden_state,
               enc(ids, attention_mask=mask).last_hidden_state, mask)
+
+
+def test_attention_probabilities_equal_transformers_eager(tmp_path):
+    """``output_attentions``: every layer's [B, N, T, T] probabilities, global and sliding-window, at real queries."""
+    torch.manual_seed(5)
+    hf = transformers.ModernBertModel._from_config(hf_config("tiny"), attn_implementation="eager").eval()
+    hf.save_pretrained(tmp_path)
+    bk = mb.ModernBertModel.from_pretrained(tmp_path)
+    ids, mask = make_batch()
+    with torch.no_grad():
+        a = hf(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+        b = bk(ids, attention_mask=mask, output_attentions=True).attentions
+    assert len(a) == len(b) == 4
+    real = mask.bool()
+    for x, y in zip(a, b):
+        assert x.shape == y.shape == (4, 4, T, T)
+        rows = real[:, None, :, None].expand_as(x)
+        close(x[rows], y[rows])
+    # the sliding layers really are local: nothing beyond 4 positions
+    far = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).abs() > 4
+    assert b[1][0][:, far].abs().max() == 0 and b[0][0][:, far].abs().max() > 0

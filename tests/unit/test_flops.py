@@ -87,3 +87,10 @@ def test_log_fields_from_the_run_record(tmp_path, monkeypatch):
     assert fields["model_tflops"] == pytest.approx(per_token * 1000 * 2 / 1e12, abs=1e-4)
     assert fields["mfu"] == pytest.approx(per_token * 1000 / 1e9, abs=1e-4)
     assert flops.log_fields(SimpleNamespace(is_main=False), tmp_path, 1000.0, sums) == {}
+
+
+def test_modernbert_geglu_feed_forward_counts_three_matmuls():
+    h, i = 32, 64
+    plain = flops.forward_flops(TINY, [7], 0, nsp=False)
+    geglu = flops.forward_flops({**TINY, "model_type": "modernbert"}, [7], 0, nsp=False)
+    assert geglu - plain == 2 * 7 * 2 * h * i  # per layer and token: one more H x I matmul

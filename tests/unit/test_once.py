@@ -62,3 +62,35 @@ def test_one_process_just_runs_it_and_bad_scope_is_refused():
     assert once_mod.once(ctx, "global", lambda: 3, "x") == 3
     with pytest.raises(RunError, match="--prepare-on"):
         once_mod.once(ctx, "cluster", lambda: 3, "x")
+
+
+def test_node_preparers_refuse_a_directory_the_nodes_share(store, monkeypatch, tmp_path):
+    """Two nodes' preparers (threads here) pointed at one directory: both refuse, before writing anything."""
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    errors, wrote = {}, []
+
+    def preparer(node: int, directory):
+        ctx = SimpleNamespace(rank=node, local_rank=0, distributed=True, world_size=2)
+        monkeypatch.setattr(once_mod, "node_rank", lambda c: c.rank)
+        try:
+            once_mod.once(ctx, "node", lambda: wrote.append(node), "preparing", 10, poll=0.01, directory=directory)
+        except RunError as e:
+            errors[node] = str(e)
+
+    threads = [threading.Thread(target=preparer, args=(n, tmp_path / "shared")) for n in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert wrote == [] and sorted(errors) == [0, 1] and "shared with other nodes" in errors[0]
+    # on separate disks (directories) both prepare
+    errors.clear()
+    fresh = dist.HashStore()  # a new run's rendezvous
+    monkeypatch.setattr(once_mod, "_store", lambda: fresh)
+    threads = [threading.Thread(target=preparer, args=(n, tmp_path / f"local{n}")) for n in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(wrote) == [0, 1] and errors == {}
+    assert not list(tmp_path.rglob(".prepare-node-*"))

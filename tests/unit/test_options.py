@@ -49,3 +49,54 @@ def test_help_shows_defaults_and_groups():
     p, _ = _parse([])
     text = p.format_help()
     assert "training:" in text and "(default: 2e-05)" in text and "--no-nsp" in text
+
+
+def test_shared_options_have_one_spelling_and_old_ones_still_work(caplog):
+    """--clip and --warmup-fraction are the names everywhere; --max-grad-norm and --warmup-proportion still parse into
+    them, with a deprecation warning."""
+    from bertkit.recipes.finetune import FinetuneArgs
+
+    p = argparse.ArgumentParser()
+    add_options(p, FinetuneArgs)
+    new = from_args(FinetuneArgs, p.parse_args(["--clip", "0.5", "--warmup-fraction", "0.2"]))
+    assert not caplog.records
+    old = from_args(FinetuneArgs, p.parse_args(["--max-grad-norm", "0.5", "--warmup-proportion", "0.2"]))
+    assert (old.clip, old.warmup_fraction) == (new.clip, new.warmup_fraction) == (0.5, 0.2)
+    assert [r.getMessage() for r in caplog.records] == ["--max-grad-norm is deprecated: use --clip",
+                                                        "--warmup-proportion is deprecated: use --warmup-fraction"]
+    assert "--max-grad-norm" not in p.format_help()
+
+
+def test_the_training_commands_share_each_options_definition():
+    import dataclasses
+
+    from bertkit.embeddings.recipe import EmbeddingTrainArgs
+    from bertkit.recipes.finetune import FinetuneArgs
+    from bertkit.recipes.pretrain import PretrainConfig
+    from bertkit.tasks.options import RunOptions
+
+    shared = ("lr", "warmup_fraction", "clip", "max_steps", "seed", "device", "precision", "threads")
+    classes = (PretrainConfig, FinetuneArgs, EmbeddingTrainArgs)
+    for name in shared:
+        fields = [{f.name: f for f in dataclasses.fields(c)}.get(name) for c in classes]
+        assert all(fields), name
+        helps = {f.metadata["help"] for f in fields}
+        assert len(helps) == 1 or name in ("lr", "max_steps", "seed"), (name, helps)  # their help says the default
+    assert {f.name for f in dataclasses.fields(RunOptions)} >= {"device", "precision"}
+
+
+def test_passthrough_flags_come_back_as_the_argv_given():
+    from bertkit.options import to_argv
+
+    p = argparse.ArgumentParser()
+    add_options(p, _Args, passthrough=True)
+    args = p.parse_args(["--lr", "1e-3", "--no-nsp", "--corpus", "a", "b"])
+    assert set(vars(args)) == {"lr", "nsp", "corpus"}  # nothing defaulted
+    assert to_argv(_Args, args) == ["--lr", "0.001", "--no-nsp", "--corpus", "a", "--corpus", "b"]
+
+
+def test_a_list_of_negative_numbers_is_a_value_not_a_flag():
+    from bertkit.cli import join_negative_lists
+
+    assert join_negative_lists(["embed", "--layers", "-1,-2,-3", "--x", "-1"]) == ["embed", "--layers=-1,-2,-3",
+                                                                                  "--x", "-1"]

@@ -299,7 +299,7 @@ def test_qa_equals_predict(squad_dir, ft, tmp_path):
     nbest = json.loads((out / "nbest_predictions.json").read_text())
     data = json.loads((ft / "squad_dev.json").read_text())
     items = [(q["id"], q["question"], p["context"]) for a in data["data"] for p in a["paragraphs"] for q in p["qas"]]
-    pipe = load_pipeline(squad_dir, precision="fp32", batch_size=7)
+    pipe = load_pipeline(squad_dir, precision="fp32", batch_size=7, qa_convention="google")  # predict's convention
     assert isinstance(pipe, QuestionAnsweringPipeline) and pipe.task.doc_stride == 16
     from bertkit.data.squad import SquadExample
 
@@ -401,8 +401,9 @@ def test_onnx_backend_equals_torch(sst2_dir, random_ner_dir, squad_dir, ft, tmp_
     assert onnx_clf.backend == "onnx" and type(onnx_clf.model).__name__ == "OnnxRuntimeModel"
     np.testing.assert_allclose(onnx_clf.logits(texts), torch_clf.logits(texts), atol=1e-4)
     assert [x[0]["label"] for x in onnx_clf.predict(texts)] == [x[0]["label"] for x in torch_clf.predict(texts)]
-    with pytest.raises(ValueError, match="backend has no PyTorch encoder"):
-        onnx_clf.encoder()
+    enc = onnx_clf.encoder()  # ONNX Runtime on the fine-tuned encoder's every-layer graph
+    assert enc.backend == "onnx" and enc.runner is not None
+    np.testing.assert_allclose(enc.encode(texts, layers=-1), torch_clf.encoder().encode(texts, layers=-1), atol=1e-4)
 
     ner = load_pipeline(random_ner_dir, backend="onnx").ner(NER_TEXTS)
     ref = load_pipeline(random_ner_dir, precision="fp32").ner(NER_TEXTS)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -25,8 +24,7 @@ from bertkit.files import atomic_write
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    # let "--layers -1,-2,-3,-4" parse: argparse otherwise takes "-1,-2,..." for an option
-    parser._negative_number_matcher = re.compile(r"^-\d+(,\s*-?\d+)*$|^-\d*\.\d+$")
+    # "--layers -1,-2,-3,-4" parses: cli.main joins a negative list to its flag (argparse takes it for an option)
     parser.add_argument("--model", required=True, help="model directory: config.json, weights, vocab.txt")
     parser.add_argument("--input", required=True, help="a .txt / .tsv / .jsonl file, or - for stdin")
     parser.add_argument("--output", required=True, type=Path, help="out.npy (pooled vectors) or out.jsonl")
@@ -94,10 +92,12 @@ def read_inputs(path: str) -> tuple[list[str], list[str] | None]:
 
 def run(args: argparse.Namespace) -> int:
     from bertkit.features import Encoder, parse_layers, resolve_pooling  # torch: kept out of `bertkit embed -h`
+    from bertkit.training.rundir import check_writable
 
     out = args.output
     if out.suffix not in (".npy", ".jsonl"):
         raise InputError(f"--output must end in .npy or .jsonl, got {out}")
+    check_writable(out.parent, "--output")  # before the work, not after it
     pooling = resolve_pooling(args.pooling) if args.pooling else None
     if pooling == "none" and out.suffix == ".npy":
         raise InputError("--pooling none gives one [T_i, D] array per text: write it to a .jsonl file")

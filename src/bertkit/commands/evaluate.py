@@ -25,6 +25,10 @@ class InferenceFiles:
     batch_size: int = option(64, help="examples per batch")
     quantize: str | None = option(None, choices=("int8",),
                                   help="int8: dynamic int8 Linear layers on the CPU (faster; see docs/inference.md)")
+    backend: str = option("torch", choices=("torch", "onnx"),
+                          help="torch, or onnx: ONNX Runtime (CPU, fp32; int8 with --quantize) on MODEL/model.onnx "
+                               "(MODEL/model.int8.onnx), e.g. a `bertkit export --onnx` directory without PyTorch "
+                               "weights, or on a graph exported now")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -41,16 +45,21 @@ def run(args: argparse.Namespace, labelled: bool = True) -> int:
 
     files: InferenceFiles = from_args(InferenceFiles, args)
     run_options: RunOptions = from_args(RunOptions, args)
-    task, model, tokenizer = load_finetuned(files.model, args.task, args)
-    examples = task.read(files.data, labelled=labelled, skip_bad_rows=run_options.skip_bad_rows)
-    # int8 kernels are CPU-only: --quantize without --device runs on the CPU even where a GPU is present
-    device = (run_options.device or "cpu") if files.quantize else resolve_device(run_options.device)
-    precision = resolve_precision(run_options.precision, device)
-    model.to(device)
-    if files.quantize:
-        from bertkit.quantize import quantize_model
+    if files.backend == "onnx":
+        task, model, tokenizer = _load_onnx(files, args)
+        device, precision = run_options.device or "cpu", "fp32"
+        model.to(device)  # refuses a GPU: ONNX Runtime's CPU provider
+    else:
+        task, model, tokenizer = load_finetuned(files.model, args.task, args)
+        # int8 kernels are CPU-only: --quantize without --device runs on the CPU even where a GPU is present
+        device = (run_options.device or "cpu") if files.quantize else resolve_device(run_options.device)
+        precision = resolve_precision(run_options.precision, device)
+        model.to(device)
+        if files.quantize:
+            from bertkit.quantize import quantize_model
 
-        model, precision = quantize_model(model, files.quantize, device), "fp32"
+            model, precision = quantize_model(model, files.quantize, device), "fp32"
+    examples = task.read(files.data, labelled=labelled, skip_bad_rows=run_options.skip_bad_rows)
     features = task.featurize(examples, tokenizer)
     kind = "eval" if labelled else "predict"
     output = Path(files.output or Path(files.model) / f"{kind}-{Path(files.data).stem}")
@@ -58,11 +67,45 @@ def run(args: argparse.Namespace, labelled: bool = True) -> int:
     preds = task.predict(model, examples, features, files.batch_size, precision, device,
                          progress=not run_options.quiet and sys.stderr.isatty())
     written = task.write_predictions(output, examples, preds)
+    # how the numbers were computed (as finetune's metrics.json): precision, backend, device, int8 or not
+    record = {"precision": precision, "backend": "onnxruntime" if files.backend == "onnx" else "pytorch",
+              "device": str(device).split(":")[0], "quantize": files.quantize}
     result = {"output": str(output), "examples": len(examples), "skipped_rows": examples.skipped,
-              "predictions": [str(p) for p in written]}
+              "predictions": [str(p) for p in written], **record}
     if labelled:
         metrics = task.metrics(examples, preds)
-        write_json(output / "metrics.json", metrics)
+        write_json(output / "metrics.json", {**metrics, **record})
         result["metrics"] = {k: v for k, v in metrics.items() if not isinstance(v, dict)}
     print(json.dumps(result, sort_keys=True))
     return 0
+
+
+def _load_onnx(files: InferenceFiles, args: argparse.Namespace):
+    """(task, ONNX Runtime model, tokenizer) of a fine-tuned or exported directory: the task as the PyTorch path
+    reads it (finetune_config.json, then the command's task flags), no PyTorch weights needed."""
+    from bertkit.config import BertConfig
+    from bertkit.errors import InputError
+    from bertkit.export import onnx_runtime_model
+    from bertkit.recipes.finetune import TASK_CONFIG_NAME
+    from bertkit.tasks import get_task
+    from bertkit.tasks.options import task_options
+    from bertkit.tokenization import BertTokenizer
+
+    model_dir = Path(files.model)
+    if not model_dir.is_dir():
+        raise InputError(f"--model {model_dir}: no such directory")
+    saved = {}
+    if (model_dir / TASK_CONFIG_NAME).is_file():
+        try:
+            saved = json.loads((model_dir / TASK_CONFIG_NAME).read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InputError(f"{model_dir / TASK_CONFIG_NAME}: not valid JSON ({e})") from None
+    name = args.task or saved.get("task")
+    if not name:
+        raise InputError(f"{model_dir}: no {TASK_CONFIG_NAME}; pass --task")
+    task = get_task(name, **task_options(args, saved))
+    config = BertConfig.from_pretrained(model_dir)
+    if task.labels is None and config.id2label and not getattr(task, "regression", False):
+        task.labels = [config.id2label[i] for i in range(len(config.id2label))]
+    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    return task, onnx_runtime_model(model_dir, config, files.quantize), tokenizer

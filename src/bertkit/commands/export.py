@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -13,7 +14,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "or a file name ending in .onnx")
     parser.add_argument("--opset", type=int, default=17, help="ONNX opset version (default 17)")
     parser.add_argument("--quantize", choices=("int8",), default=None,
-                        help="also quantise the graph's weights to int8 (ONNX Runtime's dynamic quantisation)")
+                        help="also write the graph with int8 weights (ONNX Runtime's dynamic quantisation): into a "
+                             "directory as model.int8.onnx (encoder.int8.onnx) beside the fp32 model.onnx, which "
+                             "backend='onnx' runs unless int8 is asked for; to a .onnx file name, that file only")
     parser.add_argument("--all-layers", action="store_true",
                         help="the encoder (no head) with every layer's output: the graph Encoder(backend='onnx') "
                              "reads as DIR/encoder.onnx (or encoder.int8.onnx)")
@@ -23,8 +26,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bertkit.export import export_onnx
+    from bertkit.training.rundir import check_writable
 
     directory, out = args.onnx
+    target = Path(out)
+    check_writable(target.parent if target.suffix == ".onnx" else target, "--onnx")  # before the export, not after
     report = export_onnx(directory, out, opset=args.opset, quantize=args.quantize, check=args.check,
                          hidden_states=args.all_layers)
     print(json.dumps(asdict(report), sort_keys=True))

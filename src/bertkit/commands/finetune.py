@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import InputError
-from bertkit.options import add_options, from_args, option
+from bertkit.options import add_options, from_args, option, output_option
 from bertkit.tasks.options import TaskOptions, add_task_flag, task_options
 from bertkit.tokenization import BertTokenizer
 
@@ -29,8 +29,7 @@ class FinetuneFiles:
     model: str = option(required=True, group=FILES,
                         help="bertkit or Hugging Face BERT directory (config.json + model.safetensors or "
                              "pytorch_model.bin + vocab.txt)")
-    output: str = option(required=True, group=FILES,
-                         help="output directory (model, vocab, metrics.json, predictions)")
+    output: str = output_option(group=FILES, help="output directory (model, vocab, metrics.json, predictions)")
     max_train_examples: int = option(0, group=FILES, help="use only the first N training examples (0 = all)")
     max_eval_examples: int = option(0, group=FILES, help="use only the first N dev examples (0 = all)")
     dropout: float | None = option(None,

@@ -10,13 +10,13 @@ import sys
 _OWN = {"task", "train", "dev", "model", "output", "lr", "seed", "help", "resume", "save_every"}
 
 
-def _finetune_actions() -> list[argparse.Action]:
-    """The options of ``bertkit finetune`` (read from its parser, so new finetune flags pass through as well)."""
-    from bertkit.commands import finetune
+def _finetune_options() -> list[type]:
+    """The option dataclasses of ``bertkit finetune`` (so new finetune flags pass through as well)."""
+    from bertkit.commands.finetune import FinetuneFiles
+    from bertkit.recipes.finetune import FinetuneArgs
+    from bertkit.tasks.options import TaskOptions
 
-    parser = argparse.ArgumentParser(add_help=False)
-    finetune.configure(parser)
-    return [a for a in parser._actions if a.option_strings and a.dest not in _OWN]
+    return [FinetuneFiles, FinetuneArgs, TaskOptions]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -37,31 +37,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                                                "(default 2e-5,3e-5,5e-5)")
     parser.add_argument("--max-time-per-run", default=None, metavar="DURATION",
                         help="bound each fine-tuning (90s, 10m, 1h); the best dev checkpoint reached counts")
+    from bertkit.options import add_options
+
+    # only flags given on the command line are passed on (no defaults here: finetune's own apply)
     group = parser.add_argument_group("fine-tuning (passed to every `bertkit finetune`; see its -h)")
-    for action in _finetune_actions():
-        if action.help:  # "%(default)s" (bertkit.options) cannot expand once the default is suppressed
-            action.help = action.help.replace("%(default)s", str(action.default).replace("%", "%%"))
-        action.default = argparse.SUPPRESS  # only flags given on the command line are passed on
-        action.required = False
-        group._add_action(action)
+    for cls in _finetune_options():
+        add_options(parser, cls, exclude=_OWN, passthrough=True, groups=_OneGroup(group))
+
+
+class _OneGroup(dict):
+    """Every group title maps to one argument group."""
+
+    def __init__(self, group) -> None:
+        super().__init__()
+        self.group = group
+
+    def __contains__(self, key) -> bool:
+        return True
+
+    def __getitem__(self, key):
+        return self.group
 
 
 def finetune_argv(args: argparse.Namespace) -> list[str]:
     """The pass-through finetune flags given on the command line, as argv."""
-    out: list[str] = []
-    for action in _finetune_actions():
-        if action.dest not in vars(args):
-            continue
-        value = getattr(args, action.dest)
-        flag = action.option_strings[-1] if action.option_strings[-1].startswith("--") else action.option_strings[0]
-        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction)):
-            out.append(flag)
-        elif isinstance(value, list):
-            for v in value:
-                out += [flag, str(v)]
-        else:
-            out += [flag, str(value)]
-    return out
+    from bertkit.options import to_argv
+
+    return [flag for cls in _finetune_options() for flag in to_argv(cls, args, exclude=_OWN)]
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -110,9 +112,12 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from bertkit.experiments.glue import SuiteConfig, SuiteRunner, resolve_tasks
+    from bertkit.options import option_flags
     from bertkit.training.interrupt import GracefulStop
+    from bertkit.training.rundir import check_writable
 
-    ft_flags = {o for a in _finetune_actions() for o in a.option_strings}
+    check_writable(Path(args.output), "--output")  # before the suite, not after its first cell
+    ft_flags = {flag for cls in _finetune_options() for flag in option_flags(cls).values()}
     cfg = SuiteConfig(
         model=Path(args.model), data=Path(args.data), output=Path(args.output), tasks=resolve_tasks(args.tasks),
         tasks_given=args.tasks is not None,

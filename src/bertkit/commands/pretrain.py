@@ -20,8 +20,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "ends as a model directory (config.json, model.safetensors, vocab.txt) that bertkit and transformers load; "
         "checkpoints go to OUTPUT/checkpoints and metrics to OUTPUT/metrics.jsonl. SIGTERM or Ctrl-C saves a "
         "checkpoint first. Run it under torchrun for DistributedDataParallel.")
-    add_options(parser, PretrainConfig)
-    groups = {g.title: g for g in parser._action_groups}
+    groups = add_options(parser, PretrainConfig)
     data, model = groups["data"], groups["model and objectives"]
     case = data.add_mutually_exclusive_group()
     case.add_argument("--lowercase", dest="lowercase", action="store_true", default=None,

@@ -36,6 +36,8 @@ def bundled_corpus() -> list[Path]:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__.splitlines()[0].split(": ", 1)[1]
     parser.add_argument("--output", default="runs/quickstart", help="run directory (default runs/quickstart)")
+    parser.add_argument("--corpus", nargs="+", default=None, metavar="PATH",
+                        help="text files to use instead of the bundled books (as for pretrain)")
     parser.add_argument("--max-time", default="2m", help="pre-training budget (default 2m)")
     parser.add_argument("--model-size", default="bert-tiny")
     parser.add_argument("--vocab-size", type=int, default=8000)
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from bertkit.recipes.pretrain import PretrainConfig, PretrainError, held_out_accuracy, parse_duration, pretrain
     from bertkit.tasks.cloze import cloze_probe
 
-    corpus = bundled_corpus()
+    corpus = [Path(p) for p in args.corpus] if args.corpus else bundled_corpus()
     try:
         budget = parse_duration(args.max_time)
     except ValueError as e:
@@ -73,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
                             f"keep it (its model can be tried with: bertkit fill-mask --model {out} "
                             "\"the [MASK] was in the garden .\")")
     if not args.quiet:
-        print(f"bertkit quickstart: {len(corpus)} bundled public-domain books -> {args.output}")
+        what = "text files" if args.corpus else "bundled public-domain books"
+        print(f"bertkit quickstart: {len(corpus)} {what} -> {args.output}")
         print(f"  1. train a {args.vocab_size}-token WordPiece vocabulary   2. pre-train {args.model_size} "
               f"for {args.max_time}   3. score it on held-out text   4. fill in masked words\n")
     pretrain(cfg)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 
 from bertkit.errors import InputError, RunError
@@ -22,8 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     from bertkit.options import add_options
     from bertkit.serve.app import ServeSettings
 
-    # let "--layers -1,-2,-3,-4" parse: argparse otherwise takes "-1,-2,..." for an option
-    parser._negative_number_matcher = re.compile(r"^-\d+(,\s*-?\d+)*$|^-\d*\.\d+$")
+    # "--layers -1,-2,-3,-4" parses: cli.main joins a negative list to its flag (argparse takes it for an option)
     parser.add_argument("--model", required=True, action="append", metavar="[NAME=]DIR",
                         help="model directory (config.json, weights, vocab.txt); repeat as NAME=DIR to serve several "
                         "(the first is the default; ?model=NAME or OpenAI's 'model' field picks one)")
@@ -35,6 +33,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--quantize", choices=("int8",), default=None,
                         help="dynamic int8 Linear layers (CPU; see bertkit.quantize): faster, within ~1%% of fp32")
+    parser.add_argument("--backend", choices=("torch", "onnx"), default="torch",
+                        help="onnx: ONNX Runtime (CPU; fp32, int8 with --quantize) on DIR/model.onnx "
+                             "(model.int8.onnx) and DIR/encoder.onnx, exported from the weights when absent; see "
+                             "docs/inference.md")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--log-level", default="info")
     add_options(parser, ServeSettings)
@@ -57,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     models = {}
     for name, directory in specs.items():
         try:
-            models[name] = load_model(directory, args.device, args.precision, args.quantize)
+            models[name] = load_model(directory, args.device, args.precision, args.quantize,
+                                      getattr(args, "backend", "torch"))
         except InputError as exc:  # the loader names the file; say which flag gave it
             raise InputError(f"--model: {exc}") from None
         except BertkitError:
@@ -101,16 +104,17 @@ def parse_model_specs(values: list[str], model_id: str | None = None) -> dict[st
     return out
 
 
-def load_model(directory: str, device: str, precision: str, quantize: str | None = None):
+def load_model(directory: str, device: str, precision: str, quantize: str | None = None, backend: str = "torch"):
     """What ``--model DIR`` serves: the task pipeline when ``config.json`` names a fine-tuned head (its
-    ``.encoder()`` also serves the encoder routes), else the directory's encoder."""
+    ``.encoder()`` also serves the encoder routes), else the directory's encoder; ``backend`` "torch" or "onnx"."""
     from bertkit.features import Encoder  # torch: kept out of `bertkit serve -h`
     from bertkit.pipelines import NoHeadError, load_pipeline
 
     try:
-        return load_pipeline(directory, device=device, precision=precision, quantize=quantize)
+        return load_pipeline(directory, device=device, precision=precision, quantize=quantize, backend=backend)
     except NoHeadError:
-        return Encoder.from_pretrained(directory, device=device, precision=precision, quantize=quantize)
+        return Encoder.from_pretrained(directory, device=device, precision=precision, quantize=quantize,
+                                       backend=backend)
 
 
 def raise_fd_limit() -> None:

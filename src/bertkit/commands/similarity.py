@@ -20,8 +20,7 @@ from bertkit.errors import InputError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    # let "--layers -1,-2,-3,-4" parse: argparse otherwise takes "-1,-2,..." for an option
-    parser._negative_number_matcher = re.compile(r"^-\d+(,\s*-?\d+)*$|^-\d*\.\d+$")
+    # "--layers -1,-2,-3,-4" parses: cli.main joins a negative list to its flag (argparse takes it for an option)
     parser.add_argument("--model", required=True, help="model directory: config.json, weights, vocab.txt")
     parser.add_argument("texts", nargs="+", help="two or more texts (sentences containing --word, with --word)")
     parser.add_argument("--word", default=None, help="compare this word's contextual vectors across the texts")

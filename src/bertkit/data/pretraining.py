@@ -256,6 +256,8 @@ class ShardLayout:
         if self.max_tokens < 2:
             raise ValueError(f"max_seq_length {max_seq_length} is too short for an instance")
         self.starts = _chunk_starts(shard, self.max_tokens) if starts is None else starts
+        # plain ndarray views of the memmaps: indexing and slicing them skips np.memmap's per-access bookkeeping
+        self._sent, self._docs = np.asarray(shard.sentences), np.asarray(shard.documents)
         self.n_sentences = len(shard.sentences) - 1
         self.n_docs = len(shard.documents) - 1
 
@@ -265,7 +267,7 @@ class ShardLayout:
     def instance(self, k: int) -> tuple[int, int, int, int, int]:
         """(a_start, a_end, b_start, b_end, label) of instance ``k``: token ranges of the shard; label 0 IsNext,
         1 NotNext, -1 without NSP (B empty)."""
-        sent, docs, m = self.shard.sentences, self.shard.documents, self.max_tokens
+        sent, docs, m = self._sent, self._docs, self.max_tokens
         rng = random.Random(f"bertkit-instance/{self.seed}/{k}")
         c0 = int(self.starts[k])
         c1 = int(self.starts[k + 1]) if k + 1 < len(self.starts) else self.n_sentences

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.options import option
+from bertkit.options import device_option, option, precision_option
 
 POOLINGS = ("mean", "max", "mean_max", "cls", "cls_pooled", "first", "sep")
 
@@ -40,8 +40,8 @@ class EmbeddingEvalArgs:
     data_format: str | None = option(None, flag="--format", choices=("csv", "tsv", "jsonl"), group="data",
                                      help="sts file format (default: from the extension)")
     skip_bad_rows: bool = option(False, help="skip and count malformed rows", group="data")
-    device: str | None = option(None, help="cpu / cuda (default: cuda when available)")
-    precision: str = option("auto", choices=("auto", "bf16", "fp16", "fp32"))
+    device: str | None = device_option()
+    precision: str = precision_option()
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from bertkit.features import Encoder
     from bertkit.files import write_json
     from bertkit.options import from_args
+    from bertkit.training.rundir import run_record
 
     cfg = from_args(EmbeddingEvalArgs, args)
     if cfg.run_file and cfg.task != "retrieval":
@@ -88,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     output.mkdir(parents=True, exist_ok=True)
     if cfg.run_file:
         metrics["run_file"] = str(cfg.run_file)
+    backend = "onnxruntime" if encoder.backend == "onnx" else "pytorch"
+    metrics.update(run_record(encoder.precision, encoder.device, backend))
     write_json(output / "metrics.json", {"task": cfg.task, "data": cfg.data, **metrics})
     print(json.dumps({"output": str(output), "task": cfg.task, **metrics}, sort_keys=True))
     return 0

@@ -41,8 +41,19 @@ from bertkit.errors import InputError
 from bertkit.features import EncodeDefaults, Encoder, pool
 from bertkit.files import write_json
 from bertkit.modeling import BertModel, Packing
-from bertkit.options import option
-from bertkit.precision import PRECISIONS, autocast, grad_scaler, resolve_precision
+from bertkit.options import (
+    clip_option,
+    device_option,
+    lr_option,
+    max_steps_option,
+    option,
+    output_option,
+    precision_option,
+    seed_option,
+    threads_option,
+    warmup_option,
+)
+from bertkit.precision import autocast, grad_scaler, resolve_precision
 from bertkit.tokenization import BertTokenizer
 from bertkit.training import distributed as D
 from bertkit.training.interrupt import GracefulStop
@@ -54,7 +65,7 @@ from bertkit.training.step import apply_update
 
 TRAIN_CONFIG_NAME = "embedding_config.json"
 # settings that change what is computed: a resumed run must use the same
-RESUME_KEYS = ("model", "train", "epochs", "max_steps", "lr", "batch_size", "mini_batch_size", "warmup_proportion",
+RESUME_KEYS = ("model", "train", "epochs", "max_steps", "lr", "batch_size", "mini_batch_size", "warmup_fraction",
                "weight_decay", "clip", "temperature", "scale", "symmetric", "matryoshka_dims", "seed", "precision",
                "max_seq_length", "pooling", "eval_every", "max_train_examples")
 
@@ -76,7 +87,7 @@ class EmbeddingTrainArgs:
                        "MultipleNegativesRankingLoss; sts: (text, text, score) with CoSENT")
     train: str = option(None, required=True, help="training file (text, TSV, CSV, JSONL, SQuAD JSON)")
     model: str = option(None, required=True, help="bertkit, Hugging Face or sentence-transformers BERT directory")
-    output: str = option(None, required=True, help="output directory (loads in Encoder, sentence-transformers, "
+    output: str = output_option(help="output directory (loads in Encoder, sentence-transformers, "
                          "transformers)")
     dev: str | None = option(None, help="STS dev file (sentence1, sentence2, score): evaluated every --eval-every "
                              "steps or epoch; the best checkpoint by Spearman is kept")
@@ -101,22 +112,23 @@ class EmbeddingTrainArgs:
     skip_bad_rows: bool = option(False, help="skip and count malformed rows instead of stopping", group="data")
     max_train_examples: int = option(0, help="use only the first N training rows (0 = all)", group="data")
     epochs: float = option(1.0, group="training")
-    max_steps: int = option(0, help="stop after N optimizer steps (0 = no limit)", group="training")
-    lr: float = option(5e-5, help="peak learning rate", group="training")
+    max_steps: int | None = max_steps_option()
+    lr: float = lr_option(5e-5)
     batch_size: int = option(64, help="rows per step per process: the in-batch negatives", group="training")
     mini_batch_size: int = option(0, help="GradCache: embed the batch in mini-batches of N (memory of N, "
                                   "negatives of --batch-size; 0 = off)", group="training")
-    warmup_proportion: float = option(0.1, group="training")
+    warmup_fraction: float = warmup_option(0.1)
     weight_decay: float = option(0.01, group="training")
-    clip: float = option(1.0, help="clip the gradient norm to this (0 = no clipping)", group="training")
+    clip: float = clip_option(1.0)
     temperature: float = option(0.05, help="simcse: InfoNCE temperature", group="loss")
     scale: float = option(20.0, help="pairs / sts: cosine scale (1 / temperature)", group="loss")
     symmetric: bool = option(False, help="pairs: also rank anchors for each positive (two-way loss)", group="loss")
     matryoshka_dims: str | None = option(None, help="e.g. 768,256,64: sum the loss over these prefixes",
                                          group="loss")
-    seed: int = option(42, group="training")
-    precision: str = option("auto", choices=PRECISIONS, group="training")
-    device: str | None = option(None, help="cpu / cuda (default: cuda when available)", group="training")
+    seed: int = seed_option(42)
+    precision: str = precision_option(group="training")
+    device: str | None = device_option(group="training")
+    threads: int | None = threads_option()
     eval_every: int = option(0, help="evaluate --dev every N steps (default: each epoch)", group="training")
     eval_batch_size: int = option(64, group="training")
     quiet: bool = option(False, help="no progress lines", group="training")
@@ -130,7 +142,7 @@ class EmbeddingTrainArgs:
         for name in ("batch_size", "max_seq_length", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.mini_batch_size < 0 or self.max_steps < 0 or self.epochs <= 0:
+        if self.mini_batch_size < 0 or (self.max_steps or 0) < 0 or self.epochs <= 0:
             raise InputError("--mini-batch-size and --max-steps must be >= 0, --epochs > 0")
         if self.task != "pairs" and (self.nli or self.squad_pairs or self.symmetric or self.negative_column):
             raise InputError("--nli, --squad-pairs, --symmetric and --negative-column apply to --task pairs")
@@ -165,13 +177,92 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
     """Train a sentence-embedding model on ``rows``; write it to ``args.output`` (the best dev checkpoint when
     ``dev`` is given, else the last). Returns a summary (steps, loss, dev metrics, seconds). On SIGTERM / SIGINT a
     checkpoint is written (and every ``save_every`` steps); ``args.resume`` continues from it bit for bit."""
-    output = Path(args.output)
-    run = RunDir(output, ctx)
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    run = RunDir(args.output, ctx)
     if ctx.is_main:
         run.check_writable()
     seed_everything(args.seed)
     device = ctx.device
     precision = resolve_precision(args.precision, device)
+    model, tokenizer, pooling, max_len = _load_model(args, device)
+    seed_dropout(args.seed, ctx)  # dropout differs per process; the weights are the same
+    loss_fn = build_loss(args.task, temperature=args.temperature, scale=args.scale, symmetric=args.symmetric,
+                         matryoshka_dims=_dims(args.matryoshka_dims or "") or None)
+    # token ids of every text, once (texts repeat across columns: anchors, SQuAD sentences)
+    distinct = list(dict.fromkeys(t for r in rows.rows for t in r))
+    ids_of = {t: e.ids for t, e in zip(distinct, tokenizer.encode_batch(distinct, max_length=max_len,
+                                                                           truncation=True))}
+    table = [[ids_of[t] for t in r] for r in rows.rows]  # [N][width] -> ids
+    labels_all = torch.tensor(rows.scores, dtype=torch.float32) if rows.scores is not None else None
+    n, global_batch = len(table), args.batch_size * ctx.world_size
+    batches_per_epoch = n // global_batch  # whole global batches: every rank the same count, no tiny last batch
+    if batches_per_epoch == 0:
+        raise ValueError(f"{n} training rows make no full batch of {args.batch_size} x {ctx.world_size} "
+                         "process(es): lower --batch-size")
+    total_steps = min(max(1, math.ceil(batches_per_epoch * args.epochs)), args.max_steps or 1 << 62)
+    optimizer = build_optimizer(model, lr=args.lr, weight_decay=args.weight_decay)
+    scheduler = linear_schedule(optimizer, int(args.warmup_fraction * total_steps), total_steps)
+    # fp16 (--precision auto on a GPU without bf16) scales the loss, so small gradients survive
+    state = TrainState(model, optimizer, scheduler, grad_scaler(precision, device), position={"epoch": 0, "batch": 0})
+    embedder = _Embedder(model, tokenizer.pad_token_id, pooling, precision, device)
+    keys = {"task": args.task, "args": {k: getattr(args, k) for k in RESUME_KEYS}, "train_rows": n,
+            "world_size": ctx.world_size}
+    run.remove_stale()
+    saved = run.resume_checkpoint(keys, args.resume, finished="train_log.json", overwrite=args.overwrite)
+    books = _Books(args, run, state, keys, tokenizer, dev, pooling, max_len, precision, batches_per_epoch)
+    if saved is not None:
+        books.load(saved)
+        say(f"resuming {run.path} at step {state.step} of {total_steps}", ctx, args.quiet)
+    run.write_keys(keys)
+    if saved is not None and saved.get("eval_pending"):
+        books.dev_check()  # the evaluation the signal pre-empted
+    with GracefulStop() as stop:
+        while state.step < total_steps:
+            epoch = state.position["epoch"]
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(args.seed + epoch)).tolist()
+            for b in range(state.position["batch"], batches_per_epoch):
+                start = b * global_batch + ctx.rank * args.batch_size  # this process's share of the global batch
+                idx = order[start:start + args.batch_size]
+                columns = [embedder.column([table[i][k] for i in idx]) for k in range(rows.width)]
+                if args.task == "simcse":
+                    columns = [columns[0], columns[0]]  # the same texts twice: dropout is the augmentation
+                labels = labels_all[idx].to(device) if labels_all is not None else None
+                if args.mini_batch_size and args.mini_batch_size < args.batch_size:
+                    loss = cached_step(embedder.embed, columns, labels, loss_fn, args.mini_batch_size,
+                                       scale=state.scaler.scale)
+                else:  # one pass per step
+                    loss = plain_step(embedder.embed, columns, labels, loss_fn, joint=True, scale=state.scaler.scale)
+                average_gradients(model)
+                apply_update(state, args.clip, ctx=ctx)
+                state.position = {"epoch": epoch, "batch": b + 1}
+                books.count(loss.item(), global_batch, total_steps)
+                step = state.step
+                if step >= total_steps:
+                    break
+                eval_due = bool(args.eval_every) and step % args.eval_every == 0
+                stopping = stop.requested
+                if ctx.distributed:  # every process stops at the same step
+                    stopping = D.all_reduce_mean(ctx, [float(stopping)])[0] > 0
+                if stopping:
+                    path = books.checkpoint(eval_pending=eval_due)
+                    books.save_current_if_no_best()
+                    stop.raise_(f"stopped at step {step} of {total_steps}; checkpoint {path}; {args.output} holds "
+                                f"the {'best dev' if books.best is not None else 'current'} model. Continue with the "
+                                "same command and --resume")
+                if eval_due:
+                    books.dev_check()
+                if args.save_every and step % args.save_every == 0:
+                    books.checkpoint(eval_pending=False)
+            else:
+                state.position = {"epoch": epoch + 1, "batch": 0}
+            if not args.eval_every or state.step >= total_steps:
+                books.dev_check()
+    return books.finish(n, global_batch)
+
+
+def _load_model(args: EmbeddingTrainArgs, device) -> tuple[BertModel, BertTokenizer, str, int]:
+    """(model on ``device`` in training mode, tokenizer, pooling, max tokens) of --model: a bertkit, Hugging Face
+    or sentence-transformers directory (whose pooling is the default)."""
     source = read_sentence_transformers(args.model)
     model_dir = source.model_dir if source is not None else Path(args.model)
     pooling = args.pooling or (source.pooling if source is not None else "mean")
@@ -180,164 +271,125 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
     if len(tokenizer) > model.config.vocab_size:
         raise ValueError(f"{args.model}: the vocabulary has {len(tokenizer)} tokens but the model only "
                          f"{model.config.vocab_size} embeddings")
-    seed_dropout(args.seed, ctx)  # dropout differs per process; the weights are the same
-    loss_fn = build_loss(args.task, temperature=args.temperature, scale=args.scale, symmetric=args.symmetric,
-                         matryoshka_dims=_dims(args.matryoshka_dims or "") or None)
-    max_len = min(args.max_seq_length, model.config.max_position_embeddings)
+    return model, tokenizer, pooling, min(args.max_seq_length, model.config.max_position_embeddings)
 
-    # token ids of every text, once (texts repeat across columns: anchors, SQuAD sentences)
-    width = rows.width
-    distinct = list(dict.fromkeys(t for r in rows.rows for t in r))
-    encoded = tokenizer.encode_batch(distinct, max_length=max_len, truncation=True)
-    ids_of = {t: e.ids for t, e in zip(distinct, encoded)}
-    table = [[ids_of[t] for t in r] for r in rows.rows]  # [N][width] -> ids
-    labels_all = torch.tensor(rows.scores, dtype=torch.float32) if rows.scores is not None else None
 
-    n, world = len(table), ctx.world_size
-    global_batch = args.batch_size * world
-    batches_per_epoch = n // global_batch  # whole global batches: every rank the same count, no tiny last batch
-    if batches_per_epoch == 0:
-        raise ValueError(f"{n} training rows make no full batch of {args.batch_size} x {world} process(es): lower "
-                         "--batch-size")
-    total_steps = max(1, math.ceil(batches_per_epoch * args.epochs))
-    if args.max_steps:
-        total_steps = min(total_steps, args.max_steps)
-    optimizer = build_optimizer(model, lr=args.lr, weight_decay=args.weight_decay)
-    scheduler = linear_schedule(optimizer, int(args.warmup_proportion * total_steps), total_steps)
-    # fp16 (--precision auto on a GPU without bf16) scales the loss, so small gradients survive
-    state = TrainState(model, optimizer, scheduler, grad_scaler(precision, device), position={"epoch": 0, "batch": 0})
-    pad = tokenizer.pad_token_id
+class _Embedder:
+    """Padded columns of token ids, and the pooled embeddings of a column under autocast."""
 
-    def column(seqs: list[list[int]]) -> Column:
+    def __init__(self, model: BertModel, pad: int, pooling: str, precision: str, device):
+        self.model, self.pad, self.pooling, self.precision, self.device = model, pad, pooling, precision, device
+
+    def column(self, seqs: list[list[int]]) -> Column:
         T = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), T), pad, dtype=torch.long)
+        ids = torch.full((len(seqs), T), self.pad, dtype=torch.long)
         mask = torch.zeros((len(seqs), T), dtype=torch.long)
         for i, s in enumerate(seqs):
             ids[i, :len(s)] = torch.tensor(s)
             mask[i, :len(s)] = 1
-        return Column(ids.to(device), torch.zeros_like(ids).to(device), mask.to(device))
+        return Column(ids.to(self.device), torch.zeros_like(ids).to(self.device), mask.to(self.device))
 
-    def embed(ids: torch.Tensor, types: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def embed(self, ids: torch.Tensor, types: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         # the layers run on the real tokens only, attention in groups of rows of similar length (same maths as the
         # padded batch; a shuffled batch of SQuAD pairs is ~40% padding)
         packing = None
         if not bool(mask.all()):
             packing = Packing(mask, length_chunks(mask.sum(1).tolist()))
-        with autocast(precision, device):
-            hidden = model(ids, attention_mask=mask, token_type_ids=types,
-                           packing=packing).last_hidden_state  # [b, T, H]
-        return pool(hidden, mask, pooling)  # [b, H] fp32
+        with autocast(self.precision, self.device):
+            hidden = self.model(ids, attention_mask=mask, token_type_ids=types,
+                                packing=packing).last_hidden_state  # [b, T, H]
+        return pool(hidden, mask, self.pooling)  # [b, H] fp32
 
-    keys = {"task": args.task, "args": {k: getattr(args, k) for k in RESUME_KEYS}, "train_rows": n,
-            "world_size": world}
-    run.remove_stale()
-    saved = run.resume_checkpoint(keys, args.resume, finished="train_log.json", overwrite=args.overwrite)
-    history: list[dict] = []
-    best: dict[str, Any] | None = None
-    loss_sum, loss_n, seen = 0.0, 0, 0
-    if saved is not None:
-        state.load(saved, ctx)
-        best, history, (loss_sum, loss_n, seen) = saved["best"], saved["history"], saved["loss"]
-        say(f"resuming {output} at step {state.step} of {total_steps}", ctx, args.quiet)
-    run.write_keys(keys)
-    t0, elapsed0 = time.perf_counter(), state.elapsed
 
-    def save(record: dict | None) -> None:
+class _Books:
+    """An embedding run's books: the training loss and rows seen, the dev history and the best record (saved with
+    the model when it improves), checkpoints of all of it with the TrainState, and the final train_log.json."""
+
+    def __init__(self, args: EmbeddingTrainArgs, run: RunDir, state: TrainState, keys: dict, tokenizer,
+                 dev: TextRows | None, pooling: str, max_len: int, precision: str, batches_per_epoch: int):
+        self.args, self.run, self.state, self.keys, self.tokenizer, self.dev = args, run, state, keys, tokenizer, dev
+        self.pooling, self.max_len, self.precision, self.batches_per_epoch = pooling, max_len, precision, \
+            batches_per_epoch
+        self.ctx = run.ctx
+        self.history: list[dict] = []
+        self.best: dict[str, Any] | None = None
+        self.loss_sum, self.loss_n, self.seen = 0.0, 0, 0
+        self.t0, self.elapsed0 = time.perf_counter(), 0.0
+
+    def load(self, saved: dict[str, Any]) -> None:
+        self.state.load(saved, self.ctx)
+        self.best, self.history, (self.loss_sum, self.loss_n, self.seen) = saved["best"], saved["history"], \
+            saved["loss"]
+        self.elapsed0 = self.state.elapsed
+
+    def seconds(self) -> float:
+        return self.elapsed0 + time.perf_counter() - self.t0
+
+    def train_loss(self) -> float:
+        return self.loss_sum / max(self.loss_n, 1)
+
+    def count(self, loss: float, rows: int, total_steps: int) -> None:
+        self.loss_sum, self.loss_n, self.seen = self.loss_sum + loss, self.loss_n + 1, self.seen + rows
+        step = self.state.step
+        if step % 50 == 0 or step == total_steps:
+            say(f"step {step}/{total_steps}: loss {self.train_loss():.4f} ({self.seen / max(self.seconds(), 1e-9):.1f} "
+                "rows/s)", self.ctx, self.args.quiet)
+
+    def save(self, record: dict | None) -> None:
+        model, output, args = self.state.model, self.run.path, self.args
         model.save_pretrained(output)
-        tokenizer.save_pretrained(output)
-        write_sentence_transformers(output, pooling=pooling, normalize=args.normalize,
-                                    dim=model.config.hidden_size, max_seq_length=max_len)
+        self.tokenizer.save_pretrained(output)
+        write_sentence_transformers(output, pooling=self.pooling, normalize=args.normalize,
+                                    dim=model.config.hidden_size, max_seq_length=self.max_len)
         write_json(output / TRAIN_CONFIG_NAME, {"args": asdict(args), "best": record})
 
-    def dev_check() -> None:
-        nonlocal best
-        if dev is None or not ctx.is_main:
+    def save_current_if_no_best(self) -> None:
+        """No dev set, or stopped before its first evaluation: the current model (rank 0), then all ranks meet."""
+        if self.ctx.is_main and self.best is None:
+            self.save({"step": self.state.step, "train_loss": self.train_loss()})
+        D.barrier(self.ctx)
+
+    def dev_check(self) -> None:
+        ctx, model, args = self.ctx, self.state.model, self.args
+        if self.dev is None or not ctx.is_main:
             D.barrier(ctx)
             return
-        encoder = Encoder(model, tokenizer, device=str(device), precision=precision)
-        encoder.defaults = EncodeDefaults((-1,), pooling, args.normalize, max_len)
-        metrics = sts_metrics(encoder, dev, batch_size=args.eval_batch_size)
-        record = {"step": state.step, "epoch": round(state.step / batches_per_epoch, 3),
-                  "train_loss": loss_sum / max(loss_n, 1), "dev_spearman": metrics["spearman"],
-                  "dev_pearson": metrics["pearson"], **run_record(precision, device)}
-        history.append(record)
-        improved = best is None or record["dev_spearman"] > best["dev_spearman"]
+        encoder = Encoder(model, self.tokenizer, device=str(ctx.device), precision=self.precision)
+        encoder.defaults = EncodeDefaults((-1,), self.pooling, args.normalize, self.max_len)
+        metrics = sts_metrics(encoder, self.dev, batch_size=args.eval_batch_size)
+        step = self.state.step
+        record = {"step": step, "epoch": round(step / self.batches_per_epoch, 3), "train_loss": self.train_loss(),
+                  "dev_spearman": metrics["spearman"], "dev_pearson": metrics["pearson"],
+                  **run_record(self.precision, ctx.device)}
+        self.history.append(record)
+        improved = self.best is None or record["dev_spearman"] > self.best["dev_spearman"]
         if improved:
-            best = record
-            save(record)
-        say(f"step {state.step}: dev spearman {metrics['spearman']:.2f} pearson {metrics['pearson']:.2f}"
+            self.best = record
+            self.save(record)
+        say(f"step {step}: dev spearman {metrics['spearman']:.2f} pearson {metrics['pearson']:.2f}"
             f"{'  (best, saved)' if improved else ''}", ctx, args.quiet)
         model.train()
         D.barrier(ctx)
 
-    def checkpoint(eval_pending: bool) -> Path | None:
-        state.elapsed = elapsed0 + time.perf_counter() - t0
-        path = state.save(run.checkpoints, ctx, keep=1, loss=[loss_sum, loss_n, seen], best=best, history=history,
-                          eval_pending=eval_pending, run=keys)
-        return D.broadcast_object(ctx, path)
+    def checkpoint(self, eval_pending: bool) -> Path | None:
+        """A resumable checkpoint (every rank calls it); its path on every rank."""
+        self.state.elapsed = self.seconds()
+        path = self.state.save(self.run.checkpoints, self.ctx, keep=1, loss=[self.loss_sum, self.loss_n, self.seen],
+                               best=self.best, history=self.history, eval_pending=eval_pending, run=self.keys)
+        return D.broadcast_object(self.ctx, path)
 
-    if saved is not None and saved.get("eval_pending"):
-        dev_check()  # the evaluation the signal pre-empted
-    with GracefulStop() as stop:
-        while state.step < total_steps:
-            epoch = state.position["epoch"]
-            g = torch.Generator().manual_seed(args.seed + epoch)
-            order = torch.randperm(n, generator=g).tolist()
-            for b in range(state.position["batch"], batches_per_epoch):
-                start = b * global_batch + ctx.rank * args.batch_size  # this process's share of the global batch
-                idx = order[start:start + args.batch_size]
-                columns = [column([table[i][k] for i in idx]) for k in range(width)]
-                if args.task == "simcse":
-                    columns = [columns[0], columns[0]]  # the same texts twice: dropout is the augmentation
-                labels = labels_all[idx].to(device) if labels_all is not None else None
-                if args.mini_batch_size and args.mini_batch_size < args.batch_size:
-                    loss = cached_step(embed, columns, labels, loss_fn, args.mini_batch_size,
-                                       scale=state.scaler.scale)
-                else:  # one pass per step
-                    loss = plain_step(embed, columns, labels, loss_fn, joint=True, scale=state.scaler.scale)
-                average_gradients(model)
-                apply_update(state, args.clip, ctx=ctx)
-                state.position = {"epoch": epoch, "batch": b + 1}
-                seen += global_batch
-                loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
-                step = state.step
-                if step % 50 == 0 or step == total_steps:
-                    rate = seen / max(elapsed0 + time.perf_counter() - t0, 1e-9)
-                    say(f"step {step}/{total_steps}: loss {loss_sum / loss_n:.4f} ({rate:.1f} rows/s)", ctx,
-                        args.quiet)
-                if step >= total_steps:
-                    break
-                eval_due = bool(args.eval_every) and step % args.eval_every == 0
-                stopping = stop.requested
-                if ctx.distributed:  # every process stops at the same step
-                    stopping = D.all_reduce_mean(ctx, [float(stopping)])[0] > 0
-                if stopping:
-                    path = checkpoint(eval_pending=eval_due)
-                    if ctx.is_main and best is None:  # no dev set, or stopped before its first evaluation
-                        save({"step": step, "train_loss": loss_sum / max(loss_n, 1)})
-                    D.barrier(ctx)
-                    stop.raise_(f"stopped at step {step} of {total_steps}; checkpoint {path}; {args.output} holds "
-                                f"the {'best dev' if best is not None else 'current'} model. Continue with the "
-                                "same command and --resume")
-                if eval_due:
-                    dev_check()
-                if args.save_every and step % args.save_every == 0:
-                    checkpoint(eval_pending=False)
-            else:
-                state.position = {"epoch": epoch + 1, "batch": 0}
-            if not args.eval_every or state.step >= total_steps:
-                dev_check()
-    if ctx.is_main and (dev is None or best is None):  # no dev set
-        save({"step": state.step, "train_loss": loss_sum / max(loss_n, 1)})
-    D.barrier(ctx)
-    seconds = elapsed0 + time.perf_counter() - t0
-    summary = {"steps": state.step, "train_loss": loss_sum / max(loss_n, 1), "train_rows": n,
-               "global_batch": global_batch, "train_seconds": round(seconds, 2),
-               "rows_per_second": round(seen / seconds, 2), "compute_precision": precision,
-               **run_record(precision, device)}
-    if best is not None:
-        summary.update({k: v for k, v in best.items() if k.startswith("dev_")}, best_step=best["step"])
-    if ctx.is_main:
-        write_json(output / "train_log.json", {"args": asdict(args), "history": history, "summary": summary})
-        shutil.rmtree(run.checkpoints, ignore_errors=True)  # finished: nothing left to resume
-    return summary
+    def finish(self, n: int, global_batch: int) -> dict[str, Any]:
+        """The last model when there is no dev set, train_log.json, the checkpoints removed: the summary."""
+        self.save_current_if_no_best()
+        seconds = self.seconds()
+        summary = {"steps": self.state.step, "train_loss": self.train_loss(), "train_rows": n,
+                   "global_batch": global_batch, "train_seconds": round(seconds, 2),
+                   "rows_per_second": round(self.seen / seconds, 2), "compute_precision": self.precision,
+                   **run_record(self.precision, self.ctx.device)}
+        if self.best is not None:
+            summary.update({k: v for k, v in self.best.items() if k.startswith("dev_")}, best_step=self.best["step"])
+        if self.ctx.is_main:
+            write_json(self.run.path / "train_log.json", {"args": asdict(self.args), "history": self.history,
+                                                          "summary": summary})
+            shutil.rmtree(self.run.checkpoints, ignore_errors=True)  # finished: nothing left to resume
+        return summary

@@ -429,6 +429,7 @@ class SuiteRunner:
         if metrics_path.is_file():
             metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
             record["metrics"] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+            record.update({k: metrics[k] for k in COMPUTED_WITH if k in metrics})  # how it was computed
         if result.code != 0 and not (result.timed_out and metrics_path.is_file()):
             raise RunError(f"{t.column} lr {lr:g} seed {seed}: bertkit finetune exited with {result.code}; see "
                            f"{cell / 'finetune.log'}:\n{log_tail(result)}")
@@ -601,7 +602,16 @@ def _mismatched_summary(matched: Summary, cells: list[dict]) -> Summary | None:
 # ----------------------------------------------------------------------------------------------- results files
 
 
-def results_rows(summaries: dict[str, Summary]) -> list[dict[str, Any]]:
+COMPUTED_WITH = ("precision", "backend", "device")  # recorded by each run's metrics.json
+
+
+def computed_with(cells: list[dict], task: str) -> dict[str, str]:
+    """The precision, backend and device of a task's runs (values that differ between runs are joined by '/')."""
+    return {k: "/".join(sorted({str(c[k]) for c in cells if c["task"] == task and c.get(k)})) or None
+            for k in COMPUTED_WITH}
+
+
+def results_rows(summaries: dict[str, Summary], cells: list[dict] | None = None) -> list[dict[str, Any]]:
     rows = []
     for t in SUITE:
         s = summaries.get(t.name)
@@ -613,13 +623,14 @@ def results_rows(summaries: dict[str, Summary]) -> list[dict[str, Any]]:
             "seed_scores": ";".join(f"{x:.2f}" for x in s.scores),
             **{f"median_{m}": round(v, 2) for m, v in s.metrics.items()},
             "median_by_lr": ";".join(f"{lr:g}:{v:.2f}" for lr, v in sorted(s.by_lr.items())),
+            **computed_with(cells or [], t.name),
         })
     return rows
 
 
 def write_results(out: Path, summaries: dict[str, Summary], cells: list[dict], score: GlueScore) -> list[Path]:
     """results.csv (a row per task, then the GLUE score), cells.csv (every run), results.md and glue.png."""
-    rows = results_rows(summaries)
+    rows = results_rows(summaries, cells)
     score_row = {"task": "GLUE score" if score.complete else f"GLUE score (partial: {len(score.present)} of 9)",
                  "median": None if score.score is None else round(score.score, 2)}
     write_text(out / "results.csv", csv_text([*rows, score_row]))
@@ -628,6 +639,7 @@ def write_results(out: Path, summaries: dict[str, Summary], cells: list[dict], s
                   "mismatched_score": (round(c["mismatched_score"], 4) if c.get("mismatched_score") is not None
                                        else None),
                   "seconds": c.get("seconds"), "timed_out": c.get("timed_out", False),
+                  **{k: c.get(k) for k in COMPUTED_WITH},
                   **{k: v for k, v in (c.get("metrics") or {}).items() if k not in ("epoch",)}}
                  for c in cells]
     write_text(out / "cells.csv", csv_text(cell_rows) if cell_rows else "")

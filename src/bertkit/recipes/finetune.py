@@ -4,7 +4,7 @@
     for epoch:
         for grad_accum batches at a time (length-bucketed, shuffled; padded to the longest in the batch):
             optimizer_step(...)      # bertkit.training.step: autocast, fp16 loss scaling, unscale, clip to
-                                     # --max-grad-norm, AdamW step, linear warmup/decay step
+                                     # --clip, AdamW step, linear warmup/decay step
             SIGTERM / SIGINT: finish the step, write a checkpoint, exit (``--resume`` continues exactly)
         evaluate on dev -> if the task's main metric improved: save model, vocab, metrics.json, predictions
 
@@ -30,7 +30,15 @@ import torch
 from bertkit.errors import InputError
 from bertkit.experiments.tensorboard import EventWriter
 from bertkit.files import write_json
-from bertkit.options import option
+from bertkit.options import (
+    clip_option,
+    lr_option,
+    max_steps_option,
+    option,
+    seed_option,
+    threads_option,
+    warmup_option,
+)
 from bertkit.precision import grad_scaler, resolve_precision
 from bertkit.tasks import feature_length, length_batches
 from bertkit.tasks.options import RunOptions
@@ -45,7 +53,7 @@ from bertkit.training.step import optimizer_step
 
 TASK_CONFIG_NAME = "finetune_config.json"
 # settings that change what is computed: a resumed run must use the same
-RESUME_KEYS = ("epochs", "batch_size", "grad_accum", "lr", "warmup_proportion", "weight_decay", "max_grad_norm",
+RESUME_KEYS = ("epochs", "batch_size", "grad_accum", "lr", "warmup_fraction", "weight_decay", "clip",
                "seed", "precision", "eval_every", "max_steps")
 
 
@@ -57,14 +65,15 @@ class FinetuneArgs(RunOptions):
     batch_size: int = option(32, group="training", help="examples per micro-batch")
     grad_accum: int = option(1, group="training", help="micro-batches per optimizer step (the optimizer batch is "
                                                         "batch-size x grad-accum)")
-    lr: float = option(5e-5, group="training", help="peak learning rate (AdamW)")
-    warmup_proportion: float = option(0.1, group="training", help="fraction of the steps with linear warmup")
+    lr: float = lr_option(5e-5)
+    warmup_fraction: float = warmup_option(0.1)
     weight_decay: float = option(0.01, group="training", help="decoupled weight decay (none on biases, LayerNorm)")
-    max_grad_norm: float = option(1.0, group="training", help="clip the gradient norm to this (0 = no clipping)")
-    seed: int = option(42, group="training", help="seed of the head's initialisation, shuffling and dropout")
+    clip: float = clip_option(1.0)
+    seed: int = seed_option(42)
+    threads: int | None = threads_option()
     eval_batch_size: int = option(64, group="training", help="examples per evaluation batch")
     eval_every: int = option(0, group="training", help="evaluate on dev every N steps (0 = at the end of each epoch)")
-    max_steps: int = option(0, group="training", help="stop after N optimizer steps (0 = no limit)")
+    max_steps: int | None = max_steps_option()
     save_every: int = option(0, group="checkpoints", help="also write a resumable checkpoint every N steps (0 = only "
                                                           "when stopped by SIGTERM / SIGINT)")
     tensorboard: bool = option(False, group="checkpoints", help="also write TensorBoard event files (train loss and "
@@ -116,6 +125,7 @@ def finetune(
     ctx = ctx or DistContext(device=torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu")))
     if args.grad_accum < 1 or args.batch_size < 1:
         raise InputError(f"--batch-size and --grad-accum must be >= 1, got {args.batch_size} and {args.grad_accum}")
+    torch.set_num_threads(args.threads or torch.get_num_threads())
     run = RunDir(output_dir, ctx)
     if ctx.is_main:
         run.check_writable()
@@ -128,69 +138,26 @@ def finetune(
     train_features = task.featurize(train_examples, tokenizer, training=True)
     dev_features = task.featurize(dev_examples, tokenizer) if dev_examples else None
     lengths = [feature_length(f) for f in train_features]
-    batches_per_epoch = math.ceil(len(train_features) / args.batch_size) // ctx.world_size
-    if batches_per_epoch == 0:
-        raise InputError(f"{len(train_features)} training examples make fewer batches of {args.batch_size} than "
-                         f"there are processes ({ctx.world_size})")
-    steps_per_epoch = math.ceil(batches_per_epoch / args.grad_accum)
-    total_steps = max(1, math.ceil(steps_per_epoch * args.epochs))
-    if args.max_steps:
-        total_steps = min(total_steps, args.max_steps)
+    batches_per_epoch, steps_per_epoch, total_steps = _steps(len(train_features), args, ctx)
     optimizer = build_optimizer(model, lr=args.lr, weight_decay=args.weight_decay)
-    scheduler = linear_schedule(optimizer, int(args.warmup_proportion * total_steps), total_steps)
+    scheduler = linear_schedule(optimizer, int(args.warmup_fraction * total_steps), total_steps)
     state = TrainState(model, optimizer, scheduler, grad_scaler(precision, device), position={"epoch": 0, "batch": 0})
-
-    best: dict[str, Any] | None = None
-    history: list[dict] = []
-    loss_sum, loss_n = 0.0, 0
     keys = {"task": task.name, "args": {k: getattr(args, k) for k in RESUME_KEYS},
             "train_examples": len(train_features), "world_size": ctx.world_size}
     run.remove_stale()  # what a killed run left half-written
     saved = run.resume_checkpoint(keys, args.resume, finished="train_log.json", overwrite=args.overwrite)
+    books = _Books(task, tokenizer, dev_examples, dev_features, args, precision, run, state, keys, steps_per_epoch)
     if saved is not None:
-        state.load(saved, ctx)
-        best, history, (loss_sum, loss_n) = saved["best"], saved["history"], saved["loss"]
+        books.load(saved, ctx)
         say(f"resuming {output_dir} at step {state.step} of {total_steps}", ctx, args.quiet)
     run.write_keys(keys)
-    t0, elapsed0 = time.perf_counter(), state.elapsed
-    board = EventWriter(output_dir / "tensorboard") if args.tensorboard and ctx.is_main else None
-
-    def evaluate_and_keep_best() -> None:
-        nonlocal best
-        if dev_features is None or not ctx.is_main:
-            distributed.barrier(ctx)
-            return
-        metrics, preds = evaluate(task, model, dev_examples, dev_features, args, precision, device)
-        record = {**metrics, "step": state.step, "epoch": round(state.step / steps_per_epoch, 3),
-                  "train_loss": loss_sum / max(loss_n, 1), **run_record(precision, device)}
-        history.append(record)
-        if board is not None:
-            board.add_record(record)
-        improved = best is None or metrics.get(task.main_metric, -math.inf) > best.get(task.main_metric, -math.inf)
-        if improved:
-            best = record
-            save_output(task, model, tokenizer, output_dir, record, dev_examples, preds)
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
-        say(f"step {state.step}: dev {shown}{'  (best, saved)' if improved else ''}", ctx, args.quiet)
-        model.train()
-        distributed.barrier(ctx)
-
-    def save_training_state(eval_pending: bool) -> Path | None:
-        state.elapsed = elapsed0 + time.perf_counter() - t0
-        path = state.save(run.checkpoints, ctx, keep=1, loss=[loss_sum, loss_n], best=best, history=history,
-                          eval_pending=eval_pending, run=keys)
-        return distributed.broadcast_object(ctx, path)
 
     def forward(module, indices: list[int]):
         batch = task.collate([train_features[i] for i in indices])
         return module(**{k: v.to(device) for k, v in batch.items()})
 
-    def count_loss(_, output) -> None:
-        nonlocal loss_sum, loss_n
-        loss_sum, loss_n = loss_sum + output.loss.item(), loss_n + 1
-
     if saved is not None and saved.get("eval_pending"):
-        evaluate_and_keep_best()  # the evaluation the signal pre-empted
+        books.evaluate_and_keep_best()  # the evaluation the signal pre-empted
     progress = tqdm(total=total_steps, initial=state.step, desc=f"finetune {task.name}", unit="step",
                     disable=args.quiet or not ctx.is_main or not sys.stderr.isatty())
     with GracefulStop() as stop:
@@ -201,12 +168,12 @@ def finetune(
             while b < len(batches):
                 # an optimizer step of grad_accum micro-batches (the last of an epoch may average fewer)
                 group = batches[b:b + args.grad_accum]
-                optimizer_step(state, group, forward, clip=args.max_grad_norm, precision=precision, device=device,
-                               ctx=ctx, ddp_model=ddp_model, after_backward=count_loss)
+                optimizer_step(state, group, forward, clip=args.clip, precision=precision, device=device,
+                               ctx=ctx, ddp_model=ddp_model, after_backward=books.count_loss)
                 b += len(group)
                 state.position = {"epoch": epoch, "batch": b}
                 progress.update(1)
-                progress.set_postfix(loss=f"{loss_sum / loss_n:.4f}")
+                progress.set_postfix(loss=f"{books.train_loss():.4f}")
                 if state.step >= total_steps:
                     break
                 eval_due = bool(args.eval_every) and state.step % args.eval_every == 0
@@ -215,30 +182,105 @@ def finetune(
                     stopping = distributed.all_reduce_mean(ctx, [float(stopping)])[0] > 0
                 if stopping:
                     progress.close()
-                    path = save_training_state(eval_pending=eval_due)
+                    path = books.checkpoint(eval_pending=eval_due)
                     stop.raise_(f"stopped at step {state.step} of {total_steps}; checkpoint {path}. Continue with "
                                 "the same command and --resume")
                 if eval_due:
-                    evaluate_and_keep_best()
+                    books.evaluate_and_keep_best()
                 if args.save_every and state.step % args.save_every == 0:
-                    save_training_state(eval_pending=False)
+                    books.checkpoint(eval_pending=False)
             state.position = {"epoch": epoch + 1, "batch": 0}
             if not args.eval_every or state.step >= total_steps:
-                evaluate_and_keep_best()
+                books.evaluate_and_keep_best()
     progress.close()
-    if dev_features is None and ctx.is_main:
-        save_output(task, model, tokenizer, output_dir, None, None, None)
-    distributed.barrier(ctx)
-    if dev_features is None or not ctx.is_main:
-        best = {"step": state.step, "train_loss": loss_sum / max(loss_n, 1), **run_record(precision, device)}
-        if not ctx.is_main:
-            return best
-    assert best is not None
-    summary = {**best, "train_seconds": round(elapsed0 + time.perf_counter() - t0, 2), "compute_precision": precision}
-    write_json(output_dir / "train_log.json", {"args": asdict(args), "history": history, "best": summary,
-                                                "train_examples": len(train_features)})
-    shutil.rmtree(run.checkpoints, ignore_errors=True)  # finished: nothing left to resume
-    if board is not None:
-        board.close()
-    return summary
+    return books.finish(len(train_features))
 
+
+def _steps(n_features: int, args: FinetuneArgs, ctx: DistContext) -> tuple[int, int, int]:
+    """(batches per epoch per process, optimizer steps per epoch, total optimizer steps)."""
+    batches_per_epoch = math.ceil(n_features / args.batch_size) // ctx.world_size
+    if batches_per_epoch == 0:
+        raise InputError(f"{n_features} training examples make fewer batches of {args.batch_size} than there are "
+                         f"processes ({ctx.world_size})")
+    steps_per_epoch = math.ceil(batches_per_epoch / args.grad_accum)
+    total_steps = max(1, math.ceil(steps_per_epoch * args.epochs))
+    if args.max_steps:
+        total_steps = min(total_steps, args.max_steps)
+    return batches_per_epoch, steps_per_epoch, total_steps
+
+
+class _Books:
+    """A fine-tuning run's books: the training loss so far, the dev history and the best record (saved with the
+    model when it improves), checkpoints of all of it with the TrainState, and the final train_log.json."""
+
+    def __init__(self, task, tokenizer, dev_examples, dev_features, args: FinetuneArgs, precision: str,
+                 run: RunDir, state: TrainState, keys: dict, steps_per_epoch: int):
+        self.task, self.tokenizer, self.dev_examples, self.dev_features = task, tokenizer, dev_examples, dev_features
+        self.args, self.precision, self.run, self.state, self.keys = args, precision, run, state, keys
+        self.ctx, self.device, self.steps_per_epoch = run.ctx, run.ctx.device, steps_per_epoch
+        self.best: dict[str, Any] | None = None
+        self.history: list[dict] = []
+        self.loss_sum, self.loss_n = 0.0, 0
+        self.t0, self.elapsed0 = time.perf_counter(), state.elapsed
+        self.board = EventWriter(run.path / "tensorboard") if args.tensorboard and self.ctx.is_main else None
+
+    def load(self, saved: dict[str, Any], ctx: DistContext) -> None:
+        self.state.load(saved, ctx)
+        self.best, self.history, (self.loss_sum, self.loss_n) = saved["best"], saved["history"], saved["loss"]
+        self.elapsed0 = self.state.elapsed
+
+    def count_loss(self, _, output) -> None:
+        self.loss_sum, self.loss_n = self.loss_sum + output.loss.item(), self.loss_n + 1
+
+    def train_loss(self) -> float:
+        return self.loss_sum / max(self.loss_n, 1)
+
+    def evaluate_and_keep_best(self) -> None:
+        ctx, model, task = self.ctx, self.state.model, self.task
+        if self.dev_features is None or not ctx.is_main:
+            distributed.barrier(ctx)
+            return
+        metrics, preds = evaluate(task, model, self.dev_examples, self.dev_features, self.args, self.precision,
+                                  self.device)
+        record = {**metrics, "step": self.state.step, "epoch": round(self.state.step / self.steps_per_epoch, 3),
+                  "train_loss": self.train_loss(), **run_record(self.precision, self.device)}
+        self.history.append(record)
+        if self.board is not None:
+            self.board.add_record(record)
+        best = self.best
+        improved = best is None or metrics.get(task.main_metric, -math.inf) > best.get(task.main_metric, -math.inf)
+        if improved:
+            self.best = record
+            save_output(task, model, self.tokenizer, self.run.path, record, self.dev_examples, preds)
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+        say(f"step {self.state.step}: dev {shown}{'  (best, saved)' if improved else ''}", ctx, self.args.quiet)
+        model.train()
+        distributed.barrier(ctx)
+
+    def checkpoint(self, eval_pending: bool) -> Path | None:
+        """A resumable checkpoint (every rank calls it); its path on every rank."""
+        self.state.elapsed = self.elapsed0 + time.perf_counter() - self.t0
+        path = self.state.save(self.run.checkpoints, self.ctx, keep=1, loss=[self.loss_sum, self.loss_n],
+                               best=self.best, history=self.history, eval_pending=eval_pending, run=self.keys)
+        return distributed.broadcast_object(self.ctx, path)
+
+    def finish(self, train_examples: int) -> dict[str, Any]:
+        """The model saved when there is no dev set, train_log.json, the checkpoints removed: the summary."""
+        ctx, out = self.ctx, self.run.path
+        if self.dev_features is None and ctx.is_main:
+            save_output(self.task, self.state.model, self.tokenizer, out, None, None, None)
+        distributed.barrier(ctx)
+        best = self.best
+        if self.dev_features is None or not ctx.is_main:
+            best = {"step": self.state.step, "train_loss": self.train_loss(), **run_record(self.precision, self.device)}
+            if not ctx.is_main:
+                return best
+        assert best is not None
+        summary = {**best, "train_seconds": round(self.elapsed0 + time.perf_counter() - self.t0, 2),
+                   "compute_precision": self.precision}
+        write_json(out / "train_log.json", {"args": asdict(self.args), "history": self.history, "best": summary,
+                                            "train_examples": train_examples})
+        shutil.rmtree(self.run.checkpoints, ignore_errors=True)  # finished: nothing left to resume
+        if self.board is not None:
+            self.board.close()
+        return summary

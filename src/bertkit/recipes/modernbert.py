@@ -37,6 +37,9 @@ def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device):
 
     if cfg.nsp:
         raise InputError("--nsp: ModernBERT has no next-sentence head; pre-train it with masked LM only (--no-nsp)")
+    if getattr(cfg, "position_init", None) == "sinusoidal":
+        raise InputError("--position-init sinusoidal: ModernBERT has no position embeddings (its positions are "
+                         "rotary); leave the flag out")
     torch.manual_seed(cfg.seed)
     v = VocabInfo.from_tokenizer(tokenizer)
     if cfg.init_from:

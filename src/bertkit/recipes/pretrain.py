@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import json
-import math
-import shutil
 import sys
 import time
 import types
@@ -30,28 +27,38 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import RunError
-from bertkit.files import remove_stale_temp_files, write_json, write_text
-from bertkit.options import option
+from bertkit.errors import LossNotFinite
+from bertkit.files import write_json
+from bertkit.options import (
+    clip_option,
+    device_option,
+    lr_option,
+    max_steps_option,
+    option,
+    output_option,
+    precision_option,
+    seed_option,
+    threads_option,
+    warmup_option,
+)
+from bertkit.recipes.pretrain_setup import (
+    Feed,
+    PretrainError,
+    build_model,
+    os_errors,
+    parse_mask_mix,
+    prepare_output,
+    read_record,
+    remove_stale,
+    say_run,
+    tokenizer_and_shards,
+)
 
 RECIPES = ("budget", "paper")
-PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 SCHEDULES = ("linear", "trapezoid", "onecycle")
-# what a run writes into OUTPUT (and --overwrite removes); a directory holding only these is a run's beginnings
-RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "run.json", "model.safetensors", "config.json", "data",
-             "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 
 
-class PretrainError(RunError):
-    """A run that cannot start or continue; the message says what to do (exit code 2, as a refused command)."""
-
-    exit_code = 2
-
-
-class LossNotFinite(RunError, FloatingPointError):
-    """The loss or gradient norm stopped being finite; the message names the last good checkpoint."""
-
-    exit_code = 3
+__all__ = ["LossNotFinite", "PretrainConfig", "PretrainError", "held_out_accuracy", "pretrain"]
 
 
 def parse_duration(text: str) -> float:
@@ -68,22 +75,14 @@ def parse_duration(text: str) -> float:
     return sum(float(a) * scale[b] for a, b in parts)
 
 
-def parse_mask_mix(text: str) -> tuple[float, float, float]:
-    """``"80/10/10"`` -> (0.8, 0.1, 0.1): the shares of chosen positions given [MASK], a random token, or kept."""
-    try:
-        parts = tuple(float(x) / 100 for x in str(text).split("/"))
-    except ValueError:
-        parts = ()
-    if len(parts) != 3 or min(parts) < 0 or abs(sum(parts) - 1) > 1e-6:
-        raise PretrainError(f"--mask-mix must be three percentages MASK/RANDOM/KEEP summing to 100 (e.g. 80/10/10), "
-                            f"got {text!r}")
-    return parts  # type: ignore[return-value]
-
-
 def _run_key(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
     """An ``option`` that changes what is computed: a resumed run must match it (others, like save_every, may
     change). Marked ``run`` in the field's metadata; :data:`RUN_KEYS` lists them."""
-    f = option(default, **kwargs)
+    return _as_run_key(option(default, **kwargs))
+
+
+def _as_run_key(f: Any) -> Any:
+    """A shared option (``bertkit.options``) marked as a run key."""
     f.metadata = types.MappingProxyType({**f.metadata, "run": True})
     return f
 
@@ -99,7 +98,7 @@ class PretrainConfig:
     corpus: list[str] = _run_key(nargs="+", required=True, metavar="PATH", group=_D, help=(
         "text files or directories of them: Google format (a sentence per line, blank line between documents), "
         "plain prose (each file a document), or JSONL with a 'text' field; gzip is recognised by its bytes"))
-    output: str = option(required=True, metavar="DIR", group=_D, help="the run directory")
+    output: str = output_option(metavar="DIR", group=_D, help="the run directory")
     corpus_format: str = _run_key("auto", choices=("auto", "google", "prose", "jsonl"), group=_D, help=(
         "auto: jsonl by name, google when most lines hold one sentence, else prose"))
     encoding: str = _run_key("auto", choices=("auto", "utf-8"), group=_D, help=(
@@ -146,7 +145,7 @@ class PretrainConfig:
     schedule: str | None = _run_key(None, choices=SCHEDULES, group=_R, help=(
         "lr schedule after warmup: linear decay (paper), trapezoid (flat, then linear decay over the last half), "
         "onecycle (cosine up and down)"))
-    warmup_fraction: float | None = _run_key(None, group=_R, help="warmup as a fraction of the steps (paper 0.05)")
+    warmup_fraction: float | None = _as_run_key(warmup_option(None, group=_R))  # paper 0.05
     seq_ramp: str | None = _run_key(None, metavar="LEN:UNTIL,...", group=_R, help=(
         "shorter sequences first, e.g. 64:0.3 = length 64 for 30%% of the steps, then --seq-len; off"))
     batch_ramp: str | None = _run_key(None, metavar="SIZE:UNTIL,...", group=_R, help=(
@@ -161,26 +160,25 @@ class PretrainConfig:
     seq_len: int = _run_key(128, group=_T, help="sequence length")
     batch_size: int = _run_key(32, group=_T, help="micro-batch per process")
     grad_accum: int = _run_key(1, group=_T, help="micro-batches per optimizer step")
-    lr: float | None = _run_key(None, group=_T, help="peak learning rate (paper 1e-4; budget: by model size)")
+    lr: float | None = _as_run_key(lr_option(None, help="peak learning rate (paper 1e-4; budget: by model size)",
+                                             group=_T))
     warmup_steps: int | None = _run_key(None, group=_T, help="warmup steps (default: --warmup-fraction)")
     weight_decay: float = _run_key(0.01, group=_T, help="AdamW decoupled weight decay (none on biases, LayerNorm)")
-    clip: float = _run_key(1.0, group=_T, help="gradient norm clipping")
-    max_steps: int | None = _run_key(None, group=_T, help="optimizer steps (with --max-time: at most)")
+    clip: float = _as_run_key(clip_option(1.0, group=_T))
+    max_steps: int | None = _as_run_key(max_steps_option(help="optimizer steps (with --max-time: at most)", group=_T))
     max_time: float | None = option(None, parse=parse_duration, metavar="DURATION", group=_T, help=(
         "wall-clock budget (90s, 10m, 1.5h); the schedule is fitted to it"))
     two_phase: bool = _run_key(False, group=_T, help=(
         "the paper's schedule: --seq-len for 90%% of the steps, then --phase2-seq-len"))
     phase2_seq_len: int = _run_key(512, group=_T, help="--two-phase: sequence length of the last 10%% of steps")
     phase2_batch_size: int | None = _run_key(None, group=_T, help="--two-phase: its batch size (default --batch-size)")
-    precision: str = _run_key("auto", choices=PRECISIONS, group=_T, help=(
-        "auto: bf16 autocast where the CPU/GPU supports it (fp16 with loss scaling on GPUs without bf16)"))
-    device: str | None = option(None, group=_T, help="cpu | cuda (default: cuda when available)")
-    seed: int = _run_key(0, group=_T, help="seed of the weights, the data order and the masks")
-    threads: int | None = option(None, group=_T, help=(
-        "torch threads per process (default: torch's choice; 1 can be faster on a machine shared with other jobs)"))
+    precision: str = _as_run_key(precision_option(group=_T))
+    device: str | None = device_option(group=_T)
+    seed: int = _as_run_key(seed_option(0, group=_T, help="seed of the weights, the data order and the masks"))
+    threads: int | None = threads_option(group=_T)
     compile: bool = option(False, group=_T, help=(
-        "torch.compile the model for the training steps (GPU: 1.25x per bert-base step; compiling takes about a "
-        "minute, so it pays on runs of more than a few minutes)"))
+        "torch.compile the model for the training steps (faster per step on a GPU, see BENCHMARKS.md; compiling "
+        "takes about a minute, so it pays on runs of more than a few minutes)"))
 
     save_every: int = option(1000, group=_O, help="checkpoint every N steps (and at the end, and on SIGTERM)")
     keep_checkpoints: int = option(2, group=_O, help="newest checkpoints kept")
@@ -257,7 +255,8 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
         from bertkit.recipes import modernbert
 
         table.update(modernbert.DEFAULTS)
-        size = size.replace("modernbert-", "bert-")
+        cfg = dataclasses.replace(cfg, model_size=modernbert.preset(cfg.model_size))  # a bad size fails here, early
+        size = cfg.model_size.replace("modernbert-", "bert-")
     if table["lr"] is None:
         table["lr"] = BUDGET_LR.get(size, 2e-4) if not cfg.init_from else 1e-4
     chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
@@ -266,266 +265,6 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     return resolved, f"recipe {name}: {shown}"
 
 # --------------------------------------------------------------------------------------------- preparing a run
-
-
-def _say(cfg: PretrainConfig, ctx, message: str) -> None:
-    if ctx.is_main and not cfg.quiet and message:
-        print(message, flush=True)
-
-
-def _read_record(path: Path) -> dict[str, Any]:
-    """A run.json; a torn or foreign one is an error naming it."""
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(record, dict) or not isinstance(record["config"], dict):
-            raise TypeError("not an object with a 'config'")
-        return record
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
-        raise PretrainError(f"{path}: not a readable run record ({type(e).__name__}: {e}); start the run again with "
-                            "--overwrite, or choose another --output") from None
-
-
-def _clear_run(out: Path, keep: tuple[str, ...] = ()) -> None:
-    for name in RUN_FILES:
-        if name in keep:
-            continue
-        p = out / name
-        if p.is_dir():
-            shutil.rmtree(p)
-        elif p.exists():
-            p.unlink()
-
-
-def _remove_stale(out: Path) -> None:
-    """Temp files (``.NAME.tmp-PID``) that killed processes left in the run's directories."""
-    for d in (out, out / "checkpoints", out / "data", out / "data" / "shards"):
-        remove_stale_temp_files(d)
-
-
-def _prepare_output(cfg: PretrainConfig) -> PretrainConfig:
-    """Refuse to silently overwrite a different run; with --overwrite, clear what a run writes. With --resume and no
-    run.json yet (killed while preparing), start afresh: returns ``cfg`` with ``resume`` off then."""
-    out = Path(cfg.output)
-    record_path, record = out / "run.json", cfg.run_record()
-    if out.exists() and not out.is_dir():
-        raise PretrainError(f"{out} exists and is not a directory; choose another --output")
-    names = {p.name for p in out.iterdir() if not p.name.startswith(".")} if out.is_dir() else set()
-    if cfg.resume and not record_path.is_file():
-        if names - set(RUN_FILES):
-            raise PretrainError(f"--resume: {out} holds no pre-training run (no run.json); drop --resume to start one")
-        # a run killed before it began training: nothing to resume, start it afresh; an interrupted preparation
-        # of its shards (data/) resumes, or starts afresh if its files or settings changed (data/prepare.py)
-        _clear_run(out, keep=("data",))
-        _remove_stale(out)
-        return dataclasses.replace(cfg, resume=False)
-    if cfg.resume:
-        old = _read_record(record_path)["config"]
-        diff = [k for k in RUN_KEYS if k in old and old[k] != record[k]]
-        if diff:
-            raise PretrainError(f"--resume: these settings differ from the run in {out}: "
-                                + ", ".join(f"{k} (was {old[k]!r}, now {record[k]!r})" for k in diff)
-                                + "; use the run's settings, or start a new run with another --output")
-        _remove_stale(out)
-        return cfg
-    if names and not cfg.overwrite:
-        if record_path.is_file():
-            old = _read_record(record_path)["config"]
-            diff = [k for k in RUN_KEYS if old.get(k) != record[k]]
-            what = "a run with the same settings" if not diff else f"a different run (differs in {', '.join(diff[:6])})"
-            raise PretrainError(f"{out} already holds {what}. Pass --resume to continue it, --overwrite to replace "
-                                "it, or choose another --output")
-        raise PretrainError(f"{out} exists and is not empty (and is not a bertkit pre-training run); choose another "
-                            "--output, or pass --overwrite to write into it")
-    if names:
-        _clear_run(out)
-    return cfg
-
-
-def _tokenizer_and_shards(cfg: PretrainConfig, ctx):
-    """The vocabulary (trained on the sentence-split corpus unless given) and the tokenized shards, built by rank 0."""
-    from bertkit.data.corpus import expand_corpus, write_sentences
-    from bertkit.data.pretraining import prepare_corpus
-    from bertkit.tokenization import BertTokenizer, train_vocab
-    from bertkit.training.once import check_same_shards, once
-
-    out, progress = Path(cfg.output), not cfg.quiet and sys.stderr.isatty()
-    data_dir, sentences = out / "data", out / "data" / "sentences.txt"
-
-    def prepare() -> None:  # once per run (--prepare-on global) or per node (node); the other ranks wait
-        data_dir.mkdir(parents=True, exist_ok=True)
-        have_vocab = (out / "vocab.txt").is_file() and cfg.resume
-        corpus, fmt = [str(p) for p in expand_corpus(cfg.corpus)], cfg.corpus_format
-        if not have_vocab and cfg.vocab is None:
-            _say(cfg, ctx, f"reading {len(corpus)} corpus file(s) and splitting sentences ...")
-            n_docs = write_sentences(corpus, sentences, fmt, cfg.workers, cfg.encoding, progress)
-            _say(cfg, ctx, f"training a {cfg.vocab_size}-token WordPiece vocabulary on {n_docs} document(s) ...")
-            train_vocab([sentences], vocab_size=cfg.vocab_size, lowercase=True if cfg.lowercase is None else
-                        cfg.lowercase, show_progress=progress).save_pretrained(out)
-        elif not have_vocab:
-            BertTokenizer.from_pretrained(cfg.vocab, lowercase=cfg.lowercase).save_pretrained(out)
-        if cfg.vocab is None and sentences.is_file():  # written above, or by the run resumed
-            corpus, fmt = [str(sentences)], "google"
-        prepare_corpus(corpus, data_dir / "shards", out / "vocab.txt", corpus_format=fmt, workers=cfg.workers,
-                       encoding=cfg.encoding, progress=progress, log=lambda m: _say(cfg, ctx, m))
-
-    once(ctx, cfg.prepare_on, prepare, "preparing the corpus", cfg.prepare_timeout,
-         lambda m: None if cfg.quiet else print(m, flush=True))
-    check_same_shards(ctx, out / "vocab.txt", data_dir / "shards")
-    return BertTokenizer.from_pretrained(out), data_dir / "shards"
-
-
-def _build_model(cfg: PretrainConfig, tokenizer, shard_dir: Path, max_len: int, device):
-    """A fresh BertForPreTraining of ``model_size`` (MLM output bias from the corpus's unigram frequencies with
-    ``output_bias=unigram``), or the ``init_from`` model; dropout set to ``cfg.dropout`` for training."""
-    import torch
-
-    from bertkit.config import BertConfig
-    from bertkit.data.pretraining import VocabInfo, token_counts, unigram_log_probs
-    from bertkit.modeling import BertForPreTraining
-
-    torch.manual_seed(cfg.seed)
-    if cfg.init_from:  # continued pre-training (e.g. on a domain's text): the model's config and weights
-        config = BertConfig.from_pretrained(cfg.init_from)
-        if cfg.config_overrides:
-            config = dataclasses.replace(config, **cfg.config_overrides)
-        if config.vocab_size < len(tokenizer) or config.max_position_embeddings < max_len:
-            raise PretrainError(f"--init-from {cfg.init_from}: the model has {config.vocab_size} embeddings and "
-                                f"{config.max_position_embeddings} positions; the run needs {len(tokenizer)} "
-                                f"tokens and {max_len} positions")
-        model = BertForPreTraining.from_pretrained(cfg.init_from, config=config)
-    else:
-        config = BertConfig.from_preset(cfg.model_size, vocab_size=len(tokenizer),
-                                        max_position_embeddings=max(512, max_len), **cfg.config_overrides)
-        model = BertForPreTraining(config)
-        if cfg.output_bias == "unigram":  # the unigram plateau becomes where training starts, not where it stalls
-            v = VocabInfo.from_tokenizer(tokenizer)
-            bias = unigram_log_probs(token_counts(shard_dir, config.vocab_size),
-                                     exclude=(v.cls_id, v.sep_id, v.mask_id, v.pad_id))
-            with torch.no_grad():
-                model.cls.predictions.bias.copy_(torch.from_numpy(bias))
-    if cfg.position_init == "sinusoidal" and not cfg.init_from:
-        with torch.no_grad():
-            table = model.bert.embeddings.position_embeddings.weight
-            table.copy_(sinusoids(*table.shape) * config.initializer_range / 0.7071)  # std = initializer_range
-    if cfg.dropout is not None:
-        saved = (config.hidden_dropout_prob, config.attention_probs_dropout_prob)
-        model.set_dropout(cfg.dropout)
-        model.config.hidden_dropout_prob, model.config.attention_probs_dropout_prob = saved  # for config.json
-    return model.to(device).train(), config
-
-
-def sinusoids(positions: int, width: int):
-    """The Transformer's position encodings [positions, width]: sin and cos of position / 10000^(2i / width)."""
-    import torch
-
-    pos = torch.arange(positions, dtype=torch.float32)[:, None]
-    freq = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))
-    table = torch.zeros(positions, width)
-    table[:, 0::2] = torch.sin(pos * freq)
-    table[:, 1::2] = torch.cos(pos * freq)[:, : width // 2]
-    return table
-
-
-class _Feed:
-    """The run's batches: one PretrainingData per stage of the ramps (built when reached) and the position in it,
-    (stage, epoch, index). Entering a stage keeps the position: the same instance with the same sequence length,
-    the same fraction of the epoch otherwise."""
-
-    def __init__(self, cfg: PretrainConfig, shard_dir: Path, vocab, ctx):
-        from bertkit.training.ramps import parse_ramp
-
-        self.cfg, self.shard_dir, self.vocab, self.ctx = cfg, shard_dir, vocab, ctx
-        self.seq_ramp, self.batch_ramp = parse_ramp(cfg.seq_ramp, "--seq-ramp"), parse_ramp(cfg.batch_ramp,
-                                                                                              "--batch-ramp")
-        self.phase2 = (cfg.phase2_seq_len, cfg.phase2_batch_size or cfg.batch_size) if cfg.two_phase else None
-        self.max_len = max([cfg.seq_len, *(v for v, _ in self.seq_ramp), *(self.phase2 or (0,))[:1]])
-        self.stage, self.epoch, self.index = 0, 0, 0
-        self.stages, self.data = [], None
-
-    def plan(self, total_steps: int):
-        from bertkit.training.ramps import plan_stages
-
-        c = self.cfg
-        return plan_stages(total_steps, c.seq_len, c.batch_size, self.seq_ramp, self.batch_ramp, self.phase2)
-
-    def make(self, seq_len: int, batch_size: int, split: str = "train"):
-        from bertkit.data.pretraining import DataOptions, PretrainingData
-
-        c = self.cfg
-        opts = DataOptions(max_seq_length=seq_len, batch_size=batch_size, nsp=c.nsp, mask_prob=c.mask_prob,
-                           max_predictions=c.max_predictions, whole_word=c.whole_word_mask,
-                           short_seq_prob=c.short_seq_prob, masking=c.masking, dupe_factor=c.dupe_factor, seed=c.seed,
-                           mask_mix=parse_mask_mix(c.mask_mix or "80/10/10"))
-        rank, world = (0, 1) if split == "eval" else (self.ctx.rank, self.ctx.world_size)
-        data = PretrainingData(self.shard_dir, self.vocab, opts, rank, world, split=split)
-        if split == "train" and data.num_batches(0) == 0:
-            raise PretrainError(f"the corpus gives fewer than {batch_size * world} instances of {seq_len} tokens: "
-                                "add text or lower --batch-size")
-        return data
-
-    def start(self, total_steps: int, position: dict | None) -> None:
-        """Plan the stages; place the feed at a checkpoint's position (or at the start)."""
-        self.stages = self.plan(total_steps)
-        if position:
-            self.stage, self.epoch, self.index = (int(position[k]) for k in ("phase", "epoch", "index"))
-        s = self.stages[min(self.stage, len(self.stages) - 1)]
-        self.data = self.make(s.seq_len, s.batch_size)
-
-    def advance(self, step: int, total_steps: int) -> str | None:
-        """Enter the stage that holds ``step`` of ``total_steps`` (stages only move forward); a message if entered."""
-        from bertkit.training.ramps import stage_at
-
-        self.stages = self.plan(total_steps)
-        target = stage_at(self.stages, step)
-        if target <= self.stage:
-            return None
-        new, old = self.stages[target], self.data.options
-        old_n = max(1, self.data.num_batches(self.epoch))
-        self.data = self.make(new.seq_len, new.batch_size)
-        if old.max_seq_length == new.seq_len:
-            self.index = -(-self.index * old.batch_size // new.batch_size)
-        else:
-            self.index = -(-self.index * self.data.num_batches(self.epoch) // old_n)
-        self.stage = target
-        return f"step {step}: sequence length {new.seq_len}, batch size {new.batch_size}"
-
-    def next(self, loader) -> dict:
-        if self.index >= self.data.num_batches(self.epoch):
-            self.epoch, self.index = self.epoch + 1, 0
-        batch = loader.get(self.data, self.epoch, self.index)
-        self.index += 1
-        return batch
-
-    def position(self) -> dict[str, int]:
-        return {"phase": self.stage, "epoch": self.epoch, "index": self.index}
-
-    def step_costs(self, timer) -> dict[tuple[int, int], float]:
-        """Seconds per step of every (sequence length, batch size) the run will use, timed by ``timer(data)``."""
-        return {p: timer(self.make(*p)) for p in sorted({(s.seq_len, s.batch_size) for s in self.plan(10**6)})}
-
-    def cost(self, per_step: dict[tuple[int, int], float]):
-        """cost(first, total): predicted seconds of steps [first, total) of a run of ``total`` steps."""
-        def cost(first: int, total: int) -> float:
-            stages = self.plan(total)
-            ends = [s.start for s in stages[1:]] + [total]
-            return sum(max(0, end - max(first, s.start)) * per_step[(s.seq_len, s.batch_size)]
-                       for s, end in zip(stages, ends))
-        return cost
-
-
-@contextlib.contextmanager
-def _os_errors(out: Path):
-    """An unwritable output or a full disk as one line, not a traceback."""
-    try:
-        yield
-    except OSError as e:
-        where = e.filename or out
-        if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-            raise RunError(f"{where}: disk full ({e.strerror}); free space, then run again with --resume (the "
-                           "previous checkpoint is intact)") from None
-        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise PretrainError(f"{where}: cannot write ({e.strerror}); choose a writable --output") from None
-        raise
 
 
 # --------------------------------------------------------------------------------------------- the recipe
@@ -540,69 +279,50 @@ def pretrain(cfg: PretrainConfig) -> Path:
     from tqdm import tqdm
 
     from bertkit.data.pretraining import VocabInfo
-    from bertkit.precision import grad_scaler, resolve_precision
+    from bertkit.precision import resolve_precision
     from bertkit.training import distributed as dist
     from bertkit.training.interrupt import GracefulStop
     from bertkit.training.meter import Meter
-    from bertkit.training.optim import build_optimizer, lr_schedule
+    from bertkit.training.rundir import RunDir
+    from bertkit.training.step import optimizer_step
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    ctx = dist.setup(cfg.device)
-    out = Path(cfg.output)
+    torch.set_num_threads(cfg.threads or torch.get_num_threads())
+    ctx, out = dist.setup(cfg.device), Path(cfg.output)
     try:
-        with GracefulStop() as stop, _os_errors(out):
+        with GracefulStop() as stop, os_errors(out):
             # ---- recipe, output dir, vocabulary, shards, model, optimizer
             cfg, chosen = resolve_recipe(cfg)
-            cfg = _on_main(ctx, lambda: _prepare_output(cfg))
-            _say(cfg, ctx, chosen)
-            tokenizer, shard_dir = _tokenizer_and_shards(cfg, ctx)
+            cfg = _on_main(ctx, lambda: prepare_output(cfg))
+            say_run(cfg, ctx, chosen)
+            tokenizer, shard_dir = tokenizer_and_shards(cfg, ctx)
             precision = resolve_precision(cfg.precision, ctx.device)
-            feed = _Feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
-            eval_data = feed.make(cfg.seq_len, cfg.batch_size, "eval")
-            eval_batches = eval_data.eval_batches(cfg.eval_batches) if eval_data.shards else []
-            if cfg.arch == "modernbert":  # the model factory keyed by architecture
-                from bertkit.recipes.modernbert import build_model
-            else:
-                build_model = _build_model
-            model, config = build_model(cfg, tokenizer, shard_dir, feed.max_len, ctx.device)
-            optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
-            scaler = grad_scaler(precision, ctx.device)
-
-            # ---- the schedule (steps fitted to --max-time), or the checkpoint resumed
-            state, budget, cost, total_steps = _schedule(cfg, ctx, feed, model, precision)
-            warmup = max(1, int(cfg.warmup_fraction * total_steps)) if cfg.warmup_steps is None else cfg.warmup_steps
+            feed = Feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
+            eval_batches = _eval_batches(cfg, feed)
+            # ---- the model, the schedule (steps fitted to --max-time) or the checkpoint resumed, the train state
+            model, config, train, window, budget, cost, total_steps, warmup = _model_and_schedule(
+                cfg, ctx, tokenizer, shard_dir, feed, precision)
             eval_every = cfg.eval_every or max(1, total_steps // 10)
-            if cost is not None and cfg.max_steps is None:  # the probe ran cold: re-fit once to the measured pace
-                budget.plan_refit(total_steps, eval_every)
-            scheduler = lr_schedule(optimizer, cfg.schedule, warmup, total_steps)
-            step, elapsed = _restore(cfg, ctx, state, model, optimizer, scheduler, scaler)
-            feed.start(total_steps, state["data"] if state else None)
+            meter, run = Meter(window), RunDir(out, ctx)  # a resumed run's log window continues where it was
+            step, elapsed = train.step, train.elapsed
             ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
             if cfg.compile:  # after DDP, as PyTorch's DDP + compile guide does; checkpoints save the plain model
                 ddp_model = torch.compile(ddp_model)
-            record = {"config": cfg.run_record(), "total_steps": total_steps, "warmup_steps": warmup,
-                      "precision": precision, "world_size": ctx.world_size, "model_config": config.to_dict("hf")}
-            if ctx.is_main:
-                write_json(out / "run.json", record, sort_keys=False)
-                _truncate_metrics(out / "metrics.jsonl", step)
-            _say(cfg, ctx, f"model {cfg.model_size}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
-                           f"parameters, vocab {len(tokenizer)}, precision {precision}, {ctx.world_size} process(es) "
-                           f"on {ctx.device.type}; {total_steps} steps")
+            record = _start_record(cfg, ctx, run, model, config, len(tokenizer), precision, total_steps, warmup, step)
 
             def save() -> Path | None:
                 nonlocal elapsed
                 t_save = time.perf_counter()
-                path = _save(ctx, out, cfg, step, model, optimizer, scheduler, scaler, total_steps, elapsed, feed)
+                train.elapsed, train.position = elapsed, feed.position()
+                path = train.save(run.checkpoints, ctx, keep=cfg.keep_checkpoints, total_steps=total_steps,
+                                  config=cfg.run_record(), meter=dict(meter.sums))
                 elapsed += time.perf_counter() - t_save
                 return path
 
             # ---- the loop
             bar = tqdm(total=total_steps, initial=step, desc="pre-training", unit="step", dynamic_ncols=True,
                        disable=cfg.quiet or not ctx.is_main or not sys.stderr.isatty(), mininterval=0.5)
-            loader_workers = cfg.loader_workers if cfg.loader_workers is not None else (
-                2 if ctx.device.type == "cuda" else 0)
-            meter, loader, stop_why = Meter(), _Prefetcher(loader_workers), None
+            workers = cfg.loader_workers if cfg.loader_workers is not None else (2 if ctx.device.type == "cuda" else 0)
+            loader, stop_why = _Prefetcher(workers), None
             if budget is not None:
                 budget.start()
             try:  # the workers (processes on a GPU) go when the loop does, also when it raises
@@ -610,33 +330,22 @@ def pretrain(cfg: PretrainConfig) -> Path:
                     t0 = time.perf_counter()
                     # a ramp's next stage (before the step: resume-exact)
                     if entered := feed.advance(step, total_steps):
-                        _say(cfg, ctx, entered)
-                    step_loss = _accumulate(ddp_model, feed, loader, cfg, ctx, precision, scaler, meter)
-                    scaler.unscale_(optimizer)
-                    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-                    check = dist.all_reduce_mean(ctx, [step_loss, float(grad_norm)])
-                    if not math.isfinite(check[0]) or not (scaler.is_enabled() or math.isfinite(check[1])):
-                        _raise_not_finite(out, check, step)
-                    scaler.step(optimizer)  # with fp16: skipped when a gradient overflowed, and the scale lowered
-                    scaler.update()
-                    scheduler.step()
-                    optimizer.zero_grad(set_to_none=True)
-                    step += 1
+                        say_run(cfg, ctx, entered)
+                    forward, count = _micro_batches(feed, loader, cfg, ctx, meter)
+                    step_loss = optimizer_step(
+                        train, range(cfg.grad_accum), forward, clip=cfg.clip, precision=precision,
+                        device=ctx.device, ctx=ctx, ddp_model=ddp_model, after_backward=count,
+                        on_not_finite=lambda loss, norm: _raise_not_finite(out, [loss, norm], train.step)).loss
+                    step = train.step
                     elapsed += time.perf_counter() - t0
                     meter.add(loss=step_loss, steps=1, time=time.perf_counter() - t0)
                     bar.update(1)
                     fitted = budget.after_step(step, total_steps, cost) if budget else None
                     if fitted is not None:
-                        total_steps = record["total_steps"] = bar.total = int(dist.broadcast_object(ctx, fitted))
-                        _say(cfg, ctx, f"--max-time: re-scheduled to {total_steps} steps at the measured pace")
-                        scheduler = lr_schedule(optimizer, cfg.schedule, warmup, total_steps)
-                        scheduler.last_epoch = step - 1
-                        scheduler.step()  # the lr of this step on the new schedule
+                        total_steps = bar.total = _refit(cfg, ctx, train, record, fitted, warmup)
                         eval_every = cfg.eval_every or max(1, total_steps // 10)
-                        if ctx.is_main:
-                            write_json(out / "run.json", record, sort_keys=False)
                     if step % cfg.log_every == 0 or step == total_steps:
-                        _log(ctx, cfg, out, meter, bar, step, total_steps, scheduler.get_last_lr()[0], elapsed,
+                        _log(ctx, cfg, run, meter, bar, step, total_steps, train.scheduler.get_last_lr()[0], elapsed,
                              feed.epoch)
                     if eval_batches and ctx.is_main and (step % eval_every == 0 or step == total_steps):
                         elapsed += _held_out(cfg, ctx, out, model, eval_batches, precision, step)
@@ -655,17 +364,91 @@ def pretrain(cfg: PretrainConfig) -> Path:
                 stop.raise_(f"stopped at step {step} of {total_steps} on a signal; the checkpoint {path} is saved. "
                             f"Continue with the same command and --resume")
             if ctx.is_main:
-                model.save_pretrained(out)
-                tokenizer.save_pretrained(out)
-                if cfg.tensorboard:
-                    _write_tensorboard(out)
-                _remove_stale(out)
-                _say(cfg, ctx, f"--max-time reached at step {step} of {total_steps}" if stop_why == "time" else "")
-                _say(cfg, ctx, f"done: {step} steps in {elapsed:.0f}s; model saved to {out}")
+                _write_model(cfg, ctx, model, tokenizer, stop_why, step, total_steps, elapsed)
             dist.barrier(ctx)
             return out
     finally:
         dist.cleanup(ctx)
+
+
+def _model_and_schedule(cfg: PretrainConfig, ctx, tokenizer, shard_dir: Path, feed: Feed, precision: str):
+    """The model (the factory keyed by --arch), its optimizer and loss scaler; the steps (fitted to --max-time, or
+    the resumed run's) and the schedule; a TrainState, restored from the checkpoint when resuming (its position
+    the feed placed at its data position.
+    Returns (model, config, train state, the checkpoint's log window, budget, cost, total steps, warmup steps)."""
+    from bertkit.precision import grad_scaler
+    from bertkit.training.optim import build_optimizer, lr_schedule
+    from bertkit.training.state import TrainState, seed_dropout
+
+    if cfg.arch == "modernbert":
+        from bertkit.recipes.modernbert import build_model as make_model
+    else:
+        make_model = build_model
+    model, config = make_model(cfg, tokenizer, shard_dir, feed.max_len, ctx.device)
+    optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    state, budget, cost, total_steps = _schedule(cfg, ctx, feed, model, precision)
+    warmup = max(1, int(cfg.warmup_fraction * total_steps)) if cfg.warmup_steps is None else cfg.warmup_steps
+    if cost is not None and cfg.max_steps is None:  # the probe ran cold: re-fit once to the measured pace
+        budget.plan_refit(total_steps, cfg.eval_every or max(1, total_steps // 10))
+    train = TrainState(model, optimizer, lr_schedule(optimizer, cfg.schedule, warmup, total_steps),
+                       grad_scaler(precision, ctx.device))
+    if state is None:
+        seed_dropout(cfg.seed, ctx)  # dropout differs per rank; weights are rank 0's (DDP)
+    else:
+        train.load(state, ctx)
+    feed.start(total_steps, (state.get("position") or state.get("data")) if state else None)
+    window = (state.get("meter") or {}) if state else {}
+    return model, config, train, window, budget, cost, total_steps, warmup
+
+
+def _eval_batches(cfg: PretrainConfig, feed: Feed) -> list[dict]:
+    """The fixed held-out batches (none when the corpus is too small to hold text out)."""
+    eval_data = feed.make(cfg.seq_len, cfg.batch_size, "eval")
+    return eval_data.eval_batches(cfg.eval_batches) if eval_data.shards else []
+
+
+def _start_record(cfg: PretrainConfig, ctx, run, model, config, vocab_size: int, precision: str, total_steps: int,
+                  warmup: int, step: int) -> dict[str, Any]:
+    """run.json (the run keys and what was resolved), metrics.jsonl cut back to ``step``, and the run's summary line.
+    Returns the record."""
+    record = {"config": cfg.run_record(), "total_steps": total_steps, "warmup_steps": warmup,
+              "precision": precision, "world_size": ctx.world_size, "model_config": config.to_dict("hf")}
+    if ctx.is_main:
+        write_json(run.path / "run.json", record, sort_keys=False)
+    run.truncate_metrics(step)
+    say_run(cfg, ctx, f"model {cfg.model_size}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+                      f"parameters, vocab {vocab_size}, precision {precision}, {ctx.world_size} process(es) on "
+                      f"{ctx.device.type}; {total_steps} steps")
+    return record
+
+
+def _refit(cfg: PretrainConfig, ctx, train, record: dict, fitted: int, warmup: int) -> int:
+    """--max-time: the schedule re-fitted to ``fitted`` steps at the measured pace (the lr of this step on the new
+    schedule); run.json says so. Returns the new total (rank 0's)."""
+    from bertkit.training.distributed import broadcast_object
+    from bertkit.training.optim import lr_schedule
+
+    total_steps = record["total_steps"] = int(broadcast_object(ctx, fitted))
+    say_run(cfg, ctx, f"--max-time: re-scheduled to {total_steps} steps at the measured pace")
+    train.scheduler = lr_schedule(train.optimizer, cfg.schedule, warmup, total_steps)
+    train.scheduler.last_epoch = train.step - 1
+    train.scheduler.step()
+    if ctx.is_main:
+        write_json(Path(cfg.output) / "run.json", record, sort_keys=False)
+    return total_steps
+
+
+def _write_model(cfg: PretrainConfig, ctx, model, tokenizer, stop_why: str | None, step: int, total_steps: int,
+                 elapsed: float) -> None:
+    """The end of a run: OUTPUT as a model directory (config.json, model.safetensors, vocab.txt, tokenizer config)."""
+    out = Path(cfg.output)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    if cfg.tensorboard:
+        _write_tensorboard(out)
+    remove_stale(out)
+    say_run(cfg, ctx, f"--max-time reached at step {step} of {total_steps}" if stop_why == "time" else "")
+    say_run(cfg, ctx, f"done: {step} steps in {elapsed:.0f}s; model saved to {out}")
 
 
 def held_out_accuracy(output: str | Path, max_batches: int = 20, draws: int = 8) -> dict[str, float]:
@@ -685,13 +468,13 @@ def held_out_accuracy(output: str | Path, max_batches: int = 20, draws: int = 8)
 
     out = Path(output)
     # the run's sequences, masked at the paper's 15% whatever the run trained with, so runs compare
-    cfg = PretrainConfig(**{**_read_record(out / "run.json")["config"], "output": str(out), "max_steps": 1,
+    cfg = PretrainConfig(**{**read_record(out / "run.json")["config"], "output": str(out), "max_steps": 1,
                             "mask_prob": 0.15, "max_predictions": None})
     tokenizer = BertTokenizer.from_pretrained(out)
     vocab = VocabInfo.from_tokenizer(tokenizer)
     batches: list = []
     for draw in range(max(1, draws)):
-        data = _Feed(dataclasses.replace(cfg, seed=cfg.seed + draw), out / "data" / "shards", vocab,
+        data = Feed(dataclasses.replace(cfg, seed=cfg.seed + draw), out / "data" / "shards", vocab,
                      DistContext()).make(cfg.seq_len, cfg.batch_size, "eval")
         if not data.shards:
             break
@@ -725,24 +508,25 @@ def _on_main(ctx, fn):
     return result
 
 
-def _schedule(cfg: PretrainConfig, ctx, feed: _Feed, model, precision: str):
+def _schedule(cfg: PretrainConfig, ctx, feed: Feed, model, precision: str):
     """(checkpoint state or None, TimeBudget or None, cost model or None, total steps). The steps are a resumed
     run's, or fitted to --max-time by timing a few steps of each (sequence length, batch size) on a throwaway copy
     of the model, or --max-steps."""
     from bertkit.training.budget import TimeBudget
-    from bertkit.training.checkpointing import checkpoint_dir, latest_checkpoint, load_checkpoint
     from bertkit.training.distributed import broadcast_object
     from bertkit.training.optim import build_optimizer
+    from bertkit.training.rundir import RunDir
 
     out = Path(cfg.output)
-    last = latest_checkpoint(checkpoint_dir(out)) if cfg.resume else None
-    state = load_checkpoint(last) if last else None
+    # the newest readable checkpoint: a corrupted latest one is skipped with a warning naming it
+    found = RunDir(out, ctx).latest_intact_checkpoint() if cfg.resume else None
+    last, state = found if found else (None, None)
     budget = TimeBudget(cfg.max_time, float(state["elapsed"]) if state else 0.0) if cfg.max_time else None
     if state is not None:
-        _say(cfg, ctx, f"resuming from {last} (step {state['step']} of {state['total_steps']})")
+        say_run(cfg, ctx, f"resuming from {last} (step {state['step']} of {state['total_steps']})")
         return state, budget, None, int(state["total_steps"])
     if cfg.resume:
-        return state, budget, None, int(_read_record(out / "run.json")["total_steps"])
+        return state, budget, None, int(read_record(out / "run.json")["total_steps"])
     if budget is None:
         return state, budget, None, int(cfg.max_steps)
 
@@ -753,55 +537,38 @@ def _schedule(cfg: PretrainConfig, ctx, feed: _Feed, model, precision: str):
 
     cost = feed.cost(feed.step_costs(timer))
     total_steps = int(broadcast_object(ctx, min(budget.fit(cost), cfg.max_steps or 1 << 62)))
-    _say(cfg, ctx, f"--max-time {cfg.max_time:.0f}s at {cost(0, 1) * 1000:.0f} ms/step: scheduling {total_steps} steps")
+    say_run(cfg, ctx, f"--max-time {cfg.max_time:.0f}s at {cost(0, 1) * 1000:.0f} ms/step: scheduling {total_steps} "
+            "steps")
     return state, budget, cost, total_steps
-
-
-def _restore(cfg: PretrainConfig, ctx, state: dict | None, model, optimizer, scheduler, scaler) -> tuple[int, float]:
-    """Load a checkpoint's states (model, optimizer, schedule, loss scaler, RNGs): (step, elapsed seconds)."""
-    import torch
-
-    from bertkit.training.checkpointing import set_rng_state
-
-    if state is None:
-        torch.manual_seed(cfg.seed + 1000 * ctx.rank)  # dropout differs per rank; weights are rank 0's (DDP)
-        return 0, 0.0
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    scaler.load_state_dict(state.get("scaler") or {})
-    set_rng_state(state["rng"])
-    return int(state["step"]), float(state["elapsed"])
 
 
 def _held_out(cfg: PretrainConfig, ctx, out: Path, model, batches: list[dict], precision: str, step: int) -> float:
     """Evaluate on the held-out batches, write and say the result; returns the seconds it took."""
     t0 = time.perf_counter()
     result = _evaluate(model, batches, precision, ctx.device)  # eval_batches: every labelled input is [MASK]
-    _append_metrics(out, {"step": step, **result})
+    from bertkit.training.rundir import RunDir
+
+    RunDir(out).append_metrics({"step": step, **result})
     if cfg.tensorboard:
         _write_tensorboard(out)
-    _say(cfg, ctx, f"  held-out at step {step}: MLM acc {result['eval_mlm_acc']:.3f} at [MASK] "
+    say_run(cfg, ctx, f"  held-out at step {step}: MLM acc {result['eval_mlm_acc']:.3f} at [MASK] "
          f"(best constant {result['eval_mlm_baseline']:.3f}), MLM loss {result['eval_mlm_loss']:.3f}"
          + (f", NSP acc {result['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in result else "")
          + f", loss {result['eval_loss']:.3f}")
     return time.perf_counter() - t0
 
 
-def _accumulate(ddp_model, feed: _Feed, loader, cfg: PretrainConfig, ctx, precision: str, scaler, meter) -> float:
-    """Forward and backward of ``grad_accum`` micro-batches (DDP syncs on the last); returns the step's loss."""
-    from bertkit.precision import autocast
+def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter):
+    """(forward, count) for ``optimizer_step``: each micro-batch is the feed's next batch; ``count`` adds its
+    figures to the log window."""
+    current: dict[str, Any] = {}
 
-    step_loss = 0.0
-    for micro in range(cfg.grad_accum):
-        batch = _to_device(feed.next(loader), ctx.device)
-        sync = micro == cfg.grad_accum - 1
-        with ddp_model.no_sync() if (ctx.distributed and not sync) else contextlib.nullcontext():
-            with autocast(precision, ctx.device):
-                output = ddp_model(**batch)
-                loss = output.loss / cfg.grad_accum
-            scaler.scale(loss).backward()
-        step_loss += float(loss.detach())
+    def forward(model, _):
+        current["batch"] = batch = _to_device(feed.next(loader), ctx.device)
+        return model(**batch)
+
+    def count(_, output) -> None:
+        batch = current["batch"]
         meter.add(mlm_loss=float(output.mlm_loss.detach()) / cfg.grad_accum, mlm_n=output.masked_labels.numel(),
                   mlm_ok=int((output.masked_logits.max(-1).indices == output.masked_labels).sum()),  # = argmax
                   tokens=int(batch["attention_mask"].sum()))
@@ -809,7 +576,8 @@ def _accumulate(ddp_model, feed: _Feed, loader, cfg: PretrainConfig, ctx, precis
             labels = batch["next_sentence_label"]
             meter.add(nsp_loss=float(output.nsp_loss.detach()) / cfg.grad_accum, nsp_n=labels.numel(),
                       nsp_ok=int((output.seq_relationship_logits.argmax(-1) == labels).sum()))
-    return step_loss
+
+    return forward, count
 
 
 def _raise_not_finite(out: Path, check: list[float], step: int) -> None:
@@ -822,7 +590,7 @@ def _raise_not_finite(out: Path, check: list[float], step: int) -> None:
            if last else "No checkpoint was saved yet: restart with a lower --lr or --precision fp32."))
 
 
-def _log(ctx, cfg: PretrainConfig, out: Path, meter, bar, step: int, total_steps: int, lr: float, elapsed: float,
+def _log(ctx, cfg: PretrainConfig, run, meter, bar, step: int, total_steps: int, lr: float, elapsed: float,
          epoch: int) -> None:
     """A metrics line (means over the window and the ranks), the progress bar's figures, and a reset window."""
     from bertkit.training import flops
@@ -831,7 +599,7 @@ def _log(ctx, cfg: PretrainConfig, out: Path, meter, bar, step: int, total_steps
     m = meter
     vals = all_reduce_mean(ctx, [m.ratio("loss", "steps"), m.ratio("mlm_loss", "steps"), m.ratio("nsp_loss", "steps"),
                                  m.ratio("mlm_ok", "mlm_n"), m.ratio("nsp_ok", "nsp_n"), m.ratio("tokens", "time")])
-    rates = flops.log_fields(ctx, out, vals[5], dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
+    rates = flops.log_fields(ctx, run.path, vals[5], dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
     meter.reset()
     # train_mlm_acc: on the training batches' own 80/10/10 inputs (kept tokens count): a training-window figure,
     # not a quality meter; the held-out records (eval_mlm_acc) are
@@ -841,15 +609,15 @@ def _log(ctx, cfg: PretrainConfig, out: Path, meter, bar, step: int, total_steps
         line.update(nsp_loss=vals[2], nsp_acc=vals[4])
     if not ctx.is_main:
         return
-    _append_metrics(out, line)
+    run.append_metrics(line)
     nsp = {"nsp": f"{vals[4]:.3f}"} if cfg.nsp else {}
     mfu = {"mfu": f"{rates['mfu']:.1%}"} if "mfu" in rates else {}
     bar.set_postfix(loss=f"{vals[0]:.3f}", train_mlm=f"{vals[3]:.3f}", **nsp, tok_s=f"{line['tokens_per_s']:.0f}",
                     **mfu, refresh=False)
     if bar.disable and not cfg.quiet:
-        print(f"step {step}/{total_steps}  loss {vals[0]:.3f}  train-window mlm acc {vals[3]:.3f}"
-              + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "") + f"  {line['tokens_per_s']:.0f} tokens/s"
-              + (f"  MFU {mfu['mfu']}" if mfu else ""), flush=True)
+        say_run(cfg, ctx, f"step {step}/{total_steps}  loss {vals[0]:.3f}  train-window mlm acc {vals[3]:.3f}"
+                + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "") + f"  {line['tokens_per_s']:.0f} tokens/s"
+                + (f"  MFU {mfu['mfu']}" if mfu else ""))
 
 
 def _write_tensorboard(out: Path) -> None:
@@ -860,39 +628,6 @@ def _write_tensorboard(out: Path) -> None:
     records = [json.loads(line) for line in lines if line.strip()]
     start = time.time() - max((float(r.get("elapsed_s", 0)) for r in records), default=0.0)
     convert_records(records, out / "tensorboard", start_time=start)
-
-
-def _append_metrics(out: Path, line: dict) -> None:
-    # appended, not rewritten: a kill tears at most the last line, which _truncate_metrics drops on resume
-    with open(out / "metrics.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps(line) + "\n")
-
-
-def _save(ctx, out: Path, cfg: PretrainConfig, step: int, model, optimizer, scheduler, scaler, total_steps: int,
-          elapsed: float, feed: _Feed) -> Path | None:
-    """A training checkpoint (rank 0 writes it); its path."""
-    from bertkit.training.checkpointing import checkpoint_dir, save_checkpoint
-
-    if not ctx.is_main:
-        return None
-    return save_checkpoint(checkpoint_dir(out), step, {
-        "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-        "scaler": scaler.state_dict(), "total_steps": total_steps, "elapsed": elapsed, "data": feed.position(),
-        "config": cfg.run_record()}, keep=cfg.keep_checkpoints)
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """On resume, drop metric lines written after the checkpoint being resumed (they will be written again)."""
-    if not path.is_file():
-        return
-    keep = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if json.loads(line).get("step", 0) <= step:
-                keep.append(line)
-        except json.JSONDecodeError:
-            continue  # a line torn by a kill
-    write_text(path, "".join(k + "\n" for k in keep))
 
 
 # --------------------------------------------------------------------------------------------- small helpers

@@ -74,11 +74,11 @@ async def predict(request: Request):
                               "truncate": svc.settings.auto_truncate if body.truncate is None else body.truncate}
     if params.function_to_apply is not None:
         kwargs["function_to_apply"] = params.function_to_apply
-    svc.bound_answer(len(items) * len(getattr(pipe, "labels", ())) * 2, f"{len(items)} inputs x their labels")
+    size = svc.bound_answer(len(items) * len(getattr(pipe, "labels", ())) * 2, f"{len(items)} inputs x their labels")
     result = await svc.call(lambda _: pipe.predict(items[0] if single else items, **kwargs))
     if single and body.parameters is not None:  # the inference API nests a single input's answer: [[...]]
         result = [result]
-    return await json_answer(result)
+    return await json_answer(result, size)
 
 
 async def rerank(request: Request):
@@ -92,9 +92,10 @@ async def rerank(request: Request):
         await svc.prepare([body.query] * len(body.texts), body.texts, truncate=body.truncate,
                           max_length=_limit(svc, pipe))
     truncate = svc.settings.auto_truncate if body.truncate is None else body.truncate
-    svc.bound_answer(len(body.texts) * 3, f"{len(body.texts)} texts x (index, score, text)")
+    size = svc.bound_answer(len(body.texts) * 3, f"{len(body.texts)} texts x (index, score, text)")
     return await json_answer(await svc.call(lambda _: pipe.rerank(body.query, body.texts, return_text=body.return_text,
-                                                                  raw_scores=body.raw_scores, truncate=truncate)))
+                                                                  raw_scores=body.raw_scores, truncate=truncate)),
+                             size)
 
 
 async def ner(request: Request):
@@ -106,13 +107,13 @@ async def ner(request: Request):
     items, single = as_batch(body.inputs)
     encodings = await svc.prepare(items, can_truncate=False, max_length=None)  # long texts are tagged in windows
     n_tokens = sum(len(e.ids) for e in encodings)
-    svc.bound_answer(n_tokens * 6, f"up to one entity of 6 values per token, {n_tokens} tokens")
+    size = svc.bound_answer(n_tokens * 6, f"up to one entity of 6 values per token, {n_tokens} tokens")
     params = body.parameters or NerParameters()
     kwargs: dict[str, Any] = {"aggregation_strategy": params.aggregation_strategy or body.aggregation_strategy}
     if params.ignore_labels is not None:
         kwargs["ignore_labels"] = params.ignore_labels
     result = await svc.call(lambda _: pipe.ner(items[0] if single else items, **kwargs))
-    return await json_answer(result)
+    return await json_answer(result, size)
 
 
 async def qa(request: Request):
@@ -134,10 +135,10 @@ async def qa(request: Request):
                           max_length=None)
     kwargs = body.parameters.model_dump(exclude_none=True) if body.parameters is not None else {}
     top_k = kwargs.get("top_k", 1)
-    svc.bound_answer(len(pairs) * max(top_k, 1) * 4, f"{len(pairs)} questions x top_k {top_k} answers")
+    size = svc.bound_answer(len(pairs) * max(top_k, 1) * 4, f"{len(pairs)} questions x top_k {top_k} answers")
     items = [{"question": p.question, "context": p.context} for p in pairs]
     result = await svc.call(lambda _: pipe.answer(items, **kwargs))
-    return await json_answer(result[0] if single else result)
+    return await json_answer(result[0] if single else result, size)
 
 
 async def fill_mask(request: Request):

@@ -344,9 +344,11 @@ class Service:
                                 f"over the limit of {self.settings.max_predictions} per request (--max-predictions)")
         return n
 
-    def bound_answer(self, values: int, what: str) -> None:
-        """Refuse (422, naming ``--max-output-values``) an answer of more than the limit's numbers before computing."""
+    def bound_answer(self, values: int, what: str) -> int:
+        """Refuse (422, naming ``--max-output-values``) an answer of more than the limit's numbers before computing.
+        Returns ``values`` (for :func:`~bertkit.serve.http.json_answer`: a large answer is serialised off the loop)."""
         check_output_size(values, self.settings.max_output_values, what)
+        return values
 
     # ------------------------------------------------------------------ running the model
 

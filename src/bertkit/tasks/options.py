@@ -14,8 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from bertkit.options import from_args, option
-from bertkit.precision import PRECISIONS
+from bertkit.options import device_option, from_args, option, precision_option
 from bertkit.tasks import TASK_NAMES
 
 GENERIC = "generic files (--task classification / tagging)"
@@ -36,10 +35,8 @@ def add_task_flag(parser: argparse.ArgumentParser, required: bool) -> None:
 class RunOptions:
     """How a fine-tuning, evaluation or prediction run computes: shared by the three commands."""
 
-    device: str | None = option(None, help="cpu / cuda (default: cuda when available)")
-    precision: str = option("auto", choices=PRECISIONS,
-                            help="autocast precision: auto = bf16 where the CPU/GPU supports it (fp16 on GPUs "
-                                 "without bf16, with a loss scaler when training)")
+    device: str | None = device_option()
+    precision: str = precision_option()
     quiet: bool = option(False, help="no progress bar or per-evaluation lines")
     skip_bad_rows: bool = option(False, help="skip and count malformed rows instead of stopping at the first")
 

@@ -365,3 +365,129 @@ class SquadTask(TaskBase):
             atomic_write(path, lambda t, text=text: t.write_text(text, encoding="utf-8"))
             written.append(path)
         return written
+
+
+# --------------------------------------------------------------------------------------------- the HF convention
+# transformers' QuestionAnsweringPipeline (4.x; what users of the HF inference API get): windows overlap by
+# ``doc_stride`` tokens, each window's start and end logits are turned into probabilities over its context tokens
+# (and [CLS]), a span scores start_prob x end_prob, spans may start in any window (no max-context rule), an answer is
+# widened to whole words (``align_to_words``) and read from the context, and equal answers (case-insensitive) from
+# several windows add up their scores. Ported from ``transformers.pipelines.question_answering`` (4.57):
+# ``preprocess`` (fast-tokenizer path), ``select_starts_ends``, ``decode_spans`` and ``postprocess``.
+
+HF_MAX_SEQ_LEN = 384
+HF_MAX_QUESTION_LEN = 64
+HF_MAX_ANSWER_LEN = 15
+
+
+def hf_features(examples: Sequence, tokenizer, max_seq_len: int = HF_MAX_SEQ_LEN, doc_stride: int | None = None,
+                max_question_len: int = HF_MAX_QUESTION_LEN) -> list[dict]:
+    """Windows ``[CLS] question [SEP] context-part [SEP]`` of at most ``max_seq_len`` tokens whose context parts
+    overlap by ``doc_stride`` tokens (default ``min(max_seq_len // 2, 128)``, as transformers). The question keeps
+    at most ``max_question_len`` tokens (transformers' fast path does not cut it and fails on a longer one).
+    Raises InputError naming ``doc_stride`` / ``max_seq_len`` when no window fits."""
+    if doc_stride is None:
+        doc_stride = min(max_seq_len // 2, 128)
+    if doc_stride > max_seq_len:
+        raise InputError(f"doc_stride ({doc_stride}) is larger than max_seq_len ({max_seq_len})")
+    questions = tokenizer.encode_batch([e.question for e in examples], truncation=False, add_special_tokens=False)
+    unique = list(dict.fromkeys(e.context for e in examples))
+    encoded = dict(zip(unique, tokenizer.encode_batch(unique, truncation=False, add_special_tokens=False)))
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    features = []
+    for i, (e, q) in enumerate(zip(examples, questions)):
+        q_ids = q.ids[:max_question_len]
+        ctx = encoded[e.context]
+        budget = max_seq_len - len(q_ids) - 3
+        if budget < 1:
+            raise InputError(f"max_seq_len ({max_seq_len}) leaves no room for context after a {len(q_ids)}-token "
+                             "question")
+        if doc_stride >= budget:
+            raise InputError(f"doc_stride ({doc_stride}) must be smaller than the context tokens of a window "
+                             f"({budget} = max_seq_len {max_seq_len} - question {len(q_ids)} - 3 special tokens)")
+        offset = len(q_ids) + 2
+        for start, length in doc_spans(len(ctx.ids), budget, budget - doc_stride):
+            features.append({
+                "input_ids": [cls] + q_ids + [sep] + ctx.ids[start:start + length] + [sep],
+                "token_type_ids": [0] * offset + [1] * (length + 1),
+                "example": i, "span_start": start, "offset": offset, "n_ctx": length,
+                "offsets": ctx.offsets, "word_ids": ctx.word_ids,
+            })
+    return features
+
+
+def _decode_spans(start: np.ndarray, end: np.ndarray, topk: int, max_answer_len: int, desired: np.ndarray):
+    """transformers' ``decode_spans``: the ``topk`` best (start, end, start_prob x end_prob) with
+    ``start <= end < start + max_answer_len``, then those whose both ends are ``desired`` positions."""
+    outer = np.matmul(start[:, None], end[None, :])
+    candidates = np.tril(np.triu(outer), max_answer_len - 1)
+    flat = candidates.flatten()
+    if topk == 1:
+        order = np.array([np.argmax(flat)])
+    elif len(flat) < topk:
+        order = np.argsort(-flat)
+    else:
+        idx = np.argpartition(-flat, topk)[0:topk]
+        order = idx[np.argsort(-flat[idx])]
+    starts, ends = np.unravel_index(order, candidates.shape)
+    keep = np.isin(starts, desired.nonzero()) & np.isin(ends, desired.nonzero())
+    starts, ends = starts[keep], ends[keep]
+    return starts, ends, candidates[starts, ends]
+
+
+def hf_answers(examples: Sequence, features: Sequence[dict], logits: Sequence, top_k: int = 1,
+               handle_impossible_answer: bool = False, max_answer_len: int = HF_MAX_ANSWER_LEN,
+               align_to_words: bool = True) -> list[list[dict]]:
+    """For each example, its ``top_k`` best ``{"score", "start", "end", "answer"}`` (best first; fewer when the
+    context has fewer spans), from each window's (start logits [T], end logits [T]), as transformers' pipeline:
+    see the comment above. ``handle_impossible_answer`` adds ``{"answer": "", "start": 0, "end": 0}`` scored with
+    the smallest [CLS] start x end probability over the windows."""
+    by_example: dict[int, list[int]] = collections.defaultdict(list)
+    for i, f in enumerate(features):
+        by_example[f["example"]].append(i)
+    out = []
+    pre_topk = top_k * 2 + 10 if align_to_words else top_k  # widening to words may merge candidates
+    for k, example in enumerate(examples):
+        context = example.context
+        answers: list[dict] = []
+        min_null_score = 1000000.0
+        for i in by_example[k]:
+            f = features[i]
+            offset, n_ctx, span_start = f["offset"], f["n_ctx"], f["span_start"]
+            start, end = (np.asarray(x, dtype=np.float32) for x in logits[i])
+            desired = np.zeros(len(start), dtype=np.int64)
+            desired[offset:offset + n_ctx] = 1
+            desired[0] = 1  # [CLS] (transformers' p_mask leaves it selectable)
+            start = np.where(desired == 0, np.float32(-10000.0), start)
+            end = np.where(desired == 0, np.float32(-10000.0), end)
+            start = np.exp(start - start.max())
+            start = start / start.sum()
+            end = np.exp(end - end.max())
+            end = end / end.sum()
+            if handle_impossible_answer:
+                min_null_score = min(min_null_score, float(start[0] * end[0]))
+            start[0] = end[0] = 0.0
+            offsets, word_ids = f["offsets"], f["word_ids"]
+            for s, e, score in zip(*_decode_spans(start, end, pre_topk, max_answer_len, desired)):
+                s, e = int(s), int(e)
+                if s == 0 or e == 0:  # [CLS]: no word, offsets (0, 0) (transformers' get_indices fallback)
+                    begin = 0 if s == 0 else offsets[span_start + s - offset][0]
+                    stop = 0 if e == 0 else offsets[span_start + e - offset][1]
+                else:
+                    first, last = span_start + s - offset, span_start + e - offset
+                    if align_to_words:
+                        while first > 0 and word_ids[first - 1] == word_ids[first]:
+                            first -= 1
+                        while last + 1 < len(word_ids) and word_ids[last + 1] == word_ids[last]:
+                            last += 1
+                    begin, stop = offsets[first][0], offsets[last][1]
+                text = context[begin:stop]
+                same = next((a for a in answers if a["answer"].lower() == text.lower()), None)
+                if same is not None:
+                    same["score"] += float(score)
+                else:
+                    answers.append({"score": float(score), "start": begin, "end": stop, "answer": text})
+        if handle_impossible_answer:
+            answers.append({"score": min_null_score, "start": 0, "end": 0, "answer": ""})
+        out.append(sorted(answers, key=lambda a: a["score"], reverse=True)[:top_k])
+    return out

@@ -11,6 +11,8 @@ The count (a multiply-add is 2 FLOPs; B sequences of real, non-padding lengths L
 - training is 3x the forward (backward: gradients of inputs and of weights, each as much as the forward).
 
 Embedding look-ups, LayerNorm, softmax, GELU, dropout and the optimizer are not counted (no matmuls; a few percent).
+For ModernBERT (``model_type`` "modernbert") the GeGLU feed-forward is ``3 * 2*H*I`` (its input projection is H x
+2I) and its sliding-window layers are counted as full attention (the same at seq 128 and a 128-token window).
 Padding is not counted either: a step that pads wastes its FLOPs, and MFU shows it. This is the count of NVIDIA's and
 Megatron's papers (``6 * params * tokens`` plus attention), restricted to what BERT computes.
 
@@ -35,6 +37,12 @@ def _get(config, name: str) -> int:
     return int(config[name] if isinstance(config, dict) else getattr(config, name))
 
 
+def _ffn_matmuls(config) -> int:
+    """H x I matmuls in a feed-forward block: 2 for BERT's; 3 for ModernBERT's GeGLU (input projection to 2I)."""
+    kind = config.get("model_type") if isinstance(config, dict) else getattr(config, "model_type", "bert")
+    return 3 if kind == "modernbert" else 2
+
+
 def forward_flops(config, lengths, masked: int, nsp: bool) -> float:
     """Forward FLOPs of BertForPreTraining on sequences of ``lengths`` (real tokens each) with ``masked`` MLM
     positions. ``config`` is a BertConfig or its dict."""
@@ -42,7 +50,7 @@ def forward_flops(config, lengths, masked: int, nsp: bool) -> float:
                                                    "num_hidden_layers"))
     lengths = [int(x) for x in lengths]
     tokens, squares = sum(lengths), sum(x * x for x in lengths)
-    per_layer = tokens * (4 * 2 * h * h + 2 * 2 * h * i) + squares * 2 * 2 * h
+    per_layer = tokens * (4 * 2 * h * h + _ffn_matmuls(config) * 2 * h * i) + squares * 2 * 2 * h
     mlm = masked * (2 * h * h + 2 * h * v)
     nsp_flops = len(lengths) * (2 * h * h + 2 * h * 2) if nsp else 0
     return float(n_layers * per_layer + mlm + nsp_flops)
@@ -59,7 +67,7 @@ def flops_per_token(config, mean_length: float, masked_per_token: float, nsp: bo
     length = max(1.0, float(mean_length))
     h, i, v, n_layers = (_get(config, k) for k in ("hidden_size", "intermediate_size", "vocab_size",
                                                    "num_hidden_layers"))
-    per_token = n_layers * (4 * 2 * h * h + 2 * 2 * h * i + length * 2 * 2 * h)
+    per_token = n_layers * (4 * 2 * h * h + _ffn_matmuls(config) * 2 * h * i + length * 2 * 2 * h)
     per_token += masked_per_token * (2 * h * h + 2 * h * v)
     if nsp:
         per_token += (2 * h * h + 2 * h * 2) / length
@@ -115,9 +123,9 @@ def _cpu_name() -> str:
 
 def cpu_peak(precision: str, seconds: float = 1.0, refresh: bool = False) -> float:
     """This CPU's measured matmul FLOP/s at ``precision`` with torch's current thread count: the best of a few
-    timed 1024x1024 matmuls over about ``seconds``, cached per CPU model, thread count, torch version and precision.
-    A busy machine measures low, so ``refresh`` measures again and the cache keeps the highest figure seen
-    (benchmarks/bench_pretrain.py refreshes it)."""
+    timed square matmuls (1024, or smaller where that is slow) over about ``seconds``, cached per CPU model, thread
+    count, torch version and precision. A busy machine measures low, so ``refresh`` measures again and the cache
+    keeps the highest figure seen (benchmarks/bench_pretrain.py refreshes it)."""
     import torch
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
@@ -131,9 +139,12 @@ def cpu_peak(precision: str, seconds: float = 1.0, refresh: bool = False) -> flo
             cache = {}
     if key in cache and not refresh:
         return float(cache[key])
-    n = 1024
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    torch.matmul(a, b)  # warm-up (oneDNN picks its kernel)
+    for n in (256, 512, 1024):  # as large as a quick probe allows (fp16 matmuls on a CPU can be 100x slower)
+        a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+        t = time.perf_counter()
+        torch.matmul(a, b)  # also the warm-up (oneDNN picks its kernel)
+        if time.perf_counter() - t > 0.02 * seconds:
+            break
     best, deadline = float("inf"), time.perf_counter() + seconds
     while time.perf_counter() < deadline or best == float("inf"):
         t = time.perf_counter()
@@ -189,7 +200,10 @@ def log_fields(ctx, out: str | os.PathLike, tokens_per_s_per_rank: float, sums: 
     tokens = sums["tokens"]
     nsp = bool(sums.get("nsp_n"))
     mean_length = tokens / sums["nsp_n"] if nsp else float(seq_len)
-    per_token = flops_per_token(config, mean_length, sums.get("mlm_n", 0.0) / tokens, nsp)
+    try:
+        per_token = flops_per_token(config, mean_length, sums.get("mlm_n", 0.0) / tokens, nsp)
+    except (KeyError, TypeError, ValueError, AttributeError):  # a model config without BERT's size fields
+        return {}
     achieved = per_token * tokens_per_s_per_rank
     fields = {"model_tflops": round(achieved * ctx.world_size / 1e12, 4)}
     peak = device_peak(ctx.device, precision)

@@ -9,8 +9,9 @@ class Meter:
     """``meter.add(loss=..., mlm_ok=..., mlm_n=...)`` per micro-batch or step; ``meter.mean("loss", "steps")`` and
     ``meter.ratio("mlm_ok", "mlm_n")`` at a log line; ``meter.reset()`` after it."""
 
-    def __init__(self) -> None:
-        self.sums: defaultdict[str, float] = defaultdict(float)
+    def __init__(self, sums: dict[str, float] | None = None) -> None:
+        """``sums``: a window to continue (a resumed run's, saved in its checkpoint)."""
+        self.sums: defaultdict[str, float] = defaultdict(float, sums or {})
 
     def add(self, **values: float) -> None:
         for key, value in values.items():

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from bertkit.errors import RunError
@@ -37,11 +39,36 @@ def _store():
     return dist.distributed_c10d._get_default_store()
 
 
+def _refuse_shared(ctx, store, directory: Path, what: str, timeout: float, poll: float) -> None:
+    """--prepare-on node with a directory every node sees would have several preparers write the same files: each
+    node's preparer leaves a marker in ``directory``, waits for every node's, and refuses if it sees another's."""
+    nodes = ctx.world_size // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    node = node_rank(ctx)
+    directory.mkdir(parents=True, exist_ok=True)
+    marker = directory / f".prepare-node-{node}"
+    marker.write_text(f"{socket.gethostname()}\n", encoding="utf-8")
+    deadline = time.monotonic() + timeout
+    others: list[str] = []
+    for phase in ("written", "looked"):  # every marker is written before anyone looks, and kept until all looked
+        if phase == "looked":
+            others = [p.name for p in directory.glob(".prepare-node-*") if p != marker]
+        keys = [f"bertkit/once/{what}/{phase}/{n}" for n in range(nodes)]
+        store.set(keys[node], b"1")
+        while not store.check(keys) and time.monotonic() < deadline:
+            time.sleep(poll)
+    marker.unlink(missing_ok=True)
+    if others:
+        raise RunError(f"--prepare-on node: {directory} is shared with other nodes ({', '.join(sorted(others))} "
+                       "seen there), so their preparations would overwrite each other; use --prepare-on global for "
+                       "an output on a shared file system, or an --output on each node's local disk")
+
+
 def once(ctx, scope: str, work: Callable[[], T], what: str, timeout: float = 7200.0,
-         say: Callable[[str], None] = logger.info, poll: float = 0.5) -> T | None:
+         say: Callable[[str], None] = logger.info, poll: float = 0.5, directory: Path | None = None) -> T | None:
     """Run ``work`` on one process per ``scope`` ("global": rank 0; "node": local rank 0 of each node); the others
     wait until it has finished. Returns ``work``'s result on the process that ran it, None elsewhere. A failure of
-    ``work`` is re-raised where it happened and reported, with its message, on every waiting rank."""
+    ``work`` is re-raised where it happened and reported, with its message, on every waiting rank. With scope "node",
+    ``directory`` (where ``work`` writes) must not be one the nodes share."""
     if scope not in SCOPES:
         raise RunError(f"--prepare-on must be one of {', '.join(SCOPES)}, got {scope!r}")
     if not ctx.distributed:
@@ -52,6 +79,8 @@ def once(ctx, scope: str, work: Callable[[], T], what: str, timeout: float = 720
     store = _store()
     if mine:
         try:
+            if scope == "node" and directory is not None:
+                _refuse_shared(ctx, store, Path(directory), what, timeout, poll)
             result = work()
         except BaseException as e:
             store.set(key, f"error: {type(e).__name__}: {e}".encode())

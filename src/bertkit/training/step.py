@@ -20,17 +20,13 @@ from typing import Any
 
 import torch
 
-from bertkit.errors import RunError
+from bertkit.errors import LossNotFinite
 from bertkit.precision import autocast
 from bertkit.training import distributed
 from bertkit.training.distributed import DistContext
 from bertkit.training.state import TrainState
 
-
-class LossNotFinite(RunError, FloatingPointError):
-    """The loss or gradient norm stopped being finite; the message names the last good checkpoint."""
-
-    exit_code = 3
+__all__ = ["LossNotFinite", "StepResult", "apply_update", "optimizer_step"]
 
 
 @dataclass

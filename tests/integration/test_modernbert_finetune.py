@@ -1,0 +1,93 @@
+"""``bertkit finetune / evaluate`` on a tiny ModernBERT (classification, span QA, token tagging, multiple choice):
+the task's BERT head is swapped for ModernBERT's (``modeling_modernbert.for_directory``), the output directory is a
+transformers ModernBERT of that head with the same logits, and ``evaluate`` reproduces the dev metrics."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from bertkit.cli import main
+
+
+@pytest.fixture(scope="module")
+def ft(fixtures_dir):
+    return fixtures_dir / "finetune"
+
+
+@pytest.fixture(scope="module")
+def modern_dir(tmp_path_factory, ft):
+    from bertkit.modeling_modernbert import ModernBertConfig, ModernBertForMaskedLM
+
+    vocab = [line for line in (ft / "vocab.txt").read_text(encoding="utf-8").splitlines() if line]
+    d = tmp_path_factory.mktemp("mb-tiny")
+    torch.manual_seed(0)
+    config = ModernBertConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                              num_attention_heads=4, local_attention=8, max_position_embeddings=128,
+                              pad_token_id=vocab.index("[PAD]"), cls_token_id=vocab.index("[CLS]"),
+                              sep_token_id=vocab.index("[SEP]"), bos_token_id=vocab.index("[CLS]"),
+                              eos_token_id=vocab.index("[SEP]"))
+    ModernBertForMaskedLM(config).save_pretrained(d)
+    shutil.copy(ft / "vocab.txt", d / "vocab.txt")
+    return d
+
+
+def _finetune(task, train, dev, model, out, *extra):
+    argv = ["finetune", "--task", task, "--train", str(train), "--dev", str(dev), "--model", str(model),
+            "--output", str(out), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet",
+            "--precision", "fp32", "--max-train-examples", "16", *extra]
+    assert main(argv) == 0
+    return json.loads((out / "metrics.json").read_text())
+
+
+def _same_as_transformers(out, name, inputs):
+    transformers = pytest.importorskip("transformers")
+    from bertkit import modeling_modernbert as mb
+
+    assert json.loads((out / "config.json").read_text())["architectures"] == [name]
+    hf = getattr(transformers, name).from_pretrained(out, attn_implementation="eager").eval()
+    ours = getattr(mb, name).from_pretrained(out).eval()
+    with torch.no_grad():
+        a, b = hf(**inputs), ours(**inputs)
+    for field in ("logits", "start_logits", "end_logits"):
+        if getattr(b, field, None) is not None:
+            torch.testing.assert_close(getattr(a, field), getattr(b, field), atol=1e-5, rtol=1e-4)
+
+
+def test_classification_then_evaluate(modern_dir, ft, tmp_path):
+    out = tmp_path / "sst2"
+    metrics = _finetune("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", modern_dir, out)
+    assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["step"] == 2
+    _same_as_transformers(out, "ModernBertForSequenceClassification",
+                          {"input_ids": torch.tensor([[5, 20, 30, 6, 0]]),
+                           "attention_mask": torch.tensor([[1, 1, 1, 1, 0]])})
+    assert main(["evaluate", "--model", str(out), "--data", str(ft / "sst2_dev.tsv"), "--quiet", "--precision",
+                 "fp32", "--output", str(tmp_path / "ev")]) == 0
+    again = json.loads((tmp_path / "ev" / "metrics.json").read_text())
+    assert again["accuracy"] == pytest.approx(metrics["accuracy"])
+
+
+@pytest.mark.parametrize("task, train, dev, head, inputs, extra", [
+    ("squad", "squad_train.json", "squad_dev.json", "ModernBertForQuestionAnswering",
+     {"input_ids": torch.tensor([[5, 20, 30, 6, 40, 41, 6]])},
+     ["--max-seq-length", "64", "--doc-stride", "24", "--max-query-length", "16"]),
+    ("conll2003", "conll_train.txt", "conll_dev.txt", "ModernBertForTokenClassification",
+     {"input_ids": torch.tensor([[5, 20, 30, 6]])}, []),
+    ("swag", "swag_train.csv", "swag_dev.csv", "ModernBertForMultipleChoice",
+     {"input_ids": torch.tensor([[[5, 20, 6, 30, 6], [5, 20, 6, 31, 6]]])}, []),
+])
+def test_other_heads(modern_dir, ft, tmp_path, task, train, dev, head, inputs, extra):
+    out = tmp_path / task
+    metrics = _finetune(task, ft / train, ft / dev, modern_dir, out, *extra)
+    assert metrics["step"] >= 1
+    _same_as_transformers(out, head, inputs)
+
+
+def test_heads_without_a_counterpart_refuse_in_one_line(modern_dir, ft, tmp_path, capsys):
+    assert main(["finetune", "--task", "conll2003", "--train", str(ft / "conll_train.txt"), "--model",
+                 str(modern_dir), "--output", str(tmp_path / "fb"), "--feature-based", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "ModernBERT" in err and "Traceback" not in err

@@ -1,0 +1,57 @@
+"""``bertkit serve --backend onnx``: a fine-tuned classifier served with ONNX Runtime answers /predict as the
+PyTorch pipeline does (fp32 within 1e-4), and its encoder routes run the ONNX every-layer graph; /info says so."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from tinymodels import http_json
+
+from bertkit import BertConfig
+from bertkit.cli import main
+from bertkit.commands.serve import load_model
+from bertkit.serve.app import ServerThread, ServeSettings, create_app
+
+pytest.importorskip("onnxruntime")
+
+TEXTS = ["the film was good .", "the ending was boring , the cast was great ."]
+
+
+@pytest.fixture(scope="module")
+def sst2_dir(tmp_path_factory, fixtures_dir):
+    from bertkit.modeling import BertForPreTraining
+
+    ft = fixtures_dir / "finetune"
+    base = tmp_path_factory.mktemp("base")
+    vocab = sum(1 for line in (ft / "vocab.txt").read_text(encoding="utf-8").splitlines() if line)
+    torch.manual_seed(0)
+    BertForPreTraining(BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=37, max_position_embeddings=128)).save_pretrained(base)
+    shutil.copy(ft / "vocab.txt", base / "vocab.txt")
+    out = tmp_path_factory.mktemp("sst2")
+    assert main(["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--model", str(base),
+                 "--output", str(out), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet",
+                 "--precision", "fp32", "--max-train-examples", "16", "--device", "cpu"]) == 0
+    return out
+
+
+def test_serve_backend_onnx_equals_torch(sst2_dir):
+    onnx = load_model(str(sst2_dir), "cpu", "fp32", backend="onnx")
+    ref = load_model(str(sst2_dir), "cpu", "fp32")
+    assert onnx.backend == "onnx"
+    with ServerThread(create_app({"onnx": onnx, "torch": ref}, ServeSettings())) as srv:
+        a = http_json(srv.url, "/predict?model=onnx", {"inputs": [[t] for t in TEXTS], "raw_scores": True})
+        b = http_json(srv.url, "/predict?model=torch", {"inputs": [[t] for t in TEXTS], "raw_scores": True})
+        assert a[0] == b[0] == 200
+        for x, y in zip(a[1], b[1]):
+            assert [s["label"] for s in x] == [s["label"] for s in y]
+            assert [s["score"] for s in x] == pytest.approx([s["score"] for s in y], abs=1e-4)
+        e = http_json(srv.url, "/embed?model=onnx", {"inputs": TEXTS})
+        f = http_json(srv.url, "/embed?model=torch", {"inputs": TEXTS})
+        assert e[0] == f[0] == 200
+        np.testing.assert_allclose(np.array(e[1]), np.array(f[1]), atol=1e-4)
+        status, info = http_json(srv.url, "/info?model=onnx")
+        assert status == 200 and info.get("backend") == "onnx", info

@@ -1,0 +1,114 @@
+"""ONNX that cannot surprise: ``bertkit export --onnx DIR OUT --quantize int8`` writes the int8 graph under its own
+name beside the fp32 one; ``backend="onnx"`` runs the fp32 graph unless int8 is asked for, and refuses a graph of
+the other precision; an exported directory (no PyTorch weights) loads in ``load_pipeline`` and ``bertkit predict /
+evaluate --backend onnx``, which record the backend; the Encoder holds its ONNX runner (no patched method)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.cli import main
+from bertkit.errors import InputError
+from bertkit.pipelines import load_pipeline
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+TEXTS = ["the film was good .", "the ending was boring , the cast was great .", "a grim plot"]
+
+
+@pytest.fixture(scope="module")
+def sst2_dir(tmp_path_factory, fixtures_dir):
+    from bertkit import BertConfig
+    from bertkit.modeling import BertForPreTraining
+
+    ft = fixtures_dir / "finetune"
+    tiny = tmp_path_factory.mktemp("tiny")
+    vocab = [x for x in (ft / "vocab.txt").read_text(encoding="utf-8").splitlines() if x]
+    torch.manual_seed(0)
+    BertForPreTraining(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=37, max_position_embeddings=128)).save_pretrained(tiny)
+    shutil.copy(ft / "vocab.txt", tiny / "vocab.txt")
+    out = tmp_path_factory.mktemp("sst2")
+    assert main(["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--model", str(tiny),
+                 "--output", str(out), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet",
+                 "--precision", "fp32", "--max-train-examples", "16", "--device", "cpu"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported(sst2_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("export") / "onnx"
+    assert main(["export", "--onnx", str(sst2_dir), str(out), "--quantize", "int8"]) == 0
+    return out
+
+
+def test_int8_export_gets_its_own_name(exported):
+    from bertkit.export import graph_is_quantized
+
+    names = sorted(p.name for p in exported.iterdir())
+    assert "model.onnx" in names and "model.int8.onnx" in names
+    assert not any(n.endswith((".safetensors", ".bin")) for n in names)  # no PyTorch weights
+    assert not graph_is_quantized(exported / "model.onnx") and graph_is_quantized(exported / "model.int8.onnx")
+
+
+def test_exported_directory_runs_fp32_unless_int8_is_asked(sst2_dir, exported):
+    ref = load_pipeline(sst2_dir, precision="fp32")
+    fp32 = load_pipeline(exported, backend="onnx")
+    assert fp32.model.path == str(exported / "model.onnx") and fp32.precision == "fp32" and fp32.quantize is None
+    np.testing.assert_allclose(fp32.logits(TEXTS), ref.logits(TEXTS), atol=1e-4)
+    assert fp32.predict(TEXTS)[0][0]["label"] == ref.predict(TEXTS)[0][0]["label"]
+    int8 = load_pipeline(exported, backend="onnx", quantize="int8")
+    assert int8.model.path == str(exported / "model.int8.onnx") and int8.quantize == "int8"
+    diff = np.abs(int8.logits(TEXTS) - ref.logits(TEXTS)).max()
+    assert 0 < diff < 0.1
+    with pytest.raises(InputError, match="exported ONNX directory.*backend='onnx'"):
+        load_pipeline(exported)  # the PyTorch backend has no weights there: says what to do
+
+
+def test_a_graph_of_the_other_precision_is_refused(exported, tmp_path):
+    d = tmp_path / "old"
+    shutil.copytree(exported, d)
+    (d / "model.onnx").unlink()
+    shutil.copy(exported / "model.int8.onnx", d / "model.onnx")  # what `export --quantize` used to write
+    with pytest.raises(InputError, match="model.onnx is an int8 graph but fp32 was asked for"):
+        load_pipeline(d, backend="onnx")
+    (d / "model.onnx").unlink()
+    (d / "model.int8.onnx").unlink()
+    with pytest.raises(InputError, match="no model.onnx and no PyTorch weights"):
+        load_pipeline(d, backend="onnx")
+
+
+def test_predict_and_evaluate_on_an_exported_directory(sst2_dir, exported, fixtures_dir, tmp_path):
+    data = fixtures_dir / "finetune" / "sst2_dev.tsv"
+    common = ["--data", str(data), "--quiet", "--precision", "fp32", "--device", "cpu"]
+    assert main(["predict", "--model", str(sst2_dir), "--output", str(tmp_path / "torch"), *common]) == 0
+    assert main(["predict", "--model", str(exported), "--backend", "onnx", "--output", str(tmp_path / "onnx"),
+                 *common]) == 0
+    a = (tmp_path / "torch" / "predictions.tsv").read_text()
+    b = (tmp_path / "onnx" / "predictions.tsv").read_text()
+    assert a == b and len(a.splitlines()) > 5
+    assert main(["evaluate", "--model", str(exported), "--backend", "onnx", "--quantize", "int8",
+                 "--output", str(tmp_path / "eval"), *common]) == 0
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert metrics["backend"] == "onnxruntime" and metrics["quantize"] == "int8" and metrics["device"] == "cpu"
+    assert 0 <= metrics["accuracy"] <= 1
+    assert main(["evaluate", "--model", str(sst2_dir), "--output", str(tmp_path / "eval2"), *common]) == 0
+    metrics = json.loads((tmp_path / "eval2" / "metrics.json").read_text())
+    assert (metrics["backend"], metrics["precision"], metrics["quantize"]) == ("pytorch", "fp32", None)
+
+
+def test_encoder_holds_an_onnx_runner(sst2_dir):
+    from bertkit.export import OnnxEncoderRunner
+    from bertkit.features import Encoder
+
+    enc = Encoder.from_pretrained(sst2_dir, backend="onnx")
+    assert isinstance(enc.runner, OnnxEncoderRunner) and "forward" not in vars(enc)  # no patched method
+    ref = Encoder.from_pretrained(sst2_dir, precision="fp32")
+    assert ref.runner is None and ref.backend == "torch"
+    np.testing.assert_allclose(enc.encode(TEXTS, layers=(0, -1)), ref.encode(TEXTS, layers=(0, -1)), atol=1e-4)

@@ -1,0 +1,157 @@
+"""The pre-training loop's parts, without a run: fp16 allowed on CPU, the loss scaler, the time budget, the meter,
+ramps, lr schedules, the recipe choice, the device check."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def test_fp16_is_allowed_on_cpu_when_asked_and_never_picked_by_auto():
+    from bertkit.precision import grad_scaler, resolve_precision
+
+    assert resolve_precision("fp16", "cpu") == "fp16"
+    assert resolve_precision("auto", "cpu") in ("bf16", "fp32")
+    assert grad_scaler("fp16", "cpu").is_enabled() and not grad_scaler("bf16", "cpu").is_enabled()
+
+
+def test_fp16_scaler_keeps_small_gradients_from_underflowing():
+    """A loss whose fp16 gradients underflow to zero unscaled gets non-zero gradients through the scaler."""
+    from bertkit.precision import autocast, grad_scaler
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(16, 16)
+    x = torch.randn(8, 16)
+    for scaled, expect_nonzero in ((False, False), (True, True)):
+        layer.zero_grad()
+        scaler = grad_scaler("fp16" if scaled else "fp32", "cpu")
+        with autocast("fp16", "cpu"):
+            out = layer(x)
+            loss = (out.float() * 1e-8).sum()
+        # the gradient flowing into the fp16 matmul is 1e-8, below fp16's smallest subnormal (6e-8): zero unscaled
+        scaler.scale(loss).backward()
+        scaler.unscale_(torch.optim.SGD(layer.parameters(), lr=0.1))
+        assert bool(layer.weight.grad.abs().sum() > 0) == expect_nonzero
+
+
+def test_time_budget_fits_steps_to_the_probed_cost_and_refits_to_the_measured_pace(monkeypatch):
+    from bertkit.training import budget as B
+
+    now = [100.0]
+    monkeypatch.setattr(B.time, "perf_counter", lambda: now[0])
+    tb = B.TimeBudget(60.0)
+    cost = lambda first, total: 0.5 * max(0, total - first)  # noqa: E731  (0.5 s per step probed)
+    total = tb.fit(cost)
+    assert cost(0, total) * B.SLACK <= 60 * B.MARGIN - B.OVERHEAD < cost(0, total + 1) * B.SLACK
+    tb.start()
+    tb.plan_refit(total, eval_every=10)
+    start, at = tb.window
+    refit = None
+    for step in range(1, at + 1):
+        now[0] += 0.25  # the run goes twice as fast as the cold probe said
+        refit = tb.after_step(step, total, cost) or refit
+    remaining = 60.0 - 0.25 * at
+    assert refit == at + int(remaining / (0.25 * 1.04))
+    assert tb.window == (at, int(0.45 * refit))  # a second re-fit before the middle, from the pace since the first
+    for step in range(at + 1, int(0.45 * refit) + 1):
+        now[0] += 0.25
+        assert tb.after_step(step, refit, cost) is None  # the pace held: no change
+    assert tb.window is None
+    assert not tb.over()
+    now[0] += 60
+    assert tb.over()
+
+
+def test_time_budget_counts_a_resumed_runs_elapsed_time(monkeypatch):
+    from bertkit.training import budget as B
+
+    now = [0.0]
+    monkeypatch.setattr(B.time, "perf_counter", lambda: now[0])
+    tb = B.TimeBudget(60.0, elapsed=50.0)
+    tb.start()
+    now[0] = 9.9
+    assert not tb.over()
+    now[0] = 10.1
+    assert tb.over()
+
+
+def test_meter_sums_and_ratios():
+    from bertkit.training.meter import Meter
+
+    m = Meter()
+    m.add(ok=3, n=4)
+    m.add(ok=1, n=4, loss=2.0)
+    assert m.ratio("ok", "n") == 0.5 and m.ratio("nsp_ok", "nsp_n") == 0.0 and m.sums["loss"] == 2.0
+    m.reset()
+    assert m.ratio("ok", "n") == 0.0
+
+
+def test_ramp_stages_at_given_steps():
+    from bertkit.training.ramps import parse_ramp, plan_stages, stage_at
+
+    stages = plan_stages(100, 128, 32, parse_ramp("64:0.3", "--seq-ramp"), parse_ramp("8:0.05,16:0.15", "-b"))
+    at = {step: stages[stage_at(stages, step)] for step in (0, 4, 5, 14, 15, 29, 30, 99)}
+    assert [(s.seq_len, s.batch_size) for s in at.values()] == [
+        (64, 8), (64, 8), (64, 16), (64, 16), (64, 32), (64, 32), (128, 32), (128, 32)]
+    assert [s.start for s in stages] == [0, 5, 15, 30]
+    two = plan_stages(100, 128, 32, phase2=(512, 8))
+    assert [(s.start, s.seq_len, s.batch_size) for s in two] == [(0, 128, 32), (90, 512, 8)]
+    assert plan_stages(100, 128, 32) == plan_stages(100, 128, 32, parse_ramp("off", "x"))
+    for bad in ("64", "64:1.5", "64:0.5,32:0.2", "x:0.1", "0:0.5"):
+        with pytest.raises(ValueError, match="expected|fractions"):
+            parse_ramp(bad, "--seq-ramp")
+
+
+@pytest.mark.parametrize("kind", ["linear", "trapezoid", "onecycle"])
+def test_lr_schedules(kind):
+    from bertkit.training.optim import linear_schedule, lr_factor, lr_schedule
+
+    total, warmup = 100, 10
+    f = [lr_factor(kind, s, warmup, total) for s in range(total + 1)]
+    assert max(f) == pytest.approx(1.0) and f[total] == pytest.approx(0.0, abs=1e-12)
+    assert all(a <= b + 1e-12 for a, b in zip(f[:warmup], f[1:warmup + 1]))  # warming up
+    assert all(a >= b - 1e-12 for a, b in zip(f[warmup:], f[warmup + 1:]))  # then never up again
+    if kind == "trapezoid":
+        assert f[warmup:50] == [1.0] * (50 - warmup) and f[75] == pytest.approx(0.5)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0)
+    sched = lr_schedule(opt, kind, warmup, total)
+    lrs = []
+    for _ in range(total):
+        lrs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    assert lrs == pytest.approx([2.0 * x for x in f[:total]])
+    if kind == "linear":  # the paper's schedule, as before
+        ref = linear_schedule(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0), warmup, total)
+        assert [ref.lr_lambdas[0](s) for s in range(total)] == pytest.approx(f[:total])
+
+
+def test_recipe_choice_budget_with_max_time_paper_otherwise_and_flags_win(tmp_path):
+    from bertkit.recipes.pretrain import BUDGET, PAPER, PretrainConfig, resolve_recipe
+
+    timed, line = resolve_recipe(PretrainConfig(corpus=["x"], output="o", max_time=60))
+    assert timed.recipe == "budget" and line.startswith("recipe budget:")
+    assert all(k in line for k in BUDGET)  # every choice is printed
+    assert (timed.output_bias, timed.dropout, timed.nsp) == (BUDGET["output_bias"], BUDGET["dropout"], BUDGET["nsp"])
+    stepped, _ = resolve_recipe(PretrainConfig(corpus=["x"], output="o", max_steps=10))
+    assert stepped.recipe == "paper"
+    assert {k: getattr(stepped, k) for k in PAPER} == PAPER
+    assert (stepped.lr, stepped.mask_prob, stepped.nsp, stepped.output_bias) == (1e-4, 0.15, True, "zero")
+    mixed, line = resolve_recipe(PretrainConfig(corpus=["x"], output="o", max_time=60, recipe="paper", nsp=False,
+                                                lr=3e-4))
+    assert (mixed.recipe, mixed.nsp, mixed.lr, mixed.schedule) == ("paper", False, 3e-4, "linear")
+    assert "nsp=False (set)" in line and "lr=0.0003 (set)" in line
+
+
+def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):
+    """torchrun with more processes per node than GPUs: a one-line error naming the fix, not CUDA's "invalid device
+    ordinal" from deep inside set_device (seen with --nproc_per_node 2 on a one-GPU machine)."""
+    from bertkit.errors import RunError
+    from bertkit.training import distributed
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: pytest.fail("set_device reached"))
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(RunError, match=r"GPU 1, but this machine has 1.*--nproc_per_node 1.*--device cpu"):
+        distributed.setup("cuda")
