@@ -1,0 +1,128 @@
+"""bertkit.training's core on its own: RunDir (stale temp files, metrics truncation, resume keys, the newest intact
+checkpoint, writability), TrainState (save/load of every state, RNG included) and apply_update (clip 0 = none)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+import torch
+
+from bertkit.errors import InputError
+from bertkit.training.checkpointing import load_checkpoint
+from bertkit.training.distributed import DistContext
+from bertkit.training.optim import build_optimizer, linear_schedule
+from bertkit.training.rundir import RunDir, check_writable
+from bertkit.training.state import TrainState
+from bertkit.training.step import apply_update
+
+
+def _state(seed: int = 0) -> TrainState:
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    optimizer = build_optimizer(model, lr=1e-2)
+    return TrainState(model, optimizer, linear_schedule(optimizer, 2, 10), torch.amp.GradScaler("cpu", enabled=False))
+
+
+def _step(state: TrainState, clip: float = 1.0) -> float:
+    loss = state.model(torch.randn(16, 4)).pow(2).mean()
+    loss.backward()
+    return apply_update(state, clip)
+
+
+def test_stale_temp_files_go_ours_and_safetensors_but_nothing_else(tmp_path):
+    """A killed save leaves ``.NAME.tmp-PID`` (ours) or ``.tmpXXXXXX`` (safetensors' own, no PID in it)."""
+    run = RunDir(tmp_path)
+    (tmp_path / "checkpoints").mkdir()
+    dead = 2**22 + 12345  # above any pid_max default: no such process
+    stale = [tmp_path / ".tmpAb12Cd", tmp_path / f".model.safetensors.tmp-{dead}",
+             tmp_path / "checkpoints" / f".step-00000003.pt.tmp-{dead}", tmp_path / "checkpoints" / ".tmpZZ9911"]
+    kept = [tmp_path / "model.safetensors", tmp_path / ".tmp", tmp_path / ".tmpTooLong1",
+            tmp_path / f".latest.tmp-{os.getpid()}", tmp_path / "notes.tmp123456"]
+    for p in stale + kept:
+        p.write_bytes(b"x")
+    assert sorted(run.remove_stale()) == sorted(stale)
+    assert all(p.exists() for p in kept) and not any(p.exists() for p in stale)
+
+
+def test_metrics_truncation_keeps_what_the_checkpoint_covers_and_drops_a_torn_line(tmp_path):
+    run = RunDir(tmp_path)
+    for step in (1, 2, 3, 4):
+        run.append_metrics({"step": step, "loss": 1.0 / step})
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 5, "lo')  # torn by a kill
+    run.truncate_metrics(2)
+    assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_resume_refusals_and_key_differences(tmp_path):
+    state = _state()
+    run = RunDir(tmp_path)
+    keys = {"task": "sst2", "args": {"lr": 1e-4, "seed": 1}}
+    assert run.resume_checkpoint(keys, resume=False) is None  # nothing there: start
+    state.save(run.checkpoints, DistContext(), run=keys)
+    with pytest.raises(InputError, match="pass --resume"):
+        run.resume_checkpoint(keys, resume=False)
+    assert run.resume_checkpoint(keys, resume=True)["step"] == 0
+    with pytest.raises(InputError, match=r"--lr 0.001 \(the run used 0.0001\)"):
+        run.resume_checkpoint({"task": "sst2", "args": {"lr": 1e-3, "seed": 1}}, resume=True)
+
+
+def test_a_corrupted_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
+    state, run = _state(), RunDir(tmp_path)
+    for _ in range(2):
+        _step(state)
+        state.save(run.checkpoints, DistContext(), keep=3)
+    (run.checkpoints / "step-00000002.pt").write_bytes(b"not a checkpoint")
+    path, saved = run.latest_intact_checkpoint()
+    assert path.name == "step-00000001.pt" and saved["step"] == 1
+    assert "step-00000002.pt" in caplog.text and "previous" in caplog.text
+    (run.checkpoints / "step-00000001.pt").write_bytes(b"torn")
+    with pytest.raises(InputError, match="no readable checkpoint"):
+        run.latest_intact_checkpoint()
+
+
+def test_train_state_round_trip_continues_bit_for_bit(tmp_path):
+    """Save after 2 steps, take 3 more; a fresh state loaded from the checkpoint takes the same 3 (same weights,
+    same random batches: the RNG state is restored)."""
+    a = _state()
+    for _ in range(2):
+        _step(a)
+    a.position = {"epoch": 0, "batch": 2}
+    path = a.save(tmp_path, DistContext())
+    random.random()
+    for _ in range(3):
+        _step(a)
+    b = _state(seed=99)
+    b.load(load_checkpoint(path), DistContext())
+    assert (b.step, b.position) == (2, {"epoch": 0, "batch": 2})
+    for _ in range(3):
+        _step(b)
+    for (_, x), (_, y) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
+        assert torch.equal(x, y)
+    assert b.scheduler.state_dict() == a.scheduler.state_dict()
+
+
+def test_clip_zero_means_no_clipping():
+    """--clip 0 leaves the gradients as they are (clipping at 0 would zero them)."""
+    a, b = _state(), _state()
+    torch.manual_seed(1)
+    norm = _step(a, clip=0.0)
+    torch.manual_seed(1)
+    loss = b.model(torch.randn(16, 4)).pow(2).mean()
+    loss.backward()
+    b.optimizer.step()
+    assert norm > 0
+    for x, y in zip(a.model.parameters(), b.model.parameters()):
+        assert torch.equal(x, y)
+
+
+def test_check_writable_names_the_flag(tmp_path):
+    check_writable(tmp_path / "new" / "dir")
+    assert (tmp_path / "new" / "dir").is_dir() and not list((tmp_path / "new" / "dir").iterdir())
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(InputError, match=f"--onnx {blocker}: cannot write there"):
+        check_writable(blocker, "--onnx")
