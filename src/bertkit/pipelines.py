@@ -148,6 +148,20 @@ def _default_task(architecture: str, config: Any, directory: Path):
     return get_task("squad", max_seq_length=min(384, max_len))
 
 
+def _read_config(directory: Path, architecture: str, quantize: str | None, backend: str):
+    """The directory's config by its architecture: ModernBERT's (PyTorch only, no int8 or ONNX yet) or BERT's."""
+    from bertkit.config import BertConfig
+
+    if not architecture.startswith("ModernBert"):
+        return BertConfig.from_pretrained(directory)
+    from bertkit.modeling_modernbert import ModernBertConfig
+
+    if quantize or backend != "torch":
+        raise InputError(f"{directory}: a ModernBERT model runs in PyTorch without quantization for now; "
+                         f"--quantize and the ONNX backend are BERT's only")
+    return ModernBertConfig.from_pretrained(directory)
+
+
 def load_pipeline(
     directory: str | os.PathLike,
     device: str = "cpu",
@@ -176,7 +190,6 @@ def load_pipeline(
     """
     import argparse
 
-    from bertkit.config import BertConfig
     from bertkit.precision import resolve_precision
     from bertkit.quantize import quantize_model, resolve_quantize
     from bertkit.tasks import get_task
@@ -191,15 +204,7 @@ def load_pipeline(
     if qa_convention not in QA_CONVENTIONS:
         raise InputError(f"qa_convention must be one of {', '.join(QA_CONVENTIONS)}, got {qa_convention!r}")
     architecture, saved = read_head(directory)
-    if architecture.startswith("ModernBert"):  # the second architecture: PyTorch, no int8 or ONNX yet
-        from bertkit.modeling_modernbert import ModernBertConfig
-
-        if quantize or backend != "torch":
-            raise InputError(f"{directory}: a ModernBERT model runs in PyTorch without quantization for now; "
-                             f"--quantize and the ONNX backend are BERT's only")
-        config = ModernBertConfig.from_pretrained(directory)
-    else:
-        config = BertConfig.from_pretrained(directory)
+    config = _read_config(directory, architecture, quantize, backend)
     if saved.get("task"):
         task = get_task(saved["task"], **task_options(argparse.Namespace(), saved))
     else:
