@@ -60,6 +60,12 @@ ABLATION: dict[str, dict] = {
     "budget, sinusoidal, seq 64 x batch 64": {"recipe": "budget", "position_init": "sinusoidal", "seq_len": 64,
                                               "batch_size": 64},
     "budget, sinusoidal, mask 0.15": {"recipe": "budget", "position_init": "sinusoidal", "mask_prob": 0.15},
+    "budget, sinusoidal, seq 32 x batch 128": {"recipe": "budget", "position_init": "sinusoidal", "seq_len": 32,
+                                               "batch_size": 128},
+    "budget, normal positions, seq 64 x batch 64": {"recipe": "budget", "seq_len": 64, "batch_size": 64},
+    "budget, normal positions, seq 32 x batch 128": {"recipe": "budget", "seq_len": 32, "batch_size": 128},
+    "budget, ramp 32x128:0.7 then 128x32": {"recipe": "budget", "position_init": "sinusoidal", "seq_ramp": "32:0.7",
+                                            "batch_ramp": "128:0.7"},
 }
 
 

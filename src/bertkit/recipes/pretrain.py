@@ -157,8 +157,8 @@ class PretrainConfig:
         "what the input of a chosen position becomes, in percent: [MASK], a random token, unchanged (paper "
         "80/10/10; 100/0/0 drops the copy task)"))
 
-    seq_len: int = _run_key(128, group=_T, help="sequence length")
-    batch_size: int = _run_key(32, group=_T, help="micro-batch per process")
+    seq_len: int | None = _run_key(None, group=_T, help="sequence length (default 128; the budget recipe ramps to it)")
+    batch_size: int | None = _run_key(None, group=_T, help="micro-batch per process (default 32)")
     grad_accum: int = _run_key(1, group=_T, help="micro-batches per optimizer step")
     lr: float | None = _as_run_key(lr_option(None, help="peak learning rate (paper 1e-4; budget: by model size)",
                                              group=_T))
@@ -197,7 +197,7 @@ class PretrainConfig:
         if self.max_steps is None and self.max_time is None:
             raise PretrainError("give --max-steps or --max-time (or both)")
         for name in ("seq_len", "batch_size", "grad_accum", "save_every", "log_every", "eval_batches"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise PretrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.max_steps is not None and self.max_steps < 1:
             raise PretrainError(f"--max-steps must be >= 1, got {self.max_steps}")
@@ -238,11 +238,11 @@ RUN_KEYS = tuple(f.name for f in dataclasses.fields(PretrainConfig) if f.metadat
 
 PAPER = {"lr": 1e-4, "schedule": "linear", "warmup_fraction": 0.05, "dropout": None, "mask_prob": 0.15, "nsp": True,
          "short_seq_prob": 0.1, "output_bias": "zero", "seq_ramp": "off", "batch_ramp": "off", "mask_mix": "80/10/10",
-         "position_init": "normal"}
+         "position_init": "normal", "seq_len": 128, "batch_size": 32}
 # chosen by measurement (docs/pretraining.md, "Pre-training in minutes"); lr by model width below
 BUDGET = {"lr": None, "schedule": "trapezoid", "warmup_fraction": 0.05, "dropout": 0.0, "mask_prob": 0.3,
-          "nsp": False, "short_seq_prob": 0.0, "output_bias": "unigram", "seq_ramp": "off", "batch_ramp": "off",
-          "mask_mix": "80/10/10", "position_init": "normal"}
+          "nsp": False, "short_seq_prob": 0.0, "output_bias": "unigram", "seq_ramp": "32:0.7", "batch_ramp": "128:0.7",
+          "mask_mix": "80/10/10", "position_init": "sinusoidal", "seq_len": 128, "batch_size": 32}
 BUDGET_LR = {"bert-tiny": 4e-3, "bert-mini": 1e-3, "bert-small": 5e-4, "bert-medium": 5e-4}  # others: 2e-4
 
 
@@ -254,7 +254,7 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     if cfg.arch == "modernbert":  # its own recipe's masking and objectives; lr as BERT's of the same size
         from bertkit.recipes import modernbert
 
-        table.update(modernbert.DEFAULTS)
+        table.update(modernbert.DEFAULTS, position_init=None)  # rotary positions: no table to initialise
         cfg = dataclasses.replace(cfg, model_size=modernbert.preset(cfg.model_size))  # a bad size fails here, early
         size = cfg.model_size.replace("modernbert-", "bert-")
     if table["lr"] is None:
