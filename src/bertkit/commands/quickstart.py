@@ -41,8 +41,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-time", default="2m", help="pre-training budget (default 2m)")
     parser.add_argument("--model-size", default="bert-tiny")
     parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--batch-size", type=int, default=None, help="default: the budget recipe's (32 after its ramp)")
-    parser.add_argument("--seq-len", type=int, default=None, help="default: the budget recipe's (128 after its ramp)")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--seq-len", type=int, default=32, help=(
+        "sequence length (default 32: short sequences leave the unigram plateau in the fewest steps, "
+        "docs/pretraining.md; the model then suits inputs of up to about 32 tokens)"))
     parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the budget recipe's)")
     parser.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     parser.add_argument("--seed", type=int, default=0)
@@ -67,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         corpus=[str(p) for p in corpus], output=args.output, vocab_size=args.vocab_size,
         model_size=args.model_size, seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr,
         max_time=budget, save_every=200, log_every=25, eval_batches=8, precision=args.precision,
+        seq_ramp="off", batch_ramp="off",
         seed=args.seed, overwrite=args.overwrite, quiet=args.quiet, threads=args.threads,
     )
     out = Path(args.output)
