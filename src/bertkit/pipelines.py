@@ -50,13 +50,20 @@ HEADS = {
     "BertForSequenceClassification": "classification",
     "BertForTokenClassification": "ner",
     "BertForQuestionAnswering": "qa",
+    # ModernBERT's heads (bertkit.modeling_modernbert): the same tasks
+    "ModernBertForSequenceClassification": "classification",
+    "ModernBertForTokenClassification": "ner",
+    "ModernBertForQuestionAnswering": "qa",
 }
 DEFAULT_MAX_LENGTH = 512
 BACKENDS = ("torch", "onnx")
 FUNCTIONS = ("softmax", "sigmoid", "none")  # text classification's function_to_apply (transformers' names)
 AGGREGATIONS = ("simple", "none", "first", "max", "average")  # token classification's aggregation_strategy
 HEAD_KEYS = {"BertForSequenceClassification": "classifier.weight", "BertForTokenClassification": "classifier.weight",
-             "BertForQuestionAnswering": "qa_outputs.weight"}
+             "BertForQuestionAnswering": "qa_outputs.weight",
+             "ModernBertForSequenceClassification": "classifier.weight",
+             "ModernBertForTokenClassification": "classifier.weight",
+             "ModernBertForQuestionAnswering": "classifier.weight"}
 
 
 class NoHeadError(InputError):
@@ -127,6 +134,7 @@ def _default_task(architecture: str, config: Any, directory: Path):
     ``num_labels`` / ``id2label`` takes the number of labels from the head's weights."""
     from bertkit.tasks import get_task
 
+    architecture = architecture.replace("ModernBert", "Bert")  # ModernBERT's heads answer the same tasks
     id2label = config.id2label or {}
     num_labels = config.num_labels or len(id2label)
     if not num_labels and architecture != "BertForQuestionAnswering":
@@ -138,6 +146,20 @@ def _default_task(architecture: str, config: Any, directory: Path):
     if architecture == "BertForTokenClassification":
         return get_task("tagging", max_seq_length=max_len, labels=labels)
     return get_task("squad", max_seq_length=min(384, max_len))
+
+
+def _read_config(directory: Path, architecture: str, quantize: str | None, backend: str):
+    """The directory's config by its architecture: ModernBERT's (PyTorch only, no int8 or ONNX yet) or BERT's."""
+    from bertkit.config import BertConfig
+
+    if not architecture.startswith("ModernBert"):
+        return BertConfig.from_pretrained(directory)
+    from bertkit.modeling_modernbert import ModernBertConfig
+
+    if quantize or backend != "torch":
+        raise InputError(f"{directory}: a ModernBERT model runs in PyTorch without quantization for now; "
+                         f"--quantize and the ONNX backend are BERT's only")
+    return ModernBertConfig.from_pretrained(directory)
 
 
 def load_pipeline(
@@ -168,7 +190,6 @@ def load_pipeline(
     """
     import argparse
 
-    from bertkit.config import BertConfig
     from bertkit.precision import resolve_precision
     from bertkit.quantize import quantize_model, resolve_quantize
     from bertkit.tasks import get_task
@@ -183,7 +204,7 @@ def load_pipeline(
     if qa_convention not in QA_CONVENTIONS:
         raise InputError(f"qa_convention must be one of {', '.join(QA_CONVENTIONS)}, got {qa_convention!r}")
     architecture, saved = read_head(directory)
-    config = BertConfig.from_pretrained(directory)
+    config = _read_config(directory, architecture, quantize, backend)
     if saved.get("task"):
         task = get_task(saved["task"], **task_options(argparse.Namespace(), saved))
     else:
@@ -222,7 +243,9 @@ def load_pipeline(
         if saved.get("task"):
             model = task.load_model(directory, finetuned=True)
         else:  # the default task's label set (id2label, or LABEL_i for as many as the head has outputs)
-            model = task.model_class.from_pretrained(directory, **task.model_overrides())
+            from bertkit.modeling_modernbert import for_directory
+
+            model = for_directory(task.model_class, directory).from_pretrained(directory, **task.model_overrides())
     except FileNotFoundError as e:
         raise InputError(str(e)) from None
     if quantize:

@@ -91,3 +91,39 @@ def test_heads_without_a_counterpart_refuse_in_one_line(modern_dir, ft, tmp_path
                  str(modern_dir), "--output", str(tmp_path / "fb"), "--feature-based", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "ModernBERT" in err and "Traceback" not in err
+
+
+def test_pipeline_and_predict_on_a_finetuned_modernbert(modern_dir, ft, tmp_path):
+    """``load_pipeline`` (what ``bertkit predict`` and the server's task routes run) on the fine-tuned ModernBERT
+    classifier: its probabilities are the model's softmax; a transformers-written ModernBERT classifier (no
+    finetune_config.json) loads too, with its label names; int8 is refused in one line."""
+    from bertkit.errors import BertkitError
+    from bertkit.modeling_modernbert import ModernBertForSequenceClassification
+    from bertkit.pipelines import load_pipeline
+
+    out = tmp_path / "sst2"
+    _finetune("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", modern_dir, out)
+    pipe = load_pipeline(out, precision="fp32")
+    texts = ["a fine film", "dull and slow"]
+    logits = pipe.logits(texts)
+    model = ModernBertForSequenceClassification.from_pretrained(out)
+    enc = pipe.tokenizer.encode_batch(texts)
+    for row, e in zip(logits, enc):
+        with torch.no_grad():
+            want = model(torch.tensor([e.ids])).logits[0]
+        torch.testing.assert_close(torch.as_tensor(row, dtype=torch.float32), want, atol=1e-5, rtol=1e-4)
+    assert main(["predict", "--model", str(out), "--data", str(ft / "sst2_dev.tsv"), "--quiet", "--precision",
+                 "fp32", "--output", str(tmp_path / "pred")]) == 0
+    assert any((tmp_path / "pred").iterdir())
+    with pytest.raises(BertkitError, match="ModernBERT"):
+        load_pipeline(out, quantize="int8")
+
+    transformers = pytest.importorskip("transformers")
+    hf_dir = tmp_path / "hf"
+    config = transformers.ModernBertConfig.from_pretrained(modern_dir, num_labels=2,
+                                                           id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1})
+    transformers.ModernBertForSequenceClassification(config).save_pretrained(hf_dir)
+    shutil.copy(ft / "vocab.txt", hf_dir / "vocab.txt")
+    hf_pipe = load_pipeline(hf_dir, precision="fp32")
+    assert hf_pipe.kind == "classification" and hf_pipe.task.labels == ["neg", "pos"]
+    assert len(hf_pipe.logits(texts)) == 2

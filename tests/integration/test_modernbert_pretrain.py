@@ -102,3 +102,22 @@ def test_refusals_are_one_line(corpus, tmp_path):
                            text=True, env=env, timeout=300)
         assert r.returncode == 2, r.stderr
         assert needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_torchrun_two_processes(corpus, tmp_path):
+    """The same run under torchrun (gloo, 2 processes): rank 0 writes, the output is a loadable ModernBERT."""
+    from bertkit.modeling_modernbert import ModernBertForMaskedLM
+
+    out = tmp_path / "ddp"
+    overrides = [x for k, v in OVERRIDES.items() for x in ("--config-override", f"{k}={v}")]
+    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "bertkit.cli", "pretrain",
+           "--arch", "modernbert", "--model-size", "modernbert-tiny", *overrides, "--corpus", str(corpus[0]),
+           "--vocab", str(corpus[1]), "--output", str(out), "--seq-len", "48", "--batch-size", "4", "--max-steps",
+           "4", "--save-every", "2", "--log-every", "2", "--precision", "fp32", "--quiet", "--workers", "1"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((out / "run.json").read_text())["world_size"] == 2
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines if "loss" in x] == [2, 4]
+    assert ModernBertForMaskedLM.from_pretrained(out).config.local_attention == 16

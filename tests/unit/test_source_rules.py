@@ -21,6 +21,8 @@ LONG_FILES = {
     "modeling_modernbert.py": "ModernBERT's one modeling file (owner: modern)",
     # owner: pipes (issue 24's pipeline parameters) -- 758 lines when this test landed; to be split by its owner
     "pipelines.py": "over the target (owner: pipes)",
+    # owner: dataprep (issue 22 part 1) -- 753 lines once its streaming corpus reader landed; to be split by its owner
+    "data/corpus.py": "over the target (owner: dataprep)",
 }
 ARGPARSE_PRIVATE = ("_actions", "_add_action", "_StoreTrueAction", "_StoreFalseAction", "_StoreConstAction",
                     "_action_groups", "_negative_number_matcher", "_option_string_actions", "_get_optional_actions")
