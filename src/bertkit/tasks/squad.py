@@ -119,18 +119,15 @@ def get_final_text(pred_text: str, orig_text: str, basic_tokenize: Callable[[str
     if len(orig_ns_text) != len(tok_ns_text):
         return orig_text
     tok_s_to_ns_map = {tok_index: i for i, tok_index in tok_ns_to_s_map.items()}
-    orig_start_position = None
-    if start_position in tok_s_to_ns_map:
-        ns_start_position = tok_s_to_ns_map[start_position]
-        if ns_start_position in orig_ns_to_s_map:
-            orig_start_position = orig_ns_to_s_map[ns_start_position]
+
+    def to_orig(position: int) -> int | None:  # a position in the tokenized text -> the same one in orig_text
+        ns_position = tok_s_to_ns_map.get(position)
+        return None if ns_position is None else orig_ns_to_s_map.get(ns_position)
+
+    orig_start_position = to_orig(start_position)
     if orig_start_position is None:
         return orig_text
-    orig_end_position = None
-    if end_position in tok_s_to_ns_map:
-        ns_end_position = tok_s_to_ns_map[end_position]
-        if ns_end_position in orig_ns_to_s_map:
-            orig_end_position = orig_ns_to_s_map[ns_end_position]
+    orig_end_position = to_orig(end_position)
     if orig_end_position is None:
         return orig_text
     return orig_text[orig_start_position : orig_end_position + 1]
