@@ -136,6 +136,22 @@ def get_final_text(pred_text: str, orig_text: str, basic_tokenize: Callable[[str
 ANSWER_TEXT_MODES = ("google", "chars", "words")
 
 
+def encode_questions_and_contexts(examples: Sequence, tokenizer) -> tuple[list, dict[str, Any]]:
+    """(the questions' encodings, context -> its encoding): no special tokens, no truncation, and each distinct
+    context encoded once (its questions share it). Google's windows and transformers' start from the same."""
+    questions = tokenizer.encode_batch([e.question for e in examples], truncation=False, add_special_tokens=False)
+    unique = list(dict.fromkeys(e.context for e in examples))
+    return questions, dict(zip(unique, tokenizer.encode_batch(unique, truncation=False, add_special_tokens=False)))
+
+
+def window(cls: int, sep: int, q_ids: list[int], ctx_ids: list[int], start: int, length: int
+           ) -> tuple[list[int], list[int]]:
+    """(input ids, token types) of ``[CLS] question [SEP] context[start:start + length] [SEP]``."""
+    offset = len(q_ids) + 2
+    return [cls] + q_ids + [sep] + ctx_ids[start:start + length] + [sep], [0] * offset + [1] * (length + 1)
+
+
+
 class SquadTask(TaskBase):
     family = "squad"
 
@@ -194,9 +210,7 @@ class SquadTask(TaskBase):
 
     # ------------------------------------------------------------------ features
     def featurize(self, examples: Sequence, tokenizer, training: bool = False) -> list[dict]:
-        questions = tokenizer.encode_batch([e.question for e in examples], truncation=False, add_special_tokens=False)
-        unique = list(dict.fromkeys(e.context for e in examples))
-        encoded = dict(zip(unique, tokenizer.encode_batch(unique, truncation=False, add_special_tokens=False)))
+        questions, encoded = encode_questions_and_contexts(examples, tokenizer)
         cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
         features = []
         for i, (e, q) in enumerate(zip(examples, questions)):
@@ -218,10 +232,10 @@ class SquadTask(TaskBase):
                     tok_start = tok_end = None  # the answer is not covered by any token (e.g. only spaces)
             offset = len(q_ids) + 2  # [CLS] question [SEP]
             for (start, length), flag in zip(spans, flags):
-                ids = [cls] + q_ids + [sep] + ctx.ids[start : start + length] + [sep]
+                ids, types = window(cls, sep, q_ids, ctx.ids, start, length)
                 f: dict[str, Any] = {
                     "input_ids": ids,
-                    "token_type_ids": [0] * offset + [1] * (length + 1),
+                    "token_type_ids": types,
                     "example": i,
                     "span_start": start,
                     "offset": offset,
@@ -387,9 +401,7 @@ def hf_features(examples: Sequence, tokenizer, max_seq_len: int = HF_MAX_SEQ_LEN
         doc_stride = min(max_seq_len // 2, 128)
     if doc_stride > max_seq_len:
         raise InputError(f"doc_stride ({doc_stride}) is larger than max_seq_len ({max_seq_len})")
-    questions = tokenizer.encode_batch([e.question for e in examples], truncation=False, add_special_tokens=False)
-    unique = list(dict.fromkeys(e.context for e in examples))
-    encoded = dict(zip(unique, tokenizer.encode_batch(unique, truncation=False, add_special_tokens=False)))
+    questions, encoded = encode_questions_and_contexts(examples, tokenizer)
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     features = []
     for i, (e, q) in enumerate(zip(examples, questions)):
@@ -404,9 +416,10 @@ def hf_features(examples: Sequence, tokenizer, max_seq_len: int = HF_MAX_SEQ_LEN
                              f"({budget} = max_seq_len {max_seq_len} - question {len(q_ids)} - 3 special tokens)")
         offset = len(q_ids) + 2
         for start, length in doc_spans(len(ctx.ids), budget, budget - doc_stride):
+            ids, types = window(cls, sep, q_ids, ctx.ids, start, length)
             features.append({
-                "input_ids": [cls] + q_ids + [sep] + ctx.ids[start:start + length] + [sep],
-                "token_type_ids": [0] * offset + [1] * (length + 1),
+                "input_ids": ids,
+                "token_type_ids": types,
                 "example": i, "span_start": start, "offset": offset, "n_ctx": length,
                 "offsets": ctx.offsets, "word_ids": ctx.word_ids,
             })
