@@ -181,6 +181,31 @@ def check_tensors(state: dict[str, torch.Tensor], target: dict[str, torch.Tensor
                                   f"cast silently into wrong values)")
 
 
+def match_keys(state: dict[str, torch.Tensor], target: dict[str, torch.Tensor], tied: dict[str, str],
+               head_prefixes: tuple[str, ...],
+               class_name: str, origin: str) -> tuple[list[str], list[str]]:
+    """Match a renamed checkpoint ``state`` (changed in place) against a model's ``target`` keys, the same for every
+    architecture: a tied alias fills its canonical key when only the alias is stored, then aliases go; head keys the
+    model has no use for are dropped; any other unknown key, or a tensor of the wrong shape or dtype, is a
+    CheckpointError naming it. Returns (dropped keys, missing keys)."""
+    for alias, canonical in tied.items():
+        if alias in state:
+            value = state.pop(alias)
+            if canonical not in state and canonical in target:
+                state[canonical] = value
+    dropped = sorted(k for k in state if k not in target and k.startswith(("head:", *head_prefixes)))
+    for k in dropped:
+        del state[k]
+    unexpected = sorted(k for k in state if k not in target)
+    if unexpected:
+        raise CheckpointError(
+            f"{origin}: key {unexpected[0]!r} does not exist in {class_name}"
+            + (f" (and {len(unexpected) - 1} more: {unexpected[1:6]})" if len(unexpected) > 1 else "")
+        )
+    check_tensors(state, target, class_name, origin)
+    return dropped, sorted(k for k in target if k not in state and k not in tied)
+
+
 def adapt_state_dict(
     source: dict[str, torch.Tensor], model: nn.Module, origin: str = "checkpoint"
 ) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
@@ -204,24 +229,7 @@ def adapt_state_dict(
         elif key.startswith(("embeddings.", "encoder.", "pooler.")):
             key = "bert." + key  # a bare BertModel checkpoint loaded into a head class
         state[key] = value
-    # tied aliases: fill the canonical key from the alias when only the alias is stored, then drop aliases
-    for alias, canonical in TIED_ALIASES.items():
-        if alias in state:
-            value = state.pop(alias)
-            if canonical not in state and canonical in target:
-                state[canonical] = value
-
-    dropped = sorted(k for k in state if k not in target and (k.startswith("head:") or k.startswith(HEAD_PREFIXES)))
-    for k in dropped:
-        del state[k]
-    unexpected = sorted(k for k in state if k not in target)
-    if unexpected:
-        raise CheckpointError(
-            f"{origin}: key {unexpected[0]!r} does not exist in {type(model).__name__}"
-            + (f" (and {len(unexpected) - 1} more: {unexpected[1:6]})" if len(unexpected) > 1 else "")
-        )
-    check_tensors(state, target, type(model).__name__, origin)
-    missing = sorted(k for k in target if k not in state and k not in TIED_ALIASES)
+    dropped, missing = match_keys(state, target, TIED_ALIASES, HEAD_PREFIXES, type(model).__name__, origin)
     # a head checkpoint without a pooler (BertForMaskedLM, token classification, QA) still loads into BertModel: its
     # pooler is initialised and reported, as transformers does
     may_initialise = ("pooler.",) if is_base else HEAD_PREFIXES
@@ -396,22 +404,7 @@ def adapt_layout_state_dict(source: dict[str, torch.Tensor], model: nn.Module, l
         elif key.startswith(layout.base_roots):
             key = layout.prefix + key
         state[key] = value
-    for alias, canonical in layout.tied.items():
-        if alias in state:
-            value = state.pop(alias)
-            if canonical not in state and canonical in target:
-                state[canonical] = value
-    dropped = sorted(k for k in state if k not in target and k.startswith(("head:",) + layout.head_prefixes))
-    for k in dropped:
-        del state[k]
-    unexpected = sorted(k for k in state if k not in target)
-    if unexpected:
-        raise CheckpointError(
-            f"{origin}: key {unexpected[0]!r} does not exist in {type(model).__name__}"
-            + (f" (and {len(unexpected) - 1} more: {unexpected[1:6]})" if len(unexpected) > 1 else "")
-        )
-    check_tensors(state, target, type(model).__name__, origin)
-    missing = sorted(k for k in target if k not in state and k not in layout.tied)
+    dropped, missing = match_keys(state, target, layout.tied, layout.head_prefixes, type(model).__name__, origin)
     initialised = [k for k in missing if not is_base and k.startswith(layout.head_prefixes)]
     not_head = [k for k in missing if k not in initialised]
     if not_head:

@@ -1,7 +1,9 @@
 """The ``bertkit`` command: a dict of subcommands -> modules, parsed with argparse.
 
 Each command module exposes ``configure(parser: argparse.ArgumentParser) -> None`` and
-``run(args: argparse.Namespace) -> int | None``. Modules are imported only when their command runs (or its
+``run(args: argparse.Namespace) -> int | None``; optionally ``EPILOG`` (the help's last line) and
+``delegate(argv) -> module name | None`` (``finetune`` / ``evaluate`` hand sentence-embedding tasks to their own
+module, which has its own flags). Modules are imported only when their command runs (or its
 ``-h`` is asked for), so ``bertkit --help`` is instant and does not import torch.
 """
 
@@ -107,11 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     name = argv[0]
     _show_library_warnings()
     module_name, help_text = COMMANDS[name]
-    from bertkit.embeddings import ROUTE_HELP, route  # finetune/evaluate --task of sentence embeddings: own flags
-
-    module_name = route(name, argv[1:]) or module_name
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"bertkit {name}", description=help_text, epilog=ROUTE_HELP.get(name))
+    epilog = getattr(module, "EPILOG", None)
+    delegate = getattr(module, "delegate", None)  # a command may hand some runs to another module (own flags)
+    target = delegate(argv[1:]) if delegate is not None else None
+    if target:
+        module = importlib.import_module(target)
+    parser = argparse.ArgumentParser(prog=f"bertkit {name}", description=help_text, epilog=epilog)
     module.configure(parser)
     args = parser.parse_args(argv[1:])
     try:

@@ -77,6 +77,38 @@ def _available_memory() -> int | None:
     return available
 
 
+def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    """A config file's JSON object. A file that cannot be read, is not JSON or is not an object is a
+    :class:`ConfigError` naming it. (BertConfig and ModernBertConfig both read through it.)"""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not valid JSON ({e})") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the config ({e.strerror or e})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    return data
+
+
+def head_fields(config: Any) -> dict[str, Any]:
+    """A config's head fields as transformers writes them in config.json: ``id2label`` / ``label2id`` (``LABEL_i``
+    for a head without names) and ``problem_type``. ``config`` has ``id2label``, ``label2id``, ``num_labels`` and
+    ``extra``, as BertConfig and ModernBertConfig do."""
+    out: dict[str, Any] = {}
+    if config.id2label is not None:
+        out["id2label"] = {str(k): v for k, v in config.id2label.items()}
+        out["label2id"] = dict(config.label2id or {})
+    elif config.num_labels is not None:  # as transformers writes a head without names: LABEL_i
+        out["id2label"] = {str(i): f"LABEL_{i}" for i in range(config.num_labels)}
+        out["label2id"] = {f"LABEL_{i}": i for i in range(config.num_labels)}
+    if "problem_type" in config.extra:
+        out["problem_type"] = config.extra["problem_type"]
+    return out
+
+
+
 @dataclass
 class BertConfig:
     """Hyper-parameters of a BERT encoder.
@@ -239,28 +271,12 @@ class BertConfig:
         if out["architectures"] is None:
             out.pop("architectures")
         out["tie_word_embeddings"] = True
-        if self.id2label is not None:
-            out["id2label"] = {str(k): v for k, v in self.id2label.items()}
-            out["label2id"] = dict(self.label2id or {})
-        elif self.num_labels is not None:  # as transformers writes a head without names: LABEL_i
-            out["id2label"] = {str(i): f"LABEL_{i}" for i in range(self.num_labels)}
-            out["label2id"] = {f"LABEL_{i}": i for i in range(self.num_labels)}
-        if "problem_type" in self.extra:
-            out["problem_type"] = self.extra["problem_type"]
+        out.update(head_fields(self))
         return out
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> BertConfig:
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{path}: not valid JSON ({e})") from None
-        except OSError as e:
-            raise ConfigError(f"{path}: cannot read the config ({e.strerror or e})") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a JSON object")
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(read_config_file(path), source=str(path))
 
     def to_json_file(self, path: str | os.PathLike, flavour: str = "hf") -> None:
         write_json(path, self.to_dict(flavour))

@@ -41,10 +41,10 @@ from tqdm.auto import tqdm
 
 from bertkit import checkpoint
 from bertkit.batches import collate, cut_batches, plan_batches  # noqa: F401 (cut_batches re-exported)
-from bertkit.embeddings.st_format import read_sentence_transformers
 from bertkit.errors import InputError, MissingFileError
 from bertkit.modeling import BertForPreTraining, BertModel
 from bertkit.precision import autocast, resolve_precision
+from bertkit.st_format import read_sentence_transformers
 from bertkit.tokenization import BertTokenizer, Encoding
 
 FILL_MASK_BATCH = 32  # texts per fill-mask forward pass (the CPU token budget may cut smaller)

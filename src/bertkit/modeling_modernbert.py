@@ -22,7 +22,6 @@ library loads in the other.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit import checkpoint, ops
-from bertkit.config import ConfigError, _available_memory
+from bertkit.config import ConfigError, _available_memory, head_fields, read_config_file
 from bertkit.errors import MissingFileError
 from bertkit.files import write_json
 from bertkit.modeling import (
@@ -297,28 +296,12 @@ class ModernBertConfig:
         if self.layer_types != [GLOBAL if i % n == 0 else LOCAL for i in range(self.num_hidden_layers)]:
             out.pop("global_attn_every_n_layers")  # not an every-n pattern: transformers 4 cannot express it
         out["tie_word_embeddings"] = True
-        if self.id2label is not None:
-            out["id2label"] = {str(k): v for k, v in self.id2label.items()}
-            out["label2id"] = dict(self.label2id or {})
-        elif self.num_labels is not None:
-            out["id2label"] = {str(i): f"LABEL_{i}" for i in range(self.num_labels)}
-            out["label2id"] = {f"LABEL_{i}": i for i in range(self.num_labels)}
-        if "problem_type" in self.extra:
-            out["problem_type"] = self.extra["problem_type"]
+        out.update(head_fields(self))
         return out
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> ModernBertConfig:
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{path}: not valid JSON ({e})") from None
-        except OSError as e:
-            raise ConfigError(f"{path}: cannot read the config ({e.strerror or e})") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a JSON object")
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(read_config_file(path), source=str(path))
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> ModernBertConfig:

@@ -84,7 +84,7 @@ class InputTooLongError(InputError):
 
 def read_head(directory: str | os.PathLike) -> tuple[str, dict[str, Any]]:
     """(architecture, saved task config) of a model directory. Raises :class:`NoHeadError` naming what is missing."""
-    from bertkit.recipes.finetune import TASK_CONFIG_NAME
+    from bertkit.tasks import read_task_config
 
     directory = Path(directory)
     config_path = directory / "config.json"
@@ -94,9 +94,7 @@ def read_head(directory: str | os.PathLike) -> tuple[str, dict[str, Any]]:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise InputError(f"{config_path}: not valid JSON ({e.msg}, line {e.lineno})") from None
-    saved: dict[str, Any] = {}
-    if (directory / TASK_CONFIG_NAME).is_file():
-        saved = json.loads((directory / TASK_CONFIG_NAME).read_text(encoding="utf-8"))
+    saved = read_task_config(directory)
     if (directory / "tagger_config.json").is_file():  # feature-based tagger: BertModel + a small tagger
         return "BertForTokenClassification", saved
     architectures = config.get("architectures") or []

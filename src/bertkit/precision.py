@@ -20,6 +20,13 @@ def cpu_supports_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def resolve_device(name: str | None) -> str:
+    """``--device``: the name given, else ``cuda`` where a GPU is available, else ``cpu``."""
+    if name:
+        return name
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def resolve_precision(precision: str, device: torch.device | str) -> str:
     """``auto`` -> ``bf16`` where the CPU or GPU supports it (``fp16`` on a GPU without bf16), else ``fp32``.
     Validates the name. ``fp16`` asked for explicitly is honoured on CPU too (torch.amp supports it there, slowly;

@@ -11,8 +11,8 @@ import torch
 from tinymodels import one_thread  # noqa: F401  (autouse fixture)
 
 from bertkit import BertModel, Encoder
-from bertkit.embeddings.st_format import read_sentence_transformers, write_sentence_transformers
 from bertkit.errors import InputError
+from bertkit.st_format import read_sentence_transformers, write_sentence_transformers
 from bertkit.tokenization import BertTokenizer
 
 st = pytest.importorskip("sentence_transformers")

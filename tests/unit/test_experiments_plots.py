@@ -8,7 +8,7 @@ import json
 import pytest
 
 from bertkit.experiments import plots
-from bertkit.experiments import tensorboard as tb
+from bertkit.training import tensorboard as tb
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

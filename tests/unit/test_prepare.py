@@ -325,3 +325,18 @@ def test_prose_is_not_held_whole(tmp_path, layout):
     assert path.stat().st_size < 20e6
     result = _measure(path, tmp_path / "out", shard_tokens=1 << 16, stop_after=3)
     assert result["tokens"] == -1 and result["rss"] < 400e6, result
+
+
+def test_progress_bar_shows_bytes_rate_and_text_speed(tmp_path, capsys):
+    corpus = _corpus(tmp_path)
+    prepare_corpus([corpus], tmp_path / "out", VOCAB, workers=1, progress=True, use_cache=False)
+    err = capsys.readouterr().err
+    assert "preparing: 100%" in err and "B/s" in err and "text " in err and "MB/s" in err
+
+
+def test_bertkit_prepare_refuses_a_missing_vocabulary(tmp_path, capsys):
+    from bertkit.cli import main
+
+    corpus = _corpus(tmp_path)
+    assert main(["prepare", "--corpus", str(corpus), "--vocab", str(tmp_path / "nope.txt")]) != 0
+    assert "nope.txt: no such file or directory" in capsys.readouterr().err

@@ -10,8 +10,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertkit.embeddings import ROUTE_HELP, route
 from bertkit.options import add_options, from_args, option
-from bertkit.tasks.options import FINETUNE_ONLY, RunOptions, TaskOptions, add_task_flag
+from bertkit.tasks.options import FINETUNE_ONLY, RunOptions, TaskOptions, add_task_flag, task_of_directory
+
+EPILOG = ROUTE_HELP["evaluate"]
+
+
+def delegate(argv: list[str]) -> str | None:
+    """The module that runs ``bertkit evaluate ARGV`` when its ``--task`` is a sentence-embedding task."""
+    return route("evaluate", argv)
 
 
 @dataclass(kw_only=True)
@@ -39,9 +47,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, labelled: bool = True) -> int:
-    from bertkit.commands.finetune import load_finetuned, resolve_device
+    from bertkit.commands.finetune import load_finetuned
     from bertkit.files import write_json
-    from bertkit.precision import resolve_precision
+    from bertkit.precision import resolve_device, resolve_precision
 
     files: InferenceFiles = from_args(InferenceFiles, args)
     run_options: RunOptions = from_args(RunOptions, args)
@@ -84,26 +92,11 @@ def _load_onnx(files: InferenceFiles, args: argparse.Namespace):
     """(task, ONNX Runtime model, tokenizer) of a fine-tuned or exported directory: the task as the PyTorch path
     reads it (finetune_config.json, then the command's task flags), no PyTorch weights needed."""
     from bertkit.config import BertConfig
-    from bertkit.errors import InputError
     from bertkit.export import onnx_runtime_model
-    from bertkit.recipes.finetune import TASK_CONFIG_NAME
-    from bertkit.tasks import get_task
-    from bertkit.tasks.options import task_options
     from bertkit.tokenization import BertTokenizer
 
     model_dir = Path(files.model)
-    if not model_dir.is_dir():
-        raise InputError(f"--model {model_dir}: no such directory")
-    saved = {}
-    if (model_dir / TASK_CONFIG_NAME).is_file():
-        try:
-            saved = json.loads((model_dir / TASK_CONFIG_NAME).read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise InputError(f"{model_dir / TASK_CONFIG_NAME}: not valid JSON ({e})") from None
-    name = args.task or saved.get("task")
-    if not name:
-        raise InputError(f"{model_dir}: no {TASK_CONFIG_NAME}; pass --task")
-    task = get_task(name, **task_options(args, saved))
+    task = task_of_directory(model_dir, args.task, args)
     config = BertConfig.from_pretrained(model_dir)
     if task.labels is None and config.id2label and not getattr(task, "regression", False):
         task.labels = [config.id2label[i] for i in range(len(config.id2label))]

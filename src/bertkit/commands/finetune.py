@@ -10,14 +10,22 @@ import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from bertkit.embeddings import ROUTE_HELP, route
 from bertkit.errors import InputError
 from bertkit.options import add_options, from_args, option, output_option
-from bertkit.tasks.options import TaskOptions, add_task_flag, task_options
+from bertkit.tasks.options import TaskOptions, add_task_flag, task_of_directory, task_options
 from bertkit.tokenization import BertTokenizer
 
 FILES = "files and data"
+
+
+EPILOG = ROUTE_HELP["finetune"]
+
+
+def delegate(argv: list[str]) -> str | None:
+    """The module that runs ``bertkit finetune ARGV`` when its ``--task`` is a sentence-embedding task."""
+    return route("finetune", argv)
 
 
 @dataclass(kw_only=True)
@@ -37,14 +45,6 @@ class FinetuneFiles:
                                         "Google's models)")
 
 
-def resolve_device(name: str | None) -> str:
-    import torch
-
-    if name:
-        return name
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def load_model(task, model_dir: str | Path, finetuned: bool):
     """``task.load_model``, with a missing directory or weights file reported as bad input naming it."""
     try:
@@ -55,22 +55,8 @@ def load_model(task, model_dir: str | Path, finetuned: bool):
 
 def load_finetuned(model_dir: str | Path, task_name: str | None, args: argparse.Namespace):
     """(task, model, tokenizer) of a fine-tuned OUTPUT directory."""
-    from bertkit.recipes.finetune import TASK_CONFIG_NAME
-    from bertkit.tasks import get_task
-
     model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        raise InputError(f"--model {model_dir}: no such directory")
-    saved: dict[str, Any] = {}
-    if (model_dir / TASK_CONFIG_NAME).is_file():
-        try:
-            saved = json.loads((model_dir / TASK_CONFIG_NAME).read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise InputError(f"{model_dir / TASK_CONFIG_NAME}: not valid JSON ({e})") from None
-    name = task_name or saved.get("task")
-    if not name:
-        raise InputError(f"{model_dir}: no {TASK_CONFIG_NAME}; pass --task")
-    task = get_task(name, **task_options(args, saved))
+    task = task_of_directory(model_dir, task_name, args)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     model = load_model(task, model_dir, finetuned=True)
     return task, model, tokenizer
@@ -88,6 +74,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """One process, or one of ``torchrun --nproc_per_node N -m bertkit.cli finetune ...`` (DistributedDataParallel:
     gloo on CPU, nccl on GPU)."""
+    from bertkit.precision import resolve_device
     from bertkit.training import distributed
 
     ctx = distributed.setup(resolve_device(args.device))

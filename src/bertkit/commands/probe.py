@@ -41,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from bertkit.commands.finetune import resolve_device
     from bertkit.experiments.probe import ProbeConfig, run_probe
+    from bertkit.precision import resolve_device
 
     cfg = ProbeConfig(
         model=Path(args.model), task=args.task, train=Path(args.train) if args.train else None, dev=Path(args.dev),

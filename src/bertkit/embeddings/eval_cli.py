@@ -51,13 +51,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertkit.commands.finetune import resolve_device
     from bertkit.embeddings.data import read_scored
     from bertkit.embeddings.evaluate import read_beir, retrieval_metrics, sts_metrics
     from bertkit.errors import InputError
     from bertkit.features import Encoder
     from bertkit.files import write_json
     from bertkit.options import from_args
+    from bertkit.precision import resolve_device
     from bertkit.training.rundir import run_record
 
     cfg = from_args(EmbeddingEvalArgs, args)

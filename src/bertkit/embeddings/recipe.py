@@ -32,11 +32,6 @@ from bertkit.embeddings.data import TextRows
 from bertkit.embeddings.evaluate import sts_metrics
 from bertkit.embeddings.gradcache import Column, average_gradients, cached_step, length_chunks, plain_step
 from bertkit.embeddings.losses import build_loss
-from bertkit.embeddings.st_format import (
-    TO_ST_POOLING,
-    read_sentence_transformers,
-    write_sentence_transformers,
-)
 from bertkit.errors import InputError
 from bertkit.features import EncodeDefaults, Encoder, pool
 from bertkit.files import write_json
@@ -54,6 +49,11 @@ from bertkit.options import (
     warmup_option,
 )
 from bertkit.precision import autocast, grad_scaler, resolve_precision
+from bertkit.st_format import (
+    TO_ST_POOLING,
+    read_sentence_transformers,
+    write_sentence_transformers,
+)
 from bertkit.tokenization import BertTokenizer
 from bertkit.training import distributed as D
 from bertkit.training.interrupt import GracefulStop

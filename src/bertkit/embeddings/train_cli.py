@@ -20,11 +20,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertkit.commands.finetune import resolve_device
     from bertkit.embeddings.data import read_scored
     from bertkit.embeddings.recipe import EmbeddingTrainArgs, read_training_rows, train_embeddings
     from bertkit.errors import InputError
     from bertkit.options import from_args
+    from bertkit.precision import resolve_device
     from bertkit.training import distributed as D
     from bertkit.training.log import say
 

@@ -28,7 +28,6 @@ from typing import Any
 import torch
 
 from bertkit.errors import InputError
-from bertkit.experiments.tensorboard import EventWriter
 from bertkit.files import write_json
 from bertkit.options import (
     clip_option,
@@ -40,7 +39,7 @@ from bertkit.options import (
     warmup_option,
 )
 from bertkit.precision import grad_scaler, resolve_precision
-from bertkit.tasks import feature_length, length_batches
+from bertkit.tasks import TASK_CONFIG_NAME, feature_length, length_batches
 from bertkit.tasks.options import RunOptions
 from bertkit.training import distributed
 from bertkit.training.distributed import DistContext
@@ -50,8 +49,8 @@ from bertkit.training.optim import build_optimizer, linear_schedule
 from bertkit.training.rundir import RunDir, run_record
 from bertkit.training.state import TrainState, seed_dropout, seed_everything
 from bertkit.training.step import optimizer_step
+from bertkit.training.tensorboard import EventWriter
 
-TASK_CONFIG_NAME = "finetune_config.json"
 # settings that change what is computed: a resumed run must use the same
 RESUME_KEYS = ("epochs", "batch_size", "grad_accum", "lr", "warmup_fraction", "weight_decay", "clip",
                "seed", "precision", "eval_every", "max_steps")

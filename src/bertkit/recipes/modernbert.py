@@ -6,10 +6,10 @@ head)."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from bertkit.errors import InputError
+from bertkit.recipes.pretrain_setup import load_init_from, unigram_bias
 
 ARCHS = ("bert", "modernbert")
 DEFAULTS = {"mask_prob": 0.3, "nsp": False}  # ModernBERT's recipe (Warner et al., 2024), over --recipe's
@@ -32,7 +32,7 @@ def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device):
     ModernBERT; dropout set to ``cfg.dropout`` for training (config.json keeps the model's)."""
     import torch
 
-    from bertkit.data.pretraining import VocabInfo, token_counts, unigram_log_probs
+    from bertkit.data.pretraining import VocabInfo
     from bertkit.modeling_modernbert import ModernBertConfig, ModernBertForMaskedLM
 
     if cfg.nsp:
@@ -43,14 +43,7 @@ def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device):
     torch.manual_seed(cfg.seed)
     v = VocabInfo.from_tokenizer(tokenizer)
     if cfg.init_from:
-        config = ModernBertConfig.from_pretrained(cfg.init_from)
-        if cfg.config_overrides:
-            config = dataclasses.replace(config, **cfg.config_overrides)
-        if config.vocab_size < len(tokenizer) or config.max_position_embeddings < max_len:
-            raise InputError(f"--init-from {cfg.init_from}: the model has {config.vocab_size} embeddings and "
-                             f"{config.max_position_embeddings} positions; the run needs {len(tokenizer)} tokens "
-                             f"and {max_len} positions")
-        model = ModernBertForMaskedLM.from_pretrained(cfg.init_from, config=config)
+        config, model = load_init_from(cfg, ModernBertConfig, ModernBertForMaskedLM, tokenizer, max_len, InputError)
     else:
         config = ModernBertConfig.from_preset(
             preset(cfg.model_size), vocab_size=len(tokenizer), pad_token_id=v.pad_id, cls_token_id=v.cls_id,
@@ -58,10 +51,8 @@ def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device):
             max_position_embeddings=max(8192, max_len), **cfg.config_overrides)
         model = ModernBertForMaskedLM(config)
         if cfg.output_bias == "unigram" and model.decoder.bias is not None:
-            bias = unigram_log_probs(token_counts(shard_dir, config.vocab_size),
-                                     exclude=(v.cls_id, v.sep_id, v.mask_id, v.pad_id))
             with torch.no_grad():
-                model.decoder.bias.copy_(torch.from_numpy(bias))
+                model.decoder.bias.copy_(unigram_bias(shard_dir, config.vocab_size, tokenizer))
     if cfg.dropout is not None:
         saved = (config.embedding_dropout, config.attention_dropout, config.mlp_dropout, config.classifier_dropout)
         model.set_dropout(cfg.dropout)

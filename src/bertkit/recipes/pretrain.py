@@ -622,7 +622,7 @@ def _log(ctx, cfg: PretrainConfig, run, meter, bar, step: int, total_steps: int,
 
 def _write_tensorboard(out: Path) -> None:
     """OUTPUT/tensorboard from metrics.jsonl (one event file, rewritten atomically; exact after a resume too)."""
-    from bertkit.experiments.tensorboard import convert_records
+    from bertkit.training.tensorboard import convert_records
 
     lines = (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     records = [json.loads(line) for line in lines if line.strip()]

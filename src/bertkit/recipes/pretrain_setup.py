@@ -155,35 +155,50 @@ def tokenizer_and_shards(cfg: PretrainConfig, ctx):
     return BertTokenizer.from_pretrained(out), data_dir / "shards"
 
 
+def load_init_from(cfg, config_class, model_class, tokenizer, max_len: int, error: type[Exception]):
+    """(config, model) of ``--init-from`` (continued pre-training, e.g. on a domain's text), for either
+    architecture: the model's config with the run's config overrides, and its weights. A model with fewer
+    embeddings or positions than the run needs is refused with ``error``."""
+    config = config_class.from_pretrained(cfg.init_from)
+    if cfg.config_overrides:
+        config = dataclasses.replace(config, **cfg.config_overrides)
+    if config.vocab_size < len(tokenizer) or config.max_position_embeddings < max_len:
+        raise error(f"--init-from {cfg.init_from}: the model has {config.vocab_size} embeddings and "
+                    f"{config.max_position_embeddings} positions; the run needs {len(tokenizer)} tokens and "
+                    f"{max_len} positions")
+    return config, model_class.from_pretrained(cfg.init_from, config=config)
+
+
+def unigram_bias(shard_dir: Path, vocab_size: int, tokenizer):
+    """``--output-bias unigram``'s MLM decoder bias: the corpus's unigram log-probabilities (a tensor), the special
+    tokens left out."""
+    import torch
+
+    from bertkit.data.pretraining import VocabInfo, token_counts, unigram_log_probs
+
+    v = VocabInfo.from_tokenizer(tokenizer)
+    bias = unigram_log_probs(token_counts(shard_dir, vocab_size), exclude=(v.cls_id, v.sep_id, v.mask_id, v.pad_id))
+    return torch.from_numpy(bias)
+
+
 def build_model(cfg: PretrainConfig, tokenizer, shard_dir: Path, max_len: int, device):
     """A fresh BertForPreTraining of ``model_size`` (MLM output bias from the corpus's unigram frequencies with
     ``output_bias=unigram``), or the ``init_from`` model; dropout set to ``cfg.dropout`` for training."""
     import torch
 
     from bertkit.config import BertConfig
-    from bertkit.data.pretraining import VocabInfo, token_counts, unigram_log_probs
     from bertkit.modeling import BertForPreTraining
 
     torch.manual_seed(cfg.seed)
     if cfg.init_from:  # continued pre-training (e.g. on a domain's text): the model's config and weights
-        config = BertConfig.from_pretrained(cfg.init_from)
-        if cfg.config_overrides:
-            config = dataclasses.replace(config, **cfg.config_overrides)
-        if config.vocab_size < len(tokenizer) or config.max_position_embeddings < max_len:
-            raise PretrainError(f"--init-from {cfg.init_from}: the model has {config.vocab_size} embeddings and "
-                                f"{config.max_position_embeddings} positions; the run needs {len(tokenizer)} "
-                                f"tokens and {max_len} positions")
-        model = BertForPreTraining.from_pretrained(cfg.init_from, config=config)
+        config, model = load_init_from(cfg, BertConfig, BertForPreTraining, tokenizer, max_len, PretrainError)
     else:
         config = BertConfig.from_preset(cfg.model_size, vocab_size=len(tokenizer),
                                         max_position_embeddings=max(512, max_len), **cfg.config_overrides)
         model = BertForPreTraining(config)
         if cfg.output_bias == "unigram":  # the unigram plateau becomes where training starts, not where it stalls
-            v = VocabInfo.from_tokenizer(tokenizer)
-            bias = unigram_log_probs(token_counts(shard_dir, config.vocab_size),
-                                     exclude=(v.cls_id, v.sep_id, v.mask_id, v.pad_id))
             with torch.no_grad():
-                model.cls.predictions.bias.copy_(torch.from_numpy(bias))
+                model.cls.predictions.bias.copy_(unigram_bias(shard_dir, config.vocab_size, tokenizer))
     if cfg.position_init == "sinusoidal" and not cfg.init_from:
         with torch.no_grad():
             table = model.bert.embeddings.position_embeddings.weight

@@ -18,14 +18,20 @@ and padding come from the one planner and collate, ``bertkit.batches``.
 from __future__ import annotations
 
 import importlib
+import json
 import random
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from bertkit.data.glue import GLUE_TASKS
 from bertkit.errors import InputError
 
 LABEL_KEYS = ("labels", "start_positions", "end_positions")
+
+# A fine-tuned model directory's task and its options (labels, columns...): written by ``recipes.finetune``, read by
+# the inference commands and ``bertkit.pipelines``.
+TASK_CONFIG_NAME = "finetune_config.json"
 
 # The one task registry: ``--task`` name -> (module, class). A new task is one entry here; its class takes
 # ``(name, **task_options)`` and implements the ``TaskBase`` surface. GLUE's names come from its own registry,
@@ -42,6 +48,18 @@ TASKS: dict[str, tuple[str, str]] = {
     "rerank": ("bertkit.tasks.rerank", "RerankTask"),
 }
 TASK_NAMES = tuple(TASKS)
+
+
+def read_task_config(directory: str | Path) -> dict[str, Any]:
+    """The saved task config of a fine-tuned model directory, ``{}`` where it has none. A file that is not valid
+    JSON is an :class:`InputError` naming it."""
+    path = Path(directory) / TASK_CONFIG_NAME
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{path}: not valid JSON ({e})") from None
 
 
 def get_task(name: str, **options: Any):

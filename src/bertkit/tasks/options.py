@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from bertkit.errors import InputError
 from bertkit.options import device_option, from_args, option, precision_option
-from bertkit.tasks import TASK_NAMES
+from bertkit.tasks import TASK_CONFIG_NAME, TASK_NAMES, get_task, read_task_config
 
 GENERIC = "generic files (--task classification / tagging)"
 SQUAD = "SQuAD"
@@ -88,3 +90,15 @@ def task_options(args: argparse.Namespace, saved: dict[str, Any] | None = None) 
     options.pop("task", None)
     options.update(from_args(TaskOptions, args).given())
     return options
+
+
+def task_of_directory(model_dir: Path, task_name: str | None, args: argparse.Namespace):
+    """The task of a fine-tuned model directory: ``--task``, else the one its task config names, built with the
+    saved options under the command's task flags."""
+    if not model_dir.is_dir():
+        raise InputError(f"--model {model_dir}: no such directory")
+    saved = read_task_config(model_dir)
+    name = task_name or saved.get("task")
+    if not name:
+        raise InputError(f"{model_dir}: no {TASK_CONFIG_NAME}; pass --task")
+    return get_task(name, **task_options(args, saved))

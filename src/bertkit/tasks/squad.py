@@ -119,24 +119,37 @@ def get_final_text(pred_text: str, orig_text: str, basic_tokenize: Callable[[str
     if len(orig_ns_text) != len(tok_ns_text):
         return orig_text
     tok_s_to_ns_map = {tok_index: i for i, tok_index in tok_ns_to_s_map.items()}
-    orig_start_position = None
-    if start_position in tok_s_to_ns_map:
-        ns_start_position = tok_s_to_ns_map[start_position]
-        if ns_start_position in orig_ns_to_s_map:
-            orig_start_position = orig_ns_to_s_map[ns_start_position]
+
+    def to_orig(position: int) -> int | None:  # a position in the tokenized text -> the same one in orig_text
+        ns_position = tok_s_to_ns_map.get(position)
+        return None if ns_position is None else orig_ns_to_s_map.get(ns_position)
+
+    orig_start_position = to_orig(start_position)
     if orig_start_position is None:
         return orig_text
-    orig_end_position = None
-    if end_position in tok_s_to_ns_map:
-        ns_end_position = tok_s_to_ns_map[end_position]
-        if ns_end_position in orig_ns_to_s_map:
-            orig_end_position = orig_ns_to_s_map[ns_end_position]
+    orig_end_position = to_orig(end_position)
     if orig_end_position is None:
         return orig_text
     return orig_text[orig_start_position : orig_end_position + 1]
 
 
 ANSWER_TEXT_MODES = ("google", "chars", "words")
+
+
+def encode_questions_and_contexts(examples: Sequence, tokenizer) -> tuple[list, dict[str, Any]]:
+    """(the questions' encodings, context -> its encoding): no special tokens, no truncation, and each distinct
+    context encoded once (its questions share it). Google's windows and transformers' start from the same."""
+    questions = tokenizer.encode_batch([e.question for e in examples], truncation=False, add_special_tokens=False)
+    unique = list(dict.fromkeys(e.context for e in examples))
+    return questions, dict(zip(unique, tokenizer.encode_batch(unique, truncation=False, add_special_tokens=False)))
+
+
+def window(cls: int, sep: int, q_ids: list[int], ctx_ids: list[int], start: int, length: int
+           ) -> tuple[list[int], list[int]]:
+    """(input ids, token types) of ``[CLS] question [SEP] context[start:start + length] [SEP]``."""
+    offset = len(q_ids) + 2
+    return [cls] + q_ids + [sep] + ctx_ids[start:start + length] + [sep], [0] * offset + [1] * (length + 1)
+
 
 
 class SquadTask(TaskBase):
@@ -197,9 +210,7 @@ class SquadTask(TaskBase):
 
     # ------------------------------------------------------------------ features
     def featurize(self, examples: Sequence, tokenizer, training: bool = False) -> list[dict]:
-        questions = tokenizer.encode_batch([e.question for e in examples], truncation=False, add_special_tokens=False)
-        unique = list(dict.fromkeys(e.context for e in examples))
-        encoded = dict(zip(unique, tokenizer.encode_batch(unique, truncation=False, add_special_tokens=False)))
+        questions, encoded = encode_questions_and_contexts(examples, tokenizer)
         cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
         features = []
         for i, (e, q) in enumerate(zip(examples, questions)):
@@ -221,10 +232,10 @@ class SquadTask(TaskBase):
                     tok_start = tok_end = None  # the answer is not covered by any token (e.g. only spaces)
             offset = len(q_ids) + 2  # [CLS] question [SEP]
             for (start, length), flag in zip(spans, flags):
-                ids = [cls] + q_ids + [sep] + ctx.ids[start : start + length] + [sep]
+                ids, types = window(cls, sep, q_ids, ctx.ids, start, length)
                 f: dict[str, Any] = {
                     "input_ids": ids,
-                    "token_type_ids": [0] * offset + [1] * (length + 1),
+                    "token_type_ids": types,
                     "example": i,
                     "span_start": start,
                     "offset": offset,
@@ -390,9 +401,7 @@ def hf_features(examples: Sequence, tokenizer, max_seq_len: int = HF_MAX_SEQ_LEN
         doc_stride = min(max_seq_len // 2, 128)
     if doc_stride > max_seq_len:
         raise InputError(f"doc_stride ({doc_stride}) is larger than max_seq_len ({max_seq_len})")
-    questions = tokenizer.encode_batch([e.question for e in examples], truncation=False, add_special_tokens=False)
-    unique = list(dict.fromkeys(e.context for e in examples))
-    encoded = dict(zip(unique, tokenizer.encode_batch(unique, truncation=False, add_special_tokens=False)))
+    questions, encoded = encode_questions_and_contexts(examples, tokenizer)
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     features = []
     for i, (e, q) in enumerate(zip(examples, questions)):
@@ -407,9 +416,10 @@ def hf_features(examples: Sequence, tokenizer, max_seq_len: int = HF_MAX_SEQ_LEN
                              f"({budget} = max_seq_len {max_seq_len} - question {len(q_ids)} - 3 special tokens)")
         offset = len(q_ids) + 2
         for start, length in doc_spans(len(ctx.ids), budget, budget - doc_stride):
+            ids, types = window(cls, sep, q_ids, ctx.ids, start, length)
             features.append({
-                "input_ids": [cls] + q_ids + [sep] + ctx.ids[start:start + length] + [sep],
-                "token_type_ids": [0] * offset + [1] * (length + 1),
+                "input_ids": ids,
+                "token_type_ids": types,
                 "example": i, "span_start": start, "offset": offset, "n_ctx": length,
                 "offsets": ctx.offsets, "word_ids": ctx.word_ids,
             })

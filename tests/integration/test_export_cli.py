@@ -1,0 +1,94 @@
+"""`bertkit export --onnx`: a head's graph equals the PyTorch model on a batch of another shape (dynamic axes and
+mask), the encoder's graphs (fp32 and int8) come with their report, a non-model directory is refused naming what
+is missing, and an `--all-layers` graph is the one the Encoder's ONNX backend then reads."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit import BertConfig
+
+TEXTS = ["the film is good .", "carol lives in berlin and works for acme corp .", "the cast was grim",
+         "the ending was boring , the plot was great ."]
+
+
+@pytest.fixture(scope="module")
+def vocab(fixtures_dir):
+    return fixtures_dir / "finetune" / "vocab.txt"
+
+
+def _config(vocab, **kw) -> BertConfig:
+    n = sum(1 for line in vocab.read_text(encoding="utf-8").splitlines() if line)
+    return BertConfig(vocab_size=n, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=128, max_position_embeddings=128, **kw)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, vocab):
+    from bertkit.modeling import BertForPreTraining
+
+    d = tmp_path_factory.mktemp("tiny")
+    torch.manual_seed(0)
+    BertForPreTraining(_config(vocab)).save_pretrained(d)
+    shutil.copy(vocab, d / "vocab.txt")
+    return d
+
+
+def test_export_onnx_heads_and_encoder(tmp_path, tiny_dir, vocab):
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from bertkit.cli import main
+    from bertkit.modeling import BertForQuestionAnswering
+
+    torch.manual_seed(4)
+    qa_dir = tmp_path / "qa"
+    BertForQuestionAnswering(_config(vocab)).save_pretrained(qa_dir)
+    shutil.copy(vocab, qa_dir / "vocab.txt")
+    assert main(["export", "--onnx", str(qa_dir), str(tmp_path / "qa-onnx")]) == 0
+    assert {p.name for p in (tmp_path / "qa-onnx").iterdir()} >= {"model.onnx", "config.json", "vocab.txt"}
+    # a batch of another size and length than the traced one, with padding: dynamic axes and the mask both work
+    session = ort.InferenceSession(str(tmp_path / "qa-onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    ids = torch.tensor([[5, 20, 30, 40, 6, 50, 51, 6], [5, 21, 6, 22, 6, 0, 0, 0], [5, 6, 7, 6, 0, 0, 0, 0]])
+    mask, types = (ids != 0).long(), torch.tensor([[0] * 5 + [1] * 3] * 3) * (ids != 0)
+    start, end = session.run(["start_logits", "end_logits"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy(),
+                                                              "token_type_ids": types.numpy()})
+    ref = BertForQuestionAnswering.from_pretrained(qa_dir).eval()
+    with torch.no_grad():
+        want = ref(ids, mask, types)
+    m = mask.bool()
+    torch.testing.assert_close(torch.from_numpy(start)[m], want.start_logits[m], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(torch.from_numpy(end)[m], want.end_logits[m], atol=1e-4, rtol=1e-4)
+
+    from bertkit.export import export_onnx
+
+    report = export_onnx(tiny_dir, tmp_path / "enc.onnx")  # no head: the encoder's outputs
+    assert report.outputs == ["last_hidden_state", "pooler_output"] and report.max_abs_diff < 1e-4
+    assert report.files == [str(tmp_path / "enc.onnx")]
+    q = export_onnx(tiny_dir, tmp_path / "enc-int8.onnx", quantize="int8")
+    assert q.quantized == "int8" and 0 < q.max_abs_diff < 0.5
+    assert (tmp_path / "enc-int8.onnx").stat().st_size < 0.6 * (tmp_path / "enc.onnx").stat().st_size
+
+
+def test_export_refuses_a_non_model_directory(tmp_path, capsys):
+    from bertkit.cli import main
+
+    assert main(["export", "--onnx", str(tmp_path), str(tmp_path / "out")]) == 2
+    assert "no config.json" in capsys.readouterr().err
+
+
+def test_export_all_layers_is_what_the_encoder_backend_reads(tiny_dir, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from bertkit.cli import main
+    from bertkit.features import Encoder
+
+    d = tmp_path / "m"
+    shutil.copytree(tiny_dir, d)
+    assert main(["export", "--onnx", str(d), str(d / "encoder.onnx"), "--all-layers"]) == 0
+    enc = Encoder.from_pretrained(d, backend="onnx")
+    assert enc.onnx_path == str(d / "encoder.onnx")  # used as it is, not exported again
+    np.testing.assert_allclose(enc.encode(TEXTS, layers=(1, -1)), Encoder.from_pretrained(d, precision="fp32").encode(
+        TEXTS, layers=(1, -1)), atol=1e-4)

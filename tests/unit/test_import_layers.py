@@ -1,0 +1,107 @@
+"""Imports run one way: commands -> recipes/experiments -> (tasks, serve, embeddings) -> features -> model -> leaves.
+
+Every ``import`` in src/bertkit, function-local ones included, is read with ``ast``; a module may import from its
+own layer or a lower one, never a higher one. A new top-level module or package must be given a layer here."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import bertkit
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+PACKAGE = SRC / "bertkit"
+
+# lowest first; a top-level module or package of bertkit -> its layer
+LAYERS: list[tuple[str, set[str]]] = [
+    # small utilities every layer uses; ``bertkit`` itself only names its lazy exports (resolved below)
+    ("leaves", {"__init__", "errors", "files", "options", "precision", "ops"}),
+    # the models, their files and what they read: configs, checkpoints, tokenizer, corpus and task readers
+    ("model", {"config", "modeling", "modeling_modernbert", "checkpoint", "tf_checkpoint", "export", "quantize",
+               "tokenization", "data"}),
+    # what runs a model: the Encoder and its batches, the sentence-transformers format, the training core
+    ("features", {"features", "batches", "st_format", "training"}),
+    ("tasks, serve, embeddings", {"tasks", "pipelines", "serve", "embeddings"}),
+    # one layer in the issue's order, split so that the pair points one way too: experiments drive recipes' runs
+    ("recipes", {"recipes"}),
+    ("experiments", {"experiments"}),
+    ("commands", {"commands", "cli"}),
+]
+RANK = {unit: rank for rank, (_name, units) in enumerate(LAYERS) for unit in units}
+
+# (importing file relative to src/bertkit, imported module) pairs allowed against the order, each with its reason.
+# Empty: keep it so. An entry needs a reason a reviewer accepts.
+ALLOWED: set[tuple[str, str]] = set()
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(dotted: str) -> bool:
+    base = SRC.joinpath(*dotted.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def _imported(path: Path) -> list[tuple[int, str]]:
+    """(line, dotted bertkit module) of every import in ``path``, at any depth."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                dotted = f"{module}.{alias.name}"
+                if _is_module(dotted):
+                    found.append((node.lineno, dotted))
+                elif module == "bertkit" and alias.name in bertkit._EXPORTS:  # a lazy export: its real module
+                    found.append((node.lineno, bertkit._EXPORTS[alias.name]))
+                else:
+                    found.append((node.lineno, module))
+    return [(line, m) for line, m in found if m == "bertkit" or m.startswith("bertkit.")]
+
+
+def _unit(dotted: str) -> str:
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_every_top_level_module_has_a_layer():
+    units = {p.stem for p in PACKAGE.glob("*.py")} | {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    missing = sorted(units - set(RANK))
+    assert not missing, f"give these a layer in LAYERS: {missing}"
+
+
+def test_imports_point_down():
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        here = _unit(_module_name(path))
+        for line, module in _imported(path):
+            there = _unit(module)
+            if RANK[there] > RANK[here] and (rel, module) not in ALLOWED:
+                wrong.append(f"{rel}:{line} imports {module} ({LAYERS[RANK[here]][0]} -> {LAYERS[RANK[there]][0]})")
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_the_check_sees_function_local_and_lazy_imports(tmp_path, monkeypatch):
+    """The parser itself: a function-local import and a lazy export are both found (so the test above can fail)."""
+    source = PACKAGE / "features.py"
+    found = dict((m, line) for line, m in _imported(source))
+    assert "bertkit.modeling" in found
+    text = "def f():\n    from bertkit.commands import finetune\n    from bertkit import BertModel\n"
+    fake = tmp_path / "bertkit" / "ops.py"
+    fake.parent.mkdir()
+    fake.write_text(text)
+    monkeypatch.setattr(f"{__name__}.SRC", tmp_path)
+    monkeypatch.setattr(f"{__name__}._is_module", lambda dotted: dotted == "bertkit.commands.finetune")
+    assert [m for _line, m in _imported(fake)] == ["bertkit.commands.finetune", "bertkit.modeling"]
