@@ -114,10 +114,3 @@ def test_wrongly_typed_value_is_a_config_error(tmp_path):
         BertConfig.from_dict({"pad_token_id": "x"}, source="c.json")
 
 
-def test_demo_and_convert_errors_are_one_line(tmp_path, capsys):
-    from bertkit.cli import main
-
-    assert main(["demo", "--model-size", "bert-huge"]) == 2
-    assert "bertkit demo: error: unknown preset 'bert-huge'" in capsys.readouterr().err
-    assert main(["convert", "--tf-checkpoint", str(tmp_path), "--output", str(tmp_path / "o")]) == 2
-    assert f"bertkit convert: error: {tmp_path}: no TensorFlow checkpoint" in capsys.readouterr().err

@@ -4,7 +4,6 @@ make_fixture.py in an environment that has them): TensorFlow's own reader for th
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import numpy as np
@@ -13,7 +12,6 @@ import torch
 from safetensors.torch import load_file
 
 from bertkit import BertForPreTraining, BertModel
-from bertkit.cli import main
 from bertkit.tf_checkpoint import TFCheckpointError, read_tf_checkpoint, tf_name_to_key
 
 
@@ -51,25 +49,6 @@ def test_bare_encoder_and_prefix_paths(tf_dir):
         assert torch.equal(value, full.state_dict()["bert." + key]), key
 
 
-def test_convert_writes_a_directory_transformers_loads(tf_dir, tmp_path, capsys):
-    transformers = pytest.importorskip("transformers")
-    out = tmp_path / "converted"
-    assert main(["convert", "--tf-checkpoint", str(tf_dir), "--output", str(out)]) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["class"] == "BertForPreTraining" and report["vocab"] is True
-    for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"):
-        assert (out / name).is_file(), name
-    hf = transformers.BertForPreTraining.from_pretrained(out).eval()
-    ours = BertForPreTraining.from_pretrained(tf_dir).eval()
-    ids = torch.tensor([[2, 7, 9, 4, 3, 0]])
-    mask = torch.tensor([[1, 1, 1, 1, 1, 0]])
-    with torch.no_grad():
-        a, b = hf(input_ids=ids, attention_mask=mask), ours(ids, attention_mask=mask)
-    torch.testing.assert_close(a.prediction_logits, b.prediction_logits, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(a.seq_relationship_logits, b.seq_relationship_logits, atol=1e-5, rtol=1e-5)
-    # an existing model is not overwritten silently
-    assert main(["convert", "--tf-checkpoint", str(tf_dir), "--output", str(out)]) == 2
-    assert "--overwrite" in capsys.readouterr().err
 
 
 def test_truncated_data_file_names_the_file_and_variable(tf_dir, tmp_path):

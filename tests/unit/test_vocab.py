@@ -101,30 +101,6 @@ def test_train_vocab_errors(tmp_path, texts):
         train_vocab(tmp_path / "missing.txt", vocab_size=500, show_progress=False)
 
 
-def test_vocab_command(tmp_path, texts, capsys):
-    from bertkit.cli import main
-
-    code = main(
-        [
-            "vocab",
-            str(texts / "english.txt"),
-            "-o",
-            str(tmp_path),
-            "--vocab-size",
-            "500",
-            "--quiet",
-            "--num-unused",
-            "10",
-            "--holdout",
-            str(texts / "english.txt"),
-        ]
-    )
-    assert code == 0
-    out = capsys.readouterr().out
-    assert "[UNK]=11" in out and "tokens/word" in out and "[UNK] rate" in out
-    assert len(load_vocab(tmp_path / "vocab.txt")) == 500
-    assert main(["tokenize", str(tmp_path), "Alice was there"]) == 0
-    assert capsys.readouterr().out.split() == ["[CLS]", "alice", "was", "there", "[SEP]"]
 
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -193,10 +169,3 @@ def test_vocab_without_read_permission_is_named(tmp_path, monkeypatch):
         BertTokenizer.from_pretrained(tmp_path)
 
 
-def test_unreadable_vocab_through_the_cli(tmp_path, capsys):
-    from bertkit.cli import main
-
-    path = _unreadable_cases(tmp_path)["not a UTF-8"]
-    assert main(["tokenize", str(path), "hello"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("bertkit tokenize: error:") and str(path) in err and len(err.splitlines()) == 1
