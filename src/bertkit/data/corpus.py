@@ -42,6 +42,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bertkit.data.arrow_dirs import hf_arrow_files, is_hf_dataset
 from bertkit.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -157,30 +158,6 @@ def open_text(path: str | os.PathLike, counter: list | None = None) -> io.Buffer
     return f
 
 
-def _is_hf_dataset(d: Path) -> bool:
-    return (d / "state.json").is_file() or (d / "dataset_dict.json").is_file()
-
-
-def _hf_arrow_files(d: Path) -> list[Path]:
-    """The Arrow files of a ``datasets.save_to_disk`` directory (a Dataset, or every split of a DatasetDict)."""
-    if (d / "dataset_dict.json").is_file():
-        try:
-            splits = json.loads((d / "dataset_dict.json").read_text(encoding="utf-8"))["splits"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise CorpusError(f"{d / 'dataset_dict.json'}: unreadable ({e})") from None
-        logger.info(f"bertkit: {d}: a DatasetDict; reading its splits {', '.join(splits)}")
-        return [f for s in splits for f in _hf_arrow_files(d / s)]
-    try:
-        state = json.loads((d / "state.json").read_text(encoding="utf-8"))
-        files = [d / entry["filename"] for entry in state["_data_files"]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise CorpusError(f"{d / 'state.json'}: not a datasets.save_to_disk directory ({e})") from None
-    missing = [f for f in files if not f.is_file()]
-    if missing:
-        raise CorpusError(f"{d}: the dataset's file {missing[0].name} is missing")
-    return files
-
-
 def _corpus_file_kind(f: Path) -> bool:
     """Whether a file found in a corpus directory is one to read (text, compressed text, Parquet, Arrow)."""
     name = f.name.lower()
@@ -213,8 +190,8 @@ def expand_corpus(paths: Iterable[str | os.PathLike]) -> list[Path]:
     for p in map(Path, paths):
         if p.is_file():
             add(p)
-        elif p.is_dir() and _is_hf_dataset(p):
-            for f in _hf_arrow_files(p):
+        elif p.is_dir() and is_hf_dataset(p):
+            for f in hf_arrow_files(p):
                 add(f)
         elif p.is_dir():
             found = _walk(p)
@@ -252,8 +229,8 @@ def _walk(root: Path) -> list[Path]:
                     logger.warning(f"bertkit: {f}: a directory already read (a link loop?); skipped")
                     continue
                 visited.add(real)
-                if _is_hf_dataset(f):
-                    found.extend(_hf_arrow_files(f))
+                if is_hf_dataset(f):
+                    found.extend(hf_arrow_files(f))
                 else:
                     visit(f)
             elif f.is_file() and _corpus_file_kind(f):

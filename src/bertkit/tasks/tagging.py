@@ -284,3 +284,46 @@ class FeatureTagger(nn.Module):
             raise ValueError(f"{directory / TAGGER_WEIGHTS}: missing {missing[:4]}, unexpected {unexpected[:4]}")
         model.eval()
         return model
+
+
+# ------------------------------------------------------------------ pipeline post-processing (transformers' rules)
+
+
+def _tag(label: str) -> tuple[str, str]:
+    """("B" | "I", type) of an IOB label; a label without a B-/I- prefix continues (transformers' get_tag)."""
+    if label.startswith("B-"):
+        return "B", label[2:]
+    if label.startswith("I-"):
+        return "I", label[2:]
+    return "I", label
+
+
+CLEAN_UP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
+            (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
+
+
+def tokens_to_string(tokens: Sequence[str]) -> str:
+    """Word pieces back to text as the WordPiece decoder does: ``##`` pieces join the previous one, and the
+    tokenizers' clean-up glues punctuation and English contractions to the word before."""
+    text = " ".join(tokens).replace(" ##", "").strip()
+    for a, b in CLEAN_UP:
+        text = text.replace(a, b)
+    return text
+
+
+def group_entities(tokens: Sequence[dict]) -> list[dict]:
+    """transformers' "simple" aggregation: consecutive tokens of the same entity type form one group unless a
+    token's tag is ``B-``; score = mean of the tokens' scores; word = the pieces joined; start/end of the span."""
+    groups: list[list[dict]] = []
+    for t in tokens:
+        if groups:
+            bi, tag = _tag(t["entity"])
+            _, last_tag = _tag(groups[-1][-1]["entity"])
+            if tag == last_tag and bi != "B":
+                groups[-1].append(t)
+                continue
+        groups.append([t])
+    return [{"entity_group": g[0]["entity"].split("-", 1)[-1],
+             "score": float(sum(t["score"] for t in g) / len(g)),
+             "word": tokens_to_string([t["word"] for t in g]),
+             "start": g[0]["start"], "end": g[-1]["end"]} for g in groups]
