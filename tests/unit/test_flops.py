@@ -94,3 +94,23 @@ def test_modernbert_geglu_feed_forward_counts_three_matmuls():
     plain = flops.forward_flops(TINY, [7], 0, nsp=False)
     geglu = flops.forward_flops({**TINY, "model_type": "modernbert"}, [7], 0, nsp=False)
     assert geglu - plain == 2 * 7 * 2 * h * i  # per layer and token: one more H x I matmul
+
+
+def test_log_fields_use_the_windows_own_sequences_and_never_exceed_the_peak(tmp_path, monkeypatch):
+    """A ramp trains 32-token sequences under a final --seq-len of 128: the count follows the meter's sequences, not
+    run.json's seq_len. A peak probed on a busy machine below what the run achieves gives no MFU, not one over 100%."""
+    import json
+    from types import SimpleNamespace
+
+    (tmp_path / "run.json").write_text(json.dumps({"model_config": TINY, "precision": "fp32",
+                                                   "config": {"seq_len": 128}}))
+    ctx = SimpleNamespace(is_main=True, world_size=1, device=torch.device("cpu"))
+    sums = {"tokens": 64.0, "mlm_n": 16.0, "sequences": 2.0}
+    per_token = flops.train_flops(TINY, [32, 32], 16, nsp=False) / 64
+    monkeypatch.setattr(flops, "device_peak", lambda device, precision: 1e9)
+    fields = flops.log_fields(ctx, tmp_path, 1000.0, sums)
+    assert fields["mfu"] == pytest.approx(per_token * 1000 / 1e9, abs=1e-4)
+    assert per_token < flops.train_flops(TINY, [128, 128], 64, nsp=False) / 256  # seq_len 128 would count more
+    monkeypatch.setattr(flops, "device_peak", lambda device, precision: per_token * 1000 / 2)  # probe measured low
+    fields = flops.log_fields(ctx, tmp_path / ".", 1000.0, sums)
+    assert "mfu" not in fields and fields["model_tflops"] > 0

@@ -571,7 +571,7 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter):
         batch = current["batch"]
         meter.add(mlm_loss=float(output.mlm_loss.detach()) / cfg.grad_accum, mlm_n=output.masked_labels.numel(),
                   mlm_ok=int((output.masked_logits.max(-1).indices == output.masked_labels).sum()),  # = argmax
-                  tokens=int(batch["attention_mask"].sum()))
+                  tokens=int(batch["attention_mask"].sum()), sequences=int(batch["attention_mask"].shape[0]))
         if cfg.nsp:
             labels = batch["next_sentence_label"]
             meter.add(nsp_loss=float(output.nsp_loss.detach()) / cfg.grad_accum, nsp_n=labels.numel(),

@@ -199,7 +199,9 @@ def log_fields(ctx, out: str | os.PathLike, tokens_per_s_per_rank: float, sums: 
     config, precision, seq_len = _RUNS[key]
     tokens = sums["tokens"]
     nsp = bool(sums.get("nsp_n"))
-    mean_length = tokens / sums["nsp_n"] if nsp else float(seq_len)
+    # the window's own sequences (a ramp's stage, not the run's final --seq-len), where the meter counted them
+    count = sums.get("sequences") or (sums["nsp_n"] if nsp else 0.0)
+    mean_length = tokens / count if count else float(seq_len)
     try:
         per_token = flops_per_token(config, mean_length, sums.get("mlm_n", 0.0) / tokens, nsp)
     except (KeyError, TypeError, ValueError, AttributeError):  # a model config without BERT's size fields
@@ -207,6 +209,14 @@ def log_fields(ctx, out: str | os.PathLike, tokens_per_s_per_rank: float, sums: 
     achieved = per_token * tokens_per_s_per_rank
     fields = {"model_tflops": round(achieved * ctx.world_size / 1e12, 4)}
     peak = device_peak(ctx.device, precision)
-    if peak:
+    if peak and achieved <= peak:
         fields["mfu"] = round(achieved / peak, 4)
+    elif peak and key not in _OVER_PEAK:  # the CPU probe ran on a busy machine: no MFU rather than one over 100%
+        _OVER_PEAK.add(key)
+        logger.warning("MFU left out: the run achieves %.1f GFLOP/s, above the %.1f GFLOP/s this device's peak probe "
+                       "measured (a busy machine measures low; bertkit.training.flops.cpu_peak(refresh=True) on a "
+                       "quiet one fixes the cache)", achieved / 1e9, peak / 1e9)
     return fields
+
+
+_OVER_PEAK: set[str] = set()
