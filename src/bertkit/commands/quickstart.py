@@ -1,4 +1,4 @@
-"""``bertkit quickstart``: the main job end to end on bundled books, in about two minutes on a laptop CPU.
+"""``bertkit quickstart``: the main job end to end on bundled books, in about five minutes on a laptop CPU.
 
 It trains a WordPiece vocabulary on five public-domain novels shipped with bertkit, pre-trains bert-tiny on them
 for ``--max-time`` with the budget recipe (what learns fastest in minutes: docs/pretraining.md), prints the held-out
@@ -38,7 +38,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", default="runs/quickstart", help="run directory (default runs/quickstart)")
     parser.add_argument("--corpus", nargs="+", default=None, metavar="PATH",
                         help="text files to use instead of the bundled books (as for pretrain)")
-    parser.add_argument("--max-time", default="2m", help="pre-training budget (default 2m)")
+    parser.add_argument("--max-time", default="5m", help=(
+        "pre-training budget (default 5m: in 5 minutes bert-tiny gets well past the unigram plateau, "
+        "docs/pretraining.md)"))
     parser.add_argument("--model-size", default="bert-tiny")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--batch-size", type=int, default=128)
