@@ -289,9 +289,17 @@ class Encoder:
         tokenizer = BertTokenizer.from_pretrained(path, lowercase=lowercase)  # names a missing vocabulary itself
         if checkpoint.model_type(path) == "modernbert":
             return cls._from_modernbert(path, tokenizer, device, precision, quantize, backend, sentence)
-        model, info = BertForPreTraining.from_pretrained(path, output_loading_info=True)
-        has_pooler = not any(k.startswith("bert.pooler.") for k in info.initialised)
-        has_mlm = not any(k.startswith("cls.predictions.") for k in info.initialised)
+        if backend == "onnx" and not _has_weights(path) and any(
+                (path / n).is_file() for n in ("encoder.onnx", "encoder.int8.onnx")):
+            # an exported directory (bertkit export --all-layers): ONNX Runtime computes; the module only carries the
+            # config, and no weights are read
+            from bertkit.config import BertConfig
+
+            model, has_pooler, has_mlm = BertForPreTraining(BertConfig.from_pretrained(path)), True, False
+        else:
+            model, info = BertForPreTraining.from_pretrained(path, output_loading_info=True)
+            has_pooler = not any(k.startswith("bert.pooler.") for k in info.initialised)
+            has_mlm = not any(k.startswith("cls.predictions.") for k in info.initialised)
         if quantize is not None and backend == "torch":
             from bertkit.quantize import quantize_model, resolve_quantize
 
@@ -557,6 +565,14 @@ class Encoder:
                         for t, i, s in zip(tokens, top[m].tolist(), scores[m].tolist())
                     ])
         return results
+
+def _has_weights(path: Path) -> bool:
+    try:
+        checkpoint.find_weights(path)
+        return True
+    except MissingFileError:
+        return False
+
 
 def encode_with_masks(tokenizer: BertTokenizer, text: str, mask_token: str = "[MASK]") -> list[int]:
     """``[CLS] pieces [SEP]`` ids, where every literal ``mask_token`` in ``text`` becomes the mask id.

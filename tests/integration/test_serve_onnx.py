@@ -55,3 +55,23 @@ def test_serve_backend_onnx_equals_torch(sst2_dir):
         np.testing.assert_allclose(np.array(e[1]), np.array(f[1]), atol=1e-4)
         status, info = http_json(srv.url, "/info?model=onnx")
         assert status == 200 and info.get("backend") == "onnx", info
+
+
+def test_serve_an_exported_directory_without_pytorch_weights(sst2_dir, tmp_path):
+    """`bertkit export --onnx OUT` (the head's graph) and `--all-layers` (the encoder's) into one directory: it serves
+    /predict and /embed with no model.safetensors there, as the fine-tuned directory does."""
+    out = tmp_path / "exported"
+    assert main(["export", "--onnx", str(sst2_dir), str(out)]) == 0
+    assert main(["export", "--onnx", str(sst2_dir), str(out), "--all-layers"]) == 0
+    assert not list(out.glob("*.safetensors")) and not list(out.glob("*.bin"))
+    onnx, ref = load_model(str(out), "cpu", "fp32", backend="onnx"), load_model(str(sst2_dir), "cpu", "fp32")
+    with ServerThread(create_app({"onnx": onnx, "torch": ref}, ServeSettings())) as srv:
+        a = http_json(srv.url, "/predict?model=onnx", {"inputs": [[t] for t in TEXTS], "raw_scores": True})
+        b = http_json(srv.url, "/predict?model=torch", {"inputs": [[t] for t in TEXTS], "raw_scores": True})
+        assert a[0] == b[0] == 200
+        for x, y in zip(a[1], b[1]):
+            assert [s["score"] for s in x] == pytest.approx([s["score"] for s in y], abs=1e-4)
+        e = http_json(srv.url, "/embed?model=onnx", {"inputs": TEXTS})
+        f = http_json(srv.url, "/embed?model=torch", {"inputs": TEXTS})
+        assert e[0] == f[0] == 200
+        np.testing.assert_allclose(np.array(e[1]), np.array(f[1]), atol=1e-4)
