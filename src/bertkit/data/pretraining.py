@@ -42,7 +42,7 @@ import json
 import os
 import pickle
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -639,25 +639,14 @@ def collate(examples: list[dict], pad_id: int, nsp: bool, multiple: int = 8) -> 
     return batch
 
 
-def prepare_corpus(
-    corpus: list[str | os.PathLike],
-    out_dir: str | os.PathLike,
-    vocab_path: str | os.PathLike,
-    corpus_format: str = "auto",
-    lowercase: bool | None = None,
-    workers: int | None = None,
-    progress: bool = True,
-    log: Callable[[str], None] = lambda message: None,
-    encoding: str = "auto",
-    **options,
-) -> dict:
-    """Shards for ``corpus`` under ``out_dir``, streamed from the files in every core, resumed where an interrupted
+def prepare_corpus(*args, **kwargs) -> dict:
+    """Shards for a corpus under ``out_dir``, streamed from the files in every core, resumed where an interrupted
     preparation stopped, and reused when built before from the same files, vocabulary and settings (here, or by
-    ``bertkit prepare`` in the cache). See :func:`bertkit.data.prepare.prepare_corpus` for ``options``."""
+    ``bertkit prepare`` in the cache): :func:`bertkit.data.prepare.prepare_corpus`, whose signature it takes (imported
+    here lazily: that module imports this one)."""
     from bertkit.data.prepare import prepare_corpus as prepare
 
-    return prepare(corpus, out_dir, vocab_path, corpus_format=corpus_format, lowercase=lowercase, workers=workers,
-                   progress=progress, log=log, encoding=encoding, **options)
+    return prepare(*args, **kwargs)
 
 
 def token_counts(directory: str | os.PathLike, vocab_size: int, max_tokens: int = 1 << 27) -> np.ndarray:
