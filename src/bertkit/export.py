@@ -1,11 +1,16 @@
 """ONNX export of a model directory (``bertkit export --onnx DIR OUT``), for ONNX Runtime and other runtimes.
 
 The graph takes ``input_ids``, ``attention_mask`` and ``token_type_ids`` (int64, [batch, sequence], both axes
-dynamic) and returns the head's outputs under transformers' names:
+dynamic; a ModernBERT graph takes no ``token_type_ids``: it has no segment embeddings) and returns the head's
+outputs under transformers' names:
 
     BertForSequenceClassification / BertForTokenClassification    logits
     BertForQuestionAnswering                                       start_logits, end_logits
     anything else (BertModel, BertForPreTraining, BertForMaskedLM) last_hidden_state, pooler_output (if trained)
+
+and the same for a ModernBERT directory (``ModernBertFor*``; its bare encoder has no pooler). A ModernBERT graph holds
+its sliding-window layers as a band mask over the whole sequence, so one graph is exact at every length (PyTorch
+switches to the O(T * W) blocked path on long inputs; the graph's local layers cost O(T^2) there).
 
 OUT is a directory (``model.onnx`` + the directory's config.json, vocab.txt, tokenizer and task files, so that it is
 self-contained: ``load_pipeline(OUT, backend="onnx")`` runs it with no PyTorch weights there) or a file name ending in
@@ -40,6 +45,9 @@ HEAD_OUTPUTS = {
     "BertForSequenceClassification": ("logits",),
     "BertForTokenClassification": ("logits",),
     "BertForQuestionAnswering": ("start_logits", "end_logits"),
+    "ModernBertForSequenceClassification": ("logits",),
+    "ModernBertForTokenClassification": ("logits",),
+    "ModernBertForQuestionAnswering": ("start_logits", "end_logits"),
 }
 QUANTIZED_OPS = {"DynamicQuantizeLinear", "MatMulInteger", "QuantizeLinear", "DequantizeLinear", "QLinearMatMul",
                  "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QAttention"}
@@ -66,18 +74,34 @@ class ExportReport:
     files: list[str] = field(default_factory=list)
 
 
-class _Graph(nn.Module):
-    """The model's forward with positional inputs and a tuple of named outputs (what the exporter traces)."""
+def graph_inputs(config) -> tuple[str, ...]:
+    """The graph's inputs for a model of ``config``: ``INPUT_NAMES``, without ``token_type_ids`` for ModernBERT (no
+    segment embeddings: the input would be unused)."""
+    return INPUT_NAMES[:2] if getattr(config, "model_type", None) == "modernbert" else INPUT_NAMES
 
-    def __init__(self, model: nn.Module, outputs: tuple[str, ...]):
+
+def _feeds(session, values: dict) -> dict:
+    """The ``values`` (name -> array) that the ONNX Runtime ``session``'s graph takes as inputs."""
+    names = {i.name for i in session.get_inputs()}
+    return {k: v for k, v in values.items() if k in names}
+
+
+class _Graph(nn.Module):
+    """The model's forward with positional inputs (``inputs``: their names) and a tuple of named outputs (what the
+    exporter traces)."""
+
+    def __init__(self, model: nn.Module, outputs: tuple[str, ...], inputs: tuple[str, ...] = INPUT_NAMES):
         super().__init__()
         self.model = model
         self.outputs = outputs
+        self.inputs = inputs
         self.hidden_states = any(name.startswith("hidden_states.") for name in outputs)
 
-    def forward(self, input_ids, attention_mask, token_type_ids):
-        kwargs = {"output_hidden_states": True} if self.hidden_states else {}
-        out = self.model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, **kwargs)
+    def forward(self, input_ids, *rest):
+        kwargs = dict(zip(self.inputs[1:], rest))
+        if self.hidden_states:
+            kwargs["output_hidden_states"] = True
+        out = self.model(input_ids, **kwargs)
         return tuple(out.hidden_states[int(name.split(".")[1])] if name.startswith("hidden_states.")
                      else getattr(out, name) for name in self.outputs)
 
@@ -86,23 +110,33 @@ def load_for_export(directory: str | os.PathLike, hidden_states: bool = False
                     ) -> tuple[nn.Module, str, tuple[str, ...]]:
     """(model in eval mode, architecture, output names) of a model directory: its head if it has one of
     ``HEAD_OUTPUTS``, else the bare encoder. ``hidden_states``: the bare encoder with every layer's output
-    (``hidden_states.0`` = embeddings .. ``hidden_states.L``) and ``pooler_output``, for ``Encoder``."""
-    from bertkit import modeling
+    (``hidden_states.0`` = embeddings .. ``hidden_states.L``) and ``pooler_output``, for ``Encoder``. A ModernBERT
+    directory (``model_type: modernbert``) gives its ``ModernBertFor*`` head or ``ModernBertModel`` (no pooler)."""
+    from bertkit import modeling, modeling_modernbert
 
     directory = Path(directory)
     config_path = directory / "config.json"
     if not config_path.is_file():
         raise InputError(f"{directory}: no config.json (not a model directory)")
-    architectures = json.loads(config_path.read_text(encoding="utf-8")).get("architectures") or []
-    architecture = "BertModel" if hidden_states else next((a for a in architectures if a in HEAD_OUTPUTS), "BertModel")
+    try:
+        data = json.loads(config_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InputError(f"{config_path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    architectures = data.get("architectures") or []
+    modern = data.get("model_type") == "modernbert"
+    bare = "ModernBertModel" if modern else "BertModel"
+    heads = [a for a in architectures if a in HEAD_OUTPUTS and a.startswith("ModernBert") == modern]
+    architecture = bare if hidden_states or not heads else heads[0]
     if (directory / "tagger_config.json").is_file():
         raise InputError(f"{directory}: a feature-based tagger (BiLSTM on frozen BERT) cannot be exported to ONNX")
-    model_class = getattr(modeling, architecture)  # one of HEAD_OUTPUTS or BertModel: no import by name from files
+    # one of HEAD_OUTPUTS or the bare encoder: no import by name from files
+    model_class = modeling_modernbert.MODEL_CLASSES[architecture] if modern else getattr(modeling, architecture)
     model, info = model_class.from_pretrained(directory, output_loading_info=True)
     outputs = HEAD_OUTPUTS.get(architecture)
     if outputs is None:
         initialised = info.initialised
-        has_pooler = model.pooler is not None and not any(k.startswith("pooler.") for k in initialised)
+        pooler = getattr(model, "pooler", None)
+        has_pooler = pooler is not None and not any(k.startswith("pooler.") for k in initialised)
         outputs = ("last_hidden_state", "pooler_output") if has_pooler else ("last_hidden_state",)
         if hidden_states:
             layers = tuple(f"hidden_states.{i}" for i in range(model.config.num_hidden_layers + 1))
@@ -142,10 +176,11 @@ def export_onnx(directory: str | os.PathLike, out: str | os.PathLike, opset: int
         targets = {None: out / onnx_name(None, hidden_states)}
         if quantize:
             targets[quantize] = out / onnx_name(quantize, hidden_states)
-    sample = _sample_inputs(model.config.vocab_size)
-    dynamic = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
+    inputs = graph_inputs(model.config)
+    sample = {k: v for k, v in _sample_inputs(model.config.vocab_size).items() if k in inputs}
+    dynamic = {name: {0: "batch", 1: "sequence"} for name in inputs}
     per_token = {"last_hidden_state", "start_logits", "end_logits", *(o for o in outputs if o.startswith("hidden"))}
-    if architecture == "BertForTokenClassification":
+    if architecture.endswith("ForTokenClassification"):
         per_token.add("logits")
     for name in outputs:
         dynamic[name] = {0: "batch", 1: "sequence"} if name in per_token else {0: "batch"}
@@ -153,8 +188,8 @@ def export_onnx(directory: str | os.PathLike, out: str | os.PathLike, opset: int
     def trace(tmp: Path) -> None:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")  # tracer warnings on the padding test, the exporter's deprecation notes
-            torch.onnx.export(_Graph(model, outputs).eval(), tuple(sample[n] for n in INPUT_NAMES), str(tmp),
-                              input_names=list(INPUT_NAMES), output_names=list(outputs), dynamic_axes=dynamic,
+            torch.onnx.export(_Graph(model, outputs, inputs).eval(), tuple(sample[n] for n in inputs), str(tmp),
+                              input_names=list(inputs), output_names=list(outputs), dynamic_axes=dynamic,
                               opset_version=opset, dynamo=False)
 
     def quantized(tmp: Path) -> None:
@@ -208,9 +243,10 @@ def check_onnx(path: str | os.PathLike, model: nn.Module, outputs: tuple[str, ..
         log.info("onnxruntime is not installed: the exported graph was not checked")
         return None
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    got = session.run(list(outputs), {k: v.numpy() for k, v in sample.items()})
+    inputs = graph_inputs(model.config)
+    got = session.run(list(outputs), _feeds(session, {k: v.numpy() for k, v in sample.items()}))
     with torch.no_grad():
-        want = _Graph(model, outputs)(*(sample[n] for n in INPUT_NAMES))
+        want = _Graph(model, outputs, inputs)(*(sample[n] for n in inputs))
     mask = sample["attention_mask"].bool()
     worst = 0.0
     for a, b in zip(got, want):
@@ -269,7 +305,7 @@ class OnnxRuntimeModel:
             "attention_mask": (torch.ones_like(input_ids) if attention_mask is None else attention_mask).cpu().numpy(),
             "token_type_ids": (torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids).cpu().numpy(),
         }
-        values = self.session.run(self.output_names, feeds)
+        values = self.session.run(self.output_names, _feeds(self.session, feeds))
         return SimpleNamespace(**{n: torch.from_numpy(v) for n, v in zip(self.output_names, values)})
 
 
@@ -352,9 +388,9 @@ class OnnxEncoderRunner:
         wanted = [f"hidden_states.{i}" for i in range(depth + 1)]
         if pooler and self.has_pooler:
             wanted.append("pooler_output")
-        values = self.runtime.session.run(wanted, {"input_ids": input_ids.cpu().numpy(),
-                                                   "attention_mask": attention_mask.cpu().numpy(),
-                                                   "token_type_ids": token_type_ids.cpu().numpy()})
+        values = self.runtime.session.run(wanted, _feeds(self.runtime.session, {
+            "input_ids": input_ids.cpu().numpy(), "attention_mask": attention_mask.cpu().numpy(),
+            "token_type_ids": token_type_ids.cpu().numpy()}))
         tensors = [torch.from_numpy(v) for v in values]
         return tuple(tensors[:depth + 1]), (tensors[depth + 1] if len(tensors) > depth + 1 else None)
 

@@ -181,7 +181,7 @@ class EncodeDefaults:
     layers: tuple[LayerSpec, ...] = (-2,)
     pooling: str = "mean"
     normalize: bool = False
-    max_length: int | None = 512
+    max_length: int | None = None  # None: the model's own limit, its max_position_embeddings (512 for BERT's)
 
 
 # keyword arguments of MTEB's model protocols (v1: task_name, prompt_type; v2: task_metadata, hf_split, hf_subset)
@@ -326,16 +326,28 @@ class Encoder:
     def _from_modernbert(cls, path: Path, tokenizer: BertTokenizer, device: str, precision: str,
                          quantize: str | None, backend: str, sentence) -> Encoder:
         """A ModernBERT directory: the encoder, and its MLM head (head + tied decoder) for fill-mask when the
-        checkpoint has one. int8 and ONNX are BERT's only so far, and say so."""
-        from bertkit.modeling_modernbert import ModernBertForMaskedLM
+        checkpoint has one; int8 (PyTorch's dynamic int8 Linear layers, as BERT's) and the ONNX backend as for BERT.
+        Its default token limit is the model's own, as for any model (``max_position_embeddings``: 8192 for
+        ModernBERT's shapes)."""
+        from bertkit.modeling_modernbert import ModernBertConfig, ModernBertForMaskedLM
+        from bertkit.quantize import quantize_model, resolve_quantize
 
-        if backend != "torch" or quantize not in (None, "none", "off"):
-            raise InputError(f"{path}: a ModernBERT model runs in PyTorch without quantization for now "
-                             f"(backend 'torch', no int8); --quantize and the ONNX backend are BERT's only")
-        model, info = ModernBertForMaskedLM.from_pretrained(path, output_loading_info=True)
-        has_mlm = not any(k.startswith("head.") or k.startswith("decoder.") for k in info.initialised)
+        quantize = resolve_quantize(quantize)
+        if backend == "onnx" and not _has_weights(path) and any(
+                (path / n).is_file() for n in ("encoder.onnx", "encoder.int8.onnx")):
+            # an exported directory (bertkit export --all-layers): ONNX Runtime computes; no weights are read
+            model, has_mlm = ModernBertForMaskedLM(ModernBertConfig.from_pretrained(path)), False
+        else:
+            model, info = ModernBertForMaskedLM.from_pretrained(path, output_loading_info=True)
+            has_mlm = not any(k.startswith("head.") or k.startswith("decoder.") for k in info.initialised)
+        if quantize and backend == "torch":
+            model, precision = quantize_model(model, quantize, device), "fp32"  # before the MLM head is taken
         encoder = cls(model, tokenizer, device=device, precision=precision, has_pooler=False,
                       mlm_head=torch.nn.Sequential(model.head, model.decoder) if has_mlm else None)
+        if backend == "onnx":
+            from bertkit.export import use_onnx_runtime
+
+            use_onnx_runtime(encoder, path, quantize)
         if sentence is not None:
             encoder.defaults = EncodeDefaults((-1,), sentence.pooling, sentence.normalize,
                                               sentence.max_seq_length or EncodeDefaults.max_length)
@@ -439,7 +451,8 @@ class Encoder:
         """Embed ``texts`` (optionally paired with ``pairs``, as ``[CLS] text [SEP] pair [SEP]``).
 
         Layers, pooling, normalisation and max_length left at None take the encoder's defaults
-        (:class:`EncodeDefaults`: layer -2, mean, unnormalised, 512 tokens for a raw BERT; a sentence-embedding
+        (:class:`EncodeDefaults`: layer -2, mean, unnormalised, the model's max_position_embeddings tokens (512 for
+        BERT's shapes, 8192 for ModernBERT's) for a raw model; a sentence-embedding
         model's own settings). The signature is the one MTEB's model protocol calls (``encode(sentences,
         batch_size=..., task_name=..., prompt_type=...)``; MTEB 2's DataLoader of ``{"text": [...]}`` batches is
         accepted too); those protocol keywords are accepted and ignored, any other keyword is a TypeError.

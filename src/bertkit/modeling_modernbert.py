@@ -422,9 +422,11 @@ def attend(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, window: int
     -> (context [B, N, T, D], probabilities [B, N, T, T] from the eager path, else None)."""
     T = q.size(-2)
     kernel = ATTENTION_FUNCTIONS[implementation]
-    if window is None or T <= window + 1:  # every pair lies within the window: global attention
+    # a traced graph (ONNX export) keeps the one path it saw for every length: the dense band, exact at any T
+    tracing = torch.jit.is_tracing()
+    if window is None or (T <= window + 1 and not tracing):  # every pair lies within the window: global attention
         return kernel(q, k, v, None if key_mask is None else key_mask[:, None, None, :], dropout_p)
-    if implementation == "eager" or T <= BLOCKED_FROM * window:
+    if tracing or implementation == "eager" or T <= BLOCKED_FROM * window:
         pos = torch.arange(T, device=q.device)
         mask = ((pos[:, None] - pos[None, :]).abs() <= window)[None, None]  # [1, 1, T, T]
         if key_mask is not None:
@@ -710,7 +712,8 @@ class ModernBertModel(ModernBertPreTrainedModel):
             depth = num_layers
         # one mask convention, converted once: [B, T] 1/0 -> [B, T] bool, None if nothing is padded
         mask: Tensor | Packing | None = None
-        if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
+        if attention_mask is not None and (torch.compiler.is_compiling() or torch.jit.is_tracing()
+                                           or not bool(attention_mask.all())):
             mask = attention_mask.bool()
         implementation = "eager" if output_attentions else self._attn_implementation
         if position_ids is None:

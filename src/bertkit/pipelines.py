@@ -147,17 +147,16 @@ def _default_task(architecture: str, config: Any, directory: Path):
     return get_task("squad", max_seq_length=min(384, max_len))
 
 
-def _read_config(directory: Path, architecture: str, quantize: str | None, backend: str):
-    """The directory's config by its architecture: ModernBERT's (PyTorch only, no int8 or ONNX yet) or BERT's."""
+def _read_config(directory: Path, architecture: str):
+    """The directory's config: ModernBERT's (a ``ModernBertFor*`` head, or ``model_type: modernbert``, as a
+    feature-based tagger on a ModernBERT is) or BERT's."""
+    from bertkit.checkpoint import model_type
     from bertkit.config import BertConfig
 
-    if not architecture.startswith("ModernBert"):
+    if not architecture.startswith("ModernBert") and model_type(directory) != "modernbert":
         return BertConfig.from_pretrained(directory)
     from bertkit.modeling_modernbert import ModernBertConfig
 
-    if quantize or backend != "torch":
-        raise InputError(f"{directory}: a ModernBERT model runs in PyTorch without quantization for now; "
-                         f"--quantize and the ONNX backend are BERT's only")
     return ModernBertConfig.from_pretrained(directory)
 
 
@@ -203,7 +202,7 @@ def load_pipeline(
     if qa_convention not in QA_CONVENTIONS:
         raise InputError(f"qa_convention must be one of {', '.join(QA_CONVENTIONS)}, got {qa_convention!r}")
     architecture, saved = read_head(directory)
-    config = _read_config(directory, architecture, quantize, backend)
+    config = _read_config(directory, architecture)
     if saved.get("task"):
         task = get_task(saved["task"], **task_options(argparse.Namespace(), saved))
     else:
@@ -302,11 +301,14 @@ class Pipeline:
         ONNX Runtime on the directory's every-layer graph (``encoder.onnx``; exported from the PyTorch weights when
         absent), int8 if the pipeline is. An exported directory without PyTorch weights has no encoder: InputError."""
         from bertkit.features import Encoder
+        from bertkit.modeling_modernbert import ModernBertModel
 
-        bert = getattr(self.model, "bert", None)
+        bert = getattr(self.model, "bert", None)  # BERT's heads and the feature-based tagger
+        if bert is None and isinstance(getattr(self.model, "model", None), ModernBertModel):
+            bert = self.model.model  # ModernBERT's heads
         if bert is not None:
             return Encoder(bert, self.tokenizer, device=self.device, precision=self.precision,
-                           has_pooler=bert.pooler is not None)
+                           has_pooler=getattr(bert, "pooler", None) is not None)
         if self.backend == "onnx" and self.directory is not None:
             try:
                 return Encoder.from_pretrained(self.directory, device=self.device, precision="fp32",

@@ -6,7 +6,9 @@ Dynamic int8 (``torch.ao.quantization.quantize_dynamic``): each Linear's weight 
 output channel; at run time each activation matrix is quantised on the fly (one scale per row batch) and the
 matmul runs in int8 with int32 accumulation, then goes back to fp32. Embeddings, LayerNorm, softmax and the
 attention matmuls stay fp32. Before quantising, each attention's query, key and value Linears are fused into one
-(``fuse_qkv``: one int8 GEMM of width 3H and one activation quantisation instead of three).
+(``fuse_qkv``: one int8 GEMM of width 3H and one activation quantisation instead of three). ModernBERT's models
+(``bertkit.modeling_modernbert``) quantise the same way; their attention already projects q, k, v with one Linear
+(``Wqkv``), and their Linears have no biases.
 
 The int8 kernels (PyTorch's quantized engine) are picked for the CPU (:func:`pick_engine`): ``onednn`` where the CPU
 has int8 dot-product instructions (AVX512-VNNI, AVX-VNNI or AMX; about 1.1x faster than fbgemm there, measured on

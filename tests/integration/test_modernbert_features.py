@@ -1,6 +1,6 @@
 """A ModernBERT directory through the BERT commands: Encoder (poolings, layers), ``bertkit embed``,
-``bertkit fill-mask``, each checked against the model computed directly; the commands that read BERT only refuse it
-in one line."""
+``bertkit fill-mask``, each checked against the model computed directly; BERT's classes refuse it in one line
+(int8 and ONNX: tests/integration/test_modernbert_onnx.py)."""
 
 from __future__ import annotations
 
@@ -98,8 +98,6 @@ def test_bert_only_paths_refuse_in_one_line(model_dir):
 
     with pytest.raises(BertkitError, match="ModernBERT.*BERT models only"):
         BertForSequenceClassification.from_pretrained(model_dir)
-    with pytest.raises(BertkitError, match="ModernBERT.*no int8"):
-        Encoder.from_pretrained(model_dir, quantize="int8")
 
 
 def test_served_embeddings_equal_the_encoder(model_dir):

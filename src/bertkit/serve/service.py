@@ -48,7 +48,7 @@ class ServeSettings:
     pooling: str | None = option(None, help=f"default pooling ({', '.join(POOLINGS)}; default: the model's saved "
                                  "pooling, else mean)")
     max_length: int | None = option(None, help="tokens per input, specials included (capped by the model; default: "
-                                    "the model's max_seq_length, else 512)")
+                                    "the model's max_seq_length, else its max_position_embeddings)")
     auto_truncate: bool = option(False, help="truncate over-long inputs on /embed and /v1/embeddings instead of 422")
     max_inputs: int = option(2048, help="inputs per request (more: 422)")
     max_input_chars: int = option(50_000, help="characters per input (more: 422, or cut when truncating)")

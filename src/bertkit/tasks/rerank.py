@@ -78,9 +78,12 @@ class RerankTask(TaskBase):
     def load_model(self, model_dir, finetuned: bool):
         """Fine-tuning: the one-label classifier wrapped in :class:`ListwiseReranker` (the listwise loss);
         a fine-tuned directory: the plain classifier (inference scores one pair at a time)."""
+        from bertkit.modeling_modernbert import for_directory  # a ModernBERT directory: its classifier
+
         if finetuned:
             return load_trained(self.model_class, model_dir, self.name)
-        return ListwiseReranker(self.model_class.from_pretrained(model_dir, **self.model_overrides()))
+        model_class = for_directory(self.model_class, model_dir)
+        return ListwiseReranker(model_class.from_pretrained(model_dir, **self.model_overrides()))
 
     # ------------------------------------------------------------------ data
     def read(self, path: str | os.PathLike, labelled: bool = True, skip_bad_rows: bool = False):

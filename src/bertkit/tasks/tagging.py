@@ -104,8 +104,9 @@ class TaggingTask(TaskBase):
             if finetuned:
                 raise InputError(f"{model_dir}: no {TAGGER_CONFIG} (not a feature-based tagger)")
             from bertkit.modeling import BertModel
+            from bertkit.modeling_modernbert import for_directory  # a ModernBERT directory: ModernBertModel
 
-            bert = BertModel.from_pretrained(model_dir, **self.model_overrides())
+            bert = for_directory(BertModel, model_dir).from_pretrained(model_dir, **self.model_overrides())
             return FeatureTagger(bert, self.labels, self.feature_layers, self.tagger, self.tagger_hidden)
         return super().load_model(model_dir, finetuned)
 
@@ -191,7 +192,8 @@ class TaggingTask(TaskBase):
 
 
 class FeatureTagger(nn.Module):
-    """Frozen BERT features (concatenation of ``layers``' hidden states) -> BiLSTM or MLP tagger -> linear.
+    """Frozen BERT features (concatenation of ``layers``' hidden states) -> BiLSTM or MLP tagger -> linear. The
+    encoder is a ``BertModel`` or a ``ModernBertModel`` (same call, same ``hidden_states``).
 
     Only the tagger is trained. ``forward`` takes the same arguments as ``BertForTokenClassification`` and
     returns its output type, so the fine-tuning loop and the tagging task use it unchanged.
@@ -256,7 +258,7 @@ class FeatureTagger(nn.Module):
         return SequenceClassifierOutput(loss, logits, None, None)
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
-        """The frozen encoder as a plain ``BertModel`` directory, plus ``tagger.safetensors`` and
+        """The frozen encoder as a plain ``BertModel`` (``ModernBertModel``) directory, plus ``tagger.safetensors`` and
         ``tagger_config.json`` for the tagger."""
         from safetensors.torch import save_file
 
@@ -272,10 +274,12 @@ class FeatureTagger(nn.Module):
         from safetensors.torch import load_file
 
         from bertkit.modeling import BertModel
+        from bertkit.modeling_modernbert import for_directory
 
         directory = Path(directory)
         config = json.loads((directory / TAGGER_CONFIG).read_text(encoding="utf-8"))
-        model = cls(BertModel.from_pretrained(directory), config["labels"], config["layers"], config["tagger"],
+        bert = for_directory(BertModel, directory).from_pretrained(directory)  # BERT's or ModernBERT's encoder
+        model = cls(bert, config["labels"], config["layers"], config["tagger"],
                     config["hidden"])
         state = load_file(str(directory / TAGGER_WEIGHTS))
         missing, unexpected = model.load_state_dict(state, strict=False)
