@@ -14,6 +14,9 @@ bertkit.tasks.mlm's, checked by tests/unit/test_mlm_meter.py on a model built to
     .venv/bin/python benchmarks/pretrain_quality.py --budgets 1m,2m,5m,10m --seeds 0,1 --out runs/pq
     # one small cell, to check it works
     .venv/bin/python benchmarks/pretrain_quality.py --budgets 20s --seeds 0 --lrs 1e-3 --model-size bert-tiny
+    # ModernBERT (issue 23): bertkit pretrain --arch modernbert (budget recipe) and transformers' ModernBertForMaskedLM
+    .venv/bin/python benchmarks/pretrain_quality.py --budgets 20s --seeds 0 --lrs 1e-3 --model-size modernbert-tiny \
+        --routes modernbert,transformers-modernbert
     # the recipe ablation behind the budget recipe's defaults (docs/pretraining.md)
     .venv/bin/python benchmarks/pretrain_quality.py --ablation --budgets 2m --model-size bert-tiny --threads 1
 """
@@ -115,6 +118,8 @@ def evaluate(model_dir: Path, mlm: list[dict], nsp: list[dict]) -> dict:
     """Held-out MLM accuracy and loss at [MASK] positions, and NSP accuracy, by transformers in fp32."""
     import transformers
 
+    if is_modernbert(model_dir):  # transformers' ModernBertForMaskedLM, the same meter (no NSP head)
+        return evaluate_modernbert(model_dir, mlm)
     model = transformers.BertForPreTraining.from_pretrained(model_dir).eval()
     ok = n = nsp_ok = nsp_n = 0
     loss = 0.0
@@ -136,6 +141,91 @@ def evaluate(model_dir: Path, mlm: list[dict], nsp: list[dict]) -> dict:
             nsp_n += len(b["next_sentence_label"])
     return {"mlm_acc": ok / max(1, n), "mlm_loss": loss / max(1, n), "nsp_acc": nsp_ok / max(1, nsp_n),
             "masked_tokens": n}
+
+
+def is_modernbert(model_dir: Path) -> bool:
+    return json.loads((model_dir / "config.json").read_text()).get("model_type") == "modernbert"
+
+
+def evaluate_modernbert(model_dir: Path, mlm: list[dict]) -> dict:
+    """``evaluate`` for a ModernBERT directory: held-out MLM accuracy and loss at the same [MASK] positions, by
+    transformers' ``ModernBertForMaskedLM`` in fp32 (sdpa; no segment ids: it has no segment embeddings). It has no
+    NSP head: ``nsp_acc`` is NaN."""
+    import transformers
+
+    model = transformers.ModernBertForMaskedLM.from_pretrained(model_dir, attn_implementation="sdpa").eval()
+    ok = n = 0
+    loss = 0.0
+    with torch.no_grad():
+        for b in mlm:
+            logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits  # [B, T, V]
+            sel = b["labels"] != -100
+            if len(set(b["input_ids"][sel].tolist())) != 1:  # every scored input is the same id: [MASK]
+                raise SystemExit("held-out batches give tokens away (not all [MASK]); refusing to score them")
+            logits = logits[sel]
+            ok += int((logits.argmax(-1) == b["labels"][sel]).sum())
+            loss += float(torch.nn.functional.cross_entropy(logits, b["labels"][sel], reduction="sum"))
+            n += int(sel.sum())
+    return {"mlm_acc": ok / max(1, n), "mlm_loss": loss / max(1, n), "nsp_acc": float("nan"), "masked_tokens": n}
+
+
+def run_transformers_modernbert(out: Path, shard_dir: Path, vocab: Path, budget: float, seed: int, model_size: str,
+                                lr: float) -> dict:
+    """``run_transformers``'s plain loop with transformers' ``ModernBertForMaskedLM`` (sdpa; its config's default
+    full-vocabulary logits, as ``run_mlm.py`` users get) on ModernBERT's recipe: MLM only, 30% masking (80/10/10),
+    fp32, torch AdamW, a linear schedule fitted to the budget from 3 timed steps, stopped at the deadline. The model
+    is ``--model-size``'s ModernBERT (``bert-mini`` -> ``modernbert-mini``), built by bertkit with the same random
+    init and loaded by transformers."""
+    import transformers
+
+    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo
+    from bertkit.modeling_modernbert import ModernBertConfig, ModernBertForMaskedLM
+    from bertkit.recipes.modernbert import DEFAULTS, preset
+    from bertkit.tokenization import BertTokenizer
+
+    tok = BertTokenizer.from_pretrained(vocab)
+    v = VocabInfo.from_tokenizer(tok)
+    data = PretrainingData(shard_dir, v, DataOptions(batch_size=32, seed=seed, nsp=DEFAULTS["nsp"],
+                                                     mask_prob=DEFAULTS["mask_prob"]))
+    torch.manual_seed(seed)
+    init = out / "init"
+    config = ModernBertConfig.from_preset(preset(model_size), vocab_size=len(tok), pad_token_id=v.pad_id,
+                                          cls_token_id=v.cls_id, sep_token_id=v.sep_id, bos_token_id=v.cls_id,
+                                          eos_token_id=v.sep_id, max_position_embeddings=8192)
+    ModernBertForMaskedLM(config).save_pretrained(init)
+    model = transformers.ModernBertForMaskedLM.from_pretrained(init, attn_implementation="sdpa").train()
+
+    def batch(i):
+        n = data.num_batches(0)
+        b = data.batch(i // n, i % n)
+        return {k: torch.from_numpy(b[k]) for k in ("input_ids", "attention_mask", "labels")}
+
+    def step(b, opt, sched):
+        loss = model(**b).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        return float(loss.detach())
+
+    probe_state = {k: v.clone() for k, v in model.state_dict().items()}
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    times = []
+    for i in range(3):
+        t = time.perf_counter()
+        step(batch(i), opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.0))
+        times.append(time.perf_counter() - t)
+    model.load_state_dict(probe_state)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    total = max(1, int((budget * 0.95 - 2) / (sorted(times)[1] * 1.06)))
+    sched = transformers.get_linear_schedule_with_warmup(opt, max(1, int(0.05 * total)), total)
+    t0, done = time.perf_counter(), 0
+    while done < total and time.perf_counter() - t0 < budget:
+        step(batch(done), opt, sched)
+        done += 1
+    model.save_pretrained(out)
+    return {"steps": done, "lr": lr}
 
 
 def run_bertkit(out: Path, sentences: Path, vocab: Path, budget: float, seed: int, model_size: str,
@@ -246,7 +336,9 @@ def main() -> None:
     ap.add_argument("--vocab", default=None, help="default: a vocabulary trained on the corpus")
     ap.add_argument("--vocab-size", type=int, default=8000)
     ap.add_argument("--eval-batches", type=int, default=20)
-    ap.add_argument("--routes", default="budget,paper,transformers")
+    ap.add_argument("--routes", default="budget,paper,transformers",
+                    help="comma-separated: budget, paper, transformers (BERT); modernbert, transformers-modernbert "
+                         "(ModernBERT: --model-size bert-X maps to modernbert-X)")
     ap.add_argument("--ablation", action="store_true", help="run the recipe ablation instead of the routes")
     ap.add_argument("--only", default=None, help="ablation: variants whose name contains one of these (a|b|...)")
     ap.add_argument("--steps", type=int, default=None, help="ablation: a fixed step count instead of the budgets "
@@ -292,9 +384,16 @@ def main() -> None:
                         cells.append((f"bertkit {route}", {"recipe": route}))
                     elif route == "transformers":
                         cells += [(f"transformers lr {lr}", {"lr": float(lr)}) for lr in args.lrs.split(",")]
+                    elif route == "modernbert":  # bertkit pretrain --arch modernbert, the budget recipe
+                        cells.append(("bertkit modernbert", {"recipe": "budget", "arch": "modernbert"}))
+                    elif route == "transformers-modernbert":  # each lr its own row (summarize's best-lr is BERT's)
+                        cells += [(f"modernbert (transformers) lr {lr}", {"lr": float(lr)})
+                                  for lr in args.lrs.split(",")]
             for name, choices in cells:
                 d = out / "runs" / f"{name.replace(' ', '_').replace(',', '')}-{budget_text}-{seed}"
-                if name.startswith("transformers"):
+                if name.startswith("modernbert (transformers)"):
+                    info = run_transformers_modernbert(d, shards, vocab, budget, seed, args.model_size, choices["lr"])
+                elif name.startswith("transformers"):
                     info = run_transformers(d, shards, vocab, budget, seed, args.model_size, choices["lr"])
                 else:
                     info = run_bertkit(d, sentences, vocab, budget, seed, args.model_size, args.threads, **choices)
