@@ -71,6 +71,13 @@ def test_server_limits_follow_the_model(long_dir):
         np.testing.assert_allclose([d["embedding"] for d in out["data"]], want, rtol=1e-4, atol=1e-5)
         status, out = http_json(srv.url, "/embed", {"inputs": [document(8300)]})
         assert status == 422 and "8192" in json.dumps(out), out
+    # a lower --max-length: the per-batch token budget need only hold that many (the model's 8192 need not fit)
+    settings = ServeSettings(max_length=4096, max_batch_tokens=4096)
+    with ServerThread(create_app(enc, settings)) as srv:
+        status, info = http_json(srv.url, "/info")
+        assert status == 200 and info["max_input_length"] == 4096, info
+        status, out = http_json(srv.url, "/embed", {"inputs": [text]})
+        assert status == 422 and "4096" in json.dumps(out), out
 
 
 def test_finetune_and_predict_at_8000_tokens(long_dir, tmp_path):

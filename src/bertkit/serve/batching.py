@@ -114,6 +114,8 @@ class BatchQueue:
         max_pending: pending inputs beyond which :meth:`submit` raises :class:`QueueFull`.
         trim_interval_s: after work, hand freed memory back to the OS (``malloc_trim``), at most this often (0:
             never; no effect where glibc is absent).
+        max_length: the longest input the server lets through (its ``--max-length``; default the model's
+            ``max_position_embeddings``): ``max_batch_tokens`` must hold one of them.
     """
 
     def __init__(
@@ -124,10 +126,12 @@ class BatchQueue:
         max_wait_ms: float = 2.0,
         max_pending: int = 20000,
         trim_interval_s: float = 5.0,
+        max_length: int | None = None,
     ):
-        if max_batch_tokens < encoder.max_tokens(None):
-            raise ValueError(f"max_batch_tokens ({max_batch_tokens}) must hold one input of the model's maximum "
-                             f"length ({encoder.max_tokens(None)})")
+        longest = encoder.max_tokens(max_length)
+        if max_batch_tokens < longest:
+            raise ValueError(f"max_batch_tokens ({max_batch_tokens}) must hold one input of the maximum length "
+                             f"({longest}: the model's max_position_embeddings, or the server's --max-length)")
         self.encoder = encoder
         self.max_batch_tokens = int(max_batch_tokens)
         self.max_batch_size = int(max_batch_size)

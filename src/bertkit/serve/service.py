@@ -195,7 +195,7 @@ class Service:
                                [i - encoder.num_layers - 1 if i else 0 for i in self.default_spec.layers])
         self.max_length = encoder.max_tokens(settings.max_length or encoder.defaults.max_length)
         self.queue = BatchQueue(encoder, settings.max_batch_tokens, settings.max_batch_size, settings.max_wait_ms,
-                                settings.max_pending, settings.malloc_trim_interval_s)
+                                settings.max_pending, settings.malloc_trim_interval_s, self.max_length)
         self.metrics = metrics or Metrics()
         self.started = time.time()
 
