@@ -45,7 +45,7 @@ from typing import Any
 
 from bertkit.errors import InputError
 from bertkit.tasks.tagging import _tag, group_entities, tokens_to_string  # noqa: F401 (public here too)
-from bertkit.tokenization import BertTokenizer
+from bertkit.tokenization import load_tokenizer
 
 HEADS = {
     "BertForSequenceClassification": "classification",
@@ -210,7 +210,7 @@ def load_pipeline(
     cls = {"classification": TextClassificationPipeline, "ner": TokenClassificationPipeline,
            "qa": QuestionAnsweringPipeline}[HEADS[architecture]]
     try:
-        tokenizer = BertTokenizer.from_pretrained(directory)
+        tokenizer = load_tokenizer(directory)
     except FileNotFoundError as e:
         raise InputError(str(e)) from None
     if backend == "onnx":
