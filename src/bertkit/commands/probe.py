@@ -4,6 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
+
+from bertkit.options import ComputeArgs, add_options, seed_option
+
+
+@dataclass
+class ProbeCompute(ComputeArgs):
+    """Where the frozen model and the probes run, and the probes' seed."""
+
+    seed: int = seed_option(0, group=None, help="seed of the probes' training (logistic regression, the NER tagger)")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -32,9 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, default=3, help="NER tagger epochs (default 3)")
     parser.add_argument("--tagger-lr", type=float, default=1e-3, help="NER tagger Adam learning rate (default 1e-3)")
     parser.add_argument("--batch-size", type=int, default=64, help="feature extraction batch size")
-    parser.add_argument("--device", default=None, help="cpu / cuda (default: cuda when available)")
-    parser.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp16", "fp32"))
-    parser.add_argument("--seed", type=int, default=0)
+    add_options(parser, ProbeCompute)  # --device, --precision, --seed
 
 
 def run(args: argparse.Namespace) -> int:
