@@ -94,7 +94,7 @@ def test_the_student_learns_the_teacher(teacher, texts, tmp_path):
     distill(teacher, texts, tmp_path / "run", steps=40)
     losses = _losses(tmp_path / "run")
     assert len(losses) == 40
-    assert sum(losses[-4:]) < 0.6 * sum(losses[:4])  # the KL to the teacher falls
+    assert sum(losses[-4:]) < 0.2 * sum(losses[:4])  # the KL to the teacher falls
 
 
 def test_a_killed_run_resumes_exactly(teacher, texts, tmp_path):

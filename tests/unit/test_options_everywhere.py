@@ -12,9 +12,12 @@ from pathlib import Path
 import pytest
 
 from bertkit.cli import COMMANDS
+from bertkit.embeddings import ROUTES
 from bertkit.options import DEVICE_HELP, PRECISION_HELP, PRECISIONS
 
-COMMANDS_DIR = Path(__file__).resolve().parents[2] / "src" / "bertkit" / "commands"
+SRC = Path(__file__).resolve().parents[2] / "src" / "bertkit"
+# every module with a configure(parser): commands/, and the embedding tasks' modules finetune / evaluate delegate to
+COMMAND_SOURCES = sorted((SRC / "commands").glob("*.py")) + sorted((SRC / "embeddings").glob("*_cli.py"))
 SHARED_FLAGS = ("--device", "--precision", "--threads", "--seed")
 # every command that loads, builds or trains a model: each takes --device and --precision
 MODEL_COMMANDS = ("embed", "similarity", "fill-mask", "attention", "serve", "probe", "quickstart", "pretrain",
@@ -33,8 +36,8 @@ def hand_written_shared_flags(source: str, name: str = "<src>") -> list[str]:
 
 
 def test_no_command_defines_device_precision_threads_or_seed_itself():
-    found = [hit for p in sorted(COMMANDS_DIR.glob("*.py"))
-             for hit in hand_written_shared_flags(p.read_text(encoding="utf-8"), p.name)]
+    assert len(COMMAND_SOURCES) > len(COMMANDS)  # the files were found
+    found = [hit for p in COMMAND_SOURCES for hit in hand_written_shared_flags(p.read_text(encoding="utf-8"), p.name)]
     assert not found, "build these from bertkit.options (ComputeArgs, device_option, seed_option...): " + str(found)
 
 
@@ -45,8 +48,9 @@ def test_the_source_rule_sees_a_hand_written_flag():
 
 
 def _parser(name: str) -> argparse.ArgumentParser:
+    """``bertkit NAME``'s parser; NAME may also be a module (the embedding tasks' delegated modules)."""
     parser = argparse.ArgumentParser(prog=f"bertkit {name}")
-    importlib.import_module(COMMANDS[name][0]).configure(parser)
+    importlib.import_module(COMMANDS[name][0] if name in COMMANDS else name).configure(parser)
     return parser
 
 
@@ -54,11 +58,11 @@ def _flat(text: str) -> str:
     return " ".join(text.split())  # the help as one line, whatever argparse's wrapping
 
 
-@pytest.mark.parametrize("name", sorted(COMMANDS))
+@pytest.mark.parametrize("name", sorted(COMMANDS) + sorted(module for _, module in ROUTES.values()))
 def test_each_device_and_precision_flag_has_the_shared_help(name):
     parser = _parser(name)
     text = _flat(parser.format_help())
-    if name in MODEL_COMMANDS:
+    if name in MODEL_COMMANDS or name.startswith("bertkit.embeddings."):
         assert "--device DEVICE" in text and "--precision {" in text, name
         assert parser.get_default("device") is None  # auto: cuda when available (bertkit.precision.resolve_device)
         assert parser.get_default("precision") in PRECISIONS
