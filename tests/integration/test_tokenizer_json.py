@@ -290,3 +290,53 @@ def test_served_embed_and_tokenize_on_a_bpe_modernbert(modern_dir):
         status, out = http_json(srv.url, "/tokenize", {"inputs": texts[1]}, timeout=60)
         assert status == 200, out
         assert [row["id"] for row in out[0]] == hf(texts[1])["input_ids"]
+
+
+def _finetune(task, train, dev, model, out, *extra):
+    assert main(["finetune", "--task", task, "--train", str(train), "--dev", str(dev), "--model", str(model),
+                 "--output", str(out), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet",
+                 "--precision", "fp32", "--max-train-examples", "16", *extra]) == 0
+    return json.loads((out / "metrics.json").read_text())
+
+
+def test_token_tagging_and_ner_pipeline_equal_transformers(modern_dir, fixtures_dir, tmp_path):
+    """CoNLL tagging fine-tunes on the BPE directory (words tokenized one by one, as transformers'
+    ``is_split_into_words``), and the NER pipeline's entities equal transformers' token-classification pipeline's on
+    the output directory, for every aggregation (byte-level BPE has no sub-word mark: words are told by spaces)."""
+    transformers = pytest.importorskip("transformers")
+    from bertkit.pipelines import load_pipeline
+
+    ft = fixtures_dir / "finetune"
+    out = tmp_path / "conll"
+    assert _finetune("conll2003", ft / "conll_train.txt", ft / "conll_dev.txt", modern_dir, out)["step"] >= 1
+    ours = load_pipeline(out, precision="fp32")
+    texts = ["Carol lives in Berlin, near the Rhine.", "EU rejects German call to boycott British lamb ."]
+    for strategy in ("none", "simple", "first", "average", "max"):
+        theirs = transformers.pipeline("token-classification", model=str(out), aggregation_strategy=strategy,
+                                       device="cpu", ignore_labels=[])
+        for text in texts:  # no label ignored: every token (word, group) is compared
+            got, want = ours.ner(text, aggregation_strategy=strategy, ignore_labels=[]), theirs(text)
+            assert len(want) >= (12 if strategy == "none" else 1)
+            key = "entity" if strategy == "none" else "entity_group"
+            assert [(g[key], g["word"], g["start"], g["end"]) for g in got] == \
+                [(w[key], w["word"], w["start"], w["end"]) for w in want], (strategy, text)
+            np.testing.assert_allclose([g["score"] for g in got], [float(w["score"]) for w in want], rtol=1e-4,
+                                       atol=1e-5)
+
+
+def test_span_qa_on_a_bpe_modernbert(modern_dir, fixtures_dir, tmp_path):
+    """SQuAD fine-tunes on the BPE directory (offsets place the answers), and the QA pipeline answers with a span of
+    the context in both conventions."""
+    from bertkit.pipelines import load_pipeline
+
+    ft = fixtures_dir / "finetune"
+    out = tmp_path / "squad"
+    metrics = _finetune("squad", ft / "squad_train.json", ft / "squad_dev.json", modern_dir, out, "--max-seq-length",
+                        "64", "--doc-stride", "24", "--max-query-length", "16")
+    assert metrics["step"] >= 1 and 0.0 <= metrics["f1"] <= 100.0
+    pipe = load_pipeline(out, precision="fp32")
+    context = "The cat sat on the mat in Berlin, near the river bank."
+    for convention in ("hf", "google"):
+        pipe.convention = convention
+        answer = pipe.answer(question="Where did the cat sit?", context=context)
+        assert context[answer["start"]:answer["end"]] == answer["answer"] and answer["answer"] in context

@@ -243,6 +243,16 @@ class FastTokenizer:
     def __repr__(self) -> str:
         return f"FastTokenizer({self.model_type}, size={len(self)}, source={str(self.source)!r})"
 
+    def convert_tokens_to_string(self, tokens: Sequence[str]) -> str:
+        """Tokens back to text by the file's decoder (space-joined without one), as transformers does."""
+        decoder = self._rust.decoder
+        return decoder.decode(list(tokens)) if decoder is not None else " ".join(tokens)
+
+    @property
+    def continuing_subword_prefix(self) -> str | None:
+        """The model's mark of a word's later pieces (None for byte-level BPE: words are told by spaces)."""
+        return getattr(self._rust.model, "continuing_subword_prefix", None) or None
+
     def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int]:
         """Token(s) -> id(s); unknown tokens map to the unknown token's id (None when the tokenizer has none)."""
         if isinstance(tokens, str):
