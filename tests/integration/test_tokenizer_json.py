@@ -141,6 +141,46 @@ def test_pairs_truncation_and_decoding_as_transformers(modern_dir):
         hf(TEXTS, PAIRS, truncation=True, max_length=8)["input_ids"]
 
 
+def _train_unigram(path):
+    """A SentencePiece-style Unigram ``tokenizer.json`` with RoBERTa's special tokens and pair template
+    (``<s> A </s></s> B </s>``), and no tokenizer_config.json: the special tokens are found in the vocabulary."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=150, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                                      unk_token="<unk>", show_progress=False)
+    tok.train_from_iterator(CORPUS, trainer)
+    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")),
+                                                      ("<s>", tok.token_to_id("<s>")))
+    tok.save(str(path))
+
+
+def test_a_unigram_tokenizer_with_roberta_tokens_as_transformers(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    _train_unigram(tmp_path / "tokenizer.json")
+    tok = load_tokenizer(tmp_path)
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"), cls_token="<s>",
+                                              sep_token="</s>", pad_token="<pad>", mask_token="<mask>",
+                                              unk_token="<unk>")
+    assert (tok.cls_token, tok.sep_token, tok.pad_token, tok.mask_token, tok.unk_token) == \
+        ("<s>", "</s>", "<pad>", "<mask>", "<unk>")
+    for name in ("cls", "sep", "pad", "mask", "unk"):
+        assert getattr(tok, f"{name}_token_id") == getattr(hf, f"{name}_token_id"), name
+    for text in TEXTS:
+        want = hf(text, return_offsets_mapping=True)
+        got = tok.encode(text, truncation=False)
+        assert (got.ids, got.offsets, got.word_ids) == \
+            (want["input_ids"], [tuple(o) for o in want["offset_mapping"]], want.word_ids()), text
+    for max_length in (6, 10, 64):
+        assert [e.ids for e in tok.encode_batch(TEXTS, PAIRS, max_length=max_length)] == \
+            hf(TEXTS, PAIRS, truncation=True, max_length=max_length)["input_ids"], max_length
+    ids = hf(TEXTS[0])["input_ids"]
+    assert tok.decode(ids) == hf.decode(ids, skip_special_tokens=True)
+
+
 def test_save_pretrained_round_trips_through_transformers(modern_dir, tmp_path):
     tok = load_tokenizer(modern_dir)
     tok.save_pretrained(tmp_path)
@@ -273,6 +313,9 @@ def test_finetune_then_pipeline_on_a_bpe_directory(which, modern_dir, bert_dir, 
         want = Head.from_pretrained(out).eval()(batch["input_ids"], **model_inputs).logits
     torch.testing.assert_close(torch.as_tensor(np.asarray(pipe.logits(texts)), dtype=torch.float32), want,
                                atol=1e-5, rtol=1e-4)
+    assert main(["evaluate", "--model", str(out), "--data", str(ft / "sst2_dev.tsv"), "--quiet", "--precision",
+                 "fp32", "--output", str(tmp_path / "ev")]) == 0
+    assert json.loads((tmp_path / "ev" / "metrics.json").read_text())["accuracy"] == pytest.approx(metrics["accuracy"])
 
 
 def test_served_embed_and_tokenize_on_a_bpe_modernbert(modern_dir):
@@ -299,6 +342,7 @@ def _finetune(task, train, dev, model, out, *extra):
     return json.loads((out / "metrics.json").read_text())
 
 
+@pytest.mark.filterwarnings("ignore:Tokenizer does not support real words")  # transformers says so for BPE
 def test_token_tagging_and_ner_pipeline_equal_transformers(modern_dir, fixtures_dir, tmp_path):
     """CoNLL tagging fine-tunes on the BPE directory (words tokenized one by one, as transformers'
     ``is_split_into_words``), and the NER pipeline's entities equal transformers' token-classification pipeline's on
@@ -340,3 +384,19 @@ def test_span_qa_on_a_bpe_modernbert(modern_dir, fixtures_dir, tmp_path):
         pipe.convention = convention
         answer = pipe.answer(question="Where did the cat sit?", context=context)
         assert context[answer["start"]:answer["end"]] == answer["answer"] and answer["answer"] in context
+
+
+def test_sentence_embedding_training_on_a_bpe_bert(bert_dir, fixtures_dir, tmp_path):
+    """``bertkit finetune --task pairs`` trains a BERT whose tokenizer is a BPE tokenizer.json; sentence-transformers
+    loads the output (with its tokenizer) and embeds as bertkit's Encoder does."""
+    st = pytest.importorskip("sentence_transformers")
+    fx = fixtures_dir / "embeddings"
+    out = tmp_path / "st"
+    assert main(["finetune", "--task", "pairs", "--train", str(fx / "train_pairs.tsv"), "--model", str(bert_dir),
+                 "--output", str(out), "--batch-size", "32", "--epochs", "1", "--lr", "1e-3", "--precision", "fp32",
+                 "--quiet"]) == 0
+    assert (out / "tokenizer.json").read_bytes() == (bert_dir / "tokenizer.json").read_bytes()
+    texts = ["the cat sat on the mat", "Café 🙂 東京, a big red dog ran to the river bank"]
+    want = st.SentenceTransformer(str(out), device="cpu").encode(texts)
+    np.testing.assert_allclose(Encoder.from_pretrained(out, precision="fp32").encode(texts), want, rtol=1e-4,
+                               atol=1e-5)
