@@ -400,3 +400,24 @@ def test_sentence_embedding_training_on_a_bpe_bert(bert_dir, fixtures_dir, tmp_p
     want = st.SentenceTransformer(str(out), device="cpu").encode(texts)
     np.testing.assert_allclose(Encoder.from_pretrained(out, precision="fp32").encode(texts), want, rtol=1e-4,
                                atol=1e-5)
+
+
+def test_served_fill_mask_equals_transformers_pipeline_on_a_bpe_modernbert(modern_dir):
+    """/fill-mask in the inference API's shape against transformers' fill-mask pipeline on the BPE ModernBERT: ids,
+    token_str and sequence decoded by the byte-level decoder, and scores."""
+    transformers = pytest.importorskip("transformers")
+    from bertkit.serve.app import ServerThread, ServeSettings, create_app
+
+    reference = transformers.pipeline("fill-mask", model=str(modern_dir), device="cpu")
+    texts = ["the cat [MASK] on the mat", "Café 🙂, a dog went to the [MASK].", "the [MASK] sat on the [MASK]"]
+    with ServerThread(create_app(Encoder.from_pretrained(modern_dir, precision="fp32"), ServeSettings())) as srv:
+        for text in texts:
+            status, got = http_json(srv.url, "/fill-mask", {"inputs": text, "parameters": {"top_k": 4}})
+            assert status == 200, got
+            want = reference(text, top_k=4)
+            got, want = (got, want) if text.count("[MASK]") > 1 else ([got], [want])
+            for g_mask, w_mask in zip(got, want, strict=True):
+                assert [(p["token"], p["token_str"], p["sequence"]) for p in g_mask] == [
+                    (p["token"], p["token_str"], p["sequence"]) for p in w_mask]
+                np.testing.assert_allclose([p["score"] for p in g_mask], [p["score"] for p in w_mask], rtol=1e-4,
+                                           atol=1e-6)
