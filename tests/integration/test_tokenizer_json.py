@@ -421,3 +421,20 @@ def test_served_fill_mask_equals_transformers_pipeline_on_a_bpe_modernbert(moder
                     (p["token"], p["token_str"], p["sequence"]) for p in w_mask]
                 np.testing.assert_allclose([p["score"] for p in g_mask], [p["score"] for p in w_mask], rtol=1e-4,
                                            atol=1e-6)
+
+
+def test_a_tokenizer_json_without_a_template_gets_berts(modern_dir, tmp_path, caplog):
+    """A file with no post-processor: every input gets [CLS] A [SEP] (B [SEP]), the shape bertkit's own builders
+    (SQuAD windows, tagging) use, and a warning says so; ids between the specials stay the library's."""
+    spec = json.loads((modern_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["post_processor"] = None
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    shutil.copy(modern_dir / "tokenizer_config.json", tmp_path / "tokenizer_config.json")
+    with caplog.at_level("WARNING", logger="bertkit"):
+        tok = load_tokenizer(tmp_path)
+    assert "no post-processor" in caplog.text and str(tmp_path) in caplog.text
+    with_template = load_tokenizer(modern_dir)
+    for a, b in zip(TEXTS, PAIRS):
+        assert tok.encode(a, b, truncation=False).ids == with_template.encode(a, b, truncation=False).ids
+        assert tok.encode(a, b, truncation=False).type_ids == with_template.encode(a, b, truncation=False).type_ids
+    assert pickle.loads(pickle.dumps(tok)).encode(TEXTS[0]).ids == with_template.encode(TEXTS[0]).ids

@@ -120,7 +120,10 @@ class TaggingTask(TaskBase):
         from bertkit.data.readers import DataError
 
         flat = [w for e in examples for w in e.words]
-        pieces = [enc.ids or [tokenizer.unk_token_id] for enc in
+        # a word the tokenizer drops entirely (e.g. only control characters) keeps one position to be labelled:
+        # [UNK], or [PAD] for a tokenizer.json without an unknown token (byte-level BPE never needs one)
+        empty = [tokenizer.unk_token_id if tokenizer.unk_token_id is not None else tokenizer.pad_token_id]
+        pieces = [enc.ids or empty for enc in
                   tokenizer.encode_batch(flat, truncation=False, add_special_tokens=False)]
         label2id = {t: i for i, t in enumerate(self.labels or [])}
         features, k, cut = [], 0, 0
