@@ -438,3 +438,17 @@ def test_a_tokenizer_json_without_a_template_gets_berts(modern_dir, tmp_path, ca
         assert tok.encode(a, b, truncation=False).ids == with_template.encode(a, b, truncation=False).ids
         assert tok.encode(a, b, truncation=False).type_ids == with_template.encode(a, b, truncation=False).type_ids
     assert pickle.loads(pickle.dumps(tok)).encode(TEXTS[0]).ids == with_template.encode(TEXTS[0]).ids
+
+
+def test_onnx_export_of_a_bpe_bert_keeps_its_tokenizer(bert_dir, tmp_path):
+    """``bertkit export --onnx`` copies tokenizer.json and its config; the exported directory (no PyTorch weights)
+    embeds through ONNX Runtime with the same tokenizer and numbers as the PyTorch directory."""
+    pytest.importorskip("onnxruntime")
+    out = tmp_path / "onnx"
+    assert main(["export", "--onnx", str(bert_dir), str(out), "--all-layers"]) == 0
+    assert (out / "tokenizer.json").read_bytes() == (bert_dir / "tokenizer.json").read_bytes()
+    assert (out / "encoder.onnx").is_file() and not (out / "model.safetensors").exists()
+    enc = Encoder.from_pretrained(out, backend="onnx")
+    assert isinstance(enc.tokenizer, FastTokenizer)
+    np.testing.assert_allclose(enc.encode(TEXTS[:4]), Encoder.from_pretrained(bert_dir, precision="fp32").encode(
+        TEXTS[:4]), rtol=1e-4, atol=1e-5)
