@@ -30,6 +30,8 @@ _EXPORTS: dict[str, str] = {
     "ModernBertForQuestionAnswering": "bertkit.modeling_modernbert",
     "ModernBertForMultipleChoice": "bertkit.modeling_modernbert",
     "BertTokenizer": "bertkit.tokenization",
+    "FastTokenizer": "bertkit.tokenization",
+    "load_tokenizer": "bertkit.tokenization",
     "Encoding": "bertkit.tokenization",
     "train_vocab": "bertkit.tokenization",
     "Encoder": "bertkit.features",

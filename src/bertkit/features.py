@@ -45,7 +45,7 @@ from bertkit.errors import InputError, MissingFileError
 from bertkit.modeling import BertForPreTraining, BertModel
 from bertkit.precision import autocast, resolve_precision
 from bertkit.st_format import read_sentence_transformers
-from bertkit.tokenization import BertTokenizer, Encoding
+from bertkit.tokenization import BertTokenizer, Encoding, FastTokenizer, load_tokenizer
 
 FILL_MASK_BATCH = 32  # texts per fill-mask forward pass (the CPU token budget may cut smaller)
 POOLINGS = ("mean", "max", "mean_max", "cls", "cls_pooled", "first", "last", "sep", "none")
@@ -211,7 +211,7 @@ class Encoder:
 
     Args:
         model: a ``BertModel`` or any ``BertFor*`` (its ``.bert`` is used).
-        tokenizer: a ``bertkit.BertTokenizer``.
+        tokenizer: a ``bertkit.BertTokenizer``, or a ``FastTokenizer`` (any other ``tokenizer.json``).
         device: where the model runs ("cpu", "cuda", ...).
         precision: "auto" (bf16 where the CPU/GPU supports it, else fp32), "bf16", "fp16" (GPU) or "fp32".
         has_pooler: whether the pooler weights are trained (False: ``cls_pooled`` is refused).
@@ -221,7 +221,7 @@ class Encoder:
     def __init__(
         self,
         model: Any,
-        tokenizer: BertTokenizer,
+        tokenizer: BertTokenizer | FastTokenizer,
         device: str = "cpu",
         precision: str = "auto",
         has_pooler: bool | None = None,
@@ -270,7 +270,8 @@ class Encoder:
         cls, path: str | os.PathLike, device: str = "cpu", precision: str = "auto", lowercase: bool | None = None,
         quantize: str | None = None, backend: str = "torch",
     ) -> Encoder:
-        """Load a model directory: ``config.json`` + weights (bertkit or Hugging Face layout) and ``vocab.txt``.
+        """Load a model directory: ``config.json`` + weights (bertkit or Hugging Face layout) and ``vocab.txt`` or any
+        ``tokenizer.json`` (:func:`bertkit.tokenization.load_tokenizer`).
 
         The checkpoint's pooler and MLM head are kept when present (for ``cls_pooled`` and fill-mask). A
         sentence-transformers directory (``modules.json``: BERT + Pooling [+ Normalize]) sets ``encode``'s defaults
@@ -286,7 +287,7 @@ class Encoder:
         sentence = read_sentence_transformers(path)
         if sentence is not None:
             path = sentence.model_dir
-        tokenizer = BertTokenizer.from_pretrained(path, lowercase=lowercase)  # names a missing vocabulary itself
+        tokenizer = load_tokenizer(path, lowercase=lowercase)  # names a missing vocabulary itself
         if checkpoint.model_type(path) == "modernbert":
             return cls._from_modernbert(path, tokenizer, device, precision, quantize, backend, sentence)
         if backend == "onnx" and not _has_weights(path) and any(
@@ -323,7 +324,7 @@ class Encoder:
         return encoder
 
     @classmethod
-    def _from_modernbert(cls, path: Path, tokenizer: BertTokenizer, device: str, precision: str,
+    def _from_modernbert(cls, path: Path, tokenizer: BertTokenizer | FastTokenizer, device: str, precision: str,
                          quantize: str | None, backend: str, sentence) -> Encoder:
         """A ModernBERT directory: the encoder, and its MLM head (head + tied decoder) for fill-mask when the
         checkpoint has one. int8 and ONNX are BERT's only so far, and say so."""
@@ -538,6 +539,8 @@ class Encoder:
             raise InputError("fill-mask needs an MLM head (cls.predictions), which this checkpoint does not have")
         texts = _check_texts(texts, "texts")
         tok = self.tokenizer
+        if tok.mask_token_id is None:
+            raise InputError("fill-mask needs a mask token, and this model's tokenizer has none")
         mask_id, mask_token = tok.mask_token_id, tok.convert_ids_to_tokens(tok.mask_token_id)
         limit = self.max_tokens(max_length)
         sequences = []
@@ -574,11 +577,14 @@ def _has_weights(path: Path) -> bool:
         return False
 
 
-def encode_with_masks(tokenizer: BertTokenizer, text: str, mask_token: str = "[MASK]") -> list[int]:
+def encode_with_masks(tokenizer: BertTokenizer | FastTokenizer, text: str, mask_token: str = "[MASK]") -> list[int]:
     """``[CLS] pieces [SEP]`` ids, where every literal ``mask_token`` in ``text`` becomes the mask id.
 
     Google's normaliser splits ``"[MASK]"`` into ``"["``, ``"mask"``, ``"]"``, so the text is tokenized around the
-    literal marker instead (whatever the casing of the rest)."""
+    literal marker instead (whatever the casing of the rest). A ``tokenizer.json`` tokenizer matches its mask token
+    itself (an added token, with its own handling of the spaces around it)."""
+    if isinstance(tokenizer, FastTokenizer):
+        return tokenizer.encode_with_masks(text, mask_token)
     ids = [tokenizer.cls_token_id]
     for k, piece in enumerate(text.split(mask_token)):
         if k:

@@ -93,12 +93,12 @@ def _load_onnx(files: InferenceFiles, args: argparse.Namespace):
     reads it (finetune_config.json, then the command's task flags), no PyTorch weights needed."""
     from bertkit.config import BertConfig
     from bertkit.export import onnx_runtime_model
-    from bertkit.tokenization import BertTokenizer
+    from bertkit.tokenization import load_tokenizer
 
     model_dir = Path(files.model)
     task = task_of_directory(model_dir, args.task, args)
     config = BertConfig.from_pretrained(model_dir)
     if task.labels is None and config.id2label and not getattr(task, "regression", False):
         task.labels = [config.id2label[i] for i in range(len(config.id2label))]
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(model_dir)
     return task, onnx_runtime_model(model_dir, config, files.quantize), tokenizer

@@ -15,7 +15,7 @@ from bertkit.embeddings import ROUTE_HELP, route
 from bertkit.errors import InputError
 from bertkit.options import add_options, from_args, option, output_option
 from bertkit.tasks.options import TaskOptions, add_task_flag, task_of_directory, task_options
-from bertkit.tokenization import BertTokenizer
+from bertkit.tokenization import load_tokenizer
 
 FILES = "files and data"
 
@@ -35,8 +35,8 @@ class FinetuneFiles:
     train: str = option(required=True, group=FILES, help="training file")
     dev: str | None = option(None, group=FILES, help="dev file: evaluated each epoch; the best checkpoint is kept")
     model: str = option(required=True, group=FILES,
-                        help="bertkit or Hugging Face BERT directory (config.json + model.safetensors or "
-                             "pytorch_model.bin + vocab.txt)")
+                        help="bertkit or Hugging Face BERT or ModernBERT directory (config.json + "
+                             "model.safetensors or pytorch_model.bin + vocab.txt or tokenizer.json)")
     output: str = output_option(group=FILES, help="output directory (model, vocab, metrics.json, predictions)")
     max_train_examples: int = option(0, group=FILES, help="use only the first N training examples (0 = all)")
     max_eval_examples: int = option(0, group=FILES, help="use only the first N dev examples (0 = all)")
@@ -57,7 +57,7 @@ def load_finetuned(model_dir: str | Path, task_name: str | None, args: argparse.
     """(task, model, tokenizer) of a fine-tuned OUTPUT directory."""
     model_dir = Path(model_dir)
     task = task_of_directory(model_dir, task_name, args)
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(model_dir)
     model = load_model(task, model_dir, finetuned=True)
     return task, model, tokenizer
 
@@ -103,7 +103,7 @@ def _run(args: argparse.Namespace, ctx) -> int:
     if dev is not None and files.max_eval_examples:
         del dev[files.max_eval_examples:]
     task.fit_labels(train)
-    tokenizer = BertTokenizer.from_pretrained(files.model)
+    tokenizer = load_tokenizer(files.model)
     set_seed(train_args.seed)  # the new head's initialisation follows --seed too
     model = load_model(task, files.model, finetuned=False)
     if files.dropout is not None:
@@ -111,7 +111,7 @@ def _run(args: argparse.Namespace, ctx) -> int:
             raise InputError("--dropout applies to fine-tuned BERT, not to the frozen feature-based tagger")
         model.set_dropout(files.dropout)
     if len(tokenizer) > model.config.vocab_size:
-        raise InputError(f"{files.model}: vocab.txt has {len(tokenizer)} tokens but the model only "
+        raise InputError(f"{files.model}: the tokenizer has {len(tokenizer)} tokens but the model only "
                          f"{model.config.vocab_size} embeddings")
     summary = finetune(task, model, tokenizer, train, dev, files.output, train_args, ctx)
     if ctx.is_main:

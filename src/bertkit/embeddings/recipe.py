@@ -54,7 +54,7 @@ from bertkit.st_format import (
     read_sentence_transformers,
     write_sentence_transformers,
 )
-from bertkit.tokenization import BertTokenizer
+from bertkit.tokenization import BertTokenizer, FastTokenizer, load_tokenizer
 from bertkit.training import distributed as D
 from bertkit.training.interrupt import GracefulStop
 from bertkit.training.log import say
@@ -260,13 +260,13 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
     return books.finish(n, global_batch)
 
 
-def _load_model(args: EmbeddingTrainArgs, device) -> tuple[BertModel, BertTokenizer, str, int]:
+def _load_model(args: EmbeddingTrainArgs, device) -> tuple[BertModel, BertTokenizer | FastTokenizer, str, int]:
     """(model on ``device`` in training mode, tokenizer, pooling, max tokens) of --model: a bertkit, Hugging Face
     or sentence-transformers directory (whose pooling is the default)."""
     source = read_sentence_transformers(args.model)
     model_dir = source.model_dir if source is not None else Path(args.model)
     pooling = args.pooling or (source.pooling if source is not None else "mean")
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(model_dir)
     model = BertModel.from_pretrained(model_dir).to(device).train()
     if len(tokenizer) > model.config.vocab_size:
         raise ValueError(f"{args.model}: the vocabulary has {len(tokenizer)} tokens but the model only "

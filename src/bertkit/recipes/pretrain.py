@@ -219,7 +219,8 @@ class PretrainConfig:
                 raise PretrainError(f"--init-from {init}: not a model directory (no config.json)")
             if self.vocab is None:
                 if not (init / "vocab.txt").is_file():
-                    raise PretrainError(f"--init-from {init}: no vocab.txt there; pass --vocab")
+                    raise PretrainError(f"--init-from {init}: no vocab.txt there; pass --vocab (pre-training reads a "
+                                        "WordPiece vocabulary: whole-word masking follows its ## pieces)")
                 self.vocab = str(init)  # the model's own vocabulary (and tokenizer config)
 
     def run_record(self) -> dict[str, Any]:

@@ -242,7 +242,9 @@ class SquadTask(TaskBase):
                     "max_context": flag,
                     # the context's pieces, their character offsets and word indices (shared by its windows)
                     "offsets": offsets, "tokens": ctx.tokens, "word_ids": ctx.word_ids,
-                    "basic_tokenize": tokenizer.basic_tokenize,  # get_final_text projects answers with the same
+                    # get_final_text projects answers with the same; None: not WordPiece (answers are the context's
+                    # characters under the pieces, as answer_text "chars")
+                    "basic_tokenize": getattr(tokenizer, "basic_tokenize", None),
                 }
                 if training:
                     if tok_start is not None and start <= tok_start and tok_end < start + length:
@@ -294,6 +296,8 @@ class SquadTask(TaskBase):
                 last += 1
         if self.answer_text != "google":
             return context[offsets[first][0] : offsets[last][1]]
+        if feature["basic_tokenize"] is None:  # a tokenizer.json tokenizer: no wordpieces to de-tokenize
+            return context[offsets[first][0] : offsets[last][1]].strip()
         tok_text = " ".join(feature["tokens"][first : last + 1])
         tok_text = tok_text.replace(" ##", "").replace("##", "")  # de-tokenize word pieces
         tok_text = " ".join(tok_text.strip().split())

@@ -1,6 +1,8 @@
-"""Google-exact BERT tokenization (normaliser + WordPiece), ``Encoding``, and WordPiece vocabulary training."""
+"""Google-exact BERT tokenization (normaliser + WordPiece), ``Encoding``, WordPiece vocabulary training, and
+:func:`load_tokenizer`: a model directory's tokenizer, WordPiece or any other ``tokenizer.json`` (``FastTokenizer``)."""
 
 from bertkit.tokenization.encoding import Encoding
+from bertkit.tokenization.fast import FastTokenizer, is_wordpiece, load_tokenizer, require_wordpiece
 from bertkit.tokenization.normalizer import ExactNormalizer, reference_basic_tokenize
 from bertkit.tokenization.trainer import train_vocab, vocab_stats
 from bertkit.tokenization.vocab import (
@@ -18,13 +20,17 @@ __all__ = [
     "BertTokenizer",
     "Encoding",
     "ExactNormalizer",
+    "FastTokenizer",
     "VocabError",
     "VocabNotFoundError",
     "find_vocab",
     "guess_lowercase",
+    "is_wordpiece",
+    "load_tokenizer",
     "load_tokenizer_json",
     "load_vocab",
     "reference_basic_tokenize",
+    "require_wordpiece",
     "save_vocab",
     "train_vocab",
     "truncate_pair_lengths",
