@@ -37,6 +37,12 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
+@pytest.fixture(scope="session")
+def ft() -> Path:
+    """tests/fixtures/finetune: small files in every fine-tuning task's format, and their vocab.txt."""
+    return FIXTURES / "finetune"
+
+
 @pytest.fixture
 def tiny_config():
     """The BertModelTester config: batch 13, seq 7, vocab 99, hidden 32, 2 layers, 4 heads."""

@@ -18,7 +18,9 @@ field out of the CLI; ``aliases=`` are older spellings still accepted (with a de
 
 The options every training command shares have one name, one help text and one spelling here (``lr_option``,
 ``warmup_option``, ``clip_option``, ``max_steps_option``, ``seed_option``, ``device_option``, ``precision_option``,
-``threads_option``, ``output_option``); a command chooses only its default. A command that passes flags on to
+``threads_option``, ``output_option``); a command chooses only its default. Every command that runs a model takes
+``--device`` / ``--precision`` from these (``ComputeArgs``, or ``ExactComputeArgs``: fp32 by default); none writes
+``add_argument("--device")`` itself (tests/unit/test_options_everywhere.py). A command that passes flags on to
 another (``bertkit glue`` -> ``finetune``) uses ``add_options(..., passthrough=True)`` and :func:`to_argv`.
 """
 
@@ -196,23 +198,47 @@ def seed_option(default: int, group: str | None = TRAINING,
     return option(default, group=group, help=help)
 
 
+DEVICE_HELP = "cpu | cuda | cuda:N (default: cuda when available)"
+PRECISION_HELP = ("autocast precision: auto = bf16 where the CPU/GPU supports it (fp16 with loss scaling on GPUs "
+                  "without bf16), else fp32")
+THREADS_HELP = ("torch threads per process (default: torch's choice; 1 can be faster on a machine shared with other "
+                "jobs)")
+
+
 def device_option(group: str | None = None) -> Any:
-    return option(None, group=group, help="cpu | cuda | cuda:N (default: cuda when available)")
+    """``device``: None = auto (``bertkit.precision.resolve_device``: cuda when available, else cpu)."""
+    return option(None, group=group, help=DEVICE_HELP)
 
 
-def precision_option(group: str | None = None) -> Any:
-    return option("auto", choices=PRECISIONS, group=group, help=(
-        "autocast precision: auto = bf16 where the CPU/GPU supports it (fp16 with loss scaling on GPUs without "
-        "bf16), else fp32"))
+def precision_option(default: str = "auto", group: str | None = None) -> Any:
+    """``precision``: one of ``PRECISIONS``; a command that prints a model's exact numbers may default to fp32."""
+    return option(default, choices=PRECISIONS, group=group, help=PRECISION_HELP)
 
 
 def threads_option(group: str | None = TRAINING) -> Any:
-    return option(None, group=group, help=(
-        "torch threads per process (default: torch's choice; 1 can be faster on a machine shared with other jobs)"))
+    return option(None, group=group, help=THREADS_HELP)
 
 
 def output_option(help: str, group: str | None = None, metavar: str | None = None) -> Any:
     return option(None, required=True, group=group, help=help, metavar=metavar)
+
+
+@dataclasses.dataclass
+class ComputeArgs:
+    """Where and at what precision a command runs a model: ``--device`` and ``--precision``, for every command that
+    loads one (embed, similarity, fill-mask, attention, serve, probe, quickstart; the training commands carry the
+    same two fields in their own dataclasses)."""
+
+    device: str | None = device_option()
+    precision: str = precision_option()
+
+
+@dataclasses.dataclass
+class ExactComputeArgs(ComputeArgs):
+    """``ComputeArgs`` with fp32 unless asked otherwise: for commands that print a model's numbers (fill-mask's
+    probabilities, similarity's distances, attention maps) as the model computes them."""
+
+    precision: str = precision_option("fp32")
 
 
 def from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:

@@ -539,6 +539,10 @@ class TokenClassificationPipeline(Pipeline):
         if not texts:
             raise InputError("inputs is empty: give at least one text")
         texts = [_check_text(t, f"inputs[{i}]") for i, t in enumerate(texts)]
+        # a tokenizer.json tokenizer: its decoder joins tokens, and without a sub-word mark (byte-level BPE) a
+        # token continues a word when no space is next to its start (transformers' heuristic)
+        join = getattr(self.tokenizer, "convert_tokens_to_string", tokens_to_string)
+        word_aware = getattr(self.tokenizer, "continuing_subword_prefix", "##") is not None
         results = []
         for text, (enc, scores) in zip(texts, self.token_scores(texts)):
             tokens = []
@@ -546,21 +550,26 @@ class TokenClassificationPipeline(Pipeline):
                 best = int(scores[j].argmax())
                 unknown = token_id == self.tokenizer.unk_token_id
                 word = text[start:end] if unknown else token
+                if unknown:
+                    subword = False
+                elif word_aware:  # transformers' test for a word-piece tokenizer: the piece's text is not the token
+                    subword = len(token) != end - start
+                else:
+                    subword = start > 0 and " " not in text[start - 1:start + 1]
                 tokens.append({"entity": self.labels[best], "score": float(scores[j, best]), "index": j + 1,
                                "word": word, "start": start, "end": end, "scores": scores[j],
-                               # transformers' test for a word-piece tokenizer: the piece's text is not the token
-                               "is_subword": not unknown and len(token) != end - start})
+                               "is_subword": subword})
             if aggregation_strategy == "none":
                 groups = [{k: t[k] for k in ("entity", "score", "index", "word", "start", "end")} for t in tokens]
             elif aggregation_strategy == "simple":
-                groups = group_entities(tokens)
+                groups = group_entities(tokens, join)
             else:
-                groups = group_entities(self._words(tokens, aggregation_strategy))
+                groups = group_entities(self._words(tokens, aggregation_strategy, join), join)
             key = "entity" if aggregation_strategy == "none" else "entity_group"
             results.append([g for g in groups if g[key] not in ignore_labels])
         return results[0] if single else results
 
-    def _words(self, tokens: list[dict], strategy: str) -> list[dict]:
+    def _words(self, tokens: list[dict], strategy: str, join=tokens_to_string) -> list[dict]:
         """transformers' ``aggregate_words``: one entity per word (a token and the sub-word pieces after it)."""
         import numpy as np
 
@@ -580,7 +589,7 @@ class TokenClassificationPipeline(Pipeline):
                 scores = np.nanmean(np.stack([t["scores"] for t in w]), axis=0)
             best = int(scores.argmax())
             out.append({"entity": self.labels[best], "score": float(scores[best]),
-                        "word": tokens_to_string([t["word"] for t in w]), "start": w[0]["start"],
+                        "word": join([t["word"] for t in w]), "start": w[0]["start"],
                         "end": w[-1]["end"]})
         return out
 

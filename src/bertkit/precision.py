@@ -20,11 +20,12 @@ def cpu_supports_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def resolve_device(name: str | None) -> str:
-    """``--device``: the name given, else ``cuda`` where a GPU is available, else ``cpu``."""
+def resolve_device(name: str | None, cpu_only: bool = False) -> str:
+    """``--device``: the name given, else ``cuda`` where a GPU is available, else ``cpu``. ``cpu_only``: what was
+    asked for runs on the CPU alone (int8 kernels, ONNX Runtime's CPU provider), so no name means ``cpu``."""
     if name:
         return name
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if torch.cuda.is_available() and not cpu_only else "cpu"
 
 
 def resolve_precision(precision: str, device: torch.device | str) -> str:

@@ -29,11 +29,6 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 @pytest.fixture(scope="module")
-def ft(fixtures_dir):
-    return fixtures_dir / "finetune"
-
-
-@pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory, ft):
     from tinymodels import make_model_dir
 

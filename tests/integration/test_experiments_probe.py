@@ -13,11 +13,6 @@ from bertkit.cli import main
 
 
 @pytest.fixture(scope="module")
-def ft(fixtures_dir):
-    return fixtures_dir / "finetune"
-
-
-@pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, ft):
     from tinymodels import make_model_dir
 

@@ -9,45 +9,24 @@ import shutil
 import numpy as np
 import pytest
 import torch
-
-from bertkit import BertConfig
+from tinymodels import WIDE, finetune_base
 
 TEXTS = ["the film is good .", "carol lives in berlin and works for acme corp .", "the cast was grim",
          "the ending was boring , the plot was great ."]
 
 
 @pytest.fixture(scope="module")
-def vocab(fixtures_dir):
-    return fixtures_dir / "finetune" / "vocab.txt"
+def tiny_dir(tmp_path_factory):
+    return finetune_base(tmp_path_factory.mktemp("tiny"), **WIDE)
 
 
-def _config(vocab, **kw) -> BertConfig:
-    n = sum(1 for line in vocab.read_text(encoding="utf-8").splitlines() if line)
-    return BertConfig(vocab_size=n, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      intermediate_size=128, max_position_embeddings=128, **kw)
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, vocab):
-    from bertkit.modeling import BertForPreTraining
-
-    d = tmp_path_factory.mktemp("tiny")
-    torch.manual_seed(0)
-    BertForPreTraining(_config(vocab)).save_pretrained(d)
-    shutil.copy(vocab, d / "vocab.txt")
-    return d
-
-
-def test_export_onnx_heads_and_encoder(tmp_path, tiny_dir, vocab):
+def test_export_onnx_heads_and_encoder(tmp_path, tiny_dir):
     pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
     from bertkit.cli import main
     from bertkit.modeling import BertForQuestionAnswering
 
-    torch.manual_seed(4)
-    qa_dir = tmp_path / "qa"
-    BertForQuestionAnswering(_config(vocab)).save_pretrained(qa_dir)
-    shutil.copy(vocab, qa_dir / "vocab.txt")
+    qa_dir = finetune_base(tmp_path / "qa", BertForQuestionAnswering, seed=4, **WIDE)
     assert main(["export", "--onnx", str(qa_dir), str(tmp_path / "qa-onnx")]) == 0
     assert {p.name for p in (tmp_path / "qa-onnx").iterdir()} >= {"model.onnx", "config.json", "vocab.txt"}
     # a batch of another size and length than the traced one, with padding: dynamic axes and the mask both work

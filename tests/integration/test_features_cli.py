@@ -59,7 +59,8 @@ def test_embed_jsonl_pairs_and_per_token(tmp_path, model_dir, encoder):
 @pytest.mark.parametrize("content,suffix,message", [
     ("a\n\nb\n", ".txt", "line 2: empty text"),
     ('{"text": "a"}\n{"text": 3}\n', ".jsonl", "line 2: expected an object"),
-    ('{"text": "a"}\n{oops\n', ".jsonl", "line 2: invalid JSON"),
+    ('{"text": "a"}\n{oops\n', ".jsonl", "line 2: not valid JSON"),
+    ('{"text": "a"}\n[1, 2]\n', ".jsonl", "line 2: expected a JSON object, got list"),
     ("a\tb\nc\n", ".tsv", "line 2: some lines have a pair"),
 ])
 def test_embed_bad_input_names_the_line(tmp_path, model_dir, capsys, content, suffix, message):

@@ -9,39 +9,14 @@ import shutil
 
 import pytest
 import torch
+from tinymodels import FINETUNE_VOCAB, finetune_base, finetune_metrics, read_vocab
 
 from bertkit.cli import main
 
 
-def _vocab_size(path) -> int:
-    return sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line)
-
-
 @pytest.fixture(scope="module")
-def ft(fixtures_dir):
-    return fixtures_dir / "finetune"
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, ft):
-    from bertkit import BertConfig
-    from bertkit.modeling import BertForPreTraining
-
-    d = tmp_path_factory.mktemp("tiny")
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=_vocab_size(ft / "vocab.txt"), hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=4, intermediate_size=37, max_position_embeddings=128)
-    BertForPreTraining(config).save_pretrained(d)
-    shutil.copy(ft / "vocab.txt", d / "vocab.txt")
-    return d
-
-
-def _finetune(task, train, dev, model, out, *extra):
-    argv = ["finetune", "--task", task, "--train", str(train), "--dev", str(dev), "--model", str(model),
-            "--output", str(out), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet",
-            "--precision", "fp32", "--max-train-examples", "16", *extra]
-    assert main(argv) == 0
-    return json.loads((out / "metrics.json").read_text())
+def tiny_dir(tmp_path_factory):
+    return finetune_base(tmp_path_factory.mktemp("tiny"))
 
 
 def _compare_with_transformers(out, hf_class, bk_class, inputs):
@@ -60,7 +35,7 @@ def _compare_with_transformers(out, hf_class, bk_class, inputs):
 
 def test_glue_classification_end_to_end(tiny_dir, ft, tmp_path, capsys):
     out = tmp_path / "sst2"
-    metrics = _finetune("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", tiny_dir, out)
+    metrics = finetune_metrics("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", tiny_dir, out)
     assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["step"] == 2
     lines = (out / "predictions.tsv").read_text().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == 25
@@ -79,13 +54,13 @@ def test_glue_classification_end_to_end(tiny_dir, ft, tmp_path, capsys):
 
 def test_regression_and_generic_csv(tiny_dir, ft, tmp_path):
     out = tmp_path / "stsb"
-    m = _finetune("stsb", ft / "stsb_train.tsv", ft / "stsb_dev.tsv", tiny_dir, out)
+    m = finetune_metrics("stsb", ft / "stsb_train.tsv", ft / "stsb_dev.tsv", tiny_dir, out)
     assert {"pearson", "spearman"} <= set(m) and -1 <= m["pearson"] <= 1
     assert len(json.loads((out / "config.json").read_text())["id2label"]) == 1  # one output: regression
     pred = (out / "predictions.tsv").read_text().splitlines()[1]
     assert len(pred.split("\t")[1].split(".")[1]) == 3  # GLUE's STS-B format: 3 decimals
     out2 = tmp_path / "generic"
-    m2 = _finetune("classification", ft / "generic_train.csv", ft / "generic_dev.csv", tiny_dir, out2,
+    m2 = finetune_metrics("classification", ft / "generic_train.csv", ft / "generic_dev.csv", tiny_dir, out2,
                    "--text-column", "review", "--label-column", "sentiment")
     assert "accuracy" in m2 and "f1" in m2
     cfg = json.loads((out2 / "config.json").read_text())
@@ -99,7 +74,7 @@ def test_regression_and_generic_csv(tiny_dir, ft, tmp_path):
 def test_squad_v1_and_v2_end_to_end(tiny_dir, ft, tmp_path):
     extra = ["--max-seq-length", "64", "--doc-stride", "24", "--max-query-length", "16"]
     out = tmp_path / "squad"
-    m = _finetune("squad", ft / "squad_train.json", ft / "squad_dev.json", tiny_dir, out, *extra)
+    m = finetune_metrics("squad", ft / "squad_train.json", ft / "squad_dev.json", tiny_dir, out, *extra)
     assert 0 <= m["exact_match"] <= 100 and 0 <= m["f1"] <= 100
     preds = json.loads((out / "predictions.json").read_text())
     nbest = json.loads((out / "nbest_predictions.json").read_text())
@@ -112,7 +87,7 @@ def test_squad_v1_and_v2_end_to_end(tiny_dir, ft, tmp_path):
               "token_type_ids": torch.tensor([[0] * 4 + [1] * 3])}
     _compare_with_transformers(out, "BertForQuestionAnswering", "BertForQuestionAnswering", inputs)
     out2 = tmp_path / "squad2"
-    m2 = _finetune("squad_v2", ft / "squad_v2_train.json", ft / "squad_v2_dev.json", tiny_dir, out2, *extra)
+    m2 = finetune_metrics("squad_v2", ft / "squad_v2_train.json", ft / "squad_v2_dev.json", tiny_dir, out2, *extra)
     assert {"HasAns_exact", "NoAns_exact", "best_f1", "best_f1_thresh"} <= set(m2)
     assert m2["best_f1"] >= m2["f1"] - 1e-9 and m2["best_exact"] >= m2["exact_match"] - 1e-9  # 0.0 is a candidate
     assert (out2 / "null_odds.json").is_file()
@@ -125,14 +100,14 @@ def test_squad_v1_and_v2_end_to_end(tiny_dir, ft, tmp_path):
 
 def test_conll_fine_tuned_and_feature_based(tiny_dir, ft, tmp_path):
     out = tmp_path / "ner"
-    m = _finetune("conll2003", ft / "conll_train.txt", ft / "conll_dev.txt", tiny_dir, out)
+    m = finetune_metrics("conll2003", ft / "conll_train.txt", ft / "conll_dev.txt", tiny_dir, out)
     assert {"precision", "recall", "f1"} <= set(m)
     blocks = (out / "predictions.txt").read_text().strip().split("\n\n")
     assert len(blocks) == 8 and all(len(line.split()) == 3 for b in blocks for line in b.splitlines())
     inputs = {"input_ids": torch.tensor([[5, 20, 30, 6]])}
     _compare_with_transformers(out, "BertForTokenClassification", "BertForTokenClassification", inputs)
     fb = tmp_path / "ner_fb"
-    m2 = _finetune("conll2003", ft / "conll_train.txt", ft / "conll_dev.txt", tiny_dir, fb, "--feature-based",
+    m2 = finetune_metrics("conll2003", ft / "conll_train.txt", ft / "conll_dev.txt", tiny_dir, fb, "--feature-based",
                    "--feature-layers=-1,-2", "--tagger-hidden", "16")
     assert "f1" in m2 and (fb / "tagger.safetensors").is_file()
     from safetensors.torch import load_file
@@ -153,7 +128,7 @@ def test_conll_fine_tuned_and_feature_based(tiny_dir, ft, tmp_path):
 
 def test_swag_end_to_end(tiny_dir, ft, tmp_path):
     out = tmp_path / "swag"
-    m = _finetune("swag", ft / "swag_train.csv", ft / "swag_dev.csv", tiny_dir, out)
+    m = finetune_metrics("swag", ft / "swag_train.csv", ft / "swag_dev.csv", tiny_dir, out)
     assert 0 <= m["accuracy"] <= 1
     inputs = {"input_ids": torch.tensor([[[5, 20, 6, 30, 6], [5, 20, 6, 31, 6]]])}
     _compare_with_transformers(out, "BertForMultipleChoice", "BertForMultipleChoice", inputs)
@@ -162,12 +137,12 @@ def test_swag_end_to_end(tiny_dir, ft, tmp_path):
 def test_hf_model_directory_as_input(ft, tmp_path):
     transformers = pytest.importorskip("transformers")
     d = tmp_path / "hf"
-    config = transformers.BertConfig(vocab_size=_vocab_size(ft / "vocab.txt"), hidden_size=32, num_hidden_layers=2,
+    config = transformers.BertConfig(vocab_size=len(read_vocab(FINETUNE_VOCAB)), hidden_size=32, num_hidden_layers=2,
                                      num_attention_heads=4, intermediate_size=37, max_position_embeddings=128)
     transformers.BertForPreTraining(config).save_pretrained(d)
     shutil.copy(ft / "vocab.txt", d / "vocab.txt")
     (d / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
-    m = _finetune("cola", ft / "cola_train.tsv", ft / "cola_dev.tsv", d, tmp_path / "cola")
+    m = finetune_metrics("cola", ft / "cola_train.tsv", ft / "cola_dev.tsv", d, tmp_path / "cola")
     assert -1 <= m["mcc"] <= 1
 
 
@@ -192,7 +167,7 @@ def test_bad_input_exits_2_naming_file_and_line(tiny_dir, ft, tmp_path, capsys):
 
 def test_dropout_flag_is_applied_and_saved(tiny_dir, ft, tmp_path):
     out = tmp_path / "sst2-dropout"
-    _finetune("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", tiny_dir, out, "--dropout", "0.25")
+    finetune_metrics("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", tiny_dir, out, "--dropout", "0.25")
     config = json.loads((out / "config.json").read_text())
     assert config["hidden_dropout_prob"] == config["attention_probs_dropout_prob"] == 0.25
     assert main(["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--model", str(tiny_dir),
@@ -462,7 +437,7 @@ def test_evaluate_quantize_int8_runs_the_int8_model(tiny_dir, ft, tmp_path, monk
 
     monkeypatch.setattr(quantize, "quantize_model", spy)
     out = tmp_path / "sst2"
-    _finetune("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", tiny_dir, out)
+    finetune_metrics("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", tiny_dir, out)
     assert main(["evaluate", "--model", str(out), "--data", str(ft / "sst2_dev.tsv"), "--quiet",
                  "--output", str(tmp_path / "int8"), "--quantize", "int8"]) == 0
     assert seen == [("int8", True)]
@@ -478,7 +453,7 @@ def test_evaluate_quantize_int8_runs_the_int8_model(tiny_dir, ft, tmp_path, monk
 def test_finetune_tensorboard_writes_dev_metrics(tiny_dir, ft, tmp_path):
     ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
     out = tmp_path / "tb"
-    metrics = _finetune("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", tiny_dir, out, "--tensorboard")
+    metrics = finetune_metrics("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", tiny_dir, out, "--tensorboard")
     acc = ea.EventAccumulator(str(out / "tensorboard"))
     acc.Reload()
     points = acc.Scalars("dev/accuracy")

@@ -9,13 +9,9 @@ import shutil
 
 import pytest
 import torch
+from tinymodels import finetune_metrics
 
 from bertkit.cli import main
-
-
-@pytest.fixture(scope="module")
-def ft(fixtures_dir):
-    return fixtures_dir / "finetune"
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +31,6 @@ def modern_dir(tmp_path_factory, ft):
     return d
 
 
-def _finetune(task, train, dev, model, out, *extra):
-    argv = ["finetune", "--task", task, "--train", str(train), "--dev", str(dev), "--model", str(model),
-            "--output", str(out), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet",
-            "--precision", "fp32", "--max-train-examples", "16", *extra]
-    assert main(argv) == 0
-    return json.loads((out / "metrics.json").read_text())
-
-
 def _same_as_transformers(out, name, inputs):
     transformers = pytest.importorskip("transformers")
     from bertkit import modeling_modernbert as mb
@@ -59,7 +47,7 @@ def _same_as_transformers(out, name, inputs):
 
 def test_classification_then_evaluate(modern_dir, ft, tmp_path):
     out = tmp_path / "sst2"
-    metrics = _finetune("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", modern_dir, out)
+    metrics = finetune_metrics("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", modern_dir, out)
     assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["step"] == 2
     _same_as_transformers(out, "ModernBertForSequenceClassification",
                           {"input_ids": torch.tensor([[5, 20, 30, 6, 0]]),
@@ -81,7 +69,7 @@ def test_classification_then_evaluate(modern_dir, ft, tmp_path):
 ])
 def test_other_heads(modern_dir, ft, tmp_path, task, train, dev, head, inputs, extra):
     out = tmp_path / task
-    metrics = _finetune(task, ft / train, ft / dev, modern_dir, out, *extra)
+    metrics = finetune_metrics(task, ft / train, ft / dev, modern_dir, out, *extra)
     assert metrics["step"] >= 1
     _same_as_transformers(out, head, inputs)
 
@@ -94,7 +82,7 @@ def test_pipeline_and_predict_on_a_finetuned_modernbert(modern_dir, ft, tmp_path
     from bertkit.pipelines import load_pipeline
 
     out = tmp_path / "sst2"
-    _finetune("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", modern_dir, out)
+    finetune_metrics("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", modern_dir, out)
     pipe = load_pipeline(out, precision="fp32")
     texts = ["a fine film", "dull and slow"]
     logits = pipe.logits(texts)

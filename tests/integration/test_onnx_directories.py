@@ -10,7 +10,7 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
+from tinymodels import FINETUNE_FIXTURES, finetune_base, finetune_quickly
 
 from bertkit.cli import main
 from bertkit.errors import InputError
@@ -23,22 +23,10 @@ TEXTS = ["the film was good .", "the ending was boring , the cast was great .", 
 
 
 @pytest.fixture(scope="module")
-def sst2_dir(tmp_path_factory, fixtures_dir):
-    from bertkit import BertConfig
-    from bertkit.modeling import BertForPreTraining
-
-    ft = fixtures_dir / "finetune"
-    tiny = tmp_path_factory.mktemp("tiny")
-    vocab = [x for x in (ft / "vocab.txt").read_text(encoding="utf-8").splitlines() if x]
-    torch.manual_seed(0)
-    BertForPreTraining(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=37, max_position_embeddings=128)).save_pretrained(tiny)
-    shutil.copy(ft / "vocab.txt", tiny / "vocab.txt")
-    out = tmp_path_factory.mktemp("sst2")
-    assert main(["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--model", str(tiny),
-                 "--output", str(out), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet",
-                 "--precision", "fp32", "--max-train-examples", "16", "--device", "cpu"]) == 0
-    return out
+def sst2_dir(tmp_path_factory):
+    tiny = finetune_base(tmp_path_factory.mktemp("tiny"))
+    return finetune_quickly("sst2", FINETUNE_FIXTURES / "sst2_train.tsv", None, tiny, tmp_path_factory.mktemp("sst2"),
+                            "--device", "cpu")
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from tinymodels import NER_TEXTS, finetune_base, finetune_quickly, one_by_one_logits, random_ner_head
 
 from bertkit.cli import main
 from bertkit.pipelines import (
@@ -22,39 +23,12 @@ from bertkit.pipelines import (
 
 
 @pytest.fixture(scope="module")
-def ft(fixtures_dir):
-    return fixtures_dir / "finetune"
-
-
-def _vocab_size(path) -> int:
-    return sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line)
-
-
-def _config(ft):
-    from bertkit import BertConfig
-
-    return BertConfig(vocab_size=_vocab_size(ft / "vocab.txt"), hidden_size=32, num_hidden_layers=2,
-                      num_attention_heads=4, intermediate_size=37, max_position_embeddings=128)
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, ft):
-    from bertkit.modeling import BertForPreTraining
-
-    d = tmp_path_factory.mktemp("tiny")
-    torch.manual_seed(0)
-    BertForPreTraining(_config(ft)).save_pretrained(d)
-    shutil.copy(ft / "vocab.txt", d / "vocab.txt")
-    return d
+def tiny_dir(tmp_path_factory):
+    return finetune_base(tmp_path_factory.mktemp("tiny"))
 
 
 def _finetune(tmp_path_factory, tiny_dir, task, train, dev, *extra):
-    out = tmp_path_factory.mktemp(task)
-    argv = ["finetune", "--task", task, "--train", str(train), "--dev", str(dev), "--model", str(tiny_dir),
-            "--output", str(out), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet",
-            "--precision", "fp32", "--max-train-examples", "16", *extra]
-    assert main(argv) == 0
-    return out
+    return finetune_quickly(task, train, dev, tiny_dir, tmp_path_factory.mktemp(task), *extra)
 
 
 def _predict(model_dir, data, out):
@@ -76,19 +50,6 @@ def sst2_dir(tmp_path_factory, tiny_dir, ft):
     return _finetune(tmp_path_factory, tiny_dir, "sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv")
 
 
-def _one_by_one_logits(model_dir, tokenizer, texts, pairs=None, max_length=128, num_labels=None):
-    from bertkit.modeling import BertForSequenceClassification
-
-    extra = {"num_labels": num_labels} if num_labels else {}
-    model = BertForSequenceClassification.from_pretrained(model_dir, **extra).eval()
-    rows = []
-    with torch.no_grad():
-        for i, t in enumerate(texts):
-            enc = tokenizer.encode(t, pairs[i] if pairs else None, max_length=max_length)
-            rows.append(model(torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids])).logits[0])
-    return torch.stack(rows).numpy()
-
-
 def test_classification_equals_predict_and_the_model(sst2_dir, ft, tmp_path):
     rows = _tsv(ft / "sst2_dev.tsv")[1:]
     texts = [r[0] for r in rows]
@@ -99,7 +60,7 @@ def test_classification_equals_predict_and_the_model(sst2_dir, ft, tmp_path):
     top = pipe.predict(texts)
     assert [t[0]["label"] for t in top] == [p[1] for p in pred]
     # scores: the softmax of the model's own logits, batched and padded or not (1e-5 in fp32)
-    logits = _one_by_one_logits(sst2_dir, pipe.tokenizer, texts)
+    logits = one_by_one_logits(sst2_dir, pipe.tokenizer, texts)
     probs = torch.tensor(logits).softmax(-1).numpy()
     every = pipe.predict(texts, return_all_scores=True)
     for i, labels in enumerate(every):
@@ -127,7 +88,7 @@ def test_pairs_regression_scores(tmp_path_factory, tiny_dir, ft, tmp_path):
     out = pipe.predict(pairs)
     got = [o[0]["score"] for o in out]
     assert got == pytest.approx([float(p[1]) for p in pred], abs=6e-4)  # predictions.tsv keeps 3 decimals
-    logits = _one_by_one_logits(d, pipe.tokenizer, [p[0] for p in pairs], [p[1] for p in pairs])
+    logits = one_by_one_logits(d, pipe.tokenizer, [p[0] for p in pairs], [p[1] for p in pairs])
     assert got == pytest.approx(logits[:, 0].tolist(), abs=1e-5)  # the raw value: no sigmoid for regression
 
 
@@ -187,23 +148,8 @@ def test_ner_token_labels_equal_predict(conll_dir, ft, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def random_ner_dir(tmp_path_factory, ft):
-    """A random token-classification head over IOB labels: its guesses make groups of every shape."""
-    from bertkit.modeling import BertForTokenClassification
-
-    d = tmp_path_factory.mktemp("ner")
-    labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "MISC"]
-    torch.manual_seed(3)
-    config = _config(ft)
-    config.num_labels, config.id2label = len(labels), dict(enumerate(labels))
-    config.label2id = {x: i for i, x in enumerate(labels)}
-    BertForTokenClassification(config).save_pretrained(d)
-    shutil.copy(ft / "vocab.txt", d / "vocab.txt")
-    return d
-
-
-NER_TEXTS = ["Carol lives in Berlin and works for Acme Corp.", "Dave works for Globex  in London!",
-             "the ending was boring , the cast was great .", "Zürich's qwertyuiop is unknown"]
+def random_ner_dir(tmp_path_factory):
+    return random_ner_head(tmp_path_factory.mktemp("ner"))
 
 
 

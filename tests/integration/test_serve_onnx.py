@@ -3,14 +3,10 @@ PyTorch pipeline does (fp32 within 1e-4), and its encoder routes run the ONNX ev
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
-import torch
-from tinymodels import http_json
+from tinymodels import FINETUNE_FIXTURES, finetune_base, finetune_quickly, http_json
 
-from bertkit import BertConfig
 from bertkit.cli import main
 from bertkit.commands.serve import load_model
 from bertkit.serve.app import ServerThread, ServeSettings, create_app
@@ -21,21 +17,10 @@ TEXTS = ["the film was good .", "the ending was boring , the cast was great ."]
 
 
 @pytest.fixture(scope="module")
-def sst2_dir(tmp_path_factory, fixtures_dir):
-    from bertkit.modeling import BertForPreTraining
-
-    ft = fixtures_dir / "finetune"
-    base = tmp_path_factory.mktemp("base")
-    vocab = sum(1 for line in (ft / "vocab.txt").read_text(encoding="utf-8").splitlines() if line)
-    torch.manual_seed(0)
-    BertForPreTraining(BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=37, max_position_embeddings=128)).save_pretrained(base)
-    shutil.copy(ft / "vocab.txt", base / "vocab.txt")
-    out = tmp_path_factory.mktemp("sst2")
-    assert main(["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--model", str(base),
-                 "--output", str(out), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet",
-                 "--precision", "fp32", "--max-train-examples", "16", "--device", "cpu"]) == 0
-    return out
+def sst2_dir(tmp_path_factory):
+    base = finetune_base(tmp_path_factory.mktemp("base"))
+    return finetune_quickly("sst2", FINETUNE_FIXTURES / "sst2_train.tsv", None, base, tmp_path_factory.mktemp("sst2"),
+                            "--device", "cpu")
 
 
 def test_serve_backend_onnx_equals_torch(sst2_dir):

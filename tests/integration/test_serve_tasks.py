@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 import time
 
 import numpy as np
 import pytest
 import torch
-from tinymodels import http_json
+from tinymodels import FINETUNE_FIXTURES, finetune_base, finetune_quickly, http_json
 
-from bertkit import BertConfig
 from bertkit.cli import main
 from bertkit.commands.serve import load_model
 from bertkit.features import Encoder
@@ -34,26 +32,15 @@ def _tsv(path) -> list[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory, fixtures_dir):
-    from bertkit.modeling import BertForPreTraining
-
-    ft = fixtures_dir / "finetune"
-    base = tmp_path_factory.mktemp("base")
-    vocab = sum(1 for line in (ft / "vocab.txt").read_text(encoding="utf-8").splitlines() if line)
-    torch.manual_seed(0)
-    BertForPreTraining(BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=37, max_position_embeddings=128)).save_pretrained(base)
-    shutil.copy(ft / "vocab.txt", base / "vocab.txt")
+def dirs(tmp_path_factory):
+    ft = FINETUNE_FIXTURES
+    base = finetune_base(tmp_path_factory.mktemp("base"))
     out = {"base": base, "ft": ft}
     for task, train, dev, extra in [("sst2", "sst2_train.tsv", "sst2_dev.tsv", []),
                                     ("conll2003", "conll_train.txt", "conll_dev.txt", []),
                                     ("squad", "squad_train.json", "squad_dev.json",
                                      ["--max-seq-length", "40", "--doc-stride", "16", "--max-query-length", "16"])]:
-        d = tmp_path_factory.mktemp(task)
-        assert main(["finetune", "--task", task, "--train", str(ft / train), "--dev", str(ft / dev), "--model",
-                     str(base), "--output", str(d), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet",
-                     "--precision", "fp32", "--max-train-examples", "16", *extra]) == 0
-        out[task] = d
+        out[task] = finetune_quickly(task, ft / train, ft / dev, base, tmp_path_factory.mktemp(task), *extra)
     return out
 
 

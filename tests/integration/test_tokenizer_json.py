@@ -141,6 +141,46 @@ def test_pairs_truncation_and_decoding_as_transformers(modern_dir):
         hf(TEXTS, PAIRS, truncation=True, max_length=8)["input_ids"]
 
 
+def _train_unigram(path):
+    """A SentencePiece-style Unigram ``tokenizer.json`` with RoBERTa's special tokens and pair template
+    (``<s> A </s></s> B </s>``), and no tokenizer_config.json: the special tokens are found in the vocabulary."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=150, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                                      unk_token="<unk>", show_progress=False)
+    tok.train_from_iterator(CORPUS, trainer)
+    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")),
+                                                      ("<s>", tok.token_to_id("<s>")))
+    tok.save(str(path))
+
+
+def test_a_unigram_tokenizer_with_roberta_tokens_as_transformers(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    _train_unigram(tmp_path / "tokenizer.json")
+    tok = load_tokenizer(tmp_path)
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"), cls_token="<s>",
+                                              sep_token="</s>", pad_token="<pad>", mask_token="<mask>",
+                                              unk_token="<unk>")
+    assert (tok.cls_token, tok.sep_token, tok.pad_token, tok.mask_token, tok.unk_token) == \
+        ("<s>", "</s>", "<pad>", "<mask>", "<unk>")
+    for name in ("cls", "sep", "pad", "mask", "unk"):
+        assert getattr(tok, f"{name}_token_id") == getattr(hf, f"{name}_token_id"), name
+    for text in TEXTS:
+        want = hf(text, return_offsets_mapping=True)
+        got = tok.encode(text, truncation=False)
+        assert (got.ids, got.offsets, got.word_ids) == \
+            (want["input_ids"], [tuple(o) for o in want["offset_mapping"]], want.word_ids()), text
+    for max_length in (6, 10, 64):
+        assert [e.ids for e in tok.encode_batch(TEXTS, PAIRS, max_length=max_length)] == \
+            hf(TEXTS, PAIRS, truncation=True, max_length=max_length)["input_ids"], max_length
+    ids = hf(TEXTS[0])["input_ids"]
+    assert tok.decode(ids) == hf.decode(ids, skip_special_tokens=True)
+
+
 def test_save_pretrained_round_trips_through_transformers(modern_dir, tmp_path):
     tok = load_tokenizer(modern_dir)
     tok.save_pretrained(tmp_path)
@@ -273,6 +313,9 @@ def test_finetune_then_pipeline_on_a_bpe_directory(which, modern_dir, bert_dir, 
         want = Head.from_pretrained(out).eval()(batch["input_ids"], **model_inputs).logits
     torch.testing.assert_close(torch.as_tensor(np.asarray(pipe.logits(texts)), dtype=torch.float32), want,
                                atol=1e-5, rtol=1e-4)
+    assert main(["evaluate", "--model", str(out), "--data", str(ft / "sst2_dev.tsv"), "--quiet", "--precision",
+                 "fp32", "--output", str(tmp_path / "ev")]) == 0
+    assert json.loads((tmp_path / "ev" / "metrics.json").read_text())["accuracy"] == pytest.approx(metrics["accuracy"])
 
 
 def test_served_embed_and_tokenize_on_a_bpe_modernbert(modern_dir):
@@ -290,3 +333,122 @@ def test_served_embed_and_tokenize_on_a_bpe_modernbert(modern_dir):
         status, out = http_json(srv.url, "/tokenize", {"inputs": texts[1]}, timeout=60)
         assert status == 200, out
         assert [row["id"] for row in out[0]] == hf(texts[1])["input_ids"]
+
+
+def _finetune(task, train, dev, model, out, *extra):
+    assert main(["finetune", "--task", task, "--train", str(train), "--dev", str(dev), "--model", str(model),
+                 "--output", str(out), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet",
+                 "--precision", "fp32", "--max-train-examples", "16", *extra]) == 0
+    return json.loads((out / "metrics.json").read_text())
+
+
+@pytest.mark.filterwarnings("ignore:Tokenizer does not support real words")  # transformers says so for BPE
+def test_token_tagging_and_ner_pipeline_equal_transformers(modern_dir, fixtures_dir, tmp_path):
+    """CoNLL tagging fine-tunes on the BPE directory (words tokenized one by one, as transformers'
+    ``is_split_into_words``), and the NER pipeline's entities equal transformers' token-classification pipeline's on
+    the output directory, for every aggregation (byte-level BPE has no sub-word mark: words are told by spaces)."""
+    transformers = pytest.importorskip("transformers")
+    from bertkit.pipelines import load_pipeline
+
+    ft = fixtures_dir / "finetune"
+    out = tmp_path / "conll"
+    assert _finetune("conll2003", ft / "conll_train.txt", ft / "conll_dev.txt", modern_dir, out)["step"] >= 1
+    ours = load_pipeline(out, precision="fp32")
+    texts = ["Carol lives in Berlin, near the Rhine.", "EU rejects German call to boycott British lamb ."]
+    for strategy in ("none", "simple", "first", "average", "max"):
+        theirs = transformers.pipeline("token-classification", model=str(out), aggregation_strategy=strategy,
+                                       device="cpu", ignore_labels=[])
+        for text in texts:  # no label ignored: every token (word, group) is compared
+            got, want = ours.ner(text, aggregation_strategy=strategy, ignore_labels=[]), theirs(text)
+            assert len(want) >= (12 if strategy == "none" else 1)
+            key = "entity" if strategy == "none" else "entity_group"
+            assert [(g[key], g["word"], g["start"], g["end"]) for g in got] == \
+                [(w[key], w["word"], w["start"], w["end"]) for w in want], (strategy, text)
+            np.testing.assert_allclose([g["score"] for g in got], [float(w["score"]) for w in want], rtol=1e-4,
+                                       atol=1e-5)
+
+
+def test_span_qa_on_a_bpe_modernbert(modern_dir, fixtures_dir, tmp_path):
+    """SQuAD fine-tunes on the BPE directory (offsets place the answers), and the QA pipeline answers with a span of
+    the context in both conventions."""
+    from bertkit.pipelines import load_pipeline
+
+    ft = fixtures_dir / "finetune"
+    out = tmp_path / "squad"
+    metrics = _finetune("squad", ft / "squad_train.json", ft / "squad_dev.json", modern_dir, out, "--max-seq-length",
+                        "64", "--doc-stride", "24", "--max-query-length", "16")
+    assert metrics["step"] >= 1 and 0.0 <= metrics["f1"] <= 100.0
+    pipe = load_pipeline(out, precision="fp32")
+    context = "The cat sat on the mat in Berlin, near the river bank."
+    for convention in ("hf", "google"):
+        pipe.convention = convention
+        answer = pipe.answer(question="Where did the cat sit?", context=context)
+        assert context[answer["start"]:answer["end"]] == answer["answer"] and answer["answer"] in context
+
+
+def test_sentence_embedding_training_on_a_bpe_bert(bert_dir, fixtures_dir, tmp_path):
+    """``bertkit finetune --task pairs`` trains a BERT whose tokenizer is a BPE tokenizer.json; sentence-transformers
+    loads the output (with its tokenizer) and embeds as bertkit's Encoder does."""
+    st = pytest.importorskip("sentence_transformers")
+    fx = fixtures_dir / "embeddings"
+    out = tmp_path / "st"
+    assert main(["finetune", "--task", "pairs", "--train", str(fx / "train_pairs.tsv"), "--model", str(bert_dir),
+                 "--output", str(out), "--batch-size", "32", "--epochs", "1", "--lr", "1e-3", "--precision", "fp32",
+                 "--quiet"]) == 0
+    assert (out / "tokenizer.json").read_bytes() == (bert_dir / "tokenizer.json").read_bytes()
+    texts = ["the cat sat on the mat", "Café 🙂 東京, a big red dog ran to the river bank"]
+    want = st.SentenceTransformer(str(out), device="cpu").encode(texts)
+    np.testing.assert_allclose(Encoder.from_pretrained(out, precision="fp32").encode(texts), want, rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_served_fill_mask_equals_transformers_pipeline_on_a_bpe_modernbert(modern_dir):
+    """/fill-mask in the inference API's shape against transformers' fill-mask pipeline on the BPE ModernBERT: ids,
+    token_str and sequence decoded by the byte-level decoder, and scores."""
+    transformers = pytest.importorskip("transformers")
+    from bertkit.serve.app import ServerThread, ServeSettings, create_app
+
+    reference = transformers.pipeline("fill-mask", model=str(modern_dir), device="cpu")
+    texts = ["the cat [MASK] on the mat", "Café 🙂, a dog went to the [MASK].", "the [MASK] sat on the [MASK]"]
+    with ServerThread(create_app(Encoder.from_pretrained(modern_dir, precision="fp32"), ServeSettings())) as srv:
+        for text in texts:
+            status, got = http_json(srv.url, "/fill-mask", {"inputs": text, "parameters": {"top_k": 4}})
+            assert status == 200, got
+            want = reference(text, top_k=4)
+            got, want = (got, want) if text.count("[MASK]") > 1 else ([got], [want])
+            for g_mask, w_mask in zip(got, want, strict=True):
+                assert [(p["token"], p["token_str"], p["sequence"]) for p in g_mask] == [
+                    (p["token"], p["token_str"], p["sequence"]) for p in w_mask]
+                np.testing.assert_allclose([p["score"] for p in g_mask], [p["score"] for p in w_mask], rtol=1e-4,
+                                           atol=1e-6)
+
+
+def test_a_tokenizer_json_without_a_template_gets_berts(modern_dir, tmp_path, caplog):
+    """A file with no post-processor: every input gets [CLS] A [SEP] (B [SEP]), the shape bertkit's own builders
+    (SQuAD windows, tagging) use, and a warning says so; ids between the specials stay the library's."""
+    spec = json.loads((modern_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["post_processor"] = None
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    shutil.copy(modern_dir / "tokenizer_config.json", tmp_path / "tokenizer_config.json")
+    with caplog.at_level("WARNING", logger="bertkit"):
+        tok = load_tokenizer(tmp_path)
+    assert "no post-processor" in caplog.text and str(tmp_path) in caplog.text
+    with_template = load_tokenizer(modern_dir)
+    for a, b in zip(TEXTS, PAIRS):
+        assert tok.encode(a, b, truncation=False).ids == with_template.encode(a, b, truncation=False).ids
+        assert tok.encode(a, b, truncation=False).type_ids == with_template.encode(a, b, truncation=False).type_ids
+    assert pickle.loads(pickle.dumps(tok)).encode(TEXTS[0]).ids == with_template.encode(TEXTS[0]).ids
+
+
+def test_onnx_export_of_a_bpe_bert_keeps_its_tokenizer(bert_dir, tmp_path):
+    """``bertkit export --onnx`` copies tokenizer.json and its config; the exported directory (no PyTorch weights)
+    embeds through ONNX Runtime with the same tokenizer and numbers as the PyTorch directory."""
+    pytest.importorskip("onnxruntime")
+    out = tmp_path / "onnx"
+    assert main(["export", "--onnx", str(bert_dir), str(out), "--all-layers"]) == 0
+    assert (out / "tokenizer.json").read_bytes() == (bert_dir / "tokenizer.json").read_bytes()
+    assert (out / "encoder.onnx").is_file() and not (out / "model.safetensors").exists()
+    enc = Encoder.from_pretrained(out, backend="onnx")
+    assert isinstance(enc.tokenizer, FastTokenizer)
+    np.testing.assert_allclose(enc.encode(TEXTS[:4]), Encoder.from_pretrained(bert_dir, precision="fp32").encode(
+        TEXTS[:4]), rtol=1e-4, atol=1e-5)

@@ -37,11 +37,6 @@ def _save(path, model, ft):
     return path
 
 
-@pytest.fixture(scope="module")
-def ft(fixtures_dir):
-    return fixtures_dir / "finetune"
-
-
 def _classifier(tmp_path_factory, ft, labels, seed, problem_type=None):
     from bertkit.modeling import BertForSequenceClassification
 

@@ -6,11 +6,11 @@ are in tests/integration/test_pipelines.py."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pytest
 import torch
+from tinymodels import NER_TEXTS, finetune_base, one_by_one_logits, random_ner_head
 
 from bertkit.pipelines import (
     InputTooLongError,
@@ -21,53 +21,14 @@ from bertkit.pipelines import (
 
 
 @pytest.fixture(scope="module")
-def ft(fixtures_dir):
-    return fixtures_dir / "finetune"
+def tiny_dir(tmp_path_factory):
+    return finetune_base(tmp_path_factory.mktemp("tiny"))
 
 
-def _vocab_size(path) -> int:
-    return sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line)
-
-
-def _config(ft):
-    from bertkit import BertConfig
-
-    return BertConfig(vocab_size=_vocab_size(ft / "vocab.txt"), hidden_size=32, num_hidden_layers=2,
-                      num_attention_heads=4, intermediate_size=37, max_position_embeddings=128)
-
-
-def _one_by_one_logits(model_dir, tokenizer, texts, pairs=None, max_length=128, num_labels=None):
+def test_unnamed_labels_and_truncate_false(tmp_path):
     from bertkit.modeling import BertForSequenceClassification
 
-    extra = {"num_labels": num_labels} if num_labels else {}
-    model = BertForSequenceClassification.from_pretrained(model_dir, **extra).eval()
-    rows = []
-    with torch.no_grad():
-        for i, t in enumerate(texts):
-            enc = tokenizer.encode(t, pairs[i] if pairs else None, max_length=max_length)
-            rows.append(model(torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids])).logits[0])
-    return torch.stack(rows).numpy()
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, ft):
-    from bertkit.modeling import BertForPreTraining
-
-    d = tmp_path_factory.mktemp("tiny")
-    torch.manual_seed(0)
-    BertForPreTraining(_config(ft)).save_pretrained(d)
-    shutil.copy(ft / "vocab.txt", d / "vocab.txt")
-    return d
-
-
-def test_unnamed_labels_and_truncate_false(tmp_path, ft):
-    from bertkit.modeling import BertForSequenceClassification
-
-    torch.manual_seed(1)
-    config = _config(ft)
-    config.num_labels = 3
-    BertForSequenceClassification(config).save_pretrained(tmp_path)  # a head with no label names, no task config
-    shutil.copy(ft / "vocab.txt", tmp_path / "vocab.txt")
+    finetune_base(tmp_path, BertForSequenceClassification, seed=1, num_labels=3)  # no label names, no task config
     pipe = load_pipeline(tmp_path, precision="fp32")
     assert pipe.labels == ["LABEL_0", "LABEL_1", "LABEL_2"]
     out = pipe.predict(["the film is good ."], return_all_scores=True)[0]
@@ -80,20 +41,16 @@ def test_unnamed_labels_and_truncate_false(tmp_path, ft):
         pipe.rerank("q", ["a"])
 
 
-def test_rerank_on_a_one_label_head(tmp_path, ft):
+def test_rerank_on_a_one_label_head(tmp_path):
     from bertkit.modeling import BertForSequenceClassification
 
-    torch.manual_seed(2)
-    config = _config(ft)
-    config.num_labels = 1
-    BertForSequenceClassification(config).save_pretrained(tmp_path)  # a cross-encoder layout, as HF saves one
-    shutil.copy(ft / "vocab.txt", tmp_path / "vocab.txt")
+    finetune_base(tmp_path, BertForSequenceClassification, seed=2, num_labels=1)  # a cross-encoder, as HF saves one
     pipe = load_pipeline(tmp_path, precision="fp32", batch_size=2)
     assert pipe.kind == "rerank"
     texts = ["the film is good .", "the cast is grim .", "carol lives in berlin .", "the plot"]
     out = pipe.rerank("where does carol live ?", texts, return_text=True)
     raw = pipe.rerank("where does carol live ?", texts, raw_scores=True)
-    logits = _one_by_one_logits(tmp_path, pipe.tokenizer, ["where does carol live ?"] * 4, texts,
+    logits = one_by_one_logits(tmp_path, pipe.tokenizer, ["where does carol live ?"] * 4, texts,
                                 num_labels=1)[:, 0]
     assert [o["index"] for o in out] == list(np.argsort(-logits, kind="stable"))
     assert [o["text"] for o in out] == [texts[o["index"]] for o in out] and "text" not in raw[0]
@@ -116,23 +73,8 @@ def test_no_head_is_named(tiny_dir, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def random_ner_dir(tmp_path_factory, ft):
-    """A random token-classification head over IOB labels: its guesses make groups of every shape."""
-    from bertkit.modeling import BertForTokenClassification
-
-    d = tmp_path_factory.mktemp("ner")
-    labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "MISC"]
-    torch.manual_seed(3)
-    config = _config(ft)
-    config.num_labels, config.id2label = len(labels), dict(enumerate(labels))
-    config.label2id = {x: i for i, x in enumerate(labels)}
-    BertForTokenClassification(config).save_pretrained(d)
-    shutil.copy(ft / "vocab.txt", d / "vocab.txt")
-    return d
-
-
-NER_TEXTS = ["Carol lives in Berlin and works for Acme Corp.", "Dave works for Globex  in London!",
-             "the ending was boring , the cast was great .", "Zürich's qwertyuiop is unknown"]
+def random_ner_dir(tmp_path_factory):
+    return random_ner_head(tmp_path_factory.mktemp("ner"))
 
 
 def test_ner_simple_grouping_equals_transformers(random_ner_dir):

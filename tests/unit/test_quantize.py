@@ -8,8 +8,8 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from tinymodels import FINETUNE_VOCAB, WIDE, finetune_base, finetune_config
 
-from bertkit import BertConfig
 from bertkit.quantize import QuantizedModelError, fuse_qkv, is_quantized, pick_engine, quantize_model, resolve_quantize
 
 TEXTS = ["the film is good .", "carol lives in berlin and works for acme corp .", "the cast was grim",
@@ -17,25 +17,8 @@ TEXTS = ["the film is good .", "carol lives in berlin and works for acme corp ."
 
 
 @pytest.fixture(scope="module")
-def vocab(fixtures_dir):
-    return fixtures_dir / "finetune" / "vocab.txt"
-
-
-def _config(vocab, **kw) -> BertConfig:
-    n = sum(1 for line in vocab.read_text(encoding="utf-8").splitlines() if line)
-    return BertConfig(vocab_size=n, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      intermediate_size=128, max_position_embeddings=128, **kw)
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, vocab):
-    from bertkit.modeling import BertForPreTraining
-
-    d = tmp_path_factory.mktemp("tiny")
-    torch.manual_seed(0)
-    BertForPreTraining(_config(vocab)).save_pretrained(d)
-    shutil.copy(vocab, d / "vocab.txt")
-    return d
+def tiny_dir(tmp_path_factory):
+    return finetune_base(tmp_path_factory.mktemp("tiny"), **WIDE)
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -102,16 +85,16 @@ def test_pick_engine(monkeypatch):
         pick_engine()
 
 
-def test_pipeline_int8_close_to_fp32(tmp_path, vocab):
+def test_pipeline_int8_close_to_fp32(tmp_path):
     from bertkit.modeling import BertForSequenceClassification
     from bertkit.pipelines import load_pipeline
 
     torch.manual_seed(1)
-    model = BertForSequenceClassification(_config(vocab, id2label={0: "neg", 1: "pos", 2: "neutral"}))
+    model = BertForSequenceClassification(finetune_config(**WIDE, id2label={0: "neg", 1: "pos", 2: "neutral"}))
     with torch.no_grad():
         model.classifier.weight.mul_(50)  # spread the scores, so that a difference would show
     model.save_pretrained(tmp_path)
-    shutil.copy(vocab, tmp_path / "vocab.txt")
+    shutil.copy(FINETUNE_VOCAB, tmp_path / "vocab.txt")
     fp32 = load_pipeline(tmp_path, precision="fp32")
     int8 = load_pipeline(tmp_path, quantize="int8")
     assert int8.quantize == "int8" and is_quantized(int8.model) and not is_quantized(fp32.model)
@@ -125,7 +108,7 @@ def test_pipeline_int8_close_to_fp32(tmp_path, vocab):
 def test_quantized_model_refuses_training_and_saving(tiny_dir, tmp_path):
     from bertkit.modeling import BertForSequenceClassification
 
-    model = quantize_model(BertForSequenceClassification(_config(tiny_dir / "vocab.txt")), "int8")
+    model = quantize_model(BertForSequenceClassification(finetune_config(**WIDE)), "int8")
     with pytest.raises(QuantizedModelError, match="cannot train a int8-quantised model"):
         model.train()
     with pytest.raises(QuantizedModelError, match="cannot save a int8-quantised model.*load the fp32 model"):
@@ -136,7 +119,7 @@ def test_quantized_model_refuses_training_and_saving(tiny_dir, tmp_path):
     assert not any(p.requires_grad for p in model.parameters())
 
 
-def test_quantize_names_and_devices(vocab):
+def test_quantize_names_and_devices():
     from torch import nn
 
     assert resolve_quantize(None) is None and resolve_quantize("none") is None and resolve_quantize("INT8") == "int8"

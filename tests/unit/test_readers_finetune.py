@@ -14,11 +14,6 @@ from bertkit.data.squad import read_squad
 from bertkit.data.swag import read_swag
 
 
-@pytest.fixture
-def ft(fixtures_dir):
-    return fixtures_dir / "finetune"
-
-
 def test_glue_fixtures(ft):
     sst = read_glue(ft / "sst2_train.tsv", "sst2", require_label=True)
     assert len(sst) == 64 and {e.label for e in sst} == {"0", "1"} and sst[0].text_b is None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from bertkit.options import ExactComputeArgs, add_options
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
@@ -17,7 +19,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head", type=int, default=None, help="1..N (default: a grid of every head of the layer)")
     parser.add_argument("--output", default="attn.png", help="the PNG (default attn.png; attn.npz goes beside it)")
     parser.add_argument("--max-length", type=int, default=128, help="truncate to this many tokens")
-    parser.add_argument("--device", default="cpu")
+    add_options(parser, ExactComputeArgs)  # --device, --precision (fp32 unless asked)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,9 +27,11 @@ def run(args: argparse.Namespace) -> int:
 
     from bertkit.errors import InputError
     from bertkit.experiments import attention as A
+    from bertkit.precision import resolve_device
 
     try:
-        maps = A.attention_maps(args.model, args.text, args.pair, args.max_length, args.device)
+        maps = A.attention_maps(args.model, args.text, args.pair, args.max_length, resolve_device(args.device),
+                                precision=args.precision)
     except FileNotFoundError as e:
         raise InputError(f"--model: {e}") from None
     layer, head = A.check_layer_head(maps, args.layer, args.head)

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+
+from bertkit.options import add_options, seed_option
 
 SENTENCE = "the quick brown fox jumps over the lazy dog ."
+
+
+@dataclass
+class DemoSeed:
+    seed: int = seed_option(0, group=None, help="seed of the random weights")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-size", default="bert-tiny", help="a preset name (default: bert-tiny)")
     parser.add_argument("--text", default=SENTENCE, help="the sentence to run (whitespace-split into a toy vocab)")
-    parser.add_argument("--seed", type=int, default=0)
+    add_options(parser, DemoSeed)
 
 
 def run(args: argparse.Namespace) -> int:

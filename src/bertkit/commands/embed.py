@@ -14,13 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.readers import read_text
+from bertkit.data.readers import jsonl_records, read_text
 from bertkit.errors import InputError, MissingFileError
 from bertkit.files import atomic_write
+from bertkit.options import ComputeArgs, add_options
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -37,13 +39,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--max-length", type=int, default=None, help="tokens per input (default: the model's "
                         "max_seq_length, else 512)")
-    parser.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
-    parser.add_argument("--device", default="cpu")
     parser.add_argument("--quantize", default=None, choices=["int8"],
                         help="int8: dynamic int8 Linear layers on the CPU (faster; see docs/inference.md)")
     parser.add_argument("--backend", default="torch", choices=["torch", "onnx"],
                         help="onnx: run the encoder with ONNX Runtime (needs the 'onnx' extra)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_options(parser, ComputeArgs)  # --device (default: cuda when available; cpu for int8 / onnx), --precision
 
 
 def read_inputs(path: str) -> tuple[list[str], list[str] | None]:
@@ -58,26 +59,7 @@ def read_inputs(path: str) -> tuple[list[str], list[str] | None]:
         name, kind = str(p), p.suffix.lower().lstrip(".")
     texts: list[str] = []
     pairs: list[str] = []
-    for n, line in enumerate(lines, 1):
-        if kind == "jsonl":
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{name} line {n}: invalid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-                raise InputError(f"{name} line {n}: expected an object with a string field 'text'")
-            if "pair" in obj and not isinstance(obj["pair"], str):
-                raise InputError(f"{name} line {n}: field 'pair' must be a string")
-            text, pair = obj["text"], obj.get("pair")
-        elif kind == "tsv":
-            parts = line.split("\t")
-            if len(parts) > 2:
-                raise InputError(f"{name} line {n}: expected 'text' or 'text<TAB>pair', got {len(parts)} columns")
-            text, pair = parts[0], (parts[1] if len(parts) == 2 else None)
-        else:
-            text, pair = line, None
+    for n, text, pair in _rows(lines, name, kind):
         if not text.strip():
             raise InputError(f"{name} line {n}: empty text (every line must hold one text)")
         if texts and (pair is None) != (len(pairs) == 0):
@@ -90,8 +72,31 @@ def read_inputs(path: str) -> tuple[list[str], list[str] | None]:
     return texts, (pairs or None)
 
 
+def _rows(lines: list[str], name: str, kind: str) -> Iterator[tuple[int, str, str | None]]:
+    """(line number, text, pair or None) per input line; blank JSONL lines are skipped, as every JSONL reader's."""
+    if kind == "jsonl":
+        for n, obj in jsonl_records(lines):
+            if isinstance(obj, str):  # what is wrong with the line
+                raise InputError(f"{name} line {n}: {obj}")
+            if not isinstance(obj.get("text"), str):
+                raise InputError(f"{name} line {n}: expected an object with a string field 'text'")
+            if "pair" in obj and not isinstance(obj["pair"], str):
+                raise InputError(f"{name} line {n}: field 'pair' must be a string")
+            yield n, obj["text"], obj.get("pair")
+        return
+    for n, line in enumerate(lines, 1):
+        if kind != "tsv":
+            yield n, line, None
+            continue
+        parts = line.split("\t")
+        if len(parts) > 2:
+            raise InputError(f"{name} line {n}: expected 'text' or 'text<TAB>pair', got {len(parts)} columns")
+        yield n, parts[0], (parts[1] if len(parts) == 2 else None)
+
+
 def run(args: argparse.Namespace) -> int:
     from bertkit.features import Encoder, parse_layers, resolve_pooling  # torch: kept out of `bertkit embed -h`
+    from bertkit.precision import resolve_device
     from bertkit.training.rundir import check_writable
 
     out = args.output
@@ -102,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
     if pooling == "none" and out.suffix == ".npy":
         raise InputError("--pooling none gives one [T_i, D] array per text: write it to a .jsonl file")
     texts, pairs = read_inputs(args.input)
-    encoder = Encoder.from_pretrained(args.model, device=args.device, precision=args.precision,
+    device = resolve_device(args.device, cpu_only=args.quantize is not None or args.backend == "onnx")
+    encoder = Encoder.from_pretrained(args.model, device=device, precision=args.precision,
                                       quantize=args.quantize, backend=args.backend)
     pooling = pooling or encoder.defaults.pooling  # unnamed: a sentence-embedding model's own (Encoder.defaults)
     layers = parse_layers(args.layers) if args.layers else encoder.defaults.layers

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from bertkit.errors import InputError
+from bertkit.options import ExactComputeArgs, add_options
 
 MASK = "[MASK]"
 
@@ -21,10 +22,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                                                       "layout) with an MLM head and vocab.txt")
     parser.add_argument("text", nargs="+", help='texts holding [MASK], e.g. "the [MASK] sat on the mat ."')
     parser.add_argument("--top-k", type=int, default=5)
-    parser.add_argument("--precision", default="fp32", choices=["auto", "bf16", "fp32"],
-                        help="fp32 (default, exact), or bf16 / auto (bf16 where the CPU or GPU has it)")
-    parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", action="store_true", help="print one JSON object per text")
+    add_options(parser, ExactComputeArgs)  # --device, --precision (fp32 unless asked: the probabilities as computed)
 
 
 def print_predictions(texts: Sequence[str], results: list[list[list[dict]]], as_json: bool = False,
@@ -44,12 +43,13 @@ def print_predictions(texts: Sequence[str], results: list[list[list[dict]]], as_
 
 def run(args: argparse.Namespace) -> int:
     from bertkit.features import Encoder  # torch: kept out of `bertkit fill-mask -h`
+    from bertkit.precision import resolve_device
 
     if args.top_k < 1:
         raise InputError(f"--top-k must be >= 1, got {args.top_k}")
     missing = [t for t in args.text if MASK not in t]
     if missing:
         raise InputError(f"no {MASK} in {missing[0]!r}")
-    encoder = Encoder.from_pretrained(args.model, device=args.device, precision=args.precision)
+    encoder = Encoder.from_pretrained(args.model, device=resolve_device(args.device), precision=args.precision)
     print_predictions(args.text, encoder.fill_mask(args.text, top_k=args.top_k), args.json)
     return 0

@@ -4,54 +4,70 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
+
+from bertkit.experiments.probe import DEFAULT_POOLINGS, PROBE_TASKS, ProbeConfig
+from bertkit.options import ComputeArgs, add_options, from_args, option, seed_option
+
+NER = "NER (conll2003)"
+
+
+@dataclass(kw_only=True)
+class ProbeArgs:
+    """What ``bertkit probe`` reads, writes and fits; the defaults are ``ProbeConfig``'s."""
+
+    model: str = option(required=True, help="bertkit or Hugging Face BERT directory")
+    task: str = option(required=True, choices=PROBE_TASKS, help="the probing task")
+    train: str | None = option(None, help="training file (GLUE TSV / CoNLL); not needed for stsb")
+    dev: str = option(required=True, help="the file the probes are scored on")
+    output: str | None = option(None, help="directory (default probe-TASK)")
+    pooling: str = option(",".join(DEFAULT_POOLINGS), help=(
+        "comma-separated poolings (also mean_max, first, sep); NER always uses each word's first sub-token"))
+    max_seq_length: int = option(ProbeConfig.max_length, help="tokens per input")
+    max_train_examples: int = option(ProbeConfig.max_train_examples, help="use only the first N (0 = all)")
+    max_eval_examples: int = option(ProbeConfig.max_eval_examples, help="use only the first N (0 = all)")
+    l2: float = option(ProbeConfig.l2, help="logistic regression's L2 penalty")
+    batch_size: int = option(ProbeConfig.batch_size, help="feature extraction batch size")
+    tagger: str = option(ProbeConfig.tagger, choices=("bilstm", "linear"), group=NER,
+                         help="the tagger on the features (bilstm: 2 layers, as the paper)")
+    tagger_hidden: int = option(ProbeConfig.tagger_hidden, group=NER, help="the tagger's hidden size")
+    epochs: int = option(ProbeConfig.epochs, group=NER, help="tagger epochs")
+    tagger_lr: float = option(ProbeConfig.tagger_lr, group=NER, help="tagger Adam learning rate")
+
+
+@dataclass
+class ProbeCompute(ComputeArgs):
+    """Where the frozen model and the probes run, and the probes' seed."""
+
+    seed: int = seed_option(ProbeConfig.seed, group=None,
+                            help="seed of the probes' training (logistic regression, the NER tagger)")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from bertkit.experiments.probe import DEFAULT_POOLINGS, PROBE_TASKS
-
     parser.description = (
         "Freeze the model and, for each hidden state (the embeddings, then layers 1..L) and each pooling, fit a "
         "linear probe: logistic regression for SST-2 / MRPC, cosine-similarity Spearman for STS-B (no training), "
         "the feature-based BiLSTM tagger for CoNLL-2003 NER (plus the paper's Table 7 layer choices). Writes "
         "probe.csv, probe.md and probe.png (a layer x pooling heatmap); features are cached in OUTPUT/features.")
-    parser.add_argument("--model", required=True, help="bertkit or Hugging Face BERT directory")
-    parser.add_argument("--task", required=True, choices=PROBE_TASKS)
-    parser.add_argument("--train", default=None, help="training file (GLUE TSV / CoNLL); not needed for stsb")
-    parser.add_argument("--dev", required=True, help="the file the probes are scored on")
-    parser.add_argument("--output", default=None, help="directory (default probe-TASK)")
-    parser.add_argument("--pooling", default=",".join(DEFAULT_POOLINGS),
-                        help=f"comma-separated poolings (default {','.join(DEFAULT_POOLINGS)}; also mean_max, first, "
-                             "sep); NER always uses each word's first sub-token")
-    parser.add_argument("--max-seq-length", type=int, default=128)
-    parser.add_argument("--max-train-examples", type=int, default=0, help="use only the first N (0 = all)")
-    parser.add_argument("--max-eval-examples", type=int, default=0, help="use only the first N (0 = all)")
-    parser.add_argument("--l2", type=float, default=1e-3, help="logistic regression's L2 penalty (default 1e-3)")
-    parser.add_argument("--tagger", choices=("bilstm", "linear"), default="bilstm",
-                        help="NER: the tagger on the features (default bilstm, 2 layers, as the paper)")
-    parser.add_argument("--tagger-hidden", type=int, default=256)
-    parser.add_argument("--epochs", type=int, default=3, help="NER tagger epochs (default 3)")
-    parser.add_argument("--tagger-lr", type=float, default=1e-3, help="NER tagger Adam learning rate (default 1e-3)")
-    parser.add_argument("--batch-size", type=int, default=64, help="feature extraction batch size")
-    parser.add_argument("--device", default=None, help="cpu / cuda (default: cuda when available)")
-    parser.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp16", "fp32"))
-    parser.add_argument("--seed", type=int, default=0)
+    groups = add_options(parser, ProbeArgs)
+    add_options(parser, ProbeCompute, groups=groups)  # --device, --precision, --seed
 
 
 def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from bertkit.experiments.probe import ProbeConfig, run_probe
+    from bertkit.experiments.probe import run_probe
     from bertkit.precision import resolve_device
 
+    a: ProbeArgs = from_args(ProbeArgs, args)
+    compute: ProbeCompute = from_args(ProbeCompute, args)
     cfg = ProbeConfig(
-        model=Path(args.model), task=args.task, train=Path(args.train) if args.train else None, dev=Path(args.dev),
-        output=Path(args.output or f"probe-{args.task}"), poolings=[p for p in args.pooling.split(",") if p.strip()],
-        max_length=args.max_seq_length, max_train_examples=args.max_train_examples,
-        max_eval_examples=args.max_eval_examples, l2=args.l2, tagger=args.tagger, tagger_hidden=args.tagger_hidden,
-        epochs=args.epochs, tagger_lr=args.tagger_lr, batch_size=args.batch_size, device=resolve_device(args.device),
-        precision=args.precision,
-        seed=args.seed,
+        model=Path(a.model), task=a.task, train=Path(a.train) if a.train else None, dev=Path(a.dev),
+        output=Path(a.output or f"probe-{a.task}"), poolings=[p for p in a.pooling.split(",") if p.strip()],
+        max_length=a.max_seq_length, max_train_examples=a.max_train_examples, max_eval_examples=a.max_eval_examples,
+        l2=a.l2, tagger=a.tagger, tagger_hidden=a.tagger_hidden, epochs=a.epochs, tagger_lr=a.tagger_lr,
+        batch_size=a.batch_size, device=resolve_device(compute.device), precision=compute.precision, seed=compute.seed,
     )
     report = run_probe(cfg, say=lambda m: print(m, file=sys.stderr, flush=True))
     print((cfg.output / "probe.md").read_text(encoding="utf-8"), file=sys.stderr)

@@ -8,9 +8,11 @@ masked-word accuracy beside the unigram baseline, and fills in masked words with
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import RunError
+from bertkit.options import ComputeArgs, add_options, lr_option, seed_option, threads_option
 
 SENTENCES = [
     ("it is a truth universally acknowledged , that a single man in possession of a good fortune must be in want "
@@ -33,6 +35,15 @@ def bundled_corpus() -> list[Path]:
     return files
 
 
+@dataclass
+class QuickstartTraining(ComputeArgs):
+    """The flags quickstart shares with ``bertkit pretrain`` (one definition each, in ``bertkit.options``)."""
+
+    lr: float | None = lr_option(None, help="peak learning rate (default: the budget recipe's)", group=None)
+    seed: int = seed_option(0, group=None, help="seed of the weights, the data order and the masks")
+    threads: int | None = threads_option(group=None)
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__.splitlines()[0].split(": ", 1)[1]
     parser.add_argument("--output", default="runs/quickstart", help="run directory (default runs/quickstart)")
@@ -47,12 +58,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, default=32, help=(
         "sequence length (default 32: short sequences leave the unigram plateau in the fewest steps, "
         "docs/pretraining.md; the model then suits inputs of up to about 32 tokens)"))
-    parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the budget recipe's)")
-    parser.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: one per core)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier quickstart run in --output")
     parser.add_argument("--quiet", action="store_true")
+    add_options(parser, QuickstartTraining)  # --lr, --seed, --device, --precision, --threads: pretrain's own
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = PretrainConfig(
         corpus=[str(p) for p in corpus], output=args.output, vocab_size=args.vocab_size,
         model_size=args.model_size, seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr,
-        max_time=budget, save_every=200, log_every=25, eval_batches=8, precision=args.precision,
+        max_time=budget, save_every=200, log_every=25, eval_batches=8, precision=args.precision, device=args.device,
         seq_ramp="off", batch_ramp="off",
         seed=args.seed, overwrite=args.overwrite, quiet=args.quiet, threads=args.threads,
     )

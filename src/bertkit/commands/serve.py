@@ -13,12 +13,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 
 from bertkit.errors import InputError, RunError
+from bertkit.options import ComputeArgs, add_options, threads_option
+
+
+@dataclass
+class ServeCompute(ComputeArgs):
+    """Where the served models run (``--device``, ``--precision``) and the torch threads of the process."""
+
+    threads: int | None = threads_option(group=None)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from bertkit.options import add_options
     from bertkit.serve.app import ServeSettings
 
     # "--layers -1,-2,-3,-4" parses: cli.main joins a negative list to its flag (argparse takes it for an option)
@@ -29,16 +37,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key", default=os.environ.get("BERTKIT_API_KEY"),
                         help="require this key (Authorization: Bearer KEY or X-API-Key); default $BERTKIT_API_KEY")
-    parser.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
-    parser.add_argument("--device", default="cpu")
     parser.add_argument("--quantize", choices=("int8",), default=None,
                         help="dynamic int8 Linear layers (CPU; see bertkit.quantize): faster, within ~1%% of fp32")
     parser.add_argument("--backend", choices=("torch", "onnx"), default="torch",
                         help="onnx: ONNX Runtime (CPU; fp32, int8 with --quantize) on DIR/model.onnx "
                              "(model.int8.onnx) and DIR/encoder.onnx, exported from the weights when absent; see "
                              "docs/inference.md")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--log-level", default="info")
+    add_options(parser, ServeCompute)  # --device (default: cuda when available; cpu for int8 / onnx), --precision
     add_options(parser, ServeSettings)
 
 
@@ -48,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     from bertkit.errors import BertkitError
     from bertkit.options import from_args
+    from bertkit.precision import resolve_device
     from bertkit.serve.app import ServeSettings, create_app
     from bertkit.serve.server import bind_socket, settings_limits, uvicorn_config
 
@@ -56,11 +63,11 @@ def run(args: argparse.Namespace) -> int:
     raise_fd_limit()
     specs = parse_model_specs(args.model, args.model_id)
     settings = from_args(ServeSettings, args, api_key=args.api_key or None, model_id=next(iter(specs)))
+    device = resolve_device(args.device, cpu_only=args.quantize is not None or args.backend == "onnx")
     models = {}
     for name, directory in specs.items():
         try:
-            models[name] = load_model(directory, args.device, args.precision, args.quantize,
-                                      getattr(args, "backend", "torch"))
+            models[name] = load_model(directory, device, args.precision, args.quantize, args.backend)
         except InputError as exc:  # the loader names the file; say which flag gave it
             raise InputError(f"--model: {exc}") from None
         except BertkitError:

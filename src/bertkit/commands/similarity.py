@@ -17,6 +17,7 @@ import re
 import numpy as np
 
 from bertkit.errors import InputError
+from bertkit.options import ExactComputeArgs, add_options
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "saved setting, else -2)")
     parser.add_argument("--pooling", default=None, help="pooling for whole texts (default: the model's saved "
                         "pooling, else mean)")
-    parser.add_argument("--precision", default="fp32", choices=["auto", "bf16", "fp32"])
+    add_options(parser, ExactComputeArgs)  # --device, --precision (fp32 unless asked)
 
 
 def word_vectors(encoder, texts: list[str], word: str, layers) -> list:
@@ -67,10 +68,11 @@ def print_matrix(labels: list[str], d) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bertkit.features import Encoder, parse_layers  # torch: kept out of `bertkit similarity -h`
+    from bertkit.precision import resolve_device
 
     if len(args.texts) < 2:
         raise InputError(f"give at least two texts, got {len(args.texts)}")
-    encoder = Encoder.from_pretrained(args.model, precision=args.precision)
+    encoder = Encoder.from_pretrained(args.model, device=resolve_device(args.device), precision=args.precision)
     layers = parse_layers(args.layers) if args.layers else list(encoder.defaults.layers)
     args.layers = args.layers or ",".join(map(str, layers))
     args.pooling = args.pooling or encoder.defaults.pooling  # unnamed: a sentence-embedding model's own

@@ -32,16 +32,17 @@ class AttentionMaps:
 
 
 def attention_maps(model_dir: str | os.PathLike, text: str, pair: str | None = None, max_length: int = 128,
-                   device: str = "cpu") -> AttentionMaps:
-    """Run ``text`` (and ``pair``: ``[CLS] text [SEP] pair [SEP]``) through the model; every layer's attention."""
+                   device: str = "cpu", precision: str = "fp32") -> AttentionMaps:
+    """Run ``text`` (and ``pair``: ``[CLS] text [SEP] pair [SEP]``) through the model; every layer's attention
+    (computed at ``precision``, returned as float32)."""
     import torch
 
     from bertkit.features import Encoder
 
-    enc = Encoder.from_pretrained(model_dir, device=device, precision="fp32")
+    enc = Encoder.from_pretrained(model_dir, device=device, precision=precision)
     encoding = enc.tokenize([text], [pair] if pair is not None else None, max_length)[0]
     ids, types, mask = enc.collate([encoding])
-    with torch.inference_mode():
+    with torch.inference_mode(), enc.autocast():
         out = enc.bert(ids, mask, types, output_attentions=True)
     weights = torch.stack([a[0].float() for a in out.attentions]).cpu().numpy()  # [L, N, T, T]
     return AttentionMaps(list(encoding.tokens), weights.astype(np.float32), list(encoding.type_ids))

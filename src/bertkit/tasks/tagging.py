@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +121,10 @@ class TaggingTask(TaskBase):
         from bertkit.data.readers import DataError
 
         flat = [w for e in examples for w in e.words]
-        pieces = [enc.ids or [tokenizer.unk_token_id] for enc in
+        # a word the tokenizer drops entirely (e.g. only control characters) keeps one position to be labelled:
+        # [UNK], or [PAD] for a tokenizer.json without an unknown token (byte-level BPE never needs one)
+        empty = [tokenizer.unk_token_id if tokenizer.unk_token_id is not None else tokenizer.pad_token_id]
+        pieces = [enc.ids or empty for enc in
                   tokenizer.encode_batch(flat, truncation=False, add_special_tokens=False)]
         label2id = {t: i for i, t in enumerate(self.labels or [])}
         features, k, cut = [], 0, 0
@@ -315,9 +318,11 @@ def tokens_to_string(tokens: Sequence[str]) -> str:
     return text
 
 
-def group_entities(tokens: Sequence[dict]) -> list[dict]:
+def group_entities(tokens: Sequence[dict], join: Callable[[Sequence[str]], str] | None = None) -> list[dict]:
     """transformers' "simple" aggregation: consecutive tokens of the same entity type form one group unless a
-    token's tag is ``B-``; score = mean of the tokens' scores; word = the pieces joined; start/end of the span."""
+    token's tag is ``B-``; score = mean of the tokens' scores; word = the pieces joined (by ``join``, default
+    :func:`tokens_to_string`, WordPiece's); start/end of the span."""
+    join = join or tokens_to_string
     groups: list[list[dict]] = []
     for t in tokens:
         if groups:
@@ -329,5 +334,5 @@ def group_entities(tokens: Sequence[dict]) -> list[dict]:
         groups.append([t])
     return [{"entity_group": g[0]["entity"].split("-", 1)[-1],
              "score": float(sum(t["score"] for t in g) / len(g)),
-             "word": tokens_to_string([t["word"] for t in g]),
+             "word": join([t["word"] for t in g]),
              "start": g[0]["start"], "end": g[-1]["end"]} for g in groups]

@@ -13,6 +13,7 @@ token conversion, ``save_pretrained``).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +29,8 @@ from bertkit.tokenization.wordpiece import (
     BertTokenizer,
     find_vocab,
 )
+
+logger = logging.getLogger(__name__)
 
 SPECIAL_TOKENS_MAP_NAME = "special_tokens_map.json"
 # the special tokens bertkit's callers use, by transformers' attribute names
@@ -164,17 +167,29 @@ class FastTokenizer:
                              f"{SPECIAL_TOKENS_MAP_NAME}), and its vocabulary has neither BERT's [CLS]/[SEP]/[PAD] "
                              "nor RoBERTa's <s>/</s>/<pad>")
         self.all_special_ids = {getattr(self, n + "_id") for n in SPECIAL_NAMES} - {None}
+        if self._rust.post_processor is None:
+            # bertkit builds some inputs itself as [CLS] A [SEP] B [SEP] (SQuAD windows, tagging); every input gets
+            # that shape, where transformers would add no special tokens at all
+            from tokenizers import processors
+
+            logger.warning(f"bertkit: {self.source} has no post-processor (special-token template); inputs get "
+                           f"BERT's: {self.cls_token} A {self.sep_token} (B {self.sep_token})")
+            self._rust.post_processor = processors.TemplateProcessing(
+                single=f"{self.cls_token}:0 $A:0 {self.sep_token}:0",
+                pair=f"{self.cls_token}:0 $A:0 {self.sep_token}:0 $B:1 {self.sep_token}:1",
+                special_tokens=[(self.cls_token, self.cls_token_id), (self.sep_token, self.sep_token_id)])
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        del state["_lock"], state["_rust"]
+        del state["_lock"]
+        state["_rust"] = self._rust.to_str()  # as set up here (a template added), never truncating between calls
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         from tokenizers import Tokenizer
 
         self.__dict__.update(state)
-        self._rust = Tokenizer.from_str(self._spec)
+        self._rust = Tokenizer.from_str(state["_rust"])
         self._lock = threading.Lock()
 
     # ----------------------------------------------------------------------------------------------------------------
@@ -242,6 +257,16 @@ class FastTokenizer:
 
     def __repr__(self) -> str:
         return f"FastTokenizer({self.model_type}, size={len(self)}, source={str(self.source)!r})"
+
+    def convert_tokens_to_string(self, tokens: Sequence[str]) -> str:
+        """Tokens back to text by the file's decoder (space-joined without one), as transformers does."""
+        decoder = self._rust.decoder
+        return decoder.decode(list(tokens)) if decoder is not None else " ".join(tokens)
+
+    @property
+    def continuing_subword_prefix(self) -> str | None:
+        """The model's mark of a word's later pieces (None for byte-level BPE: words are told by spaces)."""
+        return getattr(self._rust.model, "continuing_subword_prefix", None) or None
 
     def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int]:
         """Token(s) -> id(s); unknown tokens map to the unknown token's id (None when the tokenizer has none)."""
