@@ -38,7 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "was saved, else no)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--max-length", type=int, default=None, help="tokens per input (default: the model's "
-                        "max_seq_length, else 512)")
+                        "max_seq_length, else its max_position_embeddings: 512 for BERT, 8192 for ModernBERT-base)")
     parser.add_argument("--quantize", default=None, choices=["int8"],
                         help="int8: dynamic int8 Linear layers on the CPU (faster; see docs/inference.md)")
     parser.add_argument("--backend", default="torch", choices=["torch", "onnx"],
