@@ -148,8 +148,7 @@ def _default_task(architecture: str, config: Any, directory: Path):
 
 
 def _read_config(directory: Path, architecture: str):
-    """The directory's config: ModernBERT's (a ``ModernBertFor*`` head, or ``model_type: modernbert``, as a
-    feature-based tagger on a ModernBERT is) or BERT's."""
+    """The directory's config: ModernBERT's (a ``ModernBertFor*`` head, or ``model_type: modernbert``) or BERT's."""
     from bertkit.checkpoint import model_type
     from bertkit.config import BertConfig
 
