@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,18 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
+def read_model_config(directory: str | os.PathLike) -> dict[str, Any]:
+    """A model directory's ``config.json`` as a dict, for code that must look at it before choosing a class
+    (export, pipelines). :class:`InputError` when the directory has none or it is not JSON."""
+    config_path = Path(directory) / "config.json"
+    if not config_path.is_file():
+        raise InputError(f"{directory}: no config.json (not a model directory)")
+    try:
+        return json.loads(config_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InputError(f"{config_path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+
+
 def head_fields(config: Any) -> dict[str, Any]:
     """A config's head fields as transformers writes them in config.json: ``id2label`` / ``label2id`` (``LABEL_i``
     for a head without names) and ``problem_type``. ``config`` has ``id2label``, ``label2id``, ``num_labels`` and
@@ -109,8 +122,115 @@ def head_fields(config: Any) -> dict[str, Any]:
 
 
 
+class EncoderConfig:
+    """What :class:`BertConfig` and ``ModernBertConfig`` share: the checks every encoder's sizes, ids and labels
+    pass, ``head_dim``, and reading / saving ``config.json``. Errors name the class and the field."""
+
+    vocab_size: int
+    hidden_size: int
+    num_attention_heads: int
+    pad_token_id: int | None
+    id2label: dict[int, str] | None
+    label2id: dict[str, int] | None
+    num_labels: int | None
+
+    def _bad(self, name: str, what: str) -> ConfigError:
+        return ConfigError(f"{type(self).__name__}.{name} must be {what}, got {getattr(self, name)!r}")
+
+    def _check_sizes(self, positive_ints: tuple[str, ...]) -> None:
+        """No field NaN or infinite (JSON allows both), the sizes positive integers, heads dividing the width."""
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise self._bad(f.name, "a finite number")
+        for name in positive_ints:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise self._bad(name, "a positive integer")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(f"{type(self).__name__}.hidden_size ({self.hidden_size}) must be divisible by "
+                              f"num_attention_heads ({self.num_attention_heads})")
+
+    def _check_positive(self, names: tuple[str, ...]) -> None:
+        for name in names:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise self._bad(name, "a positive number")
+
+    def _check_probabilities(self, names: tuple[str, ...]) -> None:
+        for name in names:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise self._bad(name, "a probability in [0, 1]")
+
+    def _check_pad_and_labels(self) -> None:
+        """The pad id inside the vocabulary; a head's labels completed from ``id2label`` (as transformers does)."""
+        pad = self.pad_token_id
+        if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < self.vocab_size):
+            raise self._bad("pad_token_id", f"an integer in [0, vocab_size={self.vocab_size})")
+        if self.id2label is not None:
+            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            if self.label2id is None:
+                self.label2id = {v: k for k, v in self.id2label.items()}
+            if self.num_labels is None:
+                self.num_labels = len(self.id2label)
+        n = self.num_labels
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n <= 0):
+            raise self._bad("num_labels", "a positive integer")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def _plain_fields(self) -> dict[str, Any]:
+        """The fields written to config.json as they are (the head's labels go through ``head_fields``)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)  # type: ignore[arg-type]
+                if f.name not in ("extra", "id2label", "label2id", "num_labels")}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> Any:
+        raise NotImplementedError
+
+    @classmethod
+    def _from_keys(cls, data: dict[str, Any], source: str, ignored: frozenset[str],
+                   translate: Callable[[str, Any], dict[str, Any] | None] | None = None) -> Any:
+        """Build from a config dict: its fields by name; ``translate(key, value)`` gives the fields another key stands
+        for (None: not one); bookkeeping keys (``ignored``, or starting with "_") are kept in ``extra``; any other
+        key is refused, naming it."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}  # type: ignore[arg-type]
+        kwargs: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in names:
+                kwargs[key] = value
+            elif translate is not None and (fields := translate(key, value)) is not None:
+                kwargs.update(fields)
+            elif key in ignored or key.startswith("_"):
+                extra[key] = value
+            else:
+                raise ConfigError(f"{source}: unknown config field {key!r}")
+        try:
+            return cls(**kwargs, extra=extra)
+        except (ValueError, TypeError) as e:  # ConfigError, or a value of the wrong type (int("x"))
+            raise ConfigError(f"{source}: {e}") from None
+
+    def to_dict(self, flavour: str = "hf") -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> Any:
+        return cls.from_dict(read_config_file(path), source=str(path))
+
+    def to_json_file(self, path: str | os.PathLike, flavour: str = "hf") -> None:
+        write_json(path, self.to_dict(flavour))
+
+    def save_pretrained(self, directory: str | os.PathLike) -> None:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        self.to_json_file(Path(directory) / "config.json")
+
+
 @dataclass
-class BertConfig:
+class BertConfig(EncoderConfig):
     """Hyper-parameters of a BERT encoder.
 
     Field names are those of Google's ``bert_config.json`` and Hugging Face's ``config.json``, so either file
@@ -137,48 +257,15 @@ class BertConfig:
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):  # JSON allows NaN and Infinity: no hyper-parameter may be either
-            value = getattr(self, f.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ConfigError(f"BertConfig.{f.name} must be a finite number, got {value!r}")
-        for name in (
-            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-            "max_position_embeddings", "type_vocab_size",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"BertConfig.{name} must be a positive integer, got {value!r}")
-        if self.hidden_size % self.num_attention_heads:
-            raise ConfigError(
-                f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
-                f"num_attention_heads ({self.num_attention_heads})"
-            )
+        self._check_sizes(("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                           "intermediate_size", "max_position_embeddings", "type_vocab_size"))
         if self.hidden_act not in ACTIVATIONS:
-            raise ConfigError(f"BertConfig.hidden_act must be one of {ACTIVATIONS}, got {self.hidden_act!r}")
+            raise self._bad("hidden_act", f"one of {ACTIVATIONS}")
         if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
-            raise ConfigError(
-                f"BertConfig.position_embedding_type must be one of {POSITION_EMBEDDING_TYPES}, "
-                f"got {self.position_embedding_type!r}"
-            )
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-                raise ConfigError(f"BertConfig.{name} must be a probability in [0, 1], got {value!r}")
-        for name in ("initializer_range", "layer_norm_eps"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or float(value) <= 0:
-                raise ConfigError(f"BertConfig.{name} must be a positive number, got {value!r}")
-        if self.pad_token_id is not None and (isinstance(self.pad_token_id, bool) or not isinstance(
-                self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size):
-            raise ConfigError(f"BertConfig.pad_token_id must lie in [0, vocab_size), got {self.pad_token_id!r}")
-        if self.id2label is not None:
-            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
-            if self.label2id is None:
-                self.label2id = {v: k for k, v in self.id2label.items()}
-            if self.num_labels is None:
-                self.num_labels = len(self.id2label)
-        if self.num_labels is not None and (not isinstance(self.num_labels, int) or self.num_labels <= 0):
-            raise ConfigError(f"BertConfig.num_labels must be a positive integer, got {self.num_labels!r}")
+            raise self._bad("position_embedding_type", f"one of {POSITION_EMBEDDING_TYPES}")
+        self._check_probabilities(("hidden_dropout_prob", "attention_probs_dropout_prob"))
+        self._check_positive(("initializer_range", "layer_norm_eps"))
+        self._check_pad_and_labels()
 
     # ------------------------------------------------------------------ presets
     @classmethod
@@ -192,10 +279,6 @@ class BertConfig:
         )
         values.update(overrides)
         return cls(**values)
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
 
     # ------------------------------------------------------------------ size
     def num_parameters(self, **sizes: int) -> int:
@@ -231,33 +314,17 @@ class BertConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> BertConfig:
         """Build from a Google or HF config dict. Unknown keys are rejected (HF bookkeeping keys are allowed)."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        kwargs: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
         if data.get("model_type") == "modernbert":  # bertkit.modeling_modernbert reads it; say so in one line
             raise ConfigError(f"{source}: a ModernBERT model (model_type 'modernbert'); this reads BERT models only "
                               f"so far (ModernBERT works in pretrain --arch modernbert, embed/features, fill-mask and "
                               f"bertkit.ModernBertFor*)")
-        for key, value in data.items():
-            if key in names:
-                kwargs[key] = value
-            elif key in _IGNORED_KEYS or key.startswith("_"):
-                extra[key] = value
-            else:
-                raise ConfigError(f"{source}: unknown config field {key!r}")
-        if kwargs.get("position_embedding_type") in (None, "absolute"):
-            kwargs.pop("position_embedding_type", None)
-        try:
-            return cls(**kwargs, extra=extra)
-        except (ValueError, TypeError) as e:  # ConfigError, or a value of the wrong type (int("x"))
-            raise ConfigError(f"{source}: {e}") from None
+        if data.get("position_embedding_type") in (None, "absolute"):
+            data = {k: v for k, v in data.items() if k != "position_embedding_type"}
+        return cls._from_keys(data, source, _IGNORED_KEYS)
 
     def to_dict(self, flavour: str = "hf") -> dict[str, Any]:
         """``flavour="hf"`` writes a ``transformers``-loadable config.json; ``"google"`` a bert_config.json."""
-        out: dict[str, Any] = {
-            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "id2label",
-                                                                                            "label2id", "num_labels")
-        }
+        out = self._plain_fields()
         if flavour == "google":
             out.pop("pad_token_id")
             out.pop("layer_norm_eps")
@@ -275,13 +342,6 @@ class BertConfig:
         return out
 
     @classmethod
-    def from_json_file(cls, path: str | os.PathLike) -> BertConfig:
-        return cls.from_dict(read_config_file(path), source=str(path))
-
-    def to_json_file(self, path: str | os.PathLike, flavour: str = "hf") -> None:
-        write_json(path, self.to_dict(flavour))
-
-    @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> BertConfig:
         """A directory holding ``config.json`` (or ``bert_config.json``), or a JSON file."""
         path = Path(path)
@@ -291,7 +351,3 @@ class BertConfig:
                     return cls.from_json_file(path / name)
             raise MissingFileError(f"{path}: no config.json or bert_config.json")
         return cls.from_json_file(path)
-
-    def save_pretrained(self, directory: str | os.PathLike) -> None:
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        self.to_json_file(Path(directory) / "config.json")

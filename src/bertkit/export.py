@@ -25,7 +25,6 @@ The backend: :class:`OnnxRuntimeModel` runs a head graph where a pipeline runs i
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -113,15 +112,10 @@ def load_for_export(directory: str | os.PathLike, hidden_states: bool = False
     (``hidden_states.0`` = embeddings .. ``hidden_states.L``) and ``pooler_output``, for ``Encoder``. A ModernBERT
     directory (``model_type: modernbert``) gives its ``ModernBertFor*`` head or ``ModernBertModel`` (no pooler)."""
     from bertkit import modeling, modeling_modernbert
+    from bertkit.config import read_model_config
 
     directory = Path(directory)
-    config_path = directory / "config.json"
-    if not config_path.is_file():
-        raise InputError(f"{directory}: no config.json (not a model directory)")
-    try:
-        data = json.loads(config_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{config_path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    data = read_model_config(directory)
     architectures = data.get("architectures") or []
     modern = data.get("model_type") == "modernbert"
     bare = "ModernBertModel" if modern else "BertModel"

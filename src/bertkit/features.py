@@ -314,14 +314,19 @@ class Encoder:
             has_pooler=has_pooler,
             mlm_head=model.cls.predictions if has_mlm else None,
         )
+        return encoder._finish(path, quantize, backend, sentence)
+
+    def _finish(self, path: Path, quantize: str | None, backend: str, sentence) -> Encoder:
+        """The last steps of loading either architecture: the ONNX runner, and a sentence-transformers directory's
+        pooling, normalisation and length as this encoder's defaults."""
         if backend == "onnx":
             from bertkit.export import use_onnx_runtime
 
-            use_onnx_runtime(encoder, path, quantize)
+            use_onnx_runtime(self, path, quantize)
         if sentence is not None:
-            encoder.defaults = EncodeDefaults((-1,), sentence.pooling, sentence.normalize,
-                                              sentence.max_seq_length or EncodeDefaults.max_length)
-        return encoder
+            self.defaults = EncodeDefaults((-1,), sentence.pooling, sentence.normalize,
+                                           sentence.max_seq_length or EncodeDefaults.max_length)
+        return self
 
     @classmethod
     def _from_modernbert(cls, path: Path, tokenizer: BertTokenizer | FastTokenizer, device: str, precision: str,
@@ -345,14 +350,7 @@ class Encoder:
             model, precision = quantize_model(model, quantize, device), "fp32"  # before the MLM head is taken
         encoder = cls(model, tokenizer, device=device, precision=precision, has_pooler=False,
                       mlm_head=torch.nn.Sequential(model.head, model.decoder) if has_mlm else None)
-        if backend == "onnx":
-            from bertkit.export import use_onnx_runtime
-
-            use_onnx_runtime(encoder, path, quantize)
-        if sentence is not None:
-            encoder.defaults = EncodeDefaults((-1,), sentence.pooling, sentence.normalize,
-                                              sentence.max_seq_length or EncodeDefaults.max_length)
-        return encoder
+        return encoder._finish(path, quantize, backend, sentence)
 
     # ------------------------------------------------------------------ pieces shared with the server
 

@@ -21,7 +21,6 @@ library loads in the other.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -33,9 +32,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit import checkpoint, ops
-from bertkit.config import ConfigError, _available_memory, head_fields, read_config_file
+from bertkit.config import ConfigError, EncoderConfig, _available_memory, head_fields
 from bertkit.errors import MissingFileError
-from bertkit.files import write_json
 from bertkit.modeling import (
     ACT2FN,
     ATTENTION_FUNCTIONS,
@@ -74,7 +72,7 @@ _IGNORED_KEYS = frozenset(
 
 
 @dataclass
-class ModernBertConfig:
+class ModernBertConfig(EncoderConfig):
     """Hyper-parameters of a ModernBERT encoder, with the field names of ``transformers``' ``ModernBertConfig``.
 
     ``layer_types`` (transformers >= 5) lists each layer's attention, ``"full_attention"`` or ``"sliding_attention"``;
@@ -124,62 +122,33 @@ class ModernBertConfig:
     model_type = "modernbert"
 
     def __post_init__(self) -> None:
-        def bad(name: str, what: str) -> ConfigError:
-            return ConfigError(f"ModernBertConfig.{name} must be {what}, got {getattr(self, name)!r}")
-
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise bad(f.name, "a finite number")
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                     "max_position_embeddings", "global_attn_every_n_layers", "local_attention"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise bad(name, "a positive integer")
-        if self.hidden_size % self.num_attention_heads:
-            raise ConfigError(f"ModernBertConfig.hidden_size ({self.hidden_size}) must be divisible by "
-                              f"num_attention_heads ({self.num_attention_heads})")
+        self._check_sizes(("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                           "num_attention_heads", "max_position_embeddings", "global_attn_every_n_layers",
+                           "local_attention"))
         if self.head_dim % 2:
             raise ConfigError(f"ModernBertConfig: the head size hidden_size / num_attention_heads ({self.head_dim}) "
                               f"must be even for rotary position embeddings")
         if self.local_attention < 2 or self.local_attention % 2:
-            raise bad("local_attention", "an even integer >= 2 (the window: local_attention // 2 on either side)")
+            raise self._bad("local_attention", "an even integer >= 2 (the window: local_attention // 2 on either side)")
         for name in ("hidden_activation", "classifier_activation"):
             if getattr(self, name) not in ACT2FN:
-                raise bad(name, f"one of {sorted(ACT2FN)}")
+                raise self._bad(name, f"one of {sorted(ACT2FN)}")
         if self.classifier_pooling not in POOLINGS:
-            raise bad("classifier_pooling", f"one of {POOLINGS}")
-        for name in ("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-                raise bad(name, "a probability in [0, 1]")
-        for name in ("initializer_range", "initializer_cutoff_factor", "norm_eps", "global_rope_theta",
-                     "local_rope_theta"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise bad(name, "a positive number")
+            raise self._bad("classifier_pooling", f"one of {POOLINGS}")
+        self._check_probabilities(("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"))
+        self._check_positive(("initializer_range", "initializer_cutoff_factor", "norm_eps", "global_rope_theta",
+                              "local_rope_theta"))
         for name in ("norm_bias", "attention_bias", "mlp_bias", "decoder_bias", "sparse_prediction"):
             if not isinstance(getattr(self, name), bool):
-                raise bad(name, "true or false")
-        if self.pad_token_id is not None and (isinstance(self.pad_token_id, bool) or not isinstance(
-                self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size):
-            raise bad("pad_token_id", f"an integer in [0, vocab_size={self.vocab_size})")
+                raise self._bad(name, "true or false")
         if self.layer_types is None:
             n = self.global_attn_every_n_layers
             self.layer_types = [GLOBAL if i % n == 0 else LOCAL for i in range(self.num_hidden_layers)]
         if (not isinstance(self.layer_types, list) or len(self.layer_types) != self.num_hidden_layers
                 or any(t not in (GLOBAL, LOCAL) for t in self.layer_types)):
-            raise bad("layer_types", f"a list of {self.num_hidden_layers} (num_hidden_layers) entries, each "
-                                     f"{GLOBAL!r} or {LOCAL!r}")
-        if self.id2label is not None:
-            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
-            if self.label2id is None:
-                self.label2id = {v: k for k, v in self.id2label.items()}
-            if self.num_labels is None:
-                self.num_labels = len(self.id2label)
-        if self.num_labels is not None and (isinstance(self.num_labels, bool) or not isinstance(self.num_labels, int)
-                                            or self.num_labels <= 0):
-            raise bad("num_labels", "a positive integer")
+            raise self._bad("layer_types", f"a list of {self.num_hidden_layers} (num_hidden_layers) entries, each "
+                                           f"{GLOBAL!r} or {LOCAL!r}")
+        self._check_pad_and_labels()
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> ModernBertConfig:
@@ -192,10 +161,6 @@ class ModernBertConfig:
                                       intermediate_size=intermediate)
         values.update(overrides)
         return cls(**values)
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
 
     @property
     def sliding_window(self) -> int:
@@ -250,9 +215,6 @@ class ModernBertConfig:
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> ModernBertConfig:
         """Build from a transformers ``config.json`` dict (4.x or 5.x keys). Unknown keys are rejected, naming the
         field (transformers' bookkeeping keys are allowed)."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        kwargs: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
         model_type = data.get("model_type", cls.model_type)
         if model_type != cls.model_type:
             raise ConfigError(f"{source}: model_type is {model_type!r}, not 'modernbert' "
@@ -260,21 +222,13 @@ class ModernBertConfig:
         if data.get("tie_word_embeddings", True) is not True:
             raise ConfigError(f"{source}: tie_word_embeddings false is not supported (the MLM decoder is the "
                               f"token embedding matrix)")
-        for key, value in data.items():
-            if key in names:
-                kwargs[key] = value
-            elif key == "rope_parameters" and value is not None:
-                kwargs.update(_rope_thetas(value, source, data))
-            elif key == "rope_scaling" and value is not None:
+
+        def translate(key: str, value: Any) -> dict[str, Any] | None:
+            if key == "rope_scaling" and value is not None:
                 raise ConfigError(f"{source}: rope_scaling {value!r} is not supported (default rotary only)")
-            elif key in ("model_type", "tie_word_embeddings") or key in _IGNORED_KEYS or key.startswith("_"):
-                extra[key] = value
-            else:
-                raise ConfigError(f"{source}: unknown config field {key!r}")
-        try:
-            return cls(**kwargs, extra=extra)
-        except (ValueError, TypeError) as e:
-            raise ConfigError(f"{source}: {e}") from None
+            return _rope_thetas(value, source, data) if key == "rope_parameters" and value is not None else None
+
+        return cls._from_keys(data, source, _IGNORED_KEYS | {"model_type", "tie_word_embeddings"}, translate)
 
     def to_dict(self, flavour: str = "hf") -> dict[str, Any]:
         """transformers' ``config.json`` (``flavour`` "hf", the only one: there is no Google format): 5.x's
@@ -284,8 +238,7 @@ class ModernBertConfig:
         if flavour != "hf":
             raise ConfigError(f"ModernBERT configs are written in transformers' format only (flavour 'hf'), "
                               f"not {flavour!r}")
-        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                               if f.name not in ("extra", "id2label", "label2id", "num_labels")}
+        out = self._plain_fields()
         out["model_type"] = self.model_type
         out["layer_types"] = list(self.layer_types)
         out["rope_parameters"] = {
@@ -300,10 +253,6 @@ class ModernBertConfig:
         return out
 
     @classmethod
-    def from_json_file(cls, path: str | os.PathLike) -> ModernBertConfig:
-        return cls.from_dict(read_config_file(path), source=str(path))
-
-    @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> ModernBertConfig:
         """A directory holding ``config.json``, or a JSON file."""
         path = Path(path)
@@ -312,13 +261,6 @@ class ModernBertConfig:
                 raise MissingFileError(f"{path}: no config.json")
             path = path / checkpoint.CONFIG_NAME
         return cls.from_json_file(path)
-
-    def to_json_file(self, path: str | os.PathLike) -> None:
-        write_json(path, self.to_dict())
-
-    def save_pretrained(self, directory: str | os.PathLike) -> None:
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        self.to_json_file(Path(directory) / checkpoint.CONFIG_NAME)
 
 
 def _rope_thetas(rope: Any, source: str, data: dict[str, Any]) -> dict[str, float]:

@@ -36,7 +36,6 @@ the logits.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -85,16 +84,11 @@ class InputTooLongError(InputError):
 
 def read_head(directory: str | os.PathLike) -> tuple[str, dict[str, Any]]:
     """(architecture, saved task config) of a model directory. Raises :class:`NoHeadError` naming what is missing."""
+    from bertkit.config import read_model_config
     from bertkit.tasks import read_task_config
 
     directory = Path(directory)
-    config_path = directory / "config.json"
-    if not config_path.is_file():
-        raise InputError(f"{directory}: no config.json (not a model directory)")
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{config_path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    config = read_model_config(directory)
     saved = read_task_config(directory)
     if (directory / "tagger_config.json").is_file():  # feature-based tagger: BertModel + a small tagger
         return "BertForTokenClassification", saved
@@ -103,7 +97,7 @@ def read_head(directory: str | os.PathLike) -> tuple[str, dict[str, Any]]:
     if not heads:
         found = f"architectures {architectures}" if architectures else "no 'architectures' field"
         raise NoHeadError(
-            f"{config_path}: {found}; a task pipeline needs a fine-tuned head, one of {', '.join(HEADS)} "
+            f"{directory / 'config.json'}: {found}; a task pipeline needs a fine-tuned head, one of {', '.join(HEADS)} "
             "(fine-tune one with `bertkit finetune`; this directory serves embeddings only)"
         )
     return heads[0], saved

@@ -97,3 +97,22 @@ def test_ner_probe_layers_and_table7(model_dir, ft, tmp_path, capsys):
     assert len(feats) == 1 and words.shape[1:] == (4, 32)  # [words, L+1, H]
     assert all(not np.allclose(words[:, i], words[:, i + 1]) for i in range(3))
     assert (out / "probe_table7.png").is_file() and "Table 7" in (out / "probe.md").read_text()
+
+
+def test_feature_cache_key_follows_the_tokenizer_files(tmp_path):
+    """The cache key changes when any tokenizer file changes (a BPE ``tokenizer.json`` as much as ``vocab.txt``), so
+    features computed with another tokenizer are never reused; it stays put when nothing changed."""
+    from bertkit.experiments.probe import model_fingerprint
+
+    (tmp_path / "config.json").write_text('{"model_type": "modernbert"}')
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    before = model_fingerprint(tmp_path)
+    assert model_fingerprint(tmp_path) == before
+    keys = {before}
+    for name, text in (("tokenizer.json", '{"model": {"type": "BPE"}}'), ("tokenizer_config.json", "{}"),
+                       ("special_tokens_map.json", '{"cls_token": "<s>"}'), ("vocab.txt", "[PAD]\n")):
+        (tmp_path / name).write_text(text)
+        keys.add(model_fingerprint(tmp_path))
+    (tmp_path / "tokenizer.json").write_text('{"model": {"type": "BPE", "vocab": {"a": 0}}}')
+    keys.add(model_fingerprint(tmp_path))
+    assert len(keys) == 6

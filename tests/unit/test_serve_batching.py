@@ -67,7 +67,9 @@ def test_back_pressure_cancellation_and_shutdown(encoder):
         queue.submit(encoder.tokenize(["a"]), encoder.spec())
     gate = threading.Event()
     queue.start()
-    blocker = queue.call(lambda enc: gate.wait(30))  # hold the worker so requests pile up
+    started = threading.Event()
+    blocker = queue.call(lambda enc: (started.set(), gate.wait(30))[1])  # hold the worker so requests pile up
+    assert started.wait(30)  # else the worker could take the next request in the same wake-up as this call
     first = queue.submit(encoder.tokenize(["the cat", "a dog"]), encoder.spec())
     cancelled = queue.submit(encoder.tokenize(["red mat"]), encoder.spec())
     with pytest.raises(QueueFull, match="limit 4"):

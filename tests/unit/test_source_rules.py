@@ -2,7 +2,11 @@
 
 - no function longer than 100 lines, no file longer than 750 lines (modeling.py, the one model file, excepted);
 - no argparse private names (a parser upgrade must not break the CLI);
-- no recipe calls clip_grad_norm_ / unscale_ or creates a GradScaler itself: training/ does, once.
+- no recipe calls clip_grad_norm_ / unscale_ or creates a GradScaler itself: training/ does, once;
+- no run of 6 lines written twice in src/, but in the model files (their BertFor* / ModernBertFor* heads are alike
+  by design: one readable file per architecture). The `duplicates` tool also finds pairs alike in shape only; the
+  ones it lists today are declarations (the two config dataclasses' fields, the command table, task_config dicts,
+  signatures, conlleval's two rules), listed in the closing note of issue 21.
 """
 
 from __future__ import annotations
@@ -68,3 +72,60 @@ def test_the_rules_catch_what_they_name(tmp_path):
     pattern = re.compile(r"\.(" + "|".join(ARGPARSE_PRIVATE) + r")\b")
     assert pattern.search("groups = {g.title: g for g in parser._action_groups}")
     assert not pattern.search("parser.add_argument_group('x')")
+
+
+MODEL_FILES = {"modeling.py", "modeling_modernbert.py"}
+RUN = 6
+
+
+def _code_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, stripped line) of the lines that carry code: no imports, blank lines, comments or lone
+    brackets."""
+    imports = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imports.update(range(node.lineno, node.end_lineno + 1))
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if i not in imports and s and not s.startswith("#") and s.strip(")]},:") != "":
+            out.append((i, s))
+    return out
+
+
+def duplicate_runs(sources: dict[str, str], allowed: set[str] = frozenset()) -> list[str]:
+    """Places where RUN consecutive code lines stand again elsewhere, to the letter, except between two files of
+    ``allowed``."""
+    seen: dict[tuple[str, ...], tuple[str, int]] = {}
+    found = []
+    for name, text in sorted(sources.items()):
+        lines = _code_lines(text)
+        last = {}  # a run's repeats within a long duplicate are one finding
+        for k in range(len(lines) - RUN + 1):
+            window = tuple(s for _, s in lines[k:k + RUN])
+            line = lines[k][0]
+            if window not in seen:
+                seen[window] = (name, line)
+                continue
+            other, other_line = seen[window]
+            if (other == name and other_line == line) or (other in allowed and name in allowed):
+                continue
+            if last.get(other) == k - 1:
+                last[other] = k
+                continue
+            last[other] = k
+            found.append(f"{name}:{line} repeats {other}:{other_line}")
+    return found
+
+
+def test_the_duplicate_finder_finds_a_copied_block():
+    block = "\n".join(f"x{i} = compute({i}, y)" for i in range(7))
+    body = "\n".join("    " + line for line in block.splitlines())
+    sources = {"a.py": "def f():\n" + body, "b.py": "z = 1\n" + block + "\nw = 2", "c.py": block[:40]}
+    assert duplicate_runs(sources) == ["b.py:2 repeats a.py:2"]
+    assert duplicate_runs(sources, allowed={"a.py", "b.py"}) == []
+
+
+def test_no_code_written_twice_outside_the_model_files():
+    sources = {str(p.relative_to(SRC)): p.read_text(encoding="utf-8") for p in _sources()}
+    assert duplicate_runs(sources, allowed=MODEL_FILES) == []

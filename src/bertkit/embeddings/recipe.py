@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from bertkit import options as opts
 from bertkit.embeddings.data import TextRows
 from bertkit.embeddings.evaluate import sts_metrics
 from bertkit.embeddings.gradcache import Column, average_gradients, cached_step, length_chunks, plain_step
@@ -36,18 +37,7 @@ from bertkit.errors import InputError
 from bertkit.features import EncodeDefaults, Encoder, pool
 from bertkit.files import write_json
 from bertkit.modeling import BertModel, Packing
-from bertkit.options import (
-    clip_option,
-    device_option,
-    lr_option,
-    max_steps_option,
-    option,
-    output_option,
-    precision_option,
-    seed_option,
-    threads_option,
-    warmup_option,
-)
+from bertkit.options import option
 from bertkit.precision import autocast, grad_scaler, resolve_precision
 from bertkit.st_format import (
     TO_ST_POOLING,
@@ -87,7 +77,7 @@ class EmbeddingTrainArgs:
                        "MultipleNegativesRankingLoss; sts: (text, text, score) with CoSENT")
     train: str = option(None, required=True, help="training file (text, TSV, CSV, JSONL, SQuAD JSON)")
     model: str = option(None, required=True, help="bertkit, Hugging Face or sentence-transformers BERT directory")
-    output: str = output_option(help="output directory (loads in Encoder, sentence-transformers, "
+    output: str = opts.output_option(help="output directory (loads in Encoder, sentence-transformers, "
                          "transformers)")
     dev: str | None = option(None, help="STS dev file (sentence1, sentence2, score): evaluated every --eval-every "
                              "steps or epoch; the best checkpoint by Spearman is kept")
@@ -112,23 +102,23 @@ class EmbeddingTrainArgs:
     skip_bad_rows: bool = option(False, help="skip and count malformed rows instead of stopping", group="data")
     max_train_examples: int = option(0, help="use only the first N training rows (0 = all)", group="data")
     epochs: float = option(1.0, group="training")
-    max_steps: int | None = max_steps_option()
-    lr: float = lr_option(5e-5)
+    max_steps: int | None = opts.max_steps_option()
+    lr: float = opts.lr_option(5e-5)
     batch_size: int = option(64, help="rows per step per process: the in-batch negatives", group="training")
     mini_batch_size: int = option(0, help="GradCache: embed the batch in mini-batches of N (memory of N, "
                                   "negatives of --batch-size; 0 = off)", group="training")
-    warmup_fraction: float = warmup_option(0.1)
+    warmup_fraction: float = opts.warmup_option(0.1)
     weight_decay: float = option(0.01, group="training")
-    clip: float = clip_option(1.0)
+    clip: float = opts.clip_option(1.0)
     temperature: float = option(0.05, help="simcse: InfoNCE temperature", group="loss")
     scale: float = option(20.0, help="pairs / sts: cosine scale (1 / temperature)", group="loss")
     symmetric: bool = option(False, help="pairs: also rank anchors for each positive (two-way loss)", group="loss")
     matryoshka_dims: str | None = option(None, help="e.g. 768,256,64: sum the loss over these prefixes",
                                          group="loss")
-    seed: int = seed_option(42)
-    precision: str = precision_option(group="training")
-    device: str | None = device_option(group="training")
-    threads: int | None = threads_option()
+    seed: int = opts.seed_option(42)
+    precision: str = opts.precision_option(group="training")
+    device: str | None = opts.device_option(group="training")
+    threads: int | None = opts.threads_option()
     eval_every: int = option(0, help="evaluate --dev every N steps (default: each epoch)", group="training")
     eval_batch_size: int = option(64, group="training")
     quiet: bool = option(False, help="no progress lines", group="training")

@@ -71,9 +71,10 @@ def layer_name(i: int) -> str:
 
 
 def model_fingerprint(model_dir: Path) -> str:
-    """What identifies a model's outputs: its config, its vocabulary and its weight files' sizes and mtimes."""
+    """What identifies a model's outputs: its config, its tokenizer's files (WordPiece ``vocab.txt`` or any
+    ``tokenizer.json``, with their configs) and its weight files' sizes and mtimes."""
     h = hashlib.sha256()
-    for name in ("config.json", "vocab.txt"):
+    for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         p = model_dir / name
         if p.is_file():
             h.update(p.read_bytes())

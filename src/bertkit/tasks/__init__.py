@@ -179,7 +179,14 @@ class TaskBase:
 
     name = ""
     family = ""
+    head = ""  # the BertFor* class name of the family's head (its ModernBERT counterpart is chosen per directory)
     labels: list[str] | None = None
+
+    @property
+    def model_class(self) -> type:
+        from bertkit import modeling
+
+        return getattr(modeling, self.head)
 
     def fit_labels(self, train_examples: Sequence) -> None:
         return None

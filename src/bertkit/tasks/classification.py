@@ -22,6 +22,7 @@ from bertkit.tasks.metrics import accuracy, f1_binary, matthews_corrcoef, pearso
 
 class ClassificationTask(TaskBase):
     family = "classification"
+    head = "BertForSequenceClassification"
 
     def __init__(
         self,
@@ -53,12 +54,6 @@ class ClassificationTask(TaskBase):
         self.main_metric = self.metric_names[0]
 
     # ------------------------------------------------------------------ labels and config
-    @property
-    def model_class(self):
-        from bertkit.modeling import BertForSequenceClassification
-
-        return BertForSequenceClassification
-
     def task_config(self) -> dict[str, Any]:
         return {
             "task": self.name, "max_seq_length": self.max_seq_length, "text_column": self.text_column,

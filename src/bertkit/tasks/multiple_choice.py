@@ -16,17 +16,12 @@ from bertkit.tasks.metrics import accuracy
 
 class MultipleChoiceTask(TaskBase):
     family = "multiple_choice"
+    head = "BertForMultipleChoice"
 
     def __init__(self, name: str = "swag", max_seq_length: int = 128, **_: Any):
         self.name = name
         self.max_seq_length = max_seq_length or 128
         self.main_metric = "accuracy"
-
-    @property
-    def model_class(self):
-        from bertkit.modeling import BertForMultipleChoice
-
-        return BertForMultipleChoice
 
     def task_config(self) -> dict[str, Any]:
         return {"task": self.name, "max_seq_length": self.max_seq_length}

@@ -36,7 +36,7 @@ from bertkit.tasks import TaskBase, collate_inputs, load_trained, pad, run_infer
 
 class RerankTask(TaskBase):
     family = "rerank"
-    model_class_name = "BertForSequenceClassification"
+    head = "BertForSequenceClassification"
 
     def __init__(
         self,
@@ -60,12 +60,6 @@ class RerankTask(TaskBase):
         self.eval_candidates = max(2, int(eval_candidates or 8))
         self.labels = ["score"]
         self.main_metric = "mrr"
-
-    @property
-    def model_class(self):
-        from bertkit.modeling import BertForSequenceClassification
-
-        return BertForSequenceClassification
 
     def task_config(self) -> dict[str, Any]:
         return {"task": self.name, "max_seq_length": self.max_seq_length, "text_column": self.text_column,

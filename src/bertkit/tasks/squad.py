@@ -154,6 +154,7 @@ def window(cls: int, sep: int, q_ids: list[int], ctx_ids: list[int], start: int,
 
 class SquadTask(TaskBase):
     family = "squad"
+    head = "BertForQuestionAnswering"
 
     def __init__(
         self,
@@ -184,12 +185,6 @@ class SquadTask(TaskBase):
         if self.max_seq_length - self.max_query_length - 3 < 1:
             raise InputError(f"--max-seq-length ({self.max_seq_length}) leaves no room for context after a "
                              f"{self.max_query_length}-token question")
-
-    @property
-    def model_class(self):
-        from bertkit.modeling import BertForQuestionAnswering
-
-        return BertForQuestionAnswering
 
     def task_config(self) -> dict[str, Any]:
         return {

@@ -48,6 +48,7 @@ def parse_layers(layers: str | Sequence[int]) -> list[int]:
 
 class TaggingTask(TaskBase):
     family = "tagging"
+    head = "BertForTokenClassification"
 
     def __init__(
         self,
@@ -70,12 +71,6 @@ class TaggingTask(TaskBase):
         self.tagger = tagger
         self.tagger_hidden = tagger_hidden
         self.main_metric = "f1"
-
-    @property
-    def model_class(self):
-        from bertkit.modeling import BertForTokenClassification
-
-        return BertForTokenClassification
 
     def task_config(self) -> dict[str, Any]:
         return {

@@ -21,12 +21,13 @@ from typing import Any
 
 from bertkit.files import write_json, write_text
 from bertkit.tokenization.encoding import Encoding
-from bertkit.tokenization.vocab import VocabError, VocabNotFoundError, load_tokenizer_json
+from bertkit.tokenization.vocab import VocabError, VocabNotFoundError, load_tokenizer_json, read_json_object
 from bertkit.tokenization.wordpiece import (
     CONFIG_NAME,
     TOKENIZER_JSON_NAME,
     VOCAB_NAME,
     BertTokenizer,
+    TokenIds,
     find_vocab,
 )
 
@@ -89,19 +90,6 @@ def require_wordpiece(tokenizer: Any, where: str | Path, what: str) -> None:
                          f"{tokenizer.model_type} tokenizer.json")
 
 
-def _read_object(path: Path) -> dict[str, Any]:
-    """A JSON object file, or {} when the file is absent."""
-    if not path.is_file():
-        return {}
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise VocabError(f"{path}: cannot read it ({e})") from None
-    if not isinstance(value, dict):
-        raise VocabError(f"{path}: expected a JSON object")
-    return value
-
-
 def _token_content(value: Any) -> str | None:
     """A special token as transformers writes it: a string, or an AddedToken object ``{"content": ...}``."""
     if isinstance(value, dict):
@@ -117,7 +105,7 @@ def _clean_up_tokenization(text: str) -> str:
     return text
 
 
-class FastTokenizer:
+class FastTokenizer(TokenIds):
     """A ``tokenizer.json`` run by the ``tokenizers`` library, with the interface of :class:`BertTokenizer`.
 
     Token ids, truncation (``longest_first``), special tokens (the file's post-processor template), offsets and word
@@ -218,8 +206,8 @@ class FastTokenizer:
             raise VocabError(f"{file}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
         if not isinstance(parsed, dict) or not isinstance(parsed.get("model"), dict):
             raise VocabError(f"{file}: not a tokenizer.json (expected a JSON object with a \"model\")")
-        config = _read_object(file.parent / CONFIG_NAME)
-        special_map = _read_object(file.parent / SPECIAL_TOKENS_MAP_NAME)
+        config = read_json_object(file.parent / CONFIG_NAME, "the tokenizer config")
+        special_map = read_json_object(file.parent / SPECIAL_TOKENS_MAP_NAME, "the special tokens map")
         special = {name: _token_content(special_map.get(name, config.get(name))) for name in SPECIAL_NAMES}
         if not all(special.values()):
             vocab = set(_vocab_tokens(parsed))
@@ -267,18 +255,6 @@ class FastTokenizer:
     def continuing_subword_prefix(self) -> str | None:
         """The model's mark of a word's later pieces (None for byte-level BPE: words are told by spaces)."""
         return getattr(self._rust.model, "continuing_subword_prefix", None) or None
-
-    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int]:
-        """Token(s) -> id(s); unknown tokens map to the unknown token's id (None when the tokenizer has none)."""
-        if isinstance(tokens, str):
-            return self.vocab.get(tokens, self.unk_token_id)
-        return [self.vocab.get(t, self.unk_token_id) for t in tokens]
-
-    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> str | list[str]:
-        """Id(s) -> token(s). Raises IndexError for an id the vocabulary does not have."""
-        if isinstance(ids, int):
-            return self._token(ids)
-        return [self._token(int(i)) for i in ids]
 
     def _token(self, idx: int) -> str:
         token = self._rust.id_to_token(idx) if idx >= 0 else None

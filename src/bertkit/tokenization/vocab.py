@@ -48,6 +48,20 @@ def read_vocab_text(path: Path) -> str:
     return text
 
 
+def read_json_object(path: Path, what: str = "a JSON object file") -> dict[str, Any]:
+    """A tokenizer's JSON object file (``tokenizer_config.json``, ``special_tokens_map.json``), or {} when the file
+    is absent; :class:`VocabError` naming the file when it is unreadable or not an object."""
+    if not path.is_file():
+        return {}
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise VocabError(f"{path}: cannot read {what} ({e})") from None
+    if not isinstance(value, dict):
+        raise VocabError(f"{path}: not {what} (expected a JSON object)")
+    return value
+
+
 def load_vocab(path: str | Path, required: tuple[str, ...] = ("[UNK]",)) -> dict[str, int]:
     """Read a ``vocab.txt`` into a dict token -> id, checking it.
 

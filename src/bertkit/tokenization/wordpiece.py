@@ -8,7 +8,6 @@ marks, final sigma, characters newer than Rust's Unicode tables, lone surrogates
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,16 +15,10 @@ from typing import Any
 
 from bertkit.files import write_json
 from bertkit.tokenization import normalizer as _normalizer
+from bertkit.tokenization import vocab as _vocab
 from bertkit.tokenization.encoding import Encoding
 from bertkit.tokenization.normalizer import SEPARATORS, ExactNormalizer
-from bertkit.tokenization.vocab import (
-    SPECIAL_TOKENS,
-    VocabError,
-    VocabNotFoundError,
-    load_tokenizer_json,
-    load_vocab,
-    save_vocab,
-)
+from bertkit.tokenization.vocab import SPECIAL_TOKENS, VocabNotFoundError
 
 # (ids, tokens, offsets, word_ids) of one segment, without special tokens
 _Segment = tuple[list[int], list[str], list[tuple[int, int]], list[int]]
@@ -105,7 +98,30 @@ def _cut_points(text: str, size: int | None = None) -> list[tuple[int, int]]:
     return spans
 
 
-class BertTokenizer:
+class TokenIds:
+    """Token <-> id conversion shared by :class:`BertTokenizer` and ``FastTokenizer``: each holds ``vocab`` (token ->
+    id) and ``unk_token_id``, and defines ``_token(id)``."""
+
+    vocab: dict[str, int]
+    unk_token_id: int | None
+
+    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int]:
+        """Token(s) -> id(s); unknown tokens map to the unknown token's id (None when the tokenizer has none)."""
+        if isinstance(tokens, str):
+            return self.vocab.get(tokens, self.unk_token_id)
+        return [self.vocab.get(t, self.unk_token_id) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> str | list[str]:
+        """Id(s) -> token(s). Raises IndexError for an id outside the vocabulary."""
+        if isinstance(ids, int):
+            return self._token(ids)
+        return [self._token(int(i)) for i in ids]
+
+    def _token(self, idx: int) -> str:
+        raise NotImplementedError
+
+
+class BertTokenizer(TokenIds):
     """Google-exact BERT WordPiece tokenizer.
 
     Args:
@@ -205,17 +221,10 @@ class BertTokenizer:
         config_file = source.parent / CONFIG_NAME
         options: dict[str, Any] = {}
         if source.suffix == ".json":
-            vocab, options = load_tokenizer_json(source)
+            vocab, options = _vocab.load_tokenizer_json(source)
         else:
-            vocab = load_vocab(source, required=SPECIAL_TOKENS)
-        config: dict[str, Any] = {}
-        if config_file.is_file():
-            try:
-                config = json.loads(config_file.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise VocabError(f"{config_file}: cannot read the tokenizer config ({e})") from None
-            if not isinstance(config, dict):
-                raise VocabError(f"{config_file}: not a tokenizer config (expected a JSON object)")
+            vocab = _vocab.load_vocab(source, required=SPECIAL_TOKENS)
+        config = _vocab.read_json_object(config_file, "the tokenizer config")
         if config.get("do_lower_case") is not None:
             options["lowercase"] = config["do_lower_case"]
         if lowercase is not None:
@@ -236,7 +245,7 @@ class BertTokenizer:
         """Write ``vocab.txt`` and ``tokenizer_config.json`` (readable by ``transformers.BertTokenizerFast``)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        save_vocab(self.vocab, directory / VOCAB_NAME)
+        _vocab.save_vocab(self.vocab, directory / VOCAB_NAME)
         config = {
             "tokenizer_class": "BertTokenizer",
             "do_lower_case": self.lowercase,
@@ -269,18 +278,6 @@ class BertTokenizer:
             f"strip_accents={self.strip_accents}, tokenize_chinese_chars={self.tokenize_chinese_chars}, "
             f"max_input_chars_per_word={self.max_input_chars_per_word})"
         )
-
-    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int]:
-        """Token(s) -> id(s); unknown tokens map to [UNK]'s id."""
-        if isinstance(tokens, str):
-            return self.vocab.get(tokens, self.unk_token_id)
-        return [self.vocab.get(t, self.unk_token_id) for t in tokens]
-
-    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> str | list[str]:
-        """Id(s) -> token(s). Raises IndexError for ids outside 0..V-1."""
-        if isinstance(ids, int):
-            return self._token(ids)
-        return [self._token(int(i)) for i in ids]
 
     def _token(self, idx: int) -> str:
         if not 0 <= idx < len(self._id_to_token):
