@@ -95,14 +95,12 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
 
 def read_model_config(directory: str | os.PathLike) -> dict[str, Any]:
     """A model directory's ``config.json`` as a dict, for code that must look at it before choosing a class
-    (export, pipelines). :class:`InputError` when the directory has none or it is not JSON."""
+    (export, pipelines). :class:`InputError` when the directory has none; :func:`read_config_file`'s
+    :class:`ConfigError` when it is not a JSON object."""
     config_path = Path(directory) / "config.json"
     if not config_path.is_file():
         raise InputError(f"{directory}: no config.json (not a model directory)")
-    try:
-        return json.loads(config_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{config_path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    return read_config_file(config_path)
 
 
 def head_fields(config: Any) -> dict[str, Any]:

@@ -117,3 +117,15 @@ def test_rerank_listwise_loss_is_a_softmax_over_the_group(tiny_dir):
     torch.testing.assert_close(out.logits, flat)
     expected = -torch.log_softmax(flat, -1)[torch.arange(3), labels].mean()
     torch.testing.assert_close(out.loss, expected)
+
+
+def test_a_config_json_that_is_not_an_object_is_a_clear_error(tmp_path):
+    """export and pipelines read config.json through bertkit.config: a JSON list names the file, no AttributeError."""
+    from bertkit.config import ConfigError
+    from bertkit.export import load_for_export
+    from bertkit.pipelines import read_head
+
+    (tmp_path / "config.json").write_text("[1, 2]")
+    for read in (read_head, load_for_export):
+        with pytest.raises(ConfigError, match=r"config\.json: expected a JSON object"):
+            read(tmp_path)
