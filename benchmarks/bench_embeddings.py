@@ -70,13 +70,18 @@ def build_model_dir(directory: Path, vocab: Path, size: str, seed: int = 0) -> N
 
     layers, hidden, heads = SIZES[size]
     torch.manual_seed(seed)
-    config = transformers.BertConfig(vocab_size=sum(1 for _ in vocab.open(encoding="utf-8")), hidden_size=hidden,
-                                     num_hidden_layers=layers, num_attention_heads=heads,
-                                     intermediate_size=4 * hidden)
+    config = transformers.BertConfig(
+        vocab_size=sum(1 for _ in vocab.open(encoding="utf-8")),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=4 * hidden,
+    )
     transformers.BertModel(config).save_pretrained(directory)
     shutil.copy(vocab, directory / "vocab.txt")
-    (directory / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True,
-                                                                 "tokenizer_class": "BertTokenizer"}))
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps({"do_lower_case": True, "tokenizer_class": "BertTokenizer"})
+    )
 
 
 def run_sentence_transformers(model_dir: Path, rows, args, work: Path) -> tuple[float, float]:
@@ -94,13 +99,26 @@ def run_sentence_transformers(model_dir: Path, rows, args, work: Path) -> tuple[
     model = SentenceTransformer(str(model_dir), device=args.device)
     model.max_seq_length = args.max_seq_length
     data = datasets.Dataset.from_dict({"anchor": [a for a, _ in rows], "positive": [p for _, p in rows]})
-    training = Args(output_dir=str(work / "st"), per_device_train_batch_size=args.batch_size, max_steps=args.steps,
-                    learning_rate=args.lr, warmup_ratio=0.1, weight_decay=0.01, save_strategy="no",
-                    eval_strategy="no", report_to="none", logging_steps=10**9, dataloader_drop_last=True,
-                    use_cpu=args.device == "cpu", bf16=args.precision == "bf16", seed=42,
-                    disable_tqdm=True)
-    trainer = SentenceTransformerTrainer(model=model, args=training, train_dataset=data,
-                                         loss=MultipleNegativesRankingLoss(model, scale=20.0))
+    training = Args(
+        output_dir=str(work / "st"),
+        per_device_train_batch_size=args.batch_size,
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        warmup_ratio=0.1,
+        weight_decay=0.01,
+        save_strategy="no",
+        eval_strategy="no",
+        report_to="none",
+        logging_steps=10**9,
+        dataloader_drop_last=True,
+        use_cpu=args.device == "cpu",
+        bf16=args.precision == "bf16",
+        seed=42,
+        disable_tqdm=True,
+    )
+    trainer = SentenceTransformerTrainer(
+        model=model, args=training, train_dataset=data, loss=MultipleNegativesRankingLoss(model, scale=20.0)
+    )
     t1 = time.perf_counter()
     trainer.train()
     end = time.perf_counter()
@@ -116,9 +134,18 @@ def run_bertkit(model_dir: Path, rows, args, work: Path) -> tuple[float, float]:
     from bertkit.training.distributed import DistContext
 
     t0 = time.perf_counter()
-    cfg = EmbeddingTrainArgs(task="pairs", train="(in memory)", model=str(model_dir), output=str(work / "bk"),
-                             batch_size=args.batch_size, max_steps=args.steps, lr=args.lr,
-                             max_seq_length=args.max_seq_length, precision=args.precision, quiet=True)
+    cfg = EmbeddingTrainArgs(
+        task="pairs",
+        train="(in memory)",
+        model=str(model_dir),
+        output=str(work / "bk"),
+        batch_size=args.batch_size,
+        max_steps=args.steps,
+        lr=args.lr,
+        max_seq_length=args.max_seq_length,
+        precision=args.precision,
+        quiet=True,
+    )
     summary = train_embeddings(cfg, TextRows(list(rows)), None, DistContext(device=torch.device(args.device)))
     return time.perf_counter() - t0, summary["rows_per_second"]
 
@@ -131,10 +158,28 @@ def measure_memory(model_dir: Path, rows, args, work: Path, mini: int) -> dict:
             f.write("anchor\tpositive\n")
             for a, p in rows:
                 f.write(f"{a.replace(chr(9), ' ')}\t{p.replace(chr(9), ' ')}\n")
-    argv = ["finetune", "--task", "pairs", "--train", str(data), "--model", str(model_dir), "--output",
-            str(work / f"mem{mini}"), "--batch-size", str(args.memory_batch), "--max-steps", str(args.memory_steps),
-            "--max-seq-length", str(args.max_seq_length), "--precision", args.precision, "--quiet",
-            "--device", args.device]
+    argv = [
+        "finetune",
+        "--task",
+        "pairs",
+        "--train",
+        str(data),
+        "--model",
+        str(model_dir),
+        "--output",
+        str(work / f"mem{mini}"),
+        "--batch-size",
+        str(args.memory_batch),
+        "--max-steps",
+        str(args.memory_steps),
+        "--max-seq-length",
+        str(args.max_seq_length),
+        "--precision",
+        args.precision,
+        "--quiet",
+        "--device",
+        args.device,
+    ]
     if mini:
         argv += ["--mini-batch-size", str(mini)]
     code = (
@@ -178,37 +223,50 @@ def main() -> None:
 
     sys.path.insert(0, str(ROOT / "src"))
     rows, vocab = load_pairs(max(args.steps * args.batch_size, args.memory_batch * args.memory_steps), args.data_dir)
-    print(f"machine: {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"device {args.device}, precision {args.precision}", flush=True)
+    print(
+        f"machine: {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        f"device {args.device}, precision {args.precision}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         model_dir = work / "model"
         build_model_dir(model_dir, vocab, args.model_size)
-        print(f"model: bert-{args.model_size} shape {SIZES[args.model_size]} (layers, hidden, heads), random init; "
-              f"batch {args.batch_size}, max_seq_length {args.max_seq_length}, {args.steps} steps", flush=True)
+        print(
+            f"model: bert-{args.model_size} shape {SIZES[args.model_size]} (layers, hidden, heads), random init; "
+            f"batch {args.batch_size}, max_seq_length {args.max_seq_length}, {args.steps} steps",
+            flush=True,
+        )
         if not args.skip_speed:
             times: dict[str, list[float]] = {"sentence-transformers": [], "bertkit": []}
             loops: dict[str, list[float]] = {"sentence-transformers": [], "bertkit": []}
             runs = {"sentence-transformers": run_sentence_transformers, "bertkit": run_bertkit}
             warm = argparse.Namespace(**{**vars(args), "steps": 1})  # one untimed step each: imports, first calls
-            run_sentence_transformers(model_dir, rows[:args.batch_size * 2], warm, work)
-            run_bertkit(model_dir, rows[:args.batch_size * 2], warm, work)
+            run_sentence_transformers(model_dir, rows[: args.batch_size * 2], warm, work)
+            run_bertkit(model_dir, rows[: args.batch_size * 2], warm, work)
             order = ["sentence-transformers", "bertkit"]
             for r in range(args.repeats):
-                for name in (order if r % 2 == 0 else order[::-1]):
-                    seconds, loop_rate = runs[name](model_dir, rows[:args.steps * args.batch_size], args, work)
+                for name in order if r % 2 == 0 else order[::-1]:
+                    seconds, loop_rate = runs[name](model_dir, rows[: args.steps * args.batch_size], args, work)
                     times[name].append(seconds)
                     loops[name].append(loop_rate)
-                    print(f"  run {r + 1} {name:22s} {seconds:7.2f} s end to end "
-                          f"({args.steps * args.batch_size / seconds:7.1f} pairs/s; training loop alone "
-                          f"{loop_rate:7.1f} pairs/s)", flush=True)
+                    print(
+                        f"  run {r + 1} {name:22s} {seconds:7.2f} s end to end "
+                        f"({args.steps * args.batch_size / seconds:7.1f} pairs/s; training loop alone "
+                        f"{loop_rate:7.1f} pairs/s)",
+                        flush=True,
+                    )
             st, bk = statistics.median(times["sentence-transformers"]), statistics.median(times["bertkit"])
             n = args.steps * args.batch_size
-            print(f"median: sentence-transformers {st:.2f} s ({n / st:.1f} pairs/s), bertkit {bk:.2f} s "
-                  f"({n / bk:.1f} pairs/s); bertkit throughput ratio {st / bk:.2f}x end to end (target >= 1.5x)")
+            print(
+                f"median: sentence-transformers {st:.2f} s ({n / st:.1f} pairs/s), bertkit {bk:.2f} s "
+                f"({n / bk:.1f} pairs/s); bertkit throughput ratio {st / bk:.2f}x end to end (target >= 1.5x)"
+            )
             lst, lbk = statistics.median(loops["sentence-transformers"]), statistics.median(loops["bertkit"])
-            print(f"median training loop alone: sentence-transformers {lst:.1f} pairs/s, bertkit {lbk:.1f} pairs/s; "
-                  f"ratio {lbk / lst:.2f}x")
+            print(
+                f"median training loop alone: sentence-transformers {lst:.1f} pairs/s, bertkit {lbk:.1f} pairs/s; "
+                f"ratio {lbk / lst:.2f}x"
+            )
         if not args.skip_memory:
             plain = measure_memory(model_dir, rows, args, work, 0)
             cached = measure_memory(model_dir, rows, args, work, args.memory_mini)

@@ -49,7 +49,7 @@ def write_shards(out: Path, tokens: int, shard_tokens: int, random_ids: bool, se
         arr = np.lib.format.open_memmap(out / f"{name}.tokens.npy", mode="w+", dtype=np.uint16, shape=(n_tok,))
         if random_ids:
             for lo in range(0, n_tok, 1 << 24):
-                arr[lo:lo + (1 << 24)] = rng.integers(1000, 30000, min(1 << 24, n_tok - lo), dtype=np.uint16)
+                arr[lo : lo + (1 << 24)] = rng.integers(1000, 30000, min(1 << 24, n_tok - lo), dtype=np.uint16)
         arr.flush()
         del arr
         _save_npy(out / f"{name}.sentences.npy", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
@@ -64,16 +64,21 @@ def write_shards(out: Path, tokens: int, shard_tokens: int, random_ids: bool, se
 def _vocab():
     from bertkit.data.pretraining import VocabInfo
 
-    return VocabInfo.from_tokens(["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-                                 + [f"w{i}" for i in range(30522 - 104)])
+    return VocabInfo.from_tokens(
+        ["[PAD]"]
+        + [f"[unused{i}]" for i in range(99)]
+        + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        + [f"w{i}" for i in range(30522 - 104)]
+    )
 
 
 def run_bertkit(directory: str, seq: int, nsp: bool, batch_size: int) -> dict:
     from bertkit.data.pretraining import DataOptions, PretrainingData
 
     out = {}
-    data = PretrainingData(directory, _vocab(), DataOptions(max_seq_length=seq, nsp=nsp, batch_size=batch_size),
-                           rank=0, world_size=8)
+    data = PretrainingData(
+        directory, _vocab(), DataOptions(max_seq_length=seq, nsp=nsp, batch_size=batch_size), rank=0, world_size=8
+    )
     for epoch in (0, 1):
         t = time.perf_counter()
         n = data.num_batches(epoch)
@@ -106,8 +111,11 @@ def run_reference(directory: str, seq: int, nsp: bool, shards: int) -> dict:
     for info in meta["shards"][:shards]:
         n += len(_old_create_instances(Shard.open(directory, info["name"]), seq, 0.1, nsp, random.Random(0)))
     per_shard = (time.perf_counter() - t) / shards
-    return {"epoch_s": per_shard * len(meta["shards"]), "per_shard_s": per_shard,
-            "table_mb": n / shards * len(meta["shards"]) * 6 * 8 / 2**20}
+    return {
+        "epoch_s": per_shard * len(meta["shards"]),
+        "per_shard_s": per_shard,
+        "table_mb": n / shards * len(meta["shards"]) * 6 * 8 / 2**20,
+    }
 
 
 def main() -> None:
@@ -124,29 +132,48 @@ def main() -> None:
     nsp = not args.no_nsp
     if args.child:
         what, directory = args.child
-        res = (run_bertkit(directory, args.seq, nsp, args.batch_size) if what == "bertkit"
-               else run_reference(directory, args.seq, nsp, args.reference_shards))
+        res = (
+            run_bertkit(directory, args.seq, nsp, args.batch_size)
+            if what == "bertkit"
+            else run_reference(directory, args.seq, nsp, args.reference_shards)
+        )
         print(json.dumps(res))
         return
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
         meta = write_shards(Path(tmp), args.tokens, args.shard_tokens, args.random_ids)
         sents = sum(s["sentences"] for s in meta["shards"])
-        print(f"synthetic set: {args.tokens / 1e9:.2f} B tokens, {len(meta['shards'])} shards, {sents / 1e6:.1f} M "
-              f"sentences, written in {time.perf_counter() - t:.0f} s; seq {args.seq}, nsp {nsp}, 8 ranks")
+        print(
+            f"synthetic set: {args.tokens / 1e9:.2f} B tokens, {len(meta['shards'])} shards, {sents / 1e6:.1f} M "
+            f"sentences, written in {time.perf_counter() - t:.0f} s; seq {args.seq}, nsp {nsp}, 8 ranks"
+        )
         res = {}
         for what in ("bertkit", "reference"):
-            cmd = [sys.executable, __file__, "--child", what, tmp, "--seq", str(args.seq), "--batch-size",
-                   str(args.batch_size), "--reference-shards", str(args.reference_shards)] + (
-                ["--no-nsp"] if args.no_nsp else [])
+            cmd = [
+                sys.executable,
+                __file__,
+                "--child",
+                what,
+                tmp,
+                "--seq",
+                str(args.seq),
+                "--batch-size",
+                str(args.batch_size),
+                "--reference-shards",
+                str(args.reference_shards),
+            ] + (["--no-nsp"] if args.no_nsp else [])
             res[what] = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
         b, r = res["bertkit"], res["reference"]
-        print(f"bertkit:   epoch 0 starts in {b['epoch0_s']:.2f} s, epoch 1 in {b['epoch1_s']:.2f} s "
-              f"({b['epoch0_batches']} batches of {args.batch_size} per rank, {b['instances'] / 1e6:.1f} M instances); "
-              f"a later batch {b['batch_ms']:.0f} ms; peak RSS {b['peak_rss_mb']:.0f} MB (shard pages in), "
-              f"anonymous memory at the end {b.get('rss_anon_mb', float('nan')):.0f} MB")
-        print(f"reference: an epoch's instance table takes {r['epoch_s']:.0f} s per rank "
-              f"({r['per_shard_s']:.2f} s a shard, {args.reference_shards} timed) and holds {r['table_mb']:.0f} MB")
+        print(
+            f"bertkit:   epoch 0 starts in {b['epoch0_s']:.2f} s, epoch 1 in {b['epoch1_s']:.2f} s "
+            f"({b['epoch0_batches']} batches of {args.batch_size} per rank, {b['instances'] / 1e6:.1f} M instances); "
+            f"a later batch {b['batch_ms']:.0f} ms; peak RSS {b['peak_rss_mb']:.0f} MB (shard pages in), "
+            f"anonymous memory at the end {b.get('rss_anon_mb', float('nan')):.0f} MB"
+        )
+        print(
+            f"reference: an epoch's instance table takes {r['epoch_s']:.0f} s per rank "
+            f"({r['per_shard_s']:.2f} s a shard, {args.reference_shards} timed) and holds {r['table_mb']:.0f} MB"
+        )
         print(f"ratio (reference / bertkit epoch start): {r['epoch_s'] / b['epoch0_s']:.0f}x")
 
 

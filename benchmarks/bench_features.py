@@ -39,8 +39,11 @@ def build_model_dir(directory: Path, vocab: Path, layers: int, hidden: int, head
 
     torch.manual_seed(seed)
     config = transformers.BertConfig(
-        vocab_size=sum(1 for _ in vocab.open(encoding="utf-8")), hidden_size=hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, intermediate_size=4 * hidden,
+        vocab_size=sum(1 for _ in vocab.open(encoding="utf-8")),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=4 * hidden,
     )
     transformers.BertModel(config).save_pretrained(directory)
     shutil.copy(vocab, directory / "vocab.txt")
@@ -57,8 +60,13 @@ def transformers_route(model_dir: Path, sentences: list[str], batch_size: int = 
         out = []
         with torch.no_grad():
             for start in range(0, len(sentences), batch_size):
-                batch = tokenizer(sentences[start:start + batch_size], padding=True, truncation=True, max_length=512,
-                                  return_tensors="pt")
+                batch = tokenizer(
+                    sentences[start : start + batch_size],
+                    padding=True,
+                    truncation=True,
+                    max_length=512,
+                    return_tensors="pt",
+                )
                 hidden = model(**batch).last_hidden_state  # [B, T, H]
                 mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 out.append((hidden * mask).sum(1) / mask.sum(1))
@@ -73,8 +81,14 @@ def bertkit_route(model_dir: Path, sentences: list[str], precision: str, batch_s
     encoder = Encoder.from_pretrained(model_dir, precision=precision)
 
     def run():
-        return encoder.encode(sentences, layers=-1, pooling="mean", batch_size=batch_size,
-                              max_batch_tokens=max_batch_tokens, show_progress=False)
+        return encoder.encode(
+            sentences,
+            layers=-1,
+            pooling="mean",
+            batch_size=batch_size,
+            max_batch_tokens=max_batch_tokens,
+            show_progress=False,
+        )
 
     return run, encoder.precision
 
@@ -104,10 +118,11 @@ def main() -> None:
         model_dir = Path(tmp)
         build_model_dir(model_dir, args.vocab, args.layers, args.hidden, args.heads, seed=0)
         hf_run = transformers_route(model_dir, sentences)
-        bk_run, precision = bertkit_route(model_dir, sentences, args.precision, args.batch_size,
-                                          args.max_batch_tokens)
-        print(f"{len(sentences)} sentences from {args.data.name}; model {args.layers}x{args.hidden} (random); "
-              f"torch {torch.__version__}, {torch.get_num_threads()} threads; bertkit precision {precision}")
+        bk_run, precision = bertkit_route(model_dir, sentences, args.precision, args.batch_size, args.max_batch_tokens)
+        print(
+            f"{len(sentences)} sentences from {args.data.name}; model {args.layers}x{args.hidden} (random); "
+            f"torch {torch.__version__}, {torch.get_num_threads()} threads; bertkit precision {precision}"
+        )
         hf_out, bk_out = hf_run(), bk_run()  # warm-up (and the outputs compared below)
         cos = (hf_out * bk_out).sum(1) / (np.linalg.norm(hf_out, axis=1) * np.linalg.norm(bk_out, axis=1))
         print(f"agreement: cosine(transformers, bertkit) min {cos.min():.5f}, median {np.median(cos):.5f}")

@@ -61,8 +61,10 @@ def classification_data(n: int, rng: random.Random):
         ex = read_glue(path, "sst2", require_label=True)
         return rng.sample(list(ex), n)
     words = "the film is very good bad dull fun and a story of".split()
-    return [ClassificationExample(str(i), " ".join(rng.choice(words) for _ in range(rng.randint(3, 40))), None,
-                                  str(i % 2)) for i in range(n)]
+    return [
+        ClassificationExample(str(i), " ".join(rng.choice(words) for _ in range(rng.randint(3, 40))), None, str(i % 2))
+        for i in range(n)
+    ]
 
 
 def squad_data(n: int, rng: random.Random):
@@ -107,8 +109,12 @@ def bench_head(name: str, task, examples, config: BertConfig, args, tokenizer) -
             "hf": lambda: hf_class.from_pretrained(d, attn_implementation="sdpa"),
             "bk": lambda: bk_class.from_pretrained(d),
         }
-        models = {"hf-maxlen fp32": init["hf"](), "hf-dynamic fp32": init["hf"](), "bertkit fp32": init["bk"](),
-                  f"bertkit auto({auto})": init["bk"]()}
+        models = {
+            "hf-maxlen fp32": init["hf"](),
+            "hf-dynamic fp32": init["hf"](),
+            "bertkit fp32": init["bk"](),
+            f"bertkit auto({auto})": init["bk"](),
+        }
     opts = {}
     for k, m in models.items():
         m.train()
@@ -145,13 +151,17 @@ def bench_head(name: str, task, examples, config: BertConfig, args, tokenizer) -
         for key in order:
             results[key].append(run(key))
     med = {k: statistics.median(v) for k, v in results.items()}
-    padded = {"maxlen": statistics.mean(b["input_ids"].size(1) for b in maxlen),
-              "dynamic": statistics.mean(b["input_ids"].size(1) for b in dynamic)}
+    padded = {
+        "maxlen": statistics.mean(b["input_ids"].size(1) for b in maxlen),
+        "dynamic": statistics.mean(b["input_ids"].size(1) for b in dynamic),
+    }
     base = med["hf-maxlen fp32"]
     mean_len = statistics.mean(lengths)
-    print(f"\n== {name}: {task.model_class.__name__}, {args.model_size}, batch {args.batch_size}, "
-          f"{len(batches)} steps x {args.rounds} rounds; mean length {mean_len:.1f} tokens; padded batch width: "
-          f"max-length {padded['maxlen']:.0f}, dynamic {padded['dynamic']:.1f}")
+    print(
+        f"\n== {name}: {task.model_class.__name__}, {args.model_size}, batch {args.batch_size}, "
+        f"{len(batches)} steps x {args.rounds} rounds; mean length {mean_len:.1f} tokens; padded batch width: "
+        f"max-length {padded['maxlen']:.0f}, dynamic {padded['dynamic']:.1f}"
+    )
     for k, v in med.items():
         print(f"  {k:<22} {v:8.1f} examples/s   (rounds: {', '.join(f'{x:.1f}' for x in results[k])})")
     auto_key = f"bertkit auto({auto})"
@@ -169,8 +179,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-size", default="bert-mini")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=8, help="batch-size x steps examples are sampled; every "
-                        "feature of them is trained on in each timed run (SQuAD: one step per window batch)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=8,
+        help="batch-size x steps examples are sampled; every "
+        "feature of them is trained on in each timed run (SQuAD: one step per window batch)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-seq-length", type=int, default=128, help="classification; SQuAD uses 384")
     parser.add_argument("--only", choices=["classification", "squad"], default=None)
@@ -189,8 +204,9 @@ def main() -> None:
         from bertkit.tasks.classification import ClassificationTask
 
         task = ClassificationTask("sst2", max_seq_length=args.max_seq_length)
-        out["classification"] = bench_head("SST-2 classification", task, classification_data(n, rng), config, args,
-                                           tokenizer)
+        out["classification"] = bench_head(
+            "SST-2 classification", task, classification_data(n, rng), config, args, tokenizer
+        )
     if args.only in (None, "squad"):
         from bertkit.tasks.squad import SquadTask
 

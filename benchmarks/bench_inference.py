@@ -57,8 +57,13 @@ def build_encoder_dir(directory: Path, vocab: Path, layers: int, hidden: int, he
     import transformers
 
     torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=sum(1 for _ in vocab.open(encoding="utf-8")), hidden_size=hidden,
-                                     num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=4 * hidden)
+    config = transformers.BertConfig(
+        vocab_size=sum(1 for _ in vocab.open(encoding="utf-8")),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=4 * hidden,
+    )
     transformers.BertModel(config).save_pretrained(directory)
     shutil.copy(vocab, directory / "vocab.txt")
 
@@ -74,11 +79,33 @@ def finetune_classifier(directory: Path, vocab: Path, n_train: int, epochs: floa
     base = directory.parent / "clf-base"
     torch.manual_seed(0)
     BertForPreTraining(BertConfig.from_preset("bert-mini", vocab_size=sum(1 for _ in vocab.open()))).save_pretrained(
-        base)
+        base
+    )
     shutil.copy(vocab, base / "vocab.txt")
-    code = main(["finetune", "--task", "sst2", "--train", str(DATA / "glue/SST-2/train.tsv"), "--dev",
-                 str(DATA / "glue/SST-2/dev.tsv"), "--model", str(base), "--output", str(directory), "--epochs",
-                 str(epochs), "--lr", "3e-4", "--batch-size", "32", "--max-train-examples", str(n_train), "--quiet"])
+    code = main(
+        [
+            "finetune",
+            "--task",
+            "sst2",
+            "--train",
+            str(DATA / "glue/SST-2/train.tsv"),
+            "--dev",
+            str(DATA / "glue/SST-2/dev.tsv"),
+            "--model",
+            str(base),
+            "--output",
+            str(directory),
+            "--epochs",
+            str(epochs),
+            "--lr",
+            "3e-4",
+            "--batch-size",
+            "32",
+            "--max-train-examples",
+            str(n_train),
+            "--quiet",
+        ]
+    )
     if code:
         sys.exit(f"fine-tuning the classifier failed ({code})")
 
@@ -99,8 +126,13 @@ def transformers_path(model_dir: Path, texts: list[str], task: str, batch_size: 
         out = []
         with torch.no_grad():
             for start in range(0, len(texts), batch_size):
-                batch = tokenizer(texts[start:start + batch_size], padding=True, truncation=True, max_length=128,
-                                  return_tensors="pt")
+                batch = tokenizer(
+                    texts[start : start + batch_size],
+                    padding=True,
+                    truncation=True,
+                    max_length=128,
+                    return_tensors="pt",
+                )
                 if task == "embed":
                     hidden = model(**batch).last_hidden_state
                     mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
@@ -112,9 +144,17 @@ def transformers_path(model_dir: Path, texts: list[str], task: str, batch_size: 
     return run
 
 
-def bertkit_path(model_dir: Path, texts: list[str], task: str, batch_size: int, precision: str,
-                 quantize: str | None, backend: str = "torch", engine: str | None = None,
-                 parallel_batches: bool | None = None):
+def bertkit_path(
+    model_dir: Path,
+    texts: list[str],
+    task: str,
+    batch_size: int,
+    precision: str,
+    quantize: str | None,
+    backend: str = "torch",
+    engine: str | None = None,
+    parallel_batches: bool | None = None,
+):
     """``engine``: the int8 engine to quantise with (``BERTKIT_INT8_ENGINE`` while loading; None: bertkit's pick).
     ``parallel_batches``: set the Encoder's (None: its default, off)."""
     from bertkit.quantize import ENGINE_VARIABLE
@@ -129,12 +169,12 @@ def bertkit_path(model_dir: Path, texts: list[str], task: str, batch_size: int, 
             encoder = Encoder.from_pretrained(model_dir, precision=precision, quantize=quantize, backend=backend)
             if parallel_batches is not None:
                 encoder.parallel_batches = parallel_batches
-            return lambda: encoder.encode(texts, layers=-1, pooling="mean", batch_size=batch_size, max_length=128,
-                                          show_progress=False), encoder.precision
+            return lambda: encoder.encode(
+                texts, layers=-1, pooling="mean", batch_size=batch_size, max_length=128, show_progress=False
+            ), encoder.precision
         from bertkit.pipelines import load_pipeline
 
-        pipe = load_pipeline(model_dir, precision=precision, quantize=quantize, batch_size=batch_size,
-                             backend=backend)
+        pipe = load_pipeline(model_dir, precision=precision, quantize=quantize, batch_size=batch_size, backend=backend)
         return lambda: pipe.logits(texts), pipe.precision
     finally:
         os.environ.pop(ENGINE_VARIABLE, None)
@@ -151,15 +191,17 @@ def build_paths(model_dir: Path, texts: list[str], task: str, args, work: Path) 
     # int8: the engine bertkit picks for this CPU (onednn where it has VNNI / AMX), and each other engine there is
     paths["bertkit int8"], _ = bertkit_path(model_dir, texts, task, args.batch_size, "fp32", "int8")
     if task == "embed" and torch.get_num_threads() > 1:  # the int8 Encoder with its batches side by side (opt-in)
-        paths["bertkit int8 parallel"], _ = bertkit_path(model_dir, texts, task, args.batch_size, "fp32", "int8",
-                                                         parallel_batches=True)
+        paths["bertkit int8 parallel"], _ = bertkit_path(
+            model_dir, texts, task, args.batch_size, "fp32", "int8", parallel_batches=True
+        )
     from bertkit.quantize import pick_engine
 
     picked = pick_engine()
     for engine in ("x86", "onednn"):
         if engine != picked and engine in torch.backends.quantized.supported_engines:
-            paths[f"bertkit int8 {engine}"], _ = bertkit_path(model_dir, texts, task, args.batch_size, "fp32", "int8",
-                                                              engine=engine)
+            paths[f"bertkit int8 {engine}"], _ = bertkit_path(
+                model_dir, texts, task, args.batch_size, "fp32", "int8", engine=engine
+            )
     try:
         import onnxruntime  # noqa: F401
     except ImportError:
@@ -174,8 +216,9 @@ def build_paths(model_dir: Path, texts: list[str], task: str, args, work: Path) 
     for q in (None, "int8"):
         name = ("encoder" if task == "embed" else "model") + (".int8.onnx" if q else ".onnx")
         export_onnx(onnx_dir, onnx_dir / name, quantize=q, check=False, hidden_states=task == "embed")
-        paths[f"bertkit onnx {q or 'fp32'}"], _ = bertkit_path(onnx_dir, texts, task, args.batch_size, "fp32", q,
-                                                               backend="onnx")
+        paths[f"bertkit onnx {q or 'fp32'}"], _ = bertkit_path(
+            onnx_dir, texts, task, args.batch_size, "fp32", q, backend="onnx"
+        )
     return paths, default_precision
 
 
@@ -213,22 +256,30 @@ def report(title: str, n: int, seconds: dict, outputs: dict, labels: list[int] |
     print(head)
     for name, s in seconds.items():
         out = outputs[name]
-        row = {"path": name, "sentences_per_s": n / s, "vs_transformers_fp32": base / s,
-               "vs_bertkit_default": default / s, "min_cosine_to_fp32": float(cosine(out, ref).min())}
-        line = (f"{name:<22} {n / s:>9.1f} {base / s:>15.2f}x {default / s:>18.2f}x "
-                f"{row['min_cosine_to_fp32']:>8.5f}")
+        row = {
+            "path": name,
+            "sentences_per_s": n / s,
+            "vs_transformers_fp32": base / s,
+            "vs_bertkit_default": default / s,
+            "min_cosine_to_fp32": float(cosine(out, ref).min()),
+        }
+        line = f"{name:<22} {n / s:>9.1f} {base / s:>15.2f}x {default / s:>18.2f}x {row['min_cosine_to_fp32']:>8.5f}"
         if labels is not None:
             acc = float((out.argmax(-1) == np.array(labels)).mean())
             ref_acc = float((ref.argmax(-1) == np.array(labels)).mean())
-            row.update(accuracy=acc, accuracy_change_points=100 * (acc - ref_acc),
-                       max_prob_change=float(np.abs(softmax(out) - softmax(ref)).max()))
+            row.update(
+                accuracy=acc,
+                accuracy_change_points=100 * (acc - ref_acc),
+                max_prob_change=float(np.abs(softmax(out) - softmax(ref)).max()),
+            )
             line += f" {acc:>9.4f} {100 * (acc - ref_acc):>+9.2f} {row['max_prob_change']:>10.4f}"
         print(line)
         rows.append(row)
     from bertkit.quantize import pick_engine
 
-    print(f"(bertkit default = precision auto -> {default_precision} on this CPU; bertkit int8 = engine "
-          f"{pick_engine()})")
+    print(
+        f"(bertkit default = precision auto -> {default_precision} on this CPU; bertkit int8 = engine {pick_engine()})"
+    )
     return rows
 
 
@@ -241,14 +292,20 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch / ONNX Runtime threads (0 = torch's default)")
-    parser.add_argument("--classifier", default=None, help="a fine-tuned SST-2 model directory (default: fine-tune "
-                        "a small one here)")
+    parser.add_argument(
+        "--classifier", default=None, help="a fine-tuned SST-2 model directory (default: fine-tune a small one here)"
+    )
     parser.add_argument("--clf-train", type=int, default=20000, help="SST-2 training sentences for that classifier")
     parser.add_argument("--clf-epochs", type=float, default=1.0)
     parser.add_argument("--skip", default="", help="comma-separated workloads to skip: embed, classify")
-    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall: elapsed time (the "
-                        "figures to report); cpu: this process's CPU time, for comparing paths with --threads 1 on a "
-                        "machine shared with other jobs (with more threads it counts every thread's time)")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall: elapsed time (the "
+        "figures to report); cpu: this process's CPU time, for comparing paths with --threads 1 on a "
+        "machine shared with other jobs (with more threads it counts every thread's time)",
+    )
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument("--data", default=str(DATA), help="the shared data folder (default ../shared/data)")
     args = parser.parse_args()
@@ -265,8 +322,10 @@ def main() -> None:
         sys.exit(f"{DATA} is absent: this benchmark needs the shared SST-2 data and vocabulary")
     texts, labels = read_sst2(DATA / "glue/SST-2/dev.tsv")
     skip = set(filter(None, args.skip.split(",")))
-    print(f"torch {torch.__version__}, {args.threads} threads, batch {args.batch_size}, {args.repeats} rounds, "
-          f"{args.clock} clock")
+    print(
+        f"torch {torch.__version__}, {args.threads} threads, batch {args.batch_size}, {args.repeats} rounds, "
+        f"{args.clock} clock"
+    )
     results: dict = {"args": vars(args)}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -274,12 +333,20 @@ def main() -> None:
             n = args.n or len(texts)
             model_dir = work / "encoder"
             build_encoder_dir(model_dir, vocab, args.layers, args.hidden, args.heads)
-            print(f"\nembeddings: {n} SST-2 dev sentences, random-weight model L={args.layers} H={args.hidden}, "
-                  "mean pooling of the last layer")
+            print(
+                f"\nembeddings: {n} SST-2 dev sentences, random-weight model L={args.layers} H={args.hidden}, "
+                "mean pooling of the last layer"
+            )
             paths, precision = build_paths(model_dir, texts[:n], "embed", args, work)
             seconds, outputs = measure(paths, n, args.repeats, clock)
-            results["embed"] = report(f"== embeddings ({n} sentences, L={args.layers} H={args.hidden}, random weights)",
-                                      n, seconds, outputs, None, precision)
+            results["embed"] = report(
+                f"== embeddings ({n} sentences, L={args.layers} H={args.hidden}, random weights)",
+                n,
+                seconds,
+                outputs,
+                None,
+                precision,
+            )
         if "classify" not in skip:
             clf = Path(args.classifier) if args.classifier else work / "clf"
             if not args.classifier:
@@ -290,8 +357,14 @@ def main() -> None:
             print(f"\nclassifier: {clf} ({shape}) on the {len(texts)} SST-2 dev sentences")
             paths, precision = build_paths(clf, texts, "classify", args, work)
             seconds, outputs = measure(paths, len(texts), args.repeats, clock)
-            results["classify"] = report(f"== SST-2 classifier ({shape}, {len(texts)} dev sentences)", len(texts),
-                                         seconds, outputs, labels, precision)
+            results["classify"] = report(
+                f"== SST-2 classifier ({shape}, {len(texts)} dev sentences)",
+                len(texts),
+                seconds,
+                outputs,
+                labels,
+                precision,
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
 

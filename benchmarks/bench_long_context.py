@@ -41,9 +41,17 @@ def make_model_dir(directory: Path, preset: str, words: int) -> None:
     from bertkit.modeling_modernbert import ModernBertConfig, ModernBertModel
 
     vocab = SPECIALS + [f"w{i}" for i in range(words)]
-    config = ModernBertConfig.from_preset(preset, vocab_size=len(vocab), pad_token_id=0, cls_token_id=2,
-                                          sep_token_id=3, bos_token_id=2, eos_token_id=3,
-                                          max_position_embeddings=8192, local_attention=128)
+    config = ModernBertConfig.from_preset(
+        preset,
+        vocab_size=len(vocab),
+        pad_token_id=0,
+        cls_token_id=2,
+        sep_token_id=3,
+        bos_token_id=2,
+        eos_token_id=3,
+        max_position_embeddings=8192,
+        local_attention=128,
+    )
     torch.manual_seed(0)
     ModernBertModel(config).save_pretrained(directory)
     (directory / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
@@ -69,6 +77,7 @@ def one(side: str, directory: Path, length: int, words: int) -> None:
     encoder = Encoder.from_pretrained(directory, precision="fp32")
     text = document(length, words)
     if side == "bertkit":
+
         def embed(t: str):
             return encoder.encode([t], layers=-1, pooling="mean", max_length=length)
     else:
@@ -81,6 +90,7 @@ def one(side: str, directory: Path, length: int, words: int) -> None:
             with torch.inference_mode():
                 hidden = model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
             return hidden.mean(1).numpy()
+
     embed(document(16, words, seed=1))  # kernels warmed at a tiny size
     with open("/proc/self/clear_refs", "w") as f:  # Linux: reset the peak (VmHWM) to the current RSS
         f.write("5")
@@ -89,8 +99,18 @@ def one(side: str, directory: Path, length: int, words: int) -> None:
     vector = embed(text)
     seconds = time.perf_counter() - start
     peak = _status_kib("VmHWM") - before
-    print(json.dumps({"side": side, "length": length, "seconds": seconds, "peak_kib": peak,
-                      "norm": float((vector ** 2).sum()) ** 0.5}), flush=True)
+    print(
+        json.dumps(
+            {
+                "side": side,
+                "length": length,
+                "seconds": seconds,
+                "peak_kib": peak,
+                "norm": float((vector**2).sum()) ** 0.5,
+            }
+        ),
+        flush=True,
+    )
 
 
 def growth(peaks: dict[int, int]) -> str:
@@ -100,8 +120,7 @@ def growth(peaks: dict[int, int]) -> str:
     per_doubling = [r ** (1 / max(1e-9, math.log2(b / a))) for a, b, r in steps]
     worst = max(per_doubling) if per_doubling else float("nan")
     verdict = "linear" if worst < 2.8 else "quadratic" if worst > 3.4 else "between linear and quadratic"
-    return (", ".join(f"{a}->{b}: {r:.2f}x" for a, b, r in steps)
-            + f"; worst per doubling {worst:.2f}x: {verdict}")
+    return ", ".join(f"{a}->{b}: {r:.2f}x" for a, b, r in steps) + f"; worst per doubling {worst:.2f}x: {verdict}"
 
 
 def main() -> None:
@@ -125,18 +144,33 @@ def main() -> None:
         make_model_dir(directory, args.preset, args.words)
         import torch
 
-        print(f"{args.preset}, 8192 positions, window 128, fp32, {args.threads} thread(s), torch {torch.__version__}; "
-              "each (side, length) in a fresh process; peak = resident memory above the loaded model")
+        print(
+            f"{args.preset}, 8192 positions, window 128, fp32, {args.threads} thread(s), torch {torch.__version__}; "
+            "each (side, length) in a fresh process; peak = resident memory above the loaded model"
+        )
         results: dict[str, dict[int, dict]] = {s: {} for s in sides}
         for length in args.lengths:
             for side in sides:  # alternating per length
-                cmd = [sys.executable, __file__, "--one", side, str(directory), str(length), "--words",
-                       str(args.words), "--threads", str(args.threads)]
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--one",
+                    side,
+                    str(directory),
+                    str(length),
+                    "--words",
+                    str(args.words),
+                    "--threads",
+                    str(args.threads),
+                ]
                 out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
                 r = json.loads(out.strip().splitlines()[-1])
                 results[side][length] = r
-                print(f"  {side:>12} {length:>5} tokens: {r['seconds']:7.2f} s, peak {r['peak_kib'] / 1024:7.1f} MiB "
-                      f"({r['peak_kib'] / length:5.1f} KiB/token)", flush=True)
+                print(
+                    f"  {side:>12} {length:>5} tokens: {r['seconds']:7.2f} s, peak {r['peak_kib'] / 1024:7.1f} MiB "
+                    f"({r['peak_kib'] / length:5.1f} KiB/token)",
+                    flush=True,
+                )
         for side in sides:
             print(f"{side} growth: " + growth({n: r["peak_kib"] for n, r in results[side].items()}))
         if len(sides) == 2 and args.lengths:

@@ -62,8 +62,10 @@ def main() -> None:
         bk_base = bertkit.BertModel.from_pretrained(d)
     ids, types, mask, labels, nsp = make_batch(config, args.batch_size, args.seq_len)
     tokens = args.batch_size * args.seq_len
-    print(f"{args.model_size}, batch {args.batch_size}, seq {args.seq_len}, fp32, torch {torch.__version__}, "
-          f"transformers {transformers.__version__}, threads {torch.get_num_threads()}")
+    print(
+        f"{args.model_size}, batch {args.batch_size}, seq {args.seq_len}, fp32, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}, threads {torch.get_num_threads()}"
+    )
 
     results = {}
     if args.only in (None, "forward"):
@@ -87,8 +89,9 @@ def main() -> None:
         bk_opt = build_optimizer(bk_pt, lr=1e-4)
 
         def hf_step():
-            out = hf_pt(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels,
-                        next_sentence_label=nsp)
+            out = hf_pt(
+                input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels, next_sentence_label=nsp
+            )
             out.loss.backward()
             torch.nn.utils.clip_grad_norm_(hf_pt.parameters(), 1.0)
             hf_opt.step()
@@ -112,8 +115,10 @@ def main() -> None:
             hf_times.append(timed(hf_fn))
             bk_times.append(timed(bk_fn))
         hf_med, bk_med = statistics.median(hf_times), statistics.median(bk_times)
-        print(f"{name}: transformers {hf_med * 1e3:.1f} ms ({tokens / hf_med:,.0f} tok/s) | "
-              f"bertkit {bk_med * 1e3:.1f} ms ({tokens / bk_med:,.0f} tok/s) | ratio {hf_med / bk_med:.2f}x")
+        print(
+            f"{name}: transformers {hf_med * 1e3:.1f} ms ({tokens / hf_med:,.0f} tok/s) | "
+            f"bertkit {bk_med * 1e3:.1f} ms ({tokens / bk_med:,.0f} tok/s) | ratio {hf_med / bk_med:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def mixed_batch(config: ModernBertConfig, batch: int, lo: int, hi: int, seed: in
 
 def groups_by_length(lengths: torch.Tensor, size: int) -> list[list[int]]:
     order = sorted(range(len(lengths)), key=lambda i: int(lengths[i]))
-    return [order[i:i + size] for i in range(0, len(order), size)]
+    return [order[i : i + size] for i in range(0, len(order), size)]
 
 
 def inference(args, config: ModernBertConfig, directory: str) -> None:
@@ -97,15 +97,22 @@ def inference(args, config: ModernBertConfig, directory: str) -> None:
         a = bk(ids, attention_mask=mask).last_hidden_state[mask.bool()]
         b = bk(ids, attention_mask=mask, packing=Packing(mask, groups)).last_hidden_state[mask.bool()]
         c = hf(input_ids=ids, attention_mask=mask).last_hidden_state[mask.bool()]
-    print(f"inference: batch {args.batch_size}, lengths {args.min_len}..{args.max_len} (longest {ids.shape[1]}, "
-          f"{real} real tokens of {ids.numel()} padded, {real / ids.numel():.0%}), groups of {args.group}; "
-          f"max |diff| unpadded vs padded {(a - b).abs().max():.1e}, transformers vs padded {(a - c).abs().max():.1e}")
-    med = alternate({"transformers padded": hf_padded, "bertkit padded": padded, "bertkit unpadded": unpadded},
-                    args.repeats, args.warmup)
+    print(
+        f"inference: batch {args.batch_size}, lengths {args.min_len}..{args.max_len} (longest {ids.shape[1]}, "
+        f"{real} real tokens of {ids.numel()} padded, {real / ids.numel():.0%}), groups of {args.group}; "
+        f"max |diff| unpadded vs padded {(a - b).abs().max():.1e}, transformers vs padded {(a - c).abs().max():.1e}"
+    )
+    med = alternate(
+        {"transformers padded": hf_padded, "bertkit padded": padded, "bertkit unpadded": unpadded},
+        args.repeats,
+        args.warmup,
+    )
     for name, t in med.items():
         print(f"  {name}: {t * 1e3:.1f} ms ({real / t:,.0f} real tok/s)")
-    print(f"  unpadded vs padded: {med['bertkit padded'] / med['bertkit unpadded']:.2f}x; "
-          f"vs transformers padded: {med['transformers padded'] / med['bertkit unpadded']:.2f}x")
+    print(
+        f"  unpadded vs padded: {med['bertkit padded'] / med['bertkit unpadded']:.2f}x; "
+        f"vs transformers padded: {med['transformers padded'] / med['bertkit unpadded']:.2f}x"
+    )
 
 
 def train(args, config: ModernBertConfig, directory: str) -> None:
@@ -121,8 +128,9 @@ def train(args, config: ModernBertConfig, directory: str) -> None:
     bk_opt = build_optimizer(bk, lr=1e-4)
     paths = {}
     for sparse in (False, True):
-        hf = transformers.ModernBertForMaskedLM.from_pretrained(directory, attn_implementation="sdpa",
-                                                                sparse_prediction=sparse).train()
+        hf = transformers.ModernBertForMaskedLM.from_pretrained(
+            directory, attn_implementation="sdpa", sparse_prediction=sparse
+        ).train()
         hf_opt = torch.optim.AdamW(hf.parameters(), lr=1e-4)
 
         def hf_step(hf=hf, hf_opt=hf_opt):
@@ -145,8 +153,10 @@ def train(args, config: ModernBertConfig, directory: str) -> None:
     print(f"train step: batch {B}, seq {T}, 30% labelled, fp32, AdamW")
     med = alternate(paths, args.repeats, args.warmup)
     for name, t in med.items():
-        print(f"  {name}: {t * 1e3:.1f} ms ({B * T / t:,.0f} tok/s)"
-              + (f" | ratio {t / med['bertkit']:.2f}x" if name != "bertkit" else ""))
+        print(
+            f"  {name}: {t * 1e3:.1f} ms ({B * T / t:,.0f} tok/s)"
+            + (f" | ratio {t / med['bertkit']:.2f}x" if name != "bertkit" else "")
+        )
 
 
 def _status_kib(field: str) -> int:
@@ -168,15 +178,28 @@ def long_one(config: ModernBertConfig, length: int) -> None:
         model(ids)
         seconds = time.perf_counter() - start
     peak = _status_kib("VmHWM") - before
-    print(f"  {length} tokens: {seconds:.2f} s, peak memory above the model {peak / 1024:.0f} MiB "
-          f"({peak / length:.1f} KiB per token)", flush=True)
+    print(
+        f"  {length} tokens: {seconds:.2f} s, peak memory above the model {peak / 1024:.0f} MiB "
+        f"({peak / length:.1f} KiB per token)",
+        flush=True,
+    )
 
 
 def long_context(args, config: ModernBertConfig) -> None:
     print("long context: one document, fp32, inference mode, each length in a fresh process")
     for length in args.long_lengths:
-        cmd = [sys.executable, __file__, "--long-one", str(length), "--preset", args.preset, "--vocab-size",
-               str(args.vocab_size), "--threads", str(args.threads)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--long-one",
+            str(length),
+            "--preset",
+            args.preset,
+            "--vocab-size",
+            str(args.vocab_size),
+            "--threads",
+            str(args.threads),
+        ]
         subprocess.run(cmd, check=True)
 
 
@@ -193,21 +216,31 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = leave PyTorch's default)")
-    parser.add_argument("--long-lengths", type=lambda t: [int(x) for x in t.split(",")],
-                        default=[1024, 2048, 4096, 8192])
+    parser.add_argument(
+        "--long-lengths", type=lambda t: [int(x) for x in t.split(",")], default=[1024, 2048, 4096, 8192]
+    )
     parser.add_argument("--long-one", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--only", choices=["inference", "train", "long"], default=None)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    config = ModernBertConfig.from_preset(args.preset, vocab_size=args.vocab_size, pad_token_id=0, cls_token_id=101,
-                                          sep_token_id=102, bos_token_id=101, eos_token_id=102,
-                                          max_position_embeddings=max(8192, args.max_len, args.train_len))
+    config = ModernBertConfig.from_preset(
+        args.preset,
+        vocab_size=args.vocab_size,
+        pad_token_id=0,
+        cls_token_id=101,
+        sep_token_id=102,
+        bos_token_id=101,
+        eos_token_id=102,
+        max_position_embeddings=max(8192, args.max_len, args.train_len),
+    )
     if args.long_one is not None:
         return long_one(config, args.long_one)
-    print(f"{args.preset} (L{config.num_hidden_layers}/H{config.hidden_size}/A{config.num_attention_heads}/"
-          f"I{config.intermediate_size}, window {config.local_attention}), vocab {config.vocab_size}, torch "
-          f"{torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}")
+    print(
+        f"{args.preset} (L{config.num_hidden_layers}/H{config.hidden_size}/A{config.num_attention_heads}/"
+        f"I{config.intermediate_size}, window {config.local_attention}), vocab {config.vocab_size}, torch "
+        f"{torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}"
+    )
     if args.only == "long":
         return long_context(args, config)
     torch.manual_seed(0)

@@ -80,8 +80,9 @@ def make_corpus(directory: Path, megabytes: float, one_file: bool) -> tuple[list
 
 
 def run_bertkit(files: list[Path], out: Path, vocab: Path, workers: int | None) -> dict:
-    script = _BERTKIT.format(src=str(ROOT / "src"), files=[str(f) for f in files], out=str(out), vocab=str(vocab),
-                             workers=workers)
+    script = _BERTKIT.format(
+        src=str(ROOT / "src"), files=[str(f) for f in files], out=str(out), vocab=str(vocab), workers=workers
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(done.stderr[-4000:])
@@ -113,8 +114,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=[100.0], help="corpus sizes in MB (default 100)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per route (default 2)")
-    parser.add_argument("--layout", choices=["files", "one-file", "both"], default="files",
-                        help="the corpus as many files (default), as one file, or both")
+    parser.add_argument(
+        "--layout",
+        choices=["files", "one-file", "both"],
+        default="files",
+        help="the corpus as many files (default), as one file, or both",
+    )
     parser.add_argument("--workers", type=int, default=None, help="bertkit worker processes (default: every core)")
     parser.add_argument("--vocab", default=str(SHARED / "vocab" / "bert-base-uncased" / "vocab.txt"))
     args = parser.parse_args()
@@ -122,8 +127,10 @@ def main() -> None:
     from bertkit.data.pipeline import default_workers
 
     workers = args.workers or default_workers()
-    print(f"cores available: {default_workers()}, bertkit workers: {workers}, load average: "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(
+        f"cores available: {default_workers()}, bertkit workers: {workers}, load average: "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
     rows = []
     for size in args.sizes:
         for one_file in {"files": [False], "one-file": [True], "both": [False, True]}[args.layout]:
@@ -138,18 +145,28 @@ def main() -> None:
                     ours.append(mb / a["seconds"])
                     theirs.append(mb / b["seconds"])
                     mem.append(a["main_rss"] + workers * a["worker_rss"])
-                    print(f"  {size:g} MB {'one file' if one_file else f'{len(files)} files'} round {r + 1}: "
-                          f"bertkit {mb / a['seconds']:.2f} MB/s ({a['tokens']:,} tokens), tokenizers "
-                          f"{mb / b['seconds']:.2f} MB/s ({b['tokens']:,} tokens); bertkit main "
-                          f"{a['main_rss'] / 2**20:.0f} MiB, largest worker {a['worker_rss'] / 2**20:.0f} MiB",
-                          flush=True)
-                row = (f"{size:g} MB", "1 file" if one_file else f"{len(files)} files", statistics.median(ours),
-                       statistics.median(theirs), statistics.median(ours) / statistics.median(theirs), max(mem))
+                    print(
+                        f"  {size:g} MB {'one file' if one_file else f'{len(files)} files'} round {r + 1}: "
+                        f"bertkit {mb / a['seconds']:.2f} MB/s ({a['tokens']:,} tokens), tokenizers "
+                        f"{mb / b['seconds']:.2f} MB/s ({b['tokens']:,} tokens); bertkit main "
+                        f"{a['main_rss'] / 2**20:.0f} MiB, largest worker {a['worker_rss'] / 2**20:.0f} MiB",
+                        flush=True,
+                    )
+                row = (
+                    f"{size:g} MB",
+                    "1 file" if one_file else f"{len(files)} files",
+                    statistics.median(ours),
+                    statistics.median(theirs),
+                    statistics.median(ours) / statistics.median(theirs),
+                    max(mem),
+                )
                 rows.append(row)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-    print(f"\n{'corpus':>8} {'layout':>10} {'bertkit MB/s':>13} {'tokenizers MB/s':>16} {'ratio':>6} "
-          f"{'bertkit peak MiB':>17}")
+    print(
+        f"\n{'corpus':>8} {'layout':>10} {'bertkit MB/s':>13} {'tokenizers MB/s':>16} {'ratio':>6} "
+        f"{'bertkit peak MiB':>17}"
+    )
     for size, layout, a, b, ratio, peak in rows:
         print(f"{size:>8} {layout:>10} {a:13.2f} {b:16.2f} {ratio:6.2f} {peak / 2**20:17.0f}")
 

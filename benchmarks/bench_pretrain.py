@@ -42,8 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_VOCAB = ROOT.parent / "shared" / "data" / "vocab" / "bert-base-uncased" / "vocab.txt"
 
 
-def make_batches(seq_len: int, batch_size: int, n: int, workdir: Path, vocab: Path | None = None
-                 ) -> tuple[list[dict], int]:
+def make_batches(
+    seq_len: int, batch_size: int, n: int, workdir: Path, vocab: Path | None = None
+) -> tuple[list[dict], int]:
     from bertkit.commands.quickstart import bundled_corpus
     from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo, prepare_corpus
     from bertkit.tokenization import BertTokenizer, train_vocab
@@ -60,8 +61,11 @@ def make_batches(seq_len: int, batch_size: int, n: int, workdir: Path, vocab: Pa
         vocab = workdir / "vocab" / "vocab.txt"
     tok = BertTokenizer.from_pretrained(vocab)
     prepare_corpus([str(p) for p in books], workdir / "shards", vocab, progress=False, log=lambda m: None)
-    data = PretrainingData(workdir / "shards", VocabInfo.from_tokenizer(tok),
-                           DataOptions(max_seq_length=seq_len, batch_size=batch_size, short_seq_prob=0.0))
+    data = PretrainingData(
+        workdir / "shards",
+        VocabInfo.from_tokenizer(tok),
+        DataOptions(max_seq_length=seq_len, batch_size=batch_size, short_seq_prob=0.0),
+    )
     nb = data.num_batches(0)
     batches = [{k: torch.from_numpy(v) for k, v in data.batch(i // nb, i % nb).items()} for i in range(n)]
     return batches, len(tok)
@@ -78,8 +82,11 @@ def main() -> None:
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu", help="cpu | cuda")
-    ap.add_argument("--theirs-precision", default=None,
-                    help="transformers route: fp32 | bf16 | fp16 (default: fp32 on CPU, bertkit's precision on GPU)")
+    ap.add_argument(
+        "--theirs-precision",
+        default=None,
+        help="transformers route: fp32 | bf16 | fp16 (default: fp32 on CPU, bertkit's precision on GPU)",
+    )
     ap.add_argument("--vocab", default=None, help="vocab.txt (default: bert-base-uncased from ../shared, else trained)")
     ap.add_argument("--compile", action="store_true", help="torch.compile both models")
     args = ap.parse_args()
@@ -93,8 +100,9 @@ def main() -> None:
     from bertkit.training.optim import build_optimizer, linear_schedule
 
     with tempfile.TemporaryDirectory() as tmp:
-        batches, vocab_size = make_batches(args.seq_len, args.batch_size, args.steps, Path(tmp),
-                                           Path(args.vocab) if args.vocab else None)
+        batches, vocab_size = make_batches(
+            args.seq_len, args.batch_size, args.steps, Path(tmp), Path(args.vocab) if args.vocab else None
+        )
     dev = torch.device(args.device)
     batches = [{k: v.to(dev) for k, v in b.items()} for b in batches]
     config = BertConfig.from_preset(args.model_size, vocab_size=vocab_size)
@@ -145,7 +153,7 @@ def main() -> None:
         for i in range(args.warmup):
             fn(batches[i % len(batches)])
     for r in range(args.rounds):
-        for name, fn in (routes.items() if r % 2 == 0 else reversed(list(routes.items()))):
+        for name, fn in routes.items() if r % 2 == 0 else reversed(list(routes.items())):
             for i, b in enumerate(batches):
                 sync()
                 t0 = time.perf_counter()
@@ -153,11 +161,13 @@ def main() -> None:
                 sync()
                 times[name].append((time.perf_counter() - t0) / tokens[i])
     n_params = sum(p.numel() for p in ours.parameters())
-    where = (torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"{torch.get_num_threads()} threads")
-    print(f"{args.model_size} ({n_params / 1e6:.1f}M params, vocab {vocab_size}), batch {args.batch_size} x seq "
-          f"{args.seq_len}, {where}, torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"precision bertkit {precision} / transformers {theirs_precision}{', compiled' if args.compile else ''}; "
-          f"{args.rounds} rounds x {args.steps} steps per route")
+    where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"{torch.get_num_threads()} threads"
+    print(
+        f"{args.model_size} ({n_params / 1e6:.1f}M params, vocab {vocab_size}), batch {args.batch_size} x seq "
+        f"{args.seq_len}, {where}, torch {torch.__version__}, transformers {transformers.__version__}, "
+        f"precision bertkit {precision} / transformers {theirs_precision}{', compiled' if args.compile else ''}; "
+        f"{args.rounds} rounds x {args.steps} steps per route"
+    )
     med = {k: statistics.median(v) for k, v in times.items()}
     # MFU: the same model FLOPs for both routes (training/flops.py: MLM head at masked positions only, as bertkit
     # computes it; the transformers route's full-vocabulary head is work the model does not need, so it shows as
@@ -168,14 +178,18 @@ def main() -> None:
         for p in {precision, theirs_precision}:
             cpu_peak(p, refresh=True)
 
-    flops = sum(train_flops(config, b["attention_mask"].sum(-1).tolist(), int((b["labels"] != -100).sum()), True)
-                for b in batches) / sum(tokens)  # per real token
+    flops = sum(
+        train_flops(config, b["attention_mask"].sum(-1).tolist(), int((b["labels"] != -100).sum()), True)
+        for b in batches
+    ) / sum(tokens)  # per real token
     peaks = {"bertkit": device_peak(dev, precision), "transformers": device_peak(dev, theirs_precision)}
     for k in routes:
         achieved = flops / med[k]
         mfu = f"MFU {achieved / peaks[k]:6.1%} of {peaks[k] / 1e12:.3g} TFLOP/s" if peaks[k] else "MFU - (no peak)"
-        print(f"  {k:<13} {1 / med[k]:>9.0f} tokens/s   {med[k] * sum(tokens) / len(tokens) * 1000:8.1f} ms/step   "
-              f"{achieved / 1e12:7.3f} model TFLOP/s   {mfu}")
+        print(
+            f"  {k:<13} {1 / med[k]:>9.0f} tokens/s   {med[k] * sum(tokens) / len(tokens) * 1000:8.1f} ms/step   "
+            f"{achieved / 1e12:7.3f} model TFLOP/s   {mfu}"
+        )
     print(f"  ratio bertkit / transformers: {med['transformers'] / med['bertkit']:.2f}x")
 
 

@@ -165,20 +165,36 @@ def rss_run(url: str, pid: int, sentences: list[str], n: int, clients: int = 4, 
 def rss_main(args: argparse.Namespace) -> None:
     sentences = load_sentences(args.data, 20000)
     bertkit_bin = str(Path(sys.executable).with_name("bertkit"))
-    print(f"RSS of bertkit serve over {args.rss} varied /embed requests (1-16 SST-2 sentences each); model "
-          f"{args.layers}x{args.hidden} (random)")
+    print(
+        f"RSS of bertkit serve over {args.rss} varied /embed requests (1-16 SST-2 sentences each); model "
+        f"{args.layers}x{args.hidden} (random)"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         build_model_dir(Path(tmp), args.vocab, args.layers, args.hidden, args.heads, seed=0)
-        configs = {"trim": ("malloc_trim at most every 5 s (default)", "5", {}),
-                   "notrim": ("no malloc_trim", "0", {}),
-                   "arena2": ("malloc_trim + MALLOC_ARENA_MAX=2", "5", {"MALLOC_ARENA_MAX": "2"})}
+        configs = {
+            "trim": ("malloc_trim at most every 5 s (default)", "5", {}),
+            "notrim": ("no malloc_trim", "0", {}),
+            "arena2": ("malloc_trim + MALLOC_ARENA_MAX=2", "5", {"MALLOC_ARENA_MAX": "2"}),
+        }
         for key in args.rss_configs.split(","):
             label, interval, extra_env = configs[key]
             url = f"http://127.0.0.1:{args.port}"
-            proc = subprocess.Popen([bertkit_bin, "serve", "--model", tmp, "--port", str(args.port), "--log-level",
-                                     "warning", "--malloc-trim-interval", interval],
-                                    env={**os.environ, "PYTHONUNBUFFERED": "1", **extra_env},
-                                    stdout=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                [
+                    bertkit_bin,
+                    "serve",
+                    "--model",
+                    tmp,
+                    "--port",
+                    str(args.port),
+                    "--log-level",
+                    "warning",
+                    "--malloc-trim-interval",
+                    interval,
+                ],
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **extra_env},
+                stdout=subprocess.DEVNULL,
+            )
             try:
                 wait_healthy(url, proc)
                 samples = rss_run(url, proc.pid, sentences, args.rss)
@@ -187,8 +203,10 @@ def rss_main(args: argparse.Namespace) -> None:
                 proc.wait(15)
             print(f"  {label}: " + "  ".join(f"{k}:{mb:.0f}" for k, mb in samples) + " (requests:MB)")
             after_warmup = [mb for k, mb in samples if k >= args.rss // 10]
-            print(f"    after the first {args.rss // 10} requests: min {min(after_warmup):.0f} MB, "
-                  f"max {max(after_warmup):.0f} MB, end {samples[-1][1]:.0f} MB")
+            print(
+                f"    after the first {args.rss // 10} requests: min {min(after_warmup):.0f} MB, "
+                f"max {max(after_warmup):.0f} MB, end {samples[-1][1]:.0f} MB"
+            )
 
 
 def pct(values: list[float], q: float) -> float:
@@ -224,29 +242,46 @@ def main() -> None:
         build_model_dir(Path(tmp), args.vocab, args.layers, args.hidden, args.heads, seed=0)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         servers = {
-            "bertkit": (f"http://127.0.0.1:{args.port}", [bertkit_bin, "serve", "--model", tmp, "--port",
-                                                         str(args.port), "--layers", "-1", "--log-level",
-                                                         "warning"]),
-            "transformers": (f"http://127.0.0.1:{args.port + 1}", [sys.executable, __file__, "--baseline-server",
-                                                                  tmp, str(args.port + 1)]),
+            "bertkit": (
+                f"http://127.0.0.1:{args.port}",
+                [
+                    bertkit_bin,
+                    "serve",
+                    "--model",
+                    tmp,
+                    "--port",
+                    str(args.port),
+                    "--layers",
+                    "-1",
+                    "--log-level",
+                    "warning",
+                ],
+            ),
+            "transformers": (
+                f"http://127.0.0.1:{args.port + 1}",
+                [sys.executable, __file__, "--baseline-server", tmp, str(args.port + 1)],
+            ),
         }
-        procs = {name: subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL) for name, (_, cmd) in
-                 servers.items()}
+        procs = {name: subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL) for name, (_, cmd) in servers.items()}
         try:
             for name, (url, _) in servers.items():
                 wait_healthy(url, procs[name])
-            print(f"{len(sentences)} SST-2 sentences, one per request, {args.clients} concurrent clients; model "
-                  f"{args.layers}x{args.hidden} (random), last layer, masked mean")
+            print(
+                f"{len(sentences)} SST-2 sentences, one per request, {args.clients} concurrent clients; model "
+                f"{args.layers}x{args.hidden} (random), last layer, masked mean"
+            )
             for url, _ in servers.values():  # warm-up
-                load(url, sentences[:args.clients], args.clients)
+                load(url, sentences[: args.clients], args.clients)
             results: dict[str, list[tuple[float, float, float, int]]] = {"bertkit": [], "transformers": []}
             for r in range(args.repeats):
                 for name, (url, _) in servers.items():
                     wall, lat, failures = load(url, sentences, args.clients)
                     results[name].append((len(sentences) / wall, pct(lat, 0.5), pct(lat, 0.99), failures))
                     tput, p50, p99, f = results[name][-1]
-                    print(f"  run {r + 1} {name:12s} {tput:7.1f} sentences/s  p50 {p50 * 1000:7.0f} ms  "
-                          f"p99 {p99 * 1000:7.0f} ms  failures {f}")
+                    print(
+                        f"  run {r + 1} {name:12s} {tput:7.1f} sentences/s  p50 {p50 * 1000:7.0f} ms  "
+                        f"p99 {p99 * 1000:7.0f} ms  failures {f}"
+                    )
         finally:
             for p in procs.values():
                 p.terminate()
@@ -257,10 +292,14 @@ def main() -> None:
                     p.kill()
     med = {k: [statistics.median(x[i] for x in v) for i in range(3)] for k, v in results.items()}
     for name, (tput, p50, p99) in med.items():
-        print(f"{name:12s} median {tput:7.1f} sentences/s  p50 {p50 * 1000:7.0f} ms  p99 {p99 * 1000:7.0f} ms  "
-              f"failures {sum(x[3] for x in results[name])}")
-    print(f"ratio bertkit / transformers: {med['bertkit'][0] / med['transformers'][0]:.2f}x sentences/s, "
-          f"p99 latency {med['transformers'][2] / med['bertkit'][2]:.2f}x lower")
+        print(
+            f"{name:12s} median {tput:7.1f} sentences/s  p50 {p50 * 1000:7.0f} ms  p99 {p99 * 1000:7.0f} ms  "
+            f"failures {sum(x[3] for x in results[name])}"
+        )
+    print(
+        f"ratio bertkit / transformers: {med['bertkit'][0] / med['transformers'][0]:.2f}x sentences/s, "
+        f"p99 latency {med['transformers'][2] / med['bertkit'][2]:.2f}x lower"
+    )
 
 
 if __name__ == "__main__":

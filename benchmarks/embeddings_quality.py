@@ -54,9 +54,11 @@ def build_squad(data: Path, work: Path, train_fraction: float) -> tuple[Path, Pa
     train.write_text(json.dumps({"version": squad.get("version", "1.1"), "data": articles[:cut]}), encoding="utf-8")
     beir = work / "squad_beir"
     (beir / "qrels").mkdir(parents=True, exist_ok=True)
-    with open(beir / "corpus.jsonl", "w", encoding="utf-8") as corpus, \
-            open(beir / "queries.jsonl", "w", encoding="utf-8") as queries, \
-            open(beir / "qrels" / "test.tsv", "w", encoding="utf-8") as qrels:
+    with (
+        open(beir / "corpus.jsonl", "w", encoding="utf-8") as corpus,
+        open(beir / "queries.jsonl", "w", encoding="utf-8") as queries,
+        open(beir / "qrels" / "test.tsv", "w", encoding="utf-8") as qrels,
+    ):
         qrels.write("query-id\tcorpus-id\tscore\n")
         for a, article in enumerate(articles[cut:], cut):
             for p, para in enumerate(article["paragraphs"]):
@@ -74,8 +76,9 @@ def build_sentences(data: Path, work: Path, n: int, seed: int) -> Path:
 
     sentences: list[str] = []
     for book in sorted((data / "corpus" / "gutenberg").glob("*.txt")):
-        paragraphs = [p.replace("\n", " ").strip() for p in book.read_text(encoding="utf-8", errors="replace")
-                      .split("\n\n")]
+        paragraphs = [
+            p.replace("\n", " ").strip() for p in book.read_text(encoding="utf-8", errors="replace").split("\n\n")
+        ]
         sentences += [s for s in split_sentences([p for p in paragraphs if p]) if 5 <= len(s.split()) <= 60]
     random.Random(seed).shuffle(sentences)
     out = work / "gutenberg_sentences.txt"
@@ -86,13 +89,47 @@ def build_sentences(data: Path, work: Path, n: int, seed: int) -> Path:
 
 def score(model: Path, beir: Path, mrpc: Path, work: Path, name: str, raw: bool) -> dict:
     extra = ["--pooling", "mean", "--layers", "-1"] if raw else []
-    r = bertkit(["evaluate", "--task", "retrieval", "--model", str(model), "--data", str(beir),
-                 "--output", str(work / f"eval-{name}-retrieval"), *extra])
-    m = bertkit(["evaluate", "--task", "sts", "--model", str(model), "--data", str(mrpc), "--text-column",
-                 "#1 String", "--pair-column", "#2 String", "--label-column", "Quality",
-                 "--output", str(work / f"eval-{name}-mrpc"), *extra])
-    return {"ndcg@10": r["ndcg@10"], "mrr@10": r["mrr@10"], "recall@1": r["recall@1"], "recall@10": r["recall@10"],
-            "mrpc_spearman": m["spearman"]}
+    r = bertkit(
+        [
+            "evaluate",
+            "--task",
+            "retrieval",
+            "--model",
+            str(model),
+            "--data",
+            str(beir),
+            "--output",
+            str(work / f"eval-{name}-retrieval"),
+            *extra,
+        ]
+    )
+    m = bertkit(
+        [
+            "evaluate",
+            "--task",
+            "sts",
+            "--model",
+            str(model),
+            "--data",
+            str(mrpc),
+            "--text-column",
+            "#1 String",
+            "--pair-column",
+            "#2 String",
+            "--label-column",
+            "Quality",
+            "--output",
+            str(work / f"eval-{name}-mrpc"),
+            *extra,
+        ]
+    )
+    return {
+        "ndcg@10": r["ndcg@10"],
+        "mrr@10": r["mrr@10"],
+        "recall@1": r["recall@1"],
+        "recall@10": r["recall@10"],
+        "mrpc_spearman": m["spearman"],
+    }
 
 
 def main() -> None:
@@ -116,24 +153,42 @@ def main() -> None:
     squad_train, beir = build_squad(args.data_dir, work, args.train_fraction)
     sentences = build_sentences(args.data_dir, work, args.sentences, args.seed)
     mrpc = args.data_dir / "glue" / "MRPC" / "dev.tsv"
-    common = ["--model", args.model, "--batch-size", str(args.batch_size), "--lr", str(args.lr),
-              "--max-seq-length", str(args.max_seq_length), "--seed", str(args.seed), "--quiet"]
+    common = [
+        "--model",
+        args.model,
+        "--batch-size",
+        str(args.batch_size),
+        "--lr",
+        str(args.lr),
+        "--max-seq-length",
+        str(args.max_seq_length),
+        "--seed",
+        str(args.seed),
+        "--quiet",
+    ]
     if args.steps:
         common += ["--max-steps", str(args.steps)]
     if args.mini_batch_size:
         common += ["--mini-batch-size", str(args.mini_batch_size)]
     results = {"raw": score(Path(args.model), beir, mrpc, work, "raw", raw=True)}
-    runs = {"simcse": ["--task", "simcse", "--train", str(sentences)],
-            "pairs": ["--task", "pairs", "--train", str(squad_train), "--squad-pairs", "sentence"]}
+    runs = {
+        "simcse": ["--task", "simcse", "--train", str(sentences)],
+        "pairs": ["--task", "pairs", "--train", str(squad_train), "--squad-pairs", "sentence"],
+    }
     for name, argv in runs.items():
         summary = bertkit(["finetune", *argv, "--output", str(work / name), *common])
-        results[name] = {**score(work / name, beir, mrpc, work, name, raw=False),
-                         "train_steps": summary["steps"], "train_seconds": summary["train_seconds"]}
+        results[name] = {
+            **score(work / name, beir, mrpc, work, name, raw=False),
+            "train_steps": summary["steps"],
+            "train_seconds": summary["train_seconds"],
+        }
     (work / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print(f"\n{'':8s} {'nDCG@10':>8s} {'MRR@10':>8s} {'R@1':>6s} {'R@10':>6s} {'MRPC rho':>9s}")
     for name, r in results.items():
-        print(f"{name:8s} {r['ndcg@10']:8.2f} {r['mrr@10']:8.2f} {r['recall@1']:6.2f} {r['recall@10']:6.2f} "
-              f"{r['mrpc_spearman']:9.2f}")
+        print(
+            f"{name:8s} {r['ndcg@10']:8.2f} {r['mrr@10']:8.2f} {r['recall@1']:6.2f} {r['recall@10']:6.2f} "
+            f"{r['mrpc_spearman']:9.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -42,8 +42,13 @@ def batch(vocab: int, n: int, seq: int, seed: int, device) -> dict:
     labels = torch.full_like(ids, -100)
     pick = (torch.rand(n, seq, generator=g) < 0.15) & mask.bool()
     labels[pick] = ids[pick]
-    return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "token_type_ids": types.to(device),
-            "labels": labels.to(device), "next_sentence_label": torch.randint(0, 2, (n,), generator=g).to(device)}
+    return {
+        "input_ids": ids.to(device),
+        "attention_mask": mask.to(device),
+        "token_type_ids": types.to(device),
+        "labels": labels.to(device),
+        "next_sentence_label": torch.randint(0, 2, (n,), generator=g).to(device),
+    }
 
 
 def main() -> int:
@@ -84,10 +89,18 @@ def main() -> int:
         real = b["attention_mask"].bool().cpu()
         lim = lim32 if dtype is None else lim16
         for what, mine, hf, r in [
-            ("last hidden state (real tokens)", a.hidden_states[-1].cpu()[real], t.hidden_states[-1].cpu()[real],
-             ref.hidden_states[-1][real]),
-            ("MLM logits (real tokens)", a.prediction_logits.cpu()[real], t.prediction_logits.cpu()[real],
-             ref.prediction_logits[real]),
+            (
+                "last hidden state (real tokens)",
+                a.hidden_states[-1].cpu()[real],
+                t.hidden_states[-1].cpu()[real],
+                ref.hidden_states[-1][real],
+            ),
+            (
+                "MLM logits (real tokens)",
+                a.prediction_logits.cpu()[real],
+                t.prediction_logits.cpu()[real],
+                ref.prediction_logits[real],
+            ),
             ("NSP logits", a.seq_relationship_logits, t.seq_relationship_logits, ref.seq_relationship_logits),
         ]:
             rows.append((f"{name}: {what}", rel(mine, r), rel(hf, r), lim))
@@ -132,14 +145,22 @@ def main() -> int:
     lt.backward()
     rows.append(("classification loss (fp32)", rel(la.detach(), lt.detach()), None, lim32))
     hp = dict(hf_cls.named_parameters())
-    worst = max(rel(p.grad, hp[n].grad) for n, p in cls.named_parameters()
-                if n in hp and p.grad is not None and hp[n].grad is not None and hp[n].grad.norm() > 0
-                and not n.endswith("self.key.bias"))
+    worst = max(
+        rel(p.grad, hp[n].grad)
+        for n, p in cls.named_parameters()
+        if n in hp
+        and p.grad is not None
+        and hp[n].grad is not None
+        and hp[n].grad.norm() > 0
+        and not n.endswith("self.key.bias")
+    )
     rows.append(("classification grads, worst parameter", worst, None, 1e-3))
 
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
-    print(f"{args.model_size}, batch {args.batch_size} x {args.seq_len}, {name}, torch {torch.__version__}, "
-          f"transformers {transformers.__version__}; rel error |x - ref| / |ref|")
+    print(
+        f"{args.model_size}, batch {args.batch_size} x {args.seq_len}, {name}, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}; rel error |x - ref| / |ref|"
+    )
     print(f"{'check':<62} {'bertkit':>10} {'transformers':>12} {'limit':>8}")
     bad = 0
     for what, mine, hf, lim in rows:

@@ -60,15 +60,27 @@ ABLATION: dict[str, dict] = {
     "budget, sinusoidal positions": {"recipe": "budget", "position_init": "sinusoidal"},
     "budget, sinusoidal, 100/0/0": {"recipe": "budget", "position_init": "sinusoidal", "mask_mix": "100/0/0"},
     "budget, sinusoidal, lr x0.25": {"recipe": "budget", "position_init": "sinusoidal", "lr_scale": 0.25},
-    "budget, sinusoidal, seq 64 x batch 64": {"recipe": "budget", "position_init": "sinusoidal", "seq_len": 64,
-                                              "batch_size": 64},
+    "budget, sinusoidal, seq 64 x batch 64": {
+        "recipe": "budget",
+        "position_init": "sinusoidal",
+        "seq_len": 64,
+        "batch_size": 64,
+    },
     "budget, sinusoidal, mask 0.15": {"recipe": "budget", "position_init": "sinusoidal", "mask_prob": 0.15},
-    "budget, sinusoidal, seq 32 x batch 128": {"recipe": "budget", "position_init": "sinusoidal", "seq_len": 32,
-                                               "batch_size": 128},
+    "budget, sinusoidal, seq 32 x batch 128": {
+        "recipe": "budget",
+        "position_init": "sinusoidal",
+        "seq_len": 32,
+        "batch_size": 128,
+    },
     "budget, normal positions, seq 64 x batch 64": {"recipe": "budget", "seq_len": 64, "batch_size": 64},
     "budget, normal positions, seq 32 x batch 128": {"recipe": "budget", "seq_len": 32, "batch_size": 128},
-    "budget, ramp 32x128:0.7 then 128x32": {"recipe": "budget", "position_init": "sinusoidal", "seq_ramp": "32:0.7",
-                                            "batch_ramp": "128:0.7"},
+    "budget, ramp 32x128:0.7 then 128x32": {
+        "recipe": "budget",
+        "position_init": "sinusoidal",
+        "seq_ramp": "32:0.7",
+        "batch_ramp": "128:0.7",
+    },
     # bert-mini at a 5-minute budget on one thread makes about 180 steps: its lr, and smaller batches for more steps
     "budget, lr x3": {"recipe": "budget", "lr_scale": 3.0},
     "budget, batch 64 while short": {"recipe": "budget", "batch_ramp": "64:0.7"},
@@ -96,8 +108,9 @@ def prepare(out: Path, corpus: list[str], vocab: str | None, vocab_size: int) ->
     return sentences, vocab_path, out / "shards"
 
 
-def heldout(shard_dir: Path, vocab_path: Path, n_batches: int, seq_len: int = 128,
-            min_masked: int | None = None) -> tuple[list[dict], list[dict], float]:
+def heldout(
+    shard_dir: Path, vocab_path: Path, n_batches: int, seq_len: int = 128, min_masked: int | None = None
+) -> tuple[list[dict], list[dict], float]:
     """(MLM batches: single segments of ``seq_len`` tokens, NSP batches: pairs, the best-constant baseline on the MLM
     batches). Mask draws are added until ``n_batches`` x 32 sequences, or ``min_masked`` masked tokens."""
     from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo
@@ -108,11 +121,18 @@ def heldout(shard_dir: Path, vocab_path: Path, n_batches: int, seq_len: int = 12
     def batches(nsp: bool) -> list[dict]:
         out = []  # the held-out text is small (2%): several mask draws over it, so accuracies are less noisy
         for seed in range(8):
-            data = PretrainingData(shard_dir, vinfo, DataOptions(max_seq_length=seq_len, batch_size=32, nsp=nsp,
-                                                                 short_seq_prob=0.0, seed=seed), split="eval")
+            data = PretrainingData(
+                shard_dir,
+                vinfo,
+                DataOptions(max_seq_length=seq_len, batch_size=32, nsp=nsp, short_seq_prob=0.0, seed=seed),
+                split="eval",
+            )
             out += [{k: torch.from_numpy(v) for k, v in b.items()} for b in data.eval_batches(n_batches)]
-            if (sum(len(b["input_ids"]) for b in out) >= n_batches * 32 if min_masked is None
-                    else sum(int((b["labels"] != -100).sum()) for b in out) >= min_masked):
+            if (
+                sum(len(b["input_ids"]) for b in out) >= n_batches * 32
+                if min_masked is None
+                else sum(int((b["labels"] != -100).sum()) for b in out) >= min_masked
+            ):
                 break
         return out
 
@@ -132,8 +152,9 @@ def evaluate(model_dir: Path, mlm: list[dict], nsp: list[dict]) -> dict:
     loss = 0.0
     with torch.no_grad():
         for b in mlm:
-            out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                        token_type_ids=b["token_type_ids"])
+            out = model(
+                input_ids=b["input_ids"], attention_mask=b["attention_mask"], token_type_ids=b["token_type_ids"]
+            )
             sel = b["labels"] != -100
             if len(set(b["input_ids"][sel].tolist())) != 1:  # every scored input is the same id: [MASK]
                 raise SystemExit("held-out batches give tokens away (not all [MASK]); refusing to score them")
@@ -142,12 +163,17 @@ def evaluate(model_dir: Path, mlm: list[dict], nsp: list[dict]) -> dict:
             loss += float(torch.nn.functional.cross_entropy(logits, b["labels"][sel], reduction="sum"))
             n += int(sel.sum())
         for b in nsp:
-            out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                        token_type_ids=b["token_type_ids"])
+            out = model(
+                input_ids=b["input_ids"], attention_mask=b["attention_mask"], token_type_ids=b["token_type_ids"]
+            )
             nsp_ok += int((out.seq_relationship_logits.argmax(-1) == b["next_sentence_label"]).sum())
             nsp_n += len(b["next_sentence_label"])
-    return {"mlm_acc": ok / max(1, n), "mlm_loss": loss / max(1, n), "nsp_acc": nsp_ok / max(1, nsp_n),
-            "masked_tokens": n}
+    return {
+        "mlm_acc": ok / max(1, n),
+        "mlm_loss": loss / max(1, n),
+        "nsp_acc": nsp_ok / max(1, nsp_n),
+        "masked_tokens": n,
+    }
 
 
 def is_modernbert(model_dir: Path) -> bool:
@@ -176,8 +202,9 @@ def evaluate_modernbert(model_dir: Path, mlm: list[dict]) -> dict:
     return {"mlm_acc": ok / max(1, n), "mlm_loss": loss / max(1, n), "nsp_acc": float("nan"), "masked_tokens": n}
 
 
-def run_transformers_modernbert(out: Path, shard_dir: Path, vocab: Path, budget: float, seed: int, model_size: str,
-                                lr: float) -> dict:
+def run_transformers_modernbert(
+    out: Path, shard_dir: Path, vocab: Path, budget: float, seed: int, model_size: str, lr: float
+) -> dict:
     """``run_transformers``'s plain loop with transformers' ``ModernBertForMaskedLM`` (sdpa; its config's default
     full-vocabulary logits, as ``run_mlm.py`` users get) on ModernBERT's recipe: MLM only, 30% masking (80/10/10),
     fp32, torch AdamW, a linear schedule fitted to the budget from 3 timed steps, stopped at the deadline. The model
@@ -192,13 +219,21 @@ def run_transformers_modernbert(out: Path, shard_dir: Path, vocab: Path, budget:
 
     tok = BertTokenizer.from_pretrained(vocab)
     v = VocabInfo.from_tokenizer(tok)
-    data = PretrainingData(shard_dir, v, DataOptions(batch_size=32, seed=seed, nsp=DEFAULTS["nsp"],
-                                                     mask_prob=DEFAULTS["mask_prob"]))
+    data = PretrainingData(
+        shard_dir, v, DataOptions(batch_size=32, seed=seed, nsp=DEFAULTS["nsp"], mask_prob=DEFAULTS["mask_prob"])
+    )
     torch.manual_seed(seed)
     init = out / "init"
-    config = ModernBertConfig.from_preset(preset(model_size), vocab_size=len(tok), pad_token_id=v.pad_id,
-                                          cls_token_id=v.cls_id, sep_token_id=v.sep_id, bos_token_id=v.cls_id,
-                                          eos_token_id=v.sep_id, max_position_embeddings=8192)
+    config = ModernBertConfig.from_preset(
+        preset(model_size),
+        vocab_size=len(tok),
+        pad_token_id=v.pad_id,
+        cls_token_id=v.cls_id,
+        sep_token_id=v.sep_id,
+        bos_token_id=v.cls_id,
+        eos_token_id=v.sep_id,
+        max_position_embeddings=8192,
+    )
     ModernBertForMaskedLM(config).save_pretrained(init)
     model = transformers.ModernBertForMaskedLM.from_pretrained(init, attn_implementation="sdpa").train()
 
@@ -235,8 +270,9 @@ def run_transformers_modernbert(out: Path, shard_dir: Path, vocab: Path, budget:
     return {"steps": done, "lr": lr}
 
 
-def run_bertkit(out: Path, sentences: Path, vocab: Path, budget: float, seed: int, model_size: str,
-                threads: int | None, **choices) -> dict:
+def run_bertkit(
+    out: Path, sentences: Path, vocab: Path, budget: float, seed: int, model_size: str, threads: int | None, **choices
+) -> dict:
     from bertkit.recipes.pretrain import BUDGET_LR, PretrainConfig, pretrain
 
     if out.exists():
@@ -246,16 +282,31 @@ def run_bertkit(out: Path, sentences: Path, vocab: Path, budget: float, seed: in
         choices["lr"] = BUDGET_LR.get(model_size, 2e-4) * scale
     t0 = time.time()
     limit = {"max_steps": int(-budget)} if budget < 0 else {"max_time": budget}  # negative: a step count
-    pretrain(PretrainConfig(corpus=[str(sentences)], corpus_format="google", vocab=str(vocab), output=str(out),
-                            model_size=model_size, save_every=10**9, eval_batches=2, seed=seed, threads=threads,
-                            quiet=True, workers=1, **limit, **choices))
+    pretrain(
+        PretrainConfig(
+            corpus=[str(sentences)],
+            corpus_format="google",
+            vocab=str(vocab),
+            output=str(out),
+            model_size=model_size,
+            save_every=10**9,
+            eval_batches=2,
+            seed=seed,
+            threads=threads,
+            quiet=True,
+            workers=1,
+            **limit,
+            **choices,
+        )
+    )
     run = json.loads((out / "run.json").read_text())
     steps = max((json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()), default=0)
     return {"steps": steps, "lr": run["config"]["lr"], "wall_s": round(time.time() - t0, 1)}
 
 
-def run_transformers(out: Path, shard_dir: Path, vocab: Path, budget: float, seed: int, model_size: str,
-                     lr: float) -> dict:
+def run_transformers(
+    out: Path, shard_dir: Path, vocab: Path, budget: float, seed: int, model_size: str, lr: float
+) -> dict:
     """A plain loop from transformers' docs: fp32, torch AdamW, full-vocabulary logits, MLM + NSP, linear schedule
     fitted to the budget from 3 timed steps, stopped at the deadline."""
     import transformers
@@ -321,8 +372,14 @@ def plot(rows: list[dict], path: Path) -> None:
                 if r["route"] == route and r.get(key) not in (None, ""):
                     points.setdefault(float(r["budget_min"]), []).append(float(r[key]))
             xs = sorted(points)
-            ax.plot(xs, [sum(points[x]) / len(points[x]) for x in xs], style, marker="o", color=f"C{i}",
-                    label=f"{route}, {suffix}")
+            ax.plot(
+                xs,
+                [sum(points[x]) / len(points[x]) for x in xs],
+                style,
+                marker="o",
+                color=f"C{i}",
+                label=f"{route}, {suffix}",
+            )
         base_key = "mlm_baseline" if key == "mlm_acc" else f"mlm_baseline_{key[8:]}"
         base = [float(r.get(base_key) or r.get("unigram_baseline") or 0) for r in rows if r.get(base_key)]
         if base:
@@ -349,17 +406,29 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=8000)
     ap.add_argument("--eval-batches", type=int, default=20)
     ap.add_argument("--short-len", type=int, default=32, help="also score on held-out sequences of this length")
-    ap.add_argument("--routes", default="budget,paper,transformers",
-                    help="comma-separated: budget, paper, transformers (BERT); modernbert, transformers-modernbert "
-                         "(ModernBERT: --model-size bert-X maps to modernbert-X)")
+    ap.add_argument(
+        "--routes",
+        default="budget,paper,transformers",
+        help="comma-separated: budget, paper, transformers (BERT); modernbert, transformers-modernbert "
+        "(ModernBERT: --model-size bert-X maps to modernbert-X)",
+    )
     ap.add_argument("--ablation", action="store_true", help="run the recipe ablation instead of the routes")
     ap.add_argument("--only", default=None, help="ablation: variants whose name contains one of these (a|b|...)")
-    ap.add_argument("--steps", type=int, default=None, help="ablation: a fixed step count instead of the budgets "
-                                                            "(compares quality per step on a loaded machine)")
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="ablation: a fixed step count instead of the budgets (compares quality per step on a loaded machine)",
+    )
     ap.add_argument("--threads", type=int, default=None, help="torch threads for every route")
     ap.add_argument("--out", default="runs/pretrain_quality")
-    ap.add_argument("--merge", nargs="+", default=None, metavar="CSV",
-                    help="only combine these results.csv (lanes run side by side) into --out's curve and table")
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        default=None,
+        metavar="CSV",
+        help="only combine these results.csv (lanes run side by side) into --out's curve and table",
+    )
     args = ap.parse_args()
     if args.merge:
         merge(args.merge, Path(args.out))
@@ -371,14 +440,25 @@ def main() -> None:
     corpus = args.corpus or [str(p) for p in bundled_corpus()]
     sentences, vocab, shards = prepare(out / "prepared", corpus, args.vocab, args.vocab_size)
     mlm, nsp, baseline = heldout(shards, vocab, args.eval_batches)
-    print(f"held-out: {sum(int((b['labels'] != -100).sum()) for b in mlm)} masked tokens (all [MASK]); best "
-          f"constant guess {baseline:.4f}", flush=True)
+    print(
+        f"held-out: {sum(int((b['labels'] != -100).sum()) for b in mlm)} masked tokens (all [MASK]); best "
+        f"constant guess {baseline:.4f}",
+        flush=True,
+    )
     # the same held-out text cut into short sequences (about as many masked tokens): what a model trained mostly on
     # short sequences (the budget recipe's ramp) knows; reported beside the 128-token figure, never instead of it
-    mlm_short, _, baseline_short = heldout(shards, vocab, 10 * args.eval_batches, seq_len=args.short_len,
-                                           min_masked=sum(int((b["labels"] != -100).sum()) for b in mlm))
-    print(f"held-out at {args.short_len} tokens: {sum(int((b['labels'] != -100).sum()) for b in mlm_short)} masked "
-          f"tokens; best constant guess {baseline_short:.4f}", flush=True)
+    mlm_short, _, baseline_short = heldout(
+        shards,
+        vocab,
+        10 * args.eval_batches,
+        seq_len=args.short_len,
+        min_masked=sum(int((b["labels"] != -100).sum()) for b in mlm),
+    )
+    print(
+        f"held-out at {args.short_len} tokens: {sum(int((b['labels'] != -100).sum()) for b in mlm_short)} masked "
+        f"tokens; best constant guess {baseline_short:.4f}",
+        flush=True,
+    )
     rows: list[dict] = []
     csv_path = out / (("ablation-steps.csv" if args.steps else "ablation.csv") if args.ablation else "results.csv")
 
@@ -395,8 +475,11 @@ def main() -> None:
         for seed in map(int, args.seeds.split(",")):
             cells: list[tuple[str, dict]] = []
             if args.ablation:
-                cells = [(name, dict(choices)) for name, choices in ABLATION.items()
-                         if args.only is None or any(o in name for o in args.only.split("|"))]
+                cells = [
+                    (name, dict(choices))
+                    for name, choices in ABLATION.items()
+                    if args.only is None or any(o in name for o in args.only.split("|"))
+                ]
             else:
                 for route in args.routes.split(","):
                     if route in ("budget", "paper"):
@@ -406,8 +489,9 @@ def main() -> None:
                     elif route == "modernbert":  # bertkit pretrain --arch modernbert, the budget recipe
                         cells.append(("bertkit modernbert", {"recipe": "budget", "arch": "modernbert"}))
                     elif route == "transformers-modernbert":  # each lr its own row (summarize's best-lr is BERT's)
-                        cells += [(f"modernbert (transformers) lr {lr}", {"lr": float(lr)})
-                                  for lr in args.lrs.split(",")]
+                        cells += [
+                            (f"modernbert (transformers) lr {lr}", {"lr": float(lr)}) for lr in args.lrs.split(",")
+                        ]
             for name, choices in cells:
                 d = out / "runs" / f"{name.replace(' ', '_').replace(',', '')}-{budget_text}-{seed}"
                 if name.startswith("modernbert (transformers)"):
@@ -419,11 +503,21 @@ def main() -> None:
                 result = evaluate(d, mlm, nsp)
                 short = evaluate(d, mlm_short, [])
                 minutes = round(budget / 60, 3) if budget > 0 else None
-                record({"route": name, "budget_min": minutes, "seed": seed, **info,
-                        "mlm_acc": round(result["mlm_acc"], 4), "mlm_loss": round(result["mlm_loss"], 4),
-                        "nsp_acc": round(result["nsp_acc"], 4), "mlm_baseline": round(baseline, 4),
+                record(
+                    {
+                        "route": name,
+                        "budget_min": minutes,
+                        "seed": seed,
+                        **info,
+                        "mlm_acc": round(result["mlm_acc"], 4),
+                        "mlm_loss": round(result["mlm_loss"], 4),
+                        "nsp_acc": round(result["nsp_acc"], 4),
+                        "mlm_baseline": round(baseline, 4),
                         f"mlm_acc_{args.short_len}": round(short["mlm_acc"], 4),
-                        f"mlm_baseline_{args.short_len}": round(baseline_short, 4), "model_size": args.model_size})
+                        f"mlm_baseline_{args.short_len}": round(baseline_short, 4),
+                        "model_size": args.model_size,
+                    }
+                )
     if not args.ablation:
         summarize(rows, out)
 
@@ -435,6 +529,7 @@ def summarize(rows: list[dict], out: Path) -> None:
     for r in rows:
         if r["route"].startswith("transformers"):
             by_lr.setdefault((float(r["budget_min"]), r["route"]), []).append(r)
+
     def mean_acc(cell: list[dict]) -> float:
         return sum(float(r["mlm_acc"]) for r in cell) / len(cell)
 
@@ -450,14 +545,24 @@ def summarize(rows: list[dict], out: Path) -> None:
     shorts = sorted({k for r in rows for k in r if k.startswith("mlm_acc_") and r[k] not in ("", None)})
     for key in ["mlm_acc"] + shorts:
         length = "128" if key == "mlm_acc" else key[8:]
-        lines += ["", f"{key} (held-out, every chosen position [MASK]; {length} tokens)", "",
-                  "| route | " + " | ".join(f"{b:g} min" for b in budgets) + " |", "|---" * (len(budgets) + 1) + "|"]
+        lines += [
+            "",
+            f"{key} (held-out, every chosen position [MASK]; {length} tokens)",
+            "",
+            "| route | " + " | ".join(f"{b:g} min" for b in budgets) + " |",
+            "|---" * (len(budgets) + 1) + "|",
+        ]
         for route in sorted({r["route"] for r in rows}) + ["transformers (best lr)"]:
             cells = []
             for b in budgets:
-                got = sorted((r for r in (shown if route.endswith("(best lr)") else rows)
-                              if r["route"] == route and float(r["budget_min"]) == b and r.get(key) not in ("", None)),
-                             key=lambda r: int(r["seed"]))
+                got = sorted(
+                    (
+                        r
+                        for r in (shown if route.endswith("(best lr)") else rows)
+                        if r["route"] == route and float(r["budget_min"]) == b and r.get(key) not in ("", None)
+                    ),
+                    key=lambda r: int(r["seed"]),
+                )
                 if not got:
                     cells.append("")
                     continue

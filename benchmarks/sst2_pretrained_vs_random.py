@@ -35,8 +35,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", default="1e-4", help="learning rate, or a comma-separated grid")
-    parser.add_argument("--dropout", type=float, default=None, help="fine-tuning dropout for both models "
-                        "(default: the config's)")
+    parser.add_argument(
+        "--dropout", type=float, default=None, help="fine-tuning dropout for both models (default: the config's)"
+    )
     parser.add_argument("--max-seq-length", type=int, default=64)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--precision", default="auto")
@@ -66,27 +67,52 @@ def main() -> None:
             task = get_task("sst2", max_seq_length=args.max_seq_length)
             train = task.read(args.train)
             if args.train_examples:
-                del train[args.train_examples:]
+                del train[args.train_examples :]
             dev = task.read(args.dev)
             tokenizer = load_tokenizer(model_dir)
             torch.manual_seed(args.seed)  # both routes' classifier heads start from the same draw
             model = task.load_model(model_dir, finetuned=False)
             if args.dropout is not None:
                 model.set_dropout(args.dropout)
-            fargs = FinetuneArgs(epochs=args.epochs, batch_size=args.batch_size, lr=lr, seed=args.seed,
-                                 precision=args.precision, quiet=True)
+            fargs = FinetuneArgs(
+                epochs=args.epochs,
+                batch_size=args.batch_size,
+                lr=lr,
+                seed=args.seed,
+                precision=args.precision,
+                quiet=True,
+            )
             t0 = time.perf_counter()
             summary = finetune(task, model, tokenizer, train, dev, work / f"{label.replace(' ', '-')}-lr{lr:g}", fargs)
             results[label][f"{lr:g}"] = summary["accuracy"]
-            print(f"lr {lr:<8g} {label:<12} SST-2 dev accuracy {summary['accuracy']:.4f}  "
-                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+            print(
+                f"lr {lr:<8g} {label:<12} SST-2 dev accuracy {summary['accuracy']:.4f}  "
+                f"({time.perf_counter() - t0:.0f} s)",
+                flush=True,
+            )
     best = {label: max(r.values()) for label, r in results.items()}
-    print(json.dumps({"model": str(args.model), "config": f"L{config.num_hidden_layers}/H{config.hidden_size}",
-                      "train_examples": args.train_examples, "epochs": args.epochs, "lr_grid": lrs,
-                      "dropout": args.dropout, "batch_size": args.batch_size, "seed": args.seed,
-                      "dev_accuracy": results, "best": best}, indent=2))
-    print(f"best over the lr grid: pre-trained {best['pre-trained']:.4f}, random init {best['random init']:.4f}, "
-          f"pre-trained - random = {best['pre-trained'] - best['random init']:+.4f}")
+    print(
+        json.dumps(
+            {
+                "model": str(args.model),
+                "config": f"L{config.num_hidden_layers}/H{config.hidden_size}",
+                "train_examples": args.train_examples,
+                "epochs": args.epochs,
+                "lr_grid": lrs,
+                "dropout": args.dropout,
+                "batch_size": args.batch_size,
+                "seed": args.seed,
+                "dev_accuracy": results,
+                "best": best,
+            },
+            indent=2,
+        )
+    )
+    print(
+        f"best over the lr grid: pre-trained {best['pre-trained']:.4f}, random init {best['random init']:.4f}, "
+        f"pre-trained - random = {best['pre-trained'] - best['random init']:+.4f}"
+    )
+
 
 if __name__ == "__main__":
     main()

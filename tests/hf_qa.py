@@ -57,11 +57,20 @@ def hf_qa_answers(directory: Path, runs: list[tuple[list[dict], dict]], lowercas
     top_k > 1) for each {question, context} of its items. One child process for all runs."""
     env = _env()
     if env is None:
-        pytest.skip("the reference is transformers 4.x's QuestionAnsweringPipeline (removed in 5): set "
-                    "BERTKIT_TRANSFORMERS4 to a directory holding transformers 4.x (see tests/hf_qa.py)")
+        pytest.skip(
+            "the reference is transformers 4.x's QuestionAnsweringPipeline (removed in 5): set "
+            "BERTKIT_TRANSFORMERS4 to a directory holding transformers 4.x (see tests/hf_qa.py)"
+        )
     job = {"dir": str(directory), "lowercase": lowercase, "runs": runs}
-    done = subprocess.run([sys.executable, "-c", CHILD], input=json.dumps(job), capture_output=True, text=True,
-                          check=False, env=env, timeout=1800)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        timeout=1800,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["version"].startswith("4."), result["version"]

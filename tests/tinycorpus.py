@@ -26,10 +26,14 @@ def mixed_corpus(tmp_path: Path, n_docs: int = 60) -> Path:
 
     d = tmp_path / "corpus"
     d.mkdir()
-    (d / "book.txt").write_text("\n\n".join(" ".join(sentence() for _ in range(5)) for _ in range(80)),
-                                encoding="utf-8")
-    (d / "google.txt").write_text(google_format([[sentence() for _ in range(int(rng.integers(1, 9)))]
-                                                 for _ in range(n_docs)]), encoding="utf-8")
-    (d / "records.jsonl").write_text("".join(json.dumps({"text": " ".join(sentence() for _ in range(4))}) + "\n"
-                                             for _ in range(n_docs)), encoding="utf-8")
+    (d / "book.txt").write_text(
+        "\n\n".join(" ".join(sentence() for _ in range(5)) for _ in range(80)), encoding="utf-8"
+    )
+    (d / "google.txt").write_text(
+        google_format([[sentence() for _ in range(int(rng.integers(1, 9)))] for _ in range(n_docs)]), encoding="utf-8"
+    )
+    (d / "records.jsonl").write_text(
+        "".join(json.dumps({"text": " ".join(sentence() for _ in range(4))}) + "\n" for _ in range(n_docs)),
+        encoding="utf-8",
+    )
     return d

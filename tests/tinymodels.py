@@ -22,12 +22,27 @@ from bertkit import BertConfig, BertForPreTraining
 FINETUNE_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "finetune"
 FINETUNE_VOCAB = FINETUNE_FIXTURES / "vocab.txt"
 # one epoch of 16 examples at a high learning rate, exact arithmetic: seconds, and a head that has moved
-QUICK_FINETUNE = ["--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet", "--precision", "fp32",
-                  "--max-train-examples", "16"]
+QUICK_FINETUNE = [
+    "--epochs",
+    "1",
+    "--batch-size",
+    "8",
+    "--lr",
+    "1e-3",
+    "--quiet",
+    "--precision",
+    "fp32",
+    "--max-train-examples",
+    "16",
+]
 WIDE = dict(hidden_size=64, intermediate_size=128)  # the int8 and ONNX export tests' width
 NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "MISC"]
-NER_TEXTS = ["Carol lives in Berlin and works for Acme Corp.", "Dave works for Globex  in London!",
-             "the ending was boring , the cast was great .", "Zürich's qwertyuiop is unknown"]
+NER_TEXTS = [
+    "Carol lives in Berlin and works for Acme Corp.",
+    "Dave works for Globex  in London!",
+    "the ending was boring , the cast was great .",
+    "Zürich's qwertyuiop is unknown",
+]
 
 
 def read_vocab(path: Path) -> list[str]:
@@ -40,12 +55,20 @@ def tiny_config(vocab_size: int, layers: int = 3, max_position_embeddings: int =
     ``hidden_size``, ``id2label``)."""
     fields = dict(hidden_size=32, num_attention_heads=4, intermediate_size=37)
     fields.update(overrides)
-    return BertConfig(vocab_size=vocab_size, num_hidden_layers=layers,
-                      max_position_embeddings=max_position_embeddings, **fields)
+    return BertConfig(
+        vocab_size=vocab_size, num_hidden_layers=layers, max_position_embeddings=max_position_embeddings, **fields
+    )
 
 
-def make_model_dir(path: Path, vocab: list[str] | Path, cls=BertForPreTraining, layers: int = 3, seed: int = 0,
-                   max_position_embeddings: int = 64, **overrides) -> Path:
+def make_model_dir(
+    path: Path,
+    vocab: list[str] | Path,
+    cls=BertForPreTraining,
+    layers: int = 3,
+    seed: int = 0,
+    max_position_embeddings: int = 64,
+    **overrides,
+) -> Path:
     """A random tiny BERT (``tiny_config``; ``cls`` any head) saved with ``save_pretrained`` plus its ``vocab.txt``:
     ``vocab`` is the token list, or a vocab.txt to copy. The weights follow ``seed``."""
     tokens = read_vocab(vocab) if isinstance(vocab, Path) else vocab
@@ -81,8 +104,20 @@ def finetune_quickly(task: str, train: Path, dev: Path | None, model: Path, out:
     """``bertkit finetune`` for a few steps (``QUICK_FINETUNE``, then ``extra``); asserts it succeeded; ``out``."""
     from bertkit.cli import main
 
-    argv = ["finetune", "--task", task, "--train", str(train), *(["--dev", str(dev)] if dev is not None else []),
-            "--model", str(model), "--output", str(out), *QUICK_FINETUNE, *extra]
+    argv = [
+        "finetune",
+        "--task",
+        task,
+        "--train",
+        str(train),
+        *(["--dev", str(dev)] if dev is not None else []),
+        "--model",
+        str(model),
+        "--output",
+        str(out),
+        *QUICK_FINETUNE,
+        *extra,
+    ]
     assert main(argv) == 0
     return Path(out)
 
@@ -93,8 +128,14 @@ def finetune_metrics(task: str, train: Path, dev: Path | None, model: Path, out:
     return json.loads((out / "metrics.json").read_text(encoding="utf-8"))
 
 
-def one_by_one_logits(model_dir: Path, tokenizer, texts: Sequence[str], pairs: Sequence[str] | None = None,
-                      max_length: int = 128, num_labels: int | None = None):
+def one_by_one_logits(
+    model_dir: Path,
+    tokenizer,
+    texts: Sequence[str],
+    pairs: Sequence[str] | None = None,
+    max_length: int = 128,
+    num_labels: int | None = None,
+):
     """A sequence-classification head's logits [len(texts), num_labels], one unpadded text at a time: the
     reference a batched pipeline must equal."""
     from bertkit.modeling import BertForSequenceClassification
@@ -121,8 +162,12 @@ def one_thread():
 def http_json(url: str, path: str, body=None, method: str | None = None, timeout: float = 120):
     """``(status, parsed JSON answer or None)`` for ``body`` sent as JSON (GET without a body), errors included."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, method=method or ("GET" if data is None else "POST"),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + path,
+        data=data,
+        method=method or ("GET" if data is None else "POST"),
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             text = r.read()

@@ -15,15 +15,32 @@ def modernbert_config(vocab: list[str], **overrides):
     from bertkit.modeling_modernbert import ModernBertConfig
 
     pad, cls, sep = vocab.index("[PAD]"), vocab.index("[CLS]"), vocab.index("[SEP]")
-    values = dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=48, num_hidden_layers=3,
-                  num_attention_heads=4, local_attention=4, max_position_embeddings=128, pad_token_id=pad,
-                  cls_token_id=cls, sep_token_id=sep, bos_token_id=cls, eos_token_id=sep)
+    values = dict(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        local_attention=4,
+        max_position_embeddings=128,
+        pad_token_id=pad,
+        cls_token_id=cls,
+        sep_token_id=sep,
+        bos_token_id=cls,
+        eos_token_id=sep,
+    )
     values.update(overrides)
     return ModernBertConfig(**values)
 
 
-def make_modernbert_dir(path: Path, vocab: list[str], cls_name: str = "ModernBertForMaskedLM", seed: int = 0,
-                        spread: float = 1.0, **overrides) -> Path:
+def make_modernbert_dir(
+    path: Path,
+    vocab: list[str],
+    cls_name: str = "ModernBertForMaskedLM",
+    seed: int = 0,
+    spread: float = 1.0,
+    **overrides,
+) -> Path:
     """A random ``cls_name`` (any ``bertkit.modeling_modernbert.MODEL_CLASSES`` name) saved at ``path`` with its
     ``vocab.txt``. ``spread`` scales a head's classifier weights (so that int8 and label differences would show)."""
     from bertkit.modeling_modernbert import MODEL_CLASSES
@@ -41,5 +58,4 @@ def make_modernbert_dir(path: Path, vocab: list[str], cls_name: str = "ModernBer
 
 def fixture_vocab(fixtures_dir: Path) -> list[str]:
     """The fine-tuning fixtures' WordPiece vocabulary (tests/fixtures/finetune/vocab.txt), one token a line."""
-    return [line for line in (fixtures_dir / "finetune" / "vocab.txt").read_text(encoding="utf-8").splitlines()
-            if line]
+    return [line for line in (fixtures_dir / "finetune" / "vocab.txt").read_text(encoding="utf-8").splitlines() if line]

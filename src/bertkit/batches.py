@@ -15,16 +15,18 @@ from collections.abc import Sequence
 import torch
 
 
-def cut_batches(order: Sequence[int], lengths: Sequence[int], batch_size: int,
-                max_tokens: int | None) -> list[list[int]]:
+def cut_batches(
+    order: Sequence[int], lengths: Sequence[int], batch_size: int, max_tokens: int | None
+) -> list[list[int]]:
     """``order`` cut, in order, into batches of at most ``batch_size`` inputs and at most ``max_tokens`` padded
     tokens (its size x its longest; None: no budget); an input over the budget gets a batch of its own."""
     batches: list[list[int]] = []
     current: list[int] = []
     longest = 0
     for i in order:
-        if current and (len(current) >= batch_size
-                        or (max_tokens and max(longest, lengths[i]) * (len(current) + 1) > max_tokens)):
+        if current and (
+            len(current) >= batch_size or (max_tokens and max(longest, lengths[i]) * (len(current) + 1) > max_tokens)
+        ):
             batches.append(current)
             current, longest = [], 0
         current.append(i)
@@ -34,8 +36,9 @@ def cut_batches(order: Sequence[int], lengths: Sequence[int], batch_size: int,
     return batches
 
 
-def plan_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None,
-                 longest_first: bool = True) -> list[list[int]]:
+def plan_batches(
+    lengths: Sequence[int], batch_size: int, max_tokens: int | None = None, longest_first: bool = True
+) -> list[list[int]]:
     """Indices sorted by length (longest first, or shortest first; ties keep their input order), cut into batches
     of at most ``batch_size`` inputs and at most ``max_tokens`` padded tokens (B x longest T; None: no budget), so
     that little padding is computed. A single input over the budget gets a batch of its own."""
@@ -58,9 +61,13 @@ def pad(seqs: Sequence[Sequence[int]], value: int = 0, multiple_of: int = 1) -> 
     return out
 
 
-def collate(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]] | None = None, pad_id: int = 0,
-            multiple_of: int = 1, device: torch.device | str | None = None
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def collate(
+    ids: Sequence[Sequence[int]],
+    type_ids: Sequence[Sequence[int]] | None = None,
+    pad_id: int = 0,
+    multiple_of: int = 1,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(input_ids, token_type_ids, attention_mask), each [B, T] long, padded to the longest input (rounded up to
     ``multiple_of``): ids with ``pad_id``, segment ids with 0 (all 0 when ``type_ids`` is None), the mask 1 on the
     real tokens. Moved to ``device`` when given."""
@@ -69,6 +76,5 @@ def collate(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]] | No
     lengths = torch.tensor([len(s) for s in ids], dtype=torch.long)
     attention_mask = (torch.arange(input_ids.size(1)).unsqueeze(0) < lengths.unsqueeze(1)).long()
     if device is not None:
-        input_ids, token_type_ids, attention_mask = (t.to(device) for t in (input_ids, token_type_ids,
-                                                                            attention_mask))
+        input_ids, token_type_ids, attention_mask = (t.to(device) for t in (input_ids, token_type_ids, attention_mask))
     return input_ids, token_type_ids, attention_mask

@@ -87,8 +87,10 @@ def read_safetensors_header(path: str | os.PathLike) -> dict[str, tuple[int, ...
             shape = tuple(int(d) for d in entry["shape"])
             begin, end = (int(x) for x in entry["data_offsets"])
             if not 0 <= begin <= end <= data_size:
-                raise CheckpointError(f"{path}: tensor {name!r} lies past the end of the file (truncated? "
-                                      f"{data_size} data bytes, the tensor ends at {end})")
+                raise CheckpointError(
+                    f"{path}: tensor {name!r} lies past the end of the file (truncated? "
+                    f"{data_size} data bytes, the tensor ends at {end})"
+                )
             shapes[name] = shape
     except CheckpointError:
         raise
@@ -118,8 +120,10 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         if "weights only load failed" in str(e).lower():  # a pickle asking for code: never retry without the guard
-            raise CheckpointError(f"{path}: refused as unsafe (a pickle with code, which bertkit never runs); "
-                                  f"convert it to safetensors with a tool you trust") from None
+            raise CheckpointError(
+                f"{path}: refused as unsafe (a pickle with code, which bertkit never runs); "
+                f"convert it to safetensors with a tool you trust"
+            ) from None
         raise CheckpointError(f"{path}: not a PyTorch checkpoint ({_first_line(e)})") from None
     except (RuntimeError, EOFError, ValueError, OSError) as e:  # a truncated zip, garbage bytes
         raise CheckpointError(f"{path}: not a readable PyTorch checkpoint ({_first_line(e)})") from None
@@ -127,8 +131,9 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: expected a state dict, got {type(state).__name__}")
     for key, value in state.items():
         if not isinstance(key, str) or not isinstance(value, torch.Tensor):
-            raise CheckpointError(f"{path}: expected a state dict of named tensors, got {key!r}: "
-                                  f"{type(value).__name__}")
+            raise CheckpointError(
+                f"{path}: expected a state dict of named tensors, got {key!r}: {type(value).__name__}"
+            )
     return state
 
 
@@ -141,8 +146,7 @@ def check_finite(state: dict[str, torch.Tensor], origin: str) -> None:
     for key, value in state.items():
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
             bad = int((~torch.isfinite(value)).sum())
-            raise CheckpointError(f"{origin}: tensor {key!r} holds {bad} NaN or infinite value(s) of "
-                                  f"{value.numel()}")
+            raise CheckpointError(f"{origin}: tensor {key!r} holds {bad} NaN or infinite value(s) of {value.numel()}")
 
 
 def find_weights(directory: Path) -> Path:
@@ -152,8 +156,9 @@ def find_weights(directory: Path) -> Path:
     tf_prefix = find_tf_checkpoint(directory)
     if tf_prefix is not None:
         return tf_prefix
-    raise MissingFileError(f"{directory}: no {WEIGHTS_NAME}, {PT_WEIGHTS_NAME} or TensorFlow checkpoint "
-                            f"(bert_model.ckpt.index)")
+    raise MissingFileError(
+        f"{directory}: no {WEIGHTS_NAME}, {PT_WEIGHTS_NAME} or TensorFlow checkpoint (bert_model.ckpt.index)"
+    )
 
 
 def _rename(key: str) -> str:
@@ -164,26 +169,36 @@ def _rename(key: str) -> str:
     return key
 
 
-def check_tensors(state: dict[str, torch.Tensor], target: dict[str, torch.Tensor], model_name: str,
-                  origin: str) -> None:
+def check_tensors(
+    state: dict[str, torch.Tensor], target: dict[str, torch.Tensor], model_name: str, origin: str
+) -> None:
     """Each tensor of ``state`` has its ``target`` tensor's shape, and is floating point where the target is (and
     only there): a half-precision weight loads (a cast), a float weight stored as integers would be cast silently
     into wrong values, so it is refused. The error names the key, both shapes or dtypes, and ``origin``."""
     for key, value in state.items():
         want = target[key]
         if tuple(value.shape) != tuple(want.shape):
-            raise CheckpointError(f"{origin}: shape mismatch for {key!r}: checkpoint has {tuple(value.shape)}, "
-                                  f"{model_name} expects {tuple(want.shape)}")
+            raise CheckpointError(
+                f"{origin}: shape mismatch for {key!r}: checkpoint has {tuple(value.shape)}, "
+                f"{model_name} expects {tuple(want.shape)}"
+            )
         if value.is_floating_point() != want.is_floating_point():
-            raise CheckpointError(f"{origin}: dtype mismatch for {key!r}: checkpoint has "
-                                  f"{str(value.dtype).removeprefix('torch.')}, {model_name} expects "
-                                  f"{str(want.dtype).removeprefix('torch.')} (a weight stored as integers would be "
-                                  f"cast silently into wrong values)")
+            raise CheckpointError(
+                f"{origin}: dtype mismatch for {key!r}: checkpoint has "
+                f"{str(value.dtype).removeprefix('torch.')}, {model_name} expects "
+                f"{str(want.dtype).removeprefix('torch.')} (a weight stored as integers would be "
+                f"cast silently into wrong values)"
+            )
 
 
-def match_keys(state: dict[str, torch.Tensor], target: dict[str, torch.Tensor], tied: dict[str, str],
-               head_prefixes: tuple[str, ...],
-               class_name: str, origin: str) -> tuple[list[str], list[str]]:
+def match_keys(
+    state: dict[str, torch.Tensor],
+    target: dict[str, torch.Tensor],
+    tied: dict[str, str],
+    head_prefixes: tuple[str, ...],
+    class_name: str,
+    origin: str,
+) -> tuple[list[str], list[str]]:
     """Match a renamed checkpoint ``state`` (changed in place) against a model's ``target`` keys, the same for every
     architecture: a tied alias fills its canonical key when only the alias is stored, then aliases go; head keys the
     model has no use for are dropped; any other unknown key, or a tensor of the wrong shape or dtype, is a
@@ -223,7 +238,7 @@ def adapt_state_dict(
             continue
         if is_base:
             if key.startswith("bert."):
-                key = key[len("bert."):]
+                key = key[len("bert.") :]
             elif key.startswith(("cls.", "classifier.", "qa_outputs.")):
                 key = "head:" + key  # another class's head: not used by a bare encoder
         elif key.startswith(("embeddings.", "encoder.", "pooler.")):
@@ -257,24 +272,30 @@ class LoadingInfo:
     dropped: list[str] = field(default_factory=list)
 
 
-def load_state_dict_into(model: nn.Module, source: dict[str, torch.Tensor], origin: str = "checkpoint"
-                         ) -> LoadingInfo:
+def load_state_dict_into(model: nn.Module, source: dict[str, torch.Tensor], origin: str = "checkpoint") -> LoadingInfo:
     """Copy ``source`` into ``model`` (see :func:`adapt_state_dict` for the mapping and the checks)."""
     state, initialised, dropped = adapt_state_dict(source, model, origin)
     model.load_state_dict(state, strict=False)
     if hasattr(model, "tie_weights"):
         model.tie_weights()
     if initialised:
-        logger.info("initialised %d parameters of %s not in %s: %s", len(initialised), type(model).__name__,
-                    origin, initialised)
+        logger.info(
+            "initialised %d parameters of %s not in %s: %s", len(initialised), type(model).__name__, origin, initialised
+        )
     if dropped:
-        logger.info("left out %d parameters of %s that %s does not use: %s", len(dropped), origin,
-                    type(model).__name__, dropped)
+        logger.info(
+            "left out %d parameters of %s that %s does not use: %s", len(dropped), origin, type(model).__name__, dropped
+        )
     return LoadingInfo(origin, initialised, dropped)
 
 
-def load_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = None,
-                    output_loading_info: bool = False, **config_overrides):
+def load_pretrained(
+    cls,
+    path: str | os.PathLike,
+    config: BertConfig | None = None,
+    output_loading_info: bool = False,
+    **config_overrides,
+):
     """``cls`` built from the config in ``path`` (or ``config``) with the weights in ``path``; with
     ``output_loading_info``, ``(model, LoadingInfo)``.
 
@@ -287,8 +308,9 @@ def load_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = No
     config_source = "config"
     if config is None:
         config = BertConfig.from_pretrained(directory)
-        config_source = str(next((directory / n for n in (CONFIG_NAME, "bert_config.json")
-                                  if (directory / n).is_file()), directory))
+        config_source = str(
+            next((directory / n for n in (CONFIG_NAME, "bert_config.json") if (directory / n).is_file()), directory)
+        )
     if config_overrides:
         config = dataclasses.replace(config, **config_overrides)
     weights = path if path.is_file() or Path(str(path) + ".index").is_file() else find_weights(directory)
@@ -306,8 +328,9 @@ def load_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = No
 _LAYER_RE = re.compile(r"^encoder\.layer\.(\d+)\.")
 
 
-def check_config_against_shapes(config: BertConfig, shapes: dict[str, tuple[int, ...]], config_source: str,
-                                weights: str) -> None:
+def check_config_against_shapes(
+    config: BertConfig, shapes: dict[str, tuple[int, ...]], config_source: str, weights: str
+) -> None:
     """Refuse a config whose sizes disagree with the weights file, naming the config field (``num_hidden_layers``,
     ``vocab_size``, ``hidden_size``, ``intermediate_size``, ``max_position_embeddings``, ``type_vocab_size``).
 
@@ -319,8 +342,10 @@ def check_config_against_shapes(config: BertConfig, shapes: dict[str, tuple[int,
         encoder_shapes[name], file_key[name] = tuple(shape), key
     layers = {int(m.group(1)) for k in encoder_shapes if (m := _LAYER_RE.match(k))}
     if (max(layers) + 1 if layers else 0) != config.num_hidden_layers:
-        raise CheckpointError(f"{config_source}: num_hidden_layers is {config.num_hidden_layers} but {weights} "
-                              f"holds {max(layers) + 1 if layers else 0} layers")
+        raise CheckpointError(
+            f"{config_source}: num_hidden_layers is {config.num_hidden_layers} but {weights} "
+            f"holds {max(layers) + 1 if layers else 0} layers"
+        )
     # key -> the config fields that give each of its dimensions, in order
     expected = {
         "embeddings.word_embeddings.weight": ("vocab_size", "hidden_size"),
@@ -339,8 +364,10 @@ def check_config_against_shapes(config: BertConfig, shapes: dict[str, tuple[int,
             raise CheckpointError(f"{weights}: {file_key[key]!r} has shape {shape}, the config gives {want}")
         for name, size in reversed(list(zip(fields, shape))):  # hidden_size (the last dimension) first
             if size != getattr(config, name):
-                raise CheckpointError(f"{config_source}: {name} is {getattr(config, name)} but {weights} has "
-                                      f"{file_key[key]!r} of shape {shape} (the config gives {want})")
+                raise CheckpointError(
+                    f"{config_source}: {name} is {getattr(config, name)} but {weights} has "
+                    f"{file_key[key]!r} of shape {shape} (the config gives {want})"
+                )
 
 
 def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> None:
@@ -369,6 +396,7 @@ def model_type(directory: str | os.PathLike) -> str | None:
         return None
     return data.get("model_type") if isinstance(data, dict) else None
 
+
 # A second architecture (ModernBERT) keeps its own HF key names; what differs from BERT's layout is declared here
 # once, and the same checks apply: unmapped, unused or mis-shaped keys fail naming the key.
 
@@ -387,8 +415,9 @@ class Layout:
     tied: dict[str, str] = field(default_factory=dict)
 
 
-def adapt_layout_state_dict(source: dict[str, torch.Tensor], model: nn.Module, layout: Layout,
-                            origin: str = "checkpoint") -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
+def adapt_layout_state_dict(
+    source: dict[str, torch.Tensor], model: nn.Module, layout: Layout, origin: str = "checkpoint"
+) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
     """:func:`adapt_state_dict` for another :class:`Layout`: a bare encoder's checkpoint loads into a head class
     (head initialised) and a head checkpoint into the bare encoder (head keys dropped). Returns (state, initialised,
     dropped); raises CheckpointError naming the key for anything unmapped, unused or of the wrong shape."""
@@ -398,7 +427,7 @@ def adapt_layout_state_dict(source: dict[str, torch.Tensor], model: nn.Module, l
     for key, value in source.items():
         if is_base:
             if key.startswith(layout.prefix):
-                key = key[len(layout.prefix):]
+                key = key[len(layout.prefix) :]
             elif key.startswith(layout.head_prefixes):
                 key = "head:" + key
         elif key.startswith(layout.base_roots):
@@ -415,8 +444,15 @@ def adapt_layout_state_dict(source: dict[str, torch.Tensor], model: nn.Module, l
     return state, initialised, [k.removeprefix("head:") for k in dropped]
 
 
-def load_layout_pretrained(cls, config_cls, layout: Layout, path: str | os.PathLike, config=None,
-                           output_loading_info: bool = False, **config_overrides):
+def load_layout_pretrained(
+    cls,
+    config_cls,
+    layout: Layout,
+    path: str | os.PathLike,
+    config=None,
+    output_loading_info: bool = False,
+    **config_overrides,
+):
     """:func:`load_pretrained` for a model class of another :class:`Layout`: ``config_cls.from_pretrained`` reads the
     directory's config, ``config.check_shapes(shapes, config_source, weights)`` checks it against the weights' shapes
     (the safetensors header first: nothing is allocated on a wrong size), NaN/Inf weights are refused."""
@@ -441,11 +477,13 @@ def load_layout_pretrained(cls, config_cls, layout: Layout, path: str | os.PathL
     model.load_state_dict(state, strict=False)
     model.tie_weights()
     if initialised:
-        logger.info("initialised %d parameters of %s not in %s: %s", len(initialised), cls.__name__, weights,
-                    initialised)
+        logger.info(
+            "initialised %d parameters of %s not in %s: %s", len(initialised), cls.__name__, weights, initialised
+        )
     if dropped:
-        logger.info("left out %d parameters of %s that %s does not use: %s", len(dropped), weights, cls.__name__,
-                    dropped)
+        logger.info(
+            "left out %d parameters of %s that %s does not use: %s", len(dropped), weights, cls.__name__, dropped
+        )
     model.eval()
     info = LoadingInfo(str(weights), initialised, dropped)
     return (model, info) if output_loading_info else model

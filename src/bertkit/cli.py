@@ -25,8 +25,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("bertkit.commands.serve", "HTTP embedding server (TEI, OpenAI and bert-as-service APIs), batching"),
     "vocab": ("bertkit.commands.vocab", "train a WordPiece vocabulary on plain-text files"),
     "tokenize": ("bertkit.commands.tokenize", "show the wordpieces (or ids) a vocabulary gives for texts"),
-    "quickstart": ("bertkit.commands.quickstart", "train a vocabulary and pre-train bert-tiny on the bundled books, "
-                   "then fill in masked words"),
+    "quickstart": (
+        "bertkit.commands.quickstart",
+        "train a vocabulary and pre-train bert-tiny on the bundled books, then fill in masked words",
+    ),
     "prepare": ("bertkit.commands.prepare", "tokenize a corpus into pre-training shards once; pretrain reuses them"),
     "pretrain": ("bertkit.commands.pretrain", "pre-train BERT (MLM + NSP) on raw text; runs under torchrun too"),
     "convert": ("bertkit.commands.convert", "Google TensorFlow BERT checkpoint -> safetensors model directory"),
@@ -36,8 +38,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "predict": ("bertkit.commands.predict", "write a fine-tuned model's predictions in the task's official format"),
     "glue": ("bertkit.commands.glue", "the GLUE suite: lr grid x seeds per task, GLUE score, leaderboard submission"),
     "plot": ("bertkit.commands.plot", "training curves of pretrain / finetune runs (PNG + CSV), or TensorBoard files"),
-    "ablate": ("bertkit.commands.ablate", "the paper's pre-training ablations on your corpus: nsp, mask-rate, "
-               "model-size, steps"),
+    "ablate": (
+        "bertkit.commands.ablate",
+        "the paper's pre-training ablations on your corpus: nsp, mask-rate, model-size, steps",
+    ),
     "probe": ("bertkit.commands.probe", "frozen-model probes per layer x pooling (SST-2, MRPC, STS-B, NER)"),
     "attention": ("bertkit.commands.attention", "attention maps of a text, one head or a layer's heads (PNG + NPZ)"),
     "export": ("bertkit.commands.export", "write a model directory as an ONNX graph (--onnx DIR OUT)"),

@@ -31,13 +31,42 @@ PRESETS: dict[str, tuple[int, int, int]] = {
 # Keys that Hugging Face's (or Google's) files carry for bookkeeping; accepted and ignored on load.
 _IGNORED_KEYS = frozenset(
     {
-        "architectures", "model_type", "transformers_version", "torch_dtype", "dtype", "use_cache", "is_decoder",
-        "add_cross_attention", "classifier_dropout", "gradient_checkpointing", "tie_word_embeddings", "_name_or_path",
-        "bos_token_id", "eos_token_id", "directionality", "pooler_fc_size", "pooler_num_attention_heads",
-        "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type", "output_past", "return_dict",
-        "output_hidden_states", "output_attentions", "torchscript", "chunk_size_feed_forward", "problem_type",
-        "tokenizer_class", "prefix", "sep_token_id", "decoder_start_token_id", "task_specific_params",
-        "finetuning_task", "is_encoder_decoder", "_attn_implementation_autoset", "model_name",
+        "architectures",
+        "model_type",
+        "transformers_version",
+        "torch_dtype",
+        "dtype",
+        "use_cache",
+        "is_decoder",
+        "add_cross_attention",
+        "classifier_dropout",
+        "gradient_checkpointing",
+        "tie_word_embeddings",
+        "_name_or_path",
+        "bos_token_id",
+        "eos_token_id",
+        "directionality",
+        "pooler_fc_size",
+        "pooler_num_attention_heads",
+        "pooler_num_fc_layers",
+        "pooler_size_per_head",
+        "pooler_type",
+        "output_past",
+        "return_dict",
+        "output_hidden_states",
+        "output_attentions",
+        "torchscript",
+        "chunk_size_feed_forward",
+        "problem_type",
+        "tokenizer_class",
+        "prefix",
+        "sep_token_id",
+        "decoder_start_token_id",
+        "task_specific_params",
+        "finetuning_task",
+        "is_encoder_decoder",
+        "_attn_implementation_autoset",
+        "model_name",
     }
 )
 
@@ -47,8 +76,14 @@ class ConfigError(InputError):
 
 
 # the fields that set the model's size, in the order num_parameters() reads them
-SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size", "max_position_embeddings",
-               "type_vocab_size")
+SIZE_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+)
 
 
 def _available_memory() -> int | None:
@@ -119,7 +154,6 @@ def head_fields(config: Any) -> dict[str, Any]:
     return out
 
 
-
 class EncoderConfig:
     """What :class:`BertConfig` and ``ModernBertConfig`` share: the checks every encoder's sizes, ids and labels
     pass, ``head_dim``, and reading / saving ``config.json``. Errors name the class and the field."""
@@ -146,8 +180,10 @@ class EncoderConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise self._bad(name, "a positive integer")
         if self.hidden_size % self.num_attention_heads:
-            raise ConfigError(f"{type(self).__name__}.hidden_size ({self.hidden_size}) must be divisible by "
-                              f"num_attention_heads ({self.num_attention_heads})")
+            raise ConfigError(
+                f"{type(self).__name__}.hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_attention_heads ({self.num_attention_heads})"
+            )
 
     def _check_positive(self, names: tuple[str, ...]) -> None:
         for name in names:
@@ -182,16 +218,24 @@ class EncoderConfig:
 
     def _plain_fields(self) -> dict[str, Any]:
         """The fields written to config.json as they are (the head's labels go through ``head_fields``)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)  # type: ignore[arg-type]
-                if f.name not in ("extra", "id2label", "label2id", "num_labels")}
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            if f.name not in ("extra", "id2label", "label2id", "num_labels")
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> Any:
         raise NotImplementedError
 
     @classmethod
-    def _from_keys(cls, data: dict[str, Any], source: str, ignored: frozenset[str],
-                   translate: Callable[[str, Any], dict[str, Any] | None] | None = None) -> Any:
+    def _from_keys(
+        cls,
+        data: dict[str, Any],
+        source: str,
+        ignored: frozenset[str],
+        translate: Callable[[str, Any], dict[str, Any] | None] | None = None,
+    ) -> Any:
         """Build from a config dict: its fields by name; ``translate(key, value)`` gives the fields another key stands
         for (None: not one); bookkeeping keys (``ignored``, or starting with "_") are kept in ``extra``; any other
         key is refused, naming it."""
@@ -255,8 +299,17 @@ class BertConfig(EncoderConfig):
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self._check_sizes(("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                           "intermediate_size", "max_position_embeddings", "type_vocab_size"))
+        self._check_sizes(
+            (
+                "vocab_size",
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "intermediate_size",
+                "max_position_embeddings",
+                "type_vocab_size",
+            )
+        )
         if self.hidden_act not in ACTIVATIONS:
             raise self._bad("hidden_act", f"one of {ACTIVATIONS}")
         if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
@@ -313,9 +366,11 @@ class BertConfig(EncoderConfig):
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> BertConfig:
         """Build from a Google or HF config dict. Unknown keys are rejected (HF bookkeeping keys are allowed)."""
         if data.get("model_type") == "modernbert":  # bertkit.modeling_modernbert reads it; say so in one line
-            raise ConfigError(f"{source}: a ModernBERT model (model_type 'modernbert'); this reads BERT models only "
-                              f"so far (ModernBERT works in pretrain --arch modernbert, embed/features, fill-mask and "
-                              f"bertkit.ModernBertFor*)")
+            raise ConfigError(
+                f"{source}: a ModernBERT model (model_type 'modernbert'); this reads BERT models only "
+                f"so far (ModernBERT works in pretrain --arch modernbert, embed/features, fill-mask and "
+                f"bertkit.ModernBertFor*)"
+            )
         if data.get("position_embedding_type") in (None, "absolute"):
             data = {k: v for k, v in data.items() if k != "position_embedding_type"}
         return cls._from_keys(data, source, _IGNORED_KEYS)

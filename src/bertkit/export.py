@@ -48,8 +48,16 @@ HEAD_OUTPUTS = {
     "ModernBertForTokenClassification": ("logits",),
     "ModernBertForQuestionAnswering": ("start_logits", "end_logits"),
 }
-QUANTIZED_OPS = {"DynamicQuantizeLinear", "MatMulInteger", "QuantizeLinear", "DequantizeLinear", "QLinearMatMul",
-                 "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QAttention"}
+QUANTIZED_OPS = {
+    "DynamicQuantizeLinear",
+    "MatMulInteger",
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "QLinearMatMul",
+    "DynamicQuantizeMatMul",
+    "MatMulIntegerToFloat",
+    "QAttention",
+}
 
 
 def onnx_name(quantize: str | None = None, hidden_states: bool = False) -> str:
@@ -58,8 +66,14 @@ def onnx_name(quantize: str | None = None, hidden_states: bool = False) -> str:
     return ("encoder" if hidden_states else "model") + (".int8.onnx" if quantize else ".onnx")
 
 
-COPIED_FILES = ("config.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json",
-                "finetune_config.json")
+COPIED_FILES = (
+    "config.json",
+    "vocab.txt",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "finetune_config.json",
+)
 
 
 @dataclass
@@ -101,12 +115,15 @@ class _Graph(nn.Module):
         if self.hidden_states:
             kwargs["output_hidden_states"] = True
         out = self.model(input_ids, **kwargs)
-        return tuple(out.hidden_states[int(name.split(".")[1])] if name.startswith("hidden_states.")
-                     else getattr(out, name) for name in self.outputs)
+        return tuple(
+            out.hidden_states[int(name.split(".")[1])] if name.startswith("hidden_states.") else getattr(out, name)
+            for name in self.outputs
+        )
 
 
-def load_for_export(directory: str | os.PathLike, hidden_states: bool = False
-                    ) -> tuple[nn.Module, str, tuple[str, ...]]:
+def load_for_export(
+    directory: str | os.PathLike, hidden_states: bool = False
+) -> tuple[nn.Module, str, tuple[str, ...]]:
     """(model in eval mode, architecture, output names) of a model directory: its head if it has one of
     ``HEAD_OUTPUTS``, else the bare encoder. ``hidden_states``: the bare encoder with every layer's output
     (``hidden_states.0`` = embeddings .. ``hidden_states.L``) and ``pooler_output``, for ``Encoder``. A ModernBERT
@@ -150,8 +167,14 @@ def _sample_inputs(vocab_size: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types * mask}
 
 
-def export_onnx(directory: str | os.PathLike, out: str | os.PathLike, opset: int = 17, quantize: str | None = None,
-                check: bool = True, hidden_states: bool = False) -> ExportReport:
+def export_onnx(
+    directory: str | os.PathLike,
+    out: str | os.PathLike,
+    opset: int = 17,
+    quantize: str | None = None,
+    check: bool = True,
+    hidden_states: bool = False,
+) -> ExportReport:
     """Export the model of ``directory`` to ONNX at ``out`` (a directory, or a ``.onnx`` file). See the module
     docstring. Returns what was written and, when ONNX Runtime is installed and ``check``, the largest difference
     between its outputs and PyTorch's on a padded batch (RunError above 1e-3, or 0.5 for int8)."""
@@ -182,9 +205,16 @@ def export_onnx(directory: str | os.PathLike, out: str | os.PathLike, opset: int
     def trace(tmp: Path) -> None:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")  # tracer warnings on the padding test, the exporter's deprecation notes
-            torch.onnx.export(_Graph(model, outputs, inputs).eval(), tuple(sample[n] for n in inputs), str(tmp),
-                              input_names=list(inputs), output_names=list(outputs), dynamic_axes=dynamic,
-                              opset_version=opset, dynamo=False)
+            torch.onnx.export(
+                _Graph(model, outputs, inputs).eval(),
+                tuple(sample[n] for n in inputs),
+                str(tmp),
+                input_names=list(inputs),
+                output_names=list(outputs),
+                dynamic_axes=dynamic,
+                opset_version=opset,
+                dynamo=False,
+            )
 
     def quantized(tmp: Path) -> None:
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -212,8 +242,14 @@ def export_onnx(directory: str | os.PathLike, out: str | os.PathLike, opset: int
     if quantize:
         atomic_write(targets[quantize], quantized)
     written = list(targets.values())
-    report = ExportReport(str(targets.get(quantize, written[0])), architecture, list(outputs), opset,
-                          quantized=quantize, files=[str(t) for t in written])
+    report = ExportReport(
+        str(targets.get(quantize, written[0])),
+        architecture,
+        list(outputs),
+        opset,
+        quantized=quantize,
+        files=[str(t) for t in written],
+    )
     if out.suffix != ".onnx":
         for name in COPIED_FILES:
             if (directory / name).is_file() and (directory / name).resolve() != (out / name).resolve():
@@ -227,8 +263,13 @@ def export_onnx(directory: str | os.PathLike, out: str | os.PathLike, opset: int
     return report
 
 
-def check_onnx(path: str | os.PathLike, model: nn.Module, outputs: tuple[str, ...], sample: dict[str, torch.Tensor],
-               limit: float = 1e-3) -> float | None:
+def check_onnx(
+    path: str | os.PathLike,
+    model: nn.Module,
+    outputs: tuple[str, ...],
+    sample: dict[str, torch.Tensor],
+    limit: float = 1e-3,
+) -> float | None:
     """Largest |ONNX Runtime - PyTorch| over ``outputs`` on ``sample`` (padding masked out); None without
     onnxruntime; RunError above ``limit``."""
     try:
@@ -311,8 +352,12 @@ def graph_is_quantized(path: str | os.PathLike) -> bool:
     return any(node.op_type in QUANTIZED_OPS for node in graph.node)
 
 
-def onnx_file(directory: str | os.PathLike, quantize: str | None = None, hidden_states: bool = False,
-              cache: str | os.PathLike | None = None) -> Path:
+def onnx_file(
+    directory: str | os.PathLike,
+    quantize: str | None = None,
+    hidden_states: bool = False,
+    cache: str | os.PathLike | None = None,
+) -> Path:
     """The graph a backend runs: ``DIR/model.onnx`` (``encoder.onnx`` with ``hidden_states``; ``model.int8.onnx`` /
     ``encoder.int8.onnx`` for int8) when it is there and not older than the directory's PyTorch weights (an exported
     directory has none: its graph is used as it is), else one exported (and checked) from the weights into ``cache``
@@ -340,22 +385,30 @@ def onnx_file(directory: str | os.PathLike, quantize: str | None = None, hidden_
         if is_int8 != bool(quantize):
             raise InputError(
                 f"{found} is an {'int8' if is_int8 else 'fp32'} graph but {'int8' if quantize else 'fp32'} was asked "
-                f"for: " + (f"load it with quantize='int8' (--quantize int8), or re-export with `bertkit export "
-                            f"--onnx` (int8 graphs are now written as {onnx_name('int8', hidden_states)})"
-                            if is_int8 else f"an int8 graph is {onnx_name('int8', hidden_states)}"))
+                f"for: "
+                + (
+                    f"load it with quantize='int8' (--quantize int8), or re-export with `bertkit export "
+                    f"--onnx` (int8 graphs are now written as {onnx_name('int8', hidden_states)})"
+                    if is_int8
+                    else f"an int8 graph is {onnx_name('int8', hidden_states)}"
+                )
+            )
         return found
     if weights is None:
         flags = (" --all-layers" if hidden_states else "") + (" --quantize int8" if quantize else "")
-        raise InputError(f"{directory}: no {name} and no PyTorch weights to export it from (export it with "
-                         f"`bertkit export --onnx MODEL_DIR {directory}{flags}`)")
+        raise InputError(
+            f"{directory}: no {name} and no PyTorch weights to export it from (export it with "
+            f"`bertkit export --onnx MODEL_DIR {directory}{flags}`)"
+        )
     found = Path(cache or tempfile.mkdtemp(prefix="bertkit-onnx-")) / name
     log.info("exporting %s to %s for ONNX Runtime", directory, found)
     export_onnx(directory, found, quantize=quantize, hidden_states=hidden_states)
     return found
 
 
-def onnx_runtime_model(directory: str | os.PathLike, config, quantize: str | None = None,
-                       cache: str | os.PathLike | None = None) -> OnnxRuntimeModel:
+def onnx_runtime_model(
+    directory: str | os.PathLike, config, quantize: str | None = None, cache: str | os.PathLike | None = None
+) -> OnnxRuntimeModel:
     """The ONNX Runtime model of a directory's head (see :func:`onnx_file` for which graph)."""
     return OnnxRuntimeModel(onnx_file(directory, quantize, cache=cache), config)
 
@@ -382,22 +435,32 @@ class OnnxEncoderRunner:
         wanted = [f"hidden_states.{i}" for i in range(depth + 1)]
         if pooler and self.has_pooler:
             wanted.append("pooler_output")
-        values = self.runtime.session.run(wanted, _feeds(self.runtime.session, {
-            "input_ids": input_ids.cpu().numpy(), "attention_mask": attention_mask.cpu().numpy(),
-            "token_type_ids": token_type_ids.cpu().numpy()}))
+        values = self.runtime.session.run(
+            wanted,
+            _feeds(
+                self.runtime.session,
+                {
+                    "input_ids": input_ids.cpu().numpy(),
+                    "attention_mask": attention_mask.cpu().numpy(),
+                    "token_type_ids": token_type_ids.cpu().numpy(),
+                },
+            ),
+        )
         tensors = [torch.from_numpy(v) for v in values]
-        return tuple(tensors[:depth + 1]), (tensors[depth + 1] if len(tensors) > depth + 1 else None)
+        return tuple(tensors[: depth + 1]), (tensors[depth + 1] if len(tensors) > depth + 1 else None)
 
 
-def use_onnx_runtime(encoder, directory: str | os.PathLike, quantize: str | None = None,
-                     cache: str | os.PathLike | None = None):
+def use_onnx_runtime(
+    encoder, directory: str | os.PathLike, quantize: str | None = None, cache: str | os.PathLike | None = None
+):
     """Give ``encoder`` (a CPU :class:`bertkit.Encoder`) an :class:`OnnxEncoderRunner` on the directory's encoder
     graph with every layer's output (``encoder.onnx`` / ``encoder.int8.onnx``, or one exported now). Its pooling,
     batching and results stay the Encoder's; it then computes in fp32 (int8 inside the graph)."""
     if encoder.device.type != "cpu":
         raise InputError("backend 'onnx' runs on the CPU (onnxruntime's CPU provider): use device='cpu'")
-    encoder.runner = OnnxEncoderRunner(onnx_file(directory, quantize, hidden_states=True, cache=cache),
-                                       encoder.config, encoder.num_layers)
+    encoder.runner = OnnxEncoderRunner(
+        onnx_file(directory, quantize, hidden_states=True, cache=cache), encoder.config, encoder.num_layers
+    )
     encoder.precision = "fp32"
     encoder.backend = "onnx"
     encoder.onnx_path = encoder.runner.path

@@ -186,8 +186,18 @@ class EncodeDefaults:
 
 # keyword arguments of MTEB's model protocols (v1: task_name, prompt_type; v2: task_metadata, hf_split, hf_subset)
 # and of sentence-transformers' encode that ``Encoder.encode`` accepts and ignores (or maps: show_progress_bar)
-_COMPAT_KWARGS = {"task_name", "prompt_type", "task_metadata", "hf_split", "hf_subset", "prompt_name", "prompt",
-                  "show_progress_bar", "convert_to_numpy", "request_qid"}
+_COMPAT_KWARGS = {
+    "task_name",
+    "prompt_type",
+    "task_metadata",
+    "hf_split",
+    "hf_subset",
+    "prompt_name",
+    "prompt",
+    "show_progress_bar",
+    "convert_to_numpy",
+    "request_qid",
+}
 
 
 def _normalize(x: torch.Tensor) -> torch.Tensor:
@@ -229,11 +239,15 @@ class Encoder:
     ):
         from bertkit.modeling_modernbert import ModernBertModel  # the second architecture: no pooler, no segments
 
-        bert = model if isinstance(model, (BertModel, ModernBertModel)) else (
-            getattr(model, "bert", None) or getattr(model, "model", None))
+        bert = (
+            model
+            if isinstance(model, (BertModel, ModernBertModel))
+            else (getattr(model, "bert", None) or getattr(model, "model", None))
+        )
         if not isinstance(bert, (BertModel, ModernBertModel)):
-            raise TypeError(f"Encoder needs a BertModel, ModernBertModel or a *For* model around one, got "
-                            f"{type(model).__name__}")
+            raise TypeError(
+                f"Encoder needs a BertModel, ModernBertModel or a *For* model around one, got {type(model).__name__}"
+            )
         self.device = torch.device(device)
         self.bert = bert.to(self.device).eval()
         self.config = bert.config
@@ -256,8 +270,7 @@ class Encoder:
         # Larger batches run slower there: their [tokens, intermediate] activations leave the cache, and past 32 MB
         # every one is a fresh mmap that page-faults in (bert-base int8 on 2 cores: 80 sentences/s at batch 64 x ~50
         # tokens, 111 under 512 tokens; BENCHMARKS.md)
-        self.forward_tokens = (cpu_forward_tokens(self.config.intermediate_size) if self.device.type == "cpu"
-                               else None)
+        self.forward_tokens = cpu_forward_tokens(self.config.intermediate_size) if self.device.type == "cpu" else None
         if len(tokenizer) > self.config.vocab_size:
             raise InputError(
                 f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {self.config.vocab_size}"
@@ -267,8 +280,13 @@ class Encoder:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | os.PathLike, device: str = "cpu", precision: str = "auto", lowercase: bool | None = None,
-        quantize: str | None = None, backend: str = "torch",
+        cls,
+        path: str | os.PathLike,
+        device: str = "cpu",
+        precision: str = "auto",
+        lowercase: bool | None = None,
+        quantize: str | None = None,
+        backend: str = "torch",
     ) -> Encoder:
         """Load a model directory: ``config.json`` + weights (bertkit or Hugging Face layout) and ``vocab.txt`` or any
         ``tokenizer.json`` (:func:`bertkit.tokenization.load_tokenizer`).
@@ -290,8 +308,11 @@ class Encoder:
         tokenizer = load_tokenizer(path, lowercase=lowercase)  # names a missing vocabulary itself
         if checkpoint.model_type(path) == "modernbert":
             return cls._from_modernbert(path, tokenizer, device, precision, quantize, backend, sentence)
-        if backend == "onnx" and not _has_weights(path) and any(
-                (path / n).is_file() for n in ("encoder.onnx", "encoder.int8.onnx")):
+        if (
+            backend == "onnx"
+            and not _has_weights(path)
+            and any((path / n).is_file() for n in ("encoder.onnx", "encoder.int8.onnx"))
+        ):
             # an exported directory (bertkit export --all-layers): ONNX Runtime computes; the module only carries the
             # config, and no weights are read
             from bertkit.config import BertConfig
@@ -324,13 +345,22 @@ class Encoder:
 
             use_onnx_runtime(self, path, quantize)
         if sentence is not None:
-            self.defaults = EncodeDefaults((-1,), sentence.pooling, sentence.normalize,
-                                           sentence.max_seq_length or EncodeDefaults.max_length)
+            self.defaults = EncodeDefaults(
+                (-1,), sentence.pooling, sentence.normalize, sentence.max_seq_length or EncodeDefaults.max_length
+            )
         return self
 
     @classmethod
-    def _from_modernbert(cls, path: Path, tokenizer: BertTokenizer | FastTokenizer, device: str, precision: str,
-                         quantize: str | None, backend: str, sentence) -> Encoder:
+    def _from_modernbert(
+        cls,
+        path: Path,
+        tokenizer: BertTokenizer | FastTokenizer,
+        device: str,
+        precision: str,
+        quantize: str | None,
+        backend: str,
+        sentence,
+    ) -> Encoder:
         """A ModernBERT directory: the encoder, and its MLM head (head + tied decoder) for fill-mask when the
         checkpoint has one; int8 (PyTorch's dynamic int8 Linear layers, as BERT's) and the ONNX backend as for BERT.
         Its default token limit is the model's own, as for any model (``max_position_embeddings``: 8192 for
@@ -339,8 +369,11 @@ class Encoder:
         from bertkit.quantize import quantize_model, resolve_quantize
 
         quantize = resolve_quantize(quantize)
-        if backend == "onnx" and not _has_weights(path) and any(
-                (path / n).is_file() for n in ("encoder.onnx", "encoder.int8.onnx")):
+        if (
+            backend == "onnx"
+            and not _has_weights(path)
+            and any((path / n).is_file() for n in ("encoder.onnx", "encoder.int8.onnx"))
+        ):
             # an exported directory (bertkit export --all-layers): ONNX Runtime computes; no weights are read
             model, has_mlm = ModernBertForMaskedLM(ModernBertConfig.from_pretrained(path)), False
         else:
@@ -348,8 +381,14 @@ class Encoder:
             has_mlm = not any(k.startswith("head.") or k.startswith("decoder.") for k in info.initialised)
         if quantize and backend == "torch":
             model, precision = quantize_model(model, quantize, device), "fp32"  # before the MLM head is taken
-        encoder = cls(model, tokenizer, device=device, precision=precision, has_pooler=False,
-                      mlm_head=torch.nn.Sequential(model.head, model.decoder) if has_mlm else None)
+        encoder = cls(
+            model,
+            tokenizer,
+            device=device,
+            precision=precision,
+            has_pooler=False,
+            mlm_head=torch.nn.Sequential(model.head, model.decoder) if has_mlm else None,
+        )
         return encoder._finish(path, quantize, backend, sentence)
 
     # ------------------------------------------------------------------ pieces shared with the server
@@ -358,8 +397,12 @@ class Encoder:
     def hidden_size(self) -> int:
         return self.config.hidden_size
 
-    def spec(self, layers: LayerSpec | Sequence[LayerSpec] | None = None, pooling: str | None = None,
-             normalize: bool | None = None) -> PoolSpec:
+    def spec(
+        self,
+        layers: LayerSpec | Sequence[LayerSpec] | None = None,
+        pooling: str | None = None,
+        normalize: bool | None = None,
+    ) -> PoolSpec:
         """Validate and resolve encode options into a :class:`PoolSpec` (ValueError/TypeError naming the field).
         None takes the encoder's default (:class:`EncodeDefaults`)."""
         layers = self.defaults.layers if layers is None else layers
@@ -379,39 +422,58 @@ class Encoder:
         limit = self.config.max_position_embeddings
         return limit if max_length is None else max(2, min(int(max_length), limit))
 
-    def tokenize(self, texts: Sequence[str], pairs: Sequence[str] | None = None, max_length: int | None = 512
-                 ) -> list[Encoding]:
+    def tokenize(
+        self, texts: Sequence[str], pairs: Sequence[str] | None = None, max_length: int | None = 512
+    ) -> list[Encoding]:
         """Tokenize with [CLS]/[SEP] and truncation to ``max_length`` (capped by max_position_embeddings)."""
-        return self.tokenizer.encode_batch(list(texts), list(pairs) if pairs is not None else None,
-                                           max_length=self.max_tokens(max_length), truncation=True)
+        return self.tokenizer.encode_batch(
+            list(texts),
+            list(pairs) if pairs is not None else None,
+            max_length=self.max_tokens(max_length),
+            truncation=True,
+        )
 
     def collate(self, encodings: Sequence[Encoding]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Pad to the longest: (input_ids, token_type_ids, attention_mask), each [B, T] on the device
         (:func:`bertkit.batches.collate`)."""
-        return collate([e.ids for e in encodings], [e.type_ids for e in encodings], self.tokenizer.pad_token_id,
-                       device=self.device)
+        return collate(
+            [e.ids for e in encodings], [e.type_ids for e in encodings], self.tokenizer.pad_token_id, device=self.device
+        )
 
     def autocast(self):
         """The autocast context for this encoder's precision (entered once around many batches: the bf16 copies of
         the weights are then cached instead of re-made per batch)."""
         return autocast(self.precision, self.device)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor,
-                depth: int, pooler: bool = False) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        depth: int,
+        pooler: bool = False,
+    ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
         """Run embeddings and layers 1..depth only (depth -1 = all). Returns (hidden states 0..depth, each [B, T, H];
         pooler output [B, H] or None). Call under ``torch.inference_mode()`` and (optionally) :meth:`autocast`."""
         if self.runner is not None:
             return self.runner(input_ids, token_type_ids, attention_mask, depth, pooler)
         depth = self.num_layers if depth < 0 else depth
         if isinstance(self.bert, BertModel):
-            out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True, num_layers=depth,
-                            output_pooler=pooler)
+            out = self.bert(
+                input_ids,
+                attention_mask,
+                token_type_ids,
+                output_hidden_states=True,
+                num_layers=depth,
+                output_pooler=pooler,
+            )
             return out.hidden_states, out.pooler_output
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True, num_layers=depth)
         return out.hidden_states, None  # ModernBERT: no pooler
 
-    def pool_batch(self, states: list[torch.Tensor], pooled: torch.Tensor | None, attention_mask: torch.Tensor,
-                   spec: PoolSpec) -> torch.Tensor | list[torch.Tensor]:
+    def pool_batch(
+        self, states: list[torch.Tensor], pooled: torch.Tensor | None, attention_mask: torch.Tensor, spec: PoolSpec
+    ) -> torch.Tensor | list[torch.Tensor]:
         """Apply ``spec`` to a forward's output: [B, D] fp32, or for ``none`` a list of [T_i, D] tensors."""
         if spec.pooling == "cls_pooled":
             out = pooled.float()
@@ -499,9 +561,11 @@ class Encoder:
             out = self.pool_batch(states, pooled, mask, spec)
             return [r.cpu().numpy() for r in out] if isinstance(out, list) else out.cpu().numpy()  # one copy
 
-        with torch.inference_mode(), self.autocast(), tqdm(
-            total=len(texts), desc="encode", unit="text", disable=not show_progress
-        ) as bar:
+        with (
+            torch.inference_mode(),
+            self.autocast(),
+            tqdm(total=len(texts), desc="encode", unit="text", disable=not show_progress) as bar,
+        ):
             for batch, rows in zip(batches, self._run_batches(run, batches)):
                 for j, i in enumerate(batch):
                     results[i] = rows[j]
@@ -574,11 +638,14 @@ class Encoder:
                 scores, top = probs.topk(top_k, dim=-1)
                 for m, b in enumerate(where.nonzero()[:, 0].tolist()):
                     tokens = tok.convert_ids_to_tokens(top[m].tolist())
-                    results[batch[b]].append([
-                        {"token": t, "token_id": int(i), "score": float(s)}
-                        for t, i, s in zip(tokens, top[m].tolist(), scores[m].tolist())
-                    ])
+                    results[batch[b]].append(
+                        [
+                            {"token": t, "token_id": int(i), "score": float(s)}
+                            for t, i, s in zip(tokens, top[m].tolist(), scores[m].tolist())
+                        ]
+                    )
         return results
+
 
 def _has_weights(path: Path) -> bool:
     try:

@@ -122,6 +122,7 @@ class Packing:
         flat = torch.cat([p.reshape(-1, p.size(-1)) for p in parts])
         return flat.index_select(0, self.take)
 
+
 # --------------------------------------------------------------------------------------------- outputs
 
 
@@ -233,8 +234,7 @@ class BertSelfAttention(nn.Module):
         self.qkv: nn.Module | None = None  # q, k, v fused for inference (bertkit.quantize.fuse_qkv); never saved
         self.dropout_prob = config.attention_probs_dropout_prob
 
-    def forward(self, x: Tensor, mask: Tensor | Packing | None, implementation: str
-                ) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, mask: Tensor | Packing | None, implementation: str) -> tuple[Tensor, Tensor | None]:
         if isinstance(mask, Packing):
             return self._packed(x, mask, implementation), None
         B, T, H = x.shape
@@ -243,8 +243,10 @@ class BertSelfAttention(nn.Module):
             q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, N, T, D]
         else:
             # three GEMMs on the parameters themselves: autocast can then cache their bf16 copies across batches
-            q, k, v = (proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # [B, N, T, D]
-                       for proj in (self.query, self.key, self.value))
+            q, k, v = (
+                proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # [B, N, T, D]
+                for proj in (self.query, self.key, self.value)
+            )
         dropout_p = self.dropout_prob if self.training else 0.0
         context, probs = ATTENTION_FUNCTIONS[implementation](q, k, v, mask, dropout_p)  # [B, N, T, D]
         context = context.transpose(1, 2).reshape(B, T, H)  # [B, T, H]
@@ -393,8 +395,13 @@ class BertPreTrainedModel(nn.Module):
             self.cls.predictions.decoder.bias = self.cls.predictions.bias
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = None,
-                        output_loading_info: bool = False, **config_overrides):
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike,
+        config: BertConfig | None = None,
+        output_loading_info: bool = False,
+        **config_overrides,
+    ):
         """Load a bertkit or Hugging Face model directory (``config.json`` + ``model.safetensors`` or
         ``pytorch_model.bin``). A bare BertModel checkpoint loads into a head class: encoder kept, head initialised;
         a head checkpoint loads into ``BertModel`` (a missing pooler is initialised).
@@ -402,8 +409,9 @@ class BertPreTrainedModel(nn.Module):
         With ``output_loading_info``, returns ``(model, info)``: ``info.initialised`` lists the parameters the
         checkpoint lacked and ``info.dropped`` those it had and this class does not use
         (:class:`bertkit.checkpoint.LoadingInfo`)."""
-        return checkpoint.load_pretrained(cls, path, config=config, output_loading_info=output_loading_info,
-                                          **config_overrides)
+        return checkpoint.load_pretrained(
+            cls, path, config=config, output_loading_info=output_loading_info, **config_overrides
+        )
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
         """Write ``config.json`` + ``model.safetensors`` in the HF layout (tied weights saved once)."""
@@ -511,8 +519,9 @@ class BertModel(BertPreTrainedModel):
         if packing is not None:
             x = packing.unpack(x)  # [B, T, H]
             hidden_states = [packing.unpack(h) for h in hidden_states] if hidden_states is not None else None
-        pooled = (self.pooler(x) if output_pooler and self.pooler is not None and depth == len(self.encoder.layer)
-                  else None)
+        pooled = (
+            self.pooler(x) if output_pooler and self.pooler is not None and depth == len(self.encoder.layer) else None
+        )
         return BertModelOutput(
             last_hidden_state=x,
             pooler_output=pooled,
@@ -609,8 +618,9 @@ class BertForPreTraining(BertPreTrainedModel):
     ) -> BertForPreTrainingOutput:
         """``labels`` [B, T]: original token ids at masked positions, -100 elsewhere. ``next_sentence_label`` [B]:
         0 = B follows A (IsNext), 1 = random (NotNext)."""
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
-                        output_attentions)
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, output_attentions
+        )
         mlm_loss, logits, masked_logits, masked_labels = masked_lm(
             self.cls.predictions, out.last_hidden_state, labels, self.sparse_prediction
         )
@@ -652,8 +662,9 @@ class BertForMaskedLM(BertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> MaskedLMOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
-                        output_attentions)
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, output_attentions
+        )
         loss, logits, masked_logits, masked_labels = masked_lm(
             self.cls.predictions, out.last_hidden_state, labels, self.sparse_prediction
         )
@@ -677,8 +688,9 @@ class BertForNextSentencePrediction(BertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> SequenceClassifierOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
-                        output_attentions)
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, output_attentions
+        )
         logits = self.cls.seq_relationship(out.pooler_output)  # [B, 2]
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
         return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)
@@ -712,8 +724,9 @@ class BertForSequenceClassification(BertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> SequenceClassifierOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
-                        output_attentions)
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, output_attentions
+        )
         logits = self.classifier(self.dropout(out.pooler_output))  # [B, num_labels]
         loss = None
         if labels is not None:
@@ -745,8 +758,9 @@ class BertForTokenClassification(BertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> SequenceClassifierOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
-                        output_attentions)
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, output_attentions
+        )
         logits = self.classifier(self.dropout(out.last_hidden_state))  # [B, T, num_labels]
         loss = None
         if labels is not None:
@@ -774,8 +788,9 @@ class BertForQuestionAnswering(BertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> QuestionAnsweringOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
-                        output_attentions)
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, output_attentions
+        )
         start_logits, end_logits = self.qa_outputs(out.last_hidden_state).unbind(-1)  # each [B, T]
         loss = None
         if start_positions is not None and end_positions is not None:
@@ -815,9 +830,14 @@ class BertForMultipleChoice(BertPreTrainedModel):
         def flat(t: Tensor | None) -> Tensor | None:
             return t.reshape(B * C, -1) if t is not None else None
 
-        out = self.bert(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids),
-                        output_hidden_states, output_attentions)
+        out = self.bert(
+            flat(input_ids),
+            flat(attention_mask),
+            flat(token_type_ids),
+            flat(position_ids),
+            output_hidden_states,
+            output_attentions,
+        )
         logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)  # [B, C]
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
         return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)
-

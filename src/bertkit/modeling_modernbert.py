@@ -61,12 +61,34 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
 # Keys transformers' files carry for bookkeeping (or that ModernBERT's older configs carry); accepted, not used.
 _IGNORED_KEYS = frozenset(
     {
-        "architectures", "transformers_version", "torch_dtype", "dtype", "_name_or_path", "reference_compile",
-        "repad_logits_with_grad", "deterministic_flash_attn", "gradient_checkpointing", "use_cache", "problem_type",
-        "tokenizer_class", "position_embedding_type", "return_dict", "output_hidden_states", "output_attentions",
-        "torchscript", "chunk_size_feed_forward", "is_decoder", "add_cross_attention", "is_encoder_decoder",
-        "finetuning_task", "task_specific_params", "prefix", "decoder_start_token_id", "model_name",
-        "_attn_implementation_autoset", "classifier_dropout_prob",
+        "architectures",
+        "transformers_version",
+        "torch_dtype",
+        "dtype",
+        "_name_or_path",
+        "reference_compile",
+        "repad_logits_with_grad",
+        "deterministic_flash_attn",
+        "gradient_checkpointing",
+        "use_cache",
+        "problem_type",
+        "tokenizer_class",
+        "position_embedding_type",
+        "return_dict",
+        "output_hidden_states",
+        "output_attentions",
+        "torchscript",
+        "chunk_size_feed_forward",
+        "is_decoder",
+        "add_cross_attention",
+        "is_encoder_decoder",
+        "finetuning_task",
+        "task_specific_params",
+        "prefix",
+        "decoder_start_token_id",
+        "model_name",
+        "_attn_implementation_autoset",
+        "classifier_dropout_prob",
     }
 )
 
@@ -122,12 +144,23 @@ class ModernBertConfig(EncoderConfig):
     model_type = "modernbert"
 
     def __post_init__(self) -> None:
-        self._check_sizes(("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                           "num_attention_heads", "max_position_embeddings", "global_attn_every_n_layers",
-                           "local_attention"))
+        self._check_sizes(
+            (
+                "vocab_size",
+                "hidden_size",
+                "intermediate_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "max_position_embeddings",
+                "global_attn_every_n_layers",
+                "local_attention",
+            )
+        )
         if self.head_dim % 2:
-            raise ConfigError(f"ModernBertConfig: the head size hidden_size / num_attention_heads ({self.head_dim}) "
-                              f"must be even for rotary position embeddings")
+            raise ConfigError(
+                f"ModernBertConfig: the head size hidden_size / num_attention_heads ({self.head_dim}) "
+                f"must be even for rotary position embeddings"
+            )
         if self.local_attention < 2 or self.local_attention % 2:
             raise self._bad("local_attention", "an even integer >= 2 (the window: local_attention // 2 on either side)")
         for name in ("hidden_activation", "classifier_activation"):
@@ -136,18 +169,24 @@ class ModernBertConfig(EncoderConfig):
         if self.classifier_pooling not in POOLINGS:
             raise self._bad("classifier_pooling", f"one of {POOLINGS}")
         self._check_probabilities(("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"))
-        self._check_positive(("initializer_range", "initializer_cutoff_factor", "norm_eps", "global_rope_theta",
-                              "local_rope_theta"))
+        self._check_positive(
+            ("initializer_range", "initializer_cutoff_factor", "norm_eps", "global_rope_theta", "local_rope_theta")
+        )
         for name in ("norm_bias", "attention_bias", "mlp_bias", "decoder_bias", "sparse_prediction"):
             if not isinstance(getattr(self, name), bool):
                 raise self._bad(name, "true or false")
         if self.layer_types is None:
             n = self.global_attn_every_n_layers
             self.layer_types = [GLOBAL if i % n == 0 else LOCAL for i in range(self.num_hidden_layers)]
-        if (not isinstance(self.layer_types, list) or len(self.layer_types) != self.num_hidden_layers
-                or any(t not in (GLOBAL, LOCAL) for t in self.layer_types)):
-            raise self._bad("layer_types", f"a list of {self.num_hidden_layers} (num_hidden_layers) entries, each "
-                                           f"{GLOBAL!r} or {LOCAL!r}")
+        if (
+            not isinstance(self.layer_types, list)
+            or len(self.layer_types) != self.num_hidden_layers
+            or any(t not in (GLOBAL, LOCAL) for t in self.layer_types)
+        ):
+            raise self._bad(
+                "layer_types",
+                f"a list of {self.num_hidden_layers} (num_hidden_layers) entries, each {GLOBAL!r} or {LOCAL!r}",
+            )
         self._check_pad_and_labels()
 
     @classmethod
@@ -157,8 +196,9 @@ class ModernBertConfig(EncoderConfig):
         if name not in PRESETS:
             raise ConfigError(f"unknown ModernBERT preset {name!r}; choose one of {sorted(PRESETS)}")
         layers, hidden, heads, intermediate = PRESETS[name]
-        values: dict[str, Any] = dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-                                      intermediate_size=intermediate)
+        values: dict[str, Any] = dict(
+            num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, intermediate_size=intermediate
+        )
         values.update(overrides)
         return cls(**values)
 
@@ -181,9 +221,11 @@ class ModernBertConfig(EncoderConfig):
         available = _available_memory() if available_bytes is None else available_bytes
         need = 4 * self.num_parameters()
         if available is not None and need > available:
-            raise ConfigError(f"ModernBertConfig: the model would hold {self.num_parameters():,} parameters "
-                              f"({need / 2**30:,.1f} GiB in fp32), more than the {available / 2**30:,.1f} GiB of "
-                              f"memory available (check hidden_size, num_hidden_layers, vocab_size)")
+            raise ConfigError(
+                f"ModernBertConfig: the model would hold {self.num_parameters():,} parameters "
+                f"({need / 2**30:,.1f} GiB in fp32), more than the {available / 2**30:,.1f} GiB of "
+                f"memory available (check hidden_size, num_hidden_layers, vocab_size)"
+            )
 
     def check_shapes(self, shapes: dict[str, tuple[int, ...]], config_source: str, weights: str) -> None:
         """Refuse a config whose sizes disagree with the weights file, naming the config field."""
@@ -191,8 +233,9 @@ class ModernBertConfig(EncoderConfig):
         layers = {int(k.split(".")[1]) for k in names if k.startswith("layers.") and k.split(".")[1].isdigit()}
         found = max(layers) + 1 if layers else 0
         if found != self.num_hidden_layers:
-            raise checkpoint.CheckpointError(f"{config_source}: num_hidden_layers is {self.num_hidden_layers} but "
-                                             f"{weights} holds {found} layers")
+            raise checkpoint.CheckpointError(
+                f"{config_source}: num_hidden_layers is {self.num_hidden_layers} but {weights} holds {found} layers"
+            )
         expected = {
             "embeddings.tok_embeddings.weight": ("vocab_size", "hidden_size"),
             "layers.0.attn.Wqkv.weight": (3 * self.hidden_size, "hidden_size"),
@@ -204,11 +247,13 @@ class ModernBertConfig(EncoderConfig):
             shape = tuple(shapes[names[key]])
             want = tuple(f if isinstance(f, int) else getattr(self, f) for f in fields)
             if shape != want:
-                field_name = next((f for f, s, w in zip(fields, shape, want) if s != w and isinstance(f, str)),
-                                  "hidden_size")
+                field_name = next(
+                    (f for f, s, w in zip(fields, shape, want) if s != w and isinstance(f, str)), "hidden_size"
+                )
                 raise checkpoint.CheckpointError(
                     f"{config_source}: {field_name} is {getattr(self, field_name)} but {weights} has "
-                    f"{names[key]!r} of shape {shape} (the config gives {want})")
+                    f"{names[key]!r} of shape {shape} (the config gives {want})"
+                )
 
     # ------------------------------------------------------------------ dict / JSON
     @classmethod
@@ -217,11 +262,13 @@ class ModernBertConfig(EncoderConfig):
         field (transformers' bookkeeping keys are allowed)."""
         model_type = data.get("model_type", cls.model_type)
         if model_type != cls.model_type:
-            raise ConfigError(f"{source}: model_type is {model_type!r}, not 'modernbert' "
-                              f"(a BERT config loads with BertConfig)")
+            raise ConfigError(
+                f"{source}: model_type is {model_type!r}, not 'modernbert' (a BERT config loads with BertConfig)"
+            )
         if data.get("tie_word_embeddings", True) is not True:
-            raise ConfigError(f"{source}: tie_word_embeddings false is not supported (the MLM decoder is the "
-                              f"token embedding matrix)")
+            raise ConfigError(
+                f"{source}: tie_word_embeddings false is not supported (the MLM decoder is the token embedding matrix)"
+            )
 
         def translate(key: str, value: Any) -> dict[str, Any] | None:
             if key == "rope_scaling" and value is not None:
@@ -236,8 +283,9 @@ class ModernBertConfig(EncoderConfig):
         ``local_rope_theta`` (the first when the layer pattern is an every-n one), so either version reads the same
         model."""
         if flavour != "hf":
-            raise ConfigError(f"ModernBERT configs are written in transformers' format only (flavour 'hf'), "
-                              f"not {flavour!r}")
+            raise ConfigError(
+                f"ModernBERT configs are written in transformers' format only (flavour 'hf'), not {flavour!r}"
+            )
         out = self._plain_fields()
         out["model_type"] = self.model_type
         out["layer_types"] = list(self.layer_types)
@@ -275,8 +323,10 @@ def _rope_thetas(rope: Any, source: str, data: dict[str, Any]) -> dict[str, floa
         if not isinstance(params, dict):
             raise ConfigError(f"{source}: rope_parameters.{kind} must be an object, got {params!r}")
         if params.get("rope_type", "default") != "default":
-            raise ConfigError(f"{source}: rope_parameters.{kind}.rope_type {params['rope_type']!r} is not "
-                              f"supported (only 'default' rotary embeddings)")
+            raise ConfigError(
+                f"{source}: rope_parameters.{kind}.rope_type {params['rope_type']!r} is not "
+                f"supported (only 'default' rotary embeddings)"
+            )
         unknown = sorted(set(params) - {"rope_type", "rope_theta"})
         if unknown:
             raise ConfigError(f"{source}: rope_parameters.{kind}: unsupported field {unknown[0]!r}")
@@ -358,8 +408,9 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 BLOCKED_FROM = 4  # sequences longer than BLOCKED_FROM * W take the blocked path (the dense band is cheaper below)
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, window: int | None, implementation: str,
-           dropout_p: float) -> tuple[Tensor, Tensor | None]:
+def attend(
+    q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, window: int | None, implementation: str, dropout_p: float
+) -> tuple[Tensor, Tensor | None]:
     """q, k, v [B, N, T, D]; key_mask [B, T] bool (True = real token) or None; window W, None for a global layer
     -> (context [B, N, T, D], probabilities [B, N, T, T] from the eager path, else None)."""
     T = q.size(-2)
@@ -378,8 +429,9 @@ def attend(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, window: int
     return local_attention_blocked(q, k, v, key_mask, window, kernel, dropout_p), None
 
 
-def local_attention_blocked(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, window: int, kernel,
-                            dropout_p: float) -> Tensor:
+def local_attention_blocked(
+    q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, window: int, kernel, dropout_p: float
+) -> Tensor:
     """Sliding-window attention at O(T * W): query block b (positions bW .. bW + W - 1) attends to keys
     bW - W .. bW + 2W - 1 under the band |i - j| <= W. Same result as the dense band mask."""
     B, N, T, D = q.shape
@@ -401,8 +453,13 @@ def local_attention_blocked(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | 
     def blocks(x: Tensor) -> Tensor:  # [B, N, nb, L, D] -> [B * nb, N, L, D]
         return x.transpose(1, 2).reshape(B * nb, N, x.size(-2), D)
 
-    context, _ = kernel(blocks(qb), blocks(kb.transpose(-1, -2)), blocks(vb.transpose(-1, -2)),
-                        mask.reshape(B * nb, 1, W, span), dropout_p)  # [B * nb, N, W, D]
+    context, _ = kernel(
+        blocks(qb),
+        blocks(kb.transpose(-1, -2)),
+        blocks(vb.transpose(-1, -2)),
+        mask.reshape(B * nb, 1, W, span),
+        dropout_p,
+    )  # [B * nb, N, W, D]
     context = context.view(B, nb, N, W, D).transpose(1, 2).reshape(B, N, nb * W, D)
     return context[:, :, :T]  # [B, N, T, D]
 
@@ -420,8 +477,9 @@ class ModernBertAttention(nn.Module):
         self.dropout_prob = config.attention_dropout
         self.window = config.sliding_window if config.layer_types[layer_idx] == LOCAL else None
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], mask: Tensor | Packing | None, implementation: str
-                ) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, x: Tensor, rope: tuple[Tensor, Tensor], mask: Tensor | Packing | None, implementation: str
+    ) -> tuple[Tensor, Tensor | None]:
         """x [B, T, H], rope (cos, sin) [B or 1, T, D], mask [B, T] bool or None -> ([B, T, H], probs or None);
         packed: x [n, H], rope [n, D], mask the batch's :class:`Packing` -> ([n, H], None)."""
         dropout_p = self.dropout_prob if self.training else 0.0
@@ -435,8 +493,9 @@ class ModernBertAttention(nn.Module):
         context = context.transpose(1, 2).reshape(B, T, H)  # [B, T, H]
         return self.out_drop(self.Wo(context)), probs
 
-    def _packed(self, x: Tensor, rope: tuple[Tensor, Tensor], packing: Packing, implementation: str,
-                dropout_p: float) -> Tensor:
+    def _packed(
+        self, x: Tensor, rope: tuple[Tensor, Tensor], packing: Packing, implementation: str, dropout_p: float
+    ) -> Tensor:
         """x [n, H] real tokens -> context [n, H]: the projections and the rotation run on the real tokens only;
         attention runs per group of rows of the packing, each re-padded to its own longest row."""
         n, H = x.shape
@@ -478,15 +537,19 @@ class ModernBertEncoderLayer(nn.Module):
 
     def __init__(self, config: ModernBertConfig, layer_idx: int):
         super().__init__()
-        self.attn_norm = (nn.Identity() if layer_idx == 0
-                          else nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias))
+        self.attn_norm = (
+            nn.Identity()
+            if layer_idx == 0
+            else nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        )
         self.attn = ModernBertAttention(config, layer_idx)
         self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
         self.mlp = ModernBertMLP(config)
         self.attention_type = config.layer_types[layer_idx]
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], mask: Tensor | Packing | None, implementation: str
-                ) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, x: Tensor, rope: tuple[Tensor, Tensor], mask: Tensor | Packing | None, implementation: str
+    ) -> tuple[Tensor, Tensor | None]:
         attended, probs = self.attn(self.attn_norm(x), rope, mask, implementation)
         x = x + attended
         return x + self.mlp(self.mlp_norm(x)), probs
@@ -548,7 +611,7 @@ class ModernBertPreTrainedModel(nn.Module):
             elif isinstance(module, ModernBertPredictionHead):
                 init(module.dense, std_out)
         if isinstance(getattr(self, "classifier", None), nn.Linear):
-            init(self.classifier, c.hidden_size ** -0.5)
+            init(self.classifier, c.hidden_size**-0.5)
         if isinstance(getattr(self, "decoder", None), nn.Linear) and self.decoder.bias is not None:
             nn.init.zeros_(self.decoder.bias)
         self.tie_weights()
@@ -559,14 +622,26 @@ class ModernBertPreTrainedModel(nn.Module):
             self.decoder.weight = self.model.embeddings.tok_embeddings.weight
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, config: ModernBertConfig | None = None,
-                        output_loading_info: bool = False, **config_overrides):
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike,
+        config: ModernBertConfig | None = None,
+        output_loading_info: bool = False,
+        **config_overrides,
+    ):
         """Load a bertkit or transformers ModernBERT directory (``config.json`` + ``model.safetensors`` or
         ``pytorch_model.bin``). A bare encoder's checkpoint loads into a head class (head initialised); a head
         checkpoint loads into ``ModernBertModel`` (head keys left out). ``config_overrides`` (``num_labels=3``)
         change the config read. With ``output_loading_info``, ``(model, checkpoint.LoadingInfo)``."""
-        return checkpoint.load_layout_pretrained(cls, ModernBertConfig, LAYOUT, path, config=config,
-                                                 output_loading_info=output_loading_info, **config_overrides)
+        return checkpoint.load_layout_pretrained(
+            cls,
+            ModernBertConfig,
+            LAYOUT,
+            path,
+            config=config,
+            output_loading_info=output_loading_info,
+            **config_overrides,
+        )
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
         """Write ``config.json`` + ``model.safetensors`` in transformers' ModernBERT layout (decoder weight once)."""
@@ -645,8 +720,9 @@ class ModernBertModel(ModernBertPreTrainedModel):
         """
         B, T = input_ids.shape
         if T > self.config.max_position_embeddings:
-            raise ValueError(f"sequence length {T} exceeds max_position_embeddings "
-                             f"({self.config.max_position_embeddings})")
+            raise ValueError(
+                f"sequence length {T} exceeds max_position_embeddings ({self.config.max_position_embeddings})"
+            )
         depth = len(self.layers)
         if num_layers is not None:
             if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 0 <= num_layers <= depth:
@@ -654,8 +730,9 @@ class ModernBertModel(ModernBertPreTrainedModel):
             depth = num_layers
         # one mask convention, converted once: [B, T] 1/0 -> [B, T] bool, None if nothing is padded
         mask: Tensor | Packing | None = None
-        if attention_mask is not None and (torch.compiler.is_compiling() or torch.jit.is_tracing()
-                                           or not bool(attention_mask.all())):
+        if attention_mask is not None and (
+            torch.compiler.is_compiling() or torch.jit.is_tracing() or not bool(attention_mask.all())
+        ):
             mask = attention_mask.bool()
         implementation = "eager" if output_attentions else self._attn_implementation
         if position_ids is None:
@@ -750,12 +827,20 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
     ) -> ModernBertMaskedLMOutput:
         """``labels`` [B, T]: original token ids at masked positions, -100 elsewhere. Without labels, ``logits``
         [B, T, V]; with labels (and ``sparse_prediction``), ``masked_logits`` [M, V] and ``masked_labels`` [M]."""
-        out = self.model(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
-                         output_attentions, packing=packing)
+        out = self.model(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            output_hidden_states,
+            output_attentions,
+            packing=packing,
+        )
         hidden = out.last_hidden_state  # [B, T, H]
         if labels is None:
-            return ModernBertMaskedLMOutput(None, self.decoder(self.head(hidden)), None, None, out.hidden_states,
-                                  out.attentions)
+            return ModernBertMaskedLMOutput(
+                None, self.decoder(self.head(hidden)), None, None, out.hidden_states, out.attentions
+            )
         if not self.sparse_prediction:
             logits = self.decoder(self.head(hidden))  # [B, T, V]
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), labels.view(-1))
@@ -793,8 +878,9 @@ class ModernBertForSequenceClassification(ModernBertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> SequenceClassifierOutput:
-        out = self.model(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
-                         output_attentions)
+        out = self.model(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, output_attentions
+        )
         pooled = pool(out.last_hidden_state, attention_mask, self.config.classifier_pooling)  # [B, H]
         logits = self.classifier(self.drop(self.head(pooled)))  # [B, num_labels]
         loss = None
@@ -828,8 +914,9 @@ class ModernBertForTokenClassification(ModernBertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> SequenceClassifierOutput:
-        out = self.model(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
-                         output_attentions)
+        out = self.model(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, output_attentions
+        )
         logits = self.classifier(self.drop(self.head(out.last_hidden_state)))  # [B, T, num_labels]
         loss = None
         if labels is not None:
@@ -862,8 +949,9 @@ class ModernBertForQuestionAnswering(ModernBertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> QuestionAnsweringOutput:
-        out = self.model(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
-                         output_attentions)
+        out = self.model(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, output_attentions
+        )
         logits = self.classifier(self.drop(self.head(out.last_hidden_state)))  # [B, T, 2]
         start_logits, end_logits = logits.unbind(-1)  # each [B, T]
         loss = None
@@ -871,8 +959,10 @@ class ModernBertForQuestionAnswering(ModernBertPreTrainedModel):
             T = start_logits.size(1)  # positions outside the window are ignored, as in transformers
             start = start_positions.view(-1).clamp(0, T)
             end = end_positions.view(-1).clamp(0, T)
-            loss = (F.cross_entropy(start_logits.float(), start, ignore_index=T)
-                    + F.cross_entropy(end_logits.float(), end, ignore_index=T)) / 2
+            loss = (
+                F.cross_entropy(start_logits.float(), start, ignore_index=T)
+                + F.cross_entropy(end_logits.float(), end, ignore_index=T)
+            ) / 2
         return QuestionAnsweringOutput(loss, start_logits, end_logits, out.hidden_states, out.attentions)
 
 
@@ -905,8 +995,9 @@ class ModernBertForMultipleChoice(ModernBertPreTrainedModel):
             return t.reshape(B * C, -1) if t is not None else None
 
         mask = flat(attention_mask)
-        out = self.model(flat(input_ids), mask, flat(token_type_ids), flat(position_ids), output_hidden_states,
-                         output_attentions)
+        out = self.model(
+            flat(input_ids), mask, flat(token_type_ids), flat(position_ids), output_hidden_states, output_attentions
+        )
         hidden = out.last_hidden_state  # [B * C, T, H]
         if self.config.classifier_pooling == "cls" and mask is not None:
             # the first real token (left padding too), as transformers picks it
@@ -945,6 +1036,8 @@ def for_directory(model_class: type, directory: str | os.PathLike) -> type:
     if checkpoint.model_type(directory) != "modernbert":
         return model_class
     if model_class.__name__ not in COUNTERPARTS:
-        raise ConfigError(f"{directory}: a ModernBERT model; {model_class.__name__} has no ModernBERT counterpart "
-                          f"(ModernBERT has no pooler and no next-sentence head)")
+        raise ConfigError(
+            f"{directory}: a ModernBERT model; {model_class.__name__} has no ModernBERT counterpart "
+            f"(ModernBERT has no pooler and no next-sentence head)"
+        )
     return COUNTERPARTS[model_class.__name__]

@@ -72,7 +72,7 @@ class _BlockwiseCrossEntropy(torch.autograd.Function):
         M = logits.size(0)
         lse = torch.empty(M, dtype=torch.float32, device=logits.device)
         for s in range(0, M, _ROWS_PER_BLOCK):
-            lse[s:s + _ROWS_PER_BLOCK] = torch.logsumexp(logits[s:s + _ROWS_PER_BLOCK].float(), dim=-1)
+            lse[s : s + _ROWS_PER_BLOCK] = torch.logsumexp(logits[s : s + _ROWS_PER_BLOCK].float(), dim=-1)
         target = logits.gather(1, labels[:, None]).squeeze(1).float()
         ctx.save_for_backward(logits, labels, lse)
         return (lse - target).mean()

@@ -38,13 +38,34 @@ logger = logging.getLogger(__name__)
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")  # bertkit.precision's, repeated so that this module imports no torch
 
 
-def option(default: Any = _MISSING, *, help: str = "", flag: str | None = None, group: str | None = None,
-           choices: typing.Sequence | None = None, metavar: str | None = None, parse: Callable | None = None,
-           nargs: str | None = None, required: bool = False, skip: bool = False,
-           default_factory: Callable | None = None, aliases: tuple[str, ...] = ()) -> Any:
+def option(
+    default: Any = _MISSING,
+    *,
+    help: str = "",
+    flag: str | None = None,
+    group: str | None = None,
+    choices: typing.Sequence | None = None,
+    metavar: str | None = None,
+    parse: Callable | None = None,
+    nargs: str | None = None,
+    required: bool = False,
+    skip: bool = False,
+    default_factory: Callable | None = None,
+    aliases: tuple[str, ...] = (),
+) -> Any:
     """A dataclass field whose flag, help, group and parsing live next to its default."""
-    meta = {"help": help, "flag": flag, "group": group, "choices": choices, "metavar": metavar, "parse": parse,
-            "nargs": nargs, "required": required, "skip": skip, "aliases": tuple(aliases)}
+    meta = {
+        "help": help,
+        "flag": flag,
+        "group": group,
+        "choices": choices,
+        "metavar": metavar,
+        "parse": parse,
+        "nargs": nargs,
+        "required": required,
+        "skip": skip,
+        "aliases": tuple(aliases),
+    }
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -74,8 +95,14 @@ class _DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
 
 
-def add_options(parser: argparse.ArgumentParser | Any, cls: type, *, exclude: typing.Iterable[str] = (),
-                groups: dict[str, Any] | None = None, passthrough: bool = False) -> dict[str, Any]:
+def add_options(
+    parser: argparse.ArgumentParser | Any,
+    cls: type,
+    *,
+    exclude: typing.Iterable[str] = (),
+    groups: dict[str, Any] | None = None,
+    passthrough: bool = False,
+) -> dict[str, Any]:
     """Add a flag per field of dataclass ``cls`` (fields named in ``exclude`` or with ``skip`` are left out).
     Fields with a ``group`` go into argument groups of that title (``groups``: title -> group, shared between calls;
     returned). ``passthrough``: no defaults and nothing required, so that only the flags given appear in the parsed
@@ -92,8 +119,11 @@ def add_options(parser: argparse.ArgumentParser | Any, cls: type, *, exclude: ty
             if meta["group"] not in groups:
                 groups[meta["group"]] = parser.add_argument_group(meta["group"])
             target = groups[meta["group"]]
-        default = f.default if f.default is not _MISSING else (f.default_factory() if f.default_factory is not _MISSING
-                                                                  else None)
+        default = (
+            f.default
+            if f.default is not _MISSING
+            else (f.default_factory() if f.default_factory is not _MISSING else None)
+        )
         tp = hints.get(f.name, str)
         base = _base_type(tp)
         help_text = meta.get("help", "")
@@ -127,8 +157,15 @@ def add_options(parser: argparse.ArgumentParser | Any, cls: type, *, exclude: ty
             extra = {k: v for k, v in kwargs.items() if k in ("type", "choices", "nargs", "metavar")}
             if kwargs.get("action") in ("store_true", "store_false"):
                 extra.update(nargs=0, const=kwargs["action"] == "store_true")
-            target.add_argument(alias, dest=f.name, action=_DeprecatedAlias, current=flag, default=argparse.SUPPRESS,
-                                help=argparse.SUPPRESS, **extra)
+            target.add_argument(
+                alias,
+                dest=f.name,
+                action=_DeprecatedAlias,
+                current=flag,
+                default=argparse.SUPPRESS,
+                help=argparse.SUPPRESS,
+                **extra,
+            )
     return groups
 
 
@@ -178,31 +215,41 @@ def lr_option(default: float | None, help: str = "peak learning rate (AdamW)", g
 
 def warmup_option(default: float | None, group: str | None = TRAINING) -> Any:
     """``warmup_fraction`` (``--warmup-proportion``: the older spelling)."""
-    return option(default, group=group, aliases=("--warmup-proportion",),
-                  help="fraction of the steps with linear warmup from 0 to the peak learning rate")
+    return option(
+        default,
+        group=group,
+        aliases=("--warmup-proportion",),
+        help="fraction of the steps with linear warmup from 0 to the peak learning rate",
+    )
 
 
 def clip_option(default: float = 1.0, group: str | None = TRAINING) -> Any:
     """``clip`` (``--max-grad-norm``: the older spelling)."""
-    return option(default, group=group, aliases=("--max-grad-norm",),
-                  help="clip the gradient norm to this (0 = no clipping)")
+    return option(
+        default, group=group, aliases=("--max-grad-norm",), help="clip the gradient norm to this (0 = no clipping)"
+    )
 
 
-def max_steps_option(help: str = "stop after N optimizer steps (default: no limit)",
-                     group: str | None = TRAINING) -> Any:
+def max_steps_option(
+    help: str = "stop after N optimizer steps (default: no limit)", group: str | None = TRAINING
+) -> Any:
     return option(None, group=group, help=help)
 
 
-def seed_option(default: int, group: str | None = TRAINING,
-                help: str = "seed of the initialisation, the data order and dropout") -> Any:
+def seed_option(
+    default: int, group: str | None = TRAINING, help: str = "seed of the initialisation, the data order and dropout"
+) -> Any:
     return option(default, group=group, help=help)
 
 
 DEVICE_HELP = "cpu | cuda | cuda:N (default: cuda when available)"
-PRECISION_HELP = ("autocast precision: auto = bf16 where the CPU/GPU supports it (fp16 with loss scaling on GPUs "
-                  "without bf16), else fp32")
-THREADS_HELP = ("torch threads per process (default: torch's choice; 1 can be faster on a machine shared with other "
-                "jobs)")
+PRECISION_HELP = (
+    "autocast precision: auto = bf16 where the CPU/GPU supports it (fp16 with loss scaling on GPUs "
+    "without bf16), else fp32"
+)
+THREADS_HELP = (
+    "torch threads per process (default: torch's choice; 1 can be faster on a machine shared with other jobs)"
+)
 
 
 def device_option(group: str | None = None) -> Any:

@@ -59,11 +59,14 @@ DEFAULT_MAX_LENGTH = 512
 BACKENDS = ("torch", "onnx")
 FUNCTIONS = ("softmax", "sigmoid", "none")  # text classification's function_to_apply (transformers' names)
 AGGREGATIONS = ("simple", "none", "first", "max", "average")  # token classification's aggregation_strategy
-HEAD_KEYS = {"BertForSequenceClassification": "classifier.weight", "BertForTokenClassification": "classifier.weight",
-             "BertForQuestionAnswering": "qa_outputs.weight",
-             "ModernBertForSequenceClassification": "classifier.weight",
-             "ModernBertForTokenClassification": "classifier.weight",
-             "ModernBertForQuestionAnswering": "classifier.weight"}
+HEAD_KEYS = {
+    "BertForSequenceClassification": "classifier.weight",
+    "BertForTokenClassification": "classifier.weight",
+    "BertForQuestionAnswering": "qa_outputs.weight",
+    "ModernBertForSequenceClassification": "classifier.weight",
+    "ModernBertForTokenClassification": "classifier.weight",
+    "ModernBertForQuestionAnswering": "classifier.weight",
+}
 
 
 class NoHeadError(InputError):
@@ -74,8 +77,9 @@ class InputTooLongError(InputError):
     """An input is longer than the model takes and ``truncate=False`` was asked for."""
 
     def __init__(self, index: int, length: int, limit: int):
-        super().__init__(f"input {index} is {length} tokens long, over the limit of {limit}: shorten it or set "
-                         "truncate=true")
+        super().__init__(
+            f"input {index} is {length} tokens long, over the limit of {limit}: shorten it or set truncate=true"
+        )
         self.index, self.length, self.limit = index, length, limit
 
 
@@ -200,8 +204,11 @@ def load_pipeline(
         task = get_task(saved["task"], **task_options(argparse.Namespace(), saved))
     else:
         task = _default_task(architecture, config, directory)
-    cls = {"classification": TextClassificationPipeline, "ner": TokenClassificationPipeline,
-           "qa": QuestionAnsweringPipeline}[HEADS[architecture]]
+    cls = {
+        "classification": TextClassificationPipeline,
+        "ner": TokenClassificationPipeline,
+        "qa": QuestionAnsweringPipeline,
+    }[HEADS[architecture]]
     try:
         tokenizer = load_tokenizer(directory)
     except FileNotFoundError as e:
@@ -210,8 +217,17 @@ def load_pipeline(
         from bertkit.export import onnx_runtime_model
 
         model = onnx_runtime_model(directory, config, quantize).to(device)
-        pipe = cls(model, tokenizer, task, device=device, precision="fp32", batch_size=batch_size,
-                   directory=directory, quantize=quantize, backend=backend)
+        pipe = cls(
+            model,
+            tokenizer,
+            task,
+            device=device,
+            precision="fp32",
+            batch_size=batch_size,
+            directory=directory,
+            quantize=quantize,
+            backend=backend,
+        )
         if isinstance(pipe, QuestionAnsweringPipeline):
             pipe.convention = qa_convention
         return pipe
@@ -222,14 +238,17 @@ def load_pipeline(
         find_weights(directory)
     except FileNotFoundError as e:
         if (directory / onnx_name()).is_file() or (directory / onnx_name("int8")).is_file():
-            raise InputError(f"{directory}: an exported ONNX directory (no PyTorch weights): load it with "
-                             "backend='onnx' (--backend onnx)") from None
+            raise InputError(
+                f"{directory}: an exported ONNX directory (no PyTorch weights): load it with "
+                "backend='onnx' (--backend onnx)"
+            ) from None
         raise InputError(str(e)) from None
     if not (directory / "tagger_config.json").is_file():
         key = HEAD_KEYS[architecture]
         if key not in _weight_shapes(directory):
-            raise NoHeadError(f"{directory}: config.json names {architecture} but the weights have no head "
-                              f"({key} missing)")
+            raise NoHeadError(
+                f"{directory}: config.json names {architecture} but the weights have no head ({key} missing)"
+            )
     try:
         if saved.get("task"):
             model = task.load_model(directory, finetuned=True)
@@ -244,8 +263,16 @@ def load_pipeline(
         precision = "fp32"  # the int8 kernels take fp32 activations; bf16 autocast around them would only add casts
     model.to(device).eval()
     precision = resolve_precision(precision, device)
-    pipe = cls(model, tokenizer, task, device=device, precision=precision, batch_size=batch_size,
-               directory=directory, quantize=quantize)
+    pipe = cls(
+        model,
+        tokenizer,
+        task,
+        device=device,
+        precision=precision,
+        batch_size=batch_size,
+        directory=directory,
+        quantize=quantize,
+    )
     if isinstance(pipe, QuestionAnsweringPipeline):
         pipe.convention = qa_convention
     return pipe
@@ -262,8 +289,18 @@ class Pipeline:
 
     kind = ""
 
-    def __init__(self, model, tokenizer, task, device: str = "cpu", precision: str = "fp32", batch_size: int = 32,
-                 directory: Path | None = None, quantize: str | None = None, backend: str = "torch"):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        task,
+        device: str = "cpu",
+        precision: str = "fp32",
+        batch_size: int = 32,
+        directory: Path | None = None,
+        quantize: str | None = None,
+        backend: str = "torch",
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.task = task
@@ -278,15 +315,16 @@ class Pipeline:
 
     def __repr__(self) -> str:
         q = f", quantize={self.quantize}" if self.quantize else ""
-        return (f"{type(self).__name__}({self.directory}, kind={self.kind}, backend={self.backend}, "
-                f"precision={self.precision}{q})")
+        return (
+            f"{type(self).__name__}({self.directory}, kind={self.kind}, backend={self.backend}, "
+            f"precision={self.precision}{q})"
+        )
 
     def _run(self, features: Sequence[dict]):
         """Yield (feature indices, model output) over length-sorted batches (``bertkit.tasks.run_inference``)."""
         from bertkit.tasks import run_inference
 
-        yield from run_inference(self.model, features, self.task.collate, self.batch_size, self.precision,
-                                 self.device)
+        yield from run_inference(self.model, features, self.task.collate, self.batch_size, self.precision, self.device)
 
     def encoder(self):
         """A :class:`bertkit.Encoder` of this model's encoder, for embeddings of the fine-tuned model (the server's
@@ -300,16 +338,24 @@ class Pipeline:
         if bert is None and isinstance(getattr(self.model, "model", None), ModernBertModel):
             bert = self.model.model  # ModernBERT's heads
         if bert is not None:
-            return Encoder(bert, self.tokenizer, device=self.device, precision=self.precision,
-                           has_pooler=getattr(bert, "pooler", None) is not None)
+            return Encoder(
+                bert,
+                self.tokenizer,
+                device=self.device,
+                precision=self.precision,
+                has_pooler=getattr(bert, "pooler", None) is not None,
+            )
         if self.backend == "onnx" and self.directory is not None:
             try:
-                return Encoder.from_pretrained(self.directory, device=self.device, precision="fp32",
-                                               quantize=self.quantize, backend="onnx")
+                return Encoder.from_pretrained(
+                    self.directory, device=self.device, precision="fp32", quantize=self.quantize, backend="onnx"
+                )
             except FileNotFoundError:
                 pass
-        raise InputError(f"{self.directory}: the {self.backend} backend has no encoder to embed with here (no "
-                         "PyTorch weights): load the pipeline from the fine-tuned directory, or use bertkit.Encoder")
+        raise InputError(
+            f"{self.directory}: the {self.backend} backend has no encoder to embed with here (no "
+            "PyTorch weights): load the pipeline from the fine-tuned directory, or use bertkit.Encoder"
+        )
 
 
 def _check_text(x: Any, where: str) -> str:
@@ -340,13 +386,16 @@ class TextClassificationPipeline(Pipeline):
     # ------------------------------------------------------------------ shared
     def _split(self, inputs: Any) -> tuple[bool, list[str], list[str] | None]:
         """(single, texts, pairs) from a text, a (text, pair) tuple, or a list of either."""
+
         def one(x: Any, where: str) -> tuple[str, str | None]:
             if isinstance(x, str):
                 return x, None
             if isinstance(x, (tuple, list)) and len(x) == 2:
                 return _check_text(x[0], f"{where}[0]"), _check_text(x[1], f"{where}[1]")
-            raise InputError(f"{where} must be a text or a (text, pair) of two texts, got {type(x).__name__}"
-                             + (f" of {len(x)} items" if isinstance(x, (tuple, list)) else ""))
+            raise InputError(
+                f"{where} must be a text or a (text, pair) of two texts, got {type(x).__name__}"
+                + (f" of {len(x)} items" if isinstance(x, (tuple, list)) else "")
+            )
 
         if isinstance(inputs, (str, tuple)):
             items, single = [one(inputs, "inputs")], True
@@ -355,8 +404,9 @@ class TextClassificationPipeline(Pipeline):
                 raise InputError("inputs is empty: give at least one text")
             items, single = [one(x, f"inputs[{i}]") for i, x in enumerate(inputs)], False
         else:
-            raise InputError(f"inputs must be a text, a (text, pair) tuple or a list of them, got "
-                             f"{type(inputs).__name__}")
+            raise InputError(
+                f"inputs must be a text, a (text, pair) tuple or a list of them, got {type(inputs).__name__}"
+            )
         texts = [a for a, _ in items]
         has_pairs = [b is not None for _, b in items]
         if any(has_pairs) and not all(has_pairs):
@@ -373,8 +423,9 @@ class TextClassificationPipeline(Pipeline):
             for i, e in enumerate(full):
                 if len(e.ids) > self.max_length:
                     raise InputTooLongError(i, len(e.ids), self.max_length)
-        encodings = self.tokenizer.encode_batch(list(texts), None if pairs is None else list(pairs),
-                                                max_length=self.max_length)
+        encodings = self.tokenizer.encode_batch(
+            list(texts), None if pairs is None else list(pairs), max_length=self.max_length
+        )
         features = [{"input_ids": e.ids, "token_type_ids": e.type_ids} for e in encodings]
         out = np.zeros((len(features), self.num_labels), dtype=np.float32)
         for idx, result in self._run(features):
@@ -409,9 +460,15 @@ class TextClassificationPipeline(Pipeline):
         return shifted / shifted.sum(-1, keepdims=True)
 
     # ------------------------------------------------------------------ the public calls
-    def predict(self, inputs: str | tuple[str, str] | list, raw_scores: bool = False, return_all_scores: bool = False,
-                top_k: int | None = None, truncate: bool = True, function_to_apply: str | None = None
-                ) -> list[dict] | list[list[dict]]:
+    def predict(
+        self,
+        inputs: str | tuple[str, str] | list,
+        raw_scores: bool = False,
+        return_all_scores: bool = False,
+        top_k: int | None = None,
+        truncate: bool = True,
+        function_to_apply: str | None = None,
+    ) -> list[dict] | list[list[dict]]:
         """Classify a text, a ``(text, pair)`` tuple, or a list of either.
 
         Returns, for each input, ``[{"label", "score"}]`` sorted by score (best first): the best label only, all of
@@ -421,8 +478,11 @@ class TextClassificationPipeline(Pipeline):
         :class:`InputTooLongError` for an over-long input."""
         if function_to_apply is not None and function_to_apply not in FUNCTIONS:
             raise InputError(f"function_to_apply must be one of {', '.join(FUNCTIONS)}, got {function_to_apply!r}")
-        for name, value in (("raw_scores", raw_scores), ("return_all_scores", return_all_scores),
-                            ("truncate", truncate)):
+        for name, value in (
+            ("raw_scores", raw_scores),
+            ("return_all_scores", return_all_scores),
+            ("truncate", truncate),
+        ):
             _check_bool(name, value)
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise InputError(f"top_k must be a positive integer, got {top_k!r}")
@@ -437,8 +497,14 @@ class TextClassificationPipeline(Pipeline):
 
     __call__ = predict
 
-    def rerank(self, query: str, texts: Sequence[str], return_text: bool = False, raw_scores: bool = False,
-               truncate: bool = True) -> list[dict]:
+    def rerank(
+        self,
+        query: str,
+        texts: Sequence[str],
+        return_text: bool = False,
+        raw_scores: bool = False,
+        truncate: bool = True,
+    ) -> list[dict]:
         """Score each of ``texts`` against ``query`` as a ``[CLS] query [SEP] text [SEP]`` pair (a cross-encoder).
 
         Returns ``[{"index", "score"[, "text"]}]`` best first; ``score`` is the sigmoid of the model's one logit
@@ -450,8 +516,10 @@ class TextClassificationPipeline(Pipeline):
             raise InputError("texts is empty: give at least one text to rank")
         texts = [_check_text(t, f"texts[{i}]") for i, t in enumerate(texts)]
         if self.num_labels != 1:
-            raise InputError(f"{self.directory}: rerank needs a one-label model (a cross-encoder), this one has "
-                             f"{self.num_labels} labels {self.labels}: use predict")
+            raise InputError(
+                f"{self.directory}: rerank needs a one-label model (a cross-encoder), this one has "
+                f"{self.num_labels} labels {self.labels}: use predict"
+            )
         scores = self.scores(self.logits([query] * len(texts), texts, truncate), raw_scores)[:, 0].tolist()
         order = sorted(range(len(texts)), key=lambda i: -scores[i])
         out = []
@@ -487,7 +555,7 @@ class TokenClassificationPipeline(Pipeline):
         features, where = [], []  # where: (text index, first token) of each window
         for t, enc in enumerate(encodings):
             for start in range(0, max(len(enc.ids), 1), width):
-                piece = enc.ids[start:start + width]
+                piece = enc.ids[start : start + width]
                 features.append({"input_ids": [cls] + piece + [sep], "token_type_ids": [0] * (len(piece) + 2)})
                 where.append((t, start))
         scores = [np.zeros((len(e.ids), len(self.labels)), dtype=np.float32) for e in encodings]
@@ -496,13 +564,17 @@ class TokenClassificationPipeline(Pipeline):
             for row, i in enumerate(idx):
                 t, start = where[i]
                 n = len(features[i]["input_ids"]) - 2
-                x = logits[row, 1:n + 1]
+                x = logits[row, 1 : n + 1]
                 e = np.exp(x - x.max(-1, keepdims=True))
-                scores[t][start:start + n] = e / e.sum(-1, keepdims=True)
+                scores[t][start : start + n] = e / e.sum(-1, keepdims=True)
         return list(zip(encodings, scores))
 
-    def ner(self, inputs: str | list[str], aggregation_strategy: str = "simple",
-            ignore_labels: Sequence[str] | None = ("O",)) -> list[dict] | list[list[dict]]:
+    def ner(
+        self,
+        inputs: str | list[str],
+        aggregation_strategy: str = "simple",
+        ignore_labels: Sequence[str] | None = ("O",),
+    ) -> list[dict] | list[list[dict]]:
         """Entities of a text (or of each text of a list), as transformers' token-classification pipeline.
 
         ``aggregation_strategy``:
@@ -518,12 +590,16 @@ class TokenClassificationPipeline(Pipeline):
         Entities whose label (``none``: the full label, e.g. ``B-LOC``; else the type, e.g. ``LOC``) is in
         ``ignore_labels`` are left out (None: ``["O"]``)."""
         if aggregation_strategy not in AGGREGATIONS:
-            raise InputError(f"aggregation_strategy must be one of {', '.join(AGGREGATIONS)}, got "
-                             f"{aggregation_strategy!r}")
+            raise InputError(
+                f"aggregation_strategy must be one of {', '.join(AGGREGATIONS)}, got {aggregation_strategy!r}"
+            )
         if ignore_labels is None:
             ignore_labels = ("O",)
-        if isinstance(ignore_labels, str) or not isinstance(ignore_labels, (list, tuple, set, frozenset)) or \
-                not all(isinstance(x, str) for x in ignore_labels):
+        if (
+            isinstance(ignore_labels, str)
+            or not isinstance(ignore_labels, (list, tuple, set, frozenset))
+            or not all(isinstance(x, str) for x in ignore_labels)
+        ):
             raise InputError(f"ignore_labels must be a list of label names, got {ignore_labels!r}")
         single = isinstance(inputs, str)
         texts = [inputs] if single else list(inputs) if isinstance(inputs, list) else None
@@ -548,10 +624,19 @@ class TokenClassificationPipeline(Pipeline):
                 elif word_aware:  # transformers' test for a word-piece tokenizer: the piece's text is not the token
                     subword = len(token) != end - start
                 else:
-                    subword = start > 0 and " " not in text[start - 1:start + 1]
-                tokens.append({"entity": self.labels[best], "score": float(scores[j, best]), "index": j + 1,
-                               "word": word, "start": start, "end": end, "scores": scores[j],
-                               "is_subword": subword})
+                    subword = start > 0 and " " not in text[start - 1 : start + 1]
+                tokens.append(
+                    {
+                        "entity": self.labels[best],
+                        "score": float(scores[j, best]),
+                        "index": j + 1,
+                        "word": word,
+                        "start": start,
+                        "end": end,
+                        "scores": scores[j],
+                        "is_subword": subword,
+                    }
+                )
             if aggregation_strategy == "none":
                 groups = [{k: t[k] for k in ("entity", "score", "index", "word", "start", "end")} for t in tokens]
             elif aggregation_strategy == "simple":
@@ -581,9 +666,15 @@ class TokenClassificationPipeline(Pipeline):
             else:
                 scores = np.nanmean(np.stack([t["scores"] for t in w]), axis=0)
             best = int(scores.argmax())
-            out.append({"entity": self.labels[best], "score": float(scores[best]),
-                        "word": join([t["word"] for t in w]), "start": w[0]["start"],
-                        "end": w[-1]["end"]})
+            out.append(
+                {
+                    "entity": self.labels[best],
+                    "score": float(scores[best]),
+                    "word": join([t["word"] for t in w]),
+                    "start": w[0]["start"],
+                    "end": w[-1]["end"],
+                }
+            )
         return out
 
     __call__ = ner
@@ -624,10 +715,19 @@ class QuestionAnsweringPipeline(Pipeline):
     kind = "qa"
     convention = "hf"
 
-    def answer(self, question: str | Sequence[dict], context: str | None = None, top_k: int = 1,
-               handle_impossible_answer: bool = False, doc_stride: int | None = None,
-               max_answer_len: int | None = None, max_seq_len: int | None = None, max_question_len: int | None = None,
-               align_to_words: bool = True, convention: str | None = None) -> dict | list:
+    def answer(
+        self,
+        question: str | Sequence[dict],
+        context: str | None = None,
+        top_k: int = 1,
+        handle_impossible_answer: bool = False,
+        doc_stride: int | None = None,
+        max_answer_len: int | None = None,
+        max_seq_len: int | None = None,
+        max_question_len: int | None = None,
+        align_to_words: bool = True,
+        convention: str | None = None,
+    ) -> dict | list:
         """``answer(question, context)`` -> ``{"answer", "score", "start", "end"}``; ``answer([{"question",
         "context"}, ...])`` -> a list of them. With ``top_k > 1`` each question gets a list of up to ``top_k``
         answers, best first. ``start``/``end`` are character offsets into the context (``context[start:end] ==
@@ -658,8 +758,10 @@ class QuestionAnsweringPipeline(Pipeline):
         elif isinstance(question, list):
             items, single = question, False
         else:
-            raise InputError(f"give a question and a context, or a list of {{question, context}} objects, got "
-                             f"{type(question).__name__}")
+            raise InputError(
+                f"give a question and a context, or a list of {{question, context}} objects, got "
+                f"{type(question).__name__}"
+            )
         if not items:
             raise InputError("inputs is empty: give at least one {question, context}")
         examples = []
@@ -672,43 +774,91 @@ class QuestionAnsweringPipeline(Pipeline):
                 raise InputError(f"inputs[{i}]: question and context must not be empty")
             examples.append(SquadExample(qas_id=str(i), question=q, context=c))
         if convention == "hf":
-            results = self._answer_hf(examples, top_k, handle_impossible_answer, doc_stride, max_answer_len,
-                                      max_seq_len, max_question_len, align_to_words)
+            results = self._answer_hf(
+                examples,
+                top_k,
+                handle_impossible_answer,
+                doc_stride,
+                max_answer_len,
+                max_seq_len,
+                max_question_len,
+                align_to_words,
+            )
         else:
-            results = self._answer_google(examples, top_k, handle_impossible_answer, doc_stride, max_answer_len,
-                                          max_seq_len, max_question_len, align_to_words)
+            results = self._answer_google(
+                examples,
+                top_k,
+                handle_impossible_answer,
+                doc_stride,
+                max_answer_len,
+                max_seq_len,
+                max_question_len,
+                align_to_words,
+            )
         results = [r[0] if top_k == 1 else r for r in results]
         return results[0] if single else results
 
     __call__ = answer
 
-    def _answer_hf(self, examples, top_k, handle_impossible_answer, doc_stride, max_answer_len, max_seq_len,
-                   max_question_len, align_to_words) -> list[list[dict]]:
+    def _answer_hf(
+        self,
+        examples,
+        top_k,
+        handle_impossible_answer,
+        doc_stride,
+        max_answer_len,
+        max_seq_len,
+        max_question_len,
+        align_to_words,
+    ) -> list[list[dict]]:
         from bertkit.tasks.squad import HF_MAX_ANSWER_LEN, HF_MAX_QUESTION_LEN, HF_MAX_SEQ_LEN, hf_answers, hf_features
 
         max_seq_len = max_seq_len or min(HF_MAX_SEQ_LEN, self.config.max_position_embeddings)
-        features = hf_features(examples, self.tokenizer, max_seq_len, doc_stride,
-                               max_question_len or HF_MAX_QUESTION_LEN)
+        features = hf_features(
+            examples, self.tokenizer, max_seq_len, doc_stride, max_question_len or HF_MAX_QUESTION_LEN
+        )
         logits: list = [None] * len(features)
         for idx, out in self._run(features):
             start, end = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
             for row, i in enumerate(idx):
                 n = len(features[i]["input_ids"])
                 logits[i] = (start[row, :n], end[row, :n])
-        answers = hf_answers(examples, features, logits, top_k, handle_impossible_answer,
-                             max_answer_len or HF_MAX_ANSWER_LEN, align_to_words)
+        answers = hf_answers(
+            examples,
+            features,
+            logits,
+            top_k,
+            handle_impossible_answer,
+            max_answer_len or HF_MAX_ANSWER_LEN,
+            align_to_words,
+        )
         if top_k == 1:  # a context without a span still answers (the empty answer, as Google's convention)
             answers = [a or [{"score": 0.0, "start": 0, "end": 0, "answer": ""}] for a in answers]
-        return [[{"answer": a["answer"], "score": a["score"], "start": a["start"], "end": a["end"]} for a in x]
-                for x in answers]
+        return [
+            [{"answer": a["answer"], "score": a["score"], "start": a["start"], "end": a["end"]} for a in x]
+            for x in answers
+        ]
 
-    def _answer_google(self, examples, top_k, handle_impossible_answer, doc_stride, max_answer_len, max_seq_len,
-                       max_question_len, align_to_words) -> list[list[dict]]:
+    def _answer_google(
+        self,
+        examples,
+        top_k,
+        handle_impossible_answer,
+        doc_stride,
+        max_answer_len,
+        max_seq_len,
+        max_question_len,
+        align_to_words,
+    ) -> list[list[dict]]:
         import copy
 
         task = self.task
-        overrides = {"doc_stride": doc_stride, "max_answer_length": max_answer_len, "max_seq_length": max_seq_len,
-                     "max_query_length": max_question_len}
+        overrides = {
+            "doc_stride": doc_stride,
+            "max_answer_length": max_answer_len,
+            "max_seq_length": max_seq_len,
+            "max_query_length": max_question_len,
+        }
         overrides = {k: v for k, v in overrides.items() if v is not None}
         if handle_impossible_answer and task.version != "2.0":
             overrides["version"] = "2.0"
@@ -719,8 +869,10 @@ class QuestionAnsweringPipeline(Pipeline):
             for k, v in overrides.items():
                 setattr(task, k, v)
             if task.max_seq_length - task.max_query_length - 3 < 1:
-                raise InputError(f"max_seq_len ({task.max_seq_length}) leaves no room for context after a "
-                                 f"{task.max_query_length}-token question")
+                raise InputError(
+                    f"max_seq_len ({task.max_seq_length}) leaves no room for context after a "
+                    f"{task.max_query_length}-token question"
+                )
             task._words = None
         features = task.featurize(examples, self.tokenizer)
         preds = task.predict(self.model, examples, features, self.batch_size, self.precision, self.device)
@@ -738,7 +890,8 @@ class QuestionAnsweringPipeline(Pipeline):
                     found = e.context.find(text, max(0, start - len(text)))
                     if found >= 0 and found <= end:
                         start, end = found, found + len(text)
-                answers.append({"answer": text, "score": float(0.0 if math.isnan(score) else score),
-                                "start": start, "end": end})
+                answers.append(
+                    {"answer": text, "score": float(0.0 if math.isnan(score) else score), "start": start, "end": end}
+                )
             results.append(answers)
         return results

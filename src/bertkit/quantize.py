@@ -114,8 +114,12 @@ def fuse_qkv(model: nn.Module) -> int:
     for module in model.modules():
         if isinstance(module, BertSelfAttention) and module.qkv is None:
             parts = (module.query, module.key, module.value)
-            fused = nn.Linear(parts[0].in_features, sum(p.out_features for p in parts),
-                              device=parts[0].weight.device, dtype=parts[0].weight.dtype)
+            fused = nn.Linear(
+                parts[0].in_features,
+                sum(p.out_features for p in parts),
+                device=parts[0].weight.device,
+                dtype=parts[0].weight.dtype,
+            )
             with torch.no_grad():
                 fused.weight.copy_(torch.cat([p.weight for p in parts]))
                 fused.bias.copy_(torch.cat([p.bias for p in parts]))
@@ -126,8 +130,9 @@ def fuse_qkv(model: nn.Module) -> int:
     return n
 
 
-def quantize_model(model: nn.Module, method: str | None = "int8", device: str | torch.device = "cpu",
-                   engine: str | None = None) -> nn.Module:
+def quantize_model(
+    model: nn.Module, method: str | None = "int8", device: str | torch.device = "cpu", engine: str | None = None
+) -> nn.Module:
     """Return ``model`` with q, k, v fused (:func:`fuse_qkv`) and every ``nn.Linear`` replaced by a dynamic int8
     Linear (in place; eval mode; CPU), its weights packed for ``engine`` (default :func:`pick_engine`).
 
@@ -152,8 +157,7 @@ def quantize_model(model: nn.Module, method: str | None = "int8", device: str | 
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.filterwarnings("ignore", message=".*quantize_per.*deprecated", category=UserWarning)
         qconfig = torch.ao.quantization.per_channel_dynamic_qconfig  # one weight scale per output row: closer
-        quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear: qconfig}, dtype=torch.qint8,
-                                                           inplace=True)
+        quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear: qconfig}, dtype=torch.qint8, inplace=True)
     # per-instance guards: Module.train / save_pretrained are looked up on the instance first
     quantized._bertkit_quantized = method
     quantized._bertkit_int8_engine = engine

@@ -37,9 +37,14 @@ NORMALIZE_DIR = "2_Normalize"
 TO_ST_POOLING = {"mean": "mean", "max": "max", "cls": "cls", "sep": "lasttoken"}
 FROM_ST_POOLING = {v: k for k, v in TO_ST_POOLING.items()}
 ST_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")  # their concatenation order
-_FLAG = {"cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens", "mean": "pooling_mode_mean_tokens",
-         "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
-         "weightedmean": "pooling_mode_weightedmean_tokens", "lasttoken": "pooling_mode_lasttoken"}
+_FLAG = {
+    "cls": "pooling_mode_cls_token",
+    "max": "pooling_mode_max_tokens",
+    "mean": "pooling_mode_mean_tokens",
+    "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
+    "weightedmean": "pooling_mode_weightedmean_tokens",
+    "lasttoken": "pooling_mode_lasttoken",
+}
 
 
 @dataclass(frozen=True)
@@ -53,16 +58,24 @@ class SentenceSettings:
     max_seq_length: int | None
 
 
-def write_sentence_transformers(directory: str | os.PathLike, *, pooling: str, normalize: bool, dim: int,
-                                max_seq_length: int | None, version: str = "") -> None:
+def write_sentence_transformers(
+    directory: str | os.PathLike,
+    *,
+    pooling: str,
+    normalize: bool,
+    dim: int,
+    max_seq_length: int | None,
+    version: str = "",
+) -> None:
     """Write the sentence-transformers files beside a saved model (``config.json``, weights, ``vocab.txt``).
 
     ``pooling`` is a bertkit pooling with a sentence-transformers twin (mean, max, cls, sep); the vectors are those of
     the last layer."""
     mode = TO_ST_POOLING.get(pooling)
     if mode is None:
-        raise InputError(f"--pooling {pooling} has no sentence-transformers equivalent: use one of "
-                         f"{', '.join(TO_ST_POOLING)}")
+        raise InputError(
+            f"--pooling {pooling} has no sentence-transformers equivalent: use one of {', '.join(TO_ST_POOLING)}"
+        )
     directory = Path(directory)
     (directory / POOLING_DIR).mkdir(parents=True, exist_ok=True)
     modules = [
@@ -76,12 +89,17 @@ def write_sentence_transformers(directory: str | os.PathLike, *, pooling: str, n
     pool_config.update({flag: m == mode for m, flag in _FLAG.items()})
     pool_config["include_prompt"] = True
     write_json(directory / POOLING_DIR / "config.json", pool_config, sort_keys=False)
-    write_json(directory / ST_CONFIG_NAME, {"max_seq_length": max_seq_length, "do_lower_case": False},
-               sort_keys=False)
-    write_json(directory / "config_sentence_transformers.json", {
-        "__version__": {"bertkit": version}, "prompts": {}, "default_prompt_name": None,
-        "similarity_fn_name": "cosine",
-    }, sort_keys=False)
+    write_json(directory / ST_CONFIG_NAME, {"max_seq_length": max_seq_length, "do_lower_case": False}, sort_keys=False)
+    write_json(
+        directory / "config_sentence_transformers.json",
+        {
+            "__version__": {"bertkit": version},
+            "prompts": {},
+            "default_prompt_name": None,
+            "similarity_fn_name": "cosine",
+        },
+        sort_keys=False,
+    )
     write_json(directory / MODULES_NAME, modules, sort_keys=False)  # last: its presence marks a complete directory
 
 
@@ -127,14 +145,18 @@ def read_sentence_transformers(path: str | os.PathLike) -> SentenceSettings | No
             config_file = where / "config.json"
             modes = _modes(_load_json(config_file), config_file)
             if len(modes) != 1 or modes[0] not in FROM_ST_POOLING:
-                raise InputError(f"{config_file}: pooling {'+'.join(modes)} has no bertkit equivalent (supported: "
-                                 f"{', '.join(FROM_ST_POOLING)}, one at a time)")
+                raise InputError(
+                    f"{config_file}: pooling {'+'.join(modes)} has no bertkit equivalent (supported: "
+                    f"{', '.join(FROM_ST_POOLING)}, one at a time)"
+                )
             pooling = FROM_ST_POOLING[modes[0]]
         elif kind == "Normalize":
             normalize = True
         else:
-            raise InputError(f"{modules_file}: module {module.get('type')!r} is not supported: bertkit's Encoder "
-                             "loads a Transformer (BERT), a Pooling and a Normalize module")
+            raise InputError(
+                f"{modules_file}: module {module.get('type')!r} is not supported: bertkit's Encoder "
+                "loads a Transformer (BERT), a Pooling and a Normalize module"
+            )
     if model_dir is None or pooling is None:
         raise InputError(f"{modules_file}: needs a Transformer and a Pooling module")
     max_seq_length = None

@@ -72,12 +72,12 @@ def _proto_fields(buf: bytes) -> list[tuple[int, int | bytes]]:
         if wire == 0:
             value, pos = _varint(buf, pos)
         elif wire == 1:
-            value, pos = int.from_bytes(buf[pos:pos + 8], "little"), pos + 8
+            value, pos = int.from_bytes(buf[pos : pos + 8], "little"), pos + 8
         elif wire == 2:
             n, pos = _varint(buf, pos)
-            value, pos = buf[pos:pos + n], pos + n
+            value, pos = buf[pos : pos + n], pos + n
         elif wire == 5:
-            value, pos = int.from_bytes(buf[pos:pos + 4], "little"), pos + 4
+            value, pos = int.from_bytes(buf[pos : pos + 4], "little"), pos + 4
         else:
             raise ValueError(f"unsupported protobuf wire type {wire}")
         out.append((field, value))
@@ -90,7 +90,7 @@ def _block(data: bytes, offset: int, size: int, origin: str) -> list[tuple[bytes
         raise TFCheckpointError(f"{origin}: block at {offset} runs past the end of the file (truncated?)")
     if data[offset + size] != 0:
         raise TFCheckpointError(f"{origin}: compressed table blocks are not supported (type {data[offset + size]})")
-    block = data[offset:offset + size]
+    block = data[offset : offset + size]
     (num_restarts,) = struct.unpack_from("<I", block, len(block) - 4)
     end = len(block) - 4 - 4 * num_restarts
     entries, pos, key = [], 0, b""
@@ -98,9 +98,9 @@ def _block(data: bytes, offset: int, size: int, origin: str) -> list[tuple[bytes
         shared, pos = _varint(block, pos)
         non_shared, pos = _varint(block, pos)
         value_len, pos = _varint(block, pos)
-        key = key[:shared] + block[pos:pos + non_shared]
+        key = key[:shared] + block[pos : pos + non_shared]
         pos += non_shared
-        entries.append((key, block[pos:pos + value_len]))
+        entries.append((key, block[pos : pos + value_len]))
         pos += value_len
     return entries
 
@@ -163,10 +163,12 @@ def read_tf_checkpoint(prefix: str | os.PathLike) -> dict[str, np.ndarray]:
             if not data_path.is_file():
                 raise MissingFileError(f"{data_path}: data shard of {index} is missing")
             shards[shard] = data_path.read_bytes()
-        raw = shards[shard][offset:offset + size]
+        raw = shards[shard][offset : offset + size]
         if len(raw) != size:
-            raise TFCheckpointError(f"{prefix}.data-{shard:05d}-of-{num_shards:05d}: variable {name!r} runs past "
-                                    f"the end of the file (truncated?)")
+            raise TFCheckpointError(
+                f"{prefix}.data-{shard:05d}-of-{num_shards:05d}: variable {name!r} runs past "
+                f"the end of the file (truncated?)"
+            )
         if dtype == _DT_BFLOAT16:
             bits = np.frombuffer(raw, dtype=">u2" if big_endian else "<u2").astype(np.uint32) << 16
             array = bits.view(np.float32)

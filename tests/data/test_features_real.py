@@ -19,8 +19,9 @@ from bertkit import Encoder  # noqa: E402
 def build(tmp_path, vocab_path, lowercase: bool):
     torch.manual_seed(0)
     vocab_size = sum(1 for _ in open(vocab_path, encoding="utf-8"))
-    config = transformers.BertConfig(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=3,
-                                     num_attention_heads=4, intermediate_size=128)
+    config = transformers.BertConfig(
+        vocab_size=vocab_size, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=128
+    )
     model = transformers.BertModel(config).eval()
     model.save_pretrained(tmp_path)
     shutil.copy(vocab_path, tmp_path / "vocab.txt")
@@ -33,8 +34,9 @@ def hf_states(model, tokenizer, texts, batch_size=32):
     out = []
     with torch.no_grad():
         for s in range(0, len(texts), batch_size):
-            batch = tokenizer(texts[s:s + batch_size], padding=True, truncation=True, max_length=128,
-                              return_tensors="pt")
+            batch = tokenizer(
+                texts[s : s + batch_size], padding=True, truncation=True, max_length=128, return_tensors="pt"
+            )
             hs = model(**batch, output_hidden_states=True).hidden_states
             for b, n in enumerate(batch["attention_mask"].sum(1).tolist()):
                 out.append(([h[b, :n].numpy() for h in hs], batch["input_ids"][b, :n].tolist()))
@@ -56,9 +58,12 @@ def test_sst2_every_pooling_matches_transformers(shared_data, tmp_path):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
     got = enc.encode(texts, layers=[-1, -2, 0], pooling="mean_max", max_length=128)
-    want = np.stack([np.concatenate([f(states[k]) for k in (3, 2, 0) for f in (lambda h: h.mean(0),
-                                                                               lambda h: h.max(0))])
-                     for states, _ in ref])
+    want = np.stack(
+        [
+            np.concatenate([f(states[k]) for k in (3, 2, 0) for f in (lambda h: h.mean(0), lambda h: h.max(0))])
+            for states, _ in ref
+        ]
+    )
     # mean_max per layer is [mean, max]; layers are concatenated in the order asked
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     for pooling, pick in (("cls", lambda h: h[0]), ("first", lambda h: h[1]), ("sep", lambda h: h[-1])):

@@ -23,8 +23,9 @@ def tiny_uncased(tmp_path_factory, shared_data):
 
     d = tmp_path_factory.mktemp("tiny_uncased")
     torch.manual_seed(0)
-    BertForPreTraining(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=64)).save_pretrained(d)
+    BertForPreTraining(
+        BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+    ).save_pretrained(d)
     shutil.copy(shared_data / "vocab" / "bert-base-uncased" / "vocab.txt", d / "vocab.txt")
     (d / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
     return d
@@ -32,9 +33,17 @@ def tiny_uncased(tmp_path_factory, shared_data):
 
 @pytest.mark.parametrize(
     "task,file,rows",
-    [("sst2", "SST-2/train.tsv", 67349), ("sst2", "SST-2/dev.tsv", 872), ("cola", "CoLA/train.tsv", 8551),
-     ("cola", "CoLA/dev.tsv", 1043), ("mrpc", "MRPC/train.tsv", 3667), ("mrpc", "MRPC/dev.tsv", 408),
-     ("qnli", "QNLI/dev.tsv", 5463), ("wnli", "WNLI/train.tsv", 635), ("wnli", "WNLI/dev.tsv", 71)],
+    [
+        ("sst2", "SST-2/train.tsv", 67349),
+        ("sst2", "SST-2/dev.tsv", 872),
+        ("cola", "CoLA/train.tsv", 8551),
+        ("cola", "CoLA/dev.tsv", 1043),
+        ("mrpc", "MRPC/train.tsv", 3667),
+        ("mrpc", "MRPC/dev.tsv", 408),
+        ("qnli", "QNLI/dev.tsv", 5463),
+        ("wnli", "WNLI/train.tsv", 635),
+        ("wnli", "WNLI/dev.tsv", 71),
+    ],
 )
 def test_glue_readers_parse_every_row(shared_data, task, file, rows):
     from bertkit.data.glue import read_glue
@@ -58,19 +67,52 @@ def test_squad_and_conll_readers_parse_every_row(shared_data):
 
 
 def _run(task, train, dev, model, out, *extra):
-    argv = ["finetune", "--task", task, "--train", str(train), "--dev", str(dev), "--model", str(model),
-            "--output", str(out), "--epochs", "1", "--batch-size", "32", "--lr", "1e-3", "--quiet",
-            "--max-train-examples", "256", "--max-eval-examples", "160", "--precision", "fp32", *extra]
+    argv = [
+        "finetune",
+        "--task",
+        task,
+        "--train",
+        str(train),
+        "--dev",
+        str(dev),
+        "--model",
+        str(model),
+        "--output",
+        str(out),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "32",
+        "--lr",
+        "1e-3",
+        "--quiet",
+        "--max-train-examples",
+        "256",
+        "--max-eval-examples",
+        "160",
+        "--precision",
+        "fp32",
+        *extra,
+    ]
     assert main(argv) == 0
     return json.loads((out / "metrics.json").read_text())
 
 
-@pytest.mark.parametrize("task,folder,keys", [("sst2", "SST-2", {"accuracy"}), ("cola", "CoLA", {"mcc"}),
-                                              ("mrpc", "MRPC", {"f1", "accuracy"})])
+@pytest.mark.parametrize(
+    "task,folder,keys",
+    [("sst2", "SST-2", {"accuracy"}), ("cola", "CoLA", {"mcc"}), ("mrpc", "MRPC", {"f1", "accuracy"})],
+)
 def test_glue_end_to_end(shared_data, tiny_uncased, tmp_path, task, folder, keys):
     out = tmp_path / task
-    m = _run(task, shared_data / "glue" / folder / "train.tsv", shared_data / "glue" / folder / "dev.tsv",
-             tiny_uncased, out, "--max-seq-length", "64")
+    m = _run(
+        task,
+        shared_data / "glue" / folder / "train.tsv",
+        shared_data / "glue" / folder / "dev.tsv",
+        tiny_uncased,
+        out,
+        "--max-seq-length",
+        "64",
+    )
     assert keys <= set(m)
     lines = (out / "predictions.tsv").read_text().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == 161
@@ -86,8 +128,19 @@ def test_squad_split_by_article(shared_data, tiny_uncased, tmp_path):
     (tmp_path / "train.json").write_text(json.dumps(train))
     (tmp_path / "dev.json").write_text(json.dumps(dev))
     out = tmp_path / "squad"
-    m = _run("squad", tmp_path / "train.json", tmp_path / "dev.json", tiny_uncased, out,
-             "--max-seq-length", "128", "--doc-stride", "64", "--max-train-examples", "128")
+    m = _run(
+        "squad",
+        tmp_path / "train.json",
+        tmp_path / "dev.json",
+        tiny_uncased,
+        out,
+        "--max-seq-length",
+        "128",
+        "--doc-stride",
+        "64",
+        "--max-train-examples",
+        "128",
+    )
     assert 0 <= m["exact_match"] <= m["f1"] <= 100
     preds = json.loads((out / "predictions.json").read_text())
     n_dev = sum(len(p["qas"]) for p in dev["data"][0]["paragraphs"])
@@ -100,8 +153,13 @@ def test_squad_split_by_article(shared_data, tiny_uncased, tmp_path):
 
 def test_conll_end_to_end(shared_data, tiny_uncased, tmp_path):
     out = tmp_path / "ner"
-    m = _run("conll2003", shared_data / "ner" / "conll2003" / "train.txt",
-             shared_data / "ner" / "conll2003" / "valid.txt", tiny_uncased, out)
+    m = _run(
+        "conll2003",
+        shared_data / "ner" / "conll2003" / "train.txt",
+        shared_data / "ner" / "conll2003" / "valid.txt",
+        tiny_uncased,
+        out,
+    )
     assert {"precision", "recall", "f1"} <= set(m)
     blocks = (out / "predictions.txt").read_text().strip().split("\n\n")
     assert len(blocks) == 160
@@ -146,7 +204,9 @@ def test_squad_answer_text_projection_keeps_em_f1(shared_data):
             scores[spans, mode] = (m["exact_match"], m["f1"])
     print({f"{s}/{m}": v for (s, m), v in scores.items()})
     for spans in ("gold", "cut"):
-        assert scores[spans, "google"][0] >= scores[spans, "chars"][0] and scores[spans, "google"][1] >= scores[
-            spans, "chars"][1]
+        assert (
+            scores[spans, "google"][0] >= scores[spans, "chars"][0]
+            and scores[spans, "google"][1] >= scores[spans, "chars"][1]
+        )
     assert scores["gold", "google"][0] > 98.0
     assert scores["cut", "chars"][0] < 90.0 < 98.0 < scores["cut", "words"][0]

@@ -66,10 +66,21 @@ def test_short_pretrain_with_bert_base_vocab_loads_in_transformers(shared_data, 
     from bertkit.recipes.pretrain import PretrainConfig, pretrain
 
     out = tmp_path / "run"
-    pretrain(PretrainConfig(corpus=[str(shared_data / "corpus" / "gutenberg" / "pg5200.txt")],
-                            vocab=str(shared_data / "vocab" / "bert-base-uncased"), output=str(out),
-                            model_size="bert-tiny", seq_len=64, batch_size=8, max_steps=4, eval_batches=2,
-                            quiet=True, workers=2, whole_word_mask=True))
+    pretrain(
+        PretrainConfig(
+            corpus=[str(shared_data / "corpus" / "gutenberg" / "pg5200.txt")],
+            vocab=str(shared_data / "vocab" / "bert-base-uncased"),
+            output=str(out),
+            model_size="bert-tiny",
+            seq_len=64,
+            batch_size=8,
+            max_steps=4,
+            eval_batches=2,
+            quiet=True,
+            workers=2,
+            whole_word_mask=True,
+        )
+    )
     transformers = pytest.importorskip("transformers")
     model = transformers.BertForPreTraining.from_pretrained(out).eval()
     tok = transformers.BertTokenizerFast.from_pretrained(out)

@@ -29,8 +29,12 @@ def splits(shared_data, tmp_path_factory):
     data = json.loads((shared_data / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
     d = tmp_path_factory.mktemp("squad")
     (d / "train.json").write_text(json.dumps({"version": "1.1", "data": data["data"][:TRAIN_ARTICLES]}))
-    items = [{"question": q["question"], "context": p["context"], "answers": [a["text"] for a in q["answers"]]}
-             for a in data["data"][TRAIN_ARTICLES:] for p in a["paragraphs"] for q in p["qas"]]
+    items = [
+        {"question": q["question"], "context": p["context"], "answers": [a["text"] for a in q["answers"]]}
+        for a in data["data"][TRAIN_ARTICLES:]
+        for p in a["paragraphs"]
+        for q in p["qas"]
+    ]
     return d / "train.json", items
 
 
@@ -47,14 +51,48 @@ def model_dir(shared_data, splits, tmp_path_factory) -> Path:
     vocab = (shared_data / "vocab" / "bert-base-uncased" / "vocab.txt").read_text(encoding="utf-8").splitlines()
     init = tmp_path_factory.mktemp("init")
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=256, max_position_embeddings=512)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=256,
+        max_position_embeddings=512,
+    )
     BertForPreTraining(config).save_pretrained(init)
     (init / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
     out = tmp_path_factory.mktemp("qa")
-    assert main(["finetune", "--task", "squad", "--train", str(splits[0]), "--model", str(init), "--output", str(out),
-                 "--epochs", "1", "--batch-size", "32", "--lr", "2e-3", "--max-seq-length", "128",
-                 "--max-train-examples", "2500", "--precision", "fp32", "--device", "cpu", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--task",
+                "squad",
+                "--train",
+                str(splits[0]),
+                "--model",
+                str(init),
+                "--output",
+                str(out),
+                "--epochs",
+                "1",
+                "--batch-size",
+                "32",
+                "--lr",
+                "2e-3",
+                "--max-seq-length",
+                "128",
+                "--max-train-examples",
+                "2500",
+                "--precision",
+                "fp32",
+                "--device",
+                "cpu",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -70,15 +108,18 @@ def test_answers_equal_transformers_pipeline(model_dir, splits):
     ours = pipe.answer(questions)
     theirs = hf_qa_answers(model_dir, [(questions, {})], pipe.tokenizer.lowercase)[0]
     same = sum(a["answer"] == b["answer"] for a, b in zip(ours, theirs))
-    spans = sum((a["answer"], a["start"], a["end"]) == (b["answer"], b["start"], b["end"])
-                for a, b in zip(ours, theirs))
+    spans = sum(
+        (a["answer"], a["start"], a["end"]) == (b["answer"], b["start"], b["end"]) for a, b in zip(ours, theirs)
+    )
     gold = {str(i): x["answers"] for i, x in enumerate(items)}
     quality = squad_evaluate(gold, {str(i): a["answer"] for i, a in enumerate(ours)}, "1.1")
     lengths = [len(a["answer"].split()) for a in ours]
-    print(f"\nQA agreement with transformers' pipeline: {same}/{len(items)} identical answers "
-          f"({100 * same / len(items):.2f}%), {spans} identical spans; bertkit EM {quality['exact_match']:.2f} "
-          f"F1 {quality['f1']:.2f}; {len({a['answer'] for a in ours})} distinct answers, "
-          f"mean {sum(lengths) / len(lengths):.2f} words")
+    print(
+        f"\nQA agreement with transformers' pipeline: {same}/{len(items)} identical answers "
+        f"({100 * same / len(items):.2f}%), {spans} identical spans; bertkit EM {quality['exact_match']:.2f} "
+        f"F1 {quality['f1']:.2f}; {len({a['answer'] for a in ours})} distinct answers, "
+        f"mean {sum(lengths) / len(lengths):.2f} words"
+    )
     assert len({a["answer"] for a in ours}) > len(items) // 4 and max(lengths) > 2  # real, varied spans
     assert quality["f1"] > 3.0  # the model learnt something: answers are not arbitrary spans
     assert same >= 0.98 * len(items)

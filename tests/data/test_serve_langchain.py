@@ -26,5 +26,6 @@ def test_langchain_inference_api_embeddings(tmp_path):
         client = embeddings.HuggingFaceInferenceAPIEmbeddings(api_key="unused", api_url=srv.url)
         got = client.embed_documents(TEXTS)
         np.testing.assert_allclose(got, encoder.encode(TEXTS, normalize=True), rtol=1e-4, atol=1e-5)
-        np.testing.assert_allclose(client.embed_query(TEXTS[0]), encoder.encode(TEXTS[:1], normalize=True)[0],
-                                   rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            client.embed_query(TEXTS[0]), encoder.encode(TEXTS[:1], normalize=True)[0], rtol=1e-4, atol=1e-5
+        )

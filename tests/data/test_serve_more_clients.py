@@ -31,8 +31,7 @@ def test_langchain_openai_embeddings(served):
         warnings.simplefilter("ignore", DeprecationWarning)
         lc = pytest.importorskip("langchain_openai")
     # check_embedding_ctx_length=False: LangChain would otherwise tokenize with tiktoken (a download) and send ids
-    client = lc.OpenAIEmbeddings(model="tiny", base_url=url + "/v1", api_key="unused",
-                                 check_embedding_ctx_length=False)
+    client = lc.OpenAIEmbeddings(model="tiny", base_url=url + "/v1", api_key="unused", check_embedding_ctx_length=False)
     want = encoder.encode(TEXTS, normalize=True)
     np.testing.assert_allclose(client.embed_documents(TEXTS), want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(client.embed_query(TEXTS[1]), want[1], rtol=1e-4, atol=1e-5)

@@ -31,8 +31,25 @@ def _json_out(capsys) -> dict:
 
 
 def _retrieval(capsys, model, fx, out, *extra) -> dict:
-    assert main(["evaluate", "--task", "retrieval", "--model", str(model), "--data", str(fx / "beir"),
-                 "--output", str(out), "--precision", "fp32", *extra]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--task",
+                "retrieval",
+                "--model",
+                str(model),
+                "--data",
+                str(fx / "beir"),
+                "--output",
+                str(out),
+                "--precision",
+                "fp32",
+                *extra,
+            ]
+        )
+        == 0
+    )
     result = _json_out(capsys)
     assert json.loads((out / "metrics.json").read_text())["ndcg@10"] == result["ndcg@10"]
     return result
@@ -41,9 +58,33 @@ def _retrieval(capsys, model, fx, out, *extra) -> dict:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, base, fx) -> Path:
     out = tmp_path_factory.mktemp("pairs") / "model"
-    assert main(["finetune", "--task", "pairs", "--train", str(fx / "train_pairs.tsv"), "--model", str(base),
-                 "--output", str(out), "--batch-size", "32", "--epochs", "3", "--lr", "1e-3", "--precision", "fp32",
-                 "--dev", str(fx / "sts_dev.tsv"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--task",
+                "pairs",
+                "--train",
+                str(fx / "train_pairs.tsv"),
+                "--model",
+                str(base),
+                "--output",
+                str(out),
+                "--batch-size",
+                "32",
+                "--epochs",
+                "3",
+                "--lr",
+                "1e-3",
+                "--precision",
+                "fp32",
+                "--dev",
+                str(fx / "sts_dev.tsv"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -57,8 +98,22 @@ def test_pairs_training_raises_retrieval(capsys, tmp_path, base, trained, fx):
     assert log["summary"]["best_step"] in [h["step"] for h in log["history"]]
     best = max(h["dev_spearman"] for h in log["history"])
     assert log["summary"]["dev_spearman"] == best  # the best dev checkpoint is the one kept
-    assert main(["evaluate", "--task", "sts", "--model", str(trained), "--data", str(fx / "sts_dev.tsv"),
-                 "--output", str(tmp_path / "sts")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--task",
+                "sts",
+                "--model",
+                str(trained),
+                "--data",
+                str(fx / "sts_dev.tsv"),
+                "--output",
+                str(tmp_path / "sts"),
+            ]
+        )
+        == 0
+    )
     assert _json_out(capsys)["spearman"] == pytest.approx(best, abs=0.5)
 
 
@@ -71,17 +126,45 @@ def test_trained_directory_loads_in_sentence_transformers(trained, fx):
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, rtol=1e-5)
 
 
-@pytest.mark.parametrize("argv", [
-    ["--task", "simcse", "--train", "texts.txt", "--max-steps", "3", "--mini-batch-size", "5"],
-    ["--task", "pairs", "--train", "train_triplets.jsonl", "--max-steps", "2", "--symmetric",
-     "--matryoshka-dims", "32,16"],
-    ["--task", "sts", "--train", "sts_dev.tsv", "--max-steps", "2", "--pooling", "cls", "--no-normalize"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--task", "simcse", "--train", "texts.txt", "--max-steps", "3", "--mini-batch-size", "5"],
+        [
+            "--task",
+            "pairs",
+            "--train",
+            "train_triplets.jsonl",
+            "--max-steps",
+            "2",
+            "--symmetric",
+            "--matryoshka-dims",
+            "32,16",
+        ],
+        ["--task", "sts", "--train", "sts_dev.tsv", "--max-steps", "2", "--pooling", "cls", "--no-normalize"],
+    ],
+)
 def test_other_tasks_run_and_save(tmp_path, base, fx, argv, capsys):
     argv = [a if not a.endswith((".txt", ".jsonl", ".tsv")) else str(fx / a) for a in argv]
     out = tmp_path / "out"
-    assert main(["finetune", *argv, "--model", str(base), "--output", str(out), "--batch-size", "16", "--quiet",
-                 "--precision", "fp32"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                *argv,
+                "--model",
+                str(base),
+                "--output",
+                str(out),
+                "--batch-size",
+                "16",
+                "--quiet",
+                "--precision",
+                "fp32",
+            ]
+        )
+        == 0
+    )
     summary = _json_out(capsys)
     assert summary["steps"] == int(argv[argv.index("--max-steps") + 1]) and np.isfinite(summary["train_loss"])
     encoder = Encoder.from_pretrained(out)
@@ -97,8 +180,9 @@ def test_bad_input_errors(tmp_path, base, fx, capsys):
     assert f"{bad}:3: missing or empty text in column 'positive'" in capsys.readouterr().err
     assert main(["finetune", "--task", "pairs", "--train", str(fx / "texts.txt"), *common]) == 2
     assert "--task simcse" in capsys.readouterr().err
-    assert main(["finetune", "--task", "simcse", "--train", str(fx / "texts.txt"), "--batch-size", "1000",
-                 *common]) == 2
+    assert (
+        main(["finetune", "--task", "simcse", "--train", str(fx / "texts.txt"), "--batch-size", "1000", *common]) == 2
+    )
     assert "no full batch" in capsys.readouterr().err
 
 
@@ -106,11 +190,27 @@ def test_embed_command_uses_the_saved_pooling(tmp_path, trained, fx, capsys):
     texts = tmp_path / "texts.txt"
     texts.write_text("q1 q2 the\nd3 of d4\n", encoding="utf-8")
     out = tmp_path / "v.npy"
-    assert main(["embed", "--model", str(trained), "--input", str(texts), "--output", str(out), "--quiet",
-                 "--precision", "fp32"]) == 0
+    assert (
+        main(
+            [
+                "embed",
+                "--model",
+                str(trained),
+                "--input",
+                str(texts),
+                "--output",
+                str(out),
+                "--quiet",
+                "--precision",
+                "fp32",
+            ]
+        )
+        == 0
+    )
     got = np.load(out)
-    want = Encoder.from_pretrained(trained, precision="fp32").encode(["q1 q2 the", "d3 of d4"], layers=-1,
-                                                                     pooling="mean", normalize=True)
+    want = Encoder.from_pretrained(trained, precision="fp32").encode(
+        ["q1 q2 the", "d3 of d4"], layers=-1, pooling="mean", normalize=True
+    )
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)  # layer -1, mean, unit length: the saved settings
 
 
@@ -179,9 +279,18 @@ def test_fp16_scales_the_loss_so_small_gradients_survive(tmp_path, base, fx, mon
     clip = torch.nn.utils.clip_grad_norm_
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", record)
     for precision in ("fp32", "fp16"):
-        args = recipe.EmbeddingTrainArgs(task="pairs", train=str(fx / "train_pairs.tsv"), model=str(base),
-                                         output=str(tmp_path / precision), batch_size=16, max_steps=1, lr=1e-3,
-                                         precision=precision, device="cpu", quiet=True)
+        args = recipe.EmbeddingTrainArgs(
+            task="pairs",
+            train=str(fx / "train_pairs.tsv"),
+            model=str(base),
+            output=str(tmp_path / precision),
+            batch_size=16,
+            max_steps=1,
+            lr=1e-3,
+            precision=precision,
+            device="cpu",
+            quiet=True,
+        )
         torch.manual_seed(0)
         summary = recipe.train_embeddings(args, recipe.read_training_rows(args), None, DistContext())
         assert summary["compute_precision"] == precision == summary["precision"]
@@ -199,10 +308,34 @@ def _embeddings_process(base, fx, output, *extra):
     import sys
 
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
-    argv = [sys.executable, "-m", "bertkit.cli", "finetune", "--task", "pairs", "--train",
-            str(fx / "train_pairs.tsv"), "--dev", str(fx / "sts_dev.tsv"), "--model", str(base), "--epochs", "2",
-            "--batch-size", "8", "--lr", "1e-3", "--precision", "fp32", "--eval-every", "40", "--quiet",
-            "--output", str(output), *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "bertkit.cli",
+        "finetune",
+        "--task",
+        "pairs",
+        "--train",
+        str(fx / "train_pairs.tsv"),
+        "--dev",
+        str(fx / "sts_dev.tsv"),
+        "--model",
+        str(base),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "8",
+        "--lr",
+        "1e-3",
+        "--precision",
+        "fp32",
+        "--eval-every",
+        "40",
+        "--quiet",
+        "--output",
+        str(output),
+        *extra,
+    ]
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -264,11 +397,29 @@ def test_unwritable_outputs_fail_before_the_work(tmp_path, base, fx, capsys):
     blocker.write_text("not a directory")
     texts = tmp_path / "texts.txt"
     texts.write_text("q1 q2 the\n", encoding="utf-8")
-    assert main(["embed", "--model", str(base), "--input", str(texts), "--output", str(blocker / "v.npy"),
-                 "--quiet"]) == 2
+    assert (
+        main(["embed", "--model", str(base), "--input", str(texts), "--output", str(blocker / "v.npy"), "--quiet"]) == 2
+    )
     assert f"--output {blocker}: cannot write there" in capsys.readouterr().err
-    assert main(["finetune", "--task", "pairs", "--train", str(fx / "train_pairs.tsv"), "--model", str(base),
-                 "--output", str(blocker / "o"), "--quiet", "--max-steps", "1"]) == 2
+    assert (
+        main(
+            [
+                "finetune",
+                "--task",
+                "pairs",
+                "--train",
+                str(fx / "train_pairs.tsv"),
+                "--model",
+                str(base),
+                "--output",
+                str(blocker / "o"),
+                "--quiet",
+                "--max-steps",
+                "1",
+            ]
+        )
+        == 2
+    )
     assert f"--output {blocker / 'o'}: cannot write there" in capsys.readouterr().err
 
 

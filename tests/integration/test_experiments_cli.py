@@ -57,8 +57,20 @@ FT_FLAGS = ["--epochs", "1", "--batch-size", "16", "--precision", "fp32", "--dev
 @pytest.mark.slow
 def test_glue_suite_results_and_submission(tiny_dir, glue_dir, tmp_path, capsys):
     out = tmp_path / "suite"
-    argv = ["glue", "--model", str(tiny_dir), "--data", str(glue_dir), "--output", str(out), "--seeds", "2",
-            "--lr", "1e-3", *FT_FLAGS]
+    argv = [
+        "glue",
+        "--model",
+        str(tiny_dir),
+        "--data",
+        str(glue_dir),
+        "--output",
+        str(out),
+        "--seeds",
+        "2",
+        "--lr",
+        "1e-3",
+        *FT_FLAGS,
+    ]
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["cells_run"] == 4 and report["cells_kept"] == 0
@@ -92,14 +104,15 @@ def test_glue_suite_results_and_submission(tiny_dir, glue_dir, tmp_path, capsys)
     kept = sorted(p.parent.name for p in (out / "runs").glob("*/*/model.safetensors"))
     assert len(kept) == 2
     # a resumed suite with other settings is refused, naming them
-    assert main(argv[:-len(FT_FLAGS)] + ["--epochs", "2", *FT_FLAGS[2:]]) == 2
+    assert main(argv[: -len(FT_FLAGS)] + ["--epochs", "2", *FT_FLAGS[2:]]) == 2
     assert "finetune_args" in capsys.readouterr().err
 
 
 def _start(args: list[str]) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen([sys.executable, "-m", "bertkit.cli", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "bertkit.cli", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120.0) -> None:
@@ -113,8 +126,22 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120.0) -> Non
 @pytest.mark.slow
 def test_glue_resume_after_kill_keeps_finished_cells(tiny_dir, glue_dir, tmp_path, capsys):
     out = tmp_path / "suite"
-    argv = ["glue", "--model", str(tiny_dir), "--data", str(glue_dir), "--output", str(out), "--tasks", "sst2",
-            "--seeds", "1,2,3", "--lr", "1e-3", *FT_FLAGS]
+    argv = [
+        "glue",
+        "--model",
+        str(tiny_dir),
+        "--data",
+        str(glue_dir),
+        "--output",
+        str(out),
+        "--tasks",
+        "sst2",
+        "--seeds",
+        "1,2,3",
+        "--lr",
+        "1e-3",
+        *FT_FLAGS,
+    ]
     proc = _start(argv)
     first = out / "runs" / "sst2" / "lr0.001_seed1"
     _wait_for(first / "cell.json", proc)
@@ -127,16 +154,33 @@ def test_glue_resume_after_kill_keeps_finished_cells(tiny_dir, glue_dir, tmp_pat
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["cells_kept"] >= 1 and report["cells_kept"] + report["cells_run"] == 3
     assert (first / "cell.json").read_bytes() == record  # not recomputed
-    assert {p.name: p.stat().st_mtime_ns for p in first.iterdir() if p.name in stamps
-            and p.name != "model.safetensors"} == {k: v for k, v in stamps.items() if k != "model.safetensors"}
+    assert {
+        p.name: p.stat().st_mtime_ns for p in first.iterdir() if p.name in stamps and p.name != "model.safetensors"
+    } == {k: v for k, v in stamps.items() if k != "model.safetensors"}
     for s in (2, 3):
         assert (out / "runs" / "sst2" / f"lr0.001_seed{s}" / "cell.json").is_file()
 
 
 def test_glue_sigterm_stops_with_a_resume_hint(tiny_dir, glue_dir, tmp_path):
     out = tmp_path / "suite"
-    proc = _start(["glue", "--model", str(tiny_dir), "--data", str(glue_dir), "--output", str(out), "--tasks",
-                   "sst2", "--seeds", "2", "--lr", "1e-3", *FT_FLAGS])
+    proc = _start(
+        [
+            "glue",
+            "--model",
+            str(tiny_dir),
+            "--data",
+            str(glue_dir),
+            "--output",
+            str(out),
+            "--tasks",
+            "sst2",
+            "--seeds",
+            "2",
+            "--lr",
+            "1e-3",
+            *FT_FLAGS,
+        ]
+    )
     _wait_for(out / "runs" / "sst2" / "lr0.001_seed1", proc)  # the first fine-tuning has started
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
@@ -148,9 +192,27 @@ def test_glue_sigterm_stops_with_a_resume_hint(tiny_dir, glue_dir, tmp_path):
 
 # ----------------------------------------------------------------------------------------------- plot, attention
 
-TINY_PRETRAIN = ["--model-size", "bert-tiny", "--config-override", "hidden_size=32", "--config-override",
-                 "num_attention_heads=2", "--config-override", "intermediate_size=64", "--seq-len", "32",
-                 "--batch-size", "4", "--precision", "fp32", "--quiet", "--workers", "1", "--lr", "1e-3"]
+TINY_PRETRAIN = [
+    "--model-size",
+    "bert-tiny",
+    "--config-override",
+    "hidden_size=32",
+    "--config-override",
+    "num_attention_heads=2",
+    "--config-override",
+    "intermediate_size=64",
+    "--seq-len",
+    "32",
+    "--batch-size",
+    "4",
+    "--precision",
+    "fp32",
+    "--quiet",
+    "--workers",
+    "1",
+    "--lr",
+    "1e-3",
+]
 
 
 @pytest.fixture(scope="module")
@@ -166,24 +228,76 @@ def pretrained(tmp_path_factory):
     (d / "alice.txt").write_text(gzip.decompress(alice.read_bytes()).decode("utf-8")[:30_000], encoding="utf-8")
     train_vocab([d / "alice.txt"], vocab_size=500, output=d / "vocab", show_progress=False)
     out = d / "run"
-    assert main(["pretrain", "--corpus", str(d / "alice.txt"), "--vocab", str(d / "vocab" / "vocab.txt"),
-                 "--output", str(out), "--max-steps", "12", "--log-every", "2", "--eval-every", "6",
-                 "--eval-batches", "2", *TINY_PRETRAIN]) == 0
+    assert (
+        main(
+            [
+                "pretrain",
+                "--corpus",
+                str(d / "alice.txt"),
+                "--vocab",
+                str(d / "vocab" / "vocab.txt"),
+                "--output",
+                str(out),
+                "--max-steps",
+                "12",
+                "--log-every",
+                "2",
+                "--eval-every",
+                "6",
+                "--eval-batches",
+                "2",
+                *TINY_PRETRAIN,
+            ]
+        )
+        == 0
+    )
     return out
 
 
 def test_plot_pretrain_and_finetune_runs(pretrained, tiny_dir, ft, tmp_path, capsys):
     fine = tmp_path / "sst2"
-    assert main(["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--dev", str(ft / "sst2_dev.tsv"),
-                 "--model", str(tiny_dir), "--output", str(fine), "--epochs", "2", "--batch-size", "16", "--quiet",
-                 "--precision", "fp32", "--eval-every", "2"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--task",
+                "sst2",
+                "--train",
+                str(ft / "sst2_train.tsv"),
+                "--dev",
+                str(ft / "sst2_dev.tsv"),
+                "--model",
+                str(tiny_dir),
+                "--output",
+                str(fine),
+                "--epochs",
+                "2",
+                "--batch-size",
+                "16",
+                "--quiet",
+                "--precision",
+                "fp32",
+                "--eval-every",
+                "2",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     png = tmp_path / "curves.png"
     assert main(["plot", str(pretrained), str(fine), "--output", str(png), "--names", "pre,fine"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert {"loss", "train_mlm_acc", "eval_mlm_acc", "eval_mlm_baseline", "nsp_acc", "lr", "tokens_per_s", "accuracy",
-            "train_loss"} \
-        <= set(report["metrics"])
+    assert {
+        "loss",
+        "train_mlm_acc",
+        "eval_mlm_acc",
+        "eval_mlm_baseline",
+        "nsp_acc",
+        "lr",
+        "tokens_per_s",
+        "accuracy",
+        "train_loss",
+    } <= set(report["metrics"])
     w, h = png_size(png)
     assert w > 1000 and h > 400  # a row of panels per x axis: steps, and wall time (pretrain records carry it)
     import csv
@@ -220,8 +334,25 @@ def test_plot_tensorboard_reads_back_with_tensorboard(pretrained, tmp_path, caps
 
 def test_attention_one_head_and_grid(pretrained, tmp_path, capsys):
     png = tmp_path / "attn.png"
-    assert main(["attention", "--model", str(pretrained), "alice was very tired", "--pair", "she sat down",
-                 "--layer", "2", "--head", "1", "--output", str(png)]) == 0
+    assert (
+        main(
+            [
+                "attention",
+                "--model",
+                str(pretrained),
+                "alice was very tired",
+                "--pair",
+                "she sat down",
+                "--layer",
+                "2",
+                "--head",
+                "1",
+                "--output",
+                str(png),
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     tokens = report["tokens"]
     assert tokens[0] == "[CLS]" and tokens.count("[SEP]") == 2
@@ -241,9 +372,11 @@ def test_attention_one_head_and_grid(pretrained, tmp_path, capsys):
 
 # ----------------------------------------------------------------------------------------------- ablate
 
-ABLATE_PRETRAIN = "--model-size bert-tiny --config-override hidden_size=32 --config-override num_attention_heads=2 " \
-                  "--config-override intermediate_size=64 --seq-len 32 --batch-size 4 --precision fp32 --workers 1 " \
-                  "--lr 1e-3 --eval-batches 2"
+ABLATE_PRETRAIN = (
+    "--model-size bert-tiny --config-override hidden_size=32 --config-override num_attention_heads=2 "
+    "--config-override intermediate_size=64 --seq-len 32 --batch-size 4 --precision fp32 --workers 1 "
+    "--lr 1e-3 --eval-batches 2"
+)
 
 
 @pytest.fixture(scope="module")
@@ -261,9 +394,31 @@ def corpus_file(tmp_path_factory):
 @pytest.mark.slow
 def test_ablate_nsp_study_and_resume(corpus_file, glue_dir, tmp_path, capsys):
     out = tmp_path / "nsp"
-    argv = ["ablate", "--corpus", str(corpus_file), "--output", str(out), "--study", "nsp", "--steps", "4",
-            "--vocab-size", "400", "--glue", str(glue_dir), "--tasks", "sst2", "--seeds", "1", "--lr", "1e-3",
-            "--pretrain-args", ABLATE_PRETRAIN, "--finetune-args", "--epochs 1 --batch-size 16 --precision fp32"]
+    argv = [
+        "ablate",
+        "--corpus",
+        str(corpus_file),
+        "--output",
+        str(out),
+        "--study",
+        "nsp",
+        "--steps",
+        "4",
+        "--vocab-size",
+        "400",
+        "--glue",
+        str(glue_dir),
+        "--tasks",
+        "sst2",
+        "--seeds",
+        "1",
+        "--lr",
+        "1e-3",
+        "--pretrain-args",
+        ABLATE_PRETRAIN,
+        "--finetune-args",
+        "--epochs 1 --batch-size 16 --precision fp32",
+    ]
     assert main(argv) == 0
     capsys.readouterr()
     import csv
@@ -293,8 +448,28 @@ def test_ablate_nsp_study_and_resume(corpus_file, glue_dir, tmp_path, capsys):
 @pytest.mark.slow
 def test_ablate_steps_study_exports_checkpoints(corpus_file, tmp_path, capsys):
     out = tmp_path / "steps"
-    assert main(["ablate", "--corpus", str(corpus_file), "--output", str(out), "--study", "steps", "--steps", "6",
-                 "--checkpoints", "3", "--vocab-size", "400", "--pretrain-args", ABLATE_PRETRAIN]) == 0
+    assert (
+        main(
+            [
+                "ablate",
+                "--corpus",
+                str(corpus_file),
+                "--output",
+                str(out),
+                "--study",
+                "steps",
+                "--steps",
+                "6",
+                "--checkpoints",
+                "3",
+                "--vocab-size",
+                "400",
+                "--pretrain-args",
+                ABLATE_PRETRAIN,
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert [v["variant"] for v in report["variants"]] == ["2 steps", "4 steps", "6 steps"]
     from bertkit.modeling import BertForPreTraining
@@ -313,8 +488,24 @@ def test_ablate_steps_study_exports_checkpoints(corpus_file, tmp_path, capsys):
 def test_glue_and_export_refuse_an_unwritable_output_before_the_work(tiny_dir, glue_dir, tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    assert main(["glue", "--model", str(tiny_dir), "--data", str(glue_dir), "--output", str(blocker / "suite"),
-                 "--seeds", "1", "--lr", "1e-3"]) == 2
+    assert (
+        main(
+            [
+                "glue",
+                "--model",
+                str(tiny_dir),
+                "--data",
+                str(glue_dir),
+                "--output",
+                str(blocker / "suite"),
+                "--seeds",
+                "1",
+                "--lr",
+                "1e-3",
+            ]
+        )
+        == 2
+    )
     assert f"--output {blocker / 'suite'}: cannot write there" in capsys.readouterr().err
     assert not (tmp_path / "suite").exists()
     assert main(["export", "--onnx", str(tiny_dir), str(blocker / "model.onnx")]) == 2

@@ -32,8 +32,23 @@ def test_stsb_probe_is_each_layers_cosine_spearman(model_dir, ft, tmp_path, caps
     from bertkit.tasks.metrics import spearman
 
     out = tmp_path / "p"
-    argv = ["probe", "--model", str(model_dir), "--task", "stsb", "--dev", str(ft / "stsb_dev.tsv"), "--output",
-            str(out), "--pooling", "mean,cls", "--precision", "fp32", "--device", "cpu"]
+    argv = [
+        "probe",
+        "--model",
+        str(model_dir),
+        "--task",
+        "stsb",
+        "--dev",
+        str(ft / "stsb_dev.tsv"),
+        "--output",
+        str(out),
+        "--pooling",
+        "mean,cls",
+        "--precision",
+        "fp32",
+        "--device",
+        "cpu",
+    ]
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     assert not any(report["cached"].values())
@@ -62,9 +77,30 @@ def test_stsb_probe_is_each_layers_cosine_spearman(model_dir, ft, tmp_path, caps
 
 def test_sst2_linear_probe_per_layer(model_dir, ft, tmp_path, capsys):
     out = tmp_path / "p"
-    assert main(["probe", "--model", str(model_dir), "--task", "sst2", "--train", str(ft / "sst2_train.tsv"),
-                 "--dev", str(ft / "sst2_dev.tsv"), "--output", str(out), "--pooling", "cls,mean",
-                 "--precision", "fp32", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "probe",
+                "--model",
+                str(model_dir),
+                "--task",
+                "sst2",
+                "--train",
+                str(ft / "sst2_train.tsv"),
+                "--dev",
+                str(ft / "sst2_dev.tsv"),
+                "--output",
+                str(out),
+                "--pooling",
+                "cls,mean",
+                "--precision",
+                "fp32",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     rows = {(r["layer"], r["pooling"]): float(r["accuracy"]) for r in _csv(out / "probe.csv")}
     assert len(rows) == 8 and all(0.0 <= v <= 1.0 for v in rows.values())
     # the embeddings' [CLS] is the same vector for every input ([CLS] + position 0 + segment 0): the probe can only
@@ -77,16 +113,46 @@ def test_sst2_linear_probe_per_layer(model_dir, ft, tmp_path, capsys):
 
 def test_ner_probe_layers_and_table7(model_dir, ft, tmp_path, capsys):
     out = tmp_path / "p"
-    assert main(["probe", "--model", str(model_dir), "--task", "conll2003", "--train", str(ft / "conll_train.txt"),
-                 "--dev", str(ft / "conll_dev.txt"), "--output", str(out), "--tagger", "linear", "--epochs", "10",
-                 "--tagger-lr", "3e-2",
-                 "--precision", "fp32", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "probe",
+                "--model",
+                str(model_dir),
+                "--task",
+                "conll2003",
+                "--train",
+                str(ft / "conll_train.txt"),
+                "--dev",
+                str(ft / "conll_dev.txt"),
+                "--output",
+                str(out),
+                "--tagger",
+                "linear",
+                "--epochs",
+                "10",
+                "--tagger-lr",
+                "3e-2",
+                "--precision",
+                "fp32",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     rows = _csv(out / "probe.csv")
     layers = [r for r in rows if r["kind"] == "layer"]
     table7 = [r["layer"] for r in rows if r["kind"] == "table7"]
     assert [r["layer"] for r in layers] == ["embeddings", "1", "2", "3"]
-    assert table7 == ["embeddings", "second-to-last hidden", "last hidden", "weighted sum last four hidden",
-                      "concat last four hidden", "weighted sum all layers"]
+    assert table7 == [
+        "embeddings",
+        "second-to-last hidden",
+        "last hidden",
+        "weighted sum last four hidden",
+        "concat last four hidden",
+        "weighted sum all layers",
+    ]
     scores = {r["layer"]: float(r["score"]) for r in rows}
     assert all(0.0 <= v <= 100.0 for v in scores.values())
     assert max(scores.values()) > 0.0  # the tagger learned entities
@@ -109,8 +175,12 @@ def test_feature_cache_key_follows_the_tokenizer_files(tmp_path):
     before = model_fingerprint(tmp_path)
     assert model_fingerprint(tmp_path) == before
     keys = {before}
-    for name, text in (("tokenizer.json", '{"model": {"type": "BPE"}}'), ("tokenizer_config.json", "{}"),
-                       ("special_tokens_map.json", '{"cls_token": "<s>"}'), ("vocab.txt", "[PAD]\n")):
+    for name, text in (
+        ("tokenizer.json", '{"model": {"type": "BPE"}}'),
+        ("tokenizer_config.json", "{}"),
+        ("special_tokens_map.json", '{"cls_token": "<s>"}'),
+        ("vocab.txt", "[PAD]\n"),
+    ):
         (tmp_path / name).write_text(text)
         keys.add(model_fingerprint(tmp_path))
     (tmp_path / "tokenizer.json").write_text('{"model": {"type": "BPE", "vocab": {"a": 0}}}')

@@ -11,8 +11,12 @@ import pytest
 import torch
 from tinymodels import WIDE, finetune_base
 
-TEXTS = ["the film is good .", "carol lives in berlin and works for acme corp .", "the cast was grim",
-         "the ending was boring , the plot was great ."]
+TEXTS = [
+    "the film is good .",
+    "carol lives in berlin and works for acme corp .",
+    "the cast was grim",
+    "the ending was boring , the plot was great .",
+]
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +37,10 @@ def test_export_onnx_heads_and_encoder(tmp_path, tiny_dir):
     session = ort.InferenceSession(str(tmp_path / "qa-onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
     ids = torch.tensor([[5, 20, 30, 40, 6, 50, 51, 6], [5, 21, 6, 22, 6, 0, 0, 0], [5, 6, 7, 6, 0, 0, 0, 0]])
     mask, types = (ids != 0).long(), torch.tensor([[0] * 5 + [1] * 3] * 3) * (ids != 0)
-    start, end = session.run(["start_logits", "end_logits"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy(),
-                                                              "token_type_ids": types.numpy()})
+    start, end = session.run(
+        ["start_logits", "end_logits"],
+        {"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "token_type_ids": types.numpy()},
+    )
     ref = BertForQuestionAnswering.from_pretrained(qa_dir).eval()
     with torch.no_grad():
         want = ref(ids, mask, types)
@@ -69,5 +75,8 @@ def test_export_all_layers_is_what_the_encoder_backend_reads(tiny_dir, tmp_path)
     assert main(["export", "--onnx", str(d), str(d / "encoder.onnx"), "--all-layers"]) == 0
     enc = Encoder.from_pretrained(d, backend="onnx")
     assert enc.onnx_path == str(d / "encoder.onnx")  # used as it is, not exported again
-    np.testing.assert_allclose(enc.encode(TEXTS, layers=(1, -1)), Encoder.from_pretrained(d, precision="fp32").encode(
-        TEXTS, layers=(1, -1)), atol=1e-4)
+    np.testing.assert_allclose(
+        enc.encode(TEXTS, layers=(1, -1)),
+        Encoder.from_pretrained(d, precision="fp32").encode(TEXTS, layers=(1, -1)),
+        atol=1e-4,
+    )

@@ -33,12 +33,32 @@ def test_embed_npy_with_concatenated_layers(tmp_path, model_dir, encoder):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     out = tmp_path / "out.npy"
-    assert main(["embed", "--model", str(model_dir), "--input", str(src), "--output", str(out),
-                 "--layers", "-1,-2,-3,-4", "--pooling", "mean_max", "--precision", "fp32", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "embed",
+                "--model",
+                str(model_dir),
+                "--input",
+                str(src),
+                "--output",
+                str(out),
+                "--layers",
+                "-1,-2,-3,-4",
+                "--pooling",
+                "mean_max",
+                "--precision",
+                "fp32",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     got = np.load(out)
     assert got.shape == (3, 4 * 32 * 2)
-    np.testing.assert_allclose(got, encoder.encode(LINES, layers=[-1, -2, -3, -4], pooling="mean_max"), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        got, encoder.encode(LINES, layers=[-1, -2, -3, -4], pooling="mean_max"), rtol=1e-5, atol=1e-6
+    )
     assert [p.name for p in tmp_path.iterdir() if "tmp" in p.name] == []  # atomic write left no temp file
 
 
@@ -46,8 +66,25 @@ def test_embed_jsonl_pairs_and_per_token(tmp_path, model_dir, encoder):
     src = tmp_path / "in.tsv"
     src.write_text("the cat\tsat on the mat\na dog\tran\n", encoding="utf-8")
     out = tmp_path / "out.jsonl"
-    assert main(["embed", "--model", str(model_dir), "--input", str(src), "--output", str(out), "--pooling", "none",
-                 "--precision", "fp32", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "embed",
+                "--model",
+                str(model_dir),
+                "--input",
+                str(src),
+                "--output",
+                str(out),
+                "--pooling",
+                "none",
+                "--precision",
+                "fp32",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [r["pair"] for r in rows] == ["sat on the mat", "ran"]
     assert rows[0]["tokens"] == ["[CLS]", "the", "cat", "[SEP]", "sat", "on", "the", "mat", "[SEP]"]
@@ -56,13 +93,16 @@ def test_embed_jsonl_pairs_and_per_token(tmp_path, model_dir, encoder):
         np.testing.assert_allclose(np.asarray(r["embedding"]), w, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("content,suffix,message", [
-    ("a\n\nb\n", ".txt", "line 2: empty text"),
-    ('{"text": "a"}\n{"text": 3}\n', ".jsonl", "line 2: expected an object"),
-    ('{"text": "a"}\n{oops\n', ".jsonl", "line 2: not valid JSON"),
-    ('{"text": "a"}\n[1, 2]\n', ".jsonl", "line 2: expected a JSON object, got list"),
-    ("a\tb\nc\n", ".tsv", "line 2: some lines have a pair"),
-])
+@pytest.mark.parametrize(
+    "content,suffix,message",
+    [
+        ("a\n\nb\n", ".txt", "line 2: empty text"),
+        ('{"text": "a"}\n{"text": 3}\n', ".jsonl", "line 2: expected an object"),
+        ('{"text": "a"}\n{oops\n', ".jsonl", "line 2: not valid JSON"),
+        ('{"text": "a"}\n[1, 2]\n', ".jsonl", "line 2: expected a JSON object, got list"),
+        ("a\tb\nc\n", ".tsv", "line 2: some lines have a pair"),
+    ],
+)
 def test_embed_bad_input_names_the_line(tmp_path, model_dir, capsys, content, suffix, message):
     src = tmp_path / f"in{suffix}"
     src.write_text(content, encoding="utf-8")
@@ -76,11 +116,39 @@ def test_embed_bad_input_names_the_line(tmp_path, model_dir, capsys, content, su
 def test_embed_refuses_per_token_npy_and_bad_layers(tmp_path, model_dir, capsys):
     src = tmp_path / "in.txt"
     src.write_text("the cat\n", encoding="utf-8")
-    assert main(["embed", "--model", str(model_dir), "--input", str(src), "--output", str(tmp_path / "o.npy"),
-                 "--pooling", "none"]) == 2
+    assert (
+        main(
+            [
+                "embed",
+                "--model",
+                str(model_dir),
+                "--input",
+                str(src),
+                "--output",
+                str(tmp_path / "o.npy"),
+                "--pooling",
+                "none",
+            ]
+        )
+        == 2
+    )
     assert ".jsonl" in capsys.readouterr().err
-    assert main(["embed", "--model", str(model_dir), "--input", str(src), "--output", str(tmp_path / "o.npy"),
-                 "--layers", "-9"]) == 2
+    assert (
+        main(
+            [
+                "embed",
+                "--model",
+                str(model_dir),
+                "--input",
+                str(src),
+                "--output",
+                str(tmp_path / "o.npy"),
+                "--layers",
+                "-9",
+            ]
+        )
+        == 2
+    )
     assert "out of range" in capsys.readouterr().err
 
 
@@ -110,7 +178,8 @@ def test_fill_mask_command_prints_the_encoders_predictions(model_dir, encoder, c
     for row, per_text in zip(rows, want):
         assert [[p["token"] for p in m] for m in row["predictions"]] == [[p["token"] for p in m] for m in per_text]
         assert [[p["probability"] for p in m] for m in row["predictions"]] == [
-            [round(p["score"], 5) for p in m] for m in per_text]
+            [round(p["score"], 5) for p in m] for m in per_text
+        ]
     assert main(["fill-mask", "--model", str(model_dir), "no mask here"]) == 2
     assert "error: no [MASK] in 'no mask here'" in capsys.readouterr().err
     assert main(["fill-mask", "--model", str(model_dir), "--top-k", "0", "the [MASK]"]) == 2
@@ -127,8 +196,13 @@ def test_embed_and_similarity_do_not_import_fastapi(tmp_path, model_dir):
         f"assert main(['similarity', '--model', {str(model_dir)!r}, 'the cat', 'a dog']) == 0\n"
         "print('fastapi' in sys.modules, 'bertkit.serve.app' in sys.modules)"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.splitlines()[-1] == "False False"
 
@@ -145,8 +219,24 @@ def test_embed_quantize_int8_is_close_to_fp32(tmp_path, model_dir):
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     for mode in ("fp32", "int8"):
         extra = ["--quantize", "int8"] if mode == "int8" else []
-        assert main(["embed", "--model", str(model_dir), "--input", str(src), "--output", str(tmp_path / f"{mode}.npy"),
-                     "--precision", "fp32", "--quiet", *extra]) == 0
+        assert (
+            main(
+                [
+                    "embed",
+                    "--model",
+                    str(model_dir),
+                    "--input",
+                    str(src),
+                    "--output",
+                    str(tmp_path / f"{mode}.npy"),
+                    "--precision",
+                    "fp32",
+                    "--quiet",
+                    *extra,
+                ]
+            )
+            == 0
+        )
     a, b = np.load(tmp_path / "fp32.npy"), np.load(tmp_path / "int8.npy")
     assert not np.array_equal(a, b)
     cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)

@@ -46,8 +46,23 @@ def test_glue_classification_end_to_end(tiny_dir, ft, tmp_path, capsys):
     _compare_with_transformers(out, "BertForSequenceClassification", "BertForSequenceClassification", inputs)
     # evaluate reproduces the dev metrics of the saved (best) checkpoint
     capsys.readouterr()
-    assert main(["evaluate", "--model", str(out), "--data", str(ft / "sst2_dev.tsv"), "--quiet",
-                 "--precision", "fp32", "--output", str(tmp_path / "ev")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(out),
+                "--data",
+                str(ft / "sst2_dev.tsv"),
+                "--quiet",
+                "--precision",
+                "fp32",
+                "--output",
+                str(tmp_path / "ev"),
+            ]
+        )
+        == 0
+    )
     again = json.loads((tmp_path / "ev" / "metrics.json").read_text())
     assert again["accuracy"] == pytest.approx(metrics["accuracy"])
 
@@ -60,13 +75,35 @@ def test_regression_and_generic_csv(tiny_dir, ft, tmp_path):
     pred = (out / "predictions.tsv").read_text().splitlines()[1]
     assert len(pred.split("\t")[1].split(".")[1]) == 3  # GLUE's STS-B format: 3 decimals
     out2 = tmp_path / "generic"
-    m2 = finetune_metrics("classification", ft / "generic_train.csv", ft / "generic_dev.csv", tiny_dir, out2,
-                   "--text-column", "review", "--label-column", "sentiment")
+    m2 = finetune_metrics(
+        "classification",
+        ft / "generic_train.csv",
+        ft / "generic_dev.csv",
+        tiny_dir,
+        out2,
+        "--text-column",
+        "review",
+        "--label-column",
+        "sentiment",
+    )
     assert "accuracy" in m2 and "f1" in m2
     cfg = json.loads((out2 / "config.json").read_text())
     assert cfg["id2label"] == {"0": "neg", "1": "pos"}
-    assert main(["predict", "--model", str(out2), "--data", str(ft / "generic_dev.jsonl"), "--quiet",
-                 "--output", str(tmp_path / "p")]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                str(out2),
+                "--data",
+                str(ft / "generic_dev.jsonl"),
+                "--quiet",
+                "--output",
+                str(tmp_path / "p"),
+            ]
+        )
+        == 0
+    )
     rows = (tmp_path / "p" / "predictions.tsv").read_text().splitlines()
     assert rows[1].split("\t")[0] == "r0" and rows[1].split("\t")[1] in ("neg", "pos")
 
@@ -83,8 +120,10 @@ def test_squad_v1_and_v2_end_to_end(tiny_dir, ft, tmp_path):
     assert sorted(preds) == sorted(ids) == sorted(nbest)
     assert all(isinstance(v, str) for v in preds.values())
     assert all(nbest[q][0]["text"] == preds[q] for q in ids)
-    inputs = {"input_ids": torch.tensor([[5, 20, 30, 6, 40, 41, 6]]),
-              "token_type_ids": torch.tensor([[0] * 4 + [1] * 3])}
+    inputs = {
+        "input_ids": torch.tensor([[5, 20, 30, 6, 40, 41, 6]]),
+        "token_type_ids": torch.tensor([[0] * 4 + [1] * 3]),
+    }
     _compare_with_transformers(out, "BertForQuestionAnswering", "BertForQuestionAnswering", inputs)
     out2 = tmp_path / "squad2"
     m2 = finetune_metrics("squad_v2", ft / "squad_v2_train.json", ft / "squad_v2_dev.json", tiny_dir, out2, *extra)
@@ -92,8 +131,22 @@ def test_squad_v1_and_v2_end_to_end(tiny_dir, ft, tmp_path):
     assert m2["best_f1"] >= m2["f1"] - 1e-9 and m2["best_exact"] >= m2["exact_match"] - 1e-9  # 0.0 is a candidate
     assert (out2 / "null_odds.json").is_file()
     # an impossible threshold makes every answer null: NoAns all right, HasAns all wrong
-    assert main(["evaluate", "--model", str(out2), "--data", str(ft / "squad_v2_dev.json"), "--quiet",
-                 "--null-score-diff-threshold=-1e9", "--output", str(tmp_path / "ev2")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(out2),
+                "--data",
+                str(ft / "squad_v2_dev.json"),
+                "--quiet",
+                "--null-score-diff-threshold=-1e9",
+                "--output",
+                str(tmp_path / "ev2"),
+            ]
+        )
+        == 0
+    )
     ev = json.loads((tmp_path / "ev2" / "metrics.json").read_text())
     assert ev["NoAns_exact"] == 100.0 and ev["HasAns_exact"] == 0.0
 
@@ -107,8 +160,17 @@ def test_conll_fine_tuned_and_feature_based(tiny_dir, ft, tmp_path):
     inputs = {"input_ids": torch.tensor([[5, 20, 30, 6]])}
     _compare_with_transformers(out, "BertForTokenClassification", "BertForTokenClassification", inputs)
     fb = tmp_path / "ner_fb"
-    m2 = finetune_metrics("conll2003", ft / "conll_train.txt", ft / "conll_dev.txt", tiny_dir, fb, "--feature-based",
-                   "--feature-layers=-1,-2", "--tagger-hidden", "16")
+    m2 = finetune_metrics(
+        "conll2003",
+        ft / "conll_train.txt",
+        ft / "conll_dev.txt",
+        tiny_dir,
+        fb,
+        "--feature-based",
+        "--feature-layers=-1,-2",
+        "--tagger-hidden",
+        "16",
+    )
     assert "f1" in m2 and (fb / "tagger.safetensors").is_file()
     from safetensors.torch import load_file
 
@@ -121,8 +183,21 @@ def test_conll_fine_tuned_and_feature_based(tiny_dir, ft, tmp_path):
     assert tagger.layers == [-1, -2] and tagger.classifier.in_features == 32
     transformers = pytest.importorskip("transformers")
     transformers.BertModel.from_pretrained(fb)  # the frozen encoder is a plain BertModel directory
-    assert main(["evaluate", "--model", str(fb), "--data", str(ft / "conll_dev.txt"), "--quiet",
-                 "--output", str(tmp_path / "fbev")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(fb),
+                "--data",
+                str(ft / "conll_dev.txt"),
+                "--quiet",
+                "--output",
+                str(tmp_path / "fbev"),
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "fbev" / "metrics.json").read_text())["f1"] == pytest.approx(m2["f1"])
 
 
@@ -137,8 +212,14 @@ def test_swag_end_to_end(tiny_dir, ft, tmp_path):
 def test_hf_model_directory_as_input(ft, tmp_path):
     transformers = pytest.importorskip("transformers")
     d = tmp_path / "hf"
-    config = transformers.BertConfig(vocab_size=len(read_vocab(FINETUNE_VOCAB)), hidden_size=32, num_hidden_layers=2,
-                                     num_attention_heads=4, intermediate_size=37, max_position_embeddings=128)
+    config = transformers.BertConfig(
+        vocab_size=len(read_vocab(FINETUNE_VOCAB)),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=128,
+    )
     transformers.BertForPreTraining(config).save_pretrained(d)
     shutil.copy(ft / "vocab.txt", d / "vocab.txt")
     (d / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
@@ -149,14 +230,39 @@ def test_hf_model_directory_as_input(ft, tmp_path):
 def test_bad_input_exits_2_naming_file_and_line(tiny_dir, ft, tmp_path, capsys):
     bad = tmp_path / "bad.tsv"
     bad.write_text("sentence\tlabel\nfine\t1\nbroken row\n")
-    argv = ["finetune", "--task", "sst2", "--train", str(bad), "--model", str(tiny_dir), "--output",
-            str(tmp_path / "o"), "--quiet"]
+    argv = [
+        "finetune",
+        "--task",
+        "sst2",
+        "--train",
+        str(bad),
+        "--model",
+        str(tiny_dir),
+        "--output",
+        str(tmp_path / "o"),
+        "--quiet",
+    ]
     assert main(argv) == 2
     assert "bad.tsv:3: expected 2 tab-separated columns, got 1" in capsys.readouterr().err
     empty = tmp_path / "empty.tsv"
     empty.write_text("")
-    assert main(["finetune", "--task", "sst2", "--train", str(empty), "--model", str(tiny_dir), "--output",
-                 str(tmp_path / "o"), "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "finetune",
+                "--task",
+                "sst2",
+                "--train",
+                str(empty),
+                "--model",
+                str(tiny_dir),
+                "--output",
+                str(tmp_path / "o"),
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     assert "empty" in capsys.readouterr().err
     # with --skip-bad-rows the bad row is counted and training goes on
     bad.write_text("sentence\tlabel\n" + "the film is good .\t1\nthe film is bad .\t0\n" * 4 + "broken row\n")
@@ -170,8 +276,25 @@ def test_dropout_flag_is_applied_and_saved(tiny_dir, ft, tmp_path):
     finetune_metrics("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", tiny_dir, out, "--dropout", "0.25")
     config = json.loads((out / "config.json").read_text())
     assert config["hidden_dropout_prob"] == config["attention_probs_dropout_prob"] == 0.25
-    assert main(["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--model", str(tiny_dir),
-                 "--output", str(tmp_path / "bad"), "--dropout", "1.5", "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "finetune",
+                "--task",
+                "sst2",
+                "--train",
+                str(ft / "sst2_train.tsv"),
+                "--model",
+                str(tiny_dir),
+                "--output",
+                str(tmp_path / "bad"),
+                "--dropout",
+                "1.5",
+                "--quiet",
+            ]
+        )
+        == 2
+    )
 
 
 def test_gradient_accumulation_equals_the_large_batch(tiny_dir, ft, tmp_path, monkeypatch):
@@ -191,8 +314,16 @@ def test_gradient_accumulation_equals_the_large_batch(tiny_dir, ft, tmp_path, mo
         torch.manual_seed(0)
         model = task.load_model(tiny_dir, finetuned=False)
         model.set_dropout(0.0)
-        args = FinetuneArgs(epochs=1, batch_size=batch_size, grad_accum=accum, lr=1e-2, warmup_fraction=0.0,
-                            precision="fp32", quiet=True, device="cpu")
+        args = FinetuneArgs(
+            epochs=1,
+            batch_size=batch_size,
+            grad_accum=accum,
+            lr=1e-2,
+            warmup_fraction=0.0,
+            precision="fp32",
+            quiet=True,
+            device="cpu",
+        )
         tokenizer = BertTokenizer.from_pretrained(tiny_dir)
         summary = finetune(task, model, tokenizer, train, None, tmp_path / f"b{batch_size}", args)
         assert summary["step"] == 1
@@ -205,8 +336,25 @@ def test_gradient_accumulation_equals_the_large_batch(tiny_dir, ft, tmp_path, mo
 
 
 def test_grad_accum_must_be_positive(tiny_dir, ft, tmp_path, capsys):
-    assert main(["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--model", str(tiny_dir),
-                 "--output", str(tmp_path / "o"), "--grad-accum", "0", "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "finetune",
+                "--task",
+                "sst2",
+                "--train",
+                str(ft / "sst2_train.tsv"),
+                "--model",
+                str(tiny_dir),
+                "--output",
+                str(tmp_path / "o"),
+                "--grad-accum",
+                "0",
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     assert "--grad-accum" in capsys.readouterr().err
 
 
@@ -222,17 +370,55 @@ def test_torchrun_two_processes_equal_one_large_batch(tiny_dir, ft, tmp_path):
     from safetensors.torch import load_file
 
     train = tmp_path / "train8.tsv"
-    train.write_text("".join((ft / "sst2_train.tsv").read_text(encoding="utf-8").splitlines(True)[:9]),
-                     encoding="utf-8")
-    common = ["finetune", "--task", "sst2", "--train", str(train), "--model", str(tiny_dir), "--epochs", "1",
-              "--lr", "1e-2", "--warmup-fraction", "0", "--precision", "fp32", "--dropout", "0", "--quiet",
-              "--device", "cpu"]  # gloo on the CPU, also on a machine with one GPU
+    train.write_text(
+        "".join((ft / "sst2_train.tsv").read_text(encoding="utf-8").splitlines(True)[:9]), encoding="utf-8"
+    )
+    common = [
+        "finetune",
+        "--task",
+        "sst2",
+        "--train",
+        str(train),
+        "--model",
+        str(tiny_dir),
+        "--epochs",
+        "1",
+        "--lr",
+        "1e-2",
+        "--warmup-fraction",
+        "0",
+        "--precision",
+        "fp32",
+        "--dropout",
+        "0",
+        "--quiet",
+        "--device",
+        "cpu",
+    ]  # gloo on the CPU, also on a machine with one GPU
     assert main([*common, "--output", str(tmp_path / "one"), "--batch-size", "8"]) == 0
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     torchrun = Path(sys.executable).parent / "torchrun"
-    r = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", "-m", "bertkit.cli", *common,
-                        "--output", str(tmp_path / "two"), "--batch-size", "4"],
-                       capture_output=True, text=True, env=env, timeout=140, cwd=tmp_path, check=False)
+    r = subprocess.run(
+        [
+            str(torchrun),
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "bertkit.cli",
+            *common,
+            "--output",
+            str(tmp_path / "two"),
+            "--batch-size",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=140,
+        cwd=tmp_path,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert len([line for line in r.stdout.splitlines() if line.startswith("{")]) == 1  # rank 0 reports
     assert json.loads(r.stdout.strip().splitlines()[-1])["step"] == 1
@@ -312,18 +498,23 @@ def test_fp16_scales_the_loss_so_small_gradients_survive(tiny_dir, ft, tmp_path,
     import bertkit.training.state as train_state
 
     save = train_state.save_checkpoint
-    monkeypatch.setattr(train_state, "save_checkpoint", lambda d, step, state, keep: saved.append(state) or save(
-        d, step, state, keep=keep))
+    monkeypatch.setattr(
+        train_state,
+        "save_checkpoint",
+        lambda d, step, state, keep: saved.append(state) or save(d, step, state, keep=keep),
+    )
     for precision in ("fp32", "fp16"):
         task = get_task("sst2", max_seq_length=32)
         train = task.read(ft / "sst2_train.tsv")[:8]
         torch.manual_seed(0)
         model = task.load_model(tiny_dir, finetuned=False)
         model.set_dropout(0.0)
-        args = recipe.FinetuneArgs(epochs=1, batch_size=8, lr=1e-3, precision=precision, quiet=True, max_steps=2,
-                                   save_every=1)
-        summary = recipe.finetune(task, TinyLoss(model), BertTokenizer.from_pretrained(tiny_dir), train * 2, None,
-                                  tmp_path / precision, args)
+        args = recipe.FinetuneArgs(
+            epochs=1, batch_size=8, lr=1e-3, precision=precision, quiet=True, max_steps=2, save_every=1
+        )
+        summary = recipe.finetune(
+            task, TinyLoss(model), BertTokenizer.from_pretrained(tiny_dir), train * 2, None, tmp_path / precision, args
+        )
         assert summary["compute_precision"] == precision
     norms = [float(n) for n in norms]
     assert len(norms) == 4 and norms[0] > 0
@@ -337,10 +528,38 @@ def _finetune_process(tiny_dir, ft, output, *extra):
     import sys
 
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
-    argv = [sys.executable, "-m", "bertkit.cli", "finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"),
-            "--dev", str(ft / "sst2_dev.tsv"), "--model", str(tiny_dir), "--epochs", "12", "--batch-size", "4",
-            "--grad-accum", "2", "--lr", "1e-3", "--precision", "fp32", "--eval-every", "25", "--quiet",
-            "--max-seq-length", "16", "--output", str(output), *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "bertkit.cli",
+        "finetune",
+        "--task",
+        "sst2",
+        "--train",
+        str(ft / "sst2_train.tsv"),
+        "--dev",
+        str(ft / "sst2_dev.tsv"),
+        "--model",
+        str(tiny_dir),
+        "--epochs",
+        "12",
+        "--batch-size",
+        "4",
+        "--grad-accum",
+        "2",
+        "--lr",
+        "1e-3",
+        "--precision",
+        "fp32",
+        "--eval-every",
+        "25",
+        "--quiet",
+        "--max-seq-length",
+        "16",
+        "--output",
+        str(output),
+        *extra,
+    ]
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -355,8 +574,9 @@ def uninterrupted(tiny_dir, ft, tmp_path_factory):
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("signum", [15, 2])
-def test_signal_saves_a_checkpoint_and_resume_equals_an_uninterrupted_run(tiny_dir, ft, tmp_path, signum,
-                                                                          uninterrupted):
+def test_signal_saves_a_checkpoint_and_resume_equals_an_uninterrupted_run(
+    tiny_dir, ft, tmp_path, signum, uninterrupted
+):
     """A real `bertkit finetune` process gets SIGTERM (SIGINT) mid-run: it finishes the step, writes a checkpoint,
     exits 128 + signal saying how to resume; --resume then ends with the uninterrupted run's weights and dev
     history, bit for bit; a finished run leaves no checkpoint or temp file behind."""
@@ -395,8 +615,22 @@ def test_resume_refusals(tiny_dir, ft, tmp_path, capsys):
     from bertkit.training.checkpointing import checkpoint_dir, save_checkpoint
 
     out = tmp_path / "o"
-    argv = ["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--model", str(tiny_dir),
-            "--output", str(out), "--quiet", "--precision", "fp32", "--epochs", "1"]
+    argv = [
+        "finetune",
+        "--task",
+        "sst2",
+        "--train",
+        str(ft / "sst2_train.tsv"),
+        "--model",
+        str(tiny_dir),
+        "--output",
+        str(out),
+        "--quiet",
+        "--precision",
+        "fp32",
+        "--epochs",
+        "1",
+    ]
     save_checkpoint(checkpoint_dir(out), 3, {"model": {}, "run": {"task": "sst2", "args": {"lr": 1e-4}}})
     assert main(argv) == 2
     assert "pass --resume to continue it" in capsys.readouterr().err
@@ -409,15 +643,33 @@ def test_resume_refusals(tiny_dir, ft, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("command", ["evaluate", "predict"])
-@pytest.mark.parametrize("task,data,missing", [("sst2", "sst2_dev.tsv", "classifier.weight"),
-                                               ("squad", "squad_dev.json", "qa_outputs.weight")])
-def test_evaluate_and_predict_refuse_a_model_without_the_trained_head(tiny_dir, ft, tmp_path, capsys, command, task,
-                                                                       data, missing):
+@pytest.mark.parametrize(
+    "task,data,missing",
+    [("sst2", "sst2_dev.tsv", "classifier.weight"), ("squad", "squad_dev.json", "qa_outputs.weight")],
+)
+def test_evaluate_and_predict_refuse_a_model_without_the_trained_head(
+    tiny_dir, ft, tmp_path, capsys, command, task, data, missing
+):
     """A pre-trained directory has no task head: evaluate / predict refuse it, naming the missing weights, instead
     of scoring with a freshly initialised head; nothing is written."""
     out = tmp_path / "o"
-    assert main([command, "--task", task, "--model", str(tiny_dir), "--data", str(ft / data), "--quiet",
-                 "--output", str(out)]) == 2
+    assert (
+        main(
+            [
+                command,
+                "--task",
+                task,
+                "--model",
+                str(tiny_dir),
+                "--data",
+                str(ft / data),
+                "--quiet",
+                "--output",
+                str(out),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert f"no trained {task} head" in err and missing in err and "bertkit finetune" in err
     assert not out.exists()
@@ -438,15 +690,45 @@ def test_evaluate_quantize_int8_runs_the_int8_model(tiny_dir, ft, tmp_path, monk
     monkeypatch.setattr(quantize, "quantize_model", spy)
     out = tmp_path / "sst2"
     finetune_metrics("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", tiny_dir, out)
-    assert main(["evaluate", "--model", str(out), "--data", str(ft / "sst2_dev.tsv"), "--quiet",
-                 "--output", str(tmp_path / "int8"), "--quantize", "int8"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(out),
+                "--data",
+                str(ft / "sst2_dev.tsv"),
+                "--quiet",
+                "--output",
+                str(tmp_path / "int8"),
+                "--quantize",
+                "int8",
+            ]
+        )
+        == 0
+    )
     assert seen == [("int8", True)]
     assert 0.0 <= json.loads((tmp_path / "int8" / "metrics.json").read_text())["accuracy"] <= 1.0
     # where a GPU is present, --quantize without --device still runs on the CPU (int8 kernels are CPU-only): it
     # used to pick cuda and refuse ("int8 runs on the CPU only"), as it did on the H100
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert main(["evaluate", "--model", str(out), "--data", str(ft / "sst2_dev.tsv"), "--quiet",
-                 "--output", str(tmp_path / "int8-gpu-box"), "--quantize", "int8"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(out),
+                "--data",
+                str(ft / "sst2_dev.tsv"),
+                "--quiet",
+                "--output",
+                str(tmp_path / "int8-gpu-box"),
+                "--quantize",
+                "int8",
+            ]
+        )
+        == 0
+    )
     assert seen == [("int8", True)] * 2
 
 
@@ -470,15 +752,35 @@ def test_a_fine_tuned_reranker_without_its_head_is_refused(tiny_dir):
         get_task("rerank").load_model(tiny_dir, finetuned=True)
 
 
-def test_a_finished_output_is_refused_without_overwrite_and_an_unwritable_one_up_front(tiny_dir, ft, tmp_path,
-                                                                                       capsys):
+def test_a_finished_output_is_refused_without_overwrite_and_an_unwritable_one_up_front(tiny_dir, ft, tmp_path, capsys):
     """finetune into a finished run's directory needs --overwrite (as pretrain); an output that cannot be written
     fails before any training with a one-line error naming --output. Both metrics.json and the summary record how
     the figures were computed: precision, backend and device."""
     out = tmp_path / "o"
-    argv = ["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--dev", str(ft / "sst2_dev.tsv"),
-            "--model", str(tiny_dir), "--output", str(out), "--quiet", "--precision", "fp32", "--epochs", "1",
-            "--max-train-examples", "8", "--max-seq-length", "16", "--device", "cpu"]
+    argv = [
+        "finetune",
+        "--task",
+        "sst2",
+        "--train",
+        str(ft / "sst2_train.tsv"),
+        "--dev",
+        str(ft / "sst2_dev.tsv"),
+        "--model",
+        str(tiny_dir),
+        "--output",
+        str(out),
+        "--quiet",
+        "--precision",
+        "fp32",
+        "--epochs",
+        "1",
+        "--max-train-examples",
+        "8",
+        "--max-seq-length",
+        "16",
+        "--device",
+        "cpu",
+    ]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     metrics = json.loads((out / "metrics.json").read_text())
@@ -492,7 +794,7 @@ def test_a_finished_output_is_refused_without_overwrite_and_an_unwritable_one_up
     capsys.readouterr()
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    bad = [*argv[:argv.index("--output") + 1], str(blocker / "out"), *argv[argv.index("--output") + 2:]]
+    bad = [*argv[: argv.index("--output") + 1], str(blocker / "out"), *argv[argv.index("--output") + 2 :]]
     assert main(bad) == 2
     err = capsys.readouterr().err
     assert f"--output {blocker / 'out'}: cannot write there" in err and "Traceback" not in err

@@ -26,8 +26,15 @@ def tiny_dir(tmp_path_factory, fixtures_dir):
     d = tmp_path_factory.mktemp("tiny")
     torch.manual_seed(0)
     size = sum(1 for line in vocab.read_text(encoding="utf-8").splitlines() if line)
-    config = BertConfig(vocab_size=size, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                        intermediate_size=37, max_position_embeddings=64, num_labels=2)
+    config = BertConfig(
+        vocab_size=size,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        num_labels=2,
+    )
     BertForSequenceClassification(config).save_pretrained(d)
     shutil.copy(vocab, d / "vocab.txt")
     return d
@@ -37,13 +44,42 @@ def test_finetune_and_predict_on_non_utf8_tsv_exit_with_file_and_line(tiny_dir, 
     ft = fixtures_dir / "finetune"
     good = (ft / "sst2_train.tsv").read_text(encoding="utf-8").splitlines()
     bad = _latin1(tmp_path / "train.tsv", "\n".join(good[:5] + ["un caf\xe9 noir\t1"] + good[5:]) + "\n")
-    code = main(["finetune", "--task", "sst2", "--train", str(bad), "--dev", str(ft / "sst2_dev.tsv"),
-                 "--model", str(tiny_dir), "--output", str(tmp_path / "out"), "--epochs", "1", "--quiet",
-                 "--precision", "fp32"])
+    code = main(
+        [
+            "finetune",
+            "--task",
+            "sst2",
+            "--train",
+            str(bad),
+            "--dev",
+            str(ft / "sst2_dev.tsv"),
+            "--model",
+            str(tiny_dir),
+            "--output",
+            str(tmp_path / "out"),
+            "--epochs",
+            "1",
+            "--quiet",
+            "--precision",
+            "fp32",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and f"{bad}:6: byte 0xe9" in err and "Traceback" not in err
-    code = main(["predict", "--model", str(tiny_dir), "--task", "sst2", "--data", str(bad), "--quiet",
-                 "--output", str(tmp_path / "pred")])
+    code = main(
+        [
+            "predict",
+            "--model",
+            str(tiny_dir),
+            "--task",
+            "sst2",
+            "--data",
+            str(bad),
+            "--quiet",
+            "--output",
+            str(tmp_path / "pred"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and f"{bad}:6: byte 0xe9" in err and "Traceback" not in err
 
@@ -52,9 +88,25 @@ def test_ablate_command_checks_a_corpus_directory_as_pretrain_does(tmp_path, cap
     """The command: a directory is checked as pretrain checks it (was "no such file" for any directory)."""
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert main(["ablate", "--corpus", str(empty), "--output", str(tmp_path / "o2"), "--study", "nsp",
-                 "--steps", "2"]) == 2
+    assert (
+        main(["ablate", "--corpus", str(empty), "--output", str(tmp_path / "o2"), "--study", "nsp", "--steps", "2"])
+        == 2
+    )
     assert f"{empty}: a directory with no text files" in capsys.readouterr().err
-    assert main(["ablate", "--corpus", str(tmp_path / "nothing"), "--output", str(tmp_path / "o3"), "--study", "nsp",
-                 "--steps", "2"]) == 2
+    assert (
+        main(
+            [
+                "ablate",
+                "--corpus",
+                str(tmp_path / "nothing"),
+                "--output",
+                str(tmp_path / "o3"),
+                "--study",
+                "nsp",
+                "--steps",
+                "2",
+            ]
+        )
+        == 2
+    )
     assert "no such corpus file or directory" in capsys.readouterr().err

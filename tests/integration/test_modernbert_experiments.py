@@ -70,9 +70,30 @@ def test_sst2_probe_per_layer(model_dir, ft, tmp_path, capsys):
     from bertkit.tasks.metrics import accuracy
 
     out = tmp_path / "p"
-    assert main(["probe", "--model", str(model_dir), "--task", "sst2", "--train", str(ft / "sst2_train.tsv"),
-                 "--dev", str(ft / "sst2_dev.tsv"), "--output", str(out), "--pooling", "mean,cls",
-                 "--precision", "fp32", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "probe",
+                "--model",
+                str(model_dir),
+                "--task",
+                "sst2",
+                "--train",
+                str(ft / "sst2_train.tsv"),
+                "--dev",
+                str(ft / "sst2_dev.tsv"),
+                "--output",
+                str(out),
+                "--pooling",
+                "mean,cls",
+                "--precision",
+                "fp32",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["task"] == "sst2"
     rows = {(r["layer"], r["pooling"]): float(r["accuracy"]) for r in _csv(out / "probe.csv")}
     assert set(rows) == {(lay, p) for lay in ("embeddings", "1", "2", "3") for p in ("mean", "cls")}
@@ -85,8 +106,9 @@ def test_sst2_probe_per_layer(model_dir, ft, tmp_path, capsys):
         x_train = enc.encode([e.text_a for e in train], layers=[layer], pooling="mean", max_length=128)
         x_dev = enc.encode([e.text_a for e in dev], layers=[layer], pooling="mean", max_length=128)
         pred = fit_logistic(x_train, y_train, 2)(x_dev).tolist()
-        assert rows[(name, "mean")] == pytest.approx(accuracy(pred, [classes.index(e.label) for e in dev]),
-                                                     abs=1e-4), name
+        assert rows[(name, "mean")] == pytest.approx(accuracy(pred, [classes.index(e.label) for e in dev]), abs=1e-4), (
+            name
+        )
     # ModernBERT's embeddings have no positions: [CLS] is one vector for every input, so its probe scores the
     # share of the class it picks; the layers above see the text
     labels = [e.label for e in dev]
@@ -100,9 +122,32 @@ def test_conll_probe_word_features(model_dir, ft, tmp_path):
     from bertkit.features import Encoder
 
     out = tmp_path / "p"
-    assert main(["probe", "--model", str(model_dir), "--task", "conll2003", "--train", str(ft / "conll_train.txt"),
-                 "--dev", str(ft / "conll_dev.txt"), "--output", str(out), "--tagger", "linear", "--epochs", "1",
-                 "--precision", "fp32", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "probe",
+                "--model",
+                str(model_dir),
+                "--task",
+                "conll2003",
+                "--train",
+                str(ft / "conll_train.txt"),
+                "--dev",
+                str(ft / "conll_dev.txt"),
+                "--output",
+                str(out),
+                "--tagger",
+                "linear",
+                "--epochs",
+                "1",
+                "--precision",
+                "fp32",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     rows = _csv(out / "probe.csv")
     layers = [r["layer"] for r in rows if r["kind"] == "layer"]
     assert layers == ["embeddings", "1", "2", "3"] and len([r for r in rows if r["kind"] == "table7"]) == 6
@@ -118,7 +163,7 @@ def test_conll_probe_word_features(model_dir, ft, tmp_path):
     with torch.no_grad():
         states = enc.bert(ids, output_hidden_states=True).hidden_states
     want = torch.stack([h[0, starts] for h in states], dim=1).numpy()  # [W, L+1, H]
-    np.testing.assert_allclose(feats[offsets[0]:offsets[1]], want, atol=1e-5)
+    np.testing.assert_allclose(feats[offsets[0] : offsets[1]], want, atol=1e-5)
 
 
 def test_feature_based_tagger(model_dir, ft, tmp_path):
@@ -126,14 +171,44 @@ def test_feature_based_tagger(model_dir, ft, tmp_path):
     from bertkit.tasks.tagging import FeatureTagger
 
     out = tmp_path / "fb"
-    assert main(["finetune", "--task", "conll2003", "--train", str(ft / "conll_train.txt"), "--dev",
-                 str(ft / "conll_dev.txt"), "--model", str(model_dir), "--output", str(out), "--feature-based",
-                 "--tagger", "mlp", "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet", "--precision",
-                 "fp32", "--max-train-examples", "16"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--task",
+                "conll2003",
+                "--train",
+                str(ft / "conll_train.txt"),
+                "--dev",
+                str(ft / "conll_dev.txt"),
+                "--model",
+                str(model_dir),
+                "--output",
+                str(out),
+                "--feature-based",
+                "--tagger",
+                "mlp",
+                "--epochs",
+                "1",
+                "--batch-size",
+                "8",
+                "--lr",
+                "1e-3",
+                "--quiet",
+                "--precision",
+                "fp32",
+                "--max-train-examples",
+                "16",
+            ]
+        )
+        == 0
+    )
     assert (out / "tagger_config.json").is_file()
     assert json.loads((out / "config.json").read_text())["model_type"] == "modernbert"
-    frozen, before = ModernBertModel.from_pretrained(out).state_dict(), ModernBertModel.from_pretrained(
-        model_dir).state_dict()
+    frozen, before = (
+        ModernBertModel.from_pretrained(out).state_dict(),
+        ModernBertModel.from_pretrained(model_dir).state_dict(),
+    )
     assert frozen.keys() == before.keys() and all(torch.equal(frozen[k], before[k]) for k in frozen)
     tagger = FeatureTagger.from_pretrained(out)
     assert isinstance(tagger.bert, ModernBertModel)
@@ -177,9 +252,35 @@ def test_reranker(model_dir, ft, tmp_path):
         data[split] = tmp_path / f"{split}.jsonl"
         data[split].write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "rr"
-    assert main(["finetune", "--task", "rerank", "--train", str(data["train"]), "--dev", str(data["dev"]), "--model",
-                 str(model_dir), "--output", str(out), "--epochs", "1", "--batch-size", "4", "--lr", "1e-3",
-                 "--quiet", "--precision", "fp32", "--max-train-examples", "8"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--task",
+                "rerank",
+                "--train",
+                str(data["train"]),
+                "--dev",
+                str(data["dev"]),
+                "--model",
+                str(model_dir),
+                "--output",
+                str(out),
+                "--epochs",
+                "1",
+                "--batch-size",
+                "4",
+                "--lr",
+                "1e-3",
+                "--quiet",
+                "--precision",
+                "fp32",
+                "--max-train-examples",
+                "8",
+            ]
+        )
+        == 0
+    )
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == ["ModernBertForSequenceClassification"] and len(config["id2label"]) == 1
     metrics = json.loads((out / "metrics.json").read_text())

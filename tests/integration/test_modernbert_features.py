@@ -24,9 +24,20 @@ LINES = ["the cat sat on the mat", "hello world", "we went to the river bank . t
 def model_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("mb-model")
     torch.manual_seed(0)
-    config = ModernBertConfig(vocab_size=len(VOCAB), hidden_size=32, intermediate_size=48, num_hidden_layers=3,
-                              num_attention_heads=4, local_attention=4, max_position_embeddings=64, pad_token_id=0,
-                              cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3)
+    config = ModernBertConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        local_attention=4,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        cls_token_id=2,
+        sep_token_id=3,
+        bos_token_id=2,
+        eos_token_id=3,
+    )
     model = ModernBertForMaskedLM(config)
     with torch.no_grad():  # a peaked decoder bias, so fill-mask's ranking is not a tie
         model.decoder.bias.copy_(torch.randn(len(VOCAB)))
@@ -55,11 +66,11 @@ def test_encoder_poolings_and_layers_equal_the_model(model_dir, reference):
     m = mask[..., None].float()
     mean_last = (states[-1] * m).sum(1) / m.sum(1)
     np.testing.assert_allclose(enc.encode(LINES, layers=[-1], pooling="mean"), mean_last.numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(enc.encode(LINES, layers=[1], pooling="cls"), states[1][:, 0].numpy(), rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        enc.encode(LINES, layers=[1], pooling="cls"), states[1][:, 0].numpy(), rtol=1e-5, atol=1e-5
+    )
     both = enc.encode(LINES, layers=["embeddings", -1], pooling="cls")
-    np.testing.assert_allclose(both, torch.cat([states[0][:, 0], states[-1][:, 0]], -1).numpy(), rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(both, torch.cat([states[0][:, 0], states[-1][:, 0]], -1).numpy(), rtol=1e-5, atol=1e-5)
     with pytest.raises(Exception, match="pooler"):
         enc.encode(LINES, pooling="cls_pooled")
 
@@ -68,8 +79,27 @@ def test_embed_command(model_dir, reference, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     out = tmp_path / "out.npy"
-    assert main(["embed", "--model", str(model_dir), "--input", str(src), "--output", str(out), "--layers", "-1",
-                 "--pooling", "max", "--precision", "fp32", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "embed",
+                "--model",
+                str(model_dir),
+                "--input",
+                str(src),
+                "--output",
+                str(out),
+                "--layers",
+                "-1",
+                "--pooling",
+                "max",
+                "--precision",
+                "fp32",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     enc = Encoder.from_pretrained(model_dir, precision="fp32")
     _, mask, states = direct(reference, enc, LINES)
     want = states[-1].masked_fill(~mask.bool()[..., None], float("-inf")).amax(1)
@@ -80,8 +110,9 @@ def test_fill_mask_equals_the_models_top_predictions(model_dir, reference, capsy
     enc = Encoder.from_pretrained(model_dir, precision="fp32")
     text = "the cat [MASK] on the mat"
     got = enc.fill_mask([text], top_k=3)[0][0]
-    ids = torch.tensor([[2, VOCAB.index("the"), VOCAB.index("cat"), 4, VOCAB.index("on"), VOCAB.index("the"),
-                         VOCAB.index("mat"), 3]])
+    ids = torch.tensor(
+        [[2, VOCAB.index("the"), VOCAB.index("cat"), 4, VOCAB.index("on"), VOCAB.index("the"), VOCAB.index("mat"), 3]]
+    )
     with torch.no_grad():
         probs = reference(ids).logits[0, 3].softmax(-1)
     top = probs.topk(3)

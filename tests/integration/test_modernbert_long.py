@@ -30,8 +30,12 @@ def document(n_tokens: int, seed: int = 0) -> str:
 
 @pytest.fixture(scope="module")
 def long_dir(tmp_path_factory, fixtures_dir):
-    return make_modernbert_dir(tmp_path_factory.mktemp("mb-long"), fixture_vocab(fixtures_dir),
-                               local_attention=128, max_position_embeddings=POSITIONS)
+    return make_modernbert_dir(
+        tmp_path_factory.mktemp("mb-long"),
+        fixture_vocab(fixtures_dir),
+        local_attention=128,
+        max_position_embeddings=POSITIONS,
+    )
 
 
 def test_an_8000_token_document_embeds_whole(long_dir):
@@ -88,9 +92,35 @@ def test_finetune_and_predict_at_8000_tokens(long_dir, tmp_path):
     rows = [(document(8000, seed=10 + i), i % 2) for i in range(2)]
     data.write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows), encoding="utf-8")
     out = tmp_path / "clf"
-    assert main(["finetune", "--task", "sst2", "--train", str(data), "--dev", str(data), "--model", str(long_dir),
-                 "--output", str(out), "--epochs", "1", "--batch-size", "1", "--lr", "1e-3", "--quiet",
-                 "--precision", "fp32", "--max-seq-length", str(POSITIONS)]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--task",
+                "sst2",
+                "--train",
+                str(data),
+                "--dev",
+                str(data),
+                "--model",
+                str(long_dir),
+                "--output",
+                str(out),
+                "--epochs",
+                "1",
+                "--batch-size",
+                "1",
+                "--lr",
+                "1e-3",
+                "--quiet",
+                "--precision",
+                "fp32",
+                "--max-seq-length",
+                str(POSITIONS),
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["step"] == 2 and 0.0 <= metrics["accuracy"] <= 1.0
     pipe = load_pipeline(out, precision="fp32")

@@ -22,8 +22,12 @@ from bertkit.pipelines import load_pipeline
 pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-TEXTS = ["the film is very good .", "the ending was boring , the plot was great and the cast was grim .",
-         "a grim plot", "the scene is very great . the film is good . the plot was boring ."]
+TEXTS = [
+    "the film is very good .",
+    "the ending was boring , the plot was great and the cast was grim .",
+    "a grim plot",
+    "the scene is very great . the film is good . the plot was boring .",
+]
 LABELS = {0: "neg", 1: "pos", 2: "neutral"}
 
 
@@ -40,8 +44,9 @@ def mlm_dir(tmp_path_factory, vocab):
 @pytest.fixture(scope="module")
 def clf_dir(tmp_path_factory, vocab):
     """A ModernBERT classifier as transformers writes one (no finetune_config.json): labels from id2label."""
-    return make_modernbert_dir(tmp_path_factory.mktemp("mb-clf"), vocab, "ModernBertForSequenceClassification",
-                               seed=1, id2label=LABELS)
+    return make_modernbert_dir(
+        tmp_path_factory.mktemp("mb-clf"), vocab, "ModernBertForSequenceClassification", seed=1, id2label=LABELS
+    )
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -59,12 +64,15 @@ def _batch(vocab_size: int, lengths=(20, 13, 6)):
     return ids * mask, mask
 
 
-@pytest.mark.parametrize("head, outputs", [
-    ("ModernBertForSequenceClassification", ("logits",)),
-    ("ModernBertForTokenClassification", ("logits",)),
-    ("ModernBertForQuestionAnswering", ("start_logits", "end_logits")),
-    ("ModernBertForMaskedLM", ("last_hidden_state",)),  # no task head: the bare encoder's output
-])
+@pytest.mark.parametrize(
+    "head, outputs",
+    [
+        ("ModernBertForSequenceClassification", ("logits",)),
+        ("ModernBertForTokenClassification", ("logits",)),
+        ("ModernBertForQuestionAnswering", ("start_logits", "end_logits")),
+        ("ModernBertForMaskedLM", ("last_hidden_state",)),  # no task head: the bare encoder's output
+    ],
+)
 def test_exported_graph_equals_pytorch(tmp_path, vocab, head, outputs, capsys):
     from bertkit import modeling_modernbert as mb
 
@@ -95,12 +103,17 @@ def test_encoder_onnx_backend_and_int8_equal_torch(mlm_dir, tmp_path):
     enc = Encoder.from_pretrained(mlm_dir, backend="onnx")
     assert enc.backend == "onnx" and enc.onnx_path.endswith("encoder.onnx")
     for layers, pooling in (((-1,), "mean"), ((1, -1), "max"), (0, "cls")):
-        np.testing.assert_allclose(enc.encode(TEXTS, layers=layers, pooling=pooling),
-                                   ref.encode(TEXTS, layers=layers, pooling=pooling), atol=1e-4,
-                                   err_msg=f"{layers} {pooling}")
+        np.testing.assert_allclose(
+            enc.encode(TEXTS, layers=layers, pooling=pooling),
+            ref.encode(TEXTS, layers=layers, pooling=pooling),
+            atol=1e-4,
+            err_msg=f"{layers} {pooling}",
+        )
     fp32 = ref.encode(TEXTS, layers=-1)
-    for q in (Encoder.from_pretrained(mlm_dir, backend="onnx", quantize="int8"),
-              Encoder.from_pretrained(mlm_dir, quantize="int8")):
+    for q in (
+        Encoder.from_pretrained(mlm_dir, backend="onnx", quantize="int8"),
+        Encoder.from_pretrained(mlm_dir, quantize="int8"),
+    ):
         got = q.encode(TEXTS, layers=-1)
         assert not np.array_equal(got, fp32)  # the int8 path really ran
         assert _cosine(got, fp32).min() >= 0.99, q.backend
@@ -144,13 +157,19 @@ def test_pipeline_onnx_and_int8(clf_dir, tmp_path):
 
 
 def test_token_classification_pipeline_on_onnx(tmp_path, vocab):
-    d = make_modernbert_dir(tmp_path / "ner", vocab, "ModernBertForTokenClassification", seed=4,
-                            id2label={0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"})
+    d = make_modernbert_dir(
+        tmp_path / "ner",
+        vocab,
+        "ModernBertForTokenClassification",
+        seed=4,
+        id2label={0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"},
+    )
     texts = ["alice works for acme in berlin", "the film is very good"]
     a = load_pipeline(d, backend="onnx").ner(texts, aggregation_strategy="none")
     b = load_pipeline(d, precision="fp32").ner(texts, aggregation_strategy="none")
-    assert [[(o["entity"], o["start"], o["end"]) for o in x] for x in a] == \
-           [[(o["entity"], o["start"], o["end"]) for o in x] for x in b]
+    assert [[(o["entity"], o["start"], o["end"]) for o in x] for x in a] == [
+        [(o["entity"], o["start"], o["end"]) for o in x] for x in b
+    ]
     assert [o["score"] for x in a for o in x] == pytest.approx([o["score"] for x in b for o in x], abs=1e-4)
 
 
@@ -164,10 +183,12 @@ def test_serve_backend_onnx_and_quantize(clf_dir, tmp_path):
     exported = tmp_path / "exported"
     assert main(["export", "--onnx", str(clf_dir), str(exported)]) == 0
     assert main(["export", "--onnx", str(clf_dir), str(exported), "--all-layers"]) == 0
-    models = {"torch": load_model(str(clf_dir), "cpu", "fp32"),
-              "onnx": load_model(str(clf_dir), "cpu", "fp32", backend="onnx"),
-              "int8": load_model(str(clf_dir), "cpu", "fp32", quantize="int8"),
-              "exported": load_model(str(exported), "cpu", "fp32", backend="onnx")}
+    models = {
+        "torch": load_model(str(clf_dir), "cpu", "fp32"),
+        "onnx": load_model(str(clf_dir), "cpu", "fp32", backend="onnx"),
+        "int8": load_model(str(clf_dir), "cpu", "fp32", quantize="int8"),
+        "exported": load_model(str(exported), "cpu", "fp32", backend="onnx"),
+    }
     with ServerThread(create_app(models, ServeSettings())) as srv:
         scores, vectors = {}, {}
         for name in models:
@@ -194,19 +215,62 @@ def test_predict_and_evaluate_on_an_exported_directory(tmp_path, vocab, fixtures
     ft = fixtures_dir / "finetune"
     base = make_modernbert_dir(tmp_path / "base", vocab)
     tuned = tmp_path / "sst2"
-    assert main(["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--model", str(base),
-                 "--output", str(tuned), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet",
-                 "--precision", "fp32", "--max-train-examples", "16", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--task",
+                "sst2",
+                "--train",
+                str(ft / "sst2_train.tsv"),
+                "--model",
+                str(base),
+                "--output",
+                str(tuned),
+                "--epochs",
+                "1",
+                "--batch-size",
+                "8",
+                "--lr",
+                "1e-3",
+                "--quiet",
+                "--precision",
+                "fp32",
+                "--max-train-examples",
+                "16",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     exported = tmp_path / "exported"
     assert main(["export", "--onnx", str(tuned), str(exported), "--quantize", "int8"]) == 0
     assert not list(exported.glob("*.safetensors"))
     common = ["--data", str(ft / "sst2_dev.tsv"), "--quiet", "--precision", "fp32", "--device", "cpu"]
     assert main(["predict", "--model", str(tuned), "--output", str(tmp_path / "torch"), *common]) == 0
-    assert main(["predict", "--model", str(exported), "--backend", "onnx", "--output", str(tmp_path / "onnx"),
-                 *common]) == 0
+    assert (
+        main(["predict", "--model", str(exported), "--backend", "onnx", "--output", str(tmp_path / "onnx"), *common])
+        == 0
+    )
     a = (tmp_path / "torch" / "predictions.tsv").read_text()
     assert a == (tmp_path / "onnx" / "predictions.tsv").read_text() and len(a.splitlines()) > 5
-    assert main(["evaluate", "--model", str(exported), "--backend", "onnx", "--quantize", "int8",
-                 "--output", str(tmp_path / "eval"), *common]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(exported),
+                "--backend",
+                "onnx",
+                "--quantize",
+                "int8",
+                "--output",
+                str(tmp_path / "eval"),
+                *common,
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert metrics["backend"] == "onnxruntime" and metrics["quantize"] == "int8" and 0 <= metrics["accuracy"] <= 1

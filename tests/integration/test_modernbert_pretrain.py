@@ -15,8 +15,13 @@ import pytest
 import torch
 
 BIN = Path(sys.executable).parent
-OVERRIDES = {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 48, "num_hidden_layers": 3,
-             "local_attention": 16}
+OVERRIDES = {
+    "hidden_size": 32,
+    "num_attention_heads": 2,
+    "intermediate_size": 48,
+    "num_hidden_layers": 3,
+    "local_attention": 16,
+}
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +40,26 @@ def corpus(tmp_path_factory) -> tuple[Path, Path]:
 def _cfg(corpus, out, **kw):
     from bertkit.recipes.pretrain import PretrainConfig
 
-    values = dict(corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), arch="modernbert",
-                  model_size="modernbert-tiny", config_overrides=dict(OVERRIDES), seq_len=48, batch_size=4,
-                  max_steps=10, save_every=5, log_every=2, eval_every=5, eval_batches=2, precision="fp32",
-                  quiet=True, workers=1, lr=3e-3, threads=1)
+    values = dict(
+        corpus=[str(corpus[0])],
+        vocab=str(corpus[1]),
+        output=str(out),
+        arch="modernbert",
+        model_size="modernbert-tiny",
+        config_overrides=dict(OVERRIDES),
+        seq_len=48,
+        batch_size=4,
+        max_steps=10,
+        save_every=5,
+        log_every=2,
+        eval_every=5,
+        eval_batches=2,
+        precision="fp32",
+        quiet=True,
+        workers=1,
+        lr=3e-3,
+        threads=1,
+    )
     values.update(kw)
     return PretrainConfig(**values)
 
@@ -93,13 +114,35 @@ def test_resume_equals_uninterrupted(corpus, tmp_path):
 
 def test_refusals_are_one_line(corpus, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    base = [str(BIN / "bertkit"), "pretrain", "--corpus", str(corpus[0]), "--vocab", str(corpus[1]), "--arch",
-            "modernbert", "--max-steps", "2", "--quiet", "--workers", "1", "--precision", "fp32"]
-    for extra, needle in ((["--model-size", "bert-medium"], "not a ModernBERT size"),
-                          (["--model-size", "modernbert-tiny", "--nsp"], "no next-sentence head"),
-                          (["--model-size", "modernbert-tiny", "--position-init", "sinusoidal"], "rotary")):
-        r = subprocess.run(base + ["--output", str(tmp_path / extra[-1].strip("-"))] + extra, capture_output=True,
-                           text=True, env=env, timeout=300)
+    base = [
+        str(BIN / "bertkit"),
+        "pretrain",
+        "--corpus",
+        str(corpus[0]),
+        "--vocab",
+        str(corpus[1]),
+        "--arch",
+        "modernbert",
+        "--max-steps",
+        "2",
+        "--quiet",
+        "--workers",
+        "1",
+        "--precision",
+        "fp32",
+    ]
+    for extra, needle in (
+        (["--model-size", "bert-medium"], "not a ModernBERT size"),
+        (["--model-size", "modernbert-tiny", "--nsp"], "no next-sentence head"),
+        (["--model-size", "modernbert-tiny", "--position-init", "sinusoidal"], "rotary"),
+    ):
+        r = subprocess.run(
+            base + ["--output", str(tmp_path / extra[-1].strip("-"))] + extra,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         assert r.returncode == 2, r.stderr
         assert needle in r.stderr and "Traceback" not in r.stderr, r.stderr
 
@@ -110,10 +153,41 @@ def test_torchrun_two_processes(corpus, tmp_path):
 
     out = tmp_path / "ddp"
     overrides = [x for k, v in OVERRIDES.items() for x in ("--config-override", f"{k}={v}")]
-    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "bertkit.cli", "pretrain",
-           "--arch", "modernbert", "--model-size", "modernbert-tiny", *overrides, "--corpus", str(corpus[0]),
-           "--vocab", str(corpus[1]), "--output", str(out), "--seq-len", "48", "--batch-size", "4", "--max-steps",
-           "4", "--save-every", "2", "--log-every", "2", "--precision", "fp32", "--quiet", "--workers", "1"]
+    cmd = [
+        str(BIN / "torchrun"),
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "bertkit.cli",
+        "pretrain",
+        "--arch",
+        "modernbert",
+        "--model-size",
+        "modernbert-tiny",
+        *overrides,
+        "--corpus",
+        str(corpus[0]),
+        "--vocab",
+        str(corpus[1]),
+        "--output",
+        str(out),
+        "--seq-len",
+        "48",
+        "--batch-size",
+        "4",
+        "--max-steps",
+        "4",
+        "--save-every",
+        "2",
+        "--log-every",
+        "2",
+        "--precision",
+        "fp32",
+        "--quiet",
+        "--workers",
+        "1",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path, check=False)
     assert r.returncode == 0, r.stderr[-3000:]

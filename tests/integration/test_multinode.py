@@ -18,11 +18,37 @@ import torch
 BIN = Path(sys.executable).parent
 # no dropout (its draws differ per process), one masked position per instance (so each rank's mean MLM loss weighs
 # its positions as the single process's mean does), fp32
-TINY = ["--model-size", "bert-tiny", "--config-override", "hidden_size=32", "--config-override",
-        "num_attention_heads=2", "--config-override", "intermediate_size=64", "--config-override",
-        "hidden_dropout_prob=0.0", "--config-override", "attention_probs_dropout_prob=0.0", "--seq-len", "32",
-        "--max-predictions", "1", "--precision", "fp32", "--quiet", "--workers", "1", "--loader-workers", "0",
-        "--max-steps", "3", "--log-every", "1", "--device", "cpu"]
+TINY = [
+    "--model-size",
+    "bert-tiny",
+    "--config-override",
+    "hidden_size=32",
+    "--config-override",
+    "num_attention_heads=2",
+    "--config-override",
+    "intermediate_size=64",
+    "--config-override",
+    "hidden_dropout_prob=0.0",
+    "--config-override",
+    "attention_probs_dropout_prob=0.0",
+    "--seq-len",
+    "32",
+    "--max-predictions",
+    "1",
+    "--precision",
+    "fp32",
+    "--quiet",
+    "--workers",
+    "1",
+    "--loader-workers",
+    "0",
+    "--max-steps",
+    "3",
+    "--log-every",
+    "1",
+    "--device",
+    "cpu",
+]
 
 
 def _env() -> dict:
@@ -63,16 +89,44 @@ def test_two_nodes_train_the_weights_of_one_process_with_the_same_global_batch(c
     for node in (0, 1):
         cwd = tmp_path / f"node{node}"  # the node's own disk: --prepare-on node prepares its shards there
         cwd.mkdir()
-        cmd = [str(BIN / "torchrun"), "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "bertkit-test",
-               "--rdzv-conf", f"is_host={node == 0}", "--max-restarts", "0", "-m", "bertkit.cli", *args,
-               "--batch-size", "4", "--prepare-on", "node"]
-        nodes.append(subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
+        cmd = [
+            str(BIN / "torchrun"),
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "1",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv-id",
+            "bertkit-test",
+            "--rdzv-conf",
+            f"is_host={node == 0}",
+            "--max-restarts",
+            "0",
+            "-m",
+            "bertkit.cli",
+            *args,
+            "--batch-size",
+            "4",
+            "--prepare-on",
+            "node",
+        ]
+        nodes.append(
+            subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        )
     single = tmp_path / "single"
     single.mkdir()
-    one = subprocess.run([str(BIN / "bertkit"), *args, "--batch-size", "8"], cwd=single, env=_env(),
-                         capture_output=True, text=True, timeout=140, check=False)
+    one = subprocess.run(
+        [str(BIN / "bertkit"), *args, "--batch-size", "8"],
+        cwd=single,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=140,
+        check=False,
+    )
     logs = [p.communicate(timeout=140)[0] for p in nodes]
     assert one.returncode == 0, one.stderr[-3000:]
     assert all(p.returncode == 0 for p in nodes), "\n".join(x[-3000:] for x in logs)
@@ -87,8 +141,9 @@ def test_two_nodes_train_the_weights_of_one_process_with_the_same_global_batch(c
     for k in ref:
         torch.testing.assert_close(two[k], ref[k], rtol=1e-4, atol=1e-5)
     # the same losses step by step (means over the ranks), and they moved: the steps trained
-    records = [[json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
-               for d in (outputs[0], single / "run")]
+    records = [
+        [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()] for d in (outputs[0], single / "run")
+    ]
     losses = [[r["loss"] for r in rs if "loss" in r] for rs in records]
     assert len(losses[1]) == 3 and losses[0] == pytest.approx(losses[1], rel=1e-5)
     assert len(set(losses[1])) == 3

@@ -25,8 +25,9 @@ TEXTS = ["the film was good .", "the ending was boring , the cast was great .", 
 @pytest.fixture(scope="module")
 def sst2_dir(tmp_path_factory):
     tiny = finetune_base(tmp_path_factory.mktemp("tiny"))
-    return finetune_quickly("sst2", FINETUNE_FIXTURES / "sst2_train.tsv", None, tiny, tmp_path_factory.mktemp("sst2"),
-                            "--device", "cpu")
+    return finetune_quickly(
+        "sst2", FINETUNE_FIXTURES / "sst2_train.tsv", None, tiny, tmp_path_factory.mktemp("sst2"), "--device", "cpu"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +77,30 @@ def test_predict_and_evaluate_on_an_exported_directory(sst2_dir, exported, fixtu
     data = fixtures_dir / "finetune" / "sst2_dev.tsv"
     common = ["--data", str(data), "--quiet", "--precision", "fp32", "--device", "cpu"]
     assert main(["predict", "--model", str(sst2_dir), "--output", str(tmp_path / "torch"), *common]) == 0
-    assert main(["predict", "--model", str(exported), "--backend", "onnx", "--output", str(tmp_path / "onnx"),
-                 *common]) == 0
+    assert (
+        main(["predict", "--model", str(exported), "--backend", "onnx", "--output", str(tmp_path / "onnx"), *common])
+        == 0
+    )
     a = (tmp_path / "torch" / "predictions.tsv").read_text()
     b = (tmp_path / "onnx" / "predictions.tsv").read_text()
     assert a == b and len(a.splitlines()) > 5
-    assert main(["evaluate", "--model", str(exported), "--backend", "onnx", "--quantize", "int8",
-                 "--output", str(tmp_path / "eval"), *common]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(exported),
+                "--backend",
+                "onnx",
+                "--quantize",
+                "int8",
+                "--output",
+                str(tmp_path / "eval"),
+                *common,
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert metrics["backend"] == "onnxruntime" and metrics["quantize"] == "int8" and metrics["device"] == "cpu"
     assert 0 <= metrics["accuracy"] <= 1

@@ -32,8 +32,25 @@ def _finetune(tmp_path_factory, tiny_dir, task, train, dev, *extra):
 
 
 def _predict(model_dir, data, out):
-    assert main(["predict", "--model", str(model_dir), "--data", str(data), "--output", str(out), "--quiet",
-                 "--precision", "fp32", "--batch-size", "5"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                str(model_dir),
+                "--data",
+                str(data),
+                "--output",
+                str(out),
+                "--quiet",
+                "--precision",
+                "fp32",
+                "--batch-size",
+                "5",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -92,13 +109,7 @@ def test_pairs_regression_scores(tmp_path_factory, tiny_dir, ft, tmp_path):
     assert got == pytest.approx(logits[:, 0].tolist(), abs=1e-5)  # the raw value: no sigmoid for regression
 
 
-
-
-
-
 # --------------------------------------------------------------------------------------------- errors
-
-
 
 
 # --------------------------------------------------------------------------------------------- NER
@@ -144,16 +155,12 @@ def test_ner_token_labels_equal_predict(conll_dir, ft, tmp_path):
             start = text.index(word, pos)
             pos = start + len(word)
             assert by_start[start]["entity"] == tag  # the first sub-token's label, as `predict` tags a word
-            assert text[by_start[start]["start"]:by_start[start]["end"]].lower() == by_start[start]["word"].lower()
+            assert text[by_start[start]["start"] : by_start[start]["end"]].lower() == by_start[start]["word"].lower()
 
 
 @pytest.fixture(scope="module")
 def random_ner_dir(tmp_path_factory):
     return random_ner_head(tmp_path_factory.mktemp("ner"))
-
-
-
-
 
 
 # --------------------------------------------------------------------------------------------- QA
@@ -162,8 +169,19 @@ def random_ner_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def squad_dir(tmp_path_factory, tiny_dir, ft):
     # short windows, so that the fixture's contexts go through several doc-stride windows
-    return _finetune(tmp_path_factory, tiny_dir, "squad", ft / "squad_train.json", ft / "squad_dev.json",
-                     "--max-seq-length", "40", "--doc-stride", "16", "--max-query-length", "16")
+    return _finetune(
+        tmp_path_factory,
+        tiny_dir,
+        "squad",
+        ft / "squad_train.json",
+        ft / "squad_dev.json",
+        "--max-seq-length",
+        "40",
+        "--doc-stride",
+        "16",
+        "--max-query-length",
+        "16",
+    )
 
 
 def test_qa_equals_predict(squad_dir, ft, tmp_path):
@@ -181,7 +199,7 @@ def test_qa_equals_predict(squad_dir, ft, tmp_path):
     answers = pipe.answer([{"question": q, "context": c} for _, q, c in items])
     for (qid, _q, context), ans in zip(items, answers):
         assert ans["answer"] == preds[qid]
-        assert context[ans["start"]:ans["end"]] == ans["answer"]
+        assert context[ans["start"] : ans["end"]] == ans["answer"]
         best = next(n for n in nbest[qid] if n["text"] == preds[qid])
         assert ans["score"] == pytest.approx(best["probability"], abs=1e-5)
         assert (ans["start"], ans["end"]) == (best["start"], best["end"])
@@ -227,8 +245,6 @@ def rerank_data(tmp_path_factory, ft):
     return d
 
 
-
-
 def test_finetune_rerank_then_pipeline_equals_predict(tmp_path_factory, tiny_dir, rerank_data, tmp_path):
     d = _finetune(tmp_path_factory, tiny_dir, "rerank", rerank_data / "train.jsonl", rerank_data / "dev.jsonl")
     config = json.loads((d / "config.json").read_text())
@@ -265,12 +281,17 @@ def test_onnx_backend_equals_torch(sst2_dir, random_ner_dir, squad_dir, ft, tmp_
 
     ner = load_pipeline(random_ner_dir, backend="onnx").ner(NER_TEXTS)
     ref = load_pipeline(random_ner_dir, precision="fp32").ner(NER_TEXTS)
-    assert [[(o["entity_group"], o["start"], o["end"]) for o in x] for x in ner] == \
-           [[(o["entity_group"], o["start"], o["end"]) for o in x] for x in ref]
+    assert [[(o["entity_group"], o["start"], o["end"]) for o in x] for x in ner] == [
+        [(o["entity_group"], o["start"], o["end"]) for o in x] for x in ref
+    ]
 
     data = json.loads((ft / "squad_dev.json").read_text())
-    items = [{"question": q["question"], "context": p["context"]} for a in data["data"] for p in a["paragraphs"]
-             for q in p["qas"]][:6]
+    items = [
+        {"question": q["question"], "context": p["context"]}
+        for a in data["data"]
+        for p in a["paragraphs"]
+        for q in p["qas"]
+    ][:6]
     a = load_pipeline(squad_dir, backend="onnx").answer(items)
     b = load_pipeline(squad_dir, precision="fp32").answer(items)
     assert [(x["answer"], x["start"]) for x in a] == [(x["answer"], x["start"]) for x in b]

@@ -39,8 +39,9 @@ def test_bertkit_prepare_then_pretrain_reuses_the_cache(tmp_path, monkeypatch, c
     run = tmp_path / "run"
     BertTokenizer.from_pretrained(str(VOCAB)).save_pretrained(run)
     log: list[str] = []
-    meta = prepare_corpus([str(corpus)], run / "data" / "shards", run / "vocab.txt", workers=1, progress=False,
-                          log=log.append)
+    meta = prepare_corpus(
+        [str(corpus)], run / "data" / "shards", run / "vocab.txt", workers=1, progress=False, log=log.append
+    )
     assert any("reusing the corpus prepared in" in m for m in log), log
     first = meta["shards"][0]["name"] + ".tokens.npy"
     assert os.stat(run / "data" / "shards" / first).st_ino == os.stat(cached / first).st_ino  # linked, not copied
@@ -95,10 +96,16 @@ print(json.dumps({{"peak": tracemalloc.get_traced_memory()[1], "tokens": tokens,
 
 
 def _measure(path: Path, out: Path, shard_tokens: int = 1 << 13, stop_after: int = 0) -> dict:
-    script = _MEMORY_SCRIPT.format(src=str(SRC), path=str(path), out=str(out), vocab=str(VOCAB),
-                                   shard_tokens=shard_tokens, stop_after=stop_after)
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    script = _MEMORY_SCRIPT.format(
+        src=str(SRC), path=str(path), out=str(out), vocab=str(VOCAB), shard_tokens=shard_tokens, stop_after=stop_after
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -107,7 +114,7 @@ def _write_prose(path: Path, megabytes: float, paragraphs: bool = True) -> None:
     rng = np.random.default_rng(1)
     words = np.array("the cat dog sat ran on a mat home it was happy and then there went to over".split())
     sentences = [" ".join(rng.choice(words, 8)).capitalize() + "." for _ in range(2000)]
-    chunk = ("\n\n" if paragraphs else "\n").join(" ".join(sentences[i:i + 5]) for i in range(0, 2000, 5)) + "\n\n"
+    chunk = ("\n\n" if paragraphs else "\n").join(" ".join(sentences[i : i + 5]) for i in range(0, 2000, 5)) + "\n\n"
     with open(path, "w", encoding="utf-8") as f:
         for _ in range(int(megabytes * 1e6 / len(chunk)) + 1):
             f.write(chunk)

@@ -16,9 +16,28 @@ from bertkit.data import corpus as corpus_module
 from bertkit.data import pretraining as pretraining_module
 from bertkit.data.prepare import prepare_corpus
 
-TINY = ["--model-size", "bert-tiny", "--config-override", "hidden_size=32", "--config-override",
-        "num_attention_heads=2", "--config-override", "intermediate_size=64", "--seq-len", "32", "--batch-size", "4",
-        "--precision", "fp32", "--workers", "1", "--max-steps", "2", "--threads", "1"]
+TINY = [
+    "--model-size",
+    "bert-tiny",
+    "--config-override",
+    "hidden_size=32",
+    "--config-override",
+    "num_attention_heads=2",
+    "--config-override",
+    "intermediate_size=64",
+    "--seq-len",
+    "32",
+    "--batch-size",
+    "4",
+    "--precision",
+    "fp32",
+    "--workers",
+    "1",
+    "--max-steps",
+    "2",
+    "--threads",
+    "1",
+]
 SHARD_TOKENS = 1500
 
 
@@ -36,7 +55,7 @@ def book(tmp_path) -> tuple[Path, Path]:
     folder = tmp_path / "corpus"
     folder.mkdir()
     for i in range(10):  # ten documents: shards end at document boundaries
-        (folder / f"part{i}.txt").write_text(text[i * 6000:(i + 1) * 6000], encoding="utf-8")
+        (folder / f"part{i}.txt").write_text(text[i * 6000 : (i + 1) * 6000], encoding="utf-8")
     train_vocab(sorted(folder.iterdir()), vocab_size=600, output=tmp_path / "vocab", show_progress=False)
     return folder, tmp_path / "vocab" / "vocab.txt"
 
@@ -51,8 +70,9 @@ def test_pretrain_killed_while_preparing_resumes_the_preparation(book, tmp_path,
     corpus, vocab = book
     monkeypatch.setenv("BERTKIT_CACHE", str(tmp_path / "cache"))  # nothing reused from a cache
     monkeypatch.setattr(corpus_module, "BLOCK_CHARS", 1000)  # shards end at blocks: several small ones
-    ref = prepare_corpus([corpus], tmp_path / "ref", vocab, workers=1, progress=False, use_cache=False,
-                         shard_tokens=SHARD_TOKENS)
+    ref = prepare_corpus(
+        [corpus], tmp_path / "ref", vocab, workers=1, progress=False, use_cache=False, shard_tokens=SHARD_TOKENS
+    )
     assert len(ref["shards"]) >= 4
 
     saved: list[dict] = []
@@ -63,8 +83,11 @@ def test_pretrain_killed_while_preparing_resumes_the_preparation(book, tmp_path,
             raise Killed
 
     # pretrain prepares through bertkit.data.pretraining.prepare_corpus: small shards, and a kill after two of them
-    monkeypatch.setattr(pretraining_module, "prepare_corpus", functools.partial(
-        prepare_corpus, shard_tokens=SHARD_TOKENS, on_checkpoint=kill_after_two))
+    monkeypatch.setattr(
+        pretraining_module,
+        "prepare_corpus",
+        functools.partial(prepare_corpus, shard_tokens=SHARD_TOKENS, on_checkpoint=kill_after_two),
+    )
     out = tmp_path / "run"
     args = ["pretrain", "--corpus", str(corpus), "--vocab", str(vocab), "--output", str(out), *TINY]
     with pytest.raises(Killed):
@@ -73,8 +96,9 @@ def test_pretrain_killed_while_preparing_resumes_the_preparation(book, tmp_path,
     assert (shards / "progress.json").is_file() and not (shards / "meta.json").exists()
     assert not (out / "model.safetensors").exists()
 
-    monkeypatch.setattr(pretraining_module, "prepare_corpus", functools.partial(
-        prepare_corpus, shard_tokens=SHARD_TOKENS))
+    monkeypatch.setattr(
+        pretraining_module, "prepare_corpus", functools.partial(prepare_corpus, shard_tokens=SHARD_TOKENS)
+    )
     caplog.set_level("INFO")
     assert main([*args, "--resume"]) == 0
     said = caplog.text

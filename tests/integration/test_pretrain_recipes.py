@@ -31,9 +31,20 @@ def corpus(tmp_path_factory) -> tuple[Path, Path]:
 def _config(corpus, out, **kw):
     from bertkit.recipes.pretrain import PretrainConfig
 
-    base = dict(corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), model_size="bert-tiny",
-                config_overrides=TINY, seq_len=32, batch_size=4, quiet=True, workers=1, precision="fp32", lr=1e-3,
-                device="cpu")  # the tests compare with loops on the CPU, also on a machine with a GPU
+    base = dict(
+        corpus=[str(corpus[0])],
+        vocab=str(corpus[1]),
+        output=str(out),
+        model_size="bert-tiny",
+        config_overrides=TINY,
+        seq_len=32,
+        batch_size=4,
+        quiet=True,
+        workers=1,
+        precision="fp32",
+        lr=1e-3,
+        device="cpu",
+    )  # the tests compare with loops on the CPU, also on a machine with a GPU
     base.update(kw)
     return PretrainConfig(**base)
 
@@ -72,8 +83,10 @@ def test_fp16_run_scales_the_loss_and_resumes_exactly(corpus, tmp_path):
     pretrain(_config(corpus, resumed, precision="fp16", max_steps=6, save_every=2, keep_checkpoints=5, resume=True))
     a, b = _weights(run), _weights(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert load_checkpoint(resumed / "checkpoints" / "step-00000006.pt")["scaler"] == \
-        load_checkpoint(run / "checkpoints" / "step-00000006.pt")["scaler"]
+    assert (
+        load_checkpoint(resumed / "checkpoints" / "step-00000006.pt")["scaler"]
+        == load_checkpoint(run / "checkpoints" / "step-00000006.pt")["scaler"]
+    )
 
 
 # --------------------------------------------------------------------------------------------- time budget, meter
@@ -102,9 +115,11 @@ def test_paper_recipe_is_the_plain_bert_loop(corpus, tmp_path):
     assert model.config.hidden_dropout_prob == 0.1
     opt = build_optimizer(model, lr=1e-4, weight_decay=0.01)
     sched = linear_schedule(opt, 1, steps)
-    data = PretrainingData(out / "data" / "shards", VocabInfo.from_tokenizer(tok),
-                           DataOptions(max_seq_length=32, batch_size=4, nsp=True, mask_prob=0.15, short_seq_prob=0.1,
-                                       seed=seed))
+    data = PretrainingData(
+        out / "data" / "shards",
+        VocabInfo.from_tokenizer(tok),
+        DataOptions(max_seq_length=32, batch_size=4, nsp=True, mask_prob=0.15, short_seq_prob=0.1, seed=seed),
+    )
     torch.manual_seed(seed)
     for i in range(steps):
         loss = model(**{k: torch.from_numpy(v) for k, v in data.batch(0, i).items()}).loss
@@ -134,18 +149,32 @@ def test_unigram_output_bias_starts_training_at_the_unigram_entropy(corpus, tmp_
     losses = {}
     for bias in ("unigram", "zero"):
         out = tmp_path / bias
-        pretrain(_config(corpus, out, recipe="budget", output_bias=bias, max_steps=1, lr=1e-12, eval_batches=25,
-                         nsp=False, short_seq_prob=0.0, mask_prob=0.15))
+        pretrain(
+            _config(
+                corpus,
+                out,
+                recipe="budget",
+                output_bias=bias,
+                max_steps=1,
+                lr=1e-12,
+                eval_batches=25,
+                nsp=False,
+                short_seq_prob=0.0,
+                mask_prob=0.15,
+            )
+        )
         evals = [x for x in map(eval_line, (out / "metrics.jsonl").read_text().splitlines()) if "eval_loss" in x]
         losses[bias] = evals[0]["eval_loss"]
     shards = tmp_path / "unigram" / "data" / "shards"
     tok = BertTokenizer.from_pretrained(tmp_path / "unigram")
     v = VocabInfo.from_tokenizer(tok)
-    train = np.concatenate([np.load(shards / f"{s['name']}.tokens.npy").astype(np.int64)
-                            for s in read_meta(shards)["shards"]])
+    train = np.concatenate(
+        [np.load(shards / f"{s['name']}.tokens.npy").astype(np.int64) for s in read_meta(shards)["shards"]]
+    )
     p = np.bincount(train, minlength=len(tok)) / len(train)
-    held = PretrainingData(shards, v, DataOptions(max_seq_length=32, batch_size=4, nsp=False, short_seq_prob=0.0),
-                           split="eval").eval_batches(25)
+    held = PretrainingData(
+        shards, v, DataOptions(max_seq_length=32, batch_size=4, nsp=False, short_seq_prob=0.0), split="eval"
+    ).eval_batches(25)
     labels = np.concatenate([b["labels"][b["labels"] != -100] for b in held])
     cross_entropy = float(-np.log(np.maximum(p[labels], 1e-12)).mean())
     entropy = float(-(p[p > 0] * np.log(p[p > 0])).sum())
@@ -167,8 +196,17 @@ def test_resume_across_a_ramp_boundary_is_exact(corpus, tmp_path):
     from bertkit.recipes.pretrain import pretrain
     from bertkit.training.checkpointing import load_checkpoint
 
-    kw = dict(recipe="budget", max_steps=12, save_every=1, keep_checkpoints=20, seq_ramp="16:0.5",
-              batch_ramp="2:0.25", log_every=1, eval_batches=1, dropout=0.1)
+    kw = dict(
+        recipe="budget",
+        max_steps=12,
+        save_every=1,
+        keep_checkpoints=20,
+        seq_ramp="16:0.5",
+        batch_ramp="2:0.25",
+        log_every=1,
+        eval_batches=1,
+        dropout=0.1,
+    )
     run = tmp_path / "ramped"
     pretrain(_config(corpus, run, **kw))
     # the stage of the data position after N steps (the next step's stage begins with it)
@@ -180,5 +218,3 @@ def test_resume_across_a_ramp_boundary_is_exact(corpus, tmp_path):
         pretrain(_config(corpus, resumed, resume=True, **kw))
         a, b = _weights(run), _weights(resumed)
         assert all(torch.equal(a[k], b[k]) for k in a), f"resumed from step {at}"
-
-

@@ -20,9 +20,25 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-TINY = ["--model-size", "bert-tiny", "--config-override", "hidden_size=32", "--config-override",
-        "num_attention_heads=2", "--config-override", "intermediate_size=64", "--seq-len", "32", "--batch-size", "4",
-        "--precision", "fp32", "--quiet", "--workers", "1"]
+TINY = [
+    "--model-size",
+    "bert-tiny",
+    "--config-override",
+    "hidden_size=32",
+    "--config-override",
+    "num_attention_heads=2",
+    "--config-override",
+    "intermediate_size=64",
+    "--seq-len",
+    "32",
+    "--batch-size",
+    "4",
+    "--precision",
+    "fp32",
+    "--quiet",
+    "--workers",
+    "1",
+]
 
 
 def _env() -> dict:
@@ -47,8 +63,18 @@ def corpus(tmp_path_factory) -> tuple[Path, Path]:
 
 def _pretrain_cmd(corpus, out, *extra) -> list[str]:
     path, vocab = corpus
-    return [str(BIN / "bertkit"), "pretrain", "--corpus", str(path), "--vocab", str(vocab), "--output", str(out),
-            *TINY, *extra]
+    return [
+        str(BIN / "bertkit"),
+        "pretrain",
+        "--corpus",
+        str(path),
+        "--vocab",
+        str(vocab),
+        "--output",
+        str(out),
+        *TINY,
+        *extra,
+    ]
 
 
 def _weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -62,13 +88,27 @@ def test_run_output_loads_in_bertkit_and_transformers(corpus, tmp_path, capsys):
     from bertkit.recipes.pretrain import PretrainConfig, pretrain
 
     out = tmp_path / "run"
-    cfg = PretrainConfig(corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), model_size="bert-tiny",
-                         config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
-                         seq_len=32, batch_size=4, max_steps=12, save_every=5, log_every=2, eval_every=6,
-                         eval_batches=2, precision="auto", quiet=True, workers=1, lr=1e-3, tensorboard=True)
+    cfg = PretrainConfig(
+        corpus=[str(corpus[0])],
+        vocab=str(corpus[1]),
+        output=str(out),
+        model_size="bert-tiny",
+        config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
+        seq_len=32,
+        batch_size=4,
+        max_steps=12,
+        save_every=5,
+        log_every=2,
+        eval_every=6,
+        eval_batches=2,
+        precision="auto",
+        quiet=True,
+        workers=1,
+        lr=1e-3,
+        tensorboard=True,
+    )
     pretrain(cfg)
-    for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "metrics.jsonl",
-                 "run.json"):
+    for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "metrics.jsonl", "run.json"):
         assert (out / name).is_file(), name
     ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
     board = ea.EventAccumulator(str(out / "tensorboard"))
@@ -117,8 +157,10 @@ def test_run_output_loads_in_bertkit_and_transformers(corpus, tmp_path, capsys):
     assert (out / "model.safetensors").read_bytes() == before
 
     # fill-mask on it
-    assert main(["fill-mask", "--model", str(out), "--top-k", "3", "alice was [MASK] .",
-                 "the [MASK] and the [MASK] ."]) == 0
+    assert (
+        main(["fill-mask", "--model", str(out), "--top-k", "3", "alice was [MASK] .", "the [MASK] and the [MASK] ."])
+        == 0
+    )
     printed = capsys.readouterr().out
     assert len(re.findall(r" \d+\.\d%", printed)) == 9 and "[MASK] #2" in printed  # 3 masks x top 3
     assert main(["fill-mask", "--model", str(out), "no mask here"]) == 2
@@ -141,8 +183,9 @@ def test_kill_9_then_resume_matches_uninterrupted(corpus, tmp_path):
 
     run = tmp_path / "killed"
     kill_at = random.Random().randint(4, steps - 3)
-    proc = subprocess.Popen(_pretrain_cmd(corpus, run, *args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=_env())
+    proc = subprocess.Popen(
+        _pretrain_cmd(corpus, run, *args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env()
+    )
     metrics = run / "metrics.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
@@ -158,15 +201,24 @@ def test_kill_9_then_resume_matches_uninterrupted(corpus, tmp_path):
     assert not (run / "model.safetensors").exists()
     # the temp files a kill in the middle of a save leaves (the killed process's pid: dead), and one of a live process
     ckpts = run / "checkpoints"
-    orphans = [ckpts / f".step-00000099.pt.tmp-{proc.pid}", ckpts / f".latest.tmp-{proc.pid}",
-               run / f".run.json.tmp-{proc.pid}"]
+    orphans = [
+        ckpts / f".step-00000099.pt.tmp-{proc.pid}",
+        ckpts / f".latest.tmp-{proc.pid}",
+        run / f".run.json.tmp-{proc.pid}",
+    ]
     for p in orphans:
         p.write_bytes(b"half a file")
     live = run / "checkpoints" / f".latest.tmp-{os.getpid()}"
     live.write_bytes(b"being written")
 
-    r = subprocess.run(_pretrain_cmd(corpus, run, *args, "--resume"), capture_output=True, text=True, env=_env(),
-                       check=False, timeout=120)
+    r = subprocess.run(
+        _pretrain_cmd(corpus, run, *args, "--resume"),
+        capture_output=True,
+        text=True,
+        env=_env(),
+        check=False,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert not any(p.exists() for p in orphans) and live.exists()
     a, b = _weights(ref), _weights(run)
@@ -179,8 +231,9 @@ def test_kill_9_then_resume_matches_uninterrupted(corpus, tmp_path):
     torch.manual_seed(seed)
     fresh = BertForPreTraining(BertConfig.from_pretrained(ref)).state_dict()
     assert max(float((fresh[k] - a[k]).abs().max()) for k in a) > 1e-3
-    steps_logged = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()
-                    if "loss" in json.loads(x)]
+    steps_logged = [
+        json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines() if "loss" in json.loads(x)
+    ]
     assert steps_logged == list(range(1, steps + 1))
 
 
@@ -189,19 +242,33 @@ def test_sigterm_saves_a_checkpoint_and_resume_matches_uninterrupted(corpus, tmp
     """SIGTERM (or Ctrl-C, then a second signal while saving) finishes the step, saves a checkpoint, exits 128+signal
     saying how to resume; --resume then ends with an uninterrupted run's weights, bit for bit."""
     steps = 16
-    args = ["--max-steps", str(steps), "--save-every", "100", "--log-every", "1", "--seed", "3", "--lr", "1e-3",
-            "--threads", "1"]
+    args = [
+        "--max-steps",
+        str(steps),
+        "--save-every",
+        "100",
+        "--log-every",
+        "1",
+        "--seed",
+        "3",
+        "--lr",
+        "1e-3",
+        "--threads",
+        "1",
+    ]
     from bertkit.cli import main
 
     ref = tmp_path / "ref"
     assert main(_pretrain_cmd(corpus, ref, *args)[1:]) == 0
     run = tmp_path / "stopped"
-    proc = subprocess.Popen(_pretrain_cmd(corpus, run, *args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, env=_env())
+    proc = subprocess.Popen(
+        _pretrain_cmd(corpus, run, *args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env()
+    )
     metrics, deadline = run / "metrics.jsonl", time.time() + 120
     while time.time() < deadline and proc.poll() is None:
-        if metrics.is_file() and any(json.loads(x).get("step", 0) >= 4 for x in metrics.read_text().splitlines()
-                                     if x.endswith("}")):
+        if metrics.is_file() and any(
+            json.loads(x).get("step", 0) >= 4 for x in metrics.read_text().splitlines() if x.endswith("}")
+        ):
             break
         time.sleep(0.005)
     assert proc.poll() is None, f"the run ended before the signal: {proc.stderr.read()}"
@@ -215,8 +282,14 @@ def test_sigterm_saves_a_checkpoint_and_resume_matches_uninterrupted(corpus, tmp
     stopped_at = load_checkpoint(latest_checkpoint(run / "checkpoints"))["step"]
     assert 4 <= stopped_at < steps  # a checkpoint although --save-every 100 never came
     assert not (run / "model.safetensors").exists()
-    r = subprocess.run(_pretrain_cmd(corpus, run, *args, "--resume"), capture_output=True, text=True, env=_env(),
-                       check=False, timeout=120)
+    r = subprocess.run(
+        _pretrain_cmd(corpus, run, *args, "--resume"),
+        capture_output=True,
+        text=True,
+        env=_env(),
+        check=False,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     a, b = _weights(ref), _weights(run)
     assert all(torch.equal(a[k], b[k]) for k in a), f"stopped at step {stopped_at}"
@@ -266,10 +339,23 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(corpus, tmp_path, loader_
     from bertkit.training.checkpointing import latest_checkpoint, load_checkpoint
 
     out = tmp_path / "nan"
-    cfg = PretrainConfig(corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), model_size="bert-tiny",
-                         config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
-                         seq_len=32, batch_size=4, max_steps=20, save_every=1, warmup_steps=0, lr=1e36,
-                         precision="fp32", quiet=True, workers=1, loader_workers=loader_workers)
+    cfg = PretrainConfig(
+        corpus=[str(corpus[0])],
+        vocab=str(corpus[1]),
+        output=str(out),
+        model_size="bert-tiny",
+        config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
+        seq_len=32,
+        batch_size=4,
+        max_steps=20,
+        save_every=1,
+        warmup_steps=0,
+        lr=1e36,
+        precision="fp32",
+        quiet=True,
+        workers=1,
+        loader_workers=loader_workers,
+    )
     with pytest.raises(FloatingPointError, match="last good checkpoint"):
         pretrain(cfg)
     assert multiprocessing.active_children() == []
@@ -283,14 +369,20 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(corpus, tmp_path, loader_
 @pytest.mark.timeout(120)
 def test_torchrun_two_processes(corpus, tmp_path):
     out = tmp_path / "ddp"
-    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "bertkit.cli",
-           *_pretrain_cmd(corpus, out, "--max-steps", "6", "--save-every", "3", "--log-every", "2")[1:]]
+    cmd = [
+        str(BIN / "torchrun"),
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "bertkit.cli",
+        *_pretrain_cmd(corpus, out, "--max-steps", "6", "--save-every", "3", "--log-every", "2")[1:],
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=110, cwd=tmp_path, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     run = json.loads((out / "run.json").read_text())
     assert run["world_size"] == 2
-    assert sorted(p.name for p in (out / "checkpoints").glob("step-*.pt")) == ["step-00000003.pt",
-                                                                               "step-00000006.pt"]
+    assert sorted(p.name for p in (out / "checkpoints").glob("step-*.pt")) == ["step-00000003.pt", "step-00000006.pt"]
     assert not list(out.rglob("*.tmp*"))  # no rank wrote a half file
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines if "loss" in x] == [2, 4, 6]  # rank 0 alone writes metrics
@@ -305,11 +397,30 @@ def test_options_two_phase_no_nsp_accumulation_static_whole_word(corpus, tmp_pat
     from bertkit.training.checkpointing import latest_checkpoint, load_checkpoint
 
     out = tmp_path / "opts"
-    pretrain(PretrainConfig(corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), model_size="bert-tiny",
-                            config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
-                            seq_len=32, batch_size=4, grad_accum=2, max_steps=10, log_every=1, nsp=False,
-                            two_phase=True, phase2_seq_len=64, masking="static", dupe_factor=2,
-                            whole_word_mask=True, mask_prob=0.2, quiet=True, workers=1, lr=1e-3))
+    pretrain(
+        PretrainConfig(
+            corpus=[str(corpus[0])],
+            vocab=str(corpus[1]),
+            output=str(out),
+            model_size="bert-tiny",
+            config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
+            seq_len=32,
+            batch_size=4,
+            grad_accum=2,
+            max_steps=10,
+            log_every=1,
+            nsp=False,
+            two_phase=True,
+            phase2_seq_len=64,
+            masking="static",
+            dupe_factor=2,
+            whole_word_mask=True,
+            mask_prob=0.2,
+            quiet=True,
+            workers=1,
+            lr=1e-3,
+        )
+    )
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     train = [x for x in lines if "loss" in x]
     assert [x["step"] for x in train] == list(range(1, 11))
@@ -330,11 +441,26 @@ def test_max_time_refits_the_schedule_to_the_measured_pace(corpus, tmp_path, mon
 
     monkeypatch.setattr(recipe, "_time_steps", lambda *a, **k: 1.0)
     out = tmp_path / "timed"
-    recipe.pretrain(recipe.PretrainConfig(
-        corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), model_size="bert-tiny",
-        config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}, seq_len=32,
-        batch_size=4, max_time=12.0, log_every=1, quiet=True, workers=1, precision="fp32", warmup_steps=2,
-        recipe="paper", eval_batches=1, threads=1))
+    recipe.pretrain(
+        recipe.PretrainConfig(
+            corpus=[str(corpus[0])],
+            vocab=str(corpus[1]),
+            output=str(out),
+            model_size="bert-tiny",
+            config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
+            seq_len=32,
+            batch_size=4,
+            max_time=12.0,
+            log_every=1,
+            quiet=True,
+            workers=1,
+            precision="fp32",
+            warmup_steps=2,
+            recipe="paper",
+            eval_batches=1,
+            threads=1,
+        )
+    )
     initial = int((12.0 * 0.95 - 2.0) / 1.06)
     run = json.loads((out / "run.json").read_text())
     assert run["total_steps"] > 2 * initial
@@ -362,13 +488,38 @@ def test_init_from_continues_pretraining_an_existing_model(corpus, tmp_path):
 
     tiny = {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}
     first = tmp_path / "first"
-    pretrain(PretrainConfig(corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(first), model_size="bert-tiny",
-                            config_overrides=tiny, seq_len=32, batch_size=4, max_steps=3, quiet=True, workers=1,
-                            precision="fp32", lr=1e-3))
+    pretrain(
+        PretrainConfig(
+            corpus=[str(corpus[0])],
+            vocab=str(corpus[1]),
+            output=str(first),
+            model_size="bert-tiny",
+            config_overrides=tiny,
+            seq_len=32,
+            batch_size=4,
+            max_steps=3,
+            quiet=True,
+            workers=1,
+            precision="fp32",
+            lr=1e-3,
+        )
+    )
     second = tmp_path / "second"  # a learning rate too small to move the weights: the start is what is checked
-    pretrain(PretrainConfig(corpus=[str(corpus[0])], output=str(second), init_from=str(first), seq_len=32,
-                            batch_size=4, max_steps=1, quiet=True, workers=1, precision="fp32", lr=1e-12,
-                            model_size="bert-large"))  # ignored: the model's own config is used
+    pretrain(
+        PretrainConfig(
+            corpus=[str(corpus[0])],
+            output=str(second),
+            init_from=str(first),
+            seq_len=32,
+            batch_size=4,
+            max_steps=1,
+            quiet=True,
+            workers=1,
+            precision="fp32",
+            lr=1e-12,
+            model_size="bert-large",
+        )
+    )  # ignored: the model's own config is used
     a, b = load_file(str(first / "model.safetensors")), load_file(str(second / "model.safetensors"))
     assert a.keys() == b.keys()
     for key in a:
@@ -398,14 +549,34 @@ def test_compile_trains_the_same_model_and_saves_plain_weights(corpus, tmp_path,
     runs = {}
     for compiled in (False, True):
         out = tmp_path / f"compile-{compiled}"
-        pretrain(PretrainConfig(corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), model_size="bert-tiny",
-                                config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64,
-                                                  "num_hidden_layers": 1, "hidden_dropout_prob": 0.0,
-                                                  "attention_probs_dropout_prob": 0.0},
-                                seq_len=32, batch_size=4, max_steps=3, log_every=1, quiet=True, workers=1,
-                                precision="fp32", compile=compiled, eval_batches=1))
-        losses = [json.loads(x)["loss"] for x in (out / "metrics.jsonl").read_text().splitlines()
-                  if "loss" in json.loads(x)]
+        pretrain(
+            PretrainConfig(
+                corpus=[str(corpus[0])],
+                vocab=str(corpus[1]),
+                output=str(out),
+                model_size="bert-tiny",
+                config_overrides={
+                    "hidden_size": 32,
+                    "num_attention_heads": 2,
+                    "intermediate_size": 64,
+                    "num_hidden_layers": 1,
+                    "hidden_dropout_prob": 0.0,
+                    "attention_probs_dropout_prob": 0.0,
+                },
+                seq_len=32,
+                batch_size=4,
+                max_steps=3,
+                log_every=1,
+                quiet=True,
+                workers=1,
+                precision="fp32",
+                compile=compiled,
+                eval_batches=1,
+            )
+        )
+        losses = [
+            json.loads(x)["loss"] for x in (out / "metrics.jsonl").read_text().splitlines() if "loss" in json.loads(x)
+        ]
         runs[compiled] = (losses, _weights(out))
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0  # the compiled run did compile
     (eager, w_eager), (comp, w_comp) = runs[False], runs[True]
@@ -426,11 +597,30 @@ def test_loader_worker_processes_feed_the_same_batches(corpus, tmp_path):
     losses = {}
     for workers in (0, 2):
         out = tmp_path / f"w{workers}"
-        pretrain(PretrainConfig(corpus=[str(corpus[0])], vocab=str(corpus[1]), output=str(out), model_size="bert-tiny",
-                                config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64,
-                                                  "num_hidden_layers": 1},
-                                seq_len=32, batch_size=16, max_steps=30, log_every=1, quiet=True, workers=1,
-                                precision="fp32", loader_workers=workers, seq_ramp="16:0.3", eval_batches=1))
+        pretrain(
+            PretrainConfig(
+                corpus=[str(corpus[0])],
+                vocab=str(corpus[1]),
+                output=str(out),
+                model_size="bert-tiny",
+                config_overrides={
+                    "hidden_size": 32,
+                    "num_attention_heads": 2,
+                    "intermediate_size": 64,
+                    "num_hidden_layers": 1,
+                },
+                seq_len=32,
+                batch_size=16,
+                max_steps=30,
+                log_every=1,
+                quiet=True,
+                workers=1,
+                precision="fp32",
+                loader_workers=workers,
+                seq_ramp="16:0.3",
+                eval_batches=1,
+            )
+        )
         lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
         losses[workers] = [x["loss"] for x in lines if "loss" in x]
         epochs = {x["epoch"] for x in lines if "epoch" in x}
@@ -456,8 +646,29 @@ def test_quickstart_prints_the_honest_figure_the_probe_and_fill_mask(corpus, tmp
     from bertkit.cli import main
 
     out = tmp_path / "qs"
-    assert main(["quickstart", "--corpus", str(corpus[0]), "--output", str(out), "--max-time", "8s",
-                 "--vocab-size", "600", "--seq-len", "32", "--batch-size", "8", "--threads", "1", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "quickstart",
+                "--corpus",
+                str(corpus[0]),
+                "--output",
+                str(out),
+                "--max-time",
+                "8s",
+                "--vocab-size",
+                "600",
+                "--seq-len",
+                "32",
+                "--batch-size",
+                "8",
+                "--threads",
+                "1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     line = next(x for x in text.splitlines() if x.startswith("held-out masked-word accuracy"))
     m = re.search(r"accuracy: ([\d.]+)%, ([\d.]+)x the best constant guess \(([\d.]+)%\); (\d+) words", line)
@@ -480,8 +691,22 @@ def test_resume_mid_log_window_writes_the_uninterrupted_metrics(corpus, tmp_path
 
     from bertkit.cli import main
 
-    args = ["--max-steps", "8", "--save-every", "3", "--log-every", "4", "--seed", "5", "--lr", "1e-3",
-            "--keep-checkpoints", "3", "--threads", "1"]
+    args = [
+        "--max-steps",
+        "8",
+        "--save-every",
+        "3",
+        "--log-every",
+        "4",
+        "--seed",
+        "5",
+        "--lr",
+        "1e-3",
+        "--keep-checkpoints",
+        "3",
+        "--threads",
+        "1",
+    ]
     ref = tmp_path / "ref"
     assert main(_pretrain_cmd(corpus, ref, *args)[1:]) == 0
     run = tmp_path / "resumed"
@@ -498,8 +723,10 @@ def test_resume_mid_log_window_writes_the_uninterrupted_metrics(corpus, tmp_path
 
     def lines(d):
         timing = ("tokens_per_s", "elapsed_s", "model_tflops", "mfu")
-        return [{k: v for k, v in json.loads(x).items() if k not in timing}
-                for x in (d / "metrics.jsonl").read_text().splitlines()]
+        return [
+            {k: v for k, v in json.loads(x).items() if k not in timing}
+            for x in (d / "metrics.jsonl").read_text().splitlines()
+        ]
 
     assert [r["step"] for r in lines(ref) if "loss" in r] == [4, 8]
     assert lines(run) == lines(ref)

@@ -27,8 +27,26 @@ def evaluated(tmp_path_factory, fx):
     root = tmp_path_factory.mktemp("run")
     model = tinymodels.make_model_dir(root / "model", vocab, cls=BertForPreTraining, layers=2)
     run = root / "runs" / "test.run"  # a directory that does not exist yet
-    assert main(["evaluate", "--task", "retrieval", "--model", str(model), "--data", str(fx / "beir"),
-                 "--output", str(root / "eval"), "--precision", "fp32", "--run-file", str(run)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--task",
+                "retrieval",
+                "--model",
+                str(model),
+                "--data",
+                str(fx / "beir"),
+                "--output",
+                str(root / "eval"),
+                "--precision",
+                "fp32",
+                "--run-file",
+                str(run),
+            ]
+        )
+        == 0
+    )
     return run, json.loads((root / "eval" / "metrics.json").read_text())
 
 
@@ -64,8 +82,13 @@ def test_run_file_scored_by_ir_measures_and_pytrec_eval(evaluated, fx):
     run, metrics = evaluated
     rows = [line.split("\t") for line in (fx / "beir" / "qrels" / "test.tsv").read_text().splitlines()[1:]]
     qrels = [ir_measures.Qrel(q, d, int(r)) for q, d, r in rows]  # BEIR's qrels TSV: query-id, corpus-id, score
-    measures = {"ndcg@10": ir_measures.nDCG @ 10, "mrr@10": ir_measures.RR @ 10, "recall@1": ir_measures.R @ 1,
-                "recall@10": ir_measures.R @ 10, "recall@100": ir_measures.R @ 100}
+    measures = {
+        "ndcg@10": ir_measures.nDCG @ 10,
+        "mrr@10": ir_measures.RR @ 10,
+        "recall@1": ir_measures.R @ 1,
+        "recall@10": ir_measures.R @ 10,
+        "recall@100": ir_measures.R @ 100,
+    }
     theirs = ir_measures.calc_aggregate(list(measures.values()), qrels, ir_measures.read_trec_run(str(run)))
     for name, measure in measures.items():
         assert 100 * theirs[measure] == pytest.approx(metrics[name], abs=1e-9), name
@@ -83,8 +106,22 @@ def test_run_file_scored_by_ir_measures_and_pytrec_eval(evaluated, fx):
 
 
 def test_run_file_only_for_retrieval(fx, tmp_path, capsys):
-    assert main(["evaluate", "--task", "sts", "--model", str(tmp_path), "--data", str(fx / "sts_dev.tsv"),
-                 "--run-file", str(tmp_path / "x.run")]) == 2
+    assert (
+        main(
+            [
+                "evaluate",
+                "--task",
+                "sts",
+                "--model",
+                str(tmp_path),
+                "--data",
+                str(fx / "sts_dev.tsv"),
+                "--run-file",
+                str(tmp_path / "x.run"),
+            ]
+        )
+        == 2
+    )
     assert "--run-file is for --task retrieval" in capsys.readouterr().err
 
 

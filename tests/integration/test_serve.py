@@ -34,8 +34,15 @@ def encoder(model_dir):
     return Encoder.from_pretrained(model_dir)  # precision auto: bf16 where the CPU has it, as the server runs
 
 
-SETTINGS = dict(max_inputs=16, max_input_chars=2000, max_payload_bytes=64 * 1024, max_batch_tokens=2048,
-                max_batch_size=32, max_wait_ms=2.0, max_request_tokens=500)
+SETTINGS = dict(
+    max_inputs=16,
+    max_input_chars=2000,
+    max_payload_bytes=64 * 1024,
+    max_batch_tokens=2048,
+    max_batch_size=32,
+    max_wait_ms=2.0,
+    max_request_tokens=500,
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +53,12 @@ def server(encoder):
 
 def call(url: str, path: str, body=None, raw: bytes | None = None, headers: dict | None = None, method=None):
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    req = urllib.request.Request(url + path, data=data, method=method or ("GET" if data is None else "POST"),
-                                 headers={"Content-Type": "application/json", **(headers or {})})
+    req = urllib.request.Request(
+        url + path,
+        data=data,
+        method=method or ("GET" if data is None else "POST"),
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
             text = resp.read().decode()
@@ -68,8 +79,10 @@ def test_concurrent_clients_get_their_own_offline_results(server, encoder):
     the offline Encoder.encode result (computed in other batches) within bf16 tolerance."""
     rng = random.Random(0)
     kinds = ["encode-mean", "encode-max-last", "embed", "openai"]
-    plans = [[(rng.choice(kinds), [random_text(rng) for _ in range(rng.randint(1, 4))]) for _ in range(50)]
-             for _ in range(32)]
+    plans = [
+        [(rng.choice(kinds), [random_text(rng) for _ in range(rng.randint(1, 4))]) for _ in range(50)]
+        for _ in range(32)
+    ]
     texts = sorted({t for plan in plans for _, ts in plan for t in ts})
     offline = {
         "encode-mean": encoder.encode(texts),  # server defaults = Encoder defaults: layer -2, mean
@@ -89,18 +102,33 @@ def test_concurrent_clients_get_their_own_offline_results(server, encoder):
                     status, out = call(server.url, "/encode", {"texts": batch})
                     vecs = np.asarray(out["embeddings"], dtype=np.float32) if status == 200 else None
                 elif kind == "encode-max-last":
-                    status, out = call(server.url, "/encode", {"texts": batch, "pooling_layer": [-1, 0],
-                                                                "pooling_strategy": "REDUCE_MAX",
-                                                                "encoding_format": "base64"})
-                    vecs = (np.frombuffer(base64.b64decode(out["embeddings"]), "<f4").reshape(out["shape"])
-                            if status == 200 else None)
+                    status, out = call(
+                        server.url,
+                        "/encode",
+                        {
+                            "texts": batch,
+                            "pooling_layer": [-1, 0],
+                            "pooling_strategy": "REDUCE_MAX",
+                            "encoding_format": "base64",
+                        },
+                    )
+                    vecs = (
+                        np.frombuffer(base64.b64decode(out["embeddings"]), "<f4").reshape(out["shape"])
+                        if status == 200
+                        else None
+                    )
                 elif kind == "embed":
                     status, out = call(server.url, "/embed", {"inputs": batch})
                     vecs = np.asarray(out, dtype=np.float32) if status == 200 else None
                 else:
                     status, out = call(server.url, "/v1/embeddings", {"input": batch, "model": "tiny"})
-                    vecs = (np.asarray([d["embedding"] for d in sorted(out["data"], key=lambda d: d["index"])],
-                                       dtype=np.float32) if status == 200 else None)
+                    vecs = (
+                        np.asarray(
+                            [d["embedding"] for d in sorted(out["data"], key=lambda d: d["index"])], dtype=np.float32
+                        )
+                        if status == 200
+                        else None
+                    )
                 if status != 200:
                     with lock:
                         failures.append(f"{kind}: HTTP {status} {out}")
@@ -178,8 +206,9 @@ BAD = [
 
 @pytest.mark.parametrize("path,body,status,message", BAD, ids=[f"{p}-{i}" for i, (p, *_) in enumerate(BAD)])
 def test_bad_requests_get_4xx_with_a_message(server, path, body, status, message):
-    got, out = call(server.url, path, raw=body if isinstance(body, bytes) else None,
-                    body=None if isinstance(body, bytes) else body)
+    got, out = call(
+        server.url, path, raw=body if isinstance(body, bytes) else None, body=None if isinstance(body, bytes) else body
+    )
     assert got == status, out
     text = out["error"]["message"] if path.startswith("/v1/") else out["error"]
     assert message in text
@@ -219,8 +248,7 @@ def test_openai_base64_equals_float(server):
     _, a = call(server.url, "/v1/embeddings", {"input": ["the cat", "a dog"], "encoding_format": "base64"})
     _, b = call(server.url, "/v1/embeddings", {"input": ["the cat", "a dog"]})
     for da, db in zip(a["data"], b["data"]):
-        np.testing.assert_allclose(np.frombuffer(base64.b64decode(da["embedding"]), "<f4"), db["embedding"],
-                                   rtol=1e-6)
+        np.testing.assert_allclose(np.frombuffer(base64.b64decode(da["embedding"]), "<f4"), db["embedding"], rtol=1e-6)
     assert a["object"] == "list" and a["usage"]["prompt_tokens"] == 8
 
 
@@ -263,6 +291,7 @@ def test_a_failing_request_fails_alone(model_dir):
     want = reference.encode(texts)
     results: dict[int, tuple[int, object]] = {}
     with ServerThread(create_app(enc, ServeSettings(max_wait_ms=50.0))) as srv:
+
         def go(i):
             body = {"texts": ["we went to the bank for money"]} if i == 0 else {"texts": [texts[i - 1]]}
             results[i] = call(srv.url, "/encode", body)
@@ -291,8 +320,7 @@ def test_client_encode_matches_offline(server, encoder):
     vecs = bc.encode(texts)
     assert vecs.shape == (10, 32) and vecs.dtype == np.float32
     np.testing.assert_allclose(vecs, encoder.encode(texts), **BF16)
-    vecs, tokens = bc.encode(texts[:2], show_tokens=True, pooling_layer=[-1, -2, -3, 0],
-                             pooling_strategy="mean_max")
+    vecs, tokens = bc.encode(texts[:2], show_tokens=True, pooling_layer=[-1, -2, -3, 0], pooling_strategy="mean_max")
     assert vecs.shape == (2, 256) and tokens[0][0] == "[CLS]"
     np.testing.assert_allclose(vecs, encoder.encode(texts[:2], layers=[-1, -2, -3, 0], pooling="mean_max"), **BF16)
     per_token, tokens = bc.encode(["the cat sat"], pooling_strategy="none", show_tokens=True)
@@ -344,8 +372,12 @@ def test_a_model_that_outputs_nan_gets_500_in_the_api_shape(model_dir):
     with torch.no_grad():
         enc.bert.embeddings.LayerNorm.weight[0] = math.nan  # a broken checkpoint (load-time checks bypassed)
     with ServerThread(create_app(enc, ServeSettings())) as srv:
-        for path, body in [("/embed", {"inputs": "the cat"}), ("/encode", {"texts": ["the cat"]}),
-                           ("/embed_all", {"inputs": "the cat"}), ("/encode", {"id": 1, "texts": ["the cat"]})]:
+        for path, body in [
+            ("/embed", {"inputs": "the cat"}),
+            ("/encode", {"texts": ["the cat"]}),
+            ("/embed_all", {"inputs": "the cat"}),
+            ("/encode", {"id": 1, "texts": ["the cat"]}),
+        ]:
             status, out = call(srv.url, path, body)  # call() parses the body as strict JSON
             assert status == 500 and out["error_type"] == "Backend" and "NaN" in out["error"], (path, out)
         status, out = call(srv.url, "/v1/embeddings", {"input": "the cat"})

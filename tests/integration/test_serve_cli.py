@@ -28,16 +28,37 @@ def free_port() -> int:
 
 def test_serve_command_binds_localhost_answers_and_stops(tmp_path):
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=37, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+    )
     BertForPreTraining(config).save_pretrained(tmp_path)
     (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
     port = free_port()
     bertkit = Path(sys.executable).with_name("bertkit")
-    cmd = [str(bertkit), "serve", "--model", str(tmp_path), "--port", str(port), "--threads", "1",
-           "--layers", "-1,0", "--pooling", "REDUCE_MAX", "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "BERTKIT_API_KEY": ""})
+    cmd = [
+        str(bertkit),
+        "serve",
+        "--model",
+        str(tmp_path),
+        "--port",
+        str(port),
+        "--threads",
+        "1",
+        "--layers",
+        "-1,0",
+        "--pooling",
+        "REDUCE_MAX",
+        "--log-level",
+        "warning",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "BERTKIT_API_KEY": ""}
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
@@ -56,8 +77,11 @@ def test_serve_command_binds_localhost_answers_and_stops(tmp_path):
             info = json.loads(r.read())
         assert info["default_pooling_layer"] == [-1, 0] and info["default_pooling_strategy"] == "max"
         assert info["embedding_dim"] == 64 and info["auth"] is False
-        req = urllib.request.Request(url + "/embed", data=json.dumps({"inputs": "the cat"}).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            url + "/embed",
+            data=json.dumps({"inputs": "the cat"}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=10) as r:
             assert len(json.loads(r.read())[0]) == 64
     finally:
@@ -81,5 +105,5 @@ def _listening_sockets(port: int) -> list[str]:
         local, state = row.split()[1], row.split()[3]
         ip_hex, port_hex = local.split(":")
         if int(port_hex, 16) == port and state == "0A":  # LISTEN
-            out.append(".".join(str(int(ip_hex[i:i + 2], 16)) for i in (6, 4, 2, 0)))
+            out.append(".".join(str(int(ip_hex[i : i + 2], 16)) for i in (6, 4, 2, 0)))
     return out

@@ -30,7 +30,6 @@ def server(encoder):
         yield srv
 
 
-
 def raw(url: str, path: str, body=None, method=None):
     return http_json(url, path, body, method, timeout=TIMEOUT)
 
@@ -66,8 +65,9 @@ def test_openai_client_embeddings(server, encoder):
     many = [f"{WORDS[i % 20]} {WORDS[(i * 7) % 20]} {i % 13}" for i in range(1000)]
     out = client.embeddings.create(model="tiny-bert", input=many)
     assert len(out.data) == 1000 and [d.index for d in out.data] == list(range(1000))
-    np.testing.assert_allclose([out.data[k].embedding for k in (0, 999)],
-                               encoder.encode([many[0], many[999]], normalize=True), **FP32)
+    np.testing.assert_allclose(
+        [out.data[k].embedding for k in (0, 999)], encoder.encode([many[0], many[999]], normalize=True), **FP32
+    )
 
     out = client.embeddings.create(model="tiny-bert", input=TEXTS, dimensions=16)
     got = np.asarray([d.embedding for d in out.data])
@@ -186,15 +186,20 @@ def test_tei_routes(server, encoder):
     ids = encoder.tokenizer.encode("the cat sat").ids
     assert raw(server.url, "/decode", {"ids": ids}) == (200, ["the cat sat"])
     assert raw(server.url, "/decode", {"ids": [ids, ids[1:2]], "skip_special_tokens": False}) == (
-        200, ["[CLS] the cat sat [SEP]", "the"])
+        200,
+        ["[CLS] the cat sat [SEP]", "the"],
+    )
     status, toks = raw(server.url, "/tokenize", {"inputs": ["the cat", "a dog"], "add_special_tokens": False})
     assert status == 200 and [[t["text"] for t in row] for row in toks] == [["the", "cat"], ["a", "dog"]]
     assert set(toks[0][0]) == {"id", "text", "special", "start", "stop"}  # TEI's SimpleToken
 
     status, out = raw(server.url, "/similarity", {"inputs": {"source_sentence": "hello world", "sentences": []}})
     assert status == 400 and out["error_type"] == "Empty"
-    for body, code, kind in [({"inputs": []}, 400, "Empty"), ({"inputs": ["the cat " * 40]}, 422, "Validation"),
-                             ({"inputs": "x", "truncation_direction": "Up"}, 422, "Validation")]:
+    for body, code, kind in [
+        ({"inputs": []}, 400, "Empty"),
+        ({"inputs": ["the cat " * 40]}, 422, "Validation"),
+        ({"inputs": "x", "truncation_direction": "Up"}, 422, "Validation"),
+    ]:
         status, out = raw(server.url, "/embed", body)
         assert (status, out["error_type"]) == (code, kind), out
 
@@ -206,8 +211,11 @@ def test_bert_as_service_http(server, encoder):
     status, out = raw(server.url, "/encode", {"id": 123, "texts": TEXTS[:2], "is_tokenized": False})
     assert status == 200 and set(out) == {"id", "result"} and out["id"] == 123
     np.testing.assert_allclose(out["result"], encoder.encode(TEXTS[:2]), **FP32)
-    status, out = raw(server.url, "/encode", {"id": "a", "texts": [["the", "cat", "sat", "on", "the", "mat"],
-                                                                   ["hello", "world"]], "is_tokenized": True})
+    status, out = raw(
+        server.url,
+        "/encode",
+        {"id": "a", "texts": [["the", "cat", "sat", "on", "the", "mat"], ["hello", "world"]], "is_tokenized": True},
+    )
     assert status == 200 and out["id"] == "a"
     np.testing.assert_allclose(out["result"], encoder.encode([TEXTS[0], "hello world"]), **FP32)
     status, out = raw(server.url, "/encode", {"texts": TEXTS[:1]})  # bertkit's own answer stays

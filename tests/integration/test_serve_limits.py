@@ -36,11 +36,25 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log
-        cmd = [str(Path(sys.executable).with_name("bertkit")), "serve", "--model", str(model_dir), "--port",
-               str(self.port), "--threads", "1", "--precision", "fp32", "--log-level", "warning", *flags]
+        cmd = [
+            str(Path(sys.executable).with_name("bertkit")),
+            "serve",
+            "--model",
+            str(model_dir),
+            "--port",
+            str(self.port),
+            "--threads",
+            "1",
+            "--precision",
+            "fp32",
+            "--log-level",
+            "warning",
+            *flags,
+        ]
         self.log = open(log, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "BERTKIT_API_KEY": ""})
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, "BERTKIT_API_KEY": ""}
+        )
         deadline = time.monotonic() + 90
         while True:
             assert self.proc.poll() is None, log.read_text()
@@ -68,8 +82,20 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
-    srv = Server(model_dir, tmp_path_factory.mktemp("log") / "serve.log", "--header-timeout", "1", "--body-timeout",
-                 "1.5", "--keep-alive-timeout", "2", "--max-inputs", "256", "--max-output-values", "2000000")
+    srv = Server(
+        model_dir,
+        tmp_path_factory.mktemp("log") / "serve.log",
+        "--header-timeout",
+        "1",
+        "--body-timeout",
+        "1.5",
+        "--keep-alive-timeout",
+        "2",
+        "--max-inputs",
+        "256",
+        "--max-output-values",
+        "2000000",
+    )
     yield srv
     log = srv.stop()
     assert "Traceback" not in log, log[-3000:]
@@ -111,8 +137,9 @@ class HealthWatch:
 
 
 def post(url: str, path: str, body: dict, timeout: float = 120) -> tuple[int, object]:
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read())
@@ -154,8 +181,10 @@ def test_declared_body_never_sent_gets_408_and_is_closed(server):
     """Content-Length: 3 MB with a short body: 408 after --body-timeout, connection closed, one log line."""
     with HealthWatch(server.url):
         s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-        s.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: 3000000\r\n\r\n{\"inputs\": \"the cat")
+        s.sendall(
+            b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 3000000\r\n\r\n{"inputs": "the cat'
+        )
         start = time.monotonic()
         data = b""
         while True:
@@ -176,8 +205,11 @@ def test_big_outputs_are_bounded_before_computing(server):
     limit) before any compute: fast."""
     long = " ".join(WORDS * 30)  # > 512 tokens: truncated to 512
     cases = [
-        ("/encode", {"texts": [long] * 256, "pooling_strategy": "NONE", "pooling_layer": [-1, -2, -3, 0]},
-         "--max-output-values"),
+        (
+            "/encode",
+            {"texts": [long] * 256, "pooling_strategy": "NONE", "pooling_layer": [-1, -2, -3, 0]},
+            "--max-output-values",
+        ),
         ("/embed_all", {"inputs": [long] * 256, "truncate": True}, "--max-output-values"),
         ("/fill-mask", {"inputs": ["the [MASK] " * 500] * 64, "top_k": 100}, "--max-predictions"),
         ("/tokenize", {"inputs": ["a b c " * 8000] * 14}, "--max-request-tokens"),
@@ -197,8 +229,9 @@ def test_largest_allowed_answer_leaves_health_responsive(server):
     the event loop: /health keeps answering within a second."""
     long = " ".join(WORDS * 30)
     body = {"texts": [long] * 30, "pooling_strategy": "NONE", "pooling_layer": [-1, -2, -3, 0]}
-    req = urllib.request.Request(server.url + "/encode", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        server.url + "/encode", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with HealthWatch(server.url) as watch:
         with urllib.request.urlopen(req, timeout=300) as r:
             status, raw = r.status, r.read()
@@ -211,9 +244,11 @@ def test_largest_allowed_answer_leaves_health_responsive(server):
 def test_deep_json_and_huge_integers_get_422_on_a_kept_connection(server):
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     try:
-        bodies = [b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
-                  b'{"inputs": "the cat", "dimensions": ' + b"7" * 5000 + b"}",
-                  b'{"inputs": "the cat", "truncate": ' + b"[" * 5000 + b"]" * 5000 + b"}"]
+        bodies = [
+            b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            b'{"inputs": "the cat", "dimensions": ' + b"7" * 5000 + b"}",
+            b'{"inputs": "the cat", "truncate": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        ]
         for body in bodies:
             conn.request("POST", "/embed", body=body, headers={"Content-Type": "application/json"})
             r = conn.getresponse()
@@ -221,8 +256,9 @@ def test_deep_json_and_huge_integers_get_422_on_a_kept_connection(server):
             assert r.status == 422 and out["error_type"] == "Validation", out
             assert r.getheader("connection", "").lower() != "close"
         sock = conn.sock
-        conn.request("POST", "/embed", body=json.dumps({"inputs": "the cat"}),
-                     headers={"Content-Type": "application/json"})
+        conn.request(
+            "POST", "/embed", body=json.dumps({"inputs": "the cat"}), headers={"Content-Type": "application/json"}
+        )
         r = conn.getresponse()
         assert r.status == 200 and len(json.loads(r.read())[0]) == 32
         assert conn.sock is sock  # the same keep-alive connection served all four
@@ -234,8 +270,9 @@ def test_idle_connections_do_not_count_and_health_is_never_refused(model_dir, tm
     """600 connections that send nothing count against no limit: /health (GET and HEAD) answers 200 within a second
     and a real request is served. Requests in flight past --limit-concurrency get 503 with one log line each,
     while /health still answers."""
-    srv = Server(model_dir, tmp_path / "serve.log", "--limit-concurrency", "3", "--header-timeout", "20",
-                 "--body-timeout", "20")
+    srv = Server(
+        model_dir, tmp_path / "serve.log", "--limit-concurrency", "3", "--header-timeout", "20", "--body-timeout", "20"
+    )
     idle, slow = [], []
     try:
         idle = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(600)]
@@ -248,8 +285,9 @@ def test_idle_connections_do_not_count_and_health_is_never_refused(model_dir, tm
         assert post(srv.url, "/embed", {"inputs": "the cat"})[0] == 200  # the idle 600 hold no slot
         for _ in range(3):  # three requests in flight: each waits for the rest of its body
             s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
-            s.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: 100\r\n\r\n{")
+            s.sendall(
+                b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+            )
             slow.append(s)
         time.sleep(0.5)
         status, out = post(srv.url, "/embed", {"inputs": "the cat"})
@@ -272,17 +310,26 @@ def test_idle_connections_do_not_count_and_health_is_never_refused(model_dir, tm
 
 def test_startup_errors_are_one_line(model_dir, tmp_path):
     bertkit = str(Path(sys.executable).with_name("bertkit"))
-    r = subprocess.run([bertkit, "serve", "--model", str(tmp_path / "nope")], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [bertkit, "serve", "--model", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("bertkit serve: error: ") and "nope" in last
-    r = subprocess.run([bertkit, "serve", "--model", str(model_dir), "--pooling", "AVERAGE"], capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [bertkit, "serve", "--model", str(model_dir), "--pooling", "AVERAGE"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr and "unknown pooling" in r.stderr
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        r = subprocess.run([bertkit, "serve", "--model", str(model_dir), "--port", str(taken.getsockname()[1])],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [bertkit, "serve", "--model", str(model_dir), "--port", str(taken.getsockname()[1])],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert r.returncode == 1 and "Traceback" not in r.stderr and "cannot listen on 127.0.0.1" in r.stderr

@@ -20,15 +20,16 @@ FP32 = dict(rtol=1e-4, atol=1e-5)
 TIMEOUT = 60
 
 
-
 def raw(url: str, path: str, body=None, method=None):
     return http_json(url, path, body, method, timeout=TIMEOUT)
 
 
 @pytest.fixture(scope="module")
 def encoders(tmp_path_factory):
-    return {name: Encoder.from_pretrained(make_model_dir(tmp_path_factory.mktemp(name), VOCAB, seed=seed),
-                                          precision="fp32") for name, seed in (("alpha", 0), ("beta", 1))}
+    return {
+        name: Encoder.from_pretrained(make_model_dir(tmp_path_factory.mktemp(name), VOCAB, seed=seed), precision="fp32")
+        for name, seed in (("alpha", 0), ("beta", 1))
+    }
 
 
 def test_several_models_on_one_server(encoders):
@@ -58,8 +59,12 @@ def test_several_models_on_one_server(encoders):
 
 def test_head_routes_on_an_embeddings_only_model_say_why(encoders):
     with ServerThread(create_app(encoders["alpha"], ServeSettings(model_id="alpha"))) as srv:
-        for path, body in [("/predict", {"inputs": "the cat"}), ("/rerank", {"query": "a", "texts": ["b"]}),
-                           ("/ner", {"inputs": "the cat"}), ("/qa", {"question": "who?", "context": "the cat"})]:
+        for path, body in [
+            ("/predict", {"inputs": "the cat"}),
+            ("/rerank", {"query": "a", "texts": ["b"]}),
+            ("/ner", {"inputs": "the cat"}),
+            ("/qa", {"question": "who?", "context": "the cat"}),
+        ]:
             status, out = raw(srv.url, path, body)
             assert status == 422 and "no task head" in out["error"] and "/embed" in out["error"], (path, out)
         assert raw(srv.url, "/", {"inputs": "the cat"})[0] == 200  # POST / still embeds
@@ -112,8 +117,9 @@ def test_head_route_contract(encoders):
         status, out = raw(srv.url, "/ner", {"inputs": "the cat"})
         assert status == 422 and "classification head" in out["error"]
         info = raw(srv.url, "/info")[1]
-        assert info["model_type"] == {"classifier": {"id2label": {"0": "negative", "1": "positive"},
-                                                     "label2id": {"negative": 0, "positive": 1}}}
+        assert info["model_type"] == {
+            "classifier": {"id2label": {"0": "negative", "1": "positive"}, "label2id": {"negative": 0, "positive": 1}}
+        }
         assert raw(srv.url, "/embed", {"inputs": "the cat"})[0] == 200  # the encoder routes stay
         client = huggingface_hub.InferenceClient(base_url=srv.url, timeout=TIMEOUT)
         got = client.text_classification("the cat sat")

@@ -19,8 +19,9 @@ TEXTS = ["the film was good .", "the ending was boring , the cast was great ."]
 @pytest.fixture(scope="module")
 def sst2_dir(tmp_path_factory):
     base = finetune_base(tmp_path_factory.mktemp("base"))
-    return finetune_quickly("sst2", FINETUNE_FIXTURES / "sst2_train.tsv", None, base, tmp_path_factory.mktemp("sst2"),
-                            "--device", "cpu")
+    return finetune_quickly(
+        "sst2", FINETUNE_FIXTURES / "sst2_train.tsv", None, base, tmp_path_factory.mktemp("sst2"), "--device", "cpu"
+    )
 
 
 def test_serve_backend_onnx_equals_torch(sst2_dir):

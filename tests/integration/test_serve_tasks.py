@@ -21,7 +21,6 @@ from bertkit.serve.app import ServerThread, ServeSettings, create_app
 TIMEOUT = 120
 
 
-
 def raw(url: str, path: str, body=None, method=None):
     return http_json(url, path, body, method, timeout=TIMEOUT)
 
@@ -36,18 +35,26 @@ def dirs(tmp_path_factory):
     ft = FINETUNE_FIXTURES
     base = finetune_base(tmp_path_factory.mktemp("base"))
     out = {"base": base, "ft": ft}
-    for task, train, dev, extra in [("sst2", "sst2_train.tsv", "sst2_dev.tsv", []),
-                                    ("conll2003", "conll_train.txt", "conll_dev.txt", []),
-                                    ("squad", "squad_train.json", "squad_dev.json",
-                                     ["--max-seq-length", "40", "--doc-stride", "16", "--max-query-length", "16"])]:
+    for task, train, dev, extra in [
+        ("sst2", "sst2_train.tsv", "sst2_dev.tsv", []),
+        ("conll2003", "conll_train.txt", "conll_dev.txt", []),
+        (
+            "squad",
+            "squad_train.json",
+            "squad_dev.json",
+            ["--max-seq-length", "40", "--doc-stride", "16", "--max-query-length", "16"],
+        ),
+    ]:
         out[task] = finetune_quickly(task, ft / train, ft / dev, base, tmp_path_factory.mktemp(task), *extra)
     return out
 
 
 @pytest.fixture(scope="module")
 def server(dirs):
-    models = {name: load_model(str(dirs[key]), "cpu", "fp32")
-              for name, key in [("clf", "sst2"), ("ner", "conll2003"), ("qa", "squad"), ("base", "base")]}
+    models = {
+        name: load_model(str(dirs[key]), "cpu", "fp32")
+        for name, key in [("clf", "sst2"), ("ner", "conll2003"), ("qa", "squad"), ("base", "base")]
+    }
     assert isinstance(models["base"], Encoder) and models["clf"].kind == "classification"
     with ServerThread(create_app(models, ServeSettings())) as srv:
         srv.models = models
@@ -57,8 +64,23 @@ def server(dirs):
 def test_predict_equals_bertkit_predict(server, dirs, tmp_path):
     ft = dirs["ft"]
     texts = [r[0] for r in _tsv(ft / "sst2_dev.tsv")[1:]]
-    assert main(["predict", "--model", str(dirs["sst2"]), "--data", str(ft / "sst2_dev.tsv"), "--output",
-                 str(tmp_path / "p"), "--quiet", "--precision", "fp32"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                str(dirs["sst2"]),
+                "--data",
+                str(ft / "sst2_dev.tsv"),
+                "--output",
+                str(tmp_path / "p"),
+                "--quiet",
+                "--precision",
+                "fp32",
+            ]
+        )
+        == 0
+    )
     labels = [row[1] for row in _tsv(tmp_path / "p" / "predictions.tsv")[1:]]
     status, out = raw(server.url, "/predict?model=clf", {"inputs": [[t] for t in texts]})
     assert status == 200 and [o[0]["label"] for o in out] == labels
@@ -94,7 +116,7 @@ def test_ner_and_qa_equal_the_pipeline(server):
     status, out = raw(server.url, "/qa?model=qa", {"question": "where did the cat sit ?", "context": context})
     want = server.models["qa"].answer("where did the cat sit ?", context)
     assert status == 200 and out["answer"] == want["answer"] and out["start"] == want["start"]
-    assert context[out["start"]:out["end"]] == out["answer"]
+    assert context[out["start"] : out["end"]] == out["answer"]
     assert out["score"] == pytest.approx(want["score"], abs=1e-5)
 
 
@@ -108,8 +130,10 @@ def test_wrong_head_and_no_head(server):
 
 
 def test_int8_models_serve(dirs):
-    models = {"clf": load_model(str(dirs["sst2"]), "cpu", "auto", "int8"),
-              "base": load_model(str(dirs["base"]), "cpu", "auto", "int8")}
+    models = {
+        "clf": load_model(str(dirs["sst2"]), "cpu", "auto", "int8"),
+        "base": load_model(str(dirs["base"]), "cpu", "auto", "int8"),
+    }
     fp32 = {"clf": load_model(str(dirs["sst2"]), "cpu", "fp32"), "base": load_model(str(dirs["base"]), "cpu", "fp32")}
     plain = [m for m in models["base"].bert.modules() if type(m) is torch.nn.Linear]
     int8 = [m for m in models["base"].bert.modules() if "quantized" in type(m).__module__ and hasattr(m, "weight")]
@@ -125,14 +149,20 @@ def test_int8_models_serve(dirs):
 
 def test_task_routes_refuse_unknown_parameters_and_name_every_route(server):
     for path, body, field in [
-        ("/qa?model=qa", {"inputs": {"question": "where ?", "context": "the mat"}, "parameters": {"bogus": 1}},
-         "parameters.bogus"),
+        (
+            "/qa?model=qa",
+            {"inputs": {"question": "where ?", "context": "the mat"}, "parameters": {"bogus": 1}},
+            "parameters.bogus",
+        ),
         ("/ner?model=ner", {"inputs": "George went home", "parameters": {"bogus": 1}}, "parameters.bogus"),
         ("/predict?model=clf", {"inputs": "a fine film", "parameters": {"bogus": 1}}, "parameters.bogus"),
         ("/ner?model=ner", {"inputs": "George went home", "parameters": {"stride": 8}}, "parameters.stride"),
         ("/predict?model=clf", {"inputs": "a fine film", "options": {"bogus": True}}, "options.bogus"),
-        ("/predict?model=clf", {"inputs": "a fine film", "raw_scores": True,
-                                "parameters": {"function_to_apply": "sigmoid"}}, "raw_scores"),
+        (
+            "/predict?model=clf",
+            {"inputs": "a fine film", "raw_scores": True, "parameters": {"function_to_apply": "sigmoid"}},
+            "raw_scores",
+        ),
     ]:
         status, out = raw(server.url, path, body)
         assert status == 422 and field in out["error"], (path, out)
@@ -157,20 +187,27 @@ def test_ner_and_qa_are_bounded_before_computing(server):
         assert status == 422 and "--max-request-tokens" in out["error"]
         assert time.monotonic() - start < 10
         status, out = raw(small.url, "/qa?model=qa", {"question": "where did the cat sit ?", "context": context[:200]})
-        assert status == 200 and context[out["start"]:out["end"]] == out["answer"]
+        assert status == 200 and context[out["start"] : out["end"]] == out["answer"]
         status, out = raw(small.url, "/ner?model=ner", {"inputs": "\u200b\u200b"})
         assert status == 400 and "is empty" in out["error"]
-
 
 
 def _entities(items) -> list[dict]:
     """huggingface_hub's output elements (or the pipeline's dicts) as comparable dicts, scores rounded to 1e-5."""
     out = []
     for x in items:
-        d = dict(x) if isinstance(x, dict) else {k: getattr(x, k) for k in ("entity_group", "entity", "score", "word",
-                                                                           "start", "end")}
-        out.append({k: (round(v, 5) if k == "score" else v) for k, v in d.items()
-                    if k in ("entity_group", "entity", "score", "word", "start", "end") and v is not None})
+        d = (
+            dict(x)
+            if isinstance(x, dict)
+            else {k: getattr(x, k) for k in ("entity_group", "entity", "score", "word", "start", "end")}
+        )
+        out.append(
+            {
+                k: (round(v, 5) if k == "score" else v)
+                for k, v in d.items()
+                if k in ("entity_group", "entity", "score", "word", "start", "end") and v is not None
+            }
+        )
     return out
 
 
@@ -197,8 +234,9 @@ def test_inference_client_on_every_task_route(server, dirs):
     seen = []
     for strategy in ("simple", "none", "first", "max", "average"):
         for ignore in (["O"], []):
-            got = client("/ner?model=ner").token_classification(sentence, aggregation_strategy=strategy,
-                                                               ignore_labels=ignore)
+            got = client("/ner?model=ner").token_classification(
+                sentence, aggregation_strategy=strategy, ignore_labels=ignore
+            )
             want = ner_pipe.ner(sentence, aggregation_strategy=strategy, ignore_labels=ignore)
             assert _entities(got) == _entities(want), (strategy, ignore)
             seen.append(len(got))
@@ -208,11 +246,14 @@ def test_inference_client_on_every_task_route(server, dirs):
     got = client("/ner?model=ner").token_classification(sentence, aggregation_strategy="none", ignore_labels=dropped)
     assert got == [] or not {x.entity for x in got} & set(dropped)
 
-    question, context = "where did the cat sit ?", ("The cat sat on the mat in the big house by the river , and the "
-                                                    "dog slept in the sun all day .")
+    question, context = (
+        "where did the cat sit ?",
+        ("The cat sat on the mat in the big house by the river , and the dog slept in the sun all day ."),
+    )
     for top_k, impossible in ((1, False), (2, False), (3, True)):
-        got = client("/qa?model=qa").question_answering(question=question, context=context, top_k=top_k,
-                                                         handle_impossible_answer=impossible)
+        got = client("/qa?model=qa").question_answering(
+            question=question, context=context, top_k=top_k, handle_impossible_answer=impossible
+        )
         want = qa_pipe.answer(question, context, top_k=top_k, handle_impossible_answer=impossible)
         got, want = (got, want) if top_k > 1 else ([got], [want])
         assert len(got) == len(want) >= min(top_k, 2)

@@ -22,12 +22,23 @@ from bertkit.tokenization import BertTokenizer, FastTokenizer, VocabNotFoundErro
 
 SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]  # ModernBERT's names, ids in its order of appearance
 CORPUS = [
-    "the cat sat on the mat", "a dog ran to the river bank", "we went to the bank to get money",
-    "hello world, hello again!", "it's a fine film", "dull and slow, and far too long",
-    "Café naïve résumé — 東京 and emoji 🙂 too", "the big red dog runs; the small blue cat ran.",
+    "the cat sat on the mat",
+    "a dog ran to the river bank",
+    "we went to the bank to get money",
+    "hello world, hello again!",
+    "it's a fine film",
+    "dull and slow, and far too long",
+    "Café naïve résumé — 東京 and emoji 🙂 too",
+    "the big red dog runs; the small blue cat ran.",
 ] * 3
-TEXTS = ["The cat sat on the mat.", "  leading and trailing spaces  ", "Café 🙂 東京 naïve", "it's   a dog's   life",
-         "", "x"]
+TEXTS = [
+    "The cat sat on the mat.",
+    "  leading and trailing spaces  ",
+    "Café 🙂 東京 naïve",
+    "it's   a dog's   life",
+    "",
+    "x",
+]
 PAIRS = ["a dog ran", "the river bank is far, far away from here and there", "?", "hello", "world", "y z"]
 
 
@@ -40,23 +51,37 @@ def _train_bpe(path):
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=SPECIALS,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(CORPUS, trainer)
     tok.add_special_tokens([AddedToken("[MASK]", lstrip=True, special=True)])
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+        single="[CLS]:0 $A:0 [SEP]:0",
+        pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
     tok.save(str(path))
     return tok
 
 
 def _tokenizer_files(d):
     rust = _train_bpe(d / "tokenizer.json")
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "cls_token": "[CLS]", "sep_token": "[SEP]",
-              "pad_token": "[PAD]", "mask_token": "[MASK]", "unk_token": "[UNK]", "model_max_length": 64,
-              "clean_up_tokenization_spaces": True, "model_input_names": ["input_ids", "attention_mask"]}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "cls_token": "[CLS]",
+        "sep_token": "[SEP]",
+        "pad_token": "[PAD]",
+        "mask_token": "[MASK]",
+        "unk_token": "[UNK]",
+        "model_max_length": 64,
+        "clean_up_tokenization_spaces": True,
+        "model_input_names": ["input_ids", "attention_mask"],
+    }
     (d / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     return rust
 
@@ -69,10 +94,20 @@ def modern_dir(tmp_path_factory):
     rust = _tokenizer_files(d)
     ids = {t: rust.token_to_id(t) for t in SPECIALS}
     torch.manual_seed(0)
-    config = ModernBertConfig(vocab_size=rust.get_vocab_size(), hidden_size=32, intermediate_size=48,
-                              num_hidden_layers=3, num_attention_heads=4, local_attention=8,
-                              max_position_embeddings=64, pad_token_id=ids["[PAD]"], cls_token_id=ids["[CLS]"],
-                              sep_token_id=ids["[SEP]"], bos_token_id=ids["[CLS]"], eos_token_id=ids["[SEP]"])
+    config = ModernBertConfig(
+        vocab_size=rust.get_vocab_size(),
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        local_attention=8,
+        max_position_embeddings=64,
+        pad_token_id=ids["[PAD]"],
+        cls_token_id=ids["[CLS]"],
+        sep_token_id=ids["[SEP]"],
+        bos_token_id=ids["[CLS]"],
+        eos_token_id=ids["[SEP]"],
+    )
     model = ModernBertForMaskedLM(config)
     with torch.no_grad():  # a peaked decoder bias, so fill-mask's ranking is not a tie
         model.decoder.bias.copy_(torch.randn(config.vocab_size))
@@ -126,8 +161,9 @@ def test_pairs_truncation_and_decoding_as_transformers(modern_dir):
         assert all(len(e.ids) <= max_length for e in got)
     want = hf(TEXTS, truncation=True, max_length=6)["input_ids"]
     assert [e.ids for e in tok.encode_batch(TEXTS, max_length=6)] == want
-    assert [e.ids for e in tok.encode_batch(TEXTS, add_special_tokens=False, truncation=False)] == \
-        hf(TEXTS, add_special_tokens=False)["input_ids"]
+    assert [e.ids for e in tok.encode_batch(TEXTS, add_special_tokens=False, truncation=False)] == hf(
+        TEXTS, add_special_tokens=False
+    )["input_ids"]
     ids = hf("hello world , it's a fine [MASK] film .")["input_ids"]
     assert tok.encode_with_masks("hello world , it's a fine [MASK] film .", "[MASK]") == ids
     for skip in (True, False):
@@ -137,8 +173,9 @@ def test_pairs_truncation_and_decoding_as_transformers(modern_dir):
     with pytest.raises(IndexError):
         tok.convert_ids_to_tokens([len(tok)])
     again = pickle.loads(pickle.dumps(tok))  # e.g. into DataLoader workers
-    assert [e.ids for e in again.encode_batch(TEXTS, PAIRS, max_length=8)] == \
-        hf(TEXTS, PAIRS, truncation=True, max_length=8)["input_ids"]
+    assert [e.ids for e in again.encode_batch(TEXTS, PAIRS, max_length=8)] == hf(
+        TEXTS, PAIRS, truncation=True, max_length=8
+    )["input_ids"]
 
 
 def _train_unigram(path):
@@ -150,11 +187,16 @@ def _train_unigram(path):
     tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    trainer = trainers.UnigramTrainer(vocab_size=150, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
-                                      unk_token="<unk>", show_progress=False)
+    trainer = trainers.UnigramTrainer(
+        vocab_size=150,
+        special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+        unk_token="<unk>",
+        show_progress=False,
+    )
     tok.train_from_iterator(CORPUS, trainer)
-    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")),
-                                                      ("<s>", tok.token_to_id("<s>")))
+    tok.post_processor = processors.RobertaProcessing(
+        ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>"))
+    )
     tok.save(str(path))
 
 
@@ -162,21 +204,35 @@ def test_a_unigram_tokenizer_with_roberta_tokens_as_transformers(tmp_path):
     transformers = pytest.importorskip("transformers")
     _train_unigram(tmp_path / "tokenizer.json")
     tok = load_tokenizer(tmp_path)
-    hf = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"), cls_token="<s>",
-                                              sep_token="</s>", pad_token="<pad>", mask_token="<mask>",
-                                              unk_token="<unk>")
-    assert (tok.cls_token, tok.sep_token, tok.pad_token, tok.mask_token, tok.unk_token) == \
-        ("<s>", "</s>", "<pad>", "<mask>", "<unk>")
+    hf = transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(tmp_path / "tokenizer.json"),
+        cls_token="<s>",
+        sep_token="</s>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+        unk_token="<unk>",
+    )
+    assert (tok.cls_token, tok.sep_token, tok.pad_token, tok.mask_token, tok.unk_token) == (
+        "<s>",
+        "</s>",
+        "<pad>",
+        "<mask>",
+        "<unk>",
+    )
     for name in ("cls", "sep", "pad", "mask", "unk"):
         assert getattr(tok, f"{name}_token_id") == getattr(hf, f"{name}_token_id"), name
     for text in TEXTS:
         want = hf(text, return_offsets_mapping=True)
         got = tok.encode(text, truncation=False)
-        assert (got.ids, got.offsets, got.word_ids) == \
-            (want["input_ids"], [tuple(o) for o in want["offset_mapping"]], want.word_ids()), text
+        assert (got.ids, got.offsets, got.word_ids) == (
+            want["input_ids"],
+            [tuple(o) for o in want["offset_mapping"]],
+            want.word_ids(),
+        ), text
     for max_length in (6, 10, 64):
-        assert [e.ids for e in tok.encode_batch(TEXTS, PAIRS, max_length=max_length)] == \
-            hf(TEXTS, PAIRS, truncation=True, max_length=max_length)["input_ids"], max_length
+        assert [e.ids for e in tok.encode_batch(TEXTS, PAIRS, max_length=max_length)] == hf(
+            TEXTS, PAIRS, truncation=True, max_length=max_length
+        )["input_ids"], max_length
     ids = hf(TEXTS[0])["input_ids"]
     assert tok.decode(ids) == hf.decode(ids, skip_special_tokens=True)
 
@@ -209,8 +265,9 @@ def test_wordpiece_directories_keep_bert_tokenizer(tmp_path, fixtures_dir):
     tok = load_tokenizer(tmp_path)
     assert type(tok) is BertTokenizer
     same = BertTokenizer.from_pretrained(tmp_path)
-    assert [e.ids for e in tok.encode_batch(TEXTS, PAIRS, max_length=9)] == \
-        [e.ids for e in same.encode_batch(TEXTS, PAIRS, max_length=9)]
+    assert [e.ids for e in tok.encode_batch(TEXTS, PAIRS, max_length=9)] == [
+        e.ids for e in same.encode_batch(TEXTS, PAIRS, max_length=9)
+    ]
 
 
 def test_a_directory_without_a_tokenizer_is_refused_naming_it(modern_dir, tmp_path, capsys):
@@ -221,8 +278,12 @@ def test_a_directory_without_a_tokenizer_is_refused_naming_it(modern_dir, tmp_pa
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (bare / name).unlink()
     out = tmp_path / "out.npy"
-    assert main(["embed", "--model", str(bare), "--input", str(modern_dir / "config.json"), "--output", str(out),
-                 "--quiet"]) == 2
+    assert (
+        main(
+            ["embed", "--model", str(bare), "--input", str(modern_dir / "config.json"), "--output", str(out), "--quiet"]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert str(bare) in err and "tokenizer.json" in err and "Traceback" not in err
 
@@ -230,12 +291,42 @@ def test_a_directory_without_a_tokenizer_is_refused_naming_it(modern_dir, tmp_pa
 def test_pretraining_refuses_a_bpe_directory_in_one_line(modern_dir, tmp_path, capsys):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
-    assert main(["pretrain", "--corpus", str(corpus), "--output", str(tmp_path / "run"), "--init-from",
-                 str(modern_dir), "--quiet", "--max-steps", "1"]) == 2
+    assert (
+        main(
+            [
+                "pretrain",
+                "--corpus",
+                str(corpus),
+                "--output",
+                str(tmp_path / "run"),
+                "--init-from",
+                str(modern_dir),
+                "--quiet",
+                "--max-steps",
+                "1",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert str(modern_dir) in err and "WordPiece" in err and "Traceback" not in err
-    assert main(["pretrain", "--corpus", str(corpus), "--output", str(tmp_path / "run2"), "--vocab",
-                 str(modern_dir), "--quiet", "--max-steps", "1"]) == 2
+    assert (
+        main(
+            [
+                "pretrain",
+                "--corpus",
+                str(corpus),
+                "--output",
+                str(tmp_path / "run2"),
+                "--vocab",
+                str(modern_dir),
+                "--quiet",
+                "--max-steps",
+                "1",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "tokenizer.json" in err and "WordPiece" in err and "Traceback" not in err
 
@@ -257,14 +348,24 @@ def test_encoder_embeddings_equal_the_model_on_transformers_tokens(which, modern
         if which == "modern":
             from bertkit.modeling_modernbert import ModernBertModel
 
-            states = ModernBertModel.from_pretrained(d).eval()(batch["input_ids"], attention_mask=batch[
-                "attention_mask"], output_hidden_states=True).hidden_states
+            states = (
+                ModernBertModel.from_pretrained(d)
+                .eval()(batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
+                .hidden_states
+            )
         else:
             from bertkit import BertModel
 
-            states = BertModel.from_pretrained(d).eval()(batch["input_ids"], token_type_ids=batch["token_type_ids"],
-                                                         attention_mask=batch["attention_mask"],
-                                                         output_hidden_states=True).hidden_states
+            states = (
+                BertModel.from_pretrained(d)
+                .eval()(
+                    batch["input_ids"],
+                    token_type_ids=batch["token_type_ids"],
+                    attention_mask=batch["attention_mask"],
+                    output_hidden_states=True,
+                )
+                .hidden_states
+            )
     m = batch["attention_mask"][..., None].float()
     want = ((states[-1] * m).sum(1) / m.sum(1)).numpy()
     np.testing.assert_allclose(enc.encode(TEXTS[:4], layers=[-1], pooling="mean"), want, rtol=1e-5, atol=1e-5)
@@ -291,9 +392,37 @@ def test_finetune_then_pipeline_on_a_bpe_directory(which, modern_dir, bert_dir, 
     d = modern_dir if which == "modern" else bert_dir
     ft = fixtures_dir / "finetune"
     out = tmp_path / "sst2"
-    assert main(["finetune", "--task", "sst2", "--train", str(ft / "sst2_train.tsv"), "--dev", str(ft / "sst2_dev.tsv"),
-                 "--model", str(d), "--output", str(out), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3",
-                 "--quiet", "--precision", "fp32", "--max-train-examples", "16", "--max-seq-length", "32"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--task",
+                "sst2",
+                "--train",
+                str(ft / "sst2_train.tsv"),
+                "--dev",
+                str(ft / "sst2_dev.tsv"),
+                "--model",
+                str(d),
+                "--output",
+                str(out),
+                "--epochs",
+                "1",
+                "--batch-size",
+                "8",
+                "--lr",
+                "1e-3",
+                "--quiet",
+                "--precision",
+                "fp32",
+                "--max-train-examples",
+                "16",
+                "--max-seq-length",
+                "32",
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["step"] == 2 and 0.0 <= metrics["accuracy"] <= 1.0
     assert (out / "tokenizer.json").read_bytes() == (d / "tokenizer.json").read_bytes()
@@ -311,10 +440,26 @@ def test_finetune_then_pipeline_on_a_bpe_directory(which, modern_dir, bert_dir, 
         model_inputs = {"attention_mask": batch["attention_mask"], "token_type_ids": batch["token_type_ids"]}
     with torch.no_grad():
         want = Head.from_pretrained(out).eval()(batch["input_ids"], **model_inputs).logits
-    torch.testing.assert_close(torch.as_tensor(np.asarray(pipe.logits(texts)), dtype=torch.float32), want,
-                               atol=1e-5, rtol=1e-4)
-    assert main(["evaluate", "--model", str(out), "--data", str(ft / "sst2_dev.tsv"), "--quiet", "--precision",
-                 "fp32", "--output", str(tmp_path / "ev")]) == 0
+    torch.testing.assert_close(
+        torch.as_tensor(np.asarray(pipe.logits(texts)), dtype=torch.float32), want, atol=1e-5, rtol=1e-4
+    )
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(out),
+                "--data",
+                str(ft / "sst2_dev.tsv"),
+                "--quiet",
+                "--precision",
+                "fp32",
+                "--output",
+                str(tmp_path / "ev"),
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "ev" / "metrics.json").read_text())["accuracy"] == pytest.approx(metrics["accuracy"])
 
 
@@ -336,9 +481,36 @@ def test_served_embed_and_tokenize_on_a_bpe_modernbert(modern_dir):
 
 
 def _finetune(task, train, dev, model, out, *extra):
-    assert main(["finetune", "--task", task, "--train", str(train), "--dev", str(dev), "--model", str(model),
-                 "--output", str(out), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet",
-                 "--precision", "fp32", "--max-train-examples", "16", *extra]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--task",
+                task,
+                "--train",
+                str(train),
+                "--dev",
+                str(dev),
+                "--model",
+                str(model),
+                "--output",
+                str(out),
+                "--epochs",
+                "1",
+                "--batch-size",
+                "8",
+                "--lr",
+                "1e-3",
+                "--quiet",
+                "--precision",
+                "fp32",
+                "--max-train-examples",
+                "16",
+                *extra,
+            ]
+        )
+        == 0
+    )
     return json.loads((out / "metrics.json").read_text())
 
 
@@ -356,16 +528,19 @@ def test_token_tagging_and_ner_pipeline_equal_transformers(modern_dir, fixtures_
     ours = load_pipeline(out, precision="fp32")
     texts = ["Carol lives in Berlin, near the Rhine.", "EU rejects German call to boycott British lamb ."]
     for strategy in ("none", "simple", "first", "average", "max"):
-        theirs = transformers.pipeline("token-classification", model=str(out), aggregation_strategy=strategy,
-                                       device="cpu", ignore_labels=[])
+        theirs = transformers.pipeline(
+            "token-classification", model=str(out), aggregation_strategy=strategy, device="cpu", ignore_labels=[]
+        )
         for text in texts:  # no label ignored: every token (word, group) is compared
             got, want = ours.ner(text, aggregation_strategy=strategy, ignore_labels=[]), theirs(text)
             assert len(want) >= (12 if strategy == "none" else 1)
             key = "entity" if strategy == "none" else "entity_group"
-            assert [(g[key], g["word"], g["start"], g["end"]) for g in got] == \
-                [(w[key], w["word"], w["start"], w["end"]) for w in want], (strategy, text)
-            np.testing.assert_allclose([g["score"] for g in got], [float(w["score"]) for w in want], rtol=1e-4,
-                                       atol=1e-5)
+            assert [(g[key], g["word"], g["start"], g["end"]) for g in got] == [
+                (w[key], w["word"], w["start"], w["end"]) for w in want
+            ], (strategy, text)
+            np.testing.assert_allclose(
+                [g["score"] for g in got], [float(w["score"]) for w in want], rtol=1e-4, atol=1e-5
+            )
 
 
 def test_span_qa_on_a_bpe_modernbert(modern_dir, fixtures_dir, tmp_path):
@@ -375,15 +550,26 @@ def test_span_qa_on_a_bpe_modernbert(modern_dir, fixtures_dir, tmp_path):
 
     ft = fixtures_dir / "finetune"
     out = tmp_path / "squad"
-    metrics = _finetune("squad", ft / "squad_train.json", ft / "squad_dev.json", modern_dir, out, "--max-seq-length",
-                        "64", "--doc-stride", "24", "--max-query-length", "16")
+    metrics = _finetune(
+        "squad",
+        ft / "squad_train.json",
+        ft / "squad_dev.json",
+        modern_dir,
+        out,
+        "--max-seq-length",
+        "64",
+        "--doc-stride",
+        "24",
+        "--max-query-length",
+        "16",
+    )
     assert metrics["step"] >= 1 and 0.0 <= metrics["f1"] <= 100.0
     pipe = load_pipeline(out, precision="fp32")
     context = "The cat sat on the mat in Berlin, near the river bank."
     for convention in ("hf", "google"):
         pipe.convention = convention
         answer = pipe.answer(question="Where did the cat sit?", context=context)
-        assert context[answer["start"]:answer["end"]] == answer["answer"] and answer["answer"] in context
+        assert context[answer["start"] : answer["end"]] == answer["answer"] and answer["answer"] in context
 
 
 def test_sentence_embedding_training_on_a_bpe_bert(bert_dir, fixtures_dir, tmp_path):
@@ -392,14 +578,35 @@ def test_sentence_embedding_training_on_a_bpe_bert(bert_dir, fixtures_dir, tmp_p
     st = pytest.importorskip("sentence_transformers")
     fx = fixtures_dir / "embeddings"
     out = tmp_path / "st"
-    assert main(["finetune", "--task", "pairs", "--train", str(fx / "train_pairs.tsv"), "--model", str(bert_dir),
-                 "--output", str(out), "--batch-size", "32", "--epochs", "1", "--lr", "1e-3", "--precision", "fp32",
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--task",
+                "pairs",
+                "--train",
+                str(fx / "train_pairs.tsv"),
+                "--model",
+                str(bert_dir),
+                "--output",
+                str(out),
+                "--batch-size",
+                "32",
+                "--epochs",
+                "1",
+                "--lr",
+                "1e-3",
+                "--precision",
+                "fp32",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert (out / "tokenizer.json").read_bytes() == (bert_dir / "tokenizer.json").read_bytes()
     texts = ["the cat sat on the mat", "Café 🙂 東京, a big red dog ran to the river bank"]
     want = st.SentenceTransformer(str(out), device="cpu").encode(texts)
-    np.testing.assert_allclose(Encoder.from_pretrained(out, precision="fp32").encode(texts), want, rtol=1e-4,
-                               atol=1e-5)
+    np.testing.assert_allclose(Encoder.from_pretrained(out, precision="fp32").encode(texts), want, rtol=1e-4, atol=1e-5)
 
 
 def test_served_fill_mask_equals_transformers_pipeline_on_a_bpe_modernbert(modern_dir):
@@ -418,9 +625,11 @@ def test_served_fill_mask_equals_transformers_pipeline_on_a_bpe_modernbert(moder
             got, want = (got, want) if text.count("[MASK]") > 1 else ([got], [want])
             for g_mask, w_mask in zip(got, want, strict=True):
                 assert [(p["token"], p["token_str"], p["sequence"]) for p in g_mask] == [
-                    (p["token"], p["token_str"], p["sequence"]) for p in w_mask]
-                np.testing.assert_allclose([p["score"] for p in g_mask], [p["score"] for p in w_mask], rtol=1e-4,
-                                           atol=1e-6)
+                    (p["token"], p["token_str"], p["sequence"]) for p in w_mask
+                ]
+                np.testing.assert_allclose(
+                    [p["score"] for p in g_mask], [p["score"] for p in w_mask], rtol=1e-4, atol=1e-6
+                )
 
 
 def test_a_tokenizer_json_without_a_template_gets_berts(modern_dir, tmp_path, caplog):
@@ -450,5 +659,9 @@ def test_onnx_export_of_a_bpe_bert_keeps_its_tokenizer(bert_dir, tmp_path):
     assert (out / "encoder.onnx").is_file() and not (out / "model.safetensors").exists()
     enc = Encoder.from_pretrained(out, backend="onnx")
     assert isinstance(enc.tokenizer, FastTokenizer)
-    np.testing.assert_allclose(enc.encode(TEXTS[:4]), Encoder.from_pretrained(bert_dir, precision="fp32").encode(
-        TEXTS[:4]), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        enc.encode(TEXTS[:4]),
+        Encoder.from_pretrained(bert_dir, precision="fp32").encode(TEXTS[:4]),
+        rtol=1e-4,
+        atol=1e-5,
+    )

@@ -11,10 +11,22 @@ from bertkit import BertConfig  # noqa: E402
 
 CONFIGS = {
     "tiny-gelu": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37),
-    "tanh-3types": dict(hidden_size=48, num_hidden_layers=3, num_attention_heads=6, intermediate_size=64,
-                        hidden_act="gelu_new", type_vocab_size=3),
-    "relu-1head": dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=1, intermediate_size=20,
-                       hidden_act="relu", layer_norm_eps=1e-7),
+    "tanh-3types": dict(
+        hidden_size=48,
+        num_hidden_layers=3,
+        num_attention_heads=6,
+        intermediate_size=64,
+        hidden_act="gelu_new",
+        type_vocab_size=3,
+    ),
+    "relu-1head": dict(
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        intermediate_size=20,
+        hidden_act="relu",
+        layer_norm_eps=1e-7,
+    ),
 }
 CLASSES = ["BertModel", "BertForPreTraining", "BertForMaskedLM"]
 TOL = 1e-5
@@ -150,8 +162,9 @@ def test_head_with_a_label_count_and_no_names_loads_in_hf(tmp_path, cls_name):
     """A head built in bertkit with num_labels only (no names) saves a config transformers loads at that size
     (it reads the label count from id2label, and refused the weights when only num_labels was known here)."""
     torch.manual_seed(6)
-    bk = getattr(bertkit, cls_name)(BertConfig(vocab_size=99, max_position_embeddings=64, num_labels=3,
-                                               **CONFIGS["tiny-gelu"])).eval()
+    bk = getattr(bertkit, cls_name)(
+        BertConfig(vocab_size=99, max_position_embeddings=64, num_labels=3, **CONFIGS["tiny-gelu"])
+    ).eval()
     bk.save_pretrained(tmp_path)
     hf = getattr(transformers, cls_name).from_pretrained(tmp_path).eval()
     assert hf.config.num_labels == 3 and hf.config.id2label[2] == "LABEL_2"
@@ -185,8 +198,11 @@ def test_bare_bertmodel_into_head_class(tmp_path):
     hf_pt.save_pretrained(tmp_path / "pt")
     base = bertkit.BertModel.from_pretrained(tmp_path / "pt").eval()
     with torch.no_grad():
-        close_at_real(hf_pt.bert(input_ids=ids, attention_mask=mask).last_hidden_state,
-                      base(ids, attention_mask=mask).last_hidden_state, mask)
+        close_at_real(
+            hf_pt.bert(input_ids=ids, attention_mask=mask).last_hidden_state,
+            base(ids, attention_mask=mask).last_hidden_state,
+            mask,
+        )
 
 
 def test_masked_lm_directory_without_pooler_loads_into_bert_model(tmp_path, capsys):

@@ -18,22 +18,52 @@ CONFIGS = {
     "tiny": dict(hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4),
     # every switch turned the other way: biases everywhere, tanh GELU, every 2nd layer global, other thetas,
     # mean pooling, no decoder bias
-    "biases": dict(hidden_size=48, intermediate_size=40, num_hidden_layers=3, num_attention_heads=6,
-                   norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True, decoder_bias=False,
-                   hidden_activation="gelu_new", classifier_activation="gelu_new", global_attn_every_n_layers=2,
-                   global_rope_theta=1000.0, local_rope_theta=50.0, classifier_pooling="mean", norm_eps=1e-6),
+    "biases": dict(
+        hidden_size=48,
+        intermediate_size=40,
+        num_hidden_layers=3,
+        num_attention_heads=6,
+        norm_bias=True,
+        attention_bias=True,
+        mlp_bias=True,
+        classifier_bias=True,
+        decoder_bias=False,
+        hidden_activation="gelu_new",
+        classifier_activation="gelu_new",
+        global_attn_every_n_layers=2,
+        global_rope_theta=1000.0,
+        local_rope_theta=50.0,
+        classifier_pooling="mean",
+        norm_eps=1e-6,
+    ),
 }
-COMMON = dict(vocab_size=99, local_attention=8, max_position_embeddings=64, pad_token_id=0, bos_token_id=1,
-              eos_token_id=2, cls_token_id=1, sep_token_id=2)
-CLASSES = ["ModernBertModel", "ModernBertForMaskedLM", "ModernBertForSequenceClassification",
-           "ModernBertForTokenClassification", "ModernBertForQuestionAnswering", "ModernBertForMultipleChoice"]
+COMMON = dict(
+    vocab_size=99,
+    local_attention=8,
+    max_position_embeddings=64,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+    cls_token_id=1,
+    sep_token_id=2,
+)
+CLASSES = [
+    "ModernBertModel",
+    "ModernBertForMaskedLM",
+    "ModernBertForSequenceClassification",
+    "ModernBertForTokenClassification",
+    "ModernBertForQuestionAnswering",
+    "ModernBertForMultipleChoice",
+]
 
 
 def hf_config(name, **extra):
     kw = dict(CONFIGS[name], **COMMON, **extra)
     n = kw.pop("global_attn_every_n_layers", 3)
-    rope = {"full_attention": {"rope_type": "default", "rope_theta": kw.pop("global_rope_theta", 160000.0)},
-            "sliding_attention": {"rope_type": "default", "rope_theta": kw.pop("local_rope_theta", 10000.0)}}
+    rope = {
+        "full_attention": {"rope_type": "default", "rope_theta": kw.pop("global_rope_theta", 160000.0)},
+        "sliding_attention": {"rope_type": "default", "rope_theta": kw.pop("local_rope_theta", 10000.0)},
+    }
     layer_types = ["sliding_attention" if i % n else "full_attention" for i in range(kw["num_hidden_layers"])]
     return transformers.ModernBertConfig(layer_types=layer_types, rope_parameters=rope, **kw)
 
@@ -84,8 +114,11 @@ def compare(hf, bk, name):
 @pytest.mark.parametrize("cls_name", CLASSES)
 def test_transformers_to_bertkit(tmp_path, cfg_name, cls_name, impl):
     torch.manual_seed(1)
-    hf = getattr(transformers, cls_name)._from_config(hf_config(cfg_name, num_labels=3 if "Sequence" in cls_name
-                                                                else 2), attn_implementation=impl).eval()
+    hf = (
+        getattr(transformers, cls_name)
+        ._from_config(hf_config(cfg_name, num_labels=3 if "Sequence" in cls_name else 2), attn_implementation=impl)
+        .eval()
+    )
     hf.save_pretrained(tmp_path)
     bk = getattr(mb, cls_name).from_pretrained(tmp_path).eval()
     compare(hf, bk, cls_name)
@@ -139,8 +172,14 @@ def test_transformers4_config_keys_load(tmp_path):
     data = json.loads((tmp_path / "config.json").read_text())
     data.pop("layer_types")
     data.pop("rope_parameters")
-    data.update(global_attn_every_n_layers=2, global_rope_theta=1000.0, local_rope_theta=50.0,
-                reference_compile=None, repad_logits_with_grad=False, position_embedding_type="absolute")
+    data.update(
+        global_attn_every_n_layers=2,
+        global_rope_theta=1000.0,
+        local_rope_theta=50.0,
+        reference_compile=None,
+        repad_logits_with_grad=False,
+        position_embedding_type="absolute",
+    )
     (tmp_path / "config.json").write_text(json.dumps(data))
     hf4 = transformers.ModernBertForMaskedLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
     bk = mb.ModernBertForMaskedLM.from_pretrained(tmp_path)
@@ -155,8 +194,7 @@ def test_masked_lm_head_loads_into_classifier_and_encoder(tmp_path):
     torch.manual_seed(4)
     hf = transformers.ModernBertForMaskedLM(hf_config("tiny")).eval()
     hf.save_pretrained(tmp_path)
-    cls, info = mb.ModernBertForSequenceClassification.from_pretrained(tmp_path, num_labels=3,
-                                                                      output_loading_info=True)
+    cls, info = mb.ModernBertForSequenceClassification.from_pretrained(tmp_path, num_labels=3, output_loading_info=True)
     assert sorted(info.initialised) == ["classifier.bias", "classifier.weight"]
     assert info.dropped == ["decoder.bias"]
     torch.testing.assert_close(cls.head.dense.weight, hf.head.dense.weight)
@@ -164,8 +202,11 @@ def test_masked_lm_head_loads_into_classifier_and_encoder(tmp_path):
     assert not info.initialised and set(info.dropped) == {"decoder.bias", "head.dense.weight", "head.norm.weight"}
     ids, mask = make_batch()
     with torch.no_grad():
-        close(hf.model(input_ids=ids, attention_mask=mask).last_hidden_state,
-              enc(ids, attention_mask=mask).last_hidden_state, mask)
+        close(
+            hf.model(input_ids=ids, attention_mask=mask).last_hidden_state,
+            enc(ids, attention_mask=mask).last_hidden_state,
+            mask,
+        )
 
 
 def test_attention_probabilities_equal_transformers_eager(tmp_path):

@@ -21,14 +21,26 @@ from ..hf_qa import hf_qa_answers
 
 transformers = pytest.importorskip("transformers")
 
-TEXTS = ["Carol lives in Berlin and works for Acme Corp.", "Dave works for Globex  in London!",
-         "the ending was boring , the cast was great .", "Zürich's qwertyuiop is unknown", "the film was good"]
+TEXTS = [
+    "Carol lives in Berlin and works for Acme Corp.",
+    "Dave works for Globex  in London!",
+    "the ending was boring , the cast was great .",
+    "Zürich's qwertyuiop is unknown",
+    "the film was good",
+]
 
 
 def _config(ft, **extra) -> BertConfig:
     vocab = [x for x in (ft / "vocab.txt").read_text(encoding="utf-8").splitlines() if x]
-    return BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      intermediate_size=37, max_position_embeddings=512, **extra)
+    return BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=512,
+        **extra,
+    )
 
 
 def _save(path, model, ft):
@@ -51,9 +63,11 @@ def _classifier(tmp_path_factory, ft, labels, seed, problem_type=None):
 
 @pytest.fixture(scope="module")
 def classifiers(tmp_path_factory, ft):
-    return {"three labels": _classifier(tmp_path_factory, ft, ["neg", "neutral", "pos"], 1),
-            "one label": _classifier(tmp_path_factory, ft, ["score"], 2),
-            "multi-label": _classifier(tmp_path_factory, ft, ["a", "b", "c", "d"], 3, "multi_label_classification")}
+    return {
+        "three labels": _classifier(tmp_path_factory, ft, ["neg", "neutral", "pos"], 1),
+        "one label": _classifier(tmp_path_factory, ft, ["score"], 2),
+        "multi-label": _classifier(tmp_path_factory, ft, ["a", "b", "c", "d"], 3, "multi_label_classification"),
+    }
 
 
 def _hf(directory, cls, pipeline_cls, lowercase):
@@ -66,8 +80,12 @@ def _hf(directory, cls, pipeline_cls, lowercase):
 def test_function_to_apply_equals_transformers(classifiers, function):
     for name, directory in classifiers.items():
         pipe = load_pipeline(directory, precision="fp32")
-        hf = _hf(directory, "BertForSequenceClassification", transformers.TextClassificationPipeline,
-                 pipe.tokenizer.lowercase)
+        hf = _hf(
+            directory,
+            "BertForSequenceClassification",
+            transformers.TextClassificationPipeline,
+            pipe.tokenizer.lowercase,
+        )
         kwargs = {} if function is None else {"function_to_apply": function}
         ours = pipe.predict(TEXTS, top_k=pipe.num_labels, **kwargs)
         theirs = hf(TEXTS, top_k=None, **kwargs)
@@ -116,8 +134,7 @@ def _norm(entities):
 @pytest.mark.parametrize("strategy", ["simple", "none", "first", "max", "average"])
 def test_aggregation_and_ignore_labels_equal_transformers(ner_dir, strategy):
     pipe = load_pipeline(ner_dir, precision="fp32")
-    hf = _hf(ner_dir, "BertForTokenClassification", transformers.TokenClassificationPipeline,
-             pipe.tokenizer.lowercase)
+    hf = _hf(ner_dir, "BertForTokenClassification", transformers.TokenClassificationPipeline, pipe.tokenizer.lowercase)
     seen = set()
     for ignore in (None, ["O", "LOC"], ["O", "B-LOC", "I-LOC"], []):
         kwargs = {} if ignore is None else {"ignore_labels": ignore}
@@ -125,8 +142,9 @@ def test_aggregation_and_ignore_labels_equal_transformers(ner_dir, strategy):
         theirs = [hf(t, aggregation_strategy=strategy, **kwargs) for t in TEXTS]
         for text, a, b in zip(TEXTS, ours, theirs):
             a, b = _norm(a), _norm(b)
-            assert [{k: v for k, v in x.items() if k != "score"} for x in a] == \
-                   [{k: v for k, v in x.items() if k != "score"} for x in b], (strategy, ignore, text)
+            assert [{k: v for k, v in x.items() if k != "score"} for x in a] == [
+                {k: v for k, v in x.items() if k != "score"} for x in b
+            ], (strategy, ignore, text)
             assert [x["score"] for x in a] == pytest.approx([x["score"] for x in b], abs=1e-5)
         key = "entity" if strategy == "none" else "entity_group"
         labels = {e[key] for x in ours for e in x}
@@ -144,7 +162,7 @@ def test_word_strategies_group_pieces(ner_dir):
     assert len(pieces) > 4
     for strategy in ("first", "max", "average"):
         words = pipe.ner(text, aggregation_strategy=strategy, ignore_labels=[])
-        assert all(text[w["start"]:w["end"]] in ("qwertyuiop", "asdfgh", text) for w in words), (strategy, words)
+        assert all(text[w["start"] : w["end"]] in ("qwertyuiop", "asdfgh", text) for w in words), (strategy, words)
 
 
 def test_ner_parameters_refused_by_name(ner_dir):
@@ -173,8 +191,12 @@ def qa_items(ft):
     items = []
     for name in ("squad_dev.json", "squad_v2_dev.json"):
         data = json.loads((ft / name).read_text(encoding="utf-8"))
-        items += [{"question": q["question"], "context": p["context"]} for a in data["data"]
-                  for p in a["paragraphs"] for q in p["qas"]]
+        items += [
+            {"question": q["question"], "context": p["context"]}
+            for a in data["data"]
+            for p in a["paragraphs"]
+            for q in p["qas"]
+        ]
     return items[:12]
 
 
@@ -203,8 +225,9 @@ def hf_qa(qa_dir, qa_items):
     return hf_qa_answers(qa_dir, [_qa_run(pipe, qa_items, s) for s in QA_SETTINGS], pipe.tokenizer.lowercase)
 
 
-@pytest.mark.parametrize("k", range(len(QA_SETTINGS)),
-                         ids=[",".join(f"{k}={v}" for k, v in s.items()) or "defaults" for s in QA_SETTINGS])
+@pytest.mark.parametrize(
+    "k", range(len(QA_SETTINGS)), ids=[",".join(f"{k}={v}" for k, v in s.items()) or "defaults" for s in QA_SETTINGS]
+)
 def test_qa_parameters_equal_transformers(qa_dir, qa_items, hf_qa, k):
     pipe = load_pipeline(qa_dir, precision="fp32")
     settings = QA_SETTINGS[k]
@@ -213,8 +236,9 @@ def test_qa_parameters_equal_transformers(qa_dir, qa_items, hf_qa, k):
     for item, a, b in zip(items, ours, hf_qa[k]):
         a = a if isinstance(a, list) else [a]
         b = b if isinstance(b, list) else [b]
-        assert [(x["answer"], x["start"], x["end"]) for x in a] == [(x["answer"], x["start"], x["end"]) for x in b], \
+        assert [(x["answer"], x["start"], x["end"]) for x in a] == [(x["answer"], x["start"], x["end"]) for x in b], (
             item
+        )
         assert [x["score"] for x in a] == pytest.approx([x["score"] for x in b], rel=1e-4, abs=1e-7)
     top_k = settings.get("top_k", 1)
     if top_k > 1:
@@ -237,7 +261,7 @@ def test_qa_top_k_and_handle_impossible_answer(qa_dir, qa_items):
     pipe = load_pipeline(qa_dir, precision="fp32")
     q, c = qa_items[0]["question"], qa_items[0]["context"]
     one = pipe.answer(q, c)
-    assert isinstance(one, dict) and c[one["start"]:one["end"]] == one["answer"] != ""
+    assert isinstance(one, dict) and c[one["start"] : one["end"]] == one["answer"] != ""
     three = pipe.answer(q, c, top_k=3)
     assert isinstance(three, list) and len(three) == 3 and three[0] == one
     assert [x["score"] for x in three] == sorted((x["score"] for x in three), reverse=True)
@@ -249,11 +273,23 @@ def test_qa_top_k_and_handle_impossible_answer(qa_dir, qa_items):
     assert isinstance(google, list) and len(google) == 3 and len({x["answer"] for x in google}) == 3
 
 
-@pytest.mark.parametrize("name,value", [("top_k", 0), ("top_k", True), ("top_k", "3"), ("doc_stride", -1),
-                                        ("doc_stride", 400), ("max_seq_len", 10_000), ("max_seq_len", 2),
-                                        ("max_question_len", 0), ("max_answer_len", 0),
-                                        ("handle_impossible_answer", "yes"), ("align_to_words", 1),
-                                        ("convention", "squad")])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("top_k", 0),
+        ("top_k", True),
+        ("top_k", "3"),
+        ("doc_stride", -1),
+        ("doc_stride", 400),
+        ("max_seq_len", 10_000),
+        ("max_seq_len", 2),
+        ("max_question_len", 0),
+        ("max_answer_len", 0),
+        ("handle_impossible_answer", "yes"),
+        ("align_to_words", 1),
+        ("convention", "squad"),
+    ],
+)
 def test_qa_parameters_refused_by_name(qa_dir, name, value):
     pipe = load_pipeline(qa_dir, precision="fp32")
     with pytest.raises(InputError, match=name):

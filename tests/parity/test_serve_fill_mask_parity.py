@@ -30,6 +30,8 @@ def test_fill_mask_equals_transformers_pipeline(tmp_path):
             got, want = (got, want) if text.count("[MASK]") > 1 else ([got], [want])
             for g_mask, w_mask in zip(got, want, strict=True):
                 assert [(p["token"], p["token_str"], p["sequence"]) for p in g_mask] == [
-                    (p["token"], p["token_str"], p["sequence"]) for p in w_mask]
-                np.testing.assert_allclose([p["score"] for p in g_mask], [p["score"] for p in w_mask], rtol=1e-4,
-                                           atol=1e-6)
+                    (p["token"], p["token_str"], p["sequence"]) for p in w_mask
+                ]
+                np.testing.assert_allclose(
+                    [p["score"] for p in g_mask], [p["score"] for p in w_mask], rtol=1e-4, atol=1e-6
+                )

@@ -19,8 +19,7 @@ VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
 
 @pytest.fixture(scope="module")
 def encoder(tmp_path_factory):
-    return Encoder.from_pretrained(tinymodels.make_model_dir(tmp_path_factory.mktemp("tiny"), VOCAB),
-                                   precision="fp32")
+    return Encoder.from_pretrained(tinymodels.make_model_dir(tmp_path_factory.mktemp("tiny"), VOCAB), precision="fp32")
 
 
 def test_plan_batches_orders_by_length_and_respects_both_limits():
@@ -32,8 +31,9 @@ def test_plan_batches_orders_by_length_and_respects_both_limits():
             key = (lambda i: -lengths[i]) if longest_first else (lambda i: lengths[i])
             assert flat == sorted(range(len(lengths)), key=key)  # a stable sort: ties keep the input order
             for b in batches:
-                assert len(b) <= size and (len(b) == 1 or budget is None or
-                                           max(lengths[i] for i in b) * len(b) <= budget)
+                assert len(b) <= size and (
+                    len(b) == 1 or budget is None or max(lengths[i] for i in b) * len(b) <= budget
+                )
             if budget is None:  # no budget: every batch but the last is full
                 assert all(len(b) == size for b in batches[:-1])
     assert plan_batches([], 4) == []
@@ -67,8 +67,13 @@ def test_task_collate_and_inference_batches_come_from_the_planner():
 def test_fill_mask_batches_by_length_under_the_token_budget(encoder):
     """fill-mask used fixed chunks of 32 texts in input order, whatever their length; it now plans its batches
     as encode does (sorted by length, under the CPU token budget) and answers in input order."""
-    texts = ["the [MASK] sat on the mat", "[MASK] dog", "we went to the river bank . the dog ran to the big red "
-             "mat and the [MASK] blue cat runs", "a [MASK]", "the cat [MASK] on the [MASK] mat"] * 3
+    texts = [
+        "the [MASK] sat on the mat",
+        "[MASK] dog",
+        "we went to the river bank . the dog ran to the big red mat and the [MASK] blue cat runs",
+        "a [MASK]",
+        "the cat [MASK] on the [MASK] mat",
+    ] * 3
     alone = [encoder.fill_mask([t], top_k=3)[0] for t in texts]
     shapes = []
     hook = encoder.bert.register_forward_hook(lambda m, args, out: shapes.append(tuple(args[0].shape)))
@@ -83,8 +88,9 @@ def test_fill_mask_batches_by_length_under_the_token_budget(encoder):
     assert len(together) == len(texts)
     for a, b in zip(together, alone):
         assert [[p["token_id"] for p in m] for m in a] == [[p["token_id"] for p in m] for m in b]
-        np.testing.assert_allclose([[p["score"] for p in m] for m in a], [[p["score"] for p in m] for m in b],
-                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            [[p["score"] for p in m] for m in a], [[p["score"] for p in m] for m in b], rtol=1e-5, atol=1e-6
+        )
 
 
 def test_probe_word_features_run_through_the_encoders_forward(encoder):
@@ -93,8 +99,11 @@ def test_probe_word_features_run_through_the_encoders_forward(encoder):
     from bertkit.data.conll import TaggedSentence
     from bertkit.experiments.probe import word_features
 
-    sentences = [TaggedSentence("the cat sat on the mat".split(), None), TaggedSentence(["dog"], None),
-                 TaggedSentence("we went to the river bank and the big red dog ran".split(), None)]
+    sentences = [
+        TaggedSentence("the cat sat on the mat".split(), None),
+        TaggedSentence(["dog"], None),
+        TaggedSentence("we went to the river bank and the big red dog ran".split(), None),
+    ]
     calls = []
     forward = encoder.forward
     encoder.forward = lambda *a, **k: calls.append(a[0].shape) or forward(*a, **k)
@@ -104,12 +113,15 @@ def test_probe_word_features_run_through_the_encoders_forward(encoder):
         del encoder.forward
     assert len(calls) == 2 and offsets.tolist() == [0, 6, 7, 19]
     for s, sentence in enumerate(sentences):
-        ids = [encoder.tokenizer.cls_token_id] + encoder.tokenizer.convert_tokens_to_ids(sentence.words) + \
-              [encoder.tokenizer.sep_token_id]
+        ids = (
+            [encoder.tokenizer.cls_token_id]
+            + encoder.tokenizer.convert_tokens_to_ids(sentence.words)
+            + [encoder.tokenizer.sep_token_id]
+        )
         with torch.inference_mode():
             hidden = encoder.bert(torch.tensor([ids]), output_hidden_states=True).hidden_states
         alone = torch.stack([h[0, 1:-1] for h in hidden], dim=1).numpy()  # [W, L+1, H]: one piece per word here
-        np.testing.assert_allclose(feats[offsets[s]:offsets[s + 1]], alone, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(feats[offsets[s] : offsets[s + 1]], alone, rtol=1e-5, atol=1e-5)
 
 
 def test_embedding_loop_column_is_the_one_collate():

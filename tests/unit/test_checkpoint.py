@@ -32,11 +32,17 @@ def test_roundtrip_is_exact(tmp_path, tiny_config):
 
 def test_state_dict_keys_match_hf_names(tiny_config):
     keys = set(BertForPreTraining(tiny_config).state_dict())
-    for key in ("bert.embeddings.word_embeddings.weight", "bert.encoder.layer.0.attention.self.query.weight",
-                "bert.encoder.layer.1.attention.output.LayerNorm.bias",
-                "bert.encoder.layer.0.intermediate.dense.weight",
-                "cls.predictions.transform.dense.weight", "cls.seq_relationship.weight", "bert.pooler.dense.bias",
-                "cls.predictions.decoder.weight", "cls.predictions.bias"):
+    for key in (
+        "bert.embeddings.word_embeddings.weight",
+        "bert.encoder.layer.0.attention.self.query.weight",
+        "bert.encoder.layer.1.attention.output.LayerNorm.bias",
+        "bert.encoder.layer.0.intermediate.dense.weight",
+        "cls.predictions.transform.dense.weight",
+        "cls.seq_relationship.weight",
+        "bert.pooler.dense.bias",
+        "cls.predictions.decoder.weight",
+        "cls.predictions.bias",
+    ):
         assert key in keys, key
 
 
@@ -75,8 +81,9 @@ def test_pretraining_checkpoint_into_classifier(tmp_path, tiny_config):
     pt.save_pretrained(tmp_path)
     clf, info = BertForSequenceClassification.from_pretrained(tmp_path, num_labels=3, output_loading_info=True)
     assert clf.classifier.out_features == 3 and clf.config.num_labels == 3
-    assert torch.equal(clf.bert.encoder.layer[0].attention.self.key.weight,
-                       pt.bert.encoder.layer[0].attention.self.key.weight)
+    assert torch.equal(
+        clf.bert.encoder.layer[0].attention.self.key.weight, pt.bert.encoder.layer[0].attention.self.key.weight
+    )
     assert "cls.seq_relationship.weight" in info.dropped
     assert info.initialised == ["classifier.bias", "classifier.weight"]
     assert info.source == str(tmp_path / "model.safetensors")
@@ -111,8 +118,10 @@ def test_old_gamma_beta_names(tmp_path, tiny_config):
     torch.manual_seed(0)
     model = BertForMaskedLM(tiny_config)
     model.config.save_pretrained(tmp_path)
-    state = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
-             for k, v in model.state_dict().items()}
+    state = {
+        k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+        for k, v in model.state_dict().items()
+    }
     torch.save(state, tmp_path / "pytorch_model.bin")
     back = BertForMaskedLM.from_pretrained(tmp_path)
     assert torch.equal(back.bert.embeddings.LayerNorm.weight, model.bert.embeddings.LayerNorm.weight)
@@ -143,13 +152,15 @@ def test_broken_safetensors_is_a_one_line_error_naming_the_file(tmp_path, tiny_c
     path = tmp_path / "model.safetensors"
     data = path.read_bytes()
     n = int.from_bytes(data[:8], "little")
-    path.write_bytes({
-        "truncate": data[: len(data) // 2],
-        "garbage": bytes(range(256)) * 40,
-        "empty": b"",
-        "bad-json": data[:8] + b"{" * n + data[8 + n:],
-        "header-only": data[: 8 + n],
-    }[damage])
+    path.write_bytes(
+        {
+            "truncate": data[: len(data) // 2],
+            "garbage": bytes(range(256)) * 40,
+            "empty": b"",
+            "bad-json": data[:8] + b"{" * n + data[8 + n :],
+            "header-only": data[: 8 + n],
+        }[damage]
+    )
     with pytest.raises(CheckpointError) as e:
         BertModel.from_pretrained(tmp_path)
     assert str(e.value).startswith(str(path)) and "\n" not in str(e.value)
@@ -180,10 +191,18 @@ def _edit_config(directory, **changes):
     path.write_text(json.dumps(config))
 
 
-@pytest.mark.parametrize("field,value", [
-    ("num_hidden_layers", 1_000_000), ("vocab_size", 10**12), ("hidden_size", 2**20), ("intermediate_size", 10**9),
-    ("max_position_embeddings", 10**9), ("type_vocab_size", 10**9), ("num_hidden_layers", 1),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("num_hidden_layers", 1_000_000),
+        ("vocab_size", 10**12),
+        ("hidden_size", 2**20),
+        ("intermediate_size", 10**9),
+        ("max_position_embeddings", 10**9),
+        ("type_vocab_size", 10**9),
+        ("num_hidden_layers", 1),
+    ],
+)
 @pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin"])
 def test_config_sizes_are_checked_against_the_weights_before_building(tmp_path, tiny_config, field, value, weights):
     BertForPreTraining(tiny_config).save_pretrained(tmp_path)
@@ -199,8 +218,7 @@ def test_config_sizes_are_checked_against_the_weights_before_building(tmp_path, 
     assert msg.startswith(f"{tmp_path / 'config.json'}: {field} is {value} but {tmp_path / weights}"), msg
 
 
-@pytest.mark.parametrize("field,value", [("vocab_size", 10**12), ("hidden_size", 2**20),
-                                         ("num_hidden_layers", 10**9)])
+@pytest.mark.parametrize("field,value", [("vocab_size", 10**12), ("hidden_size", 2**20), ("num_hidden_layers", 10**9)])
 def test_config_without_weights_too_large_for_memory_is_refused(tiny_config, field, value):
     from bertkit.config import ConfigError
 

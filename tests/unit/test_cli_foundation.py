@@ -31,8 +31,10 @@ def test_unknown_command_is_an_error(capsys):
 
 
 def test_help_does_not_import_torch():
-    code = ("import sys; from bertkit.cli import main\ntry:\n main(['--help'])\nexcept SystemExit: pass\n"
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys; from bertkit.cli import main\ntry:\n main(['--help'])\nexcept SystemExit: pass\n"
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("False")
 

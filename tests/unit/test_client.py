@@ -62,21 +62,34 @@ class FakeServer:
 
             def do_POST(self):
                 payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append({"path": self.path, "payload": payload,
-                                       "auth": self.headers.get("Authorization")})
+                outer.requests.append(
+                    {"path": self.path, "payload": payload, "auth": self.headers.get("Authorization")}
+                )
                 if status != 200:
                     return self.reply(status, error)
                 texts = payload["texts"]
                 strategy = payload.get("pooling_strategy") or "mean"
                 if strategy == "none":
                     arrs = [np.full((len(t.split()) + 2, 4), i, "<f4") for i, t in enumerate(texts)]
-                    return self.reply(200, {"pooling_strategy": "none", "shape": [list(a.shape) for a in arrs],
-                                            "embeddings": [base64.b64encode(a.tobytes()).decode() for a in arrs],
-                                            "tokens": [["[CLS]", *t.split(), "[SEP]"] for t in texts]})
+                    return self.reply(
+                        200,
+                        {
+                            "pooling_strategy": "none",
+                            "shape": [list(a.shape) for a in arrs],
+                            "embeddings": [base64.b64encode(a.tobytes()).decode() for a in arrs],
+                            "tokens": [["[CLS]", *t.split(), "[SEP]"] for t in texts],
+                        },
+                    )
                 arr = np.stack([np.full(4, float(len(outer.requests) * 10 + i), "<f4") for i in range(len(texts))])
-                self.reply(200, {"pooling_strategy": strategy, "shape": list(arr.shape),
-                                 "embeddings": base64.b64encode(arr.tobytes()).decode(),
-                                 "tokens": [["[CLS]", *t.split(), "[SEP]"] for t in texts]})
+                self.reply(
+                    200,
+                    {
+                        "pooling_strategy": strategy,
+                        "shape": list(arr.shape),
+                        "embeddings": base64.b64encode(arr.tobytes()).decode(),
+                        "tokens": [["[CLS]", *t.split(), "[SEP]"] for t in texts],
+                    },
+                )
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -94,8 +107,13 @@ class FakeServer:
 def test_encode_chunks_by_server_batch_size_and_keeps_order():
     with FakeServer() as fake:
         bc = BertClient(fake.url, api_key="k", timeout=10)
-        vecs, tokens = bc.encode(["a", "b c", "d", "e f g", "h"], show_tokens=True, pooling_layer=[-1, -2],
-                                 pooling_strategy="REDUCE_MAX", normalize=True)
+        vecs, tokens = bc.encode(
+            ["a", "b c", "d", "e f g", "h"],
+            show_tokens=True,
+            pooling_layer=[-1, -2],
+            pooling_strategy="REDUCE_MAX",
+            normalize=True,
+        )
     assert [len(r["payload"]["texts"]) for r in fake.requests] == [2, 2, 1]  # max_client_batch_size from /info
     assert vecs.shape == (5, 4) and vecs.dtype == np.float32
     np.testing.assert_array_equal(vecs[:, 0], [10, 11, 20, 21, 30])  # request k row i -> 10k + i, in order
@@ -117,10 +135,13 @@ def test_per_token_vectors_and_empty_input():
         assert empty.shape == (0, 4) and len(fake.requests) == sent  # nothing to send, the width from /info
 
 
-@pytest.mark.parametrize("error,expected", [
-    ({"error": "'texts[0]' is empty", "error_type": "Validation"}, "'texts[0]' is empty"),
-    ({"error": {"message": "bad key", "type": "authentication_error"}}, "bad key"),
-])
+@pytest.mark.parametrize(
+    "error,expected",
+    [
+        ({"error": "'texts[0]' is empty", "error_type": "Validation"}, "'texts[0]' is empty"),
+        ({"error": {"message": "bad key", "type": "authentication_error"}}, "bad key"),
+    ],
+)
 def test_server_errors_carry_status_and_message(error, expected):
     with FakeServer(status=422, error=error) as fake:
         with pytest.raises(BertClientError, match=re.escape(expected)) as info:

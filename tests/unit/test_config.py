@@ -57,9 +57,17 @@ def test_activations_accepted(act):
 
 def test_google_config_roundtrip(tmp_path):
     google = {
-        "attention_probs_dropout_prob": 0.1, "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "hidden_size": 768,
-        "initializer_range": 0.02, "intermediate_size": 3072, "max_position_embeddings": 512,
-        "num_attention_heads": 12, "num_hidden_layers": 12, "type_vocab_size": 2, "vocab_size": 30522,
+        "attention_probs_dropout_prob": 0.1,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1,
+        "hidden_size": 768,
+        "initializer_range": 0.02,
+        "intermediate_size": 3072,
+        "max_position_embeddings": 512,
+        "num_attention_heads": 12,
+        "num_hidden_layers": 12,
+        "type_vocab_size": 2,
+        "vocab_size": 30522,
     }
     path = tmp_path / "bert_config.json"
     path.write_text(json.dumps(google))
@@ -75,8 +83,16 @@ def test_hf_config_roundtrip_with_transformers(tmp_path):
     c = BertConfig.from_preset("bert-tiny", hidden_act="gelu_new", type_vocab_size=3, layer_norm_eps=1e-7)
     c.save_pretrained(tmp_path)
     hf = transformers.BertConfig.from_pretrained(tmp_path)
-    for field in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
-                  "type_vocab_size", "layer_norm_eps", "vocab_size"):
+    for field in (
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "hidden_act",
+        "type_vocab_size",
+        "layer_norm_eps",
+        "vocab_size",
+    ):
         assert getattr(hf, field) == getattr(c, field), field
     hf_dir = tmp_path / "hf"
     hf.save_pretrained(hf_dir)
@@ -96,8 +112,9 @@ def test_invalid_value_in_file_names_file_and_field(tmp_path):
         BertConfig.from_pretrained(tmp_path)
 
 
-@pytest.mark.parametrize("field,value", [("layer_norm_eps", "NaN"), ("initializer_range", "Infinity"),
-                                         ("hidden_dropout_prob", "-Infinity")])
+@pytest.mark.parametrize(
+    "field,value", [("layer_norm_eps", "NaN"), ("initializer_range", "Infinity"), ("hidden_dropout_prob", "-Infinity")]
+)
 def test_non_finite_values_are_refused_naming_the_field(tmp_path, field, value):
     path = tmp_path / "config.json"
     text = json.dumps(BertConfig.from_preset("bert-tiny").to_dict("hf")).replace("}", f', "{field}": 0.5}}')
@@ -112,5 +129,3 @@ def test_wrongly_typed_value_is_a_config_error(tmp_path):
 
     with pytest.raises(ConfigError, match="pad_token_id"):
         BertConfig.from_dict({"pad_token_id": "x"}, source="c.json")
-
-

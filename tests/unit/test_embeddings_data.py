@@ -63,14 +63,21 @@ def test_glue_stsb_file(fixtures_dir):
 
 
 def test_nli_contradictions_become_hard_negatives(tmp_path):
-    path = _write(tmp_path / "nli.jsonl", "\n".join(json.dumps(r) for r in [
-        {"premise": "p1", "hypothesis": "e1", "label": "entailment"},
-        {"premise": "p1", "hypothesis": "c1", "label": "contradiction"},
-        {"premise": "p1", "hypothesis": "n1", "label": "neutral"},
-        {"premise": "p2", "hypothesis": "e2", "label": 0},
-        {"premise": "p2", "hypothesis": "c2", "label": 2},
-        {"premise": "p3", "hypothesis": "e3", "label": "entailment"},  # no contradiction: left out
-    ]) + "\n")
+    path = _write(
+        tmp_path / "nli.jsonl",
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"premise": "p1", "hypothesis": "e1", "label": "entailment"},
+                {"premise": "p1", "hypothesis": "c1", "label": "contradiction"},
+                {"premise": "p1", "hypothesis": "n1", "label": "neutral"},
+                {"premise": "p2", "hypothesis": "e2", "label": 0},
+                {"premise": "p2", "hypothesis": "c2", "label": 2},
+                {"premise": "p3", "hypothesis": "e3", "label": "entailment"},  # no contradiction: left out
+            ]
+        )
+        + "\n",
+    )
     assert read_nli(path).rows == [("p1", "e1", "c1"), ("p2", "e2", "c2")]
     bad = _write(tmp_path / "nli.tsv", "premise\thypothesis\tlabel\np\th\tmaybe\n")
     with pytest.raises(DataError, match=r"nli\.tsv:2: label 'maybe'"):
@@ -79,11 +86,30 @@ def test_nli_contradictions_become_hard_negatives(tmp_path):
 
 def test_squad_pairs(tmp_path):
     context = "The cat sat on the mat. The dog ran to the river. It was cold."
-    data = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": [
-        {"id": "1", "question": "Where did the dog run?", "answers": [{"text": "river", "answer_start": 43}]},
-        {"id": "2", "question": "Who sat?", "answers": [{"text": "cat", "answer_start": 4}]},
-    ]}]}]}
+    data = {
+        "version": "1.1",
+        "data": [
+            {
+                "title": "t",
+                "paragraphs": [
+                    {
+                        "context": context,
+                        "qas": [
+                            {
+                                "id": "1",
+                                "question": "Where did the dog run?",
+                                "answers": [{"text": "river", "answer_start": 43}],
+                            },
+                            {"id": "2", "question": "Who sat?", "answers": [{"text": "cat", "answer_start": 4}]},
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
     path = _write(tmp_path / "squad.json", json.dumps(data))
-    assert read_squad_pairs(path, "sentence").rows == [("Where did the dog run?", "The dog ran to the river."),
-                                                       ("Who sat?", "The cat sat on the mat.")]
+    assert read_squad_pairs(path, "sentence").rows == [
+        ("Where did the dog run?", "The dog ran to the river."),
+        ("Who sat?", "The cat sat on the mat."),
+    ]
     assert read_squad_pairs(path, "paragraph").rows[0] == ("Where did the dog run?", context)

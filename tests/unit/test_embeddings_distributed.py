@@ -44,8 +44,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
 
 @pytest.mark.timeout(120)
 def test_two_ranks_equal_one_process_on_the_global_batch(tmp_path):
-    mp.start_processes(_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True,
-                       start_method="spawn")
+    mp.start_processes(_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True, start_method="spawn")
     model = _model(0.0)
     loss = plain_step(_embed(model), [_column(s) for s in range(3)], None, MultipleNegativesRankingLoss(symmetric=True))
     want = _grads(model)
@@ -55,6 +54,7 @@ def test_two_ranks_equal_one_process_on_the_global_batch(tmp_path):
         for name in want:
             torch.testing.assert_close(got["grads"][name], want[name], rtol=1e-4, atol=1e-6, msg=name)
     # each rank alone (its 4 rows, no gathering) would have had another loss: the gather is what makes them equal
-    alone = MultipleNegativesRankingLoss(symmetric=True)([_embed(model)(*vars(_half(_column(s), 0)).values())
-                                                          for s in range(3)])
+    alone = MultipleNegativesRankingLoss(symmetric=True)(
+        [_embed(model)(*vars(_half(_column(s), 0)).values()) for s in range(3)]
+    )
     assert alone.item() != pytest.approx(loss.item(), rel=1e-3)

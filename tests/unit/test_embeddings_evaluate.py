@@ -63,10 +63,20 @@ def test_sts_metrics_scale_and_sign():
 def _beir(tmp_path, qrels_text="query-id\tcorpus-id\tscore\nq1\td2\t1\nq2\td1\t1\n"):
     root = tmp_path / "beir"
     (root / "qrels").mkdir(parents=True)
-    (root / "corpus.jsonl").write_text("\n".join(json.dumps(d) for d in [
-        {"_id": "d1", "title": "cats", "text": "a cat"}, {"_id": "d2", "title": "", "text": "a dog"}]) + "\n")
-    (root / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in [
-        {"_id": "q1", "text": "dog?"}, {"_id": "q2", "text": "cat?"}, {"_id": "q3", "text": "unjudged"}]) + "\n")
+    (root / "corpus.jsonl").write_text(
+        "\n".join(
+            json.dumps(d)
+            for d in [{"_id": "d1", "title": "cats", "text": "a cat"}, {"_id": "d2", "title": "", "text": "a dog"}]
+        )
+        + "\n"
+    )
+    (root / "queries.jsonl").write_text(
+        "\n".join(
+            json.dumps(q)
+            for q in [{"_id": "q1", "text": "dog?"}, {"_id": "q2", "text": "cat?"}, {"_id": "q3", "text": "unjudged"}]
+        )
+        + "\n"
+    )
     (root / "qrels" / "test.tsv").write_text(qrels_text)
     return root
 

@@ -16,9 +16,16 @@ from bertkit.modeling import Packing
 
 def _model(dropout: float) -> BertModel:
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=37, max_position_embeddings=32, hidden_dropout_prob=dropout,
-                        attention_probs_dropout_prob=dropout)
+    config = BertConfig(
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=32,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+    )
     return BertModel(config, add_pooling_layer=False)
 
 
@@ -36,6 +43,7 @@ def _column(seed: int, b: int = 8, longest: int = 12) -> Column:
 def _embed(model):
     def embed(ids, types, mask):
         return pool(model(ids, attention_mask=mask, token_type_ids=types).last_hidden_state, mask, "mean")
+
     return embed
 
 
@@ -43,10 +51,13 @@ def _grads(model):
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("loss_fn,k,labels", [
-    (MultipleNegativesRankingLoss(symmetric=True), 3, None),
-    (CoSENTLoss(), 2, torch.tensor([0.1, 4.0, 2.0, 3.0, 5.0, 0.0, 1.5, 2.5])),
-])
+@pytest.mark.parametrize(
+    "loss_fn,k,labels",
+    [
+        (MultipleNegativesRankingLoss(symmetric=True), 3, None),
+        (CoSENTLoss(), 2, torch.tensor([0.1, 4.0, 2.0, 3.0, 5.0, 0.0, 1.5, 2.5])),
+    ],
+)
 @pytest.mark.parametrize("mini", [1, 3, 8])
 def test_cached_equals_plain_batch(loss_fn, k, labels, mini):
     model = _model(0.0)
@@ -95,9 +106,16 @@ def test_cached_step_replays_dropout_masks():
     assert not torch.allclose(other["encoder.layer.0.output.dense.weight"], want["encoder.layer.0.output.dense.weight"])
 
 
-@pytest.mark.parametrize("lengths,max_rows", [
-    ([5, 3, 9, 3, 12, 7, 7, 2], None), ([5, 3, 9, 3, 12, 7, 7, 2], 3), ([4] * 6, None), ([4] * 6, 4), ([1], None),
-])
+@pytest.mark.parametrize(
+    "lengths,max_rows",
+    [
+        ([5, 3, 9, 3, 12, 7, 7, 2], None),
+        ([5, 3, 9, 3, 12, 7, 7, 2], 3),
+        ([4] * 6, None),
+        ([4] * 6, 4),
+        ([1], None),
+    ],
+)
 @pytest.mark.parametrize("overhead", [0, 6, 1000])
 def test_length_chunks_is_the_cheapest_sorted_partition(lengths, max_rows, overhead):
     import itertools
@@ -124,6 +142,7 @@ def _embed_packed(model, overhead):
         packing = Packing(mask, length_chunks(mask.sum(1).tolist(), overhead=overhead))
         out = model(ids, attention_mask=mask, token_type_ids=types, packing=packing)
         return pool(out.last_hidden_state, mask, "mean")
+
     return embed
 
 

@@ -19,8 +19,13 @@ st = pytest.importorskip("sentence_transformers")
 
 WORDS = "the a cat dog sat on mat bank river money went to i we , . ! ? big small red blue runs ran hello world".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + ["##s", "##ing", "##ed"]
-TEXTS = ["the cat sat on the mat", "hello", "we went to the river bank . the dog ran to the big red mat", "a dog",
-         "Big Blue Runs"]
+TEXTS = [
+    "the cat sat on the mat",
+    "hello",
+    "we went to the river bank . the dog ran to the big red mat",
+    "a dog",
+    "Big Blue Runs",
+]
 
 
 def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -85,8 +90,14 @@ def test_sentence_transformers_directory_loads_in_encoder(tmp_path, mode, ours, 
 
     hf_dir = tmp_path / "hf"
     torch.manual_seed(1)
-    config = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
-                                     num_attention_heads=4, intermediate_size=37, max_position_embeddings=64)
+    config = transformers.BertConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+    )
     transformers.BertModel(config).save_pretrained(str(hf_dir))
     (hf_dir / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
     modules = [models.Transformer(str(hf_dir)), models.Pooling(32, mode)]

@@ -24,20 +24,51 @@ def test_task_score_official_metrics():
 
 def _leaderboard(row: dict[str, tuple[float, ...]]) -> dict[str, float]:
     """Leaderboard cells (points) -> task scores as the suite computes them (via fractions)."""
-    metrics = {"cola": ("mcc",), "sst2": ("accuracy",), "mrpc": ("f1", "accuracy"), "stsb": ("pearson", "spearman"),
-               "qqp": ("f1", "accuracy"), "mnli": ("accuracy",), "mnli-mm": ("accuracy",), "qnli": ("accuracy",),
-               "rte": ("accuracy",), "wnli": ("accuracy",)}
+    metrics = {
+        "cola": ("mcc",),
+        "sst2": ("accuracy",),
+        "mrpc": ("f1", "accuracy"),
+        "stsb": ("pearson", "spearman"),
+        "qqp": ("f1", "accuracy"),
+        "mnli": ("accuracy",),
+        "mnli-mm": ("accuracy",),
+        "qnli": ("accuracy",),
+        "rte": ("accuracy",),
+        "wnli": ("accuracy",),
+    }
     return {t: G.task_score(t, {m: v / 100 for m, v in zip(metrics[t], vals)}) for t, vals in row.items()}
 
 
 def test_glue_score_matches_published_leaderboard_rows():
     # BERT-base and BERT-large as the GLUE leaderboard lists them (paper Table 1 test rows); score 78.3 and 80.5
-    base = _leaderboard({"cola": (52.1,), "sst2": (93.5,), "mrpc": (88.9, 84.8), "stsb": (87.1, 85.8),
-                         "qqp": (71.2, 89.2), "mnli": (84.6,), "mnli-mm": (83.4,), "qnli": (90.5,), "rte": (66.4,),
-                         "wnli": (65.1,)})
-    large = _leaderboard({"cola": (60.5,), "sst2": (94.9,), "mrpc": (89.3, 85.4), "stsb": (87.6, 86.5),
-                          "qqp": (72.1, 89.3), "mnli": (86.7,), "mnli-mm": (85.9,), "qnli": (92.7,), "rte": (70.1,),
-                          "wnli": (65.1,)})
+    base = _leaderboard(
+        {
+            "cola": (52.1,),
+            "sst2": (93.5,),
+            "mrpc": (88.9, 84.8),
+            "stsb": (87.1, 85.8),
+            "qqp": (71.2, 89.2),
+            "mnli": (84.6,),
+            "mnli-mm": (83.4,),
+            "qnli": (90.5,),
+            "rte": (66.4,),
+            "wnli": (65.1,),
+        }
+    )
+    large = _leaderboard(
+        {
+            "cola": (60.5,),
+            "sst2": (94.9,),
+            "mrpc": (89.3, 85.4),
+            "stsb": (87.6, 86.5),
+            "qqp": (72.1, 89.3),
+            "mnli": (86.7,),
+            "mnli-mm": (85.9,),
+            "qnli": (92.7,),
+            "rte": (70.1,),
+            "wnli": (65.1,),
+        }
+    )
     s = G.glue_score(base)
     assert s.complete and s.missing == []
     assert round(s.score, 1) == 78.3
@@ -58,14 +89,26 @@ def test_glue_score_partial():
 
 
 def _cell(lr, seed, score, **metrics):
-    return {"task": "mrpc", "lr": lr, "seed": seed, "score": score, "name": G.cell_name(lr, seed),
-            "metrics": metrics or {"f1": score / 100, "accuracy": score / 100}}
+    return {
+        "task": "mrpc",
+        "lr": lr,
+        "seed": seed,
+        "score": score,
+        "name": G.cell_name(lr, seed),
+        "metrics": metrics or {"f1": score / 100, "accuracy": score / 100},
+    }
 
 
 def test_summarize_picks_the_best_median_over_seeds():
-    cells = [_cell(2e-5, 1, 95.0), _cell(2e-5, 2, 60.0), _cell(2e-5, 3, 61.0),  # best single run, bad median
-             _cell(5e-5, 1, 80.0), _cell(5e-5, 2, 82.0), _cell(5e-5, 3, 81.0),
-             {"task": "mrpc", "lr": 3e-5, "seed": 1, "score": None, "name": "x"}]  # an unscored cell is ignored
+    cells = [
+        _cell(2e-5, 1, 95.0),
+        _cell(2e-5, 2, 60.0),
+        _cell(2e-5, 3, 61.0),  # best single run, bad median
+        _cell(5e-5, 1, 80.0),
+        _cell(5e-5, 2, 82.0),
+        _cell(5e-5, 3, 81.0),
+        {"task": "mrpc", "lr": 3e-5, "seed": 1, "score": None, "name": "x"},
+    ]  # an unscored cell is ignored
     s = G.summarize("mrpc", cells)
     assert s.lr == 5e-5 and s.median == 81.0 and (s.low, s.high) == (80.0, 82.0)
     assert s.seeds == [1, 2, 3] and s.best_cell == G.cell_name(5e-5, 2)
@@ -76,15 +119,33 @@ def test_summarize_picks_the_best_median_over_seeds():
 
 def test_submission_files_names_headers_and_labels(tmp_path):
     rows = {
-        "cola": [("0", "1"), ("1", "0")], "sst2": [("0", "1")], "mrpc": [("0", "0")], "stsb": [("0", 3.14159)],
-        "qqp": [("0", "1")], "mnli": [("0", "entailment"), ("1", "neutral"), ("2", "contradiction")],
-        "mnli-mm": [("0", "neutral")], "qnli": [("0", "not_entailment")], "rte": [("0", "entailment")],
-        "wnli": [("0", "1")], "ax": [("0", "contradiction")],
+        "cola": [("0", "1"), ("1", "0")],
+        "sst2": [("0", "1")],
+        "mrpc": [("0", "0")],
+        "stsb": [("0", 3.14159)],
+        "qqp": [("0", "1")],
+        "mnli": [("0", "entailment"), ("1", "neutral"), ("2", "contradiction")],
+        "mnli-mm": [("0", "neutral")],
+        "qnli": [("0", "not_entailment")],
+        "rte": [("0", "entailment")],
+        "wnli": [("0", "1")],
+        "ax": [("0", "contradiction")],
     }
     z = G.write_submission(tmp_path / "submission", rows)
     assert z == tmp_path / "submission.zip"
-    expected = ["CoLA.tsv", "SST-2.tsv", "MRPC.tsv", "STS-B.tsv", "QQP.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "QNLI.tsv",
-                "RTE.tsv", "WNLI.tsv", "AX.tsv"]
+    expected = [
+        "CoLA.tsv",
+        "SST-2.tsv",
+        "MRPC.tsv",
+        "STS-B.tsv",
+        "QQP.tsv",
+        "MNLI-m.tsv",
+        "MNLI-mm.tsv",
+        "QNLI.tsv",
+        "RTE.tsv",
+        "WNLI.tsv",
+        "AX.tsv",
+    ]
     with zipfile.ZipFile(z) as f:
         assert sorted(f.namelist()) == sorted(expected)  # flat: the leaderboard wants the files at the top
         texts = {n: f.read(n).decode() for n in f.namelist()}

@@ -17,6 +17,7 @@ from bertkit.experiments import runner
 def fake_child(monkeypatch):
     def use(code: str):
         monkeypatch.setattr(runner, "bertkit_argv", lambda args: [sys.executable, "-c", code])
+
     return use
 
 
@@ -49,12 +50,14 @@ def test_child_dies_with_a_killed_parent(tmp_path):
     import subprocess
 
     pidfile = tmp_path / "child.pid"
-    (tmp_path / "child.py").write_text(f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
-                                       "time.sleep(60)\n")
+    (tmp_path / "child.py").write_text(
+        f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"
+    )
     (tmp_path / "parent.py").write_text(
         "import sys\nfrom bertkit.experiments import runner\n"
         f"runner.bertkit_argv = lambda a: [sys.executable, {str(tmp_path / 'child.py')!r}]\n"
-        "runner.run_bertkit(['x'])\n")
+        "runner.run_bertkit(['x'])\n"
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     parent = subprocess.Popen([sys.executable, str(tmp_path / "parent.py")], env=env)
     t0 = time.time()

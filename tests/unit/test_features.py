@@ -66,12 +66,14 @@ def test_pooling_matches_hand_computation_and_ignores_padding():
     mx = np.stack([h[b, :n].max(0) for b, n in enumerate(lengths)])
     np.testing.assert_allclose(pool(hidden, mask, "mean").numpy(), mean, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(pool(hidden, mask, "max").numpy(), mx, rtol=1e-6)
-    np.testing.assert_allclose(pool(hidden, mask, "mean_max").numpy(), np.concatenate([mean, mx], 1), rtol=1e-6,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        pool(hidden, mask, "mean_max").numpy(), np.concatenate([mean, mx], 1), rtol=1e-6, atol=1e-6
+    )
     np.testing.assert_array_equal(pool(hidden, mask, "cls").numpy(), h[:, 0])
     np.testing.assert_array_equal(pool(hidden, mask, "first").numpy(), h[:, 1])
-    np.testing.assert_array_equal(pool(hidden, mask, "sep").numpy(), np.stack([h[b, n - 1] for b, n in
-                                                                               enumerate(lengths)]))
+    np.testing.assert_array_equal(
+        pool(hidden, mask, "sep").numpy(), np.stack([h[b, n - 1] for b, n in enumerate(lengths)])
+    )
 
 
 def test_max_pooling_of_all_negative_rows_is_not_zero_padding():
@@ -126,8 +128,13 @@ def test_every_pooling_matches_hand_computation(reference, encoder, pooling):
     for i, (states, pooled) in enumerate(ref):
         h = states[-1]
         want = {
-            "mean": h.mean(0), "max": h.max(0), "mean_max": np.concatenate([h.mean(0), h.max(0)]), "cls": h[0],
-            "first": h[1], "sep": h[-1], "cls_pooled": pooled,
+            "mean": h.mean(0),
+            "max": h.max(0),
+            "mean_max": np.concatenate([h.mean(0), h.max(0)]),
+            "cls": h[0],
+            "first": h[1],
+            "sep": h[-1],
+            "cls_pooled": pooled,
         }[pooling]
         np.testing.assert_allclose(got[i], want, rtol=1e-4, atol=1e-5)
 
@@ -166,8 +173,10 @@ def test_pairs_normalize_truncation(encoder):
 
 def test_forward_stops_after_the_deepest_requested_layer(encoder):
     calls = []
-    hooks = [layer.register_forward_hook(lambda m, i, o, k=k: calls.append(k))
-             for k, layer in enumerate(encoder.bert.encoder.layer)]
+    hooks = [
+        layer.register_forward_hook(lambda m, i, o, k=k: calls.append(k))
+        for k, layer in enumerate(encoder.bert.encoder.layer)
+    ]
     try:
         encoder.encode(TEXTS, layers="embeddings", batch_size=64)
         assert calls == []
@@ -212,8 +221,9 @@ def test_fill_mask_and_missing_heads(tmp_path, encoder):
         encoder.fill_mask(["nothing to fill"])
     from bertkit import BertForTokenClassification
 
-    bare = Encoder.from_pretrained(make_model_dir(tmp_path / "tagger", BertForTokenClassification, num_labels=3),
-                                   precision="fp32")
+    bare = Encoder.from_pretrained(
+        make_model_dir(tmp_path / "tagger", BertForTokenClassification, num_labels=3), precision="fp32"
+    )
     assert bare.mlm_head is None and not bare.has_pooler
     with pytest.raises(ValueError, match="MLM head"):
         bare.fill_mask(["the [MASK]"])
@@ -312,11 +322,25 @@ def test_cut_batches_and_task_inference_under_the_cap(monkeypatch):
     from bertkit.tasks import collate_inputs, run_inference
 
     torch.manual_seed(0)
-    model = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
-                                                     num_attention_heads=2, intermediate_size=32, num_labels=2))
+    model = BertForSequenceClassification(
+        BertConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            num_labels=2,
+        )
+    )
     g = torch.Generator().manual_seed(1)
-    feats = [{"input_ids": torch.randint(5, 50, (n,), generator=g).tolist(), "token_type_ids": [0] * n,
-              "attention_mask": [1] * n} for n in lengths]
+    feats = [
+        {
+            "input_ids": torch.randint(5, 50, (n,), generator=g).tolist(),
+            "token_type_ids": [0] * n,
+            "attention_mask": [1] * n,
+        }
+        for n in lengths
+    ]
 
     def run(cap):
         monkeypatch.setattr(bertkit.features, "cpu_forward_tokens", lambda width=3072: cap)

@@ -183,7 +183,7 @@ def _google_get_final_text(pred_text, orig_text, do_lower_case):
     def _strip_spaces(text):
         ns_chars = []
         ns_to_s_map = collections.OrderedDict()
-        for (i, c) in enumerate(text):
+        for i, c in enumerate(text):
             if c == " ":
                 continue
             ns_to_s_map[len(ns_chars)] = i
@@ -201,7 +201,7 @@ def _google_get_final_text(pred_text, orig_text, do_lower_case):
     if len(orig_ns_text) != len(tok_ns_text):
         return orig_text
     tok_s_to_ns_map = {}
-    for (i, tok_index) in tok_ns_to_s_map.items():
+    for i, tok_index in tok_ns_to_s_map.items():
         tok_s_to_ns_map[tok_index] = i
     orig_start_position = None
     if start_position in tok_s_to_ns_map:
@@ -217,7 +217,7 @@ def _google_get_final_text(pred_text, orig_text, do_lower_case):
             orig_end_position = orig_ns_to_s_map[ns_end_position]
     if orig_end_position is None:
         return orig_text
-    output_text = orig_text[orig_start_position:(orig_end_position + 1)]
+    output_text = orig_text[orig_start_position : (orig_end_position + 1)]
     return output_text
 
 
@@ -234,7 +234,7 @@ def test_get_final_text_equals_googles():
     @given(st.text(alphabet, max_size=24), st.integers(0, 30), st.integers(0, 30), st.booleans(), st.booleans())
     def check(orig, a, b, lower, from_orig):
         tok = " ".join(reference_basic_tokenize(orig, lowercase=lower))
-        pred = tok[min(a, b):max(a, b)].strip() if from_orig else tok[::-1][:a]
+        pred = tok[min(a, b) : max(a, b)].strip() if from_orig else tok[::-1][:a]
         ours = get_final_text(pred, orig, lambda t: reference_basic_tokenize(t, lowercase=lower))
         assert ours == _google_get_final_text(pred, orig, lower)
 
@@ -243,18 +243,21 @@ def test_get_final_text_equals_googles():
     assert get_final_text("steve smith", "Steve Smith's", reference_basic_tokenize) == "Steve Smith"
 
 
-@pytest.mark.parametrize("context,first,last,google,chars,words", [
-    # Google's projection does not widen a span that starts or ends inside a word; `words` does
-    ('the "imperium" fell', 1, 4, '"imp', '"imp', '"imperium'),
-    ('the "imperium" fell', 3, 8, "mperium", "mperium", "imperium"),
-    ("Steve Smith's film", 0, 9, "Steve Smith", "Steve Smith", "Steve Smith"),
-    # original words are re-joined with one space
-    ("New  York \u2603!", 0, 6, "New York", "New  York", "New  York"),
-    # an [UNK] piece cannot be found in the original: Google returns the whole whitespace-separated words
-    ("New  York \u2603!", 7, 7, "\u2603!", "\u2603", "\u2603"),
-    # accents stripped by the tokenizer change the length: again the whole original words
-    ("cafe\u0301, noir", 0, 3, "cafe\u0301,", "cafe\u0301", "cafe\u0301"),
-])
+@pytest.mark.parametrize(
+    "context,first,last,google,chars,words",
+    [
+        # Google's projection does not widen a span that starts or ends inside a word; `words` does
+        ('the "imperium" fell', 1, 4, '"imp', '"imp', '"imperium'),
+        ('the "imperium" fell', 3, 8, "mperium", "mperium", "imperium"),
+        ("Steve Smith's film", 0, 9, "Steve Smith", "Steve Smith", "Steve Smith"),
+        # original words are re-joined with one space
+        ("New  York \u2603!", 0, 6, "New York", "New  York", "New  York"),
+        # an [UNK] piece cannot be found in the original: Google returns the whole whitespace-separated words
+        ("New  York \u2603!", 7, 7, "\u2603!", "\u2603", "\u2603"),
+        # accents stripped by the tokenizer change the length: again the whole original words
+        ("cafe\u0301, noir", 0, 3, "cafe\u0301,", "cafe\u0301", "cafe\u0301"),
+    ],
+)
 def test_squad_answer_text_modes(tok, context, first, last, google, chars, words):
     """The answer text of context pieces first..last in each --answer-text mode, through featurize and postprocess
     with hand-made logits (google = run_squad.py's get_final_text, the default)."""

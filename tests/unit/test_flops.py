@@ -8,8 +8,7 @@ import torch
 
 from bertkit.training import flops
 
-TINY = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "vocab_size": 99}
+TINY = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 99}
 
 
 def test_hand_count_for_a_tiny_config():
@@ -34,8 +33,7 @@ def test_count_equals_torchs_flop_counter_on_bertkits_model():
     from bertkit import BertConfig
     from bertkit.modeling import BertForPreTraining
 
-    config = BertConfig(**TINY, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0)
+    config = BertConfig(**TINY, max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     model = BertForPreTraining(config)
     model.attn_implementation = "eager"  # plain matmuls: the counter does not know the CPU's fused SDPA kernel
     g = torch.Generator().manual_seed(0)
@@ -47,8 +45,9 @@ def test_count_equals_torchs_flop_counter_on_bertkits_model():
     nsp = torch.tensor([0, 1, 0])
     counter = FlopCounterMode(display=False)
     with counter:
-        out = model(input_ids=ids, attention_mask=torch.ones(B, T, dtype=torch.long), labels=labels,
-                    next_sentence_label=nsp)
+        out = model(
+            input_ids=ids, attention_mask=torch.ones(B, T, dtype=torch.long), labels=labels, next_sentence_label=nsp
+        )
     forward = counter.get_total_flops()
     assert forward == flops.forward_flops(config, [T] * B, 4, nsp=True)
     with counter:  # counts afresh: the backward alone is twice the forward
@@ -77,8 +76,9 @@ def test_log_fields_from_the_run_record(tmp_path, monkeypatch):
     import json
     from types import SimpleNamespace
 
-    (tmp_path / "run.json").write_text(json.dumps({"model_config": TINY, "precision": "bf16",
-                                                   "config": {"seq_len": 12}}))
+    (tmp_path / "run.json").write_text(
+        json.dumps({"model_config": TINY, "precision": "bf16", "config": {"seq_len": 12}})
+    )
     monkeypatch.setattr(flops, "device_peak", lambda device, precision: 1e9 if precision == "bf16" else None)
     ctx = SimpleNamespace(is_main=True, world_size=2, device=torch.device("cpu"))
     sums = {"tokens": 12.0, "mlm_n": 3.0, "nsp_n": 2.0}
@@ -102,8 +102,9 @@ def test_log_fields_use_the_windows_own_sequences_and_never_exceed_the_peak(tmp_
     import json
     from types import SimpleNamespace
 
-    (tmp_path / "run.json").write_text(json.dumps({"model_config": TINY, "precision": "fp32",
-                                                   "config": {"seq_len": 128}}))
+    (tmp_path / "run.json").write_text(
+        json.dumps({"model_config": TINY, "precision": "fp32", "config": {"seq_len": 128}})
+    )
     ctx = SimpleNamespace(is_main=True, world_size=1, device=torch.device("cpu"))
     sums = {"tokens": 64.0, "mlm_n": 16.0, "sequences": 2.0}
     per_token = flops.train_flops(TINY, [32, 32], 16, nsp=False) / 64

@@ -31,9 +31,20 @@ class Killed(Exception):
     """Stands for SIGKILL: the process ends between two checkpoints."""
 
 
-def distill(teacher: torch.nn.Module, texts: torch.Tensor, output: Path, *, steps: int, batch_size: int = 4,
-            lr: float = 3e-3, clip: float = 1.0, precision: str = "fp32", save_every: int = 3, resume: bool = False,
-            kill_after: int | None = None) -> torch.nn.Module:
+def distill(
+    teacher: torch.nn.Module,
+    texts: torch.Tensor,
+    output: Path,
+    *,
+    steps: int,
+    batch_size: int = 4,
+    lr: float = 3e-3,
+    clip: float = 1.0,
+    precision: str = "fp32",
+    save_every: int = 3,
+    resume: bool = False,
+    kill_after: int | None = None,
+) -> torch.nn.Module:
     """Train a 1-layer student on ``teacher``'s masked-LM distributions over ``texts`` [N, T] (token ids)."""
     ctx, device = DistContext(), "cpu"
     run = RunDir(output, ctx)
@@ -41,8 +52,13 @@ def distill(teacher: torch.nn.Module, texts: torch.Tensor, output: Path, *, step
     seed_everything(0)
     student = BertForPreTraining(tiny_config(teacher.config.vocab_size, layers=1)).train()
     optimizer = build_optimizer(student, lr=lr)
-    state = TrainState(student, optimizer, linear_schedule(optimizer, steps // 10, steps),
-                       grad_scaler(precision, device), position={"batch": 0})
+    state = TrainState(
+        student,
+        optimizer,
+        linear_schedule(optimizer, steps // 10, steps),
+        grad_scaler(precision, device),
+        position={"batch": 0},
+    )
     keys = {"task": "distill", "steps": steps, "batch_size": batch_size, "lr": lr, "clip": clip}
     saved = run.resume_checkpoint(keys, resume)
     if saved is not None:
@@ -52,7 +68,7 @@ def distill(teacher: torch.nn.Module, texts: torch.Tensor, output: Path, *, step
 
     def batches(position: int) -> list[torch.Tensor]:  # 1. its batches: one micro-batch, in order, cycling
         start = position * batch_size % len(texts)
-        return [texts[start:start + batch_size]]
+        return [texts[start : start + batch_size]]
 
     def loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:  # 2. its loss: KL to the teacher
         with torch.no_grad():
@@ -61,8 +77,9 @@ def distill(teacher: torch.nn.Module, texts: torch.Tensor, output: Path, *, step
         return F.kl_div(logits, target, log_target=True, reduction="batchmean")
 
     while state.step < steps:
-        result = optimizer_step(state, batches(state.position["batch"]), loss, clip=clip, precision=precision,
-                                device=device, ctx=ctx)
+        result = optimizer_step(
+            state, batches(state.position["batch"]), loss, clip=clip, precision=precision, device=device, ctx=ctx
+        )
         state.position = {"batch": state.position["batch"] + 1}
         run.append_metrics({"step": state.step, "loss": result.loss, "grad_norm": result.grad_norm})
         if state.step % save_every == 0:
@@ -115,7 +132,8 @@ def test_a_killed_run_resumes_exactly(teacher, texts, tmp_path):
 def test_the_recipe_leaves_the_optimizer_step_to_the_core():
     """What the core owns (backward, loss scaling, clipping, the optimizer and schedule steps) is not written here."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(distill)))
-    calls = {node.func.attr for node in ast.walk(tree)
-             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
+    calls = {
+        node.func.attr for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    }
     assert not calls & {"backward", "clip_grad_norm_", "unscale_", "zero_grad", "GradScaler"}
     assert "step" not in calls  # optimizer.step / scheduler.step / scaler.step: optimizer_step does them

@@ -22,18 +22,29 @@ def _latin1(path, text: str):
     return path
 
 
-@pytest.mark.parametrize("reader, name, text, line", [
-    (lambda p: read_conll(p), "ner.conll", "EU B-ORG\nrejects O\n\nPar\xe9s B-LOC\n", 4),
-    (lambda p: read_glue(p, "sst2"), "train.tsv", "sentence\tlabel\nfine\t1\ncaf\xe9 noir\t0\n", 3),
-    (lambda p: read_table(p, "text"), "train.tsv", "text\tlabel\nok\ta\nna\xefve\tb\n", 3),
-    (lambda p: read_table(p, "text", fmt="jsonl"), "train.jsonl",
-     '{"text": "ok", "label": "a"}\n{"text": "r\xe9sum\xe9", "label": "b"}\n', 2),
-    (lambda p: read_swag(p), "swag.csv", "sent1,sent2,ending0,ending1,label\na,b,c,d,0\nz\xe8,b,c,d,1\n", 3),
-    (lambda p: read_squad(p), "dev.json", '{"version": "1.1", "data": [\n{"title": "Caf\xe9", "paragraphs": []}]}',
-     2),
-    (lambda p: emb_data.read_texts(p), "texts.txt", "one\ntwo\nthr\xe9e\n", 3),
-    (lambda p: emb_data.read_pairs(p), "pairs.tsv", "anchor\tpositive\na\tb\nc\t\xe9\n", 3),
-])
+@pytest.mark.parametrize(
+    "reader, name, text, line",
+    [
+        (lambda p: read_conll(p), "ner.conll", "EU B-ORG\nrejects O\n\nPar\xe9s B-LOC\n", 4),
+        (lambda p: read_glue(p, "sst2"), "train.tsv", "sentence\tlabel\nfine\t1\ncaf\xe9 noir\t0\n", 3),
+        (lambda p: read_table(p, "text"), "train.tsv", "text\tlabel\nok\ta\nna\xefve\tb\n", 3),
+        (
+            lambda p: read_table(p, "text", fmt="jsonl"),
+            "train.jsonl",
+            '{"text": "ok", "label": "a"}\n{"text": "r\xe9sum\xe9", "label": "b"}\n',
+            2,
+        ),
+        (lambda p: read_swag(p), "swag.csv", "sent1,sent2,ending0,ending1,label\na,b,c,d,0\nz\xe8,b,c,d,1\n", 3),
+        (
+            lambda p: read_squad(p),
+            "dev.json",
+            '{"version": "1.1", "data": [\n{"title": "Caf\xe9", "paragraphs": []}]}',
+            2,
+        ),
+        (lambda p: emb_data.read_texts(p), "texts.txt", "one\ntwo\nthr\xe9e\n", 3),
+        (lambda p: emb_data.read_pairs(p), "pairs.tsv", "anchor\tpositive\na\tb\nc\t\xe9\n", 3),
+    ],
+)
 def test_non_utf8_task_file_names_file_and_line(tmp_path, reader, name, text, line):
     path = _latin1(tmp_path / name, text)
     with pytest.raises(DataError, match="not UTF-8") as e:
@@ -55,10 +66,6 @@ def test_utf8_with_bom_still_reads(tmp_path):
     p = tmp_path / "ner.conll"
     p.write_bytes(b"\xef\xbb\xbf" + "Par\xe9s B-LOC\n".encode())
     assert read_conll(p)[0].words == ["Par\xe9s"]
-
-
-
-
 
 
 def test_deeply_nested_squad_json_is_an_error_naming_the_file(tmp_path):
@@ -87,16 +94,25 @@ def test_float_weight_stored_as_integers_is_refused_naming_key_and_dtypes(tmp_pa
     from bertkit.checkpoint import CheckpointError
     from bertkit.modeling import BertModel
 
-    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=20, max_position_embeddings=16)
+    config = BertConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=20,
+        max_position_embeddings=16,
+    )
     BertModel(config).save_pretrained(tmp_path)
     weights = tmp_path / "model.safetensors"
     state = load_file(str(weights))
     key = next(k for k in state if k.endswith("attention.self.query.weight"))
     state[key] = (state[key] * 100).to(dtype)
     save_file(state, str(weights))
-    with pytest.raises(CheckpointError, match=rf"dtype mismatch for '{key}': checkpoint has "
-                                              rf"{str(dtype)[6:]}, BertModel expects float32"):
+    with pytest.raises(
+        CheckpointError,
+        match=rf"dtype mismatch for '{key}': checkpoint has "
+        rf"{str(dtype)[6:]}, BertModel expects float32",
+    ):
         BertModel.from_pretrained(tmp_path)
 
 
@@ -106,8 +122,14 @@ def test_half_precision_weights_still_load(tmp_path):
     from bertkit import BertConfig
     from bertkit.modeling import BertModel
 
-    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=20, max_position_embeddings=16)
+    config = BertConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=20,
+        max_position_embeddings=16,
+    )
     BertModel(config).save_pretrained(tmp_path)
     weights = tmp_path / "model.safetensors"
     state = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in load_file(str(weights)).items()}
@@ -135,13 +157,12 @@ def test_ablate_accepts_a_corpus_directory_as_pretrain_does(tmp_path, capsys):
         (out / "vocab.txt").write_text("[PAD]\n")
         return ChildResult(0, False, False, 0.0, log)
 
-    study = AblationStudy(AblateConfig(corpus=[str(corpus)], output=tmp_path / "out", study="nsp", steps=2),
-                          run_child=fake_child)
+    study = AblationStudy(
+        AblateConfig(corpus=[str(corpus)], output=tmp_path / "out", study="nsp", steps=2), run_child=fake_child
+    )
     assert study.vocabulary() == tmp_path / "out" / "vocab" / "vocab.txt"
-    files = calls[0][1:calls[0].index("--output")]
+    files = calls[0][1 : calls[0].index("--output")]
     assert files == [str(corpus / "a.txt"), str(corpus / "part" / "b.txt")]  # the directory's text files
-
-
 
 
 def test_embed_input_not_utf8_names_the_line(tmp_path):
@@ -160,14 +181,25 @@ def test_modernbert_float_weight_stored_as_int32_is_refused(tmp_path):
     from bertkit import modeling_modernbert as mb
     from bertkit.checkpoint import CheckpointError
 
-    config = mb.ModernBertConfig(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
-                                 num_attention_heads=4, local_attention=8, max_position_embeddings=64, pad_token_id=0)
+    config = mb.ModernBertConfig(
+        vocab_size=99,
+        hidden_size=32,
+        intermediate_size=37,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        local_attention=8,
+        max_position_embeddings=64,
+        pad_token_id=0,
+    )
     mb.ModernBertForMaskedLM(config).save_pretrained(tmp_path)
     weights = tmp_path / "model.safetensors"
     state = load_file(str(weights))
     key = next(k for k in state if k.endswith("Wqkv.weight"))
     state[key] = (state[key] * 100).to(torch.int32)
     save_file(state, str(weights))
-    with pytest.raises(CheckpointError, match=rf"dtype mismatch for '{key}': checkpoint has int32, "
-                                              r"ModernBertForMaskedLM expects float32"):
+    with pytest.raises(
+        CheckpointError,
+        match=rf"dtype mismatch for '{key}': checkpoint has int32, "
+        r"ModernBertForMaskedLM expects float32",
+    ):
         mb.ModernBertForMaskedLM.from_pretrained(tmp_path)

@@ -18,8 +18,20 @@ LAYERS: list[tuple[str, set[str]]] = [
     # small utilities every layer uses; ``bertkit`` itself only names its lazy exports (resolved below)
     ("leaves", {"__init__", "errors", "files", "options", "precision", "ops"}),
     # the models, their files and what they read: configs, checkpoints, tokenizer, corpus and task readers
-    ("model", {"config", "modeling", "modeling_modernbert", "checkpoint", "tf_checkpoint", "export", "quantize",
-               "tokenization", "data"}),
+    (
+        "model",
+        {
+            "config",
+            "modeling",
+            "modeling_modernbert",
+            "checkpoint",
+            "tf_checkpoint",
+            "export",
+            "quantize",
+            "tokenization",
+            "data",
+        },
+    ),
     # what runs a model: the Encoder and its batches, the sentence-transformers format, the training core
     ("features", {"features", "batches", "st_format", "training"}),
     ("tasks, serve, embeddings", {"tasks", "pipelines", "serve", "embeddings"}),

@@ -107,8 +107,12 @@ def shard(tmp_path_factory) -> Shard:
 def _stats(table: np.ndarray, max_tokens: int, n_tokens: int) -> dict[str, float]:
     used = (table[:, 1] - table[:, 0]) + (table[:, 3] - table[:, 2])
     own = (table[:, 1] - table[:, 0]) + np.where(table[:, 4] == 0, table[:, 3] - table[:, 2], 0)  # A + IsNext B
-    return {"notnext": float((table[:, 4] == 1).mean()), "short": float((used < max_tokens // 2).mean()),
-            "fill": float(used.mean() / max_tokens), "own": float(own.sum() / n_tokens)}
+    return {
+        "notnext": float((table[:, 4] == 1).mean()),
+        "short": float((used < max_tokens // 2).mean()),
+        "fill": float(used.mean() / max_tokens),
+        "own": float(own.sum() / n_tokens),
+    }
 
 
 def _covered(tables: list[np.ndarray], n_tokens: int) -> float:

@@ -38,8 +38,10 @@ def data(tmp_path_factory):
     info = VocabInfo.from_tokens(vocab)
     p = 1.0 / np.arange(1, 201)
     p /= p.sum()
-    docs = [[" ".join(f"w{j}" for j in rng.choice(200, size=rng.integers(5, 20), p=p)) for _ in range(6)]
-            for _ in range(300)]
+    docs = [
+        [" ".join(f"w{j}" for j in rng.choice(200, size=rng.integers(5, 20), p=p)) for _ in range(6)]
+        for _ in range(300)
+    ]
     root = tmp_path_factory.mktemp("meter")
     (root / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
     out = root / "shards"
@@ -50,15 +52,18 @@ def data(tmp_path_factory):
 
 
 def _batches(directory, info, mix=None, n=4):
-    data = PretrainingData(directory, info, DataOptions(max_seq_length=64, batch_size=16, nsp=False, seed=3),
-                           split="eval")
+    data = PretrainingData(
+        directory, info, DataOptions(max_seq_length=64, batch_size=16, nsp=False, seed=3), split="eval"
+    )
     if mix is None:
         raw = data.eval_batches(n)
     else:  # the training inputs' 80/10/10 at the same positions: what the old meter scored
         from bertkit.data.pretraining import collate
 
-        raw = [collate([data.example(0, i, mix) for i in range(s, s + 16)], info.pad_id, False)
-               for s in range(0, 16 * n, 16)]
+        raw = [
+            collate([data.example(0, i, mix) for i in range(s, s + 16)], info.pad_id, False)
+            for s in range(0, 16 * n, 16)
+        ]
     return [{k: torch.from_numpy(v) for k, v in b.items()} for b in raw]
 
 
@@ -111,8 +116,9 @@ def test_mask_mix_option_is_validated_and_honoured(data):
     directory, info, _ = data
     with pytest.raises(ValueError, match="mask_mix"):
         DataOptions(mask_mix=(0.5, 0.1, 0.1))
-    data_ = PretrainingData(directory, info, DataOptions(max_seq_length=64, batch_size=16, nsp=False,
-                                                         mask_mix=(1.0, 0.0, 0.0)))
+    data_ = PretrainingData(
+        directory, info, DataOptions(max_seq_length=64, batch_size=16, nsp=False, mask_mix=(1.0, 0.0, 0.0))
+    )
     b = data_.batch(0, 0)
     sel = b["labels"] != -100
     assert (b["input_ids"][sel] == info.mask_id).all()

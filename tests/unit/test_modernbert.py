@@ -10,8 +10,16 @@ from bertkit import modeling_modernbert as mb
 from bertkit.checkpoint import CheckpointError
 from bertkit.config import ConfigError
 
-TINY = dict(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=4, num_attention_heads=4,
-            local_attention=8, max_position_embeddings=128, pad_token_id=0)
+TINY = dict(
+    vocab_size=99,
+    hidden_size=32,
+    intermediate_size=37,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    local_attention=8,
+    max_position_embeddings=128,
+    pad_token_id=0,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -39,10 +47,19 @@ def test_presets_and_layer_pattern():
         mb.ModernBertConfig.from_preset("modernbert-huge")
 
 
-@pytest.mark.parametrize("field, value", [("local_attention", 7), ("hidden_activation", "swish"),
-                                          ("classifier_pooling", "max"), ("num_hidden_layers", 0),
-                                          ("attention_dropout", 1.5), ("norm_bias", "no"), ("pad_token_id", 99),
-                                          ("layer_types", ["full_attention"])])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("local_attention", 7),
+        ("hidden_activation", "swish"),
+        ("classifier_pooling", "max"),
+        ("num_hidden_layers", 0),
+        ("attention_dropout", 1.5),
+        ("norm_bias", "no"),
+        ("pad_token_id", 99),
+        ("layer_types", ["full_attention"]),
+    ],
+)
 def test_bad_values_name_the_field(field, value):
     with pytest.raises(ConfigError, match=field):
         mb.ModernBertConfig(**{**TINY, field: value})
@@ -86,11 +103,11 @@ def test_blocked_local_attention_equals_the_dense_band(T, implementation):
     B, N, D, W = 3, 2, 8, 4
     q, k, v = (torch.randn(B, N, T, D) for _ in range(3))
     key_mask = torch.ones(B, T, dtype=torch.bool)
-    key_mask[1, T // 2:] = False
+    key_mask[1, T // 2 :] = False
     key_mask[2, 2:] = False
     pos = torch.arange(T)
     band = ((pos[:, None] - pos[None, :]).abs() <= W) & key_mask[:, None, None, :]
-    scores = (q @ k.transpose(-1, -2)) / D ** 0.5
+    scores = (q @ k.transpose(-1, -2)) / D**0.5
     want = torch.softmax(scores.masked_fill(~band, float("-inf")), -1) @ v
     kernel = mb.ATTENTION_FUNCTIONS[implementation]
     got = mb.local_attention_blocked(q, k, v, key_mask, W, kernel, 0.0)
@@ -129,8 +146,7 @@ def test_packed_equals_padded(groups):
     ids[mask == 0] = 0
     with torch.no_grad():
         padded = model(ids, attention_mask=mask, output_hidden_states=True)
-        packed = model(ids, attention_mask=mask, output_hidden_states=True,
-                       packing=mb.Packing(mask, groups))
+        packed = model(ids, attention_mask=mask, output_hidden_states=True, packing=mb.Packing(mask, groups))
     real = mask.bool()
     torch.testing.assert_close(packed.logits[real], padded.logits[real], atol=1e-5, rtol=0)
     for a, b in zip(packed.hidden_states, padded.hidden_states):
@@ -172,8 +188,9 @@ def test_every_head_shapes_and_losses():
     att = enc(ids, mask, output_attentions=True).attentions
     assert len(att) == 4 and att[0].shape == (B, 4, S, S)
     # no segment embeddings: token_type_ids change nothing
-    torch.testing.assert_close(enc(ids, mask, token_type_ids=torch.ones_like(ids)).last_hidden_state,
-                               enc(ids, mask).last_hidden_state)
+    torch.testing.assert_close(
+        enc(ids, mask, token_type_ids=torch.ones_like(ids)).last_hidden_state, enc(ids, mask).last_hidden_state
+    )
 
     mlm = mb.ModernBertForMaskedLM(c)
     assert mlm(ids, mask).logits.shape == (B, S, 99)

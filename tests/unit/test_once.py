@@ -30,8 +30,9 @@ def test_preparer_runs_and_waiters_wait_for_it(store, monkeypatch):
     waited = []
 
     def waiter():
-        waited.append(once_mod.once(_ctx(3, local_rank=1), "node", lambda: ran.append("waiter"), "preparing", 10,
-                                    poll=0.01))
+        waited.append(
+            once_mod.once(_ctx(3, local_rank=1), "node", lambda: ran.append("waiter"), "preparing", 10, poll=0.01)
+        )
 
     t = threading.Thread(target=waiter)
     t.start()
@@ -47,8 +48,11 @@ def test_a_failed_preparation_stops_the_waiters_with_its_message(store):
 
     with pytest.raises(ValueError, match="no text"):
         once_mod.once(_ctx(0), "global", broken, "preparing the corpus", 10)
-    with pytest.raises(RunError, match=r"rank 0 failed preparing the corpus, so rank 1 stops too: ValueError: "
-                                       r"corpus.txt: no text"):
+    with pytest.raises(
+        RunError,
+        match=r"rank 0 failed preparing the corpus, so rank 1 stops too: ValueError: "
+        r"corpus.txt: no text",
+    ):
         once_mod.once(_ctx(1), "global", lambda: None, "preparing the corpus", 10, poll=0.01)
 
 

@@ -62,8 +62,10 @@ def test_shared_options_have_one_spelling_and_old_ones_still_work(caplog):
     assert not caplog.records
     old = from_args(FinetuneArgs, p.parse_args(["--max-grad-norm", "0.5", "--warmup-proportion", "0.2"]))
     assert (old.clip, old.warmup_fraction) == (new.clip, new.warmup_fraction) == (0.5, 0.2)
-    assert [r.getMessage() for r in caplog.records] == ["--max-grad-norm is deprecated: use --clip",
-                                                        "--warmup-proportion is deprecated: use --warmup-fraction"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "--max-grad-norm is deprecated: use --clip",
+        "--warmup-proportion is deprecated: use --warmup-fraction",
+    ]
     assert "--max-grad-norm" not in p.format_help()
 
 
@@ -98,5 +100,9 @@ def test_passthrough_flags_come_back_as_the_argv_given():
 def test_a_list_of_negative_numbers_is_a_value_not_a_flag():
     from bertkit.cli import join_negative_lists
 
-    assert join_negative_lists(["embed", "--layers", "-1,-2,-3", "--x", "-1"]) == ["embed", "--layers=-1,-2,-3",
-                                                                                  "--x", "-1"]
+    assert join_negative_lists(["embed", "--layers", "-1,-2,-3", "--x", "-1"]) == [
+        "embed",
+        "--layers=-1,-2,-3",
+        "--x",
+        "-1",
+    ]

@@ -20,8 +20,19 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "bertkit"
 COMMAND_SOURCES = sorted((SRC / "commands").glob("*.py")) + sorted((SRC / "embeddings").glob("*_cli.py"))
 SHARED_FLAGS = ("--device", "--precision", "--threads", "--seed")
 # every command that loads, builds or trains a model: each takes --device and --precision
-MODEL_COMMANDS = ("embed", "similarity", "fill-mask", "attention", "serve", "probe", "quickstart", "pretrain",
-                  "finetune", "evaluate", "predict")
+MODEL_COMMANDS = (
+    "embed",
+    "similarity",
+    "fill-mask",
+    "attention",
+    "serve",
+    "probe",
+    "quickstart",
+    "pretrain",
+    "finetune",
+    "evaluate",
+    "predict",
+)
 
 
 def hand_written_shared_flags(source: str, name: str = "<src>") -> list[str]:
@@ -42,8 +53,10 @@ def test_no_command_defines_device_precision_threads_or_seed_itself():
 
 
 def test_the_source_rule_sees_a_hand_written_flag():
-    source = ('def configure(parser):\n    g = parser.add_argument_group("x")\n'
-              '    g.add_argument("--device", default="cpu")\n    parser.add_argument("--model")\n')
+    source = (
+        'def configure(parser):\n    g = parser.add_argument_group("x")\n'
+        '    g.add_argument("--device", default="cpu")\n    parser.add_argument("--model")\n'
+    )
     assert hand_written_shared_flags(source) == ["<src>:3 --device"]
 
 

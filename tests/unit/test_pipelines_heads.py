@@ -50,8 +50,7 @@ def test_rerank_on_a_one_label_head(tmp_path):
     texts = ["the film is good .", "the cast is grim .", "carol lives in berlin .", "the plot"]
     out = pipe.rerank("where does carol live ?", texts, return_text=True)
     raw = pipe.rerank("where does carol live ?", texts, raw_scores=True)
-    logits = one_by_one_logits(tmp_path, pipe.tokenizer, ["where does carol live ?"] * 4, texts,
-                                num_labels=1)[:, 0]
+    logits = one_by_one_logits(tmp_path, pipe.tokenizer, ["where does carol live ?"] * 4, texts, num_labels=1)[:, 0]
     assert [o["index"] for o in out] == list(np.argsort(-logits, kind="stable"))
     assert [o["text"] for o in out] == [texts[o["index"]] for o in out] and "text" not in raw[0]
     for o, r in zip(out, raw):
@@ -87,8 +86,9 @@ def test_ner_simple_grouping_equals_transformers(random_ner_dir):
     theirs = [hf(t) for t in NER_TEXTS]
     assert sum(len(x) for x in ours) >= 4 and any(o["end"] - o["start"] > 5 for x in ours for o in x)  # not vacuous
     for text, a, b in zip(NER_TEXTS, ours, theirs):
-        assert [(o["entity_group"], o["word"], o["start"], o["end"]) for o in a] == \
-               [(o["entity_group"], o["word"], o["start"], o["end"]) for o in b], text
+        assert [(o["entity_group"], o["word"], o["start"], o["end"]) for o in a] == [
+            (o["entity_group"], o["word"], o["start"], o["end"]) for o in b
+        ], text
         assert [o["score"] for o in a] == pytest.approx([float(o["score"]) for o in b], abs=1e-5)
 
 
@@ -99,7 +99,7 @@ def test_ner_long_text_is_windowed(random_ner_dir):
     tokens = pipe.ner(text, aggregation_strategy="none", ignore_labels=())
     enc = pipe.tokenizer.encode(text, add_special_tokens=False)
     assert [t["start"] for t in tokens] == [o[0] for o in enc.offsets]  # every token tagged, none twice
-    assert group_entities(tokens) and all(text[g["start"]:g["end"]] for g in group_entities(tokens))
+    assert group_entities(tokens) and all(text[g["start"] : g["end"]] for g in group_entities(tokens))
 
 
 def test_rerank_listwise_loss_is_a_softmax_over_the_group(tiny_dir):

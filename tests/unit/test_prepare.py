@@ -120,8 +120,9 @@ def test_preparation_20_times_with_workers_never_hangs(tmp_path, monkeypatch):
     20 times with 2 worker processes under a timeout, and gives the same shards as the in-process run each time."""
     monkeypatch.setattr(corpus_module, "BLOCK_CHARS", 1000)  # many small blocks: many tasks in flight
     corpus = mixed_corpus(tmp_path, n_docs=20)
-    ref = prepare_corpus([corpus], tmp_path / "ref", VOCAB, workers=1, progress=False, use_cache=False,
-                         shard_tokens=2000)
+    ref = prepare_corpus(
+        [corpus], tmp_path / "ref", VOCAB, workers=1, progress=False, use_cache=False, shard_tokens=2000
+    )
     assert len(ref["shards"]) >= 2
     expected = _shards(tmp_path / "ref")
     for i in range(20):
@@ -133,8 +134,9 @@ def test_preparation_20_times_with_workers_never_hangs(tmp_path, monkeypatch):
 def test_resume_after_an_interrupted_preparation_gives_the_same_shards(tmp_path, monkeypatch):
     monkeypatch.setattr(corpus_module, "BLOCK_CHARS", 1000)  # shards end at blocks: small ones, several shards
     corpus = mixed_corpus(tmp_path)
-    ref = prepare_corpus([corpus], tmp_path / "ref", VOCAB, workers=1, progress=False, use_cache=False,
-                         shard_tokens=1500)
+    ref = prepare_corpus(
+        [corpus], tmp_path / "ref", VOCAB, workers=1, progress=False, use_cache=False, shard_tokens=1500
+    )
     assert len(ref["shards"]) >= 4 and ref["eval"] is not None
 
     class Stop(Exception):
@@ -149,12 +151,21 @@ def test_resume_after_an_interrupted_preparation_gives_the_same_shards(tmp_path,
 
     out = tmp_path / "out"
     with pytest.raises(Stop):
-        prepare_corpus([corpus], out, VOCAB, workers=2, progress=False, use_cache=False, shard_tokens=1500,
-                       on_checkpoint=stop_after_two)
+        prepare_corpus(
+            [corpus],
+            out,
+            VOCAB,
+            workers=2,
+            progress=False,
+            use_cache=False,
+            shard_tokens=1500,
+            on_checkpoint=stop_after_two,
+        )
     assert not (out / "meta.json").exists() and (out / "progress.json").is_file()
     log: list[str] = []
-    meta = prepare_corpus([corpus], out, VOCAB, workers=1, progress=False, use_cache=False, shard_tokens=1500,
-                          log=log.append)
+    meta = prepare_corpus(
+        [corpus], out, VOCAB, workers=1, progress=False, use_cache=False, shard_tokens=1500, log=log.append
+    )
     assert any("resuming the preparation" in m and "after 2 shard(s)" in m for m in log), log
     assert meta["shards"] == ref["shards"] and meta["eval"] == ref["eval"]
     assert _shards(out) == _shards(tmp_path / "ref")
@@ -163,11 +174,20 @@ def test_resume_after_an_interrupted_preparation_gives_the_same_shards(tmp_path,
     other = tmp_path / "other"
     with pytest.raises(Stop):
         seen.clear()
-        prepare_corpus([corpus], other, VOCAB, workers=1, progress=False, use_cache=False, shard_tokens=1500,
-                       on_checkpoint=stop_after_two)
+        prepare_corpus(
+            [corpus],
+            other,
+            VOCAB,
+            workers=1,
+            progress=False,
+            use_cache=False,
+            shard_tokens=1500,
+            on_checkpoint=stop_after_two,
+        )
     log.clear()
-    prepare_corpus([corpus], other, VOCAB, workers=1, progress=False, use_cache=False, shard_tokens=1600,
-                   log=log.append)
+    prepare_corpus(
+        [corpus], other, VOCAB, workers=1, progress=False, use_cache=False, shard_tokens=1600, log=log.append
+    )
     assert any("starting afresh" in m for m in log), log
 
 
@@ -181,8 +201,7 @@ def test_held_out_whole_documents_when_many_tails_when_few(tmp_path):
     few.write_text(google_format([[f"Sentence {j} of {i}." for j in range(100)] for i in range(3)]), encoding="utf-8")
     meta = prepare_corpus([few], tmp_path / "f", VOCAB, workers=1, progress=False, use_cache=False)
     assert meta["eval"]["documents"] == 3 and meta["eval"]["sentences"] == 6  # the last 2% of each
-    capped = prepare_corpus([few], tmp_path / "c", VOCAB, workers=1, progress=False, use_cache=False,
-                            max_eval_tokens=1)
+    capped = prepare_corpus([few], tmp_path / "c", VOCAB, workers=1, progress=False, use_cache=False, max_eval_tokens=1)
     assert capped["eval"]["documents"] == 1  # the cap stops holding out after the first
 
 

@@ -72,8 +72,7 @@ def test_writer_made_several_shards(shard_dir):
 @pytest.mark.parametrize("seq", [16, 64, 128])
 @pytest.mark.parametrize("nsp", [True, False])
 def test_lengths_within_max_seq_length(shard_dir, vocab, seq, nsp):
-    data = PretrainingData(shard_dir, vocab, DataOptions(max_seq_length=seq, batch_size=8, nsp=nsp,
-                                                         short_seq_prob=0.3))
+    data = PretrainingData(shard_dir, vocab, DataOptions(max_seq_length=seq, batch_size=8, nsp=nsp, short_seq_prob=0.3))
     inst = data.instances(0)
     a = inst[:, 2] - inst[:, 1]
     b = inst[:, 4] - inst[:, 3]
@@ -122,8 +121,9 @@ def _mask_many(vocab, whole_word, n=3000, seq=100, mask_prob=0.15, max_pred=1000
         ids[0], ids[40], ids[-1] = 3, 4, 4
         special = np.zeros(seq, bool)
         special[[0, 40, seq - 1]] = True
-        masked, labels = mask_instance(ids, special, vocab, mask_prob, max_pred, whole_word,
-                                       np.random.default_rng([seed, i]))
+        masked, labels = mask_instance(
+            ids, special, vocab, mask_prob, max_pred, whole_word, np.random.default_rng([seed, i])
+        )
         out.append((ids, special, masked, labels))
     return out
 
@@ -171,7 +171,7 @@ def test_whole_word_masking_masks_whole_words(vocab):
         for t in range(1, len(ids)):
             if cont[ids[t]] and not special[t] and not special[t - 1]:
                 # a continuation piece is masked exactly when the piece before it (same word) is
-                assert sel[t] == sel[t - 1], (t, ids[max(0, t - 3):t + 2], sel[max(0, t - 3):t + 2])
+                assert sel[t] == sel[t - 1], (t, ids[max(0, t - 3) : t + 2], sel[max(0, t - 3) : t + 2])
                 some_multi += int(sel[t])
     assert some_multi > 100
     # the token-level mode does split words
@@ -224,7 +224,9 @@ def test_batch_layout(shard_dir, vocab):
         assert row[0] == vocab.cls_id and row[n - 1] == vocab.sep_id and (row[n:] == vocab.pad_id).all()
         seps = np.flatnonzero(row[:n] == vocab.sep_id)
         assert len(seps) == 2
-        assert (b["token_type_ids"][r, :seps[0] + 1] == 0).all() and (b["token_type_ids"][r, seps[0] + 1:n] == 1).all()
+        assert (b["token_type_ids"][r, : seps[0] + 1] == 0).all() and (
+            b["token_type_ids"][r, seps[0] + 1 : n] == 1
+        ).all()
         assert (b["labels"][r, n:] == -100).all()
     assert b["input_ids"].shape[1] % 8 == 0
     assert set(b["next_sentence_label"].tolist()) <= {0, 1}

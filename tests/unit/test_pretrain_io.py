@@ -33,16 +33,25 @@ def test_prose_is_split_into_sentences_and_licence_dropped(tmp_path):
     p.write_text(PROSE, encoding="utf-8")
     assert detect_format(p) == "prose"
     docs = list(iter_documents([p], workers=1))
-    assert docs == [["It was a dark night.", "The rain fell in torrents, except at occasional intervals.",
-                     "Mr. Smith went home.", '"Who is there?" she asked.', "Nobody answered."]]
+    assert docs == [
+        [
+            "It was a dark night.",
+            "The rain fell in torrents, except at occasional intervals.",
+            "Mr. Smith went home.",
+            '"Who is there?" she asked.',
+            "Nobody answered.",
+        ]
+    ]
 
 
 def test_google_format_documents(tmp_path):
     p = tmp_path / "g.txt"
     p.write_text("First sentence here.\nSecond one, too.\n\n\nAnother document.\nIt ends.\n", encoding="utf-8")
     assert detect_format(p) == "google"
-    assert list(iter_documents([p], workers=1)) == [["First sentence here.", "Second one, too."],
-                                                     ["Another document.", "It ends."]]
+    assert list(iter_documents([p], workers=1)) == [
+        ["First sentence here.", "Second one, too."],
+        ["Another document.", "It ends."],
+    ]
 
 
 def test_jsonl_and_gzip(tmp_path):
@@ -53,9 +62,14 @@ def test_jsonl_and_gzip(tmp_path):
     assert list(iter_documents([p], workers=1)) == [["One.", "Two here.", "Three."], ["Four."]]
 
 
-@pytest.mark.parametrize("line,match", [("{not json", "line 2: invalid JSON"),
-                                        ('{"body": "x"}', "line 2: expected an object with a 'text' field"),
-                                        ('{"text": 5}', "line 2: field 'text' must be a string")])
+@pytest.mark.parametrize(
+    "line,match",
+    [
+        ("{not json", "line 2: invalid JSON"),
+        ('{"body": "x"}', "line 2: expected an object with a 'text' field"),
+        ('{"text": 5}', "line 2: field 'text' must be a string"),
+    ],
+)
 def test_jsonl_errors_name_file_and_line(tmp_path, line, match):
     p = tmp_path / "bad.jsonl"
     p.write_text(json.dumps({"text": "fine."}) + "\n" + line + "\n", encoding="utf-8")
@@ -186,10 +200,13 @@ def test_config_validation():
         PretrainConfig(corpus=["a"], output="o", max_steps=1, batch_size=0)
 
 
-@pytest.mark.parametrize("failure", [
-    RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1280 vs 1174"),
-    OSError(28, "No space left on device"),
-])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1280 vs 1174"),
+        OSError(28, "No space left on device"),
+    ],
+)
 def test_disk_full_save_says_so_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch, failure):
     from bertkit.errors import RunError
     from bertkit.training import checkpointing as ck

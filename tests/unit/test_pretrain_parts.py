@@ -92,7 +92,15 @@ def test_ramp_stages_at_given_steps():
     stages = plan_stages(100, 128, 32, parse_ramp("64:0.3", "--seq-ramp"), parse_ramp("8:0.05,16:0.15", "-b"))
     at = {step: stages[stage_at(stages, step)] for step in (0, 4, 5, 14, 15, 29, 30, 99)}
     assert [(s.seq_len, s.batch_size) for s in at.values()] == [
-        (64, 8), (64, 8), (64, 16), (64, 16), (64, 32), (64, 32), (128, 32), (128, 32)]
+        (64, 8),
+        (64, 8),
+        (64, 16),
+        (64, 16),
+        (64, 32),
+        (64, 32),
+        (128, 32),
+        (128, 32),
+    ]
     assert [s.start for s in stages] == [0, 5, 15, 30]
     two = plan_stages(100, 128, 32, phase2=(512, 8))
     assert [(s.start, s.seq_len, s.batch_size) for s in two] == [(0, 128, 32), (90, 512, 8)]
@@ -109,8 +117,8 @@ def test_lr_schedules(kind):
     total, warmup = 100, 10
     f = [lr_factor(kind, s, warmup, total) for s in range(total + 1)]
     assert max(f) == pytest.approx(1.0) and f[total] == pytest.approx(0.0, abs=1e-12)
-    assert all(a <= b + 1e-12 for a, b in zip(f[:warmup], f[1:warmup + 1]))  # warming up
-    assert all(a >= b - 1e-12 for a, b in zip(f[warmup:], f[warmup + 1:]))  # then never up again
+    assert all(a <= b + 1e-12 for a, b in zip(f[:warmup], f[1 : warmup + 1]))  # warming up
+    assert all(a >= b - 1e-12 for a, b in zip(f[warmup:], f[warmup + 1 :]))  # then never up again
     if kind == "trapezoid":
         assert f[warmup:50] == [1.0] * (50 - warmup) and f[75] == pytest.approx(0.5)
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0)
@@ -137,8 +145,9 @@ def test_recipe_choice_budget_with_max_time_paper_otherwise_and_flags_win(tmp_pa
     assert stepped.recipe == "paper"
     assert {k: getattr(stepped, k) for k in PAPER} == PAPER
     assert (stepped.lr, stepped.mask_prob, stepped.nsp, stepped.output_bias) == (1e-4, 0.15, True, "zero")
-    mixed, line = resolve_recipe(PretrainConfig(corpus=["x"], output="o", max_time=60, recipe="paper", nsp=False,
-                                                lr=3e-4))
+    mixed, line = resolve_recipe(
+        PretrainConfig(corpus=["x"], output="o", max_time=60, recipe="paper", nsp=False, lr=3e-4)
+    )
     assert (mixed.recipe, mixed.nsp, mixed.lr, mixed.schedule) == ("paper", False, 3e-4, "linear")
     assert "nsp=False (set)" in line and "lr=0.0003 (set)" in line
 

@@ -12,8 +12,12 @@ from tinymodels import FINETUNE_VOCAB, WIDE, finetune_base, finetune_config
 
 from bertkit.quantize import QuantizedModelError, fuse_qkv, is_quantized, pick_engine, quantize_model, resolve_quantize
 
-TEXTS = ["the film is good .", "carol lives in berlin and works for acme corp .", "the cast was grim",
-         "the ending was boring , the plot was great ."]
+TEXTS = [
+    "the film is good .",
+    "carol lives in berlin and works for acme corp .",
+    "the cast was grim",
+    "the ending was boring , the plot was great .",
+]
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +83,9 @@ def test_pick_engine(monkeypatch):
     monkeypatch.delenv("BERTKIT_INT8_ENGINE", raising=False)
     assert pick_engine() in torch.backends.quantized.supported_engines
     assert pick_engine("FBGEMM" if "fbgemm" in torch.backends.quantized.supported_engines else None) in (
-        "fbgemm", pick_engine())
+        "fbgemm",
+        pick_engine(),
+    )
     monkeypatch.setenv("BERTKIT_INT8_ENGINE", "int4-engine")
     with pytest.raises(ValueError, match="int8 engine must be one of x86, fbgemm, onednn"):
         pick_engine()
@@ -134,10 +140,6 @@ def test_quantize_names_and_devices():
 # --------------------------------------------------------------------------------------------- ONNX export
 
 
-
-
-
-
 def test_encoder_onnx_backend_equals_torch(tiny_dir):
     pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
@@ -158,8 +160,6 @@ def test_encoder_onnx_backend_equals_torch(tiny_dir):
     assert not np.array_equal(a, b) and _cosine(a, b).min() >= 0.99
     with pytest.raises(ValueError, match="backend must be 'torch' or 'onnx'"):
         Encoder.from_pretrained(tiny_dir, backend="tvm")
-
-
 
 
 def test_encoder_int8_parallel_batches_equal_one_at_a_time(tiny_dir):

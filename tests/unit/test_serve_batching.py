@@ -26,8 +26,14 @@ def encoder(tmp_path_factory):
 
 def test_mixed_specs_share_batches_and_never_mix(encoder):
     rng = random.Random(0)
-    specs = [encoder.spec(-2, "mean"), encoder.spec([-1, 0], "max"), encoder.spec(1, "cls", normalize=True),
-             encoder.spec(-1, "cls_pooled"), encoder.spec([0, -1], "none"), encoder.spec(-3, "first")]
+    specs = [
+        encoder.spec(-2, "mean"),
+        encoder.spec([-1, 0], "max"),
+        encoder.spec(1, "cls", normalize=True),
+        encoder.spec(-1, "cls_pooled"),
+        encoder.spec([0, -1], "none"),
+        encoder.spec(-3, "first"),
+    ]
     queue = BatchQueue(encoder, max_batch_tokens=512, max_batch_size=16, max_wait_ms=20).start()
     try:
         jobs = []
@@ -49,8 +55,12 @@ def test_mixed_specs_share_batches_and_never_mix(encoder):
             t.join(60)
         for spec, texts, fut in jobs:
             got = fut.result(timeout=60)
-            want = encoder.encode(texts, layers=[i if i else "embeddings" for i in spec.layers], pooling=spec.pooling,
-                                  normalize=spec.normalize)
+            want = encoder.encode(
+                texts,
+                layers=[i if i else "embeddings" for i in spec.layers],
+                pooling=spec.pooling,
+                normalize=spec.normalize,
+            )
             assert len(got) == len(texts)
             for g, w in zip(got, want):
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)

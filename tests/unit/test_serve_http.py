@@ -37,7 +37,13 @@ class Body(BaseModel):
 
 def test_statuses_follow_tei_error_types():
     assert {t: ApiError(None, "m", t).status for t in TEI_ERROR_TYPES} == {
-        "Unhealthy": 503, "Backend": 500, "Overloaded": 429, "Validation": 422, "Tokenizer": 422, "Empty": 400}
+        "Unhealthy": 503,
+        "Backend": 500,
+        "Overloaded": 429,
+        "Validation": 422,
+        "Tokenizer": 422,
+        "Empty": 400,
+    }
     assert ApiError(413, "m").status == 413
     with pytest.raises(ValueError, match="error_type"):
         ApiError(None, "m", "PayloadTooLarge")
@@ -46,7 +52,8 @@ def test_statuses_follow_tei_error_types():
 def test_error_shapes():
     assert error_body("/embed", 400, "no inputs", "Empty") == {"error": "no inputs", "error_type": "Empty"}
     assert error_body("/v1/embeddings", 422, "bad", param="input") == {
-        "error": {"message": "bad", "type": "invalid_request_error", "param": "input", "code": 422}}
+        "error": {"message": "bad", "type": "invalid_request_error", "param": "input", "code": 422}
+    }
     assert error_body("/v1/models/x", 404, "none")["error"]["type"] == "not_found_error"
 
 
@@ -61,11 +68,17 @@ def test_api_key_is_compared_as_bytes():
 
 
 def test_parse_json_refuses_hostile_bodies_with_422():
-    cases = [(b"", "empty request body"), (b"{no", "malformed JSON"), (b"[1]", "JSON object"),
-             (b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "malformed JSON"),
-             (b'{"inputs": ' + b"9" * 5000 + b"}", "malformed JSON"),
-             (b'{"inputs": 3}', "field 'inputs'"), (b'{"inputs": ["a", 3]}', "field 'inputs[1]'"),
-             (b'{"inputs": "a", "x": 1}', "field 'x'"), (b"\xff\xfe", "malformed JSON")]
+    cases = [
+        (b"", "empty request body"),
+        (b"{no", "malformed JSON"),
+        (b"[1]", "JSON object"),
+        (b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "malformed JSON"),
+        (b'{"inputs": ' + b"9" * 5000 + b"}", "malformed JSON"),
+        (b'{"inputs": 3}', "field 'inputs'"),
+        (b'{"inputs": ["a", 3]}', "field 'inputs[1]'"),
+        (b'{"inputs": "a", "x": 1}', "field 'x'"),
+        (b"\xff\xfe", "malformed JSON"),
+    ]
     for raw, message in cases:
         with pytest.raises(ApiError) as err:
             parse_json(raw, Body)
@@ -116,11 +129,27 @@ def test_dumps_equals_json_and_refuses_nan():
 # ------------------------------------------------------------------ ASGI pieces, driven by hand
 
 
-def run_asgi(app: Any, path: str, method: str = "POST", headers: list | None = None, chunks: list | None = None,
-             delay: float = 0.0) -> tuple[int, dict, list]:
+def run_asgi(
+    app: Any,
+    path: str,
+    method: str = "POST",
+    headers: list | None = None,
+    chunks: list | None = None,
+    delay: float = 0.0,
+) -> tuple[int, dict, list]:
     """Call an ASGI app once; ``chunks`` are the body pieces (each after ``delay`` seconds)."""
-    scope = {"type": "http", "method": method, "path": path, "headers": headers or [], "query_string": b"",
-             "client": ("1.2.3.4", 5), "server": ("test", 80), "scheme": "http", "root_path": "", "http_version": "1.1"}
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "headers": headers or [],
+        "query_string": b"",
+        "client": ("1.2.3.4", 5),
+        "server": ("test", 80),
+        "scheme": "http",
+        "root_path": "",
+        "http_version": "1.1",
+    }
     pieces = list(chunks or [b""])
     sent: list = []
 

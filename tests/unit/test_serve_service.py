@@ -9,14 +9,17 @@ from bertkit.serve.http import is_blank
 from bertkit.serve.service import InputRejected, fields
 
 
-@pytest.mark.parametrize("names,single,index,want", [
-    ({}, False, 3, "inputs[3]"),
-    ({"inputs": "texts"}, False, 3, "texts[3]"),
-    ({"inputs": "texts"}, False, None, "texts"),
-    ({"inputs": "inputs[{i}].question"}, False, 2, "inputs[2].question"),
-    ({"inputs": "inputs[{i}].question"}, False, None, "inputs"),
-    ({"inputs": "question"}, True, 0, "question"),
-])
+@pytest.mark.parametrize(
+    "names,single,index,want",
+    [
+        ({}, False, 3, "inputs[3]"),
+        ({"inputs": "texts"}, False, 3, "texts[3]"),
+        ({"inputs": "texts"}, False, None, "texts"),
+        ({"inputs": "inputs[{i}].question"}, False, 2, "inputs[2].question"),
+        ({"inputs": "inputs[{i}].question"}, False, None, "inputs"),
+        ({"inputs": "question"}, True, 0, "question"),
+    ],
+)
 def test_refusals_take_the_routes_field_names(names, single, index, want):
     with pytest.raises(Exception) as err, fields(single=single, **names):
         raise InputRejected("inputs", index, "'{field}' is empty", "Empty")

@@ -29,25 +29,30 @@ def test_agrees_with_pysbd_on_a_bundled_book():
     assert recall >= 0.98 and precision >= 0.98, (recall, precision)
 
 
-@pytest.mark.parametrize("text", [
-    "He went home. and then he slept.",
-    '"Hello!" said he. "Yes?" she asked. "No!" He left.',
-    "Mr. Darcy came. Mrs. Bennet sat. St. Paul is big. Dr. Watson agreed.",
-    "Wait... What? Oh!! No.",
-    "He saw J. Smith there. And A. B. Cole.",
-    '(He left.) She came. "I know." "You do?"',
-    "It was 3 p.m. and he came. He sat.",
-    '"Good!" (He nodded.) "Go."',
-    'at the--" He dropped it.',
-    "'What for?' said Alice. 'Because!' I cried.",
-    "Ah! it was so. Oh! I see. Why? because.",
-    "See p. 5 and no. 7. Done. e.g. this, i.e. that. Fine.",
-    "Coffin?--Spouter?--Rather ominous. Yes.",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "He went home. and then he slept.",
+        '"Hello!" said he. "Yes?" she asked. "No!" He left.',
+        "Mr. Darcy came. Mrs. Bennet sat. St. Paul is big. Dr. Watson agreed.",
+        "Wait... What? Oh!! No.",
+        "He saw J. Smith there. And A. B. Cole.",
+        '(He left.) She came. "I know." "You do?"',
+        "It was 3 p.m. and he came. He sat.",
+        '"Good!" (He nodded.) "Go."',
+        'at the--" He dropped it.',
+        "'What for?' said Alice. 'Because!' I cried.",
+        "Ah! it was so. Oh! I see. Why? because.",
+        "See p. 5 and no. 7. Done. e.g. this, i.e. that. Fine.",
+        "Coffin?--Spouter?--Rather ominous. Yes.",
+    ],
+)
 def test_rules_match_pysbd(text):
     (reference,) = _pysbd([text])
-    assert sentence_boundaries(split_paragraph(text)) == sentence_boundaries(reference), (split_paragraph(text),
-                                                                                          reference)
+    assert sentence_boundaries(split_paragraph(text)) == sentence_boundaries(reference), (
+        split_paragraph(text),
+        reference,
+    )
 
 
 def test_sentences_keep_every_character_and_drop_no_text():

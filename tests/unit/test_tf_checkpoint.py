@@ -49,8 +49,6 @@ def test_bare_encoder_and_prefix_paths(tf_dir):
         assert torch.equal(value, full.state_dict()["bert." + key]), key
 
 
-
-
 def test_truncated_data_file_names_the_file_and_variable(tf_dir, tmp_path):
     for path in tf_dir.glob("bert_model.ckpt*"):
         shutil.copy(path, tmp_path / path.name)
@@ -73,7 +71,9 @@ def test_not_an_index_is_a_clear_error(tmp_path):
 
 def test_name_table():
     assert tf_name_to_key("bert/encoder/layer_11/attention/self/query/kernel") == (
-        "bert.encoder.layer.11.attention.self.query.weight", True)
+        "bert.encoder.layer.11.attention.self.query.weight",
+        True,
+    )
     assert tf_name_to_key("bert/embeddings/LayerNorm/beta") == ("bert.embeddings.LayerNorm.bias", False)
     assert tf_name_to_key("bert/embeddings/word_embeddings") == ("bert.embeddings.word_embeddings.weight", False)
     assert tf_name_to_key("cls/seq_relationship/output_weights") == ("cls.seq_relationship.weight", False)

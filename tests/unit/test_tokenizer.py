@@ -334,12 +334,14 @@ PLAIN = [
     "lowercase,strip_accents,chinese",
     [(True, None, True), (False, None, True), (False, True, False), (True, False, True)],
 )
-def test_directory_written_by_transformers_5_loads_from_tokenizer_json(tmp_path, vocab_file, lowercase, strip_accents,
-                                                                       chinese):
+def test_directory_written_by_transformers_5_loads_from_tokenizer_json(
+    tmp_path, vocab_file, lowercase, strip_accents, chinese
+):
     from transformers import BertTokenizerFast
 
-    fast = BertTokenizerFast(str(vocab_file), do_lower_case=lowercase, strip_accents=strip_accents,
-                             tokenize_chinese_chars=chinese)
+    fast = BertTokenizerFast(
+        str(vocab_file), do_lower_case=lowercase, strip_accents=strip_accents, tokenize_chinese_chars=chinese
+    )
     fast.save_pretrained(str(tmp_path))
     assert not (tmp_path / "vocab.txt").exists() and (tmp_path / "tokenizer.json").is_file()
     (tmp_path / "tokenizer_config.json").unlink()  # the settings must come from tokenizer.json itself
@@ -350,8 +352,13 @@ def test_directory_written_by_transformers_5_loads_from_tokenizer_json(tmp_path,
     for text in PLAIN:
         assert mine.encode(text, "the pair").ids == fast(text, "the pair")["input_ids"], text
     # and exactly what the same settings give from a vocab.txt, on the tricky strings too
-    same = BertTokenizer.from_pretrained(vocab_file, lowercase=lowercase, strip_accents=strip_accents,
-                                         tokenize_chinese_chars=chinese, max_input_chars_per_word=100)
+    same = BertTokenizer.from_pretrained(
+        vocab_file,
+        lowercase=lowercase,
+        strip_accents=strip_accents,
+        tokenize_chinese_chars=chinese,
+        max_input_chars_per_word=100,
+    )
     for text in TRICKY:
         assert mine.encode(text) == same.encode(text)
     # also read by the file's name, and with the config transformers writes next to it

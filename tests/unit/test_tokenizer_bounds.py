@@ -63,7 +63,10 @@ def mode(request, fixtures_dir):
         return [vocab[p] for w in basic.tokenize(text) for p in wordpiece.tokenize(w)]
 
     tok = BertTokenizer.from_pretrained(
-        vocab_file, lowercase=lowercase, strip_accents=strip, tokenize_chinese_chars=chinese,
+        vocab_file,
+        lowercase=lowercase,
+        strip_accents=strip,
+        tokenize_chinese_chars=chinese,
         max_input_chars_per_word=MAX_CHARS,
     )
     return tok, ref_ids
@@ -208,7 +211,7 @@ def test_hostile_megabyte_lines_are_bounded_by_truncation(request, name, casing)
     text = HOSTILE[name]()
     start = time.perf_counter()
     enc = tok.encode(text, max_length=512)
-    batch = tok([text, "short"], [text[:4 * MB], "x"], max_length=512, return_tensors="np")  # (no torch import)
+    batch = tok([text, "short"], [text[: 4 * MB], "x"], max_length=512, return_tensors="np")  # (no torch import)
     seconds = time.perf_counter() - start
     assert seconds < 10, f"{name}: {seconds:.1f} s"  # a bound, not a benchmark (about 1 s on a quiet machine)
     assert 2 <= len(enc.ids) <= 512 and batch["input_ids"].shape[1] <= 512

@@ -37,10 +37,19 @@ def test_stale_temp_files_go_ours_and_safetensors_but_nothing_else(tmp_path):
     run = RunDir(tmp_path)
     (tmp_path / "checkpoints").mkdir()
     dead = 2**22 + 12345  # above any pid_max default: no such process
-    stale = [tmp_path / ".tmpAb12Cd", tmp_path / f".model.safetensors.tmp-{dead}",
-             tmp_path / "checkpoints" / f".step-00000003.pt.tmp-{dead}", tmp_path / "checkpoints" / ".tmpZZ9911"]
-    kept = [tmp_path / "model.safetensors", tmp_path / ".tmp", tmp_path / ".tmpTooLong1",
-            tmp_path / f".latest.tmp-{os.getpid()}", tmp_path / "notes.tmp123456"]
+    stale = [
+        tmp_path / ".tmpAb12Cd",
+        tmp_path / f".model.safetensors.tmp-{dead}",
+        tmp_path / "checkpoints" / f".step-00000003.pt.tmp-{dead}",
+        tmp_path / "checkpoints" / ".tmpZZ9911",
+    ]
+    kept = [
+        tmp_path / "model.safetensors",
+        tmp_path / ".tmp",
+        tmp_path / ".tmpTooLong1",
+        tmp_path / f".latest.tmp-{os.getpid()}",
+        tmp_path / "notes.tmp123456",
+    ]
     for p in stale + kept:
         p.write_bytes(b"x")
     assert sorted(run.remove_stale()) == sorted(stale)

@@ -101,15 +101,18 @@ def test_train_vocab_errors(tmp_path, texts):
         train_vocab(tmp_path / "missing.txt", vocab_size=500, show_progress=False)
 
 
-
-
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 @pytest.mark.parametrize(
     "missing,reason",
-    [("[UNK]", "words it cannot cover"), ("[CLS]", "start every input"), ("[PAD]", "pad batches"),
-     ("[SEP]", "end every segment"), ("[MASK]", "masked-language-model")],
+    [
+        ("[UNK]", "words it cannot cover"),
+        ("[CLS]", "start every input"),
+        ("[PAD]", "pad batches"),
+        ("[SEP]", "end every segment"),
+        ("[MASK]", "masked-language-model"),
+    ],
 )
 def test_missing_special_token_gives_its_own_reason(tmp_path, missing, reason):
     from bertkit.errors import InputError
@@ -167,5 +170,3 @@ def test_vocab_without_read_permission_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "read_bytes", denied)
     with pytest.raises(InputError, match=r"vocab\.txt: cannot read the vocabulary file \(Permission denied\)"):
         BertTokenizer.from_pretrained(tmp_path)
-
-

@@ -11,7 +11,8 @@ from bertkit.options import ExactComputeArgs, add_options
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Draw the attention probabilities of a model for one text (or a text pair): one head, or a grid of every "
-        "head of a layer. Every layer's and head's weights go to an .npz beside the PNG.")
+        "head of a layer. Every layer's and head's weights go to an .npz beside the PNG."
+    )
     parser.add_argument("text", help="the text (the first segment)")
     parser.add_argument("--model", required=True, help="bertkit or Hugging Face BERT directory")
     parser.add_argument("--pair", default=None, help="a second segment: [CLS] text [SEP] pair [SEP]")
@@ -30,15 +31,26 @@ def run(args: argparse.Namespace) -> int:
     from bertkit.precision import resolve_device
 
     try:
-        maps = A.attention_maps(args.model, args.text, args.pair, args.max_length, resolve_device(args.device),
-                                precision=args.precision)
+        maps = A.attention_maps(
+            args.model, args.text, args.pair, args.max_length, resolve_device(args.device), precision=args.precision
+        )
     except FileNotFoundError as e:
         raise InputError(f"--model: {e}") from None
     layer, head = A.check_layer_head(maps, args.layer, args.head)
     out = Path(args.output)
     A.draw(out, maps, layer, head)
     npz = A.save_npz(out.with_suffix(".npz"), maps, layer, head)
-    print(json.dumps({"png": str(out), "npz": str(npz), "tokens": maps.tokens, "layer": layer,
-                      "head": head if head is not None else "all", "layers": maps.num_layers,
-                      "heads": maps.num_heads}))
+    print(
+        json.dumps(
+            {
+                "png": str(out),
+                "npz": str(npz),
+                "tokens": maps.tokens,
+                "layer": layer,
+                "head": head if head is not None else "all",
+                "layers": maps.num_layers,
+                "heads": maps.num_heads,
+            }
+        )
+    )
     return 0

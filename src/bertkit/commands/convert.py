@@ -24,14 +24,24 @@ from bertkit.errors import InputError, MissingFileError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tf-checkpoint", required=True, metavar="PATH",
-                        help="a Google model directory, or a checkpoint prefix such as DIR/bert_model.ckpt")
-    parser.add_argument("--config", default=None, metavar="JSON", help="bert_config.json (default: next to the "
-                        "checkpoint)")
+    parser.add_argument(
+        "--tf-checkpoint",
+        required=True,
+        metavar="PATH",
+        help="a Google model directory, or a checkpoint prefix such as DIR/bert_model.ckpt",
+    )
+    parser.add_argument(
+        "--config", default=None, metavar="JSON", help="bert_config.json (default: next to the checkpoint)"
+    )
     parser.add_argument("--vocab", default=None, metavar="PATH", help="vocab.txt (default: next to the checkpoint)")
     case = parser.add_mutually_exclusive_group()
-    case.add_argument("--lowercase", dest="lowercase", action="store_true", default=None,
-                      help="uncased vocabulary (default: guessed from the vocabulary)")
+    case.add_argument(
+        "--lowercase",
+        dest="lowercase",
+        action="store_true",
+        default=None,
+        help="uncased vocabulary (default: guessed from the vocabulary)",
+    )
     case.add_argument("--cased", dest="lowercase", action="store_false")
     parser.add_argument("--output", required=True, metavar="DIR")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing model in OUTPUT")
@@ -87,7 +97,8 @@ def _model_class(state: dict, config: BertConfig) -> tuple[type, BertConfig]:
         return modeling.BertForPreTraining, config
     if "classifier.weight" in state:
         return modeling.BertForSequenceClassification, dataclasses.replace(
-            config, num_labels=int(state["classifier.weight"].shape[0]))
+            config, num_labels=int(state["classifier.weight"].shape[0])
+        )
     if "qa_outputs.weight" in state:
         return modeling.BertForQuestionAnswering, config
     return modeling.BertModel, config

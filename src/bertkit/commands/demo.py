@@ -35,11 +35,15 @@ def run(args: argparse.Namespace) -> int:
     with torch.no_grad():
         out = model(torch.tensor([ids]), output_hidden_states=True)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"model: {args.model_size} ({config.num_hidden_layers} layers, hidden {config.hidden_size}, "
-          f"{config.num_attention_heads} heads, {n_params:,} parameters, random weights)")
+    print(
+        f"model: {args.model_size} ({config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+        f"{config.num_attention_heads} heads, {n_params:,} parameters, random weights)"
+    )
     print(f"input: {' '.join(vocab[i] for i in ids)}")
     print(f"hidden states: {len(out.hidden_states)} x {tuple(out.hidden_states[-1].shape)}")
-    print(f"MLM logits: {tuple(out.prediction_logits.shape)}; NSP probabilities: "
-          f"{[round(p, 3) for p in out.seq_relationship_logits.softmax(-1)[0].tolist()]}")
+    print(
+        f"MLM logits: {tuple(out.prediction_logits.shape)}; NSP probabilities: "
+        f"{[round(p, 3) for p in out.seq_relationship_logits.softmax(-1)[0].tolist()]}"
+    )
     print(f"[CLS] vector (first 5): {[round(v, 4) for v in out.hidden_states[-1][0, 0, :5].tolist()]}")
     return 0

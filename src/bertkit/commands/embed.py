@@ -30,19 +30,41 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="model directory: config.json, weights, vocab.txt")
     parser.add_argument("--input", required=True, help="a .txt / .tsv / .jsonl file, or - for stdin")
     parser.add_argument("--output", required=True, type=Path, help="out.npy (pooled vectors) or out.jsonl")
-    parser.add_argument("--layers", default=None, help="comma-separated layers, concatenated (default: the model's "
-                        "saved setting, else -2; -1 is the last layer, 0 the embeddings)")
-    parser.add_argument("--pooling", default=None, help="mean, max, mean_max, cls, cls_pooled, first, last/sep, "
-                        "none (per-token vectors; needs .jsonl); default: the model's saved pooling, else mean")
-    parser.add_argument("--normalize", action="store_true", help="L2-normalise the vectors (default: as the model "
-                        "was saved, else no)")
+    parser.add_argument(
+        "--layers",
+        default=None,
+        help="comma-separated layers, concatenated (default: the model's "
+        "saved setting, else -2; -1 is the last layer, 0 the embeddings)",
+    )
+    parser.add_argument(
+        "--pooling",
+        default=None,
+        help="mean, max, mean_max, cls, cls_pooled, first, last/sep, "
+        "none (per-token vectors; needs .jsonl); default: the model's saved pooling, else mean",
+    )
+    parser.add_argument(
+        "--normalize", action="store_true", help="L2-normalise the vectors (default: as the model was saved, else no)"
+    )
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--max-length", type=int, default=None, help="tokens per input (default: the model's "
-                        "max_seq_length, else its max_position_embeddings: 512 for BERT, 8192 for ModernBERT-base)")
-    parser.add_argument("--quantize", default=None, choices=["int8"],
-                        help="int8: dynamic int8 Linear layers on the CPU (faster; see docs/inference.md)")
-    parser.add_argument("--backend", default="torch", choices=["torch", "onnx"],
-                        help="onnx: run the encoder with ONNX Runtime (needs the 'onnx' extra)")
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help="tokens per input (default: the model's "
+        "max_seq_length, else its max_position_embeddings: 512 for BERT, 8192 for ModernBERT-base)",
+    )
+    parser.add_argument(
+        "--quantize",
+        default=None,
+        choices=["int8"],
+        help="int8: dynamic int8 Linear layers on the CPU (faster; see docs/inference.md)",
+    )
+    parser.add_argument(
+        "--backend",
+        default="torch",
+        choices=["torch", "onnx"],
+        help="onnx: run the encoder with ONNX Runtime (needs the 'onnx' extra)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_options(parser, ComputeArgs)  # --device (default: cuda when available; cpu for int8 / onnx), --precision
 
@@ -108,16 +130,25 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--pooling none gives one [T_i, D] array per text: write it to a .jsonl file")
     texts, pairs = read_inputs(args.input)
     device = resolve_device(args.device, cpu_only=args.quantize is not None or args.backend == "onnx")
-    encoder = Encoder.from_pretrained(args.model, device=device, precision=args.precision,
-                                      quantize=args.quantize, backend=args.backend)
+    encoder = Encoder.from_pretrained(
+        args.model, device=device, precision=args.precision, quantize=args.quantize, backend=args.backend
+    )
     pooling = pooling or encoder.defaults.pooling  # unnamed: a sentence-embedding model's own (Encoder.defaults)
     layers = parse_layers(args.layers) if args.layers else encoder.defaults.layers
-    result = encoder.encode(texts, pairs, layers=layers, pooling=pooling,
-                            normalize=True if args.normalize else None, batch_size=args.batch_size,
-                            max_length=args.max_length,
-                            show_tokens=pooling == "none", show_progress=False if args.quiet else None)
+    result = encoder.encode(
+        texts,
+        pairs,
+        layers=layers,
+        pooling=pooling,
+        normalize=True if args.normalize else None,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        show_tokens=pooling == "none",
+        show_progress=False if args.quiet else None,
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".npy":
+
         def write_npy(p: Path) -> None:
             with open(p, "wb") as f:  # a file object: np.save would add ".npy" to the temp file's name
                 np.save(f, result)
@@ -141,6 +172,9 @@ def run(args: argparse.Namespace) -> int:
         atomic_write(out, write)
         shape = (len(texts), vectors[0].shape[-1]) if len(texts) else (0,)
     if not args.quiet:
-        print(f"bertkit embed: {len(texts)} texts -> {out} ({'x'.join(map(str, shape))}, layers {list(layers)}, "
-              f"pooling {pooling})", file=sys.stderr)
+        print(
+            f"bertkit embed: {len(texts)} texts -> {out} ({'x'.join(map(str, shape))}, layers {list(layers)}, "
+            f"pooling {pooling})",
+            file=sys.stderr,
+        )
     return 0

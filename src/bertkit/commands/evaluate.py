@@ -28,15 +28,22 @@ class InferenceFiles:
 
     model: str = option(required=True, help="a fine-tuned OUTPUT directory of `bertkit finetune`")
     data: str = option(required=True, help="file in the task's format (evaluate needs its labels, predict does not)")
-    output: str | None = option(None, help="where metrics.json and the predictions go "
-                                           "(default: MODEL/eval-<data file name> or MODEL/predict-<data file name>)")
+    output: str | None = option(
+        None,
+        help="where metrics.json and the predictions go "
+        "(default: MODEL/eval-<data file name> or MODEL/predict-<data file name>)",
+    )
     batch_size: int = option(64, help="examples per batch")
-    quantize: str | None = option(None, choices=("int8",),
-                                  help="int8: dynamic int8 Linear layers on the CPU (faster; see docs/inference.md)")
-    backend: str = option("torch", choices=("torch", "onnx"),
-                          help="torch, or onnx: ONNX Runtime (CPU, fp32; int8 with --quantize) on MODEL/model.onnx "
-                               "(MODEL/model.int8.onnx), e.g. a `bertkit export --onnx` directory without PyTorch "
-                               "weights, or on a graph exported now")
+    quantize: str | None = option(
+        None, choices=("int8",), help="int8: dynamic int8 Linear layers on the CPU (faster; see docs/inference.md)"
+    )
+    backend: str = option(
+        "torch",
+        choices=("torch", "onnx"),
+        help="torch, or onnx: ONNX Runtime (CPU, fp32; int8 with --quantize) on MODEL/model.onnx "
+        "(MODEL/model.int8.onnx), e.g. a `bertkit export --onnx` directory without PyTorch "
+        "weights, or on a graph exported now",
+    )
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -72,14 +79,30 @@ def run(args: argparse.Namespace, labelled: bool = True) -> int:
     kind = "eval" if labelled else "predict"
     output = Path(files.output or Path(files.model) / f"{kind}-{Path(files.data).stem}")
     output.mkdir(parents=True, exist_ok=True)
-    preds = task.predict(model, examples, features, files.batch_size, precision, device,
-                         progress=not run_options.quiet and sys.stderr.isatty())
+    preds = task.predict(
+        model,
+        examples,
+        features,
+        files.batch_size,
+        precision,
+        device,
+        progress=not run_options.quiet and sys.stderr.isatty(),
+    )
     written = task.write_predictions(output, examples, preds)
     # how the numbers were computed (as finetune's metrics.json): precision, backend, device, int8 or not
-    record = {"precision": precision, "backend": "onnxruntime" if files.backend == "onnx" else "pytorch",
-              "device": str(device).split(":")[0], "quantize": files.quantize}
-    result = {"output": str(output), "examples": len(examples), "skipped_rows": examples.skipped,
-              "predictions": [str(p) for p in written], **record}
+    record = {
+        "precision": precision,
+        "backend": "onnxruntime" if files.backend == "onnx" else "pytorch",
+        "device": str(device).split(":")[0],
+        "quantize": files.quantize,
+    }
+    result = {
+        "output": str(output),
+        "examples": len(examples),
+        "skipped_rows": examples.skipped,
+        "predictions": [str(p) for p in written],
+        **record,
+    }
     if labelled:
         metrics = task.metrics(examples, preds)
         write_json(output / "metrics.json", {**metrics, **record})

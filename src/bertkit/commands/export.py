@@ -9,19 +9,35 @@ from pathlib import Path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--onnx", nargs=2, metavar=("DIR", "OUT"), required=True,
-                        help="model directory -> OUT: a directory (model.onnx + config, vocabulary and task files) "
-                             "or a file name ending in .onnx")
+    parser.add_argument(
+        "--onnx",
+        nargs=2,
+        metavar=("DIR", "OUT"),
+        required=True,
+        help="model directory -> OUT: a directory (model.onnx + config, vocabulary and task files) "
+        "or a file name ending in .onnx",
+    )
     parser.add_argument("--opset", type=int, default=17, help="ONNX opset version (default 17)")
-    parser.add_argument("--quantize", choices=("int8",), default=None,
-                        help="also write the graph with int8 weights (ONNX Runtime's dynamic quantisation): into a "
-                             "directory as model.int8.onnx (encoder.int8.onnx) beside the fp32 model.onnx, which "
-                             "backend='onnx' runs unless int8 is asked for; to a .onnx file name, that file only")
-    parser.add_argument("--all-layers", action="store_true",
-                        help="the encoder (no head) with every layer's output: the graph Encoder(backend='onnx') "
-                             "reads as DIR/encoder.onnx (or encoder.int8.onnx)")
-    parser.add_argument("--no-check", dest="check", action="store_false",
-                        help="skip running the graph with ONNX Runtime against PyTorch")
+    parser.add_argument(
+        "--quantize",
+        choices=("int8",),
+        default=None,
+        help="also write the graph with int8 weights (ONNX Runtime's dynamic quantisation): into a "
+        "directory as model.int8.onnx (encoder.int8.onnx) beside the fp32 model.onnx, which "
+        "backend='onnx' runs unless int8 is asked for; to a .onnx file name, that file only",
+    )
+    parser.add_argument(
+        "--all-layers",
+        action="store_true",
+        help="the encoder (no head) with every layer's output: the graph Encoder(backend='onnx') "
+        "reads as DIR/encoder.onnx (or encoder.int8.onnx)",
+    )
+    parser.add_argument(
+        "--no-check",
+        dest="check",
+        action="store_false",
+        help="skip running the graph with ONNX Runtime against PyTorch",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     directory, out = args.onnx
     target = Path(out)
     check_writable(target.parent if target.suffix == ".onnx" else target, "--onnx")  # before the export, not after
-    report = export_onnx(directory, out, opset=args.opset, quantize=args.quantize, check=args.check,
-                         hidden_states=args.all_layers)
+    report = export_onnx(
+        directory, out, opset=args.opset, quantize=args.quantize, check=args.check, hidden_states=args.all_layers
+    )
     print(json.dumps(asdict(report), sort_keys=True))
     return 0

@@ -18,16 +18,19 @@ MASK = "[MASK]"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, metavar="DIR", help="a model directory (bertkit or Hugging Face "
-                                                                      "layout) with an MLM head and vocab.txt")
+    parser.add_argument(
+        "--model",
+        required=True,
+        metavar="DIR",
+        help="a model directory (bertkit or Hugging Face layout) with an MLM head and vocab.txt",
+    )
     parser.add_argument("text", nargs="+", help='texts holding [MASK], e.g. "the [MASK] sat on the mat ."')
     parser.add_argument("--top-k", type=int, default=5)
     parser.add_argument("--json", action="store_true", help="print one JSON object per text")
     add_options(parser, ExactComputeArgs)  # --device, --precision (fp32 unless asked: the probabilities as computed)
 
 
-def print_predictions(texts: Sequence[str], results: list[list[list[dict]]], as_json: bool = False,
-                      file=None) -> None:
+def print_predictions(texts: Sequence[str], results: list[list[list[dict]]], as_json: bool = False, file=None) -> None:
     """Print :meth:`Encoder.fill_mask`'s results: per text, one line per [MASK] (or one JSON object per text)."""
     file = sys.stdout if file is None else file
     for text, per_mask in zip(texts, results):

@@ -34,15 +34,18 @@ class FinetuneFiles:
 
     train: str = option(required=True, group=FILES, help="training file")
     dev: str | None = option(None, group=FILES, help="dev file: evaluated each epoch; the best checkpoint is kept")
-    model: str = option(required=True, group=FILES,
-                        help="bertkit or Hugging Face BERT or ModernBERT directory (config.json + "
-                             "model.safetensors or pytorch_model.bin + vocab.txt or tokenizer.json)")
+    model: str = option(
+        required=True,
+        group=FILES,
+        help="bertkit or Hugging Face BERT or ModernBERT directory (config.json + "
+        "model.safetensors or pytorch_model.bin + vocab.txt or tokenizer.json)",
+    )
     output: str = output_option(group=FILES, help="output directory (model, vocab, metrics.json, predictions)")
     max_train_examples: int = option(0, group=FILES, help="use only the first N training examples (0 = all)")
     max_eval_examples: int = option(0, group=FILES, help="use only the first N dev examples (0 = all)")
-    dropout: float | None = option(None,
-                                   help="set every dropout probability (default: the model's config.json, 0.1 for "
-                                        "Google's models)")
+    dropout: float | None = option(
+        None, help="set every dropout probability (default: the model's config.json, 0.1 for Google's models)"
+    )
 
 
 def load_model(task, model_dir: str | Path, finetuned: bool):
@@ -91,17 +94,18 @@ def _run(args: argparse.Namespace, ctx) -> int:
     files: FinetuneFiles = from_args(FinetuneFiles, args)
     train_args: FinetuneArgs = from_args(FinetuneArgs, args, device=str(ctx.device))
     if train_args.grad_accum < 1 or train_args.batch_size < 1:
-        raise InputError(f"--batch-size and --grad-accum must be >= 1, got {train_args.batch_size} and "
-                         f"{train_args.grad_accum}")
+        raise InputError(
+            f"--batch-size and --grad-accum must be >= 1, got {train_args.batch_size} and {train_args.grad_accum}"
+        )
     if files.dropout is not None and not 0.0 <= files.dropout < 1.0:
         raise InputError(f"--dropout must be in [0, 1), got {files.dropout}")
     task = get_task(args.task, **task_options(args))
     train = task.read(files.train, labelled=True, skip_bad_rows=train_args.skip_bad_rows)
     dev = task.read(files.dev, labelled=True, skip_bad_rows=train_args.skip_bad_rows) if files.dev else None
     if files.max_train_examples:
-        del train[files.max_train_examples:]
+        del train[files.max_train_examples :]
     if dev is not None and files.max_eval_examples:
-        del dev[files.max_eval_examples:]
+        del dev[files.max_eval_examples :]
     task.fit_labels(train)
     tokenizer = load_tokenizer(files.model)
     set_seed(train_args.seed)  # the new head's initialisation follows --seed too
@@ -111,8 +115,10 @@ def _run(args: argparse.Namespace, ctx) -> int:
             raise InputError("--dropout applies to fine-tuned BERT, not to the frozen feature-based tagger")
         model.set_dropout(files.dropout)
     if len(tokenizer) > model.config.vocab_size:
-        raise InputError(f"{files.model}: the tokenizer has {len(tokenizer)} tokens but the model only "
-                         f"{model.config.vocab_size} embeddings")
+        raise InputError(
+            f"{files.model}: the tokenizer has {len(tokenizer)} tokens but the model only "
+            f"{model.config.vocab_size} embeddings"
+        )
     summary = finetune(task, model, tokenizer, train, dev, files.output, train_args, ctx)
     if ctx.is_main:
         print(json.dumps({"output": str(files.output), **summary}, sort_keys=True))

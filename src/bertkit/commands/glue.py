@@ -24,19 +24,34 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "Fine-tune a model on every GLUE task found under --data (the GLUE download layout: CoLA/train.tsv, "
         "dev.tsv, test.tsv ...) with the paper's protocol: each learning rate over N seeds, the best median on dev. "
         "Writes results.csv, results.md, glue.png, cells.csv and, where test files exist, the leaderboard's "
-        "submission.zip. Run the same command again to resume a stopped suite.")
+        "submission.zip. Run the same command again to resume a stopped suite."
+    )
     parser.add_argument("--model", required=True, help="bertkit or Hugging Face BERT directory")
-    parser.add_argument("--data", required=True, help="the GLUE directory (CoLA/, SST-2/, MRPC/, STS-B/, QQP/, "
-                                                      "MNLI/, QNLI/, RTE/, WNLI/, diagnostic/)")
+    parser.add_argument(
+        "--data",
+        required=True,
+        help="the GLUE directory (CoLA/, SST-2/, MRPC/, STS-B/, QQP/, MNLI/, QNLI/, RTE/, WNLI/, diagnostic/)",
+    )
     parser.add_argument("--output", required=True, help="the suite's directory")
-    parser.add_argument("--tasks", default=None, help="comma-separated tasks (default: every one found), e.g. "
-                                                      "cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte,wnli")
-    parser.add_argument("--seeds", default="3", help="seeds per learning rate: a count N (seeds 1..N) or a "
-                                                     "comma-separated list (default 3)")
-    parser.add_argument("--lr", default="2e-5,3e-5,5e-5", help="the learning-rate grid, comma-separated "
-                                                               "(default 2e-5,3e-5,5e-5)")
-    parser.add_argument("--max-time-per-run", default=None, metavar="DURATION",
-                        help="bound each fine-tuning (90s, 10m, 1h); the best dev checkpoint reached counts")
+    parser.add_argument(
+        "--tasks",
+        default=None,
+        help="comma-separated tasks (default: every one found), e.g. cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte,wnli",
+    )
+    parser.add_argument(
+        "--seeds",
+        default="3",
+        help="seeds per learning rate: a count N (seeds 1..N) or a comma-separated list (default 3)",
+    )
+    parser.add_argument(
+        "--lr", default="2e-5,3e-5,5e-5", help="the learning-rate grid, comma-separated (default 2e-5,3e-5,5e-5)"
+    )
+    parser.add_argument(
+        "--max-time-per-run",
+        default=None,
+        metavar="DURATION",
+        help="bound each fine-tuning (90s, 10m, 1h); the best dev checkpoint reached counts",
+    )
     from bertkit.options import add_options
 
     # only flags given on the command line are passed on (no defaults here: finetune's own apply)
@@ -77,8 +92,9 @@ def parse_seeds(text: str) -> list[int]:
             return list(range(1, n + 1))
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
-        raise InputError(f"--seeds: expected a count >= 1 or a comma-separated list of integers, got {text!r}"
-                         ) from None
+        raise InputError(
+            f"--seeds: expected a count >= 1 or a comma-separated list of integers, got {text!r}"
+        ) from None
     if len(set(seeds)) != len(seeds) or not seeds:
         raise InputError(f"--seeds: {text!r} repeats a seed or names none")
     return seeds
@@ -119,19 +135,32 @@ def run(args: argparse.Namespace) -> int:
     check_writable(Path(args.output), "--output")  # before the suite, not after its first cell
     ft_flags = {flag for cls in _finetune_options() for flag in option_flags(cls).values()}
     cfg = SuiteConfig(
-        model=Path(args.model), data=Path(args.data), output=Path(args.output), tasks=resolve_tasks(args.tasks),
+        model=Path(args.model),
+        data=Path(args.data),
+        output=Path(args.output),
+        tasks=resolve_tasks(args.tasks),
         tasks_given=args.tasks is not None,
-        seeds=parse_seeds(args.seeds), lrs=parse_lrs(args.lr),
+        seeds=parse_seeds(args.seeds),
+        lrs=parse_lrs(args.lr),
         max_time_per_run=parse_time(args.max_time_per_run, "--max-time-per-run"),
-        finetune_args=finetune_argv(args), max_time_flag="--max-time" in ft_flags,
+        finetune_args=finetune_argv(args),
+        max_time_flag="--max-time" in ft_flags,
     )
     with GracefulStop() as stop:
         report = SuiteRunner(cfg, say=lambda m: print(m, file=sys.stderr, flush=True), stop=stop).run()
     print((Path(args.output) / "results.md").read_text(encoding="utf-8"), file=sys.stderr)
-    print(json.dumps({
-        "output": str(report.output), "glue_score": None if report.glue.score is None else round(report.glue.score, 2),
-        "complete": report.glue.complete, "tasks": {k: round(s.median, 2) for k, s in report.summaries.items()},
-        "cells_run": report.cells_run, "cells_kept": report.cells_kept,
-        "submission": None if report.submission is None else str(report.submission),
-    }, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "output": str(report.output),
+                "glue_score": None if report.glue.score is None else round(report.glue.score, 2),
+                "complete": report.glue.complete,
+                "tasks": {k: round(s.median, 2) for k, s in report.summaries.items()},
+                "cells_run": report.cells_run,
+                "cells_kept": report.cells_kept,
+                "submission": None if report.submission is None else str(report.submission),
+            },
+            sort_keys=True,
+        )
+    )
     return 0

@@ -11,13 +11,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Draw loss, MLM and NSP accuracy, dev metrics, learning rate and throughput against steps and wall time, from "
         "the metrics.jsonl (or finetune's train_log.json) of one or several run directories, on shared axes. The "
-        "numbers go to a CSV beside the PNG. With --tensorboard, write TensorBoard event files instead.")
+        "numbers go to a CSV beside the PNG. With --tensorboard, write TensorBoard event files instead."
+    )
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="pretrain or finetune output directories")
-    parser.add_argument("--output", default=None, help="the PNG (default curves.png; the CSV goes beside it); "
-                        "with --tensorboard: the event directory (default RUN_DIR/tensorboard)")
+    parser.add_argument(
+        "--output",
+        default=None,
+        help="the PNG (default curves.png; the CSV goes beside it); "
+        "with --tensorboard: the event directory (default RUN_DIR/tensorboard)",
+    )
     parser.add_argument("--names", default=None, help="comma-separated legend names (default: the directory names)")
-    parser.add_argument("--tensorboard", action="store_true",
-                        help="convert each run's metrics to a TensorBoard event file (open with tensorboard --logdir)")
+    parser.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="convert each run's metrics to a TensorBoard event file (open with tensorboard --logdir)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,8 +46,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             written = [convert_run(r, Path(args.output) if args.output else None) for r in runs]
         print(json.dumps({"event_files": [str(p) for p in written]}))
-        print(f"open with: tensorboard --logdir {written[0].parent if len(written) == 1 else Path(args.output or '.')}",
-              file=sys.stderr)
+        print(
+            f"open with: tensorboard --logdir {written[0].parent if len(written) == 1 else Path(args.output or '.')}",
+            file=sys.stderr,
+        )
         return 0
     names = args.names.split(",") if args.names else [r.name or str(r) for r in runs]
     if len(names) != len(runs):
@@ -52,6 +62,14 @@ def run(args: argparse.Namespace) -> int:
 
     table = out.with_suffix(".csv")
     write_text(table, csv_text(plots.curves_table(curves)))
-    print(json.dumps({"png": str(out), "csv": str(table), "runs": len(runs),
-                      "metrics": sorted({k for c in curves for k in c.series})}))
+    print(
+        json.dumps(
+            {
+                "png": str(out),
+                "csv": str(table),
+                "runs": len(runs),
+                "metrics": sorted({k for c in curves for k in c.series}),
+            }
+        )
+    )
     return 0

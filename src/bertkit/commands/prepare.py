@@ -16,26 +16,47 @@ def configure(parser: argparse.ArgumentParser) -> None:
     from bertkit.data.prepare import DEFAULTS
     from bertkit.data.splitter import SPLITTERS
 
-    parser.add_argument("--corpus", nargs="+", required=True,
-                        help="corpus files or directories: text (prose or Google's one-sentence-per-line), JSONL, "
-                             "Parquet, a datasets.save_to_disk directory; gzip/zstd compressed text too")
+    parser.add_argument(
+        "--corpus",
+        nargs="+",
+        required=True,
+        help="corpus files or directories: text (prose or Google's one-sentence-per-line), JSONL, "
+        "Parquet, a datasets.save_to_disk directory; gzip/zstd compressed text too",
+    )
     parser.add_argument("--vocab", required=True, help="vocab.txt, or a model/tokenizer directory")
-    parser.add_argument("--output", default=None,
-                        help="shard directory (default: the cache, where bertkit pretrain finds it)")
+    parser.add_argument(
+        "--output", default=None, help="shard directory (default: the cache, where bertkit pretrain finds it)"
+    )
     parser.add_argument("--corpus-format", choices=FORMATS, default="auto", help="default: auto (by name and content)")
     parser.add_argument("--text-field", default="text", help="JSONL field / Parquet or Arrow column (default text)")
-    parser.add_argument("--splitter", choices=SPLITTERS, default="regex",
-                        help="sentence splitter for prose and JSONL: regex (default, fast) or pysbd (slow)")
-    parser.add_argument("--encoding", choices=ENCODINGS, default="auto",
-                        help="auto: read non-UTF-8 lines as Windows-1252 with a warning; utf-8: fail on them")
+    parser.add_argument(
+        "--splitter",
+        choices=SPLITTERS,
+        default="regex",
+        help="sentence splitter for prose and JSONL: regex (default, fast) or pysbd (slow)",
+    )
+    parser.add_argument(
+        "--encoding",
+        choices=ENCODINGS,
+        default="auto",
+        help="auto: read non-UTF-8 lines as Windows-1252 with a warning; utf-8: fail on them",
+    )
     case = parser.add_mutually_exclusive_group()
     case.add_argument("--lowercase", dest="lowercase", action="store_true", default=None, help="uncased tokenizing")
     case.add_argument("--cased", dest="lowercase", action="store_false", help="cased tokenizing")
     parser.add_argument("--workers", type=int, default=None, help="worker processes (default: every core)")
-    parser.add_argument("--shard-tokens", type=int, default=DEFAULTS["shard_tokens"],
-                        help=f"tokens per shard (default {DEFAULTS['shard_tokens']})")
-    parser.add_argument("--eval-fraction", type=float, default=DEFAULTS["eval_fraction"],
-                        help=f"held-out fraction of the text (default {DEFAULTS['eval_fraction']})")
+    parser.add_argument(
+        "--shard-tokens",
+        type=int,
+        default=DEFAULTS["shard_tokens"],
+        help=f"tokens per shard (default {DEFAULTS['shard_tokens']})",
+    )
+    parser.add_argument(
+        "--eval-fraction",
+        type=float,
+        default=DEFAULTS["eval_fraction"],
+        help=f"held-out fraction of the text (default {DEFAULTS['eval_fraction']})",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -51,20 +72,44 @@ def run(args: argparse.Namespace) -> int:
     vocab = Path(args.vocab)
     if not vocab.exists():
         raise InputError(f"--vocab {vocab}: no such file or directory")
-    settings = {"corpus_format": args.corpus_format, "encoding": args.encoding, "splitter": args.splitter,
-                "text_field": args.text_field, "shard_tokens": args.shard_tokens, "eval_fraction": args.eval_fraction}
+    settings = {
+        "corpus_format": args.corpus_format,
+        "encoding": args.encoding,
+        "splitter": args.splitter,
+        "text_field": args.text_field,
+        "shard_tokens": args.shard_tokens,
+        "eval_fraction": args.eval_fraction,
+    }
     output = args.output
     if output is None:
         from bertkit.data.prepare import DEFAULTS, _settings
 
         tokenizer = BertTokenizer.from_pretrained(str(vocab), lowercase=args.lowercase)
-        fp = corpus_fingerprint(expand_corpus(args.corpus), tokenizer,
-                                **_settings(args.corpus_format, args.encoding, args.splitter, args.text_field,
-                                            args.shard_tokens, args.eval_fraction, DEFAULTS["max_eval_tokens"]))
+        fp = corpus_fingerprint(
+            expand_corpus(args.corpus),
+            tokenizer,
+            **_settings(
+                args.corpus_format,
+                args.encoding,
+                args.splitter,
+                args.text_field,
+                args.shard_tokens,
+                args.eval_fraction,
+                DEFAULTS["max_eval_tokens"],
+            ),
+        )
         output = cache_dir(fp)
-    meta = prepare_corpus(args.corpus, output, vocab, lowercase=args.lowercase, workers=args.workers,
-                          progress=not args.quiet and sys.stderr.isatty(), use_cache=False,
-                          log=(lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr)), **settings)
+    meta = prepare_corpus(
+        args.corpus,
+        output,
+        vocab,
+        lowercase=args.lowercase,
+        workers=args.workers,
+        progress=not args.quiet and sys.stderr.isatty(),
+        use_cache=False,
+        log=(lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr)),
+        **settings,
+    )
     tokens = sum(s["tokens"] for s in meta["shards"])
     held = meta["eval"]["tokens"] if meta.get("eval") else 0
     print(f"{output}: {len(meta['shards'])} shard(s), {tokens:,} training tokens, {held:,} held out")

@@ -19,20 +19,36 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "Pre-train BERT (masked LM, and next-sentence prediction with the paper's recipe) on your text files. OUTPUT "
         "ends as a model directory (config.json, model.safetensors, vocab.txt) that bertkit and transformers load; "
         "checkpoints go to OUTPUT/checkpoints and metrics to OUTPUT/metrics.jsonl. SIGTERM or Ctrl-C saves a "
-        "checkpoint first. Run it under torchrun for DistributedDataParallel.")
+        "checkpoint first. Run it under torchrun for DistributedDataParallel."
+    )
     groups = add_options(parser, PretrainConfig)
     data, model = groups["data"], groups["model and objectives"]
     case = data.add_mutually_exclusive_group()
-    case.add_argument("--lowercase", dest="lowercase", action="store_true", default=None,
-                      help="uncased (default for a trained vocabulary)")
+    case.add_argument(
+        "--lowercase",
+        dest="lowercase",
+        action="store_true",
+        default=None,
+        help="uncased (default for a trained vocabulary)",
+    )
     case.add_argument("--cased", dest="lowercase", action="store_false", help="keep case")
     nsp = model.add_mutually_exclusive_group()
-    nsp.add_argument("--nsp", dest="nsp", action="store_true", default=None,
-                     help="next-sentence prediction on [CLS] A [SEP] B [SEP] pairs (paper)")
+    nsp.add_argument(
+        "--nsp",
+        dest="nsp",
+        action="store_true",
+        default=None,
+        help="next-sentence prediction on [CLS] A [SEP] B [SEP] pairs (paper)",
+    )
     nsp.add_argument("--no-nsp", dest="nsp", action="store_false", help="MLM only, on full packed sequences")
-    model.add_argument("--config-override", dest="config_overrides", action="append", default=[],
-                       metavar="KEY=VALUE", help="override a BertConfig field, e.g. num_hidden_layers=2 (repeatable; "
-                                                 "value read as JSON)")
+    model.add_argument(
+        "--config-override",
+        dest="config_overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a BertConfig field, e.g. num_hidden_layers=2 (repeatable; value read as JSON)",
+    )
 
 
 def parse_overrides(items: list[str]) -> dict:

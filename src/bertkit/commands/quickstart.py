@@ -15,10 +15,12 @@ from bertkit.errors import RunError
 from bertkit.options import ComputeArgs, add_options, lr_option, seed_option, threads_option
 
 SENTENCES = [
-    ("it is a truth universally acknowledged , that a single man in possession of a good fortune must be in want "
-     "of a [MASK] ."),
+    (
+        "it is a truth universally acknowledged , that a single man in possession of a good fortune must be in want "
+        "of a [MASK] ."
+    ),
     "alice was beginning to get very [MASK] of sitting by her sister on the bank .",
-    "\" you have been in afghanistan , i perceive , \" said sherlock [MASK] .",
+    '" you have been in afghanistan , i perceive , " said sherlock [MASK] .',
     "she looked at him and [MASK] nothing .",
     "the [MASK] was in the garden .",
 ]
@@ -47,17 +49,33 @@ class QuickstartTraining(ComputeArgs):
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__.splitlines()[0].split(": ", 1)[1]
     parser.add_argument("--output", default="runs/quickstart", help="run directory (default runs/quickstart)")
-    parser.add_argument("--corpus", nargs="+", default=None, metavar="PATH",
-                        help="text files to use instead of the bundled books (as for pretrain)")
-    parser.add_argument("--max-time", default="5m", help=(
-        "pre-training budget (default 5m: in 5 minutes bert-tiny gets well past the unigram plateau, "
-        "docs/pretraining.md)"))
+    parser.add_argument(
+        "--corpus",
+        nargs="+",
+        default=None,
+        metavar="PATH",
+        help="text files to use instead of the bundled books (as for pretrain)",
+    )
+    parser.add_argument(
+        "--max-time",
+        default="5m",
+        help=(
+            "pre-training budget (default 5m: in 5 minutes bert-tiny gets well past the unigram plateau, "
+            "docs/pretraining.md)"
+        ),
+    )
     parser.add_argument("--model-size", default="bert-tiny")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--seq-len", type=int, default=32, help=(
-        "sequence length (default 32: short sequences leave the unigram plateau in the fewest steps, "
-        "docs/pretraining.md; the model then suits inputs of up to about 32 tokens)"))
+    parser.add_argument(
+        "--seq-len",
+        type=int,
+        default=32,
+        help=(
+            "sequence length (default 32: short sequences leave the unigram plateau in the fewest steps, "
+            "docs/pretraining.md; the model then suits inputs of up to about 32 tokens)"
+        ),
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier quickstart run in --output")
     parser.add_argument("--quiet", action="store_true")
     add_options(parser, QuickstartTraining)  # --lr, --seed, --device, --precision, --threads: pretrain's own
@@ -76,34 +94,56 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise InputError(f"--max-time: {e}") from None
     cfg = PretrainConfig(
-        corpus=[str(p) for p in corpus], output=args.output, vocab_size=args.vocab_size,
-        model_size=args.model_size, seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr,
-        max_time=budget, save_every=200, log_every=25, eval_batches=8, precision=args.precision, device=args.device,
-        seq_ramp="off", batch_ramp="off",
-        seed=args.seed, overwrite=args.overwrite, quiet=args.quiet, threads=args.threads,
+        corpus=[str(p) for p in corpus],
+        output=args.output,
+        vocab_size=args.vocab_size,
+        model_size=args.model_size,
+        seq_len=args.seq_len,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        max_time=budget,
+        save_every=200,
+        log_every=25,
+        eval_batches=8,
+        precision=args.precision,
+        device=args.device,
+        seq_ramp="off",
+        batch_ramp="off",
+        seed=args.seed,
+        overwrite=args.overwrite,
+        quiet=args.quiet,
+        threads=args.threads,
     )
     out = Path(args.output)
     if (out / "run.json").is_file() and not args.overwrite:
-        raise PretrainError(f"{out} already holds a run. Pass --overwrite to replace it, or --output another/dir to "
-                            f"keep it (its model can be tried with: bertkit fill-mask --model {out} "
-                            "\"the [MASK] was in the garden .\")")
+        raise PretrainError(
+            f"{out} already holds a run. Pass --overwrite to replace it, or --output another/dir to "
+            f"keep it (its model can be tried with: bertkit fill-mask --model {out} "
+            '"the [MASK] was in the garden .")'
+        )
     if not args.quiet:
         what = "text files" if args.corpus else "bundled public-domain books"
         print(f"bertkit quickstart: {len(corpus)} {what} -> {args.output}")
-        print(f"  1. train a {args.vocab_size}-token WordPiece vocabulary   2. pre-train {args.model_size} "
-              f"for {args.max_time}   3. score it on held-out text   4. fill in masked words\n")
+        print(
+            f"  1. train a {args.vocab_size}-token WordPiece vocabulary   2. pre-train {args.model_size} "
+            f"for {args.max_time}   3. score it on held-out text   4. fill in masked words\n"
+        )
     pretrain(cfg)
     score = held_out_accuracy(out)
-    print(f"\nheld-out masked-word accuracy: {score['mlm_acc']:.1%}, {score['mlm_acc'] / score['mlm_baseline']:.1f}x "
-          f"the best constant guess ({score['mlm_baseline']:.1%}); {score['masked_tokens']} words of text never "
-          f"trained on, every one replaced by [MASK]")
+    print(
+        f"\nheld-out masked-word accuracy: {score['mlm_acc']:.1%}, {score['mlm_acc'] / score['mlm_baseline']:.1f}x "
+        f"the best constant guess ({score['mlm_baseline']:.1%}); {score['masked_tokens']} words of text never "
+        f"trained on, every one replaced by [MASK]"
+    )
     encoder = Encoder.from_pretrained(out, precision="fp32")
     print(cloze_probe(encoder).line() + " (bertkit.tasks.cloze: names and phrases of the bundled books)")
     results = encoder.fill_mask(SENTENCES, top_k=5)
     print("\nfill-mask with the model just trained (top 5 guesses for each [MASK]):\n")
     print_predictions(SENTENCES, results)
-    print(f"\nthe model is in {out}/ (config.json, model.safetensors, vocab.txt); it loads with "
-          f"bertkit.BertForPreTraining.from_pretrained(\"{out}\") or transformers.")
-    print(f"try your own text:  bertkit fill-mask --model {out} \"the [MASK] of the house\"")
+    print(
+        f"\nthe model is in {out}/ (config.json, model.safetensors, vocab.txt); it loads with "
+        f'bertkit.BertForPreTraining.from_pretrained("{out}") or transformers.'
+    )
+    print(f'try your own text:  bertkit fill-mask --model {out} "the [MASK] of the house"')
     print("pre-train on your own files:  bertkit pretrain --corpus my.txt --output runs/mine --max-time 10m")
     return 0

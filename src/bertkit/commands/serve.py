@@ -30,19 +30,35 @@ def configure(parser: argparse.ArgumentParser) -> None:
     from bertkit.serve.app import ServeSettings
 
     # "--layers -1,-2,-3,-4" parses: cli.main joins a negative list to its flag (argparse takes it for an option)
-    parser.add_argument("--model", required=True, action="append", metavar="[NAME=]DIR",
-                        help="model directory (config.json, weights, vocab.txt); repeat as NAME=DIR to serve several "
-                        "(the first is the default; ?model=NAME or OpenAI's 'model' field picks one)")
+    parser.add_argument(
+        "--model",
+        required=True,
+        action="append",
+        metavar="[NAME=]DIR",
+        help="model directory (config.json, weights, vocab.txt); repeat as NAME=DIR to serve several "
+        "(the first is the default; ?model=NAME or OpenAI's 'model' field picks one)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--api-key", default=os.environ.get("BERTKIT_API_KEY"),
-                        help="require this key (Authorization: Bearer KEY or X-API-Key); default $BERTKIT_API_KEY")
-    parser.add_argument("--quantize", choices=("int8",), default=None,
-                        help="dynamic int8 Linear layers (CPU; see bertkit.quantize): faster, within ~1%% of fp32")
-    parser.add_argument("--backend", choices=("torch", "onnx"), default="torch",
-                        help="onnx: ONNX Runtime (CPU; fp32, int8 with --quantize) on DIR/model.onnx "
-                             "(model.int8.onnx) and DIR/encoder.onnx, exported from the weights when absent; see "
-                             "docs/inference.md")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("BERTKIT_API_KEY"),
+        help="require this key (Authorization: Bearer KEY or X-API-Key); default $BERTKIT_API_KEY",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=("int8",),
+        default=None,
+        help="dynamic int8 Linear layers (CPU; see bertkit.quantize): faster, within ~1%% of fp32",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("torch", "onnx"),
+        default="torch",
+        help="onnx: ONNX Runtime (CPU; fp32, int8 with --quantize) on DIR/model.onnx "
+        "(model.int8.onnx) and DIR/encoder.onnx, exported from the weights when absent; see "
+        "docs/inference.md",
+    )
     parser.add_argument("--log-level", default="info")
     add_options(parser, ServeCompute)  # --device (default: cuda when available; cpu for int8 / onnx), --precision
     add_options(parser, ServeSettings)
@@ -86,8 +102,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"bertkit serve: warning: listening on {args.host} without --api-key", file=sys.stderr)
     for name, svc in app.state.services.items():
         enc = svc.encoder
-        print(f"bertkit serve: {name} = {specs[name]} ({enc.num_layers} layers, hidden {enc.hidden_size}, "
-              f"{enc.precision}{', ' + svc.pipeline.kind if svc.pipeline is not None else ''})", file=sys.stderr)
+        print(
+            f"bertkit serve: {name} = {specs[name]} ({enc.num_layers} layers, hidden {enc.hidden_size}, "
+            f"{enc.precision}{', ' + svc.pipeline.kind if svc.pipeline is not None else ''})",
+            file=sys.stderr,
+        )
     print(f"bertkit serve: on http://{args.host}:{args.port}", file=sys.stderr)
     config = uvicorn_config(app, log_level=args.log_level, timeout_graceful_shutdown=10, **settings_limits(settings))
     uvicorn.Server(config).run(sockets=[sock])
@@ -105,8 +124,10 @@ def parse_model_specs(values: list[str], model_id: str | None = None) -> dict[st
         if not name:
             name = model_id if model_id and len(values) == 1 else os.path.basename(os.path.normpath(directory))
         if name in out:
-            raise InputError(f"--model {value}: the name '{name}' is already taken by --model {out[name]} "
-                             "(name them: --model NAME=DIR)")
+            raise InputError(
+                f"--model {value}: the name '{name}' is already taken by --model {out[name]} "
+                "(name them: --model NAME=DIR)"
+            )
         out[name] = directory
     return out
 
@@ -120,8 +141,9 @@ def load_model(directory: str, device: str, precision: str, quantize: str | None
     try:
         return load_pipeline(directory, device=device, precision=precision, quantize=quantize, backend=backend)
     except NoHeadError:
-        return Encoder.from_pretrained(directory, device=device, precision=precision, quantize=quantize,
-                                       backend=backend)
+        return Encoder.from_pretrained(
+            directory, device=device, precision=precision, quantize=quantize, backend=backend
+        )
 
 
 def raise_fd_limit() -> None:

@@ -25,10 +25,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="model directory: config.json, weights, vocab.txt")
     parser.add_argument("texts", nargs="+", help="two or more texts (sentences containing --word, with --word)")
     parser.add_argument("--word", default=None, help="compare this word's contextual vectors across the texts")
-    parser.add_argument("--layers", default=None, help="comma-separated layers, concatenated (default: the model's "
-                        "saved setting, else -2)")
-    parser.add_argument("--pooling", default=None, help="pooling for whole texts (default: the model's saved "
-                        "pooling, else mean)")
+    parser.add_argument(
+        "--layers",
+        default=None,
+        help="comma-separated layers, concatenated (default: the model's saved setting, else -2)",
+    )
+    parser.add_argument(
+        "--pooling", default=None, help="pooling for whole texts (default: the model's saved pooling, else mean)"
+    )
     add_options(parser, ExactComputeArgs)  # --device, --precision (fp32 unless asked)
 
 
@@ -42,8 +46,11 @@ def word_vectors(encoder, texts: list[str], word: str, layers) -> list:
         match = pattern.search(text)
         if match is None:
             raise InputError(f"text {n} ({text!r}) does not contain the word {word!r}")
-        rows = [i for i, ((b, e), special) in enumerate(zip(enc.offsets, enc.special_tokens_mask))
-                if not special and b >= match.start() and e <= match.end() and e > b]
+        rows = [
+            i
+            for i, ((b, e), special) in enumerate(zip(enc.offsets, enc.special_tokens_mask))
+            if not special and b >= match.start() and e <= match.end() and e > b
+        ]
         if not rows:
             raise InputError(f"text {n}: the word {word!r} was cut off by truncation")
         out.append(np.asarray(vec)[rows].mean(0))
@@ -82,8 +89,10 @@ def run(args: argparse.Namespace) -> int:
         print_matrix(args.texts, contextual)
         static = cosine_distances(word_vectors(encoder, args.texts, args.word, [0]))
         off_diagonal = ~np.eye(len(args.texts), dtype=bool)
-        print(f"\nfor contrast, at layer 0 (embedding output: only the position differs), mean distance "
-              f"{static[off_diagonal].mean():.4f} vs {contextual[off_diagonal].mean():.4f} at layers {args.layers}")
+        print(
+            f"\nfor contrast, at layer 0 (embedding output: only the position differs), mean distance "
+            f"{static[off_diagonal].mean():.4f} vs {contextual[off_diagonal].mean():.4f} at layers {args.layers}"
+        )
     else:
         vectors = encoder.encode(args.texts, layers=layers, pooling=args.pooling)
         print(f"texts at layers {args.layers}, pooling {args.pooling}:")

@@ -6,8 +6,9 @@ import argparse
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("vocab", help="vocab.txt or tokenizer.json, or a model directory with either "
-                                      "(+ tokenizer_config.json)")
+    parser.add_argument(
+        "vocab", help="vocab.txt or tokenizer.json, or a model directory with either (+ tokenizer_config.json)"
+    )
     parser.add_argument("text", nargs="*", help="texts to tokenize (default: read lines from stdin)")
     parser.add_argument("--cased", action="store_true", default=None, help="force cased (default: config or guess)")
     parser.add_argument("--ids", action="store_true", help="print ids instead of tokens")

@@ -16,6 +16,7 @@ def is_hf_dataset(d: Path) -> bool:
 def hf_arrow_files(d: Path) -> list[Path]:
     """The Arrow files of a ``datasets.save_to_disk`` directory (a Dataset, or every split of a DatasetDict)."""
     from bertkit.data.corpus import CorpusError  # corpus imports this module
+
     if (d / "dataset_dict.json").is_file():
         try:
             splits = json.loads((d / "dataset_dict.json").read_text(encoding="utf-8"))["splits"]

@@ -144,8 +144,9 @@ def open_text(path: str | os.PathLike, counter: list | None = None) -> io.Buffer
         elif head == _ZSTD_MAGIC:
             import zstandard
 
-            f = io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True),
-                                  _SNIFF_BYTES)
+            f = io.BufferedReader(
+                zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True), _SNIFF_BYTES
+            )
         else:
             f = io.BufferedReader(raw, _SNIFF_BYTES)
         reason = binary_reason(f.peek(_SNIFF_BYTES)[:_SNIFF_BYTES])
@@ -165,8 +166,9 @@ def _corpus_file_kind(f: Path) -> bool:
         return True
     with open(f, "rb") as fh:
         head = fh.read(_SNIFF_BYTES)
-    return head[:2] == _GZIP_MAGIC or head[:4] == _ZSTD_MAGIC or head[:4] == _PARQUET_MAGIC or \
-        binary_reason(head) is None
+    return (
+        head[:2] == _GZIP_MAGIC or head[:4] == _ZSTD_MAGIC or head[:4] == _PARQUET_MAGIC or binary_reason(head) is None
+    )
 
 
 def expand_corpus(paths: Iterable[str | os.PathLike]) -> list[Path]:
@@ -181,8 +183,9 @@ def expand_corpus(paths: Iterable[str | os.PathLike]) -> list[Path]:
     def add(f: Path) -> None:
         real = f.resolve()
         if real in seen:
-            logger.warning(f"bertkit: {f}: already read as part of the corpus (the same file as another); once is "
-                           "enough")
+            logger.warning(
+                f"bertkit: {f}: already read as part of the corpus (the same file as another); once is enough"
+            )
             return
         seen.add(real)
         files.append(f)
@@ -249,16 +252,23 @@ def _decode(raw: bytes, path, number: int, encoding: str, warned: list) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         if encoding == "utf-8":
-            raise CorpusError(f"{path}: line {number}: not UTF-8 text ({e.reason} at byte {e.start} of the line); "
-                              "convert it, or pass --encoding auto") from None
+            raise CorpusError(
+                f"{path}: line {number}: not UTF-8 text ({e.reason} at byte {e.start} of the line); "
+                "convert it, or pass --encoding auto"
+            ) from None
         if not warned:
             logger.warning(f"bertkit: {path}: line {number} is not UTF-8; reading such lines as Windows-1252")
             warned.append(True)
         return raw.decode("cp1252", errors="replace")
 
 
-def read_lines(path: str | os.PathLike, encoding: str = "auto", warn: bool = True,
-               counter: list | None = None, max_bytes: int | None = MAX_LINE_BYTES) -> Iterator[str]:
+def read_lines(
+    path: str | os.PathLike,
+    encoding: str = "auto",
+    warn: bool = True,
+    counter: list | None = None,
+    max_bytes: int | None = MAX_LINE_BYTES,
+) -> Iterator[str]:
     """Lines without their line break. ``utf-8``: a line that is not UTF-8 fails naming the file and line. ``auto``:
     such a line is read as Windows-1252 (old Gutenberg files), with one warning per file naming the first line.
     A NUL byte fails naming the line (a binary file). A line longer than ``max_bytes`` comes in pieces, cut after a
@@ -498,8 +508,9 @@ def _jsonl_texts(path, encoding, counter, text_field: str) -> Iterator[str]:
             raise CorpusError(f"{path}: line {number}: expected an object with a {text_field!r} field")
         text = record[text_field]
         if not isinstance(text, str):
-            raise CorpusError(f"{path}: line {number}: field {text_field!r} must be a string, got "
-                              f"{type(text).__name__}")
+            raise CorpusError(
+                f"{path}: line {number}: field {text_field!r} must be a string, got {type(text).__name__}"
+            )
         yield text
 
 
@@ -547,8 +558,13 @@ def _table_texts(path, fmt: str, text_field: str, counter) -> Iterator[str]:
         raw.close()
 
 
-def file_blocks(path: str | os.PathLike, fmt: str = "auto", encoding: str = "auto", text_field: str = "text",
-                counter: list | None = None) -> Iterator[tuple[str, list[str], list[int]]]:
+def file_blocks(
+    path: str | os.PathLike,
+    fmt: str = "auto",
+    encoding: str = "auto",
+    text_field: str = "text",
+    counter: list | None = None,
+) -> Iterator[tuple[str, list[str], list[int]]]:
     """(kind, items, ends) blocks of one file, in order (see :class:`Block`); always at least one block."""
     if fmt not in FORMATS:
         raise CorpusError(f"corpus format must be one of {FORMATS}, got {fmt!r}")
@@ -566,8 +582,13 @@ def file_blocks(path: str | os.PathLike, fmt: str = "auto", encoding: str = "aut
         yield from _text_documents_blocks(_table_texts(path, fmt, text_field, counter))
 
 
-def iter_blocks(paths: list[Path], fmt: str = "auto", encoding: str = "auto", text_field: str = "text",
-                start: tuple[int, int] | None = None) -> Iterator[Block]:
+def iter_blocks(
+    paths: list[Path],
+    fmt: str = "auto",
+    encoding: str = "auto",
+    text_field: str = "text",
+    start: tuple[int, int] | None = None,
+) -> Iterator[Block]:
     """Every file's blocks, in order, each tagged with its position. ``start``: skip every block up to and
     including that (file, block) position (a resumed preparation; those blocks are read but not returned)."""
     for i, path in enumerate(paths):
@@ -577,8 +598,7 @@ def iter_blocks(paths: list[Path], fmt: str = "auto", encoding: str = "auto", te
         for j, (kind, items, ends) in enumerate(file_blocks(path, fmt, encoding, text_field, counter)):
             if start is not None and i == start[0] and j <= start[1]:
                 continue
-            yield Block(kind, items, ends, (i, j), sum(map(len, items)),
-                        counter[0].count if counter else 0)
+            yield Block(kind, items, ends, (i, j), sum(map(len, items)), counter[0].count if counter else 0)
 
 
 # ------------------------------------------------------------------------------------------------ sentences
@@ -661,9 +681,16 @@ def document_pieces(counts: list[int], ends: list[int]) -> list[tuple[int, int, 
     return pieces
 
 
-def iter_documents(paths: Iterable[str | os.PathLike], fmt: str = "auto", workers: int | None = None,
-                   on_document=None, encoding: str = "auto", progress: bool = False, splitter: str = "regex",
-                   text_field: str = "text") -> Iterator[list[str]]:
+def iter_documents(
+    paths: Iterable[str | os.PathLike],
+    fmt: str = "auto",
+    workers: int | None = None,
+    on_document=None,
+    encoding: str = "auto",
+    progress: bool = False,
+    splitter: str = "regex",
+    text_field: str = "text",
+) -> Iterator[list[str]]:
     """Documents (lists of sentences) from every file (directories: their corpus files), in file order; the same
     whatever ``workers`` (default: every core; 0 or 1 = in this process). Each document is held whole here: for
     corpora of any size, use :func:`bertkit.data.pretraining.prepare_corpus` or :func:`write_sentences`, which
@@ -690,9 +717,16 @@ def iter_documents(paths: Iterable[str | os.PathLike], fmt: str = "auto", worker
         yield doc
 
 
-def write_sentences(paths: Iterable[str | os.PathLike], output: str | os.PathLike, fmt: str = "auto",
-                    workers: int | None = None, encoding: str = "auto", progress: bool = False,
-                    splitter: str = "regex", text_field: str = "text") -> int:
+def write_sentences(
+    paths: Iterable[str | os.PathLike],
+    output: str | os.PathLike,
+    fmt: str = "auto",
+    workers: int | None = None,
+    encoding: str = "auto",
+    progress: bool = False,
+    splitter: str = "regex",
+    text_field: str = "text",
+) -> int:
     """Sentence-split the corpus once into Google's format (a sentence per line, a blank line after each document)
     at ``output``, atomically (fsynced temp file, renamed), streaming: memory does not grow with the corpus. The
     vocabulary trainer and the tokenizer both read it. Returns the number of documents."""

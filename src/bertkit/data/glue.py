@@ -60,9 +60,7 @@ def _pick(names: tuple[str, ...] | None, header: list[str]) -> str | None:
     return None
 
 
-def read_glue(
-    path: str | os.PathLike, task: str, skip_bad_rows: bool = False, require_label: bool = False
-) -> Examples:
+def read_glue(path: str | os.PathLike, task: str, skip_bad_rows: bool = False, require_label: bool = False) -> Examples:
     """Read a GLUE TSV file (train, dev or test) of ``task``.
 
     Errors name the file and line: a wrong column count, an unknown label, a non-numeric STS-B score.

@@ -68,8 +68,9 @@ class _Worker:
         root = str(Path(bertkit.__file__).resolve().parents[1])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.index = index
-        self.proc = subprocess.Popen([sys.executable, "-m", "bertkit.data.pipeline"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bertkit.data.pipeline"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
         _send(self.proc.stdin, setup)
 
     def send(self, arg: Any) -> None:
@@ -91,8 +92,10 @@ class _Worker:
 
     def _died(self):
         code = self.proc.wait(timeout=30)
-        raise PipelineError(f"preparation worker {self.index} (pid {self.proc.pid}) exited with code {code}; its "
-                            "error, if any, is printed above")
+        raise PipelineError(
+            f"preparation worker {self.index} (pid {self.proc.pid}) exited with code {code}; its "
+            "error, if any, is printed above"
+        )
 
     def close(self, kill: bool) -> None:
         if kill:
@@ -111,9 +114,14 @@ class _Worker:
 
 
 @contextlib.contextmanager
-def ordered_map(fn: Callable, tasks: Iterable[tuple[Any, Any]], workers: int | None = None,
-                initializer: Callable | None = None, initargs: tuple = (), window: int | None = None
-                ) -> Iterator[Iterator[tuple[Any, Any]]]:
+def ordered_map(
+    fn: Callable,
+    tasks: Iterable[tuple[Any, Any]],
+    workers: int | None = None,
+    initializer: Callable | None = None,
+    initargs: tuple = (),
+    window: int | None = None,
+) -> Iterator[Iterator[tuple[Any, Any]]]:
     """``(tag, fn(arg))`` for each ``(tag, arg)`` of ``tasks``, in order. ``workers`` processes (default: every core;
     0 or 1: in this process, same results). ``fn`` and ``initializer`` must be module-level functions;
     ``initializer(*initargs)`` runs once per worker (here when in process). Tags stay in this process. The workers
@@ -200,8 +208,17 @@ class progress_bar:
         if enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=self.total, initial=done_bytes, desc=desc, unit="B", unit_scale=True,
-                            unit_divisor=1024, mininterval=1.0, dynamic_ncols=True, smoothing=0.1)
+            self.bar = tqdm(
+                total=self.total,
+                initial=done_bytes,
+                desc=desc,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                mininterval=1.0,
+                dynamic_ncols=True,
+                smoothing=0.1,
+            )
 
     def advance(self, block) -> None:
         if self.bar is None:

@@ -82,8 +82,12 @@ class HeldOut:
         if not self.doc_open:
             self.doc_index += 1
             self.doc_open = True
-            self.doc_eval = bool(self.every and self.doc_index % self.every == 0 and self.doc_index >= 100
-                                 and self.held.n_tokens < self.cap)
+            self.doc_eval = bool(
+                self.every
+                and self.doc_index % self.every == 0
+                and self.doc_index >= 100
+                and self.held.n_tokens < self.cap
+            )
         if self.doc_eval:
             self.held.add(ids, lengths, doc_end)
         elif self.every and self.doc_index < 100:
@@ -115,9 +119,12 @@ class HeldOut:
 
 
 def _writer_state(w: _ShardWriter) -> dict[str, np.ndarray]:
-    return {"ids": np.concatenate(w.ids) if w.ids else np.zeros(0, np.int32),
-            "lengths": np.concatenate(w.lengths) if w.lengths else np.zeros(0, np.int64),
-            "docs": np.asarray(w.doc_sentences, dtype=np.int64), "open": np.asarray([w.open_sentences])}
+    return {
+        "ids": np.concatenate(w.ids) if w.ids else np.zeros(0, np.int32),
+        "lengths": np.concatenate(w.lengths) if w.lengths else np.zeros(0, np.int64),
+        "docs": np.asarray(w.doc_sentences, dtype=np.int64),
+        "open": np.asarray([w.open_sentences]),
+    }
 
 
 def _restore_writer(w: _ShardWriter, state) -> None:
@@ -140,8 +147,13 @@ def corpus_fingerprint(files: list[Path], tokenizer, **settings) -> dict:
     for p in files:
         st = Path(p).stat()
         entries.append([str(Path(p).resolve()), st.st_size, st.st_mtime_ns])
-    return {"version": PREPARE_VERSION, "files": entries, "vocab": vocab_fingerprint(tokenizer),
-            "lowercase": bool(getattr(tokenizer, "lowercase", True)), **settings}
+    return {
+        "version": PREPARE_VERSION,
+        "files": entries,
+        "vocab": vocab_fingerprint(tokenizer),
+        "lowercase": bool(getattr(tokenizer, "lowercase", True)),
+        **settings,
+    }
 
 
 def fingerprint_key(fingerprint: dict) -> str:
@@ -185,9 +197,15 @@ def _settings(corpus_format, encoding, splitter, text_field, shard_tokens, eval_
         raise PrepareError(f"splitter must be one of {SPLITTERS}, got {splitter!r}")
     if shard_tokens < 1 or not 0 <= eval_fraction < 1 or max_eval_tokens < 0:
         raise PrepareError("shard_tokens must be >= 1, eval_fraction in [0, 1), max_eval_tokens >= 0")
-    return {"format": corpus_format, "encoding": encoding, "splitter": splitter, "text_field": text_field,
-            "shard_tokens": int(shard_tokens), "eval_fraction": float(eval_fraction),
-            "max_eval_tokens": int(max_eval_tokens)}
+    return {
+        "format": corpus_format,
+        "encoding": encoding,
+        "splitter": splitter,
+        "text_field": text_field,
+        "shard_tokens": int(shard_tokens),
+        "eval_fraction": float(eval_fraction),
+        "max_eval_tokens": int(max_eval_tokens),
+    }
 
 
 def prepare_corpus(
@@ -231,12 +249,34 @@ def prepare_corpus(
             log(f"reusing the corpus prepared in {cached} (bertkit prepare)")
             _link_shards(cached, out_dir, meta)
             return meta
-    return _build(files, out_dir, str(vocab_path), tokenizer, lowercase, fingerprint, settings, workers, progress,
-                  log, on_checkpoint)
+    return _build(
+        files,
+        out_dir,
+        str(vocab_path),
+        tokenizer,
+        lowercase,
+        fingerprint,
+        settings,
+        workers,
+        progress,
+        log,
+        on_checkpoint,
+    )
 
 
-def _build(files, out_dir: Path, vocab_path: str, tokenizer, lowercase, fingerprint: dict, settings: dict,
-           workers, progress: bool, log, on_checkpoint) -> dict:
+def _build(
+    files,
+    out_dir: Path,
+    vocab_path: str,
+    tokenizer,
+    lowercase,
+    fingerprint: dict,
+    settings: dict,
+    workers,
+    progress: bool,
+    log,
+    on_checkpoint,
+) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / META_NAME).unlink(missing_ok=True)  # no commit marker until every shard is written
     vocab_size = len(tokenizer)
@@ -249,7 +289,7 @@ def _build(files, out_dir: Path, vocab_path: str, tokenizer, lowercase, fingerpr
     if start is None:
         log(f"tokenizing {len(files)} file(s) into {out_dir}")
     blocks = iter_blocks(files, settings["format"], settings["encoding"], settings["text_field"], start=start)
-    done_bytes = sum(Path(f).stat().st_size for f in files[:start[0]]) if start else 0
+    done_bytes = sum(Path(f).stat().st_size for f in files[: start[0]]) if start else 0
     bar = progress_bar(files, "preparing", progress, done_bytes)
     tasks = ((b, (b.kind, b.items, settings["splitter"])) for b in blocks)
     try:
@@ -266,8 +306,10 @@ def _build(files, out_dir: Path, vocab_path: str, tokenizer, lowercase, fingerpr
     train.flush()
     held.flush()
     if not train.shards:
-        raise PrepareError(f"the corpus ({', '.join(map(str, files[:3]))}{', ...' if len(files) > 3 else ''}) holds "
-                           "no text to pre-train on (every document was empty)")
+        raise PrepareError(
+            f"the corpus ({', '.join(map(str, files[:3]))}{', ...' if len(files) > 3 else ''}) holds "
+            "no text to pre-train on (every document was empty)"
+        )
     meta = {
         "format": SHARD_FORMAT,
         "vocab_size": vocab_size,
@@ -298,11 +340,12 @@ def _route(block: Block, ids, lengths, counts: list[int], router: HeldOut) -> No
     lengths = np.frombuffer(lengths, dtype=np.int64) if len(lengths) else np.zeros(0, np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     for lo, hi, end in document_pieces(counts, block.ends):
-        router.add(ids[offsets[lo]:offsets[hi]], lengths[lo:hi], end)
+        router.add(ids[offsets[lo] : offsets[hi]], lengths[lo:hi], end)
 
 
-def _checkpoint(out_dir: Path, key: str, block: Block, train: _ShardWriter, held: _ShardWriter,
-                router: HeldOut) -> dict:
+def _checkpoint(
+    out_dir: Path, key: str, block: Block, train: _ShardWriter, held: _ShardWriter, router: HeldOut
+) -> dict:
     """Write the full training shard, then the held-out text so far, then the progress record (last)."""
     train.flush()
     state = _writer_state(held)
@@ -317,8 +360,9 @@ def _save_npz(path: Path, arrays: dict) -> None:
         np.savez(f, **arrays)
 
 
-def _resume(out_dir: Path, key: str, train: _ShardWriter, held: _ShardWriter, router: HeldOut, log
-            ) -> tuple[int, int] | None:
+def _resume(
+    out_dir: Path, key: str, train: _ShardWriter, held: _ShardWriter, router: HeldOut, log
+) -> tuple[int, int] | None:
     """The position to go on after, when ``out_dir`` holds an interrupted preparation of the same fingerprint."""
     path = out_dir / PROGRESS_NAME
     if not path.is_file():
@@ -345,11 +389,18 @@ def _resume(out_dir: Path, key: str, train: _ShardWriter, held: _ShardWriter, ro
     return position  # type: ignore[return-value]
 
 
-def build_shards_from_documents(documents: Iterable[list[str]], vocab_path, out_dir, lowercase=None,
-                                shard_tokens: int = DEFAULTS["shard_tokens"],
-                                eval_fraction: float = DEFAULTS["eval_fraction"], workers=None,
-                                fingerprint: dict | None = None, progress: bool = False,
-                                max_eval_tokens: int = DEFAULTS["max_eval_tokens"]) -> dict:
+def build_shards_from_documents(
+    documents: Iterable[list[str]],
+    vocab_path,
+    out_dir,
+    lowercase=None,
+    shard_tokens: int = DEFAULTS["shard_tokens"],
+    eval_fraction: float = DEFAULTS["eval_fraction"],
+    workers=None,
+    fingerprint: dict | None = None,
+    progress: bool = False,
+    max_eval_tokens: int = DEFAULTS["max_eval_tokens"],
+) -> dict:
     """Shards from documents already split into sentences (in memory): each document is one block."""
     from bertkit.tokenization import BertTokenizer
 
@@ -369,9 +420,15 @@ def build_shards_from_documents(documents: Iterable[list[str]], vocab_path, out_
     held.flush()
     if not train.shards:
         raise PrepareError("the corpus holds no text to pre-train on (every document was empty)")
-    meta = {"format": SHARD_FORMAT, "vocab_size": len(tokenizer),
-            "vocab_sha256": file_sha256(tokenizer_vocab_file(vocab_path)),
-            "lowercase": bool(getattr(tokenizer, "lowercase", True)), "dtype": dtype.name, "shards": train.shards,
-            "eval": held.shards[0] if held.shards else None, "fingerprint": fingerprint or {}}
+    meta = {
+        "format": SHARD_FORMAT,
+        "vocab_size": len(tokenizer),
+        "vocab_sha256": file_sha256(tokenizer_vocab_file(vocab_path)),
+        "lowercase": bool(getattr(tokenizer, "lowercase", True)),
+        "dtype": dtype.name,
+        "shards": train.shards,
+        "eval": held.shards[0] if held.shards else None,
+        "fingerprint": fingerprint or {},
+    }
     write_json(out_dir / META_NAME, meta, sort_keys=False)
     return meta

@@ -156,8 +156,14 @@ class _ShardWriter:
         for part, array in (("tokens", tokens), ("sentences", sentences), ("documents", documents)):
             final = self.directory / f"{name}.{part}.npy"
             atomic_write(final, lambda p, a=array: _save_npy(p, a))
-        self.shards.append({"name": name, "tokens": len(tokens), "sentences": int(len(sentences) - 1),
-                            "documents": int(len(documents) - 1)})
+        self.shards.append(
+            {
+                "name": name,
+                "tokens": len(tokens),
+                "sentences": int(len(sentences) - 1),
+                "documents": int(len(documents) - 1),
+            }
+        )
 
 
 def build_shards(
@@ -177,9 +183,17 @@ def build_shards(
     (:class:`bertkit.data.prepare.HeldOut`)."""
     from bertkit.data.prepare import build_shards_from_documents
 
-    return build_shards_from_documents(documents, vocab_path, out_dir, lowercase=lowercase, shard_tokens=shard_tokens,
-                                       eval_fraction=eval_fraction, workers=workers, fingerprint=fingerprint,
-                                       progress=progress)
+    return build_shards_from_documents(
+        documents,
+        vocab_path,
+        out_dir,
+        lowercase=lowercase,
+        shard_tokens=shard_tokens,
+        eval_fraction=eval_fraction,
+        workers=workers,
+        fingerprint=fingerprint,
+        progress=progress,
+    )
 
 
 def read_meta(out_dir: str | os.PathLike) -> dict | None:
@@ -249,8 +263,15 @@ class ShardLayout:
     a random B from another document of the shard, and the truncation. So an instance costs microseconds and no
     table of the whole corpus is ever held."""
 
-    def __init__(self, shard: Shard, max_seq_length: int, short_seq_prob: float, nsp: bool, seed: str,
-                 starts: np.ndarray | None = None):
+    def __init__(
+        self,
+        shard: Shard,
+        max_seq_length: int,
+        short_seq_prob: float,
+        nsp: bool,
+        seed: str,
+        starts: np.ndarray | None = None,
+    ):
         self.shard, self.short_seq_prob, self.nsp, self.seed = shard, short_seq_prob, nsp, seed
         self.max_tokens = max_seq_length - (3 if nsp else 2)
         if self.max_tokens < 2:
@@ -275,7 +296,7 @@ class ShardLayout:
         goal = rng.randint(2, m) if rng.random() < self.short_seq_prob else m
         e = c1
         if goal < m:  # a short instance: the chunk's first sentences that reach the target
-            e = min(c1, c0 + 1 + int(np.searchsorted(sent[c0 + 1:c1 + 1], lo + goal)))
+            e = min(c1, c0 + 1 + int(np.searchsorted(sent[c0 + 1 : c1 + 1], lo + goal)))
         n = e - c0  # sentences in the instance
         if not self.nsp:
             return lo, min(int(sent[e]), lo + m), 0, 0, -1
@@ -299,7 +320,7 @@ class ShardLayout:
             o_lo, o_hi = int(docs[other]), int(docs[other + 1])
             j = rng.randint(o_lo, o_hi - 1)
             b_lo = int(sent[j])
-            b_hi = int(sent[min(o_hi, j + 1 + int(np.searchsorted(sent[j + 1:o_hi + 1], b_lo + goal_b)))])
+            b_hi = int(sent[min(o_hi, j + 1 + int(np.searchsorted(sent[j + 1 : o_hi + 1], b_lo + goal_b)))])
         else:
             b_lo, b_hi = a_hi, int(sent[e])
         if b_hi <= b_lo and a_hi - a_lo >= 2:  # empty sentences only: B is A's second half
@@ -401,7 +422,7 @@ def mask_instance(
                 break
             if len(chosen) + size > num:
                 continue
-            chosen.extend(cand[bounds[w]:bounds[w + 1]].tolist())
+            chosen.extend(cand[bounds[w] : bounds[w + 1]].tolist())
         picked = np.asarray(sorted(chosen), dtype=np.int64)
     else:
         picked = np.sort(rng.choice(cand, size=min(num, len(cand)), replace=False))
@@ -444,8 +465,9 @@ class DataOptions:
             raise ValueError("batch_size and dupe_factor must be >= 1")
         self.mask_mix = tuple(float(x) for x in self.mask_mix)
         if len(self.mask_mix) != 3 or min(self.mask_mix) < 0 or abs(sum(self.mask_mix) - 1.0) > 1e-6:
-            raise ValueError(f"mask_mix must be three non-negative shares (mask, random, keep) summing to 1, "
-                             f"got {self.mask_mix}")
+            raise ValueError(
+                f"mask_mix must be three non-negative shares (mask, random, keep) summing to 1, got {self.mask_mix}"
+            )
         if self.max_predictions is None:
             self.max_predictions = int(np.ceil(self.max_seq_length * self.mask_prob))
 
@@ -468,17 +490,29 @@ class PretrainingData:
     ``rank``/``world_size`` give each process a disjoint strided part of each epoch's order; every rank has the same
     number of batches per epoch (the remainder is dropped)."""
 
-    def __init__(self, directory: str | os.PathLike, vocab: VocabInfo, options: DataOptions, rank: int = 0,
-                 world_size: int = 1, split: str = "train"):
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        vocab: VocabInfo,
+        options: DataOptions,
+        rank: int = 0,
+        world_size: int = 1,
+        split: str = "train",
+    ):
         self.directory = Path(directory)
         meta = read_meta(self.directory)
         if meta is None:
             raise ValueError(f"{self.directory}: no pre-training shards (meta.json missing)")
         if meta["vocab_size"] != vocab.vocab_size:
-            raise ValueError(f"{self.directory}: shards were built with a vocabulary of {meta['vocab_size']} tokens, "
-                             f"this one has {vocab.vocab_size}")
-        names = [s["name"] for s in meta["shards"]] if split == "train" else (
-            [meta["eval"]["name"]] if meta.get("eval") else [])
+            raise ValueError(
+                f"{self.directory}: shards were built with a vocabulary of {meta['vocab_size']} tokens, "
+                f"this one has {vocab.vocab_size}"
+            )
+        names = (
+            [s["name"] for s in meta["shards"]]
+            if split == "train"
+            else ([meta["eval"]["name"]] if meta.get("eval") else [])
+        )
         self.shards = [Shard.open(self.directory, n) for n in names]
         self.vocab, self.options, self.rank, self.world_size, self.split = vocab, options, rank, world_size, split
         self._starts: dict[int, np.ndarray] = {}  # shard -> its chunk starts, the recently read shards only
@@ -535,15 +569,18 @@ class PretrainingData:
         """The instance ids at ``positions`` of the epoch's global order (a pure function of seed and epoch)."""
         counts, first = self.counts(epoch), self._first()
         shards = np.random.default_rng([self.options.seed, 7, epoch]).permutation(len(counts))
-        windows = [shards[w:w + SHUFFLE_SHARDS] for w in range(0, len(shards), SHUFFLE_SHARDS)]
+        windows = [shards[w : w + SHUFFLE_SHARDS] for w in range(0, len(shards), SHUFFLE_SHARDS)]
         window_first = np.concatenate([[0], np.cumsum([counts[w].sum() for w in windows])])
         positions = np.asarray(positions, dtype=np.int64)
         out = np.empty(len(positions), dtype=np.int64)
         w_of = np.searchsorted(window_first, positions, side="right") - 1
         for w in np.unique(w_of):
             at = np.flatnonzero(w_of == w)
-            inner = permute(positions[at] - window_first[w], int(window_first[w + 1] - window_first[w]),
-                            [self.options.seed, 7, epoch, int(w)])
+            inner = permute(
+                positions[at] - window_first[w],
+                int(window_first[w + 1] - window_first[w]),
+                [self.options.seed, 7, epoch, int(w)],
+            )
             member_first = np.concatenate([[0], np.cumsum(counts[windows[w]])])
             j = np.searchsorted(member_first, inner, side="right") - 1
             out[at] = first[windows[w][j]] + inner - member_first[j]
@@ -560,8 +597,10 @@ class PretrainingData:
         """All instances of an epoch, ``[N, 6]``: (shard, a_start, a_end, b_start, b_end, label), in id order.
         Materialised for tests and inspection; training reads instances one by one."""
         key = self._key(epoch)
-        parts = [np.concatenate([np.full((n, 1), s, dtype=np.int64), self._layout(key, s).table()], axis=1)
-                 for s, n in enumerate(self.counts(epoch))]
+        parts = [
+            np.concatenate([np.full((n, 1), s, dtype=np.int64), self._layout(key, s).table()], axis=1)
+            for s, n in enumerate(self.counts(epoch))
+        ]
         return np.concatenate(parts) if parts else np.zeros((0, 6), dtype=np.int64)
 
     def num_batches(self, epoch: int = 0) -> int:
@@ -593,10 +632,16 @@ class PretrainingData:
         o = self.options
         ids, types, special, label = self.instance_tokens(epoch, i)
         rng = np.random.default_rng([o.seed, 11, self._key(epoch), i])
-        masked, labels = mask_instance(ids, special, self.vocab, o.mask_prob, o.max_predictions, o.whole_word, rng,
-                                       mix or o.mask_mix)
-        return {"input_ids": masked, "token_type_ids": types, "labels": labels, "next_sentence_label": label,
-                "original_ids": ids}
+        masked, labels = mask_instance(
+            ids, special, self.vocab, o.mask_prob, o.max_predictions, o.whole_word, rng, mix or o.mask_mix
+        )
+        return {
+            "input_ids": masked,
+            "token_type_ids": types,
+            "labels": labels,
+            "next_sentence_label": label,
+            "original_ids": ids,
+        }
 
     def batch(self, epoch: int, index: int) -> dict[str, np.ndarray]:
         """Batch ``index`` of this rank's order for ``epoch``: int64 arrays padded to the longest (multiple of 8)."""
@@ -614,8 +659,13 @@ class PretrainingData:
         n = min(self.num_instances(0), max_batches * o.batch_size)
         out = []
         for start in range(0, n, o.batch_size):
-            out.append(collate([self.example(0, i, HONEST_MIX) for i in range(start, min(n, start + o.batch_size))],
-                               self.vocab.pad_id, o.nsp))
+            out.append(
+                collate(
+                    [self.example(0, i, HONEST_MIX) for i in range(start, min(n, start + o.batch_size))],
+                    self.vocab.pad_id,
+                    o.nsp,
+                )
+            )
         return out
 
 

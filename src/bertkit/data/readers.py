@@ -61,8 +61,9 @@ class RowGuard:
                 f"bertkit: skipped {self.skipped} bad rows of {self.path} (kept {n_read}); first: {self.first_error}"
             )
         if n_read == 0:
-            raise DataError(self.path, None, "no usable rows" + (f" ({self.skipped} bad rows skipped)" if self.skipped
-                                                                 else ""))
+            raise DataError(
+                self.path, None, "no usable rows" + (f" ({self.skipped} bad rows skipped)" if self.skipped else "")
+            )
 
 
 def jsonl_records(lines: Iterable[str]) -> Iterator[tuple[int, dict[str, Any] | str]]:
@@ -89,9 +90,13 @@ def not_utf8(path: str | os.PathLike) -> DataError:
             try:
                 raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                return DataError(path, n, f"byte 0x{raw[e.start]:02x} at column {e.start + 1} is not UTF-8 "
-                                 f"({e.reason}); task files must be UTF-8: convert it, e.g. with "
-                                 f"'iconv -f windows-1252 -t utf-8'")
+                return DataError(
+                    path,
+                    n,
+                    f"byte 0x{raw[e.start]:02x} at column {e.start + 1} is not UTF-8 "
+                    f"({e.reason}); task files must be UTF-8: convert it, e.g. with "
+                    f"'iconv -f windows-1252 -t utf-8'",
+                )
     return DataError(path, None, "the file is not valid UTF-8")
 
 

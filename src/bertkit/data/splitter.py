@@ -49,19 +49,20 @@ SENTENCE_STARTERS = frozenset(
 
 _CLOSERS = "'\"\u2019\u201d)\\]"
 # a candidate end: the word before it, its final punctuation, closing quotes/brackets, whitespace, the next character
-_CANDIDATE = re.compile(
-    r"(\.\.\.|\u2026|[.!?]{1,8})([" + _CLOSERS + r"]{0,8})(\s+|(?=\u2014|--))(?=(\S))"
-)
+_CANDIDATE = re.compile(r"(\.\.\.|\u2026|[.!?]{1,8})([" + _CLOSERS + r"]{0,8})(\s+|(?=\u2014|--))(?=(\S))")
 # spans whose punctuation is protected, as pysbd's BetweenPunctuation
-_PROTECTED = [re.compile(p) for p in (
-    r"\"[^\"]*\"",
-    r"\u201c[^\u201d]*\u201d",
-    r"'(?<=\s')(?:[^']|'[a-zA-Z])*'",
-    r"\u2018(?<=\s\u2018)(?:[^\u2019]|\u2019[a-zA-Z])*\u2019",
-    r"\([^()]*\)",
-    r"\[[^\]]*\]",
-    r"--[^-]*--",
-)]
+_PROTECTED = [
+    re.compile(p)
+    for p in (
+        r"\"[^\"]*\"",
+        r"\u201c[^\u201d]*\u201d",
+        r"'(?<=\s')(?:[^']|'[a-zA-Z])*'",
+        r"\u2018(?<=\s\u2018)(?:[^\u2019]|\u2019[a-zA-Z])*\u2019",
+        r"\([^()]*\)",
+        r"\[[^\]]*\]",
+        r"--[^-]*--",
+    )
+]
 _LEADING_APOSTROPHE = re.compile(r"'(?<=\s')(?:[^']|'[a-zA-Z])*'\S")
 _APOSTROPHE_SPACE = re.compile(r"'\s")
 _OPENERS = "\"\u201c'\u2018([-"
@@ -79,8 +80,9 @@ def _protected_spans(text: str, apostrophes: bool = False) -> tuple[list[int], l
     also protect a ``'`` (all but straight single quotes)."""
     spans = []
     for opener, pattern in zip(_OPENERS, _PROTECTED):
-        if opener == "'" and (apostrophes or "'" in text and _LEADING_APOSTROPHE.search(text)
-                              and not _APOSTROPHE_SPACE.search(text)):
+        if opener == "'" and (
+            apostrophes or "'" in text and _LEADING_APOSTROPHE.search(text) and not _APOSTROPHE_SPACE.search(text)
+        ):
             continue  # as pysbd: no single-quote spans in a text with a word like 'tis and no closing quote
         if opener in text:
             spans.extend(m.span() for m in pattern.finditer(text) if m.end() - m.start() > 2)
@@ -151,16 +153,21 @@ def split_paragraph(text: str) -> list[str]:
         elif starts and _inside(m.start(1), starts, ends):
             # a parenthesis that opens a sentence and closes here, before a capitalised word, is a sentence
             i = bisect.bisect_right(starts, m.start(1)) - 1
-            cut = (text[starts[i]] == "(" and starts[i] == sentence_start and m.end(2) == ends[i]
-                   and len(space) == 1 and "A" <= nxt <= "Z")
+            cut = (
+                text[starts[i]] == "("
+                and starts[i] == sentence_start
+                and m.end(2) == ends[i]
+                and len(space) == 1
+                and "A" <= nxt <= "Z"
+            )
         else:
             after_start = m.end(3)
             space_at = text.find(" ", after_start)
-            after = text[after_start:space_at if space_at >= 0 else len(text)]
+            after = text[after_start : space_at if space_at >= 0 else len(text)]
             word_at = m.start(1)
             if punct == ".":
                 word_at = max(text.rfind(" ", 0, word_at), text.rfind("\t", 0, word_at)) + 1
-            cut = _is_end(text[word_at:m.start(1)], punct, closers, space, nxt, after)
+            cut = _is_end(text[word_at : m.start(1)], punct, closers, space, nxt, after)
         if cut:
             cuts.append((m.start(3), m.end(3)))
             sentence_start = m.end(3)

@@ -65,8 +65,10 @@ def read_squad(
             guard.bad(f"article {a}", "no 'paragraphs' list")
             continue
         for p, para in enumerate(paragraphs):
-            if not isinstance(para, dict) or not isinstance(para.get("context"), str) or not isinstance(
-                para.get("qas"), list
+            if (
+                not isinstance(para, dict)
+                or not isinstance(para.get("context"), str)
+                or not isinstance(para.get("qas"), list)
             ):
                 guard.bad(f"article {a} paragraph {p}", "a paragraph needs a 'context' string and a 'qas' list")
                 continue

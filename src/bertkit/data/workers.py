@@ -31,7 +31,7 @@ def tokenize_block(task: tuple[str, list[str], str]) -> tuple[array, array, list
     if 0 in lengths:
         kept, k = [], 0
         for c in counts:
-            kept.append(sum(1 for n in lengths[k:k + c] if n))
+            kept.append(sum(1 for n in lengths[k : k + c] if n))
             k += c
         counts = kept
         lengths = array("q", (n for n in lengths if n))

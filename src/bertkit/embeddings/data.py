@@ -28,8 +28,14 @@ from bertkit.data.readers import DataError, RowGuard, check_file, jsonl_records,
 logger = logging.getLogger(__name__)
 
 TABLE_FORMATS = ("csv", "tsv", "jsonl")
-NLI_LABELS = {"entailment": "entailment", "0": "entailment", "neutral": "neutral", "1": "neutral",
-              "contradiction": "contradiction", "2": "contradiction"}  # 0/1/2: the Hugging Face SNLI/MNLI ids
+NLI_LABELS = {
+    "entailment": "entailment",
+    "0": "entailment",
+    "neutral": "neutral",
+    "1": "neutral",
+    "contradiction": "contradiction",
+    "2": "contradiction",
+}  # 0/1/2: the Hugging Face SNLI/MNLI ids
 
 
 @dataclass
@@ -104,8 +110,9 @@ def _text(record: dict[str, Any], column: str) -> str | None:
     return value or None
 
 
-def read_texts(path: str | os.PathLike, text_column: str | None = None, fmt: str | None = None,
-               skip_bad_rows: bool = False) -> TextRows:
+def read_texts(
+    path: str | os.PathLike, text_column: str | None = None, fmt: str | None = None, skip_bad_rows: bool = False
+) -> TextRows:
     """One text per line of a plain-text file (blank lines skipped), or column ``text_column`` (default ``text``)
     of a TSV / CSV / JSONL file."""
     path = check_file(path)
@@ -123,41 +130,68 @@ def read_texts(path: str | os.PathLike, text_column: str | None = None, fmt: str
     return _read_columns(path, kind, [text_column or "text"], None, skip_bad_rows, ())
 
 
-def read_pairs(path: str | os.PathLike, text_column: str | None = None, pair_column: str | None = None,
-               negative_column: str | None = None, fmt: str | None = None, skip_bad_rows: bool = False) -> TextRows:
+def read_pairs(
+    path: str | os.PathLike,
+    text_column: str | None = None,
+    pair_column: str | None = None,
+    negative_column: str | None = None,
+    fmt: str | None = None,
+    skip_bad_rows: bool = False,
+) -> TextRows:
     """(anchor, positive[, negative]) rows. Columns default to ``anchor``, ``positive`` and (when the file has it)
     ``negative``; several negative columns may be given comma-separated."""
     path = check_file(path)
     kind = table_format(path, fmt)
     if kind is None:
-        raise DataError(path, None, "--task pairs needs (anchor, positive) rows, but this is a plain-text file with "
-                        "one text per line: use a TSV / CSV / JSONL file with --text-column and --pair-column, "
-                        "or --task simcse for unlabelled text")
+        raise DataError(
+            path,
+            None,
+            "--task pairs needs (anchor, positive) rows, but this is a plain-text file with "
+            "one text per line: use a TSV / CSV / JSONL file with --text-column and --pair-column, "
+            "or --task simcse for unlabelled text",
+        )
     negatives = [c.strip() for c in negative_column.split(",") if c.strip()] if negative_column else ["negative"]
     optional = () if negative_column else ("negative",)  # the default negative column is used when present
     columns = [text_column or "anchor", pair_column or "positive", *negatives]
     return _read_columns(path, kind, columns, None, skip_bad_rows, optional)
 
 
-def read_scored(path: str | os.PathLike, text_column: str | None = None, pair_column: str | None = None,
-                label_column: str | None = None, fmt: str | None = None, skip_bad_rows: bool = False) -> TextRows:
+def read_scored(
+    path: str | os.PathLike,
+    text_column: str | None = None,
+    pair_column: str | None = None,
+    label_column: str | None = None,
+    fmt: str | None = None,
+    skip_bad_rows: bool = False,
+) -> TextRows:
     """(text, text, score) rows; columns default to ``sentence1``, ``sentence2``, ``score`` (the GLUE STS-B and
     Hugging Face stsb names). Scores are read as they are (any range)."""
     path = check_file(path)
     kind = table_format(path, fmt)
     if kind is None:
         raise DataError(path, None, "--task sts needs (text, text, score) rows: use a TSV / CSV / JSONL file")
-    return _read_columns(path, kind, [text_column or "sentence1", pair_column or "sentence2"],
-                         label_column or "score", skip_bad_rows, ())
+    return _read_columns(
+        path, kind, [text_column or "sentence1", pair_column or "sentence2"], label_column or "score", skip_bad_rows, ()
+    )
 
 
-def _read_columns(path: Path, kind: str, columns: Sequence[str], score_column: str | None, skip_bad_rows: bool,
-                  optional: Sequence[str]) -> TextRows:
+def _read_columns(
+    path: Path,
+    kind: str,
+    columns: Sequence[str],
+    score_column: str | None,
+    skip_bad_rows: bool,
+    optional: Sequence[str],
+) -> TextRows:
     header, records = iter_records(path, kind)
     if header is not None:
         if len(header) == 1 and len(columns) > 1:
-            raise DataError(path, 1, f"this task needs {len(columns)} text columns ({', '.join(columns)}), but the "
-                            f"file has one column {header}: use --task simcse for one text per row")
+            raise DataError(
+                path,
+                1,
+                f"this task needs {len(columns)} text columns ({', '.join(columns)}), but the "
+                f"file has one column {header}: use --task simcse for one text per row",
+            )
         columns = [c for c in columns if c in header or c not in optional]
         for c in [*columns, *([score_column] if score_column else [])]:
             if c not in header:
@@ -196,16 +230,28 @@ def _read_columns(path: Path, kind: str, columns: Sequence[str], score_column: s
 
 def _finish(guard: RowGuard, out: TextRows) -> None:
     if guard.skipped:
-        logger.warning("skipped %d bad rows of %s (kept %d); first: %s", guard.skipped, guard.path, len(out.rows),
-                       guard.first_error)
+        logger.warning(
+            "skipped %d bad rows of %s (kept %d); first: %s",
+            guard.skipped,
+            guard.path,
+            len(out.rows),
+            guard.first_error,
+        )
     if not out.rows:
-        raise DataError(guard.path, None, "no usable rows" + (f" ({guard.skipped} bad rows skipped)"
-                                                              if guard.skipped else ""))
+        raise DataError(
+            guard.path, None, "no usable rows" + (f" ({guard.skipped} bad rows skipped)" if guard.skipped else "")
+        )
     out.skipped = guard.skipped
 
 
-def read_nli(path: str | os.PathLike, premise_column: str | None = None, hypothesis_column: str | None = None,
-             label_column: str | None = None, fmt: str | None = None, skip_bad_rows: bool = False) -> TextRows:
+def read_nli(
+    path: str | os.PathLike,
+    premise_column: str | None = None,
+    hypothesis_column: str | None = None,
+    label_column: str | None = None,
+    fmt: str | None = None,
+    skip_bad_rows: bool = False,
+) -> TextRows:
     """NLI rows (premise, hypothesis, label) -> (premise, entailed hypothesis, contradicting hypothesis) triplets:
     entailment pairs are the positives, the same premise's contradictions the hard negatives. Labels are
     ``entailment`` / ``neutral`` / ``contradiction`` or Hugging Face's ids 0 / 1 / 2; neutral rows are unused.
@@ -222,8 +268,12 @@ def read_nli(path: str | os.PathLike, premise_column: str | None = None, hypothe
     if header is not None:
         for c in (premise_column, hypothesis_column, label_column):
             if c not in header:
-                raise DataError(path, 1, f"no column {c!r} in the header {header} (choose with --text-column / "
-                                "--pair-column / --label-column)")
+                raise DataError(
+                    path,
+                    1,
+                    f"no column {c!r} in the header {header} (choose with --text-column / "
+                    "--pair-column / --label-column)",
+                )
     guard = RowGuard(path, skip_bad_rows)
     entail: dict[str, list[tuple[str, int]]] = {}
     contra: dict[str, list[str]] = {}
@@ -239,8 +289,11 @@ def read_nli(path: str | os.PathLike, premise_column: str | None = None, hypothe
         raw = str(record.get(label_column, "")).strip().lower()
         label = NLI_LABELS.get(raw)
         if label is None:
-            guard.bad(n, f"label {record.get(label_column)!r} in column {label_column!r} is not entailment, neutral "
-                      "or contradiction (or 0 / 1 / 2)")
+            guard.bad(
+                n,
+                f"label {record.get(label_column)!r} in column {label_column!r} is not entailment, neutral "
+                "or contradiction (or 0 / 1 / 2)",
+            )
             continue
         if label == "entailment":
             entail.setdefault(premise, []).append((hypothesis, n))
@@ -258,8 +311,7 @@ def read_nli(path: str | os.PathLike, premise_column: str | None = None, hypothe
             out.rows.append((premise, hyp, negs[k % len(negs)]) if any_contra else (premise, hyp))
             out.lines.append(n)
     if dropped:
-        logger.info("%s: %d entailment pairs have no contradiction for their premise and were left out", path,
-                    dropped)
+        logger.info("%s: %d entailment pairs have no contradiction for their premise and were left out", path, dropped)
     _finish(guard, out)
     return out
 
@@ -320,7 +372,7 @@ def read_squad_pairs(path: str | os.PathLike, mode: str = "sentence", skip_bad_r
         start = ex.answers[0][1]
         sentence = next((ex.context[a:b] for a, b in spans if a <= start < b), None)
         if sentence is None:  # the answer starts in the whitespace between sentences
-            sentence = next((ex.context[a:b] for a, b in spans if a >= start), ex.context[spans[-1][0]:spans[-1][1]])
+            sentence = next((ex.context[a:b] for a, b in spans if a >= start), ex.context[spans[-1][0] : spans[-1][1]])
         out.rows.append((ex.question.strip(), sentence))
     if not out.rows:
         raise DataError(path, None, "no answerable questions")

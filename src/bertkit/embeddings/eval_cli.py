@@ -1,8 +1,8 @@
 """``bertkit evaluate --task sts|retrieval``: score a sentence-embedding model (any BERT directory).
 
-    bertkit evaluate --task sts --model runs/simcse --data STS-B/dev.tsv
-    bertkit evaluate --task retrieval --model runs/pairs --data beir/scifact --split test
-    bertkit evaluate --task sts --model runs/my-bert --data dev.tsv --pooling mean --layers -1   # a raw model
+bertkit evaluate --task sts --model runs/simcse --data STS-B/dev.tsv
+bertkit evaluate --task retrieval --model runs/pairs --data beir/scifact --split test
+bertkit evaluate --task sts --model runs/my-bert --data dev.tsv --pooling mean --layers -1   # a raw model
 """
 
 from __future__ import annotations
@@ -19,26 +19,47 @@ POOLINGS = ("mean", "max", "mean_max", "cls", "cls_pooled", "first", "sep")
 
 @dataclass
 class EmbeddingEvalArgs:
-    task: str = option(None, choices=("sts", "retrieval"), required=True,
-                       help="sts: Pearson / Spearman x 100 of the cosine; retrieval: BEIR folder, exact search")
+    task: str = option(
+        None,
+        choices=("sts", "retrieval"),
+        required=True,
+        help="sts: Pearson / Spearman x 100 of the cosine; retrieval: BEIR folder, exact search",
+    )
     model: str = option(None, required=True, help="bertkit, Hugging Face or sentence-transformers BERT directory")
-    data: str = option(None, required=True, help="sts: (sentence1, sentence2, score) file, STS-B's GLUE file "
-                       "included; retrieval: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv)")
+    data: str = option(
+        None,
+        required=True,
+        help="sts: (sentence1, sentence2, score) file, STS-B's GLUE file "
+        "included; retrieval: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv)",
+    )
     output: str | None = option(None, help="where metrics.json goes (default: MODEL/eval-<data name>)")
     split: str = option("test", help="retrieval: the qrels file qrels/SPLIT.tsv")
-    run_file: str | None = option(None, metavar="PATH", help="retrieval: also write the ranking as a TREC run file "
-                                  "(qid Q0 docid rank score tag; the top 100 per judged query), for trec_eval, "
-                                  "pytrec_eval or ir_measures")
+    run_file: str | None = option(
+        None,
+        metavar="PATH",
+        help="retrieval: also write the ranking as a TREC run file "
+        "(qid Q0 docid rank score tag; the top 100 per judged query), for trec_eval, "
+        "pytrec_eval or ir_measures",
+    )
     batch_size: int = option(64)
-    pooling: str | None = option(None, choices=POOLINGS, help="override the model's pooling (default: the saved "
-                                 "one; layer -2 mean for a raw BERT)", group="encoding")
+    pooling: str | None = option(
+        None,
+        choices=POOLINGS,
+        help="override the model's pooling (default: the saved one; layer -2 mean for a raw BERT)",
+        group="encoding",
+    )
     layers: str | None = option(None, help="override the layers, comma-separated (e.g. -1)", group="encoding")
     max_seq_length: int | None = option(None, help="tokens per text (default: the model's)", group="encoding")
     text_column: str | None = option(None, help="sts: first-sentence column (default sentence1)", group="data")
     pair_column: str | None = option(None, help="sts: second-sentence column (default sentence2)", group="data")
     label_column: str | None = option(None, help="sts: score column (default score)", group="data")
-    data_format: str | None = option(None, flag="--format", choices=("csv", "tsv", "jsonl"), group="data",
-                                     help="sts file format (default: from the extension)")
+    data_format: str | None = option(
+        None,
+        flag="--format",
+        choices=("csv", "tsv", "jsonl"),
+        group="data",
+        help="sts file format (default: from the extension)",
+    )
     skip_bad_rows: bool = option(False, help="skip and count malformed rows", group="data")
     device: str | None = device_option()
     precision: str = precision_option()
@@ -73,8 +94,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         encoder = Encoder.from_pretrained(cfg.model, device=resolve_device(cfg.device), precision=cfg.precision)
         if cfg.task == "sts":
-            data = read_scored(cfg.data, cfg.text_column, cfg.pair_column, cfg.label_column, cfg.data_format,
-                               cfg.skip_bad_rows)
+            data = read_scored(
+                cfg.data, cfg.text_column, cfg.pair_column, cfg.label_column, cfg.data_format, cfg.skip_bad_rows
+            )
             metrics = sts_metrics(encoder, data, cfg.batch_size, **options)
         else:
             data = read_beir(cfg.data, cfg.split, cfg.skip_bad_rows)

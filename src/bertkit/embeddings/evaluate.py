@@ -52,8 +52,11 @@ def sts_metrics(encoder, data: TextRows, batch_size: int = 64, **options) -> dic
     a = vectors[[index[t] for t in data.column(0)]]
     b = vectors[[index[t] for t in data.column(1)]]
     cos = cosine_rows(a, b)
-    return {"pearson": 100 * pearson(cos, data.scores), "spearman": 100 * spearman(cos, data.scores),
-            "examples": len(data)}
+    return {
+        "pearson": 100 * pearson(cos, data.scores),
+        "spearman": 100 * spearman(cos, data.scores),
+        "examples": len(data),
+    }
 
 
 # ------------------------------------------------------------------------------------------------ retrieval
@@ -125,13 +128,18 @@ def read_beir(directory: str | os.PathLike, split: str = "test", skip_bad_rows: 
     known = set(query_ids)
     missing = [q for q in qrels if q not in known]
     if missing:
-        logger.warning("%s: %d judged queries are not in queries.jsonl (e.g. %r); they are left out", qrels_file,
-                       len(missing), missing[0])
+        logger.warning(
+            "%s: %d judged queries are not in queries.jsonl (e.g. %r); they are left out",
+            qrels_file,
+            len(missing),
+            missing[0],
+        )
     return BeirData(corpus_ids, corpus_texts, query_ids, query_texts, qrels)
 
 
-def exact_search(queries: np.ndarray, corpus: np.ndarray, top_k: int, chunk: int = 1024,
-                 with_scores: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+def exact_search(
+    queries: np.ndarray, corpus: np.ndarray, top_k: int, chunk: int = 1024, with_scores: bool = False
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Indices [Nq, min(top_k, Nc)] of the highest-cosine documents per query, best first (ties: lower index);
     with ``with_scores``, (indices, their cosines)."""
     import torch
@@ -143,7 +151,7 @@ def exact_search(queries: np.ndarray, corpus: np.ndarray, top_k: int, chunk: int
     k = min(top_k, c.size(0))
     out, values = [], []
     for start in range(0, q.size(0), chunk):
-        scores = q[start:start + chunk] @ c.T  # [n, Nc]
+        scores = q[start : start + chunk] @ c.T  # [n, Nc]
         top = torch.topk(scores, k, dim=1, sorted=True)
         out.append(top.indices)
         values.append(top.values)
@@ -153,8 +161,7 @@ def exact_search(queries: np.ndarray, corpus: np.ndarray, top_k: int, chunk: int
     return indices, torch.cat(values).numpy() if values else np.zeros((0, k), dtype=np.float32)
 
 
-def write_run_file(path: str | os.PathLike, rankings: dict[str, list[tuple[str, float]]], tag: str = "bertkit"
-                   ) -> None:
+def write_run_file(path: str | os.PathLike, rankings: dict[str, list[tuple[str, float]]], tag: str = "bertkit") -> None:
     """A TREC run file (``qid Q0 docid rank score tag``, one line per retrieved document, ranks from 1), written
     atomically. Scores keep float32's 9 significant digits, so trec_eval's order (by score) is the ranking's."""
     from bertkit.files import write_text
@@ -171,8 +178,9 @@ def write_run_file(path: str | os.PathLike, rankings: dict[str, list[tuple[str, 
     write_text(path, "".join(lines))
 
 
-def ranking_metrics(rankings: dict[str, list[str]], qrels: dict[str, dict[str, int]],
-                    k_values: Sequence[int] = K_VALUES) -> dict[str, float]:
+def ranking_metrics(
+    rankings: dict[str, list[str]], qrels: dict[str, dict[str, int]], k_values: Sequence[int] = K_VALUES
+) -> dict[str, float]:
     """nDCG@10, MRR@10 and Recall@k (x 100) of ``rankings`` (query id -> document ids, best first)."""
     ndcg, mrr, recall = [], [], {k: [] for k in k_values}
     for qid, judged in qrels.items():
@@ -196,9 +204,15 @@ def ranking_metrics(rankings: dict[str, list[str]], qrels: dict[str, dict[str, i
     return out
 
 
-def retrieval_metrics(encoder, data: BeirData, batch_size: int = 64, k_values: Sequence[int] = K_VALUES,
-                      run_file: str | os.PathLike | None = None, run_tag: str = "bertkit",
-                      **options) -> dict[str, float]:
+def retrieval_metrics(
+    encoder,
+    data: BeirData,
+    batch_size: int = 64,
+    k_values: Sequence[int] = K_VALUES,
+    run_file: str | os.PathLike | None = None,
+    run_tag: str = "bertkit",
+    **options,
+) -> dict[str, float]:
     """Embed the judged queries and the corpus, search exactly, and score the rankings; with ``run_file``, also
     write them as a TREC run file (the top max(k_values) documents of each judged query, with their cosines)."""
     judged = [i for i, q in enumerate(data.query_ids) if q in data.qrels]
@@ -209,6 +223,12 @@ def retrieval_metrics(encoder, data: BeirData, batch_size: int = 64, k_values: S
     top, scores = exact_search(q_vec, c_vec, max(k_values), with_scores=True)
     rankings = {data.query_ids[i]: [data.corpus_ids[j] for j in row] for i, row in zip(judged, top)}
     if run_file is not None:
-        write_run_file(run_file, {data.query_ids[i]: [(data.corpus_ids[j], s) for j, s in zip(row, values)]
-                                  for i, row, values in zip(judged, top, scores)}, run_tag)
+        write_run_file(
+            run_file,
+            {
+                data.query_ids[i]: [(data.corpus_ids[j], s) for j, s in zip(row, values)]
+                for i, row, values in zip(judged, top, scores)
+            },
+            run_tag,
+        )
     return ranking_metrics(rankings, data.qrels, k_values)

@@ -43,8 +43,9 @@ EmbedFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 CHUNK_OVERHEAD_TOKENS = 96
 
 
-def length_chunks(lengths: Sequence[int], max_rows: int | None = None,
-                  overhead: float = CHUNK_OVERHEAD_TOKENS) -> list[list[int]]:
+def length_chunks(
+    lengths: Sequence[int], max_rows: int | None = None, overhead: float = CHUNK_OVERHEAD_TOKENS
+) -> list[list[int]]:
     """Row indices cut into chunks of similar lengths (shortest first, ties in row order) minimising
     ``sum over chunks (rows x longest) + overhead x chunks``; a chunk holds at most ``max_rows`` rows (None: no
     limit). Exact dynamic programme over the sorted lengths (cuts only between distinct lengths when unlimited)."""
@@ -88,16 +89,18 @@ class Column:
     def __len__(self) -> int:
         return self.ids.size(0)
 
-    def length_chunks(self, max_rows: int | None = None,
-                      overhead: float = CHUNK_OVERHEAD_TOKENS) -> list[tuple[Tensor, Column]]:
+    def length_chunks(
+        self, max_rows: int | None = None, overhead: float = CHUNK_OVERHEAD_TOKENS
+    ) -> list[tuple[Tensor, Column]]:
         """(row indices, those rows cut to their own longest input) of :func:`length_chunks`."""
         lengths = self.mask.sum(1).tolist()
         out = []
         for rows in length_chunks(lengths, max_rows, overhead):
             index = torch.tensor(rows, device=self.ids.device)
             longest = max(lengths[i] for i in rows)
-            out.append((index, Column(self.ids[index, :longest], self.types[index, :longest],
-                                      self.mask[index, :longest])))
+            out.append(
+                (index, Column(self.ids[index, :longest], self.types[index, :longest], self.mask[index, :longest]))
+            )
         return out
 
 
@@ -151,7 +154,7 @@ class _GatherWithGrad(torch.autograd.Function):
 
         grad = grad.contiguous().clone()
         dist.all_reduce(grad)  # the sum over ranks of d(each rank's loss) / d(every embedding)
-        return grad[ctx.rank * ctx.rows:(ctx.rank + 1) * ctx.rows]
+        return grad[ctx.rank * ctx.rows : (ctx.rank + 1) * ctx.rows]
 
 
 def gather_with_grad(t: Tensor) -> Tensor:
@@ -191,7 +194,7 @@ def average_gradients(model: torch.nn.Module) -> None:
     offset = 0
     for g in grads:
         n = g.numel()
-        g.copy_(flat[offset:offset + n].view_as(g))
+        g.copy_(flat[offset : offset + n].view_as(g))
         offset += n
 
 
@@ -205,8 +208,14 @@ def concat_columns(columns: Sequence[Column]) -> Column:
     return Column(*(torch.cat(ts) for ts in zip(*parts)))
 
 
-def plain_step(embed: EmbedFn, columns: Sequence[Column], labels: Tensor | None, loss_fn,
-               joint: bool = False, scale: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+def plain_step(
+    embed: EmbedFn,
+    columns: Sequence[Column],
+    labels: Tensor | None,
+    loss_fn,
+    joint: bool = False,
+    scale: Callable[[Tensor], Tensor] | None = None,
+) -> Tensor:
     """Embed every column with a graph (``joint``: all of them in one ``embed`` call), take the (global-batch) loss
     and back-propagate ``scale(loss)`` (fp16's loss scaler; default: the loss). Returns the loss."""
     if joint:
@@ -220,8 +229,14 @@ def plain_step(embed: EmbedFn, columns: Sequence[Column], labels: Tensor | None,
     return loss.detach()
 
 
-def cached_step(embed: EmbedFn, columns: Sequence[Column], labels: Tensor | None, loss_fn, mini_batch_size: int,
-                scale: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+def cached_step(
+    embed: EmbedFn,
+    columns: Sequence[Column],
+    labels: Tensor | None,
+    loss_fn,
+    mini_batch_size: int,
+    scale: Callable[[Tensor], Tensor] | None = None,
+) -> Tensor:
     """GradCache: the same loss and parameter gradients as :func:`plain_step` (with the same dropout masks), holding
     the activations of one mini-batch at a time. The mini-batches are length-sorted chunks of at most
     ``mini_batch_size`` rows (:func:`length_chunks`). Returns the loss."""

@@ -117,8 +117,14 @@ class MatryoshkaLoss:
         return sum(self.inner([c[..., :d] for c in columns], labels) for d in self.dims)
 
 
-def build_loss(task: str, *, temperature: float = 0.05, scale: float = 20.0, symmetric: bool = False,
-               matryoshka_dims: Sequence[int] | None = None):
+def build_loss(
+    task: str,
+    *,
+    temperature: float = 0.05,
+    scale: float = 20.0,
+    symmetric: bool = False,
+    matryoshka_dims: Sequence[int] | None = None,
+):
     """The loss of an embedding task: ``simcse`` (InfoNCE, scale 1/temperature), ``pairs`` (MNRL), ``sts``
     (CoSENT), optionally wrapped in :class:`MatryoshkaLoss`."""
     if task == "simcse":

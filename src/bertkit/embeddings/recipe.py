@@ -55,9 +55,28 @@ from bertkit.training.step import apply_update
 
 TRAIN_CONFIG_NAME = "embedding_config.json"
 # settings that change what is computed: a resumed run must use the same
-RESUME_KEYS = ("model", "train", "epochs", "max_steps", "lr", "batch_size", "mini_batch_size", "warmup_fraction",
-               "weight_decay", "clip", "temperature", "scale", "symmetric", "matryoshka_dims", "seed", "precision",
-               "max_seq_length", "pooling", "eval_every", "max_train_examples")
+RESUME_KEYS = (
+    "model",
+    "train",
+    "epochs",
+    "max_steps",
+    "lr",
+    "batch_size",
+    "mini_batch_size",
+    "warmup_fraction",
+    "weight_decay",
+    "clip",
+    "temperature",
+    "scale",
+    "symmetric",
+    "matryoshka_dims",
+    "seed",
+    "precision",
+    "max_seq_length",
+    "pooling",
+    "eval_every",
+    "max_train_examples",
+)
 
 
 def _dims(text: str) -> list[int]:
@@ -72,49 +91,76 @@ def _dims(text: str) -> list[int]:
 class EmbeddingTrainArgs:
     """The flags of ``bertkit finetune --task simcse|pairs|sts`` (one definition each; see ``bertkit.options``)."""
 
-    task: str = option(None, choices=("simcse", "pairs", "sts"), required=True,
-                       help="simcse: unsupervised (text per line); pairs: (anchor, positive[, negative]) with "
-                       "MultipleNegativesRankingLoss; sts: (text, text, score) with CoSENT")
+    task: str = option(
+        None,
+        choices=("simcse", "pairs", "sts"),
+        required=True,
+        help="simcse: unsupervised (text per line); pairs: (anchor, positive[, negative]) with "
+        "MultipleNegativesRankingLoss; sts: (text, text, score) with CoSENT",
+    )
     train: str = option(None, required=True, help="training file (text, TSV, CSV, JSONL, SQuAD JSON)")
     model: str = option(None, required=True, help="bertkit, Hugging Face or sentence-transformers BERT directory")
-    output: str = opts.output_option(help="output directory (loads in Encoder, sentence-transformers, "
-                         "transformers)")
-    dev: str | None = option(None, help="STS dev file (sentence1, sentence2, score): evaluated every --eval-every "
-                             "steps or epoch; the best checkpoint by Spearman is kept")
-    pooling: str | None = option(None, choices=tuple(TO_ST_POOLING), help="pooling of the last layer, saved with "
-                                 "the model (default: a sentence-transformers model's own, else mean)", group="model")
+    output: str = opts.output_option(help="output directory (loads in Encoder, sentence-transformers, transformers)")
+    dev: str | None = option(
+        None,
+        help="STS dev file (sentence1, sentence2, score): evaluated every --eval-every "
+        "steps or epoch; the best checkpoint by Spearman is kept",
+    )
+    pooling: str | None = option(
+        None,
+        choices=tuple(TO_ST_POOLING),
+        help="pooling of the last layer, saved with "
+        "the model (default: a sentence-transformers model's own, else mean)",
+        group="model",
+    )
     normalize: bool = option(True, help="do not L2-normalise the saved model's vectors", group="model")
     max_seq_length: int = option(128, help="tokens per text, specials included", group="model")
-    text_column: str | None = option(None, help="text / anchor / first-sentence column (default text, anchor, "
-                                     "sentence1; NLI: premise)", group="data")
-    pair_column: str | None = option(None, help="positive / second-sentence column (default positive, sentence2; "
-                                     "NLI: hypothesis)", group="data")
-    negative_column: str | None = option(None, help="hard-negative column(s), comma-separated (default: "
-                                         "'negative' when the file has it)", group="data")
+    text_column: str | None = option(
+        None, help="text / anchor / first-sentence column (default text, anchor, sentence1; NLI: premise)", group="data"
+    )
+    pair_column: str | None = option(
+        None, help="positive / second-sentence column (default positive, sentence2; NLI: hypothesis)", group="data"
+    )
+    negative_column: str | None = option(
+        None, help="hard-negative column(s), comma-separated (default: 'negative' when the file has it)", group="data"
+    )
     label_column: str | None = option(None, help="score column for sts (default score; NLI: label)", group="data")
-    data_format: str | None = option(None, flag="--format", choices=("text", "csv", "tsv", "jsonl"),
-                                     help="file format (default: from the extension; other extensions: text)",
-                                     group="data")
-    nli: bool = option(False, help="pairs from an NLI file: entailments are positives, the same premise's "
-                       "contradictions hard negatives", group="data")
-    squad_pairs: str | None = option(None, choices=("sentence", "paragraph"), help="pairs from a SQuAD JSON file: "
-                                     "(question, answer sentence) or (question, paragraph)", group="data")
+    data_format: str | None = option(
+        None,
+        flag="--format",
+        choices=("text", "csv", "tsv", "jsonl"),
+        help="file format (default: from the extension; other extensions: text)",
+        group="data",
+    )
+    nli: bool = option(
+        False,
+        help="pairs from an NLI file: entailments are positives, the same premise's contradictions hard negatives",
+        group="data",
+    )
+    squad_pairs: str | None = option(
+        None,
+        choices=("sentence", "paragraph"),
+        help="pairs from a SQuAD JSON file: (question, answer sentence) or (question, paragraph)",
+        group="data",
+    )
     skip_bad_rows: bool = option(False, help="skip and count malformed rows instead of stopping", group="data")
     max_train_examples: int = option(0, help="use only the first N training rows (0 = all)", group="data")
     epochs: float = option(1.0, group="training")
     max_steps: int | None = opts.max_steps_option()
     lr: float = opts.lr_option(5e-5)
     batch_size: int = option(64, help="rows per step per process: the in-batch negatives", group="training")
-    mini_batch_size: int = option(0, help="GradCache: embed the batch in mini-batches of N (memory of N, "
-                                  "negatives of --batch-size; 0 = off)", group="training")
+    mini_batch_size: int = option(
+        0,
+        help="GradCache: embed the batch in mini-batches of N (memory of N, negatives of --batch-size; 0 = off)",
+        group="training",
+    )
     warmup_fraction: float = opts.warmup_option(0.1)
     weight_decay: float = option(0.01, group="training")
     clip: float = opts.clip_option(1.0)
     temperature: float = option(0.05, help="simcse: InfoNCE temperature", group="loss")
     scale: float = option(20.0, help="pairs / sts: cosine scale (1 / temperature)", group="loss")
     symmetric: bool = option(False, help="pairs: also rank anchors for each positive (two-way loss)", group="loss")
-    matryoshka_dims: str | None = option(None, help="e.g. 768,256,64: sum the loss over these prefixes",
-                                         group="loss")
+    matryoshka_dims: str | None = option(None, help="e.g. 768,256,64: sum the loss over these prefixes", group="loss")
     seed: int = opts.seed_option(42)
     precision: str = opts.precision_option(group="training")
     device: str | None = opts.device_option(group="training")
@@ -122,10 +168,17 @@ class EmbeddingTrainArgs:
     eval_every: int = option(0, help="evaluate --dev every N steps (default: each epoch)", group="training")
     eval_batch_size: int = option(64, group="training")
     quiet: bool = option(False, help="no progress lines", group="training")
-    save_every: int = option(0, help="also write a resumable checkpoint every N steps (0 = only when stopped by "
-                             "SIGTERM / SIGINT)", group="checkpoints")
-    resume: bool = option(False, help="continue the interrupted run in OUTPUT from its checkpoint (same flags): the "
-                          "result equals an uninterrupted run's", group="checkpoints")
+    save_every: int = option(
+        0,
+        help="also write a resumable checkpoint every N steps (0 = only when stopped by SIGTERM / SIGINT)",
+        group="checkpoints",
+    )
+    resume: bool = option(
+        False,
+        help="continue the interrupted run in OUTPUT from its checkpoint (same flags): the "
+        "result equals an uninterrupted run's",
+        group="checkpoints",
+    )
     overwrite: bool = option(False, help="replace the finished run in OUTPUT", group="checkpoints")
 
     def __post_init__(self) -> None:
@@ -157,9 +210,9 @@ def read_training_rows(args: EmbeddingTrainArgs) -> TextRows:
     else:
         rows = R.read_pairs(args.train, args.text_column, args.pair_column, args.negative_column, **common)
     if args.max_train_examples:
-        del rows.rows[args.max_train_examples:]
+        del rows.rows[args.max_train_examples :]
         if rows.scores is not None:
-            del rows.scores[args.max_train_examples:]
+            del rows.scores[args.max_train_examples :]
     return rows
 
 
@@ -176,27 +229,37 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
     precision = resolve_precision(args.precision, device)
     model, tokenizer, pooling, max_len = _load_model(args, device)
     seed_dropout(args.seed, ctx)  # dropout differs per process; the weights are the same
-    loss_fn = build_loss(args.task, temperature=args.temperature, scale=args.scale, symmetric=args.symmetric,
-                         matryoshka_dims=_dims(args.matryoshka_dims or "") or None)
+    loss_fn = build_loss(
+        args.task,
+        temperature=args.temperature,
+        scale=args.scale,
+        symmetric=args.symmetric,
+        matryoshka_dims=_dims(args.matryoshka_dims or "") or None,
+    )
     # token ids of every text, once (texts repeat across columns: anchors, SQuAD sentences)
     distinct = list(dict.fromkeys(t for r in rows.rows for t in r))
-    ids_of = {t: e.ids for t, e in zip(distinct, tokenizer.encode_batch(distinct, max_length=max_len,
-                                                                           truncation=True))}
+    ids_of = {t: e.ids for t, e in zip(distinct, tokenizer.encode_batch(distinct, max_length=max_len, truncation=True))}
     table = [[ids_of[t] for t in r] for r in rows.rows]  # [N][width] -> ids
     labels_all = torch.tensor(rows.scores, dtype=torch.float32) if rows.scores is not None else None
     n, global_batch = len(table), args.batch_size * ctx.world_size
     batches_per_epoch = n // global_batch  # whole global batches: every rank the same count, no tiny last batch
     if batches_per_epoch == 0:
-        raise ValueError(f"{n} training rows make no full batch of {args.batch_size} x {ctx.world_size} "
-                         "process(es): lower --batch-size")
+        raise ValueError(
+            f"{n} training rows make no full batch of {args.batch_size} x {ctx.world_size} "
+            "process(es): lower --batch-size"
+        )
     total_steps = min(max(1, math.ceil(batches_per_epoch * args.epochs)), args.max_steps or 1 << 62)
     optimizer = build_optimizer(model, lr=args.lr, weight_decay=args.weight_decay)
     scheduler = linear_schedule(optimizer, int(args.warmup_fraction * total_steps), total_steps)
     # fp16 (--precision auto on a GPU without bf16) scales the loss, so small gradients survive
     state = TrainState(model, optimizer, scheduler, grad_scaler(precision, device), position={"epoch": 0, "batch": 0})
     embedder = _Embedder(model, tokenizer.pad_token_id, pooling, precision, device)
-    keys = {"task": args.task, "args": {k: getattr(args, k) for k in RESUME_KEYS}, "train_rows": n,
-            "world_size": ctx.world_size}
+    keys = {
+        "task": args.task,
+        "args": {k: getattr(args, k) for k in RESUME_KEYS},
+        "train_rows": n,
+        "world_size": ctx.world_size,
+    }
     run.remove_stale()
     saved = run.resume_checkpoint(keys, args.resume, finished="train_log.json", overwrite=args.overwrite)
     books = _Books(args, run, state, keys, tokenizer, dev, pooling, max_len, precision, batches_per_epoch)
@@ -212,14 +275,15 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
             order = torch.randperm(n, generator=torch.Generator().manual_seed(args.seed + epoch)).tolist()
             for b in range(state.position["batch"], batches_per_epoch):
                 start = b * global_batch + ctx.rank * args.batch_size  # this process's share of the global batch
-                idx = order[start:start + args.batch_size]
+                idx = order[start : start + args.batch_size]
                 columns = [embedder.column([table[i][k] for i in idx]) for k in range(rows.width)]
                 if args.task == "simcse":
                     columns = [columns[0], columns[0]]  # the same texts twice: dropout is the augmentation
                 labels = labels_all[idx].to(device) if labels_all is not None else None
                 if args.mini_batch_size and args.mini_batch_size < args.batch_size:
-                    loss = cached_step(embedder.embed, columns, labels, loss_fn, args.mini_batch_size,
-                                       scale=state.scaler.scale)
+                    loss = cached_step(
+                        embedder.embed, columns, labels, loss_fn, args.mini_batch_size, scale=state.scaler.scale
+                    )
                 else:  # one pass per step
                     loss = plain_step(embedder.embed, columns, labels, loss_fn, joint=True, scale=state.scaler.scale)
                 average_gradients(model)
@@ -236,9 +300,11 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
                 if stopping:
                     path = books.checkpoint(eval_pending=eval_due)
                     books.save_current_if_no_best()
-                    stop.raise_(f"stopped at step {step} of {total_steps}; checkpoint {path}; {args.output} holds "
-                                f"the {'best dev' if books.best is not None else 'current'} model. Continue with the "
-                                "same command and --resume")
+                    stop.raise_(
+                        f"stopped at step {step} of {total_steps}; checkpoint {path}; {args.output} holds "
+                        f"the {'best dev' if books.best is not None else 'current'} model. Continue with the "
+                        "same command and --resume"
+                    )
                 if eval_due:
                     books.dev_check()
                 if args.save_every and step % args.save_every == 0:
@@ -259,8 +325,10 @@ def _load_model(args: EmbeddingTrainArgs, device) -> tuple[BertModel, BertTokeni
     tokenizer = load_tokenizer(model_dir)
     model = BertModel.from_pretrained(model_dir).to(device).train()
     if len(tokenizer) > model.config.vocab_size:
-        raise ValueError(f"{args.model}: the vocabulary has {len(tokenizer)} tokens but the model only "
-                         f"{model.config.vocab_size} embeddings")
+        raise ValueError(
+            f"{args.model}: the vocabulary has {len(tokenizer)} tokens but the model only "
+            f"{model.config.vocab_size} embeddings"
+        )
     return model, tokenizer, pooling, min(args.max_seq_length, model.config.max_position_embeddings)
 
 
@@ -275,8 +343,8 @@ class _Embedder:
         ids = torch.full((len(seqs), T), self.pad, dtype=torch.long)
         mask = torch.zeros((len(seqs), T), dtype=torch.long)
         for i, s in enumerate(seqs):
-            ids[i, :len(s)] = torch.tensor(s)
-            mask[i, :len(s)] = 1
+            ids[i, : len(s)] = torch.tensor(s)
+            mask[i, : len(s)] = 1
         return Column(ids.to(self.device), torch.zeros_like(ids).to(self.device), mask.to(self.device))
 
     def embed(self, ids: torch.Tensor, types: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -286,8 +354,9 @@ class _Embedder:
         if not bool(mask.all()):
             packing = Packing(mask, length_chunks(mask.sum(1).tolist()))
         with autocast(self.precision, self.device):
-            hidden = self.model(ids, attention_mask=mask, token_type_ids=types,
-                                packing=packing).last_hidden_state  # [b, T, H]
+            hidden = self.model(
+                ids, attention_mask=mask, token_type_ids=types, packing=packing
+            ).last_hidden_state  # [b, T, H]
         return pool(hidden, mask, self.pooling)  # [b, H] fp32
 
 
@@ -295,11 +364,26 @@ class _Books:
     """An embedding run's books: the training loss and rows seen, the dev history and the best record (saved with
     the model when it improves), checkpoints of all of it with the TrainState, and the final train_log.json."""
 
-    def __init__(self, args: EmbeddingTrainArgs, run: RunDir, state: TrainState, keys: dict, tokenizer,
-                 dev: TextRows | None, pooling: str, max_len: int, precision: str, batches_per_epoch: int):
+    def __init__(
+        self,
+        args: EmbeddingTrainArgs,
+        run: RunDir,
+        state: TrainState,
+        keys: dict,
+        tokenizer,
+        dev: TextRows | None,
+        pooling: str,
+        max_len: int,
+        precision: str,
+        batches_per_epoch: int,
+    ):
         self.args, self.run, self.state, self.keys, self.tokenizer, self.dev = args, run, state, keys, tokenizer, dev
-        self.pooling, self.max_len, self.precision, self.batches_per_epoch = pooling, max_len, precision, \
-            batches_per_epoch
+        self.pooling, self.max_len, self.precision, self.batches_per_epoch = (
+            pooling,
+            max_len,
+            precision,
+            batches_per_epoch,
+        )
         self.ctx = run.ctx
         self.history: list[dict] = []
         self.best: dict[str, Any] | None = None
@@ -308,8 +392,11 @@ class _Books:
 
     def load(self, saved: dict[str, Any]) -> None:
         self.state.load(saved, self.ctx)
-        self.best, self.history, (self.loss_sum, self.loss_n, self.seen) = saved["best"], saved["history"], \
-            saved["loss"]
+        self.best, self.history, (self.loss_sum, self.loss_n, self.seen) = (
+            saved["best"],
+            saved["history"],
+            saved["loss"],
+        )
         self.elapsed0 = self.state.elapsed
 
     def seconds(self) -> float:
@@ -322,15 +409,24 @@ class _Books:
         self.loss_sum, self.loss_n, self.seen = self.loss_sum + loss, self.loss_n + 1, self.seen + rows
         step = self.state.step
         if step % 50 == 0 or step == total_steps:
-            say(f"step {step}/{total_steps}: loss {self.train_loss():.4f} ({self.seen / max(self.seconds(), 1e-9):.1f} "
-                "rows/s)", self.ctx, self.args.quiet)
+            say(
+                f"step {step}/{total_steps}: loss {self.train_loss():.4f} ({self.seen / max(self.seconds(), 1e-9):.1f} "
+                "rows/s)",
+                self.ctx,
+                self.args.quiet,
+            )
 
     def save(self, record: dict | None) -> None:
         model, output, args = self.state.model, self.run.path, self.args
         model.save_pretrained(output)
         self.tokenizer.save_pretrained(output)
-        write_sentence_transformers(output, pooling=self.pooling, normalize=args.normalize,
-                                    dim=model.config.hidden_size, max_seq_length=self.max_len)
+        write_sentence_transformers(
+            output,
+            pooling=self.pooling,
+            normalize=args.normalize,
+            dim=model.config.hidden_size,
+            max_seq_length=self.max_len,
+        )
         write_json(output / TRAIN_CONFIG_NAME, {"args": asdict(args), "best": record})
 
     def save_current_if_no_best(self) -> None:
@@ -348,38 +444,63 @@ class _Books:
         encoder.defaults = EncodeDefaults((-1,), self.pooling, args.normalize, self.max_len)
         metrics = sts_metrics(encoder, self.dev, batch_size=args.eval_batch_size)
         step = self.state.step
-        record = {"step": step, "epoch": round(step / self.batches_per_epoch, 3), "train_loss": self.train_loss(),
-                  "dev_spearman": metrics["spearman"], "dev_pearson": metrics["pearson"],
-                  **run_record(self.precision, ctx.device)}
+        record = {
+            "step": step,
+            "epoch": round(step / self.batches_per_epoch, 3),
+            "train_loss": self.train_loss(),
+            "dev_spearman": metrics["spearman"],
+            "dev_pearson": metrics["pearson"],
+            **run_record(self.precision, ctx.device),
+        }
         self.history.append(record)
         improved = self.best is None or record["dev_spearman"] > self.best["dev_spearman"]
         if improved:
             self.best = record
             self.save(record)
-        say(f"step {step}: dev spearman {metrics['spearman']:.2f} pearson {metrics['pearson']:.2f}"
-            f"{'  (best, saved)' if improved else ''}", ctx, args.quiet)
+        say(
+            f"step {step}: dev spearman {metrics['spearman']:.2f} pearson {metrics['pearson']:.2f}"
+            f"{'  (best, saved)' if improved else ''}",
+            ctx,
+            args.quiet,
+        )
         model.train()
         D.barrier(ctx)
 
     def checkpoint(self, eval_pending: bool) -> Path | None:
         """A resumable checkpoint (every rank calls it); its path on every rank."""
         self.state.elapsed = self.seconds()
-        path = self.state.save(self.run.checkpoints, self.ctx, keep=1, loss=[self.loss_sum, self.loss_n, self.seen],
-                               best=self.best, history=self.history, eval_pending=eval_pending, run=self.keys)
+        path = self.state.save(
+            self.run.checkpoints,
+            self.ctx,
+            keep=1,
+            loss=[self.loss_sum, self.loss_n, self.seen],
+            best=self.best,
+            history=self.history,
+            eval_pending=eval_pending,
+            run=self.keys,
+        )
         return D.broadcast_object(self.ctx, path)
 
     def finish(self, n: int, global_batch: int) -> dict[str, Any]:
         """The last model when there is no dev set, train_log.json, the checkpoints removed: the summary."""
         self.save_current_if_no_best()
         seconds = self.seconds()
-        summary = {"steps": self.state.step, "train_loss": self.train_loss(), "train_rows": n,
-                   "global_batch": global_batch, "train_seconds": round(seconds, 2),
-                   "rows_per_second": round(self.seen / seconds, 2), "compute_precision": self.precision,
-                   **run_record(self.precision, self.ctx.device)}
+        summary = {
+            "steps": self.state.step,
+            "train_loss": self.train_loss(),
+            "train_rows": n,
+            "global_batch": global_batch,
+            "train_seconds": round(seconds, 2),
+            "rows_per_second": round(self.seen / seconds, 2),
+            "compute_precision": self.precision,
+            **run_record(self.precision, self.ctx.device),
+        }
         if self.best is not None:
             summary.update({k: v for k, v in self.best.items() if k.startswith("dev_")}, best_step=self.best["step"])
         if self.ctx.is_main:
-            write_json(self.run.path / "train_log.json", {"args": asdict(self.args), "history": self.history,
-                                                          "summary": summary})
+            write_json(
+                self.run.path / "train_log.json",
+                {"args": asdict(self.args), "history": self.history, "summary": summary},
+            )
             shutil.rmtree(self.run.checkpoints, ignore_errors=True)  # finished: nothing left to resume
         return summary

@@ -37,8 +37,12 @@ def run(args: argparse.Namespace) -> int:
     ctx = D.setup(resolve_device(cfg.device))
     try:
         shape = {1: "texts", 2: "pairs", 3: "triplets"}.get(rows.width, f"{rows.width}-tuples")
-        say(f"bertkit finetune --task {cfg.task}: {len(rows)} {shape} from {cfg.train}"
-            + (f" ({rows.skipped} bad rows skipped)" if rows.skipped else ""), ctx, cfg.quiet)
+        say(
+            f"bertkit finetune --task {cfg.task}: {len(rows)} {shape} from {cfg.train}"
+            + (f" ({rows.skipped} bad rows skipped)" if rows.skipped else ""),
+            ctx,
+            cfg.quiet,
+        )
         try:
             summary = train_embeddings(cfg, rows, dev, ctx)
         except ValueError as e:

@@ -52,8 +52,10 @@ def variants_for(study: str, values: Sequence[str] | None) -> list[Variant]:
     """The variants of ``study`` (``values``: mask rates or model sizes given on the command line)."""
     if study == "nsp":
         # both explicit: pretrain's budget recipe (the default with --max-time) otherwise turns NSP off
-        return [Variant("mlm-nsp", "MLM + NSP", ("--nsp",), True),
-                Variant("mlm-only", "MLM only (no NSP)", ("--no-nsp",), False)]
+        return [
+            Variant("mlm-nsp", "MLM + NSP", ("--nsp",), True),
+            Variant("mlm-only", "MLM only (no NSP)", ("--no-nsp",), False),
+        ]
     if study == "mask-rate":
         rates = [float(v) for v in values] if values else list(DEFAULT_RATES)
         for r in rates:
@@ -95,10 +97,19 @@ class AblateConfig:
     max_time_per_run: float | None = None
 
     def record(self) -> dict[str, Any]:
-        return {"corpus": [str(Path(c).resolve()) for c in self.corpus], "study": self.study, "budget": self.budget,
-                "steps": self.steps, "values": self.values, "vocab": str(self.vocab) if self.vocab else None,
-                "vocab_size": self.vocab_size, "checkpoints": self.checkpoints, "save_every": self.save_every,
-                "pretrain_seed": self.pretrain_seed, "pretrain_args": self.pretrain_args}
+        return {
+            "corpus": [str(Path(c).resolve()) for c in self.corpus],
+            "study": self.study,
+            "budget": self.budget,
+            "steps": self.steps,
+            "values": self.values,
+            "vocab": str(self.vocab) if self.vocab else None,
+            "vocab_size": self.vocab_size,
+            "checkpoints": self.checkpoints,
+            "save_every": self.save_every,
+            "pretrain_seed": self.pretrain_seed,
+            "pretrain_args": self.pretrain_args,
+        }
 
 
 @dataclass
@@ -125,8 +136,10 @@ class AblationStudy:
         if cfg.budget is None and cfg.steps is None:
             raise InputError("give a pre-training budget: --budget DURATION (wall clock) or --steps N")
         if cfg.study == "steps" and cfg.steps is None and cfg.save_every is None:
-            raise InputError("--study steps with --budget needs --save-every K (checkpoints every K steps); "
-                             "with --steps N they are at N/5, 2N/5, ... (or --checkpoints)")
+            raise InputError(
+                "--study steps with --budget needs --save-every K (checkpoints every K steps); "
+                "with --steps N they are at N/5, 2N/5, ... (or --checkpoints)"
+            )
         self.cfg = cfg
         self.say = say or log.info
         self.stop = stop
@@ -134,8 +147,10 @@ class AblationStudy:
 
     def _check_stop(self) -> None:
         if self.stop is not None and self.stop.requested:
-            self.stop.raise_(f"the ablation stopped; finished work is kept in {self.cfg.output}: run the same command "
-                             "again to resume")
+            self.stop.raise_(
+                f"the ablation stopped; finished work is kept in {self.cfg.output}: run the same command "
+                "again to resume"
+            )
 
     # -------------------------------------------------------------- vocabulary
     def vocabulary(self) -> Path:
@@ -148,12 +163,16 @@ class AblationStudy:
         files = [str(f) for f in expand_corpus(cfg.corpus)]  # `bertkit vocab` takes files: a directory's text files
         for c in files:
             if c.endswith((".gz", ".jsonl", ".json")):
-                raise InputError(f"--corpus {c}: the shared vocabulary is trained from plain-text files; pass "
-                                 "--vocab (e.g. the vocab.txt of an earlier `bertkit pretrain` run)")
+                raise InputError(
+                    f"--corpus {c}: the shared vocabulary is trained from plain-text files; pass "
+                    "--vocab (e.g. the vocab.txt of an earlier `bertkit pretrain` run)"
+                )
         self.say(f"training the shared {cfg.vocab_size}-token vocabulary ...")
-        result = self.run_child(["vocab", *files, "--output", str(path.parent), "--vocab-size",
-                                 str(cfg.vocab_size), "--quiet"], log=cfg.output / "vocab" / "vocab.log",
-                                stop=self.stop)
+        result = self.run_child(
+            ["vocab", *files, "--output", str(path.parent), "--vocab-size", str(cfg.vocab_size), "--quiet"],
+            log=cfg.output / "vocab" / "vocab.log",
+            stop=self.stop,
+        )
         self._check_stop()
         if result.code != 0 or not path.is_file():
             raise RunError(f"bertkit vocab exited with {result.code}; see {cfg.output / 'vocab' / 'vocab.log'}")
@@ -166,8 +185,19 @@ class AblationStudy:
         done = run_dir / "variant.json"
         if done.is_file():
             return run_dir, json.loads(done.read_text(encoding="utf-8"))
-        args = ["pretrain", "--corpus", *cfg.corpus, "--output", str(run_dir), "--vocab", str(vocab),
-                "--seed", str(cfg.pretrain_seed), "--quiet", *variant.args]
+        args = [
+            "pretrain",
+            "--corpus",
+            *cfg.corpus,
+            "--output",
+            str(run_dir),
+            "--vocab",
+            str(vocab),
+            "--seed",
+            str(cfg.pretrain_seed),
+            "--quiet",
+            *variant.args,
+        ]
         if cfg.budget is not None:
             args += ["--max-time", f"{cfg.budget:g}s"]
         if cfg.steps is not None:
@@ -187,12 +217,16 @@ class AblationStudy:
         result = self.run_child(args, log=cfg.output / "pretrain" / f"{variant.key}.log", stop=self.stop)
         self._check_stop()
         if result.code != 0 or not (run_dir / "config.json").is_file():
-            raise RunError(f"{variant.label}: bertkit pretrain exited with {result.code}; see "
-                           f"{cfg.output / 'pretrain' / (variant.key + '.log')}:\n{log_tail(result)}")
+            raise RunError(
+                f"{variant.label}: bertkit pretrain exited with {result.code}; see "
+                f"{cfg.output / 'pretrain' / (variant.key + '.log')}:\n{log_tail(result)}"
+            )
         record = {"variant": variant.key, **heldout_metrics(run_dir), "seconds": round(result.seconds, 1)}
         write_json(done, record)
-        self.say(f"{variant.label}: held-out MLM accuracy {record.get('eval_mlm_acc', float('nan')):.4f} "
-                 f"after {record.get('step')} steps")
+        self.say(
+            f"{variant.label}: held-out MLM accuracy {record.get('eval_mlm_acc', float('nan')):.4f} "
+            f"after {record.get('step')} steps"
+        )
         return run_dir, record
 
     # -------------------------------------------------------------- fine-tuning
@@ -202,19 +236,30 @@ class AblationStudy:
             return {}
         from bertkit.experiments.glue import SuiteConfig, SuiteRunner
 
-        suite = SuiteConfig(model=model_dir, data=cfg.glue, output=cfg.output / "finetune" / key, tasks=cfg.tasks,
-                            tasks_given=True, seeds=cfg.seeds, lrs=cfg.lrs, finetune_args=cfg.finetune_args,
-                            max_time_per_run=cfg.max_time_per_run, predict_test=False)
-        report = SuiteRunner(suite, say=lambda m: self.say(f"[{key}] {m}"), stop=self.stop,
-                             run_child=self.run_child).run()
+        suite = SuiteConfig(
+            model=model_dir,
+            data=cfg.glue,
+            output=cfg.output / "finetune" / key,
+            tasks=cfg.tasks,
+            tasks_given=True,
+            seeds=cfg.seeds,
+            lrs=cfg.lrs,
+            finetune_args=cfg.finetune_args,
+            max_time_per_run=cfg.max_time_per_run,
+            predict_test=False,
+        )
+        report = SuiteRunner(
+            suite, say=lambda m: self.say(f"[{key}] {m}"), stop=self.stop, run_child=self.run_child
+        ).run()
         return report.summaries
 
     # -------------------------------------------------------------- the study
     def run(self) -> AblateReport:
         cfg = self.cfg
         out = cfg.output
-        open_study(out, "study.json", cfg.record(), "a study",
-                   "the same corpus, budget, variants and pre-training flags")
+        open_study(
+            out, "study.json", cfg.record(), "a study", "the same corpus, budget, variants and pre-training flags"
+        )
         vocab = self.vocabulary()
         results: list[VariantResult] = []
         for variant in variants_for(cfg.study, cfg.values):
@@ -222,12 +267,18 @@ class AblationStudy:
             if cfg.study == "steps":
                 for step, model_dir, held in export_checkpoints(run_dir, out / "pretrain" / "steps"):
                     v = Variant(f"step-{step}", f"{step} steps", (), step)
-                    results.append(VariantResult(v, model_dir, held, step, None,
-                                                 self.finetune(v.key, model_dir)))
+                    results.append(VariantResult(v, model_dir, held, step, None, self.finetune(v.key, model_dir)))
                 continue
-            results.append(VariantResult(variant, run_dir, {k: record[k] for k in record if k.startswith("eval_")},
-                                         record.get("step"), record.get("seconds"),
-                                         self.finetune(variant.key, run_dir)))
+            results.append(
+                VariantResult(
+                    variant,
+                    run_dir,
+                    {k: record[k] for k in record if k.startswith("eval_")},
+                    record.get("step"),
+                    record.get("seconds"),
+                    self.finetune(variant.key, run_dir),
+                )
+            )
         files = write_study_results(out, cfg, results)
         return AblateReport(out, results, files)
 
@@ -299,12 +350,17 @@ def write_study_results(out: Path, cfg: AblateConfig, results: list[VariantResul
     columns = [BY_NAME[t].column for t in tasks]
     rows = []
     for r in results:
-        row: dict[str, Any] = {"study": cfg.study, "variant": r.variant.label, "value": r.variant.value,
-                               "pretrain_steps": r.steps, "pretrain_seconds": r.seconds,
-                               "heldout_mlm_acc": _round(r.heldout.get("eval_mlm_acc"), 4),
-                               "heldout_mlm_baseline": _round(r.heldout.get("eval_mlm_baseline"), 4),
-                               "heldout_nsp_acc": _round(r.heldout.get("eval_nsp_acc"), 4),
-                               "heldout_loss": _round(r.heldout.get("eval_loss"), 4)}
+        row: dict[str, Any] = {
+            "study": cfg.study,
+            "variant": r.variant.label,
+            "value": r.variant.value,
+            "pretrain_steps": r.steps,
+            "pretrain_seconds": r.seconds,
+            "heldout_mlm_acc": _round(r.heldout.get("eval_mlm_acc"), 4),
+            "heldout_mlm_baseline": _round(r.heldout.get("eval_mlm_baseline"), 4),
+            "heldout_nsp_acc": _round(r.heldout.get("eval_nsp_acc"), 4),
+            "heldout_loss": _round(r.heldout.get("eval_loss"), 4),
+        }
         if cfg.study == "model-size":
             from bertkit.config import PRESETS
 
@@ -329,8 +385,12 @@ def _round(x: Any, digits: int) -> Any:
     return round(x, digits) if isinstance(x, (int, float)) else None
 
 
-FIRST_COLUMN = {"nsp": "Pre-training tasks", "mask-rate": "Mask rate", "model-size": "Model",
-                "steps": "Pre-training steps"}
+FIRST_COLUMN = {
+    "nsp": "Pre-training tasks",
+    "mask-rate": "Mask rate",
+    "model-size": "Model",
+    "steps": "Pre-training steps",
+}
 
 
 def study_markdown(cfg: AblateConfig, results: list[VariantResult], tasks: list[str]) -> str:
@@ -357,13 +417,19 @@ def study_markdown(cfg: AblateConfig, results: list[VariantResult], tasks: list[
             cells.append("-" if nsp is None else f"{100 * nsp:.1f}")
         cells += [_cell(r.summaries.get(t)) for t in tasks]
         lines.append("| " + " | ".join(cells) + " |")
-    budget = (f"{cfg.budget:g} s of pre-training" if cfg.budget is not None else "") + \
-        (" / " if cfg.budget is not None and cfg.steps is not None else "") + \
-        (f"{cfg.steps} steps" if cfg.steps is not None else "")
-    lines += ["", f"Each variant: the same corpus, vocabulary, budget ({budget}) and seeds. Task scores are dev "
-              f"GLUE points, median (min-max) over {len(cfg.seeds)} fine-tuning seed(s); held-out MLM accuracy in % at "
-              f"[MASK] positions (docs/pretraining.md), beside the best constant guess"
-              + (" (each at its own mask rate)" if cfg.study == "mask-rate" else "") + "."]
+    budget = (
+        (f"{cfg.budget:g} s of pre-training" if cfg.budget is not None else "")
+        + (" / " if cfg.budget is not None and cfg.steps is not None else "")
+        + (f"{cfg.steps} steps" if cfg.steps is not None else "")
+    )
+    lines += [
+        "",
+        f"Each variant: the same corpus, vocabulary, budget ({budget}) and seeds. Task scores are dev "
+        f"GLUE points, median (min-max) over {len(cfg.seeds)} fine-tuning seed(s); held-out MLM accuracy in % at "
+        f"[MASK] positions (docs/pretraining.md), beside the best constant guess"
+        + (" (each at its own mask rate)" if cfg.study == "mask-rate" else "")
+        + ".",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -376,19 +442,37 @@ def _figure(out: Path, cfg: AblateConfig, results: list[VariantResult], tasks: l
 
     def values(r: VariantResult) -> list[float | None]:
         acc = r.heldout.get("eval_mlm_acc")
-        return [r.summaries[t].median if t in r.summaries else None for t in tasks] + \
-            [None if acc is None else 100 * acc]
+        return [r.summaries[t].median if t in r.summaries else None for t in tasks] + [
+            None if acc is None else 100 * acc
+        ]
 
     if cfg.study == "steps":
         xs = [r.variant.value for r in results]
         series = {lab: [values(r)[i] for r in results] for i, lab in enumerate(labels)}
-        low = {BY_NAME[t].column: [r.summaries[t].low if t in r.summaries else float("nan") for r in results]
-               for t in tasks}
-        high = {BY_NAME[t].column: [r.summaries[t].high if t in r.summaries else float("nan") for r in results]
-                for t in tasks}
-        return line_chart(path, xs, series, "pre-training steps", "dev score / held-out MLM acc (%)",
-                          title="fine-tuned score against pre-training steps (median, min-max band)", low=low,
-                          high=high)
+        low = {
+            BY_NAME[t].column: [r.summaries[t].low if t in r.summaries else float("nan") for r in results]
+            for t in tasks
+        }
+        high = {
+            BY_NAME[t].column: [r.summaries[t].high if t in r.summaries else float("nan") for r in results]
+            for t in tasks
+        }
+        return line_chart(
+            path,
+            xs,
+            series,
+            "pre-training steps",
+            "dev score / held-out MLM acc (%)",
+            title="fine-tuned score against pre-training steps (median, min-max band)",
+            low=low,
+            high=high,
+        )
     groups = {r.variant.label: values(r) for r in results}
-    return bar_chart(path, labels, [], ylabel="dev score / held-out MLM acc (%)", groups=groups,
-                     title=f"ablation: {cfg.study} (median over seeds)")
+    return bar_chart(
+        path,
+        labels,
+        [],
+        ylabel="dev score / held-out MLM acc (%)",
+        groups=groups,
+        title=f"ablation: {cfg.study} (median over seeds)",
+    )

@@ -31,8 +31,14 @@ class AttentionMaps:
         return self.weights.shape[1]
 
 
-def attention_maps(model_dir: str | os.PathLike, text: str, pair: str | None = None, max_length: int = 128,
-                   device: str = "cpu", precision: str = "fp32") -> AttentionMaps:
+def attention_maps(
+    model_dir: str | os.PathLike,
+    text: str,
+    pair: str | None = None,
+    max_length: int = 128,
+    device: str = "cpu",
+    precision: str = "fp32",
+) -> AttentionMaps:
     """Run ``text`` (and ``pair``: ``[CLS] text [SEP] pair [SEP]``) through the model; every layer's attention
     (computed at ``precision``, returned as float32)."""
     import torch
@@ -50,11 +56,17 @@ def attention_maps(model_dir: str | os.PathLike, text: str, pair: str | None = N
 
 def save_npz(path: Path, maps: AttentionMaps, layer: int | None, head: int | None) -> Path:
     """``attention`` [L, N, T, T], ``tokens``, ``segments`` and the drawn ``layer`` / ``head`` (1-based; 0 = all)."""
+
     def write(p: Path) -> None:
         with open(p, "wb") as f:
-            np.savez_compressed(f, attention=maps.weights, tokens=np.array(maps.tokens),
-                                segments=np.array(maps.segments), layer=np.array(layer or 0),
-                                head=np.array(head or 0))
+            np.savez_compressed(
+                f,
+                attention=maps.weights,
+                tokens=np.array(maps.tokens),
+                segments=np.array(maps.segments),
+                layer=np.array(layer or 0),
+                head=np.array(head or 0),
+            )
 
     atomic_write(path, write)
     return path
@@ -100,8 +112,15 @@ def draw(path: Path, maps: AttentionMaps, layer: int, head: int | None) -> Path:
         if show_numbers:
             for i in range(T):
                 for j in range(T):
-                    ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center", fontsize=6,
-                            color="white" if m[i, j] > 0.5 else "black")
+                    ax.text(
+                        j,
+                        i,
+                        f"{m[i, j]:.2f}",
+                        ha="center",
+                        va="center",
+                        fontsize=6,
+                        color="white" if m[i, j] > 0.5 else "black",
+                    )
         if len(heads) == 1:
             ax.set_xlabel("attended to")
             ax.set_ylabel("attending")

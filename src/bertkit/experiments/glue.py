@@ -75,8 +75,9 @@ SUITE: tuple[SuiteTask, ...] = (
     SuiteTask("stsb", "STS-B", "STS-B", "train.tsv", "dev.tsv", "test.tsv", ("pearson", "spearman")),
     SuiteTask("qqp", "QQP", "QQP", "train.tsv", "dev.tsv", "test.tsv", ("f1", "accuracy")),
     SuiteTask("mnli", "MNLI-m", "MNLI", "train.tsv", "dev_matched.tsv", "test_matched.tsv", ("accuracy",)),
-    SuiteTask("mnli-mm", "MNLI-mm", "MNLI", None, "dev_mismatched.tsv", "test_mismatched.tsv", ("accuracy",),
-              model_of="mnli"),
+    SuiteTask(
+        "mnli-mm", "MNLI-mm", "MNLI", None, "dev_mismatched.tsv", "test_mismatched.tsv", ("accuracy",), model_of="mnli"
+    ),
     SuiteTask("qnli", "QNLI", "QNLI", "train.tsv", "dev.tsv", "test.tsv", ("accuracy",)),
     SuiteTask("rte", "RTE", "RTE", "train.tsv", "dev.tsv", "test.tsv", ("accuracy",)),
     SuiteTask("wnli", "WNLI", "WNLI", "train.tsv", "dev.tsv", "test.tsv", ("accuracy",)),
@@ -199,8 +200,7 @@ def summarize(task: str, cells: Sequence[dict[str, Any]]) -> Summary | None:
     metric_names = BY_NAME[task].metrics
     metrics = {m: statistics.median(100.0 * c["metrics"][m] for c in group) for m in metric_names}
     best = max(group, key=lambda c: c["score"])
-    return Summary(task, lr, [c["seed"] for c in group], [c["score"] for c in group], metrics, medians,
-                   best["name"])
+    return Summary(task, lr, [c["seed"] for c in group], [c["score"] for c in group], metrics, medians, best["name"])
 
 
 # ----------------------------------------------------------------------------------------------- submission
@@ -311,8 +311,10 @@ def discover(data_dir: Path, tasks: Sequence[str], quiet_absent: bool = False) -
             continue
         train, dev, test = has(t.train), has(t.dev), has(t.test)
         if t.trains and (train is None or dev is None):
-            notes.append(f"{t.column}: needs {t.directory}/{t.train} and {t.dev} (have "
-                         f"{', '.join(p.name for p in folder.glob('*.tsv')) or 'none'})")
+            notes.append(
+                f"{t.column}: needs {t.directory}/{t.train} and {t.dev} (have "
+                f"{', '.join(p.name for p in folder.glob('*.tsv')) or 'none'})"
+            )
             continue
         if not t.trains and dev is None:
             notes.append(f"{t.column}: no {t.directory}/{t.dev}")
@@ -359,8 +361,12 @@ class SuiteConfig:
 
     def record(self) -> dict[str, Any]:
         """The settings a resumed suite must share (the task list and time bound may change)."""
-        return {"model": str(Path(self.model).resolve()), "seeds": self.seeds, "lrs": self.lrs,
-                "finetune_args": self.finetune_args}
+        return {
+            "model": str(Path(self.model).resolve()),
+            "seeds": self.seeds,
+            "lrs": self.lrs,
+            "finetune_args": self.finetune_args,
+        }
 
 
 @dataclass
@@ -391,8 +397,13 @@ class SuiteRunner:
     (the command prints them); ``stop`` is a ``GracefulStop``: when it is requested the run in flight is abandoned
     and ``stop.raise_`` ends the suite with a resume hint."""
 
-    def __init__(self, cfg: SuiteConfig, say: Callable[[str], None] | None = None, stop=None,
-                 run_child: Callable[..., Any] | None = None):
+    def __init__(
+        self,
+        cfg: SuiteConfig,
+        say: Callable[[str], None] | None = None,
+        stop=None,
+        run_child: Callable[..., Any] | None = None,
+    ):
         self.cfg = cfg
         self.say = say or (lambda msg: log.info(msg))
         self.stop = stop
@@ -403,17 +414,34 @@ class SuiteRunner:
     # -------------------------------------------------------------- one cell
     def _check_stop(self) -> None:
         if self.stop is not None and self.stop.requested:
-            self.stop.raise_(f"the GLUE suite stopped; finished runs are kept in {self.cfg.output}: run the same "
-                             "command again to resume")
+            self.stop.raise_(
+                f"the GLUE suite stopped; finished runs are kept in {self.cfg.output}: run the same "
+                "command again to resume"
+            )
 
     def _finetune(self, found: Found, lr: float, seed: int, cell: Path) -> dict[str, Any]:
         t = found.task
         if cell.exists():
             shutil.rmtree(cell)  # an unfinished cell from a killed suite: start it afresh
         cell.mkdir(parents=True)
-        args = ["finetune", "--task", t.name, "--train", str(found.train), "--dev", str(found.dev),
-                "--model", str(self.cfg.model), "--output", str(cell), "--lr", f"{lr:g}", "--seed", str(seed),
-                *self.cfg.finetune_args]
+        args = [
+            "finetune",
+            "--task",
+            t.name,
+            "--train",
+            str(found.train),
+            "--dev",
+            str(found.dev),
+            "--model",
+            str(self.cfg.model),
+            "--output",
+            str(cell),
+            "--lr",
+            f"{lr:g}",
+            "--seed",
+            str(seed),
+            *self.cfg.finetune_args,
+        ]
         if self.cfg.max_time_per_run is not None and self.cfg.max_time_flag:
             args += ["--max-time", f"{self.cfg.max_time_per_run:g}s"]
         if "--quiet" not in args:
@@ -423,16 +451,24 @@ class SuiteRunner:
         self._check_stop()
         # a run stopped at its deadline may leave a resumable checkpoint (optimizer state included): not needed
         shutil.rmtree(cell / "checkpoints", ignore_errors=True)
-        record: dict[str, Any] = {"task": t.name, "lr": lr, "seed": seed, "name": cell.name,
-                                  "seconds": round(result.seconds, 2), "timed_out": result.timed_out}
+        record: dict[str, Any] = {
+            "task": t.name,
+            "lr": lr,
+            "seed": seed,
+            "name": cell.name,
+            "seconds": round(result.seconds, 2),
+            "timed_out": result.timed_out,
+        }
         metrics_path = cell / "metrics.json"
         if metrics_path.is_file():
             metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
             record["metrics"] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
             record.update({k: metrics[k] for k in COMPUTED_WITH if k in metrics})  # how it was computed
         if result.code != 0 and not (result.timed_out and metrics_path.is_file()):
-            raise RunError(f"{t.column} lr {lr:g} seed {seed}: bertkit finetune exited with {result.code}; see "
-                           f"{cell / 'finetune.log'}:\n{log_tail(result)}")
+            raise RunError(
+                f"{t.column} lr {lr:g} seed {seed}: bertkit finetune exited with {result.code}; see "
+                f"{cell / 'finetune.log'}:\n{log_tail(result)}"
+            )
         if "metrics" not in record:
             record["score"] = None
             record["error"] = "no dev evaluation finished within --max-time-per-run"
@@ -447,8 +483,21 @@ class SuiteRunner:
         if mm is None:
             return
         out = cell / "eval-mismatched"
-        result = self.run_child(["evaluate", "--model", str(cell), "--data", str(mm), "--output", str(out),
-                                 "--quiet", *self._device_args()], log=cell / "evaluate.log", stop=self.stop)
+        result = self.run_child(
+            [
+                "evaluate",
+                "--model",
+                str(cell),
+                "--data",
+                str(mm),
+                "--output",
+                str(out),
+                "--quiet",
+                *self._device_args(),
+            ],
+            log=cell / "evaluate.log",
+            stop=self.stop,
+        )
         self._check_stop()
         if result.code != 0:
             raise RunError(f"MNLI-mm evaluation of {cell} exited with {result.code}; see {cell / 'evaluate.log'}")
@@ -486,9 +535,11 @@ class SuiteRunner:
                 self.cells_run += 1
                 cells.append(record)
                 score = record.get("score")
-                self.say(f"{t.column}: lr {lr:g}, seed {seed}: "
-                         + (f"{score:.2f}" if score is not None else record.get("error", "no score"))
-                         + f" ({record['seconds']:.0f}s)")
+                self.say(
+                    f"{t.column}: lr {lr:g}, seed {seed}: "
+                    + (f"{score:.2f}" if score is not None else record.get("error", "no score"))
+                    + f" ({record['seconds']:.0f}s)"
+                )
                 self._prune_weights(root, cells, final=False)
         summary = summarize(t.name, cells)
         predictions: dict[str, list] = {}
@@ -508,21 +559,36 @@ class SuiteRunner:
         out = test_dir / name
         pred_file = out / "predictions.tsv"
         done = out / "source.json"
-        if done.is_file() and json.loads(done.read_text(encoding="utf-8")).get("model") == model_dir.name \
-                and pred_file.is_file():
+        if (
+            done.is_file()
+            and json.loads(done.read_text(encoding="utf-8")).get("model") == model_dir.name
+            and pred_file.is_file()
+        ):
             return read_predictions(pred_file)
         if not (model_dir / "model.safetensors").is_file():
             self.say(f"{target.task.column}: test predictions skipped ({model_dir.name}'s weights are gone)")
             return None
         self._check_stop()
         self.say(f"{target.task.column}: predicting {target.test.name} with {model_dir.name}")
-        args = ["predict", "--model", str(model_dir), "--data", str(target.test), "--output", str(out), "--quiet",
-                "--task", name, *self._device_args()]
+        args = [
+            "predict",
+            "--model",
+            str(model_dir),
+            "--data",
+            str(target.test),
+            "--output",
+            str(out),
+            "--quiet",
+            "--task",
+            name,
+            *self._device_args(),
+        ]
         result = self.run_child(args, log=out / "predict.log", stop=self.stop)
         self._check_stop()
         if result.code != 0:
-            raise RunError(f"{target.task.column}: bertkit predict on {target.test} exited with {result.code}:\n"
-                           f"{log_tail(result)}")
+            raise RunError(
+                f"{target.task.column}: bertkit predict on {target.test} exited with {result.code}:\n{log_tail(result)}"
+            )
         write_json(done, {"model": model_dir.name})
         return read_predictions(pred_file)
 
@@ -548,8 +614,9 @@ class SuiteRunner:
     def run(self) -> SuiteReport:
         cfg = self.cfg
         out = cfg.output
-        open_study(out, "suite.json", cfg.record(), "a GLUE suite run",
-                   "the same model, seeds, lr grid and finetune flags")
+        open_study(
+            out, "suite.json", cfg.record(), "a GLUE suite run", "the same model, seeds, lr grid and finetune flags"
+        )
         found, notes = discover(cfg.data, cfg.tasks, quiet_absent=not cfg.tasks_given)
         if not any(f.task.trains for f in found):
             raise InputError(f"--data {cfg.data}: no GLUE task to fine-tune was found ({'; '.join(notes)})")
@@ -589,14 +656,23 @@ def _mismatched(found: Found) -> Path | None:
 
 def _mismatched_summary(matched: Summary, cells: list[dict]) -> Summary | None:
     """MNLI-mm from the runs of MNLI's selected lr (the lr is chosen on matched dev, like the model)."""
-    group = sorted((c for c in cells if float(c["lr"]) == matched.lr and c.get("mismatched_score") is not None),
-                   key=lambda c: c["seed"])
+    group = sorted(
+        (c for c in cells if float(c["lr"]) == matched.lr and c.get("mismatched_score") is not None),
+        key=lambda c: c["seed"],
+    )
     if not group:
         return None
     scores = [c["mismatched_score"] for c in group]
     metrics = {"accuracy": statistics.median(100.0 * c["mismatched"]["accuracy"] for c in group)}
-    return Summary("mnli-mm", matched.lr, [c["seed"] for c in group], scores, metrics,
-                   {matched.lr: statistics.median(scores)}, matched.best_cell)
+    return Summary(
+        "mnli-mm",
+        matched.lr,
+        [c["seed"] for c in group],
+        scores,
+        metrics,
+        {matched.lr: statistics.median(scores)},
+        matched.best_cell,
+    )
 
 
 # ----------------------------------------------------------------------------------------------- results files
@@ -607,8 +683,9 @@ COMPUTED_WITH = ("precision", "backend", "device")  # recorded by each run's met
 
 def computed_with(cells: list[dict], task: str) -> dict[str, str]:
     """The precision, backend and device of a task's runs (values that differ between runs are joined by '/')."""
-    return {k: "/".join(sorted({str(c[k]) for c in cells if c["task"] == task and c.get(k)})) or None
-            for k in COMPUTED_WITH}
+    return {
+        k: "/".join(sorted({str(c[k]) for c in cells if c["task"] == task and c.get(k)})) or None for k in COMPUTED_WITH
+    }
 
 
 def results_rows(summaries: dict[str, Summary], cells: list[dict] | None = None) -> list[dict[str, Any]]:
@@ -617,40 +694,61 @@ def results_rows(summaries: dict[str, Summary], cells: list[dict] | None = None)
         s = summaries.get(t.name)
         if s is None:
             continue
-        rows.append({
-            "task": t.column, "metric": "/".join(t.metrics), "median": round(s.median, 2), "min": round(s.low, 2),
-            "max": round(s.high, 2), "lr": f"{s.lr:g}", "seeds": len(s.scores),
-            "seed_scores": ";".join(f"{x:.2f}" for x in s.scores),
-            **{f"median_{m}": round(v, 2) for m, v in s.metrics.items()},
-            "median_by_lr": ";".join(f"{lr:g}:{v:.2f}" for lr, v in sorted(s.by_lr.items())),
-            **computed_with(cells or [], t.name),
-        })
+        rows.append(
+            {
+                "task": t.column,
+                "metric": "/".join(t.metrics),
+                "median": round(s.median, 2),
+                "min": round(s.low, 2),
+                "max": round(s.high, 2),
+                "lr": f"{s.lr:g}",
+                "seeds": len(s.scores),
+                "seed_scores": ";".join(f"{x:.2f}" for x in s.scores),
+                **{f"median_{m}": round(v, 2) for m, v in s.metrics.items()},
+                "median_by_lr": ";".join(f"{lr:g}:{v:.2f}" for lr, v in sorted(s.by_lr.items())),
+                **computed_with(cells or [], t.name),
+            }
+        )
     return rows
 
 
 def write_results(out: Path, summaries: dict[str, Summary], cells: list[dict], score: GlueScore) -> list[Path]:
     """results.csv (a row per task, then the GLUE score), cells.csv (every run), results.md and glue.png."""
     rows = results_rows(summaries, cells)
-    score_row = {"task": "GLUE score" if score.complete else f"GLUE score (partial: {len(score.present)} of 9)",
-                 "median": None if score.score is None else round(score.score, 2)}
+    score_row = {
+        "task": "GLUE score" if score.complete else f"GLUE score (partial: {len(score.present)} of 9)",
+        "median": None if score.score is None else round(score.score, 2),
+    }
     write_text(out / "results.csv", csv_text([*rows, score_row]))
-    cell_rows = [{"task": BY_NAME[c["task"]].column, "lr": f"{float(c['lr']):g}", "seed": c["seed"],
-                  "score": None if c.get("score") is None else round(c["score"], 4),
-                  "mismatched_score": (round(c["mismatched_score"], 4) if c.get("mismatched_score") is not None
-                                       else None),
-                  "seconds": c.get("seconds"), "timed_out": c.get("timed_out", False),
-                  **{k: c.get(k) for k in COMPUTED_WITH},
-                  **{k: v for k, v in (c.get("metrics") or {}).items() if k not in ("epoch",)}}
-                 for c in cells]
+    cell_rows = [
+        {
+            "task": BY_NAME[c["task"]].column,
+            "lr": f"{float(c['lr']):g}",
+            "seed": c["seed"],
+            "score": None if c.get("score") is None else round(c["score"], 4),
+            "mismatched_score": (round(c["mismatched_score"], 4) if c.get("mismatched_score") is not None else None),
+            "seconds": c.get("seconds"),
+            "timed_out": c.get("timed_out", False),
+            **{k: c.get(k) for k in COMPUTED_WITH},
+            **{k: v for k, v in (c.get("metrics") or {}).items() if k not in ("epoch",)},
+        }
+        for c in cells
+    ]
     write_text(out / "cells.csv", csv_text(cell_rows) if cell_rows else "")
     write_text(out / "results.md", results_markdown(summaries, score))
     files = [out / "results.csv", out / "cells.csv", out / "results.md"]
     if rows:
         from bertkit.experiments.plots import bar_chart
 
-        bar_chart(out / "glue.png", [r["task"] for r in rows], [r["median"] for r in rows],
-                  [r["min"] for r in rows], [r["max"] for r in rows], ylabel="dev score (GLUE points)",
-                  title=f"GLUE dev: median and min-max over {max(r['seeds'] for r in rows)} seeds")
+        bar_chart(
+            out / "glue.png",
+            [r["task"] for r in rows],
+            [r["median"] for r in rows],
+            [r["min"] for r in rows],
+            [r["max"] for r in rows],
+            ylabel="dev score (GLUE points)",
+            title=f"GLUE dev: median and min-max over {max(r['seeds'] for r in rows)} seeds",
+        )
         files.append(out / "glue.png")
     return files
 
@@ -663,19 +761,26 @@ def results_markdown(summaries: dict[str, Summary], score: GlueScore) -> str:
             continue
         parts = " / ".join(f"{s.metrics[m]:.1f}" for m in t.metrics) if len(t.metrics) > 1 else ""
         metric = f"{'/'.join(t.metrics)}" + (f" ({parts})" if parts else "")
-        lines.append(f"| {t.column} | {metric} | {s.median:.1f} | {s.low:.1f}-{s.high:.1f} | {s.lr:g} | "
-                     f"{len(s.scores)} |")
+        lines.append(
+            f"| {t.column} | {metric} | {s.median:.1f} | {s.low:.1f}-{s.high:.1f} | {s.lr:g} | {len(s.scores)} |"
+        )
     lines.append("")
     if score.score is None:
         lines.append("GLUE score: no task finished.")
     elif score.complete:
-        lines.append(f"**GLUE score (dev): {score.score:.1f}** (the leaderboard's average of the nine tasks, MNLI "
-                     "as the mean of -m and -mm).")
+        lines.append(
+            f"**GLUE score (dev): {score.score:.1f}** (the leaderboard's average of the nine tasks, MNLI "
+            "as the mean of -m and -mm)."
+        )
     else:
-        lines.append(f"GLUE score over the {len(score.present)} tasks present: {score.score:.1f} (partial: "
-                     f"missing {', '.join(BY_NAME[m].column for m in score.missing)}; not comparable with the "
-                     "leaderboard).")
+        lines.append(
+            f"GLUE score over the {len(score.present)} tasks present: {score.score:.1f} (partial: "
+            f"missing {', '.join(BY_NAME[m].column for m in score.missing)}; not comparable with the "
+            "leaderboard)."
+        )
     lines.append("")
-    lines.append("Scores are dev-set GLUE points (x100); MRPC/QQP are (F1 + accuracy) / 2, STS-B (Pearson + Spearman) "
-                 "/ 2. Each task: the learning rate with the best median over seeds.")
+    lines.append(
+        "Scores are dev-set GLUE points (x100); MRPC/QQP are (F1 + accuracy) / 2, STS-B (Pearson + Spearman) "
+        "/ 2. Each task: the learning rate with the best median over seeds."
+    )
     return "\n".join(lines) + "\n"

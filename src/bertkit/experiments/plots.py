@@ -38,9 +38,16 @@ def save_figure(fig, path: Path, dpi: int = 110) -> Path:
     return path
 
 
-def bar_chart(path: Path, labels: Sequence[str], values: Sequence[float], low: Sequence[float] | None = None,
-              high: Sequence[float] | None = None, ylabel: str = "", title: str = "",
-              groups: dict[str, Sequence[float]] | None = None) -> Path:
+def bar_chart(
+    path: Path,
+    labels: Sequence[str],
+    values: Sequence[float],
+    low: Sequence[float] | None = None,
+    high: Sequence[float] | None = None,
+    ylabel: str = "",
+    title: str = "",
+    groups: dict[str, Sequence[float]] | None = None,
+) -> Path:
     """Bars with their value written above; ``low``/``high`` draw the min-max spread as error bars.
 
     ``groups`` (series name -> values, one per label) draws grouped bars instead of ``values``.
@@ -59,8 +66,15 @@ def bar_chart(path: Path, labels: Sequence[str], values: Sequence[float], low: S
         tops = list(high) if err is not None else ys  # the number goes above the error bar
         for b, y, top in zip(bars, ys, tops):
             if math.isfinite(y):
-                ax.annotate(f"{y:.1f}" if abs(y) >= 1 else f"{y:.3f}", (b.get_x() + b.get_width() / 2, top),
-                            xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=8)
+                ax.annotate(
+                    f"{y:.1f}" if abs(y) >= 1 else f"{y:.3f}",
+                    (b.get_x() + b.get_width() / 2, top),
+                    xytext=(0, 3),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                )
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=30 if len(labels) > 6 else 0, ha="right" if len(labels) > 6 else "center")
     ax.set_ylabel(ylabel)
@@ -71,9 +85,17 @@ def bar_chart(path: Path, labels: Sequence[str], values: Sequence[float], low: S
     return save_figure(fig, path)
 
 
-def line_chart(path: Path, xs: Sequence[float], series: dict[str, Sequence[float | None]], xlabel: str,
-               ylabel: str, title: str = "", low: dict[str, Sequence[float]] | None = None,
-               high: dict[str, Sequence[float]] | None = None, logx: bool = False) -> Path:
+def line_chart(
+    path: Path,
+    xs: Sequence[float],
+    series: dict[str, Sequence[float | None]],
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    low: dict[str, Sequence[float]] | None = None,
+    high: dict[str, Sequence[float]] | None = None,
+    logx: bool = False,
+) -> Path:
     """One line per series over ``xs`` with markers and values written at each point; optional min-max bands."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.0, 3.8))
@@ -96,9 +118,18 @@ def line_chart(path: Path, xs: Sequence[float], series: dict[str, Sequence[float
     return save_figure(fig, path)
 
 
-def heatmap(path: Path, matrix: Sequence[Sequence[float | None]], rows: Sequence[str], columns: Sequence[str],
-            title: str = "", xlabel: str = "", ylabel: str = "", annotate: bool = True, cmap: str = "viridis",
-            figsize: tuple[float, float] | None = None) -> Path:
+def heatmap(
+    path: Path,
+    matrix: Sequence[Sequence[float | None]],
+    rows: Sequence[str],
+    columns: Sequence[str],
+    title: str = "",
+    xlabel: str = "",
+    ylabel: str = "",
+    annotate: bool = True,
+    cmap: str = "viridis",
+    figsize: tuple[float, float] | None = None,
+) -> Path:
     """A matrix as coloured cells (NaN / None blank), each cell's value written in it when ``annotate``."""
     import numpy as np
 
@@ -108,8 +139,12 @@ def heatmap(path: Path, matrix: Sequence[Sequence[float | None]], rows: Sequence
     fig, ax = plt.subplots(figsize=size)
     im = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, aspect="auto")
     ax.set_xticks(range(len(columns)))
-    ax.set_xticklabels(columns, rotation=45 if max((len(c) for c in columns), default=0) > 4 else 0,
-                       ha="right" if max((len(c) for c in columns), default=0) > 4 else "center", fontsize=8)
+    ax.set_xticklabels(
+        columns,
+        rotation=45 if max((len(c) for c in columns), default=0) > 4 else 0,
+        ha="right" if max((len(c) for c in columns), default=0) > 4 else "center",
+        fontsize=8,
+    )
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels(rows, fontsize=8)
     ax.set_xlabel(xlabel)
@@ -123,8 +158,15 @@ def heatmap(path: Path, matrix: Sequence[Sequence[float | None]], rows: Sequence
             for j in range(m.shape[1]):
                 if np.isfinite(m[i, j]):
                     dark = hi > lo and (m[i, j] - lo) / (hi - lo) < 0.5
-                    ax.text(j, i, f"{m[i, j]:.{digits}f}", ha="center",
-                            va="center", fontsize=7, color="white" if dark else "black")
+                    ax.text(
+                        j,
+                        i,
+                        f"{m[i, j]:.{digits}f}",
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        color="white" if dark else "black",
+                    )
     return save_figure(fig, path)
 
 

@@ -118,17 +118,18 @@ class FeatureCache:
         return array
 
 
-def sentence_features(encoder, texts: list[str], pairs: list[str] | None, pooling: str, max_length: int,
-                      batch_size: int = 64) -> np.ndarray:
+def sentence_features(
+    encoder, texts: list[str], pairs: list[str] | None, pooling: str, max_length: int, batch_size: int = 64
+) -> np.ndarray:
     """[N, L+1, D]: every hidden state pooled (D = H, 2H for mean_max), from one pass over the inputs."""
     L = encoder.num_layers
-    flat = encoder.encode(texts, pairs, layers=list(range(L + 1)), pooling=pooling, max_length=max_length,
-                          batch_size=batch_size)
+    flat = encoder.encode(
+        texts, pairs, layers=list(range(L + 1)), pooling=pooling, max_length=max_length, batch_size=batch_size
+    )
     return flat.reshape(len(texts), L + 1, -1)
 
 
-def word_features(encoder, sentences: Sequence, max_length: int, batch_size: int = 32) -> tuple[np.ndarray,
-                                                                                                  np.ndarray]:
+def word_features(encoder, sentences: Sequence, max_length: int, batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
     """Each word's first sub-token at every hidden state: ([W, L+1, H] over all words in order, [S+1] offsets).
     Words cut by ``max_length`` get zero vectors (the tagger then predicts them from context only)."""
     from bertkit.tasks.tagging import TaggingTask
@@ -143,22 +144,24 @@ def word_features(encoder, sentences: Sequence, max_length: int, batch_size: int
     sequences = [f["input_ids"] for f in feats]
     with torch.inference_mode(), encoder.autocast():
         for idx in plan_batches([len(x) for x in sequences], batch_size, longest_first=False):
-            ids, types, mask = collate([sequences[i] for i in idx], None, encoder.tokenizer.pad_token_id,
-                                       device=encoder.device)
+            ids, types, mask = collate(
+                [sequences[i] for i in idx], None, encoder.tokenizer.pad_token_id, device=encoder.device
+            )
             hidden, _ = encoder.forward(ids, types, mask, depth=-1)
             states = torch.stack([h.float() for h in hidden], dim=2).cpu().numpy()  # [B, T, L+1, H]
             for r, i in enumerate(idx):
                 starts = feats[i]["word_starts"]
                 base = offsets[feats[i]["example"]]
-                out[base:base + len(starts)] = states[r, starts]
+                out[base : base + len(starts)] = states[r, starts]
     return out, offsets
 
 
 # ----------------------------------------------------------------------------------------------- probes
 
 
-def fit_logistic(x: np.ndarray, y: np.ndarray, n_classes: int, l2: float = 1e-3, max_iter: int = 200,
-                 seed: int = 0) -> Callable[[np.ndarray], np.ndarray]:
+def fit_logistic(
+    x: np.ndarray, y: np.ndarray, n_classes: int, l2: float = 1e-3, max_iter: int = 200, seed: int = 0
+) -> Callable[[np.ndarray], np.ndarray]:
     """Multinomial logistic regression: inputs standardized with the training mean / std, mean cross-entropy plus
     ``l2`` x the squared weights, minimized by full-batch L-BFGS. Returns ``predict(x) -> class ids``."""
     torch.manual_seed(seed)
@@ -168,8 +171,9 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, n_classes: int, l2: float = 1e-3,
     yt = torch.from_numpy(np.asarray(y, dtype=np.int64))
     w = torch.zeros(xt.shape[1], n_classes, requires_grad=True)
     b = torch.zeros(n_classes, requires_grad=True)
-    opt = torch.optim.LBFGS([w, b], lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe",
-                            tolerance_grad=1e-6, tolerance_change=1e-9)
+    opt = torch.optim.LBFGS(
+        [w, b], lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe", tolerance_grad=1e-6, tolerance_change=1e-9
+    )
 
     def closure():
         opt.zero_grad()
@@ -197,8 +201,14 @@ def cosine_spearman(a: np.ndarray, b: np.ndarray, gold: Sequence[float]) -> floa
     return 100.0 * spearman(np.round((na * nb).sum(-1), 5).tolist(), list(gold))
 
 
-TABLE7 = ("embeddings", "second-to-last hidden", "last hidden", "weighted sum last four hidden",
-          "concat last four hidden", "weighted sum all layers")
+TABLE7 = (
+    "embeddings",
+    "second-to-last hidden",
+    "last hidden",
+    "weighted sum last four hidden",
+    "concat last four hidden",
+    "weighted sum all layers",
+)
 
 
 def table7_layers(name: str, num_layers: int) -> tuple[list[int], str]:
@@ -218,16 +228,26 @@ class WordTagger(nn.Module):
     """The feature-based tagger on cached word features: a combination of hidden states (one, a concatenation,
     or a learned softmax-weighted sum) -> 2-layer BiLSTM (``bilstm``, the paper's) or nothing (``linear``) -> tags."""
 
-    def __init__(self, layers: list[int], combine: str, hidden_size: int, n_tags: int, tagger: str = "bilstm",
-                 tagger_hidden: int = 256):
+    def __init__(
+        self,
+        layers: list[int],
+        combine: str,
+        hidden_size: int,
+        n_tags: int,
+        tagger: str = "bilstm",
+        tagger_hidden: int = 256,
+    ):
         super().__init__()
         if tagger not in ("bilstm", "linear"):
             raise InputError(f"--tagger {tagger!r}: choose bilstm or linear")
         self.combine, self.kind = combine, tagger
         in_dim = hidden_size * (len(layers) if combine == "concat" else 1)
         self.mix = nn.Parameter(torch.zeros(len(layers))) if combine == "weighted" else None
-        self.rnn = (nn.LSTM(in_dim, tagger_hidden, num_layers=2, bidirectional=True, batch_first=True)
-                    if tagger == "bilstm" else None)
+        self.rnn = (
+            nn.LSTM(in_dim, tagger_hidden, num_layers=2, bidirectional=True, batch_first=True)
+            if tagger == "bilstm"
+            else None
+        )
         self.out = nn.Linear(2 * tagger_hidden if tagger == "bilstm" else in_dim, n_tags)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -241,10 +261,22 @@ class WordTagger(nn.Module):
         return self.out(x)
 
 
-def train_tagger(feats: np.ndarray, offsets: np.ndarray, tags: list[list[int]], dev_feats: np.ndarray,
-                 dev_offsets: np.ndarray, layers: list[int], combine: str, n_tags: int, tagger: str,
-                 tagger_hidden: int, epochs: int, seed: int = 0, batch_size: int = 32, lr: float = 1e-3
-                 ) -> list[list[int]]:
+def train_tagger(
+    feats: np.ndarray,
+    offsets: np.ndarray,
+    tags: list[list[int]],
+    dev_feats: np.ndarray,
+    dev_offsets: np.ndarray,
+    layers: list[int],
+    combine: str,
+    n_tags: int,
+    tagger: str,
+    tagger_hidden: int,
+    epochs: int,
+    seed: int = 0,
+    batch_size: int = 32,
+    lr: float = 1e-3,
+) -> list[list[int]]:
     """Train a :class:`WordTagger` on train words; return its dev predictions (tag ids per sentence)."""
     import torch
 
@@ -258,18 +290,18 @@ def train_tagger(feats: np.ndarray, offsets: np.ndarray, tags: list[list[int]], 
         x = torch.zeros(len(idx), max(W, 1), len(layers), f.shape[-1])
         for r, i in enumerate(idx):
             n = int(off[i + 1] - off[i])
-            x[r, :n] = torch.from_numpy(f[off[i]:off[i + 1]][:, layers])
+            x[r, :n] = torch.from_numpy(f[off[i] : off[i + 1]][:, layers])
         return x
 
     n_train = len(offsets) - 1
     for _ in range(epochs):
         order = rng.permutation(n_train)
         for start in range(0, n_train, batch_size):
-            idx = order[start:start + batch_size].tolist()
+            idx = order[start : start + batch_size].tolist()
             x = batch(feats, offsets, idx)
             y = torch.full(x.shape[:2], -100, dtype=torch.long)
             for r, i in enumerate(idx):
-                y[r, :len(tags[i])] = torch.tensor(tags[i])
+                y[r, : len(tags[i])] = torch.tensor(tags[i])
             loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-100)
             opt.zero_grad()
             loss.backward()
@@ -281,7 +313,7 @@ def train_tagger(feats: np.ndarray, offsets: np.ndarray, tags: list[list[int]], 
             idx = list(range(start, min(n_dev, start + 64)))
             best = model(batch(dev_feats, dev_offsets, idx)).argmax(-1)
             for r, i in enumerate(idx):
-                preds.append(best[r, :int(dev_offsets[i + 1] - dev_offsets[i])].tolist())
+                preds.append(best[r, : int(dev_offsets[i + 1] - dev_offsets[i])].tolist())
     return preds
 
 
@@ -335,8 +367,9 @@ def run_probe(cfg: ProbeConfig, say: Callable[[str], None] | None = None) -> Pro
     poolings = [resolve_pooling(p) for p in cfg.poolings]
     for p in poolings:
         if p in ("none", "cls_pooled"):
-            raise InputError(f"--pooling {p}: a probe needs a per-layer vector; choose from mean, max, mean_max, cls, "
-                             "first, sep")
+            raise InputError(
+                f"--pooling {p}: a probe needs a per-layer vector; choose from mean, max, mean_max, cls, first, sep"
+            )
     try:
         encoder = Encoder.from_pretrained(cfg.model, device=cfg.device, precision=cfg.precision)
     except FileNotFoundError as e:
@@ -360,8 +393,21 @@ def run_probe(cfg: ProbeConfig, say: Callable[[str], None] | None = None) -> Pro
         tr_tags = [[tag_id[t] for t in s.tags] for s in train]
 
         def score(layers: list[int], combine: str) -> tuple[float, dict]:
-            pred = train_tagger(tr_f, tr_off, tr_tags, dv_f, dv_off, layers, combine, len(labels), cfg.tagger,
-                                cfg.tagger_hidden, cfg.epochs, cfg.seed, lr=cfg.tagger_lr)
+            pred = train_tagger(
+                tr_f,
+                tr_off,
+                tr_tags,
+                dv_f,
+                dv_off,
+                layers,
+                combine,
+                len(labels),
+                cfg.tagger,
+                cfg.tagger_hidden,
+                cfg.epochs,
+                cfg.seed,
+                lr=cfg.tagger_lr,
+            )
             gold = [s.tags for s in dev]
             m = conlleval(gold, [[labels[i] if i < len(labels) else "O" for i in p] for p in pred])
             return float(m["f1"]), {"precision": float(m["precision"]), "recall": float(m["recall"])}
@@ -380,10 +426,16 @@ def run_probe(cfg: ProbeConfig, say: Callable[[str], None] | None = None) -> Pro
         b_texts = [e.text_b or "" for e in dev]
         gold = [float(e.label) for e in dev]
         for p in poolings:
-            fa = cache.get(f"dev-a-{p}", [a_texts, p, cfg.max_length],
-                           lambda p=p: sentence_features(encoder, a_texts, None, p, cfg.max_length, cfg.batch_size))
-            fb = cache.get(f"dev-b-{p}", [b_texts, p, cfg.max_length],
-                           lambda p=p: sentence_features(encoder, b_texts, None, p, cfg.max_length, cfg.batch_size))
+            fa = cache.get(
+                f"dev-a-{p}",
+                [a_texts, p, cfg.max_length],
+                lambda p=p: sentence_features(encoder, a_texts, None, p, cfg.max_length, cfg.batch_size),
+            )
+            fb = cache.get(
+                f"dev-b-{p}",
+                [b_texts, p, cfg.max_length],
+                lambda p=p: sentence_features(encoder, b_texts, None, p, cfg.max_length, cfg.batch_size),
+            )
             for i in range(L + 1):
                 results.append(ProbeResult(layer_name(i), p, cosine_spearman(fa[:, i], fb[:, i], gold)))
     else:
@@ -400,9 +452,11 @@ def run_probe(cfg: ProbeConfig, say: Callable[[str], None] | None = None) -> Pro
         def feats(split: str, items) -> Callable[[str], np.ndarray]:
             texts = [e.text_a for e in items]
             pairs = [e.text_b or "" for e in items] if any(e.text_b is not None for e in items) else None
-            return lambda p: cache.get(f"{split}-{p}", [texts, pairs, p, cfg.max_length],
-                                       lambda: sentence_features(encoder, texts, pairs, p, cfg.max_length,
-                                                                 cfg.batch_size))
+            return lambda p: cache.get(
+                f"{split}-{p}",
+                [texts, pairs, p, cfg.max_length],
+                lambda: sentence_features(encoder, texts, pairs, p, cfg.max_length, cfg.batch_size),
+            )
 
         tr, dv = feats("train", train), feats("dev", dev)
         for p in poolings:
@@ -422,38 +476,68 @@ def run_probe(cfg: ProbeConfig, say: Callable[[str], None] | None = None) -> Pro
 def _word_cached(cache: FeatureCache, split: str, sentences, encoder, cfg: ProbeConfig):
     """([W, L+1, H] word features, [S+1] sentence offsets into them), from the cache when there."""
     words = [s.words for s in sentences]
-    f = cache.get(f"{split}-words", [words, cfg.max_length],
-                  lambda: word_features(encoder, sentences, cfg.max_length)[0])
+    f = cache.get(
+        f"{split}-words", [words, cfg.max_length], lambda: word_features(encoder, sentences, cfg.max_length)[0]
+    )
     off = np.zeros(len(sentences) + 1, dtype=np.int64)
     off[1:] = np.cumsum([len(w) for w in words])
     return f, off
 
 
-METRIC_NAMES = {"sst2": "accuracy", "mrpc": "(F1 + accuracy) / 2", "stsb": "cosine Spearman",
-                "conll2003": "entity F1 (dev)"}
+METRIC_NAMES = {
+    "sst2": "accuracy",
+    "mrpc": "(F1 + accuracy) / 2",
+    "stsb": "cosine Spearman",
+    "conll2003": "entity F1 (dev)",
+}
 
 
-def write_probe_outputs(out: Path, task: str, num_layers: int, results: list[ProbeResult],
-                        table7: list[ProbeResult]) -> list[Path]:
+def write_probe_outputs(
+    out: Path, task: str, num_layers: int, results: list[ProbeResult], table7: list[ProbeResult]
+) -> list[Path]:
     from bertkit.experiments.plots import bar_chart, heatmap
     from bertkit.experiments.tables import csv_text
 
     out.mkdir(parents=True, exist_ok=True)
-    rows = [{"task": task, "kind": "layer", "layer": r.layer, "pooling": r.pooling, "score": round(r.score, 4),
-             **{k: round(v, 4) for k, v in r.metrics.items()}} for r in results]
-    rows += [{"task": task, "kind": "table7", "layer": r.layer, "pooling": r.pooling, "score": round(r.score, 4),
-              **{k: round(v, 4) for k, v in r.metrics.items()}} for r in table7]
+    rows = [
+        {
+            "task": task,
+            "kind": "layer",
+            "layer": r.layer,
+            "pooling": r.pooling,
+            "score": round(r.score, 4),
+            **{k: round(v, 4) for k, v in r.metrics.items()},
+        }
+        for r in results
+    ]
+    rows += [
+        {
+            "task": task,
+            "kind": "table7",
+            "layer": r.layer,
+            "pooling": r.pooling,
+            "score": round(r.score, 4),
+            **{k: round(v, 4) for k, v in r.metrics.items()},
+        }
+        for r in table7
+    ]
     write_text(out / "probe.csv", csv_text(rows))
     layers = [layer_name(i) for i in range(num_layers + 1)]
     poolings = list(dict.fromkeys(r.pooling for r in results))
     grid = {(r.layer, r.pooling): r.score for r in results}
     matrix = [[grid.get((layer, p)) for p in poolings] for layer in layers]
-    lines = [f"# Probe: {task} ({METRIC_NAMES[task]}, x100), frozen model", "",
-             "| layer | " + " | ".join(poolings) + " |", "|---|" + "---:|" * len(poolings)]
+    lines = [
+        f"# Probe: {task} ({METRIC_NAMES[task]}, x100), frozen model",
+        "",
+        "| layer | " + " | ".join(poolings) + " |",
+        "|---|" + "---:|" * len(poolings),
+    ]
     best = max(results, key=lambda r: r.score) if results else None
     for layer, row in zip(layers, matrix):
-        cells = [("-" if v is None else f"**{v:.1f}**" if best and (layer, p) == (best.layer, best.pooling)
-                  else f"{v:.1f}") for v, p in zip(row, poolings)]
+        cells = [
+            ("-" if v is None else f"**{v:.1f}**" if best and (layer, p) == (best.layer, best.pooling) else f"{v:.1f}")
+            for v, p in zip(row, poolings)
+        ]
         lines.append(f"| {layer} | " + " | ".join(cells) + " |")
     if best:
         lines += ["", f"Best: layer {best.layer}, pooling {best.pooling}: {best.score:.1f}."]
@@ -461,14 +545,24 @@ def write_probe_outputs(out: Path, task: str, num_layers: int, results: list[Pro
     if table7:
         lines += ["", "## The paper's Table 7 choices (feature-based NER)", "", "| features | dev F1 |", "|---|---:|"]
         lines += [f"| {r.layer} | {r.score:.1f} |" for r in table7]
-        bar_chart(out / "probe_table7.png", [r.layer.replace(" hidden", "").replace("weighted sum", "wsum")
-                                            for r in table7], [r.score for r in table7], ylabel="dev F1",
-                  title=f"{task}: feature-based tagger (Table 7)")
+        bar_chart(
+            out / "probe_table7.png",
+            [r.layer.replace(" hidden", "").replace("weighted sum", "wsum") for r in table7],
+            [r.score for r in table7],
+            ylabel="dev F1",
+            title=f"{task}: feature-based tagger (Table 7)",
+        )
         files.append(out / "probe_table7.png")
     write_text(out / "probe.md", "\n".join(lines) + "\n")
     if results:
-        heatmap(out / "probe.png", matrix, layers, poolings, title=f"{task}: {METRIC_NAMES[task]} per layer x pooling",
-                xlabel="pooling", ylabel="hidden state")
+        heatmap(
+            out / "probe.png",
+            matrix,
+            layers,
+            poolings,
+            title=f"{task}: {METRIC_NAMES[task]} per layer x pooling",
+            xlabel="pooling",
+            ylabel="hidden state",
+        )
         files.append(out / "probe.png")
     return files
-

@@ -54,8 +54,14 @@ def bertkit_argv(args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "bertkit.cli", *[str(a) for a in args]]
 
 
-def run_bertkit(args: Sequence[str], log: Path | None = None, max_time: float | None = None, stop=None,
-                poll: float = 0.2, grace: float = 60.0) -> ChildResult:
+def run_bertkit(
+    args: Sequence[str],
+    log: Path | None = None,
+    max_time: float | None = None,
+    stop=None,
+    poll: float = 0.2,
+    grace: float = 60.0,
+) -> ChildResult:
     """Run ``bertkit ARGS`` to its end; return how it ended.
 
     Args:
@@ -72,8 +78,15 @@ def run_bertkit(args: Sequence[str], log: Path | None = None, max_time: float | 
     with tempfile.TemporaryFile(mode="w+b") as out:
         t0 = time.perf_counter()
         # own process group: a Ctrl-C at the terminal reaches the study first, which then stops the child itself
-        child = subprocess.Popen(bertkit_argv(args), stdout=out, stderr=subprocess.STDOUT, env=env,
-                                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
+        child = subprocess.Popen(
+            bertkit_argv(args),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
         timed_out = stopped = False
         term_sent: float | None = None
         try:
@@ -127,5 +140,4 @@ def open_study(out: Path, settings_name: str, record: dict, what: str, hint: str
     saved = json.loads(settings.read_text(encoding="utf-8"))
     if saved != record:
         diff = sorted(k for k in set(saved) | set(record) if saved.get(k) != record.get(k))
-        raise InputError(f"{out} holds {what} with other settings ({', '.join(diff)}): use another --output, or "
-                         f"{hint}")
+        raise InputError(f"{out} holds {what} with other settings ({', '.join(diff)}): use another --output, or {hint}")

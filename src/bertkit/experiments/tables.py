@@ -39,8 +39,7 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None
     """Rows as a Markdown table (numbers right-aligned, floats with ``digits`` decimals)."""
     columns = list(columns or columns_of(rows))
     numeric = [all(isinstance(r.get(c), (int, float)) or r.get(c) is None for r in rows) for c in columns]
-    lines = ["| " + " | ".join(columns) + " |",
-             "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
     for r in rows:
         lines.append("| " + " | ".join(fmt(r.get(c), digits) for c in columns) + " |")
     return "\n".join(lines) + "\n"

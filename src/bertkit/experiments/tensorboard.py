@@ -21,4 +21,3 @@ def convert_run(run_dir: str | os.PathLike, directory: str | os.PathLike | None 
         last = [r for r in records if isinstance(r.get("elapsed_s"), (int, float))]
         start = source.stat().st_mtime - (float(last[-1]["elapsed_s"]) if last else 0.0)
     return convert_records(records, directory or run_dir / "tensorboard", start)
-

@@ -52,8 +52,19 @@ from bertkit.training.step import optimizer_step
 from bertkit.training.tensorboard import EventWriter
 
 # settings that change what is computed: a resumed run must use the same
-RESUME_KEYS = ("epochs", "batch_size", "grad_accum", "lr", "warmup_fraction", "weight_decay", "clip",
-               "seed", "precision", "eval_every", "max_steps")
+RESUME_KEYS = (
+    "epochs",
+    "batch_size",
+    "grad_accum",
+    "lr",
+    "warmup_fraction",
+    "weight_decay",
+    "clip",
+    "seed",
+    "precision",
+    "eval_every",
+    "max_steps",
+)
 
 
 @dataclass
@@ -62,8 +73,9 @@ class FinetuneArgs(RunOptions):
 
     epochs: float = option(3.0, group="training", help="passes over the training set (fractions allowed)")
     batch_size: int = option(32, group="training", help="examples per micro-batch")
-    grad_accum: int = option(1, group="training", help="micro-batches per optimizer step (the optimizer batch is "
-                                                        "batch-size x grad-accum)")
+    grad_accum: int = option(
+        1, group="training", help="micro-batches per optimizer step (the optimizer batch is batch-size x grad-accum)"
+    )
     lr: float = lr_option(5e-5)
     warmup_fraction: float = warmup_option(0.1)
     weight_decay: float = option(0.01, group="training", help="decoupled weight decay (none on biases, LayerNorm)")
@@ -73,12 +85,22 @@ class FinetuneArgs(RunOptions):
     eval_batch_size: int = option(64, group="training", help="examples per evaluation batch")
     eval_every: int = option(0, group="training", help="evaluate on dev every N steps (0 = at the end of each epoch)")
     max_steps: int | None = max_steps_option()
-    save_every: int = option(0, group="checkpoints", help="also write a resumable checkpoint every N steps (0 = only "
-                                                          "when stopped by SIGTERM / SIGINT)")
-    tensorboard: bool = option(False, group="checkpoints", help="also write TensorBoard event files (train loss and "
-                                                                "dev metrics per evaluation) to OUTPUT/tensorboard")
-    resume: bool = option(False, group="checkpoints", help="continue the interrupted run in OUTPUT from its checkpoint "
-                                                           "(same flags): the result equals an uninterrupted run's")
+    save_every: int = option(
+        0,
+        group="checkpoints",
+        help="also write a resumable checkpoint every N steps (0 = only when stopped by SIGTERM / SIGINT)",
+    )
+    tensorboard: bool = option(
+        False,
+        group="checkpoints",
+        help="also write TensorBoard event files (train loss and dev metrics per evaluation) to OUTPUT/tensorboard",
+    )
+    resume: bool = option(
+        False,
+        group="checkpoints",
+        help="continue the interrupted run in OUTPUT from its checkpoint "
+        "(same flags): the result equals an uninterrupted run's",
+    )
     overwrite: bool = option(False, group="checkpoints", help="replace the finished run in OUTPUT")
 
 
@@ -98,15 +120,29 @@ def save_output(task, model, tokenizer, directory: Path, metrics: dict | None, e
         task.write_predictions(directory, examples, preds)
 
 
-def evaluate(task, model, examples, features, args: FinetuneArgs, precision: str,
-             device: torch.device | str) -> tuple[dict, list]:
-    preds = task.predict(model, examples, features, args.eval_batch_size, precision, device,
-                         progress=not args.quiet and sys.stderr.isatty())
+def evaluate(
+    task, model, examples, features, args: FinetuneArgs, precision: str, device: torch.device | str
+) -> tuple[dict, list]:
+    preds = task.predict(
+        model,
+        examples,
+        features,
+        args.eval_batch_size,
+        precision,
+        device,
+        progress=not args.quiet and sys.stderr.isatty(),
+    )
     return task.metrics(examples, preds), preds
 
 
 def finetune(
-    task, model, tokenizer, train_examples, dev_examples, output_dir: str | os.PathLike, args: FinetuneArgs,
+    task,
+    model,
+    tokenizer,
+    train_examples,
+    dev_examples,
+    output_dir: str | os.PathLike,
+    args: FinetuneArgs,
     ctx: DistContext | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``model`` on ``train_examples``; keep the checkpoint with the best dev ``task.main_metric``
@@ -141,8 +177,12 @@ def finetune(
     optimizer = build_optimizer(model, lr=args.lr, weight_decay=args.weight_decay)
     scheduler = linear_schedule(optimizer, int(args.warmup_fraction * total_steps), total_steps)
     state = TrainState(model, optimizer, scheduler, grad_scaler(precision, device), position={"epoch": 0, "batch": 0})
-    keys = {"task": task.name, "args": {k: getattr(args, k) for k in RESUME_KEYS},
-            "train_examples": len(train_features), "world_size": ctx.world_size}
+    keys = {
+        "task": task.name,
+        "args": {k: getattr(args, k) for k in RESUME_KEYS},
+        "train_examples": len(train_features),
+        "world_size": ctx.world_size,
+    }
     run.remove_stale()  # what a killed run left half-written
     saved = run.resume_checkpoint(keys, args.resume, finished="train_log.json", overwrite=args.overwrite)
     books = _Books(task, tokenizer, dev_examples, dev_features, args, precision, run, state, keys, steps_per_epoch)
@@ -157,18 +197,32 @@ def finetune(
 
     if saved is not None and saved.get("eval_pending"):
         books.evaluate_and_keep_best()  # the evaluation the signal pre-empted
-    progress = tqdm(total=total_steps, initial=state.step, desc=f"finetune {task.name}", unit="step",
-                    disable=args.quiet or not ctx.is_main or not sys.stderr.isatty())
+    progress = tqdm(
+        total=total_steps,
+        initial=state.step,
+        desc=f"finetune {task.name}",
+        unit="step",
+        disable=args.quiet or not ctx.is_main or not sys.stderr.isatty(),
+    )
     with GracefulStop() as stop:
         while state.step < total_steps:
             epoch, b = state.position["epoch"], state.position["batch"]
             batches = length_batches(lengths, args.batch_size, shuffle=True, seed=args.seed + epoch)
-            batches = batches[ctx.rank::ctx.world_size][:batches_per_epoch]  # this process's share, equal everywhere
+            batches = batches[ctx.rank :: ctx.world_size][:batches_per_epoch]  # this process's share, equal everywhere
             while b < len(batches):
                 # an optimizer step of grad_accum micro-batches (the last of an epoch may average fewer)
-                group = batches[b:b + args.grad_accum]
-                optimizer_step(state, group, forward, clip=args.clip, precision=precision, device=device,
-                               ctx=ctx, ddp_model=ddp_model, after_backward=books.count_loss)
+                group = batches[b : b + args.grad_accum]
+                optimizer_step(
+                    state,
+                    group,
+                    forward,
+                    clip=args.clip,
+                    precision=precision,
+                    device=device,
+                    ctx=ctx,
+                    ddp_model=ddp_model,
+                    after_backward=books.count_loss,
+                )
                 b += len(group)
                 state.position = {"epoch": epoch, "batch": b}
                 progress.update(1)
@@ -182,8 +236,10 @@ def finetune(
                 if stopping:
                     progress.close()
                     path = books.checkpoint(eval_pending=eval_due)
-                    stop.raise_(f"stopped at step {state.step} of {total_steps}; checkpoint {path}. Continue with "
-                                "the same command and --resume")
+                    stop.raise_(
+                        f"stopped at step {state.step} of {total_steps}; checkpoint {path}. Continue with "
+                        "the same command and --resume"
+                    )
                 if eval_due:
                     books.evaluate_and_keep_best()
                 if args.save_every and state.step % args.save_every == 0:
@@ -199,8 +255,10 @@ def _steps(n_features: int, args: FinetuneArgs, ctx: DistContext) -> tuple[int, 
     """(batches per epoch per process, optimizer steps per epoch, total optimizer steps)."""
     batches_per_epoch = math.ceil(n_features / args.batch_size) // ctx.world_size
     if batches_per_epoch == 0:
-        raise InputError(f"{n_features} training examples make fewer batches of {args.batch_size} than there are "
-                         f"processes ({ctx.world_size})")
+        raise InputError(
+            f"{n_features} training examples make fewer batches of {args.batch_size} than there are "
+            f"processes ({ctx.world_size})"
+        )
     steps_per_epoch = math.ceil(batches_per_epoch / args.grad_accum)
     total_steps = max(1, math.ceil(steps_per_epoch * args.epochs))
     if args.max_steps:
@@ -212,8 +270,19 @@ class _Books:
     """A fine-tuning run's books: the training loss so far, the dev history and the best record (saved with the
     model when it improves), checkpoints of all of it with the TrainState, and the final train_log.json."""
 
-    def __init__(self, task, tokenizer, dev_examples, dev_features, args: FinetuneArgs, precision: str,
-                 run: RunDir, state: TrainState, keys: dict, steps_per_epoch: int):
+    def __init__(
+        self,
+        task,
+        tokenizer,
+        dev_examples,
+        dev_features,
+        args: FinetuneArgs,
+        precision: str,
+        run: RunDir,
+        state: TrainState,
+        keys: dict,
+        steps_per_epoch: int,
+    ):
         self.task, self.tokenizer, self.dev_examples, self.dev_features = task, tokenizer, dev_examples, dev_features
         self.args, self.precision, self.run, self.state, self.keys = args, precision, run, state, keys
         self.ctx, self.device, self.steps_per_epoch = run.ctx, run.ctx.device, steps_per_epoch
@@ -239,10 +308,16 @@ class _Books:
         if self.dev_features is None or not ctx.is_main:
             distributed.barrier(ctx)
             return
-        metrics, preds = evaluate(task, model, self.dev_examples, self.dev_features, self.args, self.precision,
-                                  self.device)
-        record = {**metrics, "step": self.state.step, "epoch": round(self.state.step / self.steps_per_epoch, 3),
-                  "train_loss": self.train_loss(), **run_record(self.precision, self.device)}
+        metrics, preds = evaluate(
+            task, model, self.dev_examples, self.dev_features, self.args, self.precision, self.device
+        )
+        record = {
+            **metrics,
+            "step": self.state.step,
+            "epoch": round(self.state.step / self.steps_per_epoch, 3),
+            "train_loss": self.train_loss(),
+            **run_record(self.precision, self.device),
+        }
         self.history.append(record)
         if self.board is not None:
             self.board.add_record(record)
@@ -259,8 +334,16 @@ class _Books:
     def checkpoint(self, eval_pending: bool) -> Path | None:
         """A resumable checkpoint (every rank calls it); its path on every rank."""
         self.state.elapsed = self.elapsed0 + time.perf_counter() - self.t0
-        path = self.state.save(self.run.checkpoints, self.ctx, keep=1, loss=[self.loss_sum, self.loss_n],
-                               best=self.best, history=self.history, eval_pending=eval_pending, run=self.keys)
+        path = self.state.save(
+            self.run.checkpoints,
+            self.ctx,
+            keep=1,
+            loss=[self.loss_sum, self.loss_n],
+            best=self.best,
+            history=self.history,
+            eval_pending=eval_pending,
+            run=self.keys,
+        )
         return distributed.broadcast_object(self.ctx, path)
 
     def finish(self, train_examples: int) -> dict[str, Any]:
@@ -275,10 +358,15 @@ class _Books:
             if not ctx.is_main:
                 return best
         assert best is not None
-        summary = {**best, "train_seconds": round(self.elapsed0 + time.perf_counter() - self.t0, 2),
-                   "compute_precision": self.precision}
-        write_json(out / "train_log.json", {"args": asdict(self.args), "history": self.history, "best": summary,
-                                            "train_examples": train_examples})
+        summary = {
+            **best,
+            "train_seconds": round(self.elapsed0 + time.perf_counter() - self.t0, 2),
+            "compute_precision": self.precision,
+        }
+        write_json(
+            out / "train_log.json",
+            {"args": asdict(self.args), "history": self.history, "best": summary, "train_examples": train_examples},
+        )
         shutil.rmtree(self.run.checkpoints, ignore_errors=True)  # finished: nothing left to resume
         if self.board is not None:
             self.board.close()

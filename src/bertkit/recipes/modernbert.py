@@ -38,17 +38,26 @@ def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device):
     if cfg.nsp:
         raise InputError("--nsp: ModernBERT has no next-sentence head; pre-train it with masked LM only (--no-nsp)")
     if getattr(cfg, "position_init", None) == "sinusoidal":
-        raise InputError("--position-init sinusoidal: ModernBERT has no position embeddings (its positions are "
-                         "rotary); leave the flag out")
+        raise InputError(
+            "--position-init sinusoidal: ModernBERT has no position embeddings (its positions are "
+            "rotary); leave the flag out"
+        )
     torch.manual_seed(cfg.seed)
     v = VocabInfo.from_tokenizer(tokenizer)
     if cfg.init_from:
         config, model = load_init_from(cfg, ModernBertConfig, ModernBertForMaskedLM, tokenizer, max_len, InputError)
     else:
         config = ModernBertConfig.from_preset(
-            preset(cfg.model_size), vocab_size=len(tokenizer), pad_token_id=v.pad_id, cls_token_id=v.cls_id,
-            sep_token_id=v.sep_id, bos_token_id=v.cls_id, eos_token_id=v.sep_id,
-            max_position_embeddings=max(8192, max_len), **cfg.config_overrides)
+            preset(cfg.model_size),
+            vocab_size=len(tokenizer),
+            pad_token_id=v.pad_id,
+            cls_token_id=v.cls_id,
+            sep_token_id=v.sep_id,
+            bos_token_id=v.cls_id,
+            eos_token_id=v.sep_id,
+            max_position_embeddings=max(8192, max_len),
+            **cfg.config_overrides,
+        )
         model = ModernBertForMaskedLM(config)
         if cfg.output_bias == "unigram" and model.decoder.bias is not None:
             with torch.no_grad():
@@ -56,6 +65,5 @@ def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device):
     if cfg.dropout is not None:
         saved = (config.embedding_dropout, config.attention_dropout, config.mlp_dropout, config.classifier_dropout)
         model.set_dropout(cfg.dropout)
-        (config.embedding_dropout, config.attention_dropout, config.mlp_dropout,
-         config.classifier_dropout) = saved
+        (config.embedding_dropout, config.attention_dropout, config.mlp_dropout, config.classifier_dropout) = saved
     return model.to(device).train(), config

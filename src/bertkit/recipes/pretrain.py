@@ -87,98 +87,206 @@ def _as_run_key(f: Any) -> Any:
     return f
 
 
-_D, _M, _R, _T, _O = ("data", "model and objectives", "recipe (unset: chosen by --recipe)", "training",
-                      "checkpoints and output")
+_D, _M, _R, _T, _O = (
+    "data",
+    "model and objectives",
+    "recipe (unset: chosen by --recipe)",
+    "training",
+    "checkpoints and output",
+)
 
 
 @dataclass
 class PretrainConfig:
     """Every setting of a pre-training run; ``bertkit pretrain``'s flags are built from these fields."""
 
-    corpus: list[str] = _run_key(nargs="+", required=True, metavar="PATH", group=_D, help=(
-        "text files or directories of them: Google format (a sentence per line, blank line between documents), "
-        "plain prose (each file a document), or JSONL with a 'text' field; gzip is recognised by its bytes"))
+    corpus: list[str] = _run_key(
+        nargs="+",
+        required=True,
+        metavar="PATH",
+        group=_D,
+        help=(
+            "text files or directories of them: Google format (a sentence per line, blank line between documents), "
+            "plain prose (each file a document), or JSONL with a 'text' field; gzip is recognised by its bytes"
+        ),
+    )
     output: str = output_option(metavar="DIR", group=_D, help="the run directory")
-    corpus_format: str = _run_key("auto", choices=("auto", "google", "prose", "jsonl"), group=_D, help=(
-        "auto: jsonl by name, google when most lines hold one sentence, else prose"))
-    encoding: str = _run_key("auto", choices=("auto", "utf-8"), group=_D, help=(
-        "auto: a line that is not UTF-8 is read as Windows-1252, with a warning; utf-8: an error"))
-    vocab: str | None = _run_key(None, metavar="PATH", group=_D, help=(
-        "an existing vocab.txt (or a directory with one); without it a vocabulary is trained on the corpus first"))
+    corpus_format: str = _run_key(
+        "auto",
+        choices=("auto", "google", "prose", "jsonl"),
+        group=_D,
+        help=("auto: jsonl by name, google when most lines hold one sentence, else prose"),
+    )
+    encoding: str = _run_key(
+        "auto",
+        choices=("auto", "utf-8"),
+        group=_D,
+        help=("auto: a line that is not UTF-8 is read as Windows-1252, with a warning; utf-8: an error"),
+    )
+    vocab: str | None = _run_key(
+        None,
+        metavar="PATH",
+        group=_D,
+        help=(
+            "an existing vocab.txt (or a directory with one); without it a vocabulary is trained on the corpus first"
+        ),
+    )
     vocab_size: int = _run_key(30522, group=_D, help="size of the trained vocabulary")
     lowercase: bool | None = _run_key(None, skip=True)  # --lowercase/--cased; None: uncased for a trained vocabulary
     workers: int | None = option(None, group=_D, help="preprocessing processes (default: every core)")
-    prepare_on: str = option("global", choices=("global", "node"), group=_D, help=(
-        "multi-node runs: global = rank 0 prepares the corpus in OUTPUT on a file system every node shares; node = "
-        "each node's local rank 0 prepares it in OUTPUT on that node's own disk. The other ranks wait"))
+    prepare_on: str = option(
+        "global",
+        choices=("global", "node"),
+        group=_D,
+        help=(
+            "multi-node runs: global = rank 0 prepares the corpus in OUTPUT on a file system every node shares; node = "
+            "each node's local rank 0 prepares it in OUTPUT on that node's own disk. The other ranks wait"
+        ),
+    )
     prepare_timeout: float = option(7200.0, group=_D, help="seconds a rank waits for the corpus preparation")
-    loader_workers: int | None = option(None, group=_D, help=(
-        "processes building batches during training (default: 2 on a GPU; on CPU 0, a background thread)"))
+    loader_workers: int | None = option(
+        None,
+        group=_D,
+        help=("processes building batches during training (default: 2 on a GPU; on CPU 0, a background thread)"),
+    )
 
-    arch: str = _run_key("bert", choices=("bert", "modernbert"), group=_M, help=(
-        "bert: Devlin et al.'s; modernbert: Warner et al.'s (rotary, GeGLU, pre-norm, sliding windows; 30%% masking, "
-        "no NSP; saved in transformers' ModernBERT layout)"))
-    model_size: str = _run_key("bert-mini", group=_M, help=(
-        "bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large; with --arch modernbert: "
-        "modernbert-tiny | -mini | -small | -base | -large (bert-X names map to modernbert-X)"))
-    init_from: str | None = _run_key(None, metavar="DIR", group=_M, help=(
-        "continue pre-training this model (bertkit, Hugging Face or Google TF directory) on the corpus: its config, "
-        "weights and vocabulary (--model-size is then ignored)"))
+    arch: str = _run_key(
+        "bert",
+        choices=("bert", "modernbert"),
+        group=_M,
+        help=(
+            "bert: Devlin et al.'s; modernbert: Warner et al.'s (rotary, GeGLU, pre-norm, sliding windows; "
+            "30%% masking, no NSP; saved in transformers' ModernBERT layout)"
+        ),
+    )
+    model_size: str = _run_key(
+        "bert-mini",
+        group=_M,
+        help=(
+            "bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large; with --arch modernbert: "
+            "modernbert-tiny | -mini | -small | -base | -large (bert-X names map to modernbert-X)"
+        ),
+    )
+    init_from: str | None = _run_key(
+        None,
+        metavar="DIR",
+        group=_M,
+        help=(
+            "continue pre-training this model (bertkit, Hugging Face or Google TF directory) on the corpus: "
+            "its config, weights and vocabulary (--model-size is then ignored)"
+        ),
+    )
     config_overrides: dict[str, Any] = _run_key(default_factory=dict, skip=True)  # --config-override KEY=VALUE
     nsp: bool | None = _run_key(None, skip=True)  # --nsp / --no-nsp
     mask_prob: float | None = _run_key(None, group=_M, help="fraction of tokens masked (paper 0.15)")
-    max_predictions: int | None = _run_key(None, group=_M, help=(
-        "masked positions per sequence at most (default ceil(seq_len * mask_prob))"))
+    max_predictions: int | None = _run_key(
+        None, group=_M, help=("masked positions per sequence at most (default ceil(seq_len * mask_prob))")
+    )
     whole_word_mask: bool = _run_key(False, group=_M, help="mask every piece of a chosen word")
-    masking: str = _run_key("dynamic", choices=("dynamic", "static"), group=_M, help=(
-        "dynamic: fresh masks each epoch; static: --dupe-factor fixed copies, cycled"))
+    masking: str = _run_key(
+        "dynamic",
+        choices=("dynamic", "static"),
+        group=_M,
+        help=("dynamic: fresh masks each epoch; static: --dupe-factor fixed copies, cycled"),
+    )
     dupe_factor: int = _run_key(5, group=_M, help="static masking: fixed copies of the data")
     short_seq_prob: float | None = _run_key(None, group=_M, help="share of shorter sequences (paper 0.1)")
 
-    recipe: str | None = _run_key(None, choices=RECIPES, group=_R, help=(
-        "budget: the settings that learn fastest in minutes (default with --max-time); paper: Devlin et al.'s "
-        "(default otherwise). Flags below override single choices"))
-    output_bias: str | None = _run_key(None, choices=("unigram", "zero"), group=_R, help=(
-        "initial MLM output bias: the corpus's unigram log-frequencies, or zeros (paper)"))
-    dropout: float | None = _run_key(None, group=_R, help=(
-        "dropout while pre-training (paper: the model's, 0.1); config.json keeps the model's for fine-tuning"))
-    schedule: str | None = _run_key(None, choices=SCHEDULES, group=_R, help=(
-        "lr schedule after warmup: linear decay (paper), trapezoid (flat, then linear decay over the last half), "
-        "onecycle (cosine up and down)"))
+    recipe: str | None = _run_key(
+        None,
+        choices=RECIPES,
+        group=_R,
+        help=(
+            "budget: the settings that learn fastest in minutes (default with --max-time); paper: Devlin et al.'s "
+            "(default otherwise). Flags below override single choices"
+        ),
+    )
+    output_bias: str | None = _run_key(
+        None,
+        choices=("unigram", "zero"),
+        group=_R,
+        help=("initial MLM output bias: the corpus's unigram log-frequencies, or zeros (paper)"),
+    )
+    dropout: float | None = _run_key(
+        None,
+        group=_R,
+        help=("dropout while pre-training (paper: the model's, 0.1); config.json keeps the model's for fine-tuning"),
+    )
+    schedule: str | None = _run_key(
+        None,
+        choices=SCHEDULES,
+        group=_R,
+        help=(
+            "lr schedule after warmup: linear decay (paper), trapezoid (flat, then linear decay over the last half), "
+            "onecycle (cosine up and down)"
+        ),
+    )
     warmup_fraction: float | None = _as_run_key(warmup_option(None, group=_R))  # paper 0.05
-    seq_ramp: str | None = _run_key(None, metavar="LEN:UNTIL,...", group=_R, help=(
-        "shorter sequences first, e.g. 64:0.3 = length 64 for 30%% of the steps, then --seq-len; off"))
-    batch_ramp: str | None = _run_key(None, metavar="SIZE:UNTIL,...", group=_R, help=(
-        "smaller batches first, e.g. 8:0.05,16:0.15, then --batch-size; off"))
-    position_init: str | None = _run_key(None, choices=("normal", "sinusoidal"), group=_R, help=(
-        "initial position embeddings: Google's truncated normal, or the Transformer's sinusoids at the same scale "
-        "(neighbouring positions start alike, so what attention learns at one position holds at the next)"))
-    mask_mix: str | None = _run_key(None, metavar="MASK/RANDOM/KEEP", group=_R, help=(
-        "what the input of a chosen position becomes, in percent: [MASK], a random token, unchanged (paper "
-        "80/10/10; 100/0/0 drops the copy task)"))
+    seq_ramp: str | None = _run_key(
+        None,
+        metavar="LEN:UNTIL,...",
+        group=_R,
+        help=("shorter sequences first, e.g. 64:0.3 = length 64 for 30%% of the steps, then --seq-len; off"),
+    )
+    batch_ramp: str | None = _run_key(
+        None,
+        metavar="SIZE:UNTIL,...",
+        group=_R,
+        help=("smaller batches first, e.g. 8:0.05,16:0.15, then --batch-size; off"),
+    )
+    position_init: str | None = _run_key(
+        None,
+        choices=("normal", "sinusoidal"),
+        group=_R,
+        help=(
+            "initial position embeddings: Google's truncated normal, or the Transformer's sinusoids at the same scale "
+            "(neighbouring positions start alike, so what attention learns at one position holds at the next)"
+        ),
+    )
+    mask_mix: str | None = _run_key(
+        None,
+        metavar="MASK/RANDOM/KEEP",
+        group=_R,
+        help=(
+            "what the input of a chosen position becomes, in percent: [MASK], a random token, unchanged (paper "
+            "80/10/10; 100/0/0 drops the copy task)"
+        ),
+    )
 
     seq_len: int | None = _run_key(None, group=_T, help="sequence length (default 128; the budget recipe ramps to it)")
     batch_size: int | None = _run_key(None, group=_T, help="micro-batch per process (default 32)")
     grad_accum: int = _run_key(1, group=_T, help="micro-batches per optimizer step")
-    lr: float | None = _as_run_key(lr_option(None, help="peak learning rate (paper 1e-4; budget: by model size)",
-                                             group=_T))
+    lr: float | None = _as_run_key(
+        lr_option(None, help="peak learning rate (paper 1e-4; budget: by model size)", group=_T)
+    )
     warmup_steps: int | None = _run_key(None, group=_T, help="warmup steps (default: --warmup-fraction)")
     weight_decay: float = _run_key(0.01, group=_T, help="AdamW decoupled weight decay (none on biases, LayerNorm)")
     clip: float = _as_run_key(clip_option(1.0, group=_T))
     max_steps: int | None = _as_run_key(max_steps_option(help="optimizer steps (with --max-time: at most)", group=_T))
-    max_time: float | None = option(None, parse=parse_duration, metavar="DURATION", group=_T, help=(
-        "wall-clock budget (90s, 10m, 1.5h); the schedule is fitted to it"))
-    two_phase: bool = _run_key(False, group=_T, help=(
-        "the paper's schedule: --seq-len for 90%% of the steps, then --phase2-seq-len"))
+    max_time: float | None = option(
+        None,
+        parse=parse_duration,
+        metavar="DURATION",
+        group=_T,
+        help=("wall-clock budget (90s, 10m, 1.5h); the schedule is fitted to it"),
+    )
+    two_phase: bool = _run_key(
+        False, group=_T, help=("the paper's schedule: --seq-len for 90%% of the steps, then --phase2-seq-len")
+    )
     phase2_seq_len: int = _run_key(512, group=_T, help="--two-phase: sequence length of the last 10%% of steps")
     phase2_batch_size: int | None = _run_key(None, group=_T, help="--two-phase: its batch size (default --batch-size)")
     precision: str = _as_run_key(precision_option(group=_T))
     device: str | None = device_option(group=_T)
     seed: int = _as_run_key(seed_option(0, group=_T, help="seed of the weights, the data order and the masks"))
     threads: int | None = threads_option(group=_T)
-    compile: bool = option(False, group=_T, help=(
-        "torch.compile the model for the training steps (faster per step on a GPU, see BENCHMARKS.md; compiling "
-        "takes about a minute, so it pays on runs of more than a few minutes)"))
+    compile: bool = option(
+        False,
+        group=_T,
+        help=(
+            "torch.compile the model for the training steps (faster per step on a GPU, see BENCHMARKS.md; compiling "
+            "takes about a minute, so it pays on runs of more than a few minutes)"
+        ),
+    )
 
     save_every: int = option(1000, group=_O, help="checkpoint every N steps (and at the end, and on SIGTERM)")
     keep_checkpoints: int = option(2, group=_O, help="newest checkpoints kept")
@@ -188,8 +296,12 @@ class PretrainConfig:
     eval_batches: int = option(10, group=_O, help="held-out batches per evaluation")
     log_every: int = option(10, group=_O, help="a metrics line every N steps")
     quiet: bool = option(False, group=_O, help="no progress bar or messages")
-    tensorboard: bool = option(False, group=_O, help="also write TensorBoard event files to OUTPUT/tensorboard "
-                                                     "(refreshed from metrics.jsonl at each held-out evaluation)")
+    tensorboard: bool = option(
+        False,
+        group=_O,
+        help="also write TensorBoard event files to OUTPUT/tensorboard "
+        "(refreshed from metrics.jsonl at each held-out evaluation)",
+    )
 
     def __post_init__(self) -> None:
         if not self.corpus:
@@ -219,8 +331,10 @@ class PretrainConfig:
                 raise PretrainError(f"--init-from {init}: not a model directory (no config.json)")
             if self.vocab is None:
                 if not (init / "vocab.txt").is_file():
-                    raise PretrainError(f"--init-from {init}: no vocab.txt there; pass --vocab (pre-training reads a "
-                                        "WordPiece vocabulary: whole-word masking follows its ## pieces)")
+                    raise PretrainError(
+                        f"--init-from {init}: no vocab.txt there; pass --vocab (pre-training reads a "
+                        "WordPiece vocabulary: whole-word masking follows its ## pieces)"
+                    )
                 self.vocab = str(init)  # the model's own vocabulary (and tokenizer config)
 
     def run_record(self) -> dict[str, Any]:
@@ -237,13 +351,39 @@ RUN_KEYS = tuple(f.name for f in dataclasses.fields(PretrainConfig) if f.metadat
 
 # --------------------------------------------------------------------------------------------- the two recipes
 
-PAPER = {"lr": 1e-4, "schedule": "linear", "warmup_fraction": 0.05, "dropout": None, "mask_prob": 0.15, "nsp": True,
-         "short_seq_prob": 0.1, "output_bias": "zero", "seq_ramp": "off", "batch_ramp": "off", "mask_mix": "80/10/10",
-         "position_init": "normal", "seq_len": 128, "batch_size": 32}
+PAPER = {
+    "lr": 1e-4,
+    "schedule": "linear",
+    "warmup_fraction": 0.05,
+    "dropout": None,
+    "mask_prob": 0.15,
+    "nsp": True,
+    "short_seq_prob": 0.1,
+    "output_bias": "zero",
+    "seq_ramp": "off",
+    "batch_ramp": "off",
+    "mask_mix": "80/10/10",
+    "position_init": "normal",
+    "seq_len": 128,
+    "batch_size": 32,
+}
 # chosen by measurement (docs/pretraining.md, "Pre-training in minutes"); lr by model width below
-BUDGET = {"lr": None, "schedule": "trapezoid", "warmup_fraction": 0.05, "dropout": 0.0, "mask_prob": 0.3,
-          "nsp": False, "short_seq_prob": 0.0, "output_bias": "unigram", "seq_ramp": "32:0.7", "batch_ramp": "128:0.7",
-          "mask_mix": "80/10/10", "position_init": "sinusoidal", "seq_len": 128, "batch_size": 32}
+BUDGET = {
+    "lr": None,
+    "schedule": "trapezoid",
+    "warmup_fraction": 0.05,
+    "dropout": 0.0,
+    "mask_prob": 0.3,
+    "nsp": False,
+    "short_seq_prob": 0.0,
+    "output_bias": "unigram",
+    "seq_ramp": "32:0.7",
+    "batch_ramp": "128:0.7",
+    "mask_mix": "80/10/10",
+    "position_init": "sinusoidal",
+    "seq_len": 128,
+    "batch_size": 32,
+}
 BUDGET_LR = {"bert-tiny": 4e-3, "bert-mini": 1e-3, "bert-small": 5e-4, "bert-medium": 5e-4}  # others: 2e-4
 
 
@@ -264,6 +404,7 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     resolved = dataclasses.replace(cfg, recipe=name, **chosen)
     shown = ", ".join(f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in table)
     return resolved, f"recipe {name}: {shown}"
+
 
 # --------------------------------------------------------------------------------------------- preparing a run
 
@@ -301,7 +442,8 @@ def pretrain(cfg: PretrainConfig) -> Path:
             eval_batches = _eval_batches(cfg, feed)
             # ---- the model, the schedule (steps fitted to --max-time) or the checkpoint resumed, the train state
             model, config, train, window, budget, cost, total_steps, warmup = _model_and_schedule(
-                cfg, ctx, tokenizer, shard_dir, feed, precision)
+                cfg, ctx, tokenizer, shard_dir, feed, precision
+            )
             eval_every = cfg.eval_every or max(1, total_steps // 10)
             meter, run = Meter(window), RunDir(out, ctx)  # a resumed run's log window continues where it was
             step, elapsed = train.step, train.elapsed
@@ -314,14 +456,27 @@ def pretrain(cfg: PretrainConfig) -> Path:
                 nonlocal elapsed
                 t_save = time.perf_counter()
                 train.elapsed, train.position = elapsed, feed.position()
-                path = train.save(run.checkpoints, ctx, keep=cfg.keep_checkpoints, total_steps=total_steps,
-                                  config=cfg.run_record(), meter=dict(meter.sums))
+                path = train.save(
+                    run.checkpoints,
+                    ctx,
+                    keep=cfg.keep_checkpoints,
+                    total_steps=total_steps,
+                    config=cfg.run_record(),
+                    meter=dict(meter.sums),
+                )
                 elapsed += time.perf_counter() - t_save
                 return path
 
             # ---- the loop
-            bar = tqdm(total=total_steps, initial=step, desc="pre-training", unit="step", dynamic_ncols=True,
-                       disable=cfg.quiet or not ctx.is_main or not sys.stderr.isatty(), mininterval=0.5)
+            bar = tqdm(
+                total=total_steps,
+                initial=step,
+                desc="pre-training",
+                unit="step",
+                dynamic_ncols=True,
+                disable=cfg.quiet or not ctx.is_main or not sys.stderr.isatty(),
+                mininterval=0.5,
+            )
             workers = cfg.loader_workers if cfg.loader_workers is not None else (2 if ctx.device.type == "cuda" else 0)
             loader, stop_why = _Prefetcher(workers), None
             if budget is not None:
@@ -334,9 +489,17 @@ def pretrain(cfg: PretrainConfig) -> Path:
                         say_run(cfg, ctx, entered)
                     forward, count = _micro_batches(feed, loader, cfg, ctx, meter)
                     step_loss = optimizer_step(
-                        train, range(cfg.grad_accum), forward, clip=cfg.clip, precision=precision,
-                        device=ctx.device, ctx=ctx, ddp_model=ddp_model, after_backward=count,
-                        on_not_finite=lambda loss, norm: _raise_not_finite(out, [loss, norm], train.step)).loss
+                        train,
+                        range(cfg.grad_accum),
+                        forward,
+                        clip=cfg.clip,
+                        precision=precision,
+                        device=ctx.device,
+                        ctx=ctx,
+                        ddp_model=ddp_model,
+                        after_backward=count,
+                        on_not_finite=lambda loss, norm: _raise_not_finite(out, [loss, norm], train.step),
+                    ).loss
                     step = train.step
                     elapsed += time.perf_counter() - t0
                     meter.add(loss=step_loss, steps=1, time=time.perf_counter() - t0)
@@ -346,14 +509,25 @@ def pretrain(cfg: PretrainConfig) -> Path:
                         total_steps = bar.total = _refit(cfg, ctx, train, record, fitted, warmup)
                         eval_every = cfg.eval_every or max(1, total_steps // 10)
                     if step % cfg.log_every == 0 or step == total_steps:
-                        _log(ctx, cfg, run, meter, bar, step, total_steps, train.scheduler.get_last_lr()[0], elapsed,
-                             feed.epoch)
+                        _log(
+                            ctx,
+                            cfg,
+                            run,
+                            meter,
+                            bar,
+                            step,
+                            total_steps,
+                            train.scheduler.get_last_lr()[0],
+                            elapsed,
+                            feed.epoch,
+                        )
                     if eval_batches and ctx.is_main and (step % eval_every == 0 or step == total_steps):
                         elapsed += _held_out(cfg, ctx, out, model, eval_batches, precision, step)
                     if step % cfg.save_every == 0 and step < total_steps:
                         save()
-                    over, signalled = dist.all_reduce_mean(ctx, [float(bool(budget and budget.over())),
-                                                                 float(stop.requested)])
+                    over, signalled = dist.all_reduce_mean(
+                        ctx, [float(bool(budget and budget.over())), float(stop.requested)]
+                    )
                     stop_why = "signal" if signalled else ("time" if over and step < total_steps else None)
             finally:
                 bar.close()
@@ -362,8 +536,10 @@ def pretrain(cfg: PretrainConfig) -> Path:
             # ---- the end: checkpoint + model directory (config.json, model.safetensors, vocab.txt, tokenizer config)
             path = save()
             if stop_why == "signal":
-                stop.raise_(f"stopped at step {step} of {total_steps} on a signal; the checkpoint {path} is saved. "
-                            f"Continue with the same command and --resume")
+                stop.raise_(
+                    f"stopped at step {step} of {total_steps} on a signal; the checkpoint {path} is saved. "
+                    f"Continue with the same command and --resume"
+                )
             if ctx.is_main:
                 _write_model(cfg, ctx, model, tokenizer, stop_why, step, total_steps, elapsed)
             dist.barrier(ctx)
@@ -391,8 +567,9 @@ def _model_and_schedule(cfg: PretrainConfig, ctx, tokenizer, shard_dir: Path, fe
     warmup = max(1, int(cfg.warmup_fraction * total_steps)) if cfg.warmup_steps is None else cfg.warmup_steps
     if cost is not None and cfg.max_steps is None:  # the probe ran cold: re-fit once to the measured pace
         budget.plan_refit(total_steps, cfg.eval_every or max(1, total_steps // 10))
-    train = TrainState(model, optimizer, lr_schedule(optimizer, cfg.schedule, warmup, total_steps),
-                       grad_scaler(precision, ctx.device))
+    train = TrainState(
+        model, optimizer, lr_schedule(optimizer, cfg.schedule, warmup, total_steps), grad_scaler(precision, ctx.device)
+    )
     if state is None:
         seed_dropout(cfg.seed, ctx)  # dropout differs per rank; weights are rank 0's (DDP)
     else:
@@ -408,18 +585,38 @@ def _eval_batches(cfg: PretrainConfig, feed: Feed) -> list[dict]:
     return eval_data.eval_batches(cfg.eval_batches) if eval_data.shards else []
 
 
-def _start_record(cfg: PretrainConfig, ctx, run, model, config, vocab_size: int, precision: str, total_steps: int,
-                  warmup: int, step: int) -> dict[str, Any]:
+def _start_record(
+    cfg: PretrainConfig,
+    ctx,
+    run,
+    model,
+    config,
+    vocab_size: int,
+    precision: str,
+    total_steps: int,
+    warmup: int,
+    step: int,
+) -> dict[str, Any]:
     """run.json (the run keys and what was resolved), metrics.jsonl cut back to ``step``, and the run's summary line.
     Returns the record."""
-    record = {"config": cfg.run_record(), "total_steps": total_steps, "warmup_steps": warmup,
-              "precision": precision, "world_size": ctx.world_size, "model_config": config.to_dict("hf")}
+    record = {
+        "config": cfg.run_record(),
+        "total_steps": total_steps,
+        "warmup_steps": warmup,
+        "precision": precision,
+        "world_size": ctx.world_size,
+        "model_config": config.to_dict("hf"),
+    }
     if ctx.is_main:
         write_json(run.path / "run.json", record, sort_keys=False)
     run.truncate_metrics(step)
-    say_run(cfg, ctx, f"model {cfg.model_size}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
-                      f"parameters, vocab {vocab_size}, precision {precision}, {ctx.world_size} process(es) on "
-                      f"{ctx.device.type}; {total_steps} steps")
+    say_run(
+        cfg,
+        ctx,
+        f"model {cfg.model_size}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+        f"parameters, vocab {vocab_size}, precision {precision}, {ctx.world_size} process(es) on "
+        f"{ctx.device.type}; {total_steps} steps",
+    )
     return record
 
 
@@ -439,8 +636,9 @@ def _refit(cfg: PretrainConfig, ctx, train, record: dict, fitted: int, warmup: i
     return total_steps
 
 
-def _write_model(cfg: PretrainConfig, ctx, model, tokenizer, stop_why: str | None, step: int, total_steps: int,
-                 elapsed: float) -> None:
+def _write_model(
+    cfg: PretrainConfig, ctx, model, tokenizer, stop_why: str | None, step: int, total_steps: int, elapsed: float
+) -> None:
     """The end of a run: OUTPUT as a model directory (config.json, model.safetensors, vocab.txt, tokenizer config)."""
     out = Path(cfg.output)
     model.save_pretrained(out)
@@ -469,14 +667,22 @@ def held_out_accuracy(output: str | Path, max_batches: int = 20, draws: int = 8)
 
     out = Path(output)
     # the run's sequences, masked at the paper's 15% whatever the run trained with, so runs compare
-    cfg = PretrainConfig(**{**read_record(out / "run.json")["config"], "output": str(out), "max_steps": 1,
-                            "mask_prob": 0.15, "max_predictions": None})
+    cfg = PretrainConfig(
+        **{
+            **read_record(out / "run.json")["config"],
+            "output": str(out),
+            "max_steps": 1,
+            "mask_prob": 0.15,
+            "max_predictions": None,
+        }
+    )
     tokenizer = BertTokenizer.from_pretrained(out)
     vocab = VocabInfo.from_tokenizer(tokenizer)
     batches: list = []
     for draw in range(max(1, draws)):
-        data = Feed(dataclasses.replace(cfg, seed=cfg.seed + draw), out / "data" / "shards", vocab,
-                     DistContext()).make(cfg.seq_len, cfg.batch_size, "eval")
+        data = Feed(dataclasses.replace(cfg, seed=cfg.seed + draw), out / "data" / "shards", vocab, DistContext()).make(
+            cfg.seq_len, cfg.batch_size, "eval"
+        )
         if not data.shards:
             break
         batches += data.eval_batches(max_batches - len(batches))
@@ -486,8 +692,12 @@ def held_out_accuracy(output: str | Path, max_batches: int = 20, draws: int = 8)
         raise PretrainError(f"{out}: no held-out text to evaluate on (the corpus is too small)")
     model = BertForPreTraining.from_pretrained(out).eval()
     score = score_mlm(model, ({k: torch.from_numpy(v) for k, v in b.items()} for b in batches), vocab.mask_id)
-    return {"mlm_acc": score.mlm_acc, "mlm_baseline": score.mlm_baseline, "mlm_loss": score.mlm_loss,
-            "masked_tokens": score.masked_tokens}
+    return {
+        "mlm_acc": score.mlm_acc,
+        "mlm_baseline": score.mlm_baseline,
+        "mlm_loss": score.mlm_loss,
+        "masked_tokens": score.masked_tokens,
+    }
 
 
 # --------------------------------------------------------------------------------------------- the loop's parts
@@ -533,13 +743,20 @@ def _schedule(cfg: PretrainConfig, ctx, feed: Feed, model, precision: str):
 
     def timer(data) -> float:
         batches = [_to_device(data.batch(0, i % data.num_batches(0)), ctx.device) for i in range(4)]
-        return _time_steps(model, lambda m: build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay), batches,
-                           precision, ctx.device, cfg.grad_accum)
+        return _time_steps(
+            model,
+            lambda m: build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay),
+            batches,
+            precision,
+            ctx.device,
+            cfg.grad_accum,
+        )
 
     cost = feed.cost(feed.step_costs(timer))
     total_steps = int(broadcast_object(ctx, min(budget.fit(cost), cfg.max_steps or 1 << 62)))
-    say_run(cfg, ctx, f"--max-time {cfg.max_time:.0f}s at {cost(0, 1) * 1000:.0f} ms/step: scheduling {total_steps} "
-            "steps")
+    say_run(
+        cfg, ctx, f"--max-time {cfg.max_time:.0f}s at {cost(0, 1) * 1000:.0f} ms/step: scheduling {total_steps} steps"
+    )
     return state, budget, cost, total_steps
 
 
@@ -552,10 +769,14 @@ def _held_out(cfg: PretrainConfig, ctx, out: Path, model, batches: list[dict], p
     RunDir(out).append_metrics({"step": step, **result})
     if cfg.tensorboard:
         _write_tensorboard(out)
-    say_run(cfg, ctx, f"  held-out at step {step}: MLM acc {result['eval_mlm_acc']:.3f} at [MASK] "
-         f"(best constant {result['eval_mlm_baseline']:.3f}), MLM loss {result['eval_mlm_loss']:.3f}"
-         + (f", NSP acc {result['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in result else "")
-         + f", loss {result['eval_loss']:.3f}")
+    say_run(
+        cfg,
+        ctx,
+        f"  held-out at step {step}: MLM acc {result['eval_mlm_acc']:.3f} at [MASK] "
+        f"(best constant {result['eval_mlm_baseline']:.3f}), MLM loss {result['eval_mlm_loss']:.3f}"
+        + (f", NSP acc {result['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in result else "")
+        + f", loss {result['eval_loss']:.3f}",
+    )
     return time.perf_counter() - t0
 
 
@@ -570,13 +791,20 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter):
 
     def count(_, output) -> None:
         batch = current["batch"]
-        meter.add(mlm_loss=float(output.mlm_loss.detach()) / cfg.grad_accum, mlm_n=output.masked_labels.numel(),
-                  mlm_ok=int((output.masked_logits.max(-1).indices == output.masked_labels).sum()),  # = argmax
-                  tokens=int(batch["attention_mask"].sum()), sequences=int(batch["attention_mask"].shape[0]))
+        meter.add(
+            mlm_loss=float(output.mlm_loss.detach()) / cfg.grad_accum,
+            mlm_n=output.masked_labels.numel(),
+            mlm_ok=int((output.masked_logits.max(-1).indices == output.masked_labels).sum()),  # = argmax
+            tokens=int(batch["attention_mask"].sum()),
+            sequences=int(batch["attention_mask"].shape[0]),
+        )
         if cfg.nsp:
             labels = batch["next_sentence_label"]
-            meter.add(nsp_loss=float(output.nsp_loss.detach()) / cfg.grad_accum, nsp_n=labels.numel(),
-                      nsp_ok=int((output.seq_relationship_logits.argmax(-1) == labels).sum()))
+            meter.add(
+                nsp_loss=float(output.nsp_loss.detach()) / cfg.grad_accum,
+                nsp_n=labels.numel(),
+                nsp_ok=int((output.seq_relationship_logits.argmax(-1) == labels).sum()),
+            )
 
     return forward, count
 
@@ -587,25 +815,48 @@ def _raise_not_finite(out: Path, check: list[float], step: int) -> None:
     last = latest_checkpoint(checkpoint_dir(out))
     raise LossNotFinite(
         f"the loss became {check[0]} (gradient norm {check[1]}) at step {step + 1}; stopping. "
-        + (f"The last good checkpoint is {last}: resume with --resume, perhaps with a lower --lr."
-           if last else "No checkpoint was saved yet: restart with a lower --lr or --precision fp32."))
+        + (
+            f"The last good checkpoint is {last}: resume with --resume, perhaps with a lower --lr."
+            if last
+            else "No checkpoint was saved yet: restart with a lower --lr or --precision fp32."
+        )
+    )
 
 
-def _log(ctx, cfg: PretrainConfig, run, meter, bar, step: int, total_steps: int, lr: float, elapsed: float,
-         epoch: int) -> None:
+def _log(
+    ctx, cfg: PretrainConfig, run, meter, bar, step: int, total_steps: int, lr: float, elapsed: float, epoch: int
+) -> None:
     """A metrics line (means over the window and the ranks), the progress bar's figures, and a reset window."""
     from bertkit.training import flops
     from bertkit.training.distributed import all_reduce_mean
 
     m = meter
-    vals = all_reduce_mean(ctx, [m.ratio("loss", "steps"), m.ratio("mlm_loss", "steps"), m.ratio("nsp_loss", "steps"),
-                                 m.ratio("mlm_ok", "mlm_n"), m.ratio("nsp_ok", "nsp_n"), m.ratio("tokens", "time")])
+    vals = all_reduce_mean(
+        ctx,
+        [
+            m.ratio("loss", "steps"),
+            m.ratio("mlm_loss", "steps"),
+            m.ratio("nsp_loss", "steps"),
+            m.ratio("mlm_ok", "mlm_n"),
+            m.ratio("nsp_ok", "nsp_n"),
+            m.ratio("tokens", "time"),
+        ],
+    )
     rates = flops.log_fields(ctx, run.path, vals[5], dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
     meter.reset()
     # train_mlm_acc: on the training batches' own 80/10/10 inputs (kept tokens count): a training-window figure,
     # not a quality meter; the held-out records (eval_mlm_acc) are
-    line = {"step": step, "loss": vals[0], "mlm_loss": vals[1], "train_mlm_acc": vals[3], "lr": lr,
-            "tokens_per_s": vals[5] * ctx.world_size, "elapsed_s": round(elapsed, 2), "epoch": epoch, **rates}
+    line = {
+        "step": step,
+        "loss": vals[0],
+        "mlm_loss": vals[1],
+        "train_mlm_acc": vals[3],
+        "lr": lr,
+        "tokens_per_s": vals[5] * ctx.world_size,
+        "elapsed_s": round(elapsed, 2),
+        "epoch": epoch,
+        **rates,
+    }
     if cfg.nsp:
         line.update(nsp_loss=vals[2], nsp_acc=vals[4])
     if not ctx.is_main:
@@ -613,12 +864,23 @@ def _log(ctx, cfg: PretrainConfig, run, meter, bar, step: int, total_steps: int,
     run.append_metrics(line)
     nsp = {"nsp": f"{vals[4]:.3f}"} if cfg.nsp else {}
     mfu = {"mfu": f"{rates['mfu']:.1%}"} if "mfu" in rates else {}
-    bar.set_postfix(loss=f"{vals[0]:.3f}", train_mlm=f"{vals[3]:.3f}", **nsp, tok_s=f"{line['tokens_per_s']:.0f}",
-                    **mfu, refresh=False)
+    bar.set_postfix(
+        loss=f"{vals[0]:.3f}",
+        train_mlm=f"{vals[3]:.3f}",
+        **nsp,
+        tok_s=f"{line['tokens_per_s']:.0f}",
+        **mfu,
+        refresh=False,
+    )
     if bar.disable and not cfg.quiet:
-        say_run(cfg, ctx, f"step {step}/{total_steps}  loss {vals[0]:.3f}  train-window mlm acc {vals[3]:.3f}"
-                + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "") + f"  {line['tokens_per_s']:.0f} tokens/s"
-                + (f"  MFU {mfu['mfu']}" if mfu else ""))
+        say_run(
+            cfg,
+            ctx,
+            f"step {step}/{total_steps}  loss {vals[0]:.3f}  train-window mlm acc {vals[3]:.3f}"
+            + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "")
+            + f"  {line['tokens_per_s']:.0f} tokens/s"
+            + (f"  MFU {mfu['mfu']}" if mfu else ""),
+        )
 
 
 def _write_tensorboard(out: Path) -> None:
@@ -737,11 +999,10 @@ def _evaluate(model, batches: list[dict], precision: str, device, mask_id: int |
         return out
 
     try:
-        score = score_mlm(forward, (_to_device(b, device) for b in batches), mask_id,
-                          context=lambda: autocast(precision, device))
+        score = score_mlm(
+            forward, (_to_device(b, device) for b in batches), mask_id, context=lambda: autocast(precision, device)
+        )
     finally:
         model.train()
     with torch.no_grad():
         return {"eval_loss": sum(losses) / max(1, len(losses)), **score.as_record()}
-
-

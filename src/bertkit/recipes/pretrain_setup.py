@@ -21,8 +21,18 @@ if TYPE_CHECKING:
     from bertkit.recipes.pretrain import PretrainConfig
 
 # what a run writes into OUTPUT (and --overwrite removes); a directory holding only these is a run's beginnings
-RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "run.json", "model.safetensors", "config.json", "data",
-             "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+RUN_FILES = (
+    "checkpoints",
+    "metrics.jsonl",
+    "tensorboard",
+    "run.json",
+    "model.safetensors",
+    "config.json",
+    "data",
+    "vocab.txt",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+)
 
 
 def parse_mask_mix(text: str) -> tuple[float, float, float]:
@@ -32,8 +42,9 @@ def parse_mask_mix(text: str) -> tuple[float, float, float]:
     except ValueError:
         parts = ()
     if len(parts) != 3 or min(parts) < 0 or abs(sum(parts) - 1) > 1e-6:
-        raise PretrainError(f"--mask-mix must be three percentages MASK/RANDOM/KEEP summing to 100 (e.g. 80/10/10), "
-                            f"got {text!r}")
+        raise PretrainError(
+            f"--mask-mix must be three percentages MASK/RANDOM/KEEP summing to 100 (e.g. 80/10/10), got {text!r}"
+        )
     return parts  # type: ignore[return-value]
 
 
@@ -61,8 +72,10 @@ def read_record(path: Path) -> dict[str, Any]:
             raise TypeError("not an object with a 'config'")
         return record
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
-        raise PretrainError(f"{path}: not a readable run record ({type(e).__name__}: {e}); start the run again with "
-                            "--overwrite, or choose another --output") from None
+        raise PretrainError(
+            f"{path}: not a readable run record ({type(e).__name__}: {e}); start the run again with "
+            "--overwrite, or choose another --output"
+        ) from None
 
 
 def clear_run(out: Path, keep: tuple[str, ...] = ()) -> None:
@@ -103,9 +116,11 @@ def prepare_output(cfg: PretrainConfig) -> PretrainConfig:
         old = read_record(record_path)["config"]
         diff = [k for k in run_keys(cfg) if k in old and old[k] != record[k]]
         if diff:
-            raise PretrainError(f"--resume: these settings differ from the run in {out}: "
-                                + ", ".join(f"{k} (was {old[k]!r}, now {record[k]!r})" for k in diff)
-                                + "; use the run's settings, or start a new run with another --output")
+            raise PretrainError(
+                f"--resume: these settings differ from the run in {out}: "
+                + ", ".join(f"{k} (was {old[k]!r}, now {record[k]!r})" for k in diff)
+                + "; use the run's settings, or start a new run with another --output"
+            )
         remove_stale(out)
         return cfg
     if names and not cfg.overwrite:
@@ -113,10 +128,14 @@ def prepare_output(cfg: PretrainConfig) -> PretrainConfig:
             old = read_record(record_path)["config"]
             diff = [k for k in run_keys(cfg) if old.get(k) != record[k]]
             what = "a run with the same settings" if not diff else f"a different run (differs in {', '.join(diff[:6])})"
-            raise PretrainError(f"{out} already holds {what}. Pass --resume to continue it, --overwrite to replace "
-                                "it, or choose another --output")
-        raise PretrainError(f"{out} exists and is not empty (and is not a bertkit pre-training run); choose another "
-                            "--output, or pass --overwrite to write into it")
+            raise PretrainError(
+                f"{out} already holds {what}. Pass --resume to continue it, --overwrite to replace "
+                "it, or choose another --output"
+            )
+        raise PretrainError(
+            f"{out} exists and is not empty (and is not a bertkit pre-training run); choose another "
+            "--output, or pass --overwrite to write into it"
+        )
     if names:
         clear_run(out)
     return cfg
@@ -140,17 +159,36 @@ def tokenizer_and_shards(cfg: PretrainConfig, ctx):
             say_run(cfg, ctx, f"reading {len(corpus)} corpus file(s) and splitting sentences ...")
             n_docs = write_sentences(corpus, sentences, fmt, cfg.workers, cfg.encoding, progress)
             say_run(cfg, ctx, f"training a {cfg.vocab_size}-token WordPiece vocabulary on {n_docs} document(s) ...")
-            train_vocab([sentences], vocab_size=cfg.vocab_size, lowercase=True if cfg.lowercase is None else
-                        cfg.lowercase, show_progress=progress).save_pretrained(out)
+            train_vocab(
+                [sentences],
+                vocab_size=cfg.vocab_size,
+                lowercase=True if cfg.lowercase is None else cfg.lowercase,
+                show_progress=progress,
+            ).save_pretrained(out)
         elif not have_vocab:
             BertTokenizer.from_pretrained(cfg.vocab, lowercase=cfg.lowercase).save_pretrained(out)
         if cfg.vocab is None and sentences.is_file():  # written above, or by the run resumed
             corpus, fmt = [str(sentences)], "google"
-        prepare_corpus(corpus, data_dir / "shards", out / "vocab.txt", corpus_format=fmt, workers=cfg.workers,
-                       encoding=cfg.encoding, progress=progress, log=lambda m: say_run(cfg, ctx, m))
+        prepare_corpus(
+            corpus,
+            data_dir / "shards",
+            out / "vocab.txt",
+            corpus_format=fmt,
+            workers=cfg.workers,
+            encoding=cfg.encoding,
+            progress=progress,
+            log=lambda m: say_run(cfg, ctx, m),
+        )
 
-    once(ctx, cfg.prepare_on, prepare, "preparing the corpus", cfg.prepare_timeout,
-         lambda m: say(m, None, cfg.quiet), directory=data_dir)
+    once(
+        ctx,
+        cfg.prepare_on,
+        prepare,
+        "preparing the corpus",
+        cfg.prepare_timeout,
+        lambda m: say(m, None, cfg.quiet),
+        directory=data_dir,
+    )
     check_same_shards(ctx, out / "vocab.txt", data_dir / "shards")
     return BertTokenizer.from_pretrained(out), data_dir / "shards"
 
@@ -163,9 +201,11 @@ def load_init_from(cfg, config_class, model_class, tokenizer, max_len: int, erro
     if cfg.config_overrides:
         config = dataclasses.replace(config, **cfg.config_overrides)
     if config.vocab_size < len(tokenizer) or config.max_position_embeddings < max_len:
-        raise error(f"--init-from {cfg.init_from}: the model has {config.vocab_size} embeddings and "
-                    f"{config.max_position_embeddings} positions; the run needs {len(tokenizer)} tokens and "
-                    f"{max_len} positions")
+        raise error(
+            f"--init-from {cfg.init_from}: the model has {config.vocab_size} embeddings and "
+            f"{config.max_position_embeddings} positions; the run needs {len(tokenizer)} tokens and "
+            f"{max_len} positions"
+        )
     return config, model_class.from_pretrained(cfg.init_from, config=config)
 
 
@@ -193,8 +233,9 @@ def build_model(cfg: PretrainConfig, tokenizer, shard_dir: Path, max_len: int, d
     if cfg.init_from:  # continued pre-training (e.g. on a domain's text): the model's config and weights
         config, model = load_init_from(cfg, BertConfig, BertForPreTraining, tokenizer, max_len, PretrainError)
     else:
-        config = BertConfig.from_preset(cfg.model_size, vocab_size=len(tokenizer),
-                                        max_position_embeddings=max(512, max_len), **cfg.config_overrides)
+        config = BertConfig.from_preset(
+            cfg.model_size, vocab_size=len(tokenizer), max_position_embeddings=max(512, max_len), **cfg.config_overrides
+        )
         model = BertForPreTraining(config)
         if cfg.output_bias == "unigram":  # the unigram plateau becomes where training starts, not where it stalls
             with torch.no_grad():
@@ -231,8 +272,10 @@ class Feed:
         from bertkit.training.ramps import parse_ramp
 
         self.cfg, self.shard_dir, self.vocab, self.ctx = cfg, shard_dir, vocab, ctx
-        self.seq_ramp, self.batch_ramp = parse_ramp(cfg.seq_ramp, "--seq-ramp"), parse_ramp(cfg.batch_ramp,
-                                                                                              "--batch-ramp")
+        self.seq_ramp, self.batch_ramp = (
+            parse_ramp(cfg.seq_ramp, "--seq-ramp"),
+            parse_ramp(cfg.batch_ramp, "--batch-ramp"),
+        )
         self.phase2 = (cfg.phase2_seq_len, cfg.phase2_batch_size or cfg.batch_size) if cfg.two_phase else None
         self.max_len = max([cfg.seq_len, *(v for v, _ in self.seq_ramp), *(self.phase2 or (0,))[:1]])
         self.stage, self.epoch, self.index = 0, 0, 0
@@ -248,15 +291,26 @@ class Feed:
         from bertkit.data.pretraining import DataOptions, PretrainingData
 
         c = self.cfg
-        opts = DataOptions(max_seq_length=seq_len, batch_size=batch_size, nsp=c.nsp, mask_prob=c.mask_prob,
-                           max_predictions=c.max_predictions, whole_word=c.whole_word_mask,
-                           short_seq_prob=c.short_seq_prob, masking=c.masking, dupe_factor=c.dupe_factor, seed=c.seed,
-                           mask_mix=parse_mask_mix(c.mask_mix or "80/10/10"))
+        opts = DataOptions(
+            max_seq_length=seq_len,
+            batch_size=batch_size,
+            nsp=c.nsp,
+            mask_prob=c.mask_prob,
+            max_predictions=c.max_predictions,
+            whole_word=c.whole_word_mask,
+            short_seq_prob=c.short_seq_prob,
+            masking=c.masking,
+            dupe_factor=c.dupe_factor,
+            seed=c.seed,
+            mask_mix=parse_mask_mix(c.mask_mix or "80/10/10"),
+        )
         rank, world = (0, 1) if split == "eval" else (self.ctx.rank, self.ctx.world_size)
         data = PretrainingData(self.shard_dir, self.vocab, opts, rank, world, split=split)
         if split == "train" and data.num_batches(0) == 0:
-            raise PretrainError(f"the corpus gives fewer than {batch_size * world} instances of {seq_len} tokens: "
-                                "add text or lower --batch-size")
+            raise PretrainError(
+                f"the corpus gives fewer than {batch_size * world} instances of {seq_len} tokens: "
+                "add text or lower --batch-size"
+            )
         return data
 
     def start(self, total_steps: int, position: dict | None) -> None:
@@ -301,11 +355,14 @@ class Feed:
 
     def cost(self, per_step: dict[tuple[int, int], float]):
         """cost(first, total): predicted seconds of steps [first, total) of a run of ``total`` steps."""
+
         def cost(first: int, total: int) -> float:
             stages = self.plan(total)
             ends = [s.start for s in stages[1:]] + [total]
-            return sum(max(0, end - max(first, s.start)) * per_step[(s.seq_len, s.batch_size)]
-                       for s, end in zip(stages, ends))
+            return sum(
+                max(0, end - max(first, s.start)) * per_step[(s.seq_len, s.batch_size)] for s, end in zip(stages, ends)
+            )
+
         return cost
 
 
@@ -317,8 +374,10 @@ def os_errors(out: Path):
     except OSError as e:
         where = e.filename or out
         if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-            raise RunError(f"{where}: disk full ({e.strerror}); free space, then run again with --resume (the "
-                           "previous checkpoint is intact)") from None
+            raise RunError(
+                f"{where}: disk full ({e.strerror}); free space, then run again with --resume (the "
+                "previous checkpoint is intact)"
+            ) from None
         if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise PretrainError(f"{where}: cannot write ({e.strerror}); choose a writable --output") from None
         raise

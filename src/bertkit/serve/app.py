@@ -37,8 +37,12 @@ from bertkit.serve.service import InputRejected, ServeSettings, Service  # noqa:
 
 logger = logging.getLogger("bertkit.serve")
 
-ROUTES: list[tuple[str, Callable, list[str]]] = [*routes_tei.ROUTES, *routes_openai.ROUTES, *routes_bas.ROUTES,
-                                                 *routes_tasks.ROUTES]
+ROUTES: list[tuple[str, Callable, list[str]]] = [
+    *routes_tei.ROUTES,
+    *routes_openai.ROUTES,
+    *routes_bas.ROUTES,
+    *routes_tasks.ROUTES,
+]
 KNOWN_PATHS = tuple(dict.fromkeys(path for path, _, _ in ROUTES if "{" not in path))
 
 
@@ -64,13 +68,13 @@ def guarded(fn: Callable) -> Callable:
 
 
 async def _api_error(request: Request, exc: ApiError):
-    return error_response(request.url.path, exc.status, exc.message, exc.error_type, exc.param,
-                          close=exc.status in (408, 413))
+    return error_response(
+        request.url.path, exc.status, exc.message, exc.error_type, exc.param, close=exc.status in (408, 413)
+    )
 
 
 async def _not_found(request: Request, exc: Exception):
-    return error_response(request.url.path, 404, f"no endpoint {request.url.path}; try one of "
-                          f"{', '.join(KNOWN_PATHS)}")
+    return error_response(request.url.path, 404, f"no endpoint {request.url.path}; try one of {', '.join(KNOWN_PATHS)}")
 
 
 async def _bad_method(request: Request, exc: Exception):
@@ -110,14 +114,25 @@ def create_app(models: Any, settings: ServeSettings | None = None) -> FastAPI:
             for one in services.values():
                 one.queue.stop()
 
-    app = FastAPI(title="bertkit embedding server", version=__version__, lifespan=lifespan, docs_url=None,
-                  redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="bertkit embedding server",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
     app.state.services, app.state.settings = services, settings
     for path, fn, methods in ROUTES:
         app.add_api_route(path, guarded(fn), methods=methods)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(404, _not_found)
     app.add_exception_handler(405, _bad_method)
-    app.add_middleware(Guard, metrics=metrics, api_key=settings.api_key, known_paths=KNOWN_PATHS,
-                       limit_concurrency=settings.limit_concurrency)
+    app.add_middleware(
+        Guard,
+        metrics=metrics,
+        api_key=settings.api_key,
+        known_paths=KNOWN_PATHS,
+        limit_concurrency=settings.limit_concurrency,
+    )
     return app

@@ -130,8 +130,10 @@ class BatchQueue:
     ):
         longest = encoder.max_tokens(max_length)
         if max_batch_tokens < longest:
-            raise ValueError(f"max_batch_tokens ({max_batch_tokens}) must hold one input of the maximum length "
-                             f"({longest}: the model's max_position_embeddings, or the server's --max-length)")
+            raise ValueError(
+                f"max_batch_tokens ({max_batch_tokens}) must hold one input of the maximum length "
+                f"({longest}: the model's max_position_embeddings, or the server's --max-length)"
+            )
         self.encoder = encoder
         self.max_batch_tokens = int(max_batch_tokens)
         self.max_batch_size = int(max_batch_size)
@@ -233,8 +235,11 @@ class BatchQueue:
                     if self._pending and not self._calls and self.max_wait > 0:
                         # linger briefly so concurrent requests share a batch (unless a full batch is waiting)
                         deadline = time.monotonic() + self.max_wait
-                        while (not self._stop and sum(it.length for it in self._pending) < self.max_batch_tokens
-                               and len(self._pending) < self.max_batch_size):
+                        while (
+                            not self._stop
+                            and sum(it.length for it in self._pending) < self.max_batch_tokens
+                            and len(self._pending) < self.max_batch_size
+                        ):
                             left = deadline - time.monotonic()
                             if left <= 0:
                                 break
@@ -287,8 +292,9 @@ class BatchQueue:
     def _process(self, items: list[_Item]) -> None:
         plan = self.encoder.plan_batches([it.length for it in items], self.max_batch_size, self.max_batch_tokens)
         for batch_idx in plan:
-            batch = [items[i] for i in batch_idx if not items[i].request.future.cancelled()
-                     and not items[i].request.failed]
+            batch = [
+                items[i] for i in batch_idx if not items[i].request.future.cancelled() and not items[i].request.failed
+            ]
             if not batch:
                 continue
             try:
@@ -317,8 +323,9 @@ class BatchQueue:
         for spec in specs:
             rows = [j for j, it in enumerate(batch) if it.request.spec == spec]
             sel = rows if len(rows) < len(batch) else slice(None)
-            out = encoder.pool_batch([s[sel] for s in states], pooled[sel] if pooled is not None else None,
-                                     mask[sel], spec)
+            out = encoder.pool_batch(
+                [s[sel] for s in states], pooled[sel] if pooled is not None else None, mask[sel], spec
+            )
             arrays = [r.cpu().numpy() for r in out] if isinstance(out, list) else out.cpu().numpy()
             for k, j in enumerate(rows):
                 outputs[j] = arrays[k]

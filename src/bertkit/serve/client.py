@@ -40,8 +40,13 @@ class BertClient:
             (long texts in a request of thousands could pass the server's per-request token budget).
     """
 
-    def __init__(self, url: str = "http://127.0.0.1:8000", api_key: str | None = None, timeout: float = 60.0,
-                 batch_size: int | None = None):
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8000",
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        batch_size: int | None = None,
+    ):
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https://, got {url!r}")
         self.url = url.rstrip("/")
@@ -143,13 +148,19 @@ class BertClient:
         per_token = False
         step = max(1, self.batch_size)
         for start in range(0, len(texts), step):
-            payload: dict[str, Any] = {"texts": texts[start:start + step], "show_tokens": show_tokens,
-                                       "normalize": normalize, "truncate": truncate, "encoding_format": "base64"}
+            payload: dict[str, Any] = {
+                "texts": texts[start : start + step],
+                "show_tokens": show_tokens,
+                "normalize": normalize,
+                "truncate": truncate,
+                "encoding_format": "base64",
+            }
             if pairs is not None:
-                payload["pairs"] = pairs[start:start + step]
+                payload["pairs"] = pairs[start : start + step]
             if pooling_layer is not None:
-                payload["pooling_layer"] = (list(pooling_layer) if isinstance(pooling_layer, (list, tuple))
-                                            else pooling_layer)
+                payload["pooling_layer"] = (
+                    list(pooling_layer) if isinstance(pooling_layer, (list, tuple)) else pooling_layer
+                )
             if pooling_strategy is not None:
                 payload["pooling_strategy"] = pooling_strategy
             out = self._request("POST", "/encode", payload)

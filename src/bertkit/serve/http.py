@@ -34,9 +34,18 @@ logger = logging.getLogger("bertkit.serve")
 
 TEI_ERROR_TYPES = ("Unhealthy", "Backend", "Overloaded", "Validation", "Tokenizer", "Empty")
 STATUS_OF = {"Empty": 400, "Validation": 422, "Tokenizer": 422, "Overloaded": 429, "Unhealthy": 503, "Backend": 500}
-OPENAI_TYPE_OF = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-                  405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
-                  422: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "server_error"}
+OPENAI_TYPE_OF = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    408: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    503: "server_error",
+}
 
 
 class ApiError(Exception):
@@ -51,21 +60,32 @@ class ApiError(Exception):
         self.message, self.error_type, self.param = message, error_type, param
 
 
-def error_body(path: str, status: int, message: str, error_type: str = "Validation",
-               param: str | None = None) -> dict[str, Any]:
+def error_body(
+    path: str, status: int, message: str, error_type: str = "Validation", param: str | None = None
+) -> dict[str, Any]:
     """The error in the called API's shape: OpenAI's ``{"error": {"message", "type", "param", "code"}}`` under
     ``/v1/``, TEI's ``{"error", "error_type"}`` elsewhere."""
     if path.startswith("/v1/") or path == "/embeddings":  # TEI serves OpenAI's route under both names
-        return {"error": {"message": message, "type": OPENAI_TYPE_OF.get(status, "invalid_request_error"),
-                          "param": param, "code": status}}
+        return {
+            "error": {
+                "message": message,
+                "type": OPENAI_TYPE_OF.get(status, "invalid_request_error"),
+                "param": param,
+                "code": status,
+            }
+        }
     return {"error": message, "error_type": error_type}
 
 
-def error_response(path: str, status: int, message: str, error_type: str = "Validation", param: str | None = None,
-                   close: bool = False) -> JSONResponse:
+def error_response(
+    path: str, status: int, message: str, error_type: str = "Validation", param: str | None = None, close: bool = False
+) -> JSONResponse:
     """``close``: also ask the client to close the connection (the request's body was not read to its end)."""
-    return JSONResponse(error_body(path, status, message, error_type, param), status_code=status,
-                        headers={"Connection": "close"} if close else None)
+    return JSONResponse(
+        error_body(path, status, message, error_type, param),
+        status_code=status,
+        headers={"Connection": "close"} if close else None,
+    )
 
 
 # --------------------------------------------------------------------------------------------- metrics
@@ -98,16 +118,22 @@ class Metrics:
         """Prometheus text; ``queue`` is the :class:`~bertkit.serve.batching.BatchQueue` (its stats and depth)."""
         lines = []
         with self.lock:
-            lines += ["# HELP bertkit_requests_total HTTP requests by path and status.",
-                      "# TYPE bertkit_requests_total counter"]
-            lines += [f'bertkit_requests_total{{path="{p}",status="{s}"}} {n}'
-                      for (p, s), n in sorted(self.requests.items())]
-            lines += ["# HELP bertkit_request_duration_seconds Request latency by path.",
-                      "# TYPE bertkit_request_duration_seconds histogram"]
+            lines += [
+                "# HELP bertkit_requests_total HTTP requests by path and status.",
+                "# TYPE bertkit_requests_total counter",
+            ]
+            lines += [
+                f'bertkit_requests_total{{path="{p}",status="{s}"}} {n}' for (p, s), n in sorted(self.requests.items())
+            ]
+            lines += [
+                "# HELP bertkit_request_duration_seconds Request latency by path.",
+                "# TYPE bertkit_request_duration_seconds histogram",
+            ]
             for p in sorted(self.latency_count):
                 for b in self.BUCKETS:
-                    lines.append(f'bertkit_request_duration_seconds_bucket{{path="{p}",le="{b}"}} '
-                                 f"{self.latency_buckets[p][b]}")
+                    lines.append(
+                        f'bertkit_request_duration_seconds_bucket{{path="{p}",le="{b}"}} {self.latency_buckets[p][b]}'
+                    )
                 lines.append(f'bertkit_request_duration_seconds_bucket{{path="{p}",le="+Inf"}} {self.latency_count[p]}')
                 lines.append(f'bertkit_request_duration_seconds_sum{{path="{p}"}} {self.latency_sum[p]:.6f}')
                 lines.append(f'bertkit_request_duration_seconds_count{{path="{p}"}} {self.latency_count[p]}')
@@ -117,21 +143,28 @@ class Metrics:
         with s.lock:
             lines += [
                 "# HELP bertkit_batches_total Forward passes run by the batching worker.",
-                "# TYPE bertkit_batches_total counter", f"bertkit_batches_total {s.batches}",
+                "# TYPE bertkit_batches_total counter",
+                f"bertkit_batches_total {s.batches}",
                 "# HELP bertkit_batch_failures_total Batches that failed (their requests were retried alone).",
-                "# TYPE bertkit_batch_failures_total counter", f"bertkit_batch_failures_total {s.failed_batches}",
-                "# HELP bertkit_batch_inputs_total Inputs embedded.", "# TYPE bertkit_batch_inputs_total counter",
+                "# TYPE bertkit_batch_failures_total counter",
+                f"bertkit_batch_failures_total {s.failed_batches}",
+                "# HELP bertkit_batch_inputs_total Inputs embedded.",
+                "# TYPE bertkit_batch_inputs_total counter",
                 f"bertkit_batch_inputs_total {s.batch_inputs}",
-                "# HELP bertkit_tokens_total Real tokens run through the model.", "# TYPE bertkit_tokens_total counter",
+                "# HELP bertkit_tokens_total Real tokens run through the model.",
+                "# TYPE bertkit_tokens_total counter",
                 f"bertkit_tokens_total {s.batch_tokens}",
                 "# HELP bertkit_padded_tokens_total Tokens run including padding.",
-                "# TYPE bertkit_padded_tokens_total counter", f"bertkit_padded_tokens_total {s.padded_tokens}",
+                "# TYPE bertkit_padded_tokens_total counter",
+                f"bertkit_padded_tokens_total {s.padded_tokens}",
                 "# HELP bertkit_forward_seconds_total Time spent in forward passes.",
                 "# TYPE bertkit_forward_seconds_total counter",
                 f"bertkit_forward_seconds_total {s.forward_seconds:.6f}",
                 "# HELP bertkit_malloc_trims_total Times freed memory was handed back to the OS (malloc_trim).",
-                "# TYPE bertkit_malloc_trims_total counter", f"bertkit_malloc_trims_total {s.trims}",
-                "# HELP bertkit_batch_size Inputs per forward pass.", "# TYPE bertkit_batch_size histogram",
+                "# TYPE bertkit_malloc_trims_total counter",
+                f"bertkit_malloc_trims_total {s.trims}",
+                "# HELP bertkit_batch_size Inputs per forward pass.",
+                "# TYPE bertkit_batch_size histogram",
             ]
             cumulative = 0
             for b in s.BUCKETS:
@@ -140,10 +173,14 @@ class Metrics:
             lines.append(f'bertkit_batch_size_bucket{{le="+Inf"}} {s.batches}')
             lines.append(f"bertkit_batch_size_sum {s.batch_inputs}")
             lines.append(f"bertkit_batch_size_count {s.batches}")
-        lines += ["# HELP bertkit_queue_depth Inputs waiting for a batch.", "# TYPE bertkit_queue_depth gauge",
-                  f"bertkit_queue_depth {queue.depth}",
-                  "# HELP bertkit_uptime_seconds Seconds since start.", "# TYPE bertkit_uptime_seconds gauge",
-                  f"bertkit_uptime_seconds {time.time() - self.started:.1f}"]
+        lines += [
+            "# HELP bertkit_queue_depth Inputs waiting for a batch.",
+            "# TYPE bertkit_queue_depth gauge",
+            f"bertkit_queue_depth {queue.depth}",
+            "# HELP bertkit_uptime_seconds Seconds since start.",
+            "# TYPE bertkit_uptime_seconds gauge",
+            f"bertkit_uptime_seconds {time.time() - self.started:.1f}",
+        ]
         return "\n".join(lines) + "\n"
 
 
@@ -179,8 +216,15 @@ class Guard:
             still sending headers: the header and keep-alive timeouts close those).
     """
 
-    def __init__(self, inner: Any, metrics: Metrics, api_key: str | None = None, known_paths: Sequence[str] = (),
-                 open_paths: Sequence[str] = ("/health", "/ping", "/"), limit_concurrency: int | None = None):
+    def __init__(
+        self,
+        inner: Any,
+        metrics: Metrics,
+        api_key: str | None = None,
+        known_paths: Sequence[str] = (),
+        open_paths: Sequence[str] = ("/health", "/ping", "/"),
+        limit_concurrency: int | None = None,
+    ):
         self.inner, self.metrics = inner, metrics
         self.key = None if api_key is None else api_key.encode("utf-8")
         self.known, self.open = set(known_paths), set(open_paths)
@@ -195,15 +239,20 @@ class Guard:
         status = [500]  # what an unhandled exception becomes
         probe = scope["method"] in ("GET", "HEAD") and path in self.open  # health probes: no key, never refused
         if self.key is not None and not probe and not api_key_matches(scope["headers"], self.key):
-            response = error_response(path, 401, "missing or wrong API key: send 'Authorization: Bearer KEY' or "
-                                      "'X-API-Key: KEY'", close=True)
+            response = error_response(
+                path, 401, "missing or wrong API key: send 'Authorization: Bearer KEY' or 'X-API-Key: KEY'", close=True
+            )
             await response(scope, receive, send)
             self.metrics.observe(label, 401, time.perf_counter() - start)
             return
         if self.limit is not None and not probe and self.in_flight >= self.limit:
             logger.warning("Exceeded concurrency limit.")
-            response = error_response(path, 503, f"{self.in_flight} requests are being answered, the limit "
-                                      "(--limit-concurrency): retry later", "Overloaded")
+            response = error_response(
+                path,
+                503,
+                f"{self.in_flight} requests are being answered, the limit (--limit-concurrency): retry later",
+                "Overloaded",
+            )
             await response(scope, receive, send)
             self.metrics.observe(label, 503, time.perf_counter() - start)
             return
@@ -247,8 +296,9 @@ async def read_body(request: Request, limit: int, timeout: float) -> bytes:
         raise ApiError(400, "the client went away before sending the whole body") from None
     except asyncio.TimeoutError:
         client = request.client.host if request.client else "?"
-        logger.warning("refused a request from %s: body not received within %s s (%d bytes read)", client, timeout,
-                       size)
+        logger.warning(
+            "refused a request from %s: body not received within %s s (%d bytes read)", client, timeout, size
+        )
         raise ApiError(408, f"the request body was not received within {timeout} s (--body-timeout)") from None
     return b"".join(chunks)
 
@@ -295,8 +345,12 @@ def field_path(loc: Sequence[Any]) -> str:
 def _union_member(name: str) -> bool:
     """pydantic's name for a member of a union (``str``, ``list[int]``, ``function-after[...]``, a model's class
     name), as opposed to a field (lower-case, as every request field is; ``stride`` is a field)."""
-    return (name in ("str", "int", "bool", "float", "none", "list", "dict") or "[" in name or name[:1].isupper()
-            or name.startswith(("function-", "tagged-union", "literal")))
+    return (
+        name in ("str", "int", "bool", "float", "none", "list", "dict")
+        or "[" in name
+        or name[:1].isupper()
+        or name.startswith(("function-", "tagged-union", "literal"))
+    )
 
 
 # --------------------------------------------------------------------------------------------- input checks
@@ -307,8 +361,11 @@ def check_count(items: Sequence[Any], name: str, max_inputs: int) -> None:
     if not items:
         raise ApiError(None, f"'{name}' cannot be empty: send at least one input", "Empty", name)
     if len(items) > max_inputs:
-        raise ApiError(None, f"'{name}' has {len(items)} inputs, over the limit of {max_inputs} per request "
-                       "(--max-inputs): split it", param=name)
+        raise ApiError(
+            None,
+            f"'{name}' has {len(items)} inputs, over the limit of {max_inputs} per request (--max-inputs): split it",
+            param=name,
+        )
 
 
 def check_text(text: str, name: str, max_chars: int, truncate: bool | None) -> str:
@@ -319,9 +376,12 @@ def check_text(text: str, name: str, max_chars: int, truncate: bool | None) -> s
     if len(text) > max_chars:
         if truncate:
             return text[:max_chars]
-        hint = "; shorten it or set \"truncate\": true" if truncate is False else ": shorten it"
-        raise ApiError(None, f"'{name}' has {len(text)} characters, over the limit of {max_chars} (--max-input-chars)"
-                       + hint, param=name)
+        hint = '; shorten it or set "truncate": true' if truncate is False else ": shorten it"
+        raise ApiError(
+            None,
+            f"'{name}' has {len(text)} characters, over the limit of {max_chars} (--max-input-chars)" + hint,
+            param=name,
+        )
     return text
 
 
@@ -337,16 +397,23 @@ def check_ids(ids: Sequence[int], name: str, vocab_size: int) -> list[int]:
         raise ApiError(None, f"'{name}' is an empty token list", "Empty", name)
     for j, i in enumerate(ids):
         if not 0 <= i < vocab_size:
-            raise ApiError(None, f"'{name}[{j}]' is token id {i}, outside the model's vocabulary (0..{vocab_size - 1})",
-                           param=f"{name}[{j}]")
+            raise ApiError(
+                None,
+                f"'{name}[{j}]' is token id {i}, outside the model's vocabulary (0..{vocab_size - 1})",
+                param=f"{name}[{j}]",
+            )
     return list(ids)
 
 
 def check_output_size(values: int, limit: int, what: str) -> None:
     """Refuse (422, naming the limit) an answer of more than ``limit`` numbers before it is computed."""
     if values > limit:
-        raise ApiError(None, f"the answer would hold {values:,} values ({what}), over the limit of {limit:,} "
-                       "(--max-output-values): send fewer or shorter inputs, or a pooled output", param=None)
+        raise ApiError(
+            None,
+            f"the answer would hold {values:,} values ({what}), over the limit of {limit:,} "
+            "(--max-output-values): send fewer or shorter inputs, or a pooled output",
+            param=None,
+        )
 
 
 # --------------------------------------------------------------------------------------------- answers
@@ -399,6 +466,9 @@ async def json_answer(obj: Any, size: int = 0, status: int = 200) -> Response:
     try:
         body = await run_in_threadpool(dumps, obj) if size > BIG_ANSWER else dumps(obj)
     except ValueError as exc:
-        raise ApiError(None, f"the model produced a value JSON cannot carry ({exc}): the checkpoint's weights or "
-                       "config are broken", "Backend") from None
+        raise ApiError(
+            None,
+            f"the model produced a value JSON cannot carry ({exc}): the checkpoint's weights or config are broken",
+            "Backend",
+        ) from None
     return Response(body, status_code=status, media_type="application/json")

@@ -15,8 +15,14 @@ from bertkit.serve.http import b64, json_answer
 from bertkit.serve.schemas import EncodeRequest
 from bertkit.serve.service import InputRejected, body_of, fields, service_of
 
-BAS_POOLING = {"mean": "REDUCE_MEAN", "max": "REDUCE_MAX", "mean_max": "REDUCE_MEAN_MAX", "cls": "CLS_TOKEN",
-               "sep": "SEP_TOKEN", "none": "NONE"}
+BAS_POOLING = {
+    "mean": "REDUCE_MEAN",
+    "max": "REDUCE_MAX",
+    "mean_max": "REDUCE_MEAN_MAX",
+    "cls": "CLS_TOKEN",
+    "sep": "SEP_TOKEN",
+    "none": "NONE",
+}
 
 
 async def encode(request: Request):
@@ -56,13 +62,21 @@ async def status_server(request: Request):
     with svc.metrics.lock:
         requests = sum(svc.metrics.requests.values())
         inputs = sum(svc.metrics.inputs.values())
-    return {"ckpt_name": svc.model_id, "max_seq_len": svc.max_length, "max_batch_size": s.max_batch_size,
-            "num_worker": 1, "pooling_layer": svc.default_layers,
-            "pooling_strategy": BAS_POOLING.get(svc.default_spec.pooling, svc.default_spec.pooling.upper()),
-            "server_version": __version__,
-            "server_start_time": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(svc.started)),
-            "num_request": requests, "num_total_seq": inputs, "num_batches": svc.queue.stats.batches,
-            "queue_depth": svc.queue.depth, "alive": svc.queue.alive}
+    return {
+        "ckpt_name": svc.model_id,
+        "max_seq_len": svc.max_length,
+        "max_batch_size": s.max_batch_size,
+        "num_worker": 1,
+        "pooling_layer": svc.default_layers,
+        "pooling_strategy": BAS_POOLING.get(svc.default_spec.pooling, svc.default_spec.pooling.upper()),
+        "server_version": __version__,
+        "server_start_time": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(svc.started)),
+        "num_request": requests,
+        "num_total_seq": inputs,
+        "num_batches": svc.queue.stats.batches,
+        "queue_depth": svc.queue.depth,
+        "alive": svc.queue.alive,
+    }
 
 
 ROUTES = [("/encode", encode, ["POST"]), ("/status/server", status_server, ["GET"])]

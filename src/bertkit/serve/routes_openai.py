@@ -22,12 +22,20 @@ async def embeddings(request: Request):
         spec = svc.spec(normalize=body.dimensions is None)  # OpenAI embeddings are unit length
         vectors = await svc.embed(encodings, spec)
     vectors = resize(vectors, body.dimensions, True, svc.encoder.output_dim(spec))
-    data = [{"object": "embedding", "index": i, "embedding": b64(v) if body.encoding_format == "base64" else v}
-            for i, v in enumerate(vectors)]
+    data = [
+        {"object": "embedding", "index": i, "embedding": b64(v) if body.encoding_format == "base64" else v}
+        for i, v in enumerate(vectors)
+    ]
     n_tokens = sum(len(e.ids) for e in encodings)
-    return await json_answer({"object": "list", "data": data, "model": body.model or svc.model_id,
-                              "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}},
-                             sum(v.size for v in vectors))
+    return await json_answer(
+        {
+            "object": "list",
+            "data": data,
+            "model": body.model or svc.model_id,
+            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+        },
+        sum(v.size for v in vectors),
+    )
 
 
 def _model_card(svc: Service) -> dict[str, Any]:
@@ -43,6 +51,8 @@ async def model(request: Request):
 
 
 ROUTES = [
-    ("/v1/embeddings", embeddings, ["POST"]), ("/embeddings", embeddings, ["POST"]),
-    ("/v1/models", models, ["GET"]), ("/v1/models/{model:path}", model, ["GET"]),
+    ("/v1/embeddings", embeddings, ["POST"]),
+    ("/embeddings", embeddings, ["POST"]),
+    ("/v1/models", models, ["GET"]),
+    ("/v1/models/{model:path}", model, ["GET"]),
 ]

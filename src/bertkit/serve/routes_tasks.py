@@ -24,8 +24,13 @@ from bertkit.serve.schemas import (
 from bertkit.serve.service import Service, as_batch, body_of, fields, service_of
 
 ENCODER_ROUTES = ("/embed", "/embed_all", "/v1/embeddings", "/encode", "/tokenize")
-ROUTES_OF_KIND = {"classification": ("/predict",), "regression": ("/predict", "/rerank"),
-                  "rerank": ("/predict", "/rerank"), "ner": ("/ner",), "qa": ("/qa",)}
+ROUTES_OF_KIND = {
+    "classification": ("/predict",),
+    "regression": ("/predict", "/rerank"),
+    "rerank": ("/predict", "/rerank"),
+    "ner": ("/ner",),
+    "qa": ("/qa",),
+}
 
 
 def head(svc: Service, kinds: tuple[str, ...], what: str) -> Any:
@@ -34,8 +39,11 @@ def head(svc: Service, kinds: tuple[str, ...], what: str) -> Any:
     if pipe is None or pipe.kind not in kinds:
         has = f"a {pipe.kind} head" if pipe is not None else "no task head (config.json 'architectures')"
         serves = (*ROUTES_OF_KIND.get(pipe.kind, ()), "POST /") if pipe is not None else ()
-        raise ApiError(None, f"model '{svc.model_id}' has {has}: {what} needs {' or '.join(kinds)}; this model serves "
-                       f"{', '.join((*serves, *ENCODER_ROUTES))}")
+        raise ApiError(
+            None,
+            f"model '{svc.model_id}' has {has}: {what} needs {' or '.join(kinds)}; this model serves "
+            f"{', '.join((*serves, *ENCODER_ROUTES))}",
+        )
     return pipe
 
 
@@ -51,8 +59,12 @@ async def predict(request: Request):
     inputs = body.inputs
     if isinstance(inputs, list) and inputs and all(isinstance(x, str) for x in inputs):  # one [text, pair]
         if len(inputs) > 2:
-            raise ApiError(None, f"'inputs' is a list of {len(inputs)} texts: send a text, a [text, pair], or a "
-                           "batch of [text] / [text, pair] lists", param="inputs")
+            raise ApiError(
+                None,
+                f"'inputs' is a list of {len(inputs)} texts: send a text, a [text, pair], or a "
+                "batch of [text] / [text, pair] lists",
+                param="inputs",
+            )
         inputs = tuple(inputs) if len(inputs) == 2 else inputs[0]
     single = not isinstance(inputs, list)
     items = [inputs] if single else [x[0] if len(x) == 1 else tuple(x) for x in inputs]
@@ -61,17 +73,27 @@ async def predict(request: Request):
             raise ApiError(None, f"'inputs[{i}]' must be [text] or [text, pair]", param=f"inputs[{i}]")
     texts = [x[0] if isinstance(x, tuple) else x for x in items]
     pairs = [x[1] if isinstance(x, tuple) else None for x in items]
-    names = ({"inputs": "inputs[0]" if pairs[0] else "inputs", "pairs": "inputs[1]"} if single and items else
-             {"inputs": "inputs[{i}]", "pairs": "inputs[{i}][1]"})
+    names = (
+        {"inputs": "inputs[0]" if pairs[0] else "inputs", "pairs": "inputs[1]"}
+        if single and items
+        else {"inputs": "inputs[{i}]", "pairs": "inputs[{i}][1]"}
+    )
     with fields(single=single, **names):
         await svc.prepare(texts, pairs, truncate=body.truncate, max_length=_limit(svc, pipe))
     params = body.parameters or ClassificationParameters()
     if body.raw_scores and params.function_to_apply not in (None, "none"):
-        raise ApiError(None, f"'raw_scores' asks for the logits but 'parameters.function_to_apply' asks for "
-                       f"{params.function_to_apply}: send one of them", param="raw_scores")
-    kwargs: dict[str, Any] = {"raw_scores": body.raw_scores, "return_all_scores": body.return_all_scores,
-                              "top_k": params.top_k if params.top_k is not None else body.top_k,
-                              "truncate": svc.settings.auto_truncate if body.truncate is None else body.truncate}
+        raise ApiError(
+            None,
+            f"'raw_scores' asks for the logits but 'parameters.function_to_apply' asks for "
+            f"{params.function_to_apply}: send one of them",
+            param="raw_scores",
+        )
+    kwargs: dict[str, Any] = {
+        "raw_scores": body.raw_scores,
+        "return_all_scores": body.return_all_scores,
+        "top_k": params.top_k if params.top_k is not None else body.top_k,
+        "truncate": svc.settings.auto_truncate if body.truncate is None else body.truncate,
+    }
     if params.function_to_apply is not None:
         kwargs["function_to_apply"] = params.function_to_apply
     size = svc.bound_answer(len(items) * len(getattr(pipe, "labels", ())) * 2, f"{len(items)} inputs x their labels")
@@ -89,13 +111,19 @@ async def rerank(request: Request):
     with fields(inputs="query", single=True):
         await svc.prepare([body.query], can_truncate=False, max_length=None)
     with fields(inputs="texts", pairs="texts"):
-        await svc.prepare([body.query] * len(body.texts), body.texts, truncate=body.truncate,
-                          max_length=_limit(svc, pipe))
+        await svc.prepare(
+            [body.query] * len(body.texts), body.texts, truncate=body.truncate, max_length=_limit(svc, pipe)
+        )
     truncate = svc.settings.auto_truncate if body.truncate is None else body.truncate
     size = svc.bound_answer(len(body.texts) * 3, f"{len(body.texts)} texts x (index, score, text)")
-    return await json_answer(await svc.call(lambda _: pipe.rerank(body.query, body.texts, return_text=body.return_text,
-                                                                  raw_scores=body.raw_scores, truncate=truncate)),
-                             size)
+    return await json_answer(
+        await svc.call(
+            lambda _: pipe.rerank(
+                body.query, body.texts, return_text=body.return_text, raw_scores=body.raw_scores, truncate=truncate
+            )
+        ),
+        size,
+    )
 
 
 async def ner(request: Request):
@@ -129,10 +157,9 @@ async def qa(request: Request):
         pairs, single = [QAPair(question=body.question, context=body.context)], True
         names = {"inputs": "question", "pairs": "context"}
     else:
-        raise ApiError(None, "send {\"question\", \"context\"} (or \"inputs\": a list of them)", param="question")
+        raise ApiError(None, 'send {"question", "context"} (or "inputs": a list of them)', param="question")
     with fields(single=single, **names):
-        await svc.prepare([p.question for p in pairs], [p.context for p in pairs], can_truncate=False,
-                          max_length=None)
+        await svc.prepare([p.question for p in pairs], [p.context for p in pairs], can_truncate=False, max_length=None)
     kwargs = body.parameters.model_dump(exclude_none=True) if body.parameters is not None else {}
     top_k = kwargs.get("top_k", 1)
     size = svc.bound_answer(len(pairs) * max(top_k, 1) * 4, f"{len(pairs)} questions x top_k {top_k} answers")
@@ -154,8 +181,11 @@ async def fill_mask(request: Request):
     with fields(top_k="parameters.top_k" if hf and body.parameters.top_k is not None else "top_k"):
         masks = svc.masks(items, top_k)
     result = await svc.call(lambda enc: enc.fill_mask(items, top_k=top_k, max_length=svc.max_length))
-    result = _inference_api_fills(svc, items, result) if hf else [
-        [[{**p, "token_str": p["token"]} for p in per_mask] for per_mask in per_text] for per_text in result]
+    result = (
+        _inference_api_fills(svc, items, result)
+        if hf
+        else [[[{**p, "token_str": p["token"]} for p in per_mask] for per_mask in per_text] for per_text in result]
+    )
     return await json_answer(result[0] if single else result, masks * top_k * 4)
 
 
@@ -174,17 +204,27 @@ def _inference_api_fills(svc: Service, texts: list[str], result: list) -> list:
         for j, per_mask in zip(where, per_text):
             row = []
             for p in per_mask:
-                filled = ids[:j] + [p["token_id"]] + ids[j + 1:]
+                filled = ids[:j] + [p["token_id"]] + ids[j + 1 :]
                 if one:  # transformers skips its special tokens, [UNK] included
                     filled = [i for i in filled if i not in specials]
-                row.append({"score": p["score"], "token": p["token_id"],
-                            "token_str": tok.decode([p["token_id"]], skip_special_tokens=False),
-                            "sequence": tok.decode(filled, skip_special_tokens=False)})
+                row.append(
+                    {
+                        "score": p["score"],
+                        "token": p["token_id"],
+                        "token_str": tok.decode([p["token_id"]], skip_special_tokens=False),
+                        "sequence": tok.decode(filled, skip_special_tokens=False),
+                    }
+                )
             fills.append(row)
         out.append(fills[0] if one else fills)
     return out
 
 
 BY_KIND = {"classification": predict, "regression": predict, "rerank": rerank, "ner": ner, "qa": qa}
-ROUTES = [("/fill-mask", fill_mask, ["POST"]), ("/predict", predict, ["POST"]), ("/rerank", rerank, ["POST"]),
-          ("/ner", ner, ["POST"]), ("/qa", qa, ["POST"])]
+ROUTES = [
+    ("/fill-mask", fill_mask, ["POST"]),
+    ("/predict", predict, ["POST"]),
+    ("/rerank", rerank, ["POST"]),
+    ("/ner", ner, ["POST"]),
+    ("/qa", qa, ["POST"]),
+]

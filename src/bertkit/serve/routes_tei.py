@@ -39,22 +39,41 @@ async def info(request: Request):
     svc = service_of(request)
     s, enc, pipe = svc.settings, svc.encoder, svc.pipeline
     return {  # TEI's Info fields first, then bertkit's
-        "model_id": svc.model_id, "model_sha": None, "served_model_name": svc.model_id,
+        "model_id": svc.model_id,
+        "model_sha": None,
+        "served_model_name": svc.model_id,
         "model_dtype": "bfloat16" if enc.precision == "bf16" else "float16" if enc.precision == "fp16" else "float32",
         "model_type": model_type(svc),
-        "max_concurrent_requests": s.limit_concurrency, "max_input_length": svc.max_length,
-        "max_batch_tokens": s.max_batch_tokens, "max_batch_requests": s.max_batch_size,
-        "max_client_batch_size": s.max_inputs, "auto_truncate": s.auto_truncate, "tokenization_workers": 1,
-        "version": __version__, "sha": None, "docker_label": None,
-        "architecture": "bert", "hidden_size": enc.config.hidden_size, "num_layers": enc.num_layers,
-        "vocab_size": enc.config.vocab_size, "embedding_dim": enc.output_dim(svc.default_spec),
-        "default_pooling_layer": svc.default_layers, "default_pooling_strategy": svc.default_spec.pooling,
-        "poolings": list(POOLINGS), "has_pooler": enc.has_pooler, "has_mlm_head": enc.mlm_head is not None,
-        "max_input_chars": s.max_input_chars, "max_request_tokens": s.max_request_tokens,
-        "max_output_values": s.max_output_values, "max_payload_bytes": s.max_payload_bytes,
-        "max_wait_ms": s.max_wait_ms, "auth": s.api_key is not None,
+        "max_concurrent_requests": s.limit_concurrency,
+        "max_input_length": svc.max_length,
+        "max_batch_tokens": s.max_batch_tokens,
+        "max_batch_requests": s.max_batch_size,
+        "max_client_batch_size": s.max_inputs,
+        "auto_truncate": s.auto_truncate,
+        "tokenization_workers": 1,
+        "version": __version__,
+        "sha": None,
+        "docker_label": None,
+        "architecture": "bert",
+        "hidden_size": enc.config.hidden_size,
+        "num_layers": enc.num_layers,
+        "vocab_size": enc.config.vocab_size,
+        "embedding_dim": enc.output_dim(svc.default_spec),
+        "default_pooling_layer": svc.default_layers,
+        "default_pooling_strategy": svc.default_spec.pooling,
+        "poolings": list(POOLINGS),
+        "has_pooler": enc.has_pooler,
+        "has_mlm_head": enc.mlm_head is not None,
+        "max_input_chars": s.max_input_chars,
+        "max_request_tokens": s.max_request_tokens,
+        "max_output_values": s.max_output_values,
+        "max_payload_bytes": s.max_payload_bytes,
+        "max_wait_ms": s.max_wait_ms,
+        "auth": s.api_key is not None,
         "task": pipe.kind if pipe is not None else "embedding",
-        "precision": enc.precision, "backend": getattr(pipe or enc, "backend", "torch"), "device": str(enc.device),
+        "precision": enc.precision,
+        "backend": getattr(pipe or enc, "backend", "torch"),
+        "device": str(enc.device),
         "quantize": getattr(pipe or enc, "quantize", None),
         "models": list(request.app.state.services),
     }
@@ -79,8 +98,7 @@ async def embed(request: Request, body: EmbedRequest | None = None):
     """TEI /embed: [[float, ...], ...]."""
     svc = service_of(request)
     body = body or await body_of(request, EmbedRequest)
-    encodings = await svc.prepare(as_batch(body.inputs)[0], truncate=body.truncate,
-                                  direction=body.truncation_direction)
+    encodings = await svc.prepare(as_batch(body.inputs)[0], truncate=body.truncate, direction=body.truncation_direction)
     spec = svc.spec(normalize=body.normalize and body.dimensions is None)
     vectors = await svc.embed(encodings, spec)
     vectors = resize(vectors, body.dimensions, body.normalize, svc.encoder.output_dim(spec))
@@ -91,8 +109,7 @@ async def embed_all(request: Request):
     """TEI /embed_all: every token's vector (the default layers), [[[float, ...], ...], ...]."""
     svc = service_of(request)
     body = await body_of(request, EmbedAllRequest)
-    encodings = await svc.prepare(as_batch(body.inputs)[0], truncate=body.truncate,
-                                  direction=body.truncation_direction)
+    encodings = await svc.prepare(as_batch(body.inputs)[0], truncate=body.truncate, direction=body.truncation_direction)
     vectors = await svc.embed(encodings, svc.spec(pooling="none"))
     return await json_answer(vectors, sum(v.size for v in vectors))
 
@@ -130,8 +147,14 @@ async def tokenize(request: Request):
     svc = service_of(request)
     body = await body_of(request, TokenizeRequest)
     pairs = None if body.pairs is None else [body.pairs] if isinstance(body.pairs, str) else list(body.pairs)
-    encodings = await svc.prepare(as_batch(body.inputs)[0], pairs, truncate=False, can_truncate=False,
-                                  add_special_tokens=body.add_special_tokens, max_length=None)
+    encodings = await svc.prepare(
+        as_batch(body.inputs)[0],
+        pairs,
+        truncate=False,
+        can_truncate=False,
+        add_special_tokens=body.add_special_tokens,
+        max_length=None,
+    )
     total = sum(len(e.ids) for e in encodings)
     return await json_answer(await run_in_threadpool(_token_lists, encodings, pairs is not None), total * 5)
 
@@ -161,8 +184,15 @@ async def decode(request: Request):
 
 
 ROUTES = [
-    ("/health", health, ["GET", "HEAD"]), ("/ping", health, ["GET", "HEAD"]), ("/", health, ["GET", "HEAD"]),
-    ("/", root, ["POST"]), ("/info", info, ["GET"]), ("/metrics", metrics, ["GET"]),
-    ("/embed", embed, ["POST"]), ("/embed_all", embed_all, ["POST"]), ("/similarity", similarity, ["POST"]),
-    ("/tokenize", tokenize, ["POST"]), ("/decode", decode, ["POST"]),
+    ("/health", health, ["GET", "HEAD"]),
+    ("/ping", health, ["GET", "HEAD"]),
+    ("/", health, ["GET", "HEAD"]),
+    ("/", root, ["POST"]),
+    ("/info", info, ["GET"]),
+    ("/metrics", metrics, ["GET"]),
+    ("/embed", embed, ["POST"]),
+    ("/embed_all", embed_all, ["POST"]),
+    ("/similarity", similarity, ["POST"]),
+    ("/tokenize", tokenize, ["POST"]),
+    ("/decode", decode, ["POST"]),
 ]

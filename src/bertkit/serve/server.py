@@ -60,8 +60,11 @@ class TimedH11Protocol(H11Protocol):
         if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
             return
         client = f"{self.client[0]}:{self.client[1]}" if self.client else "?"
-        logger.warning("closed a connection from %s: no complete request headers within %s s (--header-timeout)",
-                       client, self.header_timeout)
+        logger.warning(
+            "closed a connection from %s: no complete request headers within %s s (--header-timeout)",
+            client,
+            self.header_timeout,
+        )
         self.transport.close()
 
 
@@ -83,16 +86,28 @@ def quiet_accept_errors() -> None:
         log.addFilter(_OneLineAcceptErrors())
 
 
-def uvicorn_config(app: Any, *, header_timeout: float = 10.0, keep_alive_timeout: float = 5.0,
-                   log_level: str = "warning", **kwargs: Any) -> uvicorn.Config:
+def uvicorn_config(
+    app: Any,
+    *,
+    header_timeout: float = 10.0,
+    keep_alive_timeout: float = 5.0,
+    log_level: str = "warning",
+    **kwargs: Any,
+) -> uvicorn.Config:
     """A uvicorn config with bertkit's connection limits: ``header_timeout`` per request's headers and
     ``keep_alive_timeout`` idle between requests. uvicorn's own ``limit_concurrency`` stays off: it counts every
     open connection, so idle ones would make /health answer 503; the app's :class:`~bertkit.serve.http.Guard`
     limits the requests in flight instead."""
     protocol = type("TimedH11Protocol", (TimedH11Protocol,), {"header_timeout": float(header_timeout)})
     quiet_accept_errors()
-    return uvicorn.Config(app, http=protocol, timeout_keep_alive=int(max(1, round(keep_alive_timeout))),
-                          log_level=log_level, lifespan="on", **kwargs)
+    return uvicorn.Config(
+        app,
+        http=protocol,
+        timeout_keep_alive=int(max(1, round(keep_alive_timeout))),
+        log_level=log_level,
+        lifespan="on",
+        **kwargs,
+    )
 
 
 def settings_limits(settings: Any) -> dict[str, Any]:
@@ -128,8 +143,9 @@ class ServerThread:
             limits = {**settings_limits(settings), **limits}
         config = uvicorn_config(app, log_level=log_level, timeout_graceful_shutdown=5, **limits)
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]},
-                                       name="bertkit-uvicorn", daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, name="bertkit-uvicorn", daemon=True
+        )
 
     def start(self, timeout: float = 30.0) -> ServerThread:
         self.thread.start()

@@ -40,22 +40,34 @@ from bertkit.serve.http import (
 class ServeSettings:
     """Server options: each is the ``bertkit serve`` flag of the same name (``bertkit.options``)."""
 
-    model_id: str | None = option(None, help="name reported by /info, /v1/models and /v1/embeddings (default: the "
-                                  "model directory's name)")
-    layers: tuple | None = option(None, parse=parse_layers, help="default layer(s) for /embed, /v1/embeddings, "
-                                  "/encode (comma-separated, concatenated; default: the model's saved setting, "
-                                  "else -2)")
-    pooling: str | None = option(None, help=f"default pooling ({', '.join(POOLINGS)}; default: the model's saved "
-                                 "pooling, else mean)")
-    max_length: int | None = option(None, help="tokens per input, specials included (capped by the model; default: "
-                                    "the model's max_seq_length, else its max_position_embeddings)")
+    model_id: str | None = option(
+        None, help="name reported by /info, /v1/models and /v1/embeddings (default: the model directory's name)"
+    )
+    layers: tuple | None = option(
+        None,
+        parse=parse_layers,
+        help="default layer(s) for /embed, /v1/embeddings, "
+        "/encode (comma-separated, concatenated; default: the model's saved setting, "
+        "else -2)",
+    )
+    pooling: str | None = option(
+        None, help=f"default pooling ({', '.join(POOLINGS)}; default: the model's saved pooling, else mean)"
+    )
+    max_length: int | None = option(
+        None,
+        help="tokens per input, specials included (capped by the model; default: "
+        "the model's max_seq_length, else its max_position_embeddings)",
+    )
     auto_truncate: bool = option(False, help="truncate over-long inputs on /embed and /v1/embeddings instead of 422")
     max_inputs: int = option(2048, help="inputs per request (more: 422)")
     max_input_chars: int = option(50_000, help="characters per input (more: 422, or cut when truncating)")
-    max_request_tokens: int = option(300_000, help="tokens per request, all inputs together, on every route (more: "
-                                     "422)")
-    max_output_values: int = option(4 * 1024 * 1024, help="numbers in one answer, checked before computing it "
-                                    "(token-level outputs: tokens x width; more: 422)")
+    max_request_tokens: int = option(
+        300_000, help="tokens per request, all inputs together, on every route (more: 422)"
+    )
+    max_output_values: int = option(
+        4 * 1024 * 1024,
+        help="numbers in one answer, checked before computing it (token-level outputs: tokens x width; more: 422)",
+    )
     max_predictions: int = option(10_000, help="fill-mask predictions per request: [MASK]s x top_k (more: 422)")
     max_payload_bytes: int = option(4 * 1024 * 1024, help="request body size (more: 413)")
     max_batch_tokens: int = option(8192, help="padded tokens per forward pass")
@@ -63,16 +75,28 @@ class ServeSettings:
     max_wait_ms: float = option(2.0, help="linger for more inputs before a batch")
     max_pending: int = option(20_000, help="queued inputs beyond which requests get 429")
     request_timeout_s: float = option(60.0, flag="--request-timeout", help="seconds a request may wait (then 429)")
-    header_timeout_s: float = option(10.0, flag="--header-timeout", help="seconds a client has to send a request's "
-                                     "headers (then the connection is closed)")
-    body_timeout_s: float = option(30.0, flag="--body-timeout", help="seconds a client has to send a request's body "
-                                   "(then 408 and the connection is closed)")
-    keep_alive_timeout_s: float = option(5.0, flag="--keep-alive-timeout", help="seconds an idle keep-alive "
-                                         "connection stays open")
-    limit_concurrency: int = option(512, help="requests in flight beyond which new ones get 503 (/health, /ping "
-                                    "and idle connections are not counted)")
-    malloc_trim_interval_s: float = option(5.0, flag="--malloc-trim-interval", help="after work, hand freed memory "
-                                           "back to the OS at most this often (glibc malloc_trim; 0: never)")
+    header_timeout_s: float = option(
+        10.0,
+        flag="--header-timeout",
+        help="seconds a client has to send a request's headers (then the connection is closed)",
+    )
+    body_timeout_s: float = option(
+        30.0,
+        flag="--body-timeout",
+        help="seconds a client has to send a request's body (then 408 and the connection is closed)",
+    )
+    keep_alive_timeout_s: float = option(
+        5.0, flag="--keep-alive-timeout", help="seconds an idle keep-alive connection stays open"
+    )
+    limit_concurrency: int = option(
+        512,
+        help="requests in flight beyond which new ones get 503 (/health, /ping and idle connections are not counted)",
+    )
+    malloc_trim_interval_s: float = option(
+        5.0,
+        flag="--malloc-trim-interval",
+        help="after work, hand freed memory back to the OS at most this often (glibc malloc_trim; 0: never)",
+    )
     api_key: str | None = field(default=None, repr=False, metadata={"skip": True})
 
 
@@ -155,16 +179,22 @@ def cut(e: Any, limit: int, left: bool, specials: bool) -> Any:
         keep = [0, *range(n - limit + 1, n)]
     else:
         keep = [*range(limit - 1), n - 1]
-    return Tokens([e.ids[k] for k in keep], [e.type_ids[k] for k in keep],
-                  [e.tokens[k] for k in keep] if len(e.tokens) == n else [])
+    return Tokens(
+        [e.ids[k] for k in keep],
+        [e.type_ids[k] for k in keep],
+        [e.tokens[k] for k in keep] if len(e.tokens) == n else [],
+    )
 
 
 def resize(vectors: list[np.ndarray], dimensions: int | None, normalize: bool, dim: int) -> list[np.ndarray]:
     """TEI/OpenAI ``dimensions``: keep the first ``dimensions`` numbers (Matryoshka), then L2-normalise if asked."""
     if dimensions is not None:
         if dimensions <= 0 or dimensions > dim:
-            raise ApiError(None, f"'dimensions' must be in 1..{dim} (this model's embedding size), got {dimensions}",
-                           param="dimensions")
+            raise ApiError(
+                None,
+                f"'dimensions' must be in 1..{dim} (this model's embedding size), got {dimensions}",
+                param="dimensions",
+            )
         vectors = [v[:dimensions] for v in vectors]
         if normalize:
             vectors = [v / max(float(np.linalg.norm(v)), 1e-12) for v in vectors]
@@ -183,27 +213,51 @@ class Service:
     and ``.predict`` / ``.rerank`` / ``.ner`` / ``.answer``), run on the model's worker thread; None serves
     embeddings only."""
 
-    def __init__(self, encoder: Encoder, settings: ServeSettings, name: str | None = None, pipeline: Any = None,
-                 metrics: Metrics | None = None):
+    def __init__(
+        self,
+        encoder: Encoder,
+        settings: ServeSettings,
+        name: str | None = None,
+        pipeline: Any = None,
+        metrics: Metrics | None = None,
+    ):
         self.encoder, self.settings, self.pipeline = encoder, settings, pipeline
         self.model_id = name or settings.model_id or "bertkit"
         # None: the model's own (a sentence-embedding model's saved pooling; Encoder.defaults); fails early if bad
         self.default_spec = encoder.spec(settings.layers, settings.pooling)
         # the default layers as the user gave them, else the model's own counted from the top (-1 = last, 0 = the
         # embeddings), as bert-as-service reports them
-        self.default_layers = (list(settings.layers) if settings.layers is not None else
-                               [i - encoder.num_layers - 1 if i else 0 for i in self.default_spec.layers])
+        self.default_layers = (
+            list(settings.layers)
+            if settings.layers is not None
+            else [i - encoder.num_layers - 1 if i else 0 for i in self.default_spec.layers]
+        )
         self.max_length = encoder.max_tokens(settings.max_length or encoder.defaults.max_length)
-        self.queue = BatchQueue(encoder, settings.max_batch_tokens, settings.max_batch_size, settings.max_wait_ms,
-                                settings.max_pending, settings.malloc_trim_interval_s, self.max_length)
+        self.queue = BatchQueue(
+            encoder,
+            settings.max_batch_tokens,
+            settings.max_batch_size,
+            settings.max_wait_ms,
+            settings.max_pending,
+            settings.malloc_trim_interval_s,
+            self.max_length,
+        )
         self.metrics = metrics or Metrics()
         self.started = time.time()
 
     # ------------------------------------------------------------------ every input check, truncation and limit
 
-    async def prepare(self, items: list[Any], pairs: list[str] | None = None, truncate: bool | None = None,
-                      direction: str = "right", can_truncate: bool = True, words: bool = False,
-                      add_special_tokens: bool = True, max_length: int | None = 0) -> list[Any]:
+    async def prepare(
+        self,
+        items: list[Any],
+        pairs: list[str] | None = None,
+        truncate: bool | None = None,
+        direction: str = "right",
+        can_truncate: bool = True,
+        words: bool = False,
+        add_special_tokens: bool = True,
+        max_length: int | None = 0,
+    ) -> list[Any]:
         """Check a request's inputs and turn them into what the model reads, refusing (:class:`InputRejected`) what
         breaks a rule: the count (400 when none, 422 past ``--max-inputs``), each text (400 when it holds nothing the
         tokenizer keeps, 422 past ``--max-input-chars`` unless truncating), token ids (inside the vocabulary), tokens
@@ -219,8 +273,9 @@ class Service:
         self._check_count(items)
         if pairs is not None:
             if len(pairs) != len(items):
-                raise InputRejected("pairs", None, f"'{{field}}' has {len(pairs)} items but there are {len(items)} "
-                                    "inputs")
+                raise InputRejected(
+                    "pairs", None, f"'{{field}}' has {len(pairs)} items but there are {len(items)} inputs"
+                )
             if words:
                 raise InputRejected("pairs", None, "'{field}' cannot be sent with word lists (is_tokenized)")
         with self.metrics.lock:
@@ -250,15 +305,20 @@ class Service:
                 if len(e.ids) <= limit:
                     continue
                 if not truncate:
-                    tip = "; shorten it or set \"truncate\": true" if can_truncate else ": shorten it"
-                    raise InputRejected("inputs", i, f"'{{field}}' is {len(e.ids)} tokens long, over the model's "
-                                        f"limit of {limit}{tip}")
+                    tip = '; shorten it or set "truncate": true' if can_truncate else ": shorten it"
+                    raise InputRejected(
+                        "inputs", i, f"'{{field}}' is {len(e.ids)} tokens long, over the model's limit of {limit}{tip}"
+                    )
                 if max_length == 0:  # the server's own limit: cut here (a task pipeline cuts its own)
                     out[i] = cut(e, limit, left, not isinstance(items[i], list) or words)
         total = sum(len(e.ids) for e in out)
         if total > s.max_request_tokens:
-            raise InputRejected("inputs", None, f"'{{field}}' holds {total} tokens, over the limit of "
-                                f"{s.max_request_tokens} per request (--max-request-tokens): split it")
+            raise InputRejected(
+                "inputs",
+                None,
+                f"'{{field}}' holds {total} tokens, over the limit of "
+                f"{s.max_request_tokens} per request (--max-request-tokens): split it",
+            )
         return out
 
     def _check_count(self, items: list[Any]) -> None:
@@ -288,8 +348,9 @@ class Service:
         tokens = [tok.convert_ids_to_tokens(tok.cls_token_id), *pieces, tok.convert_ids_to_tokens(tok.sep_token_id)]
         return Tokens(tok.convert_tokens_to_ids(tokens), [0] * len(tokens), tokens)
 
-    async def tokenize(self, texts: list[str], pairs: list[str] | None, max_length: int | None,
-                       add_special_tokens: bool = True) -> list[Any]:
+    async def tokenize(
+        self, texts: list[str], pairs: list[str] | None, max_length: int | None, add_special_tokens: bool = True
+    ) -> list[Any]:
         """Encodings of texts (and pairs), cut to ``max_length`` when given; large requests off the event loop."""
         if pairs is not None and None in pairs:  # some inputs with a pair, some without: two calls
             alone = [i for i, p in enumerate(pairs) if p is None]
@@ -313,15 +374,21 @@ class Service:
         vocab = min(self.encoder.config.vocab_size, len(self.encoder.tokenizer))
         lists = [self._ids(ids, i, vocab).ids for i, ids in enumerate(items)]
         if sum(map(len, lists)) > self.settings.max_request_tokens:
-            raise InputRejected("inputs", None, f"'{{field}}' holds over {self.settings.max_request_tokens} tokens "
-                                "(--max-request-tokens)")
+            raise InputRejected(
+                "inputs",
+                None,
+                f"'{{field}}' holds over {self.settings.max_request_tokens} tokens (--max-request-tokens)",
+            )
         return lists
 
     def spec(self, layers: Any = None, pooling: Any = None, normalize: bool = False) -> PoolSpec:
         """Layers and pooling (None: the server's defaults) as a :class:`PoolSpec`; a bad one is refused."""
         try:
-            return self.encoder.spec(self.default_spec.layers if layers is None else layers,
-                                     self.default_spec.pooling if pooling is None else pooling, normalize)
+            return self.encoder.spec(
+                self.default_spec.layers if layers is None else layers,
+                self.default_spec.pooling if pooling is None else pooling,
+                normalize,
+            )
         except (ValueError, TypeError) as exc:
             role = "pooling" if "pool" in str(exc) and pooling is not None else "layers"
             raise InputRejected(role, None, "'{field}': " + str(exc).replace("{", "{{").replace("}", "}}")) from None
@@ -340,8 +407,12 @@ class Service:
                 raise InputRejected("inputs", i, f"'{{field}}' has no {mask} token")
         n = sum(t.count(mask) for t in texts)
         if n * top_k > self.settings.max_predictions:
-            raise InputRejected("top_k", None, f"{n} {mask} tokens x {{field}} {top_k} = {n * top_k} predictions, "
-                                f"over the limit of {self.settings.max_predictions} per request (--max-predictions)")
+            raise InputRejected(
+                "top_k",
+                None,
+                f"{n} {mask} tokens x {{field}} {top_k} = {n * top_k} predictions, "
+                f"over the limit of {self.settings.max_predictions} per request (--max-predictions)",
+            )
         return n
 
     def bound_answer(self, values: int, what: str) -> int:
@@ -366,8 +437,12 @@ class Service:
         vectors = await self.wait(future)
         for i, v in enumerate(vectors):
             if not np.isfinite(v).all():
-                raise InputRejected("inputs", i, "the model produced NaN or infinite values for '{field}': its weights "
-                                    "or config are broken", "Backend")
+                raise InputRejected(
+                    "inputs",
+                    i,
+                    "the model produced NaN or infinite values for '{field}': its weights or config are broken",
+                    "Backend",
+                )
         return vectors
 
     async def call(self, fn: Callable[[Encoder], Any]) -> Any:
@@ -384,8 +459,9 @@ class Service:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
         except asyncio.TimeoutError:
             future.cancel()
-            raise ApiError(None, f"timed out after {timeout} s in the queue (--request-timeout)",
-                           "Overloaded") from None
+            raise ApiError(
+                None, f"timed out after {timeout} s in the queue (--request-timeout)", "Overloaded"
+            ) from None
         except ApiError:
             raise
         except (ValueError, TypeError) as exc:
@@ -409,8 +485,9 @@ def service_of(request: Request, name: str | None = None, lenient: bool = False)
         return services[name]
     if lenient and len(services) == 1:
         return next(iter(services.values()))
-    raise ApiError(404, f"no model '{name}' here: this server has {', '.join(services)} (pick one with ?model=)",
-                   param="model")
+    raise ApiError(
+        404, f"no model '{name}' here: this server has {', '.join(services)} (pick one with ?model=)", param="model"
+    )
 
 
 async def body_of(request: Request, model: type[BaseModel] | Callable[[dict], type[BaseModel]]) -> Any:

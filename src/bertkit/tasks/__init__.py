@@ -37,8 +37,11 @@ TASK_CONFIG_NAME = "finetune_config.json"
 # ``(name, **task_options)`` and implements the ``TaskBase`` surface. GLUE's names come from its own registry,
 # ``bertkit.data.glue.GLUE_TASKS`` (aliases such as ``diagnostic`` left out of the choices).
 TASKS: dict[str, tuple[str, str]] = {
-    **{name: ("bertkit.tasks.classification", "ClassificationTask")
-       for name, spec in GLUE_TASKS.items() if spec.name == name},
+    **{
+        name: ("bertkit.tasks.classification", "ClassificationTask")
+        for name, spec in GLUE_TASKS.items()
+        if spec.name == name
+    },
     "classification": ("bertkit.tasks.classification", "ClassificationTask"),
     "squad": ("bertkit.tasks.squad", "SquadTask"),
     "squad_v2": ("bertkit.tasks.squad", "SquadTask"),
@@ -115,7 +118,8 @@ def collate_inputs(features: Sequence[dict], pad_id: int = 0) -> dict[str, Any]:
     from bertkit.batches import collate
 
     input_ids, token_type_ids, attention_mask = collate(
-        [f["input_ids"] for f in features], [f["token_type_ids"] for f in features], pad_id, multiple_of=8)
+        [f["input_ids"] for f in features], [f["token_type_ids"] for f in features], pad_id, multiple_of=8
+    )
     return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
 
 
@@ -170,7 +174,8 @@ def load_trained(model_class, model_dir, task_name: str):
             f"{model_dir}: no trained {task_name} head: the weights lack {', '.join(missing[:4])}"
             + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
             + f". Fine-tune it first (bertkit finetune --task {task_name} --model {model_dir} ...); evaluate and "
-              "predict never use a freshly initialised head")
+            "predict never use a freshly initialised head"
+        )
     return model
 
 

@@ -56,9 +56,14 @@ class ClassificationTask(TaskBase):
     # ------------------------------------------------------------------ labels and config
     def task_config(self) -> dict[str, Any]:
         return {
-            "task": self.name, "max_seq_length": self.max_seq_length, "text_column": self.text_column,
-            "pair_column": self.pair_column, "label_column": self.label_column, "regression": self.regression,
-            "data_format": self.data_format, "labels": self.labels,
+            "task": self.name,
+            "max_seq_length": self.max_seq_length,
+            "text_column": self.text_column,
+            "pair_column": self.pair_column,
+            "label_column": self.label_column,
+            "regression": self.regression,
+            "data_format": self.data_format,
+            "labels": self.labels,
         }
 
     def fit_labels(self, train_examples: Sequence) -> None:
@@ -89,8 +94,14 @@ class ClassificationTask(TaskBase):
 
             return read_glue(path, self.name, skip_bad_rows=skip_bad_rows, require_label=labelled)
         return read_table(
-            path, self.text_column, self.pair_column, self.label_column, regression=self.regression,
-            fmt=self.data_format, skip_bad_rows=skip_bad_rows, require_label=labelled,
+            path,
+            self.text_column,
+            self.pair_column,
+            self.label_column,
+            regression=self.regression,
+            fmt=self.data_format,
+            skip_bad_rows=skip_bad_rows,
+            require_label=labelled,
         )
 
     def featurize(self, examples: Sequence, tokenizer, training: bool = False) -> list[dict]:
@@ -106,8 +117,11 @@ class ClassificationTask(TaskBase):
                 elif e.label in label2id:
                     f["label"] = label2id[e.label]
                 else:
-                    raise DataError(getattr(examples, "path", "input"), e.line,
-                                    f"unknown label {e.label!r} (the model knows {self.labels})")
+                    raise DataError(
+                        getattr(examples, "path", "input"),
+                        e.line,
+                        f"unknown label {e.label!r} (the model knows {self.labels})",
+                    )
             features.append(f)
         return features
 
@@ -121,8 +135,16 @@ class ClassificationTask(TaskBase):
         return batch
 
     # ------------------------------------------------------------------ inference, metric, output
-    def predict(self, model, examples: Sequence, features: Sequence[dict], batch_size: int = 64,
-                precision: str = "fp32", device: str = "cpu", progress: bool = False) -> list:
+    def predict(
+        self,
+        model,
+        examples: Sequence,
+        features: Sequence[dict],
+        batch_size: int = 64,
+        precision: str = "fp32",
+        device: str = "cpu",
+        progress: bool = False,
+    ) -> list:
         preds: list = [None] * len(examples)
         for idx, out in run_inference(model, features, self.collate, batch_size, precision, device, progress):
             logits = out.logits.float().cpu()

@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 
 # (sentence, accepted answers): names from the five bundled books, then collocations of 19th-century prose
 CLOZE_ITEMS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("\" i think so , \" said sherlock [MASK] .", ("holmes",)),
-    ("\" you are right , my dear [MASK] , \" said holmes .", ("watson",)),
+    ('" i think so , " said sherlock [MASK] .', ("holmes",)),
+    ('" you are right , my dear [MASK] , " said holmes .', ("watson",)),
     ("the ball was given by mr . [MASK] at netherfield .", ("bingley",)),
     ("elizabeth bennet did not like mr . [MASK] at first .", ("darcy",)),
     ("she was the daughter of mrs . [MASK] , and sister to jane .", ("bennet",)),
     ("lady [MASK] de bourgh was a proud woman .", ("catherine",)),
     ("the portrait of dorian [MASK] grew old .", ("gray",)),
     ("lord [MASK] wotton smiled at dorian .", ("henry",)),
-    ("\" off with her head ! \" shouted the [MASK] .", ("queen",)),
+    ('" off with her head ! " shouted the [MASK] .', ("queen",)),
     ("the mock [MASK] sighed deeply .", ("turtle",)),
     ("the march [MASK] and the hatter were having tea .", ("hare",)),
     ("the cheshire [MASK] grinned at alice .", ("cat",)),
@@ -36,7 +36,7 @@ CLOZE_ITEMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("he shook his [MASK] and said nothing .", ("head",)),
     ("on the other [MASK] , she was very young .", ("hand",)),
     ("it was the first [MASK] that she had seen him .", ("time",)),
-    ("\" i beg your [MASK] , \" said alice .", ("pardon",)),
+    ('" i beg your [MASK] , " said alice .', ("pardon",)),
     ("she burst into [MASK] and ran from the room .", ("tears",)),
     ("he walked out of the [MASK] and shut the door .", ("room", "house")),
     ("at the same [MASK] he heard a noise .", ("time", "moment")),
@@ -62,9 +62,15 @@ class ClozeScore:
     answers: list[tuple[str, list[str], bool]] = field(default_factory=list)
 
     def line(self) -> str:
-        return (f"cloze probe: {self.top1}/{self.scored} right at the top guess, {self.top5}/{self.scored} in the "
-                f"top 5" + (f" ({self.total - self.scored} items skipped: answers not in the vocabulary)"
-                            if self.scored < self.total else ""))
+        return (
+            f"cloze probe: {self.top1}/{self.scored} right at the top guess, {self.top5}/{self.scored} in the "
+            f"top 5"
+            + (
+                f" ({self.total - self.scored} items skipped: answers not in the vocabulary)"
+                if self.scored < self.total
+                else ""
+            )
+        )
 
 
 def cloze_probe(encoder, items: Sequence[tuple[str, Sequence[str]]] = CLOZE_ITEMS) -> ClozeScore:

@@ -144,9 +144,7 @@ def squad_f1_v2(prediction: str, ground_truth: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def squad_evaluate(
-    gold: dict[str, list[str]], predictions: dict[str, str], version: str = "1.1"
-) -> dict[str, float]:
+def squad_evaluate(gold: dict[str, list[str]], predictions: dict[str, str], version: str = "1.1") -> dict[str, float]:
     """EM and F1 in percent over every gold question, as the official scripts report them.
 
     ``gold`` maps question id -> gold answer texts (an unanswerable v2 question has ``[]``).

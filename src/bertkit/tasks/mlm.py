@@ -43,8 +43,10 @@ def check_honest(batch: dict, mask_id: int) -> None:
     labels, ids = batch["labels"], batch["input_ids"]
     sel = labels != -100
     if bool((ids[sel] != mask_id).any()):
-        raise ValueError("held-out MLM batches must have [MASK] at every labelled position (none random, none kept); "
-                         "build them with PretrainingData.eval_batches")
+        raise ValueError(
+            "held-out MLM batches must have [MASK] at every labelled position (none random, none kept); "
+            "build them with PretrainingData.eval_batches"
+        )
 
 
 @torch.no_grad()
@@ -75,5 +77,10 @@ def score_mlm(model, batches: Iterable[dict], mask_id: int | None = None, contex
             nsp_n += int(batch["next_sentence_label"].numel())
     if n == 0:
         raise ValueError("no masked positions to score")
-    return MlmScore(mlm_acc=ok / n, mlm_baseline=int(counts.max()) / n, mlm_loss=loss_sum / n, masked_tokens=n,
-                    nsp_acc=nsp_ok / nsp_n if nsp_n else None)
+    return MlmScore(
+        mlm_acc=ok / n,
+        mlm_baseline=int(counts.max()) / n,
+        mlm_loss=loss_sum / n,
+        masked_tokens=n,
+        nsp_acc=nsp_ok / nsp_n if nsp_n else None,
+    )

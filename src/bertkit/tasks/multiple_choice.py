@@ -65,8 +65,16 @@ class MultipleChoiceTask(TaskBase):
             batch["labels"] = torch.tensor([f["label"] for f in features])
         return batch
 
-    def predict(self, model, examples: Sequence, features: Sequence[dict], batch_size: int = 64,
-                precision: str = "fp32", device: str = "cpu", progress: bool = False) -> list[int]:
+    def predict(
+        self,
+        model,
+        examples: Sequence,
+        features: Sequence[dict],
+        batch_size: int = 64,
+        precision: str = "fp32",
+        device: str = "cpu",
+        progress: bool = False,
+    ) -> list[int]:
         preds: list = [None] * len(examples)
         for idx, out in run_inference(model, features, self.collate, batch_size, precision, device, progress):
             best = out.logits.argmax(-1).cpu()

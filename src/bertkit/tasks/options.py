@@ -28,9 +28,15 @@ FINETUNE_ONLY = ("feature_based", "feature_layers", "tagger", "tagger_hidden")
 
 def add_task_flag(parser: argparse.ArgumentParser, required: bool) -> None:
     """``--task`` with the registry's names as choices."""
-    parser.add_argument("--task", choices=TASK_NAMES, required=required, metavar="TASK",
-                        help="task family or GLUE task: " + ", ".join(TASK_NAMES)
-                        + ("" if required else " (default: the fine-tuned model's)"))
+    parser.add_argument(
+        "--task",
+        choices=TASK_NAMES,
+        required=required,
+        metavar="TASK",
+        help="task family or GLUE task: "
+        + ", ".join(TASK_NAMES)
+        + ("" if required else " (default: the fine-tuned model's)"),
+    )
 
 
 @dataclass
@@ -47,40 +53,55 @@ class RunOptions:
 class TaskOptions:
     """A task family's settings; ``None`` = the task's default, or the value saved with a fine-tuned model."""
 
-    max_seq_length: int | None = option(None, help="tokens per input (default 128, SQuAD 384; evaluate / predict: "
-                                                   "the fine-tuning value)")
-    text_column: str | None = option(None, group=GENERIC,
-                                     help="column (or JSONL field) with the text (default 'text')")
+    max_seq_length: int | None = option(
+        None, help="tokens per input (default 128, SQuAD 384; evaluate / predict: the fine-tuning value)"
+    )
+    text_column: str | None = option(None, group=GENERIC, help="column (or JSONL field) with the text (default 'text')")
     pair_column: str | None = option(None, group=GENERIC, help="column with the second text of a pair")
     label_column: str | None = option(None, group=GENERIC, help="column with the label (default 'label')")
     regression: bool = option(False, group=GENERIC, help="labels are numbers (MSE head)")
-    data_format: str | None = option(None, flag="--format", choices=("csv", "tsv", "jsonl"), group=GENERIC,
-                                     help="file format (default: from the extension)")
+    data_format: str | None = option(
+        None,
+        flag="--format",
+        choices=("csv", "tsv", "jsonl"),
+        group=GENERIC,
+        help="file format (default: from the extension)",
+    )
     tag_column: int | None = option(None, group=GENERIC, help="CoNLL column holding the tag (default -1)")
     doc_stride: int | None = option(None, group=SQUAD, help="tokens between window starts (default 128)")
     max_query_length: int | None = option(None, group=SQUAD, help="question tokens kept (default 64)")
     n_best_size: int | None = option(None, group=SQUAD, help="start/end candidates per window (default 20)")
     max_answer_length: int | None = option(None, group=SQUAD, help="longest answer in tokens (default 30)")
     null_score_diff_threshold: float | None = option(
-        None, group=SQUAD, help="v2.0: predict no answer when null score - best span score > this (default 0.0)")
+        None, group=SQUAD, help="v2.0: predict no answer when null score - best span score > this (default 0.0)"
+    )
     answer_text: str | None = option(
-        None, group=SQUAD, choices=("google", "chars", "words"),
+        None,
+        group=SQUAD,
+        choices=("google", "chars", "words"),
         help="how a predicted token span becomes answer text: google = run_squad.py's get_final_text (the "
-             "de-tokenized word pieces projected onto the original words; default), chars = the context's "
-             "characters from the first piece's start to the last piece's end, words = chars widened to whole words")
-    feature_based: bool = option(False, group=FEATURE_BASED,
-                                 help="freeze BERT; train a small tagger on the concatenation of --feature-layers")
-    feature_layers: str | None = option(None, group=FEATURE_BASED,
-                                        help="comma-separated layer indices (default -1,-2,-3,-4)")
-    tagger: str | None = option(None, group=FEATURE_BASED, choices=("bilstm", "mlp"),
-                                help="tagger on the features (default bilstm)")
+        "de-tokenized word pieces projected onto the original words; default), chars = the context's "
+        "characters from the first piece's start to the last piece's end, words = chars widened to whole words",
+    )
+    feature_based: bool = option(
+        False, group=FEATURE_BASED, help="freeze BERT; train a small tagger on the concatenation of --feature-layers"
+    )
+    feature_layers: str | None = option(
+        None, group=FEATURE_BASED, help="comma-separated layer indices (default -1,-2,-3,-4)"
+    )
+    tagger: str | None = option(
+        None, group=FEATURE_BASED, choices=("bilstm", "mlp"), help="tagger on the features (default bilstm)"
+    )
     tagger_hidden: int | None = option(None, group=FEATURE_BASED, help="tagger hidden size (default 256)")
 
     def given(self) -> dict[str, Any]:
         """The options set on the command line: not None, and bools only when switched on (they have no
         --no- form, so False means "not given" and must not override a saved True)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if getattr(self, f.name) is not None and getattr(self, f.name) is not False}
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None and getattr(self, f.name) is not False
+        }
 
 
 def task_options(args: argparse.Namespace, saved: dict[str, Any] | None = None) -> dict[str, Any]:

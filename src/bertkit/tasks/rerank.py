@@ -62,9 +62,16 @@ class RerankTask(TaskBase):
         self.main_metric = "mrr"
 
     def task_config(self) -> dict[str, Any]:
-        return {"task": self.name, "max_seq_length": self.max_seq_length, "text_column": self.text_column,
-                "pair_column": self.pair_column, "label_column": self.label_column, "data_format": self.data_format,
-                "group_size": self.group_size, "eval_candidates": self.eval_candidates}
+        return {
+            "task": self.name,
+            "max_seq_length": self.max_seq_length,
+            "text_column": self.text_column,
+            "pair_column": self.pair_column,
+            "label_column": self.label_column,
+            "data_format": self.data_format,
+            "group_size": self.group_size,
+            "eval_candidates": self.eval_candidates,
+        }
 
     def model_overrides(self) -> dict[str, Any]:
         return {"num_labels": 1, "id2label": {0: "score"}, "label2id": {"score": 0}}
@@ -84,11 +91,19 @@ class RerankTask(TaskBase):
         """Rows as ``ClassificationExample`` (text_a = query, text_b = positive, label = negative or None)."""
         from bertkit.data.readers import read_table
 
-        return read_table(path, self.text_column, self.pair_column, self.label_column, fmt=self.data_format,
-                          skip_bad_rows=skip_bad_rows, require_label=False)
+        return read_table(
+            path,
+            self.text_column,
+            self.pair_column,
+            self.label_column,
+            fmt=self.data_format,
+            skip_bad_rows=skip_bad_rows,
+            require_label=False,
+        )
 
-    def _candidates(self, examples: Sequence, i: int, size: int, rng: random.Random, pool: list[str],
-                    own: dict[str, set[str]]) -> list[str]:
+    def _candidates(
+        self, examples: Sequence, i: int, size: int, rng: random.Random, pool: list[str], own: dict[str, set[str]]
+    ) -> list[str]:
         """Row ``i``'s positive, its negative, then passages of other rows drawn from ``pool`` up to ``size``."""
         e = examples[i]
         out = [e.text_b] + ([e.label] if e.label is not None and e.label != e.text_b else [])
@@ -105,28 +120,40 @@ class RerankTask(TaskBase):
             # the same group size for every row: as many candidates as the smallest row can be given
             size = min([self.group_size] + [len(pool) - len(own[e.text_a]) + 1 for e in examples])
             if size < 2:
-                raise ValueError("rerank training needs at least two different passages per query: give negatives "
-                                 "or more rows")
+                raise ValueError(
+                    "rerank training needs at least two different passages per query: give negatives or more rows"
+                )
             rng = random.Random(0)
             groups = [self._candidates(examples, i, size, rng, pool, own) for i in range(len(examples))]
             size = min(len(g) for g in groups)
             groups = [g[:size] for g in groups]
         else:
-            groups = [self._candidates(examples, i, self.eval_candidates, random.Random(i), pool, own)
-                      for i in range(len(examples))]
+            groups = [
+                self._candidates(examples, i, self.eval_candidates, random.Random(i), pool, own)
+                for i in range(len(examples))
+            ]
         queries = [e.text_a for e, g in zip(examples, groups) for _ in g]
         passages = [p for g in groups for p in g]
         encodings = tokenizer.encode_batch(queries, passages, max_length=self.max_seq_length)
         features, k = [], 0
         for i, g in enumerate(groups):
-            encs = encodings[k:k + len(g)]
+            encs = encodings[k : k + len(g)]
             k += len(g)
             if training:
-                features.append({"input_ids": [x.ids for x in encs], "token_type_ids": [x.type_ids for x in encs],
-                                 "length": max(len(x.ids) for x in encs), "example": i, "label": 0})
+                features.append(
+                    {
+                        "input_ids": [x.ids for x in encs],
+                        "token_type_ids": [x.type_ids for x in encs],
+                        "length": max(len(x.ids) for x in encs),
+                        "example": i,
+                        "label": 0,
+                    }
+                )
             else:
-                features += [{"input_ids": x.ids, "token_type_ids": x.type_ids, "example": i, "candidate": j}
-                             for j, x in enumerate(encs)]
+                features += [
+                    {"input_ids": x.ids, "token_type_ids": x.type_ids, "example": i, "candidate": j}
+                    for j, x in enumerate(encs)
+                ]
         return features
 
     def collate(self, features: Sequence[dict]) -> dict:
@@ -145,8 +172,16 @@ class RerankTask(TaskBase):
         }
 
     # ------------------------------------------------------------------ inference, metric, output
-    def predict(self, model, examples: Sequence, features: Sequence[dict], batch_size: int = 64,
-                precision: str = "fp32", device: str = "cpu", progress: bool = False) -> list[list[float]]:
+    def predict(
+        self,
+        model,
+        examples: Sequence,
+        features: Sequence[dict],
+        batch_size: int = 64,
+        precision: str = "fp32",
+        device: str = "cpu",
+        progress: bool = False,
+    ) -> list[list[float]]:
         """Per row: the logits of its candidates (0 = the positive / passage column, 1 = its negative if any)."""
         preds: list[list[float]] = [[] for _ in examples]
         for f in features:

@@ -144,12 +144,12 @@ def encode_questions_and_contexts(examples: Sequence, tokenizer) -> tuple[list, 
     return questions, dict(zip(unique, tokenizer.encode_batch(unique, truncation=False, add_special_tokens=False)))
 
 
-def window(cls: int, sep: int, q_ids: list[int], ctx_ids: list[int], start: int, length: int
-           ) -> tuple[list[int], list[int]]:
+def window(
+    cls: int, sep: int, q_ids: list[int], ctx_ids: list[int], start: int, length: int
+) -> tuple[list[int], list[int]]:
     """(input ids, token types) of ``[CLS] question [SEP] context[start:start + length] [SEP]``."""
     offset = len(q_ids) + 2
-    return [cls] + q_ids + [sep] + ctx_ids[start:start + length] + [sep], [0] * offset + [1] * (length + 1)
-
+    return [cls] + q_ids + [sep] + ctx_ids[start : start + length] + [sep], [0] * offset + [1] * (length + 1)
 
 
 class SquadTask(TaskBase):
@@ -183,15 +183,22 @@ class SquadTask(TaskBase):
         self._words: tuple[str, tuple[list[str], list[int]]] | None = None  # the last context's whitespace words
         self.main_metric = "f1"
         if self.max_seq_length - self.max_query_length - 3 < 1:
-            raise InputError(f"--max-seq-length ({self.max_seq_length}) leaves no room for context after a "
-                             f"{self.max_query_length}-token question")
+            raise InputError(
+                f"--max-seq-length ({self.max_seq_length}) leaves no room for context after a "
+                f"{self.max_query_length}-token question"
+            )
 
     def task_config(self) -> dict[str, Any]:
         return {
-            "task": self.name, "max_seq_length": self.max_seq_length, "doc_stride": self.doc_stride,
-            "max_query_length": self.max_query_length, "n_best_size": self.n_best_size,
-            "max_answer_length": self.max_answer_length, "null_score_diff_threshold": self.null_score_diff_threshold,
-            "version": self.version, "answer_text": self.answer_text,
+            "task": self.name,
+            "max_seq_length": self.max_seq_length,
+            "doc_stride": self.doc_stride,
+            "max_query_length": self.max_query_length,
+            "n_best_size": self.n_best_size,
+            "max_answer_length": self.max_answer_length,
+            "null_score_diff_threshold": self.null_score_diff_threshold,
+            "version": self.version,
+            "answer_text": self.answer_text,
         }
 
     def read(self, path: str | os.PathLike, labelled: bool = True, skip_bad_rows: bool = False):
@@ -199,8 +206,9 @@ class SquadTask(TaskBase):
 
         examples, version = read_squad(path, skip_bad_rows=skip_bad_rows, require_answers=labelled)
         if version == "2.0" and self.version != "2.0":
-            logger.warning(f"bertkit: {path} has unanswerable questions (SQuAD 2.0): use --task squad_v2 to predict "
-                           "null answers")
+            logger.warning(
+                f"bertkit: {path} has unanswerable questions (SQuAD 2.0): use --task squad_v2 to predict null answers"
+            )
         return examples
 
     # ------------------------------------------------------------------ features
@@ -236,7 +244,9 @@ class SquadTask(TaskBase):
                     "offset": offset,
                     "max_context": flag,
                     # the context's pieces, their character offsets and word indices (shared by its windows)
-                    "offsets": offsets, "tokens": ctx.tokens, "word_ids": ctx.word_ids,
+                    "offsets": offsets,
+                    "tokens": ctx.tokens,
+                    "word_ids": ctx.word_ids,
                     # get_final_text projects answers with the same; None: not WordPiece (answers are the context's
                     # characters under the pieces, as answer_text "chars")
                     "basic_tokenize": getattr(tokenizer, "basic_tokenize", None),
@@ -260,8 +270,16 @@ class SquadTask(TaskBase):
         return batch
 
     # ------------------------------------------------------------------ inference
-    def predict(self, model, examples: Sequence, features: Sequence[dict], batch_size: int = 64,
-                precision: str = "fp32", device: str = "cpu", progress: bool = False) -> list[dict]:
+    def predict(
+        self,
+        model,
+        examples: Sequence,
+        features: Sequence[dict],
+        batch_size: int = 64,
+        precision: str = "fp32",
+        device: str = "cpu",
+        progress: bool = False,
+    ) -> list[dict]:
         logits: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(features)
         for idx, out in run_inference(model, features, self.collate, batch_size, precision, device, progress):
             start = out.start_logits.float().cpu().numpy()
@@ -276,8 +294,10 @@ class SquadTask(TaskBase):
         by_example: dict[int, list[int]] = collections.defaultdict(list)
         for i, f in enumerate(features):
             by_example[f["example"]].append(i)
-        return [self._postprocess(e, [features[i] for i in by_example[k]], [logits[i] for i in by_example[k]])
-                for k, e in enumerate(examples)]
+        return [
+            self._postprocess(e, [features[i] for i in by_example[k]], [logits[i] for i in by_example[k]])
+            for k, e in enumerate(examples)
+        ]
 
     def answer_span_text(self, context: str, feature: dict, first: int, last: int) -> str:
         """The answer text of context pieces ``first..last`` (indices into the context's pieces), by
@@ -318,8 +338,16 @@ class SquadTask(TaskBase):
                 for e in ends.tolist():
                     if not offset <= e < offset + n_ctx or e < s or e - s + 1 > self.max_answer_length:
                         continue
-                    candidates.append((float(start[s] + end[e]), float(start[s]), float(end[e]), f,
-                                       span_start + s - offset, span_start + e - offset))
+                    candidates.append(
+                        (
+                            float(start[s] + end[e]),
+                            float(start[s]),
+                            float(end[e]),
+                            f,
+                            span_start + s - offset,
+                            span_start + e - offset,
+                        )
+                    )
         candidates.sort(key=lambda c: -c[0])
         nbest, seen = [], set()
         for score, sl, el, f, first, last in candidates:
@@ -327,8 +355,16 @@ class SquadTask(TaskBase):
             if text in seen:
                 continue
             seen.add(text)
-            nbest.append({"text": text, "start_logit": sl, "end_logit": el, "score": score,
-                          "start": f["offsets"][first][0], "end": f["offsets"][last][1]})  # the pieces' characters
+            nbest.append(
+                {
+                    "text": text,
+                    "start_logit": sl,
+                    "end_logit": el,
+                    "score": score,
+                    "start": f["offsets"][first][0],
+                    "end": f["offsets"][last][1],
+                }
+            )  # the pieces' characters
             if len(nbest) >= self.n_best_size:
                 break
         best_non_null = nbest[0] if nbest else None
@@ -347,8 +383,12 @@ class SquadTask(TaskBase):
             best_score = best_non_null["start_logit"] + best_non_null["end_logit"] if best_non_null else -math.inf
             null_odds = null_score - best_score
             text = "" if best_non_null is None or null_odds > self.null_score_diff_threshold else best_non_null["text"]
-            return {"text": text, "nbest": nbest, "null_odds": null_odds,
-                    "best_non_null": best_non_null["text"] if best_non_null else ""}
+            return {
+                "text": text,
+                "nbest": nbest,
+                "null_odds": null_odds,
+                "best_non_null": best_non_null["text"] if best_non_null else "",
+            }
         return {"text": best_non_null["text"] if best_non_null else "", "nbest": nbest, "null_odds": None}
 
     # ------------------------------------------------------------------ metric and output
@@ -356,8 +396,13 @@ class SquadTask(TaskBase):
         gold = {e.qas_id: ([] if e.is_impossible else e.answer_texts) for e in examples}
         out = squad_evaluate(gold, {e.qas_id: p["text"] for e, p in zip(examples, preds)}, self.version)
         if self.version == "2.0" and preds and all(p.get("null_odds") is not None for p in preds):
-            out.update(squad_v2_best_thresholds(gold, {e.qas_id: p["best_non_null"] for e, p in zip(examples, preds)},
-                                                {e.qas_id: p["null_odds"] for e, p in zip(examples, preds)}))
+            out.update(
+                squad_v2_best_thresholds(
+                    gold,
+                    {e.qas_id: p["best_non_null"] for e, p in zip(examples, preds)},
+                    {e.qas_id: p["null_odds"] for e, p in zip(examples, preds)},
+                )
+            )
         return {k: float(v) for k, v in out.items()}
 
     def write_predictions(self, directory: str | os.PathLike, examples: Sequence, preds: Sequence[dict]) -> list[Path]:
@@ -390,8 +435,13 @@ HF_MAX_QUESTION_LEN = 64
 HF_MAX_ANSWER_LEN = 15
 
 
-def hf_features(examples: Sequence, tokenizer, max_seq_len: int = HF_MAX_SEQ_LEN, doc_stride: int | None = None,
-                max_question_len: int = HF_MAX_QUESTION_LEN) -> list[dict]:
+def hf_features(
+    examples: Sequence,
+    tokenizer,
+    max_seq_len: int = HF_MAX_SEQ_LEN,
+    doc_stride: int | None = None,
+    max_question_len: int = HF_MAX_QUESTION_LEN,
+) -> list[dict]:
     """Windows ``[CLS] question [SEP] context-part [SEP]`` of at most ``max_seq_len`` tokens whose context parts
     overlap by ``doc_stride`` tokens (default ``min(max_seq_len // 2, 128)``, as transformers). The question keeps
     at most ``max_question_len`` tokens (transformers' fast path does not cut it and fails on a longer one).
@@ -408,20 +458,29 @@ def hf_features(examples: Sequence, tokenizer, max_seq_len: int = HF_MAX_SEQ_LEN
         ctx = encoded[e.context]
         budget = max_seq_len - len(q_ids) - 3
         if budget < 1:
-            raise InputError(f"max_seq_len ({max_seq_len}) leaves no room for context after a {len(q_ids)}-token "
-                             "question")
+            raise InputError(
+                f"max_seq_len ({max_seq_len}) leaves no room for context after a {len(q_ids)}-token question"
+            )
         if doc_stride >= budget:
-            raise InputError(f"doc_stride ({doc_stride}) must be smaller than the context tokens of a window "
-                             f"({budget} = max_seq_len {max_seq_len} - question {len(q_ids)} - 3 special tokens)")
+            raise InputError(
+                f"doc_stride ({doc_stride}) must be smaller than the context tokens of a window "
+                f"({budget} = max_seq_len {max_seq_len} - question {len(q_ids)} - 3 special tokens)"
+            )
         offset = len(q_ids) + 2
         for start, length in doc_spans(len(ctx.ids), budget, budget - doc_stride):
             ids, types = window(cls, sep, q_ids, ctx.ids, start, length)
-            features.append({
-                "input_ids": ids,
-                "token_type_ids": types,
-                "example": i, "span_start": start, "offset": offset, "n_ctx": length,
-                "offsets": ctx.offsets, "word_ids": ctx.word_ids,
-            })
+            features.append(
+                {
+                    "input_ids": ids,
+                    "token_type_ids": types,
+                    "example": i,
+                    "span_start": start,
+                    "offset": offset,
+                    "n_ctx": length,
+                    "offsets": ctx.offsets,
+                    "word_ids": ctx.word_ids,
+                }
+            )
     return features
 
 
@@ -444,9 +503,15 @@ def _decode_spans(start: np.ndarray, end: np.ndarray, topk: int, max_answer_len:
     return starts, ends, candidates[starts, ends]
 
 
-def hf_answers(examples: Sequence, features: Sequence[dict], logits: Sequence, top_k: int = 1,
-               handle_impossible_answer: bool = False, max_answer_len: int = HF_MAX_ANSWER_LEN,
-               align_to_words: bool = True) -> list[list[dict]]:
+def hf_answers(
+    examples: Sequence,
+    features: Sequence[dict],
+    logits: Sequence,
+    top_k: int = 1,
+    handle_impossible_answer: bool = False,
+    max_answer_len: int = HF_MAX_ANSWER_LEN,
+    align_to_words: bool = True,
+) -> list[list[dict]]:
     """For each example, its ``top_k`` best ``{"score", "start", "end", "answer"}`` (best first; fewer when the
     context has fewer spans), from each window's (start logits [T], end logits [T]), as transformers' pipeline:
     see the comment above. ``handle_impossible_answer`` adds ``{"answer": "", "start": 0, "end": 0}`` scored with
@@ -465,7 +530,7 @@ def hf_answers(examples: Sequence, features: Sequence[dict], logits: Sequence, t
             offset, n_ctx, span_start = f["offset"], f["n_ctx"], f["span_start"]
             start, end = (np.asarray(x, dtype=np.float32) for x in logits[i])
             desired = np.zeros(len(start), dtype=np.int64)
-            desired[offset:offset + n_ctx] = 1
+            desired[offset : offset + n_ctx] = 1
             desired[0] = 1  # [CLS] (transformers' p_mask leaves it selectable)
             start = np.where(desired == 0, np.float32(-10000.0), start)
             end = np.where(desired == 0, np.float32(-10000.0), end)

@@ -74,9 +74,14 @@ class TaggingTask(TaskBase):
 
     def task_config(self) -> dict[str, Any]:
         return {
-            "task": self.name, "max_seq_length": self.max_seq_length, "tag_column": self.tag_column,
-            "labels": self.labels, "feature_based": self.feature_based, "feature_layers": self.feature_layers,
-            "tagger": self.tagger, "tagger_hidden": self.tagger_hidden,
+            "task": self.name,
+            "max_seq_length": self.max_seq_length,
+            "tag_column": self.tag_column,
+            "labels": self.labels,
+            "feature_based": self.feature_based,
+            "feature_layers": self.feature_layers,
+            "tagger": self.tagger,
+            "tagger_hidden": self.tagger_hidden,
         }
 
     def fit_labels(self, train_examples: Sequence) -> None:
@@ -86,8 +91,11 @@ class TaggingTask(TaskBase):
             self.labels = label_list(train_examples)
 
     def model_overrides(self) -> dict[str, Any]:
-        return {"num_labels": len(self.labels), "id2label": dict(enumerate(self.labels)),
-                "label2id": {t: i for i, t in enumerate(self.labels)}}
+        return {
+            "num_labels": len(self.labels),
+            "id2label": dict(enumerate(self.labels)),
+            "label2id": {t: i for i, t in enumerate(self.labels)},
+        }
 
     def load_model(self, model_dir, finetuned: bool):
         if (Path(model_dir) / TAGGER_CONFIG).is_file() and finetuned:
@@ -108,8 +116,9 @@ class TaggingTask(TaskBase):
     def read(self, path: str | os.PathLike, labelled: bool = True, skip_bad_rows: bool = False):
         from bertkit.data.conll import read_conll
 
-        return read_conll(path, labels=self.labels, tag_column=self.tag_column, skip_bad_rows=skip_bad_rows,
-                          require_tags=labelled)
+        return read_conll(
+            path, labels=self.labels, tag_column=self.tag_column, skip_bad_rows=skip_bad_rows, require_tags=labelled
+        )
 
     # ------------------------------------------------------------------ features
     def featurize(self, examples: Sequence, tokenizer, training: bool = False) -> list[dict]:
@@ -119,8 +128,7 @@ class TaggingTask(TaskBase):
         # a word the tokenizer drops entirely (e.g. only control characters) keeps one position to be labelled:
         # [UNK], or [PAD] for a tokenizer.json without an unknown token (byte-level BPE never needs one)
         empty = [tokenizer.unk_token_id if tokenizer.unk_token_id is not None else tokenizer.pad_token_id]
-        pieces = [enc.ids or empty for enc in
-                  tokenizer.encode_batch(flat, truncation=False, add_special_tokens=False)]
+        pieces = [enc.ids or empty for enc in tokenizer.encode_batch(flat, truncation=False, add_special_tokens=False)]
         label2id = {t: i for i, t in enumerate(self.labels or [])}
         features, k, cut = [], 0, 0
         budget = self.max_seq_length - 2
@@ -134,8 +142,11 @@ class TaggingTask(TaskBase):
                 starts.append(len(ids))
                 tag = e.tags[j] if e.tags is not None else None
                 if tag is not None and tag not in label2id:
-                    raise DataError(getattr(examples, "path", "input"), e.line + j,
-                                    f"unknown tag {tag!r} (the model knows {self.labels})")
+                    raise DataError(
+                        getattr(examples, "path", "input"),
+                        e.line + j,
+                        f"unknown tag {tag!r} (the model knows {self.labels})",
+                    )
                 labels += [label2id[tag] if tag is not None else -100] + [-100] * (len(p) - 1)
                 ids += p
             k += len(e.words)
@@ -146,8 +157,9 @@ class TaggingTask(TaskBase):
                 f["labels"] = labels
             features.append(f)
         if cut:
-            logger.warning(f"bertkit: {cut} words did not fit in max_seq_length={self.max_seq_length}; they are "
-                           "predicted 'O'")
+            logger.warning(
+                f"bertkit: {cut} words did not fit in max_seq_length={self.max_seq_length}; they are predicted 'O'"
+            )
         return features
 
     def collate(self, features: Sequence[dict]) -> dict:
@@ -157,8 +169,16 @@ class TaggingTask(TaskBase):
         return batch
 
     # ------------------------------------------------------------------ inference, metric, output
-    def predict(self, model, examples: Sequence, features: Sequence[dict], batch_size: int = 64,
-                precision: str = "fp32", device: str = "cpu", progress: bool = False) -> list[list[str]]:
+    def predict(
+        self,
+        model,
+        examples: Sequence,
+        features: Sequence[dict],
+        batch_size: int = 64,
+        precision: str = "fp32",
+        device: str = "cpu",
+        progress: bool = False,
+    ) -> list[list[str]]:
         preds: list = [None] * len(examples)
         for idx, out in run_inference(model, features, self.collate, batch_size, precision, device, progress):
             best = out.logits.argmax(-1).cpu()
@@ -197,16 +217,25 @@ class FeatureTagger(nn.Module):
     returns its output type, so the fine-tuning loop and the tagging task use it unchanged.
     """
 
-    def __init__(self, bert, labels: Sequence[str], layers: Sequence[int] = (-1, -2, -3, -4),
-                 tagger: str = "bilstm", hidden: int = 256, dropout: float = 0.1):
+    def __init__(
+        self,
+        bert,
+        labels: Sequence[str],
+        layers: Sequence[int] = (-1, -2, -3, -4),
+        tagger: str = "bilstm",
+        hidden: int = 256,
+        dropout: float = 0.1,
+    ):
         super().__init__()
         if tagger not in ("bilstm", "mlp"):
             raise InputError(f"--tagger must be 'bilstm' or 'mlp', got {tagger!r}")
         n_states = bert.config.num_hidden_layers + 1
         for layer in layers:
             if not -n_states <= layer < n_states:
-                raise InputError(f"--feature-layers: layer {layer} does not exist: the model has {n_states} "
-                                 f"hidden states (0 = embeddings .. {n_states - 1} = last layer, or -1 .. -{n_states})")
+                raise InputError(
+                    f"--feature-layers: layer {layer} does not exist: the model has {n_states} "
+                    f"hidden states (0 = embeddings .. {n_states - 1} = last layer, or -1 .. -{n_states})"
+                )
         self.bert = bert
         self.config = bert.config
         self.labels = list(labels)
@@ -241,8 +270,9 @@ class FeatureTagger(nn.Module):
 
         x = self.dropout(self.features(input_ids, attention_mask, token_type_ids))
         if self.tagger_kind == "bilstm":
-            lengths = (attention_mask.sum(-1) if attention_mask is not None else
-                       torch.full((x.size(0),), x.size(1))).cpu()
+            lengths = (
+                attention_mask.sum(-1) if attention_mask is not None else torch.full((x.size(0),), x.size(1))
+            ).cpu()
             packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
             with torch.autocast(device_type=x.device.type, enabled=False):
                 h, _ = self.rnn(packed)
@@ -277,8 +307,7 @@ class FeatureTagger(nn.Module):
         directory = Path(directory)
         config = json.loads((directory / TAGGER_CONFIG).read_text(encoding="utf-8"))
         bert = for_directory(BertModel, directory).from_pretrained(directory)  # BERT's or ModernBERT's encoder
-        model = cls(bert, config["labels"], config["layers"], config["tagger"],
-                    config["hidden"])
+        model = cls(bert, config["labels"], config["layers"], config["tagger"], config["hidden"])
         state = load_file(str(directory / TAGGER_WEIGHTS))
         missing, unexpected = model.load_state_dict(state, strict=False)
         missing = [k for k in missing if not k.startswith("bert.")]
@@ -300,8 +329,18 @@ def _tag(label: str) -> tuple[str, str]:
     return "I", label
 
 
-CLEAN_UP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
-            (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
+CLEAN_UP = (
+    (" .", "."),
+    (" ?", "?"),
+    (" !", "!"),
+    (" ,", ","),
+    (" ' ", "'"),
+    (" n't", "n't"),
+    (" 'm", "'m"),
+    (" 's", "'s"),
+    (" 've", "'ve"),
+    (" 're", "'re"),
+)
 
 
 def tokens_to_string(tokens: Sequence[str]) -> str:
@@ -327,7 +366,13 @@ def group_entities(tokens: Sequence[dict], join: Callable[[Sequence[str]], str] 
                 groups[-1].append(t)
                 continue
         groups.append([t])
-    return [{"entity_group": g[0]["entity"].split("-", 1)[-1],
-             "score": float(sum(t["score"] for t in g) / len(g)),
-             "word": join([t["word"] for t in g]),
-             "start": g[0]["start"], "end": g[-1]["end"]} for g in groups]
+    return [
+        {
+            "entity_group": g[0]["entity"].split("-", 1)[-1],
+            "score": float(sum(t["score"] for t in g) / len(g)),
+            "word": join([t["word"] for t in g]),
+            "start": g[0]["start"],
+            "end": g[-1]["end"],
+        }
+        for g in groups
+    ]

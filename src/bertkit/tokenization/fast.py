@@ -60,12 +60,19 @@ def load_tokenizer(path: str | Path, lowercase: bool | None = None) -> BertToken
     """
     path = Path(path)
     source = find_vocab(path) if path.is_dir() else path
-    if source is None or not source.exists() or source.name == VOCAB_NAME or source.suffix != ".json" \
-            or is_bert_wordpiece(source):
+    if (
+        source is None
+        or not source.exists()
+        or source.name == VOCAB_NAME
+        or source.suffix != ".json"
+        or is_bert_wordpiece(source)
+    ):
         return BertTokenizer.from_pretrained(path, lowercase=lowercase)
     if lowercase is not None:
-        raise VocabError(f"{source}: casing (--cased/--lowercase) applies to WordPiece vocabularies; this "
-                         "tokenizer.json sets its own in its normalizer")
+        raise VocabError(
+            f"{source}: casing (--cased/--lowercase) applies to WordPiece vocabularies; this "
+            "tokenizer.json sets its own in its normalizer"
+        )
     return FastTokenizer.from_pretrained(source)
 
 
@@ -86,8 +93,10 @@ def is_wordpiece(tokenizer: Any) -> bool:
 def require_wordpiece(tokenizer: Any, where: str | Path, what: str) -> None:
     """Refuse, in one line naming ``where``, a feature (``what``) that needs a WordPiece vocabulary."""
     if not is_wordpiece(tokenizer):
-        raise VocabError(f"{where}: {what} needs a WordPiece vocabulary (vocab.txt); this directory's tokenizer is a "
-                         f"{tokenizer.model_type} tokenizer.json")
+        raise VocabError(
+            f"{where}: {what} needs a WordPiece vocabulary (vocab.txt); this directory's tokenizer is a "
+            f"{tokenizer.model_type} tokenizer.json"
+        )
 
 
 def _token_content(value: Any) -> str | None:
@@ -99,8 +108,18 @@ def _token_content(value: Any) -> str | None:
 
 def _clean_up_tokenization(text: str) -> str:
     """transformers' ``clean_up_tokenization``: no space before punctuation and English contractions."""
-    for a, b in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
-                 (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+    for a, b in (
+        (" .", "."),
+        (" ?", "?"),
+        (" !", "!"),
+        (" ,", ","),
+        (" ' ", "'"),
+        (" n't", "n't"),
+        (" 'm", "'m"),
+        (" 's", "'s"),
+        (" 've", "'ve"),
+        (" 're", "'re"),
+    ):
         text = text.replace(a, b)
     return text
 
@@ -119,8 +138,14 @@ class FastTokenizer(TokenIds):
         source: where it was read from (named in errors).
     """
 
-    def __init__(self, spec: str, special_tokens: dict[str, str | None], model_max_length: int = 512,
-                 config: dict[str, Any] | None = None, source: str | Path = TOKENIZER_JSON_NAME) -> None:
+    def __init__(
+        self,
+        spec: str,
+        special_tokens: dict[str, str | None],
+        model_max_length: int = 512,
+        config: dict[str, Any] | None = None,
+        source: str | Path = TOKENIZER_JSON_NAME,
+    ) -> None:
         from tokenizers import Tokenizer
 
         self.source = Path(source)
@@ -139,7 +164,8 @@ class FastTokenizer(TokenIds):
         # (it strips spaces the text had) unless the config forces it
         self.clean_up_tokenization_spaces = bool(self.config.get("clean_up_tokenization_spaces", False)) and (
             self.model_type != "BPE"
-            or bool(self.config.get("clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output")))
+            or bool(self.config.get("clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output"))
+        )
         self.vocab: dict[str, int] = self._rust.get_vocab(with_added_tokens=True)
         self.special_tokens = dict(special_tokens)
         for name in SPECIAL_NAMES:
@@ -151,21 +177,26 @@ class FastTokenizer(TokenIds):
             setattr(self, name + "_id", idx)
         missing = [name for name in REQUIRED if getattr(self, name) is None]
         if missing:
-            raise VocabError(f"{self.source}: no {', '.join(missing)} named (in {CONFIG_NAME} or "
-                             f"{SPECIAL_TOKENS_MAP_NAME}), and its vocabulary has neither BERT's [CLS]/[SEP]/[PAD] "
-                             "nor RoBERTa's <s>/</s>/<pad>")
+            raise VocabError(
+                f"{self.source}: no {', '.join(missing)} named (in {CONFIG_NAME} or "
+                f"{SPECIAL_TOKENS_MAP_NAME}), and its vocabulary has neither BERT's [CLS]/[SEP]/[PAD] "
+                "nor RoBERTa's <s>/</s>/<pad>"
+            )
         self.all_special_ids = {getattr(self, n + "_id") for n in SPECIAL_NAMES} - {None}
         if self._rust.post_processor is None:
             # bertkit builds some inputs itself as [CLS] A [SEP] B [SEP] (SQuAD windows, tagging); every input gets
             # that shape, where transformers would add no special tokens at all
             from tokenizers import processors
 
-            logger.warning(f"bertkit: {self.source} has no post-processor (special-token template); inputs get "
-                           f"BERT's: {self.cls_token} A {self.sep_token} (B {self.sep_token})")
+            logger.warning(
+                f"bertkit: {self.source} has no post-processor (special-token template); inputs get "
+                f"BERT's: {self.cls_token} A {self.sep_token} (B {self.sep_token})"
+            )
             self._rust.post_processor = processors.TemplateProcessing(
                 single=f"{self.cls_token}:0 $A:0 {self.sep_token}:0",
                 pair=f"{self.cls_token}:0 $A:0 {self.sep_token}:0 $B:1 {self.sep_token}:1",
-                special_tokens=[(self.cls_token, self.cls_token_id), (self.sep_token, self.sep_token_id)])
+                special_tokens=[(self.cls_token, self.cls_token_id), (self.sep_token, self.sep_token_id)],
+            )
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -205,7 +236,7 @@ class FastTokenizer(TokenIds):
         except json.JSONDecodeError as e:
             raise VocabError(f"{file}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
         if not isinstance(parsed, dict) or not isinstance(parsed.get("model"), dict):
-            raise VocabError(f"{file}: not a tokenizer.json (expected a JSON object with a \"model\")")
+            raise VocabError(f'{file}: not a tokenizer.json (expected a JSON object with a "model")')
         config = read_json_object(file.parent / CONFIG_NAME, "the tokenizer config")
         special_map = read_json_object(file.parent / SPECIAL_TOKENS_MAP_NAME, "the special tokens map")
         special = {name: _token_content(special_map.get(name, config.get(name))) for name in SPECIAL_NAMES}
@@ -226,8 +257,12 @@ class FastTokenizer(TokenIds):
         directory.mkdir(parents=True, exist_ok=True)
         write_text(directory / TOKENIZER_JSON_NAME, self._spec)
         named = {n: getattr(self, n) for n in SPECIAL_NAMES if getattr(self, n) is not None}
-        config = {"tokenizer_class": "PreTrainedTokenizerFast", **self.config, **named,
-                  "model_max_length": self.model_max_length}
+        config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            **self.config,
+            **named,
+            "model_max_length": self.model_max_length,
+        }
         write_json(directory / CONFIG_NAME, config, sort_keys=False)
         write_json(directory / SPECIAL_TOKENS_MAP_NAME, named, sort_keys=False)
         return directory
@@ -274,14 +309,27 @@ class FastTokenizer(TokenIds):
             return None
         return self.model_max_length if max_length is None else max_length
 
-    def encode(self, text: str, pair: str | None = None, max_length: int | None = None, truncation: bool = True,
-               add_special_tokens: bool = True) -> Encoding:
+    def encode(
+        self,
+        text: str,
+        pair: str | None = None,
+        max_length: int | None = None,
+        truncation: bool = True,
+        add_special_tokens: bool = True,
+    ) -> Encoding:
         """Encode ``text`` (and ``pair``) with the file's special-token template; see :meth:`encode_batch`."""
-        return self.encode_batch([text], None if pair is None else [pair], max_length, truncation,
-                                 add_special_tokens)[0]
+        return self.encode_batch([text], None if pair is None else [pair], max_length, truncation, add_special_tokens)[
+            0
+        ]
 
-    def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None, max_length: int | None = None,
-                     truncation: bool = True, add_special_tokens: bool = True) -> list[Encoding]:
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str] | None = None,
+        max_length: int | None = None,
+        truncation: bool = True,
+        add_special_tokens: bool = True,
+    ) -> list[Encoding]:
         """Encode many texts (and pairs). With ``truncation`` each result holds at most ``max_length`` tokens
         (default ``model_max_length``), special tokens included; pairs lose tokens from the longer segment first
         (the library's ``longest_first``, as transformers)."""
@@ -306,9 +354,16 @@ class FastTokenizer(TokenIds):
             finally:
                 self._rust.no_truncation()
         return [
-            Encoding(ids=e.ids, tokens=e.tokens, type_ids=e.type_ids, attention_mask=e.attention_mask,
-                     special_tokens_mask=e.special_tokens_mask, offsets=list(e.offsets), word_ids=e.word_ids,
-                     sequence_ids=e.sequence_ids)
+            Encoding(
+                ids=e.ids,
+                tokens=e.tokens,
+                type_ids=e.type_ids,
+                attention_mask=e.attention_mask,
+                special_tokens_mask=e.special_tokens_mask,
+                offsets=list(e.offsets),
+                word_ids=e.word_ids,
+                sequence_ids=e.sequence_ids,
+            )
             for e in out
         ]
 
@@ -321,18 +376,32 @@ class FastTokenizer(TokenIds):
             text = text.replace(mask_token, self.mask_token)
         return self.encode(text, truncation=False).ids
 
-    def __call__(self, texts: str | Sequence[str], pairs: str | Sequence[str] | None = None,
-                 padding: str | bool = "longest", max_length: int | None = None, truncation: bool = True,
-                 pad_to_multiple_of: int | None = None, return_tensors: str | None = "pt",
-                 add_special_tokens: bool = True) -> dict[str, Any]:
+    def __call__(
+        self,
+        texts: str | Sequence[str],
+        pairs: str | Sequence[str] | None = None,
+        padding: str | bool = "longest",
+        max_length: int | None = None,
+        truncation: bool = True,
+        pad_to_multiple_of: int | None = None,
+        return_tensors: str | None = "pt",
+        add_special_tokens: bool = True,
+    ) -> dict[str, Any]:
         """A padded batch, as :meth:`BertTokenizer.__call__`."""
         if isinstance(texts, str):
             texts = [texts]
             if isinstance(pairs, str):
                 pairs = [pairs]
         encs = self.encode_batch(texts, pairs, max_length, truncation, add_special_tokens)
-        return BertTokenizer._pad(self, [e.ids for e in encs], [e.type_ids for e in encs],  # type: ignore[arg-type]
-                                  padding, max_length, pad_to_multiple_of, return_tensors)
+        return BertTokenizer._pad(
+            self,
+            [e.ids for e in encs],
+            [e.type_ids for e in encs],  # type: ignore[arg-type]
+            padding,
+            max_length,
+            pad_to_multiple_of,
+            return_tensors,
+        )
 
     # ----------------------------------------------------------------------------------------------------------------
     # decoding

@@ -50,6 +50,7 @@ def long_run_re(long_word: int, chinese: bool) -> re.Pattern:
         breaks += "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in CJK_RANGES)
     return re.compile(f"[^{breaks}]{{{long_word + 1},}}")
 
+
 # Google's _is_chinese_char ranges.
 CJK_RANGES = (
     (0x4E00, 0x9FFF),

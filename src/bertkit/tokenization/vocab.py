@@ -151,8 +151,11 @@ def load_tokenizer_json(path: str | Path) -> tuple[dict[str, int], dict[str, Any
         raise refuse("model.unk_token", model.get("unk_token"), '"[UNK]"')
     normalizer = spec.get("normalizer")
     if not isinstance(normalizer, dict) or normalizer.get("type") != "BertNormalizer":
-        raise refuse("normalizer.type", normalizer.get("type") if isinstance(normalizer, dict) else normalizer,
-                     '"BertNormalizer"')
+        raise refuse(
+            "normalizer.type",
+            normalizer.get("type") if isinstance(normalizer, dict) else normalizer,
+            '"BertNormalizer"',
+        )
     if normalizer.get("clean_text", True) is not True:
         raise refuse("normalizer.clean_text", normalizer.get("clean_text"), "true")
     pre = spec.get("pre_tokenizer")

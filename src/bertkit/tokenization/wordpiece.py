@@ -381,8 +381,10 @@ class BertTokenizer(TokenIds):
                 run = self.normalizer.long_run(text, start, end)
                 long_runs[end] = (start, run.start() if run else end)
             tail = last_unsafe[end] >= p or long_runs[end][1] < end
-            seg = self._segment_long(prefix, max_tokens, tail) if len(prefix) > LONG_TEXT else (
-                self._segments_short([prefix], [tail])[0]
+            seg = (
+                self._segment_long(prefix, max_tokens, tail)
+                if len(prefix) > LONG_TEXT
+                else (self._segments_short([prefix], [tail])[0])
             )
             if len(seg[0]) >= max_tokens:
                 return seg

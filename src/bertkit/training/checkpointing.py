@@ -30,8 +30,13 @@ def rng_state() -> dict[str, Any]:
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     state = {
         "python": _python_state_to_lists(random.getstate()),
-        "numpy": {"kind": kind, "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -42,8 +47,9 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(_python_state_from_lists(state["python"]))
     n = state["numpy"]
-    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
-                         n["cached_gaussian"]))
+    np.random.set_state(
+        (n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
+    )
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -90,9 +96,11 @@ def save_checkpoint(directory: str | os.PathLike, step: int, state: dict[str, An
         if not _disk_full(e):
             raise
         previous = latest_checkpoint(directory)
-        raise DiskFullError(f"{path}: disk full while saving the checkpoint; "
-                            + (f"the previous checkpoint {previous} is intact" if previous else "no checkpoint yet")
-                            + ". Free space, then continue with --resume") from None
+        raise DiskFullError(
+            f"{path}: disk full while saving the checkpoint; "
+            + (f"the previous checkpoint {previous} is intact" if previous else "no checkpoint yet")
+            + ". Free space, then continue with --resume"
+        ) from None
     for _, old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
         if old != path:
             old.unlink(missing_ok=True)

@@ -43,9 +43,11 @@ def setup(device: str | None = None) -> DistContext:
         dev = torch.device("cuda", local if dev.index is None else dev.index)
         count = torch.cuda.device_count()
         if dev.index >= count:
-            raise RunError(f"process {rank} (LOCAL_RANK {local}) wants GPU {dev.index}, but this machine has {count}: "
-                           f"launch at most {count} process(es) per node (torchrun --nproc_per_node {count}), or "
-                           "pass --device cpu")
+            raise RunError(
+                f"process {rank} (LOCAL_RANK {local}) wants GPU {dev.index}, but this machine has {count}: "
+                f"launch at most {count} process(es) per node (torchrun --nproc_per_node {count}), or "
+                "pass --device cpu"
+            )
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo", rank=rank, world_size=world)

@@ -46,8 +46,9 @@ def _ffn_matmuls(config) -> int:
 def forward_flops(config, lengths, masked: int, nsp: bool) -> float:
     """Forward FLOPs of BertForPreTraining on sequences of ``lengths`` (real tokens each) with ``masked`` MLM
     positions. ``config`` is a BertConfig or its dict."""
-    h, i, v, n_layers = (_get(config, k) for k in ("hidden_size", "intermediate_size", "vocab_size",
-                                                   "num_hidden_layers"))
+    h, i, v, n_layers = (
+        _get(config, k) for k in ("hidden_size", "intermediate_size", "vocab_size", "num_hidden_layers")
+    )
     lengths = [int(x) for x in lengths]
     tokens, squares = sum(lengths), sum(x * x for x in lengths)
     per_layer = tokens * (4 * 2 * h * h + _ffn_matmuls(config) * 2 * h * i) + squares * 2 * 2 * h
@@ -65,8 +66,9 @@ def flops_per_token(config, mean_length: float, masked_per_token: float, nsp: bo
     """Training FLOPs per real token, for sequences of ``mean_length`` tokens with ``masked_per_token`` MLM positions
     per token (what a log line knows: its token rate and its masking rate)."""
     length = max(1.0, float(mean_length))
-    h, i, v, n_layers = (_get(config, k) for k in ("hidden_size", "intermediate_size", "vocab_size",
-                                                   "num_hidden_layers"))
+    h, i, v, n_layers = (
+        _get(config, k) for k in ("hidden_size", "intermediate_size", "vocab_size", "num_hidden_layers")
+    )
     per_token = n_layers * (4 * 2 * h * h + _ffn_matmuls(config) * 2 * h * i + length * 2 * 2 * h)
     per_token += masked_per_token * (2 * h * h + 2 * h * v)
     if nsp:
@@ -213,9 +215,13 @@ def log_fields(ctx, out: str | os.PathLike, tokens_per_s_per_rank: float, sums: 
         fields["mfu"] = round(achieved / peak, 4)
     elif peak and key not in _OVER_PEAK:  # the CPU probe ran on a busy machine: no MFU rather than one over 100%
         _OVER_PEAK.add(key)
-        logger.warning("MFU left out: the run achieves %.1f GFLOP/s, above the %.1f GFLOP/s this device's peak probe "
-                       "measured (a busy machine measures low; bertkit.training.flops.cpu_peak(refresh=True) on a "
-                       "quiet one fixes the cache)", achieved / 1e9, peak / 1e9)
+        logger.warning(
+            "MFU left out: the run achieves %.1f GFLOP/s, above the %.1f GFLOP/s this device's peak probe "
+            "measured (a busy machine measures low; bertkit.training.flops.cpu_peak(refresh=True) on a "
+            "quiet one fixes the cache)",
+            achieved / 1e9,
+            peak / 1e9,
+        )
     return fields
 
 

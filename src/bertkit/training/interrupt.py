@@ -54,8 +54,12 @@ class GracefulStop:
         if self.signum is None:
             self.signum = signum
             name = signal.Signals(signum).name
-            print(f"\nbertkit: {name} received: finishing this step and saving a checkpoint "
-                  f"(a second signal waits for the save)", file=sys.stderr, flush=True)
+            print(
+                f"\nbertkit: {name} received: finishing this step and saving a checkpoint "
+                f"(a second signal waits for the save)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def __enter__(self) -> GracefulStop:
         self._owner = os.getpid()

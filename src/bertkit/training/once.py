@@ -58,13 +58,23 @@ def _refuse_shared(ctx, store, directory: Path, what: str, timeout: float, poll:
             time.sleep(poll)
     marker.unlink(missing_ok=True)
     if others:
-        raise RunError(f"--prepare-on node: {directory} is shared with other nodes ({', '.join(sorted(others))} "
-                       "seen there), so their preparations would overwrite each other; use --prepare-on global for "
-                       "an output on a shared file system, or an --output on each node's local disk")
+        raise RunError(
+            f"--prepare-on node: {directory} is shared with other nodes ({', '.join(sorted(others))} "
+            "seen there), so their preparations would overwrite each other; use --prepare-on global for "
+            "an output on a shared file system, or an --output on each node's local disk"
+        )
 
 
-def once(ctx, scope: str, work: Callable[[], T], what: str, timeout: float = 7200.0,
-         say: Callable[[str], None] = logger.info, poll: float = 0.5, directory: Path | None = None) -> T | None:
+def once(
+    ctx,
+    scope: str,
+    work: Callable[[], T],
+    what: str,
+    timeout: float = 7200.0,
+    say: Callable[[str], None] = logger.info,
+    poll: float = 0.5,
+    directory: Path | None = None,
+) -> T | None:
     """Run ``work`` on one process per ``scope`` ("global": rank 0; "node": local rank 0 of each node); the others
     wait until it has finished. Returns ``work``'s result on the process that ran it, None elsewhere. A failure of
     ``work`` is re-raised where it happened and reported, with its message, on every waiting rank. With scope "node",
@@ -92,9 +102,11 @@ def once(ctx, scope: str, work: Callable[[], T], what: str, timeout: float = 720
     while not store.check([key]):
         now = time.monotonic()
         if now - start > timeout:
-            raise RunError(f"rank {ctx.rank} waited {timeout:.0f} s for {preparer} to finish {what}, and it has not "
-                           "(still running, or its process died): raise --prepare-timeout for a corpus that takes "
-                           "longer, or prepare it first with one process")
+            raise RunError(
+                f"rank {ctx.rank} waited {timeout:.0f} s for {preparer} to finish {what}, and it has not "
+                "(still running, or its process died): raise --prepare-timeout for a corpus that takes "
+                "longer, or prepare it first with one process"
+            )
         if now - last_said >= 60:
             say(f"rank {ctx.rank}: waiting for {preparer} to finish {what} ({now - start:.0f} s so far)")
             last_said = now
@@ -109,9 +121,11 @@ def _fingerprint(vocab: os.PathLike, shard_dir: os.PathLike) -> dict:
     from bertkit.data.pretraining import file_sha256, read_meta
 
     meta = read_meta(shard_dir) or {}
-    return {"vocab": file_sha256(vocab) if os.path.isfile(vocab) else None,
-            "shards": [(s["name"], s["tokens"]) for s in meta.get("shards", [])],
-            "eval": (meta.get("eval") or {}).get("tokens")}
+    return {
+        "vocab": file_sha256(vocab) if os.path.isfile(vocab) else None,
+        "shards": [(s["name"], s["tokens"]) for s in meta.get("shards", [])],
+        "eval": (meta.get("eval") or {}).get("tokens"),
+    }
 
 
 def check_same_shards(ctx, vocab: os.PathLike, shard_dir: os.PathLike) -> None:
@@ -125,8 +139,15 @@ def check_same_shards(ctx, vocab: os.PathLike, shard_dir: os.PathLike) -> None:
     ref = broadcast_object(ctx, mine)
     same = mine == ref
     if all_reduce_mean(ctx, [float(same)])[0] < 1.0:
-        raise RunError(f"rank {ctx.rank}'s prepared corpus in {shard_dir} " + (
-            "matches rank 0's, but another rank's does not" if same else
-            "differs from rank 0's (another vocabulary or other shards): each node must prepare the same corpus "
-            "files with the same vocabulary (pass --vocab to share one), or use --prepare-on global on a shared "
-            "file system"))
+        raise RunError(
+            f"rank {ctx.rank}'s prepared corpus in {shard_dir} "
+            + (
+                "matches rank 0's, but another rank's does not"
+                if same
+                else (
+                    "differs from rank 0's (another vocabulary or other shards): each node must prepare the same "
+                    "corpus files with the same vocabulary (pass --vocab to share one), or use --prepare-on global "
+                    "on a shared file system"
+                )
+            )
+        )

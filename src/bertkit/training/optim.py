@@ -44,8 +44,9 @@ def build_optimizer(
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
 
 
-def linear_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int,
-                    total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+def linear_schedule(
+    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
     """Linear warmup from 0 over ``warmup_steps``, then linear decay to 0 at ``total_steps``."""
     warmup_steps = max(0, int(warmup_steps))
     total_steps = max(1, int(total_steps))
@@ -87,8 +88,9 @@ def lr_factor(kind: str, step: int, warmup_steps: int, total_steps: int, cooldow
     raise ValueError(f"schedule must be one of {SCHEDULES}, got {kind!r}")
 
 
-def lr_schedule(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int,
-                total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+def lr_schedule(
+    optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
     """A ``LambdaLR`` following :func:`lr_factor` (``linear`` is :func:`linear_schedule` exactly)."""
     if kind not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {kind!r}")

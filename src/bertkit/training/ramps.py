@@ -39,8 +39,14 @@ def parse_ramp(text: str | None, flag: str) -> list[tuple[int, float]]:
     return points
 
 
-def plan_stages(total_steps: int, seq_len: int, batch_size: int, seq_ramp: list[tuple[int, float]] = (),
-                batch_ramp: list[tuple[int, float]] = (), phase2: tuple[int, int] | None = None) -> list[Stage]:
+def plan_stages(
+    total_steps: int,
+    seq_len: int,
+    batch_size: int,
+    seq_ramp: list[tuple[int, float]] = (),
+    batch_ramp: list[tuple[int, float]] = (),
+    phase2: tuple[int, int] | None = None,
+) -> list[Stage]:
     """The stages of a run of ``total_steps``: ramps first, then (seq_len, batch_size), then ``phase2`` (sequence
     length, batch size) for the last 10% when given (the paper's two phases). Consecutive equal stages merge."""
     phase2_start = int(0.9 * total_steps) if phase2 else None

@@ -83,8 +83,9 @@ class RunDir:
                 raise TypeError("not a JSON object")
             return record
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as e:
-            raise InputError(f"{path}: not a readable run record ({type(e).__name__}: {e}); remove it, or choose "
-                             "another --output") from None
+            raise InputError(
+                f"{path}: not a readable run record ({type(e).__name__}: {e}); remove it, or choose another --output"
+            ) from None
 
     def write_keys(self, keys: dict[str, Any]) -> None:
         if self.ctx.is_main:
@@ -122,8 +123,9 @@ class RunDir:
             raise InputError("--resume: no readable checkpoint: " + "; ".join(errors))
         return None
 
-    def resume_checkpoint(self, keys: dict[str, Any], resume: bool, finished: str | None = None,
-                          overwrite: bool = False) -> dict[str, Any] | None:
+    def resume_checkpoint(
+        self, keys: dict[str, Any], resume: bool, finished: str | None = None, overwrite: bool = False
+    ) -> dict[str, Any] | None:
         """The checkpoint ``--resume`` continues from; None to start afresh.
 
         Without ``resume``, a directory holding an interrupted run (a checkpoint) is refused rather than overwritten,
@@ -133,16 +135,21 @@ class RunDir:
         done = finished is not None and (self.path / finished).is_file()
         if not resume:
             if have:
-                raise InputError(f"{self.path} holds an interrupted run ({self.checkpoints}): pass --resume to "
-                                 f"continue it, or remove {self.checkpoints} to start afresh")
+                raise InputError(
+                    f"{self.path} holds an interrupted run ({self.checkpoints}): pass --resume to "
+                    f"continue it, or remove {self.checkpoints} to start afresh"
+                )
             if done and not overwrite:
-                raise InputError(f"{self.path} already holds a finished run ({finished}): pass --overwrite to "
-                                 "replace it, or choose another --output")
+                raise InputError(
+                    f"{self.path} already holds a finished run ({finished}): pass --overwrite to "
+                    "replace it, or choose another --output"
+                )
             return None
         if not have:
             if done:
-                raise InputError(f"--resume: {self.path} holds a finished run ({finished}) and no checkpoint: "
-                                 "nothing to resume")
+                raise InputError(
+                    f"--resume: {self.path} holds a finished run ({finished}) and no checkpoint: nothing to resume"
+                )
             logger.warning("--resume: no checkpoint in %s; starting from step 0", self.checkpoints)
             return None
         _, state = self.latest_intact_checkpoint()
@@ -191,8 +198,9 @@ def check_writable(directory: str | os.PathLike, flag: str = "--output") -> None
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".bertkit-write-probe-"):
             pass
     except OSError as e:
-        raise InputError(f"{flag} {directory}: cannot write there ({e.strerror or e}); choose a writable "
-                         "directory") from None
+        raise InputError(
+            f"{flag} {directory}: cannot write there ({e.strerror or e}); choose a writable directory"
+        ) from None
 
 
 def run_record(precision: str, device: Any, backend: str = "pytorch") -> dict[str, str]:

@@ -56,9 +56,15 @@ class TrainState:
     elapsed: float = 0.0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(), "step": self.step,
-                "position": dict(self.position), "elapsed": self.elapsed}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "step": self.step,
+            "position": dict(self.position),
+            "elapsed": self.elapsed,
+        }
 
     def save(self, directory: str | Path, ctx: DistContext, keep: int = 2, **extra: Any) -> Path | None:
         """Write a checkpoint of this state plus ``extra`` (rank 0 writes; every rank's RNG state goes in, so each

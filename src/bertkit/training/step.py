@@ -35,8 +35,14 @@ class StepResult:
     grad_norm: float  # the gradient norm before clipping (unscaled)
 
 
-def apply_update(state: TrainState, clip: float, *, ctx: DistContext | None = None, loss: float = 0.0,
-                 on_not_finite: Callable[[float, float], Any] | None = None) -> float:
+def apply_update(
+    state: TrainState,
+    clip: float,
+    *,
+    ctx: DistContext | None = None,
+    loss: float = 0.0,
+    on_not_finite: Callable[[float, float], Any] | None = None,
+) -> float:
     """Unscale the gradients, clip their norm to ``clip`` (0: no clipping), step the optimizer, the loss scaler and
     the schedule, zero the gradients. With ``on_not_finite``, a loss or (without loss scaling) a gradient norm that
     is not finite on any process calls it with the (loss, norm) means over the processes before anything changes
@@ -58,11 +64,19 @@ def apply_update(state: TrainState, clip: float, *, ctx: DistContext | None = No
     return norm
 
 
-def optimizer_step(state: TrainState, micro_batches: Sequence[Any], forward: Callable[[torch.nn.Module, Any], Any],
-                   *, clip: float, precision: str, device: torch.device | str, ctx: DistContext | None = None,
-                   ddp_model: torch.nn.Module | None = None,
-                   after_backward: Callable[[Any, Any], None] | None = None,
-                   on_not_finite: Callable[[float, float], Any] | None = None) -> StepResult:
+def optimizer_step(
+    state: TrainState,
+    micro_batches: Sequence[Any],
+    forward: Callable[[torch.nn.Module, Any], Any],
+    *,
+    clip: float,
+    precision: str,
+    device: torch.device | str,
+    ctx: DistContext | None = None,
+    ddp_model: torch.nn.Module | None = None,
+    after_backward: Callable[[Any, Any], None] | None = None,
+    on_not_finite: Callable[[float, float], Any] | None = None,
+) -> StepResult:
     """Forward and backward of every micro-batch (under autocast; DDP's gradient all-reduce only on the last), then
     :func:`apply_update`. ``after_backward(micro_batch, output)`` sees each micro-batch's output (metrics)."""
     ctx = ctx or DistContext()

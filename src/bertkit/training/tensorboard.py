@@ -85,8 +85,13 @@ def scalar_event(step: int, values: dict[str, float], wall_time: float) -> bytes
     for tag, value in values.items():
         v = _field_bytes(1, tag.encode("utf-8")) + _varint(2 << 3 | 5) + struct.pack("<f", float(value))
         summary += _field_bytes(1, v)
-    return (_varint(1 << 3 | 1) + struct.pack("<d", wall_time) + _varint(2 << 3 | 0) + _varint(int(step))
-            + _field_bytes(5, summary))
+    return (
+        _varint(1 << 3 | 1)
+        + struct.pack("<d", wall_time)
+        + _varint(2 << 3 | 0)
+        + _varint(int(step))
+        + _field_bytes(5, summary)
+    )
 
 
 def version_event(wall_time: float) -> bytes:
@@ -166,8 +171,9 @@ class EventWriter:
         self.close()
 
 
-def convert_records(records: Iterable[dict[str, Any]], directory: str | os.PathLike,
-                    start_time: float | None = None) -> Path:
+def convert_records(
+    records: Iterable[dict[str, Any]], directory: str | os.PathLike, start_time: float | None = None
+) -> Path:
     """Write ``records`` (metrics.jsonl lines) as one event file in ``directory``, atomically. Returns its path.
 
     Any event file an earlier conversion wrote there is replaced, so TensorBoard does not show the run twice."""
