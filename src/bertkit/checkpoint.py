@@ -387,16 +387,6 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> None:
 # --------------------------------------------------------------------------------------------- other architectures
 
 
-def model_type(directory: str | os.PathLike) -> str | None:
-    """``model_type`` of a directory's config.json ("bert", "modernbert", ...), None when absent or unreadable (the
-    loader then names the problem)."""
-    try:
-        data = json.loads((Path(directory) / CONFIG_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data.get("model_type") if isinstance(data, dict) else None
-
-
 # A second architecture (ModernBERT) keeps its own HF key names; what differs from BERT's layout is declared here
 # once, and the same checks apply: unmapped, unused or mis-shaped keys fail naming the key.
 

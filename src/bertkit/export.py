@@ -90,7 +90,9 @@ class ExportReport:
 def graph_inputs(config) -> tuple[str, ...]:
     """The graph's inputs for a model of ``config``: ``INPUT_NAMES``, without ``token_type_ids`` for ModernBERT (no
     segment embeddings: the input would be unused)."""
-    return INPUT_NAMES[:2] if getattr(config, "model_type", None) == "modernbert" else INPUT_NAMES
+    from bertkit import models
+
+    return models.of_config(config).inputs
 
 
 def _feeds(session, values: dict) -> dict:
@@ -128,20 +130,18 @@ def load_for_export(
     ``HEAD_OUTPUTS``, else the bare encoder. ``hidden_states``: the bare encoder with every layer's output
     (``hidden_states.0`` = embeddings .. ``hidden_states.L``) and ``pooler_output``, for ``Encoder``. A ModernBERT
     directory (``model_type: modernbert``) gives its ``ModernBertFor*`` head or ``ModernBertModel`` (no pooler)."""
-    from bertkit import modeling, modeling_modernbert
+    from bertkit import models
     from bertkit.config import read_model_config
 
     directory = Path(directory)
     data = read_model_config(directory)
-    architectures = data.get("architectures") or []
-    modern = data.get("model_type") == "modernbert"
-    bare = "ModernBertModel" if modern else "BertModel"
-    heads = [a for a in architectures if a in HEAD_OUTPUTS and a.startswith("ModernBert") == modern]
-    architecture = bare if hidden_states or not heads else heads[0]
+    arch = models.of_config(data)
+    heads = [a for a in data.get("architectures") or [] if a in HEAD_OUTPUTS and a in arch.class_names()]
+    architecture = arch.classes["base"] if hidden_states or not heads else heads[0]
     if (directory / "tagger_config.json").is_file():
         raise InputError(f"{directory}: a feature-based tagger (BiLSTM on frozen BERT) cannot be exported to ONNX")
     # one of HEAD_OUTPUTS or the bare encoder: no import by name from files
-    model_class = modeling_modernbert.MODEL_CLASSES[architecture] if modern else getattr(modeling, architecture)
+    model_class = arch.model_class(models.of_class_name(architecture)[1])
     model, info = model_class.from_pretrained(directory, output_loading_info=True)
     outputs = HEAD_OUTPUTS.get(architecture)
     if outputs is None:

@@ -39,10 +39,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from bertkit import checkpoint
+from bertkit import checkpoint, models
 from bertkit.batches import collate, cut_batches, plan_batches  # noqa: F401 (cut_batches re-exported)
 from bertkit.errors import InputError, MissingFileError
-from bertkit.modeling import BertForPreTraining, BertModel
+from bertkit.modeling import BertModel
 from bertkit.precision import autocast, resolve_precision
 from bertkit.st_format import read_sentence_transformers
 from bertkit.tokenization import BertTokenizer, Encoding, FastTokenizer, load_tokenizer
@@ -237,17 +237,11 @@ class Encoder:
         has_pooler: bool | None = None,
         mlm_head: Any = None,
     ):
-        from bertkit.modeling_modernbert import ModernBertModel  # the second architecture: no pooler, no segments
-
-        bert = (
-            model
-            if isinstance(model, (BertModel, ModernBertModel))
-            else (getattr(model, "bert", None) or getattr(model, "model", None))
-        )
-        if not isinstance(bert, (BertModel, ModernBertModel)):
-            raise TypeError(
-                f"Encoder needs a BertModel, ModernBertModel or a *For* model around one, got {type(model).__name__}"
-            )
+        bases = tuple(arch.model_class("base") for arch in models.REGISTRY.values())
+        bert = model if isinstance(model, bases) else (getattr(model, "bert", None) or getattr(model, "model", None))
+        if not isinstance(bert, bases):
+            names = ", ".join(b.__name__ for b in bases)
+            raise TypeError(f"Encoder needs a {names} or a *For* model around one, got {type(model).__name__}")
         self.device = torch.device(device)
         self.bert = bert.to(self.device).eval()
         self.config = bert.config
@@ -256,7 +250,7 @@ class Encoder:
         pooler = getattr(bert, "pooler", None)
         self.has_pooler = pooler is not None if has_pooler is None else (has_pooler and pooler is not None)
         self.mlm_head = mlm_head.to(self.device).eval() if mlm_head is not None else None
-        self.num_layers = len(bert.layers) if isinstance(bert, ModernBertModel) else len(bert.encoder.layer)
+        self.num_layers = bert.config.num_hidden_layers
         self.defaults = EncodeDefaults()
         # what runs the forward pass instead of ``self.bert`` when set: e.g. ONNX Runtime
         # (``bertkit.export.OnnxEncoderRunner``), called as ``forward`` is
@@ -306,8 +300,8 @@ class Encoder:
         if sentence is not None:
             path = sentence.model_dir
         tokenizer = load_tokenizer(path, lowercase=lowercase)  # names a missing vocabulary itself
-        if checkpoint.model_type(path) == "modernbert":
-            return cls._from_modernbert(path, tokenizer, device, precision, quantize, backend, sentence)
+        arch = models.of_directory(path)
+        model_class = arch.model_class(arch.features_role)
         if (
             backend == "onnx"
             and not _has_weights(path)
@@ -315,17 +309,16 @@ class Encoder:
         ):
             # an exported directory (bertkit export --all-layers): ONNX Runtime computes; the module only carries the
             # config, and no weights are read
-            from bertkit.config import BertConfig
-
-            model, has_pooler, has_mlm = BertForPreTraining(BertConfig.from_pretrained(path)), True, False
+            model = model_class(arch.config_class().from_pretrained(path))
+            has_pooler, has_mlm = arch.has_pooler, False
         else:
-            model, info = BertForPreTraining.from_pretrained(path, output_loading_info=True)
-            has_pooler = not any(k.startswith("bert.pooler.") for k in info.initialised)
-            has_mlm = not any(k.startswith("cls.predictions.") for k in info.initialised)
+            model, info = model_class.from_pretrained(path, output_loading_info=True)
+            has_pooler = arch.has_pooler and not any(k.startswith(arch.pooler_keys) for k in info.initialised)
+            has_mlm = not any(k.startswith(arch.mlm_keys) for k in info.initialised)
         if quantize is not None and backend == "torch":
             from bertkit.quantize import quantize_model, resolve_quantize
 
-            if resolve_quantize(quantize):
+            if resolve_quantize(quantize):  # before the MLM head is taken
                 model, precision = quantize_model(model, quantize, device), "fp32"
         encoder = cls(
             model,
@@ -333,7 +326,7 @@ class Encoder:
             device=device,
             precision=precision,
             has_pooler=has_pooler,
-            mlm_head=model.cls.predictions if has_mlm else None,
+            mlm_head=model.mlm_head_module() if has_mlm else None,
         )
         return encoder._finish(path, quantize, backend, sentence)
 
@@ -349,47 +342,6 @@ class Encoder:
                 (-1,), sentence.pooling, sentence.normalize, sentence.max_seq_length or EncodeDefaults.max_length
             )
         return self
-
-    @classmethod
-    def _from_modernbert(
-        cls,
-        path: Path,
-        tokenizer: BertTokenizer | FastTokenizer,
-        device: str,
-        precision: str,
-        quantize: str | None,
-        backend: str,
-        sentence,
-    ) -> Encoder:
-        """A ModernBERT directory: the encoder, and its MLM head (head + tied decoder) for fill-mask when the
-        checkpoint has one; int8 (PyTorch's dynamic int8 Linear layers, as BERT's) and the ONNX backend as for BERT.
-        Its default token limit is the model's own, as for any model (``max_position_embeddings``: 8192 for
-        ModernBERT's shapes)."""
-        from bertkit.modeling_modernbert import ModernBertConfig, ModernBertForMaskedLM
-        from bertkit.quantize import quantize_model, resolve_quantize
-
-        quantize = resolve_quantize(quantize)
-        if (
-            backend == "onnx"
-            and not _has_weights(path)
-            and any((path / n).is_file() for n in ("encoder.onnx", "encoder.int8.onnx"))
-        ):
-            # an exported directory (bertkit export --all-layers): ONNX Runtime computes; no weights are read
-            model, has_mlm = ModernBertForMaskedLM(ModernBertConfig.from_pretrained(path)), False
-        else:
-            model, info = ModernBertForMaskedLM.from_pretrained(path, output_loading_info=True)
-            has_mlm = not any(k.startswith("head.") or k.startswith("decoder.") for k in info.initialised)
-        if quantize and backend == "torch":
-            model, precision = quantize_model(model, quantize, device), "fp32"  # before the MLM head is taken
-        encoder = cls(
-            model,
-            tokenizer,
-            device=device,
-            precision=precision,
-            has_pooler=False,
-            mlm_head=torch.nn.Sequential(model.head, model.decoder) if has_mlm else None,
-        )
-        return encoder._finish(path, quantize, backend, sentence)
 
     # ------------------------------------------------------------------ pieces shared with the server
 

@@ -605,6 +605,10 @@ class BertForPreTraining(BertPreTrainedModel):
         self.sparse_prediction = True
         self.init_weights()
 
+    def mlm_head_module(self) -> nn.Module:
+        """hidden states [B, T, H] -> vocabulary logits [B, T, V] (what fill-mask and the Encoder's MLM use)."""
+        return self.cls.predictions
+
     def forward(
         self,
         input_ids: Tensor,

@@ -814,6 +814,10 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
         self.sparse_prediction = True  # with labels, vocabulary logits only at the labelled positions
         self.init_weights()
 
+    def mlm_head_module(self) -> nn.Module:
+        """hidden states [B, T, H] -> vocabulary logits [B, T, V] (what fill-mask and the Encoder's MLM use)."""
+        return nn.Sequential(self.head, self.decoder)
+
     def forward(
         self,
         input_ids: Tensor,
@@ -1017,27 +1021,3 @@ MODEL_CLASSES = {
     "ModernBertForQuestionAnswering": ModernBertForQuestionAnswering,
     "ModernBertForMultipleChoice": ModernBertForMultipleChoice,
 }
-
-# BERT's class -> ModernBERT's with the same head and the same output fields: what a task that names a BERT head loads
-# from a ModernBERT directory (``for_directory``)
-COUNTERPARTS = {
-    "BertModel": ModernBertModel,
-    "BertForMaskedLM": ModernBertForMaskedLM,
-    "BertForSequenceClassification": ModernBertForSequenceClassification,
-    "BertForTokenClassification": ModernBertForTokenClassification,
-    "BertForQuestionAnswering": ModernBertForQuestionAnswering,
-    "BertForMultipleChoice": ModernBertForMultipleChoice,
-}
-
-
-def for_directory(model_class: type, directory: str | os.PathLike) -> type:
-    """``model_class`` (a ``BertFor*``), or its ModernBERT counterpart when ``directory`` holds a ModernBERT
-    (config.json ``model_type: modernbert``); a BERT class without one is refused naming it."""
-    if checkpoint.model_type(directory) != "modernbert":
-        return model_class
-    if model_class.__name__ not in COUNTERPARTS:
-        raise ConfigError(
-            f"{directory}: a ModernBERT model; {model_class.__name__} has no ModernBERT counterpart "
-            f"(ModernBERT has no pooler and no next-sentence head)"
-        )
-    return COUNTERPARTS[model_class.__name__]

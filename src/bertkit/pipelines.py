@@ -42,30 +42,32 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bertkit import models
 from bertkit.errors import InputError
 from bertkit.tasks.tagging import _tag, group_entities, tokens_to_string  # noqa: F401 (public here too)
 from bertkit.tokenization import load_tokenizer
 
-HEADS = {
-    "BertForSequenceClassification": "classification",
-    "BertForTokenClassification": "ner",
-    "BertForQuestionAnswering": "qa",
-    # ModernBERT's heads (bertkit.modeling_modernbert): the same tasks
-    "ModernBertForSequenceClassification": "classification",
-    "ModernBertForTokenClassification": "ner",
-    "ModernBertForQuestionAnswering": "qa",
+# head role -> pipeline; every architecture's head of a role answers the same task
+PIPELINE_ROLES = {
+    "sequence_classification": "classification",
+    "token_classification": "ner",
+    "question_answering": "qa",
+}
+HEADS = {  # head class name -> pipeline, for every registered architecture
+    arch.classes[role]: kind
+    for arch in models.REGISTRY.values()
+    for role, kind in PIPELINE_ROLES.items()
+    if role in arch.classes
 }
 DEFAULT_MAX_LENGTH = 512
 BACKENDS = ("torch", "onnx")
 FUNCTIONS = ("softmax", "sigmoid", "none")  # text classification's function_to_apply (transformers' names)
 AGGREGATIONS = ("simple", "none", "first", "max", "average")  # token classification's aggregation_strategy
-HEAD_KEYS = {
-    "BertForSequenceClassification": "classifier.weight",
-    "BertForTokenClassification": "classifier.weight",
-    "BertForQuestionAnswering": "qa_outputs.weight",
-    "ModernBertForSequenceClassification": "classifier.weight",
-    "ModernBertForTokenClassification": "classifier.weight",
-    "ModernBertForQuestionAnswering": "classifier.weight",
+HEAD_KEYS = {  # head class name -> its output layer's weight, which a fine-tuned directory must hold
+    arch.classes[role]: arch.head_keys[role]
+    for arch in models.REGISTRY.values()
+    for role in PIPELINE_ROLES
+    if role in arch.classes
 }
 
 
@@ -129,32 +131,31 @@ def _head_outputs(directory: Path, key: str) -> int | None:
 def _default_task(architecture: str, config: Any, directory: Path):
     """The task object for a directory without finetune_config.json (e.g. a Hugging Face model); a config without
     ``num_labels`` / ``id2label`` takes the number of labels from the head's weights."""
+    from bertkit import models
     from bertkit.tasks import get_task
 
-    architecture = architecture.replace("ModernBert", "Bert")  # ModernBERT's heads answer the same tasks
+    found = models.of_class_name(architecture)  # every architecture's heads answer the same tasks
+    role = found[1] if found else None
     id2label = config.id2label or {}
     num_labels = config.num_labels or len(id2label)
-    if not num_labels and architecture != "BertForQuestionAnswering":
+    if not num_labels and role != "question_answering":
         num_labels = _head_outputs(directory, "classifier.bias") or 2
     labels = [id2label.get(i, f"LABEL_{i}") for i in range(num_labels)]
     max_len = min(DEFAULT_MAX_LENGTH, config.max_position_embeddings)
-    if architecture == "BertForSequenceClassification":
+    if role == "sequence_classification":
         return get_task("classification", max_seq_length=max_len, labels=labels, regression=False)
-    if architecture == "BertForTokenClassification":
+    if role == "token_classification":
         return get_task("tagging", max_seq_length=max_len, labels=labels)
     return get_task("squad", max_seq_length=min(384, max_len))
 
 
 def _read_config(directory: Path, architecture: str):
-    """The directory's config: ModernBERT's (a ``ModernBertFor*`` head, or ``model_type: modernbert``) or BERT's."""
-    from bertkit.checkpoint import model_type
-    from bertkit.config import BertConfig
+    """The directory's config, of the architecture its head class (``architecture``) or its ``model_type`` names."""
+    from bertkit import models
 
-    if not architecture.startswith("ModernBert") and model_type(directory) != "modernbert":
-        return BertConfig.from_pretrained(directory)
-    from bertkit.modeling_modernbert import ModernBertConfig
-
-    return ModernBertConfig.from_pretrained(directory)
+    found = models.of_class_name(architecture)
+    arch = found[0] if found and found[0].model_type != models.DEFAULT else models.of_directory(directory)
+    return arch.config_class().from_pretrained(directory)
 
 
 def load_pipeline(
@@ -253,7 +254,7 @@ def load_pipeline(
         if saved.get("task"):
             model = task.load_model(directory, finetuned=True)
         else:  # the default task's label set (id2label, or LABEL_i for as many as the head has outputs)
-            from bertkit.modeling_modernbert import for_directory
+            from bertkit.models import for_directory
 
             model = for_directory(task.model_class, directory).from_pretrained(directory, **task.model_overrides())
     except FileNotFoundError as e:
@@ -332,11 +333,12 @@ class Pipeline:
         ONNX Runtime on the directory's every-layer graph (``encoder.onnx``; exported from the PyTorch weights when
         absent), int8 if the pipeline is. An exported directory without PyTorch weights has no encoder: InputError."""
         from bertkit.features import Encoder
-        from bertkit.modeling_modernbert import ModernBertModel
 
-        bert = getattr(self.model, "bert", None)  # BERT's heads and the feature-based tagger
-        if bert is None and isinstance(getattr(self.model, "model", None), ModernBertModel):
-            bert = self.model.model  # ModernBERT's heads
+        bases = tuple(arch.model_class("base") for arch in models.REGISTRY.values())
+        # BERT's heads and the feature-based tagger hold ``bert``; ModernBERT's heads ``model``
+        bert = next(
+            (m for m in (getattr(self.model, a, None) for a in ("bert", "model")) if isinstance(m, bases)), None
+        )
         if bert is not None:
             return Encoder(
                 bert,

@@ -1,5 +1,5 @@
 """``bertkit finetune / evaluate`` on a tiny ModernBERT (classification, span QA, token tagging, multiple choice):
-the task's BERT head is swapped for ModernBERT's (``modeling_modernbert.for_directory``), the output directory is a
+the task's BERT head is swapped for ModernBERT's (``models.for_directory``), the output directory is a
 transformers ModernBERT of that head with the same logits, and ``evaluate`` reproduces the dev metrics."""
 
 from __future__ import annotations

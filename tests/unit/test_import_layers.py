@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "config",
             "modeling",
             "modeling_modernbert",
+            "models",
             "checkpoint",
             "tf_checkpoint",
             "export",

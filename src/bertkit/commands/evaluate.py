@@ -114,19 +114,13 @@ def run(args: argparse.Namespace, labelled: bool = True) -> int:
 def _load_onnx(files: InferenceFiles, args: argparse.Namespace):
     """(task, ONNX Runtime model, tokenizer) of a fine-tuned or exported directory: the task as the PyTorch path
     reads it (finetune_config.json, then the command's task flags), no PyTorch weights needed."""
-    from bertkit.checkpoint import model_type
-    from bertkit.config import BertConfig
+    from bertkit import models
     from bertkit.export import onnx_runtime_model
     from bertkit.tokenization import load_tokenizer
 
     model_dir = Path(files.model)
     task = task_of_directory(model_dir, args.task, args)
-    if model_type(model_dir) == "modernbert":  # ModernBERT's graphs run the same way
-        from bertkit.modeling_modernbert import ModernBertConfig
-
-        config = ModernBertConfig.from_pretrained(model_dir)
-    else:
-        config = BertConfig.from_pretrained(model_dir)
+    config = models.of_directory(model_dir).config_class().from_pretrained(model_dir)  # every graph runs alike
     if task.labels is None and config.id2label and not getattr(task, "regression", False):
         task.labels = [config.id2label[i] for i in range(len(config.id2label))]
     tokenizer = load_tokenizer(model_dir)

@@ -165,7 +165,7 @@ def load_trained(model_class, model_dir, task_name: str):
     """A fine-tuned model of ``model_class`` from ``model_dir``, refused if its weights lack the task head
     (``classifier.*``, ``qa_outputs.*``, the pooler the head reads...): loading would initialise it at random, and
     predictions from it mean nothing. Only ``finetune`` may create a head."""
-    from bertkit.modeling_modernbert import for_directory
+    from bertkit.models import for_directory
 
     model, info = for_directory(model_class, model_dir).from_pretrained(model_dir, output_loading_info=True)
     missing = info.initialised
@@ -203,7 +203,7 @@ class TaskBase:
         """The head model from a directory: a pre-trained encoder (head initialised, ``model_overrides`` applied)
         or, with ``finetuned``, a fine-tuned model whose ``id2label`` restores the label set if unknown."""
         if not finetuned:
-            from bertkit.modeling_modernbert import for_directory  # the class for the directory's architecture
+            from bertkit.models import for_directory  # the class for the directory's architecture
 
             return for_directory(self.model_class, model_dir).from_pretrained(model_dir, **self.model_overrides())
         model = load_trained(self.model_class, model_dir, self.name)

@@ -79,7 +79,7 @@ class RerankTask(TaskBase):
     def load_model(self, model_dir, finetuned: bool):
         """Fine-tuning: the one-label classifier wrapped in :class:`ListwiseReranker` (the listwise loss);
         a fine-tuned directory: the plain classifier (inference scores one pair at a time)."""
-        from bertkit.modeling_modernbert import for_directory  # a ModernBERT directory: its classifier
+        from bertkit.models import for_directory  # a ModernBERT directory: its classifier
 
         if finetuned:
             return load_trained(self.model_class, model_dir, self.name)

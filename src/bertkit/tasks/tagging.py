@@ -107,7 +107,7 @@ class TaggingTask(TaskBase):
             if finetuned:
                 raise InputError(f"{model_dir}: no {TAGGER_CONFIG} (not a feature-based tagger)")
             from bertkit.modeling import BertModel
-            from bertkit.modeling_modernbert import for_directory  # a ModernBERT directory: ModernBertModel
+            from bertkit.models import for_directory  # a ModernBERT directory: ModernBertModel
 
             bert = for_directory(BertModel, model_dir).from_pretrained(model_dir, **self.model_overrides())
             return FeatureTagger(bert, self.labels, self.feature_layers, self.tagger, self.tagger_hidden)
@@ -302,7 +302,7 @@ class FeatureTagger(nn.Module):
         from safetensors.torch import load_file
 
         from bertkit.modeling import BertModel
-        from bertkit.modeling_modernbert import for_directory
+        from bertkit.models import for_directory
 
         directory = Path(directory)
         config = json.loads((directory / TAGGER_CONFIG).read_text(encoding="utf-8"))

@@ -39,8 +39,9 @@ def _get(config, name: str) -> int:
 
 def _ffn_matmuls(config) -> int:
     """H x I matmuls in a feed-forward block: 2 for BERT's; 3 for ModernBERT's GeGLU (input projection to 2I)."""
-    kind = config.get("model_type") if isinstance(config, dict) else getattr(config, "model_type", "bert")
-    return 3 if kind == "modernbert" else 2
+    from bertkit import models
+
+    return models.of_config(config).ffn_matmuls
 
 
 def forward_flops(config, lengths, masked: int, nsp: bool) -> float:
