@@ -20,8 +20,6 @@ exactly that of the global-batch loss.
 from __future__ import annotations
 
 import math
-import shutil
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +47,8 @@ from bertkit.training import distributed as D
 from bertkit.training.interrupt import GracefulStop
 from bertkit.training.log import say
 from bertkit.training.optim import build_optimizer, linear_schedule
-from bertkit.training.rundir import RunDir, run_record
+from bertkit.training.run import Run
+from bertkit.training.rundir import run_record
 from bertkit.training.state import TrainState, seed_dropout, seed_everything
 from bertkit.training.step import apply_update
 
@@ -221,9 +220,6 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
     ``dev`` is given, else the last). Returns a summary (steps, loss, dev metrics, seconds). On SIGTERM / SIGINT a
     checkpoint is written (and every ``save_every`` steps); ``args.resume`` continues from it bit for bit."""
     torch.set_num_threads(args.threads or torch.get_num_threads())
-    run = RunDir(args.output, ctx)
-    if ctx.is_main:
-        run.check_writable()
     seed_everything(args.seed)
     device = ctx.device
     precision = resolve_precision(args.precision, device)
@@ -260,15 +256,21 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
         "train_rows": n,
         "world_size": ctx.world_size,
     }
-    run.remove_stale()
-    saved = run.resume_checkpoint(keys, args.resume, finished="train_log.json", overwrite=args.overwrite)
-    books = _Books(args, run, state, keys, tokenizer, dev, pooling, max_len, precision, batches_per_epoch)
+    run = Run(
+        args.output,
+        ctx,
+        keys,
+        main_metric="dev_spearman",
+        quiet=args.quiet,
+        steps_per_epoch=batches_per_epoch,
+        precision=precision,
+    )
+    saved = run.start(state, resume=args.resume, overwrite=args.overwrite)
     if saved is not None:
-        books.load(saved)
         say(f"resuming {run.path} at step {state.step} of {total_steps}", ctx, args.quiet)
-    run.write_keys(keys)
-    if saved is not None and saved.get("eval_pending"):
-        books.dev_check()  # the evaluation the signal pre-empted
+    books = _Books(args, run, tokenizer, dev, pooling, max_len)
+    evaluate = books.evaluate if dev is not None else None
+    run.resume_pending_eval(saved, evaluate, books.save)
     with GracefulStop() as stop:
         while state.step < total_steps:
             epoch = state.position["epoch"]
@@ -290,29 +292,21 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
                 apply_update(state, args.clip, ctx=ctx)
                 state.position = {"epoch": epoch, "batch": b + 1}
                 books.count(loss.item(), global_batch, total_steps)
-                step = state.step
-                if step >= total_steps:
+                if state.step >= total_steps:
                     break
-                eval_due = bool(args.eval_every) and step % args.eval_every == 0
-                stopping = stop.requested
-                if ctx.distributed:  # every process stops at the same step
-                    stopping = D.all_reduce_mean(ctx, [float(stopping)])[0] > 0
-                if stopping:
-                    path = books.checkpoint(eval_pending=eval_due)
-                    books.save_current_if_no_best()
-                    stop.raise_(
-                        f"stopped at step {step} of {total_steps}; checkpoint {path}; {args.output} holds "
-                        f"the {'best dev' if books.best is not None else 'current'} model. Continue with the "
-                        "same command and --resume"
-                    )
-                if eval_due:
-                    books.dev_check()
-                if args.save_every and step % args.save_every == 0:
-                    books.checkpoint(eval_pending=False)
+                run.after_step(
+                    stop,
+                    total_steps,
+                    evaluate=evaluate,
+                    save=books.save,
+                    eval_every=args.eval_every,
+                    save_every=args.save_every,
+                    on_stop=books.on_stop,
+                )
             else:
                 state.position = {"epoch": epoch + 1, "batch": 0}
             if not args.eval_every or state.step >= total_steps:
-                books.dev_check()
+                run.evaluate(evaluate, books.save)
     return books.finish(n, global_batch)
 
 
@@ -361,63 +355,29 @@ class _Embedder:
 
 
 class _Books:
-    """An embedding run's books: the training loss and rows seen, the dev history and the best record (saved with
-    the model when it improves), checkpoints of all of it with the TrainState, and the final train_log.json."""
+    """What an embedding run adds to its Run's books: progress lines, the model saved with its sentence-transformers
+    files, Spearman / Pearson on the STS dev set, and the summary."""
 
-    def __init__(
-        self,
-        args: EmbeddingTrainArgs,
-        run: RunDir,
-        state: TrainState,
-        keys: dict,
-        tokenizer,
-        dev: TextRows | None,
-        pooling: str,
-        max_len: int,
-        precision: str,
-        batches_per_epoch: int,
-    ):
-        self.args, self.run, self.state, self.keys, self.tokenizer, self.dev = args, run, state, keys, tokenizer, dev
-        self.pooling, self.max_len, self.precision, self.batches_per_epoch = (
+    def __init__(self, args: EmbeddingTrainArgs, run: Run, tokenizer, dev: TextRows | None, pooling: str, max_len: int):
+        self.args, self.run, self.tokenizer, self.dev, self.pooling, self.max_len = (
+            args,
+            run,
+            tokenizer,
+            dev,
             pooling,
             max_len,
-            precision,
-            batches_per_epoch,
         )
-        self.ctx = run.ctx
-        self.history: list[dict] = []
-        self.best: dict[str, Any] | None = None
-        self.loss_sum, self.loss_n, self.seen = 0.0, 0, 0
-        self.t0, self.elapsed0 = time.perf_counter(), 0.0
-
-    def load(self, saved: dict[str, Any]) -> None:
-        self.state.load(saved, self.ctx)
-        self.best, self.history, (self.loss_sum, self.loss_n, self.seen) = (
-            saved["best"],
-            saved["history"],
-            saved["loss"],
-        )
-        self.elapsed0 = self.state.elapsed
-
-    def seconds(self) -> float:
-        return self.elapsed0 + time.perf_counter() - self.t0
-
-    def train_loss(self) -> float:
-        return self.loss_sum / max(self.loss_n, 1)
 
     def count(self, loss: float, rows: int, total_steps: int) -> None:
-        self.loss_sum, self.loss_n, self.seen = self.loss_sum + loss, self.loss_n + 1, self.seen + rows
-        step = self.state.step
+        run = self.run
+        run.count(loss, rows)
+        step = run.state.step
         if step % 50 == 0 or step == total_steps:
-            say(
-                f"step {step}/{total_steps}: loss {self.train_loss():.4f} ({self.seen / max(self.seconds(), 1e-9):.1f} "
-                "rows/s)",
-                self.ctx,
-                self.args.quiet,
-            )
+            rate = run.seen / max(run.seconds(), 1e-9)
+            say(f"step {step}/{total_steps}: loss {run.train_loss():.4f} ({rate:.1f} rows/s)", run.ctx, self.args.quiet)
 
     def save(self, record: dict | None) -> None:
-        model, output, args = self.state.model, self.run.path, self.args
+        model, output, args = self.run.state.model, self.run.path, self.args
         model.save_pretrained(output)
         self.tokenizer.save_pretrained(output)
         write_sentence_transformers(
@@ -431,76 +391,38 @@ class _Books:
 
     def save_current_if_no_best(self) -> None:
         """No dev set, or stopped before its first evaluation: the current model (rank 0), then all ranks meet."""
-        if self.ctx.is_main and self.best is None:
-            self.save({"step": self.state.step, "train_loss": self.train_loss()})
-        D.barrier(self.ctx)
+        run = self.run
+        if run.ctx.is_main and run.best is None:
+            self.save({"step": run.state.step, "train_loss": run.train_loss()})
+        D.barrier(run.ctx)
 
-    def dev_check(self) -> None:
-        ctx, model, args = self.ctx, self.state.model, self.args
-        if self.dev is None or not ctx.is_main:
-            D.barrier(ctx)
-            return
-        encoder = Encoder(model, self.tokenizer, device=str(ctx.device), precision=self.precision)
+    def on_stop(self) -> str:
+        self.save_current_if_no_best()
+        return f"; {self.args.output} holds the {'best dev' if self.run.best is not None else 'current'} model"
+
+    def evaluate(self) -> dict:
+        run, args = self.run, self.args
+        encoder = Encoder(run.state.model, self.tokenizer, device=str(run.ctx.device), precision=run.precision)
         encoder.defaults = EncodeDefaults((-1,), self.pooling, args.normalize, self.max_len)
         metrics = sts_metrics(encoder, self.dev, batch_size=args.eval_batch_size)
-        step = self.state.step
-        record = {
-            "step": step,
-            "epoch": round(step / self.batches_per_epoch, 3),
-            "train_loss": self.train_loss(),
-            "dev_spearman": metrics["spearman"],
-            "dev_pearson": metrics["pearson"],
-            **run_record(self.precision, ctx.device),
-        }
-        self.history.append(record)
-        improved = self.best is None or record["dev_spearman"] > self.best["dev_spearman"]
-        if improved:
-            self.best = record
-            self.save(record)
-        say(
-            f"step {step}: dev spearman {metrics['spearman']:.2f} pearson {metrics['pearson']:.2f}"
-            f"{'  (best, saved)' if improved else ''}",
-            ctx,
-            args.quiet,
-        )
-        model.train()
-        D.barrier(ctx)
-
-    def checkpoint(self, eval_pending: bool) -> Path | None:
-        """A resumable checkpoint (every rank calls it); its path on every rank."""
-        self.state.elapsed = self.seconds()
-        path = self.state.save(
-            self.run.checkpoints,
-            self.ctx,
-            keep=1,
-            loss=[self.loss_sum, self.loss_n, self.seen],
-            best=self.best,
-            history=self.history,
-            eval_pending=eval_pending,
-            run=self.keys,
-        )
-        return D.broadcast_object(self.ctx, path)
+        return {"dev_spearman": metrics["spearman"], "dev_pearson": metrics["pearson"]}
 
     def finish(self, n: int, global_batch: int) -> dict[str, Any]:
         """The last model when there is no dev set, train_log.json, the checkpoints removed: the summary."""
+        run = self.run
         self.save_current_if_no_best()
-        seconds = self.seconds()
+        seconds = run.seconds()
         summary = {
-            "steps": self.state.step,
-            "train_loss": self.train_loss(),
+            "steps": run.state.step,
+            "train_loss": run.train_loss(),
             "train_rows": n,
             "global_batch": global_batch,
             "train_seconds": round(seconds, 2),
-            "rows_per_second": round(self.seen / seconds, 2),
-            "compute_precision": self.precision,
-            **run_record(self.precision, self.ctx.device),
+            "rows_per_second": round(run.seen / seconds, 2),
+            "compute_precision": run.precision,
+            **run_record(run.precision, run.ctx.device),
         }
-        if self.best is not None:
-            summary.update({k: v for k, v in self.best.items() if k.startswith("dev_")}, best_step=self.best["step"])
-        if self.ctx.is_main:
-            write_json(
-                self.run.path / "train_log.json",
-                {"args": asdict(self.args), "history": self.history, "summary": summary},
-            )
-            shutil.rmtree(self.run.checkpoints, ignore_errors=True)  # finished: nothing left to resume
+        if run.best is not None:
+            summary.update({k: v for k, v in run.best.items() if k.startswith("dev_")}, best_step=run.best["step"])
+        run.finish(asdict(self.args), summary=summary)
         return summary

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -46,10 +44,10 @@ from bertkit.training.distributed import DistContext
 from bertkit.training.interrupt import GracefulStop
 from bertkit.training.log import say
 from bertkit.training.optim import build_optimizer, linear_schedule
-from bertkit.training.rundir import RunDir, run_record
+from bertkit.training.run import Run
+from bertkit.training.rundir import run_record
 from bertkit.training.state import TrainState, seed_dropout, seed_everything
 from bertkit.training.step import optimizer_step
-from bertkit.training.tensorboard import EventWriter
 
 # settings that change what is computed: a resumed run must use the same
 RESUME_KEYS = (
@@ -156,14 +154,10 @@ def finetune(
     (exit code 128 + signal); ``args.resume`` then continues from it, bit for bit as if never stopped."""
     from tqdm import tqdm
 
-    output_dir = Path(output_dir)
     ctx = ctx or DistContext(device=torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu")))
     if args.grad_accum < 1 or args.batch_size < 1:
         raise InputError(f"--batch-size and --grad-accum must be >= 1, got {args.batch_size} and {args.grad_accum}")
     torch.set_num_threads(args.threads or torch.get_num_threads())
-    run = RunDir(output_dir, ctx)
-    if ctx.is_main:
-        run.check_writable()
     seed_everything(args.seed)
     device = ctx.device
     precision = resolve_precision(args.precision, device)
@@ -183,20 +177,34 @@ def finetune(
         "train_examples": len(train_features),
         "world_size": ctx.world_size,
     }
-    run.remove_stale()  # what a killed run left half-written
-    saved = run.resume_checkpoint(keys, args.resume, finished="train_log.json", overwrite=args.overwrite)
-    books = _Books(task, tokenizer, dev_examples, dev_features, args, precision, run, state, keys, steps_per_epoch)
+    run = Run(
+        output_dir,
+        ctx,
+        keys,
+        main_metric=task.main_metric,
+        quiet=args.quiet,
+        steps_per_epoch=steps_per_epoch,
+        precision=precision,
+    )
+    saved = run.start(state, resume=args.resume, overwrite=args.overwrite, tensorboard=args.tensorboard)
     if saved is not None:
-        books.load(saved, ctx)
         say(f"resuming {output_dir} at step {state.step} of {total_steps}", ctx, args.quiet)
-    run.write_keys(keys)
 
     def forward(module, indices: list[int]):
         batch = task.collate([train_features[i] for i in indices])
         return module(**{k: v.to(device) for k, v in batch.items()})
 
-    if saved is not None and saved.get("eval_pending"):
-        books.evaluate_and_keep_best()  # the evaluation the signal pre-empted
+    def evaluate_dev() -> dict:
+        metrics, preds = evaluate(task, model, dev_examples, dev_features, args, precision, device)
+        kept["preds"] = preds
+        return metrics
+
+    def save(record: dict) -> None:
+        save_output(task, model, tokenizer, run.path, record, dev_examples, kept.pop("preds", None))
+
+    kept: dict[str, Any] = {}
+    evaluate_fn = evaluate_dev if dev_features is not None else None
+    run.resume_pending_eval(saved, evaluate_fn, save)
     progress = tqdm(
         total=total_steps,
         initial=state.step,
@@ -221,34 +229,28 @@ def finetune(
                     device=device,
                     ctx=ctx,
                     ddp_model=ddp_model,
-                    after_backward=books.count_loss,
+                    after_backward=lambda _, out: run.count(out.loss.item()),
                 )
                 b += len(group)
                 state.position = {"epoch": epoch, "batch": b}
                 progress.update(1)
-                progress.set_postfix(loss=f"{books.train_loss():.4f}")
+                progress.set_postfix(loss=f"{run.train_loss():.4f}")
                 if state.step >= total_steps:
                     break
-                eval_due = bool(args.eval_every) and state.step % args.eval_every == 0
-                stopping = stop.requested
-                if ctx.distributed:  # every process stops at the same step
-                    stopping = distributed.all_reduce_mean(ctx, [float(stopping)])[0] > 0
-                if stopping:
-                    progress.close()
-                    path = books.checkpoint(eval_pending=eval_due)
-                    stop.raise_(
-                        f"stopped at step {state.step} of {total_steps}; checkpoint {path}. Continue with "
-                        "the same command and --resume"
-                    )
-                if eval_due:
-                    books.evaluate_and_keep_best()
-                if args.save_every and state.step % args.save_every == 0:
-                    books.checkpoint(eval_pending=False)
+                run.after_step(
+                    stop,
+                    total_steps,
+                    evaluate=evaluate_fn,
+                    save=save,
+                    eval_every=args.eval_every,
+                    save_every=args.save_every,
+                    on_stop=progress.close,
+                )
             state.position = {"epoch": epoch + 1, "batch": 0}
             if not args.eval_every or state.step >= total_steps:
-                books.evaluate_and_keep_best()
+                run.evaluate(evaluate_fn, save)
     progress.close()
-    return books.finish(len(train_features))
+    return _finish(run, task, model, tokenizer, args, precision, len(train_features))
 
 
 def _steps(n_features: int, args: FinetuneArgs, ctx: DistContext) -> tuple[int, int, int]:
@@ -266,108 +268,15 @@ def _steps(n_features: int, args: FinetuneArgs, ctx: DistContext) -> tuple[int, 
     return batches_per_epoch, steps_per_epoch, total_steps
 
 
-class _Books:
-    """A fine-tuning run's books: the training loss so far, the dev history and the best record (saved with the
-    model when it improves), checkpoints of all of it with the TrainState, and the final train_log.json."""
-
-    def __init__(
-        self,
-        task,
-        tokenizer,
-        dev_examples,
-        dev_features,
-        args: FinetuneArgs,
-        precision: str,
-        run: RunDir,
-        state: TrainState,
-        keys: dict,
-        steps_per_epoch: int,
-    ):
-        self.task, self.tokenizer, self.dev_examples, self.dev_features = task, tokenizer, dev_examples, dev_features
-        self.args, self.precision, self.run, self.state, self.keys = args, precision, run, state, keys
-        self.ctx, self.device, self.steps_per_epoch = run.ctx, run.ctx.device, steps_per_epoch
-        self.best: dict[str, Any] | None = None
-        self.history: list[dict] = []
-        self.loss_sum, self.loss_n = 0.0, 0
-        self.t0, self.elapsed0 = time.perf_counter(), state.elapsed
-        self.board = EventWriter(run.path / "tensorboard") if args.tensorboard and self.ctx.is_main else None
-
-    def load(self, saved: dict[str, Any], ctx: DistContext) -> None:
-        self.state.load(saved, ctx)
-        self.best, self.history, (self.loss_sum, self.loss_n) = saved["best"], saved["history"], saved["loss"]
-        self.elapsed0 = self.state.elapsed
-
-    def count_loss(self, _, output) -> None:
-        self.loss_sum, self.loss_n = self.loss_sum + output.loss.item(), self.loss_n + 1
-
-    def train_loss(self) -> float:
-        return self.loss_sum / max(self.loss_n, 1)
-
-    def evaluate_and_keep_best(self) -> None:
-        ctx, model, task = self.ctx, self.state.model, self.task
-        if self.dev_features is None or not ctx.is_main:
-            distributed.barrier(ctx)
-            return
-        metrics, preds = evaluate(
-            task, model, self.dev_examples, self.dev_features, self.args, self.precision, self.device
-        )
-        record = {
-            **metrics,
-            "step": self.state.step,
-            "epoch": round(self.state.step / self.steps_per_epoch, 3),
-            "train_loss": self.train_loss(),
-            **run_record(self.precision, self.device),
-        }
-        self.history.append(record)
-        if self.board is not None:
-            self.board.add_record(record)
-        best = self.best
-        improved = best is None or metrics.get(task.main_metric, -math.inf) > best.get(task.main_metric, -math.inf)
-        if improved:
-            self.best = record
-            save_output(task, model, self.tokenizer, self.run.path, record, self.dev_examples, preds)
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
-        say(f"step {self.state.step}: dev {shown}{'  (best, saved)' if improved else ''}", ctx, self.args.quiet)
-        model.train()
-        distributed.barrier(ctx)
-
-    def checkpoint(self, eval_pending: bool) -> Path | None:
-        """A resumable checkpoint (every rank calls it); its path on every rank."""
-        self.state.elapsed = self.elapsed0 + time.perf_counter() - self.t0
-        path = self.state.save(
-            self.run.checkpoints,
-            self.ctx,
-            keep=1,
-            loss=[self.loss_sum, self.loss_n],
-            best=self.best,
-            history=self.history,
-            eval_pending=eval_pending,
-            run=self.keys,
-        )
-        return distributed.broadcast_object(self.ctx, path)
-
-    def finish(self, train_examples: int) -> dict[str, Any]:
-        """The model saved when there is no dev set, train_log.json, the checkpoints removed: the summary."""
-        ctx, out = self.ctx, self.run.path
-        if self.dev_features is None and ctx.is_main:
-            save_output(self.task, self.state.model, self.tokenizer, out, None, None, None)
-        distributed.barrier(ctx)
-        best = self.best
-        if self.dev_features is None or not ctx.is_main:
-            best = {"step": self.state.step, "train_loss": self.train_loss(), **run_record(self.precision, self.device)}
-            if not ctx.is_main:
-                return best
-        assert best is not None
-        summary = {
-            **best,
-            "train_seconds": round(self.elapsed0 + time.perf_counter() - self.t0, 2),
-            "compute_precision": self.precision,
-        }
-        write_json(
-            out / "train_log.json",
-            {"args": asdict(self.args), "history": self.history, "best": summary, "train_examples": train_examples},
-        )
-        shutil.rmtree(self.run.checkpoints, ignore_errors=True)  # finished: nothing left to resume
-        if self.board is not None:
-            self.board.close()
-        return summary
+def _finish(run: Run, task, model, tokenizer, args: FinetuneArgs, precision: str, n: int) -> dict[str, Any]:
+    """The model saved when there is no dev set, train_log.json, the checkpoints removed: the summary."""
+    ctx = run.ctx
+    if run.best is None and ctx.is_main:  # no dev set: the last model
+        save_output(task, model, tokenizer, run.path, None, None, None)
+    distributed.barrier(ctx)
+    best = run.best
+    if best is None or not ctx.is_main:
+        best = {"step": run.state.step, "train_loss": run.train_loss(), **run_record(precision, ctx.device)}
+    summary = {**best, "train_seconds": round(run.seconds(), 2), "compute_precision": precision}
+    run.finish(asdict(args), best=summary, train_examples=n)
+    return summary if ctx.is_main else best
