@@ -2,7 +2,8 @@
 
 A synthetic shard set of ``--tokens`` tokens (default one billion) is written into a temporary directory with no text
 behind it: each shard's token memmap is a sparse file (zeros, or random ids with ``--random-ids``), its sentences have
-5-45 tokens and its documents 2-80 sentences, as ``build_shards`` would lay them out. Then, in a fresh process each:
+5-45 tokens and its documents 2-80 sentences, as
+``build_shards_from_documents`` would lay them out. Then, in a fresh process each:
 
 - **bertkit**: ``PretrainingData(...)``, ``num_batches(epoch)`` and the first batch (what a rank does at the start of
   every epoch), for epochs 0 and 1, with the peak resident memory of the process;

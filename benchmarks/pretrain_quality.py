@@ -91,7 +91,7 @@ ABLATION: dict[str, dict] = {
 def prepare(out: Path, corpus: list[str], vocab: str | None, vocab_size: int) -> tuple[Path, Path, Path]:
     """(sentences.txt, vocab.txt, shards dir): the corpus sentence-split once, a vocabulary, the shards."""
     from bertkit.data.corpus import write_sentences
-    from bertkit.data.pretraining import prepare_corpus
+    from bertkit.data.prepare import prepare_corpus
     from bertkit.tokenization import train_vocab
 
     out.mkdir(parents=True, exist_ok=True)

@@ -38,7 +38,8 @@ def test_gutenberg_book_in_windows_1252_with_licence(shared_data):
 
 def test_shards_round_trip_with_bert_base_vocab(shared_data, tmp_path):
     from bertkit.data.corpus import iter_documents
-    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo, prepare_corpus, read_meta
+    from bertkit.data.prepare import prepare_corpus
+    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo, read_meta
     from bertkit.tokenization import BertTokenizer
 
     vocab = shared_data / "vocab" / "bert-base-uncased" / "vocab.txt"

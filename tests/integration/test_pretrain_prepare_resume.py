@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from bertkit.data import corpus as corpus_module
-from bertkit.data import pretraining as pretraining_module
+from bertkit.data import prepare as prepare_module
 from bertkit.data.prepare import prepare_corpus
 
 TINY = [
@@ -82,9 +82,9 @@ def test_pretrain_killed_while_preparing_resumes_the_preparation(book, tmp_path,
         if len(saved) == 2:
             raise Killed
 
-    # pretrain prepares through bertkit.data.pretraining.prepare_corpus: small shards, and a kill after two of them
+    # pretrain prepares through bertkit.data.prepare.prepare_corpus: small shards, and a kill after two of them
     monkeypatch.setattr(
-        pretraining_module,
+        prepare_module,
         "prepare_corpus",
         functools.partial(prepare_corpus, shard_tokens=SHARD_TOKENS, on_checkpoint=kill_after_two),
     )
@@ -96,9 +96,7 @@ def test_pretrain_killed_while_preparing_resumes_the_preparation(book, tmp_path,
     assert (shards / "progress.json").is_file() and not (shards / "meta.json").exists()
     assert not (out / "model.safetensors").exists()
 
-    monkeypatch.setattr(
-        pretraining_module, "prepare_corpus", functools.partial(prepare_corpus, shard_tokens=SHARD_TOKENS)
-    )
+    monkeypatch.setattr(prepare_module, "prepare_corpus", functools.partial(prepare_corpus, shard_tokens=SHARD_TOKENS))
     caplog.set_level("INFO")
     assert main([*args, "--resume"]) == 0
     said = caplog.text

@@ -9,7 +9,8 @@ import random
 import numpy as np
 import pytest
 
-from bertkit.data.pretraining import Shard, _ShardWriter, create_instances, permute
+from bertkit.data.pretraining import Shard, create_instances, permute
+from bertkit.data.shards import ShardWriter
 
 
 def _old_create_instances(
@@ -96,7 +97,7 @@ def shard(tmp_path_factory) -> Shard:
     """One shard of 300 documents of 2-120 sentences of 3-40 tokens (ids are irrelevant to the layout)."""
     d = tmp_path_factory.mktemp("layout")
     rng = np.random.default_rng(5)
-    w = _ShardWriter(d, "train", np.dtype(np.uint16), 1 << 40)
+    w = ShardWriter(d, "train", np.dtype(np.uint16), 1 << 40)
     for _ in range(300):
         lengths = rng.integers(3, 41, int(rng.integers(2, 121)))
         w.add(rng.integers(10, 100, int(lengths.sum())).astype(np.int32), lengths)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.data.pretraining import HONEST_MIX, DataOptions, PretrainingData, VocabInfo, build_shards
+from bertkit.data.prepare import build_shards_from_documents
+from bertkit.data.pretraining import HONEST_MIX, DataOptions, PretrainingData, VocabInfo
 from bertkit.tasks.mlm import check_honest, score_mlm
 
 
@@ -45,7 +46,9 @@ def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("meter")
     (root / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
     out = root / "shards"
-    build_shards(docs, root / "vocab.txt", out, eval_fraction=0.25, workers=1, progress=False)  # 64+ instances
+    build_shards_from_documents(
+        docs, root / "vocab.txt", out, eval_fraction=0.25, workers=1, progress=False
+    )  # 64+ instances
     counts = torch.zeros(len(vocab))
     counts[10:] = torch.from_numpy(p)
     return out, info, counts

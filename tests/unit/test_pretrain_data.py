@@ -10,11 +10,11 @@ from bertkit.data.pretraining import (
     PretrainingData,
     Shard,
     VocabInfo,
-    _ShardWriter,
     create_instances,
     mask_instance,
     read_meta,
 )
+from bertkit.data.shards import ShardWriter
 
 SPECIALS = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = [f"w{i}" for i in range(150)]
@@ -48,8 +48,8 @@ def shard_dir(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("shards")
     rng = np.random.default_rng(0)
-    train = _ShardWriter(d, "train", np.dtype(np.uint16), shard_tokens=12_000)
-    held = _ShardWriter(d, "eval", np.dtype(np.uint16), 1 << 62)
+    train = ShardWriter(d, "train", np.dtype(np.uint16), shard_tokens=12_000)
+    held = ShardWriter(d, "eval", np.dtype(np.uint16), 1 << 62)
     for _ in range(80):
         train.add(*_random_doc(rng, int(rng.integers(2, 40))))
     for _ in range(5):
@@ -241,7 +241,7 @@ def test_eval_batches_are_fixed_and_held_out(shard_dir, vocab):
 
 
 def test_single_sentence_document_and_tiny_seq(vocab, tmp_path):
-    w = _ShardWriter(tmp_path, "train", np.dtype(np.uint16), 1 << 30)
+    w = ShardWriter(tmp_path, "train", np.dtype(np.uint16), 1 << 30)
     w.add(np.arange(6, 46, dtype=np.int32), np.array([40]))
     w.add(np.arange(6, 16, dtype=np.int32), np.array([10]))
     w.flush()

@@ -693,7 +693,7 @@ def iter_documents(
 ) -> Iterator[list[str]]:
     """Documents (lists of sentences) from every file (directories: their corpus files), in file order; the same
     whatever ``workers`` (default: every core; 0 or 1 = in this process). Each document is held whole here: for
-    corpora of any size, use :func:`bertkit.data.pretraining.prepare_corpus` or :func:`write_sentences`, which
+    corpora of any size, use :func:`bertkit.data.prepare.prepare_corpus` or :func:`write_sentences`, which
     stream. ``on_document(sentences)`` is called per document."""
     from bertkit.data.pipeline import ordered_map
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from bertkit.data.corpus import Block, document_pieces, expand_corpus, iter_blocks
 from bertkit.data.pipeline import ordered_map, progress_bar
-from bertkit.data.pretraining import META_NAME, SHARD_FORMAT, _ShardWriter, file_sha256, read_meta
+from bertkit.data.shards import META_NAME, SHARD_FORMAT, ShardWriter, file_sha256, read_meta
 from bertkit.data.workers import init_tokenizer, tokenize_block
 from bertkit.errors import InputError
 from bertkit.files import atomic_write, write_json
@@ -59,7 +59,7 @@ class HeldOut:
 
     SEGMENT = 1 << 16  # few long documents: the tail of each stretch of this many sentences is held out
 
-    def __init__(self, train: _ShardWriter, held: _ShardWriter, eval_fraction: float, max_eval_tokens: int):
+    def __init__(self, train: ShardWriter, held: ShardWriter, eval_fraction: float, max_eval_tokens: int):
         self.train, self.held, self.fraction, self.cap = train, held, eval_fraction, max_eval_tokens
         self.every = max(2, round(1 / eval_fraction)) if eval_fraction > 0 else 0
         self.doc_index, self.doc_open, self.doc_eval = 0, False, False
@@ -118,7 +118,7 @@ class HeldOut:
             self.train.add(ids, lengths, doc_end)
 
 
-def _writer_state(w: _ShardWriter) -> dict[str, np.ndarray]:
+def _writer_state(w: ShardWriter) -> dict[str, np.ndarray]:
     return {
         "ids": np.concatenate(w.ids) if w.ids else np.zeros(0, np.int32),
         "lengths": np.concatenate(w.lengths) if w.lengths else np.zeros(0, np.int64),
@@ -127,7 +127,7 @@ def _writer_state(w: _ShardWriter) -> dict[str, np.ndarray]:
     }
 
 
-def _restore_writer(w: _ShardWriter, state) -> None:
+def _restore_writer(w: ShardWriter, state) -> None:
     w._reset()
     if len(state["lengths"]):
         w.ids, w.lengths, w.n_tokens = [np.asarray(state["ids"])], [np.asarray(state["lengths"])], len(state["ids"])
@@ -281,8 +281,8 @@ def _build(
     (out_dir / META_NAME).unlink(missing_ok=True)  # no commit marker until every shard is written
     vocab_size = len(tokenizer)
     dtype = np.dtype(np.uint16 if vocab_size <= 65535 else np.int32)
-    train = _ShardWriter(out_dir, "train", dtype, settings["shard_tokens"], auto_flush=False)
-    held = _ShardWriter(out_dir, "eval", dtype, 1 << 62, auto_flush=False)
+    train = ShardWriter(out_dir, "train", dtype, settings["shard_tokens"], auto_flush=False)
+    held = ShardWriter(out_dir, "eval", dtype, 1 << 62, auto_flush=False)
     router = HeldOut(train, held, settings["eval_fraction"], settings["max_eval_tokens"])
     key = fingerprint_key(fingerprint)
     start = _resume(out_dir, key, train, held, router, log)
@@ -343,9 +343,7 @@ def _route(block: Block, ids, lengths, counts: list[int], router: HeldOut) -> No
         router.add(ids[offsets[lo] : offsets[hi]], lengths[lo:hi], end)
 
 
-def _checkpoint(
-    out_dir: Path, key: str, block: Block, train: _ShardWriter, held: _ShardWriter, router: HeldOut
-) -> dict:
+def _checkpoint(out_dir: Path, key: str, block: Block, train: ShardWriter, held: ShardWriter, router: HeldOut) -> dict:
     """Write the full training shard, then the held-out text so far, then the progress record (last)."""
     train.flush()
     state = _writer_state(held)
@@ -361,7 +359,7 @@ def _save_npz(path: Path, arrays: dict) -> None:
 
 
 def _resume(
-    out_dir: Path, key: str, train: _ShardWriter, held: _ShardWriter, router: HeldOut, log
+    out_dir: Path, key: str, train: ShardWriter, held: ShardWriter, router: HeldOut, log
 ) -> tuple[int, int] | None:
     """The position to go on after, when ``out_dir`` holds an interrupted preparation of the same fingerprint."""
     path = out_dir / PROGRESS_NAME
@@ -409,8 +407,8 @@ def build_shards_from_documents(
     (out_dir / META_NAME).unlink(missing_ok=True)
     tokenizer = BertTokenizer.from_pretrained(str(vocab_path), lowercase=lowercase)
     dtype = np.dtype(np.uint16 if len(tokenizer) <= 65535 else np.int32)
-    train = _ShardWriter(out_dir, "train", dtype, shard_tokens)
-    held = _ShardWriter(out_dir, "eval", dtype, 1 << 62, auto_flush=False)
+    train = ShardWriter(out_dir, "train", dtype, shard_tokens)
+    held = ShardWriter(out_dir, "eval", dtype, 1 << 62, auto_flush=False)
     router = HeldOut(train, held, eval_fraction, max_eval_tokens)
     tasks = ((Block("sentences", doc, [len(doc) - 1]), ("sentences", list(doc), "regex")) for doc in documents)
     with ordered_map(tokenize_block, tasks, workers, init_tokenizer, (str(vocab_path), lowercase)) as results:

@@ -2,11 +2,11 @@
 
 Pipeline (as Google's ``create_pretraining_data.py``, stored so a corpus larger than RAM streams):
 
-1. :func:`build_shards` tokenizes documents (lists of sentences) in worker processes and writes shards of
-   ``*.tokens.npy`` (uint16, or int32 for vocabularies over 65535), ``*.sentences.npy`` (token offset of every
-   sentence, S+1) and ``*.documents.npy`` (sentence offset of every document, D+1), plus ``meta.json`` last as the
-   commit marker. A small held-out part (whole documents when there are many; else the last sentences of each long
-   document) goes to the ``eval`` shard, never trained on.
+1. :func:`bertkit.data.prepare.prepare_corpus` tokenizes documents (lists of sentences) in worker processes and
+   writes shards (:mod:`bertkit.data.shards`) of ``*.tokens.npy`` (uint16, or int32 for vocabularies over 65535),
+   ``*.sentences.npy`` (token offset of every sentence, S+1) and ``*.documents.npy`` (sentence offset of every
+   document, D+1), plus ``meta.json`` last as the commit marker. A small held-out part (whole documents when there
+   are many; else the last sentences of each long document) goes to the ``eval`` shard, never trained on.
 2. :class:`ShardLayout` lays out ``[CLS] A [SEP] B [SEP]`` instances of one shard as token *ranges* (a_start, a_end,
    b_start, b_end, next_sentence_label). A and B are runs of whole sentences, so each is a contiguous range of the
    shard's tokens, and truncation only moves an end. Chunks are cut vectorised: the sentences of a document that start
@@ -37,8 +37,6 @@ and the layout is drawn afresh each epoch: a few epochs cover all of it; tests/u
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import pickle
 import random
@@ -48,20 +46,13 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.files import atomic_write
+from bertkit.data.shards import META_NAME, SHARD_FORMAT, file_sha256, read_meta  # noqa: F401 (public here too)
 
-META_NAME = "meta.json"
-SHARD_FORMAT = 1
 NO_LABEL = -100
 SHUFFLE_SHARDS = 16  # shards whose instances an epoch shuffles together (see PretrainingData.ids_at)
 
 
 # --------------------------------------------------------------------------------------------- vocabulary facts
-
-
-def _save_npy(path: Path, array: np.ndarray) -> None:
-    with open(path, "wb") as f:  # a file object: np.save would add ".npy" to the temp file's name
-        np.save(f, array)
 
 
 @dataclass(frozen=True)
@@ -95,116 +86,7 @@ class VocabInfo:
         return cls.from_tokens(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))))
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 # --------------------------------------------------------------------------------------------- shards
-
-
-class _ShardWriter:
-    """Accumulates tokenized sentences and writes ``<name>.{tokens,sentences,documents}.npy`` shards (atomically).
-
-    ``add(ids, lengths, doc_end)`` appends sentences to the open document and closes it with ``doc_end``; a shard
-    is written by :meth:`flush` (at ``shard_tokens`` when ``auto_flush``), and a document still open then ends with
-    the shard (its rest starts a document of the next one). Memory is one shard's tokens."""
-
-    def __init__(self, directory: Path, prefix: str, dtype: np.dtype, shard_tokens: int, auto_flush: bool = True):
-        self.directory, self.prefix, self.dtype, self.shard_tokens = directory, prefix, dtype, shard_tokens
-        self.auto_flush = auto_flush
-        self.shards: list[dict] = []
-        self._reset()
-
-    def _reset(self) -> None:
-        self.ids: list[np.ndarray] = []
-        self.lengths: list[np.ndarray] = []
-        self.doc_sentences: list[int] = []
-        self.open_sentences = 0
-        self.n_tokens = 0
-
-    def add(self, ids: np.ndarray, lengths: np.ndarray, doc_end: bool = True) -> None:
-        if len(lengths):
-            self.ids.append(np.asarray(ids).astype(self.dtype, copy=False))  # stored at the shard's width
-            self.lengths.append(lengths)
-            self.open_sentences += len(lengths)
-            self.n_tokens += len(ids)
-        if doc_end and self.open_sentences:
-            self.doc_sentences.append(self.open_sentences)
-            self.open_sentences = 0
-        if self.auto_flush and self.n_tokens >= self.shard_tokens:
-            self.flush()
-
-    @property
-    def full(self) -> bool:
-        return self.n_tokens >= self.shard_tokens
-
-    def flush(self) -> None:
-        if self.open_sentences:
-            self.doc_sentences.append(self.open_sentences)
-            self.open_sentences = 0
-        if not self.doc_sentences:
-            return
-        name = self.prefix if self.prefix == "eval" else f"{self.prefix}-{len(self.shards):05d}"
-        tokens = np.concatenate(self.ids).astype(self.dtype, copy=False)
-        sentences = np.concatenate([[0], np.cumsum(np.concatenate(self.lengths))]).astype(np.int64)
-        documents = np.concatenate([[0], np.cumsum(self.doc_sentences)]).astype(np.int64)
-        self._reset()
-        for part, array in (("tokens", tokens), ("sentences", sentences), ("documents", documents)):
-            final = self.directory / f"{name}.{part}.npy"
-            atomic_write(final, lambda p, a=array: _save_npy(p, a))
-        self.shards.append(
-            {
-                "name": name,
-                "tokens": len(tokens),
-                "sentences": int(len(sentences) - 1),
-                "documents": int(len(documents) - 1),
-            }
-        )
-
-
-def build_shards(
-    documents: Iterable[list[str]],
-    vocab_path: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    lowercase: bool | None = None,
-    shard_tokens: int = 1 << 24,
-    eval_fraction: float = 0.02,
-    workers: int | None = None,
-    fingerprint: dict | None = None,
-    progress: bool = True,
-) -> dict:
-    """Tokenize ``documents`` (lists of sentences, e.g. from :func:`bertkit.data.corpus.iter_documents`) into memmap
-    shards under ``out_dir``; returns (and writes) the ``meta.json`` dict. For corpus files use
-    :func:`prepare_corpus`, which streams from the files and resumes. The held-out part is chosen as there
-    (:class:`bertkit.data.prepare.HeldOut`)."""
-    from bertkit.data.prepare import build_shards_from_documents
-
-    return build_shards_from_documents(
-        documents,
-        vocab_path,
-        out_dir,
-        lowercase=lowercase,
-        shard_tokens=shard_tokens,
-        eval_fraction=eval_fraction,
-        workers=workers,
-        fingerprint=fingerprint,
-        progress=progress,
-    )
-
-
-def read_meta(out_dir: str | os.PathLike) -> dict | None:
-    path = Path(out_dir) / META_NAME
-    if not path.is_file():
-        return None
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    return meta if isinstance(meta, dict) and meta.get("format") == SHARD_FORMAT else None
 
 
 @dataclass
@@ -687,16 +569,6 @@ def collate(examples: list[dict], pad_id: int, nsp: bool, multiple: int = 8) -> 
     if nsp:
         batch["next_sentence_label"] = np.asarray([e["next_sentence_label"] for e in examples], dtype=np.int64)
     return batch
-
-
-def prepare_corpus(*args, **kwargs) -> dict:
-    """Shards for a corpus under ``out_dir``, streamed from the files in every core, resumed where an interrupted
-    preparation stopped, and reused when built before from the same files, vocabulary and settings (here, or by
-    ``bertkit prepare`` in the cache): :func:`bertkit.data.prepare.prepare_corpus`, whose signature it takes (imported
-    here lazily: that module imports this one)."""
-    from bertkit.data.prepare import prepare_corpus as prepare
-
-    return prepare(*args, **kwargs)
 
 
 def token_counts(directory: str | os.PathLike, vocab_size: int, max_tokens: int = 1 << 27) -> np.ndarray:

@@ -144,7 +144,7 @@ def prepare_output(cfg: PretrainConfig) -> PretrainConfig:
 def tokenizer_and_shards(cfg: PretrainConfig, ctx):
     """The vocabulary (trained on the sentence-split corpus unless given) and the tokenized shards, built by rank 0."""
     from bertkit.data.corpus import expand_corpus, write_sentences
-    from bertkit.data.pretraining import prepare_corpus
+    from bertkit.data.prepare import prepare_corpus
     from bertkit.tokenization import BertTokenizer, train_vocab
     from bertkit.training.once import check_same_shards, once
 
