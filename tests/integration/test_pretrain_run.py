@@ -438,8 +438,9 @@ def test_max_time_refits_the_schedule_to_the_measured_pace(corpus, tmp_path, mon
     run: a probe claiming 1 s/step schedules 8 steps for 12 s; the tiny model's real pace re-schedules far more,
     run.json records it, and the lr decays on the new schedule."""
     from bertkit.recipes import pretrain as recipe
+    from bertkit.training import step
 
-    monkeypatch.setattr(recipe, "_time_steps", lambda *a, **k: 1.0)
+    monkeypatch.setattr(step, "time_steps", lambda *a, **k: 1.0)
     out = tmp_path / "timed"
     recipe.pretrain(
         recipe.PretrainConfig(

@@ -17,7 +17,6 @@ trapezoidal schedule, 30% masking, MLM only on full packed sequences. Every choi
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import sys
@@ -53,6 +52,7 @@ from bertkit.recipes.pretrain_setup import (
     say_run,
     tokenizer_and_shards,
 )
+from bertkit.training.prefetch import Prefetcher
 
 RECIPES = ("budget", "paper")
 SCHEDULES = ("linear", "trapezoid", "onecycle")
@@ -478,7 +478,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
                 mininterval=0.5,
             )
             workers = cfg.loader_workers if cfg.loader_workers is not None else (2 if ctx.device.type == "cuda" else 0)
-            loader, stop_why = _Prefetcher(workers), None
+            loader, stop_why = Prefetcher(workers), None
             if budget is not None:
                 budget.start()
             try:  # the workers (processes on a GPU) go when the loop does, also when it raises
@@ -727,6 +727,7 @@ def _schedule(cfg: PretrainConfig, ctx, feed: Feed, model, precision: str):
     from bertkit.training.distributed import broadcast_object
     from bertkit.training.optim import build_optimizer
     from bertkit.training.rundir import RunDir
+    from bertkit.training.step import time_steps
 
     out = Path(cfg.output)
     # the newest readable checkpoint: a corrupted latest one is skipped with a warning naming it
@@ -743,13 +744,14 @@ def _schedule(cfg: PretrainConfig, ctx, feed: Feed, model, precision: str):
 
     def timer(data) -> float:
         batches = [_to_device(data.batch(0, i % data.num_batches(0)), ctx.device) for i in range(4)]
-        return _time_steps(
+        return time_steps(
             model,
             lambda m: build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay),
             batches,
-            precision,
-            ctx.device,
-            cfg.grad_accum,
+            precision=precision,
+            device=ctx.device,
+            grad_accum=cfg.grad_accum,
+            clip=cfg.clip,
         )
 
     cost = feed.cost(feed.step_costs(timer))
@@ -896,89 +898,10 @@ def _write_tensorboard(out: Path) -> None:
 # --------------------------------------------------------------------------------------------- small helpers
 
 
-@contextlib.contextmanager
-def _rng_preserved():
-    import random
-
-    import numpy as np
-    import torch
-
-    state = (random.getstate(), np.random.get_state(), torch.get_rng_state())
-    try:
-        yield
-    finally:
-        random.setstate(state[0])
-        np.random.set_state(state[1])
-        torch.set_rng_state(state[2])
-
-
 def _to_device(batch: dict, device) -> dict:
     import torch
 
     return {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items()}
-
-
-class _Prefetcher:
-    """Builds the next batches while the model trains on this one: in a background thread (``workers=0``), or in
-    ``workers`` processes, ``2 * workers`` batches ahead. Processes keep a GPU fed: a bert-base step on a GPU is
-    shorter than the Python that builds a batch of 128 while holding the interpreter lock the step's own launches
-    need. Batches are pure functions of (epoch, index), so prefetching changes nothing but the wall clock."""
-
-    def __init__(self, workers: int = 0):
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-
-        if workers > 0:  # forkserver: the workers start clean, without the trainer's threads or CUDA state
-            methods = multiprocessing.get_all_start_methods()
-            ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-            self.pool, self.ahead = ProcessPoolExecutor(workers, mp_context=ctx), 2 * workers
-        else:
-            self.pool, self.ahead = ThreadPoolExecutor(1, thread_name_prefix="bertkit-data"), 1
-        self.pending: dict[tuple[int, int], object] = {}  # (epoch, index) -> future, for self.data
-        self.data = None
-
-    def get(self, data, epoch: int, index: int) -> dict:
-        if data is not self.data:  # a new stage (ramp, phase 2): what was built ahead is for the old one
-            for f in self.pending.values():
-                f.cancel()
-            self.pending, self.data = {}, data
-        f = self.pending.pop((epoch, index), None)
-        batch = f.result() if f is not None else data.batch(epoch, index)
-        e, i = epoch, index
-        for _ in range(self.ahead):
-            e, i = (e, i + 1) if i + 1 < data.num_batches(e) else (e + 1, 0)
-            if (e, i) not in self.pending:
-                self.pending[(e, i)] = self.pool.submit(data.batch, e, i)
-        return batch
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _time_steps(model, make_optimizer, batches: list[dict], precision: str, device, grad_accum: int) -> float:
-    """Median seconds per optimizer step of a throwaway copy of the model, the first (warm-up) step left out; the
-    model, optimizer and RNG states are untouched."""
-    import copy
-
-    from bertkit.precision import autocast
-
-    probe = copy.deepcopy(model)
-    opt = make_optimizer(probe)
-    times = []
-    with _rng_preserved():
-        for i, batch in enumerate(batches):
-            t0 = time.perf_counter()
-            for _ in range(grad_accum):
-                with autocast(precision, device):
-                    loss = probe(**batch).loss / grad_accum
-                loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            if i:
-                times.append(time.perf_counter() - t0)
-    del probe, opt
-    times.sort()
-    return times[len(times) // 2]
 
 
 def _evaluate(model, batches: list[dict], precision: str, device, mask_id: int | None = None) -> dict[str, float]:

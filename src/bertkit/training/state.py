@@ -14,6 +14,7 @@ it; so a resumed run continues bit for bit in each of them the same way::
 
 from __future__ import annotations
 
+import contextlib
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,3 +90,16 @@ class TrainState:
         self.elapsed = float(saved.get("elapsed", 0.0))
         rngs = saved.get("rank_rng")
         set_rng_state(rngs[ctx.rank] if rngs and ctx.rank < len(rngs) else saved["rng"])
+
+
+@contextlib.contextmanager
+def rng_preserved():
+    """Python's, NumPy's and torch's CPU generators as they were before the block (a throwaway computation inside
+    leaves a run's random stream untouched)."""
+    state = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    try:
+        yield
+    finally:
+        random.setstate(state[0])
+        np.random.set_state(state[1])
+        torch.set_rng_state(state[2])

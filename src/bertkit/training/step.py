@@ -94,3 +94,40 @@ def optimizer_step(
             after_backward(micro, output)
     norm = apply_update(state, clip, ctx=ctx, loss=loss_sum, on_not_finite=on_not_finite)
     return StepResult(loss_sum, norm)
+
+
+def time_steps(
+    model: torch.nn.Module,
+    make_optimizer: Callable[[torch.nn.Module], torch.optim.Optimizer],
+    batches: Sequence[dict],
+    *,
+    precision: str,
+    device: torch.device | str,
+    grad_accum: int = 1,
+    clip: float = 1.0,
+) -> float:
+    """Median seconds per optimizer step (:func:`optimizer_step`, the very step a run takes) of a throwaway copy of
+    the model on ``batches``, the first (warm-up) step left out; the model, its optimizer and the RNG states are
+    untouched. What ``--max-time`` fits its schedule with."""
+    import copy
+    import time
+
+    from bertkit.precision import grad_scaler
+    from bertkit.training.optim import linear_schedule
+    from bertkit.training.state import rng_preserved
+
+    probe = copy.deepcopy(model)
+    optimizer = make_optimizer(probe)
+    state = TrainState(probe, optimizer, linear_schedule(optimizer, 0, 1 << 30), grad_scaler(precision, device))
+    times = []
+    with rng_preserved():
+        for i, batch in enumerate(batches):
+            t0 = time.perf_counter()
+            optimizer_step(
+                state, range(grad_accum), lambda m, _, b=batch: m(**b), clip=clip, precision=precision, device=device
+            )
+            if i:
+                times.append(time.perf_counter() - t0)
+    del probe, optimizer, state
+    times.sort()
+    return times[len(times) // 2]
