@@ -331,8 +331,8 @@ class Service:
             raise InputRejected(role, None, "'{field}': " + str(exc).replace("{", "{{").replace("}", "}}")) from None
 
     def masks(self, texts: list[str], top_k: int) -> int:
-        """Fill-mask's own checks on prepared texts: an MLM head, a [MASK] in each text, ``top_k`` in 1..100 and
-        [MASK]s x ``top_k`` within ``--max-predictions``. Returns the number of [MASK]s."""
+        """Fill-mask's own checks on the request's texts, before tokenizing them: an MLM head, a [MASK] in each text,
+        ``top_k`` in 1..100 and [MASK]s x ``top_k`` within ``--max-predictions``. Returns the number of [MASK]s."""
         if self.encoder.mlm_head is None:
             raise ApiError(None, "this model has no MLM head (cls.predictions): fill-mask is unavailable")
         if not 1 <= top_k <= 100:
