@@ -17,6 +17,7 @@ from starlette.testclient import TestClient
 from tinymodels import make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
 
 from bertkit import BertClient, Encoder
+from bertkit.features import encode_with_masks
 from bertkit.serve.app import ServerThread, ServeSettings, create_app
 from bertkit.serve.client import BertClientError
 
@@ -257,7 +258,7 @@ def test_fill_mask_refusals_name_the_request_field_and_the_flag(client, encoder)
     """/fill-mask's field is ``inputs`` (``inputs[1]`` in a list), never the library's ``texts[0]``; a limit names its
     flag."""
     long = "the [MASK] " + "cat " * 70
-    n = len(encoder.tokenizer.tokenize(long)) + 2  # [CLS] ... [SEP], uncut
+    n = len(encode_with_masks(encoder.tokenizer, long))  # as the model reads it: [MASK] is one token
     cases = [
         ({"inputs": long}, f"'inputs' is {n} tokens long, over the limit of 64", "--max-length"),
         ({"inputs": ["the [MASK]", long]}, f"'inputs[1]' is {n} tokens long", "--max-length"),

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.features import POOLINGS, Encoder, PoolSpec, parse_layers
+from bertkit.features import POOLINGS, Encoder, PoolSpec, encode_with_masks, parse_layers
 from bertkit.options import option
 from bertkit.serve.core.batching import BatchQueue, QueueFull
 from bertkit.serve.core.checks import check_count, check_ids, check_output_size, check_text
@@ -120,6 +120,14 @@ def cut(e: Any, limit: int, left: bool, specials: bool) -> Any:
         [e.type_ids[k] for k in keep],
         [e.tokens[k] for k in keep] if len(e.tokens) == n else [],
     )
+
+
+def too_long(i: int, n: int, limit: int, server_limit: bool, can_truncate: bool) -> InputRejected:
+    """The refusal of input ``i``, ``n`` tokens long, past ``limit``: the server's (``--max-length``) or a task
+    model's own; ``can_truncate``: the route takes ``truncate`` (so the refusal says to set it)."""
+    whose = "the model's maximum or the server's --max-length" if server_limit else "the model's"
+    tip = '; shorten it or set "truncate": true' if can_truncate else ": shorten it"
+    return InputRejected("inputs", i, f"'{{field}}' is {n} tokens long, over the limit of {limit} ({whose}){tip}")
 
 
 def resize(vectors: list[np.ndarray], dimensions: int | None, normalize: bool, dim: int) -> list[np.ndarray]:
@@ -239,13 +247,7 @@ class Service:
                 if len(e.ids) <= limit:
                     continue
                 if not truncate:
-                    tip = '; shorten it or set "truncate": true' if can_truncate else ": shorten it"
-                    whose = "the model's maximum or the server's --max-length" if max_length == 0 else "the model's"
-                    raise InputRejected(
-                        "inputs",
-                        i,
-                        f"'{{field}}' is {len(e.ids)} tokens long, over the limit of {limit} ({whose}){tip}",
-                    )
+                    raise too_long(i, len(e.ids), limit, max_length == 0, can_truncate)
                 if max_length == 0:  # the server's own limit: cut here (a task pipeline cuts its own)
                     out[i] = cut(e, limit, left, not isinstance(items[i], list) or words)
         total = sum(len(e.ids) for e in out)
@@ -351,6 +353,19 @@ class Service:
                 f"over the limit of {self.settings.max_predictions} per request (--max-predictions)",
             )
         return n
+
+    async def mask_lengths(self, texts: list[str]) -> None:
+        """Fill-mask's tokens per input as the model reads them (each [MASK] one token, where the WordPiece normaliser
+        would split it in three): 422 past the server's limit. Large requests off the event loop."""
+        tok = self.encoder.tokenizer
+        mask = tok.convert_ids_to_tokens(tok.mask_token_id)
+
+        def lengths() -> list[int]:
+            return [len(encode_with_masks(tok, t, mask)) for t in texts]
+
+        for i, n in enumerate(await asyncio.to_thread(lengths) if sum(map(len, texts)) > 20_000 else lengths()):
+            if n > self.max_length:
+                raise too_long(i, n, self.max_length, True, False)
 
     def bound_answer(self, values: int, what: str) -> int:
         """Refuse (422, naming ``--max-output-values``) an answer of more than the limit's numbers before computing.

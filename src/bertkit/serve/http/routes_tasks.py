@@ -184,7 +184,8 @@ async def fill_mask(request: Request, body: FillMaskRequest):
     top_k_field = "parameters.top_k" if hf and body.parameters.top_k is not None else "top_k"
     with fields(single=single, inputs="inputs", top_k=top_k_field):  # the request's own field names
         masks = svc.masks(items, top_k)  # first: [MASK]s x top_k is known before tokenizing
-        await svc.prepare(items, truncate=False, can_truncate=False)  # over the limit: refused, never cut
+        await svc.prepare(items, can_truncate=False, max_length=None)  # count, characters, tokens per request
+        await svc.mask_lengths(items)  # over the limit: refused, never cut
     result = await svc.call(lambda enc: enc.fill_mask(items, top_k=top_k, max_length=svc.max_length))
     result = (
         _inference_api_fills(svc, items, result)
