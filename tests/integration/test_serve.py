@@ -292,6 +292,21 @@ def test_openai_base64_equals_float(client):
     assert a["object"] == "list" and a["usage"]["prompt_tokens"] == 8
 
 
+def test_openapi_describes_every_route_and_body(encoder):
+    """/openapi.json lists the routes with their typed bodies; it and /docs need no key (they show no model data)."""
+    with TestClient(create_app(encoder, ServeSettings(api_key="s3cret"))) as c:
+        status, spec = asgi_json(c, "/openapi.json")
+        assert status == 200 and {"/embed", "/v1/embeddings", "/encode", "/fill-mask", "/predict"} <= set(spec["paths"])
+        body = spec["paths"]["/embed"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert (
+            body["$ref"].endswith("/EmbedRequest")
+            and "inputs" in spec["components"]["schemas"]["EmbedRequest"]["properties"]
+        )
+        status, page = asgi_json(c, "/docs")
+        assert status == 200 and "swagger" in page.lower()
+        assert asgi_json(c, "/embed", {"inputs": "the cat"})[0] == 401  # the routes themselves keep the key
+
+
 # ------------------------------------------------------------------ the API key
 
 

@@ -43,6 +43,8 @@ ROUTERS = (routes_tei.router, routes_openai.router, routes_bas.router, routes_ta
 KNOWN_PATHS = tuple(
     dict.fromkeys(r.path for router in ROUTERS for r in router.routes if isinstance(r, APIRoute) and "{" not in r.path)
 ) + ("/openapi.json", "/docs")
+# GET without the API key, never refused: health probes, and the API's description (it shows no model or data)
+OPEN_PATHS = ("/health", "/ping", "/", "/openapi.json", "/docs")
 
 
 def make_services(models: Any, settings: ServeSettings) -> dict[str, Service]:
@@ -106,6 +108,7 @@ def create_app(models: Any, settings: ServeSettings | None = None) -> FastAPI:
         metrics=metrics,
         api_key=settings.api_key,
         known_paths=KNOWN_PATHS,
+        open_paths=OPEN_PATHS,
         limit_concurrency=settings.limit_concurrency,
     )
     return app
