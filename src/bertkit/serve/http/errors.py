@@ -116,7 +116,8 @@ def _type_of(status: int) -> str:
 
 def validation_error(errors: Sequence[dict[str, Any]]) -> ApiError:
     """FastAPI's validation errors of a JSON body as one 422 naming the field: for a union, the error that got deepest
-    into the value names the field best (``inputs[1]``, not ``inputs``)."""
+    into the value names the field best (``inputs[1]``, not ``inputs``). (Malformed JSON never gets here:
+    :class:`~bertkit.serve.http.routing.BoundedRequest` refuses it while parsing.)"""
     body_level = [e for e in errors if tuple(e["loc"]) == ("body",)]
     for e in body_level:
         if e["type"] == "missing":
@@ -125,8 +126,6 @@ def validation_error(errors: Sequence[dict[str, Any]]) -> ApiError:
             return ApiError(422, "the body is not JSON: send a JSON object (Content-Type: application/json)")
         return ApiError(422, f"the body must be a JSON object, got {_json_type(e.get('input'))}")
     err = max(errors, key=lambda e: len(field_path(e["loc"][1:]).replace("[", ".").split(".")))
-    if err["type"] == "json_invalid":
-        return ApiError(422, f"malformed JSON: {err.get('ctx', {}).get('error', err['msg'])}")
     loc = field_path(err["loc"][1:])
     return ApiError(422, f"field '{loc or '(body)'}': {err['msg']}", param=loc or None)
 
