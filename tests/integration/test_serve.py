@@ -1,5 +1,5 @@
-"""The embedding server against a real uvicorn on 127.0.0.1: concurrency, equality with offline Encoder.encode,
-every 4xx with its message, API key, failure isolation, and the client end to end."""
+"""The embedding server: concurrency, failure isolation, the API key and the client end to end against a real uvicorn
+on 127.0.0.1; every 4xx with its message and the answers' shapes in-process (an ASGI client, no socket)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,12 @@ import urllib.request
 
 import numpy as np
 import pytest
+from asgi import asgi_json
+from starlette.testclient import TestClient
 from tinymodels import make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
 
 from bertkit import BertClient, Encoder
+from bertkit.features import encode_with_masks
 from bertkit.serve.app import ServerThread, ServeSettings, create_app
 from bertkit.serve.client import BertClientError
 
@@ -49,6 +52,13 @@ SETTINGS = dict(
 def server(encoder):
     with ServerThread(create_app(encoder, ServeSettings(**SETTINGS))) as srv:
         yield srv
+
+
+@pytest.fixture(scope="module")
+def client(encoder):
+    """The same app in-process: shapes and refusals need no socket."""
+    with TestClient(create_app(encoder, ServeSettings(**SETTINGS))) as c:
+        yield c
 
 
 def call(url: str, path: str, body=None, raw: bytes | None = None, headers: dict | None = None, method=None):
@@ -150,7 +160,7 @@ def test_concurrent_clients_get_their_own_offline_results(server, encoder):
     assert failures == []
     assert mismatches == []
     status, metrics = call(server.url, "/metrics")
-    batches = int(next(line.split()[-1] for line in metrics.splitlines() if line.startswith("bertkit_batches_total")))
+    batches = float(next(line.split()[-1] for line in metrics.splitlines() if line.startswith("bertkit_batches_total")))
     served = sum(len(ts) for plan in plans for _, ts in plan)
     assert 0 < batches < served  # requests really were batched together
 
@@ -205,51 +215,96 @@ BAD = [
 
 
 @pytest.mark.parametrize("path,body,status,message", BAD, ids=[f"{p}-{i}" for i, (p, *_) in enumerate(BAD)])
-def test_bad_requests_get_4xx_with_a_message(server, path, body, status, message):
-    got, out = call(
-        server.url, path, raw=body if isinstance(body, bytes) else None, body=None if isinstance(body, bytes) else body
+def test_bad_requests_get_4xx_with_a_message(client, path, body, status, message):
+    got, out = asgi_json(
+        client, path, raw=body if isinstance(body, bytes) else None, body=None if isinstance(body, bytes) else body
     )
     assert got == status, out
     text = out["error"]["message"] if path.startswith("/v1/") else out["error"]
     assert message in text
-    assert call(server.url, "/health") == (200, {"status": "ok"})
+    assert asgi_json(client, "/health") == (200, {"status": "ok"})
 
 
-def test_truncation_when_asked(server, encoder):
+def test_truncation_when_asked(client, encoder):
     long = "the cat " * 100
-    status, out = call(server.url, "/embed", {"inputs": [long], "truncate": True, "normalize": False})
+    status, out = asgi_json(client, "/embed", {"inputs": [long], "truncate": True, "normalize": False})
     assert status == 200
     np.testing.assert_allclose(out[0], encoder.encode([long], max_length=64)[0], **BF16)
-    status, out = call(server.url, "/encode", {"texts": [long], "pooling_strategy": "NONE", "show_tokens": True})
+    status, out = asgi_json(client, "/encode", {"texts": [long], "pooling_strategy": "NONE", "show_tokens": True})
     assert status == 200 and out["shape"] == [[64, 32]] and len(out["tokens"][0]) == 64
 
 
-def test_tokenize_fill_mask_info_metrics(server, encoder):
-    status, toks = call(server.url, "/tokenize", {"inputs": "The cat sat"})
+def test_tokenize_fill_mask_info_metrics(client, encoder):
+    status, toks = asgi_json(client, "/tokenize", {"inputs": "The cat sat"})
     assert status == 200 and len(toks) == 1  # TEI nests a single input too
     toks = toks[0]
     assert [t["text"] for t in toks] == ["[CLS]", "the", "cat", "sat", "[SEP]"]
     assert [(t["start"], t["stop"]) for t in toks[1:-1]] == [(0, 3), (4, 7), (8, 11)]
-    status, fills = call(server.url, "/fill-mask", {"inputs": ["the [MASK] sat on the [MASK]"], "top_k": 3})
+    status, fills = asgi_json(client, "/fill-mask", {"inputs": ["the [MASK] sat on the [MASK]"], "top_k": 3})
     assert status == 200 and len(fills) == 1 and len(fills[0]) == 2 and all(len(m) == 3 for m in fills[0])
     offline = encoder.fill_mask(["the [MASK] sat on the [MASK]"], top_k=3)[0]  # the same computation
     for got, want in zip(fills[0], offline):
         assert [p["token"] for p in got] == [p["token"] for p in want]
         np.testing.assert_allclose([p["score"] for p in got], [p["score"] for p in want], rtol=1e-3)
-    status, info = call(server.url, "/info")
+    status, info = asgi_json(client, "/info")
     assert status == 200 and info["embedding_dim"] == 32 and info["max_client_batch_size"] == 16
     assert info["num_layers"] == 3 and info["max_input_length"] == 64
-    status, text = call(server.url, "/metrics")
+    status, text = asgi_json(client, "/metrics")
     assert status == 200 and 'bertkit_requests_total{path="/tokenize",status="200"}' in text
     assert "# TYPE bertkit_request_duration_seconds histogram" in text
 
 
-def test_openai_base64_equals_float(server):
-    _, a = call(server.url, "/v1/embeddings", {"input": ["the cat", "a dog"], "encoding_format": "base64"})
-    _, b = call(server.url, "/v1/embeddings", {"input": ["the cat", "a dog"]})
+def test_fill_mask_refusals_name_the_request_field_and_the_flag(client, encoder):
+    """/fill-mask's field is ``inputs`` (``inputs[1]`` in a list), never the library's ``texts[0]``; a limit names its
+    flag."""
+    long = "the [MASK] " + "cat " * 70
+    n = len(encode_with_masks(encoder.tokenizer, long))  # as the model reads it: [MASK] is one token
+    cases = [
+        ({"inputs": long}, f"'inputs' is {n} tokens long, over the limit of 64", "--max-length"),
+        ({"inputs": ["the [MASK]", long]}, f"'inputs[1]' is {n} tokens long", "--max-length"),
+        ({"inputs": "a " * 1001 + "[MASK]"}, "'inputs' has 2008 characters", "--max-input-chars"),
+        ({"inputs": ["the [MASK]", "the cat"]}, "'inputs[1]' has no [MASK] token", ""),
+    ]
+    for body, message, flag in cases:
+        status, out = asgi_json(client, "/fill-mask", body)
+        assert status == 422 and message in out["error"] and flag in out["error"], out
+        assert "texts" not in out["error"]
+
+
+def test_fill_mask_at_the_bare_url_of_an_embedding_model_points_to_fill_mask(client):
+    """huggingface_hub's ``InferenceClient(base_url=URL).fill_mask(text)`` posts ``{"inputs", "parameters": {}}``
+    (``top_k=2``: ``{"top_k": 2}``) to the URL itself, which embeds on a model without a task head."""
+    for parameters in ({}, {"top_k": 2}, {"targets": ["cat"]}):
+        status, out = asgi_json(client, "/", {"inputs": "the [MASK] sat", "parameters": parameters})
+        assert status == 422 and "send the request to /fill-mask" in out["error"], out
+        assert "Extra inputs" not in out["error"]
+    status, out = asgi_json(client, "/", {"inputs": "the cat sat"})  # an embedding request there still embeds
+    assert status == 200 and len(out[0]) == 32
+    status, out = asgi_json(client, "/", {"inputs": "the cat sat", "colour": "red"})  # and other fields are still named
+    assert status == 422 and "field 'colour'" in out["error"]
+
+
+def test_openai_base64_equals_float(client):
+    _, a = asgi_json(client, "/v1/embeddings", {"input": ["the cat", "a dog"], "encoding_format": "base64"})
+    _, b = asgi_json(client, "/v1/embeddings", {"input": ["the cat", "a dog"]})
     for da, db in zip(a["data"], b["data"]):
         np.testing.assert_allclose(np.frombuffer(base64.b64decode(da["embedding"]), "<f4"), db["embedding"], rtol=1e-6)
     assert a["object"] == "list" and a["usage"]["prompt_tokens"] == 8
+
+
+def test_openapi_describes_every_route_and_body(encoder):
+    """/openapi.json lists the routes with their typed bodies; it and /docs need no key (they show no model data)."""
+    with TestClient(create_app(encoder, ServeSettings(api_key="s3cret"))) as c:
+        status, spec = asgi_json(c, "/openapi.json")
+        assert status == 200 and {"/embed", "/v1/embeddings", "/encode", "/fill-mask", "/predict"} <= set(spec["paths"])
+        body = spec["paths"]["/embed"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert (
+            body["$ref"].endswith("/EmbedRequest")
+            and "inputs" in spec["components"]["schemas"]["EmbedRequest"]["properties"]
+        )
+        status, page = asgi_json(c, "/docs")
+        assert status == 200 and "swagger" in page.lower()
+        assert asgi_json(c, "/embed", {"inputs": "the cat"})[0] == 401  # the routes themselves keep the key
 
 
 # ------------------------------------------------------------------ the API key
@@ -371,20 +426,20 @@ def test_a_model_that_outputs_nan_gets_500_in_the_api_shape(model_dir):
     enc = Encoder.from_pretrained(model_dir, precision="fp32")
     with torch.no_grad():
         enc.bert.embeddings.LayerNorm.weight[0] = math.nan  # a broken checkpoint (load-time checks bypassed)
-    with ServerThread(create_app(enc, ServeSettings())) as srv:
+    with TestClient(create_app(enc, ServeSettings())) as srv:
         for path, body in [
             ("/embed", {"inputs": "the cat"}),
             ("/encode", {"texts": ["the cat"]}),
             ("/embed_all", {"inputs": "the cat"}),
             ("/encode", {"id": 1, "texts": ["the cat"]}),
         ]:
-            status, out = call(srv.url, path, body)  # call() parses the body as strict JSON
+            status, out = asgi_json(srv, path, body)  # a JSON answer parses: never NaN in it
             assert status == 500 and out["error_type"] == "Backend" and "NaN" in out["error"], (path, out)
-        status, out = call(srv.url, "/v1/embeddings", {"input": "the cat"})
+        status, out = asgi_json(srv, "/v1/embeddings", {"input": "the cat"})
         assert status == 500 and out["error"]["type"] == "server_error" and "NaN" in out["error"]["message"]
-        status, out = call(srv.url, "/fill-mask", {"inputs": "the [MASK] sat"})
+        status, out = asgi_json(srv, "/fill-mask", {"inputs": "the [MASK] sat"})
         assert status == 500 and out["error_type"] == "Backend"
-        assert call(srv.url, "/health") == (200, {"status": "ok"})
+        assert asgi_json(srv, "/health") == (200, {"status": "ok"})
 
 
 def test_non_ascii_api_key(encoder):

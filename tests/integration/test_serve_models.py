@@ -1,12 +1,14 @@
-"""Several models on one server (`?model=`, OpenAI's `model` field, /v1/models), the task-head routes' refusal on an
-embeddings-only model, and the head routes' HTTP contract (TEI shapes, POST / dispatch, InferenceClient
-.text_classification) with a stand-in pipeline. The pipelines' own answers against `bertkit predict` are tested
-with `bertkit.pipelines` itself."""
+"""Several models on one server (`?model=`, OpenAI's `model` field, /v1/models) and the task-head routes' refusal on
+an embeddings-only model, in-process; the head routes' HTTP contract (TEI shapes, POST / dispatch, InferenceClient
+.text_classification) with a stand-in pipeline on a real server. The pipelines' own answers against `bertkit predict`
+are tested with `bertkit.pipelines` itself."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from asgi import asgi_json
+from starlette.testclient import TestClient
 from tinymodels import http_json, make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
 
 from bertkit import Encoder
@@ -37,37 +39,37 @@ def test_several_models_on_one_server(encoders):
     want = {name: enc.encode(texts, normalize=True) for name, enc in encoders.items()}
     assert not np.allclose(want["alpha"], want["beta"], atol=1e-3)  # two really different models
     app = create_app(encoders, ServeSettings())
-    assert set(vars(app.state)["_state"]) == {"services", "settings"}  # only what the routes and ServerThread read
-    with ServerThread(app) as srv:
-        status, out = raw(srv.url, "/embed", {"inputs": texts})
+    assert set(vars(app.state)["_state"]) == {"services", "settings", "metrics"}  # what routes and ServerThread read
+    with TestClient(app) as srv:
+        status, out = asgi_json(srv, "/embed", {"inputs": texts})
         np.testing.assert_allclose(out, want["alpha"], **FP32)  # the first is the default
-        status, out = raw(srv.url, "/embed?model=beta", {"inputs": texts})
+        status, out = asgi_json(srv, "/embed?model=beta", {"inputs": texts})
         np.testing.assert_allclose(out, want["beta"], **FP32)
-        status, out = raw(srv.url, "/v1/embeddings", {"input": texts, "model": "beta"})
+        status, out = asgi_json(srv, "/v1/embeddings", {"input": texts, "model": "beta"})
         assert out["model"] == "beta"
         np.testing.assert_allclose([d["embedding"] for d in out["data"]], want["beta"], **FP32)
-        status, out = raw(srv.url, "/v1/embeddings", {"input": texts, "model": "text-embedding-ada-002"})
+        status, out = asgi_json(srv, "/v1/embeddings", {"input": texts, "model": "text-embedding-ada-002"})
         assert status == 404 and "alpha, beta" in out["error"]["message"]  # several models: the name must match
-        status, out = raw(srv.url, "/embed?model=gamma", {"inputs": texts})
+        status, out = asgi_json(srv, "/embed?model=gamma", {"inputs": texts})
         assert status == 404 and "alpha, beta" in out["error"]
-        status, out = raw(srv.url, "/v1/models")
+        status, out = asgi_json(srv, "/v1/models")
         assert [m["id"] for m in out["data"]] == ["alpha", "beta"]
-        assert raw(srv.url, "/v1/models/beta")[1]["id"] == "beta"
-        assert raw(srv.url, "/info?model=beta")[1]["model_id"] == "beta"
-        assert raw(srv.url, "/info")[1]["models"] == ["alpha", "beta"]
+        assert asgi_json(srv, "/v1/models/beta")[1]["id"] == "beta"
+        assert asgi_json(srv, "/info?model=beta")[1]["model_id"] == "beta"
+        assert asgi_json(srv, "/info")[1]["models"] == ["alpha", "beta"]
 
 
 def test_head_routes_on_an_embeddings_only_model_say_why(encoders):
-    with ServerThread(create_app(encoders["alpha"], ServeSettings(model_id="alpha"))) as srv:
+    with TestClient(create_app(encoders["alpha"], ServeSettings(model_id="alpha"))) as srv:
         for path, body in [
             ("/predict", {"inputs": "the cat"}),
             ("/rerank", {"query": "a", "texts": ["b"]}),
             ("/ner", {"inputs": "the cat"}),
             ("/qa", {"question": "who?", "context": "the cat"}),
         ]:
-            status, out = raw(srv.url, path, body)
+            status, out = asgi_json(srv, path, body)
             assert status == 422 and "no task head" in out["error"] and "/embed" in out["error"], (path, out)
-        assert raw(srv.url, "/", {"inputs": "the cat"})[0] == 200  # POST / still embeds
+        assert asgi_json(srv, "/", {"inputs": "the cat"})[0] == 200  # POST / still embeds
 
 
 def test_model_specs():

@@ -11,6 +11,8 @@ import time
 import numpy as np
 import pytest
 import torch
+from asgi import asgi_json
+from starlette.testclient import TestClient
 from tinymodels import FINETUNE_FIXTURES, finetune_base, finetune_quickly, http_json
 
 from bertkit.cli import main
@@ -139,11 +141,11 @@ def test_int8_models_serve(dirs):
     int8 = [m for m in models["base"].bert.modules() if "quantized" in type(m).__module__ and hasattr(m, "weight")]
     assert int8 and not plain  # every Linear really is an int8 one
     texts = [r[0] for r in _tsv(dirs["ft"] / "sst2_dev.tsv")[1:6]]
-    with ServerThread(create_app(models, ServeSettings())) as srv:
-        status, out = raw(srv.url, "/embed?model=base", {"inputs": texts, "normalize": True})
+    with TestClient(create_app(models, ServeSettings())) as srv:
+        status, out = asgi_json(srv, "/embed?model=base", {"inputs": texts, "normalize": True})
         want = fp32["base"].encode(texts, normalize=True)
         assert status == 200 and np.min(np.sum(np.asarray(out) * want, axis=1)) > 0.99  # cosine to fp32
-        status, out = raw(srv.url, "/predict?model=clf", {"inputs": [[t] for t in texts]})
+        status, out = asgi_json(srv, "/predict?model=clf", {"inputs": [[t] for t in texts]})
         assert status == 200 and len(out) == len(texts) and sorted(x["label"] for x in out[0]) == ["0", "1"]
 
 
@@ -178,17 +180,19 @@ def test_ner_and_qa_are_bounded_before_computing(server):
     """/ner and /qa count the request's tokens against --max-request-tokens (and their answer against
     --max-output-values) before any compute, as /tokenize and /embed do."""
     app = create_app({"ner": server.models["ner"], "qa": server.models["qa"]}, ServeSettings(max_request_tokens=2000))
-    with ServerThread(app) as small:
+    with TestClient(app) as small:
         start = time.monotonic()
-        status, out = raw(small.url, "/ner?model=ner", {"inputs": [f"w{i} " * 300 for i in range(10)]})
+        status, out = asgi_json(small, "/ner?model=ner", {"inputs": [f"w{i} " * 300 for i in range(10)]})
         assert status == 422 and "--max-request-tokens" in out["error"] and "'inputs'" in out["error"]
         context = "the cat sat on the mat . " * 100
-        status, out = raw(small.url, "/qa?model=qa", {"inputs": [{"question": "where ?", "context": context}] * 5})
+        status, out = asgi_json(small, "/qa?model=qa", {"inputs": [{"question": "where ?", "context": context}] * 5})
         assert status == 422 and "--max-request-tokens" in out["error"]
         assert time.monotonic() - start < 10
-        status, out = raw(small.url, "/qa?model=qa", {"question": "where did the cat sit ?", "context": context[:200]})
+        status, out = asgi_json(
+            small, "/qa?model=qa", {"question": "where did the cat sit ?", "context": context[:200]}
+        )
         assert status == 200 and context[out["start"] : out["end"]] == out["answer"]
-        status, out = raw(small.url, "/ner?model=ner", {"inputs": "\u200b\u200b"})
+        status, out = asgi_json(small, "/ner?model=ner", {"inputs": "\u200b\u200b"})
         assert status == 400 and "is empty" in out["error"]
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tinymodels import http_json, make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
+from asgi import asgi_json
+from starlette.testclient import TestClient
+from tinymodels import make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
 
 from bertkit import Encoder
-from bertkit.serve.app import ServerThread, ServeSettings, create_app
+from bertkit.serve.app import ServeSettings, create_app
 
 transformers = pytest.importorskip("transformers")
 
@@ -22,9 +24,9 @@ def test_fill_mask_equals_transformers_pipeline(tmp_path):
     tokenizer = transformers.BertTokenizer(str(directory / "vocab.txt"))
     reference = transformers.pipeline("fill-mask", model=model, tokenizer=tokenizer, device="cpu")
     texts = ["the cat [MASK] on the mat", "a dog went to the [MASK] .", "the [MASK] sat on the [MASK]"]
-    with ServerThread(create_app(Encoder.from_pretrained(directory, precision="fp32"), ServeSettings())) as srv:
+    with TestClient(create_app(Encoder.from_pretrained(directory, precision="fp32"), ServeSettings())) as srv:
         for text in texts:
-            status, got = http_json(srv.url, "/fill-mask", {"inputs": text, "parameters": {"top_k": 4}})
+            status, got = asgi_json(srv, "/fill-mask", {"inputs": text, "parameters": {"top_k": 4}})
             want = reference(text, top_k=4)
             assert status == 200
             got, want = (got, want) if text.count("[MASK]") > 1 else ([got], [want])

@@ -118,3 +118,35 @@ def test_the_check_sees_function_local_and_lazy_imports(tmp_path, monkeypatch):
     monkeypatch.setattr(f"{__name__}.SRC", tmp_path)
     monkeypatch.setattr(f"{__name__}._is_module", lambda dotted: dotted == "bertkit.commands.finetune")
     assert [m for _line, m in _imported(fake)] == ["bertkit.commands.finetune", "bertkit.modeling"]
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """The top-level packages ``path`` imports, at any depth (``fastapi`` for ``from fastapi.responses import X``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_serving_core_imports_no_web_framework():
+    """serve/core (checks, limits, service, batching) is TEI's ``core``: FastAPI and Starlette stay in serve/http."""
+    core = sorted((PACKAGE / "serve" / "core").glob("*.py"))
+    assert len(core) >= 4
+    wrong = {p.name: sorted(_top_level_imports(p) & {"fastapi", "starlette"}) for p in core}
+    assert {name: found for name, found in wrong.items() if found} == {}
+    assert "fastapi" in _top_level_imports(PACKAGE / "serve" / "http" / "routing.py")  # the check sees imports
+
+
+def test_no_prometheus_text_is_written_by_hand():
+    """/metrics comes from prometheus_client: no exposition-format line (``# TYPE``, ``# HELP``) is spelled in src."""
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if "# TYPE " in node.value or "# HELP " in node.value:
+                    wrong.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert wrong == []
+    assert "prometheus_client" in _top_level_imports(PACKAGE / "serve" / "http" / "metrics.py")

@@ -12,7 +12,7 @@ import pytest
 from tinymodels import make_model_dir, one_thread  # noqa: F401  (one_thread: autouse fixture)
 
 from bertkit import Encoder
-from bertkit.serve.batching import BatchQueue, QueueFull
+from bertkit.serve.core.batching import BatchQueue, QueueFull
 
 WORDS = "the a cat dog sat on mat bank river money went to i we , . ! ? big small red blue runs ran hello world".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
@@ -106,7 +106,7 @@ def test_idle_worker_hands_memory_back(encoder):
     work since the last one."""
     import time
 
-    from bertkit.serve.batching import MALLOC_TRIM
+    from bertkit.serve.core.batching import MALLOC_TRIM
 
     if MALLOC_TRIM is None:
         pytest.skip("no glibc malloc_trim here")

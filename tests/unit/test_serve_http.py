@@ -1,5 +1,6 @@
-"""The server's HTTP layer on its own (no model, no socket): error shapes and statuses, the Guard middleware, body
-reading limits, JSON parsing of hostile bodies, input checks and NaN-safe answers."""
+"""The server's HTTP layer on its own (no model, no socket): error shapes per dialect, the Guard middleware, the body
+read within its limits and parsed into a 422 naming the field, NaN-safe answers and the Prometheus metrics. The core's
+input checks too (they raise the errors the HTTP layer shapes)."""
 
 from __future__ import annotations
 
@@ -9,25 +10,19 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fastapi import APIRouter, FastAPI, Request
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, StrictStr
-from starlette.requests import Request
+from starlette.testclient import TestClient
 
-from bertkit.serve.http import (
-    TEI_ERROR_TYPES,
-    ApiError,
-    Guard,
-    Metrics,
-    api_key_matches,
-    check_count,
-    check_ids,
-    check_output_size,
-    check_text,
-    dumps,
-    error_body,
-    json_answer,
-    parse_json,
-    read_body,
-)
+from bertkit.serve.core.checks import check_count, check_ids, check_output_size, check_text
+from bertkit.serve.core.errors import TEI_ERROR_TYPES, ApiError
+from bertkit.serve.core.service import ServeSettings
+from bertkit.serve.http.answers import dumps, json_answer
+from bertkit.serve.http.errors import BAS, OPENAI, TEI, dialect_of_path
+from bertkit.serve.http.guard import Guard, api_key_matches
+from bertkit.serve.http.metrics import Metrics
+from bertkit.serve.http.routing import BertAsServiceRoute, OpenAIRoute, TEIRoute
 
 
 class Body(BaseModel):
@@ -49,12 +44,17 @@ def test_statuses_follow_tei_error_types():
         ApiError(None, "m", "PayloadTooLarge")
 
 
-def test_error_shapes():
-    assert error_body("/embed", 400, "no inputs", "Empty") == {"error": "no inputs", "error_type": "Empty"}
-    assert error_body("/v1/embeddings", 422, "bad", param="input") == {
+def test_error_shapes_per_dialect():
+    error = ApiError(None, "no inputs", "Empty", "inputs")
+    assert json.loads(TEI.response(error).body) == {"error": "no inputs", "error_type": "Empty"}
+    assert json.loads(BAS.response(error).body) == {"error": "no inputs", "error_type": "Empty"}
+    assert json.loads(OPENAI.response(ApiError(None, "bad", param="input")).body) == {
         "error": {"message": "bad", "type": "invalid_request_error", "param": "input", "code": 422}
     }
-    assert error_body("/v1/models/x", 404, "none")["error"]["type"] == "not_found_error"
+    assert json.loads(OPENAI.response(ApiError(404, "none")).body)["error"]["type"] == "not_found_error"
+    assert dialect_of_path("/v1/models/x") is OPENAI and dialect_of_path("/embeddings") is OPENAI
+    assert dialect_of_path("/embed") is TEI
+    assert TEI.response(ApiError(413, "big"), close=True).headers["connection"] == "close"
 
 
 def test_api_key_is_compared_as_bytes():
@@ -67,24 +67,82 @@ def test_api_key_is_compared_as_bytes():
     assert not api_key_matches([], key)
 
 
-def test_parse_json_refuses_hostile_bodies_with_422():
-    cases = [
-        (b"", "empty request body"),
-        (b"{no", "malformed JSON"),
-        (b"[1]", "JSON object"),
-        (b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "malformed JSON"),
-        (b'{"inputs": ' + b"9" * 5000 + b"}", "malformed JSON"),
-        (b'{"inputs": 3}', "field 'inputs'"),
-        (b'{"inputs": ["a", 3]}', "field 'inputs[1]'"),
-        (b'{"inputs": "a", "x": 1}', "field 'x'"),
-        (b"\xff\xfe", "malformed JSON"),
-    ]
-    for raw, message in cases:
-        with pytest.raises(ApiError) as err:
-            parse_json(raw, Body)
-        assert err.value.status == 422 and message in err.value.message, (raw[:30], err.value.message)
-    assert parse_json(b'{"inputs": ["a"]}', Body).inputs == ["a"]
-    assert parse_json(b'{"inputs": "a"}', lambda data: Body).inputs == "a"  # a chooser function
+# ------------------------------------------------------------------ typed bodies, one route class per dialect
+
+
+def body_app(max_payload_bytes: int = 1000, body_timeout_s: float = 30.0) -> FastAPI:
+    """A FastAPI app with one typed route per dialect, no model: what every bertkit route meets first."""
+    app = FastAPI(strict_content_type=False)  # as create_app
+    app.state.settings = ServeSettings(max_payload_bytes=max_payload_bytes, body_timeout_s=body_timeout_s)
+    for route_class, path in ((TEIRoute, "/tei"), (OpenAIRoute, "/v1/x"), (BertAsServiceRoute, "/bas")):
+        router = APIRouter(route_class=route_class)
+
+        async def echo(request: Request, body: Body) -> dict:
+            if body.inputs == "fail":
+                raise RuntimeError("boom")
+            return {"inputs": body.inputs}
+
+        router.add_api_route(path, echo, methods=["POST"])
+        app.include_router(router)
+    return app
+
+
+@pytest.fixture(scope="module")
+def client():
+    with TestClient(body_app()) as c:
+        yield c
+
+
+HOSTILE = [
+    (b"", "empty request body"),
+    (b"{no", "malformed JSON"),
+    (b"[1]", "must be a JSON object, got an array"),
+    (b'{"inputs": ' + b"[" * 100_000 + b"]" * 100 + b"}", "malformed JSON: nested too deeply"),
+    (b'{"inputs": ' + b"9" * 5000 + b"}", "malformed JSON: Exceeds the limit"),  # json.loads' 4300 digits
+    (b'{"inputs": 3}', "field 'inputs'"),
+    (b'{"inputs": ["a", 3]}', "field 'inputs[1]'"),  # the union's deepest error names the field
+    (b'{"inputs": "a", "x": 1}', "field 'x'"),
+    (b"\xff\xfe", "malformed JSON"),
+]
+
+
+@pytest.mark.parametrize("raw,message", HOSTILE, ids=range(len(HOSTILE)))
+def test_bodies_that_do_not_validate_get_422_naming_the_field(client, raw, message):
+    if len(raw) > 1000:  # over this app's payload limit: the deep body goes to an app that takes it
+        with TestClient(body_app(max_payload_bytes=10**6)) as big:
+            r = big.post("/tei", content=raw, headers={"Content-Type": "application/json"})
+    else:
+        r = client.post("/tei", content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 422 and message in r.json()["error"], (raw[:30], r.text)
+    assert r.json()["error_type"] == "Validation"
+
+
+def test_each_dialect_answers_in_its_shape(client):
+    assert client.post("/tei", json={"inputs": ["a"]}).json() == {"inputs": ["a"]}
+    assert client.post("/tei", content=b'{"inputs": "a"}').json() == {"inputs": "a"}  # no Content-Type: JSON
+    r = client.post("/v1/x", json={"inputs": ["a", 3]})
+    assert r.status_code == 422 and r.json()["error"]["param"] == "inputs[1]"
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    r = client.post("/bas", json={"inputs": 3})
+    assert r.status_code == 422 and r.json()["error"].startswith("field 'inputs'")
+    r = client.post("/tei", json={"inputs": "fail"})  # an unexpected failure: a 500 in the shape, one log line
+    assert r.status_code == 500 and r.json() == {"error": "internal error: RuntimeError: boom", "error_type": "Backend"}
+    r = client.post("/v1/x", json={"inputs": "fail"})
+    assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
+
+
+def test_the_body_is_read_within_its_size_limit(client):
+    r = client.post("/tei", content=b'{"inputs": "' + b"a" * 2000 + b'"}')
+    assert r.status_code == 413 and "over the limit of 1000 bytes (--max-payload-bytes)" in r.json()["error"]
+    assert r.headers["connection"] == "close"
+
+    def chunks():  # no Content-Length: counted while reading
+        yield b'{"inputs": "'
+        for _ in range(20):
+            yield b"a" * 100
+
+    r = client.post("/v1/x", content=chunks())
+    assert r.status_code == 413 and "--max-payload-bytes" in r.json()["error"]["message"]
 
 
 def test_input_checks():
@@ -178,7 +236,7 @@ def test_guard_checks_the_key_and_records_metrics():
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"{}"})
 
-    metrics = Metrics()
+    metrics = Metrics({})
     guard = Guard(inner, metrics, api_key="ключ", known_paths=("/embed", "/health"))
     status, body, headers = run_asgi(guard, "/v1/embeddings")
     assert status == 401 and body["error"]["type"] == "authentication_error" and (b"connection", b"close") in headers
@@ -186,28 +244,45 @@ def test_guard_checks_the_key_and_records_metrics():
     assert run_asgi(guard, "/health", method="GET")[0] == 200  # probes need no key
     assert run_asgi(guard, "/", method="POST")[0] == 401  # POST / is work, not a probe
     assert calls == ["/embed", "/health"]
-    assert metrics.requests[("/embed", 200)] == 1 and metrics.requests[("other", 401)] == 2
+    assert metrics.requests.labels("/embed", "200")._value.get() == 1
+    assert metrics.requests.labels("other", "401")._value.get() == 2
 
 
-def reader_app(limit: int, timeout: float):
-    async def app(scope, receive, send):
-        try:
-            raw = await read_body(Request(scope, receive), limit, timeout)
-            status, out = 200, {"n": len(raw)}
-        except ApiError as exc:
-            status, out = exc.status, {"error": exc.message}
-        await send({"type": "http.response.start", "status": status, "headers": []})
-        await send({"type": "http.response.body", "body": json.dumps(out).encode()})
-
-    return app
+def test_a_body_not_sent_in_time_gets_408():
+    app = body_app(body_timeout_s=0.5)
+    with TestClient(app):  # runs the lifespan; the request itself is driven by hand, its body late
+        status, out, headers = run_asgi(
+            app, "/tei", headers=[(b"content-length", b"9")], chunks=[b"{", b"}"], delay=0.4
+        )
+    assert status == 408 and "within 0.5 s (--body-timeout)" in out["error"] and (b"connection", b"close") in headers
 
 
-def test_read_body_limits_size_and_time():
-    app = reader_app(limit=10, timeout=0.5)
-    assert run_asgi(app, "/x", chunks=[b"12345", b"678"])[:2] == (200, {"n": 8})
-    status, out, _ = run_asgi(app, "/x", chunks=[b"123456", b"789012"])
-    assert status == 413 and "over the limit of 10 bytes" in out["error"]
-    status, out, _ = run_asgi(app, "/x", headers=[(b"content-length", b"11")], chunks=[b"1"])
-    assert status == 413 and "11 bytes" in out["error"]  # refused from the header, before reading
-    status, out, _ = run_asgi(app, "/x", headers=[(b"content-length", b"9")], chunks=[b"1", b"2"], delay=0.4)
-    assert status == 408 and "within 0.5 s" in out["error"]
+def test_metrics_are_prometheus_text_with_bertkit_names():
+    class Queue:
+        depth = 3
+        stats = type("Stats", (), {})()
+
+    from bertkit.serve.core.batching import Stats
+
+    stats = Stats()
+    stats.record(4, 30, 40, 0.5)
+    stats.record(2, 10, 12, 0.25)
+    service = type("Svc", (), {"queue": Queue, "inputs_total": 6})()
+    Queue.stats = stats
+    metrics = Metrics({"m": service})
+    metrics.observe("/embed", 200, 0.02)
+    metrics.observe("/embed", 422, 0.001)
+    families = {f.name: f for f in text_string_to_metric_families(metrics.render(service).decode())}
+    value = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
+    assert value[("bertkit_requests_total", (("path", "/embed"), ("status", "200")))] == 1
+    assert value[("bertkit_request_duration_seconds_count", (("path", "/embed"),))] == 2
+    assert value[("bertkit_request_duration_seconds_bucket", (("le", "0.005"), ("path", "/embed")))] == 1
+    assert value[("bertkit_inputs_total", (("model", "m"),))] == 6
+    assert value[("bertkit_batches_total", ())] == 2 and value[("bertkit_batch_inputs_total", ())] == 6
+    assert value[("bertkit_padded_tokens_total", ())] == 52 and value[("bertkit_queue_depth", ())] == 3
+    assert (
+        value[("bertkit_batch_size_bucket", (("le", "2"),))] == 1
+        and value[("bertkit_batch_size_bucket", (("le", "4"),))] == 2
+    )
+    assert families["bertkit_batch_size"].type == "histogram" and value[("bertkit_batch_size_count", ())] == 2
+    assert metrics.total_requests() == 2

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bertkit.serve.http import is_blank
-from bertkit.serve.service import InputRejected, fields
+from bertkit.serve.core.checks import is_blank
+from bertkit.serve.core.errors import InputRejected, fields
 
 
 @pytest.mark.parametrize(

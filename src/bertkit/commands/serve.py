@@ -1,4 +1,4 @@
-"""``bertkit serve``: the HTTP embedding service (FastAPI + uvicorn) with dynamic batching.
+"""``bertkit serve``: the HTTP embedding service (FastAPI + uvicorn; docs/serving.md) with dynamic batching.
 
     bertkit serve --model runs/my-bert                       # http://127.0.0.1:8000
     bertkit serve --model runs/my-bert --port 9000 --api-key secret --layers -1 --pooling cls
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from bertkit.options import from_args
     from bertkit.precision import resolve_device
     from bertkit.serve.app import ServeSettings, create_app
-    from bertkit.serve.server import bind_socket, settings_limits, uvicorn_config
+    from bertkit.serve.http.server import bind_socket, settings_limits, uvicorn_config
 
     if args.threads:
         torch.set_num_threads(args.threads)

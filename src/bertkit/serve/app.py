@@ -1,84 +1,50 @@
-"""The HTTP embedding service (FastAPI): the APIs clients already speak, on a dynamic-batching worker.
+"""The HTTP embedding service: the APIs clients already speak, on a dynamic-batching worker.
 
-The house follows text-embeddings-inference's layering:
+The house follows text-embeddings-inference's split (docs/serving.md, "Where the code lives"):
 
-    bertkit.serve.http          no model: errors in each API's shape, the Guard middleware (API key, metrics,
-                                concurrency limit), bounded body reading, JSON answers
-    bertkit.serve.server        uvicorn with limits on slow and idle clients
-    bertkit.serve.batching      the model's one worker thread and its dynamic batches
-    bertkit.serve.service       ServeSettings and Service: every input check, truncation and limit, once
-    bertkit.serve.schemas       the request bodies of every dialect
-    bertkit.serve.routes_tei    TEI: POST /embed, /embed_all, /similarity, /tokenize, /decode, POST / (the model's
+    bertkit.serve.core          no web framework: ServeSettings and Service (every input check, truncation and
+                                limit, once), the checks, the refusals, BatchQueue (the model's one worker thread)
+    bertkit.serve.http          FastAPI: typed request bodies (bodies.py), one route class and error shape per
+                                dialect (routing.py, errors.py), the Guard middleware (API key, concurrency limit),
+                                prometheus_client metrics, JSON answers, uvicorn with its limits (server.py), and
+                                one module of routes per dialect that only maps shapes:
+        routes_tei              TEI: POST /embed, /embed_all, /similarity, /tokenize, /decode, POST / (the model's
                                 task); GET /, /ping, /health (and HEAD), /info, /metrics
-    bertkit.serve.routes_openai OpenAI: POST /v1/embeddings (and /embeddings); GET /v1/models, /v1/models/{id}
-    bertkit.serve.routes_bas    bert-as-service: POST /encode, GET /status/server
-    bertkit.serve.routes_tasks  task heads (TEI and the HF inference API): POST /predict, /rerank, /ner, /qa,
+        routes_openai           OpenAI: POST /v1/embeddings (and /embeddings); GET /v1/models, /v1/models/{id}
+        routes_bas              bert-as-service: POST /encode, GET /status/server
+        routes_tasks            task heads (TEI and the HF inference API): POST /predict, /rerank, /ner, /qa,
                                 /fill-mask
 
-Routes only map their dialect's shapes; :func:`create_app` wires them (docs/serving.md has a curl example for each
-route, and which client reaches it).
+:func:`create_app` wires them; OpenAPI is served at /openapi.json and /docs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
 
 from bertkit import __version__
 from bertkit.features import Encoder
-from bertkit.serve import routes_bas, routes_openai, routes_tasks, routes_tei
-from bertkit.serve.http import ApiError, Guard, Metrics, error_response
-from bertkit.serve.server import ServerThread  # noqa: F401  (public here: tests and docs import it from app)
-from bertkit.serve.service import InputRejected, ServeSettings, Service  # noqa: F401  (ServeSettings: public here)
+from bertkit.serve.core.errors import ApiError
+from bertkit.serve.core.service import ServeSettings, Service
+from bertkit.serve.http import routes_bas, routes_openai, routes_tasks, routes_tei
+from bertkit.serve.http.errors import dialect_of_path
+from bertkit.serve.http.guard import Guard
+from bertkit.serve.http.metrics import Metrics
+from bertkit.serve.http.server import ServerThread
 
-logger = logging.getLogger("bertkit.serve")
+__all__ = ["ServeSettings", "ServerThread", "Service", "create_app", "make_services"]
 
-ROUTES: list[tuple[str, Callable, list[str]]] = [
-    *routes_tei.ROUTES,
-    *routes_openai.ROUTES,
-    *routes_bas.ROUTES,
-    *routes_tasks.ROUTES,
-]
-KNOWN_PATHS = tuple(dict.fromkeys(path for path, _, _ in ROUTES if "{" not in path))
-
-
-def guarded(fn: Callable) -> Callable:
-    """A route whose unexpected exception becomes a 500 in the API's error shape and one log line (the server goes
-    on, and the keep-alive connection stays usable). A refusal the route did not name keeps the service's role
-    names (TEI's ``inputs``, ``pairs``)."""
-
-    async def route(request: Request):  # no functools.wraps: FastAPI would read fn's parameters as body fields
-        try:
-            return await fn(request)
-        except InputRejected as exc:
-            raise exc.named({}) from None
-        except ApiError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            logger.error("%s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
-            raise ApiError(None, f"internal error: {type(exc).__name__}: {exc}", "Backend") from None
-
-    route.__name__ = route.__qualname__ = fn.__name__
-    route.__doc__ = fn.__doc__
-    return route
-
-
-async def _api_error(request: Request, exc: ApiError):
-    return error_response(
-        request.url.path, exc.status, exc.message, exc.error_type, exc.param, close=exc.status in (408, 413)
-    )
-
-
-async def _not_found(request: Request, exc: Exception):
-    return error_response(request.url.path, 404, f"no endpoint {request.url.path}; try one of {', '.join(KNOWN_PATHS)}")
-
-
-async def _bad_method(request: Request, exc: Exception):
-    return error_response(request.url.path, 405, f"method {request.method} is not allowed on {request.url.path}")
+ROUTERS = (routes_tei.router, routes_openai.router, routes_bas.router, routes_tasks.router)
+KNOWN_PATHS = tuple(
+    dict.fromkeys(r.path for router in ROUTERS for r in router.routes if isinstance(r, APIRoute) and "{" not in r.path)
+) + ("/openapi.json", "/docs")
+# GET without the API key, never refused: health probes, and the API's description (it shows no model or data)
+OPEN_PATHS = ("/health", "/ping", "/", "/openapi.json", "/docs")
 
 
 def make_services(models: Any, settings: ServeSettings) -> dict[str, Service]:
@@ -88,21 +54,33 @@ def make_services(models: Any, settings: ServeSettings) -> dict[str, Service]:
         models = {settings.model_id or "bertkit": models}
     if not models:
         raise ValueError("no model to serve")
-    metrics, out = Metrics(), {}
+    out = {}
     for name, model in models.items():
         pipeline = None if isinstance(model, Encoder) else model
         encoder = model if pipeline is None else pipeline.encoder()
-        out[name] = Service(encoder, settings, name, pipeline, metrics)
+        out[name] = Service(encoder, settings, name, pipeline)
     return out
+
+
+async def _no_route(request: Request, exc: HTTPException):
+    """404 and 405 (no route took the request), in the dialect its path belongs to."""
+    path = request.url.path
+    if exc.status_code == 405:
+        error = ApiError(405, f"method {request.method} is not allowed on {path}")
+    elif exc.status_code == 404:
+        error = ApiError(404, f"no endpoint {path}; try one of {', '.join(KNOWN_PATHS)}")
+    else:
+        error = ApiError(exc.status_code, str(exc.detail))
+    return dialect_of_path(path).response(error)
 
 
 def create_app(models: Any, settings: ServeSettings | None = None) -> FastAPI:
     """Build the app for one model or several (see :func:`make_services`). The batching workers start and stop
     with the app's lifespan (uvicorn runs it). ``app.state`` holds what the routes read: ``services`` (name ->
-    :class:`Service`) and ``settings``."""
+    :class:`Service`), ``settings`` and ``metrics``."""
     settings = settings or ServeSettings()
     services = make_services(models, settings)
-    metrics = next(iter(services.values())).metrics
+    metrics = Metrics(services)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -118,21 +96,19 @@ def create_app(models: Any, settings: ServeSettings | None = None) -> FastAPI:
         title="bertkit embedding server",
         version=__version__,
         lifespan=lifespan,
-        docs_url=None,
         redoc_url=None,
-        openapi_url=None,
+        strict_content_type=False,  # a JSON body without a Content-Type header is read as JSON (curl -d, clients)
     )
-    app.state.services, app.state.settings = services, settings
-    for path, fn, methods in ROUTES:
-        app.add_api_route(path, guarded(fn), methods=methods)
-    app.add_exception_handler(ApiError, _api_error)
-    app.add_exception_handler(404, _not_found)
-    app.add_exception_handler(405, _bad_method)
+    app.state.services, app.state.settings, app.state.metrics = services, settings, metrics
+    for router in ROUTERS:
+        app.include_router(router)
+    app.add_exception_handler(HTTPException, _no_route)
     app.add_middleware(
         Guard,
         metrics=metrics,
         api_key=settings.api_key,
         known_paths=KNOWN_PATHS,
+        open_paths=OPEN_PATHS,
         limit_concurrency=settings.limit_concurrency,
     )
     return app

@@ -1,39 +1,24 @@
 """The served model and every rule a request meets before the model sees it (TEI's ``core``): the server's settings,
 and :class:`Service`, whose :meth:`Service.prepare` owns every input check, truncation and limit. Routes (one module
-per dialect) only map their request and answer shapes onto it.
-
-The service knows no request field: it refuses an input with :class:`InputRejected`, which names the input by its
-role (``inputs``, ``pairs``, ``layers``, ``pooling``) and index; the route names the field (:func:`fields`), so one
-check reads ``'texts[3]'`` under bert-as-service and ``'input[3]'`` under OpenAI.
+per dialect, in :mod:`bertkit.serve.http`) only map their request and answer shapes onto it. A refusal names the
+input by its role (:class:`~bertkit.serve.core.errors.InputRejected`); the route names the field.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from fastapi import Request
-from pydantic import BaseModel
-from starlette.concurrency import run_in_threadpool
 
-from bertkit.features import POOLINGS, Encoder, PoolSpec, parse_layers
+from bertkit.features import POOLINGS, Encoder, PoolSpec, encode_with_masks, parse_layers
 from bertkit.options import option
-from bertkit.serve.batching import BatchQueue, QueueFull
-from bertkit.serve.http import (
-    ApiError,
-    Metrics,
-    check_count,
-    check_ids,
-    check_output_size,
-    check_text,
-    parse_json,
-    read_body,
-)
+from bertkit.serve.core.batching import BatchQueue, QueueFull
+from bertkit.serve.core.checks import check_count, check_ids, check_output_size, check_text
+from bertkit.serve.core.errors import FIELD, ApiError, InputRejected, by_role
 
 
 @dataclass
@@ -100,55 +85,6 @@ class ServeSettings:
     api_key: str | None = field(default=None, repr=False, metadata={"skip": True})
 
 
-# --------------------------------------------------------------------------------------------- naming refusals
-
-
-class InputRejected(ApiError):
-    """A refusal by the service, before a route names the field: ``role`` (``inputs``, ``pairs``, ``layers``,
-    ``pooling``), ``index`` (None: the whole field) and a message in which ``{field}`` stands for the field."""
-
-    def __init__(self, role: str, index: int | None, template: str, error_type: str = "Validation"):
-        super().__init__(None, template, error_type)
-        self.role, self.index, self.template = role, index, template
-
-    def named(self, names: dict[str, str]) -> ApiError:
-        """The refusal with its field named: ``names`` maps a role to the route's field; a name with ``{i}`` takes
-        the index there (``inputs[{i}].context``), an index-less name (``"question"``) drops it."""
-        name = names.get(self.role, self.role)
-        if self.index is not None:
-            name = name.format(i=self.index) if "{i}" in name else f"{name}[{self.index}]"
-        elif "{i}" in name:  # the whole list: the field above the index
-            name = name.split("[{i}]")[0]
-        return ApiError(self.status, self.template.format(field=name), self.error_type, param=name)
-
-
-FIELD = "{field}"  # what the http checks are given as the field's name: the route names it (InputRejected.named)
-
-
-@contextlib.contextmanager
-def _role(role: str, index: int | None = None) -> Iterator[None]:
-    """The http layer's input checks, run by the service: their refusal becomes an :class:`InputRejected` of
-    ``role`` (and ``index``), whose field the route names."""
-    try:
-        yield
-    except ApiError as exc:
-        if FIELD not in exc.message:
-            raise
-        raise InputRejected(role, index, exc.message, exc.error_type) from None
-
-
-@contextlib.contextmanager
-def fields(single: bool = False, **names: str) -> Iterator[None]:
-    """Within it, a refusal names the route's fields: ``with fields(inputs="texts"): await svc.prepare(...)``.
-    ``single``: the request sent one input, not a list (``'question'``, not ``'question[0]'``)."""
-    try:
-        yield
-    except InputRejected as exc:
-        if single:
-            exc.index = None
-        raise exc.named(names) from None
-
-
 # --------------------------------------------------------------------------------------------- inputs
 
 
@@ -186,6 +122,14 @@ def cut(e: Any, limit: int, left: bool, specials: bool) -> Any:
     )
 
 
+def too_long(i: int, n: int, limit: int, server_limit: bool, can_truncate: bool) -> InputRejected:
+    """The refusal of input ``i``, ``n`` tokens long, past ``limit``: the server's (``--max-length``) or a task
+    model's own; ``can_truncate``: the route takes ``truncate`` (so the refusal says to set it)."""
+    whose = "the model's maximum or the server's --max-length" if server_limit else "the model's"
+    tip = '; shorten it or set "truncate": true' if can_truncate else ": shorten it"
+    return InputRejected("inputs", i, f"'{{field}}' is {n} tokens long, over the limit of {limit} ({whose}){tip}")
+
+
 def resize(vectors: list[np.ndarray], dimensions: int | None, normalize: bool, dim: int) -> list[np.ndarray]:
     """TEI/OpenAI ``dimensions``: keep the first ``dimensions`` numbers (Matryoshka), then L2-normalise if asked."""
     if dimensions is not None:
@@ -206,8 +150,8 @@ def resize(vectors: list[np.ndarray], dimensions: int | None, normalize: bool, d
 
 class Service:
     """One served model: its encoder (and task pipeline, when the directory has a fine-tuned head), its batching
-    queue, and the steps from a request's inputs to the model's answer. Settings and metrics are shared by all the
-    server's models.
+    queue, and the steps from a request's inputs to the model's answer. Settings are shared by all the server's
+    models.
 
     ``pipeline``: a task pipeline (``bertkit.pipelines``: ``.kind`` classification / regression / rerank / ner / qa
     and ``.predict`` / ``.rerank`` / ``.ner`` / ``.answer``), run on the model's worker thread; None serves
@@ -219,7 +163,6 @@ class Service:
         settings: ServeSettings,
         name: str | None = None,
         pipeline: Any = None,
-        metrics: Metrics | None = None,
     ):
         self.encoder, self.settings, self.pipeline = encoder, settings, pipeline
         self.model_id = name or settings.model_id or "bertkit"
@@ -242,7 +185,7 @@ class Service:
             settings.malloc_trim_interval_s,
             self.max_length,
         )
-        self.metrics = metrics or Metrics()
+        self.inputs_total = 0  # inputs received (/metrics' bertkit_inputs_total; one event loop: a plain int)
         self.started = time.time()
 
     # ------------------------------------------------------------------ every input check, truncation and limit
@@ -278,8 +221,7 @@ class Service:
                 )
             if words:
                 raise InputRejected("pairs", None, "'{field}' cannot be sent with word lists (is_tokenized)")
-        with self.metrics.lock:
-            self.metrics.inputs[self.model_id] += len(items)
+        self.inputs_total += len(items)
         limit = self.max_length if max_length == 0 else max_length
         hint = truncate if can_truncate else None
         left = direction.lower() == "left"
@@ -305,10 +247,7 @@ class Service:
                 if len(e.ids) <= limit:
                     continue
                 if not truncate:
-                    tip = '; shorten it or set "truncate": true' if can_truncate else ": shorten it"
-                    raise InputRejected(
-                        "inputs", i, f"'{{field}}' is {len(e.ids)} tokens long, over the model's limit of {limit}{tip}"
-                    )
+                    raise too_long(i, len(e.ids), limit, max_length == 0, can_truncate)
                 if max_length == 0:  # the server's own limit: cut here (a task pipeline cuts its own)
                     out[i] = cut(e, limit, left, not isinstance(items[i], list) or words)
         total = sum(len(e.ids) for e in out)
@@ -322,18 +261,18 @@ class Service:
         return out
 
     def _check_count(self, items: list[Any]) -> None:
-        with _role("inputs"):
+        with by_role("inputs"):
             check_count(items, FIELD, self.settings.max_inputs)
 
     def _text(self, text: str, role: str, i: int, truncate: bool | None) -> str:
-        """One text (:func:`~bertkit.serve.http.check_text`): 400 when it holds nothing the tokenizer keeps; past
+        """One text (:func:`~bertkit.serve.core.checks.check_text`): 400 when it holds nothing the tokenizer keeps; past
         ``--max-input-chars``, cut when ``truncate``, else 422."""
-        with _role(role, i):
+        with by_role(role, i):
             return check_text(text, FIELD, self.settings.max_input_chars, truncate)
 
     def _ids(self, ids: list[int], i: int, vocab: int | None = None) -> Tokens:
         """Token-id input: non-empty, each id in the model's vocabulary."""
-        with _role("inputs", i):
+        with by_role("inputs", i):
             ids = check_ids(ids, FIELD, vocab or self.encoder.config.vocab_size)
         return Tokens(ids, [0] * len(ids), [])
 
@@ -366,7 +305,7 @@ class Service:
         tok = self.encoder.tokenizer
         if sum(map(len, texts)) + sum(map(len, pairs or ())) < 20_000:  # small: a thread hop costs more
             return tok.encode_batch(texts, pairs, **kwargs)
-        return await run_in_threadpool(tok.encode_batch, texts, pairs, **kwargs)  # keep the event loop free
+        return await asyncio.to_thread(tok.encode_batch, texts, pairs, **kwargs)  # keep the event loop free
 
     def token_ids(self, items: list[list[int]]) -> list[list[int]]:
         """``/decode``'s token-id lists: count, ids inside the tokenizer's vocabulary, tokens per request."""
@@ -394,8 +333,8 @@ class Service:
             raise InputRejected(role, None, "'{field}': " + str(exc).replace("{", "{{").replace("}", "}}")) from None
 
     def masks(self, texts: list[str], top_k: int) -> int:
-        """Fill-mask's own checks on prepared texts: an MLM head, a [MASK] in each text, ``top_k`` in 1..100 and
-        [MASK]s x ``top_k`` within ``--max-predictions``. Returns the number of [MASK]s."""
+        """Fill-mask's own checks on the request's texts, before tokenizing them: an MLM head, a [MASK] in each text,
+        ``top_k`` in 1..100 and [MASK]s x ``top_k`` within ``--max-predictions``. Returns the number of [MASK]s."""
         if self.encoder.mlm_head is None:
             raise ApiError(None, "this model has no MLM head (cls.predictions): fill-mask is unavailable")
         if not 1 <= top_k <= 100:
@@ -415,9 +354,22 @@ class Service:
             )
         return n
 
+    async def mask_lengths(self, texts: list[str]) -> None:
+        """Fill-mask's tokens per input as the model reads them (each [MASK] one token, where the WordPiece normaliser
+        would split it in three): 422 past the server's limit. Large requests off the event loop."""
+        tok = self.encoder.tokenizer
+        mask = tok.convert_ids_to_tokens(tok.mask_token_id)
+
+        def lengths() -> list[int]:
+            return [len(encode_with_masks(tok, t, mask)) for t in texts]
+
+        for i, n in enumerate(await asyncio.to_thread(lengths) if sum(map(len, texts)) > 20_000 else lengths()):
+            if n > self.max_length:
+                raise too_long(i, n, self.max_length, True, False)
+
     def bound_answer(self, values: int, what: str) -> int:
         """Refuse (422, naming ``--max-output-values``) an answer of more than the limit's numbers before computing.
-        Returns ``values`` (for :func:`~bertkit.serve.http.json_answer`: a large answer is serialised off the loop)."""
+        Returns ``values`` (for the HTTP layer's ``json_answer``: a large answer is serialised off the loop)."""
         check_output_size(values, self.settings.max_output_values, what)
         return values
 
@@ -468,29 +420,3 @@ class Service:
             raise ApiError(None, str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - the model failed on this request; the server goes on
             raise ApiError(None, f"the model failed on this request: {type(exc).__name__}: {exc}", "Backend") from None
-
-
-# --------------------------------------------------------------------------------------------- from a request
-
-
-def service_of(request: Request, name: str | None = None, lenient: bool = False) -> Service:
-    """The model a request is for: ``name`` (OpenAI's ``model`` field) or ``?model=``, else the first one served.
-    An unknown name is a 404 naming the served ones; ``lenient`` (OpenAI's field, which clients fill with their
-    own defaults) falls back to the only model when there is one."""
-    services: dict[str, Service] = request.app.state.services
-    name = name or request.query_params.get("model")
-    if name is None:
-        return next(iter(services.values()))
-    if name in services:
-        return services[name]
-    if lenient and len(services) == 1:
-        return next(iter(services.values()))
-    raise ApiError(
-        404, f"no model '{name}' here: this server has {', '.join(services)} (pick one with ?model=)", param="model"
-    )
-
-
-async def body_of(request: Request, model: type[BaseModel] | Callable[[dict], type[BaseModel]]) -> Any:
-    """The request's JSON body, read within the payload and time limits and validated into ``model``."""
-    s = request.app.state.settings
-    return parse_json(await read_body(request, s.max_payload_bytes, s.body_timeout_s), model)

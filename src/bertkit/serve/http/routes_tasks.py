@@ -1,17 +1,19 @@
 """The task routes, in TEI's and the Hugging Face inference API's shapes (what huggingface_hub's
 ``InferenceClient`` sends): POST /predict, /rerank (TEI), /ner, /qa, /fill-mask. Each maps its request onto the
-model's task pipeline (``bertkit.pipelines``), after :meth:`~bertkit.serve.service.Service.prepare` has checked the
+model's task pipeline (``bertkit.pipelines``), after :meth:`~bertkit.serve.core.service.Service.prepare` has checked the
 inputs against the server's limits."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import Request
+from fastapi import APIRouter, Request
 
 from bertkit.features import encode_with_masks
-from bertkit.serve.http import ApiError, json_answer
-from bertkit.serve.schemas import (
+from bertkit.serve.core.errors import ApiError, fields
+from bertkit.serve.core.service import Service, as_batch
+from bertkit.serve.http.answers import json_answer
+from bertkit.serve.http.bodies import (
     ClassificationParameters,
     FillMaskRequest,
     NerParameters,
@@ -21,7 +23,9 @@ from bertkit.serve.schemas import (
     QARequest,
     RerankRequest,
 )
-from bertkit.serve.service import Service, as_batch, body_of, fields, service_of
+from bertkit.serve.http.routing import TEIRoute, service_of
+
+router = APIRouter(route_class=TEIRoute, tags=["tasks"])
 
 ENCODER_ROUTES = ("/embed", "/embed_all", "/v1/embeddings", "/encode", "/tokenize")
 ROUTES_OF_KIND = {
@@ -51,10 +55,10 @@ def _limit(svc: Service, pipe: Any) -> int:
     return getattr(pipe, "max_length", svc.max_length)
 
 
-async def predict(request: Request):
+@router.post("/predict")
+async def predict(request: Request, body: PredictRequest):
     """TEI /predict: ``[{"label", "score"}]`` best first, for a text or a [text, pair]; a list of those for a batch."""
     svc = service_of(request)
-    body = await body_of(request, PredictRequest)
     pipe = head(svc, ("classification", "regression", "rerank"), "/predict")
     inputs = body.inputs
     if isinstance(inputs, list) and inputs and all(isinstance(x, str) for x in inputs):  # one [text, pair]
@@ -103,10 +107,10 @@ async def predict(request: Request):
     return await json_answer(result, size)
 
 
-async def rerank(request: Request):
+@router.post("/rerank")
+async def rerank(request: Request, body: RerankRequest):
     """TEI /rerank: ``[{"index", "score"[, "text"]}]`` best first."""
     svc = service_of(request)
-    body = await body_of(request, RerankRequest)
     pipe = head(svc, ("rerank", "regression"), "/rerank")
     with fields(inputs="query", single=True):
         await svc.prepare([body.query], can_truncate=False, max_length=None)
@@ -126,11 +130,11 @@ async def rerank(request: Request):
     )
 
 
-async def ner(request: Request):
+@router.post("/ner")
+async def ner(request: Request, body: NerRequest):
     """/ner: entities grouped from word pieces, ``[{"entity_group", "score", "word", "start", "end"}]`` (per input for
     a list)."""
     svc = service_of(request)
-    body = await body_of(request, NerRequest)
     pipe = head(svc, ("ner",), "/ner")
     items, single = as_batch(body.inputs)
     encodings = await svc.prepare(items, can_truncate=False, max_length=None)  # long texts are tagged in windows
@@ -144,10 +148,10 @@ async def ner(request: Request):
     return await json_answer(result, size)
 
 
-async def qa(request: Request):
+@router.post("/qa")
+async def qa(request: Request, body: QARequest):
     """/qa: ``{"question", "context"}`` -> ``{"answer", "score", "start", "end"}`` (a list for a list of inputs)."""
     svc = service_of(request)
-    body = await body_of(request, QARequest)
     pipe = head(svc, ("qa",), "/qa")
     if body.inputs is not None:
         pairs = body.inputs if isinstance(body.inputs, list) else [body.inputs]
@@ -168,18 +172,20 @@ async def qa(request: Request):
     return await json_answer(result[0] if single else result, size)
 
 
-async def fill_mask(request: Request):
+@router.post("/fill-mask")
+async def fill_mask(request: Request, body: FillMaskRequest):
     """/fill-mask: per input, per [MASK], the top-k ``{"token", "token_id", "token_str", "score"}``; in the inference
     API's shape (a request with ``parameters``, as huggingface_hub's fill_mask sends): per input, the top-k
     ``{"score", "token" (the id), "token_str", "sequence"}``, a list of them per [MASK] when there are several."""
     svc = service_of(request)
-    body = await body_of(request, FillMaskRequest)
     hf = body.parameters is not None
     top_k = body.parameters.top_k if hf and body.parameters.top_k is not None else body.top_k
     items, single = as_batch(body.inputs)
-    await svc.prepare(items, truncate=True, can_truncate=False)  # fill_mask refuses what is over the limit
-    with fields(top_k="parameters.top_k" if hf and body.parameters.top_k is not None else "top_k"):
-        masks = svc.masks(items, top_k)
+    top_k_field = "parameters.top_k" if hf and body.parameters.top_k is not None else "top_k"
+    with fields(single=single, inputs="inputs", top_k=top_k_field):  # the request's own field names
+        masks = svc.masks(items, top_k)  # first: [MASK]s x top_k is known before tokenizing
+        await svc.prepare(items, can_truncate=False, max_length=None)  # count, characters, tokens per request
+        await svc.mask_lengths(items)  # over the limit: refused, never cut
     result = await svc.call(lambda enc: enc.fill_mask(items, top_k=top_k, max_length=svc.max_length))
     result = (
         _inference_api_fills(svc, items, result)
@@ -220,11 +226,10 @@ def _inference_api_fills(svc: Service, texts: list[str], result: list) -> list:
     return out
 
 
-BY_KIND = {"classification": predict, "regression": predict, "rerank": rerank, "ner": ner, "qa": qa}
-ROUTES = [
-    ("/fill-mask", fill_mask, ["POST"]),
-    ("/predict", predict, ["POST"]),
-    ("/rerank", rerank, ["POST"]),
-    ("/ner", ner, ["POST"]),
-    ("/qa", qa, ["POST"]),
-]
+BY_KIND = {  # a task model's POST /: its route and that route's body
+    "classification": (predict, PredictRequest),
+    "regression": (predict, PredictRequest),
+    "rerank": (rerank, RerankRequest),
+    "ner": (ner, NerRequest),
+    "qa": (qa, QARequest),
+}

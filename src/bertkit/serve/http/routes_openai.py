@@ -1,21 +1,26 @@
 """OpenAI's embeddings API (what the ``openai`` package and LangChain's ``OpenAIEmbeddings`` send): POST
 /v1/embeddings (and /embeddings, as TEI serves it); GET /v1/models, /v1/models/{id}. Errors take OpenAI's shape
-(``bertkit.serve.http.error_body``)."""
+(``bertkit.serve.http.errors.OpenAIDialect``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import Request
+from fastapi import APIRouter, Request
 
-from bertkit.serve.http import b64, json_answer
-from bertkit.serve.schemas import OpenAIEmbeddingsRequest
-from bertkit.serve.service import Service, as_batch, body_of, fields, resize, service_of
+from bertkit.serve.core.errors import fields
+from bertkit.serve.core.service import Service, as_batch, resize
+from bertkit.serve.http.answers import b64, json_answer
+from bertkit.serve.http.bodies import OpenAIEmbeddingsRequest
+from bertkit.serve.http.routing import OpenAIRoute, service_of
+
+router = APIRouter(route_class=OpenAIRoute, tags=["OpenAI"])
 
 
-async def embeddings(request: Request):
+@router.post("/v1/embeddings")
+@router.post("/embeddings")
+async def embeddings(request: Request, body: OpenAIEmbeddingsRequest):
     """POST /v1/embeddings: ``{"data": [{"embedding", "index"}], "model", "usage"}``; unit-length vectors."""
-    body = await body_of(request, OpenAIEmbeddingsRequest)
     svc = service_of(request, body.model, lenient=True)
     with fields(inputs="input"):
         encodings = await svc.prepare(as_batch(body.input)[0], truncate=body.truncate)
@@ -42,17 +47,11 @@ def _model_card(svc: Service) -> dict[str, Any]:
     return {"id": svc.model_id, "object": "model", "created": int(svc.started), "owned_by": "bertkit"}
 
 
+@router.get("/v1/models")
 async def models(request: Request):
     return {"object": "list", "data": [_model_card(svc) for svc in request.app.state.services.values()]}
 
 
-async def model(request: Request):
-    return _model_card(service_of(request, request.path_params["model"]))
-
-
-ROUTES = [
-    ("/v1/embeddings", embeddings, ["POST"]),
-    ("/embeddings", embeddings, ["POST"]),
-    ("/v1/models", models, ["GET"]),
-    ("/v1/models/{model:path}", model, ["GET"]),
-]
+@router.get("/v1/models/{model:path}")
+async def model(request: Request, model: str):
+    return _model_card(service_of(request, model))

@@ -1,23 +1,25 @@
 """text-embeddings-inference's routes (what huggingface_hub's ``InferenceClient`` and LlamaIndex's TEI class send):
 POST /embed, /embed_all, /similarity, /tokenize, /decode, and POST / (the model's own task); GET and HEAD /, /ping,
-/health; GET /info, /metrics. Each maps TEI's request and answer shapes onto :class:`~bertkit.serve.service.Service`.
+/health; GET /info, /metrics. Each maps TEI's request and answer shapes onto
+:class:`~bertkit.serve.core.service.Service`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Annotated, Any
 
 import numpy as np
-from fastapi import Request
-from fastapi.responses import PlainTextResponse
-from pydantic import BaseModel
-from starlette.concurrency import run_in_threadpool
+from fastapi import APIRouter, Body, Request
+from fastapi.responses import Response
 
 from bertkit import __version__
 from bertkit.features import POOLINGS
-from bertkit.serve import routes_tasks
-from bertkit.serve.http import ApiError, json_answer
-from bertkit.serve.schemas import (
+from bertkit.serve.core.errors import ApiError, fields
+from bertkit.serve.core.service import Service, as_batch, resize
+from bertkit.serve.http import routes_tasks
+from bertkit.serve.http.answers import json_answer
+from bertkit.serve.http.bodies import (
     DecodeRequest,
     EmbedAllRequest,
     EmbedRequest,
@@ -25,16 +27,27 @@ from bertkit.serve.schemas import (
     SimilarityRequest,
     TokenizeRequest,
 )
-from bertkit.serve.service import Service, as_batch, body_of, fields, resize, service_of
+from bertkit.serve.http.metrics import CONTENT_TYPE
+from bertkit.serve.http.routing import TEIRoute, service_of, validate
+
+router = APIRouter(route_class=TEIRoute, tags=["TEI"])
 
 
+@router.get("/health")
+@router.get("/ping")
+@router.get("/")
+@router.head("/health", include_in_schema=False)  # HEAD apart: OpenAPI gives one route's methods one operation id
+@router.head("/ping", include_in_schema=False)
+@router.head("/", include_in_schema=False)
 async def health(request: Request):
+    """Health probe: 200 while every model's batching worker runs, else 503 (no API key needed)."""
     for svc in request.app.state.services.values():
         if not svc.queue.alive:
             raise ApiError(None, f"the batching worker of '{svc.model_id}' is not running", "Unhealthy")
     return {"status": "ok"}
 
 
+@router.get("/info")
 async def info(request: Request):
     svc = service_of(request)
     s, enc, pipe = svc.settings, svc.encoder, svc.pipeline
@@ -89,15 +102,16 @@ def model_type(svc: Service) -> dict[str, Any]:
     return {"reranker" if pipe.kind == "rerank" else "classifier": ids}
 
 
+@router.get("/metrics")
 async def metrics(request: Request):
-    svc = service_of(request)
-    return PlainTextResponse(svc.metrics.render(svc.queue), media_type="text/plain; version=0.0.4")
+    """Prometheus metrics (``?model=`` picks the model whose batching statistics are shown)."""
+    return Response(request.app.state.metrics.render(service_of(request)), media_type=CONTENT_TYPE)
 
 
-async def embed(request: Request, body: EmbedRequest | None = None):
+@router.post("/embed")
+async def embed(request: Request, body: EmbedRequest):
     """TEI /embed: [[float, ...], ...]."""
     svc = service_of(request)
-    body = body or await body_of(request, EmbedRequest)
     encodings = await svc.prepare(as_batch(body.inputs)[0], truncate=body.truncate, direction=body.truncation_direction)
     spec = svc.spec(normalize=body.normalize and body.dimensions is None)
     vectors = await svc.embed(encodings, spec)
@@ -105,19 +119,19 @@ async def embed(request: Request, body: EmbedRequest | None = None):
     return await json_answer(vectors, sum(v.size for v in vectors))
 
 
-async def embed_all(request: Request):
+@router.post("/embed_all")
+async def embed_all(request: Request, body: EmbedAllRequest):
     """TEI /embed_all: every token's vector (the default layers), [[[float, ...], ...], ...]."""
     svc = service_of(request)
-    body = await body_of(request, EmbedAllRequest)
     encodings = await svc.prepare(as_batch(body.inputs)[0], truncate=body.truncate, direction=body.truncation_direction)
     vectors = await svc.embed(encodings, svc.spec(pooling="none"))
     return await json_answer(vectors, sum(v.size for v in vectors))
 
 
-async def similarity(request: Request, body: SimilarityRequest | None = None):
+@router.post("/similarity")
+async def similarity(request: Request, body: SimilarityRequest):
     """TEI /similarity: cosine of ``source_sentence`` with each of ``sentences``."""
     svc = service_of(request)
-    body = body or await body_of(request, SimilarityRequest)
     p = body.parameters or SimilarityParameters()
     if not body.inputs.sentences:
         raise ApiError(None, "'inputs.sentences' cannot be empty", "Empty", "inputs.sentences")
@@ -127,25 +141,42 @@ async def similarity(request: Request, body: SimilarityRequest | None = None):
     return await json_answer([float(np.dot(vectors[0], v)) for v in vectors[1:]])
 
 
-def _root_body(data: dict) -> type[BaseModel]:
-    return SimilarityRequest if isinstance(data.get("inputs"), dict) else EmbedRequest
-
-
-async def root(request: Request):
+@router.post("/")
+async def root(request: Request, body: Annotated[dict[str, Any], Body(description="the model's own route's body")]):
     """TEI's POST /: the model's own task: the head's route (predict, rerank, ner, qa), else embed (similarity when
     ``inputs`` is a source sentence and others)."""
     svc = service_of(request)
     if svc.pipeline is not None:
-        return await routes_tasks.BY_KIND[svc.pipeline.kind](request)
-    body = await body_of(request, _root_body)
-    return await (similarity(request, body) if isinstance(body, SimilarityRequest) else embed(request, body))
+        route, model = routes_tasks.BY_KIND[svc.pipeline.kind]
+        return await route(request, validate(model, body))
+    if isinstance(body.get("inputs"), dict):
+        return await similarity(request, validate(SimilarityRequest, body))
+    if "parameters" in body:
+        refuse_fill_mask(svc, body)
+    return await embed(request, validate(EmbedRequest, body))
 
 
-async def tokenize(request: Request):
+def refuse_fill_mask(svc: Service, body: dict[str, Any]) -> None:
+    """An embedding model's POST / takes no ``parameters``: a fill-mask request (huggingface_hub's ``fill_mask``
+    on the server's bare URL) is told where fill-mask is served."""
+    tok = svc.encoder.tokenizer
+    mask = tok.convert_ids_to_tokens(tok.mask_token_id) if tok.mask_token_id is not None else None
+    texts = body.get("inputs") if isinstance(body.get("inputs"), list) else [body.get("inputs")]
+    params = body["parameters"] if isinstance(body["parameters"], dict) else {}
+    if {"top_k", "targets"} & set(params) or (mask and any(isinstance(t, str) and mask in t for t in texts)):
+        raise ApiError(
+            None,
+            f"'parameters': POST / embeds texts on model '{svc.model_id}' (it has no task head); for fill-mask, "
+            "send the request to /fill-mask (huggingface_hub: InferenceClient(base_url=URL + '/fill-mask'))",
+            param="parameters",
+        )
+
+
+@router.post("/tokenize")
+async def tokenize(request: Request, body: TokenizeRequest):
     """TEI /tokenize: per input, ``[{"id", "text", "special", "start", "stop"}]`` (always a list of lists); with
     ``pairs`` each token also says its ``sequence``."""
     svc = service_of(request)
-    body = await body_of(request, TokenizeRequest)
     pairs = None if body.pairs is None else [body.pairs] if isinstance(body.pairs, str) else list(body.pairs)
     encodings = await svc.prepare(
         as_batch(body.inputs)[0],
@@ -156,7 +187,7 @@ async def tokenize(request: Request):
         max_length=None,
     )
     total = sum(len(e.ids) for e in encodings)
-    return await json_answer(await run_in_threadpool(_token_lists, encodings, pairs is not None), total * 5)
+    return await json_answer(await asyncio.to_thread(_token_lists, encodings, pairs is not None), total * 5)
 
 
 def _token_lists(encodings: list[Any], with_sequence: bool) -> list[list[dict[str, Any]]]:
@@ -173,26 +204,11 @@ def _token_lists(encodings: list[Any], with_sequence: bool) -> list[list[dict[st
     return out
 
 
-async def decode(request: Request):
+@router.post("/decode")
+async def decode(request: Request, body: DecodeRequest):
     """TEI /decode: ``{"ids": [...] | [[...]], "skip_special_tokens"}`` -> ``["text", ...]``."""
     svc = service_of(request)
-    body = await body_of(request, DecodeRequest)
     with fields(inputs="ids"):
         lists = svc.token_ids(as_batch(body.ids)[0])
     tok = svc.encoder.tokenizer
     return await json_answer([tok.decode(ids, skip_special_tokens=body.skip_special_tokens) for ids in lists])
-
-
-ROUTES = [
-    ("/health", health, ["GET", "HEAD"]),
-    ("/ping", health, ["GET", "HEAD"]),
-    ("/", health, ["GET", "HEAD"]),
-    ("/", root, ["POST"]),
-    ("/info", info, ["GET"]),
-    ("/metrics", metrics, ["GET"]),
-    ("/embed", embed, ["POST"]),
-    ("/embed_all", embed_all, ["POST"]),
-    ("/similarity", similarity, ["POST"]),
-    ("/tokenize", tokenize, ["POST"]),
-    ("/decode", decode, ["POST"]),
-]

@@ -8,12 +8,15 @@ import time
 from typing import Any
 
 import numpy as np
-from fastapi import Request
+from fastapi import APIRouter, Request
 
 from bertkit import __version__
-from bertkit.serve.http import b64, json_answer
-from bertkit.serve.schemas import EncodeRequest
-from bertkit.serve.service import InputRejected, body_of, fields, service_of
+from bertkit.serve.core.errors import InputRejected, fields
+from bertkit.serve.http.answers import b64, json_answer
+from bertkit.serve.http.bodies import EncodeRequest
+from bertkit.serve.http.routing import BertAsServiceRoute, service_of
+
+router = APIRouter(route_class=BertAsServiceRoute, tags=["bert-as-service"])
 
 BAS_POOLING = {
     "mean": "REDUCE_MEAN",
@@ -25,10 +28,10 @@ BAS_POOLING = {
 }
 
 
-async def encode(request: Request):
+@router.post("/encode")
+async def encode(request: Request, body: EncodeRequest):
     """bert-as-service /encode; bertkit's own fields give ``{"embeddings", "shape", "dtype", ...}``."""
     svc = service_of(request)
-    body = await body_of(request, EncodeRequest)
     bas = "id" in body.model_fields_set or "is_tokenized" in body.model_fields_set
     with fields(inputs="texts", pairs="pairs", layers="pooling_layer", pooling="pooling_strategy"):
         if not body.is_tokenized:
@@ -55,13 +58,13 @@ async def encode(request: Request):
     return await json_answer(out, size)
 
 
+@router.get("/status/server")
 async def status_server(request: Request):
     """bert-as-service's server status (its field names)."""
     svc = service_of(request)
     s = svc.settings
-    with svc.metrics.lock:
-        requests = sum(svc.metrics.requests.values())
-        inputs = sum(svc.metrics.inputs.values())
+    requests = request.app.state.metrics.total_requests()
+    inputs = sum(one.inputs_total for one in request.app.state.services.values())
     return {
         "ckpt_name": svc.model_id,
         "max_seq_len": svc.max_length,
@@ -77,6 +80,3 @@ async def status_server(request: Request):
         "queue_depth": svc.queue.depth,
         "alive": svc.queue.alive,
     }
-
-
-ROUTES = [("/encode", encode, ["POST"]), ("/status/server", status_server, ["GET"])]

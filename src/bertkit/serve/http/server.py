@@ -2,10 +2,11 @@
 
 uvicorn's h11 protocol has a keep-alive timeout (idle between requests) and a concurrency limit (503 past it) but no
 limit on how long a client may take to send its request headers: a client that connects and sends nothing, or half
-a header, holds a connection (and a file descriptor) forever. :class:`TimedH11Protocol` closes such a connection
-after ``header_timeout`` seconds, with one log line. The body has its own timeout in the app
-(:func:`bertkit.serve.http.read_body`). Accept errors (out of file descriptors) are logged as one line, not a
-traceback per attempt.
+a header, holds a connection (and a file descriptor) forever; ``h11_max_incomplete_event_size`` bounds the bytes, not
+the time (tests/integration/test_serve_header_timeout.py shows it). :class:`TimedH11Protocol` closes such a
+connection after ``header_timeout`` seconds, with one log line. The body has its own timeout in the app
+(:class:`bertkit.serve.http.routing.BoundedRequest`). Accept errors (out of file descriptors) are logged as one
+line, not a traceback per attempt.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def uvicorn_config(
 ) -> uvicorn.Config:
     """A uvicorn config with bertkit's connection limits: ``header_timeout`` per request's headers and
     ``keep_alive_timeout`` idle between requests. uvicorn's own ``limit_concurrency`` stays off: it counts every
-    open connection, so idle ones would make /health answer 503; the app's :class:`~bertkit.serve.http.Guard`
+    open connection, so idle ones would make /health answer 503; the app's :class:`~bertkit.serve.http.guard.Guard`
     limits the requests in flight instead."""
     protocol = type("TimedH11Protocol", (TimedH11Protocol,), {"header_timeout": float(header_timeout)})
     quiet_accept_errors()
@@ -111,7 +112,7 @@ def uvicorn_config(
 
 
 def settings_limits(settings: Any) -> dict[str, Any]:
-    """The :func:`uvicorn_config` limits of a :class:`~bertkit.serve.service.ServeSettings`."""
+    """The :func:`uvicorn_config` limits of a :class:`~bertkit.serve.core.service.ServeSettings`."""
     return {"header_timeout": settings.header_timeout_s, "keep_alive_timeout": settings.keep_alive_timeout_s}
 
 
