@@ -1,3 +1,6 @@
+"""HF-layout checkpoints: save/load round trips exactly, state-dict keys equal transformers' names, and a wrong shape,
+an unknown or a missing key is named in one line."""
+
 import json
 import logging
 import os

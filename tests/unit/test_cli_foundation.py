@@ -1,3 +1,6 @@
+"""The `bertkit` command: `-h` lists every command, each command's `-h` works, an unknown command is an error, and
+`--help` imports no torch."""
+
 import subprocess
 import sys
 

@@ -1,3 +1,6 @@
+"""BertConfig: the presets and their sizes against the papers', unknown presets and invalid values named by field, JSON
+in and out with Google's and HF's names."""
+
 import json
 
 import pytest

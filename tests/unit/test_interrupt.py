@@ -1,3 +1,6 @@
+"""GracefulStop: SIGTERM / SIGINT become a request that finishes the step and an exit code of 128 + signal; forked data
+workers die on SIGTERM and leave SIGINT to the parent."""
+
 import multiprocessing
 import os
 import signal

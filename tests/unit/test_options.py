@@ -1,3 +1,6 @@
+"""options.option(): flags built from dataclass fields (defaults, types, bools, choices, skip, groups in the help) and
+read back into the dataclass."""
+
 import argparse
 from dataclasses import dataclass
 

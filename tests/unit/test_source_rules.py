@@ -171,3 +171,14 @@ def test_the_duplicate_finder_finds_a_copied_block():
 def test_no_code_written_twice_outside_the_model_files():
     sources = {str(p.relative_to(SRC)): p.read_text(encoding="utf-8") for p in _sources()}
     assert duplicate_runs(sources, allowed=MODEL_FILES) == []
+
+
+def test_every_test_file_is_in_the_tests_readme():
+    """tests/README.md's table names every test file (what each covers, so no behaviour is tested twice at one
+    level), and nothing that is gone."""
+    tests = SRC.parents[1] / "tests"
+    table = set(
+        re.findall(r"^\| (\w+) \| `(test_\w+\.py)` \|", (tests / "README.md").read_text(encoding="utf-8"), re.M)
+    )
+    files = {(p.parent.name, p.name) for p in tests.glob("*/test_*.py")}
+    assert files == table, {"missing": sorted(files - table), "gone": sorted(table - files)}
