@@ -113,9 +113,12 @@ class PretrainConfig:
     output: str = output_option(metavar="DIR", group=_D, help="the run directory")
     corpus_format: str = _run_key(
         "auto",
-        choices=("auto", "google", "prose", "jsonl"),
+        choices=("auto", "google", "prose", "jsonl", "task"),
         group=_D,
-        help=("auto: jsonl by name, google when most lines hold one sentence, else prose"),
+        help=(
+            "auto: task files first (.tsv, .csv, task-shaped .jsonl, CoNLL: their text columns, for task-adaptive "
+            "pre-training with --init-from), then jsonl by name, google when most lines hold one sentence, else prose"
+        ),
     )
     encoding: str = _run_key(
         "auto",
