@@ -85,6 +85,14 @@ def test_meter_files_table_and_resume(tmp_path):
             medians = {lr: statistics.median(float(c["score"]) for c in mine if c["lr"] == lr) for lr in lrs}
             assert summary.median == pytest.approx(max(medians.values()), abs=1e-3)
             assert medians[f"{summary.lr:g}"] == pytest.approx(max(medians.values()), abs=1e-3)
+    for c in cells:  # the score is the official metric in points: finetune's fraction x 100, conlleval's percent
+        metrics = json.loads(
+            (out / "runs" / c["route"] / ("sst2" if c["task"] == "SST-2" else "conll"))
+            .joinpath(f"lr{c['lr']}_seed{c['seed']}", "metrics.json")
+            .read_text()
+        )
+        points = metrics["accuracy"] * 100 if c["task"] == "SST-2" else metrics["f1"]
+        assert float(c["score"]) == pytest.approx(points, abs=1e-3) and 0 <= points <= 100
     assert not any((out / "runs").rglob("model.safetensors"))  # weights are not kept
     again = DownstreamMeter(cfg, run_child=in_process).run()  # resume: nothing to redo
     assert (again.cells_run, again.cells_kept) == (0, 16)

@@ -47,17 +47,20 @@ TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "spec
 @dataclass(frozen=True)
 class MeterTask:
     """A task the meter fine-tunes: ``finetune`` is its ``bertkit finetune --task``; ``metrics`` the finetune metrics
-    averaged (x 100) into its score; ``layouts`` the (train, dev) paths tried in turn under ``--data-dir``."""
+    averaged (x 100) into its score; ``layouts`` the (train, dev) paths tried in turn under ``--data-dir``;
+    ``percent``: finetune reports them in percent (conlleval's), not as fractions."""
 
     name: str
     column: str
     finetune: str
     metrics: tuple[str, ...]
     layouts: tuple[tuple[str, str], ...]
+    percent: bool = False
+    label: str = ""
 
     @property
     def metric(self) -> str:
-        return "/".join(self.metrics)
+        return self.label or "/".join(self.metrics)
 
 
 def _glue_task(name: str) -> MeterTask:
@@ -80,6 +83,8 @@ CONLL = MeterTask(
         ("conll2003/train.txt", "conll2003/valid.txt"),
         ("conll_train.txt", "conll_dev.txt"),
     ),
+    percent=True,
+    label="entity f1",
 )
 METER_TASKS: dict[str, MeterTask] = {
     **{t.name: _glue_task(t.name) for t in BY_NAME.values() if t.trains},
@@ -255,7 +260,9 @@ class DownstreamMeter:
         record.update(seconds=round(result.seconds, 2), timed_out=result.timed_out)
         if metrics_path.is_file():
             metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
-            record["metrics"] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+            numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+            # fractions, as the GLUE suite's cells hold them (conlleval's F1 is in percent)
+            record["metrics"] = {k: v / 100 if task.percent and k in task.metrics else v for k, v in numbers.items()}
             record["score"] = meter_score(task, record["metrics"])
         # the meter needs the scores, not the fine-tuned weights
         shutil.rmtree(cell / "checkpoints", ignore_errors=True)
