@@ -126,7 +126,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from bertkit.commands.fill_mask import print_predictions
     from bertkit.errors import InputError
-    from bertkit.features import Encoder
+    from bertkit.features import Encoder, encode_with_masks
     from bertkit.recipes.pretrain import PretrainConfig, PretrainError, held_out_accuracy, parse_duration, pretrain
     from bertkit.tasks.cloze import cloze_probe
 
@@ -185,9 +185,14 @@ def run(args: argparse.Namespace) -> int:
     )
     encoder = Encoder.from_pretrained(out, precision="fp32")
     print(cloze_probe(encoder).line() + " (bertkit.tasks.cloze: names and phrases of the bundled books)")
-    results = encoder.fill_mask(SENTENCES, top_k=5)
+    # the model accepts the length it trained: a sentence longer in this vocabulary's pieces is left out, said so
+    limit = encoder.config.max_position_embeddings
+    shown = [t for t in SENTENCES if len(encode_with_masks(encoder.tokenizer, t)) <= limit]
     print("\nfill-mask with the model just trained (top 5 guesses for each [MASK]):\n")
-    print_predictions(SENTENCES, results)
+    if shown:
+        print_predictions(shown, encoder.fill_mask(shown, top_k=5))
+    if len(shown) < len(SENTENCES):
+        print(f"({len(SENTENCES) - len(shown)} example sentence(s) longer than the {limit} tokens the model accepts)")
     print(
         f"\nthe model is in {out}/ (config.json, model.safetensors, vocab.txt); it loads with "
         f'bertkit.BertForPreTraining.from_pretrained("{out}") or transformers.'
