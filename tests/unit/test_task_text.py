@@ -32,6 +32,19 @@ def test_glue_files_give_their_text_columns_and_pairs():
     assert next(task_documents(F / "mrpc_train.tsv")) == f"{pair[3].strip()}\n\n{pair[4].strip()}"
 
 
+def test_tsv_headers_pick_the_pair_and_labels_are_never_checked(tmp_path):
+    qnli = tmp_path / "qnli.tsv"  # "sentence" is also SST-2's column: the pair wins
+    qnli.write_text('index\tquestion\tsentence\tlabel\n0\tWho " came?\tShe came.\tentailment\n')
+    assert task_examples(qnli) == [('Who " came?', "She came.")]
+    own = tmp_path / "reviews.tsv"  # labels outside any GLUE label space, a column named by --text-field
+    own.write_text("id\treview\tlabel\n1\tgreat film\tpos\n2\tdull\tneg\n")
+    assert task_examples(own, text_field="review") == [("great film", None), ("dull", None)]
+    short = tmp_path / "short.tsv"
+    short.write_text("sentence1\tsentence2\na\tb\nc\n")
+    with pytest.raises(DataError, match=r"short\.tsv:3: expected 2 tab-separated columns, got 1"):
+        task_examples(short)
+
+
 def test_generic_and_conll_files():
     generic = [json.loads(line) for line in (F / "generic_train.jsonl").read_text().splitlines() if line.strip()]
     assert task_examples(F / "generic_train.jsonl", text_field="review") == [(g["review"], None) for g in generic]

@@ -1,17 +1,19 @@
 """The text of task files as a pre-training corpus: task-adaptive pre-training (Gururangan et al., 2020, "Don't Stop
 Pretraining"), ``bertkit pretrain --init-from MODEL --corpus train.tsv``.
 
-A task file is read with the reader fine-tuning uses for it, and each example becomes one document: its text, or
-its two texts as two paragraphs (a sentence pair). Labels are not read.
+Each example of a task file becomes one document: its text, or its two texts as two paragraphs (a sentence pair).
+Labels are never read (nor checked: a corpus needs the text only).
 
-- GLUE TSV files (``data.glue``): the text columns of the first GLUE task whose names the header holds (SST-2's
-  ``sentence``, MRPC's ``#1 String`` / ``#2 String``, ...); CoLA's train/dev files, which have no header, by their
-  four columns. Split on tabs only, as GLUE's text holds unbalanced quotes.
-- Other CSV / TSV / JSONL files (``data.readers.read_table``): the ``text_field`` column when there is one, else
-  the first known pair of columns (``text``/``text_pair``, ``sentence1``/``sentence2``, ``question``/``sentence``,
-  ``premise``/``hypothesis``), else ``text`` or ``sentence``.
-- CoNLL files (``data.conll``), recognised by a first line ``-DOCSTART-`` (or, with ``--corpus-format task``, any
-  file not named .tsv, .csv or .jsonl): each sentence's words.
+- TSV files, GLUE's included: the text columns named by the header (below); CoLA's train/dev files, which have no
+  header, by their fourth column. Split on tabs only, as ``data.glue`` does: GLUE's text holds unbalanced quotes.
+- CSV / JSONL files (``data.readers.read_table``, the generic fine-tuning reader): the same columns.
+- CoNLL files (``data.conll.read_conll``), recognised by a first line ``-DOCSTART-`` (or, with
+  ``--corpus-format task``, any file not named .tsv, .csv or .jsonl): each sentence's words.
+
+The text columns: ``--text-field`` when the header has it (a column other than ``text`` / ``sentence``); else the
+first pair present of ``text``/``text_pair``, ``sentence1``/``sentence2``, ``question``/``sentence``,
+``premise``/``hypothesis`` and the GLUE tasks' pairs (MRPC's ``#1 String``/``#2 String``, QQP's ``question1``/
+``question2`` ...); else ``text`` or ``sentence``.
 
 :func:`sniff` tells the corpus reader which files are task files (``--corpus-format auto``): ``.tsv`` and ``.csv``
 files, JSONL files whose first record has no ``text`` field but task columns (or a ``text_pair``), and CoNLL files.
@@ -27,10 +29,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bertkit.data.conll import read_conll
-from bertkit.data.glue import GLUE_TASKS, read_glue
+from bertkit.data.glue import GLUE_TASKS
 from bertkit.data.readers import DataError, check_file, open_text, read_table
 
-PAIRS = (("text", "text_pair"), ("sentence1", "sentence2"), ("question", "sentence"), ("premise", "hypothesis"))
+PAIRS = (
+    ("text", "text_pair"),
+    ("sentence1", "sentence2"),
+    ("question", "sentence"),
+    ("premise", "hypothesis"),
+) + tuple((a, b) for spec in GLUE_TASKS.values() if spec.text_b for a, b in zip(spec.text_a, spec.text_b, strict=True))
 SINGLES = ("text", "sentence")
 _SNIFF_CHARS = 1 << 16
 
@@ -63,18 +70,6 @@ def sniff(path: str | os.PathLike) -> bool:
     return _first_line(path).startswith("-DOCSTART-")
 
 
-def _glue_task(header: list[str]) -> str | None:
-    """The first GLUE task whose text columns ``header`` holds; ``cola`` for CoLA's headerless train/dev rows."""
-    for name, spec in GLUE_TASKS.items():
-        if name == "cola":  # read_glue takes a CoLA file for headerless unless it starts "index": as SST-2 instead
-            continue
-        if any(c in header for c in spec.text_a) and (spec.text_b is None or any(c in header for c in spec.text_b)):
-            return name
-    if len(header) == 4 and header[1] in ("0", "1"):
-        return "cola"
-    return None
-
-
 def _columns(path: Path, header: list[str], text_field: str) -> tuple[str, str | None]:
     if text_field in header and text_field not in SINGLES:
         return text_field, None
@@ -91,8 +86,26 @@ def _header(path: Path, fmt: str) -> list[str]:
     if fmt == "jsonl":
         return _jsonl_keys(path)
     with open_text(path, newline="") as f:
-        row = next(csv.reader(f, delimiter="\t" if fmt == "tsv" else ","), [])
-    return [c.strip() for c in row]
+        return [c.strip() for c in next(csv.reader(f), [])]
+
+
+def _tsv_examples(path: Path, text_field: str) -> list[tuple[str, str | None]]:
+    """A TSV file's text columns by its header, split on tabs only; CoLA's headerless rows by their fourth column."""
+    with open_text(path, newline="") as f:
+        rows = [(n, line.rstrip("\r\n").split("\t")) for n, line in enumerate(f, 1) if line.strip()]
+    header = [c.strip() for c in rows[0][1]]
+    if len(header) == 4 and header[1] in ("0", "1") and not set(header) & {c for p in PAIRS for c in p}:
+        a, b = 3, None  # CoLA train/dev: source, label, original mark, sentence
+    else:
+        rows = rows[1:]
+        names = _columns(path, header, text_field)
+        a, b = header.index(names[0]), header.index(names[1]) if names[1] else None
+    out = []
+    for n, row in rows:
+        if len(row) <= max(a, b or 0):
+            raise DataError(path, n, f"expected {len(header)} tab-separated columns, got {len(row)}")
+        out.append((row[a], row[b] if b is not None else None))
+    return out
 
 
 def task_examples(path: str | os.PathLike, text_field: str = "text") -> list[tuple[str, str | None]]:
@@ -101,13 +114,10 @@ def task_examples(path: str | os.PathLike, text_field: str = "text") -> list[tup
     fmt = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}.get(path.suffix.lower(), "conll")
     if fmt == "conll" or _first_line(path).startswith("-DOCSTART-"):
         return [(" ".join(s.words), None) for s in read_conll(path, require_tags=False)]
-    header = [c.strip() for c in _first_line(path).split("\t")] if fmt == "tsv" else _header(path, fmt)
-    task = _glue_task(header) if fmt == "tsv" else None
-    if task is not None:
-        examples = read_glue(path, task)
-    else:
-        text, pair = _columns(path, _header(path, fmt), text_field)
-        examples = read_table(path, text, pair, label_column=None, fmt=fmt, require_label=False)
+    if fmt == "tsv":
+        return _tsv_examples(path, text_field)
+    text, pair = _columns(path, _header(path, fmt), text_field)
+    examples = read_table(path, text, pair, label_column=None, fmt=fmt, require_label=False)
     return [(e.text_a, e.text_b) for e in examples]
 
 
