@@ -159,7 +159,7 @@ class MeterConfig:
     output: Path
     tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
-    lrs: list[float] = field(default_factory=lambda: [5e-5, 1e-4, 2e-4])
+    lrs: list[float] = field(default_factory=lambda: [5e-5, 1e-4, 3e-4])
     sst2_examples: int = 20000  # SST-2's training subset (0 = all 67k)
     max_train_examples: int = 0  # every task (0 = all)
     epochs: float | None = None  # None: finetune's default
