@@ -37,6 +37,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("bertkit.commands.evaluate", "evaluate a fine-tuned model on a labelled file (official metric)"),
     "predict": ("bertkit.commands.predict", "write a fine-tuned model's predictions in the task's official format"),
     "glue": ("bertkit.commands.glue", "the GLUE suite: lr grid x seeds per task, GLUE score, leaderboard submission"),
+    "downstream": (
+        "bertkit.commands.downstream",
+        "the downstream meter: fine-tune tasks from a model and from a random init of it; the gain per task",
+    ),
     "plot": ("bertkit.commands.plot", "training curves of pretrain / finetune runs (PNG + CSV), or TensorBoard files"),
     "ablate": (
         "bertkit.commands.ablate",

@@ -12,6 +12,8 @@ Formats (``--corpus-format``, default ``auto``):
   at a time).
 - ``arrow``: an Arrow IPC stream file, as a Hugging Face ``datasets.save_to_disk`` directory holds them (the
   directory itself is recognised by its ``state.json``; a ``DatasetDict`` by ``dataset_dict.json``: every split).
+- ``task``: a task file's text columns (TSV, CSV, JSONL, CoNLL; sentence pairs too), each example a document
+  (:mod:`bertkit.data.task_text`, which ``auto`` asks first).
 
 ``auto`` goes by the name (``.jsonl``/``.json``, ``.parquet``, ``.arrow``, under any ``.gz``/``.zst``) and then by
 the first bytes (Parquet's ``PAR1``); text where most lines end a sentence and hold about one is ``google``,
@@ -43,11 +45,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.data.arrow_dirs import hf_arrow_files, is_hf_dataset
+from bertkit.data.task_text import sniff, task_documents
 from bertkit.errors import InputError
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("auto", "google", "prose", "jsonl", "parquet", "arrow")
+FORMATS = ("auto", "google", "prose", "jsonl", "parquet", "arrow", "task")
 ENCODINGS = ("auto", "utf-8")
 # a block of text handed to a worker: about this many characters (documents are cut at paragraph boundaries)
 BLOCK_CHARS = 1 << 19
@@ -364,6 +367,8 @@ def detect_format(path: str | os.PathLike, sample_lines: int = 400, encoding: st
     lines end a sentence and few hold two; else prose (hard-wrapped prose ends a sentence on a minority of lines;
     unwrapped prose holds several per line)."""
     name = _suffix_name(path)
+    if name == Path(path).name.lower() and Path(path).is_file() and sniff(path):  # task files (data.task_text)
+        return "task"
     if name.endswith((".jsonl", ".json")):
         return "jsonl"
     if name.endswith(".parquet"):
@@ -578,6 +583,8 @@ def file_blocks(
         yield from _prose_blocks(path, encoding, counter)
     elif fmt == "jsonl":
         yield from _text_documents_blocks(_jsonl_texts(path, encoding, counter, text_field))
+    elif fmt == "task":
+        yield from _text_documents_blocks(task_documents(path, text_field))
     else:
         yield from _text_documents_blocks(_table_texts(path, fmt, text_field, counter))
 

@@ -185,9 +185,10 @@ class Summary:
         return max(self.scores)
 
 
-def summarize(task: str, cells: Sequence[dict[str, Any]]) -> Summary | None:
+def summarize(task: str, cells: Sequence[dict[str, Any]], metric_names: Sequence[str] | None = None) -> Summary | None:
     """Pick the learning rate with the best median over seeds (ties: the smaller lr) among finished ``cells``
-    (``cell.json`` records of one task: lr, seed, score, metrics, name). None when none has a score."""
+    (``cell.json`` records of one task: lr, seed, score, metrics, name). None when none has a score.
+    ``metric_names``: the metrics reported (default: the GLUE task's official ones)."""
     scored = [c for c in cells if c.get("score") is not None]
     if not scored:
         return None
@@ -197,7 +198,7 @@ def summarize(task: str, cells: Sequence[dict[str, Any]]) -> Summary | None:
     medians = {lr: statistics.median(c["score"] for c in group) for lr, group in by_lr.items()}
     lr = max(sorted(medians), key=lambda k: medians[k])
     group = sorted(by_lr[lr], key=lambda c: c["seed"])
-    metric_names = BY_NAME[task].metrics
+    metric_names = BY_NAME[task].metrics if metric_names is None else metric_names
     metrics = {m: statistics.median(100.0 * c["metrics"][m] for c in group) for m in metric_names}
     best = max(group, key=lambda c: c["score"])
     return Summary(task, lr, [c["seed"] for c in group], [c["score"] for c in group], metrics, medians, best["name"])

@@ -113,9 +113,12 @@ class PretrainConfig:
     output: str = output_option(metavar="DIR", group=_D, help="the run directory")
     corpus_format: str = _run_key(
         "auto",
-        choices=("auto", "google", "prose", "jsonl"),
+        choices=("auto", "google", "prose", "jsonl", "task"),
         group=_D,
-        help=("auto: jsonl by name, google when most lines hold one sentence, else prose"),
+        help=(
+            "auto: task files first (.tsv, .csv, task-shaped .jsonl, CoNLL: their text columns, for task-adaptive "
+            "pre-training with --init-from), then jsonl by name, google when most lines hold one sentence, else prose"
+        ),
     )
     encoding: str = _run_key(
         "auto",
@@ -650,13 +653,16 @@ def _write_model(
     say_run(cfg, ctx, f"done: {step} steps in {elapsed:.0f}s; model saved to {out}")
 
 
-def held_out_accuracy(output: str | Path, max_batches: int = 20, draws: int = 8) -> dict[str, float]:
+def held_out_accuracy(
+    output: str | Path, max_batches: int = 20, draws: int = 8, shards: str | Path | None = None
+) -> dict[str, float]:
     """A finished run's honest held-out MLM figures (``bertkit.tasks.mlm``: text never trained on, the run's
     sequences, 15% of tokens chosen and every one of them [MASK]): ``{"mlm_acc", "mlm_baseline", "mlm_loss",
     "masked_tokens"}``, where the baseline is the best constant guess at the same positions (the plateau a model
     sits on until it learns context). The held-out text is small (2% of the corpus), so it is masked ``draws``
     times with different seeds (up to ``max_batches`` batches in all): a figure from ~1,000 masked tokens moves by
-    about a point between mask draws."""
+    about a point between mask draws. ``shards``: another prepared directory whose held-out split is scored instead
+    (the quickstart's: books the run never read), tokenized with the run's vocabulary."""
     import torch
 
     from bertkit.data.pretraining import VocabInfo
@@ -680,7 +686,8 @@ def held_out_accuracy(output: str | Path, max_batches: int = 20, draws: int = 8)
     vocab = VocabInfo.from_tokenizer(tokenizer)
     batches: list = []
     for draw in range(max(1, draws)):
-        data = Feed(dataclasses.replace(cfg, seed=cfg.seed + draw), out / "data" / "shards", vocab, DistContext()).make(
+        where = Path(shards) if shards is not None else out / "data" / "shards"
+        data = Feed(dataclasses.replace(cfg, seed=cfg.seed + draw), where, vocab, DistContext()).make(
             cfg.seq_len, cfg.batch_size, "eval"
         )
         if not data.shards:

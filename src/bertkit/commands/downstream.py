@@ -1,0 +1,101 @@
+"""``bertkit downstream``: the downstream meter, a model against a random initialisation of itself, per task."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from bertkit.experiments.downstream import DEFAULT_TASKS, METER_TASKS
+
+    parser.description = (
+        "Fine-tune each task from --model and from a random initialisation of the same config and vocabulary, with "
+        "the same flags, learning-rate grid and seeds. Each route takes the learning rate with the best median dev "
+        "score over the seeds; the gain is pretrained - random, in points of the task's official metric (SST-2 "
+        "accuracy, MRPC (F1 + accuracy) / 2, CoLA MCC, CoNLL-2003 entity F1). Writes downstream.csv, downstream.md, "
+        "downstream.png and cells.csv. Run the same command again to resume."
+    )
+    parser.add_argument("--model", required=True, help="bertkit or Hugging Face BERT / ModernBERT directory")
+    parser.add_argument(
+        "--data-dir",
+        required=True,
+        help="where the task files are: the shared data's layout (glue/SST-2/train.tsv, ner/conll2003/train.txt), "
+        "a GLUE download (SST-2/train.tsv ...) or one folder of TASK_train.tsv / TASK_dev.tsv files",
+    )
+    parser.add_argument("--output", required=True, help="the meter's directory")
+    parser.add_argument(
+        "--tasks",
+        default=",".join(DEFAULT_TASKS),
+        help=f"comma-separated, from {', '.join(METER_TASKS)} (default {','.join(DEFAULT_TASKS)})",
+    )
+    parser.add_argument("--seeds", default="3", help="fine-tuning seeds: a count N (1..N) or a list (default 3)")
+    parser.add_argument(
+        "--lr",
+        default="5e-5,1e-4,3e-4",
+        help="the learning-rate grid both routes share (default 5e-5,1e-4,3e-4: small models fine-tune best above "
+        "BERT-base's 2e-5..5e-5; BENCHMARKS.md's bert-mini runs peaked at 1e-4..3e-4)",
+    )
+    parser.add_argument(
+        "--sst2-examples", type=int, default=20000, help="SST-2's training subset: its first N examples (0 = all)"
+    )
+    parser.add_argument(
+        "--max-train-examples", type=int, default=0, help="every task: use only the first N examples (0 = all)"
+    )
+    parser.add_argument("--epochs", type=float, default=None, help="fine-tuning epochs (default: finetune's)")
+    parser.add_argument("--init-seed", type=int, default=0, help="seed of the random initialisation (default 0)")
+    parser.add_argument("--max-time-per-run", default=None, metavar="DURATION", help="bound each fine-tuning")
+    parser.add_argument(
+        "--finetune-args", default="", help='more finetune flags for both routes, e.g. "--batch-size 16 --threads 1"'
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from bertkit.commands.glue import parse_lrs, parse_seeds, parse_time
+    from bertkit.errors import InputError
+    from bertkit.experiments.downstream import DownstreamMeter, MeterConfig, resolve_meter_tasks
+    from bertkit.training.interrupt import GracefulStop
+    from bertkit.training.rundir import check_writable
+
+    if not Path(args.model).is_dir():
+        raise InputError(f"--model {args.model}: not a directory")
+    if not Path(args.data_dir).is_dir():
+        raise InputError(f"--data-dir {args.data_dir}: not a directory")
+    for flag in ("sst2_examples", "max_train_examples"):
+        if getattr(args, flag) < 0:
+            raise InputError(f"--{flag.replace('_', '-')}: expected 0 (all) or a positive count")
+    if args.epochs is not None and not args.epochs > 0:
+        raise InputError(f"--epochs: expected a positive number, got {args.epochs:g}")
+    check_writable(Path(args.output), "--output")
+    cfg = MeterConfig(
+        model=Path(args.model),
+        data_dir=Path(args.data_dir),
+        output=Path(args.output),
+        tasks=resolve_meter_tasks(args.tasks),
+        seeds=parse_seeds(args.seeds),
+        lrs=parse_lrs(args.lr),
+        sst2_examples=args.sst2_examples,
+        max_train_examples=args.max_train_examples,
+        epochs=args.epochs,
+        init_seed=args.init_seed,
+        max_time_per_run=parse_time(args.max_time_per_run, "--max-time-per-run"),
+        finetune_args=shlex.split(args.finetune_args),
+    )
+    with GracefulStop() as stop:
+        report = DownstreamMeter(cfg, say=lambda m: print(m, file=sys.stderr, flush=True), stop=stop).run()
+    print((report.output / "downstream.md").read_text(encoding="utf-8"), file=sys.stderr)
+    summary = {
+        "output": str(report.output),
+        "tasks": {g.task.name: {"pretrained": g.pretrained.median, "random": g.random.median} for g in report.gains},
+        "gains": {g.task.name: round(g.gain, 2) for g in report.gains},
+        "mean_gain": None if report.mean_gain is None else round(report.mean_gain, 2),
+        "cells_run": report.cells_run,
+        "cells_kept": report.cells_kept,
+        "files": [str(p) for p in report.files],
+    }
+    print(json.dumps(summary, sort_keys=True))
+    return 0

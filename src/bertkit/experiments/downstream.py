@@ -1,0 +1,381 @@
+"""The downstream meter: does a pre-trained model fine-tune better than a random initialisation of itself?
+
+For each task, the model (route ``pretrained``) and a random initialisation of the same config and vocabulary (route
+``random``, Google's init with ``init_seed``) are fine-tuned with the same flags, the same learning-rate grid and the
+same seeds. Each route takes the learning rate whose median dev score over the seeds is best (the GLUE suite's
+protocol, :func:`bertkit.experiments.glue.summarize`) and reports that median; the gain is pretrained minus random,
+in points of the task's official metric (x 100): SST-2 accuracy, MRPC (F1 + accuracy) / 2, CoLA MCC, CoNLL-2003
+entity F1 (conlleval), and the GLUE suite's metric for the other GLUE tasks.
+
+Both routes go through exactly the same code with the same seeds, so a model whose weights *are* that random
+initialisation shows a gain of exactly 0 on every task: the meter cannot favour the pre-trained route.
+
+Layout (``OUTPUT``)::
+
+    meter.json                           the settings; a resumed meter must match them
+    random-init/                         the random initialisation (config + tokenizer of the model, new weights)
+    runs/ROUTE/TASK/lrLR_seedS/          one fine-tuning: finetune's output (weights deleted), then cell.json last
+    downstream.csv, downstream.md        task, metric, pretrained, random, gain (+ the mean gain row)
+    downstream.png                       pretrained vs random per task (its numbers: downstream.csv beside it)
+    cells.csv                            every run
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import InputError, RunError
+from bertkit.experiments.glue import BY_NAME, Summary, cell_name, summarize
+from bertkit.experiments.runner import log_tail, open_study, run_bertkit
+from bertkit.experiments.tables import csv_text, markdown_table
+from bertkit.files import remove_stale_temp_files, write_json, write_text
+
+log = logging.getLogger(__name__)
+
+ROUTES = ("pretrained", "random")
+DEFAULT_TASKS = ("sst2", "mrpc", "conll", "cola")
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+@dataclass(frozen=True)
+class MeterTask:
+    """A task the meter fine-tunes: ``finetune`` is its ``bertkit finetune --task``; ``metrics`` the finetune metrics
+    averaged (x 100) into its score; ``layouts`` the (train, dev) paths tried in turn under ``--data-dir``;
+    ``percent``: finetune reports them in percent (conlleval's), not as fractions."""
+
+    name: str
+    column: str
+    finetune: str
+    metrics: tuple[str, ...]
+    layouts: tuple[tuple[str, str], ...]
+    percent: bool = False
+    label: str = ""
+
+    @property
+    def metric(self) -> str:
+        return self.label or "/".join(self.metrics)
+
+
+def _glue_task(name: str) -> MeterTask:
+    t = BY_NAME[name]
+    layouts = (
+        (f"glue/{t.directory}/{t.train}", f"glue/{t.directory}/{t.dev}"),  # the shared data's layout
+        (f"{t.directory}/{t.train}", f"{t.directory}/{t.dev}"),  # a GLUE download
+        (f"{name}_train.tsv", f"{name}_dev.tsv"),  # one folder of files (tests/fixtures/finetune)
+    )
+    return MeterTask(name, t.column, name, t.metrics, layouts)
+
+
+CONLL = MeterTask(
+    "conll",
+    "CoNLL-2003",
+    "conll2003",
+    ("f1",),
+    (
+        ("ner/conll2003/train.txt", "ner/conll2003/valid.txt"),
+        ("conll2003/train.txt", "conll2003/valid.txt"),
+        ("conll_train.txt", "conll_dev.txt"),
+    ),
+    percent=True,
+    label="entity f1",
+)
+METER_TASKS: dict[str, MeterTask] = {
+    **{t.name: _glue_task(t.name) for t in BY_NAME.values() if t.trains},
+    "conll": CONLL,
+}
+ALIASES = {"conll2003": "conll", "ner": "conll", "sst-2": "sst2", "sts-b": "stsb"}
+
+
+def resolve_meter_tasks(spec: str | Sequence[str]) -> list[str]:
+    """``"sst2,mrpc,conll"`` -> the meter's task names, in order, without repeats; an unknown one is named."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: list[str] = []
+    for item in items:
+        key = ALIASES.get(item.strip().lower(), item.strip().lower())
+        if not key:
+            continue
+        if key not in METER_TASKS:
+            raise InputError(f"--tasks: unknown task {item!r}; choose from {', '.join(METER_TASKS)}")
+        if key not in out:
+            out.append(key)
+    if not out:
+        raise InputError("--tasks names no task")
+    return out
+
+
+def find_files(data_dir: Path, task: MeterTask) -> tuple[Path, Path]:
+    """The (train, dev) files of ``task`` under ``data_dir``: the first layout whose two files exist."""
+    for train, dev in task.layouts:
+        if (data_dir / train).is_file() and (data_dir / dev).is_file():
+            return data_dir / train, data_dir / dev
+    tried = "; ".join(f"{a} + {b}" for a, b in task.layouts)
+    raise InputError(f"--data-dir {data_dir}: no {task.column} files (looked for {tried})")
+
+
+def meter_score(task: MeterTask, metrics: dict[str, Any]) -> float:
+    """The task's score in points: its official metrics (fractions) averaged, x 100."""
+    missing = [m for m in task.metrics if not isinstance(metrics.get(m), (int, float))]
+    if missing:
+        raise RunError(f"{task.column}: finetune's metrics lack {missing} (have {sorted(metrics)})")
+    return 100.0 * sum(float(metrics[m]) for m in task.metrics) / len(task.metrics)
+
+
+def random_init(model_dir: Path, out: Path, seed: int) -> Path:
+    """``out``: the encoder of ``model_dir``'s architecture and config, initialised afresh (the model's own init,
+    seeded with ``seed``), with ``model_dir``'s tokenizer files. The same config and seed give the same weights."""
+    import torch
+
+    from bertkit.modeling import BertModel
+    from bertkit.modeling_modernbert import for_directory
+
+    cls = for_directory(BertModel, model_dir)
+    try:
+        model = cls.from_pretrained(model_dir)
+    except FileNotFoundError as e:
+        raise InputError(f"--model {model_dir}: {e}") from None
+    torch.manual_seed(seed)
+    model.init_weights()
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    for name in TOKENIZER_FILES:
+        if (model_dir / name).is_file():
+            shutil.copy(model_dir / name, out / name)
+    return out
+
+
+@dataclass
+class MeterConfig:
+    """What ``bertkit downstream`` runs. ``finetune_args``: flags passed to every ``bertkit finetune``."""
+
+    model: Path
+    data_dir: Path
+    output: Path
+    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
+    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
+    lrs: list[float] = field(default_factory=lambda: [5e-5, 1e-4, 3e-4])
+    sst2_examples: int = 20000  # SST-2's training subset (0 = all 67k)
+    max_train_examples: int = 0  # every task (0 = all)
+    epochs: float | None = None  # None: finetune's default
+    init_seed: int = 0
+    max_time_per_run: float | None = None
+    finetune_args: list[str] = field(default_factory=list)
+
+    def record(self) -> dict[str, Any]:
+        """The settings a resumed meter must share (the task list and time bound may change)."""
+        return {
+            "model": str(Path(self.model).resolve()),
+            "seeds": self.seeds,
+            "lrs": self.lrs,
+            "sst2_examples": self.sst2_examples,
+            "max_train_examples": self.max_train_examples,
+            "epochs": self.epochs,
+            "init_seed": self.init_seed,
+            "finetune_args": self.finetune_args,
+        }
+
+    def train_limit(self, task: str) -> int:
+        """--max-train-examples for ``task`` (0 = all)."""
+        limits = [n for n in (self.max_train_examples, self.sst2_examples if task == "sst2" else 0) if n > 0]
+        return min(limits) if limits else 0
+
+
+@dataclass
+class TaskGain:
+    task: MeterTask
+    pretrained: Summary
+    random: Summary
+
+    @property
+    def gain(self) -> float:
+        return self.pretrained.median - self.random.median
+
+
+@dataclass
+class MeterReport:
+    output: Path
+    gains: list[TaskGain]
+    cells_run: int
+    cells_kept: int
+    files: list[Path]
+
+    @property
+    def mean_gain(self) -> float | None:
+        return statistics.fmean(g.gain for g in self.gains) if self.gains else None
+
+
+class DownstreamMeter:
+    """Runs the meter cell by cell, keeping finished cells; ``run`` returns a :class:`MeterReport`. ``run_child``
+    runs one ``bertkit`` command (default: a child process, :func:`run_bertkit`)."""
+
+    def __init__(self, cfg: MeterConfig, say: Callable[[str], None] | None = None, stop=None, run_child=None):
+        self.cfg, self.stop = cfg, stop
+        self.say = say or log.info
+        self.run_child = run_child or run_bertkit
+        self.cells_run = self.cells_kept = 0
+
+    def _check_stop(self) -> None:
+        if self.stop is not None and self.stop.requested:
+            self.stop.raise_(
+                f"the downstream meter stopped; finished runs are kept in {self.cfg.output}: run the same command "
+                "again to resume"
+            )
+
+    def random_model(self) -> Path:
+        out = self.cfg.output / "random-init"
+        done = out / "init.json"
+        if not done.is_file():
+            self.say(f"random initialisation of {self.cfg.model}'s config (seed {self.cfg.init_seed}) ...")
+            shutil.rmtree(out, ignore_errors=True)
+            random_init(Path(self.cfg.model), out, self.cfg.init_seed)
+            write_json(done, {"source": str(Path(self.cfg.model).resolve()), "seed": self.cfg.init_seed})
+        return out
+
+    def _finetune(self, task: MeterTask, files: tuple[Path, Path], model: Path, lr: float, seed: int, cell: Path):
+        cfg = self.cfg
+        shutil.rmtree(cell, ignore_errors=True)  # an unfinished cell of a killed meter: start it afresh
+        cell.mkdir(parents=True)
+        args = ["finetune", "--task", task.finetune, "--train", str(files[0]), "--dev", str(files[1])]
+        args += ["--model", str(model), "--output", str(cell), "--lr", f"{lr:g}", "--seed", str(seed)]
+        if cfg.train_limit(task.name):
+            args += ["--max-train-examples", str(cfg.train_limit(task.name))]
+        if cfg.epochs is not None:
+            args += ["--epochs", f"{cfg.epochs:g}"]
+        args += [*cfg.finetune_args, *([] if "--quiet" in cfg.finetune_args else ["--quiet"])]
+        result = self.run_child(args, log=cell / "finetune.log", max_time=cfg.max_time_per_run, stop=self.stop)
+        self._check_stop()
+        metrics_path = cell / "metrics.json"
+        if result.code != 0 and not (result.timed_out and metrics_path.is_file()):
+            raise RunError(
+                f"{task.column} lr {lr:g} seed {seed}: bertkit finetune exited with {result.code}; see "
+                f"{cell / 'finetune.log'}:\n{log_tail(result)}"
+            )
+        record: dict[str, Any] = {"task": task.name, "lr": lr, "seed": seed, "name": cell.name, "score": None}
+        record.update(seconds=round(result.seconds, 2), timed_out=result.timed_out)
+        if metrics_path.is_file():
+            metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+            numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+            # fractions, as the GLUE suite's cells hold them (conlleval's F1 is in percent)
+            record["metrics"] = {k: v / 100 if task.percent and k in task.metrics else v for k, v in numbers.items()}
+            record["score"] = meter_score(task, record["metrics"])
+        # the meter needs the scores, not the fine-tuned weights
+        shutil.rmtree(cell / "checkpoints", ignore_errors=True)
+        for name in ("model.safetensors", "pytorch_model.bin"):
+            (cell / name).unlink(missing_ok=True)
+        return record
+
+    def _route_task(self, route: str, model: Path, task: MeterTask, files: tuple[Path, Path]) -> list[dict]:
+        root = self.cfg.output / "runs" / route / task.name
+        root.mkdir(parents=True, exist_ok=True)
+        remove_stale_temp_files(root)
+        cells = []
+        for lr in self.cfg.lrs:
+            for seed in self.cfg.seeds:
+                cell = root / cell_name(lr, seed)
+                try:
+                    record = json.loads((cell / "cell.json").read_text(encoding="utf-8"))
+                    self.cells_kept += 1
+                except (OSError, json.JSONDecodeError):
+                    self._check_stop()
+                    self.say(f"{task.column} {route}: lr {lr:g}, seed {seed} ...")
+                    record = self._finetune(task, files, model, lr, seed, cell)
+                    write_json(cell / "cell.json", record)  # last: the cell is finished
+                    self.cells_run += 1
+                    score = record["score"]
+                    self.say(
+                        f"{task.column} {route}: lr {lr:g}, seed {seed}: "
+                        + ("no dev score" if score is None else f"{score:.2f}")
+                        + f" ({record['seconds']:.0f}s)"
+                    )
+                cells.append({**record, "route": route})
+        return cells
+
+    def run(self) -> MeterReport:
+        cfg = self.cfg
+        what = "a downstream meter run"
+        open_study(cfg.output, "meter.json", cfg.record(), what, "the same model, seeds, lr grid and fine-tuning flags")
+        tasks = [METER_TASKS[name] for name in cfg.tasks]
+        files = {t.name: find_files(Path(cfg.data_dir), t) for t in tasks}  # all found before the first run
+        models = {"pretrained": Path(cfg.model), "random": self.random_model()}
+        gains, cells = [], []
+        for task in tasks:
+            summaries = {}
+            for route in ROUTES:
+                route_cells = self._route_task(route, models[route], task, files[task.name])
+                cells += route_cells
+                summaries[route] = summarize(task.name, route_cells, metric_names=task.metrics)
+            if summaries["pretrained"] is None or summaries["random"] is None:
+                self.say(f"{task.column}: no dev score for a route (every run ran out of --max-time-per-run)")
+                continue
+            gains.append(TaskGain(task, summaries["pretrained"], summaries["random"]))
+        report = MeterReport(cfg.output, gains, self.cells_run, self.cells_kept, [])
+        report.files = write_results(cfg.output, report, cells)
+        return report
+
+
+def result_rows(report: MeterReport) -> list[dict[str, Any]]:
+    """A row per task (median over seeds at each route's best lr, the gain) and the mean gain's row."""
+    rows: list[dict[str, Any]] = []
+    for g in report.gains:
+        rows.append(
+            {
+                "task": g.task.column,
+                "metric": g.task.metric,
+                "pretrained": round(g.pretrained.median, 2),
+                "random": round(g.random.median, 2),
+                "gain": round(g.gain, 2),
+                "pretrained_lr": f"{g.pretrained.lr:g}",
+                "random_lr": f"{g.random.lr:g}",
+                "seeds": len(g.pretrained.scores),
+                "pretrained_seed_scores": ";".join(f"{x:.2f}" for x in g.pretrained.scores),
+                "random_seed_scores": ";".join(f"{x:.2f}" for x in g.random.scores),
+            }
+        )
+    if report.gains:
+        rows.append({"task": "mean gain", "gain": round(report.mean_gain, 2)})
+    return rows
+
+
+def write_results(out: Path, report: MeterReport, cells: list[dict]) -> list[Path]:
+    """downstream.csv, downstream.md, cells.csv and (with a task finished) downstream.png."""
+    rows = result_rows(report)
+    write_text(out / "downstream.csv", csv_text(rows))
+    columns = ["task", "metric", "pretrained", "random", "gain", "pretrained_lr", "random_lr", "seeds"]
+    note = (
+        "\nEach route: the learning rate with the best median dev score over the seeds, reported as that median; "
+        "gain = pretrained - random, in points of the official metric (MRPC: (F1 + accuracy) / 2; CoLA: MCC; "
+        "CoNLL-2003: entity F1).\n"
+    )
+    write_text(out / "downstream.md", markdown_table(rows, columns, digits=2) + note)
+    cell_rows = [
+        {
+            "route": c["route"],
+            "task": METER_TASKS[c["task"]].column,
+            "lr": f"{float(c['lr']):g}",
+            "seed": c["seed"],
+            "score": None if c.get("score") is None else round(c["score"], 4),
+            "seconds": c.get("seconds"),
+            "timed_out": c.get("timed_out", False),
+        }
+        for c in cells
+    ]
+    write_text(out / "cells.csv", csv_text(cell_rows))
+    files = [out / "downstream.csv", out / "downstream.md", out / "cells.csv"]
+    if report.gains:
+        from bertkit.experiments.plots import bar_chart
+
+        labels = [g.task.column for g in report.gains]
+        groups = {route: [getattr(g, route).median for g in report.gains] for route in ROUTES}
+        title = f"pre-trained vs random init: median of {len(report.gains[0].pretrained.scores)} seeds, best lr each"
+        if report.mean_gain is not None:
+            title += f"; mean gain {report.mean_gain:+.1f}"
+        files.append(
+            bar_chart(out / "downstream.png", labels, [], ylabel="dev score (points)", title=title, groups=groups)
+        )
+    return files

@@ -1,0 +1,47 @@
+"""The quickstart's printed figure holds on new text: its model is cut to the length it trained (the outputs at
+those lengths unchanged), and it is scored on bundled novels it never read, not on later sentences of its books."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import torch
+
+from bertkit.commands.quickstart import bundled_corpus, cap_positions, score_unseen_books
+from bertkit.modeling import BertForPreTraining
+from tests.tinymodels import FINETUNE_VOCAB, make_model_dir
+
+
+def test_cap_positions_keeps_the_trained_rows_and_outputs(tmp_path):
+    model_dir = make_model_dir(tmp_path / "m", FINETUNE_VOCAB, max_position_embeddings=64, seed=3)
+    before = BertForPreTraining.from_pretrained(model_dir).eval()
+    ids = torch.tensor([[2, 40, 41, 42, 43, 44, 45, 3], [2, 50, 51, 52, 53, 54, 55, 3]])
+    assert cap_positions(model_dir, 16)
+    assert json.loads((model_dir / "config.json").read_text())["max_position_embeddings"] == 16
+    after = BertForPreTraining.from_pretrained(model_dir).eval()
+    assert after.bert.embeddings.position_embeddings.weight.shape[0] == 16
+    with torch.no_grad():
+        torch.testing.assert_close(after(ids).prediction_logits, before(ids).prediction_logits, rtol=0, atol=0)
+    assert not cap_positions(model_dir, 16)  # nothing left to cut
+
+
+def test_unseen_books_are_bundled_apart_and_scored(tmp_path):
+    from bertkit.cli import main
+
+    train, unseen = bundled_corpus(), bundled_corpus("heldout")
+    assert len(unseen) == 2 and not {p.name for p in train} & {p.name for p in unseen}
+    train_text = "".join(gzip.decompress(p.read_bytes()).decode("utf-8")[:20000] for p in train)
+    for book in unseen:  # a held-out book shares no opening passage with the training books
+        assert gzip.decompress(book.read_bytes()).decode("utf-8")[:200] not in train_text
+    corpus = tmp_path / "alice.txt"
+    corpus.write_text(gzip.decompress(train[0].read_bytes()).decode("utf-8")[:30000], encoding="utf-8")
+    out = tmp_path / "run"
+    argv = ["pretrain", "--corpus", str(corpus), "--output", str(out), "--vocab-size", "400", "--model-size"]
+    argv += ["bert-tiny", "--max-steps", "2", "--seq-len", "32", "--batch-size", "8", "--workers", "1", "--quiet"]
+    assert main([*argv, "--threads", "1", "--precision", "fp32"]) == 0
+    score = score_unseen_books(out, unseen[1:])  # the smaller book: seconds
+    meta = json.loads((out / "heldout" / "meta.json").read_text())
+    assert [f[0] for f in meta["fingerprint"]["files"]] == [str(unseen[1])]
+    assert meta["eval"]["tokens"] > 5 * sum(s["tokens"] for s in meta["shards"])  # most of the book is scored
+    assert score["masked_tokens"] > 500 and 0 < score["mlm_baseline"] < 0.5 and 0 <= score["mlm_acc"] <= 1
