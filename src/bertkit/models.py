@@ -53,6 +53,7 @@ class Architecture:
     features_role: str  # the class the Encoder loads: the encoder with its MLM head (and pooler, where it has one)
     mlm_keys: tuple[str, ...]  # key prefixes of the MLM head: absent from a checkpoint = no fill-mask
     pooler_keys: tuple[str, ...]  # key prefixes of the pooler: absent = no pooled output
+    absolute_positions: bool = True  # a learned position table (ModernBERT's positions are rotary)
     ffn_matmuls: int = 2  # H x I matmuls per feed-forward block (FLOPs): 2, or 3 for a gated (GeGLU) one
     note: str = ""  # why a role is missing, for the refusal
 
@@ -111,6 +112,7 @@ REGISTRY: dict[str, Architecture] = {
         features_role="masked_lm",
         mlm_keys=("head.", "decoder."),
         pooler_keys=(),
+        absolute_positions=False,
         ffn_matmuls=3,  # GeGLU: its input projection is H x 2I
         note=" (ModernBERT has no pooler and no next-sentence head)",
     ),

@@ -50,10 +50,10 @@ def cap_positions(model_dir: Path, length: int) -> bool:
     (no absolute positions, or no more than ``length``)."""
     import dataclasses
 
+    from bertkit import models
     from bertkit.modeling import BertForPreTraining
-    from bertkit.modeling_modernbert import for_directory
 
-    if for_directory(BertForPreTraining, model_dir) is not BertForPreTraining:
+    if not models.of_directory(model_dir).absolute_positions:
         return False  # ModernBERT: rotary positions, nothing to cut
     model = BertForPreTraining.from_pretrained(model_dir)
     if model.config.max_position_embeddings <= length:

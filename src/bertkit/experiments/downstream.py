@@ -133,7 +133,7 @@ def random_init(model_dir: Path, out: Path, seed: int) -> Path:
     import torch
 
     from bertkit.modeling import BertModel
-    from bertkit.modeling_modernbert import for_directory
+    from bertkit.models import for_directory
 
     cls = for_directory(BertModel, model_dir)
     try:
