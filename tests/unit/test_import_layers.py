@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "modeling",
             "modeling_modernbert",
             "checkpoint",
+            "resize",
             "tf_checkpoint",
             "export",
             "quantize",
