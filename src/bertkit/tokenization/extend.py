@@ -214,11 +214,11 @@ def _spans(pieces: list[str] | None) -> dict[int, int] | None:
     return out
 
 
-def _coverage(corpus: _Corpus, n: int, min_count: int) -> list[tuple[str, int]]:
-    """The characters (in the form each word needs) that [UNK] words lack, most frequent first."""
-    vocab, missing = corpus.splitter.vocab, Counter()
-    for word, freq, pieces in zip(corpus.words, corpus.freq, corpus.pieces):
-        if pieces is None and len(word) <= corpus.splitter.max_chars:
+def _coverage(counts: Counter, splitter: WordPieceSplitter, n: int, min_count: int) -> list[tuple[str, int]]:
+    """The characters (in the form each word needs) that [UNK] words lack, most frequent first (all words count)."""
+    vocab, missing = splitter.vocab, Counter()
+    for word, freq in counts.items():
+        if len(word) <= splitter.max_chars and splitter.split(word) is None:
             forms = {c if i == 0 else "##" + c for i, c in enumerate(word)}
             missing.update({f: freq for f in forms if f not in vocab})
     return [(t, c) for t, c in missing.most_common() if c >= min_count][:n]
@@ -257,7 +257,7 @@ def choose_wordpiece(
             if estimate[cand] > value:
                 heapq.heappush(heap, (-estimate[cand], cand, -1))
 
-    for token, count in _coverage(corpus, n, min_saving):
+    for token, count in _coverage(counts, splitter, n, min_saving):
         chosen.append((token, count))
         corpus.commit(token, corpus.resplit(token)[1])
     estimate: dict[str, int] = {}
@@ -337,7 +337,8 @@ def choose_bpe(counts: Counter, tokenizer: Any, n: int, min_saving: int = 2) -> 
             continue  # the token exists (reachable by another path): it is not a new row
         pieces = [i for p in pair for i in expand.get(p, [vocab.get(p, -1)])]
         expand[merged] = pieces
-        chosen.append(Choice(merged, -count, pieces, parts=pair))
+        choice = Choice(merged, 0, pieces, parts=pair)
+        chosen.append(choice)
         touched: set[tuple[str, str]] = set()
         for k in where.pop(pair, ()):
             old = words[k]
@@ -345,6 +346,7 @@ def choose_bpe(counts: Counter, tokenizer: Any, n: int, min_saving: int = 2) -> 
                 pairs[p] -= freq[k]
                 touched.add(p)
             words[k] = new = _merge(old, pair, merged)
+            choice.saving += freq[k] * (len(old) - len(new))  # not the pair's count where it overlaps itself (a a a)
             for p in zip(new, new[1:]):
                 pairs[p] += freq[k]
                 where.setdefault(p, set()).add(k)
