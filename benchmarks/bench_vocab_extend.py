@@ -68,7 +68,8 @@ def run(name: str, tok: BertTokenizer, adapt: list[str], held: list[str], add: i
     b, a = measure(held_counts, tok.vocab), measure(held_counts, vocab)
     print(
         f"{name}: {len(adapt)} adaptation texts, {len(held)} held-out texts ({b['words']} words); "
-        f"{len(chosen)} tokens added ({sum(c.slot is not None for c in chosen)} into [unused] slots)\n"
+        f"{len(chosen)} tokens added ({sum(c.slot is not None for c in chosen)} into [unused] slots, "
+        f"{sum(c.pieces == [tok.unk_token_id] for c in chosen)} of them missing characters)\n"
         f"  pieces/word {b['ppw']:.3f} -> {a['ppw']:.3f} ({100 * (a['ppw'] / b['ppw'] - 1):+.1f}%); "
         f"[UNK] words as NFC characters {b['ppw_nfc']:.3f} -> {a['ppw_nfc']:.3f} "
         f"({100 * (a['ppw_nfc'] / b['ppw_nfc'] - 1):+.1f}%); "
