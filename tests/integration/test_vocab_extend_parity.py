@@ -130,3 +130,25 @@ def test_an_extended_bpe_tokenizer_json_tokenizes_and_loads_as_in_transformers(f
         transformers.ModernBertForMaskedLM,
         {c.id for c in chosen},
     )
+
+
+def test_pretraining_continues_from_an_extended_directory(fixtures_dir, tmp_path):
+    """``bertkit pretrain --init-from`` reads the extended directory: its vocabulary and its weights, new rows included
+    (a learning rate too small to move them)."""
+    from safetensors.torch import load_file
+
+    from bertkit.recipes.pretrain import PretrainConfig, pretrain
+
+    base = tmp_path / "base"
+    make_model_dir(base, fixtures_dir / "tokenizer" / "vocab.txt", cls=BertForPreTraining, max_position_embeddings=64)
+    corpus = fixtures_dir / "tokenizer" / "korean.txt"
+    extend_vocabulary(base, [corpus], 10, tmp_path / "ext")
+    out = tmp_path / "continued"
+    settings = dict(seq_len=32, batch_size=4, max_steps=1, quiet=True, workers=1, precision="fp32", lr=1e-12)
+    pretrain(PretrainConfig(corpus=[str(corpus)], output=str(out), init_from=str(tmp_path / "ext"), **settings))
+    assert (out / "vocab.txt").read_text(encoding="utf-8") == (tmp_path / "ext" / "vocab.txt").read_text(
+        encoding="utf-8"
+    )
+    a, b = load_file(str(tmp_path / "ext" / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    key = "bert.embeddings.word_embeddings.weight"
+    torch.testing.assert_close(b[key], a[key], atol=1e-8, rtol=0)

@@ -155,3 +155,47 @@ def test_the_command_and_its_errors(extended, tmp_path, capsys):
     assert main(args[:-1] + [str(tmp_path / "x"), "--corpus", str(tmp_path / "missing.txt")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("bertkit vocab: error:") and "missing.txt" in err and len(err.splitlines()) == 1
+
+
+def test_bad_requests_are_refused_in_one_line(extended, tmp_path, capsys):
+    base, _, _, corpus = extended
+    args = ["vocab", "extend", "--model", str(base), "--corpus", str(corpus)]
+    for extra, words in (
+        (["--add", "0", "--output", str(tmp_path / "a")], "--add 0"),
+        (["--add", "3", "--output", str(base)], "not over --model"),
+    ):
+        assert main(args + extra) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("bertkit vocab: error:") and words in err and len(err.splitlines()) == 1
+
+
+def test_a_unigram_tokenizer_json_is_refused_naming_it(extended, tmp_path, capsys):
+    from tokenizers import Tokenizer, models
+
+    base, _, _, corpus = extended
+    model = tmp_path / "unigram"
+    model.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (model / name).write_bytes((base / name).read_bytes())
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]
+    Tokenizer(models.Unigram([(t, -1.0) for t in tokens], unk_id=1)).save(str(model / "tokenizer.json"))
+    assert (
+        main(
+            [
+                "vocab",
+                "extend",
+                "--model",
+                str(model),
+                "--corpus",
+                str(corpus),
+                "--add",
+                "3",
+                "--output",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # (a warning before it: the file has no template)
+    assert err.startswith("bertkit vocab: error:") and "tokenizer.json" in err and "'Unigram'" in err
+    assert not (tmp_path / "out").exists()

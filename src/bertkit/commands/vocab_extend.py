@@ -97,6 +97,8 @@ def extend_vocabulary(
     Returns a report: ``chosen`` (the :class:`~bertkit.tokenization.extend.Choice` list, ids set), ``slots`` (how
     many took ``[unusedN]`` slots), ``vocab_size`` (the model's, before and after), ``before`` / ``after`` ((words,
     pieces, [UNK] words) on the corpus)."""
+    import json
+
     from bertkit.errors import InputError
     from bertkit.resize import extend_model_directory, read_directory_config
     from bertkit.tokenization import BertTokenizer, FastTokenizer, load_tokenizer
@@ -115,6 +117,8 @@ def extend_vocabulary(
     if output.resolve() == model.resolve():
         raise InputError(f"--output {output}: write the extended model to a new directory, not over --model")
     tokenizer = load_tokenizer(model)
+    if not isinstance(tokenizer, BertTokenizer):
+        bpe_spec(json.loads(tokenizer._spec), str(tokenizer.source))  # a tokenizer.json this can extend, or an error
     counts = count_words(tokenizer, read_lines(corpus))
     if isinstance(tokenizer, BertTokenizer):
         chosen = choose_wordpiece(counts, tokenizer.vocab, add, tokenizer.max_input_chars_per_word, min_saving)
@@ -128,9 +132,6 @@ def extend_vocabulary(
             tokenizer.model_max_length,
         )
     else:
-        import json
-
-        bpe_spec(json.loads(tokenizer._spec), str(tokenizer.source))
         chosen = choose_bpe(counts, tokenizer, add, min_saving)
         place_tokens(chosen, tokenizer.vocab, use_unused=False)
         spec = extend_bpe_json(tokenizer._spec, chosen, str(tokenizer.source))
