@@ -264,9 +264,8 @@ def choose_wordpiece(
     for word, freq, pieces in zip(corpus.words, corpus.freq, corpus.pieces):
         for cand, s in _runs(word, pieces):
             estimate[cand] = estimate.get(cand, 0) + freq * s
-    heap = [
-        (-v, c, -1) for c, v in estimate.items()
-    ]  # (-value, candidate, -1: an estimate | corpus.version counted at)
+    # (-value, candidate, -1 for an estimate | the corpus.version an exact saving was counted at)
+    heap = [(-v, c, -1) for c, v in estimate.items()]
     heapq.heapify(heap)
     while heap and len(chosen) < n:
         value, cand, counted_at = heapq.heappop(heap)
