@@ -23,7 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "embed": ("bertkit.commands.embed", "embed every line of a file (any layers, any pooling) into .npy or .jsonl"),
     "similarity": ("bertkit.commands.similarity", "cosine distances between texts, or one word across contexts"),
     "serve": ("bertkit.commands.serve", "HTTP embedding server (TEI, OpenAI and bert-as-service APIs), batching"),
-    "vocab": ("bertkit.commands.vocab", "train a WordPiece vocabulary on plain-text files"),
+    "vocab": (
+        "bertkit.commands.vocab",
+        "train a WordPiece vocabulary on plain-text files; `vocab extend` extends a model's for a corpus",
+    ),
     "tokenize": ("bertkit.commands.tokenize", "show the wordpieces (or ids) a vocabulary gives for texts"),
     "quickstart": (
         "bertkit.commands.quickstart",

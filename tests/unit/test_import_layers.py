@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "modeling_modernbert",
             "models",
             "checkpoint",
+            "resize",
             "tf_checkpoint",
             "export",
             "quantize",

@@ -1,8 +1,18 @@
-"""``bertkit vocab``: train a WordPiece vocabulary (Google layout) on plain-text files."""
+"""``bertkit vocab``: train a WordPiece vocabulary (Google layout) on plain-text files; ``bertkit vocab extend``
+(``bertkit.commands.vocab_extend``) extends a model's vocabulary for a corpus."""
 
 from __future__ import annotations
 
 import argparse
+
+EPILOG = (
+    "bertkit vocab extend --model DIR --corpus FILE... --add N --output DIR: extend a model's vocabulary (-h there)"
+)
+
+
+def delegate(argv: list[str]) -> str | None:
+    """``bertkit vocab extend ...`` runs ``bertkit.commands.vocab_extend`` (its own flags)."""
+    return "bertkit.commands.vocab_extend" if argv[:1] == ["extend"] else None
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
