@@ -57,6 +57,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=DEFAULTS["eval_fraction"],
         help=f"held-out fraction of the text (default {DEFAULTS['eval_fraction']})",
     )
+    parser.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="read symbolic links that leave a corpus directory too (default: skipped, with a warning naming them)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -64,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from bertkit.data.corpus import expand_corpus
+    from bertkit.data.corpus_files import find_corpus
     from bertkit.data.prepare import cache_dir, corpus_fingerprint, prepare_corpus
     from bertkit.errors import InputError
     from bertkit.tokenization import BertTokenizer
@@ -80,13 +85,14 @@ def run(args: argparse.Namespace) -> int:
         "shard_tokens": args.shard_tokens,
         "eval_fraction": args.eval_fraction,
     }
+    listing = find_corpus(args.corpus, args.follow_symlinks)  # warns once about each link skipped
     output = args.output
     if output is None:
         from bertkit.data.prepare import DEFAULTS, _settings
 
         tokenizer = BertTokenizer.from_pretrained(str(vocab), lowercase=args.lowercase)
         fp = corpus_fingerprint(
-            expand_corpus(args.corpus),
+            listing.files,
             tokenizer,
             **_settings(
                 args.corpus_format,
@@ -100,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         )
         output = cache_dir(fp)
     meta = prepare_corpus(
-        args.corpus,
+        listing.files,
         output,
         vocab,
         lowercase=args.lowercase,
@@ -112,5 +118,6 @@ def run(args: argparse.Namespace) -> int:
     )
     tokens = sum(s["tokens"] for s in meta["shards"])
     held = meta["eval"]["tokens"] if meta.get("eval") else 0
+    print(f"{', '.join(args.corpus)}: {listing.summary()}")
     print(f"{output}: {len(meta['shards'])} shard(s), {tokens:,} training tokens, {held:,} held out")
     return 0
