@@ -86,6 +86,14 @@ def _show_library_warnings() -> None:
         logging.getLogger("bertkit.run").setLevel(logging.INFO)  # a training run's progress (bertkit.training.log)
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser: a bad flag is one line (the flag and why, then where the help is), exit 2; argparse's
+    usage block (dozens of lines for pretrain) is left to ``-h``."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
+
+
 _NEGATIVE_LIST = re.compile(r"^-\d+(,\s*-?\d+)+$")
 
 
@@ -119,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     target = delegate(argv[1:]) if delegate is not None else None
     if target:
         module = importlib.import_module(target)
-    parser = argparse.ArgumentParser(prog=f"bertkit {name}", description=help_text, epilog=epilog)
+    parser = CommandParser(prog=f"bertkit {name}", description=help_text, epilog=epilog)
     module.configure(parser)
     args = parser.parse_args(argv[1:])
     try:
@@ -127,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     except BertkitError as e:
         print(f"bertkit {name}: error: {e}", file=sys.stderr)
         return e.exit_code
+    except OSError as e:  # a path the library did not foresee (an unwritable output, a full disk): it names the file
+        print(f"bertkit {name}: error: {e.strerror or e}{f': {e.filename}' if e.filename else ''}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from bertkit.options import number, output_path
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from bertkit.data.corpus import ENCODINGS, FORMATS
@@ -25,7 +27,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--vocab", required=True, help="vocab.txt, or a model/tokenizer directory")
     parser.add_argument(
-        "--output", default=None, help="shard directory (default: the cache, where bertkit pretrain finds it)"
+        "--output",
+        default=None,
+        type=output_path,
+        help="shard directory (default: the cache, where bertkit pretrain finds it)",
     )
     parser.add_argument("--corpus-format", choices=FORMATS, default="auto", help="default: auto (by name and content)")
     parser.add_argument("--text-field", default="text", help="JSONL field / Parquet or Arrow column (default text)")
@@ -44,16 +49,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     case = parser.add_mutually_exclusive_group()
     case.add_argument("--lowercase", dest="lowercase", action="store_true", default=None, help="uncased tokenizing")
     case.add_argument("--cased", dest="lowercase", action="store_false", help="cased tokenizing")
-    parser.add_argument("--workers", type=int, default=None, help="worker processes (default: every core)")
+    parser.add_argument(
+        "--workers", type=number(int, "--workers"), default=None, help="worker processes (default: every core)"
+    )
     parser.add_argument(
         "--shard-tokens",
-        type=int,
+        type=number(int, "--shard-tokens"),
         default=DEFAULTS["shard_tokens"],
         help=f"tokens per shard (default {DEFAULTS['shard_tokens']})",
     )
     parser.add_argument(
         "--eval-fraction",
-        type=float,
+        type=number(float, "--eval-fraction"),
         default=DEFAULTS["eval_fraction"],
         help=f"held-out fraction of the text (default {DEFAULTS['eval_fraction']})",
     )
