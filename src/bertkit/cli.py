@@ -86,12 +86,17 @@ def _show_library_warnings() -> None:
         logging.getLogger("bertkit.run").setLevel(logging.INFO)  # a training run's progress (bertkit.training.log)
 
 
+class UsageError(Exception):
+    """A command line that does not parse: :func:`main` prints it (one line) and returns 2."""
+
+
 class CommandParser(argparse.ArgumentParser):
     """A command's parser: a bad flag is one line (the flag and why, then where the help is), exit 2; argparse's
-    usage block (dozens of lines for pretrain) is left to ``-h``."""
+    usage block (dozens of lines for pretrain) is left to ``-h``. Raises :class:`UsageError` (``main`` returns 2,
+    as for any other bad input) instead of exiting."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
+        raise UsageError(f"{self.prog}: error: {message} (see {self.prog} -h)")
 
 
 _NEGATIVE_LIST = re.compile(r"^-\d+(,\s*-?\d+)+$")
@@ -129,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(target)
     parser = CommandParser(prog=f"bertkit {name}", description=help_text, epilog=epilog)
     module.configure(parser)
-    args = parser.parse_args(argv[1:])
+    try:
+        args = parser.parse_args(argv[1:])
+    except UsageError as e:
+        print(e, file=sys.stderr)
+        return 2
     try:
         code = module.run(args)
     except BertkitError as e:
