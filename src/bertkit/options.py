@@ -122,7 +122,6 @@ BOUNDS: dict[str, tuple] = {
             "n_best_size",
             "vocab_size",
             "dupe_factor",
-            "keep_checkpoints",
             "log_every",
             "top_k",
             "shard_tokens",
