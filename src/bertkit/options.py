@@ -208,11 +208,11 @@ def output_path(text: str) -> str:
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        raise argparse.ArgumentTypeError(f"{text}: {ancestor} is a file, not a directory")
+        raise argparse.ArgumentTypeError(f"{text}: cannot write there ({ancestor} is a file, not a directory)")
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".bertkit-write-probe-", dir=ancestor))
     except OSError as e:
-        raise argparse.ArgumentTypeError(f"{text}: cannot write in {ancestor} ({e.strerror or e})") from None
+        raise argparse.ArgumentTypeError(f"{text}: cannot write there ({ancestor}: {e.strerror or e})") from None
     return text
 
 

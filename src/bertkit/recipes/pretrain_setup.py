@@ -31,6 +31,7 @@ RUN_FILES = (
     "data",
     "vocab.txt",
     "tokenizer_config.json",
+    "tokenizer.json",
     "special_tokens_map.json",
 )
 
