@@ -96,6 +96,7 @@ class CommandParser(argparse.ArgumentParser):
     as for any other bad input) instead of exiting."""
 
     def error(self, message: str):  # type: ignore[override]
+        message = re.sub(r"^argument (-[^:\s]+(?:/-[^:\s]+)*): ", r"\1 ", message)  # "--lr must be > 0, got -1"
         raise UsageError(f"{self.prog}: error: {message} (see {self.prog} -h)")
 
 

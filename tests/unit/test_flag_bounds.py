@@ -79,7 +79,7 @@ def test_every_numeric_flag_refuses_nan_inf_and_values_out_of_range(name, monkey
             with pytest.raises(UsageError) as e:
                 parser.parse_args([*base, f"{flag}={value}"])
             err = str(e.value)
-            assert "\n" not in err and f"argument {flag}:" in err, (flag, value, err)
+            assert "\n" not in err and f"error: {flag} " in err, (flag, value, err)
         good = _legal(a.type.bounds, integer)
         assert getattr(parser.parse_args([*base, flag, good]), a.dest) == (int(good) if integer else float(good))
 
