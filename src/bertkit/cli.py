@@ -93,6 +93,20 @@ def _show_library_warnings() -> None:
         logging.getLogger("bertkit.run").setLevel(logging.INFO)  # a training run's progress (bertkit.training.log)
 
 
+class UsageError(Exception):
+    """A command line that does not parse: :func:`main` prints it (one line) and returns 2."""
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser: a bad flag is one line (the flag and why, then where the help is), exit 2; argparse's
+    usage block (dozens of lines for pretrain) is left to ``-h``. Raises :class:`UsageError` (``main`` returns 2,
+    as for any other bad input) instead of exiting."""
+
+    def error(self, message: str):  # type: ignore[override]
+        message = re.sub(r"^argument (-[^:\s]+(?:/-[^:\s]+)*): ", r"\1 ", message)  # "--lr must be > 0, got -1"
+        raise UsageError(f"{self.prog}: error: {message} (see {self.prog} -h)")
+
+
 _NEGATIVE_LIST = re.compile(r"^-\d+(,\s*-?\d+)+$")
 
 
@@ -126,14 +140,21 @@ def main(argv: list[str] | None = None) -> int:
     target = delegate(argv[1:]) if delegate is not None else None
     if target:
         module = importlib.import_module(target)
-    parser = argparse.ArgumentParser(prog=f"bertkit {name}", description=help_text, epilog=epilog)
+    parser = CommandParser(prog=f"bertkit {name}", description=help_text, epilog=epilog)
     module.configure(parser)
-    args = parser.parse_args(argv[1:])
+    try:
+        args = parser.parse_args(argv[1:])
+    except UsageError as e:
+        print(e, file=sys.stderr)
+        return 2
     try:
         code = module.run(args)
     except BertkitError as e:
         print(f"bertkit {name}: error: {e}", file=sys.stderr)
         return e.exit_code
+    except OSError as e:  # a path the library did not foresee (an unwritable output, a full disk): it names the file
+        print(f"bertkit {name}: error: {e.strerror or e}{f': {e.filename}' if e.filename else ''}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

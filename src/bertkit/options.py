@@ -29,8 +29,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import math
+import os
+import tempfile
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 _MISSING = dataclasses.MISSING
@@ -52,9 +56,13 @@ def option(
     skip: bool = False,
     default_factory: Callable | None = None,
     aliases: tuple[str, ...] = (),
+    bounds: tuple | None = None,
 ) -> Any:
-    """A dataclass field whose flag, help, group and parsing live next to its default."""
+    """A dataclass field whose flag, help, group and parsing live next to its default. ``bounds``: the range of a
+    numeric flag, ``(low, high)`` with ``"(lo"``-style exclusive ends written as in :data:`BOUNDS` (default: the
+    entry of its name there, else ``[0, inf)``); a value outside it, nan or inf is refused at parse time."""
     meta = {
+        "bounds": bounds,
         "help": help,
         "flag": flag,
         "group": group,
@@ -81,6 +89,131 @@ def _base_type(tp: Any) -> Any:
         args = typing.get_args(tp)
         return _base_type(args[0]) if args else str
     return tp
+
+
+# ------------------------------------------------------------------------------------------ numeric flags' ranges
+
+# The range of every numeric flag, by field name (the same name means the same thing in every command): (low, high,
+# low_open, high_open), None = unbounded. A numeric flag not named here takes [0, inf). Every one refuses nan and
+# inf, and a value out of range, when the command line is parsed: one line, exit 2.
+_POSITIVE = (0, None, True, False)
+_FRACTION = (0, 1, False, False)
+BOUNDS: dict[str, tuple] = {
+    **dict.fromkeys(
+        (
+            # learning, steps, sizes: 0 would train nothing or divide by zero
+            "lr",
+            "tagger_lr",
+            "epochs",
+            "max_steps",
+            "steps",
+            "batch_size",
+            "eval_batch_size",
+            "phase2_batch_size",
+            "grad_accum",
+            "eval_batches",
+            "seq_len",
+            "phase2_seq_len",
+            "max_seq_length",
+            "max_length",
+            "max_query_length",
+            "max_answer_length",
+            "doc_stride",
+            "n_best_size",
+            "vocab_size",
+            "dupe_factor",
+            "log_every",
+            "top_k",
+            "shard_tokens",
+            "temperature",
+            "scale",
+            "checkpoints",
+            "tagger_hidden",
+            "max_time",
+            "prepare_timeout",
+            "opset",
+            "head",
+            # the server's batching and limits: 0 would refuse every request (a misconfiguration, not the client's)
+            "max_batch_size",
+            "max_batch_tokens",
+            "max_inputs",
+            "max_input_chars",
+            "max_request_tokens",
+            "max_output_values",
+            "max_predictions",
+            "max_payload_bytes",
+            "max_pending",
+            "limit_concurrency",
+            "request_timeout_s",
+            "header_timeout_s",
+            "body_timeout_s",
+            "keep_alive_timeout_s",
+        ),
+        _POSITIVE,
+    ),
+    **dict.fromkeys(("warmup_fraction", "short_seq_prob"), _FRACTION),
+    **dict.fromkeys(("dropout", "mask_prob", "eval_fraction"), (0, 1, False, True)),
+    "port": (0, 65535, False, False),
+    "layer": (None, None, False, False),  # attention: 1..L, or -1 for the last (the model checks the range)
+    "tag_column": (None, None, False, False),  # CoNLL: a column index, -1 = the last
+    "null_score_diff_threshold": (None, None, False, False),  # SQuAD 2.0: a logit difference, any sign
+}
+_DEFAULT_BOUNDS = (0, None, False, False)
+
+
+def _bounds_text(bounds: tuple) -> str:
+    low, high, low_open, high_open = bounds
+    parts = []
+    if low is not None:
+        parts.append(("> " if low_open else ">= ") + f"{low:g}")
+    if high is not None:
+        parts.append(("< " if high_open else "<= ") + f"{high:g}")
+    return " and ".join(parts) or "a finite number"
+
+
+def number(base: type, name: str = "", bounds: tuple | None = None, parse: Callable | None = None) -> Callable:
+    """An argparse ``type`` for a numeric flag: ``parse`` (default ``base``), then nan, inf and values outside
+    ``bounds`` (default: :data:`BOUNDS`' entry for ``name``, else ``[0, inf)``) are refused with a one-line
+    message. The function carries ``bounds`` (tests walk every command's numeric flags with it)."""
+    bounds = bounds or BOUNDS.get(name.lstrip("-").replace("-", "_"), _DEFAULT_BOUNDS)
+    low, high, low_open, high_open = bounds
+
+    def convert(text: str) -> Any:
+        try:
+            value = (parse or base)(text)
+        except (TypeError, ValueError) as e:
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if base is int else 'a number'}, got {text!r}" if parse is None else str(e)
+            ) from None
+        if not isinstance(value, int | float):
+            return value
+        ok = math.isfinite(value)
+        ok = ok and (low is None or (value > low if low_open else value >= low))
+        ok = ok and (high is None or (value < high if high_open else value <= high))
+        if not ok:
+            raise argparse.ArgumentTypeError(f"must be {_bounds_text(bounds)}, got {text}")
+        return value
+
+    convert.__name__ = getattr(parse or base, "__name__", "number")
+    convert.bounds = bounds  # type: ignore[attr-defined]
+    return convert
+
+
+def output_path(text: str) -> str:
+    """An argparse ``type`` for an output path (a directory or file to create): refused at parse time when it cannot
+    be written: its nearest existing ancestor is a file, or no entry can be made there (``/proc/x``, a read-only
+    mount, no permission). Nothing is left behind (a probe directory is made and removed)."""
+    path = Path(text).expanduser()
+    ancestor = path if path.is_dir() else path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: cannot write there ({ancestor} is a file, not a directory)")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".bertkit-write-probe-", dir=ancestor))
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"{text}: cannot write there ({ancestor}: {e.strerror or e})") from None
+    return text
 
 
 class _DeprecatedAlias(argparse.Action):
@@ -138,6 +271,8 @@ def add_options(
         else:
             kwargs["default"] = default
             kwargs["type"] = meta.get("parse") or (base if base in (int, float, str) else str)
+            if base in (int, float) or meta.get("bounds") is not None:
+                kwargs["type"] = number(base, f.name, meta.get("bounds"), meta.get("parse"))
             if meta.get("choices") is not None:
                 kwargs["choices"] = list(meta["choices"])
             if meta.get("metavar"):
@@ -267,7 +402,7 @@ def threads_option(group: str | None = TRAINING) -> Any:
 
 
 def output_option(help: str, group: str | None = None, metavar: str | None = None) -> Any:
-    return option(None, required=True, group=group, help=help, metavar=metavar)
+    return option(None, required=True, group=group, help=help, metavar=metavar, parse=output_path)
 
 
 @dataclasses.dataclass

@@ -110,3 +110,54 @@ def test_ablate_command_checks_a_corpus_directory_as_pretrain_does(tmp_path, cap
         == 2
     )
     assert "no such corpus file or directory" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ issue 31
+
+
+def _corpus_with_a_link_out(tmp_path):
+    from tinycorpus import google_format
+
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    d = tmp_path / "corpus"
+    d.mkdir()
+    (d / "a.txt").write_text(google_format([[f"Sentence {j} of {i}." for j in range(20)] for i in range(20)]))
+    (d / "etc").symlink_to(etc, target_is_directory=True)
+    return d
+
+
+def test_prepare_skips_a_link_out_of_the_corpus_and_says_how_many_files_it_read(tmp_path, capsys):
+    import json
+
+    from tinycorpus import TOKENIZER_VOCAB
+
+    d = _corpus_with_a_link_out(tmp_path)
+    out = tmp_path / "shards"
+    argv = ["prepare", "--corpus", str(d), "--vocab", str(TOKENIZER_VOCAB), "--workers", "1", "--quiet"]
+    assert main([*argv, "--output", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert f"{d / 'etc'}: a symbolic link to" in captured.err and "--follow-symlinks" in captured.err
+    assert "read 1 of 2 file(s) found (skipped: 1 symbolic link leaving the corpus)" in captured.out
+    files = [f[0] for f in json.loads((out / "meta.json").read_text())["fingerprint"]["files"]]
+    assert files == [str((d / "a.txt").resolve())]
+    assert main([*argv, "--output", str(tmp_path / "followed"), "--follow-symlinks"]) == 0
+    assert "read 2 of 2 file(s) found" in capsys.readouterr().out
+    meta = json.loads((tmp_path / "followed" / "meta.json").read_text())
+    assert str((tmp_path / "etc" / "passwd").resolve()) in [f[0] for f in meta["fingerprint"]["files"]]
+
+
+def test_prepare_refuses_a_dataset_naming_a_file_outside(tmp_path, capsys):
+    import json
+
+    from tinycorpus import TOKENIZER_VOCAB
+
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / "state.json").write_text(json.dumps({"_data_files": [{"filename": "../../../../etc/passwd"}]}))
+    argv = ["prepare", "--corpus", str(ds), "--vocab", str(TOKENIZER_VOCAB), "--output", str(tmp_path / "o")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{ds / 'state.json'}: names the file '../../../../etc/passwd', outside" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()

@@ -109,6 +109,21 @@ def test_predict_and_evaluate_on_an_exported_directory(sst2_dir, exported, fixtu
     assert (metrics["backend"], metrics["precision"], metrics["quantize"]) == ("pytorch", "fp32", None)
 
 
+def test_predict_on_an_exported_directory_needs_no_backend_flag(sst2_dir, exported, fixtures_dir, tmp_path, capsys):
+    """Issue 31: `bertkit predict --model OUT` on an ONNX-only directory runs ONNX Runtime without being asked (was
+    "no model.safetensors, pytorch_model.bin or TensorFlow checkpoint")."""
+    data = fixtures_dir / "finetune" / "sst2_dev.tsv"
+    common = ["--data", str(data), "--quiet", "--precision", "fp32", "--device", "cpu"]
+    assert main(["predict", "--model", str(exported), "--output", str(tmp_path / "auto"), *common]) == 0
+    captured = capsys.readouterr()
+    assert "only model.onnx: running it with ONNX Runtime (--backend onnx)" in captured.err
+    assert json.loads(captured.out)["backend"] == "onnxruntime"
+    assert main(["predict", "--model", str(sst2_dir), "--output", str(tmp_path / "torch"), *common]) == 0
+    assert json.loads(capsys.readouterr().out)["backend"] == "pytorch"  # weights there: PyTorch, as before
+    a = (tmp_path / "torch" / "predictions.tsv").read_text()
+    assert a == (tmp_path / "auto" / "predictions.tsv").read_text() and len(a.splitlines()) > 5
+
+
 def test_encoder_holds_an_onnx_runner(sst2_dir):
     from bertkit.export import OnnxEncoderRunner
     from bertkit.features import Encoder

@@ -71,6 +71,21 @@ def test_gpu_table_and_cpu_probe(tmp_path, monkeypatch):
     assert flops.mfu(peak / 2, peak) == pytest.approx(0.5) and flops.mfu(1.0, None) is None
 
 
+def test_the_cpu_probe_leaves_the_training_rng_alone(tmp_path, monkeypatch):
+    """Issue 31's kill/resume flake: the probe runs at a run's first log line when the cache misses; drawing its
+    matrices from the default generator shifted the dropout stream of that run only (a resumed run, or another
+    process, found the cache and did not), so two runs of one seed ended 0.01 apart."""
+    import torch
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # a cold cache: the probe measures
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    flops.cpu_peak("fp32", seconds=0.01)
+    assert torch.equal(torch.get_rng_state(), before)
+    flops.cpu_peak("fp32", seconds=0.01, refresh=True)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 def test_log_fields_from_the_run_record(tmp_path, monkeypatch):
     """What a pretrain log line adds: model TFLOP/s over all ranks and MFU per device, from the meter's sums."""
     import json

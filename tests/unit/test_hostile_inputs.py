@@ -203,3 +203,83 @@ def test_modernbert_float_weight_stored_as_int32_is_refused(tmp_path):
         r"ModernBertForMaskedLM expects float32",
     ):
         mb.ModernBertForMaskedLM.from_pretrained(tmp_path)
+
+
+# ------------------------------------------------------------------------------------ issue 31: tokenizer.json
+
+SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<mask>"]
+
+
+def _tokenizer_dir(path: Path, vocab: dict[str, int], vocab_size: int | None, normalizer: str = "null") -> Path:
+    """A WordLevel tokenizer.json (RoBERTa's special tokens) as text, so that hostile ones can be written too, and a
+    config.json with ``vocab_size``."""
+    import json
+
+    path.mkdir(parents=True, exist_ok=True)
+    model = json.dumps({"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"})
+    (path / "tokenizer.json").write_text(
+        '{"version": "1.0", "truncation": null, "padding": null, "added_tokens": [], '
+        f'"normalizer": {normalizer}, "pre_tokenizer": {{"type": "Whitespace"}}, "post_processor": null, '
+        f'"decoder": null, "model": {model}}}'
+    )
+    if vocab_size is not None:
+        (path / "config.json").write_text(json.dumps({"vocab_size": vocab_size}))
+    return path
+
+
+def _vocab(n: int) -> dict[str, int]:
+    words = SPECIALS + [f"w{i}" for i in range(n - len(SPECIALS))]
+    return {w: i for i, w in enumerate(words)}
+
+
+def test_a_good_tokenizer_json_still_loads(tmp_path):
+    from bertkit.tokenization.fast import load_tokenizer
+
+    tok = load_tokenizer(_tokenizer_dir(tmp_path / "ok", _vocab(20), 20))
+    assert tok.encode("w3 w4").ids == [1, 8, 9, 2]
+
+
+@pytest.mark.parametrize("depth", [100, 5000])
+def test_a_deeply_nested_tokenizer_json_is_one_error(tmp_path, depth):
+    from bertkit.tokenization.fast import load_tokenizer
+    from bertkit.tokenization.vocab import VocabError
+
+    deep = '{"type": "Sequence", "normalizers": [' * depth + '{"type": "Lowercase"}' + "]}" * depth
+    d = _tokenizer_dir(tmp_path / "deep", _vocab(20), 20, normalizer=deep)
+    with pytest.raises(VocabError, match=r"tokenizer.json: nested (too deeply|more than 64 levels deep)"):
+        load_tokenizer(d)
+
+
+def test_a_tokenizer_json_far_larger_than_the_config_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    import json as json_module
+
+    from bertkit.tokenization.fast import load_tokenizer
+    from bertkit.tokenization.vocab import VocabError
+
+    d = _tokenizer_dir(tmp_path / "big", _vocab(80_000), 30)  # ~1.5 MB for a model of 30 tokens
+    parsed: list[int] = []
+    loads = json_module.loads
+    monkeypatch.setattr(json_module, "loads", lambda text, *a, **k: parsed.append(len(text)) or loads(text, *a, **k))
+    with pytest.raises(VocabError, match=r"tokenizer.json: 1\.\d MB, far more than .* vocab_size 30 takes"):
+        load_tokenizer(d)
+    assert all(n < 1000 for n in parsed)  # config.json only: the tokenizer.json was never parsed
+
+
+def test_token_ids_past_the_config_vocab_size_are_refused(tmp_path):
+    from bertkit.tokenization.fast import load_tokenizer
+    from bertkit.tokenization.vocab import VocabError
+
+    with pytest.raises(VocabError, match=r"token ids reach 39, but config.json's vocab_size is 30"):
+        load_tokenizer(_tokenizer_dir(tmp_path / "more", _vocab(40), 30))
+
+
+def test_tokens_sharing_one_id_are_refused(tmp_path):
+    from bertkit.tokenization.fast import FastTokenizer, load_tokenizer
+    from bertkit.tokenization.vocab import VocabError
+
+    vocab = {**_vocab(20), **{f"same{i}": 7 for i in range(100)}}
+    d = _tokenizer_dir(tmp_path / "dup", vocab, 200)
+    with pytest.raises(VocabError, match=r"model.vocab gives id 7 to 101 tokens \('w2', 'same0'"):
+        load_tokenizer(d)
+    with pytest.raises(VocabError, match="gives id 7 to 101 tokens"):  # the class's own loader checks too
+        FastTokenizer.from_pretrained(d)

@@ -90,7 +90,7 @@ def test_hugging_face_save_to_disk_directory(tmp_path):
     assert list(iter_documents([tmp_path / "dd"], workers=1)) == DOCS
 
 
-def test_directory_of_formats_follows_links_with_a_note(tmp_path, caplog):
+def test_directory_of_formats_follows_links_it_is_asked_to_with_a_note(tmp_path, caplog):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
@@ -104,11 +104,12 @@ def test_directory_of_formats_follows_links_with_a_note(tmp_path, caplog):
     (d / "sub" / "loop").symlink_to(d, target_is_directory=True)
     (d / "dup.txt").symlink_to(d / "a.txt")
     with caplog.at_level(logging.WARNING, logger="bertkit"):
-        files = expand_corpus([d])
+        files = expand_corpus([d], follow_symlinks=True)
     assert [f.relative_to(d).as_posix() for f in files] == ["a.txt", "c.parquet", "sub/b.jsonl"]
     assert "c.parquet: a symbolic link; following it to" in caplog.text
     assert "a directory already read" in caplog.text and "the same file as another" in caplog.text
-    assert list(iter_documents([d], workers=1)) == [DOCS[0], DOCS[2], DOCS[1]]
+    assert list(iter_documents(files, workers=1)) == [DOCS[0], DOCS[2], DOCS[1]]
+    assert list(iter_documents([d], workers=1)) == [DOCS[0], DOCS[1]]  # by default, the link out is skipped
 
 
 # --------------------------------------------------------------------------------------------- shards

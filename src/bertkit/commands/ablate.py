@@ -7,6 +7,8 @@ import json
 import shlex
 import sys
 
+from bertkit.options import number, output_path
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from bertkit.experiments.ablate import STUDIES
@@ -19,7 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--corpus", nargs="+", required=True, metavar="PATH", help="text files or directories (as for pretrain)"
     )
-    parser.add_argument("--output", required=True, help="the study's directory")
+    parser.add_argument("--output", required=True, type=output_path, help="the study's directory")
     parser.add_argument(
         "--study",
         required=True,
@@ -35,9 +37,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--budget", default=None, metavar="DURATION", help="pre-training wall clock per variant (e.g. 10m)"
     )
-    parser.add_argument("--steps", type=int, default=None, help="pre-training steps per variant")
-    parser.add_argument("--checkpoints", type=int, default=5, help="steps study: checkpoints along the run (default 5)")
-    parser.add_argument("--save-every", type=int, default=None, help="steps study: checkpoint every K steps")
+    parser.add_argument("--steps", type=number(int, "--steps"), default=None, help="pre-training steps per variant")
+    parser.add_argument(
+        "--checkpoints",
+        type=number(int, "--checkpoints"),
+        default=5,
+        help="steps study: checkpoints along the run (default 5)",
+    )
+    parser.add_argument(
+        "--save-every", type=number(int, "--save-every"), default=None, help="steps study: checkpoint every K steps"
+    )
     parser.add_argument(
         "--glue",
         default=None,
@@ -51,8 +60,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--vocab", default=None, help="a vocab.txt every variant uses (default: trained once on the corpus)"
     )
-    parser.add_argument("--vocab-size", type=int, default=30522)
-    parser.add_argument("--pretrain-seed", type=int, default=0)
+    parser.add_argument("--vocab-size", type=number(int, "--vocab-size"), default=30522)
+    parser.add_argument("--pretrain-seed", type=number(int, "--pretrain-seed"), default=0)
     parser.add_argument(
         "--pretrain-args",
         default="",

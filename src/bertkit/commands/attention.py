@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bertkit.options import ExactComputeArgs, add_options
+from bertkit.options import ExactComputeArgs, add_options, number
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -16,10 +16,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", help="the text (the first segment)")
     parser.add_argument("--model", required=True, help="bertkit or Hugging Face BERT directory")
     parser.add_argument("--pair", default=None, help="a second segment: [CLS] text [SEP] pair [SEP]")
-    parser.add_argument("--layer", type=int, default=None, help="1..L, or -1 for the last (default: the last)")
-    parser.add_argument("--head", type=int, default=None, help="1..N (default: a grid of every head of the layer)")
+    parser.add_argument(
+        "--layer", type=number(int, "--layer"), default=None, help="1..L, or -1 for the last (default: the last)"
+    )
+    parser.add_argument(
+        "--head", type=number(int, "--head"), default=None, help="1..N (default: a grid of every head of the layer)"
+    )
     parser.add_argument("--output", default="attn.png", help="the PNG (default attn.png; attn.npz goes beside it)")
-    parser.add_argument("--max-length", type=int, default=128, help="truncate to this many tokens")
+    parser.add_argument(
+        "--max-length", type=number(int, "--max-length"), default=128, help="truncate to this many tokens"
+    )
     add_options(parser, ExactComputeArgs)  # --device, --precision (fp32 unless asked)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bertkit.config import BertConfig
 from bertkit.errors import InputError, MissingFileError
+from bertkit.options import output_path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="uncased vocabulary (default: guessed from the vocabulary)",
     )
     case.add_argument("--cased", dest="lowercase", action="store_false")
-    parser.add_argument("--output", required=True, metavar="DIR")
+    parser.add_argument("--output", required=True, metavar="DIR", type=output_path)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing model in OUTPUT")
 
 

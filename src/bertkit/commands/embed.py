@@ -22,7 +22,7 @@ import numpy as np
 from bertkit.data.readers import jsonl_records, read_text
 from bertkit.errors import InputError, MissingFileError
 from bertkit.files import atomic_write
-from bertkit.options import ComputeArgs, add_options
+from bertkit.options import ComputeArgs, add_options, number
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -45,10 +45,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--normalize", action="store_true", help="L2-normalise the vectors (default: as the model was saved, else no)"
     )
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=number(int, "--batch-size"), default=64)
     parser.add_argument(
         "--max-length",
-        type=int,
+        type=number(int, "--max-length"),
         default=None,
         help="tokens per input (default: the model's "
         "max_seq_length, else its max_position_embeddings: 512 for BERT, 8192 for ModernBERT-base)",

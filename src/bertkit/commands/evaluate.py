@@ -60,6 +60,7 @@ def run(args: argparse.Namespace, labelled: bool = True) -> int:
 
     files: InferenceFiles = from_args(InferenceFiles, args)
     run_options: RunOptions = from_args(RunOptions, args)
+    files.backend = _backend_for(Path(files.model), files.backend)
     if files.backend == "onnx":
         task, model, tokenizer = _load_onnx(files, args)
         device, precision = run_options.device or "cpu", "fp32"
@@ -109,6 +110,28 @@ def run(args: argparse.Namespace, labelled: bool = True) -> int:
         result["metrics"] = {k: v for k, v in metrics.items() if not isinstance(v, dict)}
     print(json.dumps(result, sort_keys=True))
     return 0
+
+
+def _backend_for(model_dir: Path, backend: str) -> str:
+    """``onnx`` for a directory that holds an ONNX graph and no PyTorch weights (``bertkit export --onnx``'s: nothing
+    else there can run), with a note on stderr; else ``backend`` as given."""
+    from bertkit.checkpoint import find_weights
+    from bertkit.export import onnx_name
+
+    if backend == "onnx" or not model_dir.is_dir():
+        return backend
+    try:
+        find_weights(model_dir)
+    except FileNotFoundError:
+        graphs = [n for n in (onnx_name(), onnx_name("int8")) if (model_dir / n).is_file()]
+        if graphs:
+            print(
+                f"bertkit: {model_dir} holds no PyTorch weights, only {graphs[0]}: running it with ONNX Runtime "
+                "(--backend onnx)",
+                file=sys.stderr,
+            )
+            return "onnx"
+    return backend
 
 
 def _load_onnx(files: InferenceFiles, args: argparse.Namespace):

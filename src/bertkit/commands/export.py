@@ -7,6 +7,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from bertkit.options import number
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -17,7 +19,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="model directory -> OUT: a directory (model.onnx + config, vocabulary and task files) "
         "or a file name ending in .onnx",
     )
-    parser.add_argument("--opset", type=int, default=17, help="ONNX opset version (default 17)")
+    parser.add_argument("--opset", type=number(int, "--opset"), default=17, help="ONNX opset version (default 17)")
     parser.add_argument(
         "--quantize",
         choices=("int8",),

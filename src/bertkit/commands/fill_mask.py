@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from bertkit.errors import InputError
-from bertkit.options import ExactComputeArgs, add_options
+from bertkit.options import ExactComputeArgs, add_options, number
 
 MASK = "[MASK]"
 
@@ -25,7 +25,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="a model directory (bertkit or Hugging Face layout) with an MLM head and vocab.txt",
     )
     parser.add_argument("text", nargs="+", help='texts holding [MASK], e.g. "the [MASK] sat on the mat ."')
-    parser.add_argument("--top-k", type=int, default=5)
+    parser.add_argument("--top-k", type=number(int, "--top-k"), default=5)
     parser.add_argument("--json", action="store_true", help="print one JSON object per text")
     add_options(parser, ExactComputeArgs)  # --device, --precision (fp32 unless asked: the probabilities as computed)
 

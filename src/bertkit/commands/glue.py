@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from bertkit.options import output_path
+
 # finetune flags the suite sets itself, or that make no sense per cell (the others pass through to every finetune)
 _OWN = {"task", "train", "dev", "model", "output", "lr", "seed", "help", "resume", "save_every"}
 
@@ -32,7 +34,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="the GLUE directory (CoLA/, SST-2/, MRPC/, STS-B/, QQP/, MNLI/, QNLI/, RTE/, WNLI/, diagnostic/)",
     )
-    parser.add_argument("--output", required=True, help="the suite's directory")
+    parser.add_argument("--output", required=True, type=output_path, help="the suite's directory")
     parser.add_argument(
         "--tasks",
         default=None,

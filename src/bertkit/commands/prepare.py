@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from bertkit.options import number, output_path
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from bertkit.data.corpus import ENCODINGS, FORMATS
@@ -25,7 +27,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--vocab", required=True, help="vocab.txt, or a model/tokenizer directory")
     parser.add_argument(
-        "--output", default=None, help="shard directory (default: the cache, where bertkit pretrain finds it)"
+        "--output",
+        default=None,
+        type=output_path,
+        help="shard directory (default: the cache, where bertkit pretrain finds it)",
     )
     parser.add_argument("--corpus-format", choices=FORMATS, default="auto", help="default: auto (by name and content)")
     parser.add_argument("--text-field", default="text", help="JSONL field / Parquet or Arrow column (default text)")
@@ -44,18 +49,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     case = parser.add_mutually_exclusive_group()
     case.add_argument("--lowercase", dest="lowercase", action="store_true", default=None, help="uncased tokenizing")
     case.add_argument("--cased", dest="lowercase", action="store_false", help="cased tokenizing")
-    parser.add_argument("--workers", type=int, default=None, help="worker processes (default: every core)")
+    parser.add_argument(
+        "--workers", type=number(int, "--workers"), default=None, help="worker processes (default: every core)"
+    )
     parser.add_argument(
         "--shard-tokens",
-        type=int,
+        type=number(int, "--shard-tokens"),
         default=DEFAULTS["shard_tokens"],
         help=f"tokens per shard (default {DEFAULTS['shard_tokens']})",
     )
     parser.add_argument(
         "--eval-fraction",
-        type=float,
+        type=number(float, "--eval-fraction"),
         default=DEFAULTS["eval_fraction"],
         help=f"held-out fraction of the text (default {DEFAULTS['eval_fraction']})",
+    )
+    parser.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="read symbolic links that leave a corpus directory too (default: skipped, with a warning naming them)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -64,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from bertkit.data.corpus import expand_corpus
+    from bertkit.data.corpus_files import find_corpus
     from bertkit.data.prepare import cache_dir, corpus_fingerprint, prepare_corpus
     from bertkit.errors import InputError
     from bertkit.tokenization import BertTokenizer
@@ -80,13 +92,14 @@ def run(args: argparse.Namespace) -> int:
         "shard_tokens": args.shard_tokens,
         "eval_fraction": args.eval_fraction,
     }
+    listing = find_corpus(args.corpus, args.follow_symlinks)  # warns once about each link skipped
     output = args.output
     if output is None:
         from bertkit.data.prepare import DEFAULTS, _settings
 
         tokenizer = BertTokenizer.from_pretrained(str(vocab), lowercase=args.lowercase)
         fp = corpus_fingerprint(
-            expand_corpus(args.corpus),
+            listing.files,
             tokenizer,
             **_settings(
                 args.corpus_format,
@@ -100,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         )
         output = cache_dir(fp)
     meta = prepare_corpus(
-        args.corpus,
+        listing.files,
         output,
         vocab,
         lowercase=args.lowercase,
@@ -112,5 +125,6 @@ def run(args: argparse.Namespace) -> int:
     )
     tokens = sum(s["tokens"] for s in meta["shards"])
     held = meta["eval"]["tokens"] if meta.get("eval") else 0
+    print(f"{', '.join(args.corpus)}: {listing.summary()}")
     print(f"{output}: {len(meta['shards'])} shard(s), {tokens:,} training tokens, {held:,} held out")
     return 0

@@ -65,11 +65,43 @@ def parse_overrides(items: list[str]) -> dict:
     return overrides
 
 
+def check_overrides(overrides: dict, arch: str, model_size: str, init_from: str | None) -> None:
+    """Refuse (one line naming it) an override that is not a field of the architecture's config, or a value the
+    config refuses, before anything is read or built."""
+    import dataclasses
+    import difflib
+
+    if not overrides:
+        return
+    if arch == "modernbert":
+        from bertkit.modeling_modernbert import ModernBertConfig as config_class
+        from bertkit.recipes.modernbert import preset
+
+        model_size = preset(model_size)
+    else:
+        from bertkit.config import BertConfig as config_class
+    names = [f.name for f in dataclasses.fields(config_class) if f.init]
+    for key in overrides:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; the fields: {', '.join(names)}"
+            raise InputError(f"--config-override {key}: not a {config_class.__name__} field{hint}")
+    if init_from is None:
+        try:
+            config_class.from_preset(model_size, **overrides)
+        except (TypeError, ValueError) as e:
+            if isinstance(e, InputError):
+                raise InputError(f"--config-override: {e}") from None
+            raise InputError(f"--config-override {', '.join(overrides)}: {e}") from None
+
+
 def config_from_args(args: argparse.Namespace):
     from bertkit.options import from_args
     from bertkit.recipes.pretrain import PretrainConfig
 
-    return from_args(PretrainConfig, args, config_overrides=parse_overrides(args.config_overrides))
+    overrides = parse_overrides(args.config_overrides)
+    check_overrides(overrides, args.arch, args.model_size, args.init_from)
+    return from_args(PretrainConfig, args, config_overrides=overrides)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import RunError
-from bertkit.options import ComputeArgs, add_options, lr_option, seed_option, threads_option
+from bertkit.options import ComputeArgs, add_options, lr_option, number, seed_option, threads_option
 
 SENTENCES = [
     (
@@ -107,11 +107,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument("--model-size", default="bert-tiny")
-    parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--vocab-size", type=number(int, "--vocab-size"), default=8000)
+    parser.add_argument("--batch-size", type=number(int, "--batch-size"), default=128)
     parser.add_argument(
         "--seq-len",
-        type=int,
+        type=number(int, "--seq-len"),
         default=32,
         help=(
             "sequence length (default 32: short sequences leave the unigram plateau in the fewest steps, "

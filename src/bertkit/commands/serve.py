@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 
 from bertkit.errors import InputError, RunError
-from bertkit.options import ComputeArgs, add_options, threads_option
+from bertkit.options import ComputeArgs, add_options, number, threads_option
 
 
 @dataclass
@@ -39,7 +39,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "(the first is the default; ?model=NAME or OpenAI's 'model' field picks one)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=number(int, "--port"), default=8000)
     parser.add_argument(
         "--api-key",
         default=os.environ.get("BERTKIT_API_KEY"),

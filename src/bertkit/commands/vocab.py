@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from bertkit.options import number, output_path
+
 EPILOG = (
     "bertkit vocab extend --model DIR --corpus FILE... --add N --output DIR: extend a model's vocabulary (-h there)"
 )
@@ -17,16 +19,35 @@ def delegate(argv: list[str]) -> str | None:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", help="UTF-8 text files, one text per line (any size: streamed)")
-    parser.add_argument("-o", "--output", required=True, help="directory for vocab.txt + tokenizer_config.json")
-    parser.add_argument("--vocab-size", type=int, default=30522, help="total size incl. specials (default 30522)")
+    parser.add_argument(
+        "-o", "--output", required=True, type=output_path, help="directory for vocab.txt + tokenizer_config.json"
+    )
+    parser.add_argument(
+        "--vocab-size",
+        type=number(int, "--vocab-size"),
+        default=30522,
+        help="total size incl. specials (default 30522)",
+    )
     parser.add_argument("--cased", action="store_true", help="keep case and accents (default: uncased)")
     parser.add_argument(
         "--strip-accents", choices=["auto", "yes", "no"], default="auto", help="auto: strip when uncased (Google)"
     )
     parser.add_argument("--no-chinese-chars", action="store_true", help="do not split CJK ideographs")
-    parser.add_argument("--min-frequency", type=int, default=2, help="minimum pair frequency for a merge (default 2)")
-    parser.add_argument("--num-unused", type=int, default=99, help="[unusedN] slots after [PAD] (default 99)")
-    parser.add_argument("--limit-alphabet", type=int, default=None, help="max initial characters (default: all)")
+    parser.add_argument(
+        "--min-frequency",
+        type=number(int, "--min-frequency"),
+        default=2,
+        help="minimum pair frequency for a merge (default 2)",
+    )
+    parser.add_argument(
+        "--num-unused", type=number(int, "--num-unused"), default=99, help="[unusedN] slots after [PAD] (default 99)"
+    )
+    parser.add_argument(
+        "--limit-alphabet",
+        type=number(int, "--limit-alphabet"),
+        default=None,
+        help="max initial characters (default: all)",
+    )
     parser.add_argument(
         "--holdout", nargs="*", default=[], help="held-out text files: print [UNK] rate and tokens per word on them"
     )

@@ -17,14 +17,15 @@ Formats (``--corpus-format``, default ``auto``):
 
 ``auto`` goes by the name (``.jsonl``/``.json``, ``.parquet``, ``.arrow``, under any ``.gz``/``.zst``) and then by
 the first bytes (Parquet's ``PAR1``); text where most lines end a sentence and hold about one is ``google``,
-anything else ``prose``. Text files may be gzip- or zstd-compressed (recognised by their first bytes, whatever the
-name); a file that is not text is refused. Text is UTF-8; with ``encoding="auto"`` (the default) a line that is not
-is read as Windows-1252 (as old Project Gutenberg files are) with a warning; ``encoding="utf-8"`` fails naming the
-file and line.
+anything else ``prose``. Text files may be gzip-, zstd-, bzip2- or xz-compressed (recognised by their first bytes,
+whatever the name); a file that is not text is refused. Text is UTF-8; with ``encoding="auto"`` (the default) a
+line that is not is read as Windows-1252 (as old Project Gutenberg files are) with a warning; ``encoding="utf-8"``
+fails naming the file and line. A Parquet/Arrow column with no text is an error; one with null rows, a warning.
 
-A directory is read as its corpus files, recursively, in path order (:func:`expand_corpus`). Symbolic links inside
-it are followed, each with a logged note naming its target; a target already read (or a directory loop) is read
-once.
+A directory is read as its corpus files, recursively, in path order, and only below itself
+(:mod:`bertkit.data.corpus_files`): a symbolic link leaving it is skipped with a warning unless
+``follow_symlinks``; a target already read (or a directory loop) is read once. A truncated or corrupt compressed
+file is an error naming the file and the last line read, never a shorter corpus.
 
 Memory stays bounded whatever the corpus: :func:`iter_blocks` never holds a file, a document or a line whole (a
 line longer than ``MAX_LINE_BYTES`` is read in pieces cut at a space). Only a JSONL record, or a Parquet/Arrow
@@ -33,20 +34,32 @@ row, is held whole, as it must be parsed whole.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
 import itertools
 import json
 import logging
+import lzma
 import os
 import re
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bertkit.data.arrow_dirs import hf_arrow_files, is_hf_dataset
+from bertkit.data.corpus_files import (
+    BZ2_MAGIC,
+    GZIP_MAGIC,
+    PARQUET_MAGIC,
+    SNIFF_BYTES,
+    XZ_MAGIC,
+    ZSTD_MAGIC,
+    CorpusError,
+    binary_reason,
+    expand_corpus,
+)
 from bertkit.data.task_text import sniff, task_documents
-from bertkit.errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -67,37 +80,16 @@ _INNER_SENTENCE_END = re.compile(r"[.!?]['\"\u2019\u201d)\]]*\s+['\"\u2018\u201c
 _WHITESPACE = re.compile(r"\s+")
 
 
-class CorpusError(InputError):
-    """Unreadable corpus input; the message names the file (and line)."""
-
-
-_GZIP_MAGIC = b"\x1f\x8b"
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_PARQUET_MAGIC = b"PAR1"
-_ARROW_MAGICS = (b"\xff\xff\xff\xff", b"ARROW1")
-_SNIFF_BYTES = 1 << 16
-# a text file has (nearly) no bytes that are neither valid UTF-8 nor ordinary whitespace/printable; Windows-1252
-# prose has a few percent; compiled programs, images and archives have many (and NUL bytes)
-_MAX_BINARY_FRACTION = 0.3
-_COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd")
+_COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".xz")
+# a zstd stream is decompressed this many compressed bytes at a time (bounds the output of one call)
+_ZSTD_CHUNK = 1 << 12
+# what a truncated or corrupt compressed stream raises, whatever the library: each means "cannot read on"
+_STREAM_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError)
 
 
 def _head(path: Path, n: int = 8) -> bytes:
     with open(path, "rb") as f:
         return f.read(n)
-
-
-def binary_reason(sample: bytes) -> str | None:
-    """Why ``sample`` (a file's first bytes, decompressed) is not text, or None when it is."""
-    if b"\x00" in sample:
-        return "it holds NUL bytes (a binary file, not text)"
-    if not sample:
-        return None
-    text = sample.decode("utf-8", errors="replace")
-    bad = text.count("\ufffd") + sum(1 for ch in text if ord(ch) < 32 and ch not in "\t\n\r\f\v")
-    if bad > _MAX_BINARY_FRACTION * len(text) and len(sample) >= 64:
-        return f"{bad / len(text):.0%} of its first bytes are not text"
-    return None
 
 
 class _Counting(io.RawIOBase):
@@ -128,31 +120,74 @@ class _Counting(io.RawIOBase):
         super().close()
 
 
+class _ZstdFrames(io.RawIOBase):
+    """A zstd stream of one or more frames, decompressed a small chunk at a time; a stream that ends inside a frame
+    raises EOFError (``zstandard``'s stream reader returns what it has, silently: a truncated file would read as a
+    shorter corpus)."""
+
+    def __init__(self, raw):
+        import zstandard
+
+        self.raw, self.new = raw, zstandard.ZstdDecompressor().decompressobj
+        self.d, self.out, self.in_frame, self.done = self.new(), bytearray(), False, False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while not self.out and not self.done:
+            data = self.raw.read(_ZSTD_CHUNK)
+            if not data:
+                if self.in_frame:
+                    raise EOFError("the zstd stream ends inside a frame (a truncated file)")
+                self.done = True
+            while data:
+                self.out += self.d.decompress(data)
+                self.in_frame = True
+                data = b""
+                if self.d.eof:  # a frame ended: what follows is the next one
+                    data, self.d, self.in_frame = self.d.unused_data, self.new(), False
+        n = min(len(b), len(self.out))
+        b[:n] = self.out[:n]
+        del self.out[:n]
+        return n
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+def _decompressed(head: bytes, raw) -> io.RawIOBase | io.BufferedIOBase:
+    """``raw`` decompressed by its first bytes (gzip, zstd, bzip2, xz), or ``raw`` itself. Each reader raises on a
+    truncated or corrupt stream (EOFError, OSError, zlib/lzma errors), never ends early in silence."""
+    if head.startswith(GZIP_MAGIC):
+        return gzip.GzipFile(fileobj=io.BufferedReader(raw, 1 << 16), mode="rb")
+    if head.startswith(ZSTD_MAGIC):
+        return _ZstdFrames(raw)
+    if head.startswith(BZ2_MAGIC):
+        return bz2.BZ2File(io.BufferedReader(raw, 1 << 16))
+    if head.startswith(XZ_MAGIC):
+        return lzma.LZMAFile(io.BufferedReader(raw, 1 << 16))
+    return raw
+
+
 def open_text(path: str | os.PathLike, counter: list | None = None) -> io.BufferedIOBase:
-    """Open a file for binary line reading: decompressed when its first bytes are gzip's or zstd's magic (whatever
-    its name); a file that is not text (NUL bytes, or mostly bytes that are neither UTF-8 nor printable) is refused.
-    ``counter``: a one-element list that receives the raw (on-disk) byte counter, ``counter[0].count``."""
+    """Open a file for binary line reading: decompressed when its first bytes are gzip's, zstd's, bzip2's or xz's
+    magic (whatever its name); a file that is not text (NUL bytes, or mostly bytes that are neither UTF-8 nor
+    printable) is refused. ``counter``: a one-element list that receives the raw (on-disk) byte counter,
+    ``counter[0].count``."""
     path = Path(path)
     if path.is_dir():
         raise CorpusError(f"{path}: is a directory (give it as --corpus alone, or its files)")
     if not path.is_file():
         raise CorpusError(f"{path}: no such corpus file")
-    head = _head(path, 4)
+    head = _head(path, 6)
     raw = _Counting(open(path, "rb", buffering=0))  # noqa: SIM115 (closed with the returned reader)
     if counter is not None:
         counter.append(raw)
     try:
-        if head[:2] == _GZIP_MAGIC:
-            f = io.BufferedReader(gzip.GzipFile(fileobj=io.BufferedReader(raw, 1 << 16), mode="rb"), _SNIFF_BYTES)
-        elif head == _ZSTD_MAGIC:
-            import zstandard
-
-            f = io.BufferedReader(
-                zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True), _SNIFF_BYTES
-            )
-        else:
-            f = io.BufferedReader(raw, _SNIFF_BYTES)
-        reason = binary_reason(f.peek(_SNIFF_BYTES)[:_SNIFF_BYTES])
+        f = io.BufferedReader(_decompressed(head, raw), SNIFF_BYTES)
+        reason = binary_reason(f.peek(SNIFF_BYTES)[:SNIFF_BYTES])
     except Exception as e:  # noqa: BLE001 (gzip, zstd and OS errors: all mean the file cannot be read)
         raw.close()
         raise CorpusError(f"{path}: cannot read: {e}") from None
@@ -160,90 +195,6 @@ def open_text(path: str | os.PathLike, counter: list | None = None) -> io.Buffer
         f.close()
         raise CorpusError(f"{path}: not a text corpus: {reason}")
     return f
-
-
-def _corpus_file_kind(f: Path) -> bool:
-    """Whether a file found in a corpus directory is one to read (text, compressed text, Parquet, Arrow)."""
-    name = f.name.lower()
-    if name.endswith((".parquet", ".arrow")):
-        return True
-    with open(f, "rb") as fh:
-        head = fh.read(_SNIFF_BYTES)
-    return (
-        head[:2] == _GZIP_MAGIC or head[:4] == _ZSTD_MAGIC or head[:4] == _PARQUET_MAGIC or binary_reason(head) is None
-    )
-
-
-def expand_corpus(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """The corpus files: a file as given; a ``datasets.save_to_disk`` directory as its Arrow files; another directory
-    as its corpus files (recursively, sorted by path; hidden files, and files that are neither text, compressed
-    text, Parquet nor Arrow by their first bytes, are left out). Symbolic links inside a directory are followed with
-    a logged note; a file reached twice is read once. A path that is neither, or a directory with nothing to read,
-    is an error naming it."""
-    files: list[Path] = []
-    seen: set[Path] = set()
-
-    def add(f: Path) -> None:
-        real = f.resolve()
-        if real in seen:
-            logger.warning(
-                f"bertkit: {f}: already read as part of the corpus (the same file as another); once is enough"
-            )
-            return
-        seen.add(real)
-        files.append(f)
-
-    for p in map(Path, paths):
-        if p.is_file():
-            add(p)
-        elif p.is_dir() and is_hf_dataset(p):
-            for f in hf_arrow_files(p):
-                add(f)
-        elif p.is_dir():
-            found = _walk(p)
-            if not found:
-                raise CorpusError(f"{p}: a directory with no text files to read as a corpus")
-            for f in found:
-                add(f)
-        else:
-            raise CorpusError(f"{p}: no such corpus file or directory")
-    return files
-
-
-def _walk(root: Path) -> list[Path]:
-    """Corpus files under ``root`` in path order, following symbolic links (noted) but never a directory twice."""
-    found: list[Path] = []
-    visited = {root.resolve()}
-
-    def visit(d: Path) -> None:
-        try:
-            entries = sorted(d.iterdir())
-        except OSError as e:
-            raise CorpusError(f"{d}: cannot list the directory ({e})") from None
-        for f in entries:
-            if f.name.startswith("."):
-                continue
-            if f.is_symlink():
-                target = f.resolve()
-                if not target.exists():
-                    logger.warning(f"bertkit: {f}: a symbolic link to {target}, which does not exist; skipped")
-                    continue
-                logger.warning(f"bertkit: {f}: a symbolic link; following it to {target}")
-            if f.is_dir():
-                real = f.resolve()
-                if real in visited:
-                    logger.warning(f"bertkit: {f}: a directory already read (a link loop?); skipped")
-                    continue
-                visited.add(real)
-                if is_hf_dataset(f):
-                    found.extend(hf_arrow_files(f))
-                else:
-                    visit(f)
-            elif f.is_file() and _corpus_file_kind(f):
-                found.append(f)
-
-    visit(root)
-    return found
 
 
 def file_size(path: str | os.PathLike) -> int:
@@ -307,11 +258,11 @@ def read_lines(
                 yield line.rstrip("\r\n")
             if carry:
                 yield _decode(carry, path, number + 1, encoding, warned).rstrip("\r\n")
-    except (OSError, EOFError) as e:  # e.g. a truncated .gz
-        raise CorpusError(f"{path}: cannot read after line {number}: {e}") from None
+    except _STREAM_ERRORS as e:  # e.g. a truncated .gz / .zst, a corrupt .bz2
+        raise CorpusError(f"{path}: cannot read after line {number} (the last whole line read): {e}") from None
     except Exception as e:
         if type(e).__module__.startswith("zstd") or "zstd" in type(e).__name__.lower():
-            raise CorpusError(f"{path}: cannot read after line {number}: {e}") from None
+            raise CorpusError(f"{path}: cannot read after line {number} (the last whole line read): {e}") from None
         raise
 
 
@@ -376,7 +327,7 @@ def detect_format(path: str | os.PathLike, sample_lines: int = 400, encoding: st
     if name.endswith(".arrow"):
         return "arrow"
     head = _head(Path(path)) if Path(path).is_file() else b""
-    if head[:4] == _PARQUET_MAGIC:
+    if head[:4] == PARQUET_MAGIC:
         return "parquet"
     sample: list[str] = []
     chars = 0
@@ -550,17 +501,33 @@ def _table_texts(path, fmt: str, text_field: str, counter) -> Iterator[str]:
                 batches = lambda: iter(reader)  # noqa: E731
         if text_field not in names:
             raise CorpusError(f"{path}: no column {text_field!r} (columns: {', '.join(names)}); pass --text-field")
+        rows = empty = 0
         for batch in batches():
             column = batch.column(batch.schema.get_field_index(text_field))
+            if pa.types.is_null(column.type):
+                rows, empty = rows + len(column), empty + len(column)
+                continue
             if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
                 raise CorpusError(f"{path}: column {text_field!r} holds {column.type}, not text")
             for text in column.to_pylist():
-                if text:
+                rows += 1
+                if text and text.strip():
                     yield text
+                else:
+                    empty += 1
+        _check_column(path, text_field, rows, empty)
     except (pa.ArrowException, OSError) as e:
         raise CorpusError(f"{path}: cannot read as {fmt}: {e}") from None
     finally:
         raw.close()
+
+
+def _check_column(path, text_field: str, rows: int, empty: int) -> None:
+    """A column with no text at all is an error; one with some null or empty rows, a warning with the counts."""
+    if rows and empty == rows:
+        raise CorpusError(f"{path}: column {text_field!r} holds no text: its {rows} row(s) are all null or empty")
+    if empty:
+        logger.warning(f"bertkit: {path}: column {text_field!r}: {empty} of {rows} row(s) null or empty; skipped")
 
 
 def file_blocks(

@@ -225,16 +225,19 @@ def prepare_corpus(
     max_eval_tokens: int = DEFAULTS["max_eval_tokens"],
     use_cache: bool = True,
     on_checkpoint: Callable[[dict], None] | None = None,
+    follow_symlinks: bool = False,
 ) -> dict:
     """Shards for ``corpus`` under ``out_dir`` (see the module's doc); returns the ``meta.json`` dict.
 
     ``workers`` processes split and tokenize (default: every core; 0 or 1: in this process, same shards).
     ``use_cache``: link shards that ``bertkit prepare`` made in the cache, when they match. ``on_checkpoint``
-    is called with the progress record after each one is saved (tests interrupt a preparation there)."""
+    is called with the progress record after each one is saved (tests interrupt a preparation there).
+    ``follow_symlinks``: read links leaving a corpus directory too (default: skipped, with a warning).
+    ``meta.json``'s ``fingerprint.files`` lists every file read."""
     from bertkit.tokenization import BertTokenizer
 
     settings = _settings(corpus_format, encoding, splitter, text_field, shard_tokens, eval_fraction, max_eval_tokens)
-    files = expand_corpus(corpus)
+    files = expand_corpus(corpus, follow_symlinks)
     out_dir = Path(out_dir)
     tokenizer = BertTokenizer.from_pretrained(str(vocab_path), lowercase=lowercase)
     fingerprint = corpus_fingerprint(files, tokenizer, **settings)

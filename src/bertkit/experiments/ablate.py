@@ -324,7 +324,7 @@ def _export(run_dir: Path, checkpoint: Path, target: Path) -> None:
     model.load_state_dict(state["model"])
     target.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(target)
-    for name in ("vocab.txt", "tokenizer_config.json"):
+    for name in ("vocab.txt", "tokenizer_config.json", "tokenizer.json"):
         if (run_dir / name).is_file():
             shutil.copyfile(run_dir / name, target / name)
 

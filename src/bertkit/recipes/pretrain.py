@@ -110,6 +110,9 @@ class PretrainConfig:
             "plain prose (each file a document), or JSONL with a 'text' field; gzip is recognised by its bytes"
         ),
     )
+    follow_symlinks: bool = option(
+        False, group=_D, help="read symbolic links that leave a corpus directory too (default: skipped, with a warning)"
+    )
     output: str = output_option(metavar="DIR", group=_D, help="the run directory")
     corpus_format: str = _run_key(
         "auto",

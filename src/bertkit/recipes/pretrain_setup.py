@@ -31,6 +31,7 @@ RUN_FILES = (
     "data",
     "vocab.txt",
     "tokenizer_config.json",
+    "tokenizer.json",
     "special_tokens_map.json",
 )
 
@@ -154,7 +155,7 @@ def tokenizer_and_shards(cfg: PretrainConfig, ctx):
     def prepare() -> None:  # once per run (--prepare-on global) or per node (node); the other ranks wait
         data_dir.mkdir(parents=True, exist_ok=True)
         have_vocab = (out / "vocab.txt").is_file() and cfg.resume
-        corpus, fmt = [str(p) for p in expand_corpus(cfg.corpus)], cfg.corpus_format
+        corpus, fmt = [str(p) for p in expand_corpus(cfg.corpus, cfg.follow_symlinks)], cfg.corpus_format
         if not have_vocab and cfg.vocab is None:
             say_run(cfg, ctx, f"reading {len(corpus)} corpus file(s) and splitting sentences ...")
             n_docs = write_sentences(corpus, sentences, fmt, cfg.workers, cfg.encoding, progress)

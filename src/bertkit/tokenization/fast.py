@@ -60,6 +60,10 @@ def load_tokenizer(path: str | Path, lowercase: bool | None = None) -> BertToken
     """
     path = Path(path)
     source = find_vocab(path) if path.is_dir() else path
+    if source is not None and source.suffix == ".json" and source.is_file():
+        config = read_json_object(source.parent / "config.json", "the model config")
+        vocab_size = config.get("vocab_size")
+        check_tokenizer_json(source, vocab_size if type(vocab_size) is int and vocab_size > 0 else None)
     if (
         source is None
         or not source.exists()
@@ -74,6 +78,117 @@ def load_tokenizer(path: str | Path, lowercase: bool | None = None) -> BertToken
             "tokenizer.json sets its own in its normalizer"
         )
     return FastTokenizer.from_pretrained(source)
+
+
+# a tokenizer.json takes about this many bytes per token at most (vocabulary, merges, added tokens: real files take
+# 15 to 80), plus the pipeline's settings; a larger file is refused before it is parsed
+MAX_BYTES_PER_TOKEN, MAX_SETTINGS_BYTES = 512, 1 << 20
+MAX_DEPTH = 64  # real files nest 6 or 7 levels deep (a Sequence of normalizers inside the pipeline)
+
+
+def check_tokenizer_json(file: Path, vocab_size: int | None = None) -> dict[str, Any]:
+    """Refuse a hostile ``tokenizer.json`` before anything large is built from it; returns it parsed.
+
+    Refused, in one line naming the file: a file far larger than ``vocab_size`` tokens take (checked before
+    reading it: a 70 MB file of 3 million tokens against a config's 30522 is refused at once); nesting deeper than
+    ``MAX_DEPTH``; ids shared by two tokens (of ``model.vocab``, or of two added tokens); ids past ``vocab_size``
+    (the model has no embedding for them). ``vocab_size``: the model config's, or None (no model: no size bound).
+    """
+    size = file.stat().st_size
+    limit = MAX_SETTINGS_BYTES + MAX_BYTES_PER_TOKEN * vocab_size if vocab_size else None
+    if limit is not None and size > limit:
+        raise VocabError(
+            f"{file}: {size / 1e6:.1f} MB, far more than a vocabulary of config.json's vocab_size {vocab_size} "
+            f"takes (at most {limit / 1e6:.1f} MB); refused before reading it"
+        )
+    try:
+        spec = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise VocabError(f"{file}: cannot read it as JSON ({e})") from None
+    except RecursionError:
+        raise VocabError(f"{file}: nested too deeply (at most {MAX_DEPTH} levels)") from None
+    check_spec(spec, file, vocab_size)
+    return spec
+
+
+def _depth(value: Any, limit: int) -> int:
+    """The nesting depth of a parsed JSON value, counted iteratively; stops once past ``limit``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                return deepest
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def check_spec(spec: Any, file: Path, vocab_size: int | None = None) -> None:
+    """:func:`check_tokenizer_json`'s checks of a parsed ``tokenizer.json``: depth, unique ids, ids in range."""
+    if _depth(spec, MAX_DEPTH) > MAX_DEPTH:
+        raise VocabError(f"{file}: nested more than {MAX_DEPTH} levels deep; not a tokenizer.json")
+    if not isinstance(spec, dict) or not isinstance(spec.get("model"), dict):
+        raise VocabError(f'{file}: not a tokenizer.json (expected a JSON object with a "model")')
+    vocab = spec["model"].get("vocab")
+    ids: dict[int, str] = {}
+    if isinstance(vocab, dict):
+        for token, idx in vocab.items():
+            if type(idx) is not int or idx < 0:
+                raise VocabError(f"{file}: model.vocab[{token!r}] is {json.dumps(idx)[:40]}, not a token id")
+            if idx in ids:
+                shared = sum(1 for v in vocab.values() if v == idx)
+                raise VocabError(
+                    f"{file}: model.vocab gives id {idx} to {shared} tokens ({ids[idx]!r}, {token!r}...); each id "
+                    "must name one token"
+                )
+            ids[idx] = token
+    elif isinstance(vocab, list):  # Unigram: [token, score] pairs, ids by position
+        ids = dict(enumerate(str(v[0]) if isinstance(v, list) and v else "" for v in vocab))
+    added: dict[int, str] = {}
+    for entry in spec.get("added_tokens") or []:
+        idx, content = (entry.get("id"), entry.get("content")) if isinstance(entry, dict) else (None, None)
+        if type(idx) is not int or idx < 0 or not isinstance(content, str):
+            raise VocabError(f"{file}: added_tokens holds {json.dumps(entry)[:60]}, not an {{id, content}} token")
+        if idx in added:
+            raise VocabError(f"{file}: added_tokens gives id {idx} to {added[idx]!r} and {content!r}")
+        added[idx] = content
+    top = max([*ids, *added], default=-1)
+    if vocab_size is not None and top >= vocab_size:
+        raise VocabError(
+            f"{file}: token ids reach {top}, but config.json's vocab_size is {vocab_size}: the model has no "
+            f"embedding past id {vocab_size - 1}"
+        )
+
+
+def wordpiece_tokenizer_json(tokenizer: BertTokenizer) -> str:
+    """BERT's WordPiece pipeline as a ``tokenizer.json`` (the ``tokenizers`` library's ``BertNormalizer``,
+    ``BertPreTokenizer``, ``WordPiece`` model and decoder, ``[CLS] A [SEP] B [SEP]`` template), the settings
+    ``tokenizer``'s: what transformers' ``TokenizersBackend`` needs to open a ModernBERT directory (its
+    ``AutoTokenizer`` builds no tokenizer from ``vocab.txt`` for that model type), and what transformers 5 itself
+    writes for BERT. bertkit reads it back as the same :class:`BertTokenizer` (:func:`is_bert_wordpiece`)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    t = tokenizer
+    rust = Tokenizer(
+        models.WordPiece(t.vocab, unk_token=t.unk_token, max_input_chars_per_word=t.max_input_chars_per_word)
+    )
+    rust.normalizer = normalizers.BertNormalizer(
+        clean_text=True,
+        handle_chinese_chars=t.tokenize_chinese_chars,
+        strip_accents=t.strip_accents,
+        lowercase=t.lowercase,
+    )
+    rust.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    rust.post_processor = processors.TemplateProcessing(
+        single=f"{t.cls_token}:0 $A:0 {t.sep_token}:0",
+        pair=f"{t.cls_token}:0 $A:0 {t.sep_token}:0 $B:1 {t.sep_token}:1",
+        special_tokens=[(t.cls_token, t.cls_token_id), (t.sep_token, t.sep_token_id)],
+    )
+    rust.decoder = decoders.WordPiece(prefix="##")
+    specials = (t.pad_token, t.unk_token, t.cls_token, t.sep_token, t.mask_token)
+    rust.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])  # their vocab ids
+    return rust.to_str(pretty=True)
 
 
 def is_bert_wordpiece(tokenizer_json: str | Path) -> bool:
@@ -235,8 +350,9 @@ class FastTokenizer(TokenIds):
             parsed = json.loads(spec)
         except json.JSONDecodeError as e:
             raise VocabError(f"{file}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-        if not isinstance(parsed, dict) or not isinstance(parsed.get("model"), dict):
-            raise VocabError(f'{file}: not a tokenizer.json (expected a JSON object with a "model")')
+        except RecursionError:
+            raise VocabError(f"{file}: nested too deeply (at most {MAX_DEPTH} levels)") from None
+        check_spec(parsed, file)
         config = read_json_object(file.parent / CONFIG_NAME, "the tokenizer config")
         special_map = read_json_object(file.parent / SPECIAL_TOKENS_MAP_NAME, "the special tokens map")
         special = {name: _token_content(special_map.get(name, config.get(name))) for name in SPECIAL_NAMES}

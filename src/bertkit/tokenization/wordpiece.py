@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bertkit.files import write_json
+from bertkit.files import write_json, write_text
 from bertkit.tokenization import normalizer as _normalizer
 from bertkit.tokenization import vocab as _vocab
 from bertkit.tokenization.encoding import Encoding
@@ -242,7 +242,8 @@ class BertTokenizer(TokenIds):
         return cls(vocab, **options)
 
     def save_pretrained(self, directory: str | Path) -> Path:
-        """Write ``vocab.txt`` and ``tokenizer_config.json`` (readable by ``transformers.BertTokenizerFast``)."""
+        """Write ``vocab.txt``, ``tokenizer_config.json`` and ``tokenizer.json`` (readable by ``transformers``'
+        ``AutoTokenizer`` whatever the model type, BERT or ModernBERT)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         _vocab.save_vocab(self.vocab, directory / VOCAB_NAME)
@@ -260,6 +261,11 @@ class BertTokenizer(TokenIds):
             "mask_token": self.mask_token,
         }
         write_json(directory / CONFIG_NAME, config, sort_keys=False)
+        # tokenizer.json too: transformers opens a ModernBERT directory only through one (issue 31). Imported here:
+        # fast.py imports this module
+        from bertkit.tokenization.fast import wordpiece_tokenizer_json
+
+        write_text(directory / TOKENIZER_JSON_NAME, wordpiece_tokenizer_json(self))
         return directory
 
     # ----------------------------------------------------------------------------------------------------------------

@@ -142,8 +142,12 @@ def cpu_peak(precision: str, seconds: float = 1.0, refresh: bool = False) -> flo
             cache = {}
     if key in cache and not refresh:
         return float(cache[key])
+    # the probe's numbers come from its own generator: it runs at a training run's first log line (when the cache
+    # misses), and drawing them from the default generator shifted the run's dropout stream from there on, so a run
+    # that measured and one that found the cache (a resumed run, another process) trained differently
+    g = torch.Generator().manual_seed(0)
     for n in (256, 512, 1024):  # as large as a quick probe allows (fp16 matmuls on a CPU can be 100x slower)
-        a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+        a, b = torch.randn(n, n, generator=g).to(dtype), torch.randn(n, n, generator=g).to(dtype)
         t = time.perf_counter()
         torch.matmul(a, b)  # also the warm-up (oneDNN picks its kernel)
         if time.perf_counter() - t > 0.02 * seconds:
