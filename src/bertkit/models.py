@@ -53,6 +53,7 @@ class Architecture:
     features_role: str  # the class the Encoder loads: the encoder with its MLM head (and pooler, where it has one)
     mlm_keys: tuple[str, ...]  # key prefixes of the MLM head: absent from a checkpoint = no fill-mask
     pooler_keys: tuple[str, ...]  # key prefixes of the pooler: absent = no pooled output
+    preset_prefix: str = "bert-"  # its size presets' names (BERT's names map by size: bert-mini -> modernbert-mini)
     absolute_positions: bool = True  # a learned position table (ModernBERT's positions are rotary)
     ffn_matmuls: int = 2  # H x I matmuls per feed-forward block (FLOPs): 2, or 3 for a gated (GeGLU) one
     note: str = ""  # why a role is missing, for the refusal
@@ -70,6 +71,13 @@ class Architecture:
                 f"{prefix}a {self.model_type} model; {wanted} has no {self.model_type} counterpart{self.note}"
             )
         return getattr(importlib.import_module(self.module), self.classes[role])
+
+    def preset(self, model_size: str) -> str:
+        """A ``--model-size`` name in this architecture's presets: its own names as they are, BERT's mapped by size
+        (``bert-mini`` -> ``modernbert-mini``), so one default size works for every architecture."""
+        if model_size.startswith(self.preset_prefix):
+            return model_size
+        return self.preset_prefix + model_size.removeprefix("bert-")
 
     def class_names(self) -> set[str]:
         return set(self.classes.values())
@@ -112,6 +120,7 @@ REGISTRY: dict[str, Architecture] = {
         features_role="masked_lm",
         mlm_keys=("head.", "decoder."),
         pooler_keys=(),
+        preset_prefix="modernbert-",
         absolute_positions=False,
         ffn_matmuls=3,  # GeGLU: its input projection is H x 2I
         note=" (ModernBERT has no pooler and no next-sentence head)",

@@ -7,6 +7,8 @@ import json
 import shlex
 import sys
 
+from bertkit.options import number
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from bertkit.experiments.downstream import DEFAULT_TASKS, METER_TASKS
@@ -39,13 +41,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "BERT-base's 2e-5..5e-5; BENCHMARKS.md's bert-mini runs peaked at 1e-4..3e-4)",
     )
     parser.add_argument(
-        "--sst2-examples", type=int, default=20000, help="SST-2's training subset: its first N examples (0 = all)"
+        "--sst2-examples",
+        type=number(int, "sst2_examples"),
+        default=20000,
+        help="SST-2's training subset: its first N examples (0 = all)",
     )
     parser.add_argument(
-        "--max-train-examples", type=int, default=0, help="every task: use only the first N examples (0 = all)"
+        "--max-train-examples",
+        type=number(int, "max_train_examples"),
+        default=0,
+        help="every task: use only the first N examples (0 = all)",
     )
-    parser.add_argument("--epochs", type=float, default=None, help="fine-tuning epochs (default: finetune's)")
-    parser.add_argument("--init-seed", type=int, default=0, help="seed of the random initialisation (default 0)")
+    parser.add_argument(
+        "--epochs", type=number(float, "epochs"), default=None, help="fine-tuning epochs (default: finetune's)"
+    )
+    parser.add_argument(
+        "--init-seed", type=number(int, "init_seed"), default=0, help="seed of the random initialisation (default 0)"
+    )
     parser.add_argument("--max-time-per-run", default=None, metavar="DURATION", help="bound each fine-tuning")
     parser.add_argument(
         "--finetune-args", default="", help='more finetune flags for both routes, e.g. "--batch-size 16 --threads 1"'

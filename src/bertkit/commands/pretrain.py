@@ -73,13 +73,10 @@ def check_overrides(overrides: dict, arch: str, model_size: str, init_from: str 
 
     if not overrides:
         return
-    if arch == "modernbert":
-        from bertkit.modeling_modernbert import ModernBertConfig as config_class
-        from bertkit.recipes.modernbert import preset
+    from bertkit import models
 
-        model_size = preset(model_size)
-    else:
-        from bertkit.config import BertConfig as config_class
+    config_class = models.get(arch).config_class()
+    model_size = models.get(arch).preset(model_size)
     names = [f.name for f in dataclasses.fields(config_class) if f.init]
     for key in overrides:
         if key not in names:
