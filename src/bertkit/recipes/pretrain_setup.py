@@ -32,6 +32,8 @@ RUN_FILES = (
     "vocab.txt",
     "tokenizer_config.json",
     "special_tokens_map.json",
+    "generator",  # --objective electra
+    "rtd_head.safetensors",
 )
 
 
