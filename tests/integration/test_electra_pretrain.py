@@ -114,6 +114,14 @@ def test_electra_run_saves_a_bert_its_head_and_generator(corpus, tmp_path, capsy
     assert main(["fill-mask", "--model", str(out / "generator"), "--top-k", "2", "alice was [MASK] ."]) == 0
     assert len(re.findall(r" \d+\.\d%", capsys.readouterr().out)) == 2  # top 2 of the one [MASK]
 
+    # continued pre-training from the output: the discriminator, its RTD head and the generator carry on (at an lr
+    # too small to move them, the continued run saves what it started from)
+    more = tmp_path / "more"
+    assert main(_cmd(corpus, more, "--init-from", str(out), "--max-steps", "2", "--lr", "1e-12")[1:]) == 0
+    before, after = _weights(out), _weights(more)
+    assert before.keys() == after.keys()
+    assert max(float((before[k] - after[k]).abs().max()) for k in before if "pooler" not in k) < 1e-6
+
     # refusals, one line each, before anything is written
     for extra, words in ((["--arch", "modernbert"], "--arch modernbert"), (["--nsp"], "--nsp")):
         bad = tmp_path / "bad"

@@ -193,20 +193,34 @@ def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device):
     """(ElectraPretraining, the discriminator's config): the discriminator is BERT's pre-training model of
     ``--model-size`` (or ``--init-from``) as ``recipes.pretrain_setup.build_model`` makes it (its position init and
     dropout), without its heads; the generator has its config with ``generator_layers`` layers and starts its MLM
-    output bias where that model's does (the corpus's unigram frequencies with ``--output-bias unigram``)."""
+    output bias where that model's does (the corpus's unigram frequencies with ``--output-bias unigram``). From an
+    ELECTRA run's output (``--init-from``), its generator and RTD head continue too."""
     from bertkit.recipes.pretrain_setup import build_model as build_bert
 
     base, config = build_bert(cfg, tokenizer, shard_dir, max_len, device)
-    gen_config = dataclasses.replace(config, num_hidden_layers=generator_layers(cfg, config))
+    init = Path(cfg.init_from) if cfg.init_from else None
     torch.manual_seed(cfg.seed + 1)
-    generator = BertForMaskedLM(gen_config)
-    with torch.no_grad():
-        generator.cls.predictions.bias.copy_(base.cls.predictions.bias)
+    if init is not None and (init / GENERATOR_DIR / "config.json").is_file():  # an ELECTRA run's output continued
+        generator = BertForMaskedLM.from_pretrained(init / GENERATOR_DIR)
+        gen_config = generator.config
+    else:
+        gen_config = dataclasses.replace(config, num_hidden_layers=generator_layers(cfg, config))
+        generator = BertForMaskedLM(gen_config)
+        with torch.no_grad():
+            generator.cls.predictions.bias.copy_(base.cls.predictions.bias)
     if cfg.dropout is not None:  # as the discriminator's: set in the modules, the config keeps the model's
         saved = (gen_config.hidden_dropout_prob, gen_config.attention_probs_dropout_prob)
         generator.set_dropout(cfg.dropout)
         gen_config.hidden_dropout_prob, gen_config.attention_probs_dropout_prob = saved
     model = ElectraPretraining(base.bert, generator, cfg.rtd_weight)
+    if init is not None and (init / RTD_HEAD_NAME).is_file():
+        from bertkit.checkpoint import read_state_dict
+
+        head = read_state_dict(init / RTD_HEAD_NAME)
+        try:
+            model.discriminator_predictions.load_state_dict({k.split(".", 1)[-1]: v for k, v in head.items()})
+        except RuntimeError as e:
+            raise InputError(f"{init / RTD_HEAD_NAME}: not this model's RTD head ({str(e).splitlines()[0]})") from None
     return model.to(device).train(), config
 
 
