@@ -13,6 +13,9 @@ Two recipes (``--recipe``): ``paper`` is Devlin et al.'s (lr 1e-4, linear schedu
 ``budget``, the default when ``--max-time`` is given, is what measured best in minutes of CPU (docs/pretraining.md
 has the ablation): the MLM output bias starts at the corpus's unigram log-frequencies, no dropout, a higher lr on a
 trapezoidal schedule, 30% masking, MLM only on full packed sequences. Every choice is its own flag too.
+
+Two objectives (``--objective``): ``mlm``, and ``electra``: replaced-token detection with a small generator
+(``recipes/electra.py``: its model, masking defaults and figures; the loop is this one).
 """
 
 from __future__ import annotations
