@@ -13,6 +13,9 @@ Two recipes (``--recipe``): ``paper`` is Devlin et al.'s (lr 1e-4, linear schedu
 ``budget``, the default when ``--max-time`` is given, is what measured best in minutes of CPU (docs/pretraining.md
 has the ablation): the MLM output bias starts at the corpus's unigram log-frequencies, no dropout, a higher lr on a
 trapezoidal schedule, 30% masking, MLM only on full packed sequences. Every choice is its own flag too.
+
+Two objectives (``--objective``): ``mlm``, and ``electra``: replaced-token detection with a small generator
+(``recipes/electra.py``: its model, masking defaults and figures; the loop is this one).
 """
 
 from __future__ import annotations
@@ -172,6 +175,22 @@ class PretrainConfig:
             "bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large; with --arch modernbert: "
             "modernbert-tiny | -mini | -small | -base | -large (bert-X names map to modernbert-X)"
         ),
+    )
+    objective: str = _run_key(
+        "mlm",
+        choices=("mlm", "electra"),
+        group=_M,
+        help=(
+            "mlm: masked LM (BERT's); electra: replaced-token detection (Clark et al.): a small generator fills the "
+            "masked positions, the model learns which tokens were replaced; saved as a BERT, the generator in "
+            "OUTPUT/generator (recipes/electra.py)"
+        ),
+    )
+    generator_layers: int | None = _run_key(
+        None, group=_M, help="--objective electra: the generator's layers (default a quarter of the model's, >= 1)"
+    )
+    rtd_weight: float = _run_key(
+        50.0, group=_M, help="--objective electra: weight of the replaced-token loss beside the generator's MLM loss"
     )
     init_from: str | None = _run_key(
         None,
@@ -404,6 +423,11 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
         table.update(modernbert.DEFAULTS, position_init=None)  # rotary positions: no table to initialise
         cfg = dataclasses.replace(cfg, model_size=modernbert.preset(cfg.model_size))  # a bad size fails here, early
         size = cfg.model_size.replace("modernbert-", "bert-")
+    if cfg.objective == "electra":  # ELECTRA's masking, no NSP (recipes/electra.py)
+        from bertkit.recipes import electra
+
+        electra.check(cfg)
+        table.update(electra.DEFAULTS)
     if table["lr"] is None:
         table["lr"] = BUDGET_LR.get(size, 2e-4) if not cfg.init_from else 1e-4
     chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
@@ -565,6 +589,8 @@ def _model_and_schedule(cfg: PretrainConfig, ctx, tokenizer, shard_dir: Path, fe
 
     if cfg.arch == "modernbert":
         from bertkit.recipes.modernbert import build_model as make_model
+    elif cfg.objective == "electra":
+        from bertkit.recipes.electra import build_model as make_model
     else:
         make_model = build_model
     model, config = make_model(cfg, tokenizer, shard_dir, feed.max_len, ctx.device)
@@ -649,6 +675,10 @@ def _write_model(
     out = Path(cfg.output)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    if cfg.objective == "electra":  # the generator's directory (fill-mask) gets the vocabulary too
+        from bertkit.recipes.electra import GENERATOR_DIR
+
+        tokenizer.save_pretrained(out / GENERATOR_DIR)
     if cfg.tensorboard:
         _write_tensorboard(out)
     remove_stale(out)
@@ -700,7 +730,8 @@ def held_out_accuracy(
             break
     if not batches:
         raise PretrainError(f"{out}: no held-out text to evaluate on (the corpus is too small)")
-    model = BertForPreTraining.from_pretrained(out).eval()
+    # ELECTRA's run: its generator is the masked LM (the model kept is the discriminator, which has no MLM head)
+    model = BertForPreTraining.from_pretrained(out / "generator" if cfg.objective == "electra" else out).eval()
     score = score_mlm(model, ({k: torch.from_numpy(v) for k, v in b.items()} for b in batches), vocab.mask_id)
     return {
         "mlm_acc": score.mlm_acc,
@@ -787,6 +818,12 @@ def _held_out(cfg: PretrainConfig, ctx, out: Path, model, batches: list[dict], p
         f"  held-out at step {step}: MLM acc {result['eval_mlm_acc']:.3f} at [MASK] "
         f"(best constant {result['eval_mlm_baseline']:.3f}), MLM loss {result['eval_mlm_loss']:.3f}"
         + (f", NSP acc {result['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in result else "")
+        + (
+            f", RTD acc {result['eval_rtd_acc']:.3f} (all-original {1 - result['eval_replaced']:.3f}), balanced "
+            f"{result['eval_rtd_balanced_acc']:.3f}, AUC {result['eval_rtd_auc']:.3f}"
+            if "eval_rtd_auc" in result
+            else ""
+        )
         + f", loss {result['eval_loss']:.3f}",
     )
     return time.perf_counter() - t0
@@ -810,6 +847,10 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter):
             tokens=int(batch["attention_mask"].sum()),
             sequences=int(batch["attention_mask"].shape[0]),
         )
+        if cfg.objective == "electra":
+            from bertkit.recipes.electra import count as count_rtd
+
+            count_rtd(meter, output, cfg.grad_accum)
         if cfg.nsp:
             labels = batch["next_sentence_label"]
             meter.add(
@@ -855,6 +896,11 @@ def _log(
         ],
     )
     rates = flops.log_fields(ctx, run.path, vals[5], dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
+    rtd = {}
+    if cfg.objective == "electra":  # the discriminator's window figures (recipes/electra.py)
+        from bertkit.recipes.electra import window_fields
+
+        rtd = window_fields(ctx, meter)
     meter.reset()
     # train_mlm_acc: on the training batches' own 80/10/10 inputs (kept tokens count): a training-window figure,
     # not a quality meter; the held-out records (eval_mlm_acc) are
@@ -867,6 +913,7 @@ def _log(
         "tokens_per_s": vals[5] * ctx.world_size,
         "elapsed_s": round(elapsed, 2),
         "epoch": epoch,
+        **rtd,
         **rates,
     }
     if cfg.nsp:
@@ -890,6 +937,7 @@ def _log(
             ctx,
             f"step {step}/{total_steps}  loss {vals[0]:.3f}  train-window mlm acc {vals[3]:.3f}"
             + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "")
+            + (f"  rtd balanced acc {rtd['train_rtd_balanced_acc']:.3f}" if rtd else "")
             + f"  {line['tokens_per_s']:.0f} tokens/s"
             + (f"  MFU {mfu['mfu']}" if mfu else ""),
         )
@@ -921,14 +969,17 @@ def _evaluate(model, batches: list[dict], precision: str, device, mask_id: int |
     import torch
 
     from bertkit.precision import autocast
+    from bertkit.recipes.electra import RtdScore
     from bertkit.tasks.mlm import score_mlm
 
     model.eval()
     losses: list[float] = []
+    rtd = RtdScore()  # ELECTRA's discriminator figures, where the model has one
 
     def forward(**batch):
         out = model(**batch)
         losses.append(float(out.loss))
+        rtd.add(out)
         return out
 
     try:
@@ -938,4 +989,4 @@ def _evaluate(model, batches: list[dict], precision: str, device, mask_id: int |
     finally:
         model.train()
     with torch.no_grad():
-        return {"eval_loss": sum(losses) / max(1, len(losses)), **score.as_record()}
+        return {"eval_loss": sum(losses) / max(1, len(losses)), **score.as_record(), **rtd.as_record()}

@@ -33,6 +33,8 @@ RUN_FILES = (
     "tokenizer_config.json",
     "tokenizer.json",
     "special_tokens_map.json",
+    "generator",  # --objective electra
+    "rtd_head.safetensors",
 )
 
 
