@@ -151,3 +151,59 @@ def test_no_prometheus_text_is_written_by_hand():
                     wrong.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert wrong == []
     assert "prometheus_client" in _top_level_imports(PACKAGE / "serve" / "http" / "metrics.py")
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the bertkit modules it imports, function-local and TYPE_CHECKING imports included (a name
+    imported from a package resolves to the package's module)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        me = _module_name(path)
+        deps = set()
+        for _line, module in _imported(path):
+            while module and not _is_module(module):
+                module = module.rpartition(".")[0]
+            if module and module != me:
+                deps.add(module)
+        graph[me] = deps
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles():
+    """No two modules import each other, directly or round a longer circle, lazy imports included."""
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the finder finds one
+    assert circles(import_graph()) == []

@@ -275,8 +275,8 @@ def test_a_directory_is_read_as_its_text_files(tmp_path):
 def test_long_paragraphs_are_cut_so_splitting_stays_linear(tmp_path):
     """A paragraph of ~1 MB on one line (which pysbd alone takes many minutes on) is split in bounded time, and
     every character but whitespace survives the cuts."""
-    from bertkit.data.corpus import PYSBD_MAX_CHARS as MAX_PARAGRAPH_CHARS
-    from bertkit.data.corpus import cut_paragraph, split_sentences
+    from bertkit.data.splitter import PYSBD_MAX_CHARS as MAX_PARAGRAPH_CHARS
+    from bertkit.data.splitter import cut_paragraph, split_sentences
 
     rng = random.Random(0)
     words = "the cat sat on a mat and then it ran away. Mr. Smith went to Washington on Monday! why? yes.".split()

@@ -59,6 +59,7 @@ from bertkit.data.corpus_files import (
     binary_reason,
     expand_corpus,
 )
+from bertkit.data.splitter import split_paragraphs
 from bertkit.data.task_text import sniff, task_documents
 
 logger = logging.getLogger(__name__)
@@ -578,50 +579,8 @@ def iter_blocks(
 # ------------------------------------------------------------------------------------------------ sentences
 
 
-_SEGMENTER = None
-_CUT_AT = re.compile(r"[.!?]['\"\u2019\u201d)\]]*\s")
-# pysbd's time grows with the square of a paragraph's length: longer paragraphs are cut into pieces first
-PYSBD_MAX_CHARS = 4000
-
-
-def cut_paragraph(paragraph: str, limit: int = PYSBD_MAX_CHARS) -> list[str]:
-    """``paragraph`` in pieces of at most ``limit`` characters: cut after the last sentence end in the second half of
-    a window, else at its last whitespace, else at the limit (text with no spaces)."""
-    pieces = []
-    while len(paragraph) > limit:
-        window = paragraph[:limit]
-        cut = max((m.end() for m in _CUT_AT.finditer(window, limit // 2)), default=0)
-        if not cut:
-            space = max(window.rfind(" "), window.rfind("\t"), window.rfind("\n"))
-            cut = space + 1 if space >= limit // 2 else limit
-        pieces.append(paragraph[:cut])
-        paragraph = paragraph[cut:]
-    pieces.append(paragraph)
-    return pieces
-
-
-def split_sentences(paragraphs: list[str]) -> list[str]:
-    """Sentences of each paragraph, with pysbd (English rules), in order; empty ones dropped. Paragraphs longer than
-    ``PYSBD_MAX_CHARS`` are cut first (:func:`cut_paragraph`)."""
-    global _SEGMENTER
-    if _SEGMENTER is None:
-        import pysbd
-
-        _SEGMENTER = pysbd.Segmenter(language="en", clean=False)
-    sentences = []
-    for paragraph in paragraphs:
-        for piece in cut_paragraph(paragraph) if len(paragraph) > PYSBD_MAX_CHARS else (paragraph,):
-            for s in _SEGMENTER.segment(piece):
-                s = s.strip()
-                if s:
-                    sentences.append(s)
-    return sentences
-
-
 def block_sentences(kind: str, items: list[str], splitter: str = "regex") -> tuple[list[str], list[int]]:
     """The sentences of a block's items and how many come from each item."""
-    from bertkit.data.splitter import split_paragraphs
-
     if kind == "sentences":
         return items, [1] * len(items)
     sentences: list[str] = []

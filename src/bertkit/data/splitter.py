@@ -218,15 +218,77 @@ def split_paragraphs(paragraphs: list[str], splitter: str = "regex") -> list[str
     paragraph longer than ``MAX_CHARS`` is cut first (after a sentence end, else a space), so the time stays
     linear whatever the text."""
     if splitter == "regex":
-        from bertkit.data.corpus import cut_paragraph
-
         out = []
         for p in paragraphs:
             for piece in cut_paragraph(p, MAX_CHARS) if len(p) > MAX_CHARS else (p,):
                 out.extend(split_paragraph(piece))
         return out
     if splitter == "pysbd":
-        from bertkit.data.corpus import split_sentences
-
         return split_sentences(paragraphs)
     raise ValueError(f"splitter must be one of {SPLITTERS}, got {splitter!r}")
+
+
+# ------------------------------------------------------------------------------------------------ pysbd
+
+
+_SEGMENTER = None
+
+
+def segmenter():
+    """The one pysbd segmenter (English rules, text kept as it is), built on first use."""
+    global _SEGMENTER
+    if _SEGMENTER is None:
+        import pysbd
+
+        _SEGMENTER = pysbd.Segmenter(language="en", clean=False)
+    return _SEGMENTER
+
+
+_CUT_AT = re.compile(r"[.!?]['\"\u2019\u201d)\]]*\s")
+# pysbd's time grows with the square of a paragraph's length: longer paragraphs are cut into pieces first
+PYSBD_MAX_CHARS = 4000
+
+
+def cut_paragraph(paragraph: str, limit: int = PYSBD_MAX_CHARS) -> list[str]:
+    """``paragraph`` in pieces of at most ``limit`` characters: cut after the last sentence end in the second half of
+    a window, else at its last whitespace, else at the limit (text with no spaces)."""
+    pieces = []
+    while len(paragraph) > limit:
+        window = paragraph[:limit]
+        cut = max((m.end() for m in _CUT_AT.finditer(window, limit // 2)), default=0)
+        if not cut:
+            space = max(window.rfind(" "), window.rfind("\t"), window.rfind("\n"))
+            cut = space + 1 if space >= limit // 2 else limit
+        pieces.append(paragraph[:cut])
+        paragraph = paragraph[cut:]
+    pieces.append(paragraph)
+    return pieces
+
+
+def split_sentences(paragraphs: list[str]) -> list[str]:
+    """Sentences of each paragraph, with pysbd (English rules), in order; empty ones dropped. Paragraphs longer than
+    ``PYSBD_MAX_CHARS`` are cut first (:func:`cut_paragraph`)."""
+    sentences = []
+    for paragraph in paragraphs:
+        for piece in cut_paragraph(paragraph) if len(paragraph) > PYSBD_MAX_CHARS else (paragraph,):
+            for s in segmenter().segment(piece):
+                s = s.strip()
+                if s:
+                    sentences.append(s)
+    return sentences
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) character spans of the sentences of ``text`` (pysbd, English rules)."""
+    spans, pos = [], 0
+    for sentence in segmenter().segment(text):
+        s = sentence.strip()
+        if not s:
+            continue
+        start = text.find(s, pos)
+        if start < 0:  # pysbd normalised something: fall back to the running position
+            start = pos
+        end = start + len(s)
+        spans.append((start, end))
+        pos = end
+    return spans or [(0, len(text))]

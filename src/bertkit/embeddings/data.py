@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.data.readers import DataError, RowGuard, check_file, jsonl_records, open_text
+from bertkit.data.splitter import sentence_spans
 
 logger = logging.getLogger(__name__)
 
@@ -326,30 +327,6 @@ def column(seqs: Sequence[Sequence[int]], pad_id: int, device: Any = None):
     return Column(*collate(seqs, None, pad_id, device=device))
 
 
-_SEGMENTER = None
-
-
-def _sentence_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) character spans of the sentences of ``text`` (pysbd, English rules)."""
-    global _SEGMENTER
-    if _SEGMENTER is None:
-        import pysbd
-
-        _SEGMENTER = pysbd.Segmenter(language="en", clean=False)
-    spans, pos = [], 0
-    for sentence in _SEGMENTER.segment(text):
-        s = sentence.strip()
-        if not s:
-            continue
-        start = text.find(s, pos)
-        if start < 0:  # pysbd normalised something: fall back to the running position
-            start = pos
-        end = start + len(s)
-        spans.append((start, end))
-        pos = end
-    return spans or [(0, len(text))]
-
-
 def read_squad_pairs(path: str | os.PathLike, mode: str = "sentence", skip_bad_rows: bool = False) -> TextRows:
     """SQuAD JSON -> (question, the sentence holding the first answer) or (question, paragraph) pairs.
     Unanswerable (v2.0) questions are left out."""
@@ -368,7 +345,7 @@ def read_squad_pairs(path: str | os.PathLike, mode: str = "sentence", skip_bad_r
             continue
         spans = spans_of.get(ex.context)
         if spans is None:
-            spans = spans_of[ex.context] = _sentence_spans(ex.context)
+            spans = spans_of[ex.context] = sentence_spans(ex.context)
         start = ex.answers[0][1]
         sentence = next((ex.context[a:b] for a, b in spans if a <= start < b), None)
         if sentence is None:  # the answer starts in the whitespace between sentences

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertkit.errors import RunError
+from bertkit.recipes.pretrain_config import PretrainError, parse_mask_mix  # noqa: F401 (public here too)
 from bertkit.training.log import say
 
 if TYPE_CHECKING:
-    from bertkit.recipes.pretrain import PretrainConfig
+    from bertkit.recipes.pretrain_config import PretrainConfig
 
 # what a run writes into OUTPUT (and --overwrite removes); a directory holding only these is a run's beginnings
 RUN_FILES = (
@@ -38,19 +39,6 @@ RUN_FILES = (
 )
 
 
-def parse_mask_mix(text: str) -> tuple[float, float, float]:
-    """``"80/10/10"`` -> (0.8, 0.1, 0.1): the shares of chosen positions given [MASK], a random token, or kept."""
-    try:
-        parts = tuple(float(x) / 100 for x in str(text).split("/"))
-    except ValueError:
-        parts = ()
-    if len(parts) != 3 or min(parts) < 0 or abs(sum(parts) - 1) > 1e-6:
-        raise PretrainError(
-            f"--mask-mix must be three percentages MASK/RANDOM/KEEP summing to 100 (e.g. 80/10/10), got {text!r}"
-        )
-    return parts  # type: ignore[return-value]
-
-
 def say_run(cfg: PretrainConfig, ctx, message: str) -> None:
     """A run's message on the one channel (``bertkit.run``), rank 0 only, unless --quiet."""
     say(message, ctx, cfg.quiet)
@@ -59,12 +47,6 @@ def say_run(cfg: PretrainConfig, ctx, message: str) -> None:
 def run_keys(cfg: PretrainConfig) -> tuple[str, ...]:
     """The fields that change what is computed (marked ``run``): a resumed run must match them."""
     return tuple(f.name for f in dataclasses.fields(cfg) if f.metadata.get("run"))
-
-
-class PretrainError(RunError):
-    """A run that cannot start or continue; the message says what to do (exit code 2, as a refused command)."""
-
-    exit_code = 2
 
 
 def read_record(path: Path) -> dict[str, Any]:

@@ -261,10 +261,7 @@ class BertTokenizer(TokenIds):
             "mask_token": self.mask_token,
         }
         write_json(directory / CONFIG_NAME, config, sort_keys=False)
-        # tokenizer.json too: transformers opens a ModernBERT directory only through one (issue 31). Imported here:
-        # fast.py imports this module
-        from bertkit.tokenization.fast import wordpiece_tokenizer_json
-
+        # tokenizer.json too: transformers opens a ModernBERT directory only through one (issue 31)
         write_text(directory / TOKENIZER_JSON_NAME, wordpiece_tokenizer_json(self))
         return directory
 
@@ -705,3 +702,33 @@ def guess_lowercase(vocab: dict[str, int]) -> bool:
     plain = [t for t in vocab if not (t.startswith("[") and t.endswith("]"))]
     upper = sum(1 for t in plain if t != t.lower())
     return upper <= 0.01 * len(plain)
+
+
+def wordpiece_tokenizer_json(tokenizer: BertTokenizer) -> str:
+    """BERT's WordPiece pipeline as a ``tokenizer.json`` (the ``tokenizers`` library's ``BertNormalizer``,
+    ``BertPreTokenizer``, ``WordPiece`` model and decoder, ``[CLS] A [SEP] B [SEP]`` template), the settings
+    ``tokenizer``'s: what transformers' ``TokenizersBackend`` needs to open a ModernBERT directory (its
+    ``AutoTokenizer`` builds no tokenizer from ``vocab.txt`` for that model type), and what transformers 5 itself
+    writes for BERT. bertkit reads it back as the same :class:`BertTokenizer` (``fast.is_bert_wordpiece``)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    t = tokenizer
+    rust = Tokenizer(
+        models.WordPiece(t.vocab, unk_token=t.unk_token, max_input_chars_per_word=t.max_input_chars_per_word)
+    )
+    rust.normalizer = normalizers.BertNormalizer(
+        clean_text=True,
+        handle_chinese_chars=t.tokenize_chinese_chars,
+        strip_accents=t.strip_accents,
+        lowercase=t.lowercase,
+    )
+    rust.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    rust.post_processor = processors.TemplateProcessing(
+        single=f"{t.cls_token}:0 $A:0 {t.sep_token}:0",
+        pair=f"{t.cls_token}:0 $A:0 {t.sep_token}:0 $B:1 {t.sep_token}:1",
+        special_tokens=[(t.cls_token, t.cls_token_id), (t.sep_token, t.sep_token_id)],
+    )
+    rust.decoder = decoders.WordPiece(prefix="##")
+    specials = (t.pad_token, t.unk_token, t.cls_token, t.sep_token, t.mask_token)
+    rust.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])  # their vocab ids
+    return rust.to_str(pretty=True)

@@ -1,0 +1,358 @@
+"""The settings of a pre-training run: :class:`PretrainConfig`, whose fields are ``bertkit pretrain``'s flags (the
+ones marked ``run`` are the keys a resumed run must share), and the small parsers of its values."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import RunError
+from bertkit.options import (
+    clip_option,
+    device_option,
+    lr_option,
+    max_steps_option,
+    option,
+    output_option,
+    precision_option,
+    seed_option,
+    threads_option,
+    warmup_option,
+)
+
+
+class PretrainError(RunError):
+    """A run that cannot start or continue; the message says what to do (exit code 2, as a refused command)."""
+
+    exit_code = 2
+
+
+def parse_mask_mix(text: str) -> tuple[float, float, float]:
+    """``"80/10/10"`` -> (0.8, 0.1, 0.1): the shares of chosen positions given [MASK], a random token, or kept."""
+    try:
+        parts = tuple(float(x) / 100 for x in str(text).split("/"))
+    except ValueError:
+        parts = ()
+    if len(parts) != 3 or min(parts) < 0 or abs(sum(parts) - 1) > 1e-6:
+        raise PretrainError(
+            f"--mask-mix must be three percentages MASK/RANDOM/KEEP summing to 100 (e.g. 80/10/10), got {text!r}"
+        )
+    return parts  # type: ignore[return-value]
+
+
+RECIPES = ("budget", "paper")
+SCHEDULES = ("linear", "trapezoid", "onecycle")
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``1.5h``, ``1h30m`` -> seconds."""
+    import re
+
+    text = str(text).strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([smhd])", text)
+    if not parts or "".join(f"{a}{b}" for a, b in parts) != text.replace(" ", ""):
+        raise ValueError(f"cannot read duration {text!r}; write e.g. 90s, 10m, 1.5h or 1h30m")
+    scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    return sum(float(a) * scale[b] for a, b in parts)
+
+
+def _run_key(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
+    """An ``option`` that changes what is computed: a resumed run must match it (others, like save_every, may
+    change). Marked ``run`` in the field's metadata; :data:`RUN_KEYS` lists them."""
+    return _as_run_key(option(default, **kwargs))
+
+
+def _as_run_key(f: Any) -> Any:
+    """A shared option (``bertkit.options``) marked as a run key."""
+    f.metadata = types.MappingProxyType({**f.metadata, "run": True})
+    return f
+
+
+_D, _M, _R, _T, _O = (
+    "data",
+    "model and objectives",
+    "recipe (unset: chosen by --recipe)",
+    "training",
+    "checkpoints and output",
+)
+
+
+@dataclass
+class PretrainConfig:
+    """Every setting of a pre-training run; ``bertkit pretrain``'s flags are built from these fields."""
+
+    corpus: list[str] = _run_key(
+        nargs="+",
+        required=True,
+        metavar="PATH",
+        group=_D,
+        help=(
+            "text files or directories of them: Google format (a sentence per line, blank line between documents), "
+            "plain prose (each file a document), or JSONL with a 'text' field; gzip is recognised by its bytes"
+        ),
+    )
+    follow_symlinks: bool = option(
+        False, group=_D, help="read symbolic links that leave a corpus directory too (default: skipped, with a warning)"
+    )
+    output: str = output_option(metavar="DIR", group=_D, help="the run directory")
+    corpus_format: str = _run_key(
+        "auto",
+        choices=("auto", "google", "prose", "jsonl", "task"),
+        group=_D,
+        help=(
+            "auto: task files first (.tsv, .csv, task-shaped .jsonl, CoNLL: their text columns, for task-adaptive "
+            "pre-training with --init-from), then jsonl by name, google when most lines hold one sentence, else prose"
+        ),
+    )
+    encoding: str = _run_key(
+        "auto",
+        choices=("auto", "utf-8"),
+        group=_D,
+        help=("auto: a line that is not UTF-8 is read as Windows-1252, with a warning; utf-8: an error"),
+    )
+    vocab: str | None = _run_key(
+        None,
+        metavar="PATH",
+        group=_D,
+        help=(
+            "an existing vocab.txt (or a directory with one); without it a vocabulary is trained on the corpus first"
+        ),
+    )
+    vocab_size: int = _run_key(30522, group=_D, help="size of the trained vocabulary")
+    lowercase: bool | None = _run_key(None, skip=True)  # --lowercase/--cased; None: uncased for a trained vocabulary
+    workers: int | None = option(None, group=_D, help="preprocessing processes (default: every core)")
+    prepare_on: str = option(
+        "global",
+        choices=("global", "node"),
+        group=_D,
+        help=(
+            "multi-node runs: global = rank 0 prepares the corpus in OUTPUT on a file system every node shares; node = "
+            "each node's local rank 0 prepares it in OUTPUT on that node's own disk. The other ranks wait"
+        ),
+    )
+    prepare_timeout: float = option(7200.0, group=_D, help="seconds a rank waits for the corpus preparation")
+    loader_workers: int | None = option(
+        None,
+        group=_D,
+        help=("processes building batches during training (default: 2 on a GPU; on CPU 0, a background thread)"),
+    )
+
+    arch: str = _run_key(
+        "bert",
+        choices=("bert", "modernbert"),
+        group=_M,
+        help=(
+            "bert: Devlin et al.'s; modernbert: Warner et al.'s (rotary, GeGLU, pre-norm, sliding windows; "
+            "30%% masking, no NSP; saved in transformers' ModernBERT layout)"
+        ),
+    )
+    model_size: str = _run_key(
+        "bert-mini",
+        group=_M,
+        help=(
+            "bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large; with --arch modernbert: "
+            "modernbert-tiny | -mini | -small | -base | -large (bert-X names map to modernbert-X)"
+        ),
+    )
+    objective: str = _run_key(
+        "mlm",
+        choices=("mlm", "electra"),
+        group=_M,
+        help=(
+            "mlm: masked LM (BERT's); electra: replaced-token detection (Clark et al.): a small generator fills the "
+            "masked positions, the model learns which tokens were replaced; saved as a BERT, the generator in "
+            "OUTPUT/generator (recipes/electra.py)"
+        ),
+    )
+    generator_layers: int | None = _run_key(
+        None, group=_M, help="--objective electra: the generator's layers (default a quarter of the model's, >= 1)"
+    )
+    rtd_weight: float = _run_key(
+        50.0, group=_M, help="--objective electra: weight of the replaced-token loss beside the generator's MLM loss"
+    )
+    init_from: str | None = _run_key(
+        None,
+        metavar="DIR",
+        group=_M,
+        help=(
+            "continue pre-training this model (bertkit, Hugging Face or Google TF directory) on the corpus: "
+            "its config, weights and vocabulary (--model-size is then ignored)"
+        ),
+    )
+    config_overrides: dict[str, Any] = _run_key(default_factory=dict, skip=True)  # --config-override KEY=VALUE
+    nsp: bool | None = _run_key(None, skip=True)  # --nsp / --no-nsp
+    mask_prob: float | None = _run_key(None, group=_M, help="fraction of tokens masked (paper 0.15)")
+    max_predictions: int | None = _run_key(
+        None, group=_M, help=("masked positions per sequence at most (default ceil(seq_len * mask_prob))")
+    )
+    whole_word_mask: bool = _run_key(False, group=_M, help="mask every piece of a chosen word")
+    masking: str = _run_key(
+        "dynamic",
+        choices=("dynamic", "static"),
+        group=_M,
+        help=("dynamic: fresh masks each epoch; static: --dupe-factor fixed copies, cycled"),
+    )
+    dupe_factor: int = _run_key(5, group=_M, help="static masking: fixed copies of the data")
+    short_seq_prob: float | None = _run_key(None, group=_M, help="share of shorter sequences (paper 0.1)")
+
+    recipe: str | None = _run_key(
+        None,
+        choices=RECIPES,
+        group=_R,
+        help=(
+            "budget: the settings that learn fastest in minutes (default with --max-time); paper: Devlin et al.'s "
+            "(default otherwise). Flags below override single choices"
+        ),
+    )
+    output_bias: str | None = _run_key(
+        None,
+        choices=("unigram", "zero"),
+        group=_R,
+        help=("initial MLM output bias: the corpus's unigram log-frequencies, or zeros (paper)"),
+    )
+    dropout: float | None = _run_key(
+        None,
+        group=_R,
+        help=("dropout while pre-training (paper: the model's, 0.1); config.json keeps the model's for fine-tuning"),
+    )
+    schedule: str | None = _run_key(
+        None,
+        choices=SCHEDULES,
+        group=_R,
+        help=(
+            "lr schedule after warmup: linear decay (paper), trapezoid (flat, then linear decay over the last half), "
+            "onecycle (cosine up and down)"
+        ),
+    )
+    warmup_fraction: float | None = _as_run_key(warmup_option(None, group=_R))  # paper 0.05
+    seq_ramp: str | None = _run_key(
+        None,
+        metavar="LEN:UNTIL,...",
+        group=_R,
+        help=("shorter sequences first, e.g. 64:0.3 = length 64 for 30%% of the steps, then --seq-len; off"),
+    )
+    batch_ramp: str | None = _run_key(
+        None,
+        metavar="SIZE:UNTIL,...",
+        group=_R,
+        help=("smaller batches first, e.g. 8:0.05,16:0.15, then --batch-size; off"),
+    )
+    position_init: str | None = _run_key(
+        None,
+        choices=("normal", "sinusoidal"),
+        group=_R,
+        help=(
+            "initial position embeddings: Google's truncated normal, or the Transformer's sinusoids at the same scale "
+            "(neighbouring positions start alike, so what attention learns at one position holds at the next)"
+        ),
+    )
+    mask_mix: str | None = _run_key(
+        None,
+        metavar="MASK/RANDOM/KEEP",
+        group=_R,
+        help=(
+            "what the input of a chosen position becomes, in percent: [MASK], a random token, unchanged (paper "
+            "80/10/10; 100/0/0 drops the copy task)"
+        ),
+    )
+
+    seq_len: int | None = _run_key(None, group=_T, help="sequence length (default 128; the budget recipe ramps to it)")
+    batch_size: int | None = _run_key(None, group=_T, help="micro-batch per process (default 32)")
+    grad_accum: int = _run_key(1, group=_T, help="micro-batches per optimizer step")
+    lr: float | None = _as_run_key(
+        lr_option(None, help="peak learning rate (paper 1e-4; budget: by model size)", group=_T)
+    )
+    warmup_steps: int | None = _run_key(None, group=_T, help="warmup steps (default: --warmup-fraction)")
+    weight_decay: float = _run_key(0.01, group=_T, help="AdamW decoupled weight decay (none on biases, LayerNorm)")
+    clip: float = _as_run_key(clip_option(1.0, group=_T))
+    max_steps: int | None = _as_run_key(max_steps_option(help="optimizer steps (with --max-time: at most)", group=_T))
+    max_time: float | None = option(
+        None,
+        parse=parse_duration,
+        metavar="DURATION",
+        group=_T,
+        help=("wall-clock budget (90s, 10m, 1.5h); the schedule is fitted to it"),
+    )
+    two_phase: bool = _run_key(
+        False, group=_T, help=("the paper's schedule: --seq-len for 90%% of the steps, then --phase2-seq-len")
+    )
+    phase2_seq_len: int = _run_key(512, group=_T, help="--two-phase: sequence length of the last 10%% of steps")
+    phase2_batch_size: int | None = _run_key(None, group=_T, help="--two-phase: its batch size (default --batch-size)")
+    precision: str = _as_run_key(precision_option(group=_T))
+    device: str | None = device_option(group=_T)
+    seed: int = _as_run_key(seed_option(0, group=_T, help="seed of the weights, the data order and the masks"))
+    threads: int | None = threads_option(group=_T)
+    compile: bool = option(
+        False,
+        group=_T,
+        help=(
+            "torch.compile the model for the training steps (faster per step on a GPU, see BENCHMARKS.md; compiling "
+            "takes about a minute, so it pays on runs of more than a few minutes)"
+        ),
+    )
+
+    save_every: int = option(1000, group=_O, help="checkpoint every N steps (and at the end, and on SIGTERM)")
+    keep_checkpoints: int = option(2, group=_O, help="newest checkpoints kept")
+    resume: bool = option(False, group=_O, help="continue the run in OUTPUT from its latest checkpoint")
+    overwrite: bool = option(False, group=_O, help="replace the run in OUTPUT")
+    eval_every: int | None = option(None, group=_O, help="held-out evaluation every N steps (default: ~10 per run)")
+    eval_batches: int = option(10, group=_O, help="held-out batches per evaluation")
+    log_every: int = option(10, group=_O, help="a metrics line every N steps")
+    quiet: bool = option(False, group=_O, help="no progress bar or messages")
+    tensorboard: bool = option(
+        False,
+        group=_O,
+        help="also write TensorBoard event files to OUTPUT/tensorboard "
+        "(refreshed from metrics.jsonl at each held-out evaluation)",
+    )
+
+    def __post_init__(self) -> None:
+        if not self.corpus:
+            raise PretrainError("give at least one --corpus file")
+        if self.max_steps is None and self.max_time is None:
+            raise PretrainError("give --max-steps or --max-time (or both)")
+        for name in ("seq_len", "batch_size", "grad_accum", "save_every", "log_every", "eval_batches"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise PretrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise PretrainError(f"--max-steps must be >= 1, got {self.max_steps}")
+        if self.max_time is not None and self.max_time <= 0:
+            raise PretrainError(f"--max-time must be positive, got {self.max_time}")
+        if self.loader_workers is not None and self.loader_workers < 0:
+            raise PretrainError(f"--loader-workers must be >= 0, got {self.loader_workers}")
+        if self.mask_prob is not None and not 0 < self.mask_prob < 1:
+            raise PretrainError(f"--mask-prob must be in (0, 1), got {self.mask_prob}")
+        if self.lr is not None and self.lr <= 0:
+            raise PretrainError(f"--lr must be positive, got {self.lr}")
+        if self.mask_mix is not None:
+            parse_mask_mix(self.mask_mix)
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise PretrainError(f"--dropout must be in [0, 1), got {self.dropout}")
+        if self.init_from is not None:
+            init = Path(self.init_from)
+            if not (init / "config.json").is_file() and not (init / "bert_config.json").is_file():
+                raise PretrainError(f"--init-from {init}: not a model directory (no config.json)")
+            if self.vocab is None:
+                if not (init / "vocab.txt").is_file():
+                    raise PretrainError(
+                        f"--init-from {init}: no vocab.txt there; pass --vocab (pre-training reads a "
+                        "WordPiece vocabulary: whole-word masking follows its ## pieces)"
+                    )
+                self.vocab = str(init)  # the model's own vocabulary (and tokenizer config)
+
+    def run_record(self) -> dict[str, Any]:
+        """The run keys, with paths made absolute."""
+        d = dataclasses.asdict(self)
+        d["corpus"] = [str(Path(p).resolve()) for p in self.corpus]
+        for key in ("vocab", "init_from"):
+            if d[key]:
+                d[key] = str(Path(d[key]).resolve())
+        return {k: d[k] for k in RUN_KEYS}
+
+
+RUN_KEYS = tuple(f.name for f in dataclasses.fields(PretrainConfig) if f.metadata.get("run"))
