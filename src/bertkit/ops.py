@@ -85,10 +85,17 @@ class _BlockwiseCrossEntropy(torch.autograd.Function):
         out = torch.empty_like(logits)
         for s in range(0, M, _ROWS_PER_BLOCK):
             e = min(s + _ROWS_PER_BLOCK, M)
-            # a copy even when logits are fp32: the caller may still read them (the training-window accuracy)
-            block = logits[s:e].to(torch.float32, copy=True).sub_(lse[s:e, None]).exp_()  # softmax
+            # fp32 logits: the softmax is computed in ``out`` itself (one pass, no temporary), and the logits stay
+            # intact, since the caller may still read them (the training-window accuracy); lower precisions in fp32
+            if logits.dtype == torch.float32:
+                block = out[s:e]
+                block.copy_(logits[s:e]).sub_(lse[s:e, None]).exp_()  # softmax
+            else:
+                block = logits[s:e].float().sub_(lse[s:e, None]).exp_()
             block[torch.arange(e - s, device=block.device), labels[s:e]] -= 1.0
-            out[s:e] = block.mul_(scale)
+            block.mul_(scale)
+            if block.data_ptr() != out[s:e].data_ptr():
+                out[s:e] = block
         return out, None
 
 
