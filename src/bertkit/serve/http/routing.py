@@ -61,7 +61,11 @@ class BoundedRequest(Request):
                 chunks.append(chunk)
 
         try:
-            await asyncio.wait_for(gather(), timeout)
+            if hasattr(asyncio, "timeout"):  # Python 3.11+: no task per request
+                async with asyncio.timeout(timeout):
+                    await gather()
+            else:
+                await asyncio.wait_for(gather(), timeout)
         except ClientDisconnect:
             raise BodyRefused(ApiError(400, "the client went away before sending the whole body")) from None
         except asyncio.TimeoutError:
