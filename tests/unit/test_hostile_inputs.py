@@ -283,3 +283,16 @@ def test_tokens_sharing_one_id_are_refused(tmp_path):
         load_tokenizer(d)
     with pytest.raises(VocabError, match="gives id 7 to 101 tokens"):  # the class's own loader checks too
         FastTokenizer.from_pretrained(d)
+
+
+def test_a_deeply_nested_tokenizer_json_read_directly_is_one_error(tmp_path):
+    """The tokenizer.json reader that ``--vocab DIR`` reaches without load_tokenizer's checks: deep nesting is a
+    VocabError naming the file, not a RecursionError."""
+    from bertkit.tokenization.vocab import VocabError, load_tokenizer_json, read_json_object
+
+    path = tmp_path / "tokenizer.json"
+    path.write_text('{"model": ' + "[" * 5000 + "]" * 5000 + "}", encoding="utf-8")
+    with pytest.raises(VocabError, match=r"tokenizer.json: not a tokenizer.json \(nested too deeply\)"):
+        load_tokenizer_json(path)
+    with pytest.raises(VocabError, match=r"tokenizer.json: cannot read .* \(nested too deeply\)"):
+        read_json_object(path)

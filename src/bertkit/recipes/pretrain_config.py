@@ -93,7 +93,9 @@ class PretrainConfig:
         group=_D,
         help=(
             "text files or directories of them: Google format (a sentence per line, blank line between documents), "
-            "plain prose (each file a document), or JSONL with a 'text' field; gzip is recognised by its bytes"
+            "plain prose (each file a document), JSONL with a 'text' field, Parquet, datasets directories, or task "
+            "files (TSV, CSV, JSONL, CoNLL: their text columns); gzip, zstd, bz2 and xz are recognised by their bytes "
+            "and refused when truncated"
         ),
     )
     follow_symlinks: bool = option(

@@ -57,6 +57,8 @@ def read_json_object(path: Path, what: str = "a JSON object file") -> dict[str, 
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise VocabError(f"{path}: cannot read {what} ({e})") from None
+    except RecursionError:
+        raise VocabError(f"{path}: cannot read {what} (nested too deeply)") from None
     if not isinstance(value, dict):
         raise VocabError(f"{path}: not {what} (expected a JSON object)")
     return value
@@ -134,6 +136,8 @@ def load_tokenizer_json(path: str | Path) -> tuple[dict[str, int], dict[str, Any
         spec = json.loads(read_vocab_text(path))
     except json.JSONDecodeError as e:
         raise VocabError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise VocabError(f"{path}: not a tokenizer.json (nested too deeply)") from None
     if not isinstance(spec, dict):
         raise VocabError(f"{path}: not a tokenizer.json (expected a JSON object)")
 
