@@ -1,0 +1,100 @@
+"""``bertkit distill``: distil a fine-tuned teacher directory into a smaller student on the teacher's task.
+
+    bertkit distill --teacher runs/sst2-base --student bert-mini --train train.tsv --dev dev.tsv \\
+        [--unlabeled more.tsv ...] --output runs/sst2-mini
+
+The student is a preset (``bert-tiny`` ... ``modernbert-mini`` ...), a pre-trained directory with the teacher's
+vocabulary, or ``layers:K`` (every K-th layer of the teacher). The training flags are ``bertkit finetune``'s; the
+output is a fine-tuned model directory like the one ``finetune`` writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertkit.commands.finetune import FILES, FinetuneFiles, load_finetuned
+from bertkit.errors import InputError
+from bertkit.options import add_options, from_args, option
+from bertkit.tasks.options import TaskOptions, add_task_flag
+
+
+@dataclass(kw_only=True)
+class DistillFiles(FinetuneFiles):
+    """What ``bertkit distill`` reads and writes: ``finetune``'s files, the teacher and student for its model."""
+
+    model: str | None = option(None, skip=True)
+    teacher: str = option(required=True, group=FILES, help="fine-tuned teacher directory (bertkit finetune's output)")
+    student: str = option(
+        required=True,
+        group=FILES,
+        help="a preset (bert-tiny, bert-mini..., modernbert-tiny...; random, the teacher's vocabulary), a "
+        "pre-trained directory with the teacher's vocabulary, or layers:K (every K-th layer of the teacher, "
+        "starting with the first: DistilBERT's initialisation)",
+    )
+    unlabeled: list[str] = option(
+        default_factory=list,
+        nargs="+",
+        group=FILES,
+        metavar="FILE",
+        help="more training text in the --train format, labels absent or ignored: the teacher labels it",
+    )
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from bertkit.recipes.distill import DistillArgs
+
+    add_task_flag(parser, required=False)
+    add_options(parser, DistillFiles)
+    add_options(parser, DistillArgs)
+    add_options(parser, TaskOptions)
+
+
+def run(args: argparse.Namespace) -> int:
+    """One process, or one of ``torchrun --nproc_per_node N -m bertkit.cli distill ...``."""
+    from bertkit.precision import resolve_device
+    from bertkit.training import distributed
+
+    ctx = distributed.setup(resolve_device(args.device))
+    try:
+        return _run(args, ctx)
+    finally:
+        distributed.cleanup(ctx)
+
+
+def _run(args: argparse.Namespace, ctx) -> int:
+    from bertkit.recipes.distill import DistillArgs, build_student, check_args, distill, without_labels
+    from bertkit.recipes.finetune import set_seed
+    from bertkit.tasks import read_task_config
+
+    files: DistillFiles = from_args(DistillFiles, args)
+    train_args: DistillArgs = from_args(DistillArgs, args, device=str(ctx.device))
+    check_args(train_args)
+    if files.dropout is not None and not 0.0 <= files.dropout < 1.0:
+        raise InputError(f"--dropout must be in [0, 1), got {files.dropout}")
+    teacher_dir = Path(files.teacher)
+    if not teacher_dir.is_dir():
+        raise InputError(f"--teacher {teacher_dir}: no such directory")
+    saved_task = read_task_config(teacher_dir).get("task")
+    if args.task and saved_task and args.task != saved_task:
+        raise InputError(f"--task {args.task}: the teacher {teacher_dir} was fine-tuned on {saved_task}")
+    task, teacher, tokenizer = load_finetuned(teacher_dir, args.task, args)
+    skip = train_args.skip_bad_rows
+    train = task.read(files.train, labelled=True, skip_bad_rows=skip)
+    dev = task.read(files.dev, labelled=True, skip_bad_rows=skip) if files.dev else None
+    if files.max_train_examples:
+        del train[files.max_train_examples :]
+    if dev is not None and files.max_eval_examples:
+        del dev[files.max_eval_examples :]
+    for path in files.unlabeled:
+        train.extend(without_labels(task, task.read(path, labelled=False, skip_bad_rows=skip)))
+    set_seed(train_args.seed)  # a random student (and its head) follows --seed
+    student = build_student(files.student, teacher, task, tokenizer, teacher_dir)
+    if files.dropout is not None:
+        student.set_dropout(files.dropout)
+    summary = distill(task, teacher, student, tokenizer, train, dev, files.output, train_args, ctx, str(teacher_dir))
+    if ctx.is_main:
+        print(json.dumps({"output": str(files.output), **summary}, sort_keys=True))
+    return 0
