@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.commands.finetune import FILES, FinetuneFiles, load_finetuned
+from bertkit.commands.finetune import FILES, FinetuneFiles, load_finetuned, run_in_context
 from bertkit.errors import InputError
 from bertkit.options import add_options, from_args, option
 from bertkit.tasks.options import TaskOptions, add_task_flag
@@ -54,14 +54,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """One process, or one of ``torchrun --nproc_per_node N -m bertkit.cli distill ...``."""
-    from bertkit.precision import resolve_device
-    from bertkit.training import distributed
-
-    ctx = distributed.setup(resolve_device(args.device))
-    try:
-        return _run(args, ctx)
-    finally:
-        distributed.cleanup(ctx)
+    return run_in_context(args, _run)
 
 
 def _run(args: argparse.Namespace, ctx) -> int:

@@ -95,9 +95,10 @@ def build_student(spec: str, teacher: nn.Module, task, tokenizer, teacher_dir: s
             f"({', '.join(sorted(BERT_PRESETS) + sorted(MODERN_PRESETS))})"
         )
     _check_same_vocabulary(directory, Path(teacher_dir))
-    from bertkit.commands.finetune import load_model
-
-    student = load_model(task, directory, finetuned=False)
+    try:
+        student = task.load_model(directory, finetuned=False)
+    except FileNotFoundError as e:  # a directory without weights
+        raise InputError(f"--student {spec}: {e}") from None
     if student.config.vocab_size < len(tokenizer):
         raise InputError(
             f"--student {spec}: {student.config.vocab_size} embeddings, the teacher's vocabulary has {len(tokenizer)}"
