@@ -18,7 +18,7 @@ from pathlib import Path
 from bertkit.commands.finetune import FILES, FinetuneFiles, load_finetuned, run_in_context
 from bertkit.errors import InputError
 from bertkit.options import add_options, from_args, option
-from bertkit.tasks.options import TaskOptions, add_task_flag
+from bertkit.tasks.options import TaskOptions
 
 
 @dataclass(kw_only=True)
@@ -43,10 +43,21 @@ class DistillFiles(FinetuneFiles):
     )
 
 
+EMBEDDINGS = "embeddings"  # --task of sentence-embedding distillation (a teacher with sentence-transformers files)
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     from bertkit.recipes.distill import DistillArgs
+    from bertkit.tasks import TASK_NAMES
 
-    add_task_flag(parser, required=False)
+    parser.add_argument(
+        "--task",
+        choices=(*TASK_NAMES, EMBEDDINGS),
+        metavar="TASK",
+        help=f"the teacher's task (default: the one it was fine-tuned on): {', '.join(TASK_NAMES)}; or {EMBEDDINGS} "
+        "(default for a teacher with sentence-transformers files): sentence vectors by MSE, --train / --unlabeled "
+        "plain text (one per line) or --text-column of a table, --dev STS pairs",
+    )
     add_options(parser, DistillFiles)
     add_options(parser, DistillArgs)
     add_options(parser, TaskOptions)
@@ -58,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, ctx) -> int:
-    from bertkit.recipes.distill import DistillArgs, build_student, check_args, distill, without_labels
+    from bertkit.recipes.distill import DistillArgs, build_student, check_args
     from bertkit.recipes.finetune import set_seed
     from bertkit.tasks import read_task_config
 
@@ -73,21 +84,47 @@ def _run(args: argparse.Namespace, ctx) -> int:
     saved_task = read_task_config(teacher_dir).get("task")
     if args.task and saved_task and args.task != saved_task:
         raise InputError(f"--task {args.task}: the teacher {teacher_dir} was fine-tuned on {saved_task}")
+    embeddings = args.task == EMBEDDINGS or (not saved_task and (teacher_dir / "modules.json").is_file())
+    read = _embedding_data if embeddings else _task_data
+    task, teacher, tokenizer, train, dev, recipe = read(teacher_dir, files, args)
+    set_seed(train_args.seed)  # a random student (and its head) follows --seed
+    student = build_student(files.student, teacher, task, tokenizer, teacher_dir)
+    if files.dropout is not None:
+        student.set_dropout(files.dropout)
+    summary = recipe(task, teacher, student, tokenizer, train, dev, files.output, train_args, ctx, str(teacher_dir))
+    if ctx.is_main:
+        print(json.dumps({"output": str(files.output), **summary}, sort_keys=True))
+    return 0
+
+
+def _task_data(teacher_dir: Path, files: DistillFiles, args: argparse.Namespace):
+    """(task, teacher, tokenizer, training examples (--unlabeled ones without labels), dev examples, recipe)."""
+    from bertkit.recipes.distill import distill, without_labels
+
     task, teacher, tokenizer = load_finetuned(teacher_dir, args.task, args)
-    skip = train_args.skip_bad_rows
-    train = task.read(files.train, labelled=True, skip_bad_rows=skip)
-    dev = task.read(files.dev, labelled=True, skip_bad_rows=skip) if files.dev else None
+    train = task.read(files.train, labelled=True, skip_bad_rows=args.skip_bad_rows)
+    dev = task.read(files.dev, labelled=True, skip_bad_rows=args.skip_bad_rows) if files.dev else None
     if files.max_train_examples:
         del train[files.max_train_examples :]
     if dev is not None and files.max_eval_examples:
         del dev[files.max_eval_examples :]
     for path in files.unlabeled:
-        train.extend(without_labels(task, task.read(path, labelled=False, skip_bad_rows=skip)))
-    set_seed(train_args.seed)  # a random student (and its head) follows --seed
-    student = build_student(files.student, teacher, task, tokenizer, teacher_dir)
-    if files.dropout is not None:
-        student.set_dropout(files.dropout)
-    summary = distill(task, teacher, student, tokenizer, train, dev, files.output, train_args, ctx, str(teacher_dir))
-    if ctx.is_main:
-        print(json.dumps({"output": str(files.output), **summary}, sort_keys=True))
-    return 0
+        train.extend(without_labels(task, task.read(path, labelled=False, skip_bad_rows=args.skip_bad_rows)))
+    return task, teacher, tokenizer, train, dev, distill
+
+
+def _embedding_data(teacher_dir: Path, files: DistillFiles, args: argparse.Namespace):
+    """(task, teacher, tokenizer, training texts (--train, then --unlabeled), STS dev rows, recipe)."""
+    from bertkit.embeddings.data import read_scored, read_texts
+    from bertkit.recipes.distill_embeddings import distill_embeddings, load_teacher
+
+    task, teacher, tokenizer = load_teacher(teacher_dir, args.max_seq_length)
+    texts: list[str] = []
+    for n, path in enumerate([files.train, *files.unlabeled]):
+        rows = read_texts(path, args.text_column, args.data_format, args.skip_bad_rows).column(0)
+        texts += rows[: files.max_train_examples or None] if n == 0 else rows
+    dev = read_scored(files.dev, skip_bad_rows=args.skip_bad_rows) if files.dev else None
+    if dev is not None and files.max_eval_examples:
+        del dev.rows[files.max_eval_examples :]
+        del dev.scores[files.max_eval_examples :]
+    return task, teacher, tokenizer, texts, dev, distill_embeddings

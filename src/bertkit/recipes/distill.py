@@ -121,15 +121,14 @@ def _every_kth_layer(teacher: nn.Module, spec: str) -> nn.Module:
         changes["layer_types"] = [teacher.config.layer_types[i] for i in kept]
     student = type(teacher)(dataclasses.replace(teacher.config, **changes))
     renumber = {old: new for new, old in enumerate(kept)}
-    layer_key = re.compile(r"(\.layers?\.)(\d+)\.")
+    layer_key = re.compile(r"(?:^|\.)layers?\.(\d+)\.")  # bert.encoder.layer.N. / model.layers.N. / layers.N.
     weights = {}
     for key, value in teacher.state_dict().items():
         match = layer_key.search(key)
         if match is None:
             weights[key] = value.clone()
-        elif int(match.group(2)) in renumber:
-            new = f"{match.group(1)}{renumber[int(match.group(2))]}."
-            weights[key[: match.start()] + new + key[match.end() :]] = value.clone()
+        elif int(match.group(1)) in renumber:
+            weights[key[: match.start(1)] + str(renumber[int(match.group(1))]) + key[match.end(1) :]] = value.clone()
     student.load_state_dict(weights, strict=True)
     return student
 

@@ -113,7 +113,9 @@ def save_output(task, model, tokenizer, directory: Path, metrics: dict | None, e
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    write_json(directory / TASK_CONFIG_NAME, {"family": task.family, **task.task_config()})
+    task_config = task.task_config()
+    if task_config is not None:  # None: no task head (a distilled sentence-embedding model)
+        write_json(directory / TASK_CONFIG_NAME, {"family": task.family, **task_config})
     if metrics is not None:
         write_json(directory / "metrics.json", metrics)
     if preds is not None:
