@@ -89,6 +89,7 @@ def quality(args, work: Path, vocab: Path) -> dict:
     data = ["--task", args.task, "--train", DATA / train_file, "--dev", DATA / dev_file]
     data += ["--max-train-examples", args.n_train, "--max-eval-examples", args.n_dev, "--quiet"]
     common = ["--epochs", args.epochs, "--batch-size", args.batch_size, "--max-seq-length", args.max_seq_length]
+    common += ["--precision", args.precision]
     teacher_init = Path(args.teacher_init) if args.teacher_init else random_init(work / "t0", args.teacher, vocab)
     student_init = Path(args.student_init) if args.student_init else random_init(work / "s0", args.student, vocab)
     teacher = work / "teacher"
@@ -101,6 +102,7 @@ def quality(args, work: Path, vocab: Path) -> dict:
         direct, distilled, more = (work / f"{name}-{seed}" for name in ("direct", "distilled", "unlabeled"))
         cli("finetune", *data, *flags, "--model", student_init, "--output", direct)
         spec = ["--teacher", teacher, "--student", student_init, "--alpha", args.alpha, "--temperature", args.t]
+        spec += ["--intermediate", args.intermediate] if args.intermediate else []
         cli("distill", *data, *flags, *spec, "--output", distilled)
         if args.n_unlabeled:
             cli("distill", *data, *flags, *spec, "--output", more, "--unlabeled", unlabeled)
@@ -215,6 +217,8 @@ def main() -> None:
     parser.add_argument("--student-lr", type=float, default=3e-4)
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--t", type=float, default=2.0, help="distillation temperature")
+    parser.add_argument("--precision", default="auto", help="training precision (fp32 on a CPU slow at bf16)")
+    parser.add_argument("--intermediate", help="hidden | attention | both: the distilled students' intermediate loss")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--n-speed", type=int, default=0, help="dev sentences timed (0 = all)")
     parser.add_argument("--repeats", type=int, default=3)

@@ -234,6 +234,8 @@ def test_the_student_loads_in_transformers_with_identical_logits(small, sst2_tea
         ({"--temperature": "-1"}, "--temperature must be a positive number, got -1"),
         ({"--alpha": "nan"}, r"--alpha must be in \[0, 1\], got nan"),
         ({"--batch-size": "0"}, "--batch-size and --grad-accum must be >= 1"),
+        ({"--max-steps": "-1"}, "--max-steps must be >= 1, got -1"),
+        ({"--clip": "nan"}, "--clip and --weight-decay must be >= 0, got nan"),
         ({"--task": "cola"}, "--task cola: the teacher .* was fine-tuned on sst2"),
         ({"--unlabeled": "missing.tsv"}, "missing.tsv"),
     ],

@@ -72,6 +72,14 @@ def check_args(args: DistillArgs) -> None:
         raise InputError(f"--batch-size and --grad-accum must be >= 1, got {args.batch_size} and {args.grad_accum}")
     if not (math.isfinite(args.warmup_fraction) and 0.0 <= args.warmup_fraction <= 1.0):
         raise InputError(f"--warmup-fraction must be in [0, 1], got {args.warmup_fraction}")
+    if not (math.isfinite(args.clip) and args.clip >= 0) or not (
+        math.isfinite(args.weight_decay) and args.weight_decay >= 0
+    ):
+        raise InputError(f"--clip and --weight-decay must be >= 0, got {args.clip} and {args.weight_decay}")
+    if args.max_steps is not None and args.max_steps < 1:
+        raise InputError(f"--max-steps must be >= 1, got {args.max_steps}")
+    if args.eval_every < 0 or args.save_every < 0 or args.eval_batch_size < 1:
+        raise InputError("--eval-every and --save-every must be >= 0, --eval-batch-size >= 1")
 
 
 # --------------------------------------------------------------------------------------------- the student
