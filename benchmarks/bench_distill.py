@@ -92,10 +92,11 @@ def quality(args, work: Path, vocab: Path) -> dict:
     common += ["--precision", args.precision]
     teacher_init = Path(args.teacher_init) if args.teacher_init else random_init(work / "t0", args.teacher, vocab)
     student_init = Path(args.student_init) if args.student_init else random_init(work / "s0", args.student, vocab)
-    teacher = work / "teacher"
-    t0 = time.perf_counter()
-    cli("finetune", *data, *common, "--model", teacher_init, "--output", teacher, "--lr", args.teacher_lr)
-    print(f"teacher fine-tuned in {time.perf_counter() - t0:.0f} s", flush=True)
+    teacher = Path(args.teacher_dir) if args.teacher_dir else work / "teacher"
+    if not args.teacher_dir:
+        t0 = time.perf_counter()
+        cli("finetune", *data, *common, "--model", teacher_init, "--output", teacher, "--lr", args.teacher_lr)
+        print(f"teacher fine-tuned in {time.perf_counter() - t0:.0f} s", flush=True)
     runs: dict[str, list[float]] = {"student, labels only": [], "distilled": [], "distilled + unlabeled": []}
     for seed in range(args.seeds):
         flags = [*common, "--lr", args.student_lr, "--seed", seed]
@@ -207,6 +208,7 @@ def main() -> None:
     parser.add_argument("--student", default="bert-tiny", help="the student's preset (random initialisation)")
     parser.add_argument("--teacher-init", help="a pre-trained teacher directory instead of --teacher")
     parser.add_argument("--student-init", help="a pre-trained student directory instead of --student")
+    parser.add_argument("--teacher-dir", help="an already fine-tuned teacher (skips fine-tuning one)")
     parser.add_argument("--n-train", type=int, default=20000, help="labelled training examples")
     parser.add_argument("--n-unlabeled", type=int, default=40000, help="the next training examples, labels dropped")
     parser.add_argument("--n-dev", type=int, default=0, help="dev examples (0 = all)")

@@ -210,16 +210,22 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run(small, sst2_teacher, tm
     assert _distill(sst2_teacher, str(small), tmp_path / "cut3", "--epochs", "3", "--eval-every", "5", "--resume") == 2
 
 
-def test_the_student_loads_in_transformers_with_identical_logits(small, sst2_teacher, tmp_path):
+@pytest.mark.parametrize("preset", ["bert-tiny", "modernbert-tiny"])
+def test_the_student_loads_in_transformers_with_identical_logits(small, sst2_teacher, tmp_path, preset):
+    """A BERT teacher's student of either architecture: transformers gives the logits bertkit gives."""
     transformers = pytest.importorskip("transformers")
     out = tmp_path / "s"
-    assert _distill(sst2_teacher, "bert-tiny", out, "--max-steps", "3") == 0
+    assert _distill(sst2_teacher, preset, out, "--max-steps", "3") == 0
     ours, batch = _outputs("sst2", out)
-    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
+    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(out, attn_implementation="eager").eval()
+    if preset.startswith("modernbert"):
+        batch.pop("token_type_ids")
     with torch.no_grad():
         logits = theirs(**batch).logits
     torch.testing.assert_close(logits, ours.logits, atol=1e-5, rtol=1e-5)
-    assert theirs.config.num_hidden_layers == 2 and theirs.config.hidden_size == 128  # bert-tiny
+    layers = {"bert-tiny": 2, "modernbert-tiny": 3}[preset]
+    assert theirs.config.num_hidden_layers == layers and theirs.config.hidden_size == 128
+    assert theirs.config.model_type == preset.split("-")[0]
 
 
 @pytest.mark.parametrize(

@@ -151,7 +151,9 @@ def _from_preset(name: str, teacher: nn.Module, task, tokenizer) -> nn.Module:
     sizes["max_position_embeddings"] = config.max_position_embeddings
     if name.startswith("modernbert"):
         ids = dict(cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id)
-        student_config = ModernBertConfig.from_preset(name, **sizes, **ids, bos_token_id=ids["cls_token_id"])
+        student_config = ModernBertConfig.from_preset(
+            name, **sizes, **ids, bos_token_id=ids["cls_token_id"], eos_token_id=ids["sep_token_id"]
+        )
         return COUNTERPARTS[task.head](student_config)
     from bertkit.config import BertConfig
 
