@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("bertkit.commands.convert", "Google TensorFlow BERT checkpoint -> safetensors model directory"),
     "fill-mask": ("bertkit.commands.fill_mask", "predict the [MASK] tokens of a text with a pre-trained model"),
     "finetune": ("bertkit.commands.finetune", "fine-tune on GLUE, SQuAD, CoNLL NER, SWAG or generic files"),
+    "distill": ("bertkit.commands.distill", "distil a fine-tuned teacher into a smaller, faster student on its task"),
     "evaluate": ("bertkit.commands.evaluate", "evaluate a fine-tuned model on a labelled file (official metric)"),
     "predict": ("bertkit.commands.predict", "write a fine-tuned model's predictions in the task's official format"),
     "glue": ("bertkit.commands.glue", "the GLUE suite: lr grid x seeds per task, GLUE score, leaderboard submission"),

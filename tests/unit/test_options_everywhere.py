@@ -30,6 +30,7 @@ MODEL_COMMANDS = (
     "quickstart",
     "pretrain",
     "finetune",
+    "distill",
     "evaluate",
     "predict",
 )

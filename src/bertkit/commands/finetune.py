@@ -77,12 +77,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """One process, or one of ``torchrun --nproc_per_node N -m bertkit.cli finetune ...`` (DistributedDataParallel:
     gloo on CPU, nccl on GPU)."""
+    return run_in_context(args, _run)
+
+
+def run_in_context(args: argparse.Namespace, body) -> int:
+    """``body(args, ctx)`` in this process's distributed context (one process, or one of torchrun's)."""
     from bertkit.precision import resolve_device
     from bertkit.training import distributed
 
     ctx = distributed.setup(resolve_device(args.device))
     try:
-        return _run(args, ctx)
+        return body(args, ctx)
     finally:
         distributed.cleanup(ctx)
 

@@ -111,7 +111,9 @@ def save_output(task, model, tokenizer, directory: Path, metrics: dict | None, e
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    write_json(directory / TASK_CONFIG_NAME, {"family": task.family, **task.task_config()})
+    task_config = task.task_config()
+    if task_config is not None:  # None: no task head (a distilled sentence-embedding model)
+        write_json(directory / TASK_CONFIG_NAME, {"family": task.family, **task_config})
     if metrics is not None:
         write_json(directory / "metrics.json", metrics)
     if preds is not None:
@@ -142,6 +144,7 @@ def finetune(
     output_dir: str | os.PathLike,
     args: FinetuneArgs,
     ctx: DistContext | None = None,
+    resume_keys: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``model`` on ``train_examples``; keep the checkpoint with the best dev ``task.main_metric``
     in ``output_dir``. Returns the best dev metrics (or the last training loss when there is no dev set).
@@ -151,7 +154,11 @@ def finetune(
     then ``batch_size * grad_accum * world_size`` examples); rank 0 alone evaluates and writes.
 
     On SIGTERM / SIGINT the current optimizer step finishes, a checkpoint is written and ``Interrupted`` is raised
-    (exit code 128 + signal); ``args.resume`` then continues from it, bit for bit as if never stopped."""
+    (exit code 128 + signal); ``args.resume`` then continues from it, bit for bit as if never stopped.
+
+    ``model`` may be any module whose forward in training mode returns an output with a ``.loss`` (a recipe's own
+    loss: ``bertkit.recipes.distill``) and in eval mode the task head's output; ``resume_keys`` are that recipe's
+    settings a resumed run must share."""
     from tqdm import tqdm
 
     ctx = ctx or DistContext(device=torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu")))
@@ -176,6 +183,7 @@ def finetune(
         "args": {k: getattr(args, k) for k in RESUME_KEYS},
         "train_examples": len(train_features),
         "world_size": ctx.world_size,
+        **(resume_keys or {}),
     }
     run = Run(
         output_dir,

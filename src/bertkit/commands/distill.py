@@ -1,0 +1,130 @@
+"""``bertkit distill``: distil a fine-tuned teacher directory into a smaller student on the teacher's task.
+
+    bertkit distill --teacher runs/sst2-base --student bert-mini --train train.tsv --dev dev.tsv \\
+        [--unlabeled more.tsv ...] --output runs/sst2-mini
+
+The student is a preset (``bert-tiny`` ... ``modernbert-mini`` ...), a pre-trained directory with the teacher's
+vocabulary, or ``layers:K`` (every K-th layer of the teacher). The training flags are ``bertkit finetune``'s; the
+output is a fine-tuned model directory like the one ``finetune`` writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertkit.commands.finetune import FILES, FinetuneFiles, load_finetuned, run_in_context
+from bertkit.errors import InputError
+from bertkit.options import add_options, from_args, option
+from bertkit.tasks.options import TaskOptions
+
+
+@dataclass(kw_only=True)
+class DistillFiles(FinetuneFiles):
+    """What ``bertkit distill`` reads and writes: ``finetune``'s files, the teacher and student for its model."""
+
+    model: str | None = option(None, skip=True)
+    teacher: str = option(required=True, group=FILES, help="fine-tuned teacher directory (bertkit finetune's output)")
+    student: str = option(
+        required=True,
+        group=FILES,
+        help="a preset (bert-tiny, bert-mini..., modernbert-tiny...; random, the teacher's vocabulary), a "
+        "pre-trained directory with the teacher's vocabulary, or layers:K (every K-th layer of the teacher, "
+        "starting with the first: DistilBERT's initialisation)",
+    )
+    unlabeled: list[str] = option(
+        default_factory=list,
+        nargs="+",
+        group=FILES,
+        metavar="FILE",
+        help="more training text in the --train format, labels absent or ignored: the teacher labels it",
+    )
+
+
+EMBEDDINGS = "embeddings"  # --task of sentence-embedding distillation (a teacher with sentence-transformers files)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from bertkit.recipes.distill import DistillArgs
+    from bertkit.tasks import TASK_NAMES
+
+    parser.add_argument(
+        "--task",
+        choices=(*TASK_NAMES, EMBEDDINGS),
+        metavar="TASK",
+        help=f"the teacher's task (default: the one it was fine-tuned on): {', '.join(TASK_NAMES)}; or {EMBEDDINGS} "
+        "(default for a teacher with sentence-transformers files): sentence vectors by MSE, --train / --unlabeled "
+        "plain text (one per line) or --text-column of a table, --dev STS pairs",
+    )
+    add_options(parser, DistillFiles)
+    add_options(parser, DistillArgs)
+    add_options(parser, TaskOptions)
+
+
+def run(args: argparse.Namespace) -> int:
+    """One process, or one of ``torchrun --nproc_per_node N -m bertkit.cli distill ...``."""
+    return run_in_context(args, _run)
+
+
+def _run(args: argparse.Namespace, ctx) -> int:
+    from bertkit.recipes.distill import DistillArgs, build_student, check_args
+    from bertkit.recipes.finetune import set_seed
+    from bertkit.tasks import read_task_config
+
+    files: DistillFiles = from_args(DistillFiles, args)
+    train_args: DistillArgs = from_args(DistillArgs, args, device=str(ctx.device))
+    check_args(train_args)
+    if files.dropout is not None and not 0.0 <= files.dropout < 1.0:
+        raise InputError(f"--dropout must be in [0, 1), got {files.dropout}")
+    teacher_dir = Path(files.teacher)
+    if not teacher_dir.is_dir():
+        raise InputError(f"--teacher {teacher_dir}: no such directory")
+    saved_task = read_task_config(teacher_dir).get("task")
+    if args.task and saved_task and args.task != saved_task:
+        raise InputError(f"--task {args.task}: the teacher {teacher_dir} was fine-tuned on {saved_task}")
+    embeddings = args.task == EMBEDDINGS or (not saved_task and (teacher_dir / "modules.json").is_file())
+    read = _embedding_data if embeddings else _task_data
+    task, teacher, tokenizer, train, dev, recipe = read(teacher_dir, files, args)
+    set_seed(train_args.seed)  # a random student (and its head) follows --seed
+    student = build_student(files.student, teacher, task, tokenizer, teacher_dir)
+    if files.dropout is not None:
+        student.set_dropout(files.dropout)
+    summary = recipe(task, teacher, student, tokenizer, train, dev, files.output, train_args, ctx, str(teacher_dir))
+    if ctx.is_main:
+        print(json.dumps({"output": str(files.output), **summary}, sort_keys=True))
+    return 0
+
+
+def _task_data(teacher_dir: Path, files: DistillFiles, args: argparse.Namespace):
+    """(task, teacher, tokenizer, training examples (--unlabeled ones without labels), dev examples, recipe)."""
+    from bertkit.recipes.distill import distill, without_labels
+
+    task, teacher, tokenizer = load_finetuned(teacher_dir, args.task, args)
+    train = task.read(files.train, labelled=True, skip_bad_rows=args.skip_bad_rows)
+    dev = task.read(files.dev, labelled=True, skip_bad_rows=args.skip_bad_rows) if files.dev else None
+    if files.max_train_examples:
+        del train[files.max_train_examples :]
+    if dev is not None and files.max_eval_examples:
+        del dev[files.max_eval_examples :]
+    for path in files.unlabeled:
+        train.extend(without_labels(task, task.read(path, labelled=False, skip_bad_rows=args.skip_bad_rows)))
+    return task, teacher, tokenizer, train, dev, distill
+
+
+def _embedding_data(teacher_dir: Path, files: DistillFiles, args: argparse.Namespace):
+    """(task, teacher, tokenizer, training texts (--train, then --unlabeled), STS dev rows, recipe)."""
+    from bertkit.embeddings.data import read_scored, read_texts
+    from bertkit.recipes.distill_embeddings import distill_embeddings, load_teacher
+
+    task, teacher, tokenizer = load_teacher(teacher_dir, args.max_seq_length)
+    texts: list[str] = []
+    for n, path in enumerate([files.train, *files.unlabeled]):
+        rows = read_texts(path, args.text_column, args.data_format, args.skip_bad_rows).column(0)
+        texts += rows[: files.max_train_examples or None] if n == 0 else rows
+    dev = read_scored(files.dev, skip_bad_rows=args.skip_bad_rows) if files.dev else None
+    if dev is not None and files.max_eval_examples:
+        del dev.rows[files.max_eval_examples :]
+        del dev.scores[files.max_eval_examples :]
+    return task, teacher, tokenizer, texts, dev, distill_embeddings
