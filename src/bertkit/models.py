@@ -158,6 +158,15 @@ def of_config(config: Any) -> Architecture:
     return REGISTRY.get(kind or DEFAULT, REGISTRY[DEFAULT])
 
 
+def of_preset(name: str) -> Architecture:
+    """The architecture whose size presets include ``name`` (``modernbert-tiny``: ModernBERT's; ``bert-tiny``:
+    BERT's)."""
+    for arch in REGISTRY.values():
+        if arch.model_type != DEFAULT and name.startswith(arch.preset_prefix):
+            return arch
+    return REGISTRY[DEFAULT]
+
+
 def of_class_name(name: str) -> tuple[Architecture, str] | None:
     """(architecture, head role) of a class name such as ``ModernBertForSequenceClassification``; None when no
     architecture has it."""

@@ -151,7 +151,7 @@ BOUNDS: dict[str, tuple] = {
         ),
         _POSITIVE,
     ),
-    **dict.fromkeys(("warmup_fraction", "short_seq_prob"), _FRACTION),
+    **dict.fromkeys(("warmup_fraction", "short_seq_prob", "alpha"), _FRACTION),  # alpha: distill's soft-target share
     **dict.fromkeys(("dropout", "mask_prob", "eval_fraction"), (0, 1, False, True)),
     "port": (0, 65535, False, False),
     "layer": (None, None, False, False),  # attention: 1..L, or -1 for the last (the model checks the range)

@@ -143,18 +143,19 @@ def _every_kth_layer(teacher: nn.Module, spec: str) -> nn.Module:
 
 def _from_preset(name: str, teacher: nn.Module, task, tokenizer) -> nn.Module:
     """A random student of preset ``name`` over the teacher's vocabulary, with the task's head."""
-    from bertkit.modeling_modernbert import COUNTERPARTS, ModernBertConfig
+    from bertkit import models
 
     config = teacher.config
     sizes: dict[str, Any] = dict(vocab_size=config.vocab_size, pad_token_id=tokenizer.pad_token_id)
     sizes.update(task.model_overrides())
     sizes["max_position_embeddings"] = config.max_position_embeddings
-    if name.startswith("modernbert"):
+    arch = models.of_preset(name)
+    if arch.model_type != models.DEFAULT:  # its own special-token ids: the teacher's tokenizer's
         ids = dict(cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id)
-        student_config = ModernBertConfig.from_preset(
+        student_config = arch.config_class().from_preset(
             name, **sizes, **ids, bos_token_id=ids["cls_token_id"], eos_token_id=ids["sep_token_id"]
         )
-        return COUNTERPARTS[task.head](student_config)
+        return arch.model_class(models.ROLES[task.head])(student_config)
     from bertkit.config import BertConfig
 
     type_vocab = getattr(config, "type_vocab_size", 2)

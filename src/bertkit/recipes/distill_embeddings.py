@@ -56,7 +56,7 @@ class EmbeddingTask:
         return {}
 
     def load_model(self, model_dir, finetuned: bool = False):
-        from bertkit.modeling_modernbert import for_directory
+        from bertkit.models import for_directory
 
         return for_directory(self.model_class, model_dir).from_pretrained(model_dir)
 
