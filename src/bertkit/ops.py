@@ -83,18 +83,16 @@ class _BlockwiseCrossEntropy(torch.autograd.Function):
         M = logits.size(0)
         scale = grad.float() / M
         out = torch.empty_like(logits)
+        # fp32 logits: the softmax is computed in ``out`` itself (one pass, no temporary), and the logits stay intact,
+        # since the caller may still read them (the training-window accuracy); lower precisions in an fp32 copy
+        in_place = logits.dtype == torch.float32
         for s in range(0, M, _ROWS_PER_BLOCK):
             e = min(s + _ROWS_PER_BLOCK, M)
-            # fp32 logits: the softmax is computed in ``out`` itself (one pass, no temporary), and the logits stay
-            # intact, since the caller may still read them (the training-window accuracy); lower precisions in fp32
-            if logits.dtype == torch.float32:
-                block = out[s:e]
-                block.copy_(logits[s:e]).sub_(lse[s:e, None]).exp_()  # softmax
-            else:
-                block = logits[s:e].float().sub_(lse[s:e, None]).exp_()
+            block = out[s:e].copy_(logits[s:e]) if in_place else logits[s:e].float()
+            block.sub_(lse[s:e, None]).exp_()  # softmax
             block[torch.arange(e - s, device=block.device), labels[s:e]] -= 1.0
             block.mul_(scale)
-            if block.data_ptr() != out[s:e].data_ptr():
+            if not in_place:
                 out[s:e] = block
         return out, None
 

@@ -1,6 +1,6 @@
 """The books a training run keeps, the same for every recipe: the run directory and its resume keys, the training
 loss so far, the dev history and the best record (saved with the model when it improves), resumable checkpoints of
-all of it with the TrainState and the recipe's extras, the eval / save / stop cadence after each step, and the
+all of it with the TrainState, the eval / save / stop cadence after each step, and the
 final ``train_log.json``. A recipe says what is evaluated and how the model is saved::
 
     run = Run(output, ctx, keys, main_metric="accuracy", quiet=args.quiet)
@@ -59,7 +59,6 @@ class Run:
         self.best: dict[str, Any] | None = None
         self.history: list[dict] = []
         self.loss_sum, self.loss_n, self.seen = 0.0, 0, 0
-        self.extras: dict[str, Any] = {}  # the recipe's own state, saved in every checkpoint
         self.t0, self.elapsed0 = time.perf_counter(), 0.0
         self.board = None  # a TensorBoard EventWriter, when the recipe asks for one
         if ctx.is_main:
@@ -78,7 +77,6 @@ class Run:
             state.load(saved, self.ctx)
             self.best, self.history = saved["best"], saved["history"]
             self.loss_sum, self.loss_n, self.seen = (list(saved["loss"]) + [0])[:3]
-            self.extras = saved.get("extras") or {}
             self.elapsed0 = state.elapsed
         self.dir.write_keys(self.keys)
         if tensorboard and self.ctx.is_main:
@@ -127,8 +125,7 @@ class Run:
         distributed.barrier(ctx)
 
     def checkpoint(self, eval_pending: bool) -> Path | None:
-        """A resumable checkpoint (every rank calls it): the TrainState, the books and the recipe's extras; its
-        path on every rank."""
+        """A resumable checkpoint (every rank calls it): the TrainState and the books; its path on every rank."""
         self.state.elapsed = self.seconds()
         path = self.state.save(
             self.dir.checkpoints,
@@ -139,7 +136,6 @@ class Run:
             history=self.history,
             eval_pending=eval_pending,
             run=self.keys,
-            extras=self.extras,
         )
         return distributed.broadcast_object(self.ctx, path)
 
