@@ -237,7 +237,7 @@ class Encoder:
         has_pooler: bool | None = None,
         mlm_head: Any = None,
     ):
-        bases = tuple(arch.model_class("base") for arch in models.REGISTRY.values())
+        bases = models.base_classes()
         bert = model if isinstance(model, bases) else (getattr(model, "bert", None) or getattr(model, "model", None))
         if not isinstance(bert, bases):
             names = ", ".join(b.__name__ for b in bases)

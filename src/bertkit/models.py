@@ -158,6 +158,11 @@ def of_config(config: Any) -> Architecture:
     return REGISTRY.get(kind or DEFAULT, REGISTRY[DEFAULT])
 
 
+def base_classes() -> tuple[type, ...]:
+    """Every architecture's bare encoder class (``BertModel``, ``ModernBertModel``): what an isinstance asks."""
+    return tuple(arch.model_class("base") for arch in REGISTRY.values())
+
+
 def of_preset(name: str) -> Architecture:
     """The architecture whose size presets include ``name`` (``modernbert-tiny``: ModernBERT's; ``bert-tiny``:
     BERT's)."""

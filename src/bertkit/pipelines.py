@@ -334,7 +334,7 @@ class Pipeline:
         absent), int8 if the pipeline is. An exported directory without PyTorch weights has no encoder: InputError."""
         from bertkit.features import Encoder
 
-        bases = tuple(arch.model_class("base") for arch in models.REGISTRY.values())
+        bases = models.base_classes()
         # BERT's heads and the feature-based tagger hold ``bert``; ModernBERT's heads ``model``
         bert = next(
             (m for m in (getattr(self.model, a, None) for a in ("bert", "model")) if isinstance(m, bases)), None
