@@ -450,18 +450,10 @@ class OnnxEncoderRunner:
         return tuple(tensors[: depth + 1]), (tensors[depth + 1] if len(tensors) > depth + 1 else None)
 
 
-def use_onnx_runtime(
-    encoder, directory: str | os.PathLike, quantize: str | None = None, cache: str | os.PathLike | None = None
-):
-    """Give ``encoder`` (a CPU :class:`bertkit.Encoder`) an :class:`OnnxEncoderRunner` on the directory's encoder
-    graph with every layer's output (``encoder.onnx`` / ``encoder.int8.onnx``, or one exported now). Its pooling,
-    batching and results stay the Encoder's; it then computes in fp32 (int8 inside the graph)."""
-    if encoder.device.type != "cpu":
-        raise InputError("backend 'onnx' runs on the CPU (onnxruntime's CPU provider): use device='cpu'")
-    encoder.runner = OnnxEncoderRunner(
-        onnx_file(directory, quantize, hidden_states=True, cache=cache), encoder.config, encoder.num_layers
-    )
-    encoder.precision = "fp32"
-    encoder.backend = "onnx"
-    encoder.onnx_path = encoder.runner.path
-    return encoder
+def onnx_runner(
+    config, num_layers: int, directory: str | os.PathLike, quantize: str | None = None, cache=None
+) -> OnnxEncoderRunner:
+    """An :class:`OnnxEncoderRunner` on the directory's encoder graph with every layer's output (``encoder.onnx`` /
+    ``encoder.int8.onnx``, or one exported now): what a CPU :class:`bertkit.Encoder` with ``backend='onnx'`` computes
+    with. Writes at most the exported graph; changes no object it is given."""
+    return OnnxEncoderRunner(onnx_file(directory, quantize, hidden_states=True, cache=cache), config, num_layers)

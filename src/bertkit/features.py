@@ -333,10 +333,13 @@ class Encoder:
     def _finish(self, path: Path, quantize: str | None, backend: str, sentence) -> Encoder:
         """The last steps of loading either architecture: the ONNX runner, and a sentence-transformers directory's
         pooling, normalisation and length as this encoder's defaults."""
-        if backend == "onnx":
-            from bertkit.export import use_onnx_runtime
+        if backend == "onnx":  # its pooling, batching and results stay the Encoder's; fp32 (int8 inside the graph)
+            from bertkit.export import onnx_runner
 
-            use_onnx_runtime(self, path, quantize)
+            if self.device.type != "cpu":
+                raise InputError("backend 'onnx' runs on the CPU (onnxruntime's CPU provider): use device='cpu'")
+            self.runner = onnx_runner(self.config, self.num_layers, path, quantize)
+            self.precision, self.backend, self.onnx_path = "fp32", "onnx", self.runner.path
         if sentence is not None:
             self.defaults = EncodeDefaults(
                 (-1,), sentence.pooling, sentence.normalize, sentence.max_seq_length or EncodeDefaults.max_length

@@ -125,3 +125,14 @@ def test_resolve_meter_tasks():
     assert resolve_meter_tasks("SST-2, conll2003,cola,sst2") == ["sst2", "conll", "cola"]
     with pytest.raises(InputError, match="names no task"):
         resolve_meter_tasks(" , ")
+
+
+def test_default_lr_grid_follows_the_models_width(tmp_path):
+    """Narrow models fine-tune best at larger learning rates: the grid is chosen from config.json's hidden_size,
+    and a directory without a readable one gets the wide models' grid."""
+    for hidden, grid in ((128, [3e-4, 1e-3, 3e-3]), (256, [1e-4, 3e-4, 1e-3]), (768, [5e-5, 1e-4, 3e-4])):
+        d = tmp_path / str(hidden)
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"hidden_size": hidden}), encoding="utf-8")
+        assert downstream.default_lrs(d) == grid
+    assert downstream.default_lrs(tmp_path / "missing") == [5e-5, 1e-4, 3e-4]

@@ -152,6 +152,31 @@ def test_recipe_choice_budget_with_max_time_paper_otherwise_and_flags_win(tmp_pa
     assert "nsp=False (set)" in line and "lr=0.0003 (set)" in line
 
 
+def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
+    """--max-time without --arch/--model-size/--vocab-size builds the budget recipe's model (ModernBERT-tiny on an
+    8,000-token vocabulary: the downstream meter's winner); the paper recipe keeps BERT-mini and 30,522 tokens;
+    ELECTRA trains a BERT discriminator of the recipe's size; --init-from continues the model's own architecture;
+    what the user sets wins."""
+    from bertkit.recipes.pretrain import PretrainConfig, resolve_recipe
+
+    def chosen(**kw):
+        cfg = PretrainConfig(corpus=["x"], output="o", **kw)
+        return cfg.arch, cfg.model_size, cfg.vocab_size
+
+    assert chosen(max_time=60) == ("modernbert", "modernbert-tiny", 8000)
+    assert chosen(max_steps=10) == ("bert", "bert-mini", 30522)
+    assert chosen(max_time=60, objective="electra") == ("bert", "bert-tiny", 8000)
+    assert chosen(max_time=60, arch="bert", vocab_size=500) == ("bert", "bert-tiny", 500)
+    assert chosen(max_steps=10, arch="modernbert") == ("modernbert", "modernbert-mini", 30522)
+    init = tmp_path / "mb"
+    init.mkdir()
+    (init / "config.json").write_text('{"model_type": "modernbert", "hidden_size": 64}', encoding="utf-8")
+    (init / "vocab.txt").write_text("[PAD]\n", encoding="utf-8")
+    assert chosen(max_steps=10, init_from=str(init))[0] == "modernbert"
+    _, line = resolve_recipe(PretrainConfig(corpus=["x"], output="o", max_time=60))
+    assert line.startswith("recipe budget: modernbert-tiny, vocabulary 8000 tokens trained on the corpus;")
+
+
 def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):
     """torchrun with more processes per node than GPUs: a one-line error naming the fix, not CUDA's "invalid device
     ordinal" from deep inside set_device (seen with --nproc_per_node 2 on a one-GPU machine)."""

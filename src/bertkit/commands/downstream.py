@@ -36,9 +36,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", default="3", help="fine-tuning seeds: a count N (1..N) or a list (default 3)")
     parser.add_argument(
         "--lr",
-        default="5e-5,1e-4,3e-4",
-        help="the learning-rate grid both routes share (default 5e-5,1e-4,3e-4: small models fine-tune best above "
-        "BERT-base's 2e-5..5e-5; BENCHMARKS.md's bert-mini runs peaked at 1e-4..3e-4)",
+        default=None,
+        help="the learning-rate grid both routes share (default by the model's width: 3e-4,1e-3,3e-3 up to hidden "
+        "size 128, where the tiny models' best lrs were 3e-4..1e-3 for both routes; 1e-4,3e-4,1e-3 up to 256; "
+        "5e-5,1e-4,3e-4 above: docs/pretraining.md, 'Which model for a budget')",
     )
     parser.add_argument(
         "--sst2-examples",
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
     from bertkit.commands.glue import parse_lrs, parse_seeds, parse_time
     from bertkit.errors import InputError
-    from bertkit.experiments.downstream import DownstreamMeter, MeterConfig, resolve_meter_tasks
+    from bertkit.experiments.downstream import DownstreamMeter, MeterConfig, default_lrs, resolve_meter_tasks
     from bertkit.training.interrupt import GracefulStop
     from bertkit.training.rundir import check_writable
 
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         output=Path(args.output),
         tasks=resolve_meter_tasks(args.tasks),
         seeds=parse_seeds(args.seeds),
-        lrs=parse_lrs(args.lr),
+        lrs=parse_lrs(args.lr) if args.lr else default_lrs(Path(args.model)),
         sst2_examples=args.sst2_examples,
         max_train_examples=args.max_train_examples,
         epochs=args.epochs,

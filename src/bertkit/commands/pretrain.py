@@ -97,8 +97,9 @@ def config_from_args(args: argparse.Namespace):
     from bertkit.recipes.pretrain import PretrainConfig
 
     overrides = parse_overrides(args.config_overrides)
-    check_overrides(overrides, args.arch, args.model_size, args.init_from)
-    return from_args(PretrainConfig, args, config_overrides=overrides)
+    cfg = from_args(PretrainConfig, args, config_overrides=overrides)  # the recipe's model filled in
+    check_overrides(overrides, cfg.arch, cfg.model_size, cfg.init_from)
+    return cfg
 
 
 def run(args: argparse.Namespace) -> int:

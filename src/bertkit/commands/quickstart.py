@@ -139,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
         corpus=[str(p) for p in corpus],
         output=args.output,
         vocab_size=args.vocab_size,
+        arch="bert",  # the demo measured in docs/pretraining.md ("The quickstart"), not the budget default
         model_size=args.model_size,
         seq_len=args.seq_len,
         batch_size=args.batch_size,

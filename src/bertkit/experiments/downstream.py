@@ -127,6 +127,20 @@ def meter_score(task: MeterTask, metrics: dict[str, Any]) -> float:
     return 100.0 * sum(float(metrics[m]) for m in task.metrics) / len(task.metrics)
 
 
+LR_GRIDS = ((128, [3e-4, 1e-3, 3e-3]), (256, [1e-4, 3e-4, 1e-3]))  # up to this hidden size: this grid
+WIDE_LRS = [5e-5, 1e-4, 3e-4]  # wider models: BERT-base's 2e-5..5e-5 and a little above
+
+
+def default_lrs(model_dir: Path) -> list[float]:
+    """The meter's default lr grid for a model: narrower models fine-tune best at larger learning rates (measured:
+    docs/pretraining.md, "Which model for a budget"). Unknown width: the wide grid."""
+    try:
+        hidden = int(json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))["hidden_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return list(WIDE_LRS)
+    return next((list(grid) for width, grid in LR_GRIDS if hidden <= width), list(WIDE_LRS))
+
+
 def random_init(model_dir: Path, out: Path, seed: int) -> Path:
     """``out``: the encoder of ``model_dir``'s architecture and config, initialised afresh (the model's own init,
     seeded with ``seed``), with ``model_dir``'s tokenizer files. The same config and seed give the same weights."""

@@ -92,7 +92,7 @@ BUDGET_LR = {"bert-tiny": 4e-3, "bert-mini": 1e-3, "bert-small": 5e-4, "bert-med
 
 def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     """``cfg`` with every recipe choice the user left unset filled in, and a line saying what was chosen."""
-    name = cfg.recipe or ("budget" if cfg.max_time is not None else "paper")
+    name = cfg.recipe_name()
     table = dict(BUDGET if name == "budget" else PAPER)
     size = cfg.model_size
     if cfg.arch == "modernbert":  # its own recipe's masking and objectives; lr as BERT's of the same size
@@ -110,7 +110,10 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
         table["lr"] = BUDGET_LR.get(size, 2e-4) if not cfg.init_from else 1e-4
     chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
     resolved = dataclasses.replace(cfg, recipe=name, **chosen)
-    shown = ", ".join(f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in table)
+    vocab = resolved.vocab or f"{resolved.vocab_size} tokens trained on the corpus"
+    shown = f"{resolved.model_size}, vocabulary {vocab}; " + ", ".join(
+        f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in table
+    )
     return resolved, f"recipe {name}: {shown}"
 
 

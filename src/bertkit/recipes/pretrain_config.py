@@ -44,6 +44,14 @@ def parse_mask_mix(text: str) -> tuple[float, float, float]:
 
 
 RECIPES = ("budget", "paper")
+# the model each recipe builds when --arch / --model-size / --vocab-size are left out. The budget recipe's is the one
+# that fine-tuned best after minutes of pre-training (issue 33's downstream meter; docs/pretraining.md, "Which
+# model for a budget"): ModernBERT-tiny on an 8,000-token vocabulary. ELECTRA and --init-from keep BERT / the
+# model's own architecture.
+MODEL_DEFAULTS = {
+    "budget": {"arch": "modernbert", "model_size": "modernbert-tiny", "vocab_size": 8000},
+    "paper": {"arch": "bert", "model_size": "bert-mini", "vocab_size": 30522},
+}
 SCHEDULES = ("linear", "trapezoid", "onecycle")
 
 
@@ -125,7 +133,9 @@ class PretrainConfig:
             "an existing vocab.txt (or a directory with one); without it a vocabulary is trained on the corpus first"
         ),
     )
-    vocab_size: int = _run_key(30522, group=_D, help="size of the trained vocabulary")
+    vocab_size: int | None = _run_key(
+        None, group=_D, help="size of the trained vocabulary (default: budget recipe 8000, paper 30522)"
+    )
     lowercase: bool | None = _run_key(None, skip=True)  # --lowercase/--cased; None: uncased for a trained vocabulary
     workers: int | None = option(None, group=_D, help="preprocessing processes (default: every core)")
     prepare_on: str = option(
@@ -144,21 +154,23 @@ class PretrainConfig:
         help=("processes building batches during training (default: 2 on a GPU; on CPU 0, a background thread)"),
     )
 
-    arch: str = _run_key(
-        "bert",
+    arch: str | None = _run_key(
+        None,
         choices=("bert", "modernbert"),
         group=_M,
         help=(
             "bert: Devlin et al.'s; modernbert: Warner et al.'s (rotary, GeGLU, pre-norm, sliding windows; "
-            "30%% masking, no NSP; saved in transformers' ModernBERT layout)"
+            "30%% masking, no NSP; saved in transformers' ModernBERT layout). Default: modernbert with the budget "
+            "recipe, bert with the paper recipe or --objective electra, the model's own with --init-from"
         ),
     )
-    model_size: str = _run_key(
-        "bert-mini",
+    model_size: str | None = _run_key(
+        None,
         group=_M,
         help=(
             "bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large; with --arch modernbert: "
-            "modernbert-tiny | -mini | -small | -base | -large (bert-X names map to modernbert-X)"
+            "modernbert-tiny | -mini | -small | -base | -large (bert-X names map to modernbert-X). Default: "
+            "modernbert-tiny with the budget recipe, bert-mini with the paper recipe"
         ),
     )
     objective: str = _run_key(
@@ -346,6 +358,28 @@ class PretrainConfig:
                         "WordPiece vocabulary: whole-word masking follows its ## pieces)"
                     )
                 self.vocab = str(init)  # the model's own vocabulary (and tokenizer config)
+        self._choose_model()
+
+    def recipe_name(self) -> str:
+        """``--recipe``, or the default: budget with ``--max-time``, paper otherwise."""
+        return self.recipe or ("budget" if self.max_time is not None else "paper")
+
+    def _choose_model(self) -> None:
+        """Fill in the architecture, size and vocabulary size the user left out, from the recipe's MODEL_DEFAULTS;
+        ELECTRA trains a BERT discriminator, and ``--init-from`` continues the model's own architecture."""
+        defaults = MODEL_DEFAULTS[self.recipe_name()]
+        if self.arch is None:
+            if self.init_from is not None:
+                from bertkit import models
+
+                self.arch = models.of_directory(self.init_from).model_type
+            else:
+                self.arch = "bert" if self.objective == "electra" else defaults["arch"]
+        if self.model_size is None:
+            size = defaults["model_size"].split("-")[-1]  # the recipe's size, in the chosen architecture's name
+            self.model_size = f"{self.arch}-{size}"
+        if self.vocab_size is None:
+            self.vocab_size = defaults["vocab_size"]
 
     def run_record(self) -> dict[str, Any]:
         """The run keys, with paths made absolute."""
