@@ -155,8 +155,8 @@ def test_recipe_choice_budget_with_max_time_paper_otherwise_and_flags_win(tmp_pa
 def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
     """--max-time without --arch/--model-size/--vocab-size builds the budget recipe's model (ModernBERT-tiny on an
     8,000-token vocabulary: the downstream meter's winner); the paper recipe keeps BERT-mini and 30,522 tokens;
-    ELECTRA trains a BERT discriminator of the recipe's size; --init-from continues the model's own architecture;
-    what the user sets wins."""
+    ELECTRA trains a BERT discriminator of the recipe's size; --init-from continues the model's own architecture; a
+    named size names its architecture; what the user sets wins."""
     from bertkit.recipes.pretrain import PretrainConfig, resolve_recipe
 
     def chosen(**kw):
@@ -168,6 +168,8 @@ def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
     assert chosen(max_time=60, objective="electra") == ("bert", "bert-tiny", 8000)
     assert chosen(max_time=60, arch="bert", vocab_size=500) == ("bert", "bert-tiny", 500)
     assert chosen(max_steps=10, arch="modernbert") == ("modernbert", "modernbert-mini", 30522)
+    assert chosen(max_time=60, model_size="bert-mini") == ("bert", "bert-mini", 8000)  # the size names BERT
+    assert chosen(max_time=60, model_size="modernbert-small")[0] == "modernbert"
     init = tmp_path / "mb"
     init.mkdir()
     (init / "config.json").write_text('{"model_type": "modernbert", "hidden_size": 64}', encoding="utf-8")

@@ -161,7 +161,8 @@ class PretrainConfig:
         help=(
             "bert: Devlin et al.'s; modernbert: Warner et al.'s (rotary, GeGLU, pre-norm, sliding windows; "
             "30%% masking, no NSP; saved in transformers' ModernBERT layout). Default: modernbert with the budget "
-            "recipe, bert with the paper recipe or --objective electra, the model's own with --init-from"
+            "recipe, bert with the paper recipe or --objective electra; the model's own with --init-from; a "
+            "--model-size names its own"
         ),
     )
     model_size: str | None = _run_key(
@@ -366,13 +367,16 @@ class PretrainConfig:
 
     def _choose_model(self) -> None:
         """Fill in the architecture, size and vocabulary size the user left out, from the recipe's MODEL_DEFAULTS;
-        ELECTRA trains a BERT discriminator, and ``--init-from`` continues the model's own architecture."""
+        ELECTRA trains a BERT discriminator, ``--init-from`` continues the model's own architecture, and a
+        ``--model-size`` names its own (``bert-mini``: BERT; ``modernbert-mini``: ModernBERT)."""
         defaults = MODEL_DEFAULTS[self.recipe_name()]
         if self.arch is None:
-            if self.init_from is not None:
-                from bertkit import models
+            from bertkit import models
 
+            if self.init_from is not None:
                 self.arch = models.of_directory(self.init_from).model_type
+            elif self.model_size is not None:  # a named size names its architecture (bert-mini: BERT's)
+                self.arch = models.of_preset(self.model_size).model_type
             else:
                 self.arch = "bert" if self.objective == "electra" else defaults["arch"]
         if self.model_size is None:
