@@ -47,9 +47,9 @@ RECIPES = ("budget", "paper")
 # the model each recipe builds when --arch / --model-size / --vocab-size are left out. The budget recipe's is the one
 # that fine-tuned best after minutes of pre-training (issue 33's downstream meter; docs/pretraining.md, "Which
 # model for a budget"): ModernBERT-tiny on an 8,000-token vocabulary. ELECTRA and --init-from keep BERT / the
-# model's own architecture.
+# model's own architecture. Sizes are BERT's names, which models.Architecture.preset maps to the architecture's.
 MODEL_DEFAULTS = {
-    "budget": {"arch": "modernbert", "model_size": "modernbert-tiny", "vocab_size": 8000},
+    "budget": {"arch": "modernbert", "model_size": "bert-tiny", "vocab_size": 8000},
     "paper": {"arch": "bert", "model_size": "bert-mini", "vocab_size": 30522},
 }
 SCHEDULES = ("linear", "trapezoid", "onecycle")
@@ -369,19 +369,18 @@ class PretrainConfig:
         """Fill in the architecture, size and vocabulary size the user left out, from the recipe's MODEL_DEFAULTS;
         ELECTRA trains a BERT discriminator, ``--init-from`` continues the model's own architecture, and a
         ``--model-size`` names its own (``bert-mini``: BERT; ``modernbert-mini``: ModernBERT)."""
+        from bertkit import models
+
         defaults = MODEL_DEFAULTS[self.recipe_name()]
         if self.arch is None:
-            from bertkit import models
-
             if self.init_from is not None:
                 self.arch = models.of_directory(self.init_from).model_type
             elif self.model_size is not None:  # a named size names its architecture (bert-mini: BERT's)
                 self.arch = models.of_preset(self.model_size).model_type
             else:
                 self.arch = "bert" if self.objective == "electra" else defaults["arch"]
-        if self.model_size is None:
-            size = defaults["model_size"].split("-")[-1]  # the recipe's size, in the chosen architecture's name
-            self.model_size = f"{self.arch}-{size}"
+        if self.model_size is None:  # the recipe's size, in the chosen architecture's name
+            self.model_size = models.get(self.arch).preset(defaults["model_size"])
         if self.vocab_size is None:
             self.vocab_size = defaults["vocab_size"]
 
