@@ -102,12 +102,7 @@ def _task_data(teacher_dir: Path, files: DistillFiles, args: argparse.Namespace)
     from bertkit.recipes.distill import distill, without_labels
 
     task, teacher, tokenizer = load_finetuned(teacher_dir, args.task, args)
-    train = task.read(files.train, labelled=True, skip_bad_rows=args.skip_bad_rows)
-    dev = task.read(files.dev, labelled=True, skip_bad_rows=args.skip_bad_rows) if files.dev else None
-    if files.max_train_examples:
-        del train[files.max_train_examples :]
-    if dev is not None and files.max_eval_examples:
-        del dev[files.max_eval_examples :]
+    train, dev = files.read(task, args.skip_bad_rows)
     for path in files.unlabeled:
         train.extend(without_labels(task, task.read(path, labelled=False, skip_bad_rows=args.skip_bad_rows)))
     return task, teacher, tokenizer, train, dev, distill

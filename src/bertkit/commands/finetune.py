@@ -47,6 +47,16 @@ class FinetuneFiles:
         None, help="set every dropout probability (default: the model's config.json, 0.1 for Google's models)"
     )
 
+    def read(self, task, skip_bad_rows: bool) -> tuple[list, list | None]:
+        """(training examples, dev examples or None) read by ``task``, cut to --max-train/eval-examples."""
+        train = task.read(self.train, labelled=True, skip_bad_rows=skip_bad_rows)
+        dev = task.read(self.dev, labelled=True, skip_bad_rows=skip_bad_rows) if self.dev else None
+        if self.max_train_examples:
+            del train[self.max_train_examples :]
+        if dev is not None and self.max_eval_examples:
+            del dev[self.max_eval_examples :]
+        return train, dev
+
 
 def load_model(task, model_dir: str | Path, finetuned: bool):
     """``task.load_model``, with a missing directory or weights file reported as bad input naming it."""
@@ -105,12 +115,7 @@ def _run(args: argparse.Namespace, ctx) -> int:
     if files.dropout is not None and not 0.0 <= files.dropout < 1.0:
         raise InputError(f"--dropout must be in [0, 1), got {files.dropout}")
     task = get_task(args.task, **task_options(args))
-    train = task.read(files.train, labelled=True, skip_bad_rows=train_args.skip_bad_rows)
-    dev = task.read(files.dev, labelled=True, skip_bad_rows=train_args.skip_bad_rows) if files.dev else None
-    if files.max_train_examples:
-        del train[files.max_train_examples :]
-    if dev is not None and files.max_eval_examples:
-        del dev[files.max_eval_examples :]
+    train, dev = files.read(task, train_args.skip_bad_rows)
     task.fit_labels(train)
     tokenizer = load_tokenizer(files.model)
     set_seed(train_args.seed)  # the new head's initialisation follows --seed too
