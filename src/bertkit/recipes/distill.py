@@ -33,6 +33,7 @@ from bertkit.errors import InputError
 from bertkit.options import option
 from bertkit.recipes.finetune import FinetuneArgs, finetune
 from bertkit.tasks import LABEL_KEYS, pad
+from bertkit.training import distributed
 from bertkit.training.distributed import DistContext
 
 DISTILL = "distillation"
@@ -359,7 +360,7 @@ def distill(
     teacher alone); keep the student with the best dev ``task.main_metric`` in ``output_dir``. Returns the best dev
     metrics, as :func:`bertkit.recipes.finetune.finetune` (whose loop, checkpoints and resume this is)."""
     check_args(args)
-    ctx = ctx or DistContext(device=torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu")))
+    ctx = ctx or distributed.local(args.device)
     if getattr(teacher, "config", None) is None:
         raise InputError("--teacher: a feature-based tagger cannot teach (distil the fine-tuned BERT kind)")
     teacher.to(ctx.device)

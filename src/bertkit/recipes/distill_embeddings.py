@@ -31,6 +31,7 @@ from bertkit.recipes.finetune import finetune
 from bertkit.st_format import TO_ST_POOLING, read_sentence_transformers, write_sentence_transformers
 from bertkit.tasks import collate_inputs, run_inference
 from bertkit.tasks.metrics import pearson, spearman
+from bertkit.training import distributed
 from bertkit.training.distributed import DistContext
 
 PCA_TEXTS = 20000  # at most this many training texts fix the PCA reduction
@@ -192,7 +193,7 @@ def distill_embeddings(
     check_args(args)
     if args.intermediate != "none":
         raise InputError("--intermediate applies to task distillation, not to sentence embeddings")
-    ctx = ctx or DistContext(device=torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu")))
+    ctx = ctx or distributed.local(args.device)
     teacher.to(ctx.device).eval()
     hs, ht = student.config.hidden_size, teacher.config.hidden_size
     if hs > ht:

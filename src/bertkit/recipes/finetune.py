@@ -161,7 +161,7 @@ def finetune(
     settings a resumed run must share."""
     from tqdm import tqdm
 
-    ctx = ctx or DistContext(device=torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu")))
+    ctx = ctx or distributed.local(args.device)
     if args.grad_accum < 1 or args.batch_size < 1:
         raise InputError(f"--batch-size and --grad-accum must be >= 1, got {args.batch_size} and {args.grad_accum}")
     torch.set_num_threads(args.threads or torch.get_num_threads())

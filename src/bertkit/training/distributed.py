@@ -31,6 +31,14 @@ class DistContext:
         return self.world_size > 1
 
 
+def local(device: str | None = None) -> DistContext:
+    """One process on ``device`` (default: cuda where a GPU is available, else cpu), no process group: what a
+    recipe called from Python without a context runs in."""
+    from bertkit.precision import resolve_device
+
+    return DistContext(device=torch.device(resolve_device(device)))
+
+
 def setup(device: str | None = None) -> DistContext:
     """Initialise the process group when launched by torchrun; pick the device (``cuda:LOCAL_RANK`` or cpu)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
