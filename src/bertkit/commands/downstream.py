@@ -38,7 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--lr",
         default=None,
         help="the learning-rate grid both routes share (default by the model's width: 3e-4,1e-3,3e-3 up to hidden "
-        "size 128, where the tiny models' best lrs were 3e-4..1e-3 for both routes; 1e-4,3e-4,1e-3 up to 256; "
+        "size 128, where the tiny models' best lrs were 3e-4..3e-3 and 1e-2 was worse; 1e-4,3e-4,1e-3 up to 256; "
         "5e-5,1e-4,3e-4 above: docs/pretraining.md, 'Which model for a budget')",
     )
     parser.add_argument(
