@@ -123,11 +123,25 @@ def test_electra_run_saves_a_bert_its_head_and_generator(corpus, tmp_path, capsy
     assert max(float((before[k] - after[k]).abs().max()) for k in before if "pooler" not in k) < 1e-6
 
     # refusals, one line each, before anything is written
-    for extra, words in ((["--arch", "modernbert"], "--arch modernbert"), (["--nsp"], "--nsp")):
-        bad = tmp_path / "bad"
-        assert main(_cmd(corpus, bad, "--max-steps", "2", *extra)[1:]) == 2
-        err = capsys.readouterr().err.strip()
-        assert words in err and "electra" in err and len(err.splitlines()) == 1
+    bad = tmp_path / "bad"
+    assert main(_cmd(corpus, bad, "--max-steps", "2", "--nsp")[1:]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--nsp" in err and "electra" in err and len(err.splitlines()) == 1
+
+
+def test_electra_with_a_modernbert_discriminator_saves_a_modernbert(corpus, tmp_path):
+    """--arch modernbert: the discriminator saved as a ModernBERT encoder, its generator a ModernBERT masked LM that
+    the honest held-out meter reads."""
+    from bertkit.cli import main
+    from bertkit.modeling_modernbert import ModernBertModel
+    from bertkit.recipes.pretrain import held_out_accuracy
+
+    out = tmp_path / "mb"
+    assert main(_cmd(corpus, out, "--max-steps", "4", "--arch", "modernbert")[1:]) == 0
+    assert json.loads((out / "config.json").read_text())["model_type"] == "modernbert"
+    assert len(ModernBertModel.from_pretrained(out).layers) == 3  # modernbert-tiny
+    assert json.loads((out / "generator" / "config.json").read_text())["num_hidden_layers"] == 1
+    assert held_out_accuracy(out)["masked_tokens"] > 0
 
 
 def test_kill_9_then_resume_matches_uninterrupted(corpus, tmp_path):

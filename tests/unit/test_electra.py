@@ -19,10 +19,17 @@ from bertkit.recipes.electra import ElectraPretraining, RtdScore, auc, corrupt, 
 CONFIG = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
 
 
-def _model(seed: int = 0, **overrides) -> ElectraPretraining:
+def _model(seed: int = 0, arch: str = "bert", **overrides) -> ElectraPretraining:
     torch.manual_seed(seed)
-    config = BertConfig(**{**CONFIG, **overrides})
-    return ElectraPretraining(BertModel(config), BertForMaskedLM(dataclasses.replace(config, num_hidden_layers=1)))
+    if arch == "bert":
+        config = BertConfig(**{**CONFIG, **overrides})
+        return ElectraPretraining(BertModel(config), BertForMaskedLM(dataclasses.replace(config, num_hidden_layers=1)))
+    from bertkit.modeling_modernbert import ModernBertConfig, ModernBertForMaskedLM, ModernBertModel
+
+    ids = dict(pad_token_id=0, cls_token_id=2, bos_token_id=2, sep_token_id=3, eos_token_id=3)
+    config = ModernBertConfig(**{**CONFIG, "intermediate_size": 36, **ids, **overrides})
+    one = dataclasses.replace(config, num_hidden_layers=1, layer_types=config.layer_types[:1])
+    return ElectraPretraining(ModernBertModel(config), ModernBertForMaskedLM(one))
 
 
 def _batch(seed: int = 0, B: int = 13, T: int = 7) -> dict[str, torch.Tensor]:
@@ -81,6 +88,29 @@ def test_loss_shares_embeddings_and_no_gradient_flows_through_the_sampling():
     assert float(model.discriminator.embeddings.word_embeddings.weight.grad.abs().max()) > 0  # shared: both train it
 
 
+def test_a_modernbert_discriminator_shares_embeddings_and_saves_as_a_modernbert_encoder(tmp_path):
+    from bertkit.modeling_modernbert import ModernBertForMaskedLM, ModernBertModel
+
+    model = _model(arch="modernbert")
+    assert model.generator.model.embeddings is model.discriminator.embeddings
+    assert model.generator.decoder.weight is model.discriminator.embeddings.tok_embeddings.weight
+    out = model(**_batch())
+    torch.testing.assert_close(out.loss, out.mlm_loss + 50.0 * out.rtd_loss)
+    out.rtd_loss.backward()
+    assert model.generator.model.layers[0].attn.Wqkv.weight.grad is None  # no gradient through the samples
+    assert float(model.discriminator.layers[0].attn.Wqkv.weight.grad.abs().max()) > 0
+    model.eval().save_pretrained(tmp_path)
+    ids = _batch()["input_ids"]
+    torch.testing.assert_close(
+        ModernBertModel.from_pretrained(tmp_path).eval()(ids).last_hidden_state,
+        model.discriminator(ids).last_hidden_state,
+        rtol=0,
+        atol=0,
+    )
+    generator = ModernBertForMaskedLM.from_pretrained(tmp_path / electra.GENERATOR_DIR)
+    assert len(generator.model.layers) == 1
+
+
 def test_samples_follow_the_generator_and_eval_is_seeded():
     logits = torch.full((4, 99), -30.0)
     logits[torch.arange(4), torch.tensor([7, 8, 9, 10])] = 30.0
@@ -120,7 +150,8 @@ def test_rtd_figures_cannot_be_gamed_by_calling_every_token_original():
     assert r["rtd_balanced_acc"] == pytest.approx((0.75 + 87 / 96) / 2)
 
 
-def test_discriminator_learns_beyond_the_all_original_baseline(tmp_path):
+@pytest.mark.parametrize("arch", ["bert", "modernbert"])
+def test_discriminator_learns_beyond_the_all_original_baseline(tmp_path, arch):
     """20 steps on the tiny corpus's random sentences of 17 words. Scored on fresh masks and samples of a later epoch:
     the held-out split of so small a corpus is a few sequences. (Trained longer, the generator learns the 17 words
     and its samples become as likely as the originals in sentences without context: the figures then fall, as
@@ -134,7 +165,7 @@ def test_discriminator_learns_beyond_the_all_original_baseline(tmp_path):
     vocab = VocabInfo.from_tokens(TOKENIZER_VOCAB.read_text(encoding="utf-8").splitlines())
     opts = DataOptions(max_seq_length=32, batch_size=16, nsp=False, mask_prob=0.15, mask_mix=(0.85, 0.0, 0.15))
     data = PretrainingData(shards, vocab, opts)
-    model = _model(vocab_size=vocab.vocab_size)
+    model = _model(arch=arch, vocab_size=vocab.vocab_size)
     optimizer = build_optimizer(model, lr=3e-3)
     scored = [{k: torch.from_numpy(v) for k, v in data.batch(50, i).items()} for i in range(8)]
 

@@ -165,7 +165,8 @@ def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
 
     assert chosen(max_time=60) == ("modernbert", "modernbert-tiny", 8000)
     assert chosen(max_steps=10) == ("bert", "bert-mini", 30522)
-    assert chosen(max_time=60, objective="electra") == ("bert", "bert-tiny", 8000)
+    assert chosen(max_time=60, objective="electra") == ("modernbert", "modernbert-tiny", 8000)  # as MLM's
+    assert chosen(max_steps=10, objective="electra") == ("bert", "bert-mini", 30522)
     assert chosen(max_time=60, arch="bert", vocab_size=500) == ("bert", "bert-tiny", 500)
     assert chosen(max_steps=10, arch="modernbert") == ("modernbert", "modernbert-mini", 30522)
     assert chosen(max_time=60, model_size="bert-mini") == ("bert", "bert-mini", 8000)  # the size names BERT

@@ -268,10 +268,10 @@ def _model_and_schedule(cfg: PretrainConfig, ctx, tokenizer, shard_dir: Path, fe
     from bertkit.training.optim import build_optimizer, lr_schedule
     from bertkit.training.state import TrainState, seed_dropout
 
-    if cfg.arch == "modernbert":
-        from bertkit.recipes.modernbert import build_model as make_model
-    elif cfg.objective == "electra":
+    if cfg.objective == "electra":  # either architecture: the discriminator and its generator
         from bertkit.recipes.electra import build_model as make_model
+    elif cfg.arch == "modernbert":
+        from bertkit.recipes.modernbert import build_model as make_model
     else:
         make_model = build_model
     model, config = make_model(cfg, tokenizer, shard_dir, feed.max_len, ctx.device)
@@ -379,8 +379,8 @@ def held_out_accuracy(
     (the quickstart's: books the run never read), tokenized with the run's vocabulary."""
     import torch
 
+    from bertkit import models
     from bertkit.data.pretraining import VocabInfo
-    from bertkit.modeling import BertForPreTraining
     from bertkit.tasks.mlm import score_mlm
     from bertkit.tokenization import BertTokenizer
     from bertkit.training.distributed import DistContext
@@ -412,7 +412,9 @@ def held_out_accuracy(
     if not batches:
         raise PretrainError(f"{out}: no held-out text to evaluate on (the corpus is too small)")
     # ELECTRA's run: its generator is the masked LM (the model kept is the discriminator, which has no MLM head)
-    model = BertForPreTraining.from_pretrained(out / "generator" if cfg.objective == "electra" else out).eval()
+    where = out / "generator" if cfg.objective == "electra" else out
+    arch = models.of_directory(where)  # the masked LM of the run's architecture
+    model = arch.model_class(arch.features_role).from_pretrained(where).eval()
     score = score_mlm(model, ({k: torch.from_numpy(v) for k, v in b.items()} for b in batches), vocab.mask_id)
     return {
         "mlm_acc": score.mlm_acc,

@@ -161,7 +161,7 @@ class PretrainConfig:
         help=(
             "bert: Devlin et al.'s; modernbert: Warner et al.'s (rotary, GeGLU, pre-norm, sliding windows; "
             "30%% masking, no NSP; saved in transformers' ModernBERT layout). Default: modernbert with the budget "
-            "recipe, bert with the paper recipe or --objective electra; the model's own with --init-from; a "
+            "recipe (--objective electra too), bert with the paper recipe; the model's own with --init-from; a "
             "--model-size names its own"
         ),
     )
@@ -180,7 +180,8 @@ class PretrainConfig:
         group=_M,
         help=(
             "mlm: masked LM (BERT's); electra: replaced-token detection (Clark et al.): a small generator fills the "
-            "masked positions, the model learns which tokens were replaced; saved as a BERT, the generator in "
+            "masked positions, the model learns which tokens were replaced; the discriminator is the model saved, the "
+            "generator goes to "
             "OUTPUT/generator (recipes/electra.py)"
         ),
     )
@@ -367,7 +368,7 @@ class PretrainConfig:
 
     def _choose_model(self) -> None:
         """Fill in the architecture, size and vocabulary size the user left out, from the recipe's MODEL_DEFAULTS;
-        ELECTRA trains a BERT discriminator, ``--init-from`` continues the model's own architecture, and a
+        ``--init-from`` continues the model's own architecture, and a
         ``--model-size`` names its own (``bert-mini``: BERT; ``modernbert-mini``: ModernBERT)."""
         from bertkit import models
 
@@ -378,7 +379,7 @@ class PretrainConfig:
             elif self.model_size is not None:  # a named size names its architecture (bert-mini: BERT's)
                 self.arch = models.of_preset(self.model_size).model_type
             else:
-                self.arch = "bert" if self.objective == "electra" else defaults["arch"]
+                self.arch = defaults["arch"]
         if self.model_size is None:  # the recipe's size, in the chosen architecture's name
             self.model_size = models.get(self.arch).preset(defaults["model_size"])
         if self.vocab_size is None:
