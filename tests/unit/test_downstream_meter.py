@@ -136,3 +136,43 @@ def test_default_lr_grid_follows_the_models_width(tmp_path):
         (d / "config.json").write_text(json.dumps({"hidden_size": hidden}), encoding="utf-8")
         assert downstream.default_lrs(d) == grid
     assert downstream.default_lrs(tmp_path / "missing") == [5e-5, 1e-4, 3e-4]
+
+
+def test_jobs_run_cells_at_once_with_the_same_results(tmp_path):
+    """--jobs N: the same cells and figures as one at a time, N fine-tunings in flight; a failed one stops the
+    meter with its error. The fine-tunings are faked (a score from the cell's lr, seed and route), since what is
+    tested is the scheduling."""
+    import threading
+
+    model = finetune_base(tmp_path / "model", seed=7)
+    live, most, lock = [0], [0], threading.Lock()
+
+    def fake(args, log=None, **_):
+        get = dict(zip(args, args[1:]))  # each flag with the word after it
+        with lock:
+            live[0] += 1
+            most[0] = max(most[0], live[0])
+        time.sleep(0.05)
+        route = 1.0 if "random-init" in get["--model"] else 2.0
+        score = (float(get["--lr"]) * 100 + int(get["--seed"]) + route) / 10
+        Path(get["--output"], "metrics.json").write_text(json.dumps({"accuracy": score, "f1": score * 100}))
+        with lock:
+            live[0] -= 1
+        return ChildResult(0, False, False, 0.05, log)
+
+    one = DownstreamMeter(meter(tmp_path / "one", model, lrs=[1e-3, 3e-3]), run_child=fake).run()
+    assert most[0] == 1
+    cfg = meter(tmp_path / "many", model, lrs=[1e-3, 3e-3], jobs=4)
+    many = DownstreamMeter(cfg, run_child=fake).run()
+    assert most[0] == 4 and many.cells_run == one.cells_run == 16
+    assert [(g.pretrained.scores, g.random.scores) for g in many.gains] == [
+        (g.pretrained.scores, g.random.scores) for g in one.gains
+    ]
+    cells = lambda m: (m.output / "cells.csv").read_text().replace(str(m.output), "")  # noqa: E731
+    assert cells(one) == cells(many)
+
+    def broken(args, log=None, **kw):
+        return ChildResult(1, False, False, 0.0, log) if "3e-3" in args or "0.003" in args else fake(args, log)
+
+    with pytest.raises(downstream.RunError, match="lr 0.003"):
+        DownstreamMeter(meter(tmp_path / "broken", model, lrs=[1e-3, 3e-3], jobs=3), run_child=broken).run()

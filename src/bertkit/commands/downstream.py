@@ -61,6 +61,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-time-per-run", default=None, metavar="DURATION", help="bound each fine-tuning")
     parser.add_argument(
+        "--jobs",
+        type=number(int, "jobs"),
+        default=1,
+        help="fine-tunings run at once (default 1): on a GPU several share it; on a CPU give each one core with "
+        '--finetune-args "--threads 1"',
+    )
+    parser.add_argument(
         "--finetune-args", default="", help='more finetune flags for both routes, e.g. "--batch-size 16 --threads 1"'
     )
 
@@ -81,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
     for flag in ("sst2_examples", "max_train_examples"):
         if getattr(args, flag) < 0:
             raise InputError(f"--{flag.replace('_', '-')}: expected 0 (all) or a positive count")
+    if args.jobs < 1:
+        raise InputError(f"--jobs: expected 1 or more, got {args.jobs}")
     if args.epochs is not None and not args.epochs > 0:
         raise InputError(f"--epochs: expected a positive number, got {args.epochs:g}")
     check_writable(Path(args.output), "--output")
@@ -97,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         init_seed=args.init_seed,
         max_time_per_run=parse_time(args.max_time_per_run, "--max-time-per-run"),
         finetune_args=shlex.split(args.finetune_args),
+        jobs=args.jobs,
     )
     with GracefulStop() as stop:
         report = DownstreamMeter(cfg, say=lambda m: print(m, file=sys.stderr, flush=True), stop=stop).run()

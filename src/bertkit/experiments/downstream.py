@@ -26,6 +26,7 @@ import json
 import logging
 import shutil
 import statistics
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,6 +181,7 @@ class MeterConfig:
     init_seed: int = 0
     max_time_per_run: float | None = None
     finetune_args: list[str] = field(default_factory=list)
+    jobs: int = 1  # fine-tunings at once (a GPU's, or one per core with --threads 1); the cells are the same
 
     def record(self) -> dict[str, Any]:
         """The settings a resumed meter must share (the task list and time bound may change)."""
@@ -233,6 +235,7 @@ class DownstreamMeter:
         self.say = say or log.info
         self.run_child = run_child or run_bertkit
         self.cells_run = self.cells_kept = 0
+        self._lock = threading.Lock()
 
     def _check_stop(self) -> None:
         if self.stop is not None and self.stop.requested:
@@ -284,31 +287,48 @@ class DownstreamMeter:
             (cell / name).unlink(missing_ok=True)
         return record
 
-    def _route_task(self, route: str, model: Path, task: MeterTask, files: tuple[Path, Path]) -> list[dict]:
-        root = self.cfg.output / "runs" / route / task.name
-        root.mkdir(parents=True, exist_ok=True)
-        remove_stale_temp_files(root)
-        cells = []
-        for lr in self.cfg.lrs:
-            for seed in self.cfg.seeds:
-                cell = root / cell_name(lr, seed)
-                try:
-                    record = json.loads((cell / "cell.json").read_text(encoding="utf-8"))
-                    self.cells_kept += 1
-                except (OSError, json.JSONDecodeError):
-                    self._check_stop()
-                    self.say(f"{task.column} {route}: lr {lr:g}, seed {seed} ...")
-                    record = self._finetune(task, files, model, lr, seed, cell)
-                    write_json(cell / "cell.json", record)  # last: the cell is finished
-                    self.cells_run += 1
-                    score = record["score"]
-                    self.say(
-                        f"{task.column} {route}: lr {lr:g}, seed {seed}: "
-                        + ("no dev score" if score is None else f"{score:.2f}")
-                        + f" ({record['seconds']:.0f}s)"
-                    )
-                cells.append({**record, "route": route})
-        return cells
+    def _cell(self, route: str, model: Path, task: MeterTask, files: tuple[Path, Path], lr: float, seed: int):
+        """One finished cell's record: read back when a run before finished it, else fine-tuned now."""
+        cell = self.cfg.output / "runs" / route / task.name / cell_name(lr, seed)
+        try:
+            record = json.loads((cell / "cell.json").read_text(encoding="utf-8"))
+            with self._lock:
+                self.cells_kept += 1
+        except (OSError, json.JSONDecodeError):
+            self._check_stop()
+            self.say(f"{task.column} {route}: lr {lr:g}, seed {seed} ...")
+            record = self._finetune(task, files, model, lr, seed, cell)
+            write_json(cell / "cell.json", record)  # last: the cell is finished
+            with self._lock:
+                self.cells_run += 1
+            score = record["score"]
+            self.say(
+                f"{task.column} {route}: lr {lr:g}, seed {seed}: "
+                + ("no dev score" if score is None else f"{score:.2f}")
+                + f" ({record['seconds']:.0f}s)"
+            )
+        return {**record, "route": route}
+
+    def _cells(self, plan: list[tuple]) -> list[dict]:
+        """The cells of ``plan`` (argument tuples of :meth:`_cell`), in plan order: one after another, or
+        ``--jobs`` at a time (each fine-tuning is its own process; the first failure stops the rest)."""
+        for route, _, task, *_ in plan:
+            root = self.cfg.output / "runs" / route / task.name
+            root.mkdir(parents=True, exist_ok=True)
+            remove_stale_temp_files(root)
+        if self.cfg.jobs <= 1:
+            return [self._cell(*args) for args in plan]
+        from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+        with ThreadPoolExecutor(self.cfg.jobs) as pool:
+            futures = [pool.submit(self._cell, *args) for args in plan]
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            failed = next((f for f in done if f.exception() is not None), None)
+            if failed is not None:
+                for f in futures:
+                    f.cancel()
+                raise failed.exception()
+            return [f.result() for f in futures]
 
     def run(self) -> MeterReport:
         cfg = self.cfg
@@ -317,12 +337,19 @@ class DownstreamMeter:
         tasks = [METER_TASKS[name] for name in cfg.tasks]
         files = {t.name: find_files(Path(cfg.data_dir), t) for t in tasks}  # all found before the first run
         models = {"pretrained": Path(cfg.model), "random": self.random_model()}
-        gains, cells = [], []
+        plan = [
+            (route, models[route], task, files[task.name], lr, seed)
+            for task in tasks
+            for route in ROUTES
+            for lr in cfg.lrs
+            for seed in cfg.seeds
+        ]
+        cells = self._cells(plan)
+        gains = []
         for task in tasks:
             summaries = {}
             for route in ROUTES:
-                route_cells = self._route_task(route, models[route], task, files[task.name])
-                cells += route_cells
+                route_cells = [c for c in cells if c["task"] == task.name and c["route"] == route]
                 summaries[route] = summarize(task.name, route_cells, metric_names=task.metrics)
             if summaries["pretrained"] is None or summaries["random"] is None:
                 self.say(f"{task.column}: no dev score for a route (every run ran out of --max-time-per-run)")
