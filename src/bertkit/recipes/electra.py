@@ -209,18 +209,14 @@ class ElectraPretraining(nn.Module):
         self.generator.save_pretrained(out / GENERATOR_DIR)
 
 
-def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device):
+def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device, build_base):
     """(ElectraPretraining, the discriminator's config): the discriminator is the pre-training model of ``--arch``
-    and ``--model-size`` (or ``--init-from``) as that architecture's recipe makes it (BERT's position init and
-    dropout), without its heads; the generator has its config with ``generator_layers`` layers and starts its MLM
-    output bias where that model's does (the corpus's unigram frequencies with ``--output-bias unigram``). From an
-    ELECTRA run's output (``--init-from``), its generator and RTD head continue too."""
+    and ``--model-size`` (or ``--init-from``) as ``build_base``, that architecture's recipe factory, makes it
+    (BERT's position init and dropout), without its heads; the generator has its config with ``generator_layers``
+    layers and starts its MLM output bias where that model's does (the corpus's unigram frequencies with
+    ``--output-bias unigram``). From an ELECTRA run's output (``--init-from``), its generator and RTD head
+    continue too."""
     from bertkit import models
-
-    if cfg.arch == "modernbert":
-        from bertkit.recipes.modernbert import build_model as build_base
-    else:
-        from bertkit.recipes.pretrain_setup import build_model as build_base
 
     base, config = build_base(cfg, tokenizer, shard_dir, max_len, device)
     arch = models.of_config(config)

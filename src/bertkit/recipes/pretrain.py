@@ -268,12 +268,16 @@ def _model_and_schedule(cfg: PretrainConfig, ctx, tokenizer, shard_dir: Path, fe
     from bertkit.training.optim import build_optimizer, lr_schedule
     from bertkit.training.state import TrainState, seed_dropout
 
-    if cfg.objective == "electra":  # either architecture: the discriminator and its generator
-        from bertkit.recipes.electra import build_model as make_model
-    elif cfg.arch == "modernbert":
+    if cfg.arch == "modernbert":
         from bertkit.recipes.modernbert import build_model as make_model
     else:
         make_model = build_model
+    if cfg.objective == "electra":  # the discriminator is the architecture's model, beside its generator
+        from functools import partial
+
+        from bertkit.recipes import electra
+
+        make_model = partial(electra.build_model, build_base=make_model)
     model, config = make_model(cfg, tokenizer, shard_dir, feed.max_len, ctx.device)
     optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
     state, budget, cost, total_steps = _schedule(cfg, ctx, feed, model, precision)
