@@ -40,25 +40,16 @@ def google_layout(learned: dict[str, int], vocab_size: int, num_unused: int) -> 
     """Lay out a vocabulary as Google does: [PAD], [unused0..N-1], [UNK], [CLS], [SEP], [MASK], then the tokens.
 
     ``learned`` is token -> rank (lower first); special tokens in it are skipped. The result has at most
-    ``vocab_size`` tokens: the best-ranked ones, in a canonical order (single characters, then ``##`` single
-    characters, then the rest, each by code point). WordPiece's greedy longest match reads only which pieces exist,
-    not their order, so the order changes no tokenization; it makes the ids a function of the corpus, where the Rust
-    trainer numbers its alphabet (and merges of equal count) in its hash maps' order, which differs per process.
+    ``vocab_size`` tokens.
     """
     layout = ["[PAD]"] + [f"[unused{i}]" for i in range(num_unused)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    seen, chosen = set(layout), []
+    seen = set(layout)
     for token, _ in sorted(learned.items(), key=lambda kv: kv[1]):
-        if len(layout) + len(chosen) >= vocab_size:
+        if len(layout) >= vocab_size:
             break
         if token not in seen:
-            chosen.append(token)
+            layout.append(token)
             seen.add(token)
-
-    def canonical(token: str) -> tuple[int, str]:
-        piece = token.removeprefix("##")
-        return (0 if len(token) == 1 else 1 if len(piece) == 1 and token.startswith("##") else 2), token
-
-    layout += sorted(chosen, key=canonical)
     return {t: i for i, t in enumerate(layout)}
 
 
