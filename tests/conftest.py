@@ -57,3 +57,41 @@ def tiny_config():
         max_position_embeddings=512,
         type_vocab_size=2,
     )
+
+
+ARCHS = ("bert", "modernbert")
+
+
+@pytest.fixture(scope="session")
+def finetune_base_of(tmp_path_factory):
+    """``finetune_base_of(arch)``: the fine-tuning tests' tiny random base model of ``arch`` ("bert": 2 layers,
+    tinymodels.finetune_base; "modernbert": 3 layers, two of them sliding-window, tinymodernbert) on
+    tests/fixtures/finetune's vocabulary, built once per session."""
+    made: dict[str, Path] = {}
+
+    def get(arch: str) -> Path:
+        if arch not in made:
+            from tinymodels import finetune_base
+            from tinymodernbert import fixture_vocab, make_modernbert_dir
+
+            d = tmp_path_factory.mktemp(f"{arch}-base")
+            made[arch] = finetune_base(d) if arch == "bert" else make_modernbert_dir(d, fixture_vocab(FIXTURES))
+        return made[arch]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def alice_corpus(tmp_path_factory) -> tuple[Path, Path]:
+    """(the first ~40 KB of the bundled Alice, a 600-token vocab.txt trained on it): the pre-training runs' corpus."""
+    import gzip
+
+    from bertkit.commands.quickstart import bundled_corpus
+    from bertkit.tokenization import train_vocab
+
+    d = tmp_path_factory.mktemp("alice-corpus")
+    alice = next(p for p in bundled_corpus() if "alice" in p.name)
+    path = d / "alice.txt"
+    path.write_text(gzip.decompress(alice.read_bytes()).decode("utf-8")[:40_000], encoding="utf-8")
+    train_vocab([path], vocab_size=600, output=d / "vocab", show_progress=False)
+    return path, d / "vocab" / "vocab.txt"
