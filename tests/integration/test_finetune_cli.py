@@ -1,6 +1,8 @@
 """`bertkit finetune / evaluate / predict` end to end on the synthetic fixtures with a tiny random model:
 output files in the official formats, the best checkpoint loading with transformers' BertFor* and bertkit's
-(same logits), HF-layout input directories, and clear errors for bad input."""
+(same logits), HF-layout input directories, and clear errors for bad input. Each task family runs on a BERT and on a
+ModernBERT alike (the task's BERT head swapped for ModernBERT's, ``models.for_directory``: a transformers
+ModernBERT of that head with the same logits); a fine-tuned ModernBERT in ``load_pipeline``."""
 
 from __future__ import annotations
 
@@ -9,22 +11,34 @@ import shutil
 
 import pytest
 import torch
-from tinymodels import FINETUNE_VOCAB, finetune_base, finetune_metrics, read_vocab
+from tinymodels import FINETUNE_VOCAB, finetune_metrics, read_vocab
 
 from bertkit.cli import main
 
+ARCHS = pytest.mark.parametrize("arch", ["bert", "modernbert"])
+
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return finetune_base(tmp_path_factory.mktemp("tiny"))
+def tiny_dir(finetune_base_of):
+    return finetune_base_of("bert")
 
 
-def _compare_with_transformers(out, hf_class, bk_class, inputs):
+def _compare_with_transformers(out, arch, head, inputs):
+    """The output directory is transformers' ``{Bert|ModernBert}For{head}`` (its config says so) and gives bertkit's
+    logits on ``inputs`` (ModernBERT: without token_type_ids)."""
     transformers = pytest.importorskip("transformers")
-    hf = getattr(transformers, hf_class).from_pretrained(out).eval()
-    import bertkit.modeling as bm
+    if arch == "bert":
+        import bertkit.modeling as bm
 
-    ours = getattr(bm, bk_class).from_pretrained(out).eval()
+        name, extra = f"BertFor{head}", {}
+    else:
+        import bertkit.modeling_modernbert as bm
+
+        name, extra = f"ModernBertFor{head}", {"attn_implementation": "eager"}
+        inputs = {k: v for k, v in inputs.items() if k != "token_type_ids"}
+    assert json.loads((out / "config.json").read_text())["architectures"] == [name]
+    hf = getattr(transformers, name).from_pretrained(out, **extra).eval()
+    ours = getattr(bm, name).from_pretrained(out).eval()
     with torch.no_grad():
         a, b = hf(**inputs), ours(**inputs)
     for name in ("logits", "start_logits", "end_logits"):
@@ -33,9 +47,10 @@ def _compare_with_transformers(out, hf_class, bk_class, inputs):
     return ours
 
 
-def test_glue_classification_end_to_end(tiny_dir, ft, tmp_path, capsys):
+@ARCHS
+def test_glue_classification_end_to_end(arch, finetune_base_of, ft, tmp_path, capsys):
     out = tmp_path / "sst2"
-    metrics = finetune_metrics("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", tiny_dir, out)
+    metrics = finetune_metrics("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", finetune_base_of(arch), out)
     assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["step"] == 2
     lines = (out / "predictions.tsv").read_text().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == 25
@@ -43,7 +58,7 @@ def test_glue_classification_end_to_end(tiny_dir, ft, tmp_path, capsys):
     for name in ("config.json", "model.safetensors", "vocab.txt", "finetune_config.json"):
         assert (out / name).is_file()
     inputs = {"input_ids": torch.tensor([[5, 20, 30, 6, 0]]), "attention_mask": torch.tensor([[1, 1, 1, 1, 0]])}
-    _compare_with_transformers(out, "BertForSequenceClassification", "BertForSequenceClassification", inputs)
+    _compare_with_transformers(out, arch, "SequenceClassification", inputs)
     # evaluate reproduces the dev metrics of the saved (best) checkpoint
     capsys.readouterr()
     assert (
@@ -108,7 +123,9 @@ def test_regression_and_generic_csv(tiny_dir, ft, tmp_path):
     assert rows[1].split("\t")[0] == "r0" and rows[1].split("\t")[1] in ("neg", "pos")
 
 
-def test_squad_v1_and_v2_end_to_end(tiny_dir, ft, tmp_path):
+@ARCHS
+def test_squad_v1_and_v2_end_to_end(arch, finetune_base_of, ft, tmp_path):
+    tiny_dir = finetune_base_of(arch)
     extra = ["--max-seq-length", "64", "--doc-stride", "24", "--max-query-length", "16"]
     out = tmp_path / "squad"
     m = finetune_metrics("squad", ft / "squad_train.json", ft / "squad_dev.json", tiny_dir, out, *extra)
@@ -124,7 +141,7 @@ def test_squad_v1_and_v2_end_to_end(tiny_dir, ft, tmp_path):
         "input_ids": torch.tensor([[5, 20, 30, 6, 40, 41, 6]]),
         "token_type_ids": torch.tensor([[0] * 4 + [1] * 3]),
     }
-    _compare_with_transformers(out, "BertForQuestionAnswering", "BertForQuestionAnswering", inputs)
+    _compare_with_transformers(out, arch, "QuestionAnswering", inputs)
     out2 = tmp_path / "squad2"
     m2 = finetune_metrics("squad_v2", ft / "squad_v2_train.json", ft / "squad_v2_dev.json", tiny_dir, out2, *extra)
     assert {"HasAns_exact", "NoAns_exact", "best_f1", "best_f1_thresh"} <= set(m2)
@@ -151,14 +168,19 @@ def test_squad_v1_and_v2_end_to_end(tiny_dir, ft, tmp_path):
     assert ev["NoAns_exact"] == 100.0 and ev["HasAns_exact"] == 0.0
 
 
-def test_conll_fine_tuned_and_feature_based(tiny_dir, ft, tmp_path):
+@ARCHS
+def test_conll_fine_tuned(arch, finetune_base_of, ft, tmp_path):
     out = tmp_path / "ner"
-    m = finetune_metrics("conll2003", ft / "conll_train.txt", ft / "conll_dev.txt", tiny_dir, out)
+    m = finetune_metrics("conll2003", ft / "conll_train.txt", ft / "conll_dev.txt", finetune_base_of(arch), out)
     assert {"precision", "recall", "f1"} <= set(m)
     blocks = (out / "predictions.txt").read_text().strip().split("\n\n")
     assert len(blocks) == 8 and all(len(line.split()) == 3 for b in blocks for line in b.splitlines())
     inputs = {"input_ids": torch.tensor([[5, 20, 30, 6]])}
-    _compare_with_transformers(out, "BertForTokenClassification", "BertForTokenClassification", inputs)
+    _compare_with_transformers(out, arch, "TokenClassification", inputs)
+
+
+def test_conll_feature_based(tiny_dir, ft, tmp_path):
+    """BERT frozen, a tagger on its layers (ModernBERT's: tests/integration/test_modernbert_experiments.py)."""
     fb = tmp_path / "ner_fb"
     m2 = finetune_metrics(
         "conll2003",
@@ -201,12 +223,13 @@ def test_conll_fine_tuned_and_feature_based(tiny_dir, ft, tmp_path):
     assert json.loads((tmp_path / "fbev" / "metrics.json").read_text())["f1"] == pytest.approx(m2["f1"])
 
 
-def test_swag_end_to_end(tiny_dir, ft, tmp_path):
+@ARCHS
+def test_swag_end_to_end(arch, finetune_base_of, ft, tmp_path):
     out = tmp_path / "swag"
-    m = finetune_metrics("swag", ft / "swag_train.csv", ft / "swag_dev.csv", tiny_dir, out)
+    m = finetune_metrics("swag", ft / "swag_train.csv", ft / "swag_dev.csv", finetune_base_of(arch), out)
     assert 0 <= m["accuracy"] <= 1
     inputs = {"input_ids": torch.tensor([[[5, 20, 6, 30, 6], [5, 20, 6, 31, 6]]])}
-    _compare_with_transformers(out, "BertForMultipleChoice", "BertForMultipleChoice", inputs)
+    _compare_with_transformers(out, arch, "MultipleChoice", inputs)
 
 
 def test_hf_model_directory_as_input(ft, tmp_path):
@@ -798,3 +821,55 @@ def test_a_finished_output_is_refused_without_overwrite_and_an_unwritable_one_up
     assert main(bad) == 2
     err = capsys.readouterr().err
     assert f"--output {blocker / 'out'}: cannot write there" in err and "Traceback" not in err
+
+
+def test_pipeline_and_predict_on_a_finetuned_modernbert(finetune_base_of, ft, tmp_path):
+    modern_dir = finetune_base_of("modernbert")
+    """``load_pipeline`` (what ``bertkit predict`` and the server's task routes run) on the fine-tuned ModernBERT
+    classifier: its probabilities are the model's softmax; a transformers-written ModernBERT classifier (no
+    finetune_config.json) loads too, with its label names; int8 loads too."""
+    from bertkit.modeling_modernbert import ModernBertForSequenceClassification
+    from bertkit.pipelines import load_pipeline
+
+    out = tmp_path / "sst2"
+    finetune_metrics("sst2", ft / "sst2_train.tsv", ft / "sst2_dev.tsv", modern_dir, out)
+    pipe = load_pipeline(out, precision="fp32")
+    texts = ["a fine film", "dull and slow"]
+    logits = pipe.logits(texts)
+    model = ModernBertForSequenceClassification.from_pretrained(out)
+    enc = pipe.tokenizer.encode_batch(texts)
+    for row, e in zip(logits, enc):
+        with torch.no_grad():
+            want = model(torch.tensor([e.ids])).logits[0]
+        torch.testing.assert_close(torch.as_tensor(row, dtype=torch.float32), want, atol=1e-5, rtol=1e-4)
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                str(out),
+                "--data",
+                str(ft / "sst2_dev.tsv"),
+                "--quiet",
+                "--precision",
+                "fp32",
+                "--output",
+                str(tmp_path / "pred"),
+            ]
+        )
+        == 0
+    )
+    assert any((tmp_path / "pred").iterdir())
+    int8 = load_pipeline(out, quantize="int8")  # int8 as BERT's (tests/integration/test_modernbert_onnx.py)
+    assert int8.quantize == "int8" and int8.logits(texts).shape == logits.shape
+
+    transformers = pytest.importorskip("transformers")
+    hf_dir = tmp_path / "hf"
+    config = transformers.ModernBertConfig.from_pretrained(
+        modern_dir, num_labels=2, id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1}
+    )
+    transformers.ModernBertForSequenceClassification(config).save_pretrained(hf_dir)
+    shutil.copy(ft / "vocab.txt", hf_dir / "vocab.txt")
+    hf_pipe = load_pipeline(hf_dir, precision="fp32")
+    assert hf_pipe.kind == "classification" and hf_pipe.task.labels == ["neg", "pos"]
+    assert len(hf_pipe.logits(texts)) == 2
