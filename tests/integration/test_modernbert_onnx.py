@@ -3,7 +3,8 @@ encoder gives graphs equal to PyTorch within 1e-4 (on inputs long enough for PyT
 which the graph replaces by a band mask), with no ``token_type_ids`` input; ``quantize="int8"`` (PyTorch's dynamic
 int8 Linear layers, and ONNX Runtime's int8 graph) stays close to fp32 by BERT's tolerances (cosine >= 0.99, logits
 within 0.05); ``bertkit serve --backend onnx`` and ``--quantize int8`` (``commands.serve.load_model``, what the
-command runs) answer /predict and /embed as the PyTorch model does."""
+command runs) answer /predict and /embed as the PyTorch model does. ``bertkit predict / evaluate`` on an
+exported ModernBERT: tests/integration/test_onnx_directories.py, as BERT's."""
 
 from __future__ import annotations
 
@@ -207,70 +208,3 @@ def test_serve_backend_onnx_and_quantize(clf_dir, tmp_path):
     assert not np.array_equal(vectors["int8"], vectors["torch"])
     assert _cosine(vectors["int8"], vectors["torch"]).min() >= 0.99
     assert _cosine(np.array(scores["int8"]), np.array(scores["torch"])).min() >= 0.99
-
-
-def test_predict_and_evaluate_on_an_exported_directory(tmp_path, vocab, fixtures_dir):
-    """A fine-tuned ModernBERT exported to ONNX: `bertkit predict --backend onnx` writes the PyTorch model's
-    predictions, and `bertkit evaluate --backend onnx --quantize int8` scores it."""
-    ft = fixtures_dir / "finetune"
-    base = make_modernbert_dir(tmp_path / "base", vocab)
-    tuned = tmp_path / "sst2"
-    assert (
-        main(
-            [
-                "finetune",
-                "--task",
-                "sst2",
-                "--train",
-                str(ft / "sst2_train.tsv"),
-                "--model",
-                str(base),
-                "--output",
-                str(tuned),
-                "--epochs",
-                "1",
-                "--batch-size",
-                "8",
-                "--lr",
-                "1e-3",
-                "--quiet",
-                "--precision",
-                "fp32",
-                "--max-train-examples",
-                "16",
-                "--device",
-                "cpu",
-            ]
-        )
-        == 0
-    )
-    exported = tmp_path / "exported"
-    assert main(["export", "--onnx", str(tuned), str(exported), "--quantize", "int8"]) == 0
-    assert not list(exported.glob("*.safetensors"))
-    common = ["--data", str(ft / "sst2_dev.tsv"), "--quiet", "--precision", "fp32", "--device", "cpu"]
-    assert main(["predict", "--model", str(tuned), "--output", str(tmp_path / "torch"), *common]) == 0
-    assert (
-        main(["predict", "--model", str(exported), "--backend", "onnx", "--output", str(tmp_path / "onnx"), *common])
-        == 0
-    )
-    a = (tmp_path / "torch" / "predictions.tsv").read_text()
-    assert a == (tmp_path / "onnx" / "predictions.tsv").read_text() and len(a.splitlines()) > 5
-    assert (
-        main(
-            [
-                "evaluate",
-                "--model",
-                str(exported),
-                "--backend",
-                "onnx",
-                "--quantize",
-                "int8",
-                "--output",
-                str(tmp_path / "eval"),
-                *common,
-            ]
-        )
-        == 0
-    )
-    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
-    assert metrics["backend"] == "onnxruntime" and metrics["quantize"] == "int8" and 0 <= metrics["accuracy"] <= 1

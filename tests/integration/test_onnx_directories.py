@@ -1,7 +1,8 @@
 """ONNX that cannot surprise: ``bertkit export --onnx DIR OUT --quantize int8`` writes the int8 graph under its own
 name beside the fp32 one; ``backend="onnx"`` runs the fp32 graph unless int8 is asked for, and refuses a graph of
 the other precision; an exported directory (no PyTorch weights) loads in ``load_pipeline`` and ``bertkit predict /
-evaluate --backend onnx``, which record the backend; the Encoder holds its ONNX runner (no patched method)."""
+evaluate --backend onnx``, which record the backend (a BERT and a ModernBERT alike); the Encoder holds its ONNX
+runner (no patched method)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import shutil
 
 import numpy as np
 import pytest
-from tinymodels import FINETUNE_FIXTURES, finetune_base, finetune_quickly
+from tinymodels import FINETUNE_FIXTURES, finetune_quickly
 
 from bertkit.cli import main
 from bertkit.errors import InputError
@@ -23,18 +24,33 @@ TEXTS = ["the film was good .", "the ending was boring , the cast was great .", 
 
 
 @pytest.fixture(scope="module")
-def sst2_dir(tmp_path_factory):
-    tiny = finetune_base(tmp_path_factory.mktemp("tiny"))
-    return finetune_quickly(
-        "sst2", FINETUNE_FIXTURES / "sst2_train.tsv", None, tiny, tmp_path_factory.mktemp("sst2"), "--device", "cpu"
-    )
+def tuned_of(finetune_base_of, tmp_path_factory):
+    """``tuned_of(arch)``: (a tiny ``arch`` fine-tuned on SST-2, its ``export --onnx --quantize int8`` directory)."""
+    made = {}
+
+    def get(arch: str):
+        if arch not in made:
+            base = finetune_base_of(arch)
+            train = FINETUNE_FIXTURES / "sst2_train.tsv"
+            tuned = finetune_quickly(
+                "sst2", train, None, base, tmp_path_factory.mktemp(f"{arch}-sst2"), "--device", "cpu"
+            )
+            out = tmp_path_factory.mktemp(f"{arch}-export") / "onnx"
+            assert main(["export", "--onnx", str(tuned), str(out), "--quantize", "int8"]) == 0
+            made[arch] = tuned, out
+        return made[arch]
+
+    return get
 
 
 @pytest.fixture(scope="module")
-def exported(sst2_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp("export") / "onnx"
-    assert main(["export", "--onnx", str(sst2_dir), str(out), "--quantize", "int8"]) == 0
-    return out
+def sst2_dir(tuned_of):
+    return tuned_of("bert")[0]
+
+
+@pytest.fixture(scope="module")
+def exported(tuned_of):
+    return tuned_of("bert")[1]
 
 
 def test_int8_export_gets_its_own_name(exported):
@@ -73,7 +89,12 @@ def test_a_graph_of_the_other_precision_is_refused(exported, tmp_path):
         load_pipeline(d, backend="onnx")
 
 
-def test_predict_and_evaluate_on_an_exported_directory(sst2_dir, exported, fixtures_dir, tmp_path):
+@pytest.mark.parametrize("arch", ["bert", "modernbert"])
+def test_predict_and_evaluate_on_an_exported_directory(arch, tuned_of, fixtures_dir, tmp_path):
+    """`bertkit predict --backend onnx` on the exported directory (no PyTorch weights) writes the PyTorch model's
+    predictions, and `bertkit evaluate --backend onnx --quantize int8` scores it."""
+    sst2_dir, exported = tuned_of(arch)
+    assert not list(exported.glob("*.safetensors"))
     data = fixtures_dir / "finetune" / "sst2_dev.tsv"
     common = ["--data", str(data), "--quiet", "--precision", "fp32", "--device", "cpu"]
     assert main(["predict", "--model", str(sst2_dir), "--output", str(tmp_path / "torch"), *common]) == 0
