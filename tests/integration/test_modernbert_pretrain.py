@@ -1,10 +1,10 @@
 """``bertkit pretrain --arch modernbert`` end to end on a bundled book with a tiny ModernBERT: the run's defaults
 (30% masking, no NSP), the output directory in transformers' ModernBERT layout (loaded by transformers with the
-same logits), the training loss going down, resume equal to an uninterrupted run, and clear refusals."""
+same logits), the training loss going down, resume equal to an uninterrupted run, and clear refusals. Under
+torchrun: tests/integration/test_pretrain_run.py, as BERT's."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import subprocess
@@ -25,16 +25,8 @@ OVERRIDES = {
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> tuple[Path, Path]:
-    from bertkit.commands.quickstart import bundled_corpus
-    from bertkit.tokenization import train_vocab
-
-    d = tmp_path_factory.mktemp("mb-corpus")
-    alice = next(p for p in bundled_corpus() if "alice" in p.name)
-    path = d / "alice.txt"
-    path.write_text(gzip.decompress(alice.read_bytes()).decode("utf-8")[:40_000], encoding="utf-8")
-    train_vocab([path], vocab_size=600, output=d / "vocab", show_progress=False)
-    return path, d / "vocab" / "vocab.txt"
+def corpus(alice_corpus) -> tuple[Path, Path]:
+    return alice_corpus
 
 
 def _cfg(corpus, out, **kw):
@@ -145,53 +137,3 @@ def test_refusals_are_one_line(corpus, tmp_path):
         )
         assert r.returncode == 2, r.stderr
         assert needle in r.stderr and "Traceback" not in r.stderr, r.stderr
-
-
-def test_torchrun_two_processes(corpus, tmp_path):
-    """The same run under torchrun (gloo, 2 processes): rank 0 writes, the output is a loadable ModernBERT."""
-    from bertkit.modeling_modernbert import ModernBertForMaskedLM
-
-    out = tmp_path / "ddp"
-    overrides = [x for k, v in OVERRIDES.items() for x in ("--config-override", f"{k}={v}")]
-    cmd = [
-        str(BIN / "torchrun"),
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "bertkit.cli",
-        "pretrain",
-        "--arch",
-        "modernbert",
-        "--model-size",
-        "modernbert-tiny",
-        *overrides,
-        "--corpus",
-        str(corpus[0]),
-        "--vocab",
-        str(corpus[1]),
-        "--output",
-        str(out),
-        "--seq-len",
-        "48",
-        "--batch-size",
-        "4",
-        "--max-steps",
-        "4",
-        "--save-every",
-        "2",
-        "--log-every",
-        "2",
-        "--precision",
-        "fp32",
-        "--quiet",
-        "--workers",
-        "1",
-    ]
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path, check=False)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads((out / "run.json").read_text())["world_size"] == 2
-    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [x["step"] for x in lines if "loss" in x] == [2, 4]
-    assert ModernBertForMaskedLM.from_pretrained(out).config.local_attention == 16

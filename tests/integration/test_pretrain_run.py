@@ -1,10 +1,9 @@
 """Pre-training end to end on a bundled book with a very small model: output dir, loading (bertkit and
-transformers), kill -9 + resume equals an uninterrupted run, NaN stop, refusing to overwrite, torchrun with 2 processes,
-fill-mask."""
+transformers), kill -9 + resume equals an uninterrupted run, NaN stop, refusing to overwrite, torchrun with 2 processes
+(a BERT and a ModernBERT), fill-mask."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import random
@@ -47,18 +46,9 @@ def _env() -> dict:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> tuple[Path, Path]:
+def corpus(alice_corpus) -> tuple[Path, Path]:
     """(corpus file: the first ~40 KB of the bundled Alice, vocab.txt trained on it)."""
-    from bertkit.commands.quickstart import bundled_corpus
-    from bertkit.tokenization import train_vocab
-
-    d = tmp_path_factory.mktemp("pretrain-corpus")
-    alice = next(p for p in bundled_corpus() if "alice" in p.name)
-    text = gzip.decompress(alice.read_bytes()).decode("utf-8")[:40_000]
-    path = d / "alice.txt"
-    path.write_text(text, encoding="utf-8")
-    train_vocab([path], vocab_size=600, output=d / "vocab", show_progress=False)
-    return path, d / "vocab" / "vocab.txt"
+    return alice_corpus
 
 
 def _pretrain_cmd(corpus, out, *extra) -> list[str]:
@@ -370,19 +360,47 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(corpus, tmp_path, loader_
     assert not (out / "model.safetensors").exists()
 
 
-@pytest.mark.timeout(120)
-def test_torchrun_two_processes(corpus, tmp_path):
+# ModernBERT's tiny run: 3 layers with 16-token windows, on 48-token sequences (the windows at work)
+MODERNBERT_TINY = [
+    "--arch",
+    "modernbert",
+    "--model-size",
+    "modernbert-tiny",
+    "--config-override",
+    "hidden_size=32",
+    "--config-override",
+    "num_attention_heads=2",
+    "--config-override",
+    "intermediate_size=48",
+    "--config-override",
+    "num_hidden_layers=3",
+    "--config-override",
+    "local_attention=16",
+    "--seq-len",
+    "48",
+    "--batch-size",
+    "4",
+    "--precision",
+    "fp32",
+    "--quiet",
+    "--workers",
+    "1",
+]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("arch", ["bert", "modernbert"])
+def test_torchrun_two_processes(arch, corpus, tmp_path):
+    """The run under torchrun (gloo, 2 processes): rank 0 alone writes, and the output loads."""
     out = tmp_path / "ddp"
-    cmd = [
-        str(BIN / "torchrun"),
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "bertkit.cli",
-        *_pretrain_cmd(corpus, out, "--max-steps", "6", "--save-every", "3", "--log-every", "2")[1:],
-    ]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=110, cwd=tmp_path, check=False)
+    steps = ["--max-steps", "6", "--save-every", "3", "--log-every", "2"]
+    if arch == "bert":
+        run = _pretrain_cmd(corpus, out, *steps)[1:]
+    else:
+        run = ["pretrain", "--corpus", str(corpus[0]), "--vocab", str(corpus[1]), "--output", str(out)]
+        run += [*MODERNBERT_TINY, *steps]
+    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "bertkit.cli", *run]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=230, cwd=tmp_path, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     run = json.loads((out / "run.json").read_text())
     assert run["world_size"] == 2
@@ -390,9 +408,14 @@ def test_torchrun_two_processes(corpus, tmp_path):
     assert not list(out.rglob("*.tmp*"))  # no rank wrote a half file
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines if "loss" in x] == [2, 4, 6]  # rank 0 alone writes metrics
-    from bertkit import BertForPreTraining
+    if arch == "bert":
+        from bertkit import BertForPreTraining
 
-    BertForPreTraining.from_pretrained(out)
+        BertForPreTraining.from_pretrained(out)
+    else:
+        from bertkit.modeling_modernbert import ModernBertForMaskedLM
+
+        assert ModernBertForMaskedLM.from_pretrained(out).config.local_attention == 16
 
 
 def test_options_two_phase_no_nsp_accumulation_static_whole_word(corpus, tmp_path):
