@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def write_shards(out: Path, tokens: int, shard_tokens: int, random_ids: bool, seed: int = 0) -> dict:
-    from bertkit.data.pretraining import META_NAME, _save_npy
+    from bertkit.data.pretraining.instances import META_NAME, _save_npy
 
     rng = np.random.default_rng(seed)
     shards, left = [], tokens
@@ -63,7 +63,7 @@ def write_shards(out: Path, tokens: int, shard_tokens: int, random_ids: bool, se
 
 
 def _vocab():
-    from bertkit.data.pretraining import VocabInfo
+    from bertkit.data.pretraining.instances import VocabInfo
 
     return VocabInfo.from_tokens(
         ["[PAD]"]
@@ -74,7 +74,7 @@ def _vocab():
 
 
 def run_bertkit(directory: str, seq: int, nsp: bool, batch_size: int) -> dict:
-    from bertkit.data.pretraining import DataOptions, PretrainingData
+    from bertkit.data.pretraining.instances import DataOptions, PretrainingData
 
     out = {}
     data = PretrainingData(
@@ -104,7 +104,7 @@ def run_reference(directory: str, seq: int, nsp: bool, shards: int) -> dict:
     sys.path.insert(0, str(ROOT / "tests" / "unit"))
     from test_instance_layout import _old_create_instances
 
-    from bertkit.data.pretraining import Shard, read_meta
+    from bertkit.data.pretraining.instances import Shard, read_meta
 
     meta = read_meta(directory)
     t = time.perf_counter()

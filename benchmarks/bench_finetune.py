@@ -52,11 +52,11 @@ def make_vocab(directory: Path) -> Path:
 
 
 def classification_data(n: int, rng: random.Random):
-    from bertkit.data.readers import ClassificationExample
+    from bertkit.data.tasks.readers import ClassificationExample
 
     path = SHARED / "glue" / "SST-2" / "train.tsv"
     if path.is_file():
-        from bertkit.data.glue import read_glue
+        from bertkit.data.tasks.glue import read_glue
 
         ex = read_glue(path, "sst2", require_label=True)
         return rng.sample(list(ex), n)
@@ -68,7 +68,7 @@ def classification_data(n: int, rng: random.Random):
 
 
 def squad_data(n: int, rng: random.Random):
-    from bertkit.data.squad import SquadExample, read_squad
+    from bertkit.data.tasks.squad import SquadExample, read_squad
 
     path = SHARED / "squad" / "dev-v1.1.json"
     if path.is_file():

@@ -39,7 +39,7 @@ if not SHARED.is_dir():
 _BERTKIT = """
 import json, resource, sys, time
 sys.path.insert(0, {src!r})
-from bertkit.data.prepare import prepare_corpus
+from bertkit.data.pretraining.prepare import prepare_corpus
 files = {files!r}
 t = time.perf_counter()
 meta = prepare_corpus(files, {out!r}, {vocab!r}, workers={workers}, progress=False, use_cache=False)
@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--vocab", default=str(SHARED / "vocab" / "bert-base-uncased" / "vocab.txt"))
     args = parser.parse_args()
     vocab = Path(args.vocab)
-    from bertkit.data.pipeline import default_workers
+    from bertkit.data.pretraining.pipeline import default_workers
 
     workers = args.workers or default_workers()
     print(

@@ -46,8 +46,8 @@ def make_batches(
     seq_len: int, batch_size: int, n: int, workdir: Path, vocab: Path | None = None
 ) -> tuple[list[dict], int]:
     from bertkit.commands.quickstart import bundled_corpus
-    from bertkit.data.prepare import prepare_corpus
-    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo
+    from bertkit.data.pretraining.instances import DataOptions, PretrainingData, VocabInfo
+    from bertkit.data.pretraining.prepare import prepare_corpus
     from bertkit.tokenization import BertTokenizer, train_vocab
 
     books = bundled_corpus()[:2]

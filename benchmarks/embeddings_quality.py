@@ -72,7 +72,7 @@ def build_squad(data: Path, work: Path, train_fraction: float) -> tuple[Path, Pa
 
 
 def build_sentences(data: Path, work: Path, n: int, seed: int) -> Path:
-    from bertkit.data.splitter import split_sentences
+    from bertkit.data.pretraining.splitter import split_sentences
 
     sentences: list[str] = []
     for book in sorted((data / "corpus" / "gutenberg").glob("*.txt")):

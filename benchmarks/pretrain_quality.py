@@ -90,8 +90,8 @@ ABLATION: dict[str, dict] = {
 
 def prepare(out: Path, corpus: list[str], vocab: str | None, vocab_size: int) -> tuple[Path, Path, Path]:
     """(sentences.txt, vocab.txt, shards dir): the corpus sentence-split once, a vocabulary, the shards."""
-    from bertkit.data.corpus import write_sentences
-    from bertkit.data.prepare import prepare_corpus
+    from bertkit.data.pretraining.corpus import write_sentences
+    from bertkit.data.pretraining.prepare import prepare_corpus
     from bertkit.tokenization import train_vocab
 
     out.mkdir(parents=True, exist_ok=True)
@@ -113,7 +113,7 @@ def heldout(
 ) -> tuple[list[dict], list[dict], float]:
     """(MLM batches: single segments of ``seq_len`` tokens, NSP batches: pairs, the best-constant baseline on the MLM
     batches). Mask draws are added until ``n_batches`` x 32 sequences, or ``min_masked`` masked tokens."""
-    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo
+    from bertkit.data.pretraining.instances import DataOptions, PretrainingData, VocabInfo
     from bertkit.tokenization import BertTokenizer
 
     vinfo = VocabInfo.from_tokenizer(BertTokenizer.from_pretrained(vocab_path))
@@ -212,7 +212,7 @@ def run_transformers_modernbert(
     init and loaded by transformers."""
     import transformers
 
-    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo
+    from bertkit.data.pretraining.instances import DataOptions, PretrainingData, VocabInfo
     from bertkit.modeling_modernbert import ModernBertConfig, ModernBertForMaskedLM
     from bertkit.recipes.modernbert import DEFAULTS, preset
     from bertkit.tokenization import BertTokenizer
@@ -312,7 +312,7 @@ def run_transformers(
     import transformers
 
     from bertkit import BertConfig, BertForPreTraining
-    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo
+    from bertkit.data.pretraining.instances import DataOptions, PretrainingData, VocabInfo
     from bertkit.tokenization import BertTokenizer
 
     tok = BertTokenizer.from_pretrained(vocab)

@@ -736,7 +736,7 @@ class QuestionAnsweringPipeline(Pipeline):
         answer`` wherever the answer is a slice of the context). ``handle_impossible_answer``: the empty answer
         ``""`` (start = end = 0) competes with the spans (a SQuAD 2.0 model). The other parameters are
         transformers' (see the class docstring for both conventions); a bad value raises InputError naming it."""
-        from bertkit.data.squad import SquadExample
+        from bertkit.data.tasks.squad import SquadExample
 
         convention = self.convention if convention is None else convention
         if convention not in QA_CONVENTIONS:

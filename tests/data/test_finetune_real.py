@@ -46,7 +46,7 @@ def tiny_uncased(tmp_path_factory, shared_data):
     ],
 )
 def test_glue_readers_parse_every_row(shared_data, task, file, rows):
-    from bertkit.data.glue import read_glue
+    from bertkit.data.tasks.glue import read_glue
 
     path = shared_data / "glue" / file
     ex = read_glue(path, task, require_label=True)
@@ -56,8 +56,8 @@ def test_glue_readers_parse_every_row(shared_data, task, file, rows):
 
 
 def test_squad_and_conll_readers_parse_every_row(shared_data):
-    from bertkit.data.conll import read_conll
-    from bertkit.data.squad import read_squad
+    from bertkit.data.tasks.conll import read_conll
+    from bertkit.data.tasks.squad import read_squad
 
     ex, version = read_squad(shared_data / "squad" / "dev-v1.1.json")
     assert version == "1.1" and len(ex) == 10570 and ex.skipped == 0
@@ -173,7 +173,7 @@ def test_squad_answer_text_projection_keeps_em_f1(shared_data):
     import numpy as np
 
     from bertkit import BertTokenizer
-    from bertkit.data.squad import read_squad
+    from bertkit.data.tasks.squad import read_squad
     from bertkit.tasks.squad import SquadTask
 
     tok = BertTokenizer.from_pretrained(shared_data / "vocab" / "bert-base-uncased" / "vocab.txt", lowercase=True)

@@ -10,7 +10,7 @@ import pytest
 
 
 def test_google_sample_text_documents(shared_data):
-    from bertkit.data.corpus import detect_format, iter_documents
+    from bertkit.data.pretraining.corpus import detect_format, iter_documents
 
     path = shared_data / "corpus" / "sample_text.txt"
     assert detect_format(path) == "google"
@@ -23,7 +23,7 @@ def test_google_sample_text_documents(shared_data):
 
 
 def test_gutenberg_book_in_windows_1252_with_licence(shared_data):
-    from bertkit.data.corpus import iter_documents
+    from bertkit.data.pretraining.corpus import iter_documents
 
     path = shared_data / "corpus" / "gutenberg" / "pg1342.txt"
     (doc,) = list(iter_documents([path], workers=2))
@@ -37,9 +37,9 @@ def test_gutenberg_book_in_windows_1252_with_licence(shared_data):
 
 
 def test_shards_round_trip_with_bert_base_vocab(shared_data, tmp_path):
-    from bertkit.data.corpus import iter_documents
-    from bertkit.data.prepare import prepare_corpus
-    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo, read_meta
+    from bertkit.data.pretraining.corpus import iter_documents
+    from bertkit.data.pretraining.instances import DataOptions, PretrainingData, VocabInfo, read_meta
+    from bertkit.data.pretraining.prepare import prepare_corpus
     from bertkit.tokenization import BertTokenizer
 
     vocab = shared_data / "vocab" / "bert-base-uncased" / "vocab.txt"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bertkit.data.corpus import paragraphs, read_lines, strip_gutenberg
-from bertkit.data.splitter import boundary_agreement, split_paragraph
+from bertkit.data.pretraining.corpus import paragraphs, read_lines, strip_gutenberg
+from bertkit.data.pretraining.splitter import boundary_agreement, split_paragraph
 
 
 @pytest.mark.timeout(900)

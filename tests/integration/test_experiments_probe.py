@@ -27,7 +27,7 @@ def _csv(path):
 
 
 def test_stsb_probe_is_each_layers_cosine_spearman(model_dir, ft, tmp_path, capsys):
-    from bertkit.data.glue import read_glue
+    from bertkit.data.tasks.glue import read_glue
     from bertkit.features import Encoder
     from bertkit.tasks.metrics import spearman
 

@@ -466,8 +466,8 @@ def _parser(command):
 
 def test_flags_come_from_one_definition_each():
     """Every flag of finetune / evaluate / predict has help; --task's choices are the one task registry (GLUE's
-    names from data/glue.py); finetune's defaults are FinetuneArgs'; evaluate and predict take the same flags."""
-    from bertkit.data.glue import GLUE_TASKS
+    names from data/tasks/glue.py); finetune's defaults are FinetuneArgs'; evaluate and predict take the same flags."""
+    from bertkit.data.tasks.glue import GLUE_TASKS
     from bertkit.errors import InputError
     from bertkit.options import from_args
     from bertkit.recipes.finetune import FinetuneArgs

@@ -64,7 +64,7 @@ def test_attention_maps_equal_transformers(model_dir, vocab, tmp_path, capsys):
 
 
 def test_sst2_probe_per_layer(model_dir, ft, tmp_path, capsys):
-    from bertkit.data.glue import GLUE_TASKS, read_glue
+    from bertkit.data.tasks.glue import GLUE_TASKS, read_glue
     from bertkit.experiments.probe import fit_logistic
     from bertkit.features import Encoder
     from bertkit.tasks.metrics import accuracy
@@ -117,7 +117,7 @@ def test_sst2_probe_per_layer(model_dir, ft, tmp_path, capsys):
 
 
 def test_conll_probe_word_features(model_dir, ft, tmp_path):
-    from bertkit.data.conll import read_conll
+    from bertkit.data.tasks.conll import read_conll
     from bertkit.experiments.probe import word_features
     from bertkit.features import Encoder
 

@@ -192,7 +192,7 @@ def test_qa_equals_predict(squad_dir, ft, tmp_path):
     items = [(q["id"], q["question"], p["context"]) for a in data["data"] for p in a["paragraphs"] for q in p["qas"]]
     pipe = load_pipeline(squad_dir, precision="fp32", batch_size=7, qa_convention="google")  # predict's convention
     assert isinstance(pipe, QuestionAnsweringPipeline) and pipe.task.doc_stride == 16
-    from bertkit.data.squad import SquadExample
+    from bertkit.data.tasks.squad import SquadExample
 
     windows = pipe.task.featurize([SquadExample("x", items[0][1], items[0][2])], pipe.tokenizer)
     assert len(windows) > 2  # the long-context path is the one under test

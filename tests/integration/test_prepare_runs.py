@@ -17,7 +17,7 @@ import pytest
 from tinycorpus import TOKENIZER_VOCAB as VOCAB
 from tinycorpus import mixed_corpus
 
-from bertkit.data.prepare import prepare_corpus
+from bertkit.data.pretraining.prepare import prepare_corpus
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -66,9 +66,9 @@ def test_bertkit_prepare_refuses_a_missing_vocabulary(tmp_path, capsys):
 _MEMORY_SCRIPT = """
 import json, resource, sys, tracemalloc
 sys.path.insert(0, {src!r})
-from bertkit.data import corpus
+from bertkit.data.pretraining import corpus
 corpus.BLOCK_CHARS = 1 << 14
-from bertkit.data.prepare import HeldOut, prepare_corpus
+from bertkit.data.pretraining.prepare import HeldOut, prepare_corpus
 HeldOut.SEGMENT = 1024  # the bounds (a block, a held-out stretch, a shard, the held-out cap) are small here: the
                         # inputs are larger than all of them
 

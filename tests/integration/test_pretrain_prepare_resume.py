@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertkit.data import corpus as corpus_module
-from bertkit.data import prepare as prepare_module
-from bertkit.data.prepare import prepare_corpus
+from bertkit.data.pretraining import corpus as corpus_module
+from bertkit.data.pretraining import prepare as prepare_module
+from bertkit.data.pretraining.prepare import prepare_corpus
 
 TINY = [
     "--model-size",
@@ -82,7 +82,7 @@ def test_pretrain_killed_while_preparing_resumes_the_preparation(book, tmp_path,
         if len(saved) == 2:
             raise Killed
 
-    # pretrain prepares through bertkit.data.prepare.prepare_corpus: small shards, and a kill after two of them
+    # pretrain prepares through data.pretraining.prepare.prepare_corpus: small shards, and a kill after two of them
     monkeypatch.setattr(
         prepare_module,
         "prepare_corpus",

@@ -102,7 +102,7 @@ def test_paper_recipe_is_the_plain_bert_loop(corpus, tmp_path):
     """--recipe paper computes what a plain loop does (Devlin et al.: lr 1e-4 with 5% linear warmup and linear decay,
     dropout 0.1, MLM + NSP, 15% masks, 10% short sequences, zero output bias), bit for bit."""
     from bertkit import BertConfig, BertForPreTraining
-    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo
+    from bertkit.data.pretraining.instances import DataOptions, PretrainingData, VocabInfo
     from bertkit.recipes.pretrain import pretrain
     from bertkit.tokenization import BertTokenizer
     from bertkit.training.optim import build_optimizer, linear_schedule
@@ -142,7 +142,7 @@ def test_unigram_output_bias_starts_training_at_the_unigram_entropy(corpus, tmp_
 
     import numpy as np
 
-    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo, read_meta
+    from bertkit.data.pretraining.instances import DataOptions, PretrainingData, VocabInfo, read_meta
     from bertkit.recipes.pretrain import pretrain
     from bertkit.tokenization import BertTokenizer
 

@@ -618,7 +618,7 @@ def test_compile_trains_the_same_model_and_saves_plain_weights(corpus, tmp_path,
 def test_loader_worker_processes_feed_the_same_batches(corpus, tmp_path):
     """Batches built ahead in worker processes (the GPU default) are the ones the background thread builds: the same
     losses step for step, across an epoch boundary and through a seq-len ramp's change of stage."""
-    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo
+    from bertkit.data.pretraining.instances import DataOptions, PretrainingData, VocabInfo
     from bertkit.recipes.pretrain import PretrainConfig, PretrainError, pretrain
     from bertkit.tokenization import BertTokenizer
 

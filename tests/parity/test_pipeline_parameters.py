@@ -250,7 +250,7 @@ def test_qa_parameters_equal_transformers(qa_dir, qa_items, hf_qa, k):
     null = [x for a in ours for x in (a if isinstance(a, list) else [a]) if x["answer"] == "" and x["score"] > 0]
     assert bool(null) == bool(settings.get("handle_impossible_answer"))  # the empty answer competes when asked for
     if "max_seq_len" in settings:
-        from bertkit.data.squad import SquadExample
+        from bertkit.data.tasks.squad import SquadExample
         from bertkit.tasks.squad import hf_features
 
         windows = hf_features([SquadExample("x", items[0]["question"], items[0]["context"])], pipe.tokenizer, 40, 12)

@@ -96,7 +96,7 @@ def test_fill_mask_batches_by_length_under_the_token_budget(encoder):
 def test_probe_word_features_run_through_the_encoders_forward(encoder):
     """The probe used to hand-collate and call ``encoder.bert`` itself; it now goes through the Encoder's forward
     (and so through its backend), and each word's vectors are those of its sentence encoded alone."""
-    from bertkit.data.conll import TaggedSentence
+    from bertkit.data.tasks.conll import TaggedSentence
     from bertkit.experiments.probe import word_features
 
     sentences = [

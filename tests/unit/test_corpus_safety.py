@@ -13,8 +13,8 @@ import re
 import pytest
 from tinycorpus import google_format
 
-from bertkit.data.corpus import CorpusError, expand_corpus, iter_documents, read_lines
-from bertkit.data.corpus_files import find_corpus
+from bertkit.data.pretraining.corpus import CorpusError, expand_corpus, iter_documents, read_lines
+from bertkit.data.pretraining.corpus_files import find_corpus
 
 DOCS = [[f"Sentence {j} of document {i} is here." for j in range(30)] for i in range(400)]
 TEXT = google_format(DOCS)
@@ -87,7 +87,7 @@ def test_a_symlink_leaving_the_corpus_is_skipped_with_a_warning_naming_it(tmp_pa
 def test_meta_json_lists_every_file_read(tmp_path):
     from tinycorpus import TOKENIZER_VOCAB
 
-    from bertkit.data.prepare import prepare_corpus
+    from bertkit.data.pretraining.prepare import prepare_corpus
 
     outside = tmp_path / "outside.txt"
     outside.write_text(TEXT)

@@ -156,8 +156,8 @@ def test_discriminator_learns_beyond_the_all_original_baseline(tmp_path, arch):
     the held-out split of so small a corpus is a few sequences. (Trained longer, the generator learns the 17 words
     and its samples become as likely as the originals in sentences without context: the figures then fall, as
     ELECTRA's do with too strong a generator.)"""
-    from bertkit.data.prepare import prepare_corpus
-    from bertkit.data.pretraining import DataOptions, PretrainingData, VocabInfo
+    from bertkit.data.pretraining.instances import DataOptions, PretrainingData, VocabInfo
+    from bertkit.data.pretraining.prepare import prepare_corpus
     from bertkit.training.optim import build_optimizer
 
     shards = tmp_path / "shards"

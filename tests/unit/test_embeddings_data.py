@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bertkit.data.readers import DataError
+from bertkit.data.tasks.readers import DataError
 from bertkit.embeddings.data import read_nli, read_pairs, read_scored, read_squad_pairs, read_texts
 
 

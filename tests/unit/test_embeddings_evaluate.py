@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from bertkit.data.readers import DataError
+from bertkit.data.tasks.readers import DataError
 from bertkit.embeddings.data import TextRows
 from bertkit.embeddings.evaluate import (
     exact_search,

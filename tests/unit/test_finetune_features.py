@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertkit.data.conll import TaggedSentence
-from bertkit.data.squad import SquadExample
+from bertkit.data.tasks.conll import TaggedSentence
+from bertkit.data.tasks.squad import SquadExample
 from bertkit.tasks import length_batches, pad
 from bertkit.tasks.squad import SquadTask, doc_spans, max_context_flags
 from bertkit.tasks.tagging import TaggingTask

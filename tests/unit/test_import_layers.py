@@ -207,3 +207,14 @@ def test_no_import_circles():
     """No two modules import each other, directly or round a longer circle, lazy imports included."""
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the finder finds one
     assert circles(import_graph()) == []
+
+
+def test_task_readers_import_nothing_of_the_pretraining_pipeline():
+    """data/ is two subsystems joined one way: the corpus pipeline reads task files with the task readers
+    (data/pretraining/task_text.py), and the task readers, shared by tasks/ and embeddings/, need no corpus code."""
+    graph = import_graph()
+    readers = {m for m in graph if m.startswith("bertkit.data.tasks")}
+    assert len(readers) >= 6  # the package and its readers: the check sees them
+    wrong = {m: sorted(d for d in graph[m] if d.startswith("bertkit.data.pretraining")) for m in sorted(readers)}
+    assert {m: found for m, found in wrong.items() if found} == {}
+    assert "bertkit.data.tasks.readers" in graph["bertkit.data.pretraining.task_text"]  # the one way it runs

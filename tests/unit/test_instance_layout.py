@@ -9,8 +9,8 @@ import random
 import numpy as np
 import pytest
 
-from bertkit.data.pretraining import Shard, create_instances, permute
-from bertkit.data.shards import ShardWriter
+from bertkit.data.pretraining.instances import Shard, create_instances, permute
+from bertkit.data.pretraining.shards import ShardWriter
 
 
 def _old_create_instances(

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.data.prepare import build_shards_from_documents
-from bertkit.data.pretraining import HONEST_MIX, DataOptions, PretrainingData, VocabInfo
+from bertkit.data.pretraining.instances import HONEST_MIX, DataOptions, PretrainingData, VocabInfo
+from bertkit.data.pretraining.prepare import build_shards_from_documents
 from bertkit.tasks.mlm import check_honest, score_mlm
 
 
@@ -61,7 +61,7 @@ def _batches(directory, info, mix=None, n=4):
     if mix is None:
         raw = data.eval_batches(n)
     else:  # the training inputs' 80/10/10 at the same positions: what the old meter scored
-        from bertkit.data.pretraining import collate
+        from bertkit.data.pretraining.instances import collate
 
         raw = [
             collate([data.example(0, i, mix) for i in range(s, s + 16)], info.pad_id, False)

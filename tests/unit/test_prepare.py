@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from tinycorpus import google_format, mixed_corpus
 
-from bertkit.data import corpus as corpus_module
-from bertkit.data.corpus import CorpusError, expand_corpus, iter_documents
-from bertkit.data.prepare import PrepareError, prepare_corpus
+from bertkit.data.pretraining import corpus as corpus_module
+from bertkit.data.pretraining.corpus import CorpusError, expand_corpus, iter_documents
+from bertkit.data.pretraining.prepare import PrepareError, prepare_corpus
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 VOCAB = FIXTURES / "tokenizer" / "vocab.txt"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bertkit.data.pretraining import (
+from bertkit.data.pretraining.instances import (
     DataOptions,
     PretrainingData,
     Shard,
@@ -14,7 +14,7 @@ from bertkit.data.pretraining import (
     mask_instance,
     read_meta,
 )
-from bertkit.data.shards import ShardWriter
+from bertkit.data.pretraining.shards import ShardWriter
 
 SPECIALS = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = [f"w{i}" for i in range(150)]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.data.corpus import CorpusError, detect_format, file_blocks, iter_documents, strip_gutenberg
+from bertkit.data.pretraining.corpus import CorpusError, detect_format, file_blocks, iter_documents, strip_gutenberg
 from bertkit.training import checkpointing as C
 
 PROSE = """*** START OF THE PROJECT GUTENBERG EBOOK TEST ***
@@ -97,7 +97,7 @@ def test_missing_file_and_bad_format(tmp_path):
 
 
 def test_workers_give_the_same_documents(tmp_path, monkeypatch):
-    from bertkit.data import corpus as corpus_mod
+    from bertkit.data.pretraining import corpus as corpus_mod
 
     monkeypatch.setattr(corpus_mod, "BLOCK_CHARS", 2000)  # the first file is cut into several blocks
     text = "\n\n".join(f"Paragraph {i} starts. It has a second sentence, number {i}." for i in range(600))
@@ -256,7 +256,7 @@ def test_binary_files_are_refused_naming_them(tmp_path):
 
 
 def test_a_directory_is_read_as_its_text_files(tmp_path):
-    from bertkit.data.corpus import expand_corpus
+    from bertkit.data.pretraining.corpus import expand_corpus
 
     d = tmp_path / "books"
     (d / "b" / "deeper").mkdir(parents=True)
@@ -275,8 +275,8 @@ def test_a_directory_is_read_as_its_text_files(tmp_path):
 def test_long_paragraphs_are_cut_so_splitting_stays_linear(tmp_path):
     """A paragraph of ~1 MB on one line (which pysbd alone takes many minutes on) is split in bounded time, and
     every character but whitespace survives the cuts."""
-    from bertkit.data.splitter import PYSBD_MAX_CHARS as MAX_PARAGRAPH_CHARS
-    from bertkit.data.splitter import cut_paragraph, split_sentences
+    from bertkit.data.pretraining.splitter import PYSBD_MAX_CHARS as MAX_PARAGRAPH_CHARS
+    from bertkit.data.pretraining.splitter import cut_paragraph, split_sentences
 
     rng = random.Random(0)
     words = "the cat sat on a mat and then it ran away. Mr. Smith went to Washington on Monday! why? yes.".split()

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from bertkit.data.conll import read_conll
-from bertkit.data.glue import read_glue
-from bertkit.data.readers import DataError, read_table
-from bertkit.data.squad import read_squad
-from bertkit.data.swag import read_swag
+from bertkit.data.tasks.conll import read_conll
+from bertkit.data.tasks.glue import read_glue
+from bertkit.data.tasks.readers import DataError, read_table
+from bertkit.data.tasks.squad import read_squad
+from bertkit.data.tasks.swag import read_swag
 
 
 def test_glue_fixtures(ft):

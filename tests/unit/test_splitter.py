@@ -7,8 +7,8 @@ from importlib import resources
 
 import pytest
 
-from bertkit.data.corpus import paragraphs, strip_gutenberg
-from bertkit.data.splitter import boundary_agreement, sentence_boundaries, split_paragraph, split_paragraphs
+from bertkit.data.pretraining.corpus import paragraphs, strip_gutenberg
+from bertkit.data.pretraining.splitter import boundary_agreement, sentence_boundaries, split_paragraph, split_paragraphs
 
 pysbd = pytest.importorskip("pysbd")  # a run-time dependency of bertkit: always there
 

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from bertkit.cli import main
-from bertkit.data.corpus import detect_format, iter_blocks
-from bertkit.data.readers import DataError
-from bertkit.data.task_text import task_documents, task_examples
+from bertkit.data.pretraining.corpus import detect_format, iter_blocks
+from bertkit.data.pretraining.task_text import task_documents, task_examples
+from bertkit.data.tasks.readers import DataError
 from tests.tinymodels import FINETUNE_FIXTURES as F
 from tests.tinymodels import finetune_base
 

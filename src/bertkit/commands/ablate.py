@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from bertkit.commands.glue import parse_lrs, parse_seeds, parse_time
-    from bertkit.data.corpus import expand_corpus
+    from bertkit.data.pretraining.corpus import expand_corpus
     from bertkit.errors import InputError
     from bertkit.experiments.ablate import AblateConfig, AblationStudy
     from bertkit.experiments.glue import resolve_tasks

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.readers import jsonl_records, read_text
+from bertkit.data.tasks.readers import jsonl_records, read_text
 from bertkit.errors import InputError, MissingFileError
 from bertkit.files import atomic_write
 from bertkit.options import ComputeArgs, add_options, number

@@ -14,9 +14,9 @@ from bertkit.options import number, output_path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from bertkit.data.corpus import ENCODINGS, FORMATS
-    from bertkit.data.prepare import DEFAULTS
-    from bertkit.data.splitter import SPLITTERS
+    from bertkit.data.pretraining.corpus import ENCODINGS, FORMATS
+    from bertkit.data.pretraining.prepare import DEFAULTS
+    from bertkit.data.pretraining.splitter import SPLITTERS
 
     parser.add_argument(
         "--corpus",
@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from bertkit.data.corpus_files import find_corpus
-    from bertkit.data.prepare import cache_dir, corpus_fingerprint, prepare_corpus
+    from bertkit.data.pretraining.corpus_files import find_corpus
+    from bertkit.data.pretraining.prepare import cache_dir, corpus_fingerprint, prepare_corpus
     from bertkit.errors import InputError
     from bertkit.tokenization import BertTokenizer
 
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     listing = find_corpus(args.corpus, args.follow_symlinks)  # warns once about each link skipped
     output = args.output
     if output is None:
-        from bertkit.data.prepare import DEFAULTS, _settings
+        from bertkit.data.pretraining.prepare import DEFAULTS, _settings
 
         tokenizer = BertTokenizer.from_pretrained(str(vocab), lowercase=args.lowercase)
         fp = corpus_fingerprint(

@@ -71,7 +71,7 @@ def score_unseen_books(out: Path, books: list[Path]) -> dict[str, float]:
     """The run's held-out MLM figures (``held_out_accuracy``) on ``books``, which it never read: they are tokenized
     with its vocabulary into ``out/heldout`` (90% of each book's sentences form the scored split) and cut into the
     run's sequences."""
-    from bertkit.data.prepare import prepare_corpus
+    from bertkit.data.pretraining.prepare import prepare_corpus
     from bertkit.recipes.pretrain import held_out_accuracy
 
     shards = out / "heldout"

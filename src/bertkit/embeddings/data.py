@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.readers import DataError, RowGuard, check_file, jsonl_records, open_text
-from bertkit.data.splitter import sentence_spans
+from bertkit.data.pretraining.splitter import sentence_spans
+from bertkit.data.tasks.readers import DataError, RowGuard, check_file, jsonl_records, open_text
 
 logger = logging.getLogger(__name__)
 
@@ -330,7 +330,7 @@ def column(seqs: Sequence[Sequence[int]], pad_id: int, device: Any = None):
 def read_squad_pairs(path: str | os.PathLike, mode: str = "sentence", skip_bad_rows: bool = False) -> TextRows:
     """SQuAD JSON -> (question, the sentence holding the first answer) or (question, paragraph) pairs.
     Unanswerable (v2.0) questions are left out."""
-    from bertkit.data.squad import read_squad
+    from bertkit.data.tasks.squad import read_squad
 
     if mode not in ("sentence", "paragraph"):
         raise ValueError(f"--squad-pairs must be sentence or paragraph, got {mode!r}")

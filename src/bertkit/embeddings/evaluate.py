@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.readers import DataError, RowGuard, check_file, jsonl_records, open_text
+from bertkit.data.tasks.readers import DataError, RowGuard, check_file, jsonl_records, open_text
 from bertkit.embeddings.data import TextRows
 from bertkit.tasks.metrics import pearson, spearman
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.corpus import expand_corpus
+from bertkit.data.pretraining.corpus import expand_corpus
 from bertkit.errors import InputError, RunError
 from bertkit.experiments.runner import log_tail, open_study, run_bertkit
 from bertkit.files import write_json, write_text

@@ -92,7 +92,7 @@ SCORE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wn
 
 def _label_space(name: str) -> tuple[str, ...] | None:
     """The labels a submission file may hold (None: a number, STS-B)."""
-    from bertkit.data.glue import GLUE_TASKS
+    from bertkit.data.tasks.glue import GLUE_TASKS
 
     return GLUE_TASKS[name].labels
 

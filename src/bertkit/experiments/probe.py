@@ -344,11 +344,11 @@ class ProbeConfig:
 
 def _read(task: str, path: Path, limit: int):
     if task == "conll2003":
-        from bertkit.data.conll import read_conll
+        from bertkit.data.tasks.conll import read_conll
 
         items = read_conll(path)
     else:
-        from bertkit.data.glue import read_glue
+        from bertkit.data.tasks.glue import read_glue
 
         items = read_glue(path, task, require_label=True)
     items = list(items)
@@ -383,7 +383,7 @@ def run_probe(cfg: ProbeConfig, say: Callable[[str], None] | None = None) -> Pro
     table7: list[ProbeResult] = []
 
     if cfg.task == "conll2003":
-        from bertkit.data.conll import label_list
+        from bertkit.data.tasks.conll import label_list
         from bertkit.tasks.metrics import conlleval
 
         labels = label_list(train)
@@ -439,7 +439,7 @@ def run_probe(cfg: ProbeConfig, say: Callable[[str], None] | None = None) -> Pro
             for i in range(L + 1):
                 results.append(ProbeResult(layer_name(i), p, cosine_spearman(fa[:, i], fb[:, i], gold)))
     else:
-        from bertkit.data.glue import GLUE_TASKS
+        from bertkit.data.tasks.glue import GLUE_TASKS
         from bertkit.experiments.glue import task_score
         from bertkit.tasks.metrics import accuracy, f1_binary
 

@@ -32,7 +32,7 @@ def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device):
     ModernBERT; dropout set to ``cfg.dropout`` for training (config.json keeps the model's)."""
     import torch
 
-    from bertkit.data.pretraining import VocabInfo
+    from bertkit.data.pretraining.instances import VocabInfo
     from bertkit.modeling_modernbert import ModernBertConfig, ModernBertForMaskedLM
 
     if cfg.nsp:

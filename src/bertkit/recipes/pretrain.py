@@ -131,7 +131,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
     import torch
     from tqdm import tqdm
 
-    from bertkit.data.pretraining import VocabInfo
+    from bertkit.data.pretraining.instances import VocabInfo
     from bertkit.precision import resolve_precision
     from bertkit.training import distributed as dist
     from bertkit.training.interrupt import GracefulStop
@@ -384,7 +384,7 @@ def held_out_accuracy(
     import torch
 
     from bertkit import models
-    from bertkit.data.pretraining import VocabInfo
+    from bertkit.data.pretraining.instances import VocabInfo
     from bertkit.tasks.mlm import score_mlm
     from bertkit.tokenization import BertTokenizer
     from bertkit.training.distributed import DistContext

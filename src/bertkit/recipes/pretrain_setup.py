@@ -93,7 +93,7 @@ def prepare_output(cfg: PretrainConfig) -> PretrainConfig:
         if names - set(RUN_FILES):
             raise PretrainError(f"--resume: {out} holds no pre-training run (no run.json); drop --resume to start one")
         # a run killed before it began training: nothing to resume, start it afresh; an interrupted preparation
-        # of its shards (data/) resumes, or starts afresh if its files or settings changed (data/prepare.py)
+        # of its shards (data/) resumes, or starts afresh if its files or settings changed (data/pretraining/prepare.py)
         clear_run(out, keep=("data",))
         remove_stale(out)
         return dataclasses.replace(cfg, resume=False)
@@ -128,8 +128,8 @@ def prepare_output(cfg: PretrainConfig) -> PretrainConfig:
 
 def tokenizer_and_shards(cfg: PretrainConfig, ctx):
     """The vocabulary (trained on the sentence-split corpus unless given) and the tokenized shards, built by rank 0."""
-    from bertkit.data.corpus import expand_corpus, write_sentences
-    from bertkit.data.prepare import prepare_corpus
+    from bertkit.data.pretraining.corpus import expand_corpus, write_sentences
+    from bertkit.data.pretraining.prepare import prepare_corpus
     from bertkit.tokenization import BertTokenizer, train_vocab
     from bertkit.training.once import check_same_shards, once
 
@@ -199,7 +199,7 @@ def unigram_bias(shard_dir: Path, vocab_size: int, tokenizer):
     tokens left out."""
     import torch
 
-    from bertkit.data.pretraining import VocabInfo, token_counts, unigram_log_probs
+    from bertkit.data.pretraining.instances import VocabInfo, token_counts, unigram_log_probs
 
     v = VocabInfo.from_tokenizer(tokenizer)
     bias = unigram_log_probs(token_counts(shard_dir, vocab_size), exclude=(v.cls_id, v.sep_id, v.mask_id, v.pad_id))
@@ -273,7 +273,7 @@ class Feed:
         return plan_stages(total_steps, c.seq_len, c.batch_size, self.seq_ramp, self.batch_ramp, self.phase2)
 
     def make(self, seq_len: int, batch_size: int, split: str = "train"):
-        from bertkit.data.pretraining import DataOptions, PretrainingData
+        from bertkit.data.pretraining.instances import DataOptions, PretrainingData
 
         c = self.cfg
         opts = DataOptions(

@@ -3,7 +3,7 @@
 Every family (``classification``, ``squad``, ``tagging``, ``multiple_choice``) is a class with the same small
 surface, used by ``bertkit.recipes.finetune`` and the ``finetune`` / ``evaluate`` / ``predict`` commands:
 
-- ``read(path, labelled)`` -> examples (readers in ``bertkit.data``; errors name the file and line);
+- ``read(path, labelled)`` -> examples (readers in ``bertkit.data.tasks``; errors name the file and line);
 - ``fit_labels(train_examples)`` / ``task_config()`` / ``from_task_config(cfg)``: the label set, saved with the model;
 - ``model_class`` and ``model_overrides()`` (``num_labels``, ``id2label``...) for ``BertFor*.from_pretrained``;
 - ``featurize(examples, tokenizer, training)`` -> features (plain dicts of int lists; ``len`` for bucketing);
@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.glue import GLUE_TASKS
+from bertkit.data.tasks.glue import GLUE_TASKS
 from bertkit.errors import InputError
 
 LABEL_KEYS = ("labels", "start_positions", "end_positions")
@@ -35,7 +35,7 @@ TASK_CONFIG_NAME = "finetune_config.json"
 
 # The one task registry: ``--task`` name -> (module, class). A new task is one entry here; its class takes
 # ``(name, **task_options)`` and implements the ``TaskBase`` surface. GLUE's names come from its own registry,
-# ``bertkit.data.glue.GLUE_TASKS`` (aliases such as ``diagnostic`` left out of the choices).
+# ``bertkit.data.tasks.glue.GLUE_TASKS`` (aliases such as ``diagnostic`` left out of the choices).
 TASKS: dict[str, tuple[str, str]] = {
     **{
         name: ("bertkit.tasks.classification", "ClassificationTask")

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.glue import GLUE_TASKS
-from bertkit.data.readers import DataError, read_table
+from bertkit.data.tasks.glue import GLUE_TASKS
+from bertkit.data.tasks.readers import DataError, read_table
 from bertkit.files import atomic_write
 from bertkit.tasks import TaskBase, collate_inputs, run_inference
 from bertkit.tasks.metrics import accuracy, f1_binary, matthews_corrcoef, pearson, spearman
@@ -90,7 +90,7 @@ class ClassificationTask(TaskBase):
     # ------------------------------------------------------------------ data
     def read(self, path: str | os.PathLike, labelled: bool = True, skip_bad_rows: bool = False):
         if self.glue is not None:
-            from bertkit.data.glue import read_glue
+            from bertkit.data.tasks.glue import read_glue
 
             return read_glue(path, self.name, skip_bad_rows=skip_bad_rows, require_label=labelled)
         return read_table(

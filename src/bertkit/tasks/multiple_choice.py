@@ -27,7 +27,7 @@ class MultipleChoiceTask(TaskBase):
         return {"task": self.name, "max_seq_length": self.max_seq_length}
 
     def read(self, path: str | os.PathLike, labelled: bool = True, skip_bad_rows: bool = False):
-        from bertkit.data.swag import read_swag
+        from bertkit.data.tasks.swag import read_swag
 
         return read_swag(path, skip_bad_rows=skip_bad_rows, require_label=labelled)
 

@@ -89,7 +89,7 @@ class RerankTask(TaskBase):
     # ------------------------------------------------------------------ data
     def read(self, path: str | os.PathLike, labelled: bool = True, skip_bad_rows: bool = False):
         """Rows as ``ClassificationExample`` (text_a = query, text_b = positive, label = negative or None)."""
-        from bertkit.data.readers import read_table
+        from bertkit.data.tasks.readers import read_table
 
         return read_table(
             path,

@@ -202,7 +202,7 @@ class SquadTask(TaskBase):
         }
 
     def read(self, path: str | os.PathLike, labelled: bool = True, skip_bad_rows: bool = False):
-        from bertkit.data.squad import read_squad
+        from bertkit.data.tasks.squad import read_squad
 
         examples, version = read_squad(path, skip_bad_rows=skip_bad_rows, require_answers=labelled)
         if version == "2.0" and self.version != "2.0":

@@ -86,7 +86,7 @@ class TaggingTask(TaskBase):
 
     def fit_labels(self, train_examples: Sequence) -> None:
         if self.labels is None:
-            from bertkit.data.conll import label_list
+            from bertkit.data.tasks.conll import label_list
 
             self.labels = label_list(train_examples)
 
@@ -114,7 +114,7 @@ class TaggingTask(TaskBase):
         return super().load_model(model_dir, finetuned)
 
     def read(self, path: str | os.PathLike, labelled: bool = True, skip_bad_rows: bool = False):
-        from bertkit.data.conll import read_conll
+        from bertkit.data.tasks.conll import read_conll
 
         return read_conll(
             path, labels=self.labels, tag_column=self.tag_column, skip_bad_rows=skip_bad_rows, require_tags=labelled
@@ -122,7 +122,7 @@ class TaggingTask(TaskBase):
 
     # ------------------------------------------------------------------ features
     def featurize(self, examples: Sequence, tokenizer, training: bool = False) -> list[dict]:
-        from bertkit.data.readers import DataError
+        from bertkit.data.tasks.readers import DataError
 
         flat = [w for e in examples for w in e.words]
         # a word the tokenizer drops entirely (e.g. only control characters) keeps one position to be labelled:

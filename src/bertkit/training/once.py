@@ -118,7 +118,7 @@ def once(
 
 
 def _fingerprint(vocab: os.PathLike, shard_dir: os.PathLike) -> dict:
-    from bertkit.data.shards import file_sha256, read_meta
+    from bertkit.data.pretraining.shards import file_sha256, read_meta
 
     meta = read_meta(shard_dir) or {}
     return {

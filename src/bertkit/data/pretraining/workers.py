@@ -1,5 +1,5 @@
-"""What the preparation workers run (:mod:`bertkit.data.pipeline`): kept free of numpy and torch, so a worker
-process starts in a fraction of a second."""
+"""What the preparation workers run (:mod:`bertkit.data.pretraining.pipeline`): kept free of numpy and torch, so a
+worker process starts in a fraction of a second."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def init_tokenizer(vocab_path: str, lowercase: bool | None) -> None:
 def tokenize_block(task: tuple[str, list[str], str]) -> tuple[array, array, list[int]]:
     """A block's (token ids int32, tokens per sentence int64, sentences per item); sentences without tokens are
     dropped (and not counted)."""
-    from bertkit.data.corpus import block_sentences
+    from bertkit.data.pretraining.corpus import block_sentences
 
     kind, items, splitter = task
     sentences, counts = block_sentences(kind, items, splitter)

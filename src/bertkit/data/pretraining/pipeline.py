@@ -5,8 +5,8 @@ order, with at most ``2 x workers`` tasks in flight, so memory stays bounded how
 ``Pool.imap`` reads its whole input ahead). This process reads the input and writes the output; the workers only
 compute.
 
-The workers are fresh interpreters (``python -m bertkit.data.pipeline``) talking over their stdin/stdout pipes,
-task ``k`` to worker ``k mod n``: nothing is forked from a process whose threads may have started, no pool thread
+The workers are fresh interpreters (``python -m bertkit.data.pretraining.pipeline``) talking over their stdin/stdout
+pipes, task ``k`` to worker ``k mod n``: nothing is forked from a process whose threads may have started, no pool thread
 feeds another pool, the caller's ``__main__`` is never re-imported (no ``if __name__ == "__main__"`` needed), and a
 worker that dies is an error naming it, not a pool that waits for ever or respawns it in a loop. Each worker drains
 its stdin on a thread of its own, so this process's writes never wait on a worker that is writing a result.
@@ -69,7 +69,10 @@ class _Worker:
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.index = index
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bertkit.data.pipeline"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+            [sys.executable, "-m", "bertkit.data.pretraining.pipeline"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
         )
         _send(self.proc.stdin, setup)
 

@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from bertkit.data.readers import DataError, Examples, RowGuard, check_file, open_text
+from bertkit.data.tasks.readers import DataError, Examples, RowGuard, check_file, open_text
 
 TAG_RE = re.compile(r"^(O|[BIES]-\S+)$")
 

@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from bertkit.data.readers import DataError, Examples, RowGuard, check_file, read_text
+from bertkit.data.tasks.readers import DataError, Examples, RowGuard, check_file, read_text
 
 
 @dataclass

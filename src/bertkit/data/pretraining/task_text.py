@@ -5,9 +5,9 @@ Each example of a task file becomes one document: its text, or its two texts as 
 Labels are never read (nor checked: a corpus needs the text only).
 
 - TSV files, GLUE's included: the text columns named by the header (below); CoLA's train/dev files, which have no
-  header, by their fourth column. Split on tabs only, as ``data.glue`` does: GLUE's text holds unbalanced quotes.
-- CSV / JSONL files (``data.readers.read_table``, the generic fine-tuning reader): the same columns.
-- CoNLL files (``data.conll.read_conll``), recognised by a first line ``-DOCSTART-`` (or, with
+  header, by their fourth column. Split on tabs only, as ``data.tasks.glue`` does: GLUE's text holds unbalanced quotes.
+- CSV / JSONL files (``data.tasks.readers.read_table``, the generic fine-tuning reader): the same columns.
+- CoNLL files (``data.tasks.conll.read_conll``), recognised by a first line ``-DOCSTART-`` (or, with
   ``--corpus-format task``, any file not named .tsv, .csv or .jsonl): each sentence's words.
 
 The text columns: ``--text-field`` when the header has it (a column other than ``text`` / ``sentence``); else the
@@ -28,9 +28,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from bertkit.data.conll import read_conll
-from bertkit.data.glue import GLUE_TASKS
-from bertkit.data.readers import DataError, check_file, open_text, read_table
+from bertkit.data.tasks.conll import read_conll
+from bertkit.data.tasks.glue import GLUE_TASKS
+from bertkit.data.tasks.readers import DataError, check_file, open_text, read_table
 
 PAIRS = (
     ("text", "text_pair"),

@@ -5,15 +5,15 @@ Formats (``--corpus-format``, default ``auto``):
 - ``google``: Google's ``create_pretraining_data.py`` input: one sentence per line, a blank line between documents.
   The fastest path: nothing is split.
 - ``prose``: plain text, paragraphs separated by blank lines (lines inside a paragraph are joined), each file one
-  document, split into sentences (:mod:`bertkit.data.splitter`). A Project Gutenberg licence header and footer
-  (``*** START OF ... ***`` / ``*** END OF ... ***``) are dropped when present.
+  document, split into sentences (:mod:`bertkit.data.pretraining.splitter`). A Project Gutenberg licence header and
+  footer (``*** START OF ... ***`` / ``*** END OF ... ***``) are dropped when present.
 - ``jsonl``: one JSON object per line, its ``text`` field (``text_field``) a document, split like prose.
 - ``parquet``: a Parquet file's text column (``text_field``), each row a document (read with pyarrow, a row group
   at a time).
 - ``arrow``: an Arrow IPC stream file, as a Hugging Face ``datasets.save_to_disk`` directory holds them (the
   directory itself is recognised by its ``state.json``; a ``DatasetDict`` by ``dataset_dict.json``: every split).
 - ``task``: a task file's text columns (TSV, CSV, JSONL, CoNLL; sentence pairs too), each example a document
-  (:mod:`bertkit.data.task_text`, which ``auto`` asks first).
+  (:mod:`bertkit.data.pretraining.task_text`, which ``auto`` asks first).
 
 ``auto`` goes by the name (``.jsonl``/``.json``, ``.parquet``, ``.arrow``, under any ``.gz``/``.zst``) and then by
 the first bytes (Parquet's ``PAR1``); text where most lines end a sentence and hold about one is ``google``,
@@ -23,7 +23,7 @@ line that is not is read as Windows-1252 (as old Project Gutenberg files are) wi
 fails naming the file and line. A Parquet/Arrow column with no text is an error; one with null rows, a warning.
 
 A directory is read as its corpus files, recursively, in path order, and only below itself
-(:mod:`bertkit.data.corpus_files`): a symbolic link leaving it is skipped with a warning unless
+(:mod:`bertkit.data.pretraining.corpus_files`): a symbolic link leaving it is skipped with a warning unless
 ``follow_symlinks``; a target already read (or a directory loop) is read once. A truncated or corrupt compressed
 file is an error naming the file and the last line read, never a shorter corpus.
 
@@ -48,7 +48,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bertkit.data.corpus_files import (
+from bertkit.data.pretraining.corpus_files import (
     BZ2_MAGIC,
     GZIP_MAGIC,
     PARQUET_MAGIC,
@@ -59,8 +59,8 @@ from bertkit.data.corpus_files import (
     binary_reason,
     expand_corpus,
 )
-from bertkit.data.splitter import split_paragraphs
-from bertkit.data.task_text import sniff, task_documents
+from bertkit.data.pretraining.splitter import split_paragraphs
+from bertkit.data.pretraining.task_text import sniff, task_documents
 
 logger = logging.getLogger(__name__)
 
@@ -319,7 +319,7 @@ def detect_format(path: str | os.PathLike, sample_lines: int = 400, encoding: st
     lines end a sentence and few hold two; else prose (hard-wrapped prose ends a sentence on a minority of lines;
     unwrapped prose holds several per line)."""
     name = _suffix_name(path)
-    if name == Path(path).name.lower() and Path(path).is_file() and sniff(path):  # task files (data.task_text)
+    if name == Path(path).name.lower() and Path(path).is_file() and sniff(path):  # task files (task_text)
         return "task"
     if name.endswith((".jsonl", ".json")):
         return "jsonl"
@@ -626,9 +626,9 @@ def iter_documents(
 ) -> Iterator[list[str]]:
     """Documents (lists of sentences) from every file (directories: their corpus files), in file order; the same
     whatever ``workers`` (default: every core; 0 or 1 = in this process). Each document is held whole here: for
-    corpora of any size, use :func:`bertkit.data.prepare.prepare_corpus` or :func:`write_sentences`, which
+    corpora of any size, use :func:`bertkit.data.pretraining.prepare.prepare_corpus` or :func:`write_sentences`, which
     stream. ``on_document(sentences)`` is called per document."""
-    from bertkit.data.pipeline import ordered_map
+    from bertkit.data.pretraining.pipeline import ordered_map
 
     files = expand_corpus(paths)
     blocks = iter_blocks(files, fmt, encoding, text_field)
@@ -663,7 +663,7 @@ def write_sentences(
     """Sentence-split the corpus once into Google's format (a sentence per line, a blank line after each document)
     at ``output``, atomically (fsynced temp file, renamed), streaming: memory does not grow with the corpus. The
     vocabulary trainer and the tokenizer both read it. Returns the number of documents."""
-    from bertkit.data.pipeline import ordered_map, progress_bar
+    from bertkit.data.pretraining.pipeline import ordered_map, progress_bar
     from bertkit.files import atomic_write
 
     files = expand_corpus(paths)

@@ -1,9 +1,9 @@
 """Corpus preparation: corpus files to tokenized memmap shards, streaming, in every core, resumable.
 
-The pipeline is one pool (:func:`bertkit.data.pipeline.ordered_map`): this process reads the files in bounded
-blocks (:func:`bertkit.data.corpus.iter_blocks`); each worker splits a block into sentences and tokenizes them; the
-results come back in order and go to the shard writers. Memory is bounded by a block per task in flight and one
-shard, never by the corpus: no file, document or token list is held whole.
+The pipeline is one pool (:func:`bertkit.data.pretraining.pipeline.ordered_map`): this process reads the files in
+bounded blocks (:func:`bertkit.data.pretraining.corpus.iter_blocks`); each worker splits a block into sentences and
+tokenizes them; the results come back in order and go to the shard writers. Memory is bounded by a block per task in
+flight and one shard, never by the corpus: no file, document or token list is held whole.
 
 Resuming: at every training shard written, the position reached (input file, block within it), the held-out text
 so far and the documents' state are saved (``progress.json`` last, atomically). A preparation started again with the
@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.corpus import Block, document_pieces, expand_corpus, iter_blocks
-from bertkit.data.pipeline import ordered_map, progress_bar
-from bertkit.data.shards import META_NAME, SHARD_FORMAT, ShardWriter, file_sha256, read_meta
-from bertkit.data.workers import init_tokenizer, tokenize_block
+from bertkit.data.pretraining.corpus import Block, document_pieces, expand_corpus, iter_blocks
+from bertkit.data.pretraining.pipeline import ordered_map, progress_bar
+from bertkit.data.pretraining.shards import META_NAME, SHARD_FORMAT, ShardWriter, file_sha256, read_meta
+from bertkit.data.pretraining.workers import init_tokenizer, tokenize_block
 from bertkit.errors import InputError
 from bertkit.files import atomic_write, write_json
 
@@ -186,8 +186,8 @@ def _link_shards(src: Path, dst: Path, meta: dict) -> None:
 
 
 def _settings(corpus_format, encoding, splitter, text_field, shard_tokens, eval_fraction, max_eval_tokens) -> dict:
-    from bertkit.data.corpus import ENCODINGS, FORMATS
-    from bertkit.data.splitter import SPLITTERS
+    from bertkit.data.pretraining.corpus import ENCODINGS, FORMATS
+    from bertkit.data.pretraining.splitter import SPLITTERS
 
     if corpus_format not in FORMATS:
         raise PrepareError(f"corpus format must be one of {FORMATS}, got {corpus_format!r}")

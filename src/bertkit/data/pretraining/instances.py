@@ -2,10 +2,10 @@
 
 Pipeline (as Google's ``create_pretraining_data.py``, stored so a corpus larger than RAM streams):
 
-1. :func:`bertkit.data.prepare.prepare_corpus` tokenizes documents (lists of sentences) in worker processes and
-   writes shards (:mod:`bertkit.data.shards`) of ``*.tokens.npy`` (uint16, or int32 for vocabularies over 65535),
-   ``*.sentences.npy`` (token offset of every sentence, S+1) and ``*.documents.npy`` (sentence offset of every
-   document, D+1), plus ``meta.json`` last as the commit marker. A small held-out part (whole documents when there
+1. :func:`bertkit.data.pretraining.prepare.prepare_corpus` tokenizes documents (lists of sentences) in worker processes
+   and writes shards (:mod:`bertkit.data.pretraining.shards`) of ``*.tokens.npy`` (uint16, or int32 for vocabularies
+   over 65535), ``*.sentences.npy`` (token offset of every sentence, S+1) and ``*.documents.npy`` (sentence offset of
+   every document, D+1), plus ``meta.json`` last as the commit marker. A small held-out part (whole documents when there
    are many; else the last sentences of each long document) goes to the ``eval`` shard, never trained on.
 2. :class:`ShardLayout` lays out ``[CLS] A [SEP] B [SEP]`` instances of one shard as token *ranges* (a_start, a_end,
    b_start, b_end, next_sentence_label). A and B are runs of whole sentences, so each is a contiguous range of the
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.shards import META_NAME, SHARD_FORMAT, file_sha256, read_meta  # noqa: F401 (public here too)
+from bertkit.data.pretraining.shards import META_NAME, SHARD_FORMAT, file_sha256, read_meta  # noqa: F401 (public here too)
 
 NO_LABEL = -100
 SHUFFLE_SHARDS = 16  # shards whose instances an epoch shuffles together (see PretrainingData.ids_at)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from bertkit.data.readers import ClassificationExample, DataError, Examples, RowGuard, check_file, open_text
+from bertkit.data.tasks.readers import ClassificationExample, DataError, Examples, RowGuard, check_file, open_text
 
 
 @dataclass(frozen=True)

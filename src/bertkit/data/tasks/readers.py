@@ -3,9 +3,9 @@
 Also the pieces every task reader shares: ``DataError`` (names the file and line), ``Examples`` (a list that
 counts the bad rows skipped with ``skip_bad_rows=True``), ``ClassificationExample`` and ``open_text`` /
 ``read_text``: task files are UTF-8 (a BOM allowed); a byte that is not is a ``DataError`` naming the file, line
-and column, never a ``UnicodeDecodeError`` traceback. (Prose corpora differ: ``data.corpus.read_lines`` falls back
-to Windows-1252 with a warning, since a stray character in a book is harmless, while in a task file it may sit in a
-label or an id.)
+and column, never a ``UnicodeDecodeError`` traceback. (Prose corpora differ:
+``data.pretraining.corpus.read_lines`` falls back to Windows-1252 with a warning, since a stray character in a book
+is harmless, while in a task file it may sit in a label or an id.)
 """
 
 from __future__ import annotations

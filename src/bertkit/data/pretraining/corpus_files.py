@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bertkit.errors import InputError
 
-logger = logging.getLogger("bertkit.data.corpus")
+logger = logging.getLogger("bertkit.data.pretraining.corpus")
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

@@ -1,6 +1,6 @@
 """Pre-training shards on disk: the writer of ``<name>.{tokens,sentences,documents}.npy`` and ``meta.json``, the
-commit marker that says which shards are whole. :mod:`bertkit.data.prepare` writes them; :mod:`bertkit.data.pretraining`
-reads them."""
+commit marker that says which shards are whole. :mod:`bertkit.data.pretraining.prepare` writes them;
+:mod:`bertkit.data.pretraining.instances` reads them."""
 
 from __future__ import annotations
 
