@@ -21,14 +21,11 @@ Two objectives (``--objective``): ``mlm``, and ``electra``: replaced-token detec
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from bertkit.errors import LossNotFinite
-from bertkit.files import write_json
 from bertkit.recipes.pretrain_config import (  # noqa: F401 (public here too)
     RECIPES,
     RUN_KEYS,
@@ -39,8 +36,8 @@ from bertkit.recipes.pretrain_config import (  # noqa: F401 (public here too)
     parse_mask_mix,
 )
 from bertkit.recipes.pretrain_setup import (
-    Feed,
     build_model,
+    make_feed,
     os_errors,
     prepare_output,
     read_record,
@@ -48,6 +45,7 @@ from bertkit.recipes.pretrain_setup import (
     say_run,
     tokenizer_and_shards,
 )
+from bertkit.training.feed import Feed, to_device
 from bertkit.training.prefetch import Prefetcher
 
 __all__ = ["LossNotFinite", "PretrainConfig", "PretrainError", "held_out_accuracy", "pretrain"]
@@ -117,9 +115,6 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     return resolved, f"recipe {name}: {shown}"
 
 
-# --------------------------------------------------------------------------------------------- preparing a run
-
-
 # --------------------------------------------------------------------------------------------- the recipe
 
 
@@ -129,15 +124,13 @@ def pretrain(cfg: PretrainConfig) -> Path:
     Raises PretrainError for a run that cannot start, LossNotFinite when the loss stops being finite, and
     Interrupted (after saving a checkpoint) on SIGTERM/SIGINT."""
     import torch
-    from tqdm import tqdm
 
     from bertkit.data.pretraining import VocabInfo
     from bertkit.precision import resolve_precision
     from bertkit.training import distributed as dist
     from bertkit.training.interrupt import GracefulStop
-    from bertkit.training.meter import Meter
-    from bertkit.training.rundir import RunDir
     from bertkit.training.step import optimizer_step
+    from bertkit.training.steprun import StepRun
 
     torch.set_num_threads(cfg.threads or torch.get_num_threads())
     ctx, out = dist.setup(cfg.device), Path(cfg.output)
@@ -145,60 +138,36 @@ def pretrain(cfg: PretrainConfig) -> Path:
         with GracefulStop() as stop, os_errors(out):
             # ---- recipe, output dir, vocabulary, shards, model, optimizer
             cfg, chosen = resolve_recipe(cfg)
-            cfg = _on_main(ctx, lambda: prepare_output(cfg))
+            cfg = dist.on_main(ctx, lambda: prepare_output(cfg), PretrainError)
             say_run(cfg, ctx, chosen)
             tokenizer, shard_dir = tokenizer_and_shards(cfg, ctx)
             precision = resolve_precision(cfg.precision, ctx.device)
-            feed = Feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
+            feed = make_feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
             eval_batches = _eval_batches(cfg, feed)
             # ---- the model, the schedule (steps fitted to --max-time) or the checkpoint resumed, the train state
             model, config, train, window, budget, cost, total_steps, warmup = _model_and_schedule(
                 cfg, ctx, tokenizer, shard_dir, feed, precision
             )
-            eval_every = cfg.eval_every or max(1, total_steps // 10)
-            meter, run = Meter(window), RunDir(out, ctx)  # a resumed run's log window continues where it was
-            step, elapsed = train.step, train.elapsed
             ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
             if cfg.compile:  # after DDP, as PyTorch's DDP + compile guide does; checkpoints save the plain model
                 ddp_model = torch.compile(ddp_model)
-            record = _start_record(cfg, ctx, run, model, config, len(tokenizer), precision, total_steps, warmup, step)
-
-            def save() -> Path | None:
-                nonlocal elapsed
-                t_save = time.perf_counter()
-                train.elapsed, train.position = elapsed, feed.position()
-                path = train.save(
-                    run.checkpoints,
-                    ctx,
-                    keep=cfg.keep_checkpoints,
-                    total_steps=total_steps,
-                    config=cfg.run_record(),
-                    meter=dict(meter.sums),
-                )
-                elapsed += time.perf_counter() - t_save
-                return path
+            record = _start_record(cfg, ctx, model, config, len(tokenizer), precision, total_steps, warmup)
+            run = StepRun(cfg, ctx, train, feed, total_steps, warmup, record, window, budget, cost)
+            run.write_record()
+            run.dir.truncate_metrics(train.step)
 
             # ---- the loop
-            bar = tqdm(
-                total=total_steps,
-                initial=step,
-                desc="pre-training",
-                unit="step",
-                dynamic_ncols=True,
-                disable=cfg.quiet or not ctx.is_main or not sys.stderr.isatty(),
-                mininterval=0.5,
-            )
             workers = cfg.loader_workers if cfg.loader_workers is not None else (2 if ctx.device.type == "cuda" else 0)
-            loader, stop_why = Prefetcher(workers), None
+            loader = Prefetcher(workers)
             if budget is not None:
                 budget.start()
             try:  # the workers (processes on a GPU) go when the loop does, also when it raises
-                while step < total_steps and stop_why is None:
+                while run.going():
                     t0 = time.perf_counter()
                     # a ramp's next stage (before the step: resume-exact)
-                    if entered := feed.advance(step, total_steps):
+                    if entered := feed.advance(run.step, run.total_steps):
                         say_run(cfg, ctx, entered)
-                    forward, count = _micro_batches(feed, loader, cfg, ctx, meter)
+                    forward, count = _micro_batches(feed, loader, cfg, ctx, run.meter)
                     step_loss = optimizer_step(
                         train,
                         range(cfg.grad_accum),
@@ -209,50 +178,22 @@ def pretrain(cfg: PretrainConfig) -> Path:
                         ctx=ctx,
                         ddp_model=ddp_model,
                         after_backward=count,
-                        on_not_finite=lambda loss, norm: _raise_not_finite(out, [loss, norm], train.step),
+                        on_not_finite=run.not_finite,
                     ).loss
-                    step = train.step
-                    elapsed += time.perf_counter() - t0
-                    meter.add(loss=step_loss, steps=1, time=time.perf_counter() - t0)
-                    bar.update(1)
-                    fitted = budget.after_step(step, total_steps, cost) if budget else None
-                    if fitted is not None:
-                        total_steps = bar.total = _refit(cfg, ctx, train, record, fitted, warmup)
-                        eval_every = cfg.eval_every or max(1, total_steps // 10)
-                    if step % cfg.log_every == 0 or step == total_steps:
-                        _log(
-                            ctx,
-                            cfg,
-                            run,
-                            meter,
-                            bar,
-                            step,
-                            total_steps,
-                            train.scheduler.get_last_lr()[0],
-                            elapsed,
-                            feed.epoch,
-                        )
-                    if eval_batches and ctx.is_main and (step % eval_every == 0 or step == total_steps):
-                        elapsed += _held_out(cfg, ctx, out, model, eval_batches, precision, step)
-                    if step % cfg.save_every == 0 and step < total_steps:
-                        save()
-                    over, signalled = dist.all_reduce_mean(
-                        ctx, [float(bool(budget and budget.over())), float(stop.requested)]
-                    )
-                    stop_why = "signal" if signalled else ("time" if over and step < total_steps else None)
+                    run.stepped(step_loss, t0)
+                    if run.due(cfg.log_every):
+                        _log(cfg, run, train.scheduler.get_last_lr()[0])
+                    if eval_batches and ctx.is_main and run.due(run.eval_every):
+                        run.timed(lambda: _held_out(cfg, ctx, model, eval_batches, precision, run.step))
+                    run.after_step(stop)
             finally:
-                bar.close()
+                run.close()
                 loader.close()
 
             # ---- the end: checkpoint + model directory (config.json, model.safetensors, vocab.txt, tokenizer config)
-            path = save()
-            if stop_why == "signal":
-                stop.raise_(
-                    f"stopped at step {step} of {total_steps} on a signal; the checkpoint {path} is saved. "
-                    f"Continue with the same command and --resume"
-                )
+            run.end(stop)
             if ctx.is_main:
-                _write_model(cfg, ctx, model, tokenizer, stop_why, step, total_steps, elapsed)
+                _write_model(cfg, ctx, model, tokenizer, run)
             dist.barrier(ctx)
             return out
     finally:
@@ -303,30 +244,9 @@ def _eval_batches(cfg: PretrainConfig, feed: Feed) -> list[dict]:
 
 
 def _start_record(
-    cfg: PretrainConfig,
-    ctx,
-    run,
-    model,
-    config,
-    vocab_size: int,
-    precision: str,
-    total_steps: int,
-    warmup: int,
-    step: int,
+    cfg: PretrainConfig, ctx, model, config, vocab_size: int, precision: str, total_steps: int, warmup: int
 ) -> dict[str, Any]:
-    """run.json (the run keys and what was resolved), metrics.jsonl cut back to ``step``, and the run's summary line.
-    Returns the record."""
-    record = {
-        "config": cfg.run_record(),
-        "total_steps": total_steps,
-        "warmup_steps": warmup,
-        "precision": precision,
-        "world_size": ctx.world_size,
-        "model_config": config.to_dict("hf"),
-    }
-    if ctx.is_main:
-        write_json(run.path / "run.json", record, sort_keys=False)
-    run.truncate_metrics(step)
+    """run.json's record (the run keys and what was resolved), and the run's summary line."""
     say_run(
         cfg,
         ctx,
@@ -334,29 +254,20 @@ def _start_record(
         f"parameters, vocab {vocab_size}, precision {precision}, {ctx.world_size} process(es) on "
         f"{ctx.device.type}; {total_steps} steps",
     )
-    return record
+    return {
+        "config": cfg.run_record(),
+        "total_steps": total_steps,
+        "warmup_steps": warmup,
+        "precision": precision,
+        "world_size": ctx.world_size,
+        "model_config": config.to_dict("hf"),
+    }
 
 
-def _refit(cfg: PretrainConfig, ctx, train, record: dict, fitted: int, warmup: int) -> int:
-    """--max-time: the schedule re-fitted to ``fitted`` steps at the measured pace (the lr of this step on the new
-    schedule); run.json says so. Returns the new total (rank 0's)."""
-    from bertkit.training.distributed import broadcast_object
-    from bertkit.training.optim import lr_schedule
-
-    total_steps = record["total_steps"] = int(broadcast_object(ctx, fitted))
-    say_run(cfg, ctx, f"--max-time: re-scheduled to {total_steps} steps at the measured pace")
-    train.scheduler = lr_schedule(train.optimizer, cfg.schedule, warmup, total_steps)
-    train.scheduler.last_epoch = train.step - 1
-    train.scheduler.step()
-    if ctx.is_main:
-        write_json(Path(cfg.output) / "run.json", record, sort_keys=False)
-    return total_steps
-
-
-def _write_model(
-    cfg: PretrainConfig, ctx, model, tokenizer, stop_why: str | None, step: int, total_steps: int, elapsed: float
-) -> None:
+def _write_model(cfg: PretrainConfig, ctx, model, tokenizer, run) -> None:
     """The end of a run: OUTPUT as a model directory (config.json, model.safetensors, vocab.txt, tokenizer config)."""
+    from bertkit.training.tensorboard import convert_metrics
+
     out = Path(cfg.output)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -365,10 +276,11 @@ def _write_model(
 
         tokenizer.save_pretrained(out / GENERATOR_DIR)
     if cfg.tensorboard:
-        _write_tensorboard(out)
+        convert_metrics(out)
     remove_stale(out)
-    say_run(cfg, ctx, f"--max-time reached at step {step} of {total_steps}" if stop_why == "time" else "")
-    say_run(cfg, ctx, f"done: {step} steps in {elapsed:.0f}s; model saved to {out}")
+    step, total_steps = run.step, run.total_steps
+    say_run(cfg, ctx, f"--max-time reached at step {step} of {total_steps}" if run.stop_why == "time" else "")
+    say_run(cfg, ctx, f"done: {step} steps in {run.elapsed:.0f}s; model saved to {out}")
 
 
 def held_out_accuracy(
@@ -405,7 +317,7 @@ def held_out_accuracy(
     batches: list = []
     for draw in range(max(1, draws)):
         where = Path(shards) if shards is not None else out / "data" / "shards"
-        data = Feed(dataclasses.replace(cfg, seed=cfg.seed + draw), where, vocab, DistContext()).make(
+        data = make_feed(dataclasses.replace(cfg, seed=cfg.seed + draw), where, vocab, DistContext()).make(
             cfg.seq_len, cfg.batch_size, "eval"
         )
         if not data.shards:
@@ -431,31 +343,14 @@ def held_out_accuracy(
 # --------------------------------------------------------------------------------------------- the loop's parts
 
 
-def _on_main(ctx, fn):
-    """``fn()`` on rank 0, its result (or its PretrainError) on every rank."""
-    from bertkit.training.distributed import broadcast_object
-
-    result, error = None, None
-    if ctx.is_main:
-        try:
-            result = fn()
-        except PretrainError as e:
-            error = str(e)
-    result, error = broadcast_object(ctx, (result, error))
-    if error:
-        raise PretrainError(error)
-    return result
-
-
 def _schedule(cfg: PretrainConfig, ctx, feed: Feed, model, precision: str):
     """(checkpoint state or None, TimeBudget or None, cost model or None, total steps). The steps are a resumed
     run's, or fitted to --max-time by timing a few steps of each (sequence length, batch size) on a throwaway copy
     of the model, or --max-steps."""
-    from bertkit.training.budget import TimeBudget
+    from bertkit.training.budget import TimeBudget, fit_steps
     from bertkit.training.distributed import broadcast_object
     from bertkit.training.optim import build_optimizer
     from bertkit.training.rundir import RunDir
-    from bertkit.training.step import time_steps
 
     out = Path(cfg.output)
     # the newest readable checkpoint: a corrupted latest one is skipped with a warning naming it
@@ -469,36 +364,32 @@ def _schedule(cfg: PretrainConfig, ctx, feed: Feed, model, precision: str):
         return state, budget, None, int(read_record(out / "run.json")["total_steps"])
     if budget is None:
         return state, budget, None, int(cfg.max_steps)
-
-    def timer(data) -> float:
-        batches = [_to_device(data.batch(0, i % data.num_batches(0)), ctx.device) for i in range(4)]
-        return time_steps(
-            model,
-            lambda m: build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay),
-            batches,
-            precision=precision,
-            device=ctx.device,
-            grad_accum=cfg.grad_accum,
-            clip=cfg.clip,
-        )
-
-    cost = feed.cost(feed.step_costs(timer))
-    total_steps = int(broadcast_object(ctx, min(budget.fit(cost), cfg.max_steps or 1 << 62)))
+    cost, fitted = fit_steps(
+        budget,
+        feed,
+        model,
+        lambda m: build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay),
+        ctx,
+        precision=precision,
+        grad_accum=cfg.grad_accum,
+        clip=cfg.clip,
+    )
+    total_steps = int(broadcast_object(ctx, min(fitted, cfg.max_steps or 1 << 62)))
     say_run(
         cfg, ctx, f"--max-time {cfg.max_time:.0f}s at {cost(0, 1) * 1000:.0f} ms/step: scheduling {total_steps} steps"
     )
     return state, budget, cost, total_steps
 
 
-def _held_out(cfg: PretrainConfig, ctx, out: Path, model, batches: list[dict], precision: str, step: int) -> float:
-    """Evaluate on the held-out batches, write and say the result; returns the seconds it took."""
-    t0 = time.perf_counter()
-    result = _evaluate(model, batches, precision, ctx.device)  # eval_batches: every labelled input is [MASK]
+def _held_out(cfg: PretrainConfig, ctx, model, batches: list[dict], precision: str, step: int) -> None:
+    """Evaluate on the held-out batches, write and say the result."""
     from bertkit.training.rundir import RunDir
+    from bertkit.training.tensorboard import convert_metrics
 
-    RunDir(out).append_metrics({"step": step, **result})
+    result = _evaluate(model, batches, precision, ctx.device)  # eval_batches: every labelled input is [MASK]
+    RunDir(cfg.output).append_metrics({"step": step, **result})
     if cfg.tensorboard:
-        _write_tensorboard(out)
+        convert_metrics(cfg.output)
     say_run(
         cfg,
         ctx,
@@ -513,7 +404,6 @@ def _held_out(cfg: PretrainConfig, ctx, out: Path, model, batches: list[dict], p
         )
         + f", loss {result['eval_loss']:.3f}",
     )
-    return time.perf_counter() - t0
 
 
 def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter):
@@ -522,7 +412,7 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter):
     current: dict[str, Any] = {}
 
     def forward(model, _):
-        current["batch"] = batch = _to_device(feed.next(loader), ctx.device)
+        current["batch"] = batch = to_device(feed.next(loader), ctx.device)
         return model(**batch)
 
     def count(_, output) -> None:
@@ -549,27 +439,12 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter):
     return forward, count
 
 
-def _raise_not_finite(out: Path, check: list[float], step: int) -> None:
-    from bertkit.training.checkpointing import checkpoint_dir, latest_checkpoint
-
-    last = latest_checkpoint(checkpoint_dir(out))
-    raise LossNotFinite(
-        f"the loss became {check[0]} (gradient norm {check[1]}) at step {step + 1}; stopping. "
-        + (
-            f"The last good checkpoint is {last}: resume with --resume, perhaps with a lower --lr."
-            if last
-            else "No checkpoint was saved yet: restart with a lower --lr or --precision fp32."
-        )
-    )
-
-
-def _log(
-    ctx, cfg: PretrainConfig, run, meter, bar, step: int, total_steps: int, lr: float, elapsed: float, epoch: int
-) -> None:
+def _log(cfg: PretrainConfig, run, lr: float) -> None:
     """A metrics line (means over the window and the ranks), the progress bar's figures, and a reset window."""
     from bertkit.training import flops
     from bertkit.training.distributed import all_reduce_mean
 
+    ctx, meter, bar, step = run.ctx, run.meter, run.bar, run.step
     m = meter
     vals = all_reduce_mean(
         ctx,
@@ -582,7 +457,7 @@ def _log(
             m.ratio("tokens", "time"),
         ],
     )
-    rates = flops.log_fields(ctx, run.path, vals[5], dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
+    rates = flops.log_fields(ctx, run.dir.path, vals[5], dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
     rtd = {}
     if cfg.objective == "electra":  # the discriminator's window figures (recipes/electra.py)
         from bertkit.recipes.electra import window_fields
@@ -598,8 +473,8 @@ def _log(
         "train_mlm_acc": vals[3],
         "lr": lr,
         "tokens_per_s": vals[5] * ctx.world_size,
-        "elapsed_s": round(elapsed, 2),
-        "epoch": epoch,
+        "elapsed_s": round(run.elapsed, 2),
+        "epoch": run.feed.epoch,
         **rtd,
         **rates,
     }
@@ -607,7 +482,7 @@ def _log(
         line.update(nsp_loss=vals[2], nsp_acc=vals[4])
     if not ctx.is_main:
         return
-    run.append_metrics(line)
+    run.dir.append_metrics(line)
     nsp = {"nsp": f"{vals[4]:.3f}"} if cfg.nsp else {}
     mfu = {"mfu": f"{rates['mfu']:.1%}"} if "mfu" in rates else {}
     bar.set_postfix(
@@ -622,31 +497,12 @@ def _log(
         say_run(
             cfg,
             ctx,
-            f"step {step}/{total_steps}  loss {vals[0]:.3f}  train-window mlm acc {vals[3]:.3f}"
+            f"step {step}/{run.total_steps}  loss {vals[0]:.3f}  train-window mlm acc {vals[3]:.3f}"
             + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "")
             + (f"  rtd balanced acc {rtd['train_rtd_balanced_acc']:.3f}" if rtd else "")
             + f"  {line['tokens_per_s']:.0f} tokens/s"
             + (f"  MFU {mfu['mfu']}" if mfu else ""),
         )
-
-
-def _write_tensorboard(out: Path) -> None:
-    """OUTPUT/tensorboard from metrics.jsonl (one event file, rewritten atomically; exact after a resume too)."""
-    from bertkit.training.tensorboard import convert_records
-
-    lines = (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    records = [json.loads(line) for line in lines if line.strip()]
-    start = time.time() - max((float(r.get("elapsed_s", 0)) for r in records), default=0.0)
-    convert_records(records, out / "tensorboard", start_time=start)
-
-
-# --------------------------------------------------------------------------------------------- small helpers
-
-
-def _to_device(batch: dict, device) -> dict:
-    import torch
-
-    return {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items()}
 
 
 def _evaluate(model, batches: list[dict], precision: str, device, mask_id: int | None = None) -> dict[str, float]:
@@ -671,7 +527,7 @@ def _evaluate(model, batches: list[dict], precision: str, device, mask_id: int |
 
     try:
         score = score_mlm(
-            forward, (_to_device(b, device) for b in batches), mask_id, context=lambda: autocast(precision, device)
+            forward, (to_device(b, device) for b in batches), mask_id, context=lambda: autocast(precision, device)
         )
     finally:
         model.train()

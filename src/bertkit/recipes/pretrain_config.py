@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import RunError
+from bertkit.errors import PretrainError
 from bertkit.options import (
     clip_option,
     device_option,
@@ -22,12 +22,6 @@ from bertkit.options import (
     threads_option,
     warmup_option,
 )
-
-
-class PretrainError(RunError):
-    """A run that cannot start or continue; the message says what to do (exit code 2, as a refused command)."""
-
-    exit_code = 2
 
 
 def parse_mask_mix(text: str) -> tuple[float, float, float]:
