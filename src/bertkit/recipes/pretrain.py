@@ -9,10 +9,10 @@ and on SIGTERM/SIGINT an atomic checkpoint. ``resume=True`` continues from the l
 same weights as an uninterrupted run: the data position is (stage, epoch, index), batches are pure functions of the
 seed, and every RNG state is restored.
 
-Two recipes (``--recipe``): ``paper`` is Devlin et al.'s (lr 1e-4, linear schedule, dropout 0.1, 15% masking, NSP);
-``budget``, the default when ``--max-time`` is given, is what measured best in minutes of CPU (docs/pretraining.md
-has the ablation): the MLM output bias starts at the corpus's unigram log-frequencies, no dropout, a higher lr on a
-trapezoidal schedule, 30% masking, MLM only on full packed sequences. Every choice is its own flag too.
+Two recipes (``--recipe``, ``recipes/pretrain_recipes.py``): ``paper`` is Devlin et al.'s; ``budget``, the default
+when ``--max-time`` is given, is what measured best in minutes of CPU. Every choice is its own flag too. The books
+of the run (clock, log window, checkpoints, the agreed stop, ``--max-time``'s schedule) are ``training.StepRun``'s;
+a finished run's held-out figures are ``recipes/pretrain_eval.py``'s.
 
 Two objectives (``--objective``): ``mlm``, and ``electra``: replaced-token detection with a small generator
 (``recipes/electra.py``: its model, masking defaults and figures; the loop is this one).
@@ -27,7 +27,6 @@ from typing import Any
 
 from bertkit.errors import LossNotFinite
 from bertkit.recipes.pretrain_config import (  # noqa: F401 (public here too)
-    RECIPES,
     RUN_KEYS,
     SCHEDULES,
     PretrainConfig,
@@ -35,12 +34,13 @@ from bertkit.recipes.pretrain_config import (  # noqa: F401 (public here too)
     parse_duration,
     parse_mask_mix,
 )
+from bertkit.recipes.pretrain_eval import held_out_accuracy  # noqa: F401 (public here too)
+from bertkit.recipes.pretrain_recipes import BUDGET, BUDGET_LR, PAPER, RECIPES  # noqa: F401 (public here too)
 from bertkit.recipes.pretrain_setup import (
     build_model,
     make_feed,
     os_errors,
     prepare_output,
-    read_record,
     remove_stale,
     say_run,
     tokenizer_and_shards,
@@ -50,42 +50,7 @@ from bertkit.training.prefetch import Prefetcher
 
 __all__ = ["LossNotFinite", "PretrainConfig", "PretrainError", "held_out_accuracy", "pretrain"]
 
-# --------------------------------------------------------------------------------------------- the two recipes
-
-PAPER = {
-    "lr": 1e-4,
-    "schedule": "linear",
-    "warmup_fraction": 0.05,
-    "dropout": None,
-    "mask_prob": 0.15,
-    "nsp": True,
-    "short_seq_prob": 0.1,
-    "output_bias": "zero",
-    "seq_ramp": "off",
-    "batch_ramp": "off",
-    "mask_mix": "80/10/10",
-    "position_init": "normal",
-    "seq_len": 128,
-    "batch_size": 32,
-}
-# chosen by measurement (docs/pretraining.md, "Pre-training in minutes"); lr by model width below
-BUDGET = {
-    "lr": None,
-    "schedule": "trapezoid",
-    "warmup_fraction": 0.05,
-    "dropout": 0.0,
-    "mask_prob": 0.3,
-    "nsp": False,
-    "short_seq_prob": 0.0,
-    "output_bias": "unigram",
-    "seq_ramp": "32:0.7",
-    "batch_ramp": "128:0.7",
-    "mask_mix": "80/10/10",
-    "position_init": "sinusoidal",
-    "seq_len": 128,
-    "batch_size": 32,
-}
-BUDGET_LR = {"bert-tiny": 4e-3, "bert-mini": 1e-3, "bert-small": 5e-4, "bert-medium": 5e-4}  # others: 2e-4
+# --------------------------------------------------------------------------------------------- the recipe
 
 
 def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
@@ -115,9 +80,6 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     return resolved, f"recipe {name}: {shown}"
 
 
-# --------------------------------------------------------------------------------------------- the recipe
-
-
 def pretrain(cfg: PretrainConfig) -> Path:
     """Run (or resume) a pre-training run; returns OUTPUT, which ends as a loadable model directory.
 
@@ -144,23 +106,25 @@ def pretrain(cfg: PretrainConfig) -> Path:
             precision = resolve_precision(cfg.precision, ctx.device)
             feed = make_feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
             eval_batches = _eval_batches(cfg, feed)
-            # ---- the model, the schedule (steps fitted to --max-time) or the checkpoint resumed, the train state
-            model, config, train, window, budget, cost, total_steps, warmup = _model_and_schedule(
-                cfg, ctx, tokenizer, shard_dir, feed, precision
-            )
+            # ---- the model; the optimizer, the steps (fitted to --max-time) and the train state, or the checkpoint's
+            model, config = _build_model(cfg, ctx, tokenizer, shard_dir, feed)
+            run = StepRun(cfg, ctx, model, feed, precision)
+            train = run.train
             ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
             if cfg.compile:  # after DDP, as PyTorch's DDP + compile guide does; checkpoints save the plain model
                 ddp_model = torch.compile(ddp_model)
-            record = _start_record(cfg, ctx, model, config, len(tokenizer), precision, total_steps, warmup)
-            run = StepRun(cfg, ctx, train, feed, total_steps, warmup, record, window, budget, cost)
-            run.write_record()
-            run.dir.truncate_metrics(train.step)
+            say_run(
+                cfg,
+                ctx,
+                f"model {cfg.model_size}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+                f"parameters, vocab {len(tokenizer)}, precision {precision}, {ctx.world_size} process(es) on "
+                f"{ctx.device.type}; {run.total_steps} steps",
+            )
+            run.begin(config.to_dict("hf"))  # run.json, metrics.jsonl cut back to the step resumed, the bar
 
             # ---- the loop
             workers = cfg.loader_workers if cfg.loader_workers is not None else (2 if ctx.device.type == "cuda" else 0)
             loader = Prefetcher(workers)
-            if budget is not None:
-                budget.start()
             try:  # the workers (processes on a GPU) go when the loop does, also when it raises
                 while run.going():
                     t0 = time.perf_counter()
@@ -200,68 +164,25 @@ def pretrain(cfg: PretrainConfig) -> Path:
         dist.cleanup(ctx)
 
 
-def _model_and_schedule(cfg: PretrainConfig, ctx, tokenizer, shard_dir: Path, feed: Feed, precision: str):
-    """The model (the factory keyed by --arch), its optimizer and loss scaler; the steps (fitted to --max-time, or
-    the resumed run's) and the schedule; a TrainState, restored from the checkpoint when resuming (its position
-    the feed placed at its data position.
-    Returns (model, config, train state, the checkpoint's log window, budget, cost, total steps, warmup steps)."""
-    from bertkit.precision import grad_scaler
-    from bertkit.training.optim import build_optimizer, lr_schedule
-    from bertkit.training.state import TrainState, seed_dropout
-
+def _build_model(cfg: PretrainConfig, ctx, tokenizer, shard_dir: Path, feed: Feed):
+    """(model, config): the factory keyed by --arch; ELECTRA's discriminator is that model, beside its generator."""
     if cfg.arch == "modernbert":
         from bertkit.recipes.modernbert import build_model as make_model
     else:
         make_model = build_model
-    if cfg.objective == "electra":  # the discriminator is the architecture's model, beside its generator
+    if cfg.objective == "electra":
         from functools import partial
 
         from bertkit.recipes import electra
 
         make_model = partial(electra.build_model, build_base=make_model)
-    model, config = make_model(cfg, tokenizer, shard_dir, feed.max_len, ctx.device)
-    optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    state, budget, cost, total_steps = _schedule(cfg, ctx, feed, model, precision)
-    warmup = max(1, int(cfg.warmup_fraction * total_steps)) if cfg.warmup_steps is None else cfg.warmup_steps
-    if cost is not None and cfg.max_steps is None:  # the probe ran cold: re-fit once to the measured pace
-        budget.plan_refit(total_steps, cfg.eval_every or max(1, total_steps // 10))
-    train = TrainState(
-        model, optimizer, lr_schedule(optimizer, cfg.schedule, warmup, total_steps), grad_scaler(precision, ctx.device)
-    )
-    if state is None:
-        seed_dropout(cfg.seed, ctx)  # dropout differs per rank; weights are rank 0's (DDP)
-    else:
-        train.load(state, ctx)
-    feed.start(total_steps, (state.get("position") or state.get("data")) if state else None)
-    window = (state.get("meter") or {}) if state else {}
-    return model, config, train, window, budget, cost, total_steps, warmup
+    return make_model(cfg, tokenizer, shard_dir, feed.max_len, ctx.device)
 
 
 def _eval_batches(cfg: PretrainConfig, feed: Feed) -> list[dict]:
     """The fixed held-out batches (none when the corpus is too small to hold text out)."""
     eval_data = feed.make(cfg.seq_len, cfg.batch_size, "eval")
     return eval_data.eval_batches(cfg.eval_batches) if eval_data.shards else []
-
-
-def _start_record(
-    cfg: PretrainConfig, ctx, model, config, vocab_size: int, precision: str, total_steps: int, warmup: int
-) -> dict[str, Any]:
-    """run.json's record (the run keys and what was resolved), and the run's summary line."""
-    say_run(
-        cfg,
-        ctx,
-        f"model {cfg.model_size}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
-        f"parameters, vocab {vocab_size}, precision {precision}, {ctx.world_size} process(es) on "
-        f"{ctx.device.type}; {total_steps} steps",
-    )
-    return {
-        "config": cfg.run_record(),
-        "total_steps": total_steps,
-        "warmup_steps": warmup,
-        "precision": precision,
-        "world_size": ctx.world_size,
-        "model_config": config.to_dict("hf"),
-    }
 
 
 def _write_model(cfg: PretrainConfig, ctx, model, tokenizer, run) -> None:
@@ -283,102 +204,7 @@ def _write_model(cfg: PretrainConfig, ctx, model, tokenizer, run) -> None:
     say_run(cfg, ctx, f"done: {step} steps in {run.elapsed:.0f}s; model saved to {out}")
 
 
-def held_out_accuracy(
-    output: str | Path, max_batches: int = 20, draws: int = 8, shards: str | Path | None = None
-) -> dict[str, float]:
-    """A finished run's honest held-out MLM figures (``bertkit.tasks.mlm``: text never trained on, the run's
-    sequences, 15% of tokens chosen and every one of them [MASK]): ``{"mlm_acc", "mlm_baseline", "mlm_loss",
-    "masked_tokens"}``, where the baseline is the best constant guess at the same positions (the plateau a model
-    sits on until it learns context). The held-out text is small (2% of the corpus), so it is masked ``draws``
-    times with different seeds (up to ``max_batches`` batches in all): a figure from ~1,000 masked tokens moves by
-    about a point between mask draws. ``shards``: another prepared directory whose held-out split is scored instead
-    (the quickstart's: books the run never read), tokenized with the run's vocabulary."""
-    import torch
-
-    from bertkit import models
-    from bertkit.data.pretraining import VocabInfo
-    from bertkit.tasks.mlm import score_mlm
-    from bertkit.tokenization import BertTokenizer
-    from bertkit.training.distributed import DistContext
-
-    out = Path(output)
-    # the run's sequences, masked at the paper's 15% whatever the run trained with, so runs compare
-    cfg = PretrainConfig(
-        **{
-            **read_record(out / "run.json")["config"],
-            "output": str(out),
-            "max_steps": 1,
-            "mask_prob": 0.15,
-            "max_predictions": None,
-        }
-    )
-    tokenizer = BertTokenizer.from_pretrained(out)
-    vocab = VocabInfo.from_tokenizer(tokenizer)
-    batches: list = []
-    for draw in range(max(1, draws)):
-        where = Path(shards) if shards is not None else out / "data" / "shards"
-        data = make_feed(dataclasses.replace(cfg, seed=cfg.seed + draw), where, vocab, DistContext()).make(
-            cfg.seq_len, cfg.batch_size, "eval"
-        )
-        if not data.shards:
-            break
-        batches += data.eval_batches(max_batches - len(batches))
-        if len(batches) >= max_batches:
-            break
-    if not batches:
-        raise PretrainError(f"{out}: no held-out text to evaluate on (the corpus is too small)")
-    # ELECTRA's run: its generator is the masked LM (the model kept is the discriminator, which has no MLM head)
-    where = out / "generator" if cfg.objective == "electra" else out
-    arch = models.of_directory(where)  # the masked LM of the run's architecture
-    model = arch.model_class(arch.features_role).from_pretrained(where).eval()
-    score = score_mlm(model, ({k: torch.from_numpy(v) for k, v in b.items()} for b in batches), vocab.mask_id)
-    return {
-        "mlm_acc": score.mlm_acc,
-        "mlm_baseline": score.mlm_baseline,
-        "mlm_loss": score.mlm_loss,
-        "masked_tokens": score.masked_tokens,
-    }
-
-
 # --------------------------------------------------------------------------------------------- the loop's parts
-
-
-def _schedule(cfg: PretrainConfig, ctx, feed: Feed, model, precision: str):
-    """(checkpoint state or None, TimeBudget or None, cost model or None, total steps). The steps are a resumed
-    run's, or fitted to --max-time by timing a few steps of each (sequence length, batch size) on a throwaway copy
-    of the model, or --max-steps."""
-    from bertkit.training.budget import TimeBudget, fit_steps
-    from bertkit.training.distributed import broadcast_object
-    from bertkit.training.optim import build_optimizer
-    from bertkit.training.rundir import RunDir
-
-    out = Path(cfg.output)
-    # the newest readable checkpoint: a corrupted latest one is skipped with a warning naming it
-    found = RunDir(out, ctx).latest_intact_checkpoint() if cfg.resume else None
-    last, state = found if found else (None, None)
-    budget = TimeBudget(cfg.max_time, float(state["elapsed"]) if state else 0.0) if cfg.max_time else None
-    if state is not None:
-        say_run(cfg, ctx, f"resuming from {last} (step {state['step']} of {state['total_steps']})")
-        return state, budget, None, int(state["total_steps"])
-    if cfg.resume:
-        return state, budget, None, int(read_record(out / "run.json")["total_steps"])
-    if budget is None:
-        return state, budget, None, int(cfg.max_steps)
-    cost, fitted = fit_steps(
-        budget,
-        feed,
-        model,
-        lambda m: build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay),
-        ctx,
-        precision=precision,
-        grad_accum=cfg.grad_accum,
-        clip=cfg.clip,
-    )
-    total_steps = int(broadcast_object(ctx, min(fitted, cfg.max_steps or 1 << 62)))
-    say_run(
-        cfg, ctx, f"--max-time {cfg.max_time:.0f}s at {cost(0, 1) * 1000:.0f} ms/step: scheduling {total_steps} steps"
-    )
-    return state, budget, cost, total_steps
 
 
 def _held_out(cfg: PretrainConfig, ctx, model, batches: list[dict], precision: str, step: int) -> None:
@@ -444,8 +270,7 @@ def _log(cfg: PretrainConfig, run, lr: float) -> None:
     from bertkit.training import flops
     from bertkit.training.distributed import all_reduce_mean
 
-    ctx, meter, bar, step = run.ctx, run.meter, run.bar, run.step
-    m = meter
+    ctx, m = run.ctx, run.meter
     vals = all_reduce_mean(
         ctx,
         [
@@ -462,12 +287,12 @@ def _log(cfg: PretrainConfig, run, lr: float) -> None:
     if cfg.objective == "electra":  # the discriminator's window figures (recipes/electra.py)
         from bertkit.recipes.electra import window_fields
 
-        rtd = window_fields(ctx, meter)
-    meter.reset()
+        rtd = window_fields(ctx, m)
+    m.reset()
     # train_mlm_acc: on the training batches' own 80/10/10 inputs (kept tokens count): a training-window figure,
     # not a quality meter; the held-out records (eval_mlm_acc) are
     line = {
-        "step": step,
+        "step": run.step,
         "loss": vals[0],
         "mlm_loss": vals[1],
         "train_mlm_acc": vals[3],
@@ -480,29 +305,17 @@ def _log(cfg: PretrainConfig, run, lr: float) -> None:
     }
     if cfg.nsp:
         line.update(nsp_loss=vals[2], nsp_acc=vals[4])
-    if not ctx.is_main:
-        return
-    run.dir.append_metrics(line)
     nsp = {"nsp": f"{vals[4]:.3f}"} if cfg.nsp else {}
     mfu = {"mfu": f"{rates['mfu']:.1%}"} if "mfu" in rates else {}
-    bar.set_postfix(
-        loss=f"{vals[0]:.3f}",
-        train_mlm=f"{vals[3]:.3f}",
-        **nsp,
-        tok_s=f"{line['tokens_per_s']:.0f}",
-        **mfu,
-        refresh=False,
+    run.log(
+        line,
+        dict(loss=f"{vals[0]:.3f}", train_mlm=f"{vals[3]:.3f}", **nsp, tok_s=f"{line['tokens_per_s']:.0f}", **mfu),
+        f"step {run.step}/{run.total_steps}  loss {vals[0]:.3f}  train-window mlm acc {vals[3]:.3f}"
+        + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "")
+        + (f"  rtd balanced acc {rtd['train_rtd_balanced_acc']:.3f}" if rtd else "")
+        + f"  {line['tokens_per_s']:.0f} tokens/s"
+        + (f"  MFU {mfu['mfu']}" if mfu else ""),
     )
-    if bar.disable and not cfg.quiet:
-        say_run(
-            cfg,
-            ctx,
-            f"step {step}/{run.total_steps}  loss {vals[0]:.3f}  train-window mlm acc {vals[3]:.3f}"
-            + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "")
-            + (f"  rtd balanced acc {rtd['train_rtd_balanced_acc']:.3f}" if rtd else "")
-            + f"  {line['tokens_per_s']:.0f} tokens/s"
-            + (f"  MFU {mfu['mfu']}" if mfu else ""),
-        )
 
 
 def _evaluate(model, batches: list[dict], precision: str, device, mask_id: int | None = None) -> dict[str, float]:

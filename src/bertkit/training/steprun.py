@@ -4,18 +4,20 @@ the clock (training seconds, checkpoint writes included, evaluation added by the
 steps (the TrainState, the feed's position, the window), and the stop every process agrees on (a signal, or the time
 budget spent). A recipe's loop says what a step computes, what a log line holds and what is evaluated::
 
-    run = StepRun(cfg, ctx, train, feed, total_steps, warmup, record, window, budget, cost)
+    run = StepRun(cfg, ctx, model, feed, precision)   # optimizer, steps, TrainState (resumed: its checkpoint)
+    run.begin(model_config)                             # run.json, metrics.jsonl, the bar, the budget's clock
     while run.going():
         t0 = time.perf_counter()
         loss = optimizer_step(..., on_not_finite=run.not_finite).loss
         run.stepped(loss, t0)                   # clock, window, bar; --max-time's re-fit
-        if run.due(cfg.log_every): ...          # a metrics line
+        if run.due(cfg.log_every): run.log(...) # a metrics line
         if run.due(run.eval_every): ...         # an evaluation
         run.after_step(stop)                    # checkpoint cadence; the agreed stop
     run.end(stop)                               # the last checkpoint; Interrupted on a signal
 
-``cfg`` carries ``output``, ``keep_checkpoints``, ``save_every``, ``eval_every``, ``schedule``, ``quiet`` and
-``run_record()`` (the resolved settings a checkpoint records).
+``cfg`` carries the run's settings: ``output``, ``resume``, ``max_steps``, ``max_time``, ``lr``, ``weight_decay``,
+``schedule``, ``warmup_fraction``, ``warmup_steps``, ``grad_accum``, ``clip``, ``seed``, ``keep_checkpoints``,
+``save_every``, ``eval_every``, ``quiet``, and ``run_record()`` (the resolved settings a checkpoint records).
 """
 
 from __future__ import annotations
@@ -36,27 +38,104 @@ from bertkit.training.rundir import RUN_JSON, RunDir
 
 
 class StepRun:
-    """``train``: the TrainState (resumed or fresh); ``feed``: the batches, whose ``position()`` a checkpoint
-    saves; ``record``: run.json's content (its ``total_steps`` follows a re-fit); ``window``: a resumed run's log
-    window; ``budget`` and ``cost``: ``--max-time``'s (None without it)."""
+    """``model``: the model to train (built, on its device); ``feed``: the batches, whose ``position()`` a
+    checkpoint saves. Builds the optimizer and the lr schedule over the run's steps (a resumed run's, fitted to
+    ``--max-time``, or ``--max-steps``) and the TrainState, restored from the newest readable checkpoint when
+    ``cfg.resume``, with the feed placed at its data position."""
 
-    def __init__(self, cfg, ctx, train, feed, total_steps: int, warmup: int, record: dict, window, budget, cost):
+    def __init__(self, cfg, ctx, model, feed, precision: str):
+        from bertkit.precision import grad_scaler
+        from bertkit.training.optim import build_optimizer, lr_schedule
+        from bertkit.training.state import TrainState, seed_dropout
+
+        self.cfg, self.ctx, self.feed, self.precision = cfg, ctx, feed, precision
+        self.dir = RunDir(cfg.output, ctx)
+        optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        state, self.budget, self.cost, total_steps = self._plan(model)
+        self.total_steps = total_steps
+        warmup = max(1, int(cfg.warmup_fraction * total_steps)) if cfg.warmup_steps is None else cfg.warmup_steps
+        self.warmup = warmup
+        if self.cost is not None and cfg.max_steps is None:  # the probe ran cold: re-fit once to the measured pace
+            self.budget.plan_refit(total_steps, self.eval_every)
+        self.train = train = TrainState(
+            model,
+            optimizer,
+            lr_schedule(optimizer, cfg.schedule, warmup, total_steps),
+            grad_scaler(precision, ctx.device),
+        )
+        if state is None:
+            seed_dropout(cfg.seed, ctx)  # dropout differs per rank; weights are rank 0's (DDP)
+        else:
+            train.load(state, ctx)
+        feed.start(total_steps, (state.get("position") or state.get("data")) if state else None)
+        self.meter = Meter((state.get("meter") or {}) if state else {})  # a resumed run's log window continues
+        self.elapsed, self.stop_why, self.record, self.bar = train.elapsed, None, {}, None
+
+    def _plan(self, model):
+        """(checkpoint state or None, TimeBudget or None, cost model or None, total steps). The steps are a resumed
+        run's, or fitted to --max-time by timing a few steps of each (sequence length, batch size) on a throwaway
+        copy of the model, or --max-steps."""
+        from bertkit.training.budget import TimeBudget, fit_steps
+        from bertkit.training.optim import build_optimizer
+        from bertkit.training.rundir import read_record
+
+        cfg, ctx = self.cfg, self.ctx
+        # the newest readable checkpoint: a corrupted latest one is skipped with a warning naming it
+        found = self.dir.latest_intact_checkpoint() if cfg.resume else None
+        last, state = found if found else (None, None)
+        budget = TimeBudget(cfg.max_time, float(state["elapsed"]) if state else 0.0) if cfg.max_time else None
+        if state is not None:
+            say(f"resuming from {last} (step {state['step']} of {state['total_steps']})", ctx, cfg.quiet)
+            return state, budget, None, int(state["total_steps"])
+        if cfg.resume:
+            return state, budget, None, int(read_record(self.dir.path / RUN_JSON)["total_steps"])
+        if budget is None:
+            return state, budget, None, int(cfg.max_steps)
+        cost, fitted = fit_steps(
+            budget,
+            self.feed,
+            model,
+            lambda m: build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay),
+            ctx,
+            precision=self.precision,
+            grad_accum=cfg.grad_accum,
+            clip=cfg.clip,
+        )
+        total_steps = int(distributed.broadcast_object(ctx, min(fitted, cfg.max_steps or 1 << 62)))
+        say(
+            f"--max-time {cfg.max_time:.0f}s at {cost(0, 1) * 1000:.0f} ms/step: scheduling {total_steps} steps",
+            ctx,
+            cfg.quiet,
+        )
+        return state, budget, cost, total_steps
+
+    def begin(self, model_config: dict) -> None:
+        """run.json (the run keys and what was resolved), metrics.jsonl cut back to the step resumed, the progress
+        bar, and the time budget's clock (preparing the data and probing are not counted)."""
         from tqdm import tqdm
 
-        self.cfg, self.ctx, self.train, self.feed, self.record = cfg, ctx, train, feed, record
-        self.total_steps, self.warmup, self.budget, self.cost = total_steps, warmup, budget, cost
-        self.dir = RunDir(cfg.output, ctx)
-        self.meter = Meter(window)  # a resumed run's log window continues where it was
-        self.elapsed, self.stop_why = train.elapsed, None
+        cfg, ctx = self.cfg, self.ctx
+        self.record = {
+            "config": cfg.run_record(),
+            "total_steps": self.total_steps,
+            "warmup_steps": self.warmup,
+            "precision": self.precision,
+            "world_size": ctx.world_size,
+            "model_config": model_config,
+        }
+        self.write_record()
+        self.dir.truncate_metrics(self.step)
         self.bar = tqdm(
-            total=total_steps,
-            initial=train.step,
+            total=self.total_steps,
+            initial=self.step,
             desc="pre-training",
             unit="step",
             dynamic_ncols=True,
             disable=cfg.quiet or not ctx.is_main or not sys.stderr.isatty(),
             mininterval=0.5,
         )
+        if self.budget is not None:
+            self.budget.start()
 
     @property
     def step(self) -> int:
@@ -122,8 +201,19 @@ class StepRun:
         )
         self.stop_why = "signal" if signalled else ("time" if over and step < self.total_steps else None)
 
+    def log(self, line: dict[str, Any], postfix: dict[str, str], said: str) -> None:
+        """Rank 0: ``line`` appended to metrics.jsonl, ``postfix`` on the progress bar, and ``said`` as a message
+        when there is no bar (not a terminal) and not --quiet."""
+        if not self.ctx.is_main:
+            return
+        self.dir.append_metrics(line)
+        self.bar.set_postfix(**postfix, refresh=False)
+        if self.bar.disable and not self.cfg.quiet:
+            say(said, self.ctx, self.cfg.quiet)
+
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
 
     # ------------------------------------------------------------------------------------------ checkpoints
 
