@@ -39,7 +39,6 @@ from bertkit.recipes.pretrain_recipes import BUDGET, BUDGET_LR, PAPER, RECIPES  
 from bertkit.recipes.pretrain_setup import (
     build_model,
     make_feed,
-    os_errors,
     prepare_output,
     remove_stale,
     say_run,
@@ -47,6 +46,7 @@ from bertkit.recipes.pretrain_setup import (
 )
 from bertkit.training.feed import Feed, to_device
 from bertkit.training.prefetch import Prefetcher
+from bertkit.training.rundir import os_errors
 
 __all__ = ["LossNotFinite", "PretrainConfig", "PretrainError", "held_out_accuracy", "pretrain"]
 
@@ -148,7 +148,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
                     if run.due(cfg.log_every):
                         _log(cfg, run, train.scheduler.get_last_lr()[0])
                     if eval_batches and ctx.is_main and run.due(run.eval_every):
-                        run.timed(lambda: _held_out(cfg, ctx, model, eval_batches, precision, run.step))
+                        run.timed(lambda: _held_out(cfg, run, model, eval_batches, precision))
                     run.after_step(stop)
             finally:
                 run.close()
@@ -207,13 +207,13 @@ def _write_model(cfg: PretrainConfig, ctx, model, tokenizer, run) -> None:
 # --------------------------------------------------------------------------------------------- the loop's parts
 
 
-def _held_out(cfg: PretrainConfig, ctx, model, batches: list[dict], precision: str, step: int) -> None:
-    """Evaluate on the held-out batches, write and say the result."""
-    from bertkit.training.rundir import RunDir
+def _held_out(cfg: PretrainConfig, run, model, batches: list[dict], precision: str) -> None:
+    """Evaluate on the held-out batches, write and say the result (rank 0)."""
     from bertkit.training.tensorboard import convert_metrics
 
+    ctx, step = run.ctx, run.step
     result = _evaluate(model, batches, precision, ctx.device)  # eval_batches: every labelled input is [MASK]
-    RunDir(cfg.output).append_metrics({"step": step, **result})
+    run.dir.append_metrics({"step": step, **result})
     if cfg.tensorboard:
         convert_metrics(cfg.output)
     say_run(

@@ -8,7 +8,8 @@ import dataclasses
 from pathlib import Path
 
 from bertkit.recipes.pretrain_config import PretrainConfig, PretrainError
-from bertkit.recipes.pretrain_setup import make_feed, read_record
+from bertkit.recipes.pretrain_setup import make_feed
+from bertkit.training.rundir import read_record
 
 
 def held_out_accuracy(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from bertkit.recipes.pretrain_config import RUN_KEYS, PretrainError, parse_mask_mix  # noqa: F401 (public here too)
 from bertkit.training.log import say
-from bertkit.training.rundir import RunDir, os_errors, read_record  # noqa: F401 (the recipe's names for them)
+from bertkit.training.rundir import RunDir
 
 if TYPE_CHECKING:
     from bertkit.recipes.pretrain_config import PretrainConfig
