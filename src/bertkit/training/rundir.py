@@ -9,7 +9,9 @@ killed process left behind. The three recipes use it the same way::
     run.append_metrics({"step": ..., "loss": ...})
 
 ``keys`` are the settings that change what is computed: a resumed run must have the same ones (others, like how
-often to save, may change between the two halves).
+often to save, may change between the two halves). A run whose ``run.json`` records its whole ``config`` (pre-training,
+whose data preparation may be killed before the first checkpoint) claims its directory with :meth:`RunDir.claim`
+instead of ``resume_checkpoint``.
 """
 
 from __future__ import annotations
