@@ -23,6 +23,13 @@ class RunError(BertkitError, RuntimeError):
     exit_code = 1
 
 
+class PretrainError(RunError):
+    """A pre-training run that cannot start or continue; the message says what to do (exit code 2, as a refused
+    command)."""
+
+    exit_code = 2
+
+
 class MissingFileError(InputError, FileNotFoundError):
     """A file or directory the user named (or one a model directory must hold) does not exist (names it)."""
 

@@ -171,6 +171,20 @@ def _bounds_text(bounds: tuple) -> str:
     return " and ".join(parts) or "a finite number"
 
 
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``1.5h``, ``1h30m`` -> seconds."""
+    import re
+
+    text = str(text).strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([smhd])", text)
+    if not parts or "".join(f"{a}{b}" for a, b in parts) != text.replace(" ", ""):
+        raise ValueError(f"cannot read duration {text!r}; write e.g. 90s, 10m, 1.5h or 1h30m")
+    scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    return sum(float(a) * scale[b] for a, b in parts)
+
+
 def number(base: type, name: str = "", bounds: tuple | None = None, parse: Callable | None = None) -> Callable:
     """An argparse ``type`` for a numeric flag: ``parse`` (default ``base``), then nan, inf and values outside
     ``bounds`` (default: :data:`BOUNDS`' entry for ``name``, else ``[0, inf)``) are refused with a one-line

@@ -69,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, ctx) -> int:
-    from bertkit.recipes.distill import DistillArgs, build_student, check_args
+    from bertkit.recipes.distill import DistillArgs, check_args
+    from bertkit.recipes.distill_student import build_student
     from bertkit.recipes.finetune import set_seed
     from bertkit.tasks import read_task_config
 

@@ -9,10 +9,10 @@ and on SIGTERM/SIGINT an atomic checkpoint. ``resume=True`` continues from the l
 same weights as an uninterrupted run: the data position is (stage, epoch, index), batches are pure functions of the
 seed, and every RNG state is restored.
 
-Two recipes (``--recipe``): ``paper`` is Devlin et al.'s (lr 1e-4, linear schedule, dropout 0.1, 15% masking, NSP);
-``budget``, the default when ``--max-time`` is given, is what measured best in minutes of CPU (docs/pretraining.md
-has the ablation): the MLM output bias starts at the corpus's unigram log-frequencies, no dropout, a higher lr on a
-trapezoidal schedule, 30% masking, MLM only on full packed sequences. Every choice is its own flag too.
+Two recipes (``--recipe``, ``recipes/pretrain_recipes.py``): ``paper`` is Devlin et al.'s; ``budget``, the default
+when ``--max-time`` is given, is what measured best in minutes of CPU. Every choice is its own flag too. The books
+of the run (clock, log window, checkpoints, the agreed stop, ``--max-time``'s schedule) are ``training.StepRun``'s;
+a finished run's held-out figures are ``recipes/pretrain_eval.py``'s.
 
 Two objectives (``--objective``): ``mlm``, and ``electra``: replaced-token detection with a small generator
 (``recipes/electra.py``: its model, masking defaults and figures; the loop is this one).
@@ -21,16 +21,12 @@ Two objectives (``--objective``): ``mlm``, and ``electra``: replaced-token detec
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from bertkit.errors import LossNotFinite
-from bertkit.files import write_json
 from bertkit.recipes.pretrain_config import (  # noqa: F401 (public here too)
-    RECIPES,
     RUN_KEYS,
     SCHEDULES,
     PretrainConfig,
@@ -38,56 +34,23 @@ from bertkit.recipes.pretrain_config import (  # noqa: F401 (public here too)
     parse_duration,
     parse_mask_mix,
 )
+from bertkit.recipes.pretrain_eval import held_out_accuracy  # noqa: F401 (public here too)
+from bertkit.recipes.pretrain_recipes import BUDGET, BUDGET_LR, PAPER, RECIPES  # noqa: F401 (public here too)
 from bertkit.recipes.pretrain_setup import (
-    Feed,
     build_model,
-    os_errors,
+    make_feed,
     prepare_output,
-    read_record,
     remove_stale,
     say_run,
     tokenizer_and_shards,
 )
+from bertkit.training.feed import Feed, to_device
 from bertkit.training.prefetch import Prefetcher
+from bertkit.training.rundir import os_errors
 
 __all__ = ["LossNotFinite", "PretrainConfig", "PretrainError", "held_out_accuracy", "pretrain"]
 
-# --------------------------------------------------------------------------------------------- the two recipes
-
-PAPER = {
-    "lr": 1e-4,
-    "schedule": "linear",
-    "warmup_fraction": 0.05,
-    "dropout": None,
-    "mask_prob": 0.15,
-    "nsp": True,
-    "short_seq_prob": 0.1,
-    "output_bias": "zero",
-    "seq_ramp": "off",
-    "batch_ramp": "off",
-    "mask_mix": "80/10/10",
-    "position_init": "normal",
-    "seq_len": 128,
-    "batch_size": 32,
-}
-# chosen by measurement (docs/pretraining.md, "Pre-training in minutes"); lr by model width below
-BUDGET = {
-    "lr": None,
-    "schedule": "trapezoid",
-    "warmup_fraction": 0.05,
-    "dropout": 0.0,
-    "mask_prob": 0.3,
-    "nsp": False,
-    "short_seq_prob": 0.0,
-    "output_bias": "unigram",
-    "seq_ramp": "32:0.7",
-    "batch_ramp": "128:0.7",
-    "mask_mix": "80/10/10",
-    "position_init": "sinusoidal",
-    "seq_len": 128,
-    "batch_size": 32,
-}
-BUDGET_LR = {"bert-tiny": 4e-3, "bert-mini": 1e-3, "bert-small": 5e-4, "bert-medium": 5e-4}  # others: 2e-4
+# --------------------------------------------------------------------------------------------- the recipe
 
 
 def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
@@ -117,27 +80,19 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     return resolved, f"recipe {name}: {shown}"
 
 
-# --------------------------------------------------------------------------------------------- preparing a run
-
-
-# --------------------------------------------------------------------------------------------- the recipe
-
-
 def pretrain(cfg: PretrainConfig) -> Path:
     """Run (or resume) a pre-training run; returns OUTPUT, which ends as a loadable model directory.
 
     Raises PretrainError for a run that cannot start, LossNotFinite when the loss stops being finite, and
     Interrupted (after saving a checkpoint) on SIGTERM/SIGINT."""
     import torch
-    from tqdm import tqdm
 
     from bertkit.data.pretraining.instances import VocabInfo
     from bertkit.precision import resolve_precision
     from bertkit.training import distributed as dist
     from bertkit.training.interrupt import GracefulStop
-    from bertkit.training.meter import Meter
-    from bertkit.training.rundir import RunDir
     from bertkit.training.step import optimizer_step
+    from bertkit.training.steprun import StepRun
 
     torch.set_num_threads(cfg.threads or torch.get_num_threads())
     ctx, out = dist.setup(cfg.device), Path(cfg.output)
@@ -145,60 +100,38 @@ def pretrain(cfg: PretrainConfig) -> Path:
         with GracefulStop() as stop, os_errors(out):
             # ---- recipe, output dir, vocabulary, shards, model, optimizer
             cfg, chosen = resolve_recipe(cfg)
-            cfg = _on_main(ctx, lambda: prepare_output(cfg))
+            cfg = dist.on_main(ctx, lambda: prepare_output(cfg), PretrainError)
             say_run(cfg, ctx, chosen)
             tokenizer, shard_dir = tokenizer_and_shards(cfg, ctx)
             precision = resolve_precision(cfg.precision, ctx.device)
-            feed = Feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
+            feed = make_feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
             eval_batches = _eval_batches(cfg, feed)
-            # ---- the model, the schedule (steps fitted to --max-time) or the checkpoint resumed, the train state
-            model, config, train, window, budget, cost, total_steps, warmup = _model_and_schedule(
-                cfg, ctx, tokenizer, shard_dir, feed, precision
-            )
-            eval_every = cfg.eval_every or max(1, total_steps // 10)
-            meter, run = Meter(window), RunDir(out, ctx)  # a resumed run's log window continues where it was
-            step, elapsed = train.step, train.elapsed
+            # ---- the model; the optimizer, the steps (fitted to --max-time) and the train state, or the checkpoint's
+            model, config = _build_model(cfg, ctx, tokenizer, shard_dir, feed)
+            run = StepRun(cfg, ctx, model, feed, precision)
+            train = run.train
             ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
             if cfg.compile:  # after DDP, as PyTorch's DDP + compile guide does; checkpoints save the plain model
                 ddp_model = torch.compile(ddp_model)
-            record = _start_record(cfg, ctx, run, model, config, len(tokenizer), precision, total_steps, warmup, step)
-
-            def save() -> Path | None:
-                nonlocal elapsed
-                t_save = time.perf_counter()
-                train.elapsed, train.position = elapsed, feed.position()
-                path = train.save(
-                    run.checkpoints,
-                    ctx,
-                    keep=cfg.keep_checkpoints,
-                    total_steps=total_steps,
-                    config=cfg.run_record(),
-                    meter=dict(meter.sums),
-                )
-                elapsed += time.perf_counter() - t_save
-                return path
+            say_run(
+                cfg,
+                ctx,
+                f"model {cfg.model_size}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+                f"parameters, vocab {len(tokenizer)}, precision {precision}, {ctx.world_size} process(es) on "
+                f"{ctx.device.type}; {run.total_steps} steps",
+            )
+            run.begin(config.to_dict("hf"))  # run.json, metrics.jsonl cut back to the step resumed, the bar
 
             # ---- the loop
-            bar = tqdm(
-                total=total_steps,
-                initial=step,
-                desc="pre-training",
-                unit="step",
-                dynamic_ncols=True,
-                disable=cfg.quiet or not ctx.is_main or not sys.stderr.isatty(),
-                mininterval=0.5,
-            )
             workers = cfg.loader_workers if cfg.loader_workers is not None else (2 if ctx.device.type == "cuda" else 0)
-            loader, stop_why = Prefetcher(workers), None
-            if budget is not None:
-                budget.start()
+            loader = Prefetcher(workers)
             try:  # the workers (processes on a GPU) go when the loop does, also when it raises
-                while step < total_steps and stop_why is None:
+                while run.going():
                     t0 = time.perf_counter()
                     # a ramp's next stage (before the step: resume-exact)
-                    if entered := feed.advance(step, total_steps):
+                    if entered := feed.advance(run.step, run.total_steps):
                         say_run(cfg, ctx, entered)
-                    forward, count = _micro_batches(feed, loader, cfg, ctx, meter)
+                    forward, count = _micro_batches(feed, loader, cfg, ctx, run.meter)
                     step_loss = optimizer_step(
                         train,
                         range(cfg.grad_accum),
@@ -209,91 +142,41 @@ def pretrain(cfg: PretrainConfig) -> Path:
                         ctx=ctx,
                         ddp_model=ddp_model,
                         after_backward=count,
-                        on_not_finite=lambda loss, norm: _raise_not_finite(out, [loss, norm], train.step),
+                        on_not_finite=run.not_finite,
                     ).loss
-                    step = train.step
-                    elapsed += time.perf_counter() - t0
-                    meter.add(loss=step_loss, steps=1, time=time.perf_counter() - t0)
-                    bar.update(1)
-                    fitted = budget.after_step(step, total_steps, cost) if budget else None
-                    if fitted is not None:
-                        total_steps = bar.total = _refit(cfg, ctx, train, record, fitted, warmup)
-                        eval_every = cfg.eval_every or max(1, total_steps // 10)
-                    if step % cfg.log_every == 0 or step == total_steps:
-                        _log(
-                            ctx,
-                            cfg,
-                            run,
-                            meter,
-                            bar,
-                            step,
-                            total_steps,
-                            train.scheduler.get_last_lr()[0],
-                            elapsed,
-                            feed.epoch,
-                        )
-                    if eval_batches and ctx.is_main and (step % eval_every == 0 or step == total_steps):
-                        elapsed += _held_out(cfg, ctx, out, model, eval_batches, precision, step)
-                    if step % cfg.save_every == 0 and step < total_steps:
-                        save()
-                    over, signalled = dist.all_reduce_mean(
-                        ctx, [float(bool(budget and budget.over())), float(stop.requested)]
-                    )
-                    stop_why = "signal" if signalled else ("time" if over and step < total_steps else None)
+                    run.stepped(step_loss, t0)
+                    if run.due(cfg.log_every):
+                        _log(cfg, run, train.scheduler.get_last_lr()[0])
+                    if eval_batches and ctx.is_main and run.due(run.eval_every):
+                        run.timed(lambda: _held_out(cfg, run, model, eval_batches, precision))
+                    run.after_step(stop)
             finally:
-                bar.close()
+                run.close()
                 loader.close()
 
             # ---- the end: checkpoint + model directory (config.json, model.safetensors, vocab.txt, tokenizer config)
-            path = save()
-            if stop_why == "signal":
-                stop.raise_(
-                    f"stopped at step {step} of {total_steps} on a signal; the checkpoint {path} is saved. "
-                    f"Continue with the same command and --resume"
-                )
+            run.end(stop)
             if ctx.is_main:
-                _write_model(cfg, ctx, model, tokenizer, stop_why, step, total_steps, elapsed)
+                _write_model(cfg, ctx, model, tokenizer, run)
             dist.barrier(ctx)
             return out
     finally:
         dist.cleanup(ctx)
 
 
-def _model_and_schedule(cfg: PretrainConfig, ctx, tokenizer, shard_dir: Path, feed: Feed, precision: str):
-    """The model (the factory keyed by --arch), its optimizer and loss scaler; the steps (fitted to --max-time, or
-    the resumed run's) and the schedule; a TrainState, restored from the checkpoint when resuming (its position
-    the feed placed at its data position.
-    Returns (model, config, train state, the checkpoint's log window, budget, cost, total steps, warmup steps)."""
-    from bertkit.precision import grad_scaler
-    from bertkit.training.optim import build_optimizer, lr_schedule
-    from bertkit.training.state import TrainState, seed_dropout
-
+def _build_model(cfg: PretrainConfig, ctx, tokenizer, shard_dir: Path, feed: Feed):
+    """(model, config): the factory keyed by --arch; ELECTRA's discriminator is that model, beside its generator."""
     if cfg.arch == "modernbert":
         from bertkit.recipes.modernbert import build_model as make_model
     else:
         make_model = build_model
-    if cfg.objective == "electra":  # the discriminator is the architecture's model, beside its generator
+    if cfg.objective == "electra":
         from functools import partial
 
         from bertkit.recipes import electra
 
         make_model = partial(electra.build_model, build_base=make_model)
-    model, config = make_model(cfg, tokenizer, shard_dir, feed.max_len, ctx.device)
-    optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    state, budget, cost, total_steps = _schedule(cfg, ctx, feed, model, precision)
-    warmup = max(1, int(cfg.warmup_fraction * total_steps)) if cfg.warmup_steps is None else cfg.warmup_steps
-    if cost is not None and cfg.max_steps is None:  # the probe ran cold: re-fit once to the measured pace
-        budget.plan_refit(total_steps, cfg.eval_every or max(1, total_steps // 10))
-    train = TrainState(
-        model, optimizer, lr_schedule(optimizer, cfg.schedule, warmup, total_steps), grad_scaler(precision, ctx.device)
-    )
-    if state is None:
-        seed_dropout(cfg.seed, ctx)  # dropout differs per rank; weights are rank 0's (DDP)
-    else:
-        train.load(state, ctx)
-    feed.start(total_steps, (state.get("position") or state.get("data")) if state else None)
-    window = (state.get("meter") or {}) if state else {}
-    return model, config, train, window, budget, cost, total_steps, warmup
+    return make_model(cfg, tokenizer, shard_dir, feed.max_len, ctx.device)
 
 
 def _eval_batches(cfg: PretrainConfig, feed: Feed) -> list[dict]:
@@ -302,61 +185,10 @@ def _eval_batches(cfg: PretrainConfig, feed: Feed) -> list[dict]:
     return eval_data.eval_batches(cfg.eval_batches) if eval_data.shards else []
 
 
-def _start_record(
-    cfg: PretrainConfig,
-    ctx,
-    run,
-    model,
-    config,
-    vocab_size: int,
-    precision: str,
-    total_steps: int,
-    warmup: int,
-    step: int,
-) -> dict[str, Any]:
-    """run.json (the run keys and what was resolved), metrics.jsonl cut back to ``step``, and the run's summary line.
-    Returns the record."""
-    record = {
-        "config": cfg.run_record(),
-        "total_steps": total_steps,
-        "warmup_steps": warmup,
-        "precision": precision,
-        "world_size": ctx.world_size,
-        "model_config": config.to_dict("hf"),
-    }
-    if ctx.is_main:
-        write_json(run.path / "run.json", record, sort_keys=False)
-    run.truncate_metrics(step)
-    say_run(
-        cfg,
-        ctx,
-        f"model {cfg.model_size}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
-        f"parameters, vocab {vocab_size}, precision {precision}, {ctx.world_size} process(es) on "
-        f"{ctx.device.type}; {total_steps} steps",
-    )
-    return record
-
-
-def _refit(cfg: PretrainConfig, ctx, train, record: dict, fitted: int, warmup: int) -> int:
-    """--max-time: the schedule re-fitted to ``fitted`` steps at the measured pace (the lr of this step on the new
-    schedule); run.json says so. Returns the new total (rank 0's)."""
-    from bertkit.training.distributed import broadcast_object
-    from bertkit.training.optim import lr_schedule
-
-    total_steps = record["total_steps"] = int(broadcast_object(ctx, fitted))
-    say_run(cfg, ctx, f"--max-time: re-scheduled to {total_steps} steps at the measured pace")
-    train.scheduler = lr_schedule(train.optimizer, cfg.schedule, warmup, total_steps)
-    train.scheduler.last_epoch = train.step - 1
-    train.scheduler.step()
-    if ctx.is_main:
-        write_json(Path(cfg.output) / "run.json", record, sort_keys=False)
-    return total_steps
-
-
-def _write_model(
-    cfg: PretrainConfig, ctx, model, tokenizer, stop_why: str | None, step: int, total_steps: int, elapsed: float
-) -> None:
+def _write_model(cfg: PretrainConfig, ctx, model, tokenizer, run) -> None:
     """The end of a run: OUTPUT as a model directory (config.json, model.safetensors, vocab.txt, tokenizer config)."""
+    from bertkit.training.tensorboard import convert_metrics
+
     out = Path(cfg.output)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -365,140 +197,25 @@ def _write_model(
 
         tokenizer.save_pretrained(out / GENERATOR_DIR)
     if cfg.tensorboard:
-        _write_tensorboard(out)
+        convert_metrics(out)
     remove_stale(out)
-    say_run(cfg, ctx, f"--max-time reached at step {step} of {total_steps}" if stop_why == "time" else "")
-    say_run(cfg, ctx, f"done: {step} steps in {elapsed:.0f}s; model saved to {out}")
-
-
-def held_out_accuracy(
-    output: str | Path, max_batches: int = 20, draws: int = 8, shards: str | Path | None = None
-) -> dict[str, float]:
-    """A finished run's honest held-out MLM figures (``bertkit.tasks.mlm``: text never trained on, the run's
-    sequences, 15% of tokens chosen and every one of them [MASK]): ``{"mlm_acc", "mlm_baseline", "mlm_loss",
-    "masked_tokens"}``, where the baseline is the best constant guess at the same positions (the plateau a model
-    sits on until it learns context). The held-out text is small (2% of the corpus), so it is masked ``draws``
-    times with different seeds (up to ``max_batches`` batches in all): a figure from ~1,000 masked tokens moves by
-    about a point between mask draws. ``shards``: another prepared directory whose held-out split is scored instead
-    (the quickstart's: books the run never read), tokenized with the run's vocabulary."""
-    import torch
-
-    from bertkit import models
-    from bertkit.data.pretraining.instances import VocabInfo
-    from bertkit.tasks.mlm import score_mlm
-    from bertkit.tokenization import BertTokenizer
-    from bertkit.training.distributed import DistContext
-
-    out = Path(output)
-    # the run's sequences, masked at the paper's 15% whatever the run trained with, so runs compare
-    cfg = PretrainConfig(
-        **{
-            **read_record(out / "run.json")["config"],
-            "output": str(out),
-            "max_steps": 1,
-            "mask_prob": 0.15,
-            "max_predictions": None,
-        }
-    )
-    tokenizer = BertTokenizer.from_pretrained(out)
-    vocab = VocabInfo.from_tokenizer(tokenizer)
-    batches: list = []
-    for draw in range(max(1, draws)):
-        where = Path(shards) if shards is not None else out / "data" / "shards"
-        data = Feed(dataclasses.replace(cfg, seed=cfg.seed + draw), where, vocab, DistContext()).make(
-            cfg.seq_len, cfg.batch_size, "eval"
-        )
-        if not data.shards:
-            break
-        batches += data.eval_batches(max_batches - len(batches))
-        if len(batches) >= max_batches:
-            break
-    if not batches:
-        raise PretrainError(f"{out}: no held-out text to evaluate on (the corpus is too small)")
-    # ELECTRA's run: its generator is the masked LM (the model kept is the discriminator, which has no MLM head)
-    where = out / "generator" if cfg.objective == "electra" else out
-    arch = models.of_directory(where)  # the masked LM of the run's architecture
-    model = arch.model_class(arch.features_role).from_pretrained(where).eval()
-    score = score_mlm(model, ({k: torch.from_numpy(v) for k, v in b.items()} for b in batches), vocab.mask_id)
-    return {
-        "mlm_acc": score.mlm_acc,
-        "mlm_baseline": score.mlm_baseline,
-        "mlm_loss": score.mlm_loss,
-        "masked_tokens": score.masked_tokens,
-    }
+    step, total_steps = run.step, run.total_steps
+    say_run(cfg, ctx, f"--max-time reached at step {step} of {total_steps}" if run.stop_why == "time" else "")
+    say_run(cfg, ctx, f"done: {step} steps in {run.elapsed:.0f}s; model saved to {out}")
 
 
 # --------------------------------------------------------------------------------------------- the loop's parts
 
 
-def _on_main(ctx, fn):
-    """``fn()`` on rank 0, its result (or its PretrainError) on every rank."""
-    from bertkit.training.distributed import broadcast_object
+def _held_out(cfg: PretrainConfig, run, model, batches: list[dict], precision: str) -> None:
+    """Evaluate on the held-out batches, write and say the result (rank 0)."""
+    from bertkit.training.tensorboard import convert_metrics
 
-    result, error = None, None
-    if ctx.is_main:
-        try:
-            result = fn()
-        except PretrainError as e:
-            error = str(e)
-    result, error = broadcast_object(ctx, (result, error))
-    if error:
-        raise PretrainError(error)
-    return result
-
-
-def _schedule(cfg: PretrainConfig, ctx, feed: Feed, model, precision: str):
-    """(checkpoint state or None, TimeBudget or None, cost model or None, total steps). The steps are a resumed
-    run's, or fitted to --max-time by timing a few steps of each (sequence length, batch size) on a throwaway copy
-    of the model, or --max-steps."""
-    from bertkit.training.budget import TimeBudget
-    from bertkit.training.distributed import broadcast_object
-    from bertkit.training.optim import build_optimizer
-    from bertkit.training.rundir import RunDir
-    from bertkit.training.step import time_steps
-
-    out = Path(cfg.output)
-    # the newest readable checkpoint: a corrupted latest one is skipped with a warning naming it
-    found = RunDir(out, ctx).latest_intact_checkpoint() if cfg.resume else None
-    last, state = found if found else (None, None)
-    budget = TimeBudget(cfg.max_time, float(state["elapsed"]) if state else 0.0) if cfg.max_time else None
-    if state is not None:
-        say_run(cfg, ctx, f"resuming from {last} (step {state['step']} of {state['total_steps']})")
-        return state, budget, None, int(state["total_steps"])
-    if cfg.resume:
-        return state, budget, None, int(read_record(out / "run.json")["total_steps"])
-    if budget is None:
-        return state, budget, None, int(cfg.max_steps)
-
-    def timer(data) -> float:
-        batches = [_to_device(data.batch(0, i % data.num_batches(0)), ctx.device) for i in range(4)]
-        return time_steps(
-            model,
-            lambda m: build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay),
-            batches,
-            precision=precision,
-            device=ctx.device,
-            grad_accum=cfg.grad_accum,
-            clip=cfg.clip,
-        )
-
-    cost = feed.cost(feed.step_costs(timer))
-    total_steps = int(broadcast_object(ctx, min(budget.fit(cost), cfg.max_steps or 1 << 62)))
-    say_run(
-        cfg, ctx, f"--max-time {cfg.max_time:.0f}s at {cost(0, 1) * 1000:.0f} ms/step: scheduling {total_steps} steps"
-    )
-    return state, budget, cost, total_steps
-
-
-def _held_out(cfg: PretrainConfig, ctx, out: Path, model, batches: list[dict], precision: str, step: int) -> float:
-    """Evaluate on the held-out batches, write and say the result; returns the seconds it took."""
-    t0 = time.perf_counter()
+    ctx, step = run.ctx, run.step
     result = _evaluate(model, batches, precision, ctx.device)  # eval_batches: every labelled input is [MASK]
-    from bertkit.training.rundir import RunDir
-
-    RunDir(out).append_metrics({"step": step, **result})
+    run.dir.append_metrics({"step": step, **result})
     if cfg.tensorboard:
-        _write_tensorboard(out)
+        convert_metrics(cfg.output)
     say_run(
         cfg,
         ctx,
@@ -513,7 +230,6 @@ def _held_out(cfg: PretrainConfig, ctx, out: Path, model, batches: list[dict], p
         )
         + f", loss {result['eval_loss']:.3f}",
     )
-    return time.perf_counter() - t0
 
 
 def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter):
@@ -522,7 +238,7 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter):
     current: dict[str, Any] = {}
 
     def forward(model, _):
-        current["batch"] = batch = _to_device(feed.next(loader), ctx.device)
+        current["batch"] = batch = to_device(feed.next(loader), ctx.device)
         return model(**batch)
 
     def count(_, output) -> None:
@@ -549,28 +265,12 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter):
     return forward, count
 
 
-def _raise_not_finite(out: Path, check: list[float], step: int) -> None:
-    from bertkit.training.checkpointing import checkpoint_dir, latest_checkpoint
-
-    last = latest_checkpoint(checkpoint_dir(out))
-    raise LossNotFinite(
-        f"the loss became {check[0]} (gradient norm {check[1]}) at step {step + 1}; stopping. "
-        + (
-            f"The last good checkpoint is {last}: resume with --resume, perhaps with a lower --lr."
-            if last
-            else "No checkpoint was saved yet: restart with a lower --lr or --precision fp32."
-        )
-    )
-
-
-def _log(
-    ctx, cfg: PretrainConfig, run, meter, bar, step: int, total_steps: int, lr: float, elapsed: float, epoch: int
-) -> None:
+def _log(cfg: PretrainConfig, run, lr: float) -> None:
     """A metrics line (means over the window and the ranks), the progress bar's figures, and a reset window."""
     from bertkit.training import flops
     from bertkit.training.distributed import all_reduce_mean
 
-    m = meter
+    ctx, m = run.ctx, run.meter
     vals = all_reduce_mean(
         ctx,
         [
@@ -582,71 +282,40 @@ def _log(
             m.ratio("tokens", "time"),
         ],
     )
-    rates = flops.log_fields(ctx, run.path, vals[5], dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
+    rates = flops.log_fields(ctx, run.dir.path, vals[5], dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
     rtd = {}
     if cfg.objective == "electra":  # the discriminator's window figures (recipes/electra.py)
         from bertkit.recipes.electra import window_fields
 
-        rtd = window_fields(ctx, meter)
-    meter.reset()
+        rtd = window_fields(ctx, m)
+    m.reset()
     # train_mlm_acc: on the training batches' own 80/10/10 inputs (kept tokens count): a training-window figure,
     # not a quality meter; the held-out records (eval_mlm_acc) are
     line = {
-        "step": step,
+        "step": run.step,
         "loss": vals[0],
         "mlm_loss": vals[1],
         "train_mlm_acc": vals[3],
         "lr": lr,
         "tokens_per_s": vals[5] * ctx.world_size,
-        "elapsed_s": round(elapsed, 2),
-        "epoch": epoch,
+        "elapsed_s": round(run.elapsed, 2),
+        "epoch": run.feed.epoch,
         **rtd,
         **rates,
     }
     if cfg.nsp:
         line.update(nsp_loss=vals[2], nsp_acc=vals[4])
-    if not ctx.is_main:
-        return
-    run.append_metrics(line)
     nsp = {"nsp": f"{vals[4]:.3f}"} if cfg.nsp else {}
     mfu = {"mfu": f"{rates['mfu']:.1%}"} if "mfu" in rates else {}
-    bar.set_postfix(
-        loss=f"{vals[0]:.3f}",
-        train_mlm=f"{vals[3]:.3f}",
-        **nsp,
-        tok_s=f"{line['tokens_per_s']:.0f}",
-        **mfu,
-        refresh=False,
+    run.log(
+        line,
+        dict(loss=f"{vals[0]:.3f}", train_mlm=f"{vals[3]:.3f}", **nsp, tok_s=f"{line['tokens_per_s']:.0f}", **mfu),
+        f"step {run.step}/{run.total_steps}  loss {vals[0]:.3f}  train-window mlm acc {vals[3]:.3f}"
+        + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "")
+        + (f"  rtd balanced acc {rtd['train_rtd_balanced_acc']:.3f}" if rtd else "")
+        + f"  {line['tokens_per_s']:.0f} tokens/s"
+        + (f"  MFU {mfu['mfu']}" if mfu else ""),
     )
-    if bar.disable and not cfg.quiet:
-        say_run(
-            cfg,
-            ctx,
-            f"step {step}/{total_steps}  loss {vals[0]:.3f}  train-window mlm acc {vals[3]:.3f}"
-            + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "")
-            + (f"  rtd balanced acc {rtd['train_rtd_balanced_acc']:.3f}" if rtd else "")
-            + f"  {line['tokens_per_s']:.0f} tokens/s"
-            + (f"  MFU {mfu['mfu']}" if mfu else ""),
-        )
-
-
-def _write_tensorboard(out: Path) -> None:
-    """OUTPUT/tensorboard from metrics.jsonl (one event file, rewritten atomically; exact after a resume too)."""
-    from bertkit.training.tensorboard import convert_records
-
-    lines = (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    records = [json.loads(line) for line in lines if line.strip()]
-    start = time.time() - max((float(r.get("elapsed_s", 0)) for r in records), default=0.0)
-    convert_records(records, out / "tensorboard", start_time=start)
-
-
-# --------------------------------------------------------------------------------------------- small helpers
-
-
-def _to_device(batch: dict, device) -> dict:
-    import torch
-
-    return {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items()}
 
 
 def _evaluate(model, batches: list[dict], precision: str, device, mask_id: int | None = None) -> dict[str, float]:
@@ -671,7 +340,7 @@ def _evaluate(model, batches: list[dict], precision: str, device, mask_id: int |
 
     try:
         score = score_mlm(
-            forward, (_to_device(b, device) for b in batches), mask_id, context=lambda: autocast(precision, device)
+            forward, (to_device(b, device) for b in batches), mask_id, context=lambda: autocast(precision, device)
         )
     finally:
         model.train()

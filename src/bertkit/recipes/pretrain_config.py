@@ -1,5 +1,6 @@
 """The settings of a pre-training run: :class:`PretrainConfig`, whose fields are ``bertkit pretrain``'s flags (the
-ones marked ``run`` are the keys a resumed run must share), and the small parsers of its values."""
+ones marked ``run`` are the keys a resumed run must share; what a recipe fills in is in
+:mod:`bertkit.recipes.pretrain_recipes`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import RunError
+from bertkit.data.pretraining.instances import parse_mask_mix  # noqa: F401 (public here too)
+from bertkit.errors import PretrainError
 from bertkit.options import (
     clip_option,
     device_option,
@@ -17,56 +19,15 @@ from bertkit.options import (
     max_steps_option,
     option,
     output_option,
+    parse_duration,
     precision_option,
     seed_option,
     threads_option,
     warmup_option,
 )
+from bertkit.recipes.pretrain_recipes import RECIPES, choose_model
 
-
-class PretrainError(RunError):
-    """A run that cannot start or continue; the message says what to do (exit code 2, as a refused command)."""
-
-    exit_code = 2
-
-
-def parse_mask_mix(text: str) -> tuple[float, float, float]:
-    """``"80/10/10"`` -> (0.8, 0.1, 0.1): the shares of chosen positions given [MASK], a random token, or kept."""
-    try:
-        parts = tuple(float(x) / 100 for x in str(text).split("/"))
-    except ValueError:
-        parts = ()
-    if len(parts) != 3 or min(parts) < 0 or abs(sum(parts) - 1) > 1e-6:
-        raise PretrainError(
-            f"--mask-mix must be three percentages MASK/RANDOM/KEEP summing to 100 (e.g. 80/10/10), got {text!r}"
-        )
-    return parts  # type: ignore[return-value]
-
-
-RECIPES = ("budget", "paper")
-# the model each recipe builds when --arch / --model-size / --vocab-size are left out. The budget recipe's is the one
-# that fine-tuned best after minutes of pre-training (issue 33's downstream meter; docs/pretraining.md, "Which
-# model for a budget"): ModernBERT-tiny on an 8,000-token vocabulary. ELECTRA and --init-from keep BERT / the
-# model's own architecture. Sizes are BERT's names, which models.Architecture.preset maps to the architecture's.
-MODEL_DEFAULTS = {
-    "budget": {"arch": "modernbert", "model_size": "bert-tiny", "vocab_size": 8000},
-    "paper": {"arch": "bert", "model_size": "bert-mini", "vocab_size": 30522},
-}
 SCHEDULES = ("linear", "trapezoid", "onecycle")
-
-
-def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``10m``, ``1.5h``, ``1h30m`` -> seconds."""
-    import re
-
-    text = str(text).strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([smhd])", text)
-    if not parts or "".join(f"{a}{b}" for a, b in parts) != text.replace(" ", ""):
-        raise ValueError(f"cannot read duration {text!r}; write e.g. 90s, 10m, 1.5h or 1h30m")
-    scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    return sum(float(a) * scale[b] for a, b in parts)
 
 
 def _run_key(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
@@ -360,30 +321,13 @@ class PretrainConfig:
                         "WordPiece vocabulary: whole-word masking follows its ## pieces)"
                     )
                 self.vocab = str(init)  # the model's own vocabulary (and tokenizer config)
-        self._choose_model()
+        self.arch, self.model_size, self.vocab_size = choose_model(
+            self.recipe_name(), self.arch, self.model_size, self.vocab_size, self.init_from
+        )
 
     def recipe_name(self) -> str:
         """``--recipe``, or the default: budget with ``--max-time``, paper otherwise."""
         return self.recipe or ("budget" if self.max_time is not None else "paper")
-
-    def _choose_model(self) -> None:
-        """Fill in the architecture, size and vocabulary size the user left out, from the recipe's MODEL_DEFAULTS;
-        ``--init-from`` continues the model's own architecture, and a
-        ``--model-size`` names its own (``bert-mini``: BERT; ``modernbert-mini``: ModernBERT)."""
-        from bertkit import models
-
-        defaults = MODEL_DEFAULTS[self.recipe_name()]
-        if self.arch is None:
-            if self.init_from is not None:
-                self.arch = models.of_directory(self.init_from).model_type
-            elif self.model_size is not None:  # a named size names its architecture (bert-mini: BERT's)
-                self.arch = models.of_preset(self.model_size).model_type
-            else:
-                self.arch = defaults["arch"]
-        if self.model_size is None:  # the recipe's size, in the chosen architecture's name
-            self.model_size = models.get(self.arch).preset(defaults["model_size"])
-        if self.vocab_size is None:
-            self.vocab_size = defaults["vocab_size"]
 
     def run_record(self) -> dict[str, Any]:
         """The run keys, with paths made absolute."""

@@ -94,3 +94,19 @@ class TimeBudget:
     def over(self) -> bool:
         """True once the budget is spent."""
         return time.perf_counter() - self.started >= self.deadline
+
+
+def fit_steps(budget: TimeBudget, feed, model, make_optimizer, ctx, *, precision: str, grad_accum: int, clip: float):
+    """(cost, steps that fit ``budget``): a few steps of each (sequence length, batch size) ``feed`` will use, timed
+    on a throwaway copy of ``model``."""
+    from bertkit.training.feed import to_device
+    from bertkit.training.step import time_steps
+
+    def timer(data) -> float:
+        batches = [to_device(data.batch(0, i % data.num_batches(0)), ctx.device) for i in range(4)]
+        return time_steps(
+            model, make_optimizer, batches, precision=precision, device=ctx.device, grad_accum=grad_accum, clip=clip
+        )
+
+    cost = feed.cost(feed.step_costs(timer))
+    return cost, budget.fit(cost)

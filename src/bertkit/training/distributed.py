@@ -76,6 +76,20 @@ def broadcast_object(ctx: DistContext, obj):
     return box[0]
 
 
+def on_main(ctx: DistContext, fn, error: type[Exception] = RunError):
+    """``fn()`` on rank 0, its result (or its ``error``, raised again) on every rank."""
+    result, message = None, None
+    if ctx.is_main:
+        try:
+            result = fn()
+        except error as e:
+            message = str(e)
+    result, message = broadcast_object(ctx, (result, message))
+    if message:
+        raise error(message)
+    return result
+
+
 def all_reduce_mean(ctx: DistContext, values: list[float]) -> list[float]:
     """Mean over ranks of a few floats (metrics)."""
     if not ctx.distributed:

@@ -9,21 +9,26 @@ killed process left behind. The three recipes use it the same way::
     run.append_metrics({"step": ..., "loss": ...})
 
 ``keys`` are the settings that change what is computed: a resumed run must have the same ones (others, like how
-often to save, may change between the two halves).
+often to save, may change between the two halves). A run whose ``run.json`` records its whole ``config`` (pre-training,
+whose data preparation may be killed before the first checkpoint) claims its directory with :meth:`RunDir.claim`
+instead of ``resume_checkpoint``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
 import os
 import re
+import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import InputError
+from bertkit.errors import InputError, PretrainError, RunError
 from bertkit.files import remove_stale_temp_files, write_json, write_text
 from bertkit.training.checkpointing import checkpoint_dir, list_checkpoints, load_checkpoint
 from bertkit.training.distributed import DistContext
@@ -159,6 +164,72 @@ class RunDir:
             raise InputError(f"--resume: these differ from the interrupted run in {self.path}: " + "; ".join(differ))
         return state
 
+    # ------------------------------------------------------------------------------------------ a recorded run
+
+    def claim(self, config: dict[str, Any], keys: Iterable[str], resume: bool, overwrite: bool, files: tuple) -> bool:
+        """Pre-training's protocol, for a run whose ``run.json`` records its ``config`` (``keys``: the fields a
+        resumed run must share; ``files``: what such a run writes, which ``overwrite`` removes). Refuse to silently
+        overwrite a different run; with ``overwrite``, clear what a run writes. Returns whether to resume: with
+        ``resume`` and no run.json yet (killed while preparing), the run starts afresh, keeping its ``data``."""
+        out = self.path
+        record_path, keys = out / RUN_JSON, tuple(keys)
+        if out.exists() and not out.is_dir():
+            raise PretrainError(f"{out} exists and is not a directory; choose another --output")
+        names = {p.name for p in out.iterdir() if not p.name.startswith(".")} if out.is_dir() else set()
+        if resume and not record_path.is_file():
+            if names - set(files):
+                raise PretrainError(
+                    f"--resume: {out} holds no pre-training run (no run.json); drop --resume to start one"
+                )
+            # a run killed before it began training: nothing to resume, start it afresh; an interrupted preparation
+            # of its shards (data/) resumes, or starts afresh if its files or settings changed
+            # (data/pretraining/prepare.py)
+            self.clear(files, keep=("data",))
+            self.remove_stale("data", "data/shards")
+            return False
+        if resume:
+            old = read_record(record_path)["config"]
+            diff = [k for k in keys if k in old and old[k] != config[k]]
+            if diff:
+                raise PretrainError(
+                    f"--resume: these settings differ from the run in {out}: "
+                    + ", ".join(f"{k} (was {old[k]!r}, now {config[k]!r})" for k in diff)
+                    + "; use the run's settings, or start a new run with another --output"
+                )
+            self.remove_stale("data", "data/shards")
+            return True
+        if names and not overwrite:
+            if record_path.is_file():
+                old = read_record(record_path)["config"]
+                diff = [k for k in keys if old.get(k) != config[k]]
+                what = (
+                    "a run with the same settings"
+                    if not diff
+                    else f"a different run (differs in {', '.join(diff[:6])})"
+                )
+                raise PretrainError(
+                    f"{out} already holds {what}. Pass --resume to continue it, --overwrite to replace "
+                    "it, or choose another --output"
+                )
+            raise PretrainError(
+                f"{out} exists and is not empty (and is not a bertkit pre-training run); choose another "
+                "--output, or pass --overwrite to write into it"
+            )
+        if names:
+            self.clear(files)
+        return False
+
+    def clear(self, files: Iterable[str], keep: tuple[str, ...] = ()) -> None:
+        """Remove ``files`` (names of files or directories in the run's directory) but those in ``keep``."""
+        for name in files:
+            if name in keep:
+                continue
+            p = self.path / name
+            if p.is_dir():
+                shutil.rmtree(p)
+            elif p.exists():
+                p.unlink()
+
     # ------------------------------------------------------------------------------------------ metrics.jsonl
 
     def append_metrics(self, line: dict[str, Any]) -> None:
@@ -185,6 +256,37 @@ class RunDir:
             return
         keep = [r for r in self.read_metrics() if r.get("step", 0) <= step]
         write_text(self.path / METRICS, "".join(json.dumps(r) + "\n" for r in keep))
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """A run.json that records a ``config``; a torn or foreign one is an error naming it."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(record, dict) or not isinstance(record["config"], dict):
+            raise TypeError("not an object with a 'config'")
+        return record
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise PretrainError(
+            f"{path}: not a readable run record ({type(e).__name__}: {e}); start the run again with "
+            "--overwrite, or choose another --output"
+        ) from None
+
+
+@contextlib.contextmanager
+def os_errors(out: Path):
+    """An unwritable output or a full disk as one line, not a traceback."""
+    try:
+        yield
+    except OSError as e:
+        where = e.filename or out
+        if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            raise RunError(
+                f"{where}: disk full ({e.strerror}); free space, then run again with --resume (the "
+                "previous checkpoint is intact)"
+            ) from None
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise PretrainError(f"{where}: cannot write ({e.strerror}); choose a writable --output") from None
+        raise
 
 
 def check_writable(directory: str | os.PathLike, flag: str = "--output") -> None:

@@ -193,3 +193,15 @@ def convert_records(
     path = directory / (event_file_name(start) + ".bertkit-converted")
     atomic_write(path, lambda p: p.write_bytes(bytes(data)))
     return path
+
+
+def convert_metrics(run_dir: str | os.PathLike) -> Path:
+    """RUN_DIR/tensorboard from RUN_DIR/metrics.jsonl (one event file, rewritten atomically; exact after a resume
+    too): the records' ``elapsed_s`` place them in time."""
+    import json
+
+    run_dir = Path(run_dir)
+    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    start = time.time() - max((float(r.get("elapsed_s", 0)) for r in records), default=0.0)
+    return convert_records(records, run_dir / "tensorboard", start_time=start)

@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.data.pretraining.shards import META_NAME, SHARD_FORMAT, file_sha256, read_meta  # noqa: F401 (public here too)
+from bertkit.errors import PretrainError
 
 NO_LABEL = -100
 SHUFFLE_SHARDS = 16  # shards whose instances an epoch shuffles together (see PretrainingData.ids_at)
@@ -320,6 +321,19 @@ def mask_instance(
 # --------------------------------------------------------------------------------------------- batches
 
 HONEST_MIX = (1.0, 0.0, 0.0)  # held-out inputs: every chosen position [MASK]
+
+
+def parse_mask_mix(text: str) -> tuple[float, float, float]:
+    """``"80/10/10"`` -> (0.8, 0.1, 0.1): the shares of chosen positions given [MASK], a random token, or kept."""
+    try:
+        parts = tuple(float(x) / 100 for x in str(text).split("/"))
+    except ValueError:
+        parts = ()
+    if len(parts) != 3 or min(parts) < 0 or abs(sum(parts) - 1) > 1e-6:
+        raise PretrainError(
+            f"--mask-mix must be three percentages MASK/RANDOM/KEEP summing to 100 (e.g. 80/10/10), got {text!r}"
+        )
+    return parts  # type: ignore[return-value]
 
 
 @dataclass

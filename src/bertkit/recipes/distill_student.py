@@ -1,0 +1,121 @@
+"""Distillation's student (``--student``): every K-th layer of the teacher (DistilBERT's initialisation), a random
+preset of either architecture over the teacher's vocabulary, or a pre-trained directory that tokenizes as the
+teacher does. The distillation itself is :mod:`bertkit.recipes.distill`."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from bertkit.errors import InputError
+
+
+def build_student(spec: str, teacher: nn.Module, task, tokenizer, teacher_dir: str | Path) -> nn.Module:
+    """The student of ``--student``: ``layers:K`` (every K-th layer of the teacher, starting with the first, with its
+    embeddings and head: DistilBERT's initialisation), a preset name (``bert-*`` or ``modernbert-*``, random, the
+    teacher's vocabulary) or a pre-trained directory with the teacher's vocabulary (its head initialised)."""
+    from bertkit.config import PRESETS as BERT_PRESETS
+    from bertkit.modeling_modernbert import PRESETS as MODERN_PRESETS
+
+    if spec.startswith("layers:"):
+        return _every_kth_layer(teacher, spec)
+    if spec in BERT_PRESETS or spec in MODERN_PRESETS:
+        return _from_preset(spec, teacher, task, tokenizer)
+    directory = Path(spec)
+    if not directory.is_dir():
+        raise InputError(
+            f"--student {spec}: neither a directory, nor layers:K, nor a preset "
+            f"({', '.join(sorted(BERT_PRESETS) + sorted(MODERN_PRESETS))})"
+        )
+    _check_same_vocabulary(directory, Path(teacher_dir))
+    try:
+        student = task.load_model(directory, finetuned=False)
+    except FileNotFoundError as e:  # a directory without weights
+        raise InputError(f"--student {spec}: {e}") from None
+    if student.config.vocab_size < len(tokenizer):
+        raise InputError(
+            f"--student {spec}: {student.config.vocab_size} embeddings, the teacher's vocabulary has {len(tokenizer)}"
+        )
+    return student
+
+
+def _every_kth_layer(teacher: nn.Module, spec: str) -> nn.Module:
+    """The teacher with only its layers 0, K, 2K...: same widths, embeddings and head, copied weights."""
+    try:
+        k = int(spec.split(":", 1)[1])
+    except ValueError:
+        k = 0
+    depth = teacher.config.num_hidden_layers
+    if not 1 <= k <= depth:
+        raise InputError(f"--student {spec}: K must be an integer in 1..{depth} (the teacher's layers)")
+    kept = list(range(0, depth, k))
+    changes: dict[str, Any] = {"num_hidden_layers": len(kept)}
+    if getattr(teacher.config, "layer_types", None) is not None:  # ModernBERT: each kept layer keeps its attention
+        changes["layer_types"] = [teacher.config.layer_types[i] for i in kept]
+    student = type(teacher)(dataclasses.replace(teacher.config, **changes))
+    renumber = {old: new for new, old in enumerate(kept)}
+    layer_key = re.compile(r"(?:^|\.)layers?\.(\d+)\.")  # bert.encoder.layer.N. / model.layers.N. / layers.N.
+    weights = {}
+    for key, value in teacher.state_dict().items():
+        match = layer_key.search(key)
+        if match is None:
+            weights[key] = value.clone()
+        elif int(match.group(1)) in renumber:
+            weights[key[: match.start(1)] + str(renumber[int(match.group(1))]) + key[match.end(1) :]] = value.clone()
+    student.load_state_dict(weights, strict=True)
+    return student
+
+
+def _from_preset(name: str, teacher: nn.Module, task, tokenizer) -> nn.Module:
+    """A random student of preset ``name`` over the teacher's vocabulary, with the task's head."""
+    from bertkit import models
+
+    config = teacher.config
+    sizes: dict[str, Any] = dict(vocab_size=config.vocab_size, pad_token_id=tokenizer.pad_token_id)
+    sizes.update(task.model_overrides())
+    sizes["max_position_embeddings"] = config.max_position_embeddings
+    arch = models.of_preset(name)
+    if arch.model_type != models.DEFAULT:  # its own special-token ids: the teacher's tokenizer's
+        ids = dict(cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id)
+        student_config = arch.config_class().from_preset(
+            name, **sizes, **ids, bos_token_id=ids["cls_token_id"], eos_token_id=ids["sep_token_id"]
+        )
+        return arch.model_class(models.ROLES[task.head])(student_config)
+    from bertkit.config import BertConfig
+
+    type_vocab = getattr(config, "type_vocab_size", 2)
+    return task.model_class(BertConfig.from_preset(name, type_vocab_size=type_vocab, **sizes))
+
+
+def _vocabulary(directory: Path) -> list[str] | None:
+    """The tokens of a model directory's vocab.txt or tokenizer.json, in id order (None when it has neither)."""
+    if (directory / "vocab.txt").is_file():
+        return [t.rstrip("\r") for t in (directory / "vocab.txt").read_text(encoding="utf-8").split("\n") if t]
+    if (directory / "tokenizer.json").is_file():
+        from bertkit.tokenization.vocab import load_tokenizer_json
+
+        vocab, _ = load_tokenizer_json(directory / "tokenizer.json")
+        return sorted(vocab, key=vocab.__getitem__)
+    return None
+
+
+def _check_same_vocabulary(student_dir: Path, teacher_dir: Path) -> None:
+    """A student directory must tokenize as the teacher does: the same tokens with the same ids."""
+    tokens, teacher_tokens = _vocabulary(student_dir), _vocabulary(teacher_dir)
+    if tokens is None:
+        raise InputError(f"--student {student_dir}: no vocab.txt or tokenizer.json")
+    if tokens != teacher_tokens:
+        differ = next((i for i, (a, b) in enumerate(zip(tokens, teacher_tokens or [])) if a != b), None)
+        where = (
+            f"id {differ} is {tokens[differ]!r} there, {teacher_tokens[differ]!r} in the teacher's"
+            if differ is not None
+            else f"{len(tokens)} tokens against the teacher's {len(teacher_tokens or [])}"
+        )
+        raise InputError(
+            f"--student {student_dir}: its vocabulary differs from the teacher's ({where}); a student must share "
+            "the teacher's vocabulary"
+        )

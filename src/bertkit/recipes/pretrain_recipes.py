@@ -1,0 +1,75 @@
+"""The two pre-training recipes (``--recipe``): ``paper`` is Devlin et al.'s (lr 1e-4, linear schedule, dropout 0.1,
+15% masking, NSP); ``budget``, the default when ``--max-time`` is given, is what measured best in minutes of CPU
+(docs/pretraining.md has the ablation): the MLM output bias starts at the corpus's unigram log-frequencies, no
+dropout, a higher lr on a trapezoidal schedule, 30% masking, MLM only on full packed sequences. Each recipe fills in
+the settings a ``PretrainConfig`` leaves unset: its model (:func:`choose_model`, when the config is made) and
+its training choices (these tables, applied by ``recipes.pretrain.resolve_recipe`` when the run starts, with the
+architecture's and the objective's own); every choice is its own flag too."""
+
+from __future__ import annotations
+
+RECIPES = ("budget", "paper")
+# the model each recipe builds when --arch / --model-size / --vocab-size are left out. The budget recipe's is the one
+# that fine-tuned best after minutes of pre-training (issue 33's downstream meter; docs/pretraining.md, "Which
+# model for a budget"): ModernBERT-tiny on an 8,000-token vocabulary. ELECTRA and --init-from keep BERT / the
+# model's own architecture. Sizes are BERT's names, which models.Architecture.preset maps to the architecture's.
+MODEL_DEFAULTS = {
+    "budget": {"arch": "modernbert", "model_size": "bert-tiny", "vocab_size": 8000},
+    "paper": {"arch": "bert", "model_size": "bert-mini", "vocab_size": 30522},
+}
+
+PAPER = {
+    "lr": 1e-4,
+    "schedule": "linear",
+    "warmup_fraction": 0.05,
+    "dropout": None,
+    "mask_prob": 0.15,
+    "nsp": True,
+    "short_seq_prob": 0.1,
+    "output_bias": "zero",
+    "seq_ramp": "off",
+    "batch_ramp": "off",
+    "mask_mix": "80/10/10",
+    "position_init": "normal",
+    "seq_len": 128,
+    "batch_size": 32,
+}
+# chosen by measurement (docs/pretraining.md, "Pre-training in minutes"); lr by model width below
+BUDGET = {
+    "lr": None,
+    "schedule": "trapezoid",
+    "warmup_fraction": 0.05,
+    "dropout": 0.0,
+    "mask_prob": 0.3,
+    "nsp": False,
+    "short_seq_prob": 0.0,
+    "output_bias": "unigram",
+    "seq_ramp": "32:0.7",
+    "batch_ramp": "128:0.7",
+    "mask_mix": "80/10/10",
+    "position_init": "sinusoidal",
+    "seq_len": 128,
+    "batch_size": 32,
+}
+BUDGET_LR = {"bert-tiny": 4e-3, "bert-mini": 1e-3, "bert-small": 5e-4, "bert-medium": 5e-4}  # others: 2e-4
+
+
+def choose_model(
+    recipe: str, arch: str | None, model_size: str | None, vocab_size: int | None, init_from: str | None
+) -> tuple[str, str, int]:
+    """(arch, model size, vocabulary size): what the user left out (None) filled in from ``recipe``'s
+    MODEL_DEFAULTS; ``--init-from`` continues the model's own architecture, and a ``--model-size`` names its own
+    (``bert-mini``: BERT; ``modernbert-mini``: ModernBERT)."""
+    from bertkit import models
+
+    defaults = MODEL_DEFAULTS[recipe]
+    if arch is None:
+        if init_from is not None:
+            arch = models.of_directory(init_from).model_type
+        elif model_size is not None:  # a named size names its architecture (bert-mini: BERT's)
+            arch = models.of_preset(model_size).model_type
+        else:
+            arch = defaults["arch"]
+    if model_size is None:  # the recipe's size, in the chosen architecture's name
+        model_size = models.get(arch).preset(defaults["model_size"])
+    return arch, model_size, defaults["vocab_size"] if vocab_size is None else vocab_size

@@ -1,0 +1,102 @@
+"""A run's batches over its ramps: one ``PretrainingData`` per stage of the sequence-length and batch-size ramps
+(built when reached) and the position in it, (stage, epoch, index), which a checkpoint saves. Entering a stage keeps
+the position: the same instance with the same sequence length, the same fraction of the epoch otherwise. What a
+batch holds (masking, NSP, seed) is the recipe's: ``options(seq_len, batch_size)`` returns its ``DataOptions``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import PretrainError
+from bertkit.training.ramps import parse_ramp, plan_stages, stage_at
+
+
+class Feed:
+    """The batches of a run whose settings ``cfg`` has (``seq_len``, ``batch_size``, ``seq_ramp``, ``batch_ramp``,
+    ``two_phase``, ``phase2_seq_len``, ``phase2_batch_size``)."""
+
+    def __init__(self, cfg: Any, shard_dir: Path, vocab, ctx, options: Callable[[int, int], Any]):
+        self.cfg, self.shard_dir, self.vocab, self.ctx, self.options = cfg, shard_dir, vocab, ctx, options
+        self.seq_ramp, self.batch_ramp = (
+            parse_ramp(cfg.seq_ramp, "--seq-ramp"),
+            parse_ramp(cfg.batch_ramp, "--batch-ramp"),
+        )
+        self.phase2 = (cfg.phase2_seq_len, cfg.phase2_batch_size or cfg.batch_size) if cfg.two_phase else None
+        self.max_len = max([cfg.seq_len, *(v for v, _ in self.seq_ramp), *(self.phase2 or (0,))[:1]])
+        self.stage, self.epoch, self.index = 0, 0, 0
+        self.stages, self.data = [], None
+
+    def plan(self, total_steps: int):
+        c = self.cfg
+        return plan_stages(total_steps, c.seq_len, c.batch_size, self.seq_ramp, self.batch_ramp, self.phase2)
+
+    def make(self, seq_len: int, batch_size: int, split: str = "train"):
+        from bertkit.data.pretraining.instances import PretrainingData
+
+        rank, world = (0, 1) if split == "eval" else (self.ctx.rank, self.ctx.world_size)
+        data = PretrainingData(self.shard_dir, self.vocab, self.options(seq_len, batch_size), rank, world, split=split)
+        if split == "train" and data.num_batches(0) == 0:
+            raise PretrainError(
+                f"the corpus gives fewer than {batch_size * world} instances of {seq_len} tokens: "
+                "add text or lower --batch-size"
+            )
+        return data
+
+    def start(self, total_steps: int, position: dict | None) -> None:
+        """Plan the stages; place the feed at a checkpoint's position (or at the start)."""
+        self.stages = self.plan(total_steps)
+        if position:
+            self.stage, self.epoch, self.index = (int(position[k]) for k in ("phase", "epoch", "index"))
+        s = self.stages[min(self.stage, len(self.stages) - 1)]
+        self.data = self.make(s.seq_len, s.batch_size)
+
+    def advance(self, step: int, total_steps: int) -> str | None:
+        """Enter the stage that holds ``step`` of ``total_steps`` (stages only move forward); a message if entered."""
+        self.stages = self.plan(total_steps)
+        target = stage_at(self.stages, step)
+        if target <= self.stage:
+            return None
+        new, old = self.stages[target], self.data.options
+        old_n = max(1, self.data.num_batches(self.epoch))
+        self.data = self.make(new.seq_len, new.batch_size)
+        if old.max_seq_length == new.seq_len:
+            self.index = -(-self.index * old.batch_size // new.batch_size)
+        else:
+            self.index = -(-self.index * self.data.num_batches(self.epoch) // old_n)
+        self.stage = target
+        return f"step {step}: sequence length {new.seq_len}, batch size {new.batch_size}"
+
+    def next(self, loader) -> dict:
+        if self.index >= self.data.num_batches(self.epoch):
+            self.epoch, self.index = self.epoch + 1, 0
+        batch = loader.get(self.data, self.epoch, self.index)
+        self.index += 1
+        return batch
+
+    def position(self) -> dict[str, int]:
+        return {"phase": self.stage, "epoch": self.epoch, "index": self.index}
+
+    def step_costs(self, timer) -> dict[tuple[int, int], float]:
+        """Seconds per step of every (sequence length, batch size) the run will use, timed by ``timer(data)``."""
+        return {p: timer(self.make(*p)) for p in sorted({(s.seq_len, s.batch_size) for s in self.plan(10**6)})}
+
+    def cost(self, per_step: dict[tuple[int, int], float]):
+        """cost(first, total): predicted seconds of steps [first, total) of a run of ``total`` steps."""
+
+        def cost(first: int, total: int) -> float:
+            stages = self.plan(total)
+            ends = [s.start for s in stages[1:]] + [total]
+            return sum(
+                max(0, end - max(first, s.start)) * per_step[(s.seq_len, s.batch_size)] for s, end in zip(stages, ends)
+            )
+
+        return cost
+
+
+def to_device(batch: dict, device) -> dict:
+    """A numpy batch as tensors on ``device``."""
+    import torch
+
+    return {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items()}
