@@ -260,6 +260,7 @@ def test_fp16_scales_the_loss_so_small_gradients_survive(tmp_path, base, fx, mon
     import torch
 
     import bertkit.embeddings.recipe as recipe
+    from bertkit.embeddings.data import read_training_rows
     from bertkit.training.distributed import DistContext
 
     build = recipe.build_loss
@@ -292,7 +293,7 @@ def test_fp16_scales_the_loss_so_small_gradients_survive(tmp_path, base, fx, mon
             quiet=True,
         )
         torch.manual_seed(0)
-        summary = recipe.train_embeddings(args, recipe.read_training_rows(args), None, DistContext())
+        summary = recipe.train_embeddings(args, read_training_rows(args), None, DistContext())
         assert summary["compute_precision"] == precision == summary["precision"]
     fp32, fp16 = grads
     # the attention key biases get no gradient in exact arithmetic (softmax ignores a constant): only rounding noise

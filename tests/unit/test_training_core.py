@@ -1,11 +1,13 @@
 """bertkit.training's core on its own: RunDir (stale temp files, metrics truncation, resume keys, the newest intact
-checkpoint, writability), TrainState (save/load of every state, RNG included) and apply_update (clip 0 = none)."""
+checkpoint, writability), TrainState (save/load of every state, RNG included), apply_update (clip 0 = none) and
+Run.train (the epoch loop: data position, evaluation cadence, a signal's checkpoint and the resume after it)."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
+import signal
 
 import pytest
 import torch
@@ -13,7 +15,9 @@ import torch
 from bertkit.errors import InputError
 from bertkit.training.checkpointing import load_checkpoint
 from bertkit.training.distributed import DistContext
+from bertkit.training.interrupt import Interrupted
 from bertkit.training.optim import build_optimizer, linear_schedule
+from bertkit.training.run import Run
 from bertkit.training.rundir import RunDir, check_writable
 from bertkit.training.state import TrainState
 from bertkit.training.step import apply_update
@@ -135,3 +139,52 @@ def test_check_writable_names_the_flag(tmp_path):
     blocker.write_text("x")
     with pytest.raises(InputError, match=f"--onnx {blocker}: cannot write there"):
         check_writable(blocker, "--onnx")
+
+
+def _train(path, seed: int, resume: bool = False, stop_after: int | None = None):
+    """Run.train over 2 epochs of 3 batches, 2 batches a step (an epoch's last step takes one): 4 steps, an
+    evaluation every 3; each step's group of batches and each saved record are recorded."""
+    state, groups, saved = _state(seed), [], []
+    state.position = {"epoch": 0, "batch": 0}
+    run = Run(path, DistContext(), {"args": {"lr": 1e-2}}, main_metric="m", quiet=True, steps_per_epoch=2)
+    run.start(state, resume=resume, overwrite=False)
+
+    def step(group):
+        groups.append(group)
+        _step(state)
+        run.count(float(state.step))
+        if state.step == stop_after:
+            os.kill(os.getpid(), signal.SIGTERM)  # a request: the step finishes, then the checkpoint
+
+    plan = lambda epoch: [f"e{epoch}b{b}" for b in range(3)]  # noqa: E731
+    evaluate = lambda: {"m": -float(state.step)}  # noqa: E731  (the first evaluation stays the best)
+    run.train(4, plan, step, evaluate=evaluate, save=saved.append, eval_every=3, save_every=0, per_step=2)
+    return state, run, groups, saved
+
+
+def test_run_train_keeps_the_position_and_resumes_after_a_signal(tmp_path):
+    """Uninterrupted: the groups of batches in order and the evaluations at step 3 (eval_every) and 4 (the last).
+    Stopped by SIGTERM after step 3: a checkpoint at the data position, Interrupted, the due evaluation pending;
+    resumed: the pending evaluation first, then the rest of the epoch, ending with the uninterrupted weights."""
+    whole, _, groups, saved = _train(tmp_path / "whole", seed=0)
+    assert groups == [["e0b0", "e0b1"], ["e0b2"], ["e1b0", "e1b1"], ["e1b2"]]
+    assert [r["step"] for r in saved] == [3] and whole.step == 4  # step 4's evaluation did not improve
+    with pytest.raises(Interrupted, match="stopped at step 3 of 4"):
+        _train(tmp_path / "cut", seed=0, stop_after=3)
+    (ckpt,) = (tmp_path / "cut" / "checkpoints").glob("step-*.pt")
+    saved_state = load_checkpoint(ckpt)
+    assert saved_state["position"] == {"epoch": 1, "batch": 2} and saved_state["eval_pending"] is True
+    resumed, run, groups, saved = _train(tmp_path / "cut", seed=7, resume=True)
+    assert groups == [["e1b2"]] and [r["step"] for r in run.history] == [3, 4] and [r["step"] for r in saved] == [3]
+    for (_, x), (_, y) in zip(whole.model.state_dict().items(), resumed.model.state_dict().items()):
+        assert torch.equal(x, y)
+
+
+def test_save_if_no_best_saves_the_current_model_only_without_a_best(tmp_path):
+    state, run, _, _ = _train(tmp_path / "a", seed=0)
+    kept = []
+    run.save_if_no_best(kept.append)
+    assert kept == []  # the run has a best record: that model is the one saved
+    run.best = None
+    run.save_if_no_best(kept.append)
+    assert kept == [{"step": 4, "train_loss": run.train_loss()}]

@@ -2,8 +2,9 @@
 and STS / retrieval evaluation.
 
     losses.py     the losses on embedding columns
-    gradcache.py  one step's gradients, plain or cached (GradCache), gathered across ranks
-    data.py       readers: text per line, TSV/CSV/JSONL columns, STS-B (GLUE), SQuAD pairs, NLI triplets
+    gradcache.py  one step's gradients, plain or cached (GradCache), gathered across ranks; packed_embed
+    data.py       readers: text per line, TSV/CSV/JSONL columns, STS-B (GLUE), SQuAD pairs, NLI triplets; the
+                  training rows by --task
     evaluate.py   STS (Pearson / Spearman x 100) and BEIR retrieval (nDCG@10, MRR@10, Recall@k)
     recipe.py     the training loop
     command.py    ``bertkit finetune --task simcse|pairs|sts`` and ``bertkit evaluate --task sts|retrieval``

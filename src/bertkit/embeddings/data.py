@@ -5,6 +5,8 @@
     read_nli     premise / hypothesis / label rows -> (premise, entailment, contradiction)     (--task pairs --nli)
     read_squad_pairs  SQuAD JSON -> (question, answer sentence) or (question, paragraph)       (--squad-pairs)
     read_scored  (text, text, score) rows, STS-B's GLUE file included                         (--task sts, --dev)
+    read_training_rows  the training file read the way --task and the data flags say          (bertkit finetune)
+    TextRows.token_ids  each row's token ids, every distinct text tokenized once
     column       one column of a training batch, padded (the one collate, bertkit.batches)
 
 A row with a missing or empty text, or a non-numeric score, is a ``DataError`` naming ``file:line``; with
@@ -58,6 +60,14 @@ class TextRows:
 
     def column(self, k: int) -> list[str]:
         return [r[k] for r in self.rows]
+
+    def token_ids(self, tokenizer, max_length: int) -> list[list[list[int]]]:
+        """``[row][column]`` -> the text's token ids (truncated to ``max_length``). Each distinct text is tokenized
+        once: texts repeat across rows (anchors, SQuAD sentences)."""
+        distinct = list(dict.fromkeys(t for r in self.rows for t in r))
+        encodings = tokenizer.encode_batch(distinct, max_length=max_length, truncation=True)
+        ids_of = {t: e.ids for t, e in zip(distinct, encodings)}
+        return [[ids_of[t] for t in r] for r in self.rows]
 
 
 def table_format(path: Path, fmt: str | None) -> str | None:
@@ -354,3 +364,24 @@ def read_squad_pairs(path: str | os.PathLike, mode: str = "sentence", skip_bad_r
     if not out.rows:
         raise DataError(path, None, "no answerable questions")
     return out
+
+
+def read_training_rows(args) -> TextRows:
+    """The training file read the way ``--task`` and the data flags say (``args``: an ``EmbeddingTrainArgs``),
+    cut to ``--max-train-examples`` rows."""
+    common = dict(fmt=args.data_format, skip_bad_rows=args.skip_bad_rows)
+    if args.task == "simcse":
+        rows = read_texts(args.train, args.text_column, **common)
+    elif args.task == "sts":
+        rows = read_scored(args.train, args.text_column, args.pair_column, args.label_column, **common)
+    elif args.squad_pairs:
+        rows = read_squad_pairs(args.train, args.squad_pairs, args.skip_bad_rows)
+    elif args.nli:
+        rows = read_nli(args.train, args.text_column, args.pair_column, args.label_column, **common)
+    else:
+        rows = read_pairs(args.train, args.text_column, args.pair_column, args.negative_column, **common)
+    if args.max_train_examples:
+        del rows.rows[args.max_train_examples :]
+        if rows.scores is not None:
+            del rows.scores[args.max_train_examples :]
+    return rows

@@ -5,8 +5,8 @@ A batch is a list of *columns* (anchors, positives, hard negatives...), each a :
 
 Plain: embed every column with a graph, take the loss, backward. Memory grows with B. With ``joint`` all the columns
 go through one ``embed`` call (their rows one after the other: :func:`concat_columns`); with an ``embed`` that packs
-the real tokens (``bertkit.modeling.Packing``, as the training recipe's does) that is one pass over the real tokens
-of the whole step, whatever the lengths, instead of one padded pass per column.
+the real tokens (``bertkit.modeling.Packing``: :func:`packed_embed`, the training recipe's) that is one pass over the
+real tokens of the whole step, whatever the lengths, instead of one padded pass per column.
 
 Cached (Gao et al., 2021, "Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup"):
 
@@ -35,6 +35,10 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from bertkit.features import pool
+from bertkit.modeling import Packing
+from bertkit.precision import autocast
 
 EmbedFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 
@@ -199,6 +203,22 @@ def average_gradients(model: torch.nn.Module) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ the two steps
+
+
+def packed_embed(model: torch.nn.Module, pooling: str, precision: str, device) -> EmbedFn:
+    """The ``embed`` of a training step: ``model``'s layers under autocast on the real tokens only, attention in
+    groups of rows of similar length (:func:`length_chunks`: the same maths as the padded batch, where a shuffled
+    batch of SQuAD pairs is ~40% padding), pooled (``pooling``) to ``[b, H]`` fp32."""
+
+    def embed(ids: Tensor, types: Tensor, mask: Tensor) -> Tensor:
+        packing = None
+        if not bool(mask.all()):
+            packing = Packing(mask, length_chunks(mask.sum(1).tolist()))
+        with autocast(precision, device):
+            hidden = model(ids, attention_mask=mask, token_type_ids=types, packing=packing).last_hidden_state
+        return pool(hidden, mask, pooling)
+
+    return embed
 
 
 def concat_columns(columns: Sequence[Column]) -> Column:

@@ -27,28 +27,25 @@ from typing import Any
 import torch
 
 from bertkit import options as opts
-from bertkit.embeddings.data import TextRows
+from bertkit.embeddings.data import TextRows, column
 from bertkit.embeddings.evaluate import sts_metrics
-from bertkit.embeddings.gradcache import Column, average_gradients, cached_step, length_chunks, plain_step
+from bertkit.embeddings.gradcache import average_gradients, cached_step, packed_embed, plain_step
 from bertkit.embeddings.losses import build_loss
 from bertkit.errors import InputError
-from bertkit.features import EncodeDefaults, Encoder, pool
+from bertkit.features import EncodeDefaults, Encoder
 from bertkit.files import write_json
-from bertkit.modeling import BertModel, Packing
+from bertkit.modeling import BertModel
 from bertkit.options import option
-from bertkit.precision import autocast, grad_scaler, resolve_precision
+from bertkit.precision import grad_scaler, resolve_precision
 from bertkit.st_format import (
     TO_ST_POOLING,
     read_sentence_transformers,
     write_sentence_transformers,
 )
 from bertkit.tokenization import BertTokenizer, FastTokenizer, load_tokenizer
-from bertkit.training import distributed as D
-from bertkit.training.interrupt import GracefulStop
 from bertkit.training.log import say
 from bertkit.training.optim import build_optimizer, linear_schedule
 from bertkit.training.run import Run
-from bertkit.training.rundir import run_record
 from bertkit.training.state import TrainState, seed_dropout, seed_everything
 from bertkit.training.step import apply_update
 
@@ -193,28 +190,6 @@ class EmbeddingTrainArgs:
         _dims(self.matryoshka_dims or "")
 
 
-def read_training_rows(args: EmbeddingTrainArgs) -> TextRows:
-    """The training file read the way ``--task`` and the data flags say."""
-    from bertkit.embeddings import data as R
-
-    common = dict(fmt=args.data_format, skip_bad_rows=args.skip_bad_rows)
-    if args.task == "simcse":
-        rows = R.read_texts(args.train, args.text_column, **common)
-    elif args.task == "sts":
-        rows = R.read_scored(args.train, args.text_column, args.pair_column, args.label_column, **common)
-    elif args.squad_pairs:
-        rows = R.read_squad_pairs(args.train, args.squad_pairs, args.skip_bad_rows)
-    elif args.nli:
-        rows = R.read_nli(args.train, args.text_column, args.pair_column, args.label_column, **common)
-    else:
-        rows = R.read_pairs(args.train, args.text_column, args.pair_column, args.negative_column, **common)
-    if args.max_train_examples:
-        del rows.rows[args.max_train_examples :]
-        if rows.scores is not None:
-            del rows.scores[args.max_train_examples :]
-    return rows
-
-
 def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | None, ctx) -> dict[str, Any]:
     """Train a sentence-embedding model on ``rows``; write it to ``args.output`` (the best dev checkpoint when
     ``dev`` is given, else the last). Returns a summary (steps, loss, dev metrics, seconds). On SIGTERM / SIGINT a
@@ -232,10 +207,7 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
         symmetric=args.symmetric,
         matryoshka_dims=_dims(args.matryoshka_dims or "") or None,
     )
-    # token ids of every text, once (texts repeat across columns: anchors, SQuAD sentences)
-    distinct = list(dict.fromkeys(t for r in rows.rows for t in r))
-    ids_of = {t: e.ids for t, e in zip(distinct, tokenizer.encode_batch(distinct, max_length=max_len, truncation=True))}
-    table = [[ids_of[t] for t in r] for r in rows.rows]  # [N][width] -> ids
+    table = rows.token_ids(tokenizer, max_len)  # [N][width] -> ids
     labels_all = torch.tensor(rows.scores, dtype=torch.float32) if rows.scores is not None else None
     n, global_batch = len(table), args.batch_size * ctx.world_size
     batches_per_epoch = n // global_batch  # whole global batches: every rank the same count, no tiny last batch
@@ -249,7 +221,6 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
     scheduler = linear_schedule(optimizer, int(args.warmup_fraction * total_steps), total_steps)
     # fp16 (--precision auto on a GPU without bf16) scales the loss, so small gradients survive
     state = TrainState(model, optimizer, scheduler, grad_scaler(precision, device), position={"epoch": 0, "batch": 0})
-    embedder = _Embedder(model, tokenizer.pad_token_id, pooling, precision, device)
     keys = {
         "task": args.task,
         "args": {k: getattr(args, k) for k in RESUME_KEYS},
@@ -268,46 +239,41 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
     saved = run.start(state, resume=args.resume, overwrite=args.overwrite)
     if saved is not None:
         say(f"resuming {run.path} at step {state.step} of {total_steps}", ctx, args.quiet)
-    books = _Books(args, run, tokenizer, dev, pooling, max_len)
-    evaluate = books.evaluate if dev is not None else None
-    run.resume_pending_eval(saved, evaluate, books.save)
-    with GracefulStop() as stop:
-        while state.step < total_steps:
-            epoch = state.position["epoch"]
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(args.seed + epoch)).tolist()
-            for b in range(state.position["batch"], batches_per_epoch):
-                start = b * global_batch + ctx.rank * args.batch_size  # this process's share of the global batch
-                idx = order[start : start + args.batch_size]
-                columns = [embedder.column([table[i][k] for i in idx]) for k in range(rows.width)]
-                if args.task == "simcse":
-                    columns = [columns[0], columns[0]]  # the same texts twice: dropout is the augmentation
-                labels = labels_all[idx].to(device) if labels_all is not None else None
-                if args.mini_batch_size and args.mini_batch_size < args.batch_size:
-                    loss = cached_step(
-                        embedder.embed, columns, labels, loss_fn, args.mini_batch_size, scale=state.scaler.scale
-                    )
-                else:  # one pass per step
-                    loss = plain_step(embedder.embed, columns, labels, loss_fn, joint=True, scale=state.scaler.scale)
-                average_gradients(model)
-                apply_update(state, args.clip, ctx=ctx)
-                state.position = {"epoch": epoch, "batch": b + 1}
-                books.count(loss.item(), global_batch, total_steps)
-                if state.step >= total_steps:
-                    break
-                run.after_step(
-                    stop,
-                    total_steps,
-                    evaluate=evaluate,
-                    save=books.save,
-                    eval_every=args.eval_every,
-                    save_every=args.save_every,
-                    on_stop=books.on_stop,
-                )
-            else:
-                state.position = {"epoch": epoch + 1, "batch": 0}
-            if not args.eval_every or state.step >= total_steps:
-                run.evaluate(evaluate, books.save)
-    return books.finish(n, global_batch)
+    out = _Output(args, run, tokenizer, pooling, max_len)
+    embed = packed_embed(model, pooling, precision, device)
+
+    def plan(epoch: int) -> list[list[int]]:
+        """This process's share of each global batch of the epoch's shuffle."""
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(args.seed + epoch)).tolist()
+        starts = [b * global_batch + ctx.rank * args.batch_size for b in range(batches_per_epoch)]
+        return [order[start : start + args.batch_size] for start in starts]
+
+    def step(group: list[list[int]]) -> None:
+        (idx,) = group
+        columns = [column([table[i][k] for i in idx], tokenizer.pad_token_id, device) for k in range(rows.width)]
+        if args.task == "simcse":
+            columns = [columns[0], columns[0]]  # the same texts twice: dropout is the augmentation
+        labels = labels_all[idx].to(device) if labels_all is not None else None
+        if args.mini_batch_size and args.mini_batch_size < args.batch_size:
+            loss = cached_step(embed, columns, labels, loss_fn, args.mini_batch_size, scale=state.scaler.scale)
+        else:  # one pass per step
+            loss = plain_step(embed, columns, labels, loss_fn, joint=True, scale=state.scaler.scale)
+        average_gradients(model)
+        apply_update(state, args.clip, ctx=ctx)
+        run.count(loss.item(), global_batch)
+        run.say_progress(total_steps)
+
+    run.train(
+        total_steps,
+        plan,
+        step,
+        evaluate=(lambda: out.evaluate(dev)) if dev is not None else None,
+        save=out.save,
+        eval_every=args.eval_every,
+        save_every=args.save_every,
+        on_stop=out.on_stop,
+    )
+    return out.finish(n, global_batch)
 
 
 def _load_model(args: EmbeddingTrainArgs, device) -> tuple[BertModel, BertTokenizer | FastTokenizer, str, int]:
@@ -326,55 +292,12 @@ def _load_model(args: EmbeddingTrainArgs, device) -> tuple[BertModel, BertTokeni
     return model, tokenizer, pooling, min(args.max_seq_length, model.config.max_position_embeddings)
 
 
-class _Embedder:
-    """Padded columns of token ids, and the pooled embeddings of a column under autocast."""
+class _Output:
+    """What an embedding run writes and measures: the model saved with its sentence-transformers files, Spearman /
+    Pearson on the STS dev set, and the summary."""
 
-    def __init__(self, model: BertModel, pad: int, pooling: str, precision: str, device):
-        self.model, self.pad, self.pooling, self.precision, self.device = model, pad, pooling, precision, device
-
-    def column(self, seqs: list[list[int]]) -> Column:
-        T = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), T), self.pad, dtype=torch.long)
-        mask = torch.zeros((len(seqs), T), dtype=torch.long)
-        for i, s in enumerate(seqs):
-            ids[i, : len(s)] = torch.tensor(s)
-            mask[i, : len(s)] = 1
-        return Column(ids.to(self.device), torch.zeros_like(ids).to(self.device), mask.to(self.device))
-
-    def embed(self, ids: torch.Tensor, types: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        # the layers run on the real tokens only, attention in groups of rows of similar length (same maths as the
-        # padded batch; a shuffled batch of SQuAD pairs is ~40% padding)
-        packing = None
-        if not bool(mask.all()):
-            packing = Packing(mask, length_chunks(mask.sum(1).tolist()))
-        with autocast(self.precision, self.device):
-            hidden = self.model(
-                ids, attention_mask=mask, token_type_ids=types, packing=packing
-            ).last_hidden_state  # [b, T, H]
-        return pool(hidden, mask, self.pooling)  # [b, H] fp32
-
-
-class _Books:
-    """What an embedding run adds to its Run's books: progress lines, the model saved with its sentence-transformers
-    files, Spearman / Pearson on the STS dev set, and the summary."""
-
-    def __init__(self, args: EmbeddingTrainArgs, run: Run, tokenizer, dev: TextRows | None, pooling: str, max_len: int):
-        self.args, self.run, self.tokenizer, self.dev, self.pooling, self.max_len = (
-            args,
-            run,
-            tokenizer,
-            dev,
-            pooling,
-            max_len,
-        )
-
-    def count(self, loss: float, rows: int, total_steps: int) -> None:
-        run = self.run
-        run.count(loss, rows)
-        step = run.state.step
-        if step % 50 == 0 or step == total_steps:
-            rate = run.seen / max(run.seconds(), 1e-9)
-            say(f"step {step}/{total_steps}: loss {run.train_loss():.4f} ({rate:.1f} rows/s)", run.ctx, self.args.quiet)
+    def __init__(self, args: EmbeddingTrainArgs, run: Run, tokenizer, pooling: str, max_len: int):
+        self.args, self.run, self.tokenizer, self.pooling, self.max_len = args, run, tokenizer, pooling, max_len
 
     def save(self, record: dict | None) -> None:
         model, output, args = self.run.state.model, self.run.path, self.args
@@ -389,39 +312,22 @@ class _Books:
         )
         write_json(output / TRAIN_CONFIG_NAME, {"args": asdict(args), "best": record})
 
-    def save_current_if_no_best(self) -> None:
-        """No dev set, or stopped before its first evaluation: the current model (rank 0), then all ranks meet."""
-        run = self.run
-        if run.ctx.is_main and run.best is None:
-            self.save({"step": run.state.step, "train_loss": run.train_loss()})
-        D.barrier(run.ctx)
-
-    def on_stop(self) -> str:
-        self.save_current_if_no_best()
-        return f"; {self.args.output} holds the {'best dev' if self.run.best is not None else 'current'} model"
-
-    def evaluate(self) -> dict:
+    def evaluate(self, dev: TextRows) -> dict:
         run, args = self.run, self.args
         encoder = Encoder(run.state.model, self.tokenizer, device=str(run.ctx.device), precision=run.precision)
         encoder.defaults = EncodeDefaults((-1,), self.pooling, args.normalize, self.max_len)
-        metrics = sts_metrics(encoder, self.dev, batch_size=args.eval_batch_size)
+        metrics = sts_metrics(encoder, dev, batch_size=args.eval_batch_size)
         return {"dev_spearman": metrics["spearman"], "dev_pearson": metrics["pearson"]}
+
+    def on_stop(self) -> str:
+        self.run.save_if_no_best(self.save)
+        return f"; {self.args.output} holds the {'best dev' if self.run.best is not None else 'current'} model"
 
     def finish(self, n: int, global_batch: int) -> dict[str, Any]:
         """The last model when there is no dev set, train_log.json, the checkpoints removed: the summary."""
         run = self.run
-        self.save_current_if_no_best()
-        seconds = run.seconds()
-        summary = {
-            "steps": run.state.step,
-            "train_loss": run.train_loss(),
-            "train_rows": n,
-            "global_batch": global_batch,
-            "train_seconds": round(seconds, 2),
-            "rows_per_second": round(run.seen / seconds, 2),
-            "compute_precision": run.precision,
-            **run_record(run.precision, run.ctx.device),
-        }
+        run.save_if_no_best(self.save)
+        summary = {**run.totals(), "train_rows": n, "global_batch": global_batch}
         if run.best is not None:
             summary.update({k: v for k, v in run.best.items() if k.startswith("dev_")}, best_step=run.best["step"])
         run.finish(asdict(self.args), summary=summary)

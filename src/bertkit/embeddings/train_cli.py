@@ -20,8 +20,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertkit.embeddings.data import read_scored
-    from bertkit.embeddings.recipe import EmbeddingTrainArgs, read_training_rows, train_embeddings
+    from bertkit.embeddings.data import read_scored, read_training_rows
+    from bertkit.embeddings.recipe import EmbeddingTrainArgs, train_embeddings
     from bertkit.errors import InputError
     from bertkit.options import from_args
     from bertkit.precision import resolve_device

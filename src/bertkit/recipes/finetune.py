@@ -41,7 +41,6 @@ from bertkit.tasks import TASK_CONFIG_NAME, feature_length, length_batches
 from bertkit.tasks.options import RunOptions
 from bertkit.training import distributed
 from bertkit.training.distributed import DistContext
-from bertkit.training.interrupt import GracefulStop
 from bertkit.training.log import say
 from bertkit.training.optim import build_optimizer, linear_schedule
 from bertkit.training.run import Run
@@ -211,8 +210,6 @@ def finetune(
         save_output(task, model, tokenizer, run.path, record, dev_examples, kept.pop("preds", None))
 
     kept: dict[str, Any] = {}
-    evaluate_fn = evaluate_dev if dev_features is not None else None
-    run.resume_pending_eval(saved, evaluate_fn, save)
     progress = tqdm(
         total=total_steps,
         initial=state.step,
@@ -220,43 +217,38 @@ def finetune(
         unit="step",
         disable=args.quiet or not ctx.is_main or not sys.stderr.isatty(),
     )
-    with GracefulStop() as stop:
-        while state.step < total_steps:
-            epoch, b = state.position["epoch"], state.position["batch"]
-            batches = length_batches(lengths, args.batch_size, shuffle=True, seed=args.seed + epoch)
-            batches = batches[ctx.rank :: ctx.world_size][:batches_per_epoch]  # this process's share, equal everywhere
-            while b < len(batches):
-                # an optimizer step of grad_accum micro-batches (the last of an epoch may average fewer)
-                group = batches[b : b + args.grad_accum]
-                optimizer_step(
-                    state,
-                    group,
-                    forward,
-                    clip=args.clip,
-                    precision=precision,
-                    device=device,
-                    ctx=ctx,
-                    ddp_model=ddp_model,
-                    after_backward=lambda _, out: run.count(out.loss.item()),
-                )
-                b += len(group)
-                state.position = {"epoch": epoch, "batch": b}
-                progress.update(1)
-                progress.set_postfix(loss=f"{run.train_loss():.4f}")
-                if state.step >= total_steps:
-                    break
-                run.after_step(
-                    stop,
-                    total_steps,
-                    evaluate=evaluate_fn,
-                    save=save,
-                    eval_every=args.eval_every,
-                    save_every=args.save_every,
-                    on_stop=progress.close,
-                )
-            state.position = {"epoch": epoch + 1, "batch": 0}
-            if not args.eval_every or state.step >= total_steps:
-                run.evaluate(evaluate_fn, save)
+
+    def plan(epoch: int) -> list[list[int]]:
+        batches = length_batches(lengths, args.batch_size, shuffle=True, seed=args.seed + epoch)
+        return batches[ctx.rank :: ctx.world_size][:batches_per_epoch]  # this process's share, equal everywhere
+
+    def step(group: list[list[int]]) -> None:
+        # an optimizer step of grad_accum micro-batches (the last of an epoch may average fewer)
+        optimizer_step(
+            state,
+            group,
+            forward,
+            clip=args.clip,
+            precision=precision,
+            device=device,
+            ctx=ctx,
+            ddp_model=ddp_model,
+            after_backward=lambda _, out: run.count(out.loss.item()),
+        )
+        progress.update(1)
+        progress.set_postfix(loss=f"{run.train_loss():.4f}")
+
+    run.train(
+        total_steps,
+        plan,
+        step,
+        evaluate=evaluate_dev if dev_features is not None else None,
+        save=save,
+        eval_every=args.eval_every,
+        save_every=args.save_every,
+        per_step=args.grad_accum,
+        on_stop=progress.close,
+    )
     progress.close()
     return _finish(run, task, model, tokenizer, args, precision, len(train_features))
 
@@ -279,9 +271,7 @@ def _steps(n_features: int, args: FinetuneArgs, ctx: DistContext) -> tuple[int, 
 def _finish(run: Run, task, model, tokenizer, args: FinetuneArgs, precision: str, n: int) -> dict[str, Any]:
     """The model saved when there is no dev set, train_log.json, the checkpoints removed: the summary."""
     ctx = run.ctx
-    if run.best is None and ctx.is_main:  # no dev set: the last model
-        save_output(task, model, tokenizer, run.path, None, None, None)
-    distributed.barrier(ctx)
+    run.save_if_no_best(lambda _: save_output(task, model, tokenizer, run.path, None, None, None))
     best = run.best
     if best is None or not ctx.is_main:
         best = {"step": run.state.step, "train_loss": run.train_loss(), **run_record(precision, ctx.device)}
