@@ -2,6 +2,7 @@
 
 - no function longer than 100 logical lines, no file longer than 750 (the model files excepted), counted as
   logical lines so that the rules do not depend on how `ruff format` wraps a call;
+- every file of a recipe (recipes/, embeddings/recipe.py) at most 350 lines, as written;
 - no argparse private names (a parser upgrade must not break the CLI);
 - no recipe calls clip_grad_norm_ / unscale_ or creates a GradScaler itself: training/ does, once;
 - no run of 6 lines written twice in src/, but in the model files (their BertFor* / ModernBertFor* heads are alike
@@ -69,6 +70,19 @@ def test_no_file_over_750_lines_except_the_model_files():
         if (n := len(logical_lines(p.read_text(encoding="utf-8")))) > MAX_FILE
     }
     assert set(long) <= set(LONG_FILES), {k: v for k, v in long.items() if k not in LONG_FILES}
+
+
+MAX_RECIPE_FILE = 350  # issue 34: a recipe reads top to bottom; what every recipe repeats lives in training/
+
+
+def _recipe_files() -> list[Path]:
+    return [*sorted((SRC / "recipes").glob("*.py")), SRC / "embeddings" / "recipe.py"]
+
+
+def test_every_recipe_file_is_at_most_350_lines():
+    assert len(_recipe_files()) > 5
+    long = {str(p.relative_to(SRC)): n for p in _recipe_files() if (n := p.read_text().count("\n")) > MAX_RECIPE_FILE}
+    assert not long
 
 
 def _function_length(lines: list[tuple[int, str]], node: ast.AST) -> int:
