@@ -146,11 +146,12 @@ def test_predict_on_an_exported_directory_needs_no_backend_flag(sst2_dir, export
 
 
 def test_encoder_holds_an_onnx_runner(sst2_dir):
-    from bertkit.export import OnnxEncoderRunner
     from bertkit.features import Encoder
+    from bertkit.runtime import OnnxRuntimeModel
 
     enc = Encoder.from_pretrained(sst2_dir, backend="onnx")
-    assert isinstance(enc.runner, OnnxEncoderRunner) and "forward" not in vars(enc)  # no patched method
+    assert isinstance(enc.runner.model, OnnxRuntimeModel) and "forward" not in vars(enc)  # no patched method
+    assert enc.runner.backend == enc.backend == "onnx"
     ref = Encoder.from_pretrained(sst2_dir, precision="fp32")
-    assert ref.runner is None and ref.backend == "torch"
+    assert ref.runner.model is ref.bert and ref.backend == "torch" and ref.onnx_path is None
     np.testing.assert_allclose(enc.encode(TEXTS, layers=(0, -1)), ref.encode(TEXTS, layers=(0, -1)), atol=1e-4)
