@@ -15,14 +15,15 @@ side on the torch threads, and hands each batch's result back with its input ind
 
 ONNX graphs come from the model directory (``model.onnx`` for a head, ``encoder.onnx`` with every layer's output
 for the Encoder, ``.int8.onnx`` for int8) when there and not older than its PyTorch weights, else they are exported
-from the weights into a temporary directory (:func:`onnx_file`). Exporting itself (``bertkit.export``) only writes
-files.
+from the weights into a temporary directory that is removed as soon as ONNX Runtime holds the graph
+(:func:`onnx_model`). Exporting itself (``bertkit.export``) only writes files.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -288,19 +289,13 @@ class OnnxRuntimeModel:
 
 
 def onnx_file(
-    directory: str | os.PathLike,
-    quantize: str | None = None,
-    hidden_states: bool = False,
-    cache: str | os.PathLike | None = None,
+    directory: str | os.PathLike, cache: str | os.PathLike, quantize: str | None = None, hidden_states: bool = False
 ) -> Path:
     """The graph a backend runs: ``DIR/model.onnx`` (``encoder.onnx`` with ``hidden_states``; ``model.int8.onnx`` /
     ``encoder.int8.onnx`` for int8) when it is there and not older than the directory's PyTorch weights (an exported
-    directory has none: its graph is used as it is), else one exported (and checked) from the weights into ``cache``
-    (default: a temporary directory). Raises InputError when the graph's precision is not the one asked for (an int8
-    graph named ``model.onnx``, as ``export --quantize`` used to write it) or when there is neither graph nor
-    weights."""
-    import tempfile
-
+    directory has none: its graph is used as it is), else one exported (and checked) from the weights into the
+    directory ``cache``. Raises InputError when the graph's precision is not the one asked for (an int8 graph named
+    ``model.onnx``, as ``export --quantize`` used to write it) or when there is neither graph nor weights."""
     from bertkit.checkpoint import find_weights
     from bertkit.export import export_onnx, graph_is_quantized, onnx_name
     from bertkit.quantize import resolve_quantize
@@ -336,7 +331,7 @@ def onnx_file(
             f"{directory}: no {name} and no PyTorch weights to export it from (export it with "
             f"`bertkit export --onnx MODEL_DIR {directory}{flags}`)"
         )
-    found = Path(cache or tempfile.mkdtemp(prefix="bertkit-onnx-")) / name
+    found = Path(cache) / name
     log.info("exporting %s to %s for ONNX Runtime", directory, found)
     export_onnx(directory, found, quantize=quantize, hidden_states=hidden_states)
     return found
@@ -345,5 +340,8 @@ def onnx_file(
 def onnx_model(
     directory: str | os.PathLike, config, quantize: str | None = None, hidden_states: bool = False
 ) -> OnnxRuntimeModel:
-    """ONNX Runtime on the directory's graph (see :func:`onnx_file` for which)."""
-    return OnnxRuntimeModel(onnx_file(directory, quantize, hidden_states), config)
+    """ONNX Runtime on the directory's graph (see :func:`onnx_file` for which). A graph exported now goes to a
+    temporary directory that is removed once the session is built: ONNX Runtime holds the graph in memory from then
+    on (its ``path`` then names a file that is gone)."""
+    with tempfile.TemporaryDirectory(prefix="bertkit-onnx-") as cache:
+        return OnnxRuntimeModel(onnx_file(directory, cache, quantize, hidden_states), config)
