@@ -17,10 +17,10 @@ self-contained: ``load_pipeline(OUT, backend="onnx")`` runs it with no PyTorch w
 ``.onnx``. With ONNX Runtime installed (``pip install bertkit[onnx]``), the export is checked: the graph's outputs on
 a padded batch are compared with PyTorch's. ``quantize="int8"`` also writes ONNX Runtime's dynamic int8 quantisation
 of the graph (int8 MatMul weights) under its own name, ``model.int8.onnx`` (``encoder.int8.onnx``), beside the fp32
-``model.onnx``: a backend asked for fp32 never runs an int8 graph (:func:`onnx_file` refuses one).
+``model.onnx``: a backend asked for fp32 never runs an int8 graph (:func:`bertkit.runtime.onnx_file` refuses one).
 
-The backend: :class:`OnnxRuntimeModel` runs a head graph where a pipeline runs its PyTorch model, and
-:class:`OnnxEncoderRunner` runs the every-layer encoder graph for :class:`bertkit.Encoder` (its ``runner``).
+Export only writes files: it changes no model or object it is given. Running a graph is ``bertkit.runtime``'s job
+(``backend="onnx"`` of the Encoder and the pipelines: :class:`bertkit.runtime.OnnxRuntimeModel`).
 """
 
 from __future__ import annotations
@@ -294,166 +294,9 @@ def check_onnx(
     return worst
 
 
-# --------------------------------------------------------------------------------------------- ONNX Runtime backend
-
-
-class OnnxRuntimeModel:
-    """An exported graph run by ONNX Runtime (CPU), called like the PyTorch head model it came from:
-    ``model(input_ids=..., attention_mask=..., token_type_ids=...)`` -> an object whose attributes are the graph's
-    outputs (``logits`` or ``start_logits`` / ``end_logits``) as float32 CPU tensors. Inference only."""
-
-    def __init__(self, path: str | os.PathLike, config, threads: int | None = None):
-        try:
-            import onnxruntime as ort
-        except ImportError:
-            raise RunError("backend 'onnx' needs onnxruntime: pip install 'bertkit[onnx]'") from None
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or torch.get_num_threads()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.path = str(path)
-        self.session = ort.InferenceSession(self.path, options, providers=["CPUExecutionProvider"])
-        self.config = config
-        self.output_names = [o.name for o in self.session.get_outputs()]
-        self.training = False
-
-    def __repr__(self) -> str:
-        return f"OnnxRuntimeModel({self.path}, outputs={self.output_names})"
-
-    def eval(self) -> OnnxRuntimeModel:
-        return self
-
-    def train(self, mode: bool = True) -> OnnxRuntimeModel:
-        if mode:
-            raise InputError("an ONNX Runtime model is for inference only: load the PyTorch model to train")
-        return self
-
-    def to(self, device) -> OnnxRuntimeModel:
-        if torch.device(device).type != "cpu":
-            raise InputError("backend 'onnx' runs on the CPU (onnxruntime's CPU provider): use device='cpu'")
-        return self
-
-    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, **_):
-        from types import SimpleNamespace
-
-        feeds = {
-            "input_ids": input_ids.cpu().numpy(),
-            "attention_mask": (torch.ones_like(input_ids) if attention_mask is None else attention_mask).cpu().numpy(),
-            "token_type_ids": (torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids).cpu().numpy(),
-        }
-        values = self.session.run(self.output_names, _feeds(self.session, feeds))
-        return SimpleNamespace(**{n: torch.from_numpy(v) for n, v in zip(self.output_names, values)})
-
-
 def graph_is_quantized(path: str | os.PathLike) -> bool:
     """Whether an ONNX graph holds quantised operators (what ``quantize_dynamic`` writes)."""
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
     return any(node.op_type in QUANTIZED_OPS for node in graph.node)
-
-
-def onnx_file(
-    directory: str | os.PathLike,
-    quantize: str | None = None,
-    hidden_states: bool = False,
-    cache: str | os.PathLike | None = None,
-) -> Path:
-    """The graph a backend runs: ``DIR/model.onnx`` (``encoder.onnx`` with ``hidden_states``; ``model.int8.onnx`` /
-    ``encoder.int8.onnx`` for int8) when it is there and not older than the directory's PyTorch weights (an exported
-    directory has none: its graph is used as it is), else one exported (and checked) from the weights into ``cache``
-    (default: a temporary directory). Raises InputError when the graph's precision is not the one asked for (an int8
-    graph named ``model.onnx``, as ``export --quantize`` used to write it) or when there is neither graph nor
-    weights."""
-    import tempfile
-
-    from bertkit.checkpoint import find_weights
-    from bertkit.quantize import resolve_quantize
-
-    directory = Path(directory)
-    quantize = resolve_quantize(quantize)
-    name = onnx_name(quantize, hidden_states)
-    found = directory / name
-    try:
-        weights: Path | None = find_weights(directory)
-    except FileNotFoundError:
-        weights = None
-    if found.is_file() and (weights is None or found.stat().st_mtime >= weights.stat().st_mtime):
-        try:
-            is_int8 = graph_is_quantized(found)
-        except ImportError:
-            raise RunError("backend 'onnx' needs onnx and onnxruntime: pip install 'bertkit[onnx]'") from None
-        if is_int8 != bool(quantize):
-            raise InputError(
-                f"{found} is an {'int8' if is_int8 else 'fp32'} graph but {'int8' if quantize else 'fp32'} was asked "
-                f"for: "
-                + (
-                    f"load it with quantize='int8' (--quantize int8), or re-export with `bertkit export "
-                    f"--onnx` (int8 graphs are now written as {onnx_name('int8', hidden_states)})"
-                    if is_int8
-                    else f"an int8 graph is {onnx_name('int8', hidden_states)}"
-                )
-            )
-        return found
-    if weights is None:
-        flags = (" --all-layers" if hidden_states else "") + (" --quantize int8" if quantize else "")
-        raise InputError(
-            f"{directory}: no {name} and no PyTorch weights to export it from (export it with "
-            f"`bertkit export --onnx MODEL_DIR {directory}{flags}`)"
-        )
-    found = Path(cache or tempfile.mkdtemp(prefix="bertkit-onnx-")) / name
-    log.info("exporting %s to %s for ONNX Runtime", directory, found)
-    export_onnx(directory, found, quantize=quantize, hidden_states=hidden_states)
-    return found
-
-
-def onnx_runtime_model(
-    directory: str | os.PathLike, config, quantize: str | None = None, cache: str | os.PathLike | None = None
-) -> OnnxRuntimeModel:
-    """The ONNX Runtime model of a directory's head (see :func:`onnx_file` for which graph)."""
-    return OnnxRuntimeModel(onnx_file(directory, quantize, cache=cache), config)
-
-
-class OnnxEncoderRunner:
-    """The forward pass of :class:`bertkit.Encoder` in ONNX Runtime, on an every-layer encoder graph
-    (``encoder.onnx`` / ``encoder.int8.onnx``): ``runner(input_ids, token_type_ids, attention_mask, depth, pooler)``
-    -> (hidden states 0..depth, each [B, T, H] fp32; pooler output [B, H] or None), as ``Encoder.forward``. The
-    Encoder holds it as its ``runner`` and keeps its own tokenising, batching and pooling."""
-
-    backend = "onnx"
-
-    def __init__(self, path: str | os.PathLike, config, num_layers: int):
-        self.runtime = OnnxRuntimeModel(path, config)
-        self.path = self.runtime.path
-        self.num_layers = num_layers
-        self.has_pooler = "pooler_output" in self.runtime.output_names
-
-    def __repr__(self) -> str:
-        return f"OnnxEncoderRunner({self.path})"
-
-    def __call__(self, input_ids, token_type_ids, attention_mask, depth: int, pooler: bool = False):
-        depth = self.num_layers if depth < 0 else depth
-        wanted = [f"hidden_states.{i}" for i in range(depth + 1)]
-        if pooler and self.has_pooler:
-            wanted.append("pooler_output")
-        values = self.runtime.session.run(
-            wanted,
-            _feeds(
-                self.runtime.session,
-                {
-                    "input_ids": input_ids.cpu().numpy(),
-                    "attention_mask": attention_mask.cpu().numpy(),
-                    "token_type_ids": token_type_ids.cpu().numpy(),
-                },
-            ),
-        )
-        tensors = [torch.from_numpy(v) for v in values]
-        return tuple(tensors[: depth + 1]), (tensors[depth + 1] if len(tensors) > depth + 1 else None)
-
-
-def onnx_runner(
-    config, num_layers: int, directory: str | os.PathLike, quantize: str | None = None, cache=None
-) -> OnnxEncoderRunner:
-    """An :class:`OnnxEncoderRunner` on the directory's encoder graph with every layer's output (``encoder.onnx`` /
-    ``encoder.int8.onnx``, or one exported now): what a CPU :class:`bertkit.Encoder` with ``backend='onnx'`` computes
-    with. Writes at most the exported graph; changes no object it is given."""
-    return OnnxEncoderRunner(onnx_file(directory, quantize, hidden_states=True, cache=cache), config, num_layers)

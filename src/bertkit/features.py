@@ -23,7 +23,9 @@ bert-as-service's names are accepted too (``REDUCE_MEAN``, ``REDUCE_MAX``, ``RED
 Speed: inputs are sorted by length into batches capped by a sentence count and a token budget (padded tokens), so
 little padding is computed; the forward pass stops after the deepest requested layer and skips the pooler unless
 ``cls_pooled`` is asked for; it runs under ``torch.inference_mode`` and, where the CPU has native bf16 (AVX512-BF16 /
-AMX) or on a GPU, under bf16 autocast. Pooling is computed in fp32. Results come back in input order.
+AMX) or on a GPU, under bf16 autocast. Pooling is computed in fp32. Results come back in input order. The batches,
+the loop and the forward pass on each backend (PyTorch, int8, ONNX Runtime) are ``bertkit.runtime``'s; the Encoder
+tokenizes before them and pools after.
 """
 
 from __future__ import annotations
@@ -37,13 +39,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from bertkit import checkpoint, models
+from bertkit import checkpoint, models, runtime
 from bertkit.batches import collate, cut_batches, plan_batches  # noqa: F401 (cut_batches re-exported)
 from bertkit.errors import InputError, MissingFileError
-from bertkit.modeling import BertModel
 from bertkit.precision import autocast, resolve_precision
+from bertkit.runtime import cpu_forward_tokens  # noqa: F401 (re-exported: encoder.forward_tokens' default)
 from bertkit.st_format import read_sentence_transformers
 from bertkit.tokenization import BertTokenizer, Encoding, FastTokenizer, load_tokenizer
 
@@ -207,14 +208,6 @@ def _normalize(x: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------- the encoder
 
 
-def cpu_forward_tokens(intermediate_size: int = 3072) -> int:
-    """Padded tokens per forward pass that keep a CPU forward fast: the feed-forward activations ([tokens,
-    intermediate] floats) at about 3 MB per torch thread, i.e. 256 tokens per thread for bert-base (512 on 2 cores,
-    where bert-base measured fastest between 384 and 1024 tokens, in int8, bf16 and fp32 alike), 768 for bert-mini
-    (whose small layers lose more to per-batch overhead than to cache misses)."""
-    return 256 * max(1, torch.get_num_threads()) * 3072 // max(1, intermediate_size)
-
-
 class Encoder:
     """A BERT encoder used as a feature extractor. Holds a ``BertModel`` (with its pooler when the checkpoint has
     one), the tokenizer, and the MLM head when the checkpoint has one (for fill-mask).
@@ -226,6 +219,8 @@ class Encoder:
         precision: "auto" (bf16 where the CPU/GPU supports it, else fp32), "bf16", "fp16" (GPU) or "fp32".
         has_pooler: whether the pooler weights are trained (False: ``cls_pooled`` is refused).
         mlm_head: the ``cls.predictions`` module for fill-mask, or None.
+        runner: what computes the forward pass instead of the module's weights: an ONNX Runtime model of the
+            every-layer graph (``bertkit.runtime.OnnxRuntimeModel``; CPU, fp32 around it), or None.
     """
 
     def __init__(
@@ -236,6 +231,7 @@ class Encoder:
         precision: str = "auto",
         has_pooler: bool | None = None,
         mlm_head: Any = None,
+        runner: Any = None,
     ):
         bases = models.base_classes()
         bert = model if isinstance(model, bases) else (getattr(model, "bert", None) or getattr(model, "model", None))
@@ -252,10 +248,10 @@ class Encoder:
         self.mlm_head = mlm_head.to(self.device).eval() if mlm_head is not None else None
         self.num_layers = bert.config.num_hidden_layers
         self.defaults = EncodeDefaults()
-        # what runs the forward pass instead of ``self.bert`` when set: e.g. ONNX Runtime
-        # (``bertkit.export.OnnxEncoderRunner``), called as ``forward`` is
-        self.runner: Any = None
-        self.backend = "torch"
+        # the forward pass, on ``self.bert`` or on the ONNX graph given (``bertkit.runtime.EncoderForward``)
+        self.runner = runtime.EncoderForward(self.bert if runner is None else runner)
+        self.backend = self.runner.backend
+        self.onnx_path = self.runner.path  # the ONNX graph run (None on PyTorch)
         # CPU: run whole batches side by side, one thread each (up to torch.get_num_threads() of them), instead of
         # one batch at a time with every thread inside each op. Off by default: on a quiet 2-core machine it measured
         # slower for int8 (76 vs 90 sentences/s, BENCHMARKS.md); it can help where other jobs share the cores
@@ -264,7 +260,7 @@ class Encoder:
         # Larger batches run slower there: their [tokens, intermediate] activations leave the cache, and past 32 MB
         # every one is a fresh mmap that page-faults in (bert-base int8 on 2 cores: 80 sentences/s at batch 64 x ~50
         # tokens, 111 under 512 tokens; BENCHMARKS.md)
-        self.forward_tokens = cpu_forward_tokens(self.config.intermediate_size) if self.device.type == "cpu" else None
+        self.forward_tokens = runtime.forward_tokens(self.config, self.device)
         if len(tokenizer) > self.config.vocab_size:
             raise InputError(
                 f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {self.config.vocab_size}"
@@ -290,9 +286,8 @@ class Encoder:
         to its own pooling of the last layer, normalisation and ``max_seq_length``.
         ``quantize="int8"``: dynamic int8 Linear layers (CPU, fp32 around them; see ``bertkit.quantize``).
         ``backend="onnx"``: the forward pass runs in ONNX Runtime (CPU; int8 graph with ``quantize``; see
-        ``bertkit.export``)."""
-        if backend not in ("torch", "onnx"):
-            raise InputError(f"backend must be 'torch' or 'onnx', got {backend!r}")
+        ``bertkit.runtime``)."""
+        runtime.check_backend(backend)
         path = Path(path)
         if not path.is_dir():
             raise MissingFileError(f"{path}: not a model directory (expected config.json, weights and vocab.txt)")
@@ -315,11 +310,16 @@ class Encoder:
             model, info = model_class.from_pretrained(path, output_loading_info=True)
             has_pooler = arch.has_pooler and not any(k.startswith(arch.pooler_keys) for k in info.initialised)
             has_mlm = not any(k.startswith(arch.mlm_keys) for k in info.initialised)
-        if quantize is not None and backend == "torch":
-            from bertkit.quantize import quantize_model, resolve_quantize
-
-            if resolve_quantize(quantize):  # before the MLM head is taken
-                model, precision = quantize_model(model, quantize, device), "fp32"
+        runner = None
+        if backend == "onnx":  # the module carries the config (and the MLM head for fill-mask); ONNX computes
+            config = model.config
+            loaded = runtime.load(
+                directory=path, config=config, backend="onnx", quantize=quantize, device=device, hidden_states=True
+            )
+            runner, precision = loaded.model, loaded.precision
+        else:  # int8 before the MLM head is taken
+            loaded = runtime.load(model, quantize=quantize, precision=precision, device=device)
+            model, precision = loaded.model, loaded.precision
         encoder = cls(
             model,
             tokenizer,
@@ -327,24 +327,13 @@ class Encoder:
             precision=precision,
             has_pooler=has_pooler,
             mlm_head=model.mlm_head_module() if has_mlm else None,
+            runner=runner,
         )
-        return encoder._finish(path, quantize, backend, sentence)
-
-    def _finish(self, path: Path, quantize: str | None, backend: str, sentence) -> Encoder:
-        """The last steps of loading either architecture: the ONNX runner, and a sentence-transformers directory's
-        pooling, normalisation and length as this encoder's defaults."""
-        if backend == "onnx":  # its pooling, batching and results stay the Encoder's; fp32 (int8 inside the graph)
-            from bertkit.export import onnx_runner
-
-            if self.device.type != "cpu":
-                raise InputError("backend 'onnx' runs on the CPU (onnxruntime's CPU provider): use device='cpu'")
-            self.runner = onnx_runner(self.config, self.num_layers, path, quantize)
-            self.precision, self.backend, self.onnx_path = "fp32", "onnx", self.runner.path
-        if sentence is not None:
-            self.defaults = EncodeDefaults(
+        if sentence is not None:  # its pooling, normalisation and length are this encoder's defaults
+            encoder.defaults = EncodeDefaults(
                 (-1,), sentence.pooling, sentence.normalize, sentence.max_seq_length or EncodeDefaults.max_length
             )
-        return self
+        return encoder
 
     # ------------------------------------------------------------------ pieces shared with the server
 
@@ -409,22 +398,9 @@ class Encoder:
         pooler: bool = False,
     ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
         """Run embeddings and layers 1..depth only (depth -1 = all). Returns (hidden states 0..depth, each [B, T, H];
-        pooler output [B, H] or None). Call under ``torch.inference_mode()`` and (optionally) :meth:`autocast`."""
-        if self.runner is not None:
-            return self.runner(input_ids, token_type_ids, attention_mask, depth, pooler)
-        depth = self.num_layers if depth < 0 else depth
-        if isinstance(self.bert, BertModel):
-            out = self.bert(
-                input_ids,
-                attention_mask,
-                token_type_ids,
-                output_hidden_states=True,
-                num_layers=depth,
-                output_pooler=pooler,
-            )
-            return out.hidden_states, out.pooler_output
-        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True, num_layers=depth)
-        return out.hidden_states, None  # ModernBERT: no pooler
+        pooler output [B, H] or None). Call under ``torch.inference_mode()`` and (optionally) :meth:`autocast`.
+        The backend's forward pass (``self.runner``: :class:`bertkit.runtime.EncoderForward`)."""
+        return self.runner(input_ids, token_type_ids, attention_mask, depth, pooler)
 
     def pool_batch(
         self, states: list[torch.Tensor], pooled: torch.Tensor | None, attention_mask: torch.Tensor, spec: PoolSpec
@@ -441,12 +417,17 @@ class Encoder:
             out = torch.cat([pool(states[i], attention_mask, spec.pooling) for i in spec.layers], dim=-1)
         return _normalize(out) if spec.normalize else out
 
+    def batch_tokens(self, max_batch_tokens: int | None) -> int | None:
+        """The padded-token budget of a forward pass: ``max_batch_tokens`` and, on a CPU, ``forward_tokens``,
+        whichever is smaller (None: no budget)."""
+        budgets = [b for b in (max_batch_tokens, self.forward_tokens) if b]
+        return min(budgets) if budgets else None
+
     def plan_batches(self, lengths: Sequence[int], batch_size: int, max_batch_tokens: int | None) -> list[list[int]]:
         """Indices sorted by length (longest first) cut into batches of at most ``batch_size`` inputs and at most
-        ``max_batch_tokens`` padded tokens (B x longest T), and on a CPU at most ``forward_tokens``; a single input
-        over the budget gets a batch of its own."""
-        budgets = [b for b in (max_batch_tokens, self.forward_tokens) if b]
-        return plan_batches(lengths, batch_size, min(budgets) if budgets else None)
+        :meth:`batch_tokens` padded tokens (B x longest T); a single input over the budget gets a batch of its own
+        (what the server's queue runs; ``encode`` plans the same in ``bertkit.runtime.batch_loop``)."""
+        return plan_batches(lengths, batch_size, self.batch_tokens(max_batch_tokens))
 
     # ------------------------------------------------------------------ the public call
 
@@ -505,8 +486,6 @@ class Encoder:
             raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
         spec = self.spec(layers, pooling, normalize)
         encodings = self.tokenize(texts, pairs, max_length)
-        results: list[Any] = [None] * len(texts)
-        batches = self.plan_batches([len(e.ids) for e in encodings], batch_size, max_batch_tokens)
         if show_progress is None:
             show_progress = len(texts) >= 1024 and sys.stderr.isatty()
 
@@ -516,15 +495,19 @@ class Encoder:
             out = self.pool_batch(states, pooled, mask, spec)
             return [r.cpu().numpy() for r in out] if isinstance(out, list) else out.cpu().numpy()  # one copy
 
-        with (
-            torch.inference_mode(),
-            self.autocast(),
-            tqdm(total=len(texts), desc="encode", unit="text", disable=not show_progress) as bar,
-        ):
-            for batch, rows in zip(batches, self._run_batches(run, batches)):
-                for j, i in enumerate(batch):
-                    results[i] = rows[j]
-                bar.update(len(batch))
+        batches = runtime.batch_loop(
+            [len(e.ids) for e in encodings],
+            run,
+            batch_size,
+            self.batch_tokens(max_batch_tokens),
+            device=self.device,
+            precision=self.precision,
+            parallel=self.parallel_batches,
+            progress=show_progress,
+            desc="encode",
+            unit="text",
+        )
+        results = runtime.in_input_order(len(texts), batches)
         if spec.pooling == "none":
             vectors: Any = results
         elif results:
@@ -534,31 +517,6 @@ class Encoder:
         if show_tokens:
             return vectors, [list(e.tokens) for e in encodings]
         return vectors
-
-    def _run_batches(self, run, batches: list[list[int]]):
-        """``run(batch)`` for each batch, results in order: one after the other, or with ``parallel_batches`` on the
-        CPU, ``torch.get_num_threads()`` batches at a time on as many threads with one intra-op thread each (the
-        caller's thread count is restored after)."""
-        threads = torch.get_num_threads()
-        workers = min(threads, len(batches)) if self.parallel_batches and self.device.type == "cpu" else 1
-        if workers < 2:
-            yield from map(run, batches)
-            return
-        from concurrent.futures import ThreadPoolExecutor
-
-        precision, device = self.precision, self.device
-
-        def work(batch: list[int]) -> Any:
-            torch.set_num_threads(1)  # this thread's own OpenMP count too (oneDNN reads it)
-            with torch.inference_mode(), autocast(precision, device):  # both are per-thread states
-                return run(batch)
-
-        torch.set_num_threads(1)
-        try:
-            with ThreadPoolExecutor(workers, thread_name_prefix="bertkit-encode") as pool:
-                yield from pool.map(work, batches)
-        finally:
-            torch.set_num_threads(threads)
 
     # ------------------------------------------------------------------ fill-mask
 
@@ -582,24 +540,34 @@ class Encoder:
                 raise InputError(f"texts[{n}] is {len(ids)} tokens long, over the limit of {limit}")
             sequences.append(ids)
         top_k = max(1, min(int(top_k), self.config.vocab_size))
-        results: list[list[list[dict]]] = [[] for _ in sequences]
-        with torch.inference_mode(), self.autocast():
-            for batch in self.plan_batches([len(s) for s in sequences], FILL_MASK_BATCH, None):
-                ids, types, mask = collate([sequences[i] for i in batch], None, tok.pad_token_id, device=self.device)
-                states, _ = self.forward(ids, types, mask, -1)
-                where = ids == mask_id  # [B, T]
-                logits = self.mlm_head(states[-1][where]).float()  # [M, V]
-                probs = logits.softmax(-1)
-                scores, top = probs.topk(top_k, dim=-1)
-                for m, b in enumerate(where.nonzero()[:, 0].tolist()):
-                    tokens = tok.convert_ids_to_tokens(top[m].tolist())
-                    results[batch[b]].append(
-                        [
-                            {"token": t, "token_id": int(i), "score": float(s)}
-                            for t, i, s in zip(tokens, top[m].tolist(), scores[m].tolist())
-                        ]
-                    )
-        return results
+
+        def run(batch: list[int]) -> list[list[list[dict]]]:
+            ids, types, mask = collate([sequences[i] for i in batch], None, tok.pad_token_id, device=self.device)
+            states, _ = self.forward(ids, types, mask, -1)
+            where = ids == mask_id  # [B, T]
+            logits = self.mlm_head(states[-1][where]).float()  # [M, V]
+            probs = logits.softmax(-1)
+            scores, top = probs.topk(top_k, dim=-1)
+            rows: list[list[list[dict]]] = [[] for _ in batch]
+            for m, b in enumerate(where.nonzero()[:, 0].tolist()):
+                tokens = tok.convert_ids_to_tokens(top[m].tolist())
+                rows[b].append(
+                    [
+                        {"token": t, "token_id": int(i), "score": float(s)}
+                        for t, i, s in zip(tokens, top[m].tolist(), scores[m].tolist())
+                    ]
+                )
+            return rows
+
+        batches = runtime.batch_loop(
+            [len(s) for s in sequences],
+            run,
+            FILL_MASK_BATCH,
+            self.batch_tokens(None),
+            device=self.device,
+            precision=self.precision,
+        )
+        return runtime.in_input_order(len(sequences), batches)
 
 
 def _has_weights(path: Path) -> bool:

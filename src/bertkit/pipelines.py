@@ -31,7 +31,9 @@ Scores (as transformers' default ``function_to_apply``): softmax over the labels
 (a reranker) or its raw value (a regression model fine-tuned with ``--regression`` / STS-B); ``raw_scores`` gives
 the logits.
 ``quantize="int8"`` swaps every Linear for a dynamic int8 one (CPU; see :mod:`bertkit.quantize`);
-``backend="onnx"`` runs the exported graph with ONNX Runtime instead of PyTorch (see :mod:`bertkit.export`).
+``backend="onnx"`` runs the exported graph with ONNX Runtime instead of PyTorch. The forward pass on each backend and
+the batch loop are :mod:`bertkit.runtime`'s; a pipeline tokenizes and windows before them and decodes the head's
+outputs after.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bertkit import models
+from bertkit import models, runtime
 from bertkit.errors import InputError
 from bertkit.tasks.tagging import _tag, group_entities, tokens_to_string  # noqa: F401 (public here too)
 from bertkit.tokenization import load_tokenizer
@@ -60,7 +62,7 @@ HEADS = {  # head class name -> pipeline, for every registered architecture
     if role in arch.classes
 }
 DEFAULT_MAX_LENGTH = 512
-BACKENDS = ("torch", "onnx")
+BACKENDS = runtime.BACKENDS
 FUNCTIONS = ("softmax", "sigmoid", "none")  # text classification's function_to_apply (transformers' names)
 AGGREGATIONS = ("simple", "none", "first", "max", "average")  # token classification's aggregation_strategy
 HEAD_KEYS = {  # head class name -> its output layer's weight, which a fine-tuned directory must hold
@@ -186,8 +188,7 @@ def load_pipeline(
     """
     import argparse
 
-    from bertkit.precision import resolve_precision
-    from bertkit.quantize import quantize_model, resolve_quantize
+    from bertkit.quantize import resolve_quantize
     from bertkit.tasks import get_task
     from bertkit.tasks.options import task_options
 
@@ -195,8 +196,7 @@ def load_pipeline(
     if not directory.is_dir():
         raise InputError(f"{directory}: no such model directory")
     quantize = resolve_quantize(quantize)
-    if backend not in BACKENDS:
-        raise InputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    runtime.check_backend(backend)
     if qa_convention not in QA_CONVENTIONS:
         raise InputError(f"qa_convention must be one of {', '.join(QA_CONVENTIONS)}, got {qa_convention!r}")
     architecture, saved = read_head(directory)
@@ -215,23 +215,30 @@ def load_pipeline(
     except FileNotFoundError as e:
         raise InputError(str(e)) from None
     if backend == "onnx":
-        from bertkit.export import onnx_runtime_model
-
-        model = onnx_runtime_model(directory, config, quantize).to(device)
-        pipe = cls(
-            model,
-            tokenizer,
-            task,
-            device=device,
-            precision="fp32",
-            batch_size=batch_size,
-            directory=directory,
-            quantize=quantize,
-            backend=backend,
+        loaded = runtime.load(directory=directory, config=config, backend="onnx", quantize=quantize, device=device)
+    else:
+        loaded = runtime.load(
+            _load_head(directory, architecture, task, saved), quantize=quantize, precision=precision, device=device
         )
-        if isinstance(pipe, QuestionAnsweringPipeline):
-            pipe.convention = qa_convention
-        return pipe
+    pipe = cls(
+        loaded.model,
+        tokenizer,
+        task,
+        device=device,
+        precision=loaded.precision,
+        batch_size=batch_size,
+        directory=directory,
+        quantize=quantize,
+        backend=backend,
+    )
+    if isinstance(pipe, QuestionAnsweringPipeline):
+        pipe.convention = qa_convention
+    return pipe
+
+
+def _load_head(directory: Path, architecture: str, task, saved: dict[str, Any]):
+    """The PyTorch head model of a fine-tuned directory; InputError for an exported ONNX directory (no weights) and
+    :class:`NoHeadError` for weights without the head ``config.json`` names."""
     from bertkit.checkpoint import find_weights
     from bertkit.export import onnx_name
 
@@ -252,31 +259,11 @@ def load_pipeline(
             )
     try:
         if saved.get("task"):
-            model = task.load_model(directory, finetuned=True)
-        else:  # the default task's label set (id2label, or LABEL_i for as many as the head has outputs)
-            from bertkit.models import for_directory
-
-            model = for_directory(task.model_class, directory).from_pretrained(directory, **task.model_overrides())
+            return task.load_model(directory, finetuned=True)
+        # the default task's label set (id2label, or LABEL_i for as many as the head has outputs)
+        return models.for_directory(task.model_class, directory).from_pretrained(directory, **task.model_overrides())
     except FileNotFoundError as e:
         raise InputError(str(e)) from None
-    if quantize:
-        model = quantize_model(model, quantize, device)
-        precision = "fp32"  # the int8 kernels take fp32 activations; bf16 autocast around them would only add casts
-    model.to(device).eval()
-    precision = resolve_precision(precision, device)
-    pipe = cls(
-        model,
-        tokenizer,
-        task,
-        device=device,
-        precision=precision,
-        batch_size=batch_size,
-        directory=directory,
-        quantize=quantize,
-    )
-    if isinstance(pipe, QuestionAnsweringPipeline):
-        pipe.convention = qa_convention
-    return pipe
 
 
 # --------------------------------------------------------------------------------------------- pipelines
@@ -322,7 +309,8 @@ class Pipeline:
         )
 
     def _run(self, features: Sequence[dict]):
-        """Yield (feature indices, model output) over length-sorted batches (``bertkit.tasks.run_inference``)."""
+        """Yield (feature indices, model output) over length-sorted batches (``bertkit.tasks.run_inference``: the
+        runtime's batch loop)."""
         from bertkit.tasks import run_inference
 
         yield from run_inference(self.model, features, self.task.collate, self.batch_size, self.precision, self.device)

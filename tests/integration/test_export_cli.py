@@ -50,12 +50,14 @@ def test_export_onnx_heads_and_encoder(tmp_path, tiny_dir):
 
     from bertkit.export import export_onnx
 
+    before = {p.name: p.read_bytes() for p in tiny_dir.iterdir() if p.is_file()}
     report = export_onnx(tiny_dir, tmp_path / "enc.onnx")  # no head: the encoder's outputs
     assert report.outputs == ["last_hidden_state", "pooler_output"] and report.max_abs_diff < 1e-4
     assert report.files == [str(tmp_path / "enc.onnx")]
     q = export_onnx(tiny_dir, tmp_path / "enc-int8.onnx", quantize="int8")
     assert q.quantized == "int8" and 0 < q.max_abs_diff < 0.5
     assert (tmp_path / "enc-int8.onnx").stat().st_size < 0.6 * (tmp_path / "enc.onnx").stat().st_size
+    assert {p.name: p.read_bytes() for p in tiny_dir.iterdir() if p.is_file()} == before  # it writes only OUT
 
 
 def test_export_refuses_a_non_model_directory(tmp_path, capsys):

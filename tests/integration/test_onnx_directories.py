@@ -2,7 +2,7 @@
 name beside the fp32 one; ``backend="onnx"`` runs the fp32 graph unless int8 is asked for, and refuses a graph of
 the other precision; an exported directory (no PyTorch weights) loads in ``load_pipeline`` and ``bertkit predict /
 evaluate --backend onnx``, which record the backend (a BERT and a ModernBERT alike); the Encoder holds its ONNX
-runner (no patched method)."""
+runner (no patched method); a graph exported at load time leaves no temporary files."""
 
 from __future__ import annotations
 
@@ -146,11 +146,34 @@ def test_predict_on_an_exported_directory_needs_no_backend_flag(sst2_dir, export
 
 
 def test_encoder_holds_an_onnx_runner(sst2_dir):
-    from bertkit.export import OnnxEncoderRunner
     from bertkit.features import Encoder
+    from bertkit.runtime import OnnxRuntimeModel
 
     enc = Encoder.from_pretrained(sst2_dir, backend="onnx")
-    assert isinstance(enc.runner, OnnxEncoderRunner) and "forward" not in vars(enc)  # no patched method
+    assert isinstance(enc.runner.model, OnnxRuntimeModel) and "forward" not in vars(enc)  # no patched method
+    assert enc.runner.backend == enc.backend == "onnx"
     ref = Encoder.from_pretrained(sst2_dir, precision="fp32")
-    assert ref.runner is None and ref.backend == "torch"
+    assert ref.runner.model is ref.bert and ref.backend == "torch" and ref.onnx_path is None
     np.testing.assert_allclose(enc.encode(TEXTS, layers=(0, -1)), ref.encode(TEXTS, layers=(0, -1)), atol=1e-4)
+
+
+def test_a_graph_exported_at_load_time_leaves_no_temporary_files(sst2_dir, tmp_path, monkeypatch):
+    """A directory without the graph asked for gets one exported into a temporary directory that goes as soon as
+    ONNX Runtime holds the graph (such directories used to pile up in /tmp, one per load); the model runs on."""
+    import tempfile
+    from pathlib import Path
+
+    from bertkit.features import Encoder
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    clf = load_pipeline(sst2_dir, backend="onnx")
+    enc = Encoder.from_pretrained(sst2_dir, backend="onnx")
+    for path in (clf.model.path, enc.onnx_path):
+        assert Path(path).parent.name.startswith("bertkit-onnx-") and Path(path).parent.parent == temp
+        assert not Path(path).exists()
+    assert list(temp.iterdir()) == []
+    ref = load_pipeline(sst2_dir, precision="fp32")
+    np.testing.assert_allclose(clf.logits(TEXTS), ref.logits(TEXTS), atol=1e-4)
+    np.testing.assert_allclose(enc.encode(TEXTS, layers=-1), ref.encoder().encode(TEXTS, layers=-1), atol=1e-4)

@@ -276,7 +276,7 @@ def test_onnx_backend_equals_torch(sst2_dir, random_ner_dir, squad_dir, ft, tmp_
     np.testing.assert_allclose(onnx_clf.logits(texts), torch_clf.logits(texts), atol=1e-4)
     assert [x[0]["label"] for x in onnx_clf.predict(texts)] == [x[0]["label"] for x in torch_clf.predict(texts)]
     enc = onnx_clf.encoder()  # ONNX Runtime on the fine-tuned encoder's every-layer graph
-    assert enc.backend == "onnx" and enc.runner is not None
+    assert enc.backend == "onnx" and type(enc.runner.model).__name__ == "OnnxRuntimeModel"
     np.testing.assert_allclose(enc.encode(texts, layers=-1), torch_clf.encoder().encode(texts, layers=-1), atol=1e-4)
 
     ner = load_pipeline(random_ner_dir, backend="onnx").ner(NER_TEXTS)

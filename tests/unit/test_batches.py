@@ -1,6 +1,6 @@
-"""The one batch planner and the one collate (bertkit.batches), and the callers that used to have their own: the
-Encoder (encode, fill-mask), the task pipelines, the layer probe and the embedding loop's columns. Each caller's
-outputs are the ones it computes on inputs one at a time."""
+"""The one batch planner and the one collate (bertkit.batches), the one batch loop over them (bertkit.runtime), and
+the callers that used to have their own: the Encoder (encode, fill-mask), the task pipelines, the layer probe and the
+embedding loop's columns. Each caller's outputs are the ones it computes on inputs one at a time."""
 
 from __future__ import annotations
 
@@ -39,6 +39,50 @@ def test_plan_batches_orders_by_length_and_respects_both_limits():
     assert plan_batches([], 4) == []
     with pytest.raises(ValueError, match="batch_size"):
         plan_batches([1, 2], 0)
+
+
+def test_batch_loop_runs_the_planners_batches_and_gives_results_back_in_input_order():
+    """bertkit.runtime's loop (every inference front door's): the planner's length-sorted batches, each run under
+    inference mode and the precision's autocast, results put back in input order; on the CPU threads (parallel) the
+    same results as one batch at a time, and the caller's thread count comes back."""
+    import threading
+
+    from bertkit import runtime
+
+    lengths = [5, 40, 7, 7, 12, 3, 40, 1, 9, 2, 6]
+    weight = torch.randn(8, 8, generator=torch.Generator().manual_seed(0))
+    inputs = [torch.randn(n, 8, generator=torch.Generator().manual_seed(n)) for n in lengths]
+    seen = []
+
+    def run(batch: list[int]) -> list[np.ndarray]:
+        seen.append(
+            (threading.current_thread().name, torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu"))
+        )
+        return [(inputs[i] @ weight).float().sum(0).numpy() for i in batch]
+
+    for longest_first in (True, False):
+        pairs = list(runtime.batch_loop(lengths, run, 3, 20, longest_first=longest_first))
+        assert [b for b, _ in pairs] == plan_batches(lengths, 3, 20, longest_first)  # sorted by length, cut by both
+        out = runtime.in_input_order(len(lengths), pairs)
+        for i, row in enumerate(out):
+            np.testing.assert_allclose(row, (inputs[i] @ weight).sum(0).numpy(), rtol=1e-5, atol=1e-5)
+    assert {(inference, cast) for _, inference, cast in seen} == {(True, False)}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seen.clear()
+        serial = runtime.in_input_order(len(lengths), runtime.batch_loop(lengths, run, 2, None, precision="bf16"))
+        assert {name for name, *_ in seen} == {threading.current_thread().name}
+        seen.clear()
+        loop = runtime.batch_loop(lengths, run, 2, None, precision="bf16", parallel=True)
+        parallel = runtime.in_input_order(len(lengths), loop)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert all(name.startswith("bertkit-batch") for name, *_ in seen) and len({name for name, *_ in seen}) == 2
+    assert {(inference, cast) for _, inference, cast in seen} == {(True, True)}  # per-thread states, entered there
+    for a, b in zip(parallel, serial):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_collate_pads_ids_segments_and_mask():

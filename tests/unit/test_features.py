@@ -317,7 +317,7 @@ def test_cut_batches_and_task_inference_under_the_cap(monkeypatch):
     assert [7] in batches  # longer than the cap: alone
 
     # run_inference (the task pipelines' loop) cuts its CPU batches the same way, with the same outputs
-    import bertkit.features
+    import bertkit.runtime
     from bertkit import BertConfig, BertForSequenceClassification
     from bertkit.tasks import collate_inputs, run_inference
 
@@ -343,7 +343,7 @@ def test_cut_batches_and_task_inference_under_the_cap(monkeypatch):
     ]
 
     def run(cap):
-        monkeypatch.setattr(bertkit.features, "cpu_forward_tokens", lambda width=3072: cap)
+        monkeypatch.setattr(bertkit.runtime, "cpu_forward_tokens", lambda width=3072: cap)
         out, shapes = {}, []
         for idx, o in run_inference(model, feats, collate_inputs, batch_size=8):
             shapes.append(len(idx))

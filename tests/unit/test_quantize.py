@@ -158,7 +158,7 @@ def test_encoder_onnx_backend_equals_torch(tiny_dir):
     assert q.onnx_path.endswith("encoder.int8.onnx")
     a, b = q.encode(TEXTS, layers=-1), ref.encode(TEXTS, layers=-1)
     assert not np.array_equal(a, b) and _cosine(a, b).min() >= 0.99
-    with pytest.raises(ValueError, match="backend must be 'torch' or 'onnx'"):
+    with pytest.raises(ValueError, match="backend must be one of torch, onnx, got 'tvm'"):
         Encoder.from_pretrained(tiny_dir, backend="tvm")
 
 

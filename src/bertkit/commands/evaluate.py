@@ -54,27 +54,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, labelled: bool = True) -> int:
+    from bertkit import runtime
     from bertkit.commands.finetune import load_finetuned
     from bertkit.files import write_json
-    from bertkit.precision import resolve_device, resolve_precision
+    from bertkit.precision import resolve_device
 
     files: InferenceFiles = from_args(InferenceFiles, args)
     run_options: RunOptions = from_args(RunOptions, args)
     files.backend = _backend_for(Path(files.model), files.backend)
     if files.backend == "onnx":
-        task, model, tokenizer = _load_onnx(files, args)
-        device, precision = run_options.device or "cpu", "fp32"
-        model.to(device)  # refuses a GPU: ONNX Runtime's CPU provider
+        device = run_options.device or "cpu"  # a GPU is refused: ONNX Runtime's CPU provider
+        task, loaded, tokenizer = _load_onnx(files, args, device)
     else:
         task, model, tokenizer = load_finetuned(files.model, args.task, args)
         # int8 kernels are CPU-only: --quantize without --device runs on the CPU even where a GPU is present
         device = (run_options.device or "cpu") if files.quantize else resolve_device(run_options.device)
-        precision = resolve_precision(run_options.precision, device)
-        model.to(device)
-        if files.quantize:
-            from bertkit.quantize import quantize_model
-
-            model, precision = quantize_model(model, files.quantize, device), "fp32"
+        loaded = runtime.load(model, quantize=files.quantize, precision=run_options.precision, device=device)
+    model, precision = loaded.model, loaded.precision
     examples = task.read(files.data, labelled=labelled, skip_bad_rows=run_options.skip_bad_rows)
     features = task.featurize(examples, tokenizer)
     kind = "eval" if labelled else "predict"
@@ -134,11 +130,11 @@ def _backend_for(model_dir: Path, backend: str) -> str:
     return backend
 
 
-def _load_onnx(files: InferenceFiles, args: argparse.Namespace):
-    """(task, ONNX Runtime model, tokenizer) of a fine-tuned or exported directory: the task as the PyTorch path
-    reads it (finetune_config.json, then the command's task flags), no PyTorch weights needed."""
-    from bertkit import models
-    from bertkit.export import onnx_runtime_model
+def _load_onnx(files: InferenceFiles, args: argparse.Namespace, device: str):
+    """(task, ONNX Runtime model as ``bertkit.runtime.load`` gives it, tokenizer) of a fine-tuned or exported
+    directory: the task as the PyTorch path reads it (finetune_config.json, then the command's task flags), no
+    PyTorch weights needed."""
+    from bertkit import models, runtime
     from bertkit.tokenization import load_tokenizer
 
     model_dir = Path(files.model)
@@ -147,4 +143,5 @@ def _load_onnx(files: InferenceFiles, args: argparse.Namespace):
     if task.labels is None and config.id2label and not getattr(task, "regression", False):
         task.labels = [config.id2label[i] for i in range(len(config.id2label))]
     tokenizer = load_tokenizer(model_dir)
-    return task, onnx_runtime_model(model_dir, config, files.quantize), tokenizer
+    loaded = runtime.load(directory=model_dir, config=config, backend="onnx", quantize=files.quantize, device=device)
+    return task, loaded, tokenizer

@@ -11,8 +11,9 @@ surface, used by ``bertkit.recipes.finetune`` and the ``finetune`` / ``evaluate`
 - ``predict(model, examples, features, ...)`` -> predictions; ``metrics(examples, predictions)``;
 - ``write_predictions(directory, examples, predictions)`` in the task's official format.
 
-Shared helpers here: length-bucketed training batches, and batched inference under autocast; inference batches
-and padding come from the one planner and collate, ``bertkit.batches``.
+Shared helpers here: length-bucketed training batches, and batched inference (``run_inference``: the features'
+collate around the one batch loop, ``bertkit.runtime``); batches and padding come from the one planner and collate,
+``bertkit.batches``.
 """
 
 from __future__ import annotations
@@ -132,33 +133,29 @@ def run_inference(
     device: str = "cpu",
     progress: bool = False,
 ) -> Iterator[tuple[list[int], Any]]:
-    """Yield (feature indices, model output) over length-sorted batches, in eval mode, without gradients."""
-    import torch
-
-    from bertkit.precision import autocast
+    """Yield (feature indices, model output) over length-sorted batches (shortest first; on a CPU under the token
+    cap the Encoder uses), in eval mode, without gradients: :func:`bertkit.runtime.batch_loop` over ``model`` (a
+    PyTorch head or an ONNX Runtime model) with the features collated and their labels left out."""
+    from bertkit import runtime
 
     model.eval()
-    from bertkit.batches import plan_batches
 
-    lengths = [feature_length(f) for f in features]
-    cap = None
-    if torch.device(device).type == "cpu":  # as the Encoder: CPU forwards are faster under a token budget
-        from bertkit.features import cpu_forward_tokens
+    def run(idx: list[int]) -> Any:
+        batch = collate([features[i] for i in idx])
+        return model(**{k: v.to(device) for k, v in batch.items() if k not in LABEL_KEYS})
 
-        cap = cpu_forward_tokens(getattr(getattr(model, "config", None), "intermediate_size", 3072))
-    batches = plan_batches(lengths, batch_size, cap, longest_first=False)
-    iterator: Any = batches
-    if progress:
-        from tqdm import tqdm
-
-        iterator = tqdm(batches, desc="eval", unit="batch", leave=False)
-    with torch.inference_mode():
-        for idx in iterator:
-            batch = collate([features[i] for i in idx])
-            batch = {k: v.to(device) for k, v in batch.items() if k not in LABEL_KEYS}
-            with autocast(precision, device):
-                out = model(**batch)
-            yield idx, out
+    yield from runtime.batch_loop(
+        [feature_length(f) for f in features],
+        run,
+        batch_size,
+        runtime.forward_tokens(getattr(model, "config", None), device),
+        device=device,
+        precision=precision,
+        longest_first=False,
+        progress=progress,
+        desc="eval",
+        leave=False,
+    )
 
 
 def load_trained(model_class, model_dir, task_name: str):
