@@ -2,12 +2,11 @@
 directories (transformers loads bertkit directories): text classification's ``function_to_apply`` and ``top_k``,
 token classification's ``aggregation_strategy`` and ``ignore_labels``, question answering's ``top_k``,
 ``handle_impossible_answer``, ``doc_stride``, ``max_seq_len``, ``max_question_len``, ``max_answer_len`` and
-``align_to_words`` (transformers 4.x's pipeline, see tests/hf_qa.py). Bad values raise InputError naming the
-parameter."""
+``align_to_words`` (transformers 4.57.1's pipeline, whose answers for the seeded fixture model are committed in
+tests/fixtures/qa/hf_qa_reference.json.gz: see tests/hf_qa.py). Bad values raise InputError naming the parameter."""
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
@@ -17,7 +16,8 @@ from bertkit import BertConfig
 from bertkit.errors import InputError
 from bertkit.pipelines import load_pipeline
 
-from ..hf_qa import hf_qa_answers
+from ..hf_qa import QA_SETTINGS, build_qa_model, qa_runs, reference_answers
+from ..hf_qa import qa_items as fixture_qa_items
 
 transformers = pytest.importorskip("transformers")
 
@@ -180,49 +180,19 @@ def test_ner_parameters_refused_by_name(ner_dir):
 
 @pytest.fixture(scope="module")
 def qa_dir(tmp_path_factory, ft):
-    from bertkit.modeling import BertForQuestionAnswering
-
-    torch.manual_seed(5)
-    return _save(tmp_path_factory.mktemp("qa"), BertForQuestionAnswering(_config(ft)), ft)
+    return build_qa_model(tmp_path_factory.mktemp("qa"), ft)
 
 
 @pytest.fixture(scope="module")
 def qa_items(ft):
-    items = []
-    for name in ("squad_dev.json", "squad_v2_dev.json"):
-        data = json.loads((ft / name).read_text(encoding="utf-8"))
-        items += [
-            {"question": q["question"], "context": p["context"]}
-            for a in data["data"]
-            for p in a["paragraphs"]
-            for q in p["qas"]
-        ]
-    return items[:12]
-
-
-QA_SETTINGS = [
-    {},
-    {"top_k": 3},
-    {"handle_impossible_answer": True, "top_k": 1000},  # every candidate, the empty answer among them
-    {"max_seq_len": 40, "doc_stride": 12},  # several overlapping windows per context
-    {"max_seq_len": 40, "doc_stride": 12, "top_k": 4, "max_question_len": 5},
-    {"align_to_words": False, "top_k": 2},
-    {"max_answer_len": 2, "top_k": 2},
-]
-
-
-def _qa_run(pipe, qa_items, settings):
-    if "max_question_len" in settings:  # transformers' fast path does not cut questions: give it short ones
-        items = [dict(x, question=" ".join(x["question"].split()[:2])) for x in qa_items]
-        assert all(len(pipe.tokenizer.encode(x["question"], add_special_tokens=False).ids) <= 5 for x in items)
-        return items, settings
-    return qa_items, settings
+    return fixture_qa_items(ft)
 
 
 @pytest.fixture(scope="module")
 def hf_qa(qa_dir, qa_items):
+    """transformers 4.57.1's answers, from the committed reference (tests/fixtures/qa/hf_qa_reference.json.gz)."""
     pipe = load_pipeline(qa_dir, precision="fp32")
-    return hf_qa_answers(qa_dir, [_qa_run(pipe, qa_items, s) for s in QA_SETTINGS], pipe.tokenizer.lowercase)
+    return reference_answers(qa_dir, qa_runs(pipe.tokenizer, qa_items), pipe.tokenizer.lowercase)
 
 
 @pytest.mark.parametrize(
@@ -230,8 +200,7 @@ def hf_qa(qa_dir, qa_items):
 )
 def test_qa_parameters_equal_transformers(qa_dir, qa_items, hf_qa, k):
     pipe = load_pipeline(qa_dir, precision="fp32")
-    settings = QA_SETTINGS[k]
-    items, _ = _qa_run(pipe, qa_items, settings)
+    items, settings = qa_runs(pipe.tokenizer, qa_items)[k]
     ours = pipe.answer(items, **settings)
     for item, a, b in zip(items, ours, hf_qa[k]):
         a = a if isinstance(a, list) else [a]
