@@ -11,19 +11,24 @@ import pytest
 from bertkit.training.interrupt import GracefulStop, Interrupted
 
 
-def test_signal_is_a_request_and_raise_gives_the_exit_code():
+@pytest.mark.parametrize("first,second", [(signal.SIGTERM, signal.SIGINT), (signal.SIGINT, signal.SIGTERM)])
+def test_signal_is_a_request_and_raise_gives_the_exit_code(first, second):
+    """Either signal is a request (the recipes' end-to-end stops send SIGTERM); a second one, as while the
+    checkpoint is being saved, is counted, not acted on; the exit code is the first's."""
+    before = signal.getsignal(signal.SIGINT)
     with GracefulStop() as stop:
         assert not stop.requested
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), first)
         time.sleep(0.05)
-        assert stop.requested and stop.signum == signal.SIGTERM
-        os.kill(os.getpid(), signal.SIGINT)  # a second signal is counted, not acted on
+        assert stop.requested and stop.signum == first
+        os.kill(os.getpid(), second)
         time.sleep(0.05)
-        assert stop.count == 2
+        assert stop.count == 2 and stop.signum == first
         with pytest.raises(Interrupted, match="resume") as e:
             stop.raise_("run again with --resume")
-    assert e.value.exit_code == 128 + signal.SIGTERM
+    assert e.value.exit_code == 128 + first
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_a_forked_worker_still_dies_on_sigterm():
