@@ -1,5 +1,6 @@
 """The experiment commands end to end with a tiny random model on the shipped fixtures: the GLUE suite (results,
-submission, resume after SIGKILL without recomputing a finished cell, SIGTERM), plot, attention and probe."""
+submission, resume after SIGKILL without recomputing a finished cell, SIGTERM), ablate, plot, and attention (on a BERT
+and a ModernBERT)."""
 
 from __future__ import annotations
 
@@ -332,17 +333,27 @@ def test_plot_tensorboard_reads_back_with_tensorboard(pretrained, tmp_path, caps
     assert walls == sorted(walls)
 
 
-def test_attention_one_head_and_grid(pretrained, tmp_path, capsys):
+@pytest.mark.parametrize("arch", ["bert", "modernbert"])
+def test_attention_one_head_and_grid(arch, pretrained, finetune_base_of, tmp_path, capsys):
+    """``bertkit attention`` on the pre-trained BERT and on a random ModernBERT (layers 2 and 3 attend within 2
+    positions): every layer's probabilities, equal to transformers' eager ``output_attentions``; one head's figure
+    and the grid; a layer out of range refused by name."""
+    import numpy as np
+    import torch
+
+    model = pretrained if arch == "bert" else finetune_base_of("modernbert")
+    n_layers, n_heads = {"bert": (2, 2), "modernbert": (3, 4)}[arch]
     png = tmp_path / "attn.png"
+    text, pair = "alice was very tired", "she sat down"
     assert (
         main(
             [
                 "attention",
                 "--model",
-                str(pretrained),
-                "alice was very tired",
+                str(model),
+                text,
                 "--pair",
-                "she sat down",
+                pair,
                 "--layer",
                 "2",
                 "--head",
@@ -356,18 +367,37 @@ def test_attention_one_head_and_grid(pretrained, tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     tokens = report["tokens"]
     assert tokens[0] == "[CLS]" and tokens.count("[SEP]") == 2
-    data = __import__("numpy").load(tmp_path / "attn.npz")
+    assert (report["layers"], report["heads"]) == (n_layers, n_heads)
+    data = np.load(tmp_path / "attn.npz")
     a = data["attention"]
-    assert a.shape == (2, 2, len(tokens), len(tokens))  # [L, N, T, T]
+    T = len(tokens)
+    assert a.shape == (n_layers, n_heads, T, T)  # [L, N, T, T]
     assert list(data["tokens"]) == tokens and int(data["layer"]) == 2 and int(data["head"]) == 1
     assert abs(a.sum(-1) - 1).max() < 1e-4  # rows are distributions
-    assert not __import__("numpy").allclose(a[0], a[1])  # layers differ
+    assert not np.allclose(a[0], a[1])  # layers differ
+    if arch == "modernbert":  # local_attention 4: sliding-window layers see 2 positions either side
+        far = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :]) > 2
+        assert far.any() and a[1:, :, far].max() == 0 and a[0, :, far].min() > 0  # layer 1 is global
+
+    transformers = pytest.importorskip("transformers")
+    vocab = (model / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    ids = torch.tensor([[vocab.index(t) for t in tokens]])
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if arch == "bert":
+        first = tokens.index("[SEP]")
+        inputs["token_type_ids"] = torch.tensor([[0 if i <= first else 1 for i in range(T)]])
+    hf = transformers.AutoModel.from_pretrained(model, attn_implementation="eager").eval()
+    with torch.no_grad():
+        out = hf(**inputs, output_attentions=True)
+    np.testing.assert_allclose(a, torch.stack([x[0] for x in out.attentions]).float().numpy(), atol=1e-5)
+
     one = png_size(png)
     grid = tmp_path / "grid.png"
-    assert main(["attention", "--model", str(pretrained), "alice was very tired", "--output", str(grid)]) == 0
+    assert main(["attention", "--model", str(model), text, "--output", str(grid)]) == 0
     assert png_size(grid)[0] > one[0] * 0.8 and (tmp_path / "grid.npz").is_file()
-    assert main(["attention", "--model", str(pretrained), "x", "--layer", "3", "--output", str(grid)]) == 2
-    assert "--layer 3: the model has layers 1..2" in capsys.readouterr().err
+    bad = n_layers + 1
+    assert main(["attention", "--model", str(model), "x", "--layer", str(bad), "--output", str(grid)]) == 2
+    assert f"--layer {bad}: the model has layers 1..{n_layers}" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------------------------- ablate

@@ -1,5 +1,6 @@
 """`bertkit probe` on a tiny random model and the shipped fixtures: per-layer numbers are the numbers of that layer
-(checked against an independent computation), change with the layer, and features are cached."""
+(checked against an independent computation), change with the layer, and features are cached. The classification
+and NER probes run on a BERT and a ModernBERT (``arch_dir``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from tinymodels import one_thread  # noqa: F401  (autouse fixture: one torch thread for tiny models)
 
 from bertkit.cli import main
@@ -14,10 +16,18 @@ from bertkit.cli import main
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, ft):
+    """A tiny random BERT of 3 layers on the fine-tuning fixtures' vocabulary."""
     from tinymodels import make_model_dir
 
     vocab = (ft / "vocab.txt").read_text(encoding="utf-8").split()
     return make_model_dir(tmp_path_factory.mktemp("probe-model"), vocab, layers=3)
+
+
+@pytest.fixture(params=["bert", "modernbert"])
+def arch_dir(request, model_dir, finetune_base_of):
+    """(architecture, a tiny random model of 3 layers): ``model_dir``, or the 3-layer ModernBERT of
+    ``finetune_base_of`` (layers 2 and 3 sliding-window)."""
+    return request.param, model_dir if request.param == "bert" else finetune_base_of("modernbert")
 
 
 def _csv(path):
@@ -75,7 +85,13 @@ def test_stsb_probe_is_each_layers_cosine_spearman(model_dir, ft, tmp_path, caps
     assert {(r["layer"], r["pooling"]): float(r["score"]) for r in _csv(out / "probe.csv")} == rows
 
 
-def test_sst2_linear_probe_per_layer(model_dir, ft, tmp_path, capsys):
+def test_sst2_linear_probe_per_layer(arch_dir, ft, tmp_path, capsys):
+    from bertkit.data.tasks.glue import GLUE_TASKS, read_glue
+    from bertkit.experiments.probe import fit_logistic
+    from bertkit.features import Encoder
+    from bertkit.tasks.metrics import accuracy
+
+    arch, model_dir = arch_dir
     out = tmp_path / "p"
     assert (
         main(
@@ -101,17 +117,36 @@ def test_sst2_linear_probe_per_layer(model_dir, ft, tmp_path, capsys):
         )
         == 0
     )
+    assert json.loads(capsys.readouterr().out)["task"] == "sst2"
     rows = {(r["layer"], r["pooling"]): float(r["accuracy"]) for r in _csv(out / "probe.csv")}
-    assert len(rows) == 8 and all(0.0 <= v <= 1.0 for v in rows.values())
-    # the embeddings' [CLS] is the same vector for every input ([CLS] + position 0 + segment 0): the probe can only
-    # predict one class there, so it scores the share of that class; deeper [CLS] vectors see the text
-    labels = [line.rsplit("\t", 1)[1] for line in (ft / "sst2_dev.tsv").read_text().splitlines()[1:]]
+    assert set(rows) == {(lay, p) for lay in ("embeddings", "1", "2", "3") for p in ("mean", "cls")}
+    assert all(0.0 <= v <= 1.0 for v in rows.values())
+    # independent: Encoder.encode at that one layer, the same logistic probe, the dev accuracy
+    train, dev = list(read_glue(ft / "sst2_train.tsv", "sst2")), list(read_glue(ft / "sst2_dev.tsv", "sst2"))
+    enc = Encoder.from_pretrained(model_dir, precision="fp32")
+    classes = list(GLUE_TASKS["sst2"].labels)
+    y_train = np.array([classes.index(e.label) for e in train])
+    for layer, name in ((0, "embeddings"), (2, "2"), (3, "3")):
+        x_train = enc.encode([e.text_a for e in train], layers=[layer], pooling="mean", max_length=128)
+        x_dev = enc.encode([e.text_a for e in dev], layers=[layer], pooling="mean", max_length=128)
+        pred = fit_logistic(x_train, y_train, 2)(x_dev).tolist()
+        want = accuracy(pred, [classes.index(e.label) for e in dev])
+        assert rows[(name, "mean")] == pytest.approx(want, abs=1e-4), (arch, name)
+    # the embeddings' [CLS] is the same vector for every input (BERT: [CLS] + position 0 + segment 0; ModernBERT's
+    # embeddings have no positions): the probe can only predict one class there, so it scores the share of that
+    # class; deeper [CLS] vectors see the text
+    labels = [e.label for e in dev]
     shares = {lab: labels.count(lab) / len(labels) for lab in set(labels)}
     assert rows[("embeddings", "cls")] in [pytest.approx(s) for s in shares.values()]
     assert max(rows[(lay, "cls")] for lay in ("1", "2", "3")) > rows[("embeddings", "cls")]
 
 
-def test_ner_probe_layers_and_table7(model_dir, ft, tmp_path, capsys):
+def test_ner_probe_layers_and_table7(arch_dir, ft, tmp_path, capsys):
+    from bertkit.data.tasks.conll import read_conll
+    from bertkit.experiments.probe import word_features
+    from bertkit.features import Encoder
+
+    arch, model_dir = arch_dir
     out = tmp_path / "p"
     assert (
         main(
@@ -155,7 +190,7 @@ def test_ner_probe_layers_and_table7(model_dir, ft, tmp_path, capsys):
     ]
     scores = {r["layer"]: float(r["score"]) for r in rows}
     assert all(0.0 <= v <= 100.0 for v in scores.values())
-    assert max(scores.values()) > 0.0  # the tagger learned entities
+    assert max(scores.values()) > 0.0, arch  # the tagger learned entities
     # Table 7's single-layer rows are the per-layer probes (same features, seed and tagger)
     assert scores["last hidden"] == pytest.approx(float(layers[-1]["score"]))
     feats = list((out / "features").glob("train-words-*.npy"))
@@ -163,6 +198,18 @@ def test_ner_probe_layers_and_table7(model_dir, ft, tmp_path, capsys):
     assert len(feats) == 1 and words.shape[1:] == (4, 32)  # [words, L+1, H]
     assert all(not np.allclose(words[:, i], words[:, i + 1]) for i in range(3))
     assert (out / "probe_table7.png").is_file() and "Table 7" in (out / "probe.md").read_text()
+    # the word features are each word's first piece at every hidden state of the model
+    enc = Encoder.from_pretrained(model_dir, precision="fp32")
+    sentences = list(read_conll(ft / "conll_dev.txt"))[:2]
+    feats, offsets = word_features(enc, sentences, 128)
+    tok = enc.tokenizer
+    pieces = [tok.encode(w, add_special_tokens=False).ids or [tok.unk_token_id] for w in sentences[0].words]
+    starts = [int(x) for x in np.cumsum([1] + [len(p) for p in pieces[:-1]])]  # each word's first piece
+    ids = torch.tensor([[tok.cls_token_id, *[i for p in pieces for i in p], tok.sep_token_id]])
+    with torch.no_grad():
+        states = enc.bert(ids, output_hidden_states=True).hidden_states
+    want = torch.stack([h[0, starts] for h in states], dim=1).numpy()  # [W, L+1, H]
+    np.testing.assert_allclose(feats[offsets[0] : offsets[1]], want, atol=1e-5)
 
 
 def test_feature_cache_key_follows_the_tokenizer_files(tmp_path):

@@ -179,32 +179,37 @@ def test_conll_fine_tuned(arch, finetune_base_of, ft, tmp_path):
     _compare_with_transformers(out, arch, "TokenClassification", inputs)
 
 
-def test_conll_feature_based(tiny_dir, ft, tmp_path):
-    """BERT frozen, a tagger on its layers (ModernBERT's: tests/integration/test_modernbert_experiments.py)."""
+@ARCHS
+def test_conll_feature_based(arch, finetune_base_of, ft, tmp_path):
+    """The encoder frozen, a tagger trained on its layers: the saved encoder is the base model's, unchanged, and
+    transformers loads it; ``evaluate`` and ``load_pipeline`` run the tagger (its tags and scores are the tagger's
+    own softmax), and the pipeline's encoder routes run the frozen encoder."""
+    from bertkit.pipelines import load_pipeline
+    from bertkit.tasks.tagging import FeatureTagger
+
+    base = finetune_base_of(arch)
     fb = tmp_path / "ner_fb"
     m2 = finetune_metrics(
         "conll2003",
         ft / "conll_train.txt",
         ft / "conll_dev.txt",
-        tiny_dir,
+        base,
         fb,
         "--feature-based",
         "--feature-layers=-1,-2",
         "--tagger-hidden",
         "16",
     )
-    assert "f1" in m2 and (fb / "tagger.safetensors").is_file()
-    from safetensors.torch import load_file
-
-    from bertkit.tasks.tagging import FeatureTagger
-
-    frozen, original = load_file(str(fb / "model.safetensors")), load_file(str(tiny_dir / "model.safetensors"))
-    key = "encoder.layer.0.attention.self.query.weight"
-    torch.testing.assert_close(frozen[key], original["bert." + key])  # BERT untouched by training
+    assert "f1" in m2 and (fb / "tagger.safetensors").is_file() and (fb / "tagger_config.json").is_file()
+    encoder_cls = type(FeatureTagger.from_pretrained(fb).bert)
+    assert encoder_cls.__name__ == {"bert": "BertModel", "modernbert": "ModernBertModel"}[arch]
+    frozen, before = encoder_cls.from_pretrained(fb).state_dict(), encoder_cls.from_pretrained(base).state_dict()
+    assert frozen.keys() == before.keys() and all(torch.equal(frozen[k], before[k]) for k in frozen)  # untouched
     tagger = FeatureTagger.from_pretrained(fb)
     assert tagger.layers == [-1, -2] and tagger.classifier.in_features == 32
     transformers = pytest.importorskip("transformers")
-    transformers.BertModel.from_pretrained(fb)  # the frozen encoder is a plain BertModel directory
+    hf = transformers.AutoModel.from_pretrained(fb)  # the frozen encoder is a plain transformers encoder directory
+    assert type(hf).__name__ == encoder_cls.__name__
     assert (
         main(
             [
@@ -221,6 +226,22 @@ def test_conll_feature_based(tiny_dir, ft, tmp_path):
         == 0
     )
     assert json.loads((tmp_path / "fbev" / "metrics.json").read_text())["f1"] == pytest.approx(m2["f1"])
+
+    pipe = load_pipeline(fb, precision="fp32")
+    assert pipe.kind == "ner"
+    texts = ["alice works for acme in berlin", "the film is very good"]
+    got = pipe.ner(texts, aggregation_strategy="none", ignore_labels=[])
+    for text, row in zip(texts, got):
+        ids = pipe.tokenizer.encode(text).ids
+        with torch.no_grad():
+            logits = tagger(torch.tensor([ids])).logits[0, 1:-1]  # [CLS] and [SEP] are not tagged
+        assert [o["entity"] for o in row] == [tagger.labels[i] for i in logits.argmax(-1).tolist()]
+        torch.testing.assert_close(
+            torch.tensor([o["score"] for o in row]), logits.softmax(-1).max(-1).values, atol=1e-5, rtol=0
+        )
+    enc = pipe.encoder()  # the server's encoder routes: the frozen encoder
+    layers = json.loads((base / "config.json").read_text())["num_hidden_layers"]
+    assert enc.num_layers == layers and enc.encode(texts, layers=-1).shape == (2, 32)
 
 
 @ARCHS

@@ -1,6 +1,7 @@
 """bertkit.pipelines on tiny fixture models fine-tuned here for a few steps: the answers equal `bertkit predict`'s
 (same labels, spans and probabilities) and a plain forward pass of the model; NER grouping equals transformers'
-TokenClassificationPipeline(aggregation_strategy="simple"); directories without a head are refused by name."""
+TokenClassificationPipeline(aggregation_strategy="simple"); directories without a head are refused by name. The
+reranker is fine-tuned from a BERT and a ModernBERT, each loaded by transformers with the same scores."""
 
 from __future__ import annotations
 
@@ -245,10 +246,15 @@ def rerank_data(tmp_path_factory, ft):
     return d
 
 
-def test_finetune_rerank_then_pipeline_equals_predict(tmp_path_factory, tiny_dir, rerank_data, tmp_path):
-    d = _finetune(tmp_path_factory, tiny_dir, "rerank", rerank_data / "train.jsonl", rerank_data / "dev.jsonl")
+@pytest.mark.parametrize("arch", ["bert", "modernbert"])
+def test_finetune_rerank_then_pipeline_equals_predict(arch, tmp_path_factory, finetune_base_of, rerank_data, tmp_path):
+    """``finetune --task rerank`` gives a one-label ``{Bert|ModernBert}ForSequenceClassification`` that transformers
+    loads with the same score; the pipeline's raw scores are ``bertkit predict``'s and the model's."""
+    base = finetune_base_of(arch)
+    d = _finetune(tmp_path_factory, base, "rerank", rerank_data / "train.jsonl", rerank_data / "dev.jsonl")
+    name = {"bert": "BertForSequenceClassification", "modernbert": "ModernBertForSequenceClassification"}[arch]
     config = json.loads((d / "config.json").read_text())
-    assert config["architectures"] == ["BertForSequenceClassification"] and len(config["id2label"]) == 1
+    assert config["architectures"] == [name] and len(config["id2label"]) == 1
     metrics = json.loads((d / "metrics.json").read_text())
     assert 0 < metrics["mrr"] <= 1 and 0 <= metrics["accuracy"] <= 1
     rows = [json.loads(x) for x in (rerank_data / "dev.jsonl").read_text().splitlines()]
@@ -261,6 +267,18 @@ def test_finetune_rerank_then_pipeline_equals_predict(tmp_path_factory, tiny_dir
         scores = {o["index"]: o["score"] for o in out}
         assert scores[1] == pytest.approx(float(pos), abs=1e-5) and scores[0] == pytest.approx(float(neg), abs=1e-5)
         assert out[0]["score"] >= out[1]["score"]
+    transformers = pytest.importorskip("transformers")
+    extra = {"attn_implementation": "eager"} if arch == "modernbert" else {}
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(d, **extra).eval()
+    assert type(hf).__name__ == name
+    row = rows[0]
+    for o in pipe.rerank(row["query"], [row["negative"], row["positive"]], raw_scores=True):
+        enc = pipe.tokenizer.encode(row["query"], [row["negative"], row["positive"]][o["index"]])
+        inputs = {"input_ids": torch.tensor([enc.ids])}
+        if arch == "bert":
+            inputs["token_type_ids"] = torch.tensor([enc.type_ids])
+        with torch.no_grad():
+            assert hf(**inputs).logits[0, 0].item() == pytest.approx(o["score"], abs=1e-5)
 
 
 # --------------------------------------------------------------------------------------------- ONNX Runtime backend
