@@ -82,6 +82,38 @@ def finetune_base_of(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def sst2_tuned_of(finetune_base_of, tmp_path_factory):
+    """``sst2_tuned_of(arch)``: ``finetune_base_of(arch)`` fine-tuned on the SST-2 fixture for a few steps
+    (tinymodels.finetune_quickly, on the CPU), built once per session; tests must not write into it."""
+    made: dict[str, Path] = {}
+
+    def get(arch: str) -> Path:
+        if arch not in made:
+            from tinymodels import finetune_quickly
+
+            out = tmp_path_factory.mktemp(f"{arch}-sst2")
+            train = FIXTURES / "finetune" / "sst2_train.tsv"
+            made[arch] = finetune_quickly("sst2", train, None, finetune_base_of(arch), out, "--device", "cpu")
+        return made[arch]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(finetune_base_of) -> Path:
+    """The fine-tuning tests' tiny random BERT, ``finetune_base_of("bert")`` (read only)."""
+    return finetune_base_of("bert")
+
+
+@pytest.fixture(scope="session")
+def wide_dir(tmp_path_factory) -> Path:
+    """tinymodels.finetune_base at ``WIDE`` (hidden 64): the int8 and ONNX export tests' tiny BERT (read only)."""
+    from tinymodels import WIDE, finetune_base
+
+    return finetune_base(tmp_path_factory.mktemp("wide"), **WIDE)
+
+
+@pytest.fixture(scope="session")
 def alice_corpus(tmp_path_factory) -> tuple[Path, Path]:
     """(the first ~40 KB of the bundled Alice, a 600-token vocab.txt trained on it): the pre-training runs' corpus."""
     import gzip

@@ -19,12 +19,7 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return finetune_base(tmp_path_factory.mktemp("tiny"), **WIDE)
-
-
-def test_export_onnx_heads_and_encoder(tmp_path, tiny_dir):
+def test_export_onnx_heads_and_encoder(tmp_path, wide_dir):
     pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
     from bertkit.cli import main
@@ -50,14 +45,14 @@ def test_export_onnx_heads_and_encoder(tmp_path, tiny_dir):
 
     from bertkit.export import export_onnx
 
-    before = {p.name: p.read_bytes() for p in tiny_dir.iterdir() if p.is_file()}
-    report = export_onnx(tiny_dir, tmp_path / "enc.onnx")  # no head: the encoder's outputs
+    before = {p.name: p.read_bytes() for p in wide_dir.iterdir() if p.is_file()}
+    report = export_onnx(wide_dir, tmp_path / "enc.onnx")  # no head: the encoder's outputs
     assert report.outputs == ["last_hidden_state", "pooler_output"] and report.max_abs_diff < 1e-4
     assert report.files == [str(tmp_path / "enc.onnx")]
-    q = export_onnx(tiny_dir, tmp_path / "enc-int8.onnx", quantize="int8")
+    q = export_onnx(wide_dir, tmp_path / "enc-int8.onnx", quantize="int8")
     assert q.quantized == "int8" and 0 < q.max_abs_diff < 0.5
     assert (tmp_path / "enc-int8.onnx").stat().st_size < 0.6 * (tmp_path / "enc.onnx").stat().st_size
-    assert {p.name: p.read_bytes() for p in tiny_dir.iterdir() if p.is_file()} == before  # it writes only OUT
+    assert {p.name: p.read_bytes() for p in wide_dir.iterdir() if p.is_file()} == before  # it writes only OUT
 
 
 def test_export_refuses_a_non_model_directory(tmp_path, capsys):
@@ -67,13 +62,13 @@ def test_export_refuses_a_non_model_directory(tmp_path, capsys):
     assert "no config.json" in capsys.readouterr().err
 
 
-def test_export_all_layers_is_what_the_encoder_backend_reads(tiny_dir, tmp_path):
+def test_export_all_layers_is_what_the_encoder_backend_reads(wide_dir, tmp_path):
     pytest.importorskip("onnxruntime")
     from bertkit.cli import main
     from bertkit.features import Encoder
 
     d = tmp_path / "m"
-    shutil.copytree(tiny_dir, d)
+    shutil.copytree(wide_dir, d)
     assert main(["export", "--onnx", str(d), str(d / "encoder.onnx"), "--all-layers"]) == 0
     enc = Encoder.from_pretrained(d, backend="onnx")
     assert enc.onnx_path == str(d / "encoder.onnx")  # used as it is, not exported again

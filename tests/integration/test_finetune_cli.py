@@ -18,11 +18,6 @@ from bertkit.cli import main
 ARCHS = pytest.mark.parametrize("arch", ["bert", "modernbert"])
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(finetune_base_of):
-    return finetune_base_of("bert")
-
-
 def _compare_with_transformers(out, arch, head, inputs):
     """The output directory is transformers' ``{Bert|ModernBert}For{head}`` (its config says so) and gives bertkit's
     logits on ``inputs`` (ModernBERT: without token_type_ids)."""
@@ -879,7 +874,7 @@ def test_pipeline_and_predict_on_a_finetuned_modernbert(finetune_base_of, ft, tm
         == 0
     )
     assert any((tmp_path / "pred").iterdir())
-    int8 = load_pipeline(out, quantize="int8")  # int8 as BERT's (tests/integration/test_modernbert_onnx.py)
+    int8 = load_pipeline(out, quantize="int8")  # int8 as BERT's (tests/unit/test_quantize.py)
     assert int8.quantize == "int8" and int8.logits(texts).shape == logits.shape
 
     transformers = pytest.importorskip("transformers")

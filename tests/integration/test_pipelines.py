@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from tinymodels import NER_TEXTS, finetune_base, finetune_quickly, one_by_one_logits, random_ner_head
+from tinymodels import NER_TEXTS, finetune_quickly, one_by_one_logits, random_ner_head
 
 from bertkit.cli import main
 from bertkit.pipelines import (
@@ -21,11 +21,6 @@ from bertkit.pipelines import (
     TokenClassificationPipeline,
     load_pipeline,
 )
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return finetune_base(tmp_path_factory.mktemp("tiny"))
 
 
 def _finetune(tmp_path_factory, tiny_dir, task, train, dev, *extra):
@@ -284,7 +279,38 @@ def test_finetune_rerank_then_pipeline_equals_predict(arch, tmp_path_factory, fi
 # --------------------------------------------------------------------------------------------- ONNX Runtime backend
 
 
-def test_onnx_backend_equals_torch(sst2_dir, random_ner_dir, squad_dir, ft, tmp_path):
+@pytest.mark.parametrize("arch", ["bert", "modernbert"])
+def test_ner_on_onnx_equals_torch(arch, random_ner_dir, fixtures_dir, tmp_path):
+    """A random token-classification head (BERT's and ModernBERT's, over IOB labels) on ONNX Runtime: every piece's
+    tag, span and score, and the grouped entities, are the PyTorch model's."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    if arch == "bert":
+        d = random_ner_dir
+    else:
+        from tinymodels import NER_LABELS
+        from tinymodernbert import fixture_vocab, make_modernbert_dir
+
+        labels = dict(enumerate(NER_LABELS))
+        d = make_modernbert_dir(
+            tmp_path / "ner", fixture_vocab(fixtures_dir), "ModernBertForTokenClassification", 4, id2label=labels
+        )
+    onnx, ref = load_pipeline(d, backend="onnx"), load_pipeline(d, precision="fp32")
+    assert onnx.backend == "onnx"
+    a = onnx.ner(NER_TEXTS, aggregation_strategy="none", ignore_labels=[])
+    b = ref.ner(NER_TEXTS, aggregation_strategy="none", ignore_labels=[])
+    assert [[(o["entity"], o["start"], o["end"]) for o in x] for x in a] == [
+        [(o["entity"], o["start"], o["end"]) for o in x] for x in b
+    ]
+    assert [o["score"] for x in a for o in x] == pytest.approx([o["score"] for x in b for o in x], abs=1e-4)
+    grouped, want = onnx.ner(NER_TEXTS), ref.ner(NER_TEXTS)
+    assert any(grouped)  # the random head tags something
+    assert [[(o["entity_group"], o["start"], o["end"]) for o in x] for x in grouped] == [
+        [(o["entity_group"], o["start"], o["end"]) for o in x] for x in want
+    ]
+
+
+def test_onnx_backend_equals_torch(sst2_dir, squad_dir, ft, tmp_path):
     pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
     texts = [r[0] for r in _tsv(ft / "sst2_dev.tsv")[1:]]
@@ -296,12 +322,6 @@ def test_onnx_backend_equals_torch(sst2_dir, random_ner_dir, squad_dir, ft, tmp_
     enc = onnx_clf.encoder()  # ONNX Runtime on the fine-tuned encoder's every-layer graph
     assert enc.backend == "onnx" and type(enc.runner.model).__name__ == "OnnxRuntimeModel"
     np.testing.assert_allclose(enc.encode(texts, layers=-1), torch_clf.encoder().encode(texts, layers=-1), atol=1e-4)
-
-    ner = load_pipeline(random_ner_dir, backend="onnx").ner(NER_TEXTS)
-    ref = load_pipeline(random_ner_dir, precision="fp32").ner(NER_TEXTS)
-    assert [[(o["entity_group"], o["start"], o["end"]) for o in x] for x in ner] == [
-        [(o["entity_group"], o["start"], o["end"]) for o in x] for x in ref
-    ]
 
     data = json.loads((ft / "squad_dev.json").read_text())
     items = [

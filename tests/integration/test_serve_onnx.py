@@ -1,6 +1,8 @@
-"""``bertkit serve --backend onnx``: a fine-tuned classifier served with ONNX Runtime answers /predict as the
-PyTorch pipeline does (fp32 within 1e-4), and its encoder routes run the ONNX every-layer graph; /info says so.
-In-process (an ASGI client): the answers are the point, not the socket."""
+"""``bertkit serve --backend onnx`` and ``--quantize int8`` (``commands.serve.load_model``, what the command runs), on a
+fine-tuned BERT and ModernBERT classifier: ONNX Runtime answers /predict as the PyTorch model does (fp32 within
+1e-4), its encoder routes run the ONNX every-layer graph, /info says so; PyTorch's int8 stays close; an exported
+directory without PyTorch weights serves both routes. In-process (an ASGI client): the answers are the point, not the
+socket."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import numpy as np
 import pytest
 from asgi import asgi_json
 from starlette.testclient import TestClient
-from tinymodels import FINETUNE_FIXTURES, finetune_base, finetune_quickly
 
 from bertkit.cli import main
 from bertkit.commands.serve import load_model
@@ -16,51 +17,63 @@ from bertkit.serve.app import ServeSettings, create_app
 
 pytest.importorskip("onnxruntime")
 
-TEXTS = ["the film was good .", "the ending was boring , the cast was great ."]
+TEXTS = [
+    "the film was good .",
+    "the ending was boring , the cast was great .",
+    "the scene is very great . the film is good . the plot was boring .",  # past ModernBERT's windows (W = 2)
+]
+ARCHS = pytest.mark.parametrize("arch", ["bert", "modernbert"])
 
 
-@pytest.fixture(scope="module")
-def sst2_dir(tmp_path_factory):
-    base = finetune_base(tmp_path_factory.mktemp("base"))
-    return finetune_quickly(
-        "sst2", FINETUNE_FIXTURES / "sst2_train.tsv", None, base, tmp_path_factory.mktemp("sst2"), "--device", "cpu"
-    )
+def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
 
 
-def test_serve_backend_onnx_equals_torch(sst2_dir):
-    onnx = load_model(str(sst2_dir), "cpu", "fp32", backend="onnx")
-    ref = load_model(str(sst2_dir), "cpu", "fp32")
-    assert onnx.backend == "onnx"
-    with TestClient(create_app({"onnx": onnx, "torch": ref}, ServeSettings())) as srv:
-        a = asgi_json(srv, "/predict?model=onnx", {"inputs": [[t] for t in TEXTS], "raw_scores": True})
-        b = asgi_json(srv, "/predict?model=torch", {"inputs": [[t] for t in TEXTS], "raw_scores": True})
-        assert a[0] == b[0] == 200
-        for x, y in zip(a[1], b[1]):
-            assert [s["label"] for s in x] == [s["label"] for s in y]
-            assert [s["score"] for s in x] == pytest.approx([s["score"] for s in y], abs=1e-4)
-        e = asgi_json(srv, "/embed?model=onnx", {"inputs": TEXTS})
-        f = asgi_json(srv, "/embed?model=torch", {"inputs": TEXTS})
-        assert e[0] == f[0] == 200
-        np.testing.assert_allclose(np.array(e[1]), np.array(f[1]), atol=1e-4)
+def _answers(srv, name: str) -> tuple[list[list[str]], np.ndarray, np.ndarray]:
+    """(labels, scores in label order, /embed vectors) of model ``name``."""
+    status, out = asgi_json(srv, f"/predict?model={name}", {"inputs": [[t] for t in TEXTS], "raw_scores": True})
+    assert status == 200, (name, out)
+    labels = [[s["label"] for s in x] for x in out]
+    scores = np.array([[s["score"] for s in sorted(x, key=lambda s: s["label"])] for x in out])
+    status, vectors = asgi_json(srv, f"/embed?model={name}", {"inputs": TEXTS})
+    assert status == 200, (name, vectors)
+    return labels, scores, np.array(vectors)
+
+
+@ARCHS
+def test_serve_backend_onnx_and_int8_equal_torch(arch, sst2_tuned_of):
+    d = str(sst2_tuned_of(arch))
+    models = {
+        "onnx": load_model(d, "cpu", "fp32", backend="onnx"),
+        "int8": load_model(d, "cpu", "fp32", quantize="int8"),
+        "torch": load_model(d, "cpu", "fp32"),
+    }
+    assert models["onnx"].backend == "onnx"
+    with TestClient(create_app(models, ServeSettings())) as srv:
+        got = {name: _answers(srv, name) for name in models}
         status, info = asgi_json(srv, "/info?model=onnx")
         assert status == 200 and info.get("backend") == "onnx", info
+    labels, scores, vectors = got["torch"]
+    assert got["onnx"][0] == labels
+    np.testing.assert_allclose(got["onnx"][1], scores, atol=1e-4)
+    np.testing.assert_allclose(got["onnx"][2], vectors, atol=1e-4)
+    _, int8_scores, int8_vectors = got["int8"]
+    assert not np.array_equal(int8_vectors, vectors)  # the int8 model really ran
+    assert _cosine(int8_vectors, vectors).min() >= 0.99 and _cosine(int8_scores, scores).min() >= 0.99
 
 
-def test_serve_an_exported_directory_without_pytorch_weights(sst2_dir, tmp_path):
+@ARCHS
+def test_serve_an_exported_directory_without_pytorch_weights(arch, sst2_tuned_of, tmp_path):
     """`bertkit export --onnx OUT` (the head's graph) and `--all-layers` (the encoder's) into one directory: it serves
     /predict and /embed with no model.safetensors there, as the fine-tuned directory does."""
+    tuned = sst2_tuned_of(arch)
     out = tmp_path / "exported"
-    assert main(["export", "--onnx", str(sst2_dir), str(out)]) == 0
-    assert main(["export", "--onnx", str(sst2_dir), str(out), "--all-layers"]) == 0
+    assert main(["export", "--onnx", str(tuned), str(out)]) == 0
+    assert main(["export", "--onnx", str(tuned), str(out), "--all-layers"]) == 0
     assert not list(out.glob("*.safetensors")) and not list(out.glob("*.bin"))
-    onnx, ref = load_model(str(out), "cpu", "fp32", backend="onnx"), load_model(str(sst2_dir), "cpu", "fp32")
+    onnx, ref = load_model(str(out), "cpu", "fp32", backend="onnx"), load_model(str(tuned), "cpu", "fp32")
     with TestClient(create_app({"onnx": onnx, "torch": ref}, ServeSettings())) as srv:
-        a = asgi_json(srv, "/predict?model=onnx", {"inputs": [[t] for t in TEXTS], "raw_scores": True})
-        b = asgi_json(srv, "/predict?model=torch", {"inputs": [[t] for t in TEXTS], "raw_scores": True})
-        assert a[0] == b[0] == 200
-        for x, y in zip(a[1], b[1]):
-            assert [s["score"] for s in x] == pytest.approx([s["score"] for s in y], abs=1e-4)
-        e = asgi_json(srv, "/embed?model=onnx", {"inputs": TEXTS})
-        f = asgi_json(srv, "/embed?model=torch", {"inputs": TEXTS})
-        assert e[0] == f[0] == 200
-        np.testing.assert_allclose(np.array(e[1]), np.array(f[1]), atol=1e-4)
+        a, b = _answers(srv, "onnx"), _answers(srv, "torch")
+    assert a[0] == b[0]
+    np.testing.assert_allclose(a[1], b[1], atol=1e-4)
+    np.testing.assert_allclose(a[2], b[2], atol=1e-4)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from tinymodels import FINETUNE_FIXTURES as FT
-from tinymodels import FINETUNE_VOCAB, finetune_base, make_model_dir, read_vocab
+from tinymodels import FINETUNE_VOCAB, make_model_dir, read_vocab
 from tinymodernbert import make_modernbert_dir
 
 from bertkit.cli import main
@@ -81,8 +81,8 @@ def _losses(out: Path) -> list[float]:
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    return finetune_base(tmp_path_factory.mktemp("base"))
+def base(tiny_dir) -> Path:
+    return tiny_dir
 
 
 @pytest.fixture(scope="module")

@@ -20,11 +20,6 @@ from bertkit.pipelines import (
 )
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return finetune_base(tmp_path_factory.mktemp("tiny"))
-
-
 def test_unnamed_labels_and_truncate_false(tmp_path):
     from bertkit.modeling import BertForSequenceClassification
 
