@@ -5,7 +5,6 @@ uninterrupted run, and torchrun with 2 processes through the same DDP path."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import random
@@ -48,16 +47,9 @@ def _env() -> dict:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> tuple[Path, Path]:
-    from bertkit.commands.quickstart import bundled_corpus
-    from bertkit.tokenization import train_vocab
-
-    d = tmp_path_factory.mktemp("electra-corpus")
-    alice = next(p for p in bundled_corpus() if "alice" in p.name)
-    path = d / "alice.txt"
-    path.write_text(gzip.decompress(alice.read_bytes()).decode("utf-8")[:40_000], encoding="utf-8")
-    train_vocab([path], vocab_size=600, output=d / "vocab", show_progress=False)
-    return path, d / "vocab" / "vocab.txt"
+def corpus(alice_corpus) -> tuple[Path, Path]:
+    """(the first ~40 KB of the bundled Alice, a 600-token vocab.txt trained on it): conftest.py's."""
+    return alice_corpus
 
 
 def _cmd(corpus, out, *extra) -> list[str]:
