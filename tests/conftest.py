@@ -43,6 +43,18 @@ def ft() -> Path:
     return FIXTURES / "finetune"
 
 
+@pytest.fixture(scope="session")
+def vocab_file() -> Path:
+    """tests/fixtures/tokenizer/vocab.txt: the tokenizer tests' shipped vocabulary."""
+    return FIXTURES / "tokenizer" / "vocab.txt"
+
+
+@pytest.fixture(scope="session")
+def tf_dir() -> Path:
+    """tests/fixtures/tf_checkpoint: a tiny Google TensorFlow checkpoint and its oracles (see its make_fixture.py)."""
+    return FIXTURES / "tf_checkpoint"
+
+
 @pytest.fixture
 def tiny_config():
     """The BertModelTester config: batch 13, seq 7, vocab 99, hidden 32, 2 layers, 4 heads."""
@@ -103,6 +115,14 @@ def sst2_tuned_of(finetune_base_of, tmp_path_factory):
 def tiny_dir(finetune_base_of) -> Path:
     """The fine-tuning tests' tiny random BERT, ``finetune_base_of("bert")`` (read only)."""
     return finetune_base_of("bert")
+
+
+@pytest.fixture(scope="session")
+def random_ner_dir(tmp_path_factory) -> Path:
+    """tinymodels.random_ner_head: a random BERT token classifier over IOB labels (read only)."""
+    from tinymodels import random_ner_head
+
+    return random_ner_head(tmp_path_factory.mktemp("ner"))
 
 
 @pytest.fixture(scope="session")

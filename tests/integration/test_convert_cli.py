@@ -12,11 +12,6 @@ from bertkit import BertForPreTraining
 from bertkit.cli import main
 
 
-@pytest.fixture(scope="module")
-def tf_dir(fixtures_dir):
-    return fixtures_dir / "tf_checkpoint"
-
-
 def test_convert_writes_a_directory_transformers_loads(tf_dir, tmp_path, capsys):
     transformers = pytest.importorskip("transformers")
     out = tmp_path / "converted"

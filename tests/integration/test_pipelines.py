@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from tinymodels import NER_TEXTS, finetune_quickly, one_by_one_logits, random_ner_head
+from tinymodels import NER_TEXTS, finetune_quickly, one_by_one_logits
 
 from bertkit.cli import main
 from bertkit.pipelines import (
@@ -152,11 +152,6 @@ def test_ner_token_labels_equal_predict(conll_dir, ft, tmp_path):
             pos = start + len(word)
             assert by_start[start]["entity"] == tag  # the first sub-token's label, as `predict` tags a word
             assert text[by_start[start]["start"] : by_start[start]["end"]].lower() == by_start[start]["word"].lower()
-
-
-@pytest.fixture(scope="module")
-def random_ner_dir(tmp_path_factory):
-    return random_ner_head(tmp_path_factory.mktemp("ner"))
 
 
 # --------------------------------------------------------------------------------------------- QA

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from tinymodels import NER_TEXTS, finetune_base, one_by_one_logits, random_ner_head
+from tinymodels import NER_TEXTS, finetune_base, one_by_one_logits
 
 from bertkit.pipelines import (
     InputTooLongError,
@@ -64,11 +64,6 @@ def test_no_head_is_named(tiny_dir, tmp_path):
         load_pipeline(tmp_path / "empty")
     with pytest.raises(ValueError, match="quantize must be one of int8"):
         load_pipeline(tmp_path, quantize="int4")
-
-
-@pytest.fixture(scope="module")
-def random_ner_dir(tmp_path_factory):
-    return random_ner_head(tmp_path_factory.mktemp("ner"))
 
 
 def test_ner_simple_grouping_equals_transformers(random_ner_dir):

@@ -15,11 +15,6 @@ from bertkit import BertForPreTraining, BertModel
 from bertkit.tf_checkpoint import TFCheckpointError, read_tf_checkpoint, tf_name_to_key
 
 
-@pytest.fixture(scope="module")
-def tf_dir(fixtures_dir):
-    return fixtures_dir / "tf_checkpoint"
-
-
 def test_reader_returns_what_tensorflow_reads(tf_dir):
     ours = read_tf_checkpoint(tf_dir / "bert_model.ckpt")
     expected = np.load(tf_dir / "tf_values.npz")

@@ -37,11 +37,6 @@ TRICKY = [
 
 
 @pytest.fixture(scope="module")
-def vocab_file(fixtures_dir):
-    return fixtures_dir / "tokenizer" / "vocab.txt"
-
-
-@pytest.fixture(scope="module")
 def tok(vocab_file) -> BertTokenizer:
     return BertTokenizer.from_pretrained(vocab_file, lowercase=True)
 

@@ -18,11 +18,6 @@ TEXT = st.text(alphabet=CHAR, max_size=40)
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@pytest.fixture(scope="module")
-def vocab_file(fixtures_dir):
-    return fixtures_dir / "tokenizer" / "vocab.txt"
-
-
 @pytest.fixture(scope="module", params=[True, False], ids=["uncased", "cased"])
 def pair(request, vocab_file):
     """(bertkit tokenizer, reference ids function, reference basic tokenizer) for one casing."""
