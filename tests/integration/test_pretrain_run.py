@@ -158,12 +158,18 @@ def test_run_output_loads_in_bertkit_and_transformers(corpus, tmp_path, capsys):
 
 
 def test_kill_9_then_resume_matches_uninterrupted(corpus, tmp_path, monkeypatch):
+    """Pre-training's one end-to-end kill/resume: `bertkit pretrain` killed with SIGKILL at a random step, then run
+    with --resume, ends with the uninterrupted run's weights and metrics, through ramps of the sequence length and
+    batch size (stages (16, 2), (16, 4), (32, 4)). Each restored piece alone: tests/unit/test_training_core.py
+    (TrainState: weights, optimizer, schedule, loss scaler, RNG) and tests/unit/test_pretrain_data.py (the data
+    position across ramp stages)."""
     steps, seed = 18, 7
     # a cold CPU-peak cache (~/.cache/bertkit/cpu_peak.json), as on a fresh machine: the reference run measures it at
     # its first log line and the later runs find it. A probe drawing from the training RNG made exactly that case
     # differ (issue 31: it failed once, in a fresh clone's first full run, and passed alone once the cache was warm)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     args = ["--max-steps", str(steps), "--save-every", "3", "--log-every", "1", "--seed", str(seed), "--lr", "1e-3"]
+    args += ["--seq-ramp", "16:0.5", "--batch-ramp", "2:0.25"]
     ref = tmp_path / "ref"
     # the uninterrupted run, in this process (single-threaded like the subprocesses, so the sums agree bit for bit)
     from bertkit.cli import main

@@ -1,4 +1,5 @@
-"""Pre-training data: instances, masking statistics, determinism, whole-word masking, shards (no tokenizer needed)."""
+"""Pre-training data: instances, masking statistics, determinism, whole-word masking, shards (no tokenizer needed),
+and the run's Feed (training/feed.py) resumed at a saved position across ramp stages."""
 
 from __future__ import annotations
 
@@ -258,3 +259,52 @@ def test_options_validated():
     with pytest.raises(ValueError, match="masking"):
         DataOptions(masking="sometimes")
     assert DataOptions(max_seq_length=128).max_predictions == 20
+
+
+def test_feed_resumed_at_a_saved_position_gives_the_same_batches_across_ramp_stages(shard_dir, vocab):
+    """training/feed.py: the data position a checkpoint saves, (stage, epoch, index), puts a fresh Feed where the
+    uninterrupted one was. Resumed before, at or after a ramp's stage boundary (sequence length 32 -> 64, batch size
+    2 -> 4), it gives the same batches as the run that was not stopped. (The loop's order, as pretrain runs it:
+    ``advance(step)`` to enter a stage, then ``next``; a checkpoint after N steps holds ``position()``.)"""
+    from types import SimpleNamespace
+
+    from bertkit.training.distributed import DistContext
+    from bertkit.training.feed import Feed
+
+    total = 40  # stages: (32, 2) for steps 0-9, (32, 4) for 10-19, (64, 4) from 20
+    cfg = SimpleNamespace(
+        seq_len=64,
+        batch_size=4,
+        seq_ramp="32:0.5",
+        batch_ramp="2:0.25",
+        two_phase=False,
+        phase2_seq_len=None,
+        phase2_batch_size=None,
+    )
+    loader = SimpleNamespace(get=lambda data, epoch, index: data.batch(epoch, index))
+
+    def feed(position=None) -> Feed:
+        f = Feed(cfg, shard_dir, vocab, DistContext(), lambda s, b: DataOptions(max_seq_length=s, batch_size=b, seed=1))
+        f.start(total, position)
+        return f
+
+    def run(f: Feed, start: int, saved: dict | None = None) -> list[dict]:
+        out = []
+        for step in range(start, total):
+            if saved is not None:
+                saved[step] = f.position()  # what a checkpoint after `step` steps holds
+            f.advance(step, total)
+            out.append(f.next(loader))
+        return out
+
+    positions: dict[int, dict] = {}
+    whole = run(feed(), 0, positions)
+    assert [b["input_ids"].shape[0] for b in (whole[9], whole[10], whole[20])] == [2, 4, 4]
+    assert whole[19]["input_ids"].shape[1] <= 32 < whole[20]["input_ids"].shape[1] <= 64
+    for at in (5, 10, 11, 19, 20, 33):
+        resumed = run(feed(positions[at]), at)
+        assert len(resumed) == total - at
+        for step, (a, b) in enumerate(zip(resumed, whole[at:]), start=at):
+            assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a), (at, step)
+    off_by_one = run(feed(positions[11]), 10)[0]  # the comparison can fail: the next position's batch differs
+    assert not np.array_equal(off_by_one["input_ids"], whole[10]["input_ids"])

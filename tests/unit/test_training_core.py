@@ -1,6 +1,7 @@
 """bertkit.training's core on its own: RunDir (stale temp files, metrics truncation, resume keys, the newest intact
-checkpoint, writability), TrainState (save/load of every state, RNG included), apply_update (clip 0 = none) and
-Run.train (the epoch loop: data position, evaluation cadence, a signal's checkpoint and the resume after it)."""
+checkpoint, writability), TrainState (save/load of every state: optimizer, schedule, loss scaler, RNG, position),
+apply_update (clip 0 = none) and Run.train (the epoch loop: data position, evaluation cadence, a signal's checkpoint
+and the resume after it)."""
 
 from __future__ import annotations
 
@@ -23,16 +24,22 @@ from bertkit.training.state import TrainState
 from bertkit.training.step import apply_update
 
 
-def _state(seed: int = 0) -> TrainState:
+def _state(seed: int = 0, scale: float | None = None) -> TrainState:
+    """A tiny model's TrainState; ``scale``: an fp16-style loss scaler starting there (doubling every 2 steps)."""
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     optimizer = build_optimizer(model, lr=1e-2)
-    return TrainState(model, optimizer, linear_schedule(optimizer, 2, 10), torch.amp.GradScaler("cpu", enabled=False))
+    scaler = (
+        torch.amp.GradScaler("cpu", enabled=False)
+        if scale is None
+        else torch.amp.GradScaler("cpu", init_scale=scale, growth_interval=2)
+    )
+    return TrainState(model, optimizer, linear_schedule(optimizer, 2, 10), scaler)
 
 
 def _step(state: TrainState, clip: float = 1.0) -> float:
     loss = state.model(torch.randn(16, 4)).pow(2).mean()
-    loss.backward()
+    state.scaler.scale(loss).backward()
     return apply_update(state, clip)
 
 
@@ -98,9 +105,11 @@ def test_a_corrupted_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, 
 
 
 def test_train_state_round_trip_continues_bit_for_bit(tmp_path):
-    """Save after 2 steps, take 3 more; a fresh state loaded from the checkpoint takes the same 3 (same weights,
-    same random batches: the RNG state is restored)."""
-    a = _state()
+    """Save after 2 steps, take 3 more; a fresh state loaded from the checkpoint takes the same 3: the weights, the
+    optimizer's moments, the schedule, the fp16 loss scaler (its scale and growth count), the step, the data position
+    and the RNG state (the same random batches) are all restored. The resume-exactness every recipe relies on; end
+    to end once per recipe (kill -9 of `bertkit pretrain`: tests/integration/test_pretrain_run.py)."""
+    a = _state(scale=16.0)
     for _ in range(2):
         _step(a)
     a.position = {"epoch": 0, "batch": 2}
@@ -108,7 +117,8 @@ def test_train_state_round_trip_continues_bit_for_bit(tmp_path):
     random.random()
     for _ in range(3):
         _step(a)
-    b = _state(seed=99)
+    assert a.scaler.get_scale() > 16.0  # the scaler moved: restoring it matters
+    b = _state(seed=99, scale=1024.0)
     b.load(load_checkpoint(path), DistContext())
     assert (b.step, b.position) == (2, {"epoch": 0, "batch": 2})
     for _ in range(3):
@@ -116,6 +126,9 @@ def test_train_state_round_trip_continues_bit_for_bit(tmp_path):
     for (_, x), (_, y) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
         assert torch.equal(x, y)
     assert b.scheduler.state_dict() == a.scheduler.state_dict()
+    assert b.scaler.state_dict() == a.scaler.state_dict()
+    moments = [(a.optimizer.state[p], b.optimizer.state[q]) for p, q in zip(a.model.parameters(), b.model.parameters())]
+    assert all(torch.equal(x[k], y[k]) for x, y in moments for k in x if torch.is_tensor(x[k]))
 
 
 def test_clip_zero_means_no_clipping():
