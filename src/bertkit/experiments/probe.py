@@ -33,9 +33,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertkit.batches import collate, plan_batches
+from bertkit.batches import collate
 from bertkit.errors import InputError
 from bertkit.files import atomic_write, write_text
+from bertkit.runtime import batch_loop
 
 log = logging.getLogger(__name__)
 
@@ -142,17 +143,21 @@ def word_features(encoder, sentences: Sequence, max_length: int, batch_size: int
     offsets[1:] = np.cumsum([len(s.words) for s in sentences])
     out = np.zeros((int(offsets[-1]), L + 1, H), dtype=np.float32)
     sequences = [f["input_ids"] for f in feats]
-    with torch.inference_mode(), encoder.autocast():
-        for idx in plan_batches([len(x) for x in sequences], batch_size, longest_first=False):
-            ids, types, mask = collate(
-                [sequences[i] for i in idx], None, encoder.tokenizer.pad_token_id, device=encoder.device
-            )
-            hidden, _ = encoder.forward(ids, types, mask, depth=-1)
-            states = torch.stack([h.float() for h in hidden], dim=2).cpu().numpy()  # [B, T, L+1, H]
-            for r, i in enumerate(idx):
-                starts = feats[i]["word_starts"]
-                base = offsets[feats[i]["example"]]
-                out[base : base + len(starts)] = states[r, starts]
+
+    def run(idx: list[int]) -> np.ndarray:
+        ids, types, mask = collate(
+            [sequences[i] for i in idx], None, encoder.tokenizer.pad_token_id, device=encoder.device
+        )
+        hidden, _ = encoder.forward(ids, types, mask, depth=-1)
+        return torch.stack([h.float() for h in hidden], dim=2).cpu().numpy()  # [B, T, L+1, H]
+
+    lengths = [len(x) for x in sequences]
+    loop = batch_loop(lengths, run, batch_size, device=encoder.device, precision=encoder.precision, longest_first=False)
+    for idx, states in loop:
+        for r, i in enumerate(idx):
+            starts = feats[i]["word_starts"]
+            base = offsets[feats[i]["example"]]
+            out[base : base + len(starts)] = states[r, starts]
     return out, offsets
 
 
