@@ -14,8 +14,9 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/pip install -q .
 
+# editable: the tests (and a developer's `pytest FILES`) run the code in src/, not a copy installed earlier
 dev: $(BIN)/python
-	$(BIN)/pip install -q ".[dev]"
+	$(BIN)/pip install -q -e ".[dev]"
 
 # the main job on the bundled books: pre-training, the held-out score, a cloze probe, fill-mask examples
 quickstart: install
