@@ -80,23 +80,30 @@ QA_SETTINGS = [
 ]
 
 
-def build_qa_model(directory: Path, ft: Path = FIXTURES / "finetune") -> Path:
-    """The fixture: a random BertForQuestionAnswering (2 layers, hidden 32, seed ``QA_SEED``) on the fine-tuning
-    fixtures' vocabulary, saved to ``directory``."""
-    import torch
-
+def tiny_config(ft: Path = FIXTURES / "finetune", **extra):
+    """The tiny BertConfig of the QA fixtures (2 layers, hidden 32) on the fine-tuning fixtures' vocabulary."""
     from bertkit import BertConfig
-    from bertkit.modeling import BertForQuestionAnswering
 
     vocab = [x for x in (ft / "vocab.txt").read_text(encoding="utf-8").splitlines() if x]
-    config = BertConfig(
+    return BertConfig(
         vocab_size=len(vocab),
         hidden_size=32,
         num_hidden_layers=2,
         num_attention_heads=4,
         intermediate_size=37,
         max_position_embeddings=512,
+        **extra,
     )
+
+
+def build_qa_model(directory: Path, ft: Path = FIXTURES / "finetune") -> Path:
+    """The fixture: a random BertForQuestionAnswering (2 layers, hidden 32, seed ``QA_SEED``) on the fine-tuning
+    fixtures' vocabulary, saved to ``directory``."""
+    import torch
+
+    from bertkit.modeling import BertForQuestionAnswering
+
+    config = tiny_config(ft)
     torch.manual_seed(QA_SEED)
     directory.mkdir(parents=True, exist_ok=True)
     BertForQuestionAnswering(config).save_pretrained(directory)

@@ -12,11 +12,10 @@ import shutil
 import pytest
 import torch
 
-from bertkit import BertConfig
 from bertkit.errors import InputError
 from bertkit.pipelines import load_pipeline
 
-from ..hf_qa import QA_SETTINGS, build_qa_model, qa_runs, reference_answers
+from ..hf_qa import QA_SETTINGS, build_qa_model, qa_runs, reference_answers, tiny_config
 from ..hf_qa import qa_items as fixture_qa_items
 
 transformers = pytest.importorskip("transformers")
@@ -30,19 +29,6 @@ TEXTS = [
 ]
 
 
-def _config(ft, **extra) -> BertConfig:
-    vocab = [x for x in (ft / "vocab.txt").read_text(encoding="utf-8").splitlines() if x]
-    return BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        max_position_embeddings=512,
-        **extra,
-    )
-
-
 def _save(path, model, ft):
     model.save_pretrained(path)
     shutil.copy(ft / "vocab.txt", path / "vocab.txt")
@@ -52,7 +38,7 @@ def _save(path, model, ft):
 def _classifier(tmp_path_factory, ft, labels, seed, problem_type=None):
     from bertkit.modeling import BertForSequenceClassification
 
-    config = _config(ft)
+    config = tiny_config(ft)
     config.num_labels, config.id2label = len(labels), dict(enumerate(labels))
     config.label2id = {x: i for i, x in enumerate(labels)}
     if problem_type:
@@ -120,7 +106,7 @@ def ner_dir(tmp_path_factory, ft):
     from bertkit.modeling import BertForTokenClassification
 
     labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "MISC"]
-    config = _config(ft)
+    config = tiny_config(ft)
     config.num_labels, config.id2label = len(labels), dict(enumerate(labels))
     config.label2id = {x: i for i, x in enumerate(labels)}
     torch.manual_seed(3)
