@@ -74,7 +74,18 @@ def test_batch_loop_runs_the_planners_batches_and_gives_results_back_in_input_or
         serial = runtime.in_input_order(len(lengths), runtime.batch_loop(lengths, run, 2, None, precision="bf16"))
         assert {name for name, *_ in seen} == {threading.current_thread().name}
         seen.clear()
-        loop = runtime.batch_loop(lengths, run, 2, None, precision="bf16", parallel=True)
+        # the first two batches wait for each other, so two threads must run them at once (an idle pool thread
+        # would otherwise take the second batch whenever the first finished before it was handed out)
+        gate, first, lock = threading.Barrier(2, timeout=30), iter(range(2)), threading.Lock()
+
+        def side_by_side(batch: list[int]) -> list[np.ndarray]:
+            with lock:
+                meet = next(first, None) is not None
+            if meet:
+                gate.wait()
+            return run(batch)
+
+        loop = runtime.batch_loop(lengths, side_by_side, 2, None, precision="bf16", parallel=True)
         parallel = runtime.in_input_order(len(lengths), loop)
         assert torch.get_num_threads() == 2
     finally:
