@@ -47,8 +47,25 @@ def long_run_re(long_word: int, chinese: bool) -> re.Pattern:
     ideograph breaks."""
     breaks = re.escape(SEPARATORS) + "\\x21-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7e"
     if chinese:
-        breaks += "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in CJK_RANGES)
+        breaks += cjk_class()
     return re.compile(f"[^{breaks}]{{{long_word + 1},}}")
+
+
+@functools.lru_cache(maxsize=1)
+def cjk_class() -> str:
+    """A regex class body of the CJK ranges' characters that the reference splits off: without the code points its
+    ``_clean_text`` drops first (those unassigned in these blocks, e.g. U+FADA), which split nothing."""
+    parts = []
+    for lo, hi in CJK_RANGES:
+        start = None
+        for cp in range(lo, hi + 2):
+            kept = cp <= hi and unicodedata.category(chr(cp))[0] != "C"
+            if kept and start is None:
+                start = cp
+            elif not kept and start is not None:
+                parts.append(f"{chr(start)}-{chr(cp - 1)}")
+                start = None
+    return "".join(parts)
 
 
 # Google's _is_chinese_char ranges.
@@ -364,13 +381,15 @@ class ExactNormalizer:
         return {}
 
     def _find_cut_kind(self, ch: str) -> int:
-        if ch in SEPARATORS or (self.tokenize_chinese_chars and is_chinese_char(ord(ch))):
+        if ch in SEPARATORS:
             return CUT_ALWAYS
         # Every second character of a canonical composition attaches (a mark, or a Hangul medial/final jamo; a test
         # checks this against the installed Unicode tables), so a character that does not attach composes with
-        # nothing before it.
+        # nothing before it. A dropped character cuts nothing, in the CJK blocks too (cleaning comes first).
         if is_dropped(ch) or _attaches(ch) or 0xD800 <= ord(ch) <= 0xDFFF:
             return 0
+        if self.tokenize_chinese_chars and is_chinese_char(ord(ch)):
+            return CUT_ALWAYS
         alone = self.normalize_word(ch)
         if not alone or not is_punctuation(alone[0]) or _attaches(alone[0]):
             return 0
@@ -467,7 +486,7 @@ class ExactNormalizer:
         seps = re.escape(SEPARATORS)
         if not self.tokenize_chinese_chars:
             return re.compile(f"[^{seps}]+")
-        cjk = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in CJK_RANGES)
+        cjk = cjk_class()
         return re.compile(f"[{cjk}]|[^{seps}{cjk}]+")
 
     @staticmethod
