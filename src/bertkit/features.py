@@ -44,7 +44,6 @@ from bertkit import checkpoint, models, runtime
 from bertkit.batches import collate, cut_batches, plan_batches  # noqa: F401 (cut_batches re-exported)
 from bertkit.errors import InputError, MissingFileError
 from bertkit.precision import autocast, resolve_precision
-from bertkit.runtime import cpu_forward_tokens  # noqa: F401 (re-exported: encoder.forward_tokens' default)
 from bertkit.st_format import read_sentence_transformers
 from bertkit.tokenization import BertTokenizer, Encoding, FastTokenizer, load_tokenizer
 

@@ -147,6 +147,11 @@ class Loaded:
     quantize: str | None = None
 
 
+def _onnx_device(device: torch.device | str) -> None:
+    if torch.device(device).type != "cpu":
+        raise InputError("backend 'onnx' runs on the CPU (onnxruntime's CPU provider): use device='cpu'")
+
+
 def check_backend(backend: str) -> str:
     if backend not in BACKENDS:
         raise InputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -177,8 +182,7 @@ def load(
     quantize = resolve_quantize(quantize)
     resolved = resolve_precision(precision, device)  # validates the name on either backend
     if backend == "onnx":
-        if torch.device(device).type != "cpu":
-            raise InputError("backend 'onnx' runs on the CPU (onnxruntime's CPU provider): use device='cpu'")
+        _onnx_device(device)
         return Loaded(onnx_model(directory, config, quantize, hidden_states), "fp32", "onnx", quantize)
     if quantize:
         model = quantize_model(model, quantize, device)
@@ -215,18 +219,11 @@ class EncoderForward:
                 wanted.append("pooler_output")
             values = self.model.run(wanted, input_ids, attention_mask, token_type_ids)
             return tuple(values[: depth + 1]), (values[depth + 1] if len(values) > depth + 1 else None)
-        if self.has_pooler:
-            out = self.model(
-                input_ids,
-                attention_mask,
-                token_type_ids,
-                output_hidden_states=True,
-                num_layers=depth,
-                output_pooler=pooler,
-            )
-            return out.hidden_states, out.pooler_output
-        out = self.model(input_ids, attention_mask, token_type_ids, output_hidden_states=True, num_layers=depth)
-        return out.hidden_states, None
+        asked = {"output_pooler": pooler} if self.has_pooler else {}  # only an architecture with a pooler takes it
+        out = self.model(
+            input_ids, attention_mask, token_type_ids, output_hidden_states=True, num_layers=depth, **asked
+        )
+        return out.hidden_states, out.pooler_output if self.has_pooler else None
 
 
 # --------------------------------------------------------------------------------------------- ONNX Runtime
@@ -267,8 +264,7 @@ class OnnxRuntimeModel:
         return self
 
     def to(self, device) -> OnnxRuntimeModel:
-        if torch.device(device).type != "cpu":
-            raise InputError("backend 'onnx' runs on the CPU (onnxruntime's CPU provider): use device='cpu'")
+        _onnx_device(device)
         return self
 
     def run(self, names: Sequence[str], input_ids, attention_mask=None, token_type_ids=None) -> list[torch.Tensor]:
