@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -84,8 +85,17 @@ def quality(args, work: Path, vocab: Path) -> dict:
     """Dev metric of the teacher and, per seed, of the direct and the distilled students."""
     train_file, dev_file, metric, _, _ = TASKS[args.task]
     header, train_blocks = examples_of(args.task, DATA / train_file)
-    unlabeled = work / ("unlabeled" + Path(train_file).suffix)  # the training rows after --n-train: labels ignored
-    unlabeled.write_text(header + "".join(train_blocks[args.n_train : args.n_train + args.n_unlabeled]), "utf-8")
+    unlabeled = work / ("unlabeled" + Path(train_file).suffix)
+    if args.unlabeled_text:  # one text per line, in the task's format (CoNLL: words split off punctuation, tag O)
+        texts = Path(args.unlabeled_text).read_text(encoding="utf-8").splitlines()[: args.n_unlabeled]
+        if args.task == "sst2":
+            blocks = [t.replace("\t", " ").strip() + "\t0\n" for t in texts if t.strip()]
+        else:
+            words = (re.findall(r"\w+|[^\w\s]", t) for t in texts)
+            blocks = ["".join(f"{w} O\n" for w in ws) + "\n" for ws in words if ws]
+    else:  # the training rows after --n-train, labels ignored
+        blocks = train_blocks[args.n_train : args.n_train + args.n_unlabeled]
+    unlabeled.write_text(header + "".join(blocks), "utf-8")
     data = ["--task", args.task, "--train", DATA / train_file, "--dev", DATA / dev_file]
     data += ["--max-train-examples", args.n_train, "--max-eval-examples", args.n_dev, "--quiet"]
     common = ["--epochs", args.epochs, "--batch-size", args.batch_size, "--max-seq-length", args.max_seq_length]
@@ -211,6 +221,9 @@ def main() -> None:
     parser.add_argument("--teacher-dir", help="an already fine-tuned teacher (skips fine-tuning one)")
     parser.add_argument("--n-train", type=int, default=20000, help="labelled training examples")
     parser.add_argument("--n-unlabeled", type=int, default=40000, help="the next training examples, labels dropped")
+    parser.add_argument(
+        "--unlabeled-text", help="unlabeled text instead (one per line; its first --n-unlabeled), e.g. book sentences"
+    )
     parser.add_argument("--n-dev", type=int, default=0, help="dev examples (0 = all)")
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -226,6 +239,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--clients", type=int, default=8, help="concurrent server clients (0 = no server figures)")
     parser.add_argument("--port", type=int, default=8431)
+    parser.add_argument(
+        "--speed-only", metavar="STUDENT", help="only the speed figures, of --teacher-dir and this student"
+    )
     parser.add_argument("--keep", help="keep the models in this folder (default: a temporary one)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--data", default=str(DATA), help="the shared data folder (default ../shared/data)")
@@ -239,7 +255,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.keep or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        result = quality(args, work, vocab)
+        if args.speed_only:
+            if not args.teacher_dir:
+                sys.exit("--speed-only needs --teacher-dir")
+            result = {"table": {}, "teacher": args.teacher_dir, "distilled": args.speed_only}
+        else:
+            result = quality(args, work, vocab)
         rates = speed(args, Path(result["teacher"]), Path(result["distilled"]), work)
     metric = TASKS[args.task][2]
     print(f"\n{args.task}: {args.teacher_init or args.teacher} teacher, {args.student_init or args.student} student")

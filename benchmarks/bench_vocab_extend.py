@@ -12,6 +12,7 @@ all): "characters" as the tokenizer sees them (uncased: after NFD, so a Hangul s
 strictly, as written (NFC: a syllable is one character). Prints one line per domain.
 
     PYTHONPATH=src python benchmarks/bench_vocab_extend.py [--add 2000] [--data ../shared/data]
+    PYTHONPATH=src python benchmarks/bench_vocab_extend.py --vocab runs/books30 --domains news   # another model's
 """
 
 from __future__ import annotations
@@ -81,13 +82,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--add", type=int, default=2000)
     parser.add_argument("--data", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+    parser.add_argument(
+        "--vocab", help="the vocabulary extended (a vocab.txt or a model directory; default Google's uncased)"
+    )
+    parser.add_argument("--domains", default="korean,news", help="which of korean, news (default both)")
     args = parser.parse_args()
     data = Path(args.data)
-    tok = BertTokenizer.from_pretrained(data / "vocab" / "bert-base-uncased" / "vocab.txt")
-    nsmc = nsmc_split(data / "korean" / "nsmc" / "ratings_test.txt")
-    run("Korean (NSMC)", tok, nsmc["adapt"], nsmc["test"], args.add)
-    conll = data / "ner" / "conll2003"
-    run("News (CoNLL-2003)", tok, conll_sentences(conll / "train.txt"), conll_sentences(conll / "valid.txt"), args.add)
+    tok = BertTokenizer.from_pretrained(args.vocab or data / "vocab" / "bert-base-uncased" / "vocab.txt")
+    if "korean" in args.domains:
+        nsmc = nsmc_split(data / "korean" / "nsmc" / "ratings_test.txt")
+        run("Korean (NSMC)", tok, nsmc["adapt"], nsmc["test"], args.add)
+    if "news" in args.domains:
+        conll = data / "ner" / "conll2003"
+        train, valid = conll_sentences(conll / "train.txt"), conll_sentences(conll / "valid.txt")
+        run("News (CoNLL-2003)", tok, train, valid, args.add)
 
 
 if __name__ == "__main__":

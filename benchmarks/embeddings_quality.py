@@ -11,6 +11,8 @@ Scored on
 
     .venv/bin/python benchmarks/embeddings_quality.py --model runs/bert-mini --work runs/emb-quality
     .venv/bin/python benchmarks/embeddings_quality.py --model runs/bert-mini --steps 5 --sentences 2000  # smoke
+    .venv/bin/python benchmarks/embeddings_quality.py --model runs/bert-mini --only pairs --distill bert-tiny
+        # and the pairs model distilled into a bert-tiny (bertkit distill --task embeddings), scored the same way
 
 Needs ../shared/data (squad/dev-v1.1.json, corpus/gutenberg, glue/MRPC/dev.tsv). Every command it runs is printed.
 """
@@ -145,6 +147,15 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=5e-5)
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument(
+        "--distill",
+        metavar="STUDENT",
+        help="also distil the pairs model into STUDENT (a preset or a "
+        "directory over its vocabulary) with bertkit distill --task embeddings, and score the student",
+    )
+    p.add_argument("--distill-epochs", type=float, default=3.0)
+    p.add_argument("--distill-lr", type=float, default=5e-4)
+    p.add_argument("--only", choices=("raw", "simcse", "pairs"), nargs="*", help="the routes run (default all)")
     args = p.parse_args()
 
     sys.path.insert(0, str(ROOT / "src"))
@@ -170,18 +181,42 @@ def main() -> None:
         common += ["--max-steps", str(args.steps)]
     if args.mini_batch_size:
         common += ["--mini-batch-size", str(args.mini_batch_size)]
-    results = {"raw": score(Path(args.model), beir, mrpc, work, "raw", raw=True)}
+    only = set(args.only or ("raw", "simcse", "pairs")) | ({"pairs"} if args.distill else set())
+    results = {"raw": score(Path(args.model), beir, mrpc, work, "raw", raw=True)} if "raw" in only else {}
     runs = {
         "simcse": ["--task", "simcse", "--train", str(sentences)],
         "pairs": ["--task", "pairs", "--train", str(squad_train), "--squad-pairs", "sentence"],
     }
     for name, argv in runs.items():
+        if name not in only:
+            continue
         summary = bertkit(["finetune", *argv, "--output", str(work / name), *common])
         results[name] = {
             **score(work / name, beir, mrpc, work, name, raw=False),
             "train_steps": summary["steps"],
             "train_seconds": summary["train_seconds"],
         }
+    if args.distill:
+        # the student learns the pairs model's vectors (MSE; PCA to its width when narrower) on text of the
+        # training side only: the training articles' questions and paragraphs and the Gutenberg sentences
+        texts = work / "distill_texts.txt"
+        squad = json.loads(squad_train.read_text(encoding="utf-8"))["data"]
+        lines = [qa["question"] for a in squad for p in a["paragraphs"] for qa in p["qas"]]
+        lines += [p["context"] for a in squad for p in a["paragraphs"]]
+        lines += sentences.read_text(encoding="utf-8").splitlines()
+        texts.write_text("\n".join(t.replace("\n", " ").strip() for t in lines if t.strip()) + "\n", "utf-8")
+        argv = ["distill", "--task", "embeddings", "--teacher", str(work / "pairs"), "--student", args.distill]
+        argv += ["--train", str(texts), "--output", str(work / "distilled"), "--epochs", str(args.distill_epochs)]
+        argv += ["--lr", str(args.distill_lr), "--batch-size", "64", "--max-seq-length", str(args.max_seq_length)]
+        summary = bertkit([*argv, "--seed", str(args.seed), "--quiet"])
+        results["distilled"] = {
+            **score(work / "distilled", beir, mrpc, work, "distilled", raw=False),
+            "train_steps": summary.get("steps"),
+            "train_seconds": summary.get("train_seconds"),
+        }
+        teacher = results["pairs"]
+        results["distilled"]["kept"] = {k: results["distilled"][k] / teacher[k] for k in ("ndcg@10", "mrpc_spearman")}
+        print(f"distilled student keeps {results['distilled']['kept']} of the pairs model", flush=True)
     (work / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print(f"\n{'':8s} {'nDCG@10':>8s} {'MRR@10':>8s} {'R@1':>6s} {'R@10':>6s} {'MRPC rho':>9s}")
     for name, r in results.items():

@@ -116,7 +116,8 @@ def pretrain(cfg: PretrainConfig) -> Path:
             say_run(
                 cfg,
                 ctx,
-                f"model {cfg.model_size}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+                f"model {f'from {cfg.init_from}' if cfg.init_from else cfg.model_size}: "
+                f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
                 f"parameters, vocab {len(tokenizer)}, precision {precision}, {ctx.world_size} process(es) on "
                 f"{ctx.device.type}; {run.total_steps} steps",
             )
