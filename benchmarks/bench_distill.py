@@ -263,7 +263,10 @@ def main() -> None:
             result = quality(args, work, vocab)
         rates = speed(args, Path(result["teacher"]), Path(result["distilled"]), work)
     metric = TASKS[args.task][2]
-    print(f"\n{args.task}: {args.teacher_init or args.teacher} teacher, {args.student_init or args.student} student")
+    print(
+        f"\n{args.task}: {args.teacher_dir or args.teacher_init or args.teacher} teacher, "
+        f"{args.student_init or args.student} student"
+    )
     print(f"{'model':26s} {metric:>9s} {'kept':>7s}")
     for name, row in result["table"].items():
         print(f"{name:26s} {row[metric]:9.4f} {row['kept']:7.1%}")
