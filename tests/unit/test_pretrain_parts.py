@@ -178,6 +178,8 @@ def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
     assert chosen(max_steps=10, init_from=str(init))[0] == "modernbert"
     _, line = resolve_recipe(PretrainConfig(corpus=["x"], output="o", max_time=60))
     assert line.startswith("recipe budget: modernbert-tiny, vocabulary 8000 tokens trained on the corpus;")
+    _, line = resolve_recipe(PretrainConfig(corpus=["x"], output="o", max_steps=10, init_from=str(init)))
+    assert line.startswith(f"recipe paper: from {init}, ")  # not the default size the model does not have
 
 
 def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):
