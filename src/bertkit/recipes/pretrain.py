@@ -53,11 +53,6 @@ __all__ = ["LossNotFinite", "PretrainConfig", "PretrainError", "held_out_accurac
 # --------------------------------------------------------------------------------------------- the recipe
 
 
-def model_shown(cfg: PretrainConfig) -> str:
-    """The model a run trains, as its lines name it: the size preset, or the directory ``--init-from`` reads."""
-    return f"from {cfg.init_from}" if cfg.init_from else str(cfg.model_size)
-
-
 def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     """``cfg`` with every recipe choice the user left unset filled in, and a line saying what was chosen."""
     name = cfg.recipe_name()
@@ -79,7 +74,7 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
     resolved = dataclasses.replace(cfg, recipe=name, **chosen)
     vocab = resolved.vocab or f"{resolved.vocab_size} tokens trained on the corpus"
-    shown = f"{model_shown(resolved)}, vocabulary {vocab}; " + ", ".join(
+    shown = f"{resolved.model_shown()}, vocabulary {vocab}; " + ", ".join(
         f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in table
     )
     return resolved, f"recipe {name}: {shown}"
@@ -121,7 +116,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
             say_run(
                 cfg,
                 ctx,
-                f"model {model_shown(cfg)}: "
+                f"model {cfg.model_shown()}: "
                 f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
                 f"parameters, vocab {len(tokenizer)}, precision {precision}, {ctx.world_size} process(es) on "
                 f"{ctx.device.type}; {run.total_steps} steps",

@@ -329,6 +329,10 @@ class PretrainConfig:
         """``--recipe``, or the default: budget with ``--max-time``, paper otherwise."""
         return self.recipe or ("budget" if self.max_time is not None else "paper")
 
+    def model_shown(self) -> str:
+        """The model as the run's lines name it: the size preset, or the directory ``--init-from`` reads."""
+        return f"from {self.init_from}" if self.init_from else str(self.model_size)
+
     def run_record(self) -> dict[str, Any]:
         """The run keys, with paths made absolute."""
         d = dataclasses.asdict(self)
