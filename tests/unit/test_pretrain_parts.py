@@ -156,7 +156,8 @@ def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
     """--max-time without --arch/--model-size/--vocab-size builds the budget recipe's model (ModernBERT-tiny on an
     8,000-token vocabulary: the downstream meter's winner); the paper recipe keeps BERT-mini and 30,522 tokens;
     ELECTRA trains a BERT discriminator of the recipe's size; --init-from continues the model's own architecture; a
-    named size names its architecture; what the user sets wins."""
+    named size names its architecture; what the user sets wins; the line names no output bias or position table
+    for a loaded model, which keeps its own."""
     from bertkit.recipes.pretrain import PretrainConfig, resolve_recipe
 
     def chosen(**kw):
@@ -180,6 +181,8 @@ def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
     assert line.startswith("recipe budget: modernbert-tiny, vocabulary 8000 tokens trained on the corpus;")
     _, line = resolve_recipe(PretrainConfig(corpus=["x"], output="o", max_steps=10, init_from=str(init)))
     assert line.startswith(f"recipe paper: from {init}, ")  # not the default size the model does not have
+    _, line = resolve_recipe(PretrainConfig(corpus=["x"], output="o", max_time=60, init_from=str(init)))
+    assert "lr=" in line and "output_bias" not in line and "position_init" not in line  # a loaded model keeps its own
 
 
 def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):

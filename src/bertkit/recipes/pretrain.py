@@ -74,8 +74,9 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
     resolved = dataclasses.replace(cfg, recipe=name, **chosen)
     vocab = resolved.vocab or f"{resolved.vocab_size} tokens trained on the corpus"
+    keys = [k for k in table if not (cfg.init_from and k in ("output_bias", "position_init"))]  # a model's own
     shown = f"{resolved.model_shown()}, vocabulary {vocab}; " + ", ".join(
-        f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in table
+        f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in keys
     )
     return resolved, f"recipe {name}: {shown}"
 
