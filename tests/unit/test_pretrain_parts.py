@@ -154,7 +154,7 @@ def test_recipe_choice_budget_with_max_time_paper_otherwise_and_flags_win(tmp_pa
 
 def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
     """--max-time without --arch/--model-size/--vocab-size builds the budget recipe's model (ModernBERT-tiny on an
-    8,000-token vocabulary: the downstream meter's winner); the paper recipe keeps BERT-mini and 30,522 tokens;
+    8,000-token vocabulary: the downstream meter's winner; -mini from 30 minutes); the paper recipe keeps BERT-mini and 30,522 tokens;
     ELECTRA trains a BERT discriminator of the recipe's size; --init-from continues the model's own architecture; a
     named size names its architecture; what the user sets wins; the line names no output bias or position table
     for a loaded model, which keeps its own."""
@@ -165,6 +165,9 @@ def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
         return cfg.arch, cfg.model_size, cfg.vocab_size
 
     assert chosen(max_time=60) == ("modernbert", "modernbert-tiny", 8000)
+    assert chosen(max_time=1799) == ("modernbert", "modernbert-tiny", 8000)
+    assert chosen(max_time=1800) == ("modernbert", "modernbert-mini", 8000)  # from 30 minutes, a size up
+    assert chosen(max_time=1800, arch="bert") == ("bert", "bert-tiny", 8000)  # measured for ModernBERT only
     assert chosen(max_steps=10) == ("bert", "bert-mini", 30522)
     assert chosen(max_time=60, objective="electra") == ("modernbert", "modernbert-tiny", 8000)  # as MLM's
     assert chosen(max_steps=10, objective="electra") == ("bert", "bert-mini", 30522)

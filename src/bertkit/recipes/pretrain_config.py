@@ -132,7 +132,8 @@ class PretrainConfig:
         help=(
             "bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large; with --arch modernbert: "
             "modernbert-tiny | -mini | -small | -base | -large (bert-X names map to modernbert-X). Default: "
-            "modernbert-tiny with the budget recipe, bert-mini with the paper recipe"
+            "modernbert-tiny with the budget recipe (modernbert-mini from --max-time 30m), bert-mini with the paper "
+            "recipe"
         ),
     )
     objective: str = _run_key(
@@ -322,7 +323,7 @@ class PretrainConfig:
                     )
                 self.vocab = str(init)  # the model's own vocabulary (and tokenizer config)
         self.arch, self.model_size, self.vocab_size = choose_model(
-            self.recipe_name(), self.arch, self.model_size, self.vocab_size, self.init_from
+            self.recipe_name(), self.arch, self.model_size, self.vocab_size, self.init_from, self.max_time
         )
 
     def recipe_name(self) -> str:

@@ -17,6 +17,11 @@ MODEL_DEFAULTS = {
     "budget": {"arch": "modernbert", "model_size": "bert-tiny", "vocab_size": 8000},
     "paper": {"arch": "bert", "model_size": "bert-mini", "vocab_size": 30522},
 }
+# from this --max-time on, the budget recipe's ModernBERT is a size larger (mini: 6 x 256). At 30 minutes of the
+# 2-core CPU it fine-tuned better than tiny on SST-2, MRPC and CoNLL-2003: tiny passes over the 12 books about 57
+# times in 30 minutes, mini 18, and more capacity pays once the text repeats. At 10 minutes tiny makes 5x the
+# steps and its MLM meter was the higher (BENCHMARKS.md, "ModernBERT-mini at 30 minutes")
+BUDGET_MINI_FROM_S = 30 * 60
 
 PAPER = {
     "lr": 1e-4,
@@ -55,10 +60,16 @@ BUDGET_LR = {"bert-tiny": 4e-3, "bert-mini": 1e-3, "bert-small": 5e-4, "bert-med
 
 
 def choose_model(
-    recipe: str, arch: str | None, model_size: str | None, vocab_size: int | None, init_from: str | None
+    recipe: str,
+    arch: str | None,
+    model_size: str | None,
+    vocab_size: int | None,
+    init_from: str | None,
+    max_time: float | None = None,
 ) -> tuple[str, str, int]:
     """(arch, model size, vocabulary size): what the user left out (None) filled in from ``recipe``'s
-    MODEL_DEFAULTS; ``--init-from`` continues the model's own architecture, and a ``--model-size`` names its own
+    MODEL_DEFAULTS (the budget recipe's ModernBERT a size up from ``BUDGET_MINI_FROM_S`` seconds of
+    ``max_time``); ``--init-from`` continues the model's own architecture, and a ``--model-size`` names its own
     (``bert-mini``: BERT; ``modernbert-mini``: ModernBERT)."""
     from bertkit import models
 
@@ -71,5 +82,8 @@ def choose_model(
         else:
             arch = defaults["arch"]
     if model_size is None:  # the recipe's size, in the chosen architecture's name
-        model_size = models.get(arch).preset(defaults["model_size"])
+        size = defaults["model_size"]
+        if recipe == "budget" and arch == "modernbert" and (max_time or 0) >= BUDGET_MINI_FROM_S:
+            size = "bert-mini"
+        model_size = models.get(arch).preset(size)
     return arch, model_size, defaults["vocab_size"] if vocab_size is None else vocab_size
