@@ -154,10 +154,10 @@ def test_recipe_choice_budget_with_max_time_paper_otherwise_and_flags_win(tmp_pa
 
 def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
     """--max-time without --arch/--model-size/--vocab-size builds the budget recipe's model (ModernBERT-tiny on an
-    8,000-token vocabulary: the downstream meter's winner; -mini from 30 minutes); the paper recipe keeps BERT-mini and 30,522 tokens;
-    ELECTRA trains a BERT discriminator of the recipe's size; --init-from continues the model's own architecture; a
-    named size names its architecture; what the user sets wins; the line names no output bias or position table
-    for a loaded model, which keeps its own."""
+    8,000-token vocabulary: the downstream meter's winner; -mini from 30 minutes); the paper recipe keeps BERT-mini
+    and 30,522 tokens; ELECTRA trains a BERT discriminator of the recipe's size; --init-from continues the model's
+    own architecture; a named size names its architecture; what the user sets wins; the line names no output bias
+    or position table for a loaded model, which keeps its own."""
     from bertkit.recipes.pretrain import PretrainConfig, resolve_recipe
 
     def chosen(**kw):
