@@ -83,7 +83,7 @@ def choose_model(
             arch = defaults["arch"]
     if model_size is None:  # the recipe's size, in the chosen architecture's name
         size = defaults["model_size"]
-        if recipe == "budget" and arch == "modernbert" and (max_time or 0) >= BUDGET_MINI_FROM_S:
-            size = "bert-mini"
+        if recipe == "budget" and arch == defaults["arch"] and (max_time or 0) >= BUDGET_MINI_FROM_S:
+            size = "bert-mini"  # measured for the recipe's own architecture only
         model_size = models.get(arch).preset(size)
     return arch, model_size, defaults["vocab_size"] if vocab_size is None else vocab_size
