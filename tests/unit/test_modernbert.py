@@ -40,6 +40,10 @@ def test_presets_and_layer_pattern():
     assert c.sliding_window == 64
     tiny = mb.ModernBertConfig.from_preset("modernbert-tiny", vocab_size=30522, pad_token_id=0)
     assert (tiny.hidden_size, tiny.vocab_size) == (128, 30522)
+    # a new model pools the mean, as ModernBERT's released configs do; a config without the key keeps
+    # transformers' default, the first token
+    assert (c.classifier_pooling, mb.ModernBertConfig(**TINY).classifier_pooling) == ("mean", "cls")
+    assert mb.ModernBertConfig.from_preset("modernbert-tiny", classifier_pooling="cls").classifier_pooling == "cls"
     # the parameter count from the sizes alone equals the built model's
     model = mb.ModernBertForMaskedLM(mb.ModernBertConfig(**TINY, norm_bias=True))
     assert model.config.num_parameters() == sum(p.numel() for p in model.parameters())
