@@ -70,6 +70,18 @@ def test_num_unused_is_configurable_and_cased_training(tmp_path, texts):
     assert "Alice" in vocab and tok.lowercase is False
 
 
+@pytest.mark.parametrize("name, limit", [("english.txt", None), ("korean.txt", 300)])
+def test_the_same_text_trains_the_same_vocabulary(texts, name, limit):
+    # Rust's trainer alone numbered its ## letters in hash-map order: 8 runs gave 8 vocabularies
+    runs = {
+        tuple(train_vocab(texts / name, vocab_size=600, limit_alphabet=limit, show_progress=False).vocab)
+        for _ in range(4)
+    }
+    assert len(runs) == 1
+    vocab = next(iter(runs))
+    assert "##e" in vocab and "##." not in vocab and "##," not in vocab  # punctuation is a word of its own
+
+
 @pytest.mark.parametrize("name,size", [("korean.txt", 1500), ("chinese.txt", 400)])
 def test_korean_and_chinese_training(tmp_path, texts, name, size):
     lines = _lines(texts / name)

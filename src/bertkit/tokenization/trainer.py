@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import os
+import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from bertkit.tokenization.normalizer import ExactNormalizer
+from bertkit.tokenization.normalizer import (
+    ExactNormalizer,
+    distinct_chars,
+    is_chinese_char,
+    is_control,
+    is_punctuation,
+    is_whitespace,
+)
 from bertkit.tokenization.vocab import SPECIAL_TOKENS, save_vocab
 from bertkit.tokenization.wordpiece import BertTokenizer
 
@@ -34,6 +43,43 @@ def _read_batches(
                         batch = []
                 if batch:
                     yield batch
+
+
+def _separates(ch: str, chinese: bool) -> bool:
+    """Google's basic tokenizer never leaves ``ch`` inside a word: whitespace, control, punctuation and (when split
+    off) CJK ideographs."""
+    return is_whitespace(ch) or is_control(ch) or is_punctuation(ch) or (chinese and is_chinese_char(ord(ch)))
+
+
+def continuation_tokens(files: Sequence[Path], normalizer: ExactNormalizer, limit_alphabet: int | None) -> list[str]:
+    """``##c`` for every normalised character c that continues a word somewhere in ``files``, in code-point order
+    (with ``limit_alphabet``: of the most frequent characters only, as the trainer keeps them).
+
+    Given to Rust's trainer as special tokens, they take fixed ids. Left to it, it numbers them in hash-map order,
+    and those ids break ties between equally frequent merges, so the same text gave another vocabulary on every run
+    (huggingface/tokenizers #1794). One pass over the files, 4 MB at a time: a regex over the separators present
+    finds every word's characters after its first (about 13 MB/s; the trainer itself is slower)."""
+    chinese = normalizer.tokenize_chinese_chars
+    inner: set[str] = set()
+    counts: Counter[str] = Counter()
+    for path in files:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            while lines := f.readlines(1 << 22):
+                text = "".join(lines)
+                sep = "".join(re.escape(c) for c in sorted(distinct_chars(text)) if _separates(c, chinese))
+                inner.update("".join(re.findall(f"[^{sep}]([^{sep}]+)" if sep else r"\A.(.*)", text, re.S)))
+                if limit_alphabet is not None:
+                    counts.update(text)
+    kept = None
+    if limit_alphabet is not None:  # the trainer's alphabet: the most frequent normalised characters
+        chars: Counter[str] = Counter()
+        for ch, n in counts.items():
+            for c in normalizer.rust_normalizer.normalize_str(ch):
+                chars[c] += n
+        kept = set(sorted(chars, key=lambda c: (-chars[c], c))[:limit_alphabet])
+    letters = {c for ch in inner for c in normalizer.rust_normalizer.normalize_str(ch)}
+    letters = {c for c in letters if not _separates(c, chinese) and (kept is None or c in kept)}
+    return ["##" + c for c in sorted(letters)]
 
 
 def google_layout(learned: dict[str, int], vocab_size: int, num_unused: int) -> dict[str, int]:
@@ -102,16 +148,25 @@ def train_vocab(
     rust.normalizer = normalizer.rust_normalizer
     rust.pre_tokenizer = normalizer.rust_pre_tokenizer
     kwargs = {} if limit_alphabet is None else {"limit_alphabet": limit_alphabet}
+    continuations = continuation_tokens(paths, normalizer, limit_alphabet)
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size - num_unused,
         min_frequency=min_frequency,
         show_progress=show_progress,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=[*SPECIAL_TOKENS, *continuations],
         continuing_subword_prefix="##",
         **kwargs,
     )
     rust.train_from_iterator(_read_batches(paths, normalizer, batch_size, show_progress), trainer=trainer)
-    vocab = google_layout(rust.get_vocab(), vocab_size, num_unused)
+    # the ## letters, numbered as special tokens before the alphabet, go after it, where the trainer puts them on its
+    # own: a vocabulary cut to size keeps its letters first
+    learned = rust.get_vocab()
+    ranked = sorted(learned, key=learned.__getitem__)
+    cont = set(continuations)
+    rest = [t for t in ranked if t not in cont]
+    at = next((i for i, t in enumerate(rest) if len(t) > 1 and t not in SPECIAL_TOKENS), len(rest))
+    order = [*rest[:at], *(t for t in ranked if t in cont), *rest[at:]]
+    vocab = google_layout({t: i for i, t in enumerate(order)}, vocab_size, num_unused)
     tok = BertTokenizer(
         vocab, lowercase=lowercase, strip_accents=strip_accents, tokenize_chinese_chars=tokenize_chinese_chars
     )
