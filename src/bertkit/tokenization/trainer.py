@@ -51,9 +51,12 @@ def _separates(ch: str, chinese: bool) -> bool:
     return is_whitespace(ch) or is_control(ch) or is_punctuation(ch) or (chinese and is_chinese_char(ord(ch)))
 
 
-def continuation_tokens(files: Sequence[Path], normalizer: ExactNormalizer, limit_alphabet: int | None) -> list[str]:
-    """``##c`` for every normalised character c that continues a word somewhere in ``files``, in code-point order
-    (with ``limit_alphabet``: of the most frequent characters only, as the trainer keeps them).
+def continuation_tokens(
+    files: Sequence[Path], normalizer: ExactNormalizer, limit_alphabet: int | None
+) -> tuple[list[str], list[str] | None]:
+    """(``##c`` for every normalised character c that continues a word somewhere in ``files``, in code-point order;
+    with ``limit_alphabet``, the alphabet: its most frequent characters, ties by code point, which the trainer is
+    given as its initial alphabet so that it keeps exactly those, and the ``##`` letters of those only).
 
     Given to Rust's trainer as special tokens, they take fixed ids. Left to it, it numbers them in hash-map order,
     and those ids break ties between equally frequent merges, so the same text gave another vocabulary on every run
@@ -61,12 +64,15 @@ def continuation_tokens(files: Sequence[Path], normalizer: ExactNormalizer, limi
     finds every word's characters after its first (about 13 MB/s; the trainer itself is slower)."""
     chinese = normalizer.tokenize_chinese_chars
     inner: set[str] = set()
+    seen: set[str] = set()
     counts: Counter[str] = Counter()
     for path in files:
         with open(path, encoding="utf-8", errors="replace") as f:
             while lines := f.readlines(1 << 22):
                 text = "".join(lines)
-                sep = "".join(re.escape(c) for c in sorted(distinct_chars(text)) if _separates(c, chinese))
+                present = distinct_chars(text)
+                seen |= present
+                sep = "".join(re.escape(c) for c in sorted(present) if _separates(c, chinese))
                 inner.update("".join(re.findall(f"[^{sep}]([^{sep}]+)" if sep else r"\A.(.*)", text, re.S)))
                 if limit_alphabet is not None:
                     counts.update(text)
@@ -76,10 +82,15 @@ def continuation_tokens(files: Sequence[Path], normalizer: ExactNormalizer, limi
         for ch, n in counts.items():
             for c in normalizer.rust_normalizer.normalize_str(ch):
                 chars[c] += n
-        kept = set(sorted(chars, key=lambda c: (-chars[c], c))[:limit_alphabet])
-    letters = {c for ch in inner for c in normalizer.rust_normalizer.normalize_str(ch)}
-    letters = {c for c in letters if not _separates(c, chinese) and (kept is None or c in kept)}
-    return ["##" + c for c in sorted(letters)]
+        words = [c for c in chars if not (is_whitespace(c) or is_control(c))]  # what the trainer's words hold
+        kept = sorted(sorted(words, key=lambda c: (-chars[c], c))[:limit_alphabet])
+    # a character inside a word normalises to letters inside it; any character's letters after its first (a
+    # syllable's jamo, say, when accents are stripped) are inside a word too
+    norm = normalizer.rust_normalizer.normalize_str
+    letters = {c for ch in inner for c in norm(ch)} | {c for ch in seen for c in norm(ch)[1:]}
+    alphabet = set(kept or ())
+    letters = {c for c in letters if not _separates(c, chinese) and (kept is None or c in alphabet)}
+    return ["##" + c for c in sorted(letters)], kept
 
 
 def google_layout(learned: dict[str, int], vocab_size: int, num_unused: int) -> dict[str, int]:
@@ -147,8 +158,9 @@ def train_vocab(
     rust = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     rust.normalizer = normalizer.rust_normalizer
     rust.pre_tokenizer = normalizer.rust_pre_tokenizer
-    kwargs = {} if limit_alphabet is None else {"limit_alphabet": limit_alphabet}
-    continuations = continuation_tokens(paths, normalizer, limit_alphabet)
+    continuations, alphabet = continuation_tokens(paths, normalizer, limit_alphabet)
+    # the trainer breaks ties at its alphabet's limit in hash-map order too: it is given the alphabet to keep
+    kwargs = {} if alphabet is None else {"limit_alphabet": limit_alphabet, "initial_alphabet": alphabet}
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size - num_unused,
         min_frequency=min_frequency,
