@@ -56,8 +56,20 @@ def test_time_budget_fits_steps_to_the_probed_cost_and_refits_to_the_measured_pa
     for step in range(at + 1, int(0.45 * refit) + 1):
         now[0] += 0.25
         assert tb.after_step(step, refit, cost) is None  # the pace held: no change
+    # a last re-fit from the pace of the run's last stretch: there it slows to 0.4 s/step (a ramp's longer sequences)
+    late_from, late_at = int(B.LATE_FROM * refit), int(B.LATE_AT * refit)
+    assert tb.window == (late_from, late_at)
+    last = None
+    for step in range(int(0.45 * refit) + 1, late_at + 1):
+        now[0] += 0.25 if step <= late_from else 0.4
+        last = tb.after_step(step, refit, cost) or last
+    remaining = 60.0 - (now[0] - 100.0)
+    assert last == late_at + int(remaining / (0.4 * 1.04)) < refit  # fewer steps: the decay ends before the time
     assert tb.window is None
-    assert not tb.over()
+    for step in range(late_at + 1, last + 1):
+        now[0] += 0.4
+        assert tb.after_step(step, last, cost) is None  # no more re-fits
+    assert not tb.over() and now[0] - 100.0 <= 60.0
     now[0] += 60
     assert tb.over()
 

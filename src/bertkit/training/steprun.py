@@ -55,7 +55,7 @@ class StepRun:
         self.total_steps = total_steps
         warmup = max(1, int(cfg.warmup_fraction * total_steps)) if cfg.warmup_steps is None else cfg.warmup_steps
         self.warmup = warmup
-        if self.cost is not None and cfg.max_steps is None:  # the probe ran cold: re-fit once to the measured pace
+        if self.cost is not None and cfg.max_steps is None:  # the probe ran cold: re-fit to the measured pace
             self.budget.plan_refit(total_steps, self.eval_every)
         self.train = train = TrainState(
             model,
