@@ -181,6 +181,15 @@ def hf_qa(qa_dir, qa_items):
     return reference_answers(qa_dir, qa_runs(pipe.tokenizer, qa_items), pipe.tokenizer.lowercase)
 
 
+def _ranked(answers: list[dict]) -> tuple[list[tuple], int]:
+    """(answer, start, end) of the candidates with a score above 0, in order, and how many score exactly 0. Spans
+    whose probability underflows to 0 are tied, and the order a sort gives ties (so which of them a large top_k keeps)
+    differs between machines (on a 2-core AVX2 EPYC the tied tail of top_k=1000 came out in another order than the
+    committed reference's, every scored candidate the same): only their number is compared."""
+    ranked = [(x["answer"], x["start"], x["end"]) for x in answers if x["score"] > 0]
+    return ranked, len(answers) - len(ranked)
+
+
 @pytest.mark.parametrize(
     "k", range(len(QA_SETTINGS)), ids=[",".join(f"{k}={v}" for k, v in s.items()) or "defaults" for s in QA_SETTINGS]
 )
@@ -191,9 +200,7 @@ def test_qa_parameters_equal_transformers(qa_dir, qa_items, hf_qa, k):
     for item, a, b in zip(items, ours, hf_qa[k]):
         a = a if isinstance(a, list) else [a]
         b = b if isinstance(b, list) else [b]
-        assert [(x["answer"], x["start"], x["end"]) for x in a] == [(x["answer"], x["start"], x["end"]) for x in b], (
-            item
-        )
+        assert _ranked(a) == _ranked(b), item
         assert [x["score"] for x in a] == pytest.approx([x["score"] for x in b], rel=1e-4, abs=1e-7)
     top_k = settings.get("top_k", 1)
     if top_k > 1:

@@ -302,7 +302,9 @@ def test_embeddings_regress_onto_the_teachers(embedding_teacher, tmp_path, capsy
         "sentence",
     ]
     argv = ["distill", "--teacher", str(embedding_teacher), "--student", student, "--output", str(out), *texts]
-    assert main([*argv, "--dev", str(FT / "stsb_dev.tsv"), "--epochs", "25", *FAST, "--lr", "1e-2"]) == 0
+    # 25 epochs at lr 1e-2 left the narrow student at 91% of its teacher on a 2-core AVX2 EPYC (77.5 against 84.8),
+    # short of the target that they met elsewhere; 40 at 2e-2 reach 89.0 (narrow) and 90.1 (layers:2) there
+    assert main([*argv, "--dev", str(FT / "stsb_dev.tsv"), "--epochs", "40", *FAST, "--lr", "2e-2"]) == 0
     assert _losses(out)[-1] < 0.7 * _losses(out)[0]
     assert (out / "modules.json").is_file() and not (out / "finetune_config.json").exists()
     teacher_score, student_score = _sts(embedding_teacher, capsys), _sts(out, capsys)

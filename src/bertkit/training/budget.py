@@ -6,8 +6,8 @@ fitted before training from a few timed probe steps (``cost``), then re-fitted t
 steps run cold: allocator, kernels for new shapes): just after the first held-out evaluation, so that the measured
 pace carries its share of evaluation time; again before the middle; and a last time late in the run, from the pace of
 its last stretch (a ramp's last stage, longer sequences, runs at its own pace, which the probes can misjudge: on a
-2-core AVX2 EPYC the 128-token steps ran 11% slower than the probes said, and a 30-minute run stopped at step 1,591
-of 1,673 with its lr still at 10% of the peak).
+2-core AVX2 EPYC the 128-token steps ran 11% slower than the 32-token pace the first two re-fits had measured, and a
+30-minute run stopped at step 1,591 of 1,673 with its lr still at 10% of the peak).
 """
 
 from __future__ import annotations
