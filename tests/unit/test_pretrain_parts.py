@@ -34,6 +34,26 @@ def test_fp16_scaler_keeps_small_gradients_from_underflowing():
         assert bool(layer.weight.grad.abs().sum() > 0) == expect_nonzero
 
 
+@pytest.mark.parametrize("ramp", [(), ((32, 0.7),), ((32, 0.9),), ((32, 0.95),), ((32, 0.5), (64, 0.85))])
+def test_the_last_refit_times_the_last_stage(ramp):
+    """The last re-fit's pace is timed inside the feed's last stage (where a ramp's longest sequences run), however
+    late that stage begins, and it re-fits before the run ends (none when the stage is too short to time); without a
+    ramp, or with the budget recipe's (from 70%), from 72% to 80% of the steps."""
+    from bertkit.training.budget import late_window
+    from bertkit.training.ramps import plan_stages
+
+    for steps in (300, 1673, 5232):
+        last = plan_stages(steps, 128, 32, list(ramp), [], None)[-1].start
+        window = late_window(steps, last)
+        if window is None:
+            assert steps - last < 30  # 95% of 300 steps: 15 steps, too few
+            continue
+        start, at = window
+        assert last < start < at < steps - 1 and at - start >= 10
+        if last <= 0.7 * steps:
+            assert (start, at) == (int(0.72 * steps), int(0.8 * steps))
+
+
 def test_time_budget_fits_steps_to_the_probed_cost_and_refits_to_the_measured_pace(monkeypatch):
     from bertkit.training import budget as B
 
@@ -57,7 +77,7 @@ def test_time_budget_fits_steps_to_the_probed_cost_and_refits_to_the_measured_pa
         now[0] += 0.25
         assert tb.after_step(step, refit, cost) is None  # the pace held: no change
     # a last re-fit from the pace of the run's last stretch: there it slows to 0.4 s/step (a ramp's longer sequences)
-    late_from, late_at = int(B.LATE_FROM * refit), int(B.LATE_AT * refit)
+    late_from, late_at = B.late_window(refit)
     assert tb.window == (late_from, late_at)
     last = None
     for step in range(int(0.45 * refit) + 1, late_at + 1):

@@ -21,9 +21,18 @@ Cost = Callable[[int, int], float]
 
 PACE_FROM = 3  # steps left out of the measured pace (the first ones run cold)
 MARGIN, OVERHEAD, SLACK = 0.95, 2.0, 1.06  # of the budget; seconds; for logging, evaluation and checkpoints
-# the last re-fit times steps [LATE_FROM, LATE_AT) of the run (fractions of its steps): after the last stage of the
-# budget recipe's ramps (from 70%), before the end of the decay
-LATE_FROM, LATE_AT = 0.72, 0.8
+# the last re-fit times steps [LATE_FROM, LATE_AT) of the run (fractions of its steps), or, when the feed's last
+# stage (a ramp's, phase 2's) begins later than LATE_FROM - LATE_SETTLE, a window from LATE_SETTLE after that stage's
+# first step, LATE_SPAN long or half what is left: the pace of the last stage, before the end of the decay
+LATE_FROM, LATE_AT, LATE_SETTLE, LATE_SPAN = 0.72, 0.8, 0.02, 0.05
+
+
+def late_window(steps: int, last_stage: int = 0) -> tuple[int, int] | None:
+    """(step the last re-fit's pace is timed from, step it re-fits at) for a run of ``steps`` steps whose last stage
+    begins at step ``last_stage``; None when that stage is too short to time (fewer than 10 steps before the last)."""
+    start = max(int(LATE_FROM * steps), last_stage + max(PACE_FROM, int(LATE_SETTLE * steps)))
+    at = max(int(LATE_AT * steps), start + max(10, min(int(LATE_SPAN * steps), (steps - start) // 2)))
+    return (start, at) if at < steps - 1 else None
 
 
 def refit_steps(total_steps: int, eval_every: int) -> tuple[int, int] | None:
@@ -58,6 +67,7 @@ class TimeBudget:
         self.window: tuple[int, int] | None = None  # (pace from, re-fit at)
         self._pace_start: float | None = None
         self._refits_left = 0  # re-fits after the first: one before the middle, one late
+        self._last_stage: Callable[[int], int] = lambda steps: 0
 
     def start(self) -> None:
         """Start the clock (when the training loop starts: preparing the data and probing are not counted)."""
@@ -68,11 +78,13 @@ class TimeBudget:
         budget = self.seconds * MARGIN - OVERHEAD
         return _largest(lambda n: cost(0, n) * SLACK <= budget, 1)
 
-    def plan_refit(self, total_steps: int, eval_every: int) -> None:
+    def plan_refit(self, total_steps: int, eval_every: int, last_stage: Callable[[int], int] = lambda steps: 0) -> None:
         """Re-fit just after the first evaluation, once more at 45% of the steps (the first measured pace still
-        carries the cold start; before the middle, a trapezoid's lr is still flat), and a last time at ``LATE_AT``
-        from the pace since ``LATE_FROM`` (the last ramp stage's own pace; the lr steps down a little there)."""
+        carries the cold start; before the middle, a trapezoid's lr is still flat), and a last time from the pace
+        of the last stage (``late_window``; ``last_stage(steps)``: the first step of the feed's last stage in a run
+        of ``steps`` steps; the lr steps down a little there)."""
         self.window = refit_steps(total_steps, eval_every)
+        self._last_stage = last_stage
         self._refits_left = 2 if self.window is not None else 0
 
     def after_step(self, step: int, total_steps: int, cost: Cost) -> int | None:
@@ -96,9 +108,9 @@ class TimeBudget:
             steps = result or total_steps
             if self._refits_left == 1:  # the second: its pace timed from now to 45% of the steps
                 window, pace_start = (step, int(0.45 * steps)), now
-            else:  # the last: its pace timed from LATE_FROM, when the run gets there
-                window, pace_start = (int(LATE_FROM * steps), int(LATE_AT * steps)), None
-            if window[0] >= step and window[1] > window[0] + 10:
+            else:  # the last: its pace timed within the last stage, when the run gets there
+                window, pace_start = late_window(steps, self._last_stage(steps)), None
+            if window is not None and window[0] >= step and window[1] > window[0] + 10:
                 self.window, self._pace_start = window, pace_start
         return result
 

@@ -56,7 +56,7 @@ class StepRun:
         warmup = max(1, int(cfg.warmup_fraction * total_steps)) if cfg.warmup_steps is None else cfg.warmup_steps
         self.warmup = warmup
         if self.cost is not None and cfg.max_steps is None:  # the probe ran cold: re-fit to the measured pace
-            self.budget.plan_refit(total_steps, self.eval_every)
+            self.budget.plan_refit(total_steps, self.eval_every, lambda steps: feed.plan(steps)[-1].start)
         self.train = train = TrainState(
             model,
             optimizer,
