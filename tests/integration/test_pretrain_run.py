@@ -41,7 +41,9 @@ TINY = [
 
 
 def _env() -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    # PYTHONFAULTHANDLER: a process that dies of a signal (a torchrun rank's SIGABRT) prints every thread's Python
+    # stack, so a failure says where it died (one CI run saw "terminate called without an active exception" in rank 1)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
     return env
 
 
@@ -406,7 +408,7 @@ def test_torchrun_two_processes(arch, corpus, tmp_path):
         run += [*MODERNBERT_TINY, *steps]
     cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "bertkit.cli", *run]
     r = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=230, cwd=tmp_path, check=False)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, r.stdout[-1000:] + r.stderr[-8000:]  # where each rank was, if one died
     run = json.loads((out / "run.json").read_text())
     assert run["world_size"] == 2
     assert sorted(p.name for p in (out / "checkpoints").glob("step-*.pt")) == ["step-00000003.pt", "step-00000006.pt"]
