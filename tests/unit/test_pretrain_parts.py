@@ -49,9 +49,11 @@ def test_the_last_refit_times_the_last_stage(ramp):
             assert steps - last < 30  # 95% of 300 steps: 15 steps, too few
             continue
         start, at = window
-        assert last < start < at < steps - 1 and at - start >= 10
+        assert last < start < at < steps - 1 and at - start > 10  # after_step keeps windows of more than 10
         if last <= 0.7 * steps:
             assert (start, at) == (int(0.72 * steps), int(0.8 * steps))
+    # a last stage of 40 steps in 1,000: timed from 2% after its start, for the shortest window after_step keeps
+    assert late_window(1000, 960) == (980, 991)
 
 
 def test_time_budget_fits_steps_to_the_probed_cost_and_refits_to_the_measured_pace(monkeypatch):

@@ -29,9 +29,10 @@ LATE_FROM, LATE_AT, LATE_SETTLE, LATE_SPAN = 0.72, 0.8, 0.02, 0.05
 
 def late_window(steps: int, last_stage: int = 0) -> tuple[int, int] | None:
     """(step the last re-fit's pace is timed from, step it re-fits at) for a run of ``steps`` steps whose last stage
-    begins at step ``last_stage``; None when that stage is too short to time (fewer than 10 steps before the last)."""
+    begins at step ``last_stage``; None when that stage is too short to time (11 steps or fewer before the last:
+    ``after_step`` times more than 10)."""
     start = max(int(LATE_FROM * steps), last_stage + max(PACE_FROM, int(LATE_SETTLE * steps)))
-    at = max(int(LATE_AT * steps), start + max(10, min(int(LATE_SPAN * steps), (steps - start) // 2)))
+    at = max(int(LATE_AT * steps), start + max(11, min(int(LATE_SPAN * steps), (steps - start) // 2)))
     return (start, at) if at < steps - 1 else None
 
 
