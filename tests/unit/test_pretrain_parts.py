@@ -52,7 +52,13 @@ def test_the_last_refit_times_the_last_stage(ramp):
         assert last < start < at < steps - 1 and at - start > 10  # after_step keeps windows of more than 10
         if last <= 0.7 * steps:
             assert (start, at) == (int(0.72 * steps), int(0.8 * steps))
-    # a last stage of 40 steps in 1,000: timed from 2% after its start, for the shortest window after_step keeps
+
+
+def test_a_short_last_stage_gets_the_shortest_window_the_refit_keeps():
+    """A last stage of 40 steps in 1,000: timed from 2% after its start, for 11 steps (after_step keeps windows of
+    more than 10)."""
+    from bertkit.training.budget import late_window
+
     assert late_window(1000, 960) == (980, 991)
 
 
