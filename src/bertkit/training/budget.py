@@ -20,6 +20,7 @@ from collections.abc import Callable
 Cost = Callable[[int, int], float]
 
 PACE_FROM = 3  # steps left out of the measured pace (the first ones run cold)
+PACE_SPAN = 11  # the fewest steps a later re-fit's pace is timed over (late_window plans it, after_step keeps it)
 MARGIN, OVERHEAD, SLACK = 0.95, 2.0, 1.06  # of the budget; seconds; for logging, evaluation and checkpoints
 # the last re-fit times steps [LATE_FROM, LATE_AT) of the run (fractions of its steps), or, when the feed's last
 # stage (a ramp's, phase 2's) begins later than LATE_FROM - LATE_SETTLE, a window from LATE_SETTLE after that stage's
@@ -29,10 +30,10 @@ LATE_FROM, LATE_AT, LATE_SETTLE, LATE_SPAN = 0.72, 0.8, 0.02, 0.05
 
 def late_window(steps: int, last_stage: int = 0) -> tuple[int, int] | None:
     """(step the last re-fit's pace is timed from, step it re-fits at) for a run of ``steps`` steps whose last stage
-    begins at step ``last_stage``; None when that stage is too short to time (11 steps or fewer before the last:
-    ``after_step`` times more than 10)."""
+    begins at step ``last_stage``; None when that stage is too short to time (``PACE_SPAN`` steps or fewer before
+    the last)."""
     start = max(int(LATE_FROM * steps), last_stage + max(PACE_FROM, int(LATE_SETTLE * steps)))
-    at = max(int(LATE_AT * steps), start + max(11, min(int(LATE_SPAN * steps), (steps - start) // 2)))
+    at = max(int(LATE_AT * steps), start + max(PACE_SPAN, min(int(LATE_SPAN * steps), (steps - start) // 2)))
     return (start, at) if at < steps - 1 else None
 
 
@@ -111,7 +112,7 @@ class TimeBudget:
                 window, pace_start = (step, int(0.45 * steps)), now
             else:  # the last: its pace timed within the last stage, when the run gets there
                 window, pace_start = late_window(steps, self._last_stage(steps)), None
-            if window is not None and window[0] >= step and window[1] > window[0] + 10:
+            if window is not None and window[0] >= step and window[1] - window[0] >= PACE_SPAN:
                 self.window, self._pace_start = window, pace_start
         return result
 
