@@ -201,3 +201,44 @@ def test_save_if_no_best_saves_the_current_model_only_without_a_best(tmp_path):
     run.best = None
     run.save_if_no_best(kept.append)
     assert kept == [{"step": 4, "train_loss": run.train_loss()}]
+
+
+@pytest.mark.parametrize("arch", ["bert", "modernbert"])
+def test_layer_decay_gives_each_depth_its_lr_and_adam_moves_each_param_by_it(arch):
+    """--layer-decay: with decay 0.5 and lr 0.1 on a 3-layer classifier, Adam's first step (no weight decay, eps
+    ~0, so each weight moves by its lr times the sign of its gradient) moves the head by 0.1, layer i by
+    0.1 * 0.5^(3 - i) and the embeddings by 0.1 * 0.5^4, read from the weights themselves; decay 1 keeps Google's
+    two groups."""
+    from bertkit.modeling import BertForSequenceClassification
+    from bertkit.modeling_modernbert import ModernBertForSequenceClassification
+    from tests.tinymodels import tiny_config
+    from tests.tinymodernbert import modernbert_config
+
+    torch.manual_seed(0)
+    if arch == "bert":
+        model = BertForSequenceClassification(tiny_config(vocab_size=40, num_labels=2))
+        layer = "encoder.layer."
+    else:
+        vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(35)]
+        model = ModernBertForSequenceClassification(modernbert_config(vocab, num_labels=2))
+        layer = "layers."
+    assert len(build_optimizer(model, lr=0.1).param_groups) == 2
+    optimizer = build_optimizer(model, lr=0.1, weight_decay=0.0, eps=1e-20, layer_decay=0.5)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ids = torch.randint(5, 40, (4, 12))
+    torch.nn.functional.cross_entropy(model(input_ids=ids).logits, torch.tensor([0, 1, 0, 1])).backward()
+    optimizer.step()
+    seen = set()
+    for name, param in model.named_parameters():
+        moved = (param.detach() - before[name]).abs().max().item()
+        if moved == 0:  # rows no input reached (unused embedding rows, padding) have no gradient
+            continue
+        if layer in name:
+            depth = int(name.split(layer)[1].split(".")[0]) + 1
+        elif "embeddings." in name:
+            depth = 0
+        else:
+            depth = 4
+        seen.add(depth)
+        assert moved == pytest.approx(0.1 * 0.5 ** (4 - depth), rel=1e-3), name
+    assert seen == {0, 1, 2, 3, 4}

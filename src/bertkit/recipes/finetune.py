@@ -56,6 +56,7 @@ RESUME_KEYS = (
     "lr",
     "warmup_fraction",
     "weight_decay",
+    "layer_decay",
     "clip",
     "seed",
     "precision",
@@ -76,6 +77,12 @@ class FinetuneArgs(RunOptions):
     lr: float = lr_option(5e-5)
     warmup_fraction: float = warmup_option(0.1)
     weight_decay: float = option(0.01, group="training", help="decoupled weight decay (none on biases, LayerNorm)")
+    layer_decay: float = option(
+        1.0,
+        group="training",
+        help="layer-wise lr decay: the task head trains at --lr, the top encoder layer at lr x decay, each layer "
+        "below one factor more, the embeddings at lr x decay^(L+1) (1 = off; ELECTRA fine-tunes with 0.8)",
+    )
     clip: float = clip_option(1.0)
     seed: int = seed_option(42)
     threads: int | None = threads_option()
@@ -174,7 +181,7 @@ def finetune(
     dev_features = task.featurize(dev_examples, tokenizer) if dev_examples else None
     lengths = [feature_length(f) for f in train_features]
     batches_per_epoch, steps_per_epoch, total_steps = _steps(len(train_features), args, ctx)
-    optimizer = build_optimizer(model, lr=args.lr, weight_decay=args.weight_decay)
+    optimizer = build_optimizer(model, lr=args.lr, weight_decay=args.weight_decay, layer_decay=args.layer_decay)
     scheduler = linear_schedule(optimizer, int(args.warmup_fraction * total_steps), total_steps)
     state = TrainState(model, optimizer, scheduler, grad_scaler(precision, device), position={"epoch": 0, "batch": 0})
     keys = {

@@ -3,24 +3,59 @@
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 from torch import nn
 
+_LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.")  # BERT's encoder.layer.N., ModernBERT's layers.N.
+_EMBEDDINGS = re.compile(r"(?:^|\.)embeddings\.")
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+
+def layer_depths(model: nn.Module) -> dict[str, int]:
+    """Each parameter's depth for layer-wise lr decay: the embeddings 0, encoder layer ``i`` ``i + 1``, everything
+    above the last layer (final norm, pooler, task head) ``L + 1`` for an encoder of ``L`` layers."""
+    names = [name for name, _ in model.named_parameters()]
+    found = [int(m.group(1)) for m in map(_LAYER.search, names) if m]
+    top = max(found, default=-1) + 2
+    depths = {}
+    for name in names:
+        m = _LAYER.search(name)
+        depths[name] = int(m.group(1)) + 1 if m else 0 if _EMBEDDINGS.search(name) else top
+    return depths
+
+
+def parameter_groups(
+    model: nn.Module, weight_decay: float, lr: float | None = None, layer_decay: float = 1.0
+) -> list[dict]:
     """Decoupled weight decay on weight matrices; none on biases and LayerNorm (as Google's optimization.py).
-    Tied parameters appear once."""
-    decay, no_decay, seen = [], [], set()
+    Tied parameters appear once.
+
+    ``layer_decay`` < 1 (with ``lr``): layer-wise lr decay, as ELECTRA fine-tunes (Clark et al., 2020, appendix A:
+    0.8 for Small and Base). A parameter at depth ``d`` of ``L + 1`` (:func:`layer_depths`) trains at
+    ``lr * layer_decay ** (L + 1 - d)``: the task head at ``lr``, the top layer at ``lr * layer_decay``, the
+    embeddings at ``lr * layer_decay ** (L + 1)``. Each group carries its own ``lr``, which the schedules scale."""
+    depths = layer_depths(model) if layer_decay != 1.0 else {}
+    top = max(depths.values(), default=0)
+    groups: dict[tuple[bool, int], list] = {}
+    seen = set()
     for name, param in model.named_parameters():
         if not param.requires_grad or id(param) in seen:
             continue
         seen.add(id(param))
-        if param.ndim < 2 or "LayerNorm" in name or name.endswith(".bias"):
-            no_decay.append(param)
-        else:
-            decay.append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        no_decay = param.ndim < 2 or "LayerNorm" in name or name.endswith(".bias")
+        groups.setdefault((no_decay, depths.get(name, top)), []).append(param)
+    if layer_decay == 1.0:
+        return [
+            {"params": groups.get((False, 0), []), "weight_decay": weight_decay},
+            {"params": groups.get((True, 0), []), "weight_decay": 0.0},
+        ]
+    if lr is None:
+        raise ValueError("layer_decay needs the peak lr")
+    return [
+        {"params": params, "weight_decay": 0.0 if no_decay else weight_decay, "lr": lr * layer_decay ** (top - depth)}
+        for (no_decay, depth), params in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+    ]
 
 
 def build_optimizer(
@@ -30,12 +65,14 @@ def build_optimizer(
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-6,
     fused: bool | None = None,
+    layer_decay: float = 1.0,
 ) -> torch.optim.AdamW:
     """AdamW (decoupled decay 0.01, betas (0.9, 0.999), eps 1e-6): the paper's and Google's defaults.
 
     ``fused=None`` picks the fused kernel (one pass over all parameters) where this PyTorch has it for the
-    parameters' device; it computes the same update as the for-each implementation."""
-    groups = parameter_groups(model, weight_decay)
+    parameters' device; it computes the same update as the for-each implementation. ``layer_decay``: layer-wise
+    lr decay (:func:`parameter_groups`; 1 = off)."""
+    groups = parameter_groups(model, weight_decay, lr, layer_decay)
     if fused is None:
         fused = True
     try:
