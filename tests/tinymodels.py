@@ -150,10 +150,10 @@ def one_by_one_logits(
     return torch.stack(rows).numpy()
 
 
-def run_cli(argv: Sequence[str]) -> dict:
+def run_cli(argv: Sequence[str]) -> str:
     """``bertkit ARGV`` in this process (``bertkit.cli.main``, what the ``bertkit`` script calls) on one torch
     thread, as a child process with OMP_NUM_THREADS=1 runs it, so that their sums agree bit for bit: a reference
-    run or a resume without a child's seconds of imports. Asserts exit 0; returns the JSON line it printed last."""
+    run or a resume without a child's seconds of imports. Asserts exit 0; returns what it printed."""
     import contextlib
     import io
 
@@ -168,7 +168,12 @@ def run_cli(argv: Sequence[str]) -> dict:
     finally:
         torch.set_num_threads(threads)
     assert code == 0, printed.getvalue()[-2000:]
-    return json.loads(printed.getvalue().strip().splitlines()[-1])
+    return printed.getvalue()
+
+
+def last_json(printed: str) -> dict:
+    """The JSON summary a command printed last (``bertkit finetune``'s metrics)."""
+    return json.loads(printed.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -354,7 +354,7 @@ def test_signal_saves_a_checkpoint_and_resume_equals_an_uninterrupted_run(tmp_pa
     from safetensors.torch import load_file
 
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    total = tinymodels.run_cli(_embeddings_argv(base, fx, whole))  # the reference, in-process
+    total = tinymodels.last_json(tinymodels.run_cli(_embeddings_argv(base, fx, whole)))  # the reference, in-process
     proc = _embeddings_process(base, fx, cut, "--save-every", "10")
     latest = cut / "checkpoints" / "latest"
     deadline = time.monotonic() + 120
@@ -366,7 +366,9 @@ def test_signal_saves_a_checkpoint_and_resume_equals_an_uninterrupted_run(tmp_pa
     assert "--resume" in err and "checkpoint" in err
     (ckpt,) = (cut / "checkpoints").glob("step-*.pt")
     assert 10 <= int(ckpt.stem.split("-")[1]) < 100  # 2 epochs x 50 steps: stopped mid-run
-    resumed = tinymodels.run_cli(_embeddings_argv(base, fx, cut, "--resume"))  # in-process: the stopped one is gone
+    resumed = tinymodels.last_json(
+        tinymodels.run_cli(_embeddings_argv(base, fx, cut, "--resume"))
+    )  # in-process: the stopped one is gone
     same = ("train_seconds", "rows_per_second", "output")
     assert {k: v for k, v in resumed.items() if k not in same} == {k: v for k, v in total.items() if k not in same}
     a, b = load_file(str(whole / "model.safetensors")), load_file(str(cut / "model.safetensors"))

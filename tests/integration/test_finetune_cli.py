@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 import torch
-from tinymodels import FINETUNE_VOCAB, finetune_metrics, read_vocab, run_cli
+from tinymodels import FINETUNE_VOCAB, finetune_metrics, last_json, read_vocab, run_cli
 
 from bertkit.cli import main
 
@@ -609,7 +609,7 @@ def _finetune_process(tiny_dir, ft, output, *extra):
 def uninterrupted(tiny_dir, ft, tmp_path_factory):
     """The reference: the same run uninterrupted, in-process (only the stopped run needs a process of its own)."""
     whole = tmp_path_factory.mktemp("whole")
-    return whole, run_cli(_finetune_argv(tiny_dir, ft, whole))
+    return whole, last_json(run_cli(_finetune_argv(tiny_dir, ft, whole)))
 
 
 @pytest.mark.timeout(180)
@@ -635,7 +635,9 @@ def test_signal_saves_a_checkpoint_and_resume_equals_an_uninterrupted_run(tiny_d
     assert "--resume" in err and "checkpoint" in err
     (ckpt,) = (cut / "checkpoints").glob("step-*.pt")
     assert 10 <= int(ckpt.stem.split("-")[1]) < 96  # 12 epochs x 8 steps: stopped mid-run
-    resumed = run_cli(_finetune_argv(tiny_dir, ft, cut, "--resume"))  # in-process: the stopped process is gone
+    resumed = last_json(
+        run_cli(_finetune_argv(tiny_dir, ft, cut, "--resume"))
+    )  # in-process: the stopped process is gone
     same = ("train_seconds", "output")
     assert {k: v for k, v in resumed.items() if k not in same} == {k: v for k, v in total.items() if k not in same}
     a, b = load_file(str(whole / "model.safetensors")), load_file(str(cut / "model.safetensors"))
