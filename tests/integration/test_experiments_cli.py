@@ -481,7 +481,9 @@ def test_ablate_nsp_study_and_resume(corpus_file, glue_dir, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_ablate_steps_study_exports_checkpoints(corpus_file, tmp_path, capsys):
+def test_ablate_steps_study_exports_checkpoints(corpus_file, alice_corpus, tmp_path, capsys):
+    """The steps study on one run's checkpoints, with a given --vocab (the nsp study trains its own: the vocabulary
+    child process is not run twice)."""
     out = tmp_path / "steps"
     assert (
         main(
@@ -497,8 +499,8 @@ def test_ablate_steps_study_exports_checkpoints(corpus_file, tmp_path, capsys):
                 "6",
                 "--checkpoints",
                 "3",
-                "--vocab-size",
-                "400",
+                "--vocab",
+                str(alice_corpus[1]),
                 "--pretrain-args",
                 ABLATE_PRETRAIN,
             ]
@@ -507,6 +509,8 @@ def test_ablate_steps_study_exports_checkpoints(corpus_file, tmp_path, capsys):
     )
     report = json.loads(capsys.readouterr().out)
     assert [v["variant"] for v in report["variants"]] == ["2 steps", "4 steps", "6 steps"]
+    run = json.loads((out / "pretrain" / "run" / "run.json").read_text())
+    assert Path(run["config"]["vocab"]).resolve() == alice_corpus[1].resolve() and not (out / "vocab").exists()
     from bertkit.modeling import BertForPreTraining
     from bertkit.training.checkpointing import load_checkpoint
 
