@@ -150,6 +150,32 @@ def one_by_one_logits(
     return torch.stack(rows).numpy()
 
 
+def run_cli(argv: Sequence[str]) -> str:
+    """``bertkit ARGV`` in this process (``bertkit.cli.main``, what the ``bertkit`` script calls) on one torch
+    thread, as a child process with OMP_NUM_THREADS=1 runs it, so that their sums agree bit for bit: a reference
+    run or a resume without a child's seconds of imports. Asserts exit 0; returns what it printed."""
+    import contextlib
+    import io
+
+    from bertkit.cli import main
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            code = main([str(a) for a in argv])
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0, printed.getvalue()[-2000:]
+    return printed.getvalue()
+
+
+def last_json(printed: str) -> dict:
+    """The JSON summary a command printed last (``bertkit finetune``'s metrics)."""
+    return json.loads(printed.strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """Tiny models on a shared 2-core machine: one thread avoids ~10 ms of thread wake-up per op."""

@@ -303,16 +303,9 @@ def test_fp16_scales_the_loss_so_small_gradients_survive(tmp_path, base, fx, mon
     assert all(b == pytest.approx(a, rel=5e-2) for a, b in real)
 
 
-def _embeddings_process(base, fx, output, *extra):
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
-    argv = [
-        sys.executable,
-        "-m",
-        "bertkit.cli",
+def _embeddings_argv(base, fx, output, *extra) -> list[str]:
+    """The signal test's run: 2 epochs x 50 steps of pairs, long enough to be stopped mid-run."""
+    return [
         "finetune",
         "--task",
         "pairs",
@@ -337,6 +330,16 @@ def _embeddings_process(base, fx, output, *extra):
         str(output),
         *extra,
     ]
+
+
+def _embeddings_process(base, fx, output, *extra):
+    """The run as a real ``bertkit finetune`` process (one thread, as tinymodels.run_cli runs it in-process)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
+    argv = [sys.executable, "-m", "bertkit.cli", *_embeddings_argv(base, fx, output, *extra)]
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -351,10 +354,7 @@ def test_signal_saves_a_checkpoint_and_resume_equals_an_uninterrupted_run(tmp_pa
     from safetensors.torch import load_file
 
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    proc = _embeddings_process(base, fx, whole)
-    out, err = proc.communicate(timeout=240)
-    assert proc.returncode == 0, err[-2000:]
-    total = json.loads(out.strip().splitlines()[-1])
+    total = tinymodels.last_json(tinymodels.run_cli(_embeddings_argv(base, fx, whole)))  # the reference, in-process
     proc = _embeddings_process(base, fx, cut, "--save-every", "10")
     latest = cut / "checkpoints" / "latest"
     deadline = time.monotonic() + 120
@@ -366,10 +366,9 @@ def test_signal_saves_a_checkpoint_and_resume_equals_an_uninterrupted_run(tmp_pa
     assert "--resume" in err and "checkpoint" in err
     (ckpt,) = (cut / "checkpoints").glob("step-*.pt")
     assert 10 <= int(ckpt.stem.split("-")[1]) < 100  # 2 epochs x 50 steps: stopped mid-run
-    proc = _embeddings_process(base, fx, cut, "--resume")
-    out, err = proc.communicate(timeout=240)
-    assert proc.returncode == 0, err[-2000:]
-    resumed = json.loads(out.strip().splitlines()[-1])
+    resumed = tinymodels.last_json(
+        tinymodels.run_cli(_embeddings_argv(base, fx, cut, "--resume"))
+    )  # in-process: the stopped one is gone
     same = ("train_seconds", "rows_per_second", "output")
     assert {k: v for k, v in resumed.items() if k not in same} == {k: v for k, v in total.items() if k not in same}
     a, b = load_file(str(whole / "model.safetensors")), load_file(str(cut / "model.safetensors"))

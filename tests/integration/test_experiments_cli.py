@@ -4,6 +4,8 @@ and a ModernBERT)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -55,9 +57,29 @@ def glue_dir(tmp_path_factory, ft):
 FT_FLAGS = ["--epochs", "1", "--batch-size", "16", "--precision", "fp32", "--device", "cpu"]
 
 
-@pytest.mark.slow
-def test_glue_suite_results_and_submission(tiny_dir, glue_dir, tmp_path, capsys):
-    out = tmp_path / "suite"
+def _start(args: list[str]) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen(
+        [sys.executable, "-m", "bertkit.cli", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    t0 = time.time()
+    while not path.exists():
+        assert proc.poll() is None, f"the suite ended early: {proc.communicate()}"
+        assert time.time() - t0 < timeout, f"{path} did not appear"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def glue_suite(tiny_dir, glue_dir, tmp_path_factory):
+    """The GLUE suite on SST-2 (with a test file) and MRPC (without), 2 seeds: started as a child process and killed
+    with SIGKILL once its first cell is written, then run again in-process with the same command, which resumes it.
+    One suite serves the resume test and the results test (each cell is a child process: seconds of imports).
+    Returns (argv, output dir, the resumed run's report, {"task/cell": (cell.json's bytes, its files' mtimes)} of
+    the cells finished before the kill)."""
+    out = tmp_path_factory.mktemp("glue-suite") / "suite"
     argv = [
         "glue",
         "--model",
@@ -72,9 +94,30 @@ def test_glue_suite_results_and_submission(tiny_dir, glue_dir, tmp_path, capsys)
         "1e-3",
         *FT_FLAGS,
     ]
-    assert main(argv) == 0
-    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert report["cells_run"] == 4 and report["cells_kept"] == 0
+    proc = _start(argv)
+    _wait_for(out / "runs" / "sst2" / "lr0.001_seed1" / "cell.json", proc)
+    proc.kill()  # SIGKILL: no handler runs
+    proc.wait()
+    finished = {}
+    for record in (out / "runs").glob("*/*/cell.json"):
+        cell = record.parent
+        finished[f"{cell.parent.name}/{cell.name}"] = (
+            record.read_bytes(),
+            {p.name: p.stat().st_mtime_ns for p in cell.iterdir()},
+        )
+    time.sleep(0.05)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(argv) == 0
+    report = json.loads(printed.getvalue().strip().splitlines()[-1])
+    return argv, out, report, finished
+
+
+@pytest.mark.slow
+def test_glue_suite_results_and_submission(glue_suite, capsys):
+    argv, out, report, finished = glue_suite
+    # 2 tasks x 2 seeds: the cells finished before the kill are kept, the others run
+    assert report["cells_kept"] == len(finished) and report["cells_run"] == 4 - len(finished)
     assert set(report["tasks"]) == {"sst2", "mrpc"} and not report["complete"]
     rows = (out / "results.csv").read_text().splitlines()
     assert rows[0].startswith("task,metric,median,min,max,lr,seeds")
@@ -109,57 +152,19 @@ def test_glue_suite_results_and_submission(tiny_dir, glue_dir, tmp_path, capsys)
     assert "finetune_args" in capsys.readouterr().err
 
 
-def _start(args: list[str]) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen(
-        [sys.executable, "-m", "bertkit.cli", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-
-
-def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    t0 = time.time()
-    while not path.exists():
-        assert proc.poll() is None, f"the suite ended early: {proc.communicate()}"
-        assert time.time() - t0 < timeout, f"{path} did not appear"
-        time.sleep(0.05)
-
-
 @pytest.mark.slow
-def test_glue_resume_after_kill_keeps_finished_cells(tiny_dir, glue_dir, tmp_path, capsys):
-    out = tmp_path / "suite"
-    argv = [
-        "glue",
-        "--model",
-        str(tiny_dir),
-        "--data",
-        str(glue_dir),
-        "--output",
-        str(out),
-        "--tasks",
-        "sst2",
-        "--seeds",
-        "1,2,3",
-        "--lr",
-        "1e-3",
-        *FT_FLAGS,
-    ]
-    proc = _start(argv)
-    first = out / "runs" / "sst2" / "lr0.001_seed1"
-    _wait_for(first / "cell.json", proc)
-    proc.kill()  # SIGKILL: no handler runs
-    proc.wait()
-    record = (first / "cell.json").read_bytes()
-    stamps = {p.name: p.stat().st_mtime_ns for p in first.iterdir()}
-    time.sleep(0.05)
-    assert main(argv) == 0
-    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert report["cells_kept"] >= 1 and report["cells_kept"] + report["cells_run"] == 3
-    assert (first / "cell.json").read_bytes() == record  # not recomputed
-    assert {
-        p.name: p.stat().st_mtime_ns for p in first.iterdir() if p.name in stamps and p.name != "model.safetensors"
-    } == {k: v for k, v in stamps.items() if k != "model.safetensors"}
-    for s in (2, 3):
-        assert (out / "runs" / "sst2" / f"lr0.001_seed{s}" / "cell.json").is_file()
+def test_glue_resume_after_kill_keeps_finished_cells(glue_suite):
+    _, out, report, finished = glue_suite
+    assert "sst2/lr0.001_seed1" in finished and report["cells_kept"] >= 1
+    for name, (record, stamps) in finished.items():
+        cell = out / "runs" / name
+        assert (cell / "cell.json").read_bytes() == record  # not recomputed
+        assert {
+            p.name: p.stat().st_mtime_ns for p in cell.iterdir() if p.name in stamps and p.name != "model.safetensors"
+        } == {k: v for k, v in stamps.items() if k != "model.safetensors"}
+    for task in ("sst2", "mrpc"):
+        for seed in (1, 2):
+            assert (out / "runs" / task / f"lr0.001_seed{seed}" / "cell.json").is_file()
 
 
 def test_glue_sigterm_stops_with_a_resume_hint(tiny_dir, glue_dir, tmp_path):
@@ -476,7 +481,9 @@ def test_ablate_nsp_study_and_resume(corpus_file, glue_dir, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_ablate_steps_study_exports_checkpoints(corpus_file, tmp_path, capsys):
+def test_ablate_steps_study_exports_checkpoints(corpus_file, alice_corpus, tmp_path, capsys):
+    """The steps study on one run's checkpoints, with a given --vocab (the nsp study trains its own: the vocabulary
+    child process is not run twice)."""
     out = tmp_path / "steps"
     assert (
         main(
@@ -492,8 +499,8 @@ def test_ablate_steps_study_exports_checkpoints(corpus_file, tmp_path, capsys):
                 "6",
                 "--checkpoints",
                 "3",
-                "--vocab-size",
-                "400",
+                "--vocab",
+                str(alice_corpus[1]),
                 "--pretrain-args",
                 ABLATE_PRETRAIN,
             ]
@@ -502,6 +509,8 @@ def test_ablate_steps_study_exports_checkpoints(corpus_file, tmp_path, capsys):
     )
     report = json.loads(capsys.readouterr().out)
     assert [v["variant"] for v in report["variants"]] == ["2 steps", "4 steps", "6 steps"]
+    run = json.loads((out / "pretrain" / "run" / "run.json").read_text())
+    assert Path(run["config"]["vocab"]).resolve() == alice_corpus[1].resolve() and not (out / "vocab").exists()
     from bertkit.modeling import BertForPreTraining
     from bertkit.training.checkpointing import load_checkpoint
 

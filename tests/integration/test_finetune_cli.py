@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 import torch
-from tinymodels import FINETUNE_VOCAB, finetune_metrics, read_vocab
+from tinymodels import FINETUNE_VOCAB, finetune_metrics, last_json, read_vocab, run_cli
 
 from bertkit.cli import main
 
@@ -561,16 +561,9 @@ def test_fp16_scales_the_loss_so_small_gradients_survive(tiny_dir, ft, tmp_path,
     assert saved[0]["scaler"] == {} and saved[1]["scaler"]["scale"] == 65536.0  # disabled in fp32; fp16's state
 
 
-def _finetune_process(tiny_dir, ft, output, *extra):
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
-    argv = [
-        sys.executable,
-        "-m",
-        "bertkit.cli",
+def _finetune_argv(tiny_dir, ft, output, *extra) -> list[str]:
+    """The signal test's run: 12 epochs x 8 steps of SST-2, long enough to be stopped mid-run."""
+    return [
         "finetune",
         "--task",
         "sst2",
@@ -599,16 +592,24 @@ def _finetune_process(tiny_dir, ft, output, *extra):
         str(output),
         *extra,
     ]
+
+
+def _finetune_process(tiny_dir, ft, output, *extra):
+    """The run as a real ``bertkit finetune`` process (one thread, as tinymodels.run_cli runs it in-process)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
+    argv = [sys.executable, "-m", "bertkit.cli", *_finetune_argv(tiny_dir, ft, output, *extra)]
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tiny_dir, ft, tmp_path_factory):
+    """The reference: the same run uninterrupted, in-process (only the stopped run needs a process of its own)."""
     whole = tmp_path_factory.mktemp("whole")
-    proc = _finetune_process(tiny_dir, ft, whole)
-    out, err = proc.communicate(timeout=170)
-    assert proc.returncode == 0, err[-2000:]
-    return whole, json.loads(out.strip().splitlines()[-1])
+    return whole, last_json(run_cli(_finetune_argv(tiny_dir, ft, whole)))
 
 
 @pytest.mark.timeout(180)
@@ -634,10 +635,9 @@ def test_signal_saves_a_checkpoint_and_resume_equals_an_uninterrupted_run(tiny_d
     assert "--resume" in err and "checkpoint" in err
     (ckpt,) = (cut / "checkpoints").glob("step-*.pt")
     assert 10 <= int(ckpt.stem.split("-")[1]) < 96  # 12 epochs x 8 steps: stopped mid-run
-    proc = _finetune_process(tiny_dir, ft, cut, "--resume")
-    out, err = proc.communicate(timeout=170)
-    assert proc.returncode == 0, err[-2000:]
-    resumed = json.loads(out.strip().splitlines()[-1])
+    resumed = last_json(
+        run_cli(_finetune_argv(tiny_dir, ft, cut, "--resume"))
+    )  # in-process: the stopped process is gone
     same = ("train_seconds", "output")
     assert {k: v for k, v in resumed.items() if k not in same} == {k: v for k, v in total.items() if k not in same}
     a, b = load_file(str(whole / "model.safetensors")), load_file(str(cut / "model.safetensors"))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tinymodels import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -210,18 +211,10 @@ def test_kill_9_then_resume_matches_uninterrupted(corpus, tmp_path, monkeypatch)
     ]
     for p in orphans:
         p.write_bytes(b"half a file")
-    live = run / "checkpoints" / f".latest.tmp-{os.getpid()}"
+    live = run / "checkpoints" / f".latest.tmp-{os.getppid()}"  # a live process other than the one resuming
     live.write_bytes(b"being written")
 
-    r = subprocess.run(
-        _pretrain_cmd(corpus, run, *args, "--resume"),
-        capture_output=True,
-        text=True,
-        env=_env(),
-        check=False,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stderr
+    run_cli(_pretrain_cmd(corpus, run, *args, "--resume")[1:])  # in-process, single-threaded like the killed run
     assert not any(p.exists() for p in orphans) and live.exists()
     a, b = _weights(ref), _weights(run)
     assert a.keys() == b.keys()
@@ -283,15 +276,7 @@ def test_sigterm_saves_a_checkpoint_and_resume_matches_uninterrupted(corpus, tmp
     stopped_at = load_checkpoint(latest_checkpoint(run / "checkpoints"))["step"]
     assert 4 <= stopped_at < steps  # a checkpoint although --save-every 100 never came
     assert not (run / "model.safetensors").exists()
-    r = subprocess.run(
-        _pretrain_cmd(corpus, run, *args, "--resume"),
-        capture_output=True,
-        text=True,
-        env=_env(),
-        check=False,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stderr
+    run_cli(_pretrain_cmd(corpus, run, *args, "--resume")[1:])  # in-process: the stopped process is gone
     a, b = _weights(ref), _weights(run)
     assert all(torch.equal(a[k], b[k]) for k in a), f"stopped at step {stopped_at}"
 

@@ -308,21 +308,20 @@ def test_idle_connections_do_not_count_and_health_is_never_refused(model_dir, tm
     assert "Traceback" not in log
 
 
-def test_startup_errors_are_one_line(model_dir, tmp_path):
+def test_startup_errors_are_one_line(model_dir, tmp_path, capsys):
+    """A missing model and an unknown pooling are refused before the server starts: in-process through
+    ``bertkit.cli.main`` (what the ``bertkit`` script calls); a port already taken, found only when the server
+    starts, through a real ``bertkit serve`` process."""
+    from bertkit.cli import main
+
+    assert main(["serve", "--model", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and last.startswith("bertkit serve: error: ") and "nope" in last
+    assert main(["serve", "--model", str(model_dir), "--pooling", "AVERAGE"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "unknown pooling" in err
     bertkit = str(Path(sys.executable).with_name("bertkit"))
-    r = subprocess.run(
-        [bertkit, "serve", "--model", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120
-    )
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith("bertkit serve: error: ") and "nope" in last
-    r = subprocess.run(
-        [bertkit, "serve", "--model", str(model_dir), "--pooling", "AVERAGE"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 2 and "Traceback" not in r.stderr and "unknown pooling" in r.stderr
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

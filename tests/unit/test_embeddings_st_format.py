@@ -15,7 +15,13 @@ from bertkit.errors import InputError
 from bertkit.st_format import read_sentence_transformers, write_sentence_transformers
 from bertkit.tokenization import BertTokenizer
 
-st = pytest.importorskip("sentence_transformers")
+
+@pytest.fixture(scope="module")
+def st():
+    """sentence-transformers, imported by the tests that use it: at module level, every xdist worker paid its
+    seconds of imports while collecting, whichever worker ran this file."""
+    return pytest.importorskip("sentence_transformers")
+
 
 WORDS = "the a cat dog sat on mat bank river money went to i we , . ! ? big small red blue runs ran hello world".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + ["##s", "##ing", "##ed"]
@@ -42,7 +48,7 @@ def _bertkit_dir(path, pooling, normalize, max_seq_length=32):
 
 
 @pytest.mark.parametrize("pooling,normalize", [("mean", True), ("cls", False), ("max", True), ("sep", False)])
-def test_bertkit_directory_loads_in_sentence_transformers(tmp_path, pooling, normalize):
+def test_bertkit_directory_loads_in_sentence_transformers(st, tmp_path, pooling, normalize):
     path = _bertkit_dir(tmp_path / "m", pooling, normalize)
     ours = Encoder.from_pretrained(path, precision="fp32")
     assert (ours.defaults.pooling, ours.defaults.normalize, ours.defaults.layers) == (pooling, normalize, (-1,))
@@ -59,7 +65,7 @@ def test_bertkit_directory_loads_in_sentence_transformers(tmp_path, pooling, nor
     assert Encoder.from_pretrained(path).defaults.layers == (-2,)
 
 
-def test_max_seq_length_is_honoured(tmp_path):
+def test_max_seq_length_is_honoured(st, tmp_path):
     path = _bertkit_dir(tmp_path / "m", "mean", True, max_seq_length=5)
     ours = Encoder.from_pretrained(path, precision="fp32")
     long = ["we went to the river bank . the dog ran to the big red mat"]
@@ -84,7 +90,7 @@ def test_bertkit_directory_loads_in_transformers(tmp_path):
 
 @pytest.mark.parametrize("mode,ours", [("mean", "mean"), ("cls", "cls"), ("max", "max"), ("lasttoken", "sep")])
 @pytest.mark.parametrize("normalize", [False, True])
-def test_sentence_transformers_directory_loads_in_encoder(tmp_path, mode, ours, normalize):
+def test_sentence_transformers_directory_loads_in_encoder(st, tmp_path, mode, ours, normalize):
     transformers = pytest.importorskip("transformers")
     from sentence_transformers import models
 
