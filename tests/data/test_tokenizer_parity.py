@@ -126,12 +126,12 @@ def test_ten_megabyte_line(shared_data):
     tok = BertTokenizer.from_pretrained(shared_data / "vocab" / "bert-base-uncased" / "vocab.txt")
     book = (shared_data / "corpus" / "gutenberg" / "pg98.txt").read_text(encoding="utf-8", errors="replace")
     line = (book.replace("\n", " ") * (10_000_000 // len(book) + 1))[:10_000_000]
-    start = time.perf_counter()
+    start = time.process_time()
     enc = tok.encode(line)  # truncating: only the first pieces of the line are tokenized
-    assert len(enc.ids) == 512 and time.perf_counter() - start < 5
-    start = time.perf_counter()
+    assert len(enc.ids) == 512 and time.process_time() - start < 5
+    start = time.process_time()
     ids = tok(line, truncation=False, padding=False, return_tensors=None)["input_ids"][0]
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert len(ids) > 2_000_000 and ids[1:511] == enc.ids[1:511]
     assert elapsed < 120, f"10 MB took {elapsed:.1f} s"
 

@@ -213,10 +213,10 @@ def test_config_sizes_are_checked_against_the_weights_before_building(tmp_path, 
         torch.save(load_file(tmp_path / "model.safetensors"), tmp_path / weights)
         (tmp_path / "model.safetensors").unlink()
     _edit_config(tmp_path, **{field: value})
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a busy machine slows the wall clock, not this
     with pytest.raises(CheckpointError) as e:
         BertModel.from_pretrained(tmp_path)
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
     msg = str(e.value)
     assert msg.startswith(f"{tmp_path / 'config.json'}: {field} is {value} but {tmp_path / weights}"), msg
 
@@ -226,10 +226,10 @@ def test_config_without_weights_too_large_for_memory_is_refused(tiny_config, fie
     from bertkit.config import ConfigError
 
     config = replace(tiny_config, **{field: value})
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a busy machine slows the wall clock, not this
     with pytest.raises(ConfigError, match=f"BertConfig.{field} is {value}: the model would hold .* GiB of memory"):
         BertForPreTraining(config)
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
     with pytest.raises(ConfigError, match="hidden_size"):  # the estimate is tested against a known budget too
         replace(tiny_config, hidden_size=4096).check_fits_in_memory(available_bytes=4 * 1000)
     actual = sum(p.numel() for p in BertForPreTraining(tiny_config).parameters())
