@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,10 @@ from typing import Any
 from bertkit.config import ConfigError
 
 CONFIG_NAME = "config.json"
+
+# an encoder layer's index in a parameter name, in every registered architecture's layout (BERT's
+# ``bert.encoder.layer.N.``, ModernBERT's ``model.layers.N.``, a bare encoder's ``layers.N.``): group 1 is N
+LAYER_KEY = re.compile(r"(?:^|\.)layers?\.(\d+)\.")
 
 # BERT's class name -> the head role it plays; a task names its head by BERT's class (``TaskBase.head``)
 ROLES = {

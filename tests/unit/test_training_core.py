@@ -209,10 +209,11 @@ def test_layer_decay_gives_each_depth_its_lr_and_adam_moves_each_param_by_it(arc
     ~0, so each weight moves by its lr times the sign of its gradient) moves the head by 0.1, layer i by
     0.1 * 0.5^(3 - i) and the embeddings by 0.1 * 0.5^4, read from the weights themselves; decay 1 keeps Google's
     two groups."""
+    from tinymodels import tiny_config
+    from tinymodernbert import modernbert_config
+
     from bertkit.modeling import BertForSequenceClassification
     from bertkit.modeling_modernbert import ModernBertForSequenceClassification
-    from tests.tinymodels import tiny_config
-    from tests.tinymodernbert import modernbert_config
 
     torch.manual_seed(0)
     if arch == "bert":

@@ -5,12 +5,12 @@ teacher does. The distillation itself is :mod:`bertkit.recipes.distill`."""
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
+from bertkit import models
 from bertkit.errors import InputError
 
 
@@ -58,10 +58,9 @@ def _every_kth_layer(teacher: nn.Module, spec: str) -> nn.Module:
         changes["layer_types"] = [teacher.config.layer_types[i] for i in kept]
     student = type(teacher)(dataclasses.replace(teacher.config, **changes))
     renumber = {old: new for new, old in enumerate(kept)}
-    layer_key = re.compile(r"(?:^|\.)layers?\.(\d+)\.")  # bert.encoder.layer.N. / model.layers.N. / layers.N.
     weights = {}
     for key, value in teacher.state_dict().items():
-        match = layer_key.search(key)
+        match = models.LAYER_KEY.search(key)
         if match is None:
             weights[key] = value.clone()
         elif int(match.group(1)) in renumber:
@@ -72,8 +71,6 @@ def _every_kth_layer(teacher: nn.Module, spec: str) -> nn.Module:
 
 def _from_preset(name: str, teacher: nn.Module, task, tokenizer) -> nn.Module:
     """A random student of preset ``name`` over the teacher's vocabulary, with the task's head."""
-    from bertkit import models
-
     config = teacher.config
     sizes: dict[str, Any] = dict(vocab_size=config.vocab_size, pad_token_id=tokenizer.pad_token_id)
     sizes.update(task.model_overrides())

@@ -8,21 +8,17 @@ import re
 import torch
 from torch import nn
 
-_LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.")  # BERT's encoder.layer.N., ModernBERT's layers.N.
+from bertkit.models import LAYER_KEY
+
 _EMBEDDINGS = re.compile(r"(?:^|\.)embeddings\.")
 
 
 def layer_depths(model: nn.Module) -> dict[str, int]:
     """Each parameter's depth for layer-wise lr decay: the embeddings 0, encoder layer ``i`` ``i + 1``, everything
     above the last layer (final norm, pooler, task head) ``L + 1`` for an encoder of ``L`` layers."""
-    names = [name for name, _ in model.named_parameters()]
-    found = [int(m.group(1)) for m in map(_LAYER.search, names) if m]
-    top = max(found, default=-1) + 2
-    depths = {}
-    for name in names:
-        m = _LAYER.search(name)
-        depths[name] = int(m.group(1)) + 1 if m else 0 if _EMBEDDINGS.search(name) else top
-    return depths
+    layer = {name: LAYER_KEY.search(name) for name, _ in model.named_parameters()}
+    top = max((int(m.group(1)) for m in layer.values() if m), default=-1) + 2
+    return {name: int(m.group(1)) + 1 if m else 0 if _EMBEDDINGS.search(name) else top for name, m in layer.items()}
 
 
 def parameter_groups(
