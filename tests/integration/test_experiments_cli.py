@@ -4,8 +4,6 @@ and a ModernBERT)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import signal
@@ -16,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from tinymodels import last_json, run_cli
 
 from bertkit.cli import main
 
@@ -106,10 +105,7 @@ def glue_suite(tiny_dir, glue_dir, tmp_path_factory):
             {p.name: p.stat().st_mtime_ns for p in cell.iterdir()},
         )
     time.sleep(0.05)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        assert main(argv) == 0
-    report = json.loads(printed.getvalue().strip().splitlines()[-1])
+    report = last_json(run_cli(argv))  # asserts exit 0
     return argv, out, report, finished
 
 
