@@ -171,3 +171,25 @@ def eval_line(text: str) -> dict:
     import json
 
     return json.loads(text)
+
+
+def test_cooccurrence_embedding_init_fills_the_seen_rows_before_the_first_step(corpus, tmp_path):
+    """--embedding-init cooccurrence: the token embeddings (the tied decoder) start as the shards' PPMI-SVD rows at
+    the model's own scale; [MASK], which the shards never hold, keeps a random row. With a vanishing lr the saved
+    model is the initialisation."""
+    from bertkit.data.pretraining.cooccurrence import ppmi_embeddings
+    from bertkit.modeling import BertForPreTraining
+    from bertkit.recipes.pretrain import pretrain
+    from bertkit.tokenization import BertTokenizer
+
+    out = tmp_path / "cooc"
+    pretrain(_config(corpus, out, recipe="budget", embedding_init="cooccurrence", max_steps=1, lr=1e-12))
+    table = BertForPreTraining.from_pretrained(out).bert.embeddings.word_embeddings.weight.detach()
+    expected, seen = ppmi_embeddings(out / "data" / "shards", *table.shape, std=0.02)
+    mask_id = BertTokenizer.from_pretrained(out).vocab["[MASK]"]
+    assert not seen[mask_id] and float(table[mask_id].abs().max()) > 0
+    assert int(seen.sum()) > 400  # most of the 600-token vocabulary occurs in 30 KB
+    assert float(table[seen].std()) == pytest.approx(0.02 * 0.8796, rel=0.03)  # the random table's: Google's
+    # normal truncated at 2 sigma
+    ours, theirs = table[seen] / table[seen].std(), expected[seen] / expected[seen].std()
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-3)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertkit.errors import InputError
-from bertkit.recipes.pretrain_setup import load_init_from, unigram_bias
+from bertkit.recipes.pretrain_setup import init_embeddings, load_init_from, unigram_bias
 
 ARCHS = ("bert", "modernbert")
 DEFAULTS = {"mask_prob": 0.3, "nsp": False}  # ModernBERT's recipe (Warner et al., 2024), over --recipe's
@@ -62,6 +62,7 @@ def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device):
         if cfg.output_bias == "unigram" and model.decoder.bias is not None:
             with torch.no_grad():
                 model.decoder.bias.copy_(unigram_bias(shard_dir, config.vocab_size, tokenizer))
+        init_embeddings(cfg, model.model.embeddings.tok_embeddings.weight, shard_dir)
     if cfg.dropout is not None:
         saved = (config.embedding_dropout, config.attention_dropout, config.mlp_dropout, config.classifier_dropout)
         model.set_dropout(cfg.dropout)

@@ -229,6 +229,16 @@ class PretrainConfig:
             "(neighbouring positions start alike, so what attention learns at one position holds at the next)"
         ),
     )
+    embedding_init: str | None = _run_key(
+        None,
+        choices=("normal", "cooccurrence"),
+        group=_R,
+        help=(
+            "initial token embeddings (tied to the MLM decoder): the model's random normal, or the corpus's "
+            "co-occurrence vectors (PPMI + SVD over a 5-token window, seconds on the shards), so tokens used alike "
+            "start alike"
+        ),
+    )
     mask_mix: str | None = _run_key(
         None,
         metavar="MASK/RANDOM/KEEP",

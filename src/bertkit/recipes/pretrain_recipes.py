@@ -36,6 +36,7 @@ PAPER = {
     "batch_ramp": "off",
     "mask_mix": "80/10/10",
     "position_init": "normal",
+    "embedding_init": "normal",
     "seq_len": 128,
     "batch_size": 32,
 }
@@ -53,6 +54,7 @@ BUDGET = {
     "batch_ramp": "128:0.7",
     "mask_mix": "80/10/10",
     "position_init": "sinusoidal",
+    "embedding_init": "normal",
     "seq_len": 128,
     "batch_size": 32,
 }

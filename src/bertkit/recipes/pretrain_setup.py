@@ -134,6 +134,21 @@ def unigram_bias(shard_dir: Path, vocab_size: int, tokenizer):
     return torch.from_numpy(bias)
 
 
+def init_embeddings(cfg, weight, shard_dir: Path) -> None:
+    """``--embedding-init cooccurrence``: the token embedding rows (tied to the MLM decoder) start as the corpus's
+    PPMI-SVD vectors at the table's own scale (``data/pretraining/cooccurrence.py``); rows of tokens the shards
+    never hold keep theirs. ``normal`` (or unset) leaves the model's initialisation."""
+    if cfg.embedding_init != "cooccurrence" or cfg.init_from:
+        return
+    import torch
+
+    from bertkit.data.pretraining.cooccurrence import ppmi_embeddings
+
+    with torch.no_grad():
+        table, seen = ppmi_embeddings(shard_dir, weight.shape[0], weight.shape[1], float(weight.std()), cfg.seed)
+        weight[seen] = table[seen].to(weight.dtype)
+
+
 def build_model(cfg: PretrainConfig, tokenizer, shard_dir: Path, max_len: int, device):
     """A fresh BertForPreTraining of ``model_size`` (MLM output bias from the corpus's unigram frequencies with
     ``output_bias=unigram``), or the ``init_from`` model; dropout set to ``cfg.dropout`` for training."""
@@ -153,6 +168,7 @@ def build_model(cfg: PretrainConfig, tokenizer, shard_dir: Path, max_len: int, d
         if cfg.output_bias == "unigram":  # the unigram plateau becomes where training starts, not where it stalls
             with torch.no_grad():
                 model.cls.predictions.bias.copy_(unigram_bias(shard_dir, config.vocab_size, tokenizer))
+        init_embeddings(cfg, model.bert.embeddings.word_embeddings.weight, shard_dir)
     if cfg.position_init == "sinusoidal" and not cfg.init_from:
         with torch.no_grad():
             table = model.bert.embeddings.position_embeddings.weight
