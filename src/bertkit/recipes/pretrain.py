@@ -74,8 +74,7 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
     resolved = dataclasses.replace(cfg, recipe=name, **chosen)
     vocab = resolved.vocab or f"{resolved.vocab_size} tokens trained on the corpus"
-    own = ("output_bias", "position_init", "embedding_init")  # a loaded model keeps its own
-    keys = [k for k in table if not (cfg.init_from and k in own)]
+    keys = [k for k in table if not (cfg.init_from and k.endswith(("_bias", "_init")))]  # a loaded model's own
     shown = f"{resolved.model_shown()}, vocabulary {vocab}; " + ", ".join(
         f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in keys
     )

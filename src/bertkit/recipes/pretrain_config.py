@@ -230,14 +230,7 @@ class PretrainConfig:
         ),
     )
     embedding_init: str | None = _run_key(
-        None,
-        choices=("normal", "cooccurrence"),
-        group=_R,
-        help=(
-            "initial token embeddings (tied to the MLM decoder): the model's random normal, or the corpus's "
-            "co-occurrence vectors (PPMI + SVD over a 5-token window, seconds on the shards), so tokens used alike "
-            "start alike"
-        ),
+        None, choices=("normal", "cooccurrence"), group=_R, help="initial token embeddings: random, or PPMI-SVD vectors"
     )
     mask_mix: str | None = _run_key(
         None,
