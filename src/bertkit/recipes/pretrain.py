@@ -35,7 +35,7 @@ from bertkit.recipes.pretrain_config import (  # noqa: F401 (public here too)
     parse_mask_mix,
 )
 from bertkit.recipes.pretrain_eval import held_out_accuracy  # noqa: F401 (public here too)
-from bertkit.recipes.pretrain_recipes import BUDGET, BUDGET_LR, PAPER, RECIPES  # noqa: F401 (public here too)
+from bertkit.recipes.pretrain_recipes import BUDGET, BUDGET_LR, FRESH_MODEL_KEYS, PAPER, RECIPES  # noqa: F401
 from bertkit.recipes.pretrain_setup import (
     build_model,
     make_feed,
@@ -74,7 +74,7 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
     resolved = dataclasses.replace(cfg, recipe=name, **chosen)
     vocab = resolved.vocab or f"{resolved.vocab_size} tokens trained on the corpus"
-    keys = [k for k in table if not (cfg.init_from and k.endswith(("_bias", "_init")))]  # a loaded model's own
+    keys = [k for k in table if not (cfg.init_from and k in FRESH_MODEL_KEYS)]  # a loaded model's own
     shown = f"{resolved.model_shown()}, vocabulary {vocab}; " + ", ".join(
         f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in keys
     )

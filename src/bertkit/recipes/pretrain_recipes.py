@@ -58,6 +58,8 @@ BUDGET = {
     "seq_len": 128,
     "batch_size": 32,
 }
+# the recipe keys that initialise a fresh model: an --init-from model brings its own, so they are not applied to it
+FRESH_MODEL_KEYS = ("output_bias", "position_init", "embedding_init")
 BUDGET_LR = {"bert-tiny": 4e-3, "bert-mini": 1e-3, "bert-small": 5e-4, "bert-medium": 5e-4}  # others: 2e-4
 
 

@@ -137,8 +137,9 @@ def unigram_bias(shard_dir: Path, vocab_size: int, tokenizer):
 def init_embeddings(cfg, weight, shard_dir: Path) -> None:
     """``--embedding-init cooccurrence``: the token embedding rows (tied to the MLM decoder) start as the corpus's
     PPMI-SVD vectors at the table's own scale (``data/pretraining/cooccurrence.py``); rows of tokens the shards
-    never hold keep theirs. ``normal`` (or unset) leaves the model's initialisation."""
-    if cfg.embedding_init != "cooccurrence" or cfg.init_from:
+    never hold keep theirs. ``normal`` (or unset) leaves the model's initialisation. For a fresh model only (an
+    ``--init-from`` model keeps its own rows)."""
+    if cfg.embedding_init != "cooccurrence":
         return
     import torch
 

@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from bertkit.data.pretraining.instances import Shard, read_meta
+from bertkit.data.pretraining.instances import first_tokens
 
 WINDOW = 5  # tokens either side, weighted 1 / distance
 SMOOTHING = 0.75  # context counts to this power (word2vec's negative-sampling distribution)
@@ -23,16 +23,7 @@ MAX_TOKENS = 1 << 22  # the first 4M tokens of the shards: enough for 8,000-30,0
 def shard_tokens(directory: str | os.PathLike, max_tokens: int = MAX_TOKENS) -> np.ndarray:
     """The first ``max_tokens`` token ids of the training shards, in order (document ends are not marked: a pair
     across two documents is a little noise in millions)."""
-    meta = read_meta(directory)
-    if meta is None:
-        raise ValueError(f"{directory}: no pre-training shards (meta.json missing)")
-    parts, left = [], max_tokens
-    for info in meta["shards"]:
-        if left <= 0:
-            break
-        tokens = np.asarray(Shard.open(directory, info["name"]).tokens[:left], dtype=np.int64)
-        parts.append(tokens)
-        left -= len(tokens)
+    parts = list(first_tokens(directory, max_tokens))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
@@ -94,12 +85,9 @@ def ppmi_vectors(tokens: np.ndarray, vocab_size: int, width: int, std: float, se
         check_invariants=True,
     ).coalesce()
     rank = min(width, vocab_size)
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)  # svd_lowrank's random projection: the same rows for the same text and seed
-    try:
+    with torch.random.fork_rng(devices=[]):  # the caller's random stream is left as it was
+        torch.manual_seed(seed)  # svd_lowrank's random projection: the same rows for the same text and seed
         u, s, _ = torch.svd_lowrank(matrix, q=min(rank + 10, vocab_size), niter=4)
-    finally:
-        torch.random.set_rng_state(state)
     rank = min(rank, len(s))
     vectors = u[:, :rank] * s[:rank].sqrt()
     vectors = vectors[seen] - vectors[seen].mean(0)  # the direction every token shares carries nothing

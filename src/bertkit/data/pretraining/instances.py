@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -585,20 +585,26 @@ def collate(examples: list[dict], pad_id: int, nsp: bool, multiple: int = 8) -> 
     return batch
 
 
-def token_counts(directory: str | os.PathLike, vocab_size: int, max_tokens: int = 1 << 27) -> np.ndarray:
-    """``[V]`` int64: how often each token id occurs in the training shards (the first ``max_tokens`` of them: an
-    estimate that is plenty for a unigram distribution, and bounded in time)."""
+def first_tokens(directory: str | os.PathLike, max_tokens: int) -> Iterator[np.ndarray]:
+    """The training shards' token ids as int64 arrays, shard by shard, up to the first ``max_tokens`` in all."""
     meta = read_meta(directory)
     if meta is None:
         raise ValueError(f"{directory}: no pre-training shards (meta.json missing)")
-    counts = np.zeros(vocab_size, dtype=np.int64)
     left = max_tokens
     for info in meta["shards"]:
-        tokens = Shard.open(directory, info["name"]).tokens[:left]
-        counts += np.bincount(np.asarray(tokens, dtype=np.int64), minlength=vocab_size)[:vocab_size]
-        left -= len(tokens)
         if left <= 0:
             break
+        tokens = np.asarray(Shard.open(directory, info["name"]).tokens[:left], dtype=np.int64)
+        left -= len(tokens)
+        yield tokens
+
+
+def token_counts(directory: str | os.PathLike, vocab_size: int, max_tokens: int = 1 << 27) -> np.ndarray:
+    """``[V]`` int64: how often each token id occurs in the training shards (the first ``max_tokens`` of them: an
+    estimate that is plenty for a unigram distribution, and bounded in time)."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for tokens in first_tokens(directory, max_tokens):
+        counts += np.bincount(tokens, minlength=vocab_size)[:vocab_size]
     return counts
 
 
