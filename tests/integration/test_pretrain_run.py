@@ -381,16 +381,12 @@ MODERNBERT_TINY = [
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("arch", ["bert", "modernbert"])
-def test_torchrun_two_processes(arch, corpus, tmp_path):
-    """The run under torchrun (gloo, 2 processes): rank 0 alone writes, and the output loads."""
+def test_torchrun_two_processes(corpus, tmp_path):
+    """The run under torchrun (gloo, 2 processes): rank 0 alone writes, and the output loads. ModernBERT (the budget
+    recipe's architecture); a BERT under torchrun, with the weights of one process, is test_multinode.py's."""
     out = tmp_path / "ddp"
-    steps = ["--max-steps", "6", "--save-every", "3", "--log-every", "2"]
-    if arch == "bert":
-        run = _pretrain_cmd(corpus, out, *steps)[1:]
-    else:
-        run = ["pretrain", "--corpus", str(corpus[0]), "--vocab", str(corpus[1]), "--output", str(out)]
-        run += [*MODERNBERT_TINY, *steps]
+    run = ["pretrain", "--corpus", str(corpus[0]), "--vocab", str(corpus[1]), "--output", str(out)]
+    run += [*MODERNBERT_TINY, "--max-steps", "6", "--save-every", "3", "--log-every", "2"]
     cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "bertkit.cli", *run]
     r = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=230, cwd=tmp_path, check=False)
     assert r.returncode == 0, r.stdout[-1000:] + r.stderr[-8000:]  # where each rank was, if one died
@@ -400,14 +396,9 @@ def test_torchrun_two_processes(arch, corpus, tmp_path):
     assert not list(out.rglob("*.tmp*"))  # no rank wrote a half file
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines if "loss" in x] == [2, 4, 6]  # rank 0 alone writes metrics
-    if arch == "bert":
-        from bertkit import BertForPreTraining
+    from bertkit.modeling_modernbert import ModernBertForMaskedLM
 
-        BertForPreTraining.from_pretrained(out)
-    else:
-        from bertkit.modeling_modernbert import ModernBertForMaskedLM
-
-        assert ModernBertForMaskedLM.from_pretrained(out).config.local_attention == 16
+    assert ModernBertForMaskedLM.from_pretrained(out).config.local_attention == 16
 
 
 def test_options_two_phase_no_nsp_accumulation_static_whole_word(corpus, tmp_path):
@@ -454,12 +445,12 @@ def test_options_two_phase_no_nsp_accumulation_static_whole_word(corpus, tmp_pat
 
 def test_max_time_refits_the_schedule_to_the_measured_pace(corpus, tmp_path, monkeypatch):
     """--max-time fits the schedule from a few cold probe steps, then re-fits it once to the pace measured in the
-    run: a probe claiming 1 s/step schedules 8 steps for 12 s; the tiny model's real pace re-schedules far more,
+    run: a probe claiming 0.5 s/step schedules 6 steps for 6 s; the tiny model's real pace re-schedules far more,
     run.json records it, and the lr decays on the new schedule."""
     from bertkit.recipes import pretrain as recipe
     from bertkit.training import step
 
-    monkeypatch.setattr(step, "time_steps", lambda *a, **k: 1.0)
+    monkeypatch.setattr(step, "time_steps", lambda *a, **k: 0.5)
     out = tmp_path / "timed"
     recipe.pretrain(
         recipe.PretrainConfig(
@@ -470,7 +461,7 @@ def test_max_time_refits_the_schedule_to_the_measured_pace(corpus, tmp_path, mon
             config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
             seq_len=32,
             batch_size=4,
-            max_time=12.0,
+            max_time=6.0,
             log_every=1,
             quiet=True,
             workers=1,
@@ -481,7 +472,7 @@ def test_max_time_refits_the_schedule_to_the_measured_pace(corpus, tmp_path, mon
             threads=1,
         )
     )
-    initial = int((12.0 * 0.95 - 2.0) / 1.06)
+    initial = int((6.0 * 0.95 - 2.0) / (0.5 * 1.06))
     run = json.loads((out / "run.json").read_text())
     assert run["total_steps"] > 2 * initial
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
