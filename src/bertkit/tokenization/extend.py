@@ -88,28 +88,39 @@ class WordPieceSplitter:
 
     def __init__(self, vocab: Iterable[str], max_input_chars_per_word: int = 200) -> None:
         self.vocab = set(vocab)
+        self._inner = {t[2:] for t in self.vocab if t.startswith("##")}  # "##x" in vocab <=> "x" in _inner
         self.max_chars = max_input_chars_per_word
         self.longest = max((len(t) - 2 if t.startswith("##") else len(t) for t in self.vocab), default=1)
 
     def add(self, token: str) -> None:
         self.vocab.add(token)
+        if token.startswith("##"):
+            self._inner.add(token[2:])
         self.longest = max(self.longest, len(token) - 2 if token.startswith("##") else len(token))
 
+    def discard(self, token: str) -> None:
+        self.vocab.discard(token)
+        if token.startswith("##"):
+            self._inner.discard(token[2:])
+
     def split(self, word: str, continuation: bool = False) -> list[str] | None:
-        """Pieces of ``word``; ``continuation``: the word is the inside of a longer one (its first piece is ``##``)."""
+        """Pieces of ``word``; ``continuation``: the word is the inside of a longer one (its first piece is ``##``).
+        A word's first piece is looked up as it is (a word may begin with "##"), the others without their "##" in
+        ``_inner`` (no string is built per try)."""
         n = len(word)
         if n > self.max_chars:
             return None
-        vocab, pieces, start = self.vocab, [], 0
+        pieces, start, longest = [], 0, self.longest
+        inner = continuation
+        table = self._inner if inner else self.vocab
         while start < n:
-            end = min(n, start + self.longest)
-            prefix = "##" if start > 0 or continuation else ""
-            while end > start and prefix + word[start:end] not in vocab:
+            end = min(n, start + longest)
+            while end > start and word[start:end] not in table:
                 end -= 1
             if end == start:
                 return None
-            pieces.append(prefix + word[start:end])
-            start = end
+            pieces.append("##" + word[start:end] if inner else word[start:end])
+            start, inner, table = end, True, self._inner
         return pieces
 
 
@@ -183,7 +194,7 @@ class _Corpus:
                     changed[w] = new
                     saving += self.freq[w] * (_cost(self.words[w], self.pieces[w]) - _cost(self.words[w], new))
         finally:
-            self.splitter.vocab.discard(token)
+            self.splitter.discard(token)
         return saving, changed
 
     def still_exact(self, token: str, counted_at: int) -> bool:
