@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import stats
-from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from bertkit.tasks import metrics as M
+
+# sklearn and scipy are imported in the tests that compare with them: at the top they cost every xdist worker 2 s of
+# collection for tests only one of them runs
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_classification_metrics_match_sklearn(seed):
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
     rng = np.random.default_rng(seed)
     y = rng.integers(0, 2, 200)
     p = np.where(rng.random(200) < 0.7, y, 1 - y)
@@ -23,11 +26,15 @@ def test_classification_metrics_match_sklearn(seed):
 
 
 def test_mcc_degenerate_is_zero_like_sklearn():
+    from sklearn.metrics import matthews_corrcoef
+
     assert M.matthews_corrcoef([1, 1, 1], [0, 1, 0]) == matthews_corrcoef([0, 1, 0], [1, 1, 1]) == 0.0
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_correlations_match_scipy(seed):
+    from scipy import stats
+
     rng = np.random.default_rng(seed)
     x = rng.normal(size=100)
     y = x + rng.normal(size=100)
