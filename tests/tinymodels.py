@@ -171,6 +171,18 @@ def run_cli(argv: Sequence[str]) -> str:
     return printed.getvalue()
 
 
+def cli_process(argv: Sequence[str]):
+    """``bertkit ARGV`` as a real process (``python -m bertkit.cli``) on one thread, as :func:`run_cli` runs it
+    in-process, for a test that signals or kills it: a ``subprocess.Popen`` with text pipes."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
+    cmd = [sys.executable, "-m", "bertkit.cli", *[str(a) for a in argv]]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def last_json(printed: str) -> dict:
     """The JSON summary a command printed last (``bertkit finetune``'s metrics)."""
     return json.loads(printed.strip().splitlines()[-1])

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tinymodels
-from tinymodels import one_thread  # noqa: F401  (autouse fixture)
+from tinymodels import cli_process, one_thread  # noqa: F401  (one_thread: an autouse fixture)
 
 from bertkit import BertForPreTraining, Encoder
 from bertkit.cli import main
@@ -334,13 +334,7 @@ def _embeddings_argv(base, fx, output, *extra) -> list[str]:
 
 def _embeddings_process(base, fx, output, *extra):
     """The run as a real ``bertkit finetune`` process (one thread, as tinymodels.run_cli runs it in-process)."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
-    argv = [sys.executable, "-m", "bertkit.cli", *_embeddings_argv(base, fx, output, *extra)]
-    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return cli_process(_embeddings_argv(base, fx, output, *extra))
 
 
 @pytest.mark.timeout(300)

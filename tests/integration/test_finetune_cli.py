@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 import torch
-from tinymodels import FINETUNE_VOCAB, finetune_metrics, last_json, read_vocab, run_cli
+from tinymodels import FINETUNE_VOCAB, cli_process, finetune_metrics, last_json, read_vocab, run_cli
 
 from bertkit.cli import main
 
@@ -596,13 +596,7 @@ def _finetune_argv(tiny_dir, ft, output, *extra) -> list[str]:
 
 def _finetune_process(tiny_dir, ft, output, *extra):
     """The run as a real ``bertkit finetune`` process (one thread, as tinymodels.run_cli runs it in-process)."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
-    argv = [sys.executable, "-m", "bertkit.cli", *_finetune_argv(tiny_dir, ft, output, *extra)]
-    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return cli_process(_finetune_argv(tiny_dir, ft, output, *extra))
 
 
 @pytest.fixture(scope="module")
