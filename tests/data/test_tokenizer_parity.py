@@ -82,8 +82,8 @@ def corpus(root: Path, name: str) -> tuple[list[str], list[tuple[str, str]]]:
 @cache
 def basic_words(lowercase: bool):
     """Google's BasicTokenizer (transformers' legacy port), memoised per text and shared by every vocabulary with
-    the same casing: it is most of the reference's time and does not depend on the vocabulary (the NSMC reviews,
-    SQuAD and GLUE's smaller part are each read by two vocabularies of one casing)."""
+    the same casing: it is most of the reference's time and does not depend on the vocabulary (NSMC and GLUE are
+    each read by two uncased vocabularies, SQuAD by two cased ones)."""
     from transformers.models.bert.tokenization_bert_legacy import BasicTokenizer
 
     return cache(BasicTokenizer(do_lower_case=lowercase).tokenize)
