@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from bertkit import models
 from bertkit.config import ConfigError
@@ -77,3 +78,69 @@ def test_architecture_dispatch_lives_in_the_registry():
     assert found <= DISPATCH_FILES, found - DISPATCH_FILES
     assert ASKS.search('if data.get("model_type") == "modernbert":')  # the pattern sees what it names
     assert ASKS.search("isinstance(bert, ModernBertModel)")
+
+
+@pytest.mark.parametrize("model_type", sorted(models.REGISTRY))
+def test_presets_map_bert_names_by_size_and_refuse_a_size_the_architecture_lacks(model_type):
+    arch = models.REGISTRY[model_type]
+    assert arch.presets and all(name.startswith(arch.preset_prefix) for name in arch.presets)
+    assert set(arch.presets) <= set(models.preset_names())
+    for name in arch.presets:
+        assert arch.preset(name) == name
+        assert arch.preset("bert-" + name.removeprefix(arch.preset_prefix)) == name  # BERT's name of that size
+        assert models.of_preset(name) is arch
+    with pytest.raises(ConfigError, match=rf"--model-size bert-huge: not a {model_type} size; choose one of"):
+        arch.preset("bert-huge")
+    assert model_type in models.names()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(vocab_file):
+    from bertkit.tokenization import BertTokenizer
+
+    return BertTokenizer.from_pretrained(vocab_file)
+
+
+@pytest.mark.parametrize("model_type", sorted(models.REGISTRY))
+def test_build_for_pretraining_makes_the_fresh_model_of_a_preset_for_the_tokenizer(model_type, tokenizer):
+    arch = models.REGISTRY[model_type]
+    size = sorted(arch.presets, key=lambda n: arch.presets[n])[0]  # the smallest
+    model = arch.build_for_pretraining(size, tokenizer, max_len=9000, initializer_range=0.01)
+    assert type(model) is arch.model_class(arch.pretraining_role)
+    layers, hidden = arch.presets[size][:2]
+    config = model.config
+    assert (config.num_hidden_layers, config.hidden_size, config.vocab_size) == (layers, hidden, len(tokenizer))
+    assert config.max_position_embeddings == 9000 and config.initializer_range == 0.01  # more than its least
+    for key, attr in arch.special_ids.items():
+        assert getattr(config, key) == getattr(tokenizer, attr)
+    assert arch.word_embeddings(model).shape == (len(tokenizer), hidden)
+    assert arch.mlm_bias(model).shape == (len(tokenizer),)
+    assert models.encoder_of(model) is arch.encoder_of(model)
+    assert isinstance(arch.encoder_of(model), arch.model_class("base"))
+    # from a config object: the overrides apply; a vocabulary smaller than the tokenizer's is refused
+    again = arch.build_for_pretraining(config, tokenizer, initializer_range=0.03)
+    assert again.config.initializer_range == 0.03 and config.initializer_range == 0.01  # a copy, not a change
+    with pytest.raises(ConfigError, match=f"vocab_size is 5; the tokenizer has {len(tokenizer)} tokens"):
+        arch.build_for_pretraining(config, tokenizer, vocab_size=5)
+    other = next(a for a in models.REGISTRY.values() if a is not arch)
+    with pytest.raises(ConfigError, match=f"is not a {other.model_type} config"):
+        other.build_for_pretraining(config, tokenizer)
+
+
+@pytest.mark.parametrize("model_type", sorted(models.REGISTRY))
+def test_encoder_of_finds_the_encoder_by_base_model_prefix(model_type):
+    arch = models.REGISTRY[model_type]
+    config = arch.config_class()(
+        vocab_size=50, pad_token_id=0, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24
+    )
+    base = arch.model_class("base")(config)
+    assert models.encoder_of(base) is base
+    head = arch.model_class("masked_lm")(config)
+    assert models.encoder_of(head) is getattr(head, head.base_model_prefix)
+    with pytest.raises(ConfigError, match=f"Linear holds no {arch.model_class('base').__name__}"):
+        arch.encoder_of(torch.nn.Linear(2, 2))
+
+
+def test_info_names_the_architecture():
+    for name, arch in models.REGISTRY.items():
+        assert arch.info()["architecture"] == name
