@@ -289,6 +289,13 @@ def of_class_name(name: str) -> tuple[Architecture, str] | None:
     return None
 
 
+def of_head(class_name: str, directory: str | os.PathLike) -> Architecture:
+    """The architecture of a directory whose head class is ``class_name``: that class's, unless it is BERT's (the
+    name a directory without ``architectures`` is given), when the directory's ``model_type`` decides."""
+    found = of_class_name(class_name)
+    return found[0] if found and found[0].model_type != DEFAULT else of_directory(directory)
+
+
 def for_directory(model_class: type, directory: str | os.PathLike) -> type:
     """``model_class`` (a ``BertFor*``), or its counterpart (the same head role) in the architecture of
     ``directory``; a role the architecture lacks is refused naming the directory."""
