@@ -30,6 +30,7 @@ tokenizes before them and pools after.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -618,3 +619,19 @@ def _check_texts(texts: Any, name: str) -> list[str]:
         if not isinstance(t, str):
             raise TypeError(f"{name}[{i}] must be a string, got {type(t).__name__}")
     return texts
+
+
+def format_fill_mask(texts: Sequence[str], results: list[list[list[dict]]], as_json: bool = False) -> str:
+    """:meth:`Encoder.fill_mask`'s results as text: per text, the text then one line per [MASK] (or one JSON object
+    per text, ``as_json``)."""
+    lines = []
+    for text, per_mask in zip(texts, results):
+        if as_json:
+            predictions = [[{"token": p["token"], "probability": round(p["score"], 5)} for p in m] for m in per_mask]
+            lines.append(json.dumps({"text": text, "predictions": predictions}))
+            continue
+        lines.append(text)
+        for n, preds in enumerate(per_mask, 1):
+            label = f"  [MASK] #{n}: " if len(per_mask) > 1 else "  "
+            lines.append(label + "   ".join(f"{p['token']} {p['score']:.1%}" for p in preds))
+    return "\n".join(lines)

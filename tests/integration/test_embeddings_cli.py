@@ -215,12 +215,12 @@ def test_embed_command_uses_the_saved_pooling(tmp_path, trained, fx, capsys):
 
 
 def test_embedding_tasks_route_to_their_own_flags(capsys):
-    from bertkit.embeddings import route
+    from bertkit.cli import route
 
-    assert route("finetune", ["--model", "m", "--task", "pairs"]) == "bertkit.embeddings.train_cli"
-    assert route("finetune", ["--task=simcse"]) == "bertkit.embeddings.train_cli"
+    assert route("finetune", ["--model", "m", "--task", "pairs"]) == "bertkit.commands.finetune_embeddings"
+    assert route("finetune", ["--task=simcse"]) == "bertkit.commands.finetune_embeddings"
     assert route("finetune", ["--task", "stsb"]) is None  # GLUE's STS-B regression stays with finetune
-    assert route("evaluate", ["--task", "retrieval"]) == "bertkit.embeddings.eval_cli"
+    assert route("evaluate", ["--task", "retrieval"]) == "bertkit.commands.evaluate_embeddings"
     assert route("predict", ["--task", "sts"]) is None
     with pytest.raises(SystemExit):
         main(["finetune", "--task", "pairs", "-h"])

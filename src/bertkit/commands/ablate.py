@@ -75,11 +75,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from bertkit.commands.glue import parse_lrs, parse_seeds, parse_time
     from bertkit.data.pretraining.corpus import expand_corpus
     from bertkit.errors import InputError
     from bertkit.experiments.ablate import AblateConfig, AblationStudy
     from bertkit.experiments.glue import resolve_tasks
+    from bertkit.options import parse_lrs, parse_seeds, parse_time
     from bertkit.training.interrupt import GracefulStop
 
     expand_corpus(args.corpus)  # files or directories, as for pretrain: a missing or empty one is named here

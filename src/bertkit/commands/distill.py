@@ -15,10 +15,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.commands.finetune import FILES, FinetuneFiles, load_finetuned, run_in_context
 from bertkit.errors import InputError
 from bertkit.options import add_options, from_args, option
-from bertkit.tasks.options import TaskOptions
+from bertkit.recipes.finetune import run_in_context
+from bertkit.tasks.options import FILES, FinetuneFiles, TaskOptions, load_finetuned
 
 
 @dataclass(kw_only=True)

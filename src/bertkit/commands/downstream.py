@@ -75,9 +75,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from bertkit.commands.glue import parse_lrs, parse_seeds, parse_time
     from bertkit.errors import InputError
     from bertkit.experiments.downstream import DownstreamMeter, MeterConfig, default_lrs, resolve_meter_tasks
+    from bertkit.options import parse_lrs, parse_seeds, parse_time
     from bertkit.training.interrupt import GracefulStop
     from bertkit.training.rundir import check_writable
 

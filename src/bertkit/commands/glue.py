@@ -14,9 +14,8 @@ _OWN = {"task", "train", "dev", "model", "output", "lr", "seed", "help", "resume
 
 def _finetune_options() -> list[type]:
     """The option dataclasses of ``bertkit finetune`` (so new finetune flags pass through as well)."""
-    from bertkit.commands.finetune import FinetuneFiles
     from bertkit.recipes.finetune import FinetuneArgs
-    from bertkit.tasks.options import TaskOptions
+    from bertkit.tasks.options import FinetuneFiles, TaskOptions
 
     return [FinetuneFiles, FinetuneArgs, TaskOptions]
 
@@ -83,54 +82,11 @@ def finetune_argv(args: argparse.Namespace) -> list[str]:
     return [flag for cls in _finetune_options() for flag in to_argv(cls, args, exclude=_OWN)]
 
 
-def parse_seeds(text: str) -> list[int]:
-    from bertkit.errors import InputError
-
-    try:
-        if "," not in text:
-            n = int(text)
-            if n < 1:
-                raise ValueError
-            return list(range(1, n + 1))
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise InputError(
-            f"--seeds: expected a count >= 1 or a comma-separated list of integers, got {text!r}"
-        ) from None
-    if len(set(seeds)) != len(seeds) or not seeds:
-        raise InputError(f"--seeds: {text!r} repeats a seed or names none")
-    return seeds
-
-
-def parse_lrs(text: str) -> list[float]:
-    from bertkit.errors import InputError
-
-    try:
-        lrs = [float(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise InputError(f"--lr: expected comma-separated numbers, got {text!r}") from None
-    if not lrs or any(not lr > 0 for lr in lrs):
-        raise InputError(f"--lr: expected positive learning rates, got {text!r}")
-    return sorted(set(lrs))
-
-
-def parse_time(text: str | None, flag: str) -> float | None:
-    if text is None:
-        return None
-    from bertkit.errors import InputError
-    from bertkit.recipes.pretrain import parse_duration
-
-    try:
-        return parse_duration(text)
-    except ValueError as e:
-        raise InputError(f"{flag}: {e}") from None
-
-
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from bertkit.experiments.glue import SuiteConfig, SuiteRunner, resolve_tasks
-    from bertkit.options import option_flags
+    from bertkit.options import option_flags, parse_lrs, parse_seeds, parse_time
     from bertkit.training.interrupt import GracefulStop
     from bertkit.training.rundir import check_writable
 

@@ -125,9 +125,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertkit.commands.fill_mask import print_predictions
     from bertkit.errors import InputError
-    from bertkit.features import Encoder, encode_with_masks
+    from bertkit.features import Encoder, encode_with_masks, format_fill_mask
     from bertkit.recipes.pretrain import PretrainConfig, PretrainError, held_out_accuracy, parse_duration, pretrain
     from bertkit.tasks.cloze import cloze_probe
 
@@ -192,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     shown = [t for t in SENTENCES if len(encode_with_masks(encoder.tokenizer, t)) <= limit]
     print("\nfill-mask with the model just trained (top 5 guesses for each [MASK]):\n")
     if shown:
-        print_predictions(shown, encoder.fill_mask(shown, top_k=5))
+        print(format_fill_mask(shown, encoder.fill_mask(shown, top_k=5)))
     if len(shown) < len(SENTENCES):
         print(f"({len(SENTENCES) - len(shown)} example sentence(s) longer than the {limit} tokens the model accepts)")
     print(
