@@ -16,6 +16,7 @@ import logging
 import re
 import sys
 
+from bertkit import __version__
 from bertkit.embeddings import EMBEDDING_TASKS, EVALUATION_TASKS
 from bertkit.errors import BertkitError
 
@@ -83,7 +84,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="bertkit",
         description="BERT from scratch: tokenizer, pre-training, fine-tuning, features and serving.",
     )
-    from bertkit import __version__
 
     parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")

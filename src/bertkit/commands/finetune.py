@@ -11,7 +11,8 @@ import json
 from bertkit.embeddings import ROUTE_HELP
 from bertkit.errors import InputError
 from bertkit.options import add_options, from_args
-from bertkit.recipes.finetune import run_in_context
+from bertkit.recipes.finetune import FinetuneArgs, finetune, run_in_context, set_seed
+from bertkit.tasks import get_task
 from bertkit.tasks.options import FinetuneFiles, TaskOptions, add_task_flag, load_model, task_options
 from bertkit.tokenization import load_tokenizer
 
@@ -19,8 +20,6 @@ EPILOG = ROUTE_HELP["finetune"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from bertkit.recipes.finetune import FinetuneArgs
-
     add_task_flag(parser, required=True)
     add_options(parser, FinetuneFiles)
     add_options(parser, FinetuneArgs)
@@ -34,9 +33,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, ctx) -> int:
-    from bertkit.recipes.finetune import FinetuneArgs, finetune, set_seed
-    from bertkit.tasks import get_task
-
     files: FinetuneFiles = from_args(FinetuneFiles, args)
     train_args: FinetuneArgs = from_args(FinetuneArgs, args, device=str(ctx.device))
     if train_args.grad_accum < 1 or train_args.batch_size < 1:
