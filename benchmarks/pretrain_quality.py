@@ -214,7 +214,7 @@ def run_transformers_modernbert(
 
     from bertkit.data.pretraining.instances import DataOptions, PretrainingData, VocabInfo
     from bertkit.modeling_modernbert import ModernBertConfig, ModernBertForMaskedLM
-    from bertkit.recipes.modernbert import DEFAULTS, preset
+    from bertkit.recipes.pretrain.modernbert import DEFAULTS, preset
     from bertkit.tokenization import BertTokenizer
 
     tok = BertTokenizer.from_pretrained(vocab)

@@ -65,7 +65,7 @@ def test_a_role_the_architecture_lacks_is_refused_naming_the_directory(tmp_path)
 ASKS = re.compile(r"""(==|!=)\s*["']modernbert["']|startswith\(["']ModernBert|isinstance\([^)]*ModernBert""")
 # besides the registry: config.py refuses a ModernBERT config.json in BERT's reader, naming the class to use, and
 # the pre-training recipe picks its objective by --arch (ModernBERT's masking, no NSP)
-DISPATCH_FILES = {"models.py", "config.py", "recipes/pretrain.py"}
+DISPATCH_FILES = {"models.py", "config.py", "recipes/pretrain/recipe.py"}
 
 
 def test_architecture_dispatch_lives_in_the_registry():

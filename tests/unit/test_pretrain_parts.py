@@ -39,8 +39,8 @@ def test_the_last_refit_times_the_last_stage(ramp):
     """The last re-fit's pace is timed inside the feed's last stage (where a ramp's longest sequences run), however
     late that stage begins, and it re-fits before the run ends (none when the stage is too short to time); without a
     ramp, or with the budget recipe's (from 70%), from 72% to 80% of the steps."""
+    from bertkit.data.pretraining.ramps import plan_stages
     from bertkit.training.budget import late_window
-    from bertkit.training.ramps import plan_stages
 
     for steps in (300, 1673, 5232):
         last = plan_stages(steps, 128, 32, list(ramp), [], None)[-1].start
@@ -127,7 +127,7 @@ def test_meter_sums_and_ratios():
 
 
 def test_ramp_stages_at_given_steps():
-    from bertkit.training.ramps import parse_ramp, plan_stages, stage_at
+    from bertkit.data.pretraining.ramps import parse_ramp, plan_stages, stage_at
 
     stages = plan_stages(100, 128, 32, parse_ramp("64:0.3", "--seq-ramp"), parse_ramp("8:0.05,16:0.15", "-b"))
     at = {step: stages[stage_at(stages, step)] for step in (0, 4, 5, 14, 15, 29, 30, 99)}

@@ -222,7 +222,7 @@ def log_fields(ctx, out: str | os.PathLike, tokens_per_s_per_rank: float, sums: 
         _OVER_PEAK.add(key)
         logger.warning(
             "MFU left out: the run achieves %.1f GFLOP/s, above the %.1f GFLOP/s this device's peak probe "
-            "measured (a busy machine measures low; bertkit.training.flops.cpu_peak(refresh=True) on a "
+            "measured (a busy machine measures low; bertkit.recipes.pretrain.flops.cpu_peak(refresh=True) on a "
             "quiet one fixes the cache)",
             achieved / 1e9,
             peak / 1e9,

@@ -9,13 +9,14 @@ and on SIGTERM/SIGINT an atomic checkpoint. ``resume=True`` continues from the l
 same weights as an uninterrupted run: the data position is (stage, epoch, index), batches are pure functions of the
 seed, and every RNG state is restored.
 
-Two recipes (``--recipe``, ``recipes/pretrain_recipes.py``): ``paper`` is Devlin et al.'s; ``budget``, the default
+Two recipes (``--recipe``, ``recipes/pretrain/tables.py``): ``paper`` is Devlin et al.'s; ``budget``, the default
 when ``--max-time`` is given, is what measured best in minutes of CPU. Every choice is its own flag too. The books
 of the run (clock, log window, checkpoints, the agreed stop, ``--max-time``'s schedule) are ``training.StepRun``'s;
-a finished run's held-out figures are ``recipes/pretrain_eval.py``'s.
+a finished run's held-out figures are ``recipes/pretrain/evaluate.py``'s.
 
-Two objectives (``--objective``): ``mlm``, and ``electra``: replaced-token detection with a small generator
-(``recipes/electra.py``: its model, masking defaults and figures; the loop is this one).
+The objectives (``--objective``) are ``objectives/``'s, one file each: ``mlm`` (with NSP where the recipe has it)
+and ``electra``, replaced-token detection with a small generator. An objective brings its defaults, its model and
+its figures; the loop is this one.
 """
 
 from __future__ import annotations
@@ -25,18 +26,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import LossNotFinite
-from bertkit.recipes.pretrain_config import (  # noqa: F401 (public here too)
-    RUN_KEYS,
-    SCHEDULES,
-    PretrainConfig,
-    PretrainError,
-    parse_duration,
-    parse_mask_mix,
-)
-from bertkit.recipes.pretrain_eval import held_out_accuracy  # noqa: F401 (public here too)
-from bertkit.recipes.pretrain_recipes import BUDGET, BUDGET_LR, FRESH_MODEL_KEYS, PAPER, RECIPES  # noqa: F401
-from bertkit.recipes.pretrain_setup import (
+from bertkit.data.pretraining.feed import Feed
+from bertkit.data.pretraining.prefetch import Prefetcher
+from bertkit.recipes.pretrain import objectives
+from bertkit.recipes.pretrain.config import PretrainConfig, PretrainError
+from bertkit.recipes.pretrain.setup import (
     build_model,
     make_feed,
     prepare_output,
@@ -44,11 +38,10 @@ from bertkit.recipes.pretrain_setup import (
     say_run,
     tokenizer_and_shards,
 )
-from bertkit.training.feed import Feed, to_device
-from bertkit.training.prefetch import Prefetcher
+from bertkit.recipes.pretrain.tables import BUDGET, BUDGET_LR, FRESH_MODEL_KEYS, PAPER
 from bertkit.training.rundir import os_errors
 
-__all__ = ["LossNotFinite", "PretrainConfig", "PretrainError", "held_out_accuracy", "pretrain"]
+__all__ = ["PretrainError", "pretrain", "resolve_recipe"]
 
 # --------------------------------------------------------------------------------------------- the recipe
 
@@ -59,16 +52,14 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     table = dict(BUDGET if name == "budget" else PAPER)
     size = cfg.model_size
     if cfg.arch == "modernbert":  # its own recipe's masking and objectives; lr as BERT's of the same size
-        from bertkit.recipes import modernbert
+        from bertkit.recipes.pretrain import modernbert
 
         table.update(modernbert.DEFAULTS, position_init=None)  # rotary positions: no table to initialise
         cfg = dataclasses.replace(cfg, model_size=modernbert.preset(cfg.model_size))  # a bad size fails here, early
         size = cfg.model_size.replace("modernbert-", "bert-")
-    if cfg.objective == "electra":  # ELECTRA's masking, no NSP (recipes/electra.py)
-        from bertkit.recipes import electra
-
-        electra.check(cfg)
-        table.update(electra.DEFAULTS)
+    objective = objectives.get(cfg.objective)  # its masking and NSP over the recipe's (ELECTRA: 15%, no NSP)
+    objective.check(cfg)
+    table.update(objective.defaults)
     if table["lr"] is None:
         table["lr"] = BUDGET_LR.get(size, 2e-4) if not cfg.init_from else 1e-4
     chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
@@ -101,6 +92,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
         with GracefulStop() as stop, os_errors(out):
             # ---- recipe, output dir, vocabulary, shards, model, optimizer
             cfg, chosen = resolve_recipe(cfg)
+            objective = objectives.get(cfg.objective)
             cfg = dist.on_main(ctx, lambda: prepare_output(cfg), PretrainError)
             say_run(cfg, ctx, chosen)
             tokenizer, shard_dir = tokenizer_and_shards(cfg, ctx)
@@ -108,7 +100,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
             feed = make_feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
             eval_batches = _eval_batches(cfg, feed)
             # ---- the model; the optimizer, the steps (fitted to --max-time) and the train state, or the checkpoint's
-            model, config = _build_model(cfg, ctx, tokenizer, shard_dir, feed)
+            model, config = _build_model(cfg, objective, ctx, tokenizer, shard_dir, feed)
             run = StepRun(cfg, ctx, model, feed, precision)
             train = run.train
             ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
@@ -133,7 +125,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
                     # a ramp's next stage (before the step: resume-exact)
                     if entered := feed.advance(run.step, run.total_steps):
                         say_run(cfg, ctx, entered)
-                    forward, count = _micro_batches(feed, loader, cfg, ctx, run.meter)
+                    forward, count = _micro_batches(feed, loader, cfg, ctx, run.meter, objective)
                     step_loss = optimizer_step(
                         train,
                         range(cfg.grad_accum),
@@ -148,9 +140,9 @@ def pretrain(cfg: PretrainConfig) -> Path:
                     ).loss
                     run.stepped(step_loss, t0)
                     if run.due(cfg.log_every):
-                        _log(cfg, run, train.scheduler.get_last_lr()[0])
+                        _log(cfg, objective, run, train.scheduler.get_last_lr()[0])
                     if eval_batches and ctx.is_main and run.due(run.eval_every):
-                        run.timed(lambda: _held_out(cfg, run, model, eval_batches, precision))
+                        run.timed(lambda: _held_out(cfg, objective, run, model, eval_batches, precision))
                     run.after_step(stop)
             finally:
                 run.close()
@@ -159,26 +151,21 @@ def pretrain(cfg: PretrainConfig) -> Path:
             # ---- the end: checkpoint + model directory (config.json, model.safetensors, vocab.txt, tokenizer config)
             run.end(stop)
             if ctx.is_main:
-                _write_model(cfg, ctx, model, tokenizer, run)
+                _write_model(cfg, objective, ctx, model, tokenizer, run)
             dist.barrier(ctx)
             return out
     finally:
         dist.cleanup(ctx)
 
 
-def _build_model(cfg: PretrainConfig, ctx, tokenizer, shard_dir: Path, feed: Feed):
-    """(model, config): the factory keyed by --arch; ELECTRA's discriminator is that model, beside its generator."""
+def _build_model(cfg: PretrainConfig, objective, ctx, tokenizer, shard_dir: Path, feed: Feed):
+    """(model, config): the objective's model around the pre-training model of --arch (ELECTRA's discriminator is
+    that model, beside its generator)."""
     if cfg.arch == "modernbert":
-        from bertkit.recipes.modernbert import build_model as make_model
+        from bertkit.recipes.pretrain.modernbert import build_model as make_model
     else:
         make_model = build_model
-    if cfg.objective == "electra":
-        from functools import partial
-
-        from bertkit.recipes import electra
-
-        make_model = partial(electra.build_model, build_base=make_model)
-    return make_model(cfg, tokenizer, shard_dir, feed.max_len, ctx.device)
+    return objective.build(cfg, tokenizer, shard_dir, feed.max_len, ctx.device, make_model)
 
 
 def _eval_batches(cfg: PretrainConfig, feed: Feed) -> list[dict]:
@@ -187,17 +174,14 @@ def _eval_batches(cfg: PretrainConfig, feed: Feed) -> list[dict]:
     return eval_data.eval_batches(cfg.eval_batches) if eval_data.shards else []
 
 
-def _write_model(cfg: PretrainConfig, ctx, model, tokenizer, run) -> None:
+def _write_model(cfg: PretrainConfig, objective, ctx, model, tokenizer, run) -> None:
     """The end of a run: OUTPUT as a model directory (config.json, model.safetensors, vocab.txt, tokenizer config)."""
     from bertkit.training.tensorboard import convert_metrics
 
     out = Path(cfg.output)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    if cfg.objective == "electra":  # the generator's directory (fill-mask) gets the vocabulary too
-        from bertkit.recipes.electra import GENERATOR_DIR
-
-        tokenizer.save_pretrained(out / GENERATOR_DIR)
+    objective.save(out, tokenizer)  # ELECTRA's generator directory gets the vocabulary too
     if cfg.tensorboard:
         convert_metrics(out)
     remove_stale(out)
@@ -209,12 +193,12 @@ def _write_model(cfg: PretrainConfig, ctx, model, tokenizer, run) -> None:
 # --------------------------------------------------------------------------------------------- the loop's parts
 
 
-def _held_out(cfg: PretrainConfig, run, model, batches: list[dict], precision: str) -> None:
+def _held_out(cfg: PretrainConfig, objective, run, model, batches: list[dict], precision: str) -> None:
     """Evaluate on the held-out batches, write and say the result (rank 0)."""
     from bertkit.training.tensorboard import convert_metrics
 
     ctx, step = run.ctx, run.step
-    result = _evaluate(model, batches, precision, ctx.device)  # eval_batches: every labelled input is [MASK]
+    result = _evaluate(model, objective, batches, precision, ctx.device)  # every labelled input is [MASK]
     run.dir.append_metrics({"step": step, **result})
     if cfg.tensorboard:
         convert_metrics(cfg.output)
@@ -224,19 +208,16 @@ def _held_out(cfg: PretrainConfig, run, model, batches: list[dict], precision: s
         f"  held-out at step {step}: MLM acc {result['eval_mlm_acc']:.3f} at [MASK] "
         f"(best constant {result['eval_mlm_baseline']:.3f}), MLM loss {result['eval_mlm_loss']:.3f}"
         + (f", NSP acc {result['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in result else "")
-        + (
-            f", RTD acc {result['eval_rtd_acc']:.3f} (all-original {1 - result['eval_replaced']:.3f}), balanced "
-            f"{result['eval_rtd_balanced_acc']:.3f}, AUC {result['eval_rtd_auc']:.3f}"
-            if "eval_rtd_auc" in result
-            else ""
-        )
+        + objective.held_out_said(result)
         + f", loss {result['eval_loss']:.3f}",
     )
 
 
-def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter):
+def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objective):
     """(forward, count) for ``optimizer_step``: each micro-batch is the feed's next batch; ``count`` adds its
-    figures to the log window."""
+    figures to the log window: the MLM ones every objective has, then the objective's own."""
+    from bertkit.training.step import to_device
+
     current: dict[str, Any] = {}
 
     def forward(model, _):
@@ -252,99 +233,73 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter):
             tokens=int(batch["attention_mask"].sum()),
             sequences=int(batch["attention_mask"].shape[0]),
         )
-        if cfg.objective == "electra":
-            from bertkit.recipes.electra import count as count_rtd
-
-            count_rtd(meter, output, cfg.grad_accum)
-        if cfg.nsp:
-            labels = batch["next_sentence_label"]
-            meter.add(
-                nsp_loss=float(output.nsp_loss.detach()) / cfg.grad_accum,
-                nsp_n=labels.numel(),
-                nsp_ok=int((output.seq_relationship_logits.argmax(-1) == labels).sum()),
-            )
+        objective.count(meter, output, batch, cfg)
 
     return forward, count
 
 
-def _log(cfg: PretrainConfig, run, lr: float) -> None:
+def _log(cfg: PretrainConfig, objective, run, lr: float) -> None:
     """A metrics line (means over the window and the ranks), the progress bar's figures, and a reset window."""
-    from bertkit.training import flops
+    from bertkit.recipes.pretrain import flops
     from bertkit.training.distributed import all_reduce_mean
 
     ctx, m = run.ctx, run.meter
-    vals = all_reduce_mean(
+    loss, mlm_loss, mlm_acc, tok_s = all_reduce_mean(
         ctx,
-        [
-            m.ratio("loss", "steps"),
-            m.ratio("mlm_loss", "steps"),
-            m.ratio("nsp_loss", "steps"),
-            m.ratio("mlm_ok", "mlm_n"),
-            m.ratio("nsp_ok", "nsp_n"),
-            m.ratio("tokens", "time"),
-        ],
+        [m.ratio("loss", "steps"), m.ratio("mlm_loss", "steps"), m.ratio("mlm_ok", "mlm_n"), m.ratio("tokens", "time")],
     )
-    rates = flops.log_fields(ctx, run.dir.path, vals[5], dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
-    rtd = {}
-    if cfg.objective == "electra":  # the discriminator's window figures (recipes/electra.py)
-        from bertkit.recipes.electra import window_fields
-
-        rtd = window_fields(ctx, m)
+    rates = flops.log_fields(ctx, run.dir.path, tok_s, dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
+    own = objective.window(ctx, m, cfg)  # NSP's, or the discriminator's (ELECTRA)
     m.reset()
     # train_mlm_acc: on the training batches' own 80/10/10 inputs (kept tokens count): a training-window figure,
     # not a quality meter; the held-out records (eval_mlm_acc) are
     line = {
         "step": run.step,
-        "loss": vals[0],
-        "mlm_loss": vals[1],
-        "train_mlm_acc": vals[3],
+        "loss": loss,
+        "mlm_loss": mlm_loss,
+        "train_mlm_acc": mlm_acc,
         "lr": lr,
-        "tokens_per_s": vals[5] * ctx.world_size,
+        "tokens_per_s": tok_s * ctx.world_size,
         "elapsed_s": round(run.elapsed, 2),
         "epoch": run.feed.epoch,
-        **rtd,
+        **own,
         **rates,
     }
-    if cfg.nsp:
-        line.update(nsp_loss=vals[2], nsp_acc=vals[4])
-    nsp = {"nsp": f"{vals[4]:.3f}"} if cfg.nsp else {}
+    nsp = {"nsp": f"{own['nsp_acc']:.3f}"} if "nsp_acc" in own else {}
     mfu = {"mfu": f"{rates['mfu']:.1%}"} if "mfu" in rates else {}
     run.log(
         line,
-        dict(loss=f"{vals[0]:.3f}", train_mlm=f"{vals[3]:.3f}", **nsp, tok_s=f"{line['tokens_per_s']:.0f}", **mfu),
-        f"step {run.step}/{run.total_steps}  loss {vals[0]:.3f}  train-window mlm acc {vals[3]:.3f}"
-        + (f"  nsp acc {vals[4]:.3f}" if cfg.nsp else "")
-        + (f"  rtd balanced acc {rtd['train_rtd_balanced_acc']:.3f}" if rtd else "")
+        dict(loss=f"{loss:.3f}", train_mlm=f"{mlm_acc:.3f}", **nsp, tok_s=f"{line['tokens_per_s']:.0f}", **mfu),
+        f"step {run.step}/{run.total_steps}  loss {loss:.3f}  train-window mlm acc {mlm_acc:.3f}"
+        + objective.said(own)
         + f"  {line['tokens_per_s']:.0f} tokens/s"
         + (f"  MFU {mfu['mfu']}" if mfu else ""),
     )
 
 
-def _evaluate(model, batches: list[dict], precision: str, device, mask_id: int | None = None) -> dict[str, float]:
+def _evaluate(model, objective, batches: list[dict], precision: str, device) -> dict[str, float]:
     """The honest held-out meter (``bertkit.tasks.mlm``) on fixed batches: MLM accuracy at [MASK] positions, the
-    best-constant baseline and the MLM loss at the same positions, NSP accuracy where the batches have pairs, and
-    the whole pre-training loss (``eval_loss``)."""
+    best-constant baseline and the MLM loss at the same positions, NSP accuracy where the batches have pairs, the
+    objective's own figures, and the whole pre-training loss (``eval_loss``)."""
     import torch
 
     from bertkit.precision import autocast
-    from bertkit.recipes.electra import RtdScore
     from bertkit.tasks.mlm import score_mlm
+    from bertkit.training.step import to_device
 
     model.eval()
     losses: list[float] = []
-    rtd = RtdScore()  # ELECTRA's discriminator figures, where the model has one
+    own = objective.scorer()  # ELECTRA's discriminator figures
 
     def forward(**batch):
         out = model(**batch)
         losses.append(float(out.loss))
-        rtd.add(out)
+        own.add(out)
         return out
 
     try:
-        score = score_mlm(
-            forward, (to_device(b, device) for b in batches), mask_id, context=lambda: autocast(precision, device)
-        )
+        score = score_mlm(forward, (to_device(b, device) for b in batches), context=lambda: autocast(precision, device))
     finally:
         model.train()
     with torch.no_grad():
-        return {"eval_loss": sum(losses) / max(1, len(losses)), **score.as_record(), **rtd.as_record()}
+        return {"eval_loss": sum(losses) / max(1, len(losses)), **score.as_record(), **own.as_record()}

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.pretraining.ramps import parse_ramp, plan_stages, stage_at
 from bertkit.errors import PretrainError
-from bertkit.training.ramps import parse_ramp, plan_stages, stage_at
 
 
 class Feed:
@@ -93,10 +93,3 @@ class Feed:
             )
 
         return cost
-
-
-def to_device(batch: dict, device) -> dict:
-    """A numpy batch as tensors on ``device``."""
-    import torch
-
-    return {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items()}

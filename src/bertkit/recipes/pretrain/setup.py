@@ -1,7 +1,7 @@
 """Pre-training's setup: the output directory (refusing to overwrite another run, clearing one with --overwrite:
 ``training.rundir``'s protocol for a recorded run), the vocabulary and shards, the model, and the data feed (what a
-batch holds; ``training.feed`` keeps the ramps' stages and the position in them). The loop is in
-:mod:`bertkit.recipes.pretrain`."""
+batch holds; ``data.pretraining.feed`` keeps the ramps' stages and the position in them). The loop is in
+:mod:`bertkit.recipes.pretrain.recipe`."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bertkit.recipes.pretrain_config import RUN_KEYS, PretrainError, parse_mask_mix  # noqa: F401 (public here too)
+from bertkit.recipes.pretrain.config import RUN_KEYS, PretrainError, parse_mask_mix  # noqa: F401 (public here too)
 from bertkit.training.log import say
 from bertkit.training.rundir import RunDir
 
 if TYPE_CHECKING:
-    from bertkit.recipes.pretrain_config import PretrainConfig
-    from bertkit.training.feed import Feed
+    from bertkit.data.pretraining.feed import Feed
+    from bertkit.recipes.pretrain.config import PretrainConfig
 
 # what a run writes into OUTPUT (and --overwrite removes); a directory holding only these is a run's beginnings
 RUN_FILES = (
@@ -58,8 +58,8 @@ def tokenizer_and_shards(cfg: PretrainConfig, ctx):
     """The vocabulary (trained on the sentence-split corpus unless given) and the tokenized shards, built by rank 0."""
     from bertkit.data.pretraining.corpus import expand_corpus, write_sentences
     from bertkit.data.pretraining.prepare import prepare_corpus
+    from bertkit.recipes.pretrain.once import check_same_shards, once
     from bertkit.tokenization import BertTokenizer, train_vocab
-    from bertkit.training.once import check_same_shards, once
 
     out, progress = Path(cfg.output), not cfg.quiet and sys.stderr.isatty()
     data_dir, sentences = out / "data", out / "data" / "sentences.txt"
@@ -195,8 +195,8 @@ def sinusoids(positions: int, width: int):
 
 def make_feed(cfg: PretrainConfig, shard_dir: Path, vocab, ctx) -> Feed:
     """The run's batches: instances of the shards masked as ``cfg`` says, over its ramps' stages."""
+    from bertkit.data.pretraining.feed import Feed
     from bertkit.data.pretraining.instances import DataOptions
-    from bertkit.training.feed import Feed
 
     def options(seq_len: int, batch_size: int) -> DataOptions:
         return DataOptions(

@@ -1,5 +1,5 @@
 """ModernBERT's part of the pre-training recipe (``bertkit pretrain --arch modernbert``): its size presets and its
-model factory. The loop, the data and the checkpoints are BERT's (``recipes/pretrain.py``); what changes is the
+model factory. The loop, the data and the checkpoints are BERT's (``recipes/pretrain/recipe.py``); what changes is the
 model (``bertkit.modeling_modernbert.ModernBertForMaskedLM``, saved in transformers' ModernBERT layout) and two
 defaults of ModernBERT's recipe, whatever ``--recipe``: 30% masking and no next-sentence prediction (it has no NSP
 head)."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertkit.errors import InputError
-from bertkit.recipes.pretrain_setup import init_embeddings, load_init_from, unigram_bias
+from bertkit.recipes.pretrain.setup import init_embeddings, load_init_from, unigram_bias
 
 ARCHS = ("bert", "modernbert")
 DEFAULTS = {"mask_prob": 0.3, "nsp": False}  # ModernBERT's recipe (Warner et al., 2024), over --recipe's

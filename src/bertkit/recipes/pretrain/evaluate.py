@@ -1,14 +1,16 @@
 """A finished pre-training run's honest held-out figures (:func:`held_out_accuracy`), read from its directory: the
 run's settings (run.json), vocabulary, held-out shards and model. The meter during the run is
-:mod:`bertkit.recipes.pretrain`'s ``_evaluate``; both count only what the model had to infer (``bertkit.tasks.mlm``)."""
+:mod:`bertkit.recipes.pretrain.recipe`'s ``_evaluate``; both count only what the model had to infer
+(``bertkit.tasks.mlm``)."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
-from bertkit.recipes.pretrain_config import PretrainConfig, PretrainError
-from bertkit.recipes.pretrain_setup import make_feed
+from bertkit.recipes.pretrain import objectives
+from bertkit.recipes.pretrain.config import PretrainConfig, PretrainError
+from bertkit.recipes.pretrain.setup import make_feed
 from bertkit.training.rundir import read_record
 
 
@@ -56,8 +58,8 @@ def held_out_accuracy(
             break
     if not batches:
         raise PretrainError(f"{out}: no held-out text to evaluate on (the corpus is too small)")
-    # ELECTRA's run: its generator is the masked LM (the model kept is the discriminator, which has no MLM head)
-    where = out / "generator" if cfg.objective == "electra" else out
+    # where the objective keeps its masked LM (ELECTRA's: the generator; the model kept is the discriminator)
+    where = out / objectives.get(cfg.objective).masked_lm_dir
     arch = models.of_directory(where)  # the masked LM of the run's architecture
     model = arch.model_class(arch.features_role).from_pretrained(where).eval()
     score = score_mlm(model, ({k: torch.from_numpy(v) for k, v in b.items()} for b in batches), vocab.mask_id)

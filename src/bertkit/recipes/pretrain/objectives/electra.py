@@ -1,7 +1,7 @@
 """ELECTRA's part of the pre-training recipe (``bertkit pretrain --objective electra``; Clark et al., 2020): a small
 generator trained by masked LM fills the masked positions with tokens sampled from its softmax, and the model kept,
 the discriminator, learns to tell every input token as original or replaced. The loop, the data, the schedule and
-the checkpoints are BERT's (``recipes/pretrain.py``); what changes is the model (:class:`ElectraPretraining`),
+the checkpoints are BERT's (``recipes/pretrain/recipe.py``); what changes is the model (:class:`ElectraPretraining`),
 ELECTRA's masking defaults, the RTD figures in the log, and what the run directory holds at the end.
 
     generator (masked LM, fewer layers) --sample at [MASK]--> discriminator (the encoder kept) --> RTD head
@@ -12,18 +12,11 @@ ELECTRA's masking defaults, the RTD figures in the log, and what the run directo
 No gradient flows through the sampling: the generator learns from its MLM loss only (and the shared embeddings from
 both). A sampled token equal to the original is labelled original.
 
-Either architecture (``--arch``): the budget recipe's ModernBERT or BERT. A BERT discriminator's post-LayerNorm
-layers sit on a long plateau before replaced-token detection takes off; ModernBERT's pre-norm layers leave it within
-a few hundred steps (measured on a toy task of shifted sequences: balanced accuracy 0.96 at step 200 against 0.50 at
-step 800 for BERT's layers, docs/pretraining.md).
-
-OUTPUT is the discriminator as a bare encoder in its architecture's transformers layout (``model_type: bert``, a
-``BertModel`` with an untrained pooler; or ``modernbert``, a ``ModernBertModel``), so every bertkit command and
-transformers' ``BertModel``/``ModernBertModel`` read it unchanged. The RTD head goes beside it
-(``rtd_head.safetensors``, ELECTRA's ``discriminator_predictions.*`` keys: for BERT, with the encoder's keys under
-``electra.``, transformers' ``ElectraForPreTraining`` gives the same logits), and the generator to
-``OUTPUT/generator`` (the architecture's masked-LM directory with the vocabulary: fill-mask, and the honest held-out
-MLM meter, read it).
+Either architecture (``--arch``); ModernBERT's pre-norm layers leave the RTD plateau far sooner than BERT's
+(docs/pretraining.md). OUTPUT is the discriminator as a bare encoder in its architecture's transformers layout,
+which every bertkit command and transformers read unchanged; its RTD head beside it (``rtd_head.safetensors``,
+ELECTRA's ``discriminator_predictions.*`` keys: transformers' ``ElectraForPreTraining`` gives the same logits on
+BERT's), and the generator, the masked LM that fill-mask and the held-out meter read, in ``OUTPUT/generator``.
 """
 
 from __future__ import annotations
@@ -39,21 +32,12 @@ from torch import Tensor, nn
 from bertkit.config import BertConfig
 from bertkit.errors import InputError
 from bertkit.modeling import ACT2FN, BertModel
+from bertkit.recipes.pretrain.objectives import Objective
 
 # ELECTRA's masking (its pretrain_helpers.mask): 15% of the tokens, 85% of them [MASK], the rest left as they are
 DEFAULTS = {"nsp": False, "mask_prob": 0.15, "mask_mix": "85/0/15"}
 RTD_HEAD_NAME = "rtd_head.safetensors"
 GENERATOR_DIR = "generator"
-
-
-def check(cfg) -> None:
-    """Refuse what ELECTRA's objective cannot do, in one line."""
-    if cfg.nsp:
-        raise InputError("--objective electra has no next-sentence prediction; leave out --nsp")
-    if cfg.generator_layers is not None and cfg.generator_layers < 1:
-        raise InputError(f"--generator-layers must be >= 1, got {cfg.generator_layers}")
-    if cfg.rtd_weight <= 0:
-        raise InputError(f"--rtd-weight must be positive, got {cfg.rtd_weight}")
 
 
 def generator_layers(cfg, config: BertConfig) -> int:
@@ -210,12 +194,9 @@ class ElectraPretraining(nn.Module):
 
 
 def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device, build_base):
-    """(ElectraPretraining, the discriminator's config): the discriminator is the pre-training model of ``--arch``
-    and ``--model-size`` (or ``--init-from``) as ``build_base``, that architecture's recipe factory, makes it
-    (BERT's position init and dropout), without its heads; the generator has its config with ``generator_layers``
-    layers and starts its MLM output bias where that model's does (the corpus's unigram frequencies with
-    ``--output-bias unigram``). From an ELECTRA run's output (``--init-from``), its generator and RTD head
-    continue too."""
+    """(ElectraPretraining, the discriminator's config): the discriminator is the architecture's pre-training model
+    as ``build_base`` makes it, without its heads; the generator has its config with ``generator_layers`` layers and
+    starts its MLM output bias where that model's does. An ELECTRA run's output (``--init-from``) continues whole."""
     from bertkit import models
 
     base, config = build_base(cfg, tokenizer, shard_dir, max_len, device)
@@ -256,22 +237,6 @@ def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device, build_bas
 # --------------------------------------------------------------------------------------------- the figures
 
 
-def count(meter, output: ElectraOutput, grad_accum: int) -> None:
-    """A training micro-batch's RTD figures into the log window."""
-    with torch.no_grad():
-        labels = output.rtd_labels
-        active = labels != -100
-        truth, pred = labels[active] == 1, output.rtd_logits[active] > 0
-        meter.add(
-            rtd_loss=float(output.rtd_loss.detach()) / grad_accum,
-            rtd_n=int(active.sum()),
-            rtd_ok=int((truth == pred).sum()),
-            rtd_pos=int(truth.sum()),
-            rtd_pred=int(pred.sum()),
-            rtd_tp=int((truth & pred).sum()),
-        )
-
-
 def rates(tp: float, pos: float, pred: float, ok: float, n: float) -> dict[str, float]:
     """RTD accuracy, precision and recall of "replaced", balanced accuracy (the mean of the recalls of both classes:
     0.5 for a model that calls every token original, however few are replaced) and the replaced share (1 minus it
@@ -285,16 +250,6 @@ def rates(tp: float, pos: float, pred: float, ok: float, n: float) -> dict[str, 
         "rtd_balanced_acc": (recall + recall_original) / 2,
         "replaced": pos / n if n else 0.0,
     }
-
-
-def window_fields(ctx, meter) -> dict[str, float]:
-    """The log window's RTD figures (means over the ranks), as ``train_rtd_*`` fields and ``rtd_loss``."""
-    from bertkit.training.distributed import all_reduce_mean
-
-    s = meter.sums
-    keys = ("rtd_tp", "rtd_pos", "rtd_pred", "rtd_ok", "rtd_n")
-    vals = all_reduce_mean(ctx, [meter.ratio("rtd_loss", "steps"), *(s[k] for k in keys)])
-    return {"rtd_loss": vals[0], **{"train_" + k: v for k, v in rates(*vals[1:]).items()}}
 
 
 def auc(scores: Tensor, truth: Tensor) -> float:
@@ -331,11 +286,65 @@ class RtdScore:
             return {}
         scores, truth = torch.cat(self.scores), torch.cat(self.truth)
         pred = scores > 0
-        figures = rates(
-            float((truth & pred).sum()),
-            float(truth.sum()),
-            float(pred.sum()),
-            float((truth == pred).sum()),
-            float(truth.numel()),
-        )
+        figures = rates(*(float(x.sum()) for x in (truth & pred, truth, pred, truth == pred)), float(truth.numel()))
         return {prefix + k: v for k, v in {**figures, "rtd_auc": auc(scores, truth)}.items()}
+
+
+# --------------------------------------------------------------------------------------------- the objective
+
+
+class Electra(Objective):
+    """ELECTRA's part of the recipe: its masking, its model, its RTD figures, and OUTPUT's generator."""
+
+    defaults = DEFAULTS
+    masked_lm_dir = GENERATOR_DIR  # the model kept is the discriminator: the generator is the masked LM
+
+    def check(self, cfg) -> None:
+        if cfg.nsp:
+            raise InputError("--objective electra has no next-sentence prediction; leave out --nsp")
+        if cfg.generator_layers is not None and cfg.generator_layers < 1:
+            raise InputError(f"--generator-layers must be >= 1, got {cfg.generator_layers}")
+        if cfg.rtd_weight <= 0:
+            raise InputError(f"--rtd-weight must be positive, got {cfg.rtd_weight}")
+
+    build = staticmethod(build_model)
+
+    def count(self, meter, output: ElectraOutput, batch: dict, cfg) -> None:
+        with torch.no_grad():
+            labels = output.rtd_labels
+            active = labels != -100
+            truth, pred = labels[active] == 1, output.rtd_logits[active] > 0
+            meter.add(
+                rtd_loss=float(output.rtd_loss.detach()) / cfg.grad_accum,
+                rtd_n=int(active.sum()),
+                rtd_ok=int((truth == pred).sum()),
+                rtd_pos=int(truth.sum()),
+                rtd_pred=int(pred.sum()),
+                rtd_tp=int((truth & pred).sum()),
+            )
+
+    def window(self, ctx, meter, cfg) -> dict[str, float]:
+        """``rtd_loss`` and the window's :func:`rates` as ``train_rtd_*`` fields (means over the ranks)."""
+        from bertkit.training.distributed import all_reduce_mean
+
+        keys = ("rtd_tp", "rtd_pos", "rtd_pred", "rtd_ok", "rtd_n")
+        vals = all_reduce_mean(ctx, [meter.ratio("rtd_loss", "steps"), *(meter.sums[k] for k in keys)])
+        return {"rtd_loss": vals[0], **{"train_" + k: v for k, v in rates(*vals[1:]).items()}}
+
+    def said(self, fields: dict[str, float]) -> str:
+        return f"  rtd balanced acc {fields['train_rtd_balanced_acc']:.3f}"
+
+    def scorer(self) -> RtdScore:
+        return RtdScore()
+
+    def held_out_said(self, r: dict[str, float]) -> str:
+        return (
+            f", RTD acc {r['eval_rtd_acc']:.3f} (all-original {1 - r['eval_replaced']:.3f}), balanced "
+            f"{r['eval_rtd_balanced_acc']:.3f}, AUC {r['eval_rtd_auc']:.3f}"
+        )
+
+    def save(self, out: Path, tokenizer) -> None:
+        tokenizer.save_pretrained(out / GENERATOR_DIR)  # the generator's directory (fill-mask) gets the vocabulary
+
+
+OBJECTIVE = Electra()
