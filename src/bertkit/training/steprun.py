@@ -122,6 +122,7 @@ class StepRun:
             "precision": self.precision,
             "world_size": ctx.world_size,
             "model_config": model_config,
+            "finished": False,
         }
         self.write_record()
         self.dir.truncate_metrics(self.step)
@@ -144,6 +145,11 @@ class StepRun:
     @property
     def eval_every(self) -> int:
         return self.cfg.eval_every or max(1, self.total_steps // 10)
+
+    def finish(self) -> None:
+        """run.json says the run ended (its model is written): ``--resume`` refuses it from now on."""
+        self.record["finished"] = True
+        self.write_record()
 
     def write_record(self) -> None:
         if self.ctx.is_main:

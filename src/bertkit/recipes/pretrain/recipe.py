@@ -32,9 +32,11 @@ from bertkit.recipes.pretrain import objectives
 from bertkit.recipes.pretrain.config import PretrainConfig, PretrainError
 from bertkit.recipes.pretrain.setup import (
     build_model,
+    check_batches,
     make_feed,
     prepare_output,
     remove_stale,
+    removed_if_refused,
     say_run,
     tokenizer_and_shards,
 )
@@ -89,10 +91,11 @@ def pretrain(cfg: PretrainConfig) -> Path:
     torch.set_num_threads(cfg.threads or torch.get_num_threads())
     ctx, out = dist.setup(cfg.device), Path(cfg.output)
     try:
-        with GracefulStop() as stop, os_errors(out):
-            # ---- recipe, output dir, vocabulary, shards, model, optimizer
+        with GracefulStop() as stop, os_errors(out), removed_if_refused(cfg, ctx):
+            # ---- recipe, output dir, vocabulary, shards, model, optimizer; every flag checked before a file is written
             cfg, chosen = resolve_recipe(cfg)
             objective = objectives.get(cfg.objective)
+            check_batches(cfg)
             cfg = dist.on_main(ctx, lambda: prepare_output(cfg), PretrainError)
             say_run(cfg, ctx, chosen)
             tokenizer, shard_dir = tokenizer_and_shards(cfg, ctx)
@@ -185,6 +188,7 @@ def _write_model(cfg: PretrainConfig, objective, ctx, model, tokenizer, run) -> 
     if cfg.tensorboard:
         convert_metrics(out)
     remove_stale(out)
+    run.finish()  # run.json: finished, so that --resume refuses it
     step, total_steps = run.step, run.total_steps
     say_run(cfg, ctx, f"--max-time reached at step {step} of {total_steps}" if run.stop_why == "time" else "")
     say_run(cfg, ctx, f"done: {step} steps in {run.elapsed:.0f}s; model saved to {out}")

@@ -5,15 +5,17 @@ batch holds; ``data.pretraining.feed`` keeps the ramps' stages and the position 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bertkit.errors import InputError
 from bertkit.recipes.pretrain.config import RUN_KEYS, PretrainError, parse_mask_mix  # noqa: F401 (public here too)
 from bertkit.training.log import say
-from bertkit.training.rundir import RunDir
+from bertkit.training.rundir import RUN_JSON, RunDir, read_record
 
 if TYPE_CHECKING:
     from bertkit.data.pretraining.feed import Feed
@@ -48,10 +50,59 @@ def remove_stale(out: Path) -> None:
 
 
 def prepare_output(cfg: PretrainConfig) -> PretrainConfig:
-    """Refuse to silently overwrite a different run; with --overwrite, clear what a run writes. With --resume and no
-    run.json yet (killed while preparing), start afresh: returns ``cfg`` with ``resume`` off then."""
+    """Refuse to silently overwrite a different run, and to resume a finished one; with --overwrite, clear what a
+    run writes. With --resume and no run.json yet (killed while preparing), start afresh: returns ``cfg`` with
+    ``resume`` off then."""
+    out = Path(cfg.output)
+    if cfg.resume and finished(out):
+        raise PretrainError(
+            f"--resume: {out} holds a finished run (its model is written): nothing to resume; run again with "
+            "--overwrite in place of --resume to replace it, or choose another --output"
+        )
     resume = RunDir(cfg.output).claim(cfg.run_record(), RUN_KEYS, cfg.resume, cfg.overwrite, RUN_FILES)
     return cfg if resume == cfg.resume else dataclasses.replace(cfg, resume=False)
+
+
+def finished(out: Path) -> bool:
+    """Whether the run in ``out`` ended: its model file, which the end of a run writes, is there, and its run.json
+    says ``finished`` (written after the model; a run directory from before that field has none)."""
+    if not (out / RUN_JSON).is_file() or not (out / "model.safetensors").is_file():
+        return False
+    return bool(read_record(out / RUN_JSON).get("finished", True))
+
+
+@contextlib.contextmanager
+def removed_if_refused(cfg: PretrainConfig, ctx):
+    """A fresh run refused before it began training (a flag whose fault shows only on the prepared data, e.g. a
+    batch larger than the corpus) leaves no half-made OUTPUT: what it wrote there goes, so that the corrected
+    command runs (issue 54, item 7). A resumed run, an interrupted one and one that began training keep theirs."""
+    out = Path(cfg.output)
+    ours = not out.exists() or (out.is_dir() and not any(out.iterdir()))
+    try:
+        yield
+    except (InputError, PretrainError, ValueError):
+        if ours and not cfg.resume and ctx.is_main and out.is_dir() and not (out / RUN_JSON).is_file():
+            RunDir(out).clear(RUN_FILES)
+            if not any(out.iterdir()):
+                out.rmdir()
+        raise
+
+
+def check_batches(cfg: PretrainConfig) -> None:
+    """Every stage's sequences and batches as the feed will make them (the ramps', --two-phase's), checked before
+    anything is written: an ``InputError`` naming the flag."""
+    from bertkit.data.pretraining.ramps import parse_ramp
+
+    stages = [("--seq-len", cfg.seq_len, cfg.batch_size)]
+    stages += [("--seq-ramp", n, cfg.batch_size) for n, _ in parse_ramp(cfg.seq_ramp, "--seq-ramp")]
+    stages += [("--batch-ramp", cfg.seq_len, b) for b, _ in parse_ramp(cfg.batch_ramp, "--batch-ramp")]
+    if cfg.two_phase:
+        stages.append(("--phase2-seq-len", cfg.phase2_seq_len, cfg.phase2_batch_size or cfg.batch_size))
+    for flag, seq_len, batch_size in stages:
+        try:
+            data_options(cfg, seq_len, batch_size)
+        except ValueError as e:
+            raise InputError(f"{flag}: {e}") from None
 
 
 def tokenizer_and_shards(cfg: PretrainConfig, ctx):
@@ -193,24 +244,29 @@ def sinusoids(positions: int, width: int):
     return table
 
 
-def make_feed(cfg: PretrainConfig, shard_dir: Path, vocab, ctx) -> Feed:
-    """The run's batches: instances of the shards masked as ``cfg`` says, over its ramps' stages."""
-    from bertkit.data.pretraining.feed import Feed
+def data_options(cfg: PretrainConfig, seq_len: int, batch_size: int):
+    """What a batch of ``seq_len`` tokens and ``batch_size`` sequences holds: the run's masking, NSP and seed."""
     from bertkit.data.pretraining.instances import DataOptions
 
-    def options(seq_len: int, batch_size: int) -> DataOptions:
-        return DataOptions(
-            max_seq_length=seq_len,
-            batch_size=batch_size,
-            nsp=cfg.nsp,
-            mask_prob=cfg.mask_prob,
-            max_predictions=cfg.max_predictions,
-            whole_word=cfg.whole_word_mask,
-            short_seq_prob=cfg.short_seq_prob,
-            masking=cfg.masking,
-            dupe_factor=cfg.dupe_factor,
-            seed=cfg.seed,
-            mask_mix=parse_mask_mix(cfg.mask_mix or "80/10/10"),
-        )
+    return DataOptions(
+        max_seq_length=seq_len,
+        batch_size=batch_size,
+        nsp=cfg.nsp,
+        mask_prob=cfg.mask_prob,
+        max_predictions=cfg.max_predictions,
+        whole_word=cfg.whole_word_mask,
+        short_seq_prob=cfg.short_seq_prob,
+        masking=cfg.masking,
+        dupe_factor=cfg.dupe_factor,
+        seed=cfg.seed,
+        mask_mix=parse_mask_mix(cfg.mask_mix or "80/10/10"),
+    )
 
-    return Feed(cfg, shard_dir, vocab, ctx, options)
+
+def make_feed(cfg: PretrainConfig, shard_dir: Path, vocab, ctx) -> Feed:
+    """The run's batches: instances of the shards masked as ``cfg`` says, over its ramps' stages."""
+    from functools import partial
+
+    from bertkit.data.pretraining.feed import Feed
+
+    return Feed(cfg, shard_dir, vocab, ctx, partial(data_options, cfg))
