@@ -40,13 +40,10 @@ from bertkit.errors import InputError, RunError
 log = logging.getLogger(__name__)
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
-HEAD_OUTPUTS = {
-    "BertForSequenceClassification": ("logits",),
-    "BertForTokenClassification": ("logits",),
-    "BertForQuestionAnswering": ("start_logits", "end_logits"),
-    "ModernBertForSequenceClassification": ("logits",),
-    "ModernBertForTokenClassification": ("logits",),
-    "ModernBertForQuestionAnswering": ("start_logits", "end_logits"),
+HEAD_OUTPUTS = {  # head role (bertkit.models.ROLES) -> its graph's outputs, in every architecture
+    "sequence_classification": ("logits",),
+    "token_classification": ("logits",),
+    "question_answering": ("start_logits", "end_logits"),
 }
 QUANTIZED_OPS = {
     "DynamicQuantizeLinear",
@@ -136,14 +133,15 @@ def load_for_export(
     directory = Path(directory)
     data = read_model_config(directory)
     arch = models.of_config(data)
-    heads = [a for a in data.get("architectures") or [] if a in HEAD_OUTPUTS and a in arch.class_names()]
+    roles = {name: role for role, name in arch.classes.items()}
+    heads = [a for a in data.get("architectures") or [] if roles.get(a) in HEAD_OUTPUTS]
     architecture = arch.classes["base"] if hidden_states or not heads else heads[0]
     if (directory / "tagger_config.json").is_file():
         raise InputError(f"{directory}: a feature-based tagger (BiLSTM on frozen BERT) cannot be exported to ONNX")
     # one of HEAD_OUTPUTS or the bare encoder: no import by name from files
-    model_class = arch.model_class(models.of_class_name(architecture)[1])
+    model_class = arch.model_class(roles[architecture])
     model, info = model_class.from_pretrained(directory, output_loading_info=True)
-    outputs = HEAD_OUTPUTS.get(architecture)
+    outputs = HEAD_OUTPUTS.get(roles[architecture])
     if outputs is None:
         initialised = info.initialised
         pooler = getattr(model, "pooler", None)

@@ -42,6 +42,7 @@ import torch
 
 from bertkit import checkpoint, models, runtime
 from bertkit.batches import collate, cut_batches, plan_batches  # noqa: F401 (cut_batches re-exported)
+from bertkit.config import ConfigError
 from bertkit.errors import InputError, MissingFileError
 from bertkit.precision import autocast, resolve_precision
 from bertkit.st_format import read_sentence_transformers
@@ -232,11 +233,13 @@ class Encoder:
         mlm_head: Any = None,
         runner: Any = None,
     ):
-        bases = models.base_classes()
-        bert = model if isinstance(model, bases) else (getattr(model, "bert", None) or getattr(model, "model", None))
-        if not isinstance(bert, bases):
-            names = ", ".join(b.__name__ for b in bases)
-            raise TypeError(f"Encoder needs a {names} or a *For* model around one, got {type(model).__name__}")
+        try:
+            bert = models.encoder_of(model)
+        except ConfigError:
+            names = ", ".join(b.__name__ for b in models.base_classes())
+            raise TypeError(
+                f"Encoder needs a {names} or a *For* model around one, got {type(model).__name__}"
+            ) from None
         self.device = torch.device(device)
         self.bert = bert.to(self.device).eval()
         self.config = bert.config

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import models, runtime
+from bertkit.config import ConfigError
 from bertkit.errors import InputError
 from bertkit.tasks.tagging import _tag, group_entities, tokens_to_string  # noqa: F401 (public here too)
 from bertkit.tokenization import load_tokenizer
@@ -151,15 +152,6 @@ def _default_task(architecture: str, config: Any, directory: Path):
     return get_task("squad", max_seq_length=min(384, max_len))
 
 
-def _read_config(directory: Path, architecture: str):
-    """The directory's config, of the architecture its head class (``architecture``) or its ``model_type`` names."""
-    from bertkit import models
-
-    found = models.of_class_name(architecture)
-    arch = found[0] if found and found[0].model_type != models.DEFAULT else models.of_directory(directory)
-    return arch.config_class().from_pretrained(directory)
-
-
 def load_pipeline(
     directory: str | os.PathLike,
     device: str = "cpu",
@@ -200,7 +192,7 @@ def load_pipeline(
     if qa_convention not in QA_CONVENTIONS:
         raise InputError(f"qa_convention must be one of {', '.join(QA_CONVENTIONS)}, got {qa_convention!r}")
     architecture, saved = read_head(directory)
-    config = _read_config(directory, architecture)
+    config = models.of_head(architecture, directory).config_class().from_pretrained(directory)
     if saved.get("task"):
         task = get_task(saved["task"], **task_options(argparse.Namespace(), saved))
     else:
@@ -322,11 +314,10 @@ class Pipeline:
         absent), int8 if the pipeline is. An exported directory without PyTorch weights has no encoder: InputError."""
         from bertkit.features import Encoder
 
-        bases = models.base_classes()
-        # BERT's heads and the feature-based tagger hold ``bert``; ModernBERT's heads ``model``
-        bert = next(
-            (m for m in (getattr(self.model, a, None) for a in ("bert", "model")) if isinstance(m, bases)), None
-        )
+        try:  # a head model, or the feature-based tagger, around an encoder (its ``base_model_prefix``)
+            bert = models.encoder_of(self.model)
+        except ConfigError:  # an ONNX or int8 graph: no PyTorch encoder module
+            bert = None
         if bert is not None:
             return Encoder(
                 bert,

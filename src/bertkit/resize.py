@@ -39,7 +39,7 @@ def read_directory_config(directory: Path) -> dict:
     """The directory's ``config.json`` as written, or (a Google TF directory) its ``bert_config.json`` in HF form."""
     if (directory / CONFIG_NAME).is_file():
         return read_config_file(directory / CONFIG_NAME)
-    return {"model_type": "bert", **BertConfig.from_pretrained(directory).to_dict("hf")}
+    return BertConfig.from_pretrained(directory).to_dict("hf")  # its model_type BERT's
 
 
 def resize_tensors(

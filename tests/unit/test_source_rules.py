@@ -197,3 +197,94 @@ def test_every_test_file_is_in_the_tests_readme():
     )
     files = {(p.parent.name, p.name) for p in tests.glob("*/test_*.py")}
     assert files == table, {"missing": sorted(files - table), "gone": sorted(table - files)}
+
+
+# --------------------------------------------------------------------------------------------- the registry
+
+# the files that may ask "which architecture is this?": the registry, the configs and the modeling files
+ARCHITECTURE_FILES = {"models.py", "config.py", "modeling.py", "modeling_modernbert.py"}
+# for now, with the reason
+ARCHITECTURE_FILES_FOR_NOW = {
+    name: "the core branch moves them (issue 52, item 2): the pre-training recipe becomes one package"
+    for name in (
+        "recipes/pretrain/config.py",
+        "recipes/pretrain/recipe.py",
+        "recipes/pretrain/tables.py",
+        "recipes/pretrain/modernbert.py",
+        "recipes/pretrain/objectives/electra.py",
+    )
+}
+
+
+def architecture_asks(text: str, names: set[str], classes: set[str]) -> list[int]:
+    """Lines that ask which architecture a model is: an ``isinstance`` on a class of an architecture other than the
+    default one (``classes``, or any ``ModernBert*``), a comparison of a ``model_type`` (or of the registry's
+    ``DEFAULT``) with anything but a string that names no architecture, or a string that is an architecture's name
+    (``names``: ``"bert"``, ``"modernbert"``, a hard-coded list of them) other than a ``base_model_prefix``."""
+
+    def name(node: ast.AST) -> str:
+        return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+    tree = ast.parse(text)
+    prefixes = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and any(name(t) == "base_model_prefix" for t in node.targets)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and name(node.func) == "isinstance" and len(node.args) == 2:
+            if any(name(n) in classes or name(n).startswith("ModernBert") for n in ast.walk(node.args[1])):
+                found.append(node.lineno)
+        elif isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            other_strings = [o for o in operands if isinstance(o, ast.Constant) and o.value not in names]
+            if any(name(o) in ("model_type", "DEFAULT") for o in operands) and not other_strings:
+                found.append(node.lineno)
+        elif isinstance(node, ast.Constant) and node.value in names and id(node) not in prefixes:
+            found.append(node.lineno)
+    return sorted(set(found))
+
+
+def _registry_names() -> tuple[set[str], set[str]]:
+    from bertkit import models
+
+    others = [a for a in models.REGISTRY.values() if a.model_type != models.DEFAULT]
+    return set(models.REGISTRY), {n for a in others for n in (*a.class_names(), a.config_name)}
+
+
+def test_only_the_registry_the_configs_and_the_modeling_files_ask_which_architecture():
+    names, classes = _registry_names()
+    allowed = ARCHITECTURE_FILES | set(ARCHITECTURE_FILES_FOR_NOW)
+    found = [
+        f"{rel}:{line}"
+        for p in _sources()
+        if (rel := str(p.relative_to(SRC))) not in allowed
+        for line in architecture_asks(p.read_text(encoding="utf-8"), names, classes)
+    ]
+    assert not found
+    assert all((SRC / name).is_file() for name in allowed)  # no stale exemption
+
+
+def test_the_architecture_rule_sees_each_kind_of_ask():
+    names, classes = _registry_names()
+    asks = {
+        'if data.get("model_type") == "modernbert": pass',
+        "if arch.model_type != models.DEFAULT: pass",
+        "if config.model_type == other.model_type: pass",
+        "ok = isinstance(bert, ModernBertModel)",
+        "ok = isinstance(bert, (BertModel, ModernBertForMaskedLM))",
+        'ARCHS = ("bert", "modernbert")',
+        'encoder = getattr(model, "bert", None)',
+    }
+    for text in asks:
+        assert architecture_asks(text, names, classes) == [1], text
+    fine = {
+        'if self.model_type != "BPE": pass',  # a tokenizer's model, not an architecture
+        "ok = isinstance(bert, BertModel)",
+        'class Tagger:\n    base_model_prefix = "bert"',
+        'x = "BERT"',
+        "arch = models.of_directory(path)",
+    }
+    for text in fine:
+        assert architecture_asks(text, names, classes) == [], text

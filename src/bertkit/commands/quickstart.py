@@ -16,6 +16,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertkit import models
 from bertkit.errors import RunError
 from bertkit.options import ComputeArgs, add_options, lr_option, number, seed_option, threads_option
 
@@ -139,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         corpus=[str(p) for p in corpus],
         output=args.output,
         vocab_size=args.vocab_size,
-        arch="bert",  # the demo measured in docs/pretraining.md ("The quickstart"), not the budget default
+        arch=models.DEFAULT,  # BERT, the demo measured in docs/pretraining.md ("The quickstart"), not the budget one
         model_size=args.model_size,
         seq_len=args.seq_len,
         batch_size=args.batch_size,

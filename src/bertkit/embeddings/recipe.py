@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from bertkit import models
 from bertkit import options as opts
 from bertkit.embeddings.data import TextRows, column
 from bertkit.embeddings.evaluate import sts_metrics
@@ -34,7 +35,6 @@ from bertkit.embeddings.losses import build_loss
 from bertkit.errors import InputError
 from bertkit.features import EncodeDefaults, Encoder
 from bertkit.files import write_json
-from bertkit.modeling import BertModel
 from bertkit.options import option
 from bertkit.precision import grad_scaler, resolve_precision
 from bertkit.st_format import (
@@ -95,7 +95,7 @@ class EmbeddingTrainArgs:
         "MultipleNegativesRankingLoss; sts: (text, text, score) with CoSENT",
     )
     train: str = option(None, required=True, help="training file (text, TSV, CSV, JSONL, SQuAD JSON)")
-    model: str = option(None, required=True, help="bertkit, Hugging Face or sentence-transformers BERT directory")
+    model: str = option(None, required=True, help="bertkit, Hugging Face or sentence-transformers model directory")
     output: str = opts.output_option(help="output directory (loads in Encoder, sentence-transformers, transformers)")
     dev: str | None = option(
         None,
@@ -276,14 +276,15 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
     return out.finish(n, global_batch)
 
 
-def _load_model(args: EmbeddingTrainArgs, device) -> tuple[BertModel, BertTokenizer | FastTokenizer, str, int]:
+def _load_model(args: EmbeddingTrainArgs, device) -> tuple[Any, BertTokenizer | FastTokenizer, str, int]:
     """(model on ``device`` in training mode, tokenizer, pooling, max tokens) of --model: a bertkit, Hugging Face
-    or sentence-transformers directory (whose pooling is the default)."""
+    or sentence-transformers directory (whose pooling is the default); the bare encoder of the architecture its
+    config.json names (``BertModel``, ``ModernBertModel``)."""
     source = read_sentence_transformers(args.model)
     model_dir = source.model_dir if source is not None else Path(args.model)
     pooling = args.pooling or (source.pooling if source is not None else "mean")
     tokenizer = load_tokenizer(model_dir)
-    model = BertModel.from_pretrained(model_dir).to(device).train()
+    model = models.of_directory(model_dir).model_class("base").from_pretrained(model_dir).to(device).train()
     if len(tokenizer) > model.config.vocab_size:
         raise ValueError(
             f"{args.model}: the vocabulary has {len(tokenizer)} tokens but the model only "

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit import models
 from bertkit.data.pretraining.corpus import expand_corpus
 from bertkit.errors import InputError, RunError
 from bertkit.experiments.runner import log_tail, open_study, run_bertkit
@@ -63,12 +64,12 @@ def variants_for(study: str, values: Sequence[str] | None) -> list[Variant]:
                 raise InputError(f"--values: mask rate {r} is not between 0 and 1")
         return [Variant(f"mask-{r:g}", f"{100 * r:g}% masking", ("--mask-prob", f"{r:g}"), r) for r in rates]
     if study == "model-size":
-        from bertkit.config import PRESETS
+        presets = models.get(None).presets  # BERT's, which --model-size maps to any --arch's
 
         sizes = list(values) if values else list(DEFAULT_SIZES)
         for s in sizes:
-            if s not in PRESETS:
-                raise InputError(f"--values: unknown model size {s!r}; choose from {', '.join(PRESETS)}")
+            if s not in presets:
+                raise InputError(f"--values: unknown model size {s!r}; choose from {', '.join(presets)}")
         return [Variant(s, s, ("--model-size", s), s) for s in sizes]
     if study == "steps":
         return [Variant("run", "one run", (), None)]
@@ -362,9 +363,7 @@ def write_study_results(out: Path, cfg: AblateConfig, results: list[VariantResul
             "heldout_loss": _round(r.heldout.get("eval_loss"), 4),
         }
         if cfg.study == "model-size":
-            from bertkit.config import PRESETS
-
-            row.update(zip(("layers", "hidden", "heads"), PRESETS[r.variant.value]))
+            row.update(zip(("layers", "hidden", "heads"), models.get(None).presets[r.variant.value]))
         scores = []
         for t, col in zip(tasks, columns):
             s = r.summaries.get(t)
@@ -407,9 +406,7 @@ def study_markdown(cfg: AblateConfig, results: list[VariantResult], tasks: list[
     for r in results:
         cells = [r.variant.label]
         if cfg.study == "model-size":
-            from bertkit.config import PRESETS
-
-            cells += [str(x) for x in PRESETS[r.variant.value]]
+            cells += [str(x) for x in models.get(None).presets[r.variant.value]]
         acc, base = r.heldout.get("eval_mlm_acc"), r.heldout.get("eval_mlm_baseline")
         cells.append("-" if acc is None else f"{100 * acc:.1f}" + ("" if base is None else f" ({100 * base:.1f})"))
         if cfg.study == "nsp":

@@ -217,6 +217,8 @@ class FeatureTagger(nn.Module):
     returns its output type, so the fine-tuning loop and the tagging task use it unchanged.
     """
 
+    base_model_prefix = "bert"  # where models.encoder_of finds the encoder, as in BERT's heads
+
     def __init__(
         self,
         bert,
