@@ -203,17 +203,6 @@ def test_every_test_file_is_in_the_tests_readme():
 
 # the files that may ask "which architecture is this?": the registry, the configs and the modeling files
 ARCHITECTURE_FILES = {"models.py", "config.py", "modeling.py", "modeling_modernbert.py"}
-# for now, with the reason
-ARCHITECTURE_FILES_FOR_NOW = {
-    name: "the core branch moves them (issue 52, item 2): the pre-training recipe becomes one package"
-    for name in (
-        "recipes/pretrain/config.py",
-        "recipes/pretrain/recipe.py",
-        "recipes/pretrain/tables.py",
-        "recipes/pretrain/modernbert.py",
-        "recipes/pretrain/objectives/electra.py",
-    )
-}
 
 
 def architecture_asks(text: str, names: set[str], classes: set[str]) -> list[int]:
@@ -255,7 +244,7 @@ def _registry_names() -> tuple[set[str], set[str]]:
 
 def test_only_the_registry_the_configs_and_the_modeling_files_ask_which_architecture():
     names, classes = _registry_names()
-    allowed = ARCHITECTURE_FILES | set(ARCHITECTURE_FILES_FOR_NOW)
+    allowed = ARCHITECTURE_FILES
     found = [
         f"{rel}:{line}"
         for p in _sources()

@@ -4,9 +4,9 @@ raw text to a model directory. What lives where:
 - ``config.py``: :class:`PretrainConfig`, whose fields are ``bertkit pretrain``'s flags, and the run keys;
 - ``tables.py``: the ``paper`` and ``budget`` recipes' tables and the model each builds;
 - ``recipe.py``: :func:`pretrain`, the loop, top to bottom: logging and held-out evaluation called where they run;
-- ``setup.py``: the output directory, the vocabulary and shards, the model, what a batch holds;
+- ``setup.py``: the output directory, the vocabulary and shards, the model (the architecture registry's, whichever
+  ``--arch`` names: ``bertkit.models``), what a batch holds;
 - ``objectives/``: one file per objective (``mlm_nsp.py``, ``electra.py``) and the registry that names them;
-- ``modernbert.py``: ModernBERT's model factory and recipe defaults;
 - ``evaluate.py``: a finished run's held-out figures; ``flops.py``: model FLOPs and MFU; ``once.py``: the corpus
   prepared once per run or per node.
 

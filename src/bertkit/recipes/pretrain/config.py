@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit import models
 from bertkit.data.pretraining.instances import parse_mask_mix  # noqa: F401 (public here too)
 from bertkit.errors import InputError, PretrainError
 from bertkit.options import (
@@ -120,7 +121,7 @@ class PretrainConfig:
 
     arch: str | None = _run_key(
         None,
-        choices=("bert", "modernbert"),
+        choices=models.names(),
         group=_M,
         help=(
             "bert: Devlin et al.'s; modernbert: Warner et al.'s (rotary, GeGLU, pre-norm, sliding windows; "

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bertkit import models
 from bertkit.data.pretraining.feed import Feed
 from bertkit.data.pretraining.prefetch import Prefetcher
 from bertkit.recipes.pretrain import objectives
@@ -40,7 +41,7 @@ from bertkit.recipes.pretrain.setup import (
     say_run,
     tokenizer_and_shards,
 )
-from bertkit.recipes.pretrain.tables import BUDGET, BUDGET_LR, FRESH_MODEL_KEYS, PAPER
+from bertkit.recipes.pretrain.tables import BUDGET, BUDGET_LR, FRESH_MODEL_KEYS, NO_NSP_HEAD, PAPER, has_nsp_head
 from bertkit.training.rundir import os_errors
 
 __all__ = ["PretrainError", "pretrain", "resolve_recipe"]
@@ -52,13 +53,13 @@ def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     """``cfg`` with every recipe choice the user left unset filled in, and a line saying what was chosen."""
     name = cfg.recipe_name()
     table = dict(BUDGET if name == "budget" else PAPER)
-    size = cfg.model_size
-    if cfg.arch == "modernbert":  # its own recipe's masking and objectives; lr as BERT's of the same size
-        from bertkit.recipes.pretrain import modernbert
-
-        table.update(modernbert.DEFAULTS, position_init=None)  # rotary positions: no table to initialise
-        cfg = dataclasses.replace(cfg, model_size=modernbert.preset(cfg.model_size))  # a bad size fails here, early
-        size = cfg.model_size.replace("modernbert-", "bert-")
+    arch = models.get(cfg.arch)
+    cfg = dataclasses.replace(cfg, model_size=arch.preset(cfg.model_size))  # a size it lacks fails here, early
+    size = "bert-" + cfg.model_size.removeprefix(arch.preset_prefix)  # lr as BERT's of the same size
+    if not has_nsp_head(arch):  # its own recipe's masking, MLM only (ModernBERT's)
+        table.update(NO_NSP_HEAD)
+    if not arch.absolute_positions:  # rotary positions: no table to initialise
+        table.update(position_init=None)
     objective = objectives.get(cfg.objective)  # its masking and NSP over the recipe's (ELECTRA: 15%, no NSP)
     objective.check(cfg)
     table.update(objective.defaults)
@@ -103,7 +104,8 @@ def pretrain(cfg: PretrainConfig) -> Path:
             feed = make_feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
             eval_batches = _eval_batches(cfg, feed)
             # ---- the model; the optimizer, the steps (fitted to --max-time) and the train state, or the checkpoint's
-            model, config = _build_model(cfg, objective, ctx, tokenizer, shard_dir, feed)
+            # the objective's model around the architecture's pre-training model (ELECTRA's discriminator is that model)
+            model, config = objective.build(cfg, tokenizer, shard_dir, feed.max_len, ctx.device, build_model)
             run = StepRun(cfg, ctx, model, feed, precision)
             train = run.train
             ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
@@ -159,16 +161,6 @@ def pretrain(cfg: PretrainConfig) -> Path:
             return out
     finally:
         dist.cleanup(ctx)
-
-
-def _build_model(cfg: PretrainConfig, objective, ctx, tokenizer, shard_dir: Path, feed: Feed):
-    """(model, config): the objective's model around the pre-training model of --arch (ELECTRA's discriminator is
-    that model, beside its generator)."""
-    if cfg.arch == "modernbert":
-        from bertkit.recipes.pretrain.modernbert import build_model as make_model
-    else:
-        make_model = build_model
-    return objective.build(cfg, tokenizer, shard_dir, feed.max_len, ctx.device, make_model)
 
 
 def _eval_batches(cfg: PretrainConfig, feed: Feed) -> list[dict]:

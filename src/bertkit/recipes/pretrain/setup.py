@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from bertkit.errors import InputError
 from bertkit.recipes.pretrain.config import RUN_KEYS, PretrainError, parse_mask_mix  # noqa: F401 (public here too)
+from bertkit.recipes.pretrain.tables import has_nsp_head
 from bertkit.training.log import say
 from bertkit.training.rundir import RUN_JSON, RunDir, read_record
 
@@ -202,33 +203,46 @@ def init_embeddings(cfg, weight, shard_dir: Path) -> None:
 
 
 def build_model(cfg: PretrainConfig, tokenizer, shard_dir: Path, max_len: int, device):
-    """A fresh BertForPreTraining of ``model_size`` (MLM output bias from the corpus's unigram frequencies with
-    ``output_bias=unigram``), or the ``init_from`` model; dropout set to ``cfg.dropout`` for training."""
+    """(model, config): a fresh pre-training model of ``--arch`` and ``--model-size`` (the registry's
+    ``build_for_pretraining``: BERT's ``BertForPreTraining``, ModernBERT's ``ModernBertForMaskedLM``), its MLM
+    output bias from the corpus's unigram frequencies with ``output_bias=unigram``, its embedding and position
+    tables as ``--embedding-init`` / ``--position-init`` say; or the ``--init-from`` model. Dropout is set to
+    ``cfg.dropout`` for training; config.json keeps the model's."""
     import torch
 
-    from bertkit.config import BertConfig
-    from bertkit.modeling import BertForPreTraining
+    from bertkit import models
 
+    arch = models.get(cfg.arch)
+    if cfg.nsp and not has_nsp_head(arch):
+        raise InputError(
+            f"--nsp: {arch.model_type} has no next-sentence head; pre-train it with masked LM only (--no-nsp)"
+        )
+    if cfg.position_init == "sinusoidal" and not arch.absolute_positions:
+        raise InputError(
+            f"--position-init sinusoidal: {arch.model_type} has no position embeddings (its positions are rotary); "
+            "leave the flag out"
+        )
     torch.manual_seed(cfg.seed)
     if cfg.init_from:  # continued pre-training (e.g. on a domain's text): the model's config and weights
-        config, model = load_init_from(cfg, BertConfig, BertForPreTraining, tokenizer, max_len, PretrainError)
+        model_class = arch.model_class(arch.pretraining_role)
+        config, model = load_init_from(cfg, arch.config_class(), model_class, tokenizer, max_len, PretrainError)
     else:
-        config = BertConfig.from_preset(
-            cfg.model_size, vocab_size=len(tokenizer), max_position_embeddings=max(512, max_len), **cfg.config_overrides
-        )
-        model = BertForPreTraining(config)
-        if cfg.output_bias == "unigram":  # the unigram plateau becomes where training starts, not where it stalls
+        model = arch.build_for_pretraining(cfg.model_size, tokenizer, max_len, **cfg.config_overrides)
+        config = model.config
+        bias = arch.mlm_bias(model)
+        if cfg.output_bias == "unigram" and bias is not None:  # the unigram plateau is where training starts
             with torch.no_grad():
-                model.cls.predictions.bias.copy_(unigram_bias(shard_dir, config.vocab_size, tokenizer))
-        init_embeddings(cfg, model.bert.embeddings.word_embeddings.weight, shard_dir)
-    if cfg.position_init == "sinusoidal" and not cfg.init_from:
-        with torch.no_grad():
-            table = model.bert.embeddings.position_embeddings.weight
-            table.copy_(sinusoids(*table.shape) * config.initializer_range / 0.7071)  # std = initializer_range
+                bias.copy_(unigram_bias(shard_dir, config.vocab_size, tokenizer))
+        init_embeddings(cfg, arch.word_embeddings(model), shard_dir)
+        if cfg.position_init == "sinusoidal":
+            with torch.no_grad():
+                table = arch.encoder_of(model).get_parameter("embeddings.position_embeddings.weight")
+                table.copy_(sinusoids(*table.shape) * config.initializer_range / 0.7071)  # std = initializer_range
     if cfg.dropout is not None:
-        saved = (config.hidden_dropout_prob, config.attention_probs_dropout_prob)
+        saved = {k: v for k, v in dataclasses.asdict(config).items() if "dropout" in k}
         model.set_dropout(cfg.dropout)
-        model.config.hidden_dropout_prob, model.config.attention_probs_dropout_prob = saved  # for config.json
+        for key, value in saved.items():  # for config.json: the model's own
+            setattr(model.config, key, value)
     return model.to(device).train(), config
 
 

@@ -9,14 +9,18 @@ architecture's and the objective's own); every choice is its own flag too."""
 from __future__ import annotations
 
 RECIPES = ("budget", "paper")
-# the model each recipe builds when --arch / --model-size / --vocab-size are left out. The budget recipe's is the one
-# that fine-tuned best after minutes of pre-training (issue 33's downstream meter; docs/pretraining.md, "Which
-# model for a budget"): ModernBERT-tiny on an 8,000-token vocabulary. ELECTRA and --init-from keep BERT / the
-# model's own architecture. Sizes are BERT's names, which models.Architecture.preset maps to the architecture's.
+# the model each recipe builds when --arch / --model-size / --vocab-size are left out, named by its size preset (which
+# names its architecture). The budget recipe's is the one that fine-tuned best after minutes of pre-training (issue
+# 33's downstream meter; docs/pretraining.md, "Which model for a budget"): ModernBERT-tiny on an 8,000-token
+# vocabulary. --arch and --init-from keep the recipe's size in another architecture (models.Architecture.preset maps
+# BERT's size names to each architecture's)
 MODEL_DEFAULTS = {
-    "budget": {"arch": "modernbert", "model_size": "bert-tiny", "vocab_size": 8000},
-    "paper": {"arch": "bert", "model_size": "bert-mini", "vocab_size": 30522},
+    "budget": {"model": "modernbert-tiny", "vocab_size": 8000},
+    "paper": {"model": "bert-mini", "vocab_size": 30522},
 }
+# an architecture with no next-sentence head (ModernBERT) takes its own recipe's masking and no NSP, over --recipe's
+# (Warner et al., 2024: 30% masking, MLM only)
+NO_NSP_HEAD = {"mask_prob": 0.3, "nsp": False}
 # from this --max-time on, the budget recipe's ModernBERT is a size larger (mini: 6 x 256). At 30 minutes of the
 # 2-core CPU it fine-tuned better than tiny on SST-2, MRPC and CoNLL-2003: tiny passes over the 12 books about 57
 # times in 30 minutes, mini 18, and more capacity pays once the text repeats. At 10 minutes tiny makes 5x the
@@ -78,16 +82,23 @@ def choose_model(
     from bertkit import models
 
     defaults = MODEL_DEFAULTS[recipe]
+    own = models.of_preset(defaults["model"])  # the recipe's architecture
     if arch is None:
         if init_from is not None:
             arch = models.of_directory(init_from).model_type
         elif model_size is not None:  # a named size names its architecture (bert-mini: BERT's)
             arch = models.of_preset(model_size).model_type
         else:
-            arch = defaults["arch"]
+            arch = own.model_type
     if model_size is None:  # the recipe's size, in the chosen architecture's name
-        size = defaults["model_size"]
-        if recipe == "budget" and arch == defaults["arch"] and (max_time or 0) >= BUDGET_MINI_FROM_S:
+        size = "bert-" + defaults["model"].removeprefix(own.preset_prefix)
+        if recipe == "budget" and models.get(arch) is own and (max_time or 0) >= BUDGET_MINI_FROM_S:
             size = "bert-mini"  # measured for the recipe's own architecture only
         model_size = models.get(arch).preset(size)
     return arch, model_size, defaults["vocab_size"] if vocab_size is None else vocab_size
+
+
+def has_nsp_head(arch) -> bool:
+    """Whether the architecture's pre-training model (``models.Architecture.pretraining_role``) has BERT's
+    next-sentence head: its role is the pre-training one, not the masked LM alone."""
+    return arch.pretraining_role == "pretraining"

@@ -29,9 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit import models
 from bertkit.config import BertConfig
 from bertkit.errors import InputError
-from bertkit.modeling import ACT2FN, BertModel
+from bertkit.modeling import ACT2FN
 from bertkit.recipes.pretrain.objectives import Objective
 
 # ELECTRA's masking (its pretrain_helpers.mask): 15% of the tokens, 85% of them [MASK], the rest left as they are
@@ -107,16 +108,6 @@ def sample(logits: Tensor, generator: torch.Generator | None = None) -> Tensor:
         return torch.multinomial(torch.softmax(logits.detach().float(), -1), 1, generator=generator).squeeze(-1)
 
 
-def _mlm_bias(mlm: nn.Module) -> Tensor | None:
-    """The MLM output bias of a masked-LM model (BERT's ``cls.predictions.bias``, ModernBERT's ``decoder.bias``)."""
-    return mlm.cls.predictions.bias if hasattr(mlm, "cls") else mlm.decoder.bias
-
-
-def _encoder(mlm: nn.Module) -> nn.Module:
-    """The encoder inside a masked-LM model: ``bert`` (BERT's ``BertForMaskedLM``) or ``model`` (ModernBERT's)."""
-    return mlm.bert if hasattr(mlm, "bert") else mlm.model
-
-
 class ElectraPretraining(nn.Module):
     """Generator and discriminator with one embeddings module, of either architecture (a ``BertModel`` with a
     ``BertForMaskedLM``, or a ``ModernBertModel`` with a ``ModernBertForMaskedLM``). ``forward`` takes a
@@ -133,7 +124,7 @@ class ElectraPretraining(nn.Module):
         self.generator = generator
         # shared (BERT's: token, position, segment, LayerNorm; ModernBERT's: token, norm); the generator's MLM
         # decoder is the shared word-embedding matrix
-        _encoder(self.generator).embeddings = self.discriminator.embeddings
+        models.encoder_of(self.generator).embeddings = self.discriminator.embeddings
         self.generator.tie_weights()
         self.rtd_weight = float(rtd_weight)
         std = self.config.initializer_range
@@ -157,7 +148,7 @@ class ElectraPretraining(nn.Module):
             seeded = torch.Generator(device=input_ids.device)
             seeded.manual_seed(0)
         fake, rtd_labels = corrupt(input_ids, labels, attention_mask, sample(gen.masked_logits, seeded))
-        extra = {"output_pooler": False} if isinstance(self.discriminator, BertModel) else {}  # no pooler to skip
+        extra = {"output_pooler": False} if models.of_config(self.config).pooler_keys else {}  # none to skip
         hidden = self.discriminator(fake, attention_mask, token_type_ids, position_ids, **extra)
         logits = self.discriminator_predictions(hidden.last_hidden_state)  # [B, T]
         disc_loss = rtd_loss(logits, rtd_labels)
@@ -197,8 +188,6 @@ def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device, build_bas
     """(ElectraPretraining, the discriminator's config): the discriminator is the architecture's pre-training model
     as ``build_base`` makes it, without its heads; the generator has its config with ``generator_layers`` layers and
     starts its MLM output bias where that model's does. An ELECTRA run's output (``--init-from``) continues whole."""
-    from bertkit import models
-
     base, config = build_base(cfg, tokenizer, shard_dir, max_len, device)
     arch = models.of_config(config)
     mlm_class = arch.model_class("masked_lm")
@@ -213,7 +202,7 @@ def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device, build_bas
         cut = {"layer_types": list(layer_types[:n])} if layer_types else {}
         gen_config = dataclasses.replace(config, num_hidden_layers=n, **cut)
         generator = mlm_class(gen_config)
-        bias, own = _mlm_bias(base), _mlm_bias(generator)
+        bias, own = arch.mlm_bias(base), arch.mlm_bias(generator)
         if bias is not None and own is not None:
             with torch.no_grad():
                 own.copy_(bias)
@@ -222,7 +211,7 @@ def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device, build_bas
         generator.set_dropout(cfg.dropout)
         for key, value in saved.items():
             setattr(gen_config, key, value)
-    model = ElectraPretraining(_encoder(base), generator, cfg.rtd_weight)
+    model = ElectraPretraining(arch.encoder_of(base), generator, cfg.rtd_weight)
     if init is not None and (init / RTD_HEAD_NAME).is_file():
         from bertkit.checkpoint import read_state_dict
 
