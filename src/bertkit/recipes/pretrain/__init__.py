@@ -19,8 +19,8 @@ from __future__ import annotations
 from bertkit.errors import LossNotFinite, PretrainError
 from bertkit.recipes.pretrain.config import RUN_KEYS, SCHEDULES, PretrainConfig, parse_duration, parse_mask_mix
 from bertkit.recipes.pretrain.evaluate import held_out_accuracy
-from bertkit.recipes.pretrain.recipe import pretrain, resolve_recipe
-from bertkit.recipes.pretrain.tables import BUDGET, BUDGET_LR, FRESH_MODEL_KEYS, PAPER, RECIPES
+from bertkit.recipes.pretrain.recipe import pretrain
+from bertkit.recipes.pretrain.tables import BUDGET, BUDGET_LR, FRESH_MODEL_KEYS, PAPER, RECIPES, resolve
 
 __all__ = [
     "BUDGET",
@@ -37,5 +37,5 @@ __all__ = [
     "parse_duration",
     "parse_mask_mix",
     "pretrain",
-    "resolve_recipe",
+    "resolve",
 ]

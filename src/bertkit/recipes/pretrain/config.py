@@ -29,7 +29,7 @@ from bertkit.options import (
     warmup_option,
 )
 from bertkit.recipes.pretrain.objectives import OBJECTIVES
-from bertkit.recipes.pretrain.tables import RECIPES, choose_model
+from bertkit.recipes.pretrain.tables import RECIPES
 
 SCHEDULES = ("linear", "trapezoid", "onecycle")
 
@@ -55,9 +55,11 @@ _D, _M, _R, _T, _O = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class PretrainConfig:
-    """Every setting of a pre-training run; ``bertkit pretrain``'s flags are built from these fields."""
+    """Every setting of a pre-training run; ``bertkit pretrain``'s flags are built from these fields. Validated
+    when made; what is left unset is filled in once by :func:`bertkit.recipes.pretrain.resolve` (``chosen`` then
+    says what it chose), and no field changes after that."""
 
     corpus: list[str] = _run_key(
         nargs="+",
@@ -301,6 +303,7 @@ class PretrainConfig:
         help="also write TensorBoard event files to OUTPUT/tensorboard "
         "(refreshed from metrics.jsonl at each held-out evaluation)",
     )
+    chosen: str = option("", skip=True)  # resolve()'s line: what the recipe chose (empty: not resolved yet)
 
     def __post_init__(self) -> None:
         if not self.corpus:
@@ -316,16 +319,11 @@ class PretrainConfig:
             init = Path(self.init_from)
             if not (init / "config.json").is_file() and not (init / "bert_config.json").is_file():
                 raise PretrainError(f"--init-from {init}: not a model directory (no config.json)")
-            if self.vocab is None:
-                if not (init / "vocab.txt").is_file():
-                    raise PretrainError(
-                        f"--init-from {init}: no vocab.txt there; pass --vocab (pre-training reads a "
-                        "WordPiece vocabulary: whole-word masking follows its ## pieces)"
-                    )
-                self.vocab = str(init)  # the model's own vocabulary (and tokenizer config)
-        self.arch, self.model_size, self.vocab_size = choose_model(
-            self.recipe_name(), self.arch, self.model_size, self.vocab_size, self.init_from, self.max_time
-        )
+            if self.vocab is None and not (init / "vocab.txt").is_file():
+                raise PretrainError(
+                    f"--init-from {init}: no vocab.txt there; pass --vocab (pre-training reads a WordPiece "
+                    "vocabulary: whole-word masking follows its ## pieces)"
+                )
 
     def recipe_name(self) -> str:
         """``--recipe``, or the default: budget with ``--max-time``, paper otherwise."""
@@ -336,13 +334,13 @@ class PretrainConfig:
         return f"from {self.init_from}" if self.init_from else str(self.model_size)
 
     def run_record(self) -> dict[str, Any]:
-        """The run keys, with paths made absolute."""
+        """The run keys, with paths made absolute, and the line that says what the recipe chose (run.json)."""
         d = dataclasses.asdict(self)
         d["corpus"] = [str(Path(p).resolve()) for p in self.corpus]
         for key in ("vocab", "init_from"):
             if d[key]:
                 d[key] = str(Path(d[key]).resolve())
-        return {k: d[k] for k in RUN_KEYS}
+        return {**{k: d[k] for k in RUN_KEYS}, "chosen": self.chosen}  # and what resolve() chose, as it said
 
 
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(PretrainConfig) if f.metadata.get("run"))

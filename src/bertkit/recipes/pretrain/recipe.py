@@ -21,12 +21,10 @@ its figures; the loop is this one.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import Any
 
-from bertkit import models
 from bertkit.data.pretraining.feed import Feed
 from bertkit.data.pretraining.prefetch import Prefetcher
 from bertkit.recipes.pretrain import objectives
@@ -41,38 +39,12 @@ from bertkit.recipes.pretrain.setup import (
     say_run,
     tokenizer_and_shards,
 )
-from bertkit.recipes.pretrain.tables import BUDGET, BUDGET_LR, FRESH_MODEL_KEYS, NO_NSP_HEAD, PAPER, has_nsp_head
+from bertkit.recipes.pretrain.tables import resolve
 from bertkit.training.rundir import os_errors
 
-__all__ = ["PretrainError", "pretrain", "resolve_recipe"]
+__all__ = ["PretrainError", "pretrain"]
 
 # --------------------------------------------------------------------------------------------- the recipe
-
-
-def resolve_recipe(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
-    """``cfg`` with every recipe choice the user left unset filled in, and a line saying what was chosen."""
-    name = cfg.recipe_name()
-    table = dict(BUDGET if name == "budget" else PAPER)
-    arch = models.get(cfg.arch)
-    cfg = dataclasses.replace(cfg, model_size=arch.preset(cfg.model_size))  # a size it lacks fails here, early
-    size = "bert-" + cfg.model_size.removeprefix(arch.preset_prefix)  # lr as BERT's of the same size
-    if not has_nsp_head(arch):  # its own recipe's masking, MLM only (ModernBERT's)
-        table.update(NO_NSP_HEAD)
-    if not arch.absolute_positions:  # rotary positions: no table to initialise
-        table.update(position_init=None)
-    objective = objectives.get(cfg.objective)  # its masking and NSP over the recipe's (ELECTRA: 15%, no NSP)
-    objective.check(cfg)
-    table.update(objective.defaults)
-    if table["lr"] is None:
-        table["lr"] = BUDGET_LR.get(size, 2e-4) if not cfg.init_from else 1e-4
-    chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
-    resolved = dataclasses.replace(cfg, recipe=name, **chosen)
-    vocab = resolved.vocab or f"{resolved.vocab_size} tokens trained on the corpus"
-    keys = [k for k in table if not (cfg.init_from and k in FRESH_MODEL_KEYS)]  # a loaded model's own
-    shown = f"{resolved.model_shown()}, vocabulary {vocab}; " + ", ".join(
-        f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in keys
-    )
-    return resolved, f"recipe {name}: {shown}"
 
 
 def pretrain(cfg: PretrainConfig) -> Path:
@@ -94,19 +66,19 @@ def pretrain(cfg: PretrainConfig) -> Path:
     try:
         with GracefulStop() as stop, os_errors(out), removed_if_refused(cfg, ctx):
             # ---- recipe, output dir, vocabulary, shards, model, optimizer; every flag checked before a file is written
-            cfg, chosen = resolve_recipe(cfg)
+            cfg = cfg if cfg.chosen else resolve(cfg)  # resolved once (the command resolves it): frozen from here
             objective = objectives.get(cfg.objective)
             check_batches(cfg)
-            cfg = dist.on_main(ctx, lambda: prepare_output(cfg), PretrainError)
-            say_run(cfg, ctx, chosen)
-            tokenizer, shard_dir = tokenizer_and_shards(cfg, ctx)
+            resume = dist.on_main(ctx, lambda: prepare_output(cfg), PretrainError)  # off: killed while preparing
+            say_run(cfg, ctx, cfg.chosen)
+            tokenizer, shard_dir = tokenizer_and_shards(cfg, ctx, resume)
             precision = resolve_precision(cfg.precision, ctx.device)
             feed = make_feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
             eval_batches = _eval_batches(cfg, feed)
             # ---- the model; the optimizer, the steps (fitted to --max-time) and the train state, or the checkpoint's
             # the objective's model around the architecture's pre-training model (ELECTRA's discriminator is that model)
             model, config = objective.build(cfg, tokenizer, shard_dir, feed.max_len, ctx.device, build_model)
-            run = StepRun(cfg, ctx, model, feed, precision)
+            run = StepRun(cfg, ctx, model, feed, precision, resume)
             train = run.train
             ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
             if cfg.compile:  # after DDP, as PyTorch's DDP + compile guide does; checkpoints save the plain model

@@ -50,18 +50,17 @@ def remove_stale(out: Path) -> None:
     RunDir(out).remove_stale("data", "data/shards")
 
 
-def prepare_output(cfg: PretrainConfig) -> PretrainConfig:
+def prepare_output(cfg: PretrainConfig) -> bool:
     """Refuse to silently overwrite a different run, and to resume a finished one; with --overwrite, clear what a
-    run writes. With --resume and no run.json yet (killed while preparing), start afresh: returns ``cfg`` with
-    ``resume`` off then."""
+    run writes. Returns whether to resume: with --resume and no run.json yet (killed while preparing), the run
+    starts afresh."""
     out = Path(cfg.output)
     if cfg.resume and finished(out):
         raise PretrainError(
             f"--resume: {out} holds a finished run (its model is written): nothing to resume; run again with "
             "--overwrite in place of --resume to replace it, or choose another --output"
         )
-    resume = RunDir(cfg.output).claim(cfg.run_record(), RUN_KEYS, cfg.resume, cfg.overwrite, RUN_FILES)
-    return cfg if resume == cfg.resume else dataclasses.replace(cfg, resume=False)
+    return RunDir(cfg.output).claim(cfg.run_record(), RUN_KEYS, cfg.resume, cfg.overwrite, RUN_FILES)
 
 
 def finished(out: Path) -> bool:
@@ -106,7 +105,7 @@ def check_batches(cfg: PretrainConfig) -> None:
             raise InputError(f"{flag}: {e}") from None
 
 
-def tokenizer_and_shards(cfg: PretrainConfig, ctx):
+def tokenizer_and_shards(cfg: PretrainConfig, ctx, resume: bool):
     """The vocabulary (trained on the sentence-split corpus unless given) and the tokenized shards, built by rank 0."""
     from bertkit.data.pretraining.corpus import expand_corpus, write_sentences
     from bertkit.data.pretraining.prepare import prepare_corpus
@@ -118,7 +117,7 @@ def tokenizer_and_shards(cfg: PretrainConfig, ctx):
 
     def prepare() -> None:  # once per run (--prepare-on global) or per node (node); the other ranks wait
         data_dir.mkdir(parents=True, exist_ok=True)
-        have_vocab = (out / "vocab.txt").is_file() and cfg.resume
+        have_vocab = (out / "vocab.txt").is_file() and resume
         corpus, fmt = [str(p) for p in expand_corpus(cfg.corpus, cfg.follow_symlinks)], cfg.corpus_format
         if not have_vocab and cfg.vocab is None:
             say_run(cfg, ctx, f"reading {len(corpus)} corpus file(s) and splitting sentences ...")

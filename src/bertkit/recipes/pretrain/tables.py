@@ -102,3 +102,42 @@ def has_nsp_head(arch) -> bool:
     """Whether the architecture's pre-training model (``models.Architecture.pretraining_role``) has BERT's
     next-sentence head: its role is the pre-training one, not the masked LM alone."""
     return arch.pretraining_role == "pretraining"
+
+
+def resolve(cfg):
+    """``cfg`` resolved, once: the model the recipe chooses (:func:`choose_model`; ``--init-from``'s own
+    vocabulary), the size checked against the architecture's presets, and every recipe choice the user left unset
+    (``--recipe``'s table, then what the architecture and the objective take over it: ModernBERT's masking,
+    ELECTRA's). Returns a new frozen config whose ``chosen`` is the line that says what was chosen; ``pretrain``
+    records it in run.json and prints it, and nothing rewrites it afterwards."""
+    import dataclasses
+
+    from bertkit import models
+    from bertkit.recipes.pretrain import objectives
+
+    name = cfg.recipe_name()
+    arch_name, size, vocab_size = choose_model(
+        name, cfg.arch, cfg.model_size, cfg.vocab_size, cfg.init_from, cfg.max_time
+    )
+    arch = models.get(arch_name)
+    vocab = cfg.vocab or cfg.init_from  # --init-from: the model's own vocabulary (and tokenizer config)
+    cfg = dataclasses.replace(cfg, arch=arch_name, model_size=arch.preset(size), vocab_size=vocab_size, vocab=vocab)
+    table = dict(BUDGET if name == "budget" else PAPER)
+    if not has_nsp_head(arch):  # its own recipe's masking, MLM only (ModernBERT's)
+        table.update(NO_NSP_HEAD)
+    if not arch.absolute_positions:  # rotary positions: no table to initialise
+        table.update(position_init=None)
+    objective = objectives.get(cfg.objective)  # its masking and NSP over the recipe's (ELECTRA: 15%, no NSP)
+    objective.check(cfg)
+    table.update(objective.defaults)
+    if table["lr"] is None:  # the budget's by size, as BERT's of the same size; 1e-4 to continue a model
+        bert_size = "bert-" + cfg.model_size.removeprefix(arch.preset_prefix)
+        table["lr"] = BUDGET_LR.get(bert_size, 2e-4) if not cfg.init_from else 1e-4
+    chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
+    resolved = dataclasses.replace(cfg, recipe=name, **chosen)
+    shown_vocab = resolved.vocab or f"{resolved.vocab_size} tokens trained on the corpus"
+    keys = [k for k in table if not (cfg.init_from and k in FRESH_MODEL_KEYS)]  # a loaded model's own
+    shown = f"{resolved.model_shown()}, vocabulary {shown_vocab}; " + ", ".join(
+        f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in keys
+    )
+    return dataclasses.replace(resolved, chosen=f"recipe {name}: {shown}")
