@@ -2,9 +2,9 @@
 15% masking, NSP); ``budget``, the default when ``--max-time`` is given, is what measured best in minutes of CPU
 (docs/pretraining.md has the ablation): the MLM output bias starts at the corpus's unigram log-frequencies, no
 dropout, a higher lr on a trapezoidal schedule, 30% masking, MLM only on full packed sequences. Each recipe fills in
-the settings a ``PretrainConfig`` leaves unset: its model (:func:`choose_model`, when the config is made) and
-its training choices (these tables, applied by ``recipes.pretrain.resolve_recipe`` when the run starts, with the
-architecture's and the objective's own); every choice is its own flag too."""
+the settings a ``PretrainConfig`` leaves unset, once, in :func:`resolve`: its model (:func:`choose_model`) and its
+training choices (these tables, with the architecture's and the objective's own over them); every choice is its own
+flag too."""
 
 from __future__ import annotations
 
