@@ -2,8 +2,9 @@
 
 Each command module exposes ``configure(parser: argparse.ArgumentParser) -> None`` and
 ``run(args: argparse.Namespace) -> int | None``; optionally ``EPILOG`` (the help's last line) and
-``delegate(argv) -> module name | None`` (``finetune`` / ``evaluate`` hand sentence-embedding tasks to their own
-module, which has its own flags). Modules are imported only when their command runs (or its
+``delegate(argv) -> module name | None`` (``vocab`` hands ``extend`` to its own module); ``ROUTES`` hands
+``finetune`` / ``evaluate`` of a sentence-embedding task to their own command module, which has its own flags.
+Nothing but this module imports a command module. Modules are imported only when their command runs (or its
 ``-h`` is asked for), so ``bertkit --help`` is instant and does not import torch.
 """
 
@@ -15,6 +16,8 @@ import logging
 import re
 import sys
 
+from bertkit import __version__
+from bertkit.embeddings import EMBEDDING_TASKS, EVALUATION_TASKS
 from bertkit.errors import BertkitError
 
 # name -> (module, one-line help)
@@ -56,12 +59,31 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# `bertkit COMMAND --task T` is run by the module named here when T is a sentence-embedding task (its own flags)
+ROUTES = {
+    "finetune": (EMBEDDING_TASKS, "bertkit.commands.finetune_embeddings"),
+    "evaluate": (EVALUATION_TASKS, "bertkit.commands.evaluate_embeddings"),
+}
+
+
+def route(command: str, argv: list[str]) -> str | None:
+    """The module for ``bertkit COMMAND ARGV`` when its ``--task`` is an embedding task, else None."""
+    if command not in ROUTES:
+        return None
+    tasks, module = ROUTES[command]
+    for i, arg in enumerate(argv):
+        if arg == "--task" and i + 1 < len(argv):
+            return module if argv[i + 1] in tasks else None
+        if arg.startswith("--task="):
+            return module if arg.split("=", 1)[1] in tasks else None
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bertkit",
         description="BERT from scratch: tokenizer, pre-training, fine-tuning, features and serving.",
     )
-    from bertkit import __version__
 
     parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
@@ -138,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(module_name)
     epilog = getattr(module, "EPILOG", None)
     delegate = getattr(module, "delegate", None)  # a command may hand some runs to another module (own flags)
-    target = delegate(argv[1:]) if delegate is not None else None
+    target = route(name, argv[1:]) or (delegate(argv[1:]) if delegate is not None else None)
     if target:
         module = importlib.import_module(target)
     parser = CommandParser(prog=f"bertkit {name}", description=help_text, epilog=epilog)

@@ -35,7 +35,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from bertkit import models
+from bertkit.config import read_model_config
 from bertkit.errors import InputError, RunError
+from bertkit.files import atomic_write
+from bertkit.quantize import resolve_quantize
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +91,6 @@ class ExportReport:
 def graph_inputs(config) -> tuple[str, ...]:
     """The graph's inputs for a model of ``config``: ``INPUT_NAMES``, without ``token_type_ids`` for ModernBERT (no
     segment embeddings: the input would be unused)."""
-    from bertkit import models
 
     return models.of_config(config).inputs
 
@@ -127,8 +130,6 @@ def load_for_export(
     ``HEAD_OUTPUTS``, else the bare encoder. ``hidden_states``: the bare encoder with every layer's output
     (``hidden_states.0`` = embeddings .. ``hidden_states.L``) and ``pooler_output``, for ``Encoder``. A ModernBERT
     directory (``model_type: modernbert``) gives its ``ModernBertFor*`` head or ``ModernBertModel`` (no pooler)."""
-    from bertkit import models
-    from bertkit.config import read_model_config
 
     directory = Path(directory)
     data = read_model_config(directory)
@@ -176,8 +177,6 @@ def export_onnx(
     """Export the model of ``directory`` to ONNX at ``out`` (a directory, or a ``.onnx`` file). See the module
     docstring. Returns what was written and, when ONNX Runtime is installed and ``check``, the largest difference
     between its outputs and PyTorch's on a padded batch (RunError above 1e-3, or 0.5 for int8)."""
-    from bertkit.files import atomic_write
-    from bertkit.quantize import resolve_quantize
 
     quantize = resolve_quantize(quantize)
     directory, out = Path(directory), Path(out)

@@ -30,6 +30,7 @@ tokenizes before them and pools after.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -44,6 +45,7 @@ from bertkit import checkpoint, models, runtime
 from bertkit.batches import collate, cut_batches, plan_batches  # noqa: F401 (cut_batches re-exported)
 from bertkit.config import ConfigError
 from bertkit.errors import InputError, MissingFileError
+from bertkit.ops import pool  # the Encoder's poolings (bertkit.features.pool too)
 from bertkit.precision import autocast, resolve_precision
 from bertkit.st_format import read_sentence_transformers
 from bertkit.tokenization import BertTokenizer, Encoding, FastTokenizer, load_tokenizer
@@ -133,30 +135,6 @@ def resolve_layers(layers: LayerSpec | Sequence[LayerSpec], num_layers: int) -> 
 
 
 # --------------------------------------------------------------------------------------------- pooling
-
-
-def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """Pool one layer's states. hidden [B, T, H] (any float dtype), mask [B, T] (1 = real token) -> [B, H] fp32
-    ([B, 2H] for mean_max). Padding never takes part. ``cls_pooled`` and ``none`` are handled by the caller."""
-    hidden = hidden.float()
-    keep = mask.bool()
-    lengths = keep.sum(1)  # [B]
-    rows = torch.arange(hidden.size(0), device=hidden.device)
-    if pooling in ("mean", "mean_max", "max"):
-        outs = []
-        if pooling in ("mean", "mean_max"):
-            summed = hidden.masked_fill(~keep.unsqueeze(-1), 0.0).sum(1)  # padding zeroed (even if inf/nan)
-            outs.append(summed / lengths.clamp(min=1).unsqueeze(-1).to(hidden.dtype))
-        if pooling in ("max", "mean_max"):
-            outs.append(hidden.masked_fill(~keep.unsqueeze(-1), float("-inf")).amax(1))
-        return torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]
-    if pooling == "cls":
-        return hidden[:, 0]
-    if pooling == "first":  # first token after [CLS]: the [SEP] itself for an empty text
-        return hidden[rows, torch.clamp(torch.ones_like(lengths), max=lengths - 1)]
-    if pooling == "sep":  # the last real token is the final [SEP]
-        return hidden[rows, (lengths - 1).clamp(min=0)]
-    raise ValueError(f"pool() does not handle pooling {pooling!r}")
 
 
 @dataclass(frozen=True)
@@ -416,7 +394,7 @@ class Encoder:
             rows = [full[b, :n] for b, n in enumerate(lengths)]
             return [_normalize(r) if spec.normalize else r for r in rows]
         else:
-            out = torch.cat([pool(states[i], attention_mask, spec.pooling) for i in spec.layers], dim=-1)
+            out = torch.cat([pool(states[i].float(), attention_mask, spec.pooling) for i in spec.layers], dim=-1)
         return _normalize(out) if spec.normalize else out
 
     def batch_tokens(self, max_batch_tokens: int | None) -> int | None:
@@ -618,3 +596,19 @@ def _check_texts(texts: Any, name: str) -> list[str]:
         if not isinstance(t, str):
             raise TypeError(f"{name}[{i}] must be a string, got {type(t).__name__}")
     return texts
+
+
+def format_fill_mask(texts: Sequence[str], results: list[list[list[dict]]], as_json: bool = False) -> str:
+    """:meth:`Encoder.fill_mask`'s results as text: per text, the text then one line per [MASK] (or one JSON object
+    per text, ``as_json``)."""
+    lines = []
+    for text, per_mask in zip(texts, results):
+        if as_json:
+            predictions = [[{"token": p["token"], "probability": round(p["score"], 5)} for p in m] for m in per_mask]
+            lines.append(json.dumps({"text": text, "predictions": predictions}))
+            continue
+        lines.append(text)
+        for n, preds in enumerate(per_mask, 1):
+            label = f"  [MASK] #{n}: " if len(per_mask) > 1 else "  "
+            lines.append(label + "   ".join(f"{p['token']} {p['score']:.1%}" for p in preds))
+    return "\n".join(lines)

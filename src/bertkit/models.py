@@ -61,6 +61,7 @@ class Architecture:
     features_role: str  # the class the Encoder loads: the encoder with its MLM head (and pooler, where it has one)
     mlm_keys: tuple[str, ...]  # key prefixes of the MLM head: absent from a checkpoint = no fill-mask
     pooler_keys: tuple[str, ...]  # key prefixes of the pooler: absent = no pooled output
+    title: str = "BERT"  # its name in messages
     preset_prefix: str = "bert-"  # its size presets' names (BERT's names map by size: bert-mini -> modernbert-mini)
     presets_module: str = "bertkit.config"  # the module whose ``PRESETS`` (name -> sizes) are its size presets
     pretraining_role: str = "pretraining"  # the head role a fresh pre-training model has
@@ -103,7 +104,7 @@ class Architecture:
         )
         if name not in self.presets:
             raise ConfigError(
-                f"--model-size {model_size}: not a {self.model_type} size; choose one of {sorted(self.presets)}"
+                f"--model-size {model_size}: not a {self.title} size; choose one of {sorted(self.presets)}"
             )
         return name
 
@@ -199,6 +200,7 @@ REGISTRY: dict[str, Architecture] = {
         features_role="masked_lm",
         mlm_keys=("head.", "decoder."),
         pooler_keys=(),
+        title="ModernBERT",
         preset_prefix="modernbert-",
         presets_module="bertkit.modeling_modernbert",
         pretraining_role="masked_lm",

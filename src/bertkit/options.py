@@ -37,6 +37,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bertkit.errors import InputError
+
 _MISSING = dataclasses.MISSING
 logger = logging.getLogger(__name__)
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")  # bertkit.precision's, repeated so that this module imports no torch
@@ -209,6 +211,45 @@ def check_bounds(obj: Any, error: Callable[[str], Exception]) -> None:
         if not within(value, bounds):
             flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
             raise error(f"{flag} must be {_bounds_text(bounds)}, got {value}")
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``--seeds``: a count N (seeds 1..N) or a comma-separated list of distinct integers."""
+    try:
+        if "," not in text:
+            n = int(text)
+            if n < 1:
+                raise ValueError
+            return list(range(1, n + 1))
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise InputError(
+            f"--seeds: expected a count >= 1 or a comma-separated list of integers, got {text!r}"
+        ) from None
+    if len(set(seeds)) != len(seeds) or not seeds:
+        raise InputError(f"--seeds: {text!r} repeats a seed or names none")
+    return seeds
+
+
+def parse_lrs(text: str) -> list[float]:
+    """``--lr`` of a grid: comma-separated positive numbers, sorted, each once."""
+    try:
+        lrs = [float(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise InputError(f"--lr: expected comma-separated numbers, got {text!r}") from None
+    if not lrs or any(not lr > 0 for lr in lrs):
+        raise InputError(f"--lr: expected positive learning rates, got {text!r}")
+    return sorted(set(lrs))
+
+
+def parse_time(text: str | None, flag: str) -> float | None:
+    """A duration flag's seconds (:func:`parse_duration`), None when not given; a bad one names ``flag``."""
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise InputError(f"{flag}: {e}") from None
 
 
 def number(base: type, name: str = "", bounds: tuple | None = None, parse: Callable | None = None) -> Callable:

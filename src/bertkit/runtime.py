@@ -34,8 +34,11 @@ from tqdm.auto import tqdm
 
 from bertkit import models
 from bertkit.batches import plan_batches
+from bertkit.checkpoint import find_weights
 from bertkit.errors import InputError, RunError
+from bertkit.export import export_onnx, graph_is_quantized, onnx_name
 from bertkit.precision import autocast, resolve_precision
+from bertkit.quantize import quantize_model, resolve_quantize
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +179,6 @@ def load(
     resolved for the device. ``backend="onnx"``: ONNX Runtime (CPU) on ``directory``'s graph for a model of
     ``config`` (:func:`onnx_model`; ``hidden_states``: the every-layer encoder graph), the int8 graph with
     ``quantize``. InputError for an unknown backend or an ONNX model asked for on a GPU."""
-    from bertkit.quantize import quantize_model, resolve_quantize
 
     check_backend(backend)
     quantize = resolve_quantize(quantize)
@@ -292,9 +294,6 @@ def onnx_file(
     directory has none: its graph is used as it is), else one exported (and checked) from the weights into the
     directory ``cache``. Raises InputError when the graph's precision is not the one asked for (an int8 graph named
     ``model.onnx``, as ``export --quantize`` used to write it) or when there is neither graph nor weights."""
-    from bertkit.checkpoint import find_weights
-    from bertkit.export import export_onnx, graph_is_quantized, onnx_name
-    from bertkit.quantize import resolve_quantize
 
     directory = Path(directory)
     quantize = resolve_quantize(quantize)

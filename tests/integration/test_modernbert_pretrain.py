@@ -103,7 +103,7 @@ def test_refusals_are_one_line(corpus, tmp_path, capsys):
         "fp32",
     ]
     for extra, needle in (
-        (["--model-size", "bert-medium"], "not a modernbert size"),
+        (["--model-size", "bert-medium"], "not a ModernBERT size"),
         (["--model-size", "modernbert-tiny", "--nsp"], "no next-sentence head"),
         (["--model-size", "modernbert-tiny", "--position-init", "sinusoidal"], "rotary"),
     ):

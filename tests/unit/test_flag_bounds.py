@@ -10,8 +10,7 @@ import importlib
 
 import pytest
 
-from bertkit.cli import COMMANDS, CommandParser, UsageError, main
-from bertkit.embeddings import ROUTES
+from bertkit.cli import COMMANDS, ROUTES, CommandParser, UsageError, main
 
 MODULES = sorted(COMMANDS) + sorted(module for _, module in ROUTES.values())
 

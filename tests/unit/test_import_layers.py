@@ -122,6 +122,37 @@ def test_the_check_sees_function_local_and_lazy_imports(tmp_path, monkeypatch):
     assert [m for _line, m in _imported(fake)] == ["bertkit.commands.finetune", "bertkit.modeling"]
 
 
+def command_imports(paths) -> list[str]:
+    """``file:line imports module`` for each import of a ``bertkit.commands`` module (or of the package) by a file
+    other than cli.py."""
+    return [
+        f"{path.relative_to(PACKAGE).as_posix()}:{line} imports {module}"
+        for path in paths
+        if path.name != "cli.py" or path.parent != PACKAGE
+        for line, module in _imported(path)
+        if module == "bertkit.commands" or module.startswith("bertkit.commands.")
+    ]
+
+
+def test_only_cli_imports_a_command(tmp_path, monkeypatch):
+    """Commands are the edge (issue 52): a command imports no other command and no library module imports one;
+    what two commands share lives in a library module. cli.py names its commands by string."""
+    assert command_imports(sorted(PACKAGE.rglob("*.py"))) == []
+    # the check sees a command importing another, function-local or not
+    fake = tmp_path / "bertkit" / "commands" / "predict.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(
+        "from bertkit.commands.evaluate import configure\ndef run():\n    from bertkit.commands import glue\n"
+    )
+    monkeypatch.setattr(f"{__name__}.SRC", tmp_path)
+    monkeypatch.setattr(f"{__name__}.PACKAGE", tmp_path / "bertkit")
+    monkeypatch.setattr(f"{__name__}._is_module", lambda dotted: dotted.count(".") == 2)
+    assert command_imports([fake]) == [
+        "commands/predict.py:1 imports bertkit.commands.evaluate",
+        "commands/predict.py:3 imports bertkit.commands.glue",
+    ]
+
+
 def _top_level_imports(path: Path) -> set[str]:
     """The top-level packages ``path`` imports, at any depth (``fastapi`` for ``from fastapi.responses import X``)."""
     found = set()

@@ -71,7 +71,7 @@ def test_presets_map_bert_names_by_size_and_refuse_a_size_the_architecture_lacks
         assert arch.preset(name) == name
         assert arch.preset("bert-" + name.removeprefix(arch.preset_prefix)) == name  # BERT's name of that size
         assert models.of_preset(name) is arch
-    with pytest.raises(ConfigError, match=rf"--model-size bert-huge: not a {model_type} size; choose one of"):
+    with pytest.raises(ConfigError, match=rf"--model-size bert-huge: not a {arch.title} size; choose one of"):
         arch.preset("bert-huge")
     assert model_type in models.names()
 

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bertkit.cli import COMMANDS
-from bertkit.embeddings import ROUTES
+from bertkit.cli import COMMANDS, ROUTES
 from bertkit.options import DEVICE_HELP, PRECISION_HELP, PRECISIONS
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "bertkit"

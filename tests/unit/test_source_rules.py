@@ -277,3 +277,97 @@ def test_the_architecture_rule_sees_each_kind_of_ask():
     }
     for text in fine:
         assert architecture_asks(text, names, classes) == [], text
+
+
+# --------------------------------------------------------------------------------------------- function-local imports
+
+MAX_LOCAL_IMPORTS = 60  # issue 52: a function-local import of bertkit is the exception, with its reason beside it
+# files not counted for now, with the reason (their imports move with them)
+LOCAL_IMPORT_FILES_FOR_NOW = {
+    **{
+        name: "the core branch rewrites them (issue 52, items 1 and 2): one Run, training/ generic"
+        for name in ("training/", "commands/pretrain.py", "commands/prepare.py")
+    },
+}
+
+
+def _comment_lines(text: str) -> set[int]:
+    return {
+        tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(text).readline) if tok.type == tokenize.COMMENT
+    }
+
+
+def _is_bertkit_import(node: ast.AST) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return not node.level and (node.module == "bertkit" or (node.module or "").startswith("bertkit."))
+    return isinstance(node, ast.Import) and any(a.name.split(".")[0] == "bertkit" for a in node.names)
+
+
+def local_imports(text: str) -> list[tuple[int, bool]]:
+    """(line, has a reason) of each import of a bertkit module inside a function body. The reason is a comment on
+    the import, on the line above it, or on (or above) an import before it in the same run of import statements."""
+    comments = _comment_lines(text)
+    found = []
+    for fn in ast.walk(ast.parse(text)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            for field in ("body", "orelse", "finalbody"):
+                body = getattr(node, field, None)
+                run_start, reason = None, False
+                for stmt in body if isinstance(body, list) else []:
+                    if not isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                        run_start, reason = None, False
+                        continue
+                    if run_start is None:
+                        run_start, reason = stmt.lineno, stmt.lineno - 1 in comments
+                    reason = reason or any(n in comments for n in range(stmt.lineno - 1, stmt.end_lineno + 1))
+                    if _is_bertkit_import(stmt):
+                        found.append((stmt.lineno, reason))
+    # a function nested in another is walked twice
+    return sorted(set(found))
+
+
+def test_function_local_imports_are_few_and_give_their_reason():
+    counted, silent = [], []
+    for p in _sources():
+        rel = p.relative_to(SRC).as_posix()
+        if rel.startswith(tuple(LOCAL_IMPORT_FILES_FOR_NOW)):
+            continue
+        for line, reason in local_imports(p.read_text(encoding="utf-8")):
+            counted.append(f"{rel}:{line}")
+            if not reason:
+                silent.append(f"{rel}:{line}")
+    assert not silent, "say why each function-local import is not at the top (torch, onnx, -h light, a cycle)"
+    assert len(counted) <= MAX_LOCAL_IMPORTS, len(counted)
+    assert all(
+        any(p.as_posix().startswith(f"{SRC.as_posix()}/{name}") for p in _sources())
+        for name in LOCAL_IMPORT_FILES_FOR_NOW
+    )
+
+
+def test_the_local_import_rule_sees_a_reason_and_its_absence():
+    text = """
+from bertkit import models
+
+
+def f():
+    import torch  # heavy
+
+    from bertkit.features import Encoder
+    from bertkit import runtime
+
+    x = 1
+    from bertkit.tasks import get_task
+    # onnx: only the export path needs it
+    from bertkit.export import onnx_name
+    from bertkit.pipelines import load_pipeline  # torch: kept out of -h
+    import bertkit.config
+
+
+class A:
+    def g(self):
+        if True:
+            from bertkit import ops
+"""
+    assert local_imports(text) == [(8, True), (9, True), (12, False), (14, True), (15, True), (16, True), (22, False)]

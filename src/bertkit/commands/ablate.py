@@ -7,12 +7,15 @@ import json
 import shlex
 import sys
 
-from bertkit.options import number, output_path
+from bertkit.data.pretraining.corpus import expand_corpus
+from bertkit.errors import InputError
+from bertkit.experiments.ablate import STUDIES, AblateConfig, AblationStudy
+from bertkit.experiments.glue import resolve_tasks
+from bertkit.options import number, output_path, parse_lrs, parse_seeds, parse_time
+from bertkit.training.interrupt import GracefulStop
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from bertkit.experiments.ablate import STUDIES
-
     parser.description = (
         "Pre-train each variant of a study with the same corpus, vocabulary, budget and seed, report its held-out "
         "MLM accuracy, and fine-tune it on GLUE tasks (median and min-max over seeds). Writes results.csv, "
@@ -74,13 +77,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
-
-    from bertkit.commands.glue import parse_lrs, parse_seeds, parse_time
-    from bertkit.data.pretraining.corpus import expand_corpus
-    from bertkit.errors import InputError
-    from bertkit.experiments.ablate import AblateConfig, AblationStudy
-    from bertkit.experiments.glue import resolve_tasks
-    from bertkit.training.interrupt import GracefulStop
 
     expand_corpus(args.corpus)  # files or directories, as for pretrain: a missing or empty one is named here
     if args.glue is not None and not Path(args.glue).is_dir():

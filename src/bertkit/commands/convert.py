@@ -22,6 +22,7 @@ from pathlib import Path
 from bertkit.config import BertConfig
 from bertkit.errors import InputError, MissingFileError
 from bertkit.options import output_path
+from bertkit.tokenization import BertTokenizer
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +64,6 @@ def run(args: argparse.Namespace) -> int:
     # torch and the model: kept out of `bertkit convert -h`
     from bertkit.checkpoint import load_state_dict_into
     from bertkit.tf_checkpoint import TFCheckpointError, tf_state_dict
-    from bertkit.tokenization import BertTokenizer
 
     prefix = _prefix(Path(args.tf_checkpoint))
     output = Path(args.output)

@@ -7,12 +7,20 @@ import json
 import shlex
 import sys
 
-from bertkit.options import number
+from bertkit.errors import InputError
+from bertkit.experiments.downstream import (
+    DEFAULT_TASKS,
+    METER_TASKS,
+    DownstreamMeter,
+    MeterConfig,
+    default_lrs,
+    resolve_meter_tasks,
+)
+from bertkit.options import number, parse_lrs, parse_seeds, parse_time
+from bertkit.training.interrupt import GracefulStop
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from bertkit.experiments.downstream import DEFAULT_TASKS, METER_TASKS
-
     parser.description = (
         "Fine-tune each task from --model and from a random initialisation of the same config and vocabulary, with "
         "the same flags, learning-rate grid and seeds. Each route takes the learning rate with the best median dev "
@@ -75,10 +83,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from bertkit.commands.glue import parse_lrs, parse_seeds, parse_time
-    from bertkit.errors import InputError
-    from bertkit.experiments.downstream import DownstreamMeter, MeterConfig, default_lrs, resolve_meter_tasks
-    from bertkit.training.interrupt import GracefulStop
+    # torch (bertkit.training): kept out of `bertkit downstream -h`
     from bertkit.training.rundir import check_writable
 
     if not Path(args.model).is_dir():

@@ -43,6 +43,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch: kept out of `bertkit export -h`
     from bertkit.export import export_onnx
     from bertkit.training.rundir import check_writable
 

@@ -15,8 +15,13 @@ import os
 import sys
 from dataclasses import dataclass
 
-from bertkit.errors import InputError, RunError
-from bertkit.options import ComputeArgs, add_options, number, threads_option
+from bertkit.errors import BertkitError, InputError, RunError
+from bertkit.features import Encoder
+from bertkit.options import ComputeArgs, add_options, from_args, number, threads_option
+from bertkit.pipelines import NoHeadError, load_pipeline
+from bertkit.precision import resolve_device
+from bertkit.serve.app import ServeSettings, create_app  # its flags are ServeSettings': FastAPI and torch at -h too
+from bertkit.serve.http.server import bind_socket, settings_limits, uvicorn_config
 
 
 @dataclass
@@ -27,8 +32,6 @@ class ServeCompute(ComputeArgs):
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from bertkit.serve.app import ServeSettings
-
     # "--layers -1,-2,-3,-4" parses: cli.main joins a negative list to its flag (argparse takes it for an option)
     parser.add_argument(
         "--model",
@@ -67,12 +70,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
     import uvicorn
-
-    from bertkit.errors import BertkitError
-    from bertkit.options import from_args
-    from bertkit.precision import resolve_device
-    from bertkit.serve.app import ServeSettings, create_app
-    from bertkit.serve.http.server import bind_socket, settings_limits, uvicorn_config
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -135,9 +132,6 @@ def parse_model_specs(values: list[str], model_id: str | None = None) -> dict[st
 def load_model(directory: str, device: str, precision: str, quantize: str | None = None, backend: str = "torch"):
     """What ``--model DIR`` serves: the task pipeline when ``config.json`` names a fine-tuned head (its
     ``.encoder()`` also serves the encoder routes), else the directory's encoder; ``backend`` "torch" or "onnx"."""
-    from bertkit.features import Encoder  # torch: kept out of `bertkit serve -h`
-    from bertkit.pipelines import NoHeadError, load_pipeline
-
     try:
         return load_pipeline(directory, device=device, precision=precision, quantize=quantize, backend=backend)
     except NoHeadError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from bertkit.options import number, output_path
+from bertkit.tokenization import train_vocab, vocab_stats
 
 EPILOG = (
     "bertkit vocab extend --model DIR --corpus FILE... --add N --output DIR: extend a model's vocabulary (-h there)"
@@ -56,8 +57,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
-
-    from bertkit.tokenization import train_vocab, vocab_stats
 
     strip = {"auto": None, "yes": True, "no": False}[args.strip_accents]
     tok = train_vocab(

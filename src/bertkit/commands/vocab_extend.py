@@ -16,7 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.pretraining.corpus import read_lines
+from bertkit.errors import InputError, MissingFileError
 from bertkit.options import add_options, from_args, option, seed_option
+from bertkit.tokenization import BertTokenizer, FastTokenizer, load_tokenizer
+from bertkit.tokenization.extend import (
+    WordPieceSplitter,
+    bpe_spec,
+    choose_bpe,
+    choose_wordpiece,
+    count_words,
+    extend_bpe_json,
+    place_tokens,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -47,25 +59,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_options(parser, ExtendArgs)
 
 
-def read_lines(paths: Sequence[str | Path]) -> Iterator[str]:
-    """The non-empty lines of the corpus files (a missing file is a one-line error naming it)."""
-    from bertkit.errors import MissingFileError
-
+def nonblank_lines(paths: Sequence[str | Path]) -> Iterator[str]:
+    """The non-empty lines of the corpus files, read as the pre-training corpus is (``corpus.read_lines``: not
+    UTF-8 falls back to Windows-1252 with a warning, a binary file is refused); a missing file is a one-line error
+    naming it."""
     for path in paths:
         if not Path(path).is_file():
             raise MissingFileError(f"{path}: no such corpus file")
     for path in paths:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                line = line.strip()
-                if line:
-                    yield line
+        for line in read_lines(path):
+            line = line.strip()
+            if line:
+                yield line
 
 
 def pieces_on(counts: Counter, tokenizer: Any) -> tuple[int, int, int]:
     """(words, pieces, words that are [UNK]) of a corpus of word ``counts`` under ``tokenizer``; an [UNK] word counts
     as its characters (it lost them all)."""
-    from bertkit.tokenization.extend import WordPieceSplitter
 
     words = pieces = unk = 0
     if hasattr(tokenizer, "basic_tokenize"):
@@ -99,17 +109,8 @@ def extend_vocabulary(
     pieces, [UNK] words) on the corpus)."""
     import json
 
-    from bertkit.errors import InputError
+    # torch (the weights' surgery): kept out of `bertkit vocab extend -h`
     from bertkit.resize import extend_model_directory, read_directory_config
-    from bertkit.tokenization import BertTokenizer, FastTokenizer, load_tokenizer
-    from bertkit.tokenization.extend import (
-        bpe_spec,
-        choose_bpe,
-        choose_wordpiece,
-        count_words,
-        extend_bpe_json,
-        place_tokens,
-    )
 
     model, output = Path(model), Path(output)
     if add < 1:
@@ -119,7 +120,7 @@ def extend_vocabulary(
     tokenizer = load_tokenizer(model)
     if not isinstance(tokenizer, BertTokenizer):
         bpe_spec(json.loads(tokenizer._spec), str(tokenizer.source))  # a tokenizer.json this can extend, or an error
-    counts = count_words(tokenizer, read_lines(corpus))
+    counts = count_words(tokenizer, nonblank_lines(corpus))
     if isinstance(tokenizer, BertTokenizer):
         chosen = choose_wordpiece(counts, tokenizer.vocab, add, tokenizer.max_input_chars_per_word, min_saving)
         vocab = place_tokens(chosen, tokenizer.vocab)

@@ -29,9 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import models
+from bertkit.config import BertConfig
 from bertkit.data.pretraining.corpus import expand_corpus
 from bertkit.errors import InputError, RunError
-from bertkit.experiments.runner import log_tail, open_study, run_bertkit
+from bertkit.experiments.glue import BY_NAME, SuiteConfig, SuiteRunner
+from bertkit.experiments.plots import bar_chart, line_chart, read_records
+from bertkit.experiments.runner import check_stop, log_tail, open_study, run_bertkit
+from bertkit.experiments.tables import csv_text
 from bertkit.files import write_json, write_text
 
 log = logging.getLogger(__name__)
@@ -146,13 +150,6 @@ class AblationStudy:
         self.stop = stop
         self.run_child = run_child or run_bertkit
 
-    def _check_stop(self) -> None:
-        if self.stop is not None and self.stop.requested:
-            self.stop.raise_(
-                f"the ablation stopped; finished work is kept in {self.cfg.output}: run the same command "
-                "again to resume"
-            )
-
     # -------------------------------------------------------------- vocabulary
     def vocabulary(self) -> Path:
         cfg = self.cfg
@@ -174,7 +171,7 @@ class AblationStudy:
             log=cfg.output / "vocab" / "vocab.log",
             stop=self.stop,
         )
-        self._check_stop()
+        check_stop(self.stop, "the ablation", self.cfg.output)
         if result.code != 0 or not path.is_file():
             raise RunError(f"bertkit vocab exited with {result.code}; see {cfg.output / 'vocab' / 'vocab.log'}")
         return path
@@ -214,9 +211,9 @@ class AblationStudy:
             if run_dir.exists():
                 shutil.rmtree(run_dir)  # started but not even recorded: start afresh
             self.say(f"{variant.label}: pre-training ...")
-        self._check_stop()
+        check_stop(self.stop, "the ablation", self.cfg.output)
         result = self.run_child(args, log=cfg.output / "pretrain" / f"{variant.key}.log", stop=self.stop)
-        self._check_stop()
+        check_stop(self.stop, "the ablation", self.cfg.output)
         if result.code != 0 or not (run_dir / "config.json").is_file():
             raise RunError(
                 f"{variant.label}: bertkit pretrain exited with {result.code}; see "
@@ -235,7 +232,6 @@ class AblationStudy:
         cfg = self.cfg
         if cfg.glue is None or not cfg.tasks:
             return {}
-        from bertkit.experiments.glue import SuiteConfig, SuiteRunner
 
         suite = SuiteConfig(
             model=model_dir,
@@ -287,7 +283,6 @@ class AblationStudy:
 def heldout_metrics(run_dir: Path, step: int | None = None) -> dict[str, Any]:
     """The last held-out record (``eval_*``) of a pretrain run's metrics.jsonl, at or before ``step`` if given, with
     the step it was taken at, and the run's last training step."""
-    from bertkit.experiments.plots import read_records
 
     records = read_records(run_dir)
     evals = [r for r in records if "eval_mlm_acc" in r and (step is None or r.get("step", 0) <= step)]
@@ -303,6 +298,7 @@ def heldout_metrics(run_dir: Path, step: int | None = None) -> dict[str, Any]:
 def export_checkpoints(run_dir: Path, dest: Path) -> list[tuple[int, Path, dict]]:
     """Each training checkpoint of a pretrain run as a model directory ``dest/step-N`` (config.json,
     model.safetensors, vocab.txt), written once; returns (step, directory, held-out metrics at that step)."""
+    # torch: `bertkit ablate -h` imports this module without it
     from bertkit.training.checkpointing import checkpoint_dir, list_checkpoints
 
     out = []
@@ -316,7 +312,7 @@ def export_checkpoints(run_dir: Path, dest: Path) -> list[tuple[int, Path, dict]
 
 
 def _export(run_dir: Path, checkpoint: Path, target: Path) -> None:
-    from bertkit.config import BertConfig
+    # torch: `bertkit ablate -h` imports this module without it
     from bertkit.modeling import BertForPreTraining
     from bertkit.training.checkpointing import load_checkpoint
 
@@ -344,8 +340,6 @@ def _cell(summary) -> str:
 def write_study_results(out: Path, cfg: AblateConfig, results: list[VariantResult]) -> list[Path]:
     """results.csv (a row per variant: held-out metrics, per-task median / min / max), results.md (the paper's
     table shape) and STUDY.png."""
-    from bertkit.experiments.glue import BY_NAME
-    from bertkit.experiments.tables import csv_text
 
     tasks = [t for t in cfg.tasks if any(t in r.summaries for r in results)]
     columns = [BY_NAME[t].column for t in tasks]
@@ -393,8 +387,6 @@ FIRST_COLUMN = {
 
 
 def study_markdown(cfg: AblateConfig, results: list[VariantResult], tasks: list[str]) -> str:
-    from bertkit.experiments.glue import BY_NAME
-
     head = [FIRST_COLUMN[cfg.study]]
     if cfg.study == "model-size":
         head += ["#L", "#H", "#A"]
@@ -431,9 +423,6 @@ def study_markdown(cfg: AblateConfig, results: list[VariantResult], tasks: list[
 
 
 def _figure(out: Path, cfg: AblateConfig, results: list[VariantResult], tasks: list[str]) -> Path:
-    from bertkit.experiments.glue import BY_NAME
-    from bertkit.experiments.plots import bar_chart, line_chart
-
     path = out / f"{cfg.study}.png"
     labels = [BY_NAME[t].column for t in tasks] + ["held-out MLM acc"]
 

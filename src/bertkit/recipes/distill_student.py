@@ -12,6 +12,7 @@ from torch import nn
 
 from bertkit import models
 from bertkit.errors import InputError
+from bertkit.tokenization.vocab import load_tokenizer_json
 
 
 def build_student(spec: str, teacher: nn.Module, task, tokenizer, teacher_dir: str | Path) -> nn.Module:
@@ -82,8 +83,6 @@ def _vocabulary(directory: Path) -> list[str] | None:
     if (directory / "vocab.txt").is_file():
         return [t.rstrip("\r") for t in (directory / "vocab.txt").read_text(encoding="utf-8").split("\n") if t]
     if (directory / "tokenizer.json").is_file():
-        from bertkit.tokenization.vocab import load_tokenizer_json
-
         vocab, _ = load_tokenizer_json(directory / "tokenizer.json")
         return sorted(vocab, key=vocab.__getitem__)
     return None

@@ -36,7 +36,7 @@ from bertkit.options import (
     threads_option,
     warmup_option,
 )
-from bertkit.precision import grad_scaler, resolve_precision
+from bertkit.precision import grad_scaler, resolve_device, resolve_precision
 from bertkit.tasks import TASK_CONFIG_NAME, feature_length, length_batches
 from bertkit.tasks.options import RunOptions
 from bertkit.training import distributed
@@ -108,7 +108,17 @@ class FinetuneArgs(RunOptions):
     overwrite: bool = option(False, group="checkpoints", help="replace the finished run in OUTPUT")
 
 
-set_seed = seed_everything  # the name commands.finetune imports
+set_seed = seed_everything  # the name `bertkit finetune` calls
+
+
+def run_in_context(args, body) -> int:
+    """``body(args, ctx)`` in this process's distributed context on ``args.device`` (one process, or one of
+    torchrun's): how ``bertkit finetune`` and ``bertkit distill`` run."""
+    ctx = distributed.setup(resolve_device(args.device))
+    try:
+        return body(args, ctx)
+    finally:
+        distributed.cleanup(ctx)
 
 
 def save_output(task, model, tokenizer, directory: Path, metrics: dict | None, examples, preds) -> None:

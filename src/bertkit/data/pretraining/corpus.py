@@ -59,8 +59,10 @@ from bertkit.data.pretraining.corpus_files import (
     binary_reason,
     expand_corpus,
 )
+from bertkit.data.pretraining.pipeline import ordered_map, progress_bar
 from bertkit.data.pretraining.splitter import split_paragraphs
 from bertkit.data.pretraining.task_text import sniff, task_documents
+from bertkit.files import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -628,7 +630,6 @@ def iter_documents(
     whatever ``workers`` (default: every core; 0 or 1 = in this process). Each document is held whole here: for
     corpora of any size, use :func:`bertkit.data.pretraining.prepare.prepare_corpus` or :func:`write_sentences`, which
     stream. ``on_document(sentences)`` is called per document."""
-    from bertkit.data.pretraining.pipeline import ordered_map
 
     files = expand_corpus(paths)
     blocks = iter_blocks(files, fmt, encoding, text_field)
@@ -663,8 +664,6 @@ def write_sentences(
     """Sentence-split the corpus once into Google's format (a sentence per line, a blank line after each document)
     at ``output``, atomically (fsynced temp file, renamed), streaming: memory does not grow with the corpus. The
     vocabulary trainer and the tokenizer both read it. Returns the number of documents."""
-    from bertkit.data.pretraining.pipeline import ordered_map, progress_bar
-    from bertkit.files import atomic_write
 
     files = expand_corpus(paths)
     count = 0

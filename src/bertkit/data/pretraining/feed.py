@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.pretraining.instances import PretrainingData
 from bertkit.data.pretraining.ramps import parse_ramp, plan_stages, stage_at
 from bertkit.errors import PretrainError
 
@@ -33,7 +34,6 @@ class Feed:
         return plan_stages(total_steps, c.seq_len, c.batch_size, self.seq_ramp, self.batch_ramp, self.phase2)
 
     def make(self, seq_len: int, batch_size: int, split: str = "train"):
-        from bertkit.data.pretraining.instances import PretrainingData
 
         rank, world = (0, 1) if split == "eval" else (self.ctx.rank, self.ctx.world_size)
         data = PretrainingData(self.shard_dir, self.vocab, self.options(seq_len, batch_size), rank, world, split=split)

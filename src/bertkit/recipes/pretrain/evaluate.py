@@ -8,9 +8,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from bertkit import models
+from bertkit.data.pretraining.instances import VocabInfo
 from bertkit.recipes.pretrain import objectives
 from bertkit.recipes.pretrain.config import PretrainConfig, PretrainError
 from bertkit.recipes.pretrain.setup import make_feed
+from bertkit.tasks.mlm import score_mlm
+from bertkit.tokenization import BertTokenizer
+from bertkit.training.distributed import DistContext
 from bertkit.training.rundir import read_record
 
 
@@ -25,12 +30,6 @@ def held_out_accuracy(
     about a point between mask draws. ``shards``: another prepared directory whose held-out split is scored instead
     (the quickstart's: books the run never read), tokenized with the run's vocabulary."""
     import torch
-
-    from bertkit import models
-    from bertkit.data.pretraining.instances import VocabInfo
-    from bertkit.tasks.mlm import score_mlm
-    from bertkit.tokenization import BertTokenizer
-    from bertkit.training.distributed import DistContext
 
     out = Path(output)
     # the run's sequences, masked at the paper's 15% whatever the run trained with, so runs compare

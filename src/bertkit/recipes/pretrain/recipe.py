@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.data.pretraining.feed import Feed
+from bertkit.data.pretraining.instances import VocabInfo
 from bertkit.data.pretraining.prefetch import Prefetcher
-from bertkit.recipes.pretrain import objectives
+from bertkit.precision import autocast, resolve_precision
+from bertkit.recipes.pretrain import flops, objectives
 from bertkit.recipes.pretrain.config import PretrainConfig, PretrainError
 from bertkit.recipes.pretrain.setup import (
     build_model,
@@ -40,7 +42,14 @@ from bertkit.recipes.pretrain.setup import (
     tokenizer_and_shards,
 )
 from bertkit.recipes.pretrain.tables import resolve
+from bertkit.tasks.mlm import score_mlm
+from bertkit.training import distributed as dist
+from bertkit.training.distributed import all_reduce_mean
+from bertkit.training.interrupt import GracefulStop
 from bertkit.training.rundir import os_errors
+from bertkit.training.step import optimizer_step, to_device
+from bertkit.training.steprun import StepRun
+from bertkit.training.tensorboard import convert_metrics
 
 __all__ = ["PretrainError", "pretrain"]
 
@@ -53,13 +62,6 @@ def pretrain(cfg: PretrainConfig) -> Path:
     Raises PretrainError for a run that cannot start, LossNotFinite when the loss stops being finite, and
     Interrupted (after saving a checkpoint) on SIGTERM/SIGINT."""
     import torch
-
-    from bertkit.data.pretraining.instances import VocabInfo
-    from bertkit.precision import resolve_precision
-    from bertkit.training import distributed as dist
-    from bertkit.training.interrupt import GracefulStop
-    from bertkit.training.step import optimizer_step
-    from bertkit.training.steprun import StepRun
 
     torch.set_num_threads(cfg.threads or torch.get_num_threads())
     ctx, out = dist.setup(cfg.device), Path(cfg.output)
@@ -143,7 +145,6 @@ def _eval_batches(cfg: PretrainConfig, feed: Feed) -> list[dict]:
 
 def _write_model(cfg: PretrainConfig, objective, ctx, model, tokenizer, run) -> None:
     """The end of a run: OUTPUT as a model directory (config.json, model.safetensors, vocab.txt, tokenizer config)."""
-    from bertkit.training.tensorboard import convert_metrics
 
     out = Path(cfg.output)
     model.save_pretrained(out)
@@ -163,7 +164,6 @@ def _write_model(cfg: PretrainConfig, objective, ctx, model, tokenizer, run) -> 
 
 def _held_out(cfg: PretrainConfig, objective, run, model, batches: list[dict], precision: str) -> None:
     """Evaluate on the held-out batches, write and say the result (rank 0)."""
-    from bertkit.training.tensorboard import convert_metrics
 
     ctx, step = run.ctx, run.step
     result = _evaluate(model, objective, batches, precision, ctx.device)  # every labelled input is [MASK]
@@ -184,7 +184,6 @@ def _held_out(cfg: PretrainConfig, objective, run, model, batches: list[dict], p
 def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objective):
     """(forward, count) for ``optimizer_step``: each micro-batch is the feed's next batch; ``count`` adds its
     figures to the log window: the MLM ones every objective has, then the objective's own."""
-    from bertkit.training.step import to_device
 
     current: dict[str, Any] = {}
 
@@ -208,8 +207,6 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objectiv
 
 def _log(cfg: PretrainConfig, objective, run, lr: float) -> None:
     """A metrics line (means over the window and the ranks), the progress bar's figures, and a reset window."""
-    from bertkit.recipes.pretrain import flops
-    from bertkit.training.distributed import all_reduce_mean
 
     ctx, m = run.ctx, run.meter
     loss, mlm_loss, mlm_acc, tok_s = all_reduce_mean(
@@ -250,10 +247,6 @@ def _evaluate(model, objective, batches: list[dict], precision: str, device) -> 
     best-constant baseline and the MLM loss at the same positions, NSP accuracy where the batches have pairs, the
     objective's own figures, and the whole pre-training loss (``eval_loss``)."""
     import torch
-
-    from bertkit.precision import autocast
-    from bertkit.tasks.mlm import score_mlm
-    from bertkit.training.step import to_device
 
     model.eval()
     losses: list[float] = []

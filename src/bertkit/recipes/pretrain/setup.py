@@ -12,14 +12,22 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bertkit import models
+from bertkit.data.pretraining import prepare as preparation  # a module: tests replace its prepare_corpus
+from bertkit.data.pretraining.cooccurrence import ppmi_embeddings
+from bertkit.data.pretraining.corpus import expand_corpus, write_sentences
+from bertkit.data.pretraining.feed import Feed
+from bertkit.data.pretraining.instances import DataOptions, VocabInfo, token_counts, unigram_log_probs
+from bertkit.data.pretraining.ramps import parse_ramp
 from bertkit.errors import InputError
 from bertkit.recipes.pretrain.config import RUN_KEYS, PretrainError, parse_mask_mix  # noqa: F401 (public here too)
+from bertkit.recipes.pretrain.once import check_same_shards, once
 from bertkit.recipes.pretrain.tables import has_nsp_head
+from bertkit.tokenization import BertTokenizer, train_vocab
 from bertkit.training.log import say
 from bertkit.training.rundir import RUN_JSON, RunDir, read_record
 
 if TYPE_CHECKING:
-    from bertkit.data.pretraining.feed import Feed
     from bertkit.recipes.pretrain.config import PretrainConfig
 
 # what a run writes into OUTPUT (and --overwrite removes); a directory holding only these is a run's beginnings
@@ -91,7 +99,6 @@ def removed_if_refused(cfg: PretrainConfig, ctx):
 def check_batches(cfg: PretrainConfig) -> None:
     """Every stage's sequences and batches as the feed will make them (the ramps', --two-phase's), checked before
     anything is written: an ``InputError`` naming the flag."""
-    from bertkit.data.pretraining.ramps import parse_ramp
 
     stages = [("--seq-len", cfg.seq_len, cfg.batch_size)]
     stages += [("--seq-ramp", n, cfg.batch_size) for n, _ in parse_ramp(cfg.seq_ramp, "--seq-ramp")]
@@ -107,10 +114,6 @@ def check_batches(cfg: PretrainConfig) -> None:
 
 def tokenizer_and_shards(cfg: PretrainConfig, ctx, resume: bool):
     """The vocabulary (trained on the sentence-split corpus unless given) and the tokenized shards, built by rank 0."""
-    from bertkit.data.pretraining.corpus import expand_corpus, write_sentences
-    from bertkit.data.pretraining.prepare import prepare_corpus
-    from bertkit.recipes.pretrain.once import check_same_shards, once
-    from bertkit.tokenization import BertTokenizer, train_vocab
 
     out, progress = Path(cfg.output), not cfg.quiet and sys.stderr.isatty()
     data_dir, sentences = out / "data", out / "data" / "sentences.txt"
@@ -133,7 +136,7 @@ def tokenizer_and_shards(cfg: PretrainConfig, ctx, resume: bool):
             BertTokenizer.from_pretrained(cfg.vocab, lowercase=cfg.lowercase).save_pretrained(out)
         if cfg.vocab is None and sentences.is_file():  # written above, or by the run resumed
             corpus, fmt = [str(sentences)], "google"
-        prepare_corpus(
+        preparation.prepare_corpus(
             corpus,
             data_dir / "shards",
             out / "vocab.txt",
@@ -178,8 +181,6 @@ def unigram_bias(shard_dir: Path, vocab_size: int, tokenizer):
     tokens left out."""
     import torch
 
-    from bertkit.data.pretraining.instances import VocabInfo, token_counts, unigram_log_probs
-
     v = VocabInfo.from_tokenizer(tokenizer)
     bias = unigram_log_probs(token_counts(shard_dir, vocab_size), exclude=(v.cls_id, v.sep_id, v.mask_id, v.pad_id))
     return torch.from_numpy(bias)
@@ -194,8 +195,6 @@ def init_embeddings(cfg, weight, shard_dir: Path) -> None:
         return
     import torch
 
-    from bertkit.data.pretraining.cooccurrence import ppmi_embeddings
-
     with torch.no_grad():
         table, seen = ppmi_embeddings(shard_dir, weight.shape[0], weight.shape[1], float(weight.std()), cfg.seed)
         weight[seen] = table[seen].to(weight.dtype)
@@ -208,8 +207,6 @@ def build_model(cfg: PretrainConfig, tokenizer, shard_dir: Path, max_len: int, d
     tables as ``--embedding-init`` / ``--position-init`` say; or the ``--init-from`` model. Dropout is set to
     ``cfg.dropout`` for training; config.json keeps the model's."""
     import torch
-
-    from bertkit import models
 
     arch = models.get(cfg.arch)
     if cfg.nsp and not has_nsp_head(arch):
@@ -259,7 +256,6 @@ def sinusoids(positions: int, width: int):
 
 def data_options(cfg: PretrainConfig, seq_len: int, batch_size: int):
     """What a batch of ``seq_len`` tokens and ``batch_size`` sequences holds: the run's masking, NSP and seed."""
-    from bertkit.data.pretraining.instances import DataOptions
 
     return DataOptions(
         max_seq_length=seq_len,
@@ -279,7 +275,5 @@ def data_options(cfg: PretrainConfig, seq_len: int, batch_size: int):
 def make_feed(cfg: PretrainConfig, shard_dir: Path, vocab, ctx) -> Feed:
     """The run's batches: instances of the shards masked as ``cfg`` says, over its ramps' stages."""
     from functools import partial
-
-    from bertkit.data.pretraining.feed import Feed
 
     return Feed(cfg, shard_dir, vocab, ctx, partial(data_options, cfg))

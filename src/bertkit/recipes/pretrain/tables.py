@@ -8,6 +8,9 @@ flag too."""
 
 from __future__ import annotations
 
+from bertkit import models
+from bertkit.recipes.pretrain import objectives
+
 RECIPES = ("budget", "paper")
 # the model each recipe builds when --arch / --model-size / --vocab-size are left out, named by its size preset (which
 # names its architecture). The budget recipe's is the one that fine-tuned best after minutes of pre-training (issue
@@ -79,7 +82,6 @@ def choose_model(
     MODEL_DEFAULTS (the budget recipe's ModernBERT a size up from ``BUDGET_MINI_FROM_S`` seconds of
     ``max_time``); ``--init-from`` continues the model's own architecture, and a ``--model-size`` names its own
     (``bert-mini``: BERT; ``modernbert-mini``: ModernBERT)."""
-    from bertkit import models
 
     defaults = MODEL_DEFAULTS[recipe]
     own = models.of_preset(defaults["model"])  # the recipe's architecture
@@ -111,9 +113,6 @@ def resolve(cfg):
     ELECTRA's). Returns a new frozen config whose ``chosen`` is the line that says what was chosen; ``pretrain``
     records it in run.json and prints it, and nothing rewrites it afterwards."""
     import dataclasses
-
-    from bertkit import models
-    from bertkit.recipes.pretrain import objectives
 
     name = cfg.recipe_name()
     arch_name, size, vocab_size = choose_model(

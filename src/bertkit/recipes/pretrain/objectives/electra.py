@@ -30,10 +30,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit import models
+from bertkit.checkpoint import read_state_dict
 from bertkit.config import BertConfig
 from bertkit.errors import InputError
+from bertkit.files import atomic_write
 from bertkit.modeling import ACT2FN
 from bertkit.recipes.pretrain.objectives import Objective
+from bertkit.training.distributed import all_reduce_mean
 
 # ELECTRA's masking (its pretrain_helpers.mask): 15% of the tokens, 85% of them [MASK], the rest left as they are
 DEFAULTS = {"nsp": False, "mask_prob": 0.15, "mask_mix": "85/0/15"}
@@ -172,8 +175,6 @@ class ElectraPretraining(nn.Module):
         The tokenizer is the caller's to save beside both."""
         from safetensors.torch import save_file
 
-        from bertkit.files import atomic_write
-
         out = Path(directory)
         self.discriminator.save_pretrained(out)
         head = {
@@ -213,8 +214,6 @@ def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device, build_bas
             setattr(gen_config, key, value)
     model = ElectraPretraining(arch.encoder_of(base), generator, cfg.rtd_weight)
     if init is not None and (init / RTD_HEAD_NAME).is_file():
-        from bertkit.checkpoint import read_state_dict
-
         head = read_state_dict(init / RTD_HEAD_NAME)
         try:
             model.discriminator_predictions.load_state_dict({k.split(".", 1)[-1]: v for k, v in head.items()})
@@ -314,7 +313,6 @@ class Electra(Objective):
 
     def window(self, ctx, meter, cfg) -> dict[str, float]:
         """``rtd_loss`` and the window's :func:`rates` as ``train_rtd_*`` fields (means over the ranks)."""
-        from bertkit.training.distributed import all_reduce_mean
 
         keys = ("rtd_tp", "rtd_pos", "rtd_pred", "rtd_ok", "rtd_n")
         vals = all_reduce_mean(ctx, [meter.ratio("rtd_loss", "steps"), *(meter.sums[k] for k in keys)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from bertkit.errors import InputError
 from bertkit.recipes.pretrain.objectives import Objective
+from bertkit.training.distributed import all_reduce_mean
 
 
 class MlmNsp(Objective):
@@ -24,7 +25,6 @@ class MlmNsp(Objective):
     def window(self, ctx, meter, cfg) -> dict[str, float]:
         if not cfg.nsp:
             return {}
-        from bertkit.training.distributed import all_reduce_mean
 
         loss, acc = all_reduce_mean(ctx, [meter.ratio("nsp_loss", "steps"), meter.ratio("nsp_ok", "nsp_n")])
         return {"nsp_loss": loss, "nsp_acc": acc}
