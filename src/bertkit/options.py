@@ -98,7 +98,7 @@ def _base_type(tp: Any) -> Any:
 # The range of every numeric flag, by field name (the same name means the same thing in every command): (low, high,
 # low_open, high_open), None = unbounded. A numeric flag not named here takes [0, inf). Every one refuses nan and
 # inf, and a value out of range, when the command line is parsed: one line, exit 2.
-_POSITIVE = (0, None, True, False)
+_POSITIVE = POSITIVE = (0, None, True, False)  # POSITIVE: for a field whose name has other bounds elsewhere
 _FRACTION = (0, 1, False, False)
 BOUNDS: dict[str, tuple] = {
     **dict.fromkeys(
@@ -188,6 +188,31 @@ def parse_duration(text: str) -> float:
     return sum(float(a) * scale[b] for a, b in parts)
 
 
+def within(value: float, bounds: tuple) -> bool:
+    """Whether ``value`` is finite and inside ``bounds`` (a :data:`BOUNDS` entry)."""
+    low, high, low_open, high_open = bounds
+    ok = math.isfinite(value)
+    ok = ok and (low is None or (value > low if low_open else value >= low))
+    return ok and (high is None or (value < high if high_open else value <= high))
+
+
+def check_bounds(obj: Any, error: Callable[[str], Exception]) -> None:
+    """Refuse, with ``error`` naming the flag, a numeric field of the dataclass ``obj`` outside the range its flag is
+    parsed with (the field's ``bounds``, else :data:`BOUNDS`, else ``[0, inf)``): a config made in code meets the
+    same table as the command line. Unset (None) fields pass."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if _base_type(hints.get(f.name, str)) not in (int, float) and f.metadata.get("bounds") is None:
+            continue
+        bounds = f.metadata.get("bounds") or BOUNDS.get(f.name, _DEFAULT_BOUNDS)
+        if not within(value, bounds):
+            flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+            raise error(f"{flag} must be {_bounds_text(bounds)}, got {value}")
+
+
 def parse_seeds(text: str) -> list[int]:
     """``--seeds``: a count N (seeds 1..N) or a comma-separated list of distinct integers."""
     try:
@@ -232,7 +257,6 @@ def number(base: type, name: str = "", bounds: tuple | None = None, parse: Calla
     ``bounds`` (default: :data:`BOUNDS`' entry for ``name``, else ``[0, inf)``) are refused with a one-line
     message. The function carries ``bounds`` (tests walk every command's numeric flags with it)."""
     bounds = bounds or BOUNDS.get(name.lstrip("-").replace("-", "_"), _DEFAULT_BOUNDS)
-    low, high, low_open, high_open = bounds
 
     def convert(text: str) -> Any:
         try:
@@ -241,12 +265,7 @@ def number(base: type, name: str = "", bounds: tuple | None = None, parse: Calla
             raise argparse.ArgumentTypeError(
                 f"expected {'an integer' if base is int else 'a number'}, got {text!r}" if parse is None else str(e)
             ) from None
-        if not isinstance(value, int | float):
-            return value
-        ok = math.isfinite(value)
-        ok = ok and (low is None or (value > low if low_open else value >= low))
-        ok = ok and (high is None or (value < high if high_open else value <= high))
-        if not ok:
+        if isinstance(value, int | float) and not within(value, bounds):
             raise argparse.ArgumentTypeError(f"must be {_bounds_text(bounds)}, got {text}")
         return value
 

@@ -250,3 +250,22 @@ def test_task_readers_import_nothing_of_the_pretraining_pipeline():
     wrong = {m: sorted(d for d in graph[m] if d.startswith("bertkit.data.pretraining")) for m in sorted(readers)}
     assert {m: found for m, found in wrong.items() if found} == {}
     assert "bertkit.data.tasks.readers" in graph["bertkit.data.pretraining.task_text"]  # the one way it runs
+
+
+def test_the_training_core_imports_nothing_of_a_recipe():
+    """training/ is the generic core every recipe uses: none of its modules imports a recipe, the pre-training
+    data pipeline (data/pretraining), or a pre-training error type, lazy imports included."""
+    core = sorted((PACKAGE / "training").glob("*.py"))
+    assert len(core) >= 8  # the check sees the package
+    wrong = []
+    for path in core:
+        for line, module in _imported(path):
+            if module.startswith(("bertkit.recipes", "bertkit.data.pretraining")):
+                wrong.append(f"training/{path.name}:{line} imports {module}")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and any(a.name == "PretrainError" for a in node.names):
+                wrong.append(f"training/{path.name}:{node.lineno} imports PretrainError")
+    assert wrong == []
+    fake = "from bertkit.errors import PretrainError\nfrom bertkit.data.pretraining.feed import Feed\n"
+    found = [n for n in ast.walk(ast.parse(fake)) if isinstance(n, ast.ImportFrom)]
+    assert [a.name for n in found for a in n.names] == ["PretrainError", "Feed"]  # what the check reads

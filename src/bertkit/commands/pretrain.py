@@ -93,11 +93,12 @@ def check_overrides(overrides: dict, arch: str, model_size: str, init_from: str 
 
 
 def config_from_args(args: argparse.Namespace):
+    """The run's config, validated and resolved once (the recipe's model and choices filled in: ``resolve``)."""
     from bertkit.options import from_args
-    from bertkit.recipes.pretrain import PretrainConfig
+    from bertkit.recipes.pretrain import PretrainConfig, resolve
 
     overrides = parse_overrides(args.config_overrides)
-    cfg = from_args(PretrainConfig, args, config_overrides=overrides)  # the recipe's model filled in
+    cfg = resolve(from_args(PretrainConfig, args, config_overrides=overrides))
     check_overrides(overrides, cfg.arch, cfg.model_size, cfg.init_from)
     return cfg
 

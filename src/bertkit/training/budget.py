@@ -124,8 +124,7 @@ class TimeBudget:
 def fit_steps(budget: TimeBudget, feed, model, make_optimizer, ctx, *, precision: str, grad_accum: int, clip: float):
     """(cost, steps that fit ``budget``): a few steps of each (sequence length, batch size) ``feed`` will use, timed
     on a throwaway copy of ``model``."""
-    from bertkit.training.feed import to_device
-    from bertkit.training.step import time_steps
+    from bertkit.training.step import time_steps, to_device
 
     def timer(data) -> float:
         batches = [to_device(data.batch(0, i % data.num_batches(0)), ctx.device) for i in range(4)]

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import InputError, PretrainError, RunError
+from bertkit.errors import InputError, RunError, RunRefused
 from bertkit.files import remove_stale_temp_files, write_json, write_text
 from bertkit.training.checkpointing import checkpoint_dir, list_checkpoints, load_checkpoint
 from bertkit.training.distributed import DistContext
@@ -174,13 +174,11 @@ class RunDir:
         out = self.path
         record_path, keys = out / RUN_JSON, tuple(keys)
         if out.exists() and not out.is_dir():
-            raise PretrainError(f"{out} exists and is not a directory; choose another --output")
+            raise RunRefused(f"{out} exists and is not a directory; choose another --output")
         names = {p.name for p in out.iterdir() if not p.name.startswith(".")} if out.is_dir() else set()
         if resume and not record_path.is_file():
             if names - set(files):
-                raise PretrainError(
-                    f"--resume: {out} holds no pre-training run (no run.json); drop --resume to start one"
-                )
+                raise RunRefused(f"--resume: {out} holds no pre-training run (no run.json); drop --resume to start one")
             # a run killed before it began training: nothing to resume, start it afresh; an interrupted preparation
             # of its shards (data/) resumes, or starts afresh if its files or settings changed
             # (data/pretraining/prepare.py)
@@ -191,7 +189,7 @@ class RunDir:
             old = read_record(record_path)["config"]
             diff = [k for k in keys if k in old and old[k] != config[k]]
             if diff:
-                raise PretrainError(
+                raise RunRefused(
                     f"--resume: these settings differ from the run in {out}: "
                     + ", ".join(f"{k} (was {old[k]!r}, now {config[k]!r})" for k in diff)
                     + "; use the run's settings, or start a new run with another --output"
@@ -207,11 +205,11 @@ class RunDir:
                     if not diff
                     else f"a different run (differs in {', '.join(diff[:6])})"
                 )
-                raise PretrainError(
+                raise RunRefused(
                     f"{out} already holds {what}. Pass --resume to continue it, --overwrite to replace "
                     "it, or choose another --output"
                 )
-            raise PretrainError(
+            raise RunRefused(
                 f"{out} exists and is not empty (and is not a bertkit pre-training run); choose another "
                 "--output, or pass --overwrite to write into it"
             )
@@ -266,7 +264,7 @@ def read_record(path: Path) -> dict[str, Any]:
             raise TypeError("not an object with a 'config'")
         return record
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
-        raise PretrainError(
+        raise RunRefused(
             f"{path}: not a readable run record ({type(e).__name__}: {e}); start the run again with "
             "--overwrite, or choose another --output"
         ) from None
@@ -285,7 +283,7 @@ def os_errors(out: Path):
                 "previous checkpoint is intact)"
             ) from None
         if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise PretrainError(f"{where}: cannot write ({e.strerror}); choose a writable --output") from None
+            raise RunRefused(f"{where}: cannot write ({e.strerror}); choose a writable --output") from None
         raise
 
 

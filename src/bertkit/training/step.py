@@ -26,7 +26,12 @@ from bertkit.training import distributed
 from bertkit.training.distributed import DistContext
 from bertkit.training.state import TrainState
 
-__all__ = ["LossNotFinite", "StepResult", "apply_update", "optimizer_step"]
+__all__ = ["LossNotFinite", "StepResult", "apply_update", "optimizer_step", "to_device"]
+
+
+def to_device(batch: dict, device) -> dict:
+    """A numpy batch as tensors on ``device``."""
+    return {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items()}
 
 
 @dataclass

@@ -4,7 +4,7 @@ the clock (training seconds, checkpoint writes included, evaluation added by the
 steps (the TrainState, the feed's position, the window), and the stop every process agrees on (a signal, or the time
 budget spent). A recipe's loop says what a step computes, what a log line holds and what is evaluated::
 
-    run = StepRun(cfg, ctx, model, feed, precision)   # optimizer, steps, TrainState (resumed: its checkpoint)
+    run = StepRun(cfg, ctx, model, feed, precision, resume)   # optimizer, steps, TrainState (resumed: its checkpoint)
     run.begin(model_config)                             # run.json, metrics.jsonl, the bar, the budget's clock
     while run.going():
         t0 = time.perf_counter()
@@ -41,14 +41,14 @@ class StepRun:
     """``model``: the model to train (built, on its device); ``feed``: the batches, whose ``position()`` a
     checkpoint saves. Builds the optimizer and the lr schedule over the run's steps (a resumed run's, fitted to
     ``--max-time``, or ``--max-steps``) and the TrainState, restored from the newest readable checkpoint when
-    ``cfg.resume``, with the feed placed at its data position."""
+    ``resume``, with the feed placed at its data position."""
 
-    def __init__(self, cfg, ctx, model, feed, precision: str):
+    def __init__(self, cfg, ctx, model, feed, precision: str, resume: bool):
         from bertkit.precision import grad_scaler
         from bertkit.training.optim import build_optimizer, lr_schedule
         from bertkit.training.state import TrainState, seed_dropout
 
-        self.cfg, self.ctx, self.feed, self.precision = cfg, ctx, feed, precision
+        self.cfg, self.ctx, self.feed, self.precision, self.resume = cfg, ctx, feed, precision, resume
         self.dir = RunDir(cfg.output, ctx)
         optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
         state, self.budget, self.cost, total_steps = self._plan(model)
@@ -81,13 +81,13 @@ class StepRun:
 
         cfg, ctx = self.cfg, self.ctx
         # the newest readable checkpoint: a corrupted latest one is skipped with a warning naming it
-        found = self.dir.latest_intact_checkpoint() if cfg.resume else None
+        found = self.dir.latest_intact_checkpoint() if self.resume else None
         last, state = found if found else (None, None)
         budget = TimeBudget(cfg.max_time, float(state["elapsed"]) if state else 0.0) if cfg.max_time else None
         if state is not None:
             say(f"resuming from {last} (step {state['step']} of {state['total_steps']})", ctx, cfg.quiet)
             return state, budget, None, int(state["total_steps"])
-        if cfg.resume:
+        if self.resume:
             return state, budget, None, int(read_record(self.dir.path / RUN_JSON)["total_steps"])
         if budget is None:
             return state, budget, None, int(cfg.max_steps)
@@ -122,6 +122,7 @@ class StepRun:
             "precision": self.precision,
             "world_size": ctx.world_size,
             "model_config": model_config,
+            "finished": False,
         }
         self.write_record()
         self.dir.truncate_metrics(self.step)
@@ -144,6 +145,11 @@ class StepRun:
     @property
     def eval_every(self) -> int:
         return self.cfg.eval_every or max(1, self.total_steps // 10)
+
+    def finish(self) -> None:
+        """run.json says the run ended (its model is written): ``--resume`` refuses it from now on."""
+        self.record["finished"] = True
+        self.write_record()
 
     def write_record(self) -> None:
         if self.ctx.is_main:
