@@ -14,6 +14,7 @@ from pathlib import Path
 from bertkit.embeddings import ROUTE_HELP, route
 from bertkit.errors import InputError
 from bertkit.options import add_options, from_args, option, output_option
+from bertkit.outputs import check_output
 from bertkit.tasks.options import TaskOptions, add_task_flag, task_of_directory, task_options
 from bertkit.tokenization import load_tokenizer
 
@@ -114,6 +115,7 @@ def _run(args: argparse.Namespace, ctx) -> int:
         )
     if files.dropout is not None and not 0.0 <= files.dropout < 1.0:
         raise InputError(f"--dropout must be in [0, 1), got {files.dropout}")
+    check_output(files.output, {"--model": files.model, "--train": files.train, "--dev": files.dev}, overwrite=None)
     task = get_task(args.task, **task_options(args))
     train, dev = files.read(task, train_args.skip_bad_rows)
     task.fit_labels(train)
