@@ -354,6 +354,32 @@ def to_argv(cls: type, args: argparse.Namespace, *, exclude: typing.Iterable[str
     return out
 
 
+def flag_string(owned: typing.Iterable[str] = ()) -> Callable[[str], list[str]]:
+    """An argparse ``type`` for a string of flags handed on to another command (``downstream --finetune-args
+    "--batch-size 16"``): split as a shell would (``shlex``). Refused when the command line is parsed, in one line:
+    bad quoting, and any of the ``owned`` flags (the caller sets them itself for every run: its cells' ``--output``,
+    ``--lr``...), written ``--flag value``, ``--flag=value`` or as an abbreviation argparse would expand to it."""
+    import shlex
+
+    owned = tuple(owned)
+
+    def split(text: str) -> list[str]:
+        try:
+            argv = shlex.split(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{text!r}: cannot split it into flags ({e})") from None
+        for arg in argv:
+            name = arg.split("=", 1)[0]
+            if name.startswith("--") and len(name) > 2 and any(o.startswith(name) for o in owned):
+                raise argparse.ArgumentTypeError(
+                    f"{name} is set by this command itself ({', '.join(owned)}); leave it out"
+                )
+        return argv
+
+    split.__name__ = "flags"
+    return split
+
+
 # --------------------------------------------------------------------------------- the options commands share
 
 TRAINING = "training"

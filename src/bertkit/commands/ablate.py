@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 
-from bertkit.options import number, output_path
+from bertkit.options import flag_string, number, output_path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -65,10 +64,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pretrain-args",
         default="",
+        type=flag_string(("--output", "--corpus", "--vocab", "--seed")),
         help='more pretrain flags for every variant, e.g. "--seq-len 128 --batch-size 64"',
     )
     parser.add_argument(
-        "--finetune-args", default="", help='more finetune flags, e.g. "--epochs 2 --max-train-examples 5000"'
+        "--finetune-args",
+        default="",
+        type=flag_string(("--output", "--model", "--train", "--dev", "--seed", "--lr", "--task")),
+        help='more finetune flags, e.g. "--epochs 2 --max-train-examples 5000"',
     )
 
 
@@ -101,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
         checkpoints=args.checkpoints,
         save_every=args.save_every,
         pretrain_seed=args.pretrain_seed,
-        pretrain_args=shlex.split(args.pretrain_args),
-        finetune_args=shlex.split(args.finetune_args),
+        pretrain_args=args.pretrain_args,
+        finetune_args=args.finetune_args,
         max_time_per_run=parse_time(args.max_time_per_run, "--max-time-per-run"),
     )
     with GracefulStop() as stop:

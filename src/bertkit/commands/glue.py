@@ -121,9 +121,12 @@ def parse_time(text: str | None, flag: str) -> float | None:
     from bertkit.recipes.pretrain import parse_duration
 
     try:
-        return parse_duration(text)
+        seconds = parse_duration(text)
     except ValueError as e:
         raise InputError(f"{flag}: {e}") from None
+    if not seconds > 0:
+        raise InputError(f"{flag} {text}: must be > 0")
+    return seconds
 
 
 def run(args: argparse.Namespace) -> int:
