@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         args.model, device=device, precision=args.precision, quantize=args.quantize, backend=args.backend
     )
     pooling = pooling or encoder.defaults.pooling  # unnamed: a sentence-embedding model's own (Encoder.defaults)
-    layers = parse_layers(args.layers) if args.layers else encoder.defaults.layers
+    layers = parse_layers(args.layers) if args.layers else encoder.default_layers()
     result = encoder.encode(
         texts,
         pairs,
