@@ -43,6 +43,7 @@ import torch
 
 from bertkit import checkpoint, models, runtime
 from bertkit.batches import collate, cut_batches, plan_batches  # noqa: F401 (cut_batches re-exported)
+from bertkit.config import check_config_json
 from bertkit.errors import InputError, MissingFileError
 from bertkit.precision import autocast, resolve_precision
 from bertkit.st_format import read_sentence_transformers
@@ -305,6 +306,7 @@ class Encoder:
         if sentence is not None:
             path = sentence.model_dir
         tokenizer = load_tokenizer(path, lowercase=lowercase)  # names a missing vocabulary itself
+        check_config_json(path)
         arch = models.of_directory(path)
         model_class = arch.model_class(arch.features_role)
         if (

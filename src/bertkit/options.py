@@ -154,6 +154,7 @@ BOUNDS: dict[str, tuple] = {
     **dict.fromkeys(("warmup_fraction", "short_seq_prob", "alpha"), _FRACTION),  # alpha: distill's soft-target share
     **dict.fromkeys(("dropout", "mask_prob", "eval_fraction"), (0, 1, False, True)),
     "layer_decay": (0, 1, True, False),  # layer-wise lr decay: (0, 1], 1 = off
+    "max_seq_length": (3, None, False, False),  # [CLS] + a token + [SEP]; the model's positions bound the top
     "port": (0, 65535, False, False),
     "layer": (None, None, False, False),  # attention: 1..L, or -1 for the last (the model checks the range)
     "tag_column": (None, None, False, False),  # CoNLL: a column index, -1 = the last

@@ -154,7 +154,9 @@ def _default_task(architecture: str, config: Any, directory: Path):
 def _read_config(directory: Path, architecture: str):
     """The directory's config, of the architecture its head class (``architecture``) or its ``model_type`` names."""
     from bertkit import models
+    from bertkit.config import check_config_json
 
+    check_config_json(directory)
     found = models.of_class_name(architecture)
     arch = found[0] if found and found[0].model_type != models.DEFAULT else models.of_directory(directory)
     return arch.config_class().from_pretrained(directory)

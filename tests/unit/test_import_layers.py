@@ -219,3 +219,18 @@ def test_task_readers_import_nothing_of_the_pretraining_pipeline():
     wrong = {m: sorted(d for d in graph[m] if d.startswith("bertkit.data.pretraining")) for m in sorted(readers)}
     assert {m: found for m, found in wrong.items() if found} == {}
     assert "bertkit.data.tasks.readers" in graph["bertkit.data.pretraining.task_text"]  # the one way it runs
+
+
+def test_every_name_the_docs_import_from_bertkit_is_exported():
+    """``from bertkit import NAME`` in the README and docs/ works for every NAME they show (``load_pipeline``, the
+    inference entry point, included)."""
+    import re
+
+    root = SRC.parent
+    shown = set()
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for names in re.findall(r"^\s*from bertkit import ([\w, ]+)$", doc.read_text(encoding="utf-8"), re.M):
+            shown.update(n.strip() for n in names.split(","))
+    assert "load_pipeline" in shown and "Encoder" in shown
+    assert sorted(n for n in shown if n not in bertkit._EXPORTS) == []
+    assert callable(bertkit.load_pipeline)

@@ -15,7 +15,7 @@ from bertkit.embeddings import ROUTE_HELP, route
 from bertkit.errors import InputError
 from bertkit.options import add_options, from_args, option, output_option
 from bertkit.outputs import check_output
-from bertkit.tasks.options import TaskOptions, add_task_flag, task_of_directory, task_options
+from bertkit.tasks.options import TaskOptions, add_task_flag, task_for_model, task_of_directory, task_options
 from bertkit.tokenization import load_tokenizer
 
 FILES = "files and data"
@@ -105,7 +105,6 @@ def run_in_context(args: argparse.Namespace, body) -> int:
 
 def _run(args: argparse.Namespace, ctx) -> int:
     from bertkit.recipes.finetune import FinetuneArgs, finetune, set_seed
-    from bertkit.tasks import get_task
 
     files: FinetuneFiles = from_args(FinetuneFiles, args)
     train_args: FinetuneArgs = from_args(FinetuneArgs, args, device=str(ctx.device))
@@ -116,7 +115,7 @@ def _run(args: argparse.Namespace, ctx) -> int:
     if files.dropout is not None and not 0.0 <= files.dropout < 1.0:
         raise InputError(f"--dropout must be in [0, 1), got {files.dropout}")
     check_output(files.output, {"--model": files.model, "--train": files.train, "--dev": files.dev}, overwrite=None)
-    task = get_task(args.task, **task_options(args))
+    task = task_for_model(args.task, task_options(args), files.model)  # --max-seq-length fits the model
     train, dev = files.read(task, train_args.skip_bad_rows)
     task.fit_labels(train)
     tokenizer = load_tokenizer(files.model)
