@@ -180,7 +180,7 @@ def _one_line_refusal(capsys, argv, *words):
     return err
 
 
-@pytest.mark.parametrize("command", ["distill", "finetune", "vocab extend", "vocab", "convert"])
+@pytest.mark.parametrize("command", ["distill", "finetune", "embeddings", "vocab extend", "vocab", "convert"])
 def test_an_output_that_is_an_input_is_refused_and_the_input_left_as_it_was(
     tmp_path, tiny_dir, tf_dir, ft, command, capsys
 ):
@@ -190,6 +190,7 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_left_as_it_was(
     argv, words = {
         "distill": (["distill", "--teacher", model, "--student", "bert-tiny", "--train", train], "is also --teacher"),
         "finetune": (["finetune", "--task", "sst2", "--train", train, "--model", model], "is also --model"),
+        "embeddings": (["finetune", "--task", "simcse", "--train", train, "--model", model], "is also --model"),
         "vocab extend": (["vocab", "extend", "--model", model, "--corpus", train, "--add", "3"], "is also --model"),
         "vocab": (["vocab", model / "vocab.txt", "--vocab-size", "200"], "would replace FILES"),
         "convert": (["convert", "--tf-checkpoint", model], "is also --tf-checkpoint"),

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
             show_progress=not args.quiet,
         )
     print(
-        f"wrote {Path(args.output) / 'vocab.txt'}: {tok.vocab_size} tokens "
+        f"wrote {output if output.suffix == '.txt' else output / 'vocab.txt'}: {tok.vocab_size} tokens "
         f"([UNK]={tok.unk_token_id}, [CLS]={tok.cls_token_id}, [SEP]={tok.sep_token_id}, [MASK]={tok.mask_token_id})"
     )
     for path in args.holdout:
