@@ -1,9 +1,12 @@
 """One rule for what a command writes: an output that is one of its inputs is refused, and so is an existing output
 unless ``--overwrite``; a failed command leaves no output directory it made.
 
-Every command that writes a model (``finetune``, ``distill``, ``vocab``, ``vocab extend``, ``export``, ``convert``)
-calls :func:`check_output` before it reads or writes anything heavy, and runs its writing under
-:func:`removed_on_failure`. The writes themselves stay atomic (:mod:`bertkit.files`).
+The commands that write a model directory (``finetune`` and its sentence-embedding tasks, ``distill``, ``vocab``,
+``vocab extend``, ``convert``) call :func:`check_output` before they read anything heavy; those that make their
+output in one go (``vocab``, ``vocab extend``, ``convert``, ``export``, which writes graph files beside a model and
+refuses an existing graph unless ``--overwrite``) write under :func:`removed_on_failure`. A training run's directory
+keeps its checkpoints when it fails (``--resume`` continues it). The writes themselves stay atomic
+(:mod:`bertkit.files`).
 """
 
 from __future__ import annotations
