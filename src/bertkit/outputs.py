@@ -68,13 +68,17 @@ def check_output(
 
 @contextlib.contextmanager
 def removed_on_failure(directory: PathLike) -> Iterator[Path]:
-    """Run the body; when it raises (or is interrupted), remove ``directory`` if it did not exist before, so that a
-    failed command leaves nothing that blocks the corrected one. A directory that existed is left as it is."""
+    """Run the body; when it raises (or is interrupted), remove ``directory`` if it did not exist before (and the
+    parents above it that did not: the first missing one), so that a failed command leaves nothing that blocks the
+    corrected one. A directory that existed is left as it is."""
     directory = Path(directory)
+    top = directory
+    while not top.parent.exists() and top.parent != top:
+        top = top.parent
     existed = directory.exists()
     try:
         yield directory
     except BaseException:
-        if not existed and directory.is_dir():
-            shutil.rmtree(directory, ignore_errors=True)
+        if not existed and top.is_dir():
+            shutil.rmtree(top, ignore_errors=True)
         raise

@@ -289,6 +289,14 @@ REFUSED = {
         ["serve", "--model", "{onnx}", "--backend", "onnx"],
         "model.onnx: not a readable ONNX graph",
     ),
+    "embed --layers 9 into new directories": (
+        ["embed", "--model", "{model}", "--input", "{texts}", "--output", "{out}/new/x.npy", "--layers", "9"],
+        "layer 9 is out of range for a 1-layer model",
+    ),
+    "downstream --output over --model": (
+        ["downstream", "--model", "{model}", "--data-dir", "{tmp}", "--output", "{model}"],
+        ": is also --model; write to a new directory",
+    ),
     "export --opset 1000": (
         ["export", "--onnx", "{model}", "{out}", "--opset", "1000"],
         "--opset 1000: this exporter writes opsets 14 to",

@@ -68,6 +68,10 @@ def test_an_output_that_replaces_nothing_it_reads_is_accepted(tree, output, inpu
 @pytest.mark.parametrize("existed", [False, True])
 def test_a_failed_command_removes_only_the_output_directory_it_made(tmp_path, existed):
     out = tmp_path / "out"
+    with pytest.raises(RuntimeError), removed_on_failure(out / "a" / "b"):  # parents it made go too
+        (out / "a" / "b").mkdir(parents=True)
+        raise RuntimeError("a late failure")
+    assert not out.exists()
     if existed:
         out.mkdir()
         (out / "kept.txt").write_text("x")

@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from bertkit.commands.glue import parse_lrs, parse_seeds, parse_time
     from bertkit.errors import InputError
     from bertkit.experiments.downstream import DownstreamMeter, MeterConfig, default_lrs, resolve_meter_tasks
+    from bertkit.outputs import check_output
     from bertkit.training.interrupt import GracefulStop
     from bertkit.training.rundir import check_writable
 
@@ -113,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         finetune_args=args.finetune_args,
         jobs=args.jobs,
     )
+    check_output(args.output, {"--model": args.model, "--data-dir": args.data_dir}, overwrite=None)  # its cells resume
     check_writable(Path(args.output), "--output")  # made once every flag is checked
     with GracefulStop() as stop:
         report = DownstreamMeter(cfg, say=lambda m: print(m, file=sys.stderr, flush=True), stop=stop).run()
