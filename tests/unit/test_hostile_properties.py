@@ -21,7 +21,7 @@ TEXTY = st.one_of(
     st.text(alphabet=st.sampled_from(list('ab é\t\n,"{}[]:01-\x00\r')), max_size=300).map(lambda t: t.encode()),
     st.lists(st.text(max_size=12), max_size=6).map(lambda row: ("\t".join(row) + "\n").encode() * 3),
 )
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 def _readers():
