@@ -34,7 +34,9 @@ class ExtendArgs:
     output: str = option(
         required=True, parse=output_path, help="directory for the extended model (config, weights, tokenizer)"
     )
-    overwrite: bool = option(False, help="write into an existing --output directory that holds files")
+    overwrite: bool = option(
+        False, help="write into an existing --output that holds files (the model files are replaced, others left)"
+    )
     init: str = option(
         "mean",
         choices=("mean", "random"),
@@ -86,7 +88,9 @@ def extend_vocabulary(
 
     Returns a report: ``chosen`` (the :class:`~bertkit.tokenization.extend.Choice` list, ids set), ``slots`` (how
     many took ``[unusedN]`` slots), ``vocab_size`` (the model's, before and after), ``before`` / ``after`` ((words,
-    pieces, [UNK] words) on the corpus)."""
+    pieces, [UNK] words) on the corpus). ``output`` may not be ``model`` (nor hold a corpus file), nor an existing
+    directory holding files unless ``overwrite`` (``bertkit.outputs.check_output``); a failed extension removes
+    the ``output`` it made."""
     import json
 
     from bertkit.data.pretraining.corpus import corpus_texts
