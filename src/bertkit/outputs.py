@@ -20,6 +20,8 @@ from pathlib import Path
 from bertkit.errors import InputError
 
 PathLike = str | os.PathLike
+# what every model directory a command writes holds: an input of one of these names inside --output would be replaced
+MODEL_FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json", "tokenizer_config.json")
 
 
 def _named_inputs(inputs: Mapping[str, PathLike | Iterable[PathLike] | None]) -> Iterator[tuple[str, Path]]:

@@ -22,10 +22,7 @@ from pathlib import Path
 from bertkit.config import BertConfig
 from bertkit.errors import MissingFileError
 from bertkit.options import output_path
-from bertkit.outputs import check_output, removed_on_failure
-
-# what a converted model directory gets: an input of these names inside --output would be replaced
-CONVERT_WRITES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json", "tokenizer_config.json")
+from bertkit.outputs import MODEL_FILES, check_output, removed_on_failure
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -72,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     prefix = _prefix(Path(args.tf_checkpoint))
     vocab = Path(args.vocab) if args.vocab else prefix.parent / "vocab.txt"
     inputs = {"--tf-checkpoint": prefix.parent, "--vocab": vocab, "--config": args.config}
-    output = check_output(args.output, inputs, overwrite=args.overwrite, writes=CONVERT_WRITES)
+    output = check_output(args.output, inputs, overwrite=args.overwrite, writes=MODEL_FILES)
     if args.vocab and not vocab.is_file():
         raise MissingFileError(f"{vocab}: no such vocabulary file")
     config = BertConfig.from_pretrained(Path(args.config) if args.config else prefix.parent)

@@ -18,7 +18,7 @@ from pathlib import Path
 from bertkit.commands.finetune import FILES, FinetuneFiles, load_finetuned, run_in_context
 from bertkit.errors import InputError
 from bertkit.options import add_options, from_args, option
-from bertkit.outputs import check_output
+from bertkit.outputs import MODEL_FILES, check_output
 from bertkit.tasks.options import TaskOptions
 
 
@@ -85,7 +85,7 @@ def _run(args: argparse.Namespace, ctx) -> int:
         raise InputError(f"--teacher {teacher_dir}: no such directory")
     student = Path(files.student) if Path(files.student).exists() else None
     inputs = {"--teacher": teacher_dir, "--student": student, "--train": files.train, "--dev": files.dev}
-    check_output(files.output, {**inputs, "--unlabeled": files.unlabeled}, overwrite=None)
+    check_output(files.output, {**inputs, "--unlabeled": files.unlabeled}, overwrite=None, writes=MODEL_FILES)
     saved_task = read_task_config(teacher_dir).get("task")
     if args.task and saved_task and args.task != saved_task:
         raise InputError(f"--task {args.task}: the teacher {teacher_dir} was fine-tuned on {saved_task}")

@@ -14,7 +14,7 @@ from pathlib import Path
 from bertkit.embeddings import ROUTE_HELP, route
 from bertkit.errors import InputError
 from bertkit.options import add_options, from_args, option, output_option
-from bertkit.outputs import check_output
+from bertkit.outputs import MODEL_FILES, check_output
 from bertkit.tasks.options import TaskOptions, add_task_flag, task_for_model, task_of_directory, task_options
 from bertkit.tokenization import load_tokenizer
 
@@ -114,7 +114,8 @@ def _run(args: argparse.Namespace, ctx) -> int:
         )
     if files.dropout is not None and not 0.0 <= files.dropout < 1.0:
         raise InputError(f"--dropout must be in [0, 1), got {files.dropout}")
-    check_output(files.output, {"--model": files.model, "--train": files.train, "--dev": files.dev}, overwrite=None)
+    inputs = {"--model": files.model, "--train": files.train, "--dev": files.dev}
+    check_output(files.output, inputs, overwrite=None, writes=MODEL_FILES)
     task = task_for_model(args.task, task_options(args), files.model)  # --max-seq-length fits the model
     train, dev = files.read(task, train_args.skip_bad_rows)
     task.fit_labels(train)

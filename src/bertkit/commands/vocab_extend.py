@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.options import add_options, from_args, option, output_path, seed_option
-from bertkit.outputs import check_output, removed_on_failure
+from bertkit.outputs import MODEL_FILES, check_output, removed_on_failure
 
 logger = logging.getLogger(__name__)
 
@@ -88,9 +88,9 @@ def extend_vocabulary(
 
     Returns a report: ``chosen`` (the :class:`~bertkit.tokenization.extend.Choice` list, ids set), ``slots`` (how
     many took ``[unusedN]`` slots), ``vocab_size`` (the model's, before and after), ``before`` / ``after`` ((words,
-    pieces, [UNK] words) on the corpus). ``output`` may not be ``model`` (nor hold a corpus file), nor an existing
-    directory holding files unless ``overwrite`` (``bertkit.outputs.check_output``); a failed extension removes
-    the ``output`` it made."""
+    pieces, [UNK] words) on the corpus). ``output`` may not be ``model`` (nor hold a corpus file it would replace),
+    nor an existing directory holding files unless ``overwrite`` (``bertkit.outputs.check_output``); a failed
+    extension removes the ``output`` it made."""
     import json
 
     from bertkit.data.pretraining.corpus import corpus_texts
@@ -109,7 +109,7 @@ def extend_vocabulary(
     model, output = Path(model), Path(output)
     if add < 1:
         raise InputError(f"--add {add}: give a positive number of tokens")
-    check_output(output, {"--model": model, "--corpus": corpus}, overwrite=overwrite)
+    check_output(output, {"--model": model, "--corpus": corpus}, overwrite=overwrite, writes=MODEL_FILES)
     tokenizer = load_tokenizer(model)
     if not isinstance(tokenizer, BertTokenizer):
         bpe_spec(json.loads(tokenizer._spec), str(tokenizer.source))  # a tokenizer.json this can extend, or an error
