@@ -2,9 +2,10 @@
 unless ``--overwrite``; a failed command leaves no output directory it made.
 
 The commands that write a model directory (``finetune`` and its sentence-embedding tasks, ``distill``, ``vocab``,
-``vocab extend``, ``convert``) call :func:`check_output` before they read anything heavy; those that make their
-output in one go (``vocab``, ``vocab extend``, ``convert``, ``export``, which writes graph files beside a model and
-refuses an existing graph unless ``--overwrite``) write under :func:`removed_on_failure`. A training run's directory
+``vocab extend``, ``convert``; ``downstream`` for its study directory) call :func:`check_output` before they read
+anything heavy; those that make their output in one go (``vocab``, ``vocab extend``, ``convert``, ``embed``,
+``export``, which writes graph files beside a model and refuses an existing graph unless ``--overwrite``) write under
+:func:`removed_on_failure`. A training run's directory
 keeps its checkpoints when it fails (``--resume`` continues it). The writes themselves stay atomic
 (:mod:`bertkit.files`).
 """
