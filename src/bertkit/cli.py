@@ -178,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a path the library did not foresee (an unwritable output, a full disk): it names the file
         print(f"bertkit {name}: error: {e.strerror or e}{f': {e.filename}' if e.filename else ''}", file=sys.stderr)
         return 1
+    except RecursionError:  # a reader that did not name its file: still one line, never a traceback
+        print(f"bertkit {name}: error: an input file nests too deeply to be read (RecursionError)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

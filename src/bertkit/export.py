@@ -61,6 +61,38 @@ QUANTIZED_OPS = {
 }
 
 
+# the lowest opset bertkit's graphs export at: attention is torch's scaled_dot_product_attention (opset 14)
+MIN_OPSET = 14
+
+
+def opset_range() -> tuple[int, int]:
+    """(lowest, highest) ``opset`` ``export_onnx`` writes: from :data:`MIN_OPSET` to the installed torch exporter's
+    highest (and no higher than the installed onnx package knows)."""
+    try:
+        from torch.onnx import _constants
+
+        high = int(_constants.ONNX_MAX_OPSET)
+    except (ImportError, AttributeError):  # an exporter without the table: its long-standing TorchScript range
+        high = 20
+    try:
+        import onnx
+
+        high = min(high, int(onnx.defs.onnx_opset_version()))
+    except ImportError:
+        pass
+    return MIN_OPSET, high
+
+
+def check_opset(opset: int, flag: str = "--opset") -> None:
+    """Refuse, in one line naming ``flag``, an opset outside :func:`opset_range`."""
+    low, high = opset_range()
+    if not low <= opset <= high:
+        raise InputError(
+            f"{flag} {opset}: this exporter writes opsets {low} to {high} ({low}: attention's "
+            "scaled_dot_product_attention; the highest: the installed torch and onnx)"
+        )
+
+
 def onnx_name(quantize: str | None = None, hidden_states: bool = False) -> str:
     """The graph's file name in a model directory: ``model.onnx`` (a head, or the bare encoder's last layer),
     ``encoder.onnx`` (every layer's output, for Encoder), with ``.int8`` before ``.onnx`` for the int8 graph."""
@@ -179,6 +211,7 @@ def export_onnx(
     between its outputs and PyTorch's on a padded batch (RunError above 1e-3, or 0.5 for int8)."""
 
     quantize = resolve_quantize(quantize)
+    check_opset(opset)
     directory, out = Path(directory), Path(out)
     model, architecture, outputs = load_for_export(directory, hidden_states)
     if out.suffix == ".onnx":
@@ -295,5 +328,8 @@ def graph_is_quantized(path: str | os.PathLike) -> bool:
     """Whether an ONNX graph holds quantised operators (what ``quantize_dynamic`` writes)."""
     import onnx
 
-    graph = onnx.load(str(path), load_external_data=False).graph
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception as e:  # noqa: BLE001 (protobuf's DecodeError, onnx's own: each means "not a graph")
+        raise InputError(f"{path}: not a readable ONNX graph ({type(e).__name__}); export it again") from None
     return any(node.op_type in QUANTIZED_OPS for node in graph.node)

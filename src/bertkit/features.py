@@ -31,6 +31,7 @@ tokenizes before them and pools after.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -43,12 +44,14 @@ import torch
 
 from bertkit import checkpoint, models, runtime
 from bertkit.batches import collate, cut_batches, plan_batches  # noqa: F401 (cut_batches re-exported)
-from bertkit.config import ConfigError
+from bertkit.config import ConfigError, check_config_json
 from bertkit.errors import InputError, MissingFileError
 from bertkit.ops import pool  # the Encoder's poolings (bertkit.features.pool too)
 from bertkit.precision import autocast, resolve_precision
 from bertkit.st_format import read_sentence_transformers
 from bertkit.tokenization import BertTokenizer, Encoding, FastTokenizer, load_tokenizer
+
+logger = logging.getLogger(__name__)
 
 FILL_MASK_BATCH = 32  # texts per fill-mask forward pass (the CPU token budget may cut smaller)
 POOLINGS = ("mean", "max", "mean_max", "cls", "cls_pooled", "first", "last", "sep", "none")
@@ -93,6 +96,14 @@ def parse_layers(text: str | Sequence[Any]) -> tuple[int | str, ...]:
         except ValueError:
             out.append(part)
     return tuple(out)
+
+
+def _layer_exists(spec: LayerSpec, num_layers: int) -> bool:
+    try:
+        resolve_layers(spec, num_layers)
+    except (InputError, TypeError):
+        return False
+    return True
 
 
 def resolve_layers(layers: LayerSpec | Sequence[LayerSpec], num_layers: int) -> tuple[int, ...]:
@@ -275,6 +286,7 @@ class Encoder:
         if sentence is not None:
             path = sentence.model_dir
         tokenizer = load_tokenizer(path, lowercase=lowercase)  # names a missing vocabulary itself
+        check_config_json(path)
         arch = models.of_directory(path)
         model_class = arch.model_class(arch.features_role)
         if (
@@ -321,6 +333,22 @@ class Encoder:
     def hidden_size(self) -> int:
         return self.config.hidden_size
 
+    def default_layers(self) -> tuple[LayerSpec, ...]:
+        """The default layers (``self.defaults.layers``, e.g. -2) fitted to this model: those it has, else its last
+        layer (-2 of a 1-layer model, a distilled student or ELECTRA's small generator), said once in a warning.
+        The one place a default layer choice is resolved (``encode``, ``bertkit embed``, ``bertkit serve``)."""
+        wanted = tuple(self.defaults.layers)
+        fits = tuple(s for s in wanted if _layer_exists(s, self.num_layers)) or (-1,)
+        if fits != wanted and not getattr(self, "_told_default_layers", False):
+            logger.warning(
+                "bertkit: the default layers %s do not all exist in this %d-layer model: using %s",
+                ",".join(map(str, wanted)),
+                self.num_layers,
+                ",".join(map(str, fits)),
+            )
+            self._told_default_layers = True
+        return fits
+
     def spec(
         self,
         layers: LayerSpec | Sequence[LayerSpec] | None = None,
@@ -329,7 +357,7 @@ class Encoder:
     ) -> PoolSpec:
         """Validate and resolve encode options into a :class:`PoolSpec` (ValueError/TypeError naming the field).
         None takes the encoder's default (:class:`EncodeDefaults`)."""
-        layers = self.defaults.layers if layers is None else layers
+        layers = self.default_layers() if layers is None else layers
         normalize = self.defaults.normalize if normalize is None else normalize
         pooling = resolve_pooling(self.defaults.pooling if pooling is None else pooling)
         resolved = (self.num_layers,) if pooling == "cls_pooled" else resolve_layers(layers, self.num_layers)

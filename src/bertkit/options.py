@@ -156,6 +156,7 @@ BOUNDS: dict[str, tuple] = {
     **dict.fromkeys(("warmup_fraction", "short_seq_prob", "alpha"), _FRACTION),  # alpha: distill's soft-target share
     **dict.fromkeys(("dropout", "mask_prob", "eval_fraction"), (0, 1, False, True)),
     "layer_decay": (0, 1, True, False),  # layer-wise lr decay: (0, 1], 1 = off
+    "max_seq_length": (3, None, False, False),  # [CLS] + a token + [SEP]; the model's positions bound the top
     "port": (0, 65535, False, False),
     "layer": (None, None, False, False),  # attention: 1..L, or -1 for the last (the model checks the range)
     "tag_column": (None, None, False, False),  # CoNLL: a column index, -1 = the last
@@ -243,13 +244,17 @@ def parse_lrs(text: str) -> list[float]:
 
 
 def parse_time(text: str | None, flag: str) -> float | None:
-    """A duration flag's seconds (:func:`parse_duration`), None when not given; a bad one names ``flag``."""
+    """A duration flag's seconds (:func:`parse_duration`), None when not given; a bad one, or one not > 0, names
+    ``flag``."""
     if text is None:
         return None
     try:
-        return parse_duration(text)
+        seconds = parse_duration(text)
     except ValueError as e:
         raise InputError(f"{flag}: {e}") from None
+    if not seconds > 0:
+        raise InputError(f"{flag} {text}: must be > 0")
+    return seconds
 
 
 def number(base: type, name: str = "", bounds: tuple | None = None, parse: Callable | None = None) -> Callable:
@@ -412,6 +417,32 @@ def to_argv(cls: type, args: argparse.Namespace, *, exclude: typing.Iterable[str
         else:
             out += [flag, str(value)]
     return out
+
+
+def flag_string(owned: typing.Iterable[str] = ()) -> Callable[[str], list[str]]:
+    """An argparse ``type`` for a string of flags handed on to another command (``downstream --finetune-args
+    "--batch-size 16"``): split as a shell would (``shlex``). Refused when the command line is parsed, in one line:
+    bad quoting, and any of the ``owned`` flags (the caller sets them itself for every run: its cells' ``--output``,
+    ``--lr``...), written ``--flag value``, ``--flag=value`` or as an abbreviation argparse would expand to it."""
+    import shlex
+
+    owned = tuple(owned)
+
+    def split(text: str) -> list[str]:
+        try:
+            argv = shlex.split(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{text!r}: cannot split it into flags ({e})") from None
+        for arg in argv:
+            name = arg.split("=", 1)[0]
+            if name.startswith("--") and len(name) > 2 and any(o.startswith(name) for o in owned):
+                raise argparse.ArgumentTypeError(
+                    f"{name} is set by this command itself ({', '.join(owned)}); leave it out"
+                )
+        return argv
+
+    split.__name__ = "flags"
+    return split
 
 
 # --------------------------------------------------------------------------------- the options commands share

@@ -46,7 +46,7 @@ from typing import Any
 
 from bertkit import models, runtime
 from bertkit.checkpoint import find_weights, read_safetensors_header, read_state_dict
-from bertkit.config import ConfigError, read_model_config
+from bertkit.config import ConfigError, check_config_json, read_model_config
 from bertkit.data.tasks.squad import SquadExample
 from bertkit.errors import InputError
 from bertkit.export import onnx_name
@@ -191,6 +191,7 @@ def load_pipeline(
     if qa_convention not in QA_CONVENTIONS:
         raise InputError(f"qa_convention must be one of {', '.join(QA_CONVENTIONS)}, got {qa_convention!r}")
     architecture, saved = read_head(directory)
+    check_config_json(directory)
     config = models.of_head(architecture, directory).config_class().from_pretrained(directory)
     if saved.get("task"):
         task = get_task(saved["task"], **task_options(argparse.Namespace(), saved))

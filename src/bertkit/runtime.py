@@ -249,7 +249,13 @@ class OnnxRuntimeModel:
         options.intra_op_num_threads = threads or torch.get_num_threads()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.path = str(path)
-        self.session = ort.InferenceSession(self.path, options, providers=["CPUExecutionProvider"])
+        try:
+            self.session = ort.InferenceSession(self.path, options, providers=["CPUExecutionProvider"])
+        except Exception as e:  # noqa: BLE001 (onnxruntime's InvalidProtobuf, Fail...: the file is not a graph it runs)
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            raise InputError(
+                f"{self.path}: not an ONNX graph ONNX Runtime can run ({first}); export it again"
+            ) from None
         self.config = config
         self.input_names = {i.name for i in self.session.get_inputs()}  # ModernBERT's graphs take no token_type_ids
         self.output_names = [o.name for o in self.session.get_outputs()]

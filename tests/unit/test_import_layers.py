@@ -16,7 +16,7 @@ PACKAGE = SRC / "bertkit"
 # lowest first; a top-level module or package of bertkit -> its layer
 LAYERS: list[tuple[str, set[str]]] = [
     # small utilities every layer uses; ``bertkit`` itself only names its lazy exports (resolved below)
-    ("leaves", {"__init__", "errors", "files", "options", "precision", "ops"}),
+    ("leaves", {"__init__", "errors", "files", "options", "outputs", "precision", "ops"}),
     # the models, their files and what they read: configs, checkpoints, tokenizer, corpus and task readers
     (
         "model",
@@ -269,3 +269,18 @@ def test_the_training_core_imports_nothing_of_a_recipe():
     fake = "from bertkit.errors import PretrainError\nfrom bertkit.data.pretraining.feed import Feed\n"
     found = [n for n in ast.walk(ast.parse(fake)) if isinstance(n, ast.ImportFrom)]
     assert [a.name for n in found for a in n.names] == ["PretrainError", "Feed"]  # what the check reads
+
+
+def test_every_name_the_docs_import_from_bertkit_is_exported():
+    """``from bertkit import NAME`` in the README and docs/ works for every NAME they show (``load_pipeline``, the
+    inference entry point, included)."""
+    import re
+
+    root = SRC.parent
+    shown = set()
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for names in re.findall(r"^\s*from bertkit import ([\w, ]+)$", doc.read_text(encoding="utf-8"), re.M):
+            shown.update(n.strip() for n in names.split(","))
+    assert "load_pipeline" in shown and "Encoder" in shown
+    assert sorted(n for n in shown if n not in bertkit._EXPORTS) == []
+    assert callable(bertkit.load_pipeline)

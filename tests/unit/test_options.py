@@ -109,3 +109,25 @@ def test_a_list_of_negative_numbers_is_a_value_not_a_flag():
         "--x",
         "-1",
     ]
+
+
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ("--lr '1e-3", "cannot split it into flags (No closing quotation)"),
+        ("--batch-size 8 --output /tmp/elsewhere", "--output is set by this command itself"),
+        ("--seed=3", "--seed is set by this command itself"),
+        ("--mod ../other", "--mod is set by this command itself"),  # argparse would expand it to --model
+    ],
+)
+def test_a_string_of_flags_handed_on_refuses_bad_quoting_and_the_callers_own_flags(text, words):
+    from bertkit.options import flag_string
+
+    with pytest.raises(argparse.ArgumentTypeError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        flag_string(("--output", "--model", "--seed"))(text)
+    assert flag_string(("--output", "--model"))("--batch-size 8 --label 'a b'") == [
+        "--batch-size",
+        "8",
+        "--label",
+        "a b",
+    ]

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 
 from bertkit.data.pretraining.corpus import expand_corpus
 from bertkit.errors import InputError
 from bertkit.experiments.ablate import STUDIES, AblateConfig, AblationStudy
 from bertkit.experiments.glue import resolve_tasks
-from bertkit.options import number, output_path, parse_lrs, parse_seeds, parse_time
+from bertkit.options import flag_string, number, output_path, parse_lrs, parse_seeds, parse_time
 from bertkit.training.interrupt import GracefulStop
 
 
@@ -68,10 +67,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pretrain-args",
         default="",
+        type=flag_string(("--output", "--corpus", "--vocab", "--seed")),
         help='more pretrain flags for every variant, e.g. "--seq-len 128 --batch-size 64"',
     )
     parser.add_argument(
-        "--finetune-args", default="", help='more finetune flags, e.g. "--epochs 2 --max-train-examples 5000"'
+        "--finetune-args",
+        default="",
+        type=flag_string(("--output", "--model", "--train", "--dev", "--seed", "--lr", "--task")),
+        help='more finetune flags, e.g. "--epochs 2 --max-train-examples 5000"',
     )
 
 
@@ -97,8 +100,8 @@ def run(args: argparse.Namespace) -> int:
         checkpoints=args.checkpoints,
         save_every=args.save_every,
         pretrain_seed=args.pretrain_seed,
-        pretrain_args=shlex.split(args.pretrain_args),
-        finetune_args=shlex.split(args.finetune_args),
+        pretrain_args=args.pretrain_args,
+        finetune_args=args.finetune_args,
         max_time_per_run=parse_time(args.max_time_per_run, "--max-time-per-run"),
     )
     with GracefulStop() as stop:

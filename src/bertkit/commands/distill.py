@@ -18,6 +18,7 @@ from pathlib import Path
 from bertkit.embeddings.data import read_scored, read_texts
 from bertkit.errors import InputError
 from bertkit.options import add_options, from_args, option
+from bertkit.outputs import MODEL_FILES, check_output
 from bertkit.recipes.distill import DistillArgs, check_args, distill, without_labels
 from bertkit.recipes.distill_embeddings import distill_embeddings, load_teacher
 from bertkit.recipes.distill_student import build_student
@@ -79,6 +80,9 @@ def _run(args: argparse.Namespace, ctx) -> int:
     teacher_dir = Path(files.teacher)
     if not teacher_dir.is_dir():
         raise InputError(f"--teacher {teacher_dir}: no such directory")
+    student = Path(files.student) if Path(files.student).exists() else None
+    inputs = {"--teacher": teacher_dir, "--student": student, "--train": files.train, "--dev": files.dev}
+    check_output(files.output, {**inputs, "--unlabeled": files.unlabeled}, overwrite=None, writes=MODEL_FILES)
     saved_task = read_task_config(teacher_dir).get("task")
     if args.task and saved_task and args.task != saved_task:
         raise InputError(f"--task {args.task}: the teacher {teacher_dir} was fine-tuned on {saved_task}")

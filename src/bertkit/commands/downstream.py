@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 
 from bertkit.errors import InputError
@@ -16,8 +15,12 @@ from bertkit.experiments.downstream import (
     default_lrs,
     resolve_meter_tasks,
 )
-from bertkit.options import number, parse_lrs, parse_seeds, parse_time
+from bertkit.options import flag_string, number, parse_lrs, parse_seeds, parse_time
+from bertkit.outputs import check_output
 from bertkit.training.interrupt import GracefulStop
+
+# the finetune flags the meter sets for each of its runs: --finetune-args may not give them
+METER_FLAGS = ("--output", "--model", "--train", "--dev", "--seed", "--lr", "--task")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -76,7 +79,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         '--finetune-args "--threads 1"',
     )
     parser.add_argument(
-        "--finetune-args", default="", help='more finetune flags for both routes, e.g. "--batch-size 16 --threads 1"'
+        "--finetune-args",
+        default="",
+        type=flag_string(METER_FLAGS),
+        help='more finetune flags for both routes, e.g. "--batch-size 16 --threads 1" (not the flags the meter sets '
+        f"for each run: {', '.join(METER_FLAGS)})",
     )
 
 
@@ -97,7 +104,6 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--jobs: expected 1 or more, got {args.jobs}")
     if args.epochs is not None and not args.epochs > 0:
         raise InputError(f"--epochs: expected a positive number, got {args.epochs:g}")
-    check_writable(Path(args.output), "--output")
     cfg = MeterConfig(
         model=Path(args.model),
         data_dir=Path(args.data_dir),
@@ -110,9 +116,11 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         init_seed=args.init_seed,
         max_time_per_run=parse_time(args.max_time_per_run, "--max-time-per-run"),
-        finetune_args=shlex.split(args.finetune_args),
+        finetune_args=args.finetune_args,
         jobs=args.jobs,
     )
+    check_output(args.output, {"--model": args.model, "--data-dir": args.data_dir}, overwrite=None)  # its cells resume
+    check_writable(Path(args.output), "--output")  # made once every flag is checked
     with GracefulStop() as stop:
         report = DownstreamMeter(cfg, say=lambda m: print(m, file=sys.stderr, flush=True), stop=stop).run()
     print((report.output / "downstream.md").read_text(encoding="utf-8"), file=sys.stderr)

@@ -11,9 +11,9 @@ import json
 from bertkit.embeddings import ROUTE_HELP
 from bertkit.errors import InputError
 from bertkit.options import add_options, from_args
+from bertkit.outputs import MODEL_FILES, check_output
 from bertkit.recipes.finetune import FinetuneArgs, finetune, run_in_context, set_seed
-from bertkit.tasks import get_task
-from bertkit.tasks.options import FinetuneFiles, TaskOptions, add_task_flag, load_model, task_options
+from bertkit.tasks.options import FinetuneFiles, TaskOptions, add_task_flag, load_model, task_for_model, task_options
 from bertkit.tokenization import load_tokenizer
 
 EPILOG = ROUTE_HELP["finetune"]
@@ -41,7 +41,9 @@ def _run(args: argparse.Namespace, ctx) -> int:
         )
     if files.dropout is not None and not 0.0 <= files.dropout < 1.0:
         raise InputError(f"--dropout must be in [0, 1), got {files.dropout}")
-    task = get_task(args.task, **task_options(args))
+    inputs = {"--model": files.model, "--train": files.train, "--dev": files.dev}
+    check_output(files.output, inputs, overwrite=None, writes=MODEL_FILES)
+    task = task_for_model(args.task, task_options(args), files.model)  # --max-seq-length fits the model
     train, dev = files.read(task, train_args.skip_bad_rows)
     task.fit_labels(train)
     tokenizer = load_tokenizer(files.model)

@@ -31,6 +31,15 @@ class ServeCompute(ComputeArgs):
     threads: int | None = threads_option(group=None)
 
 
+def _api_key(text: str) -> str:
+    """``--api-key``: an empty key (``--api-key "$KEY"`` with KEY unset) would turn authentication off in silence."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "is empty: an empty key would turn authentication off; leave --api-key out to serve without a key"
+        )
+    return text
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     # "--layers -1,-2,-3,-4" parses: cli.main joins a negative list to its flag (argparse takes it for an option)
     parser.add_argument(
@@ -45,7 +54,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=number(int, "--port"), default=8000)
     parser.add_argument(
         "--api-key",
-        default=os.environ.get("BERTKIT_API_KEY"),
+        type=_api_key,
+        default=os.environ.get("BERTKIT_API_KEY") or None,  # an empty variable: no key, as if unset
         help="require this key (Authorization: Bearer KEY or X-API-Key); default $BERTKIT_API_KEY",
     )
     parser.add_argument(

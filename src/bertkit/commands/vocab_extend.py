@@ -11,14 +11,15 @@ from __future__ import annotations
 import argparse
 import logging
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.pretraining.corpus import read_lines
-from bertkit.errors import InputError, MissingFileError
-from bertkit.options import add_options, from_args, option, seed_option
+from bertkit.data.pretraining.corpus import corpus_texts
+from bertkit.errors import InputError
+from bertkit.options import add_options, from_args, option, output_path, seed_option
+from bertkit.outputs import MODEL_FILES, check_output, removed_on_failure
 from bertkit.tokenization import BertTokenizer, FastTokenizer, load_tokenizer
 from bertkit.tokenization.extend import (
     WordPieceSplitter,
@@ -42,7 +43,12 @@ class ExtendArgs:
         required=True, nargs="+", default_factory=list, help="UTF-8 text files of the domain, one text per line"
     )
     add: int = option(required=True, metavar="N", help="how many tokens to add")
-    output: str = option(required=True, help="directory for the extended model (config, weights, tokenizer)")
+    output: str = option(
+        required=True, parse=output_path, help="directory for the extended model (config, weights, tokenizer)"
+    )
+    overwrite: bool = option(
+        False, help="write into an existing --output that holds files (the model files are replaced, others left)"
+    )
     init: str = option(
         "mean",
         choices=("mean", "random"),
@@ -57,20 +63,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.prog = "bertkit vocab extend"
     parser.add_argument("mode", choices=["extend"], help="extend a model's vocabulary (this mode)")
     add_options(parser, ExtendArgs)
-
-
-def nonblank_lines(paths: Sequence[str | Path]) -> Iterator[str]:
-    """The non-empty lines of the corpus files, read as the pre-training corpus is (``corpus.read_lines``: not
-    UTF-8 falls back to Windows-1252 with a warning, a binary file is refused); a missing file is a one-line error
-    naming it."""
-    for path in paths:
-        if not Path(path).is_file():
-            raise MissingFileError(f"{path}: no such corpus file")
-    for path in paths:
-        for line in read_lines(path):
-            line = line.strip()
-            if line:
-                yield line
 
 
 def pieces_on(counts: Counter, tokenizer: Any) -> tuple[int, int, int]:
@@ -101,12 +93,15 @@ def extend_vocabulary(
     init: str = "mean",
     min_saving: int = 2,
     seed: int = 0,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Choose ``add`` tokens for the corpus, place them, write the extended tokenizer and model to ``output``.
 
     Returns a report: ``chosen`` (the :class:`~bertkit.tokenization.extend.Choice` list, ids set), ``slots`` (how
     many took ``[unusedN]`` slots), ``vocab_size`` (the model's, before and after), ``before`` / ``after`` ((words,
-    pieces, [UNK] words) on the corpus)."""
+    pieces, [UNK] words) on the corpus). ``output`` may not be ``model`` (nor hold a corpus file it would replace),
+    nor an existing directory holding files unless ``overwrite`` (``bertkit.outputs.check_output``); a failed
+    extension removes the ``output`` it made."""
     import json
 
     # torch (the weights' surgery): kept out of `bertkit vocab extend -h`
@@ -115,12 +110,11 @@ def extend_vocabulary(
     model, output = Path(model), Path(output)
     if add < 1:
         raise InputError(f"--add {add}: give a positive number of tokens")
-    if output.resolve() == model.resolve():
-        raise InputError(f"--output {output}: write the extended model to a new directory, not over --model")
+    check_output(output, {"--model": model, "--corpus": corpus}, overwrite=overwrite, writes=MODEL_FILES)
     tokenizer = load_tokenizer(model)
     if not isinstance(tokenizer, BertTokenizer):
         bpe_spec(json.loads(tokenizer._spec), str(tokenizer.source))  # a tokenizer.json this can extend, or an error
-    counts = count_words(tokenizer, nonblank_lines(corpus))
+    counts = count_words(tokenizer, corpus_texts(corpus))
     if isinstance(tokenizer, BertTokenizer):
         chosen = choose_wordpiece(counts, tokenizer.vocab, add, tokenizer.max_input_chars_per_word, min_saving)
         vocab = place_tokens(chosen, tokenizer.vocab)
@@ -141,8 +135,9 @@ def extend_vocabulary(
         new_tok = FastTokenizer(spec, special, tokenizer.model_max_length, tokenizer.config, tokenizer.source)
     old_size = read_directory_config(model).get("vocab_size", 0)
     new_size = max([old_size, *(c.id + 1 for c in chosen)])
-    extend_model_directory(model, output, [(c.id, c.pieces) for c in chosen], new_size, init, seed)
-    new_tok.save_pretrained(output)
+    with removed_on_failure(output):
+        extend_model_directory(model, output, [(c.id, c.pieces) for c in chosen], new_size, init, seed)
+        new_tok.save_pretrained(output)
     return {
         "chosen": chosen,
         "slots": sum(1 for c in chosen if c.slot is not None),
@@ -154,7 +149,9 @@ def extend_vocabulary(
 
 def run(args: argparse.Namespace) -> int:
     cfg = from_args(ExtendArgs, args)
-    report = extend_vocabulary(cfg.model, cfg.corpus, cfg.add, cfg.output, cfg.init, cfg.min_saving, cfg.seed)
+    report = extend_vocabulary(
+        cfg.model, cfg.corpus, cfg.add, cfg.output, cfg.init, cfg.min_saving, cfg.seed, overwrite=cfg.overwrite
+    )
     chosen = report["chosen"]
     (w0, p0, u0), (w1, p1, u1) = report["before"], report["after"]
     old, new = report["vocab_size"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.config import read_config_file
 from bertkit.errors import InputError
 from bertkit.options import add_options, device_option, from_args, option, output_option, precision_option
 from bertkit.tasks import TASK_CONFIG_NAME, TASK_NAMES, get_task, read_task_config
@@ -115,6 +116,25 @@ def task_options(args: argparse.Namespace, saved: dict[str, Any] | None = None) 
     return options
 
 
+def task_for_model(name: str, options: dict[str, Any], model_dir: str | Path):
+    """``get_task(name, **options)`` whose ``max_seq_length`` fits the model of ``model_dir``: a length given
+    (``--max-seq-length``, or saved with a fine-tuned model) past its ``max_position_embeddings`` is refused in one
+    line naming the flag, before anything is written; the task's default (128, SQuAD 384) is cut to the positions
+    the model has. (The low end, [CLS] + a token + [SEP], is ``bertkit.options.BOUNDS``'.)"""
+    task = get_task(name, **options)
+    config = Path(model_dir) / "config.json"
+    positions = read_config_file(config).get("max_position_embeddings") if config.is_file() else None
+    length = getattr(task, "max_seq_length", None)
+    if isinstance(positions, int) and positions > 0 and isinstance(length, int) and length > positions:
+        if "max_seq_length" in options:
+            raise InputError(
+                f"--max-seq-length {length}: the model in {model_dir} has {positions} positions "
+                f"(max_position_embeddings); give at most {positions}"
+            )
+        task = get_task(name, **{**options, "max_seq_length": positions})
+    return task
+
+
 def task_of_directory(model_dir: Path, task_name: str | None, args: argparse.Namespace):
     """The task of a fine-tuned model directory: ``--task``, else the one its task config names, built with the
     saved options under the command's task flags."""
@@ -124,7 +144,7 @@ def task_of_directory(model_dir: Path, task_name: str | None, args: argparse.Nam
     name = task_name or saved.get("task")
     if not name:
         raise InputError(f"{model_dir}: no {TASK_CONFIG_NAME}; pass --task")
-    return get_task(name, **task_options(args, saved))
+    return task_for_model(name, task_options(args, saved), model_dir)
 
 
 @dataclass(kw_only=True)
