@@ -33,12 +33,13 @@ import torch
 from tqdm.auto import tqdm
 
 from bertkit import models
+from bertkit import quantize as int8  # the module: its quantize_model is looked up when called
 from bertkit.batches import plan_batches
 from bertkit.checkpoint import find_weights
 from bertkit.errors import InputError, RunError
 from bertkit.export import export_onnx, graph_is_quantized, onnx_name
 from bertkit.precision import autocast, resolve_precision
-from bertkit.quantize import quantize_model, resolve_quantize
+from bertkit.quantize import resolve_quantize
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +188,7 @@ def load(
         _onnx_device(device)
         return Loaded(onnx_model(directory, config, quantize, hidden_states), "fp32", "onnx", quantize)
     if quantize:
-        model = quantize_model(model, quantize, device)
+        model = int8.quantize_model(model, quantize, device)
         resolved = "fp32"  # the int8 kernels take fp32 activations; bf16 autocast around them would only add casts
     return Loaded(model.to(device).eval(), resolved, "torch", quantize)
 
