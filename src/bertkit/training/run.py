@@ -34,6 +34,7 @@ from bertkit.training.interrupt import GracefulStop
 from bertkit.training.log import say
 from bertkit.training.rundir import RunDir, run_record
 from bertkit.training.state import TrainState
+from bertkit.training.tensorboard import EventWriter
 
 TRAIN_LOG = "train_log.json"
 
@@ -83,8 +84,6 @@ class Run:
             self.eval_pending = bool(saved.get("eval_pending"))
         self.dir.write_keys(self.keys)
         if tensorboard and self.ctx.is_main:
-            from bertkit.training.tensorboard import EventWriter
-
             self.board = EventWriter(self.path / "tensorboard")
         return saved
 

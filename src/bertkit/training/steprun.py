@@ -29,12 +29,16 @@ from typing import Any
 
 from bertkit.errors import LossNotFinite
 from bertkit.files import write_json
+from bertkit.precision import grad_scaler
 from bertkit.training import distributed
+from bertkit.training.budget import TimeBudget, fit_steps
 from bertkit.training.checkpointing import latest_checkpoint
 from bertkit.training.interrupt import GracefulStop
 from bertkit.training.log import say
 from bertkit.training.meter import Meter
-from bertkit.training.rundir import RUN_JSON, RunDir
+from bertkit.training.optim import build_optimizer, lr_schedule
+from bertkit.training.rundir import RUN_JSON, RunDir, read_record
+from bertkit.training.state import TrainState, seed_dropout
 
 
 class StepRun:
@@ -44,9 +48,6 @@ class StepRun:
     ``resume``, with the feed placed at its data position."""
 
     def __init__(self, cfg, ctx, model, feed, precision: str, resume: bool):
-        from bertkit.precision import grad_scaler
-        from bertkit.training.optim import build_optimizer, lr_schedule
-        from bertkit.training.state import TrainState, seed_dropout
 
         self.cfg, self.ctx, self.feed, self.precision, self.resume = cfg, ctx, feed, precision, resume
         self.dir = RunDir(cfg.output, ctx)
@@ -75,9 +76,6 @@ class StepRun:
         """(checkpoint state or None, TimeBudget or None, cost model or None, total steps). The steps are a resumed
         run's, or fitted to --max-time by timing a few steps of each (sequence length, batch size) on a throwaway
         copy of the model, or --max-steps."""
-        from bertkit.training.budget import TimeBudget, fit_steps
-        from bertkit.training.optim import build_optimizer
-        from bertkit.training.rundir import read_record
 
         cfg, ctx = self.cfg, self.ctx
         # the newest readable checkpoint: a corrupted latest one is skipped with a warning naming it
@@ -173,7 +171,6 @@ class StepRun:
     def refit(self, fitted: int) -> None:
         """The schedule re-fitted to ``fitted`` steps (rank 0's) at the measured pace, the lr of this step on the
         new schedule; run.json says so."""
-        from bertkit.training.optim import lr_schedule
 
         train = self.train
         self.total_steps = self.bar.total = self.record["total_steps"] = int(
