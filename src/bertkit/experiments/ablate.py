@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import models
-from bertkit.config import BertConfig
 from bertkit.data.pretraining.corpus import expand_corpus
 from bertkit.errors import InputError, RunError
 from bertkit.experiments.glue import BY_NAME, SuiteConfig, SuiteRunner
@@ -313,11 +312,11 @@ def export_checkpoints(run_dir: Path, dest: Path) -> list[tuple[int, Path, dict]
 
 def _export(run_dir: Path, checkpoint: Path, target: Path) -> None:
     # torch: `bertkit ablate -h` imports this module without it
-    from bertkit.modeling import BertForPreTraining
     from bertkit.training.checkpointing import load_checkpoint
 
     state = load_checkpoint(checkpoint)
-    model = BertForPreTraining(BertConfig.from_pretrained(run_dir))
+    arch = models.of_directory(run_dir)  # the run's pre-training model, of its architecture
+    model = arch.model_class(arch.pretraining_role)(arch.config_class().from_pretrained(run_dir))
     model.load_state_dict(state["model"])
     target.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(target)

@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit import models
 from bertkit.errors import InputError, RunError
 from bertkit.experiments.glue import BY_NAME, Summary, cell_name, summarize
 from bertkit.experiments.plots import bar_chart
 from bertkit.experiments.runner import check_stop, log_tail, open_study, run_bertkit
 from bertkit.experiments.tables import csv_text, markdown_table
 from bertkit.files import remove_stale_temp_files, write_json, write_text
-from bertkit.models import for_directory
 
 log = logging.getLogger(__name__)
 
@@ -147,12 +147,9 @@ def default_lrs(model_dir: Path) -> list[float]:
 def random_init(model_dir: Path, out: Path, seed: int) -> Path:
     """``out``: the encoder of ``model_dir``'s architecture and config, initialised afresh (the model's own init,
     seeded with ``seed``), with ``model_dir``'s tokenizer files. The same config and seed give the same weights."""
-    import torch
+    import torch  # `bertkit downstream -h` imports this module without it
 
-    # torch, as above: `bertkit downstream -h` imports this module without it
-    from bertkit.modeling import BertModel
-
-    cls = for_directory(BertModel, model_dir)
+    cls = models.of_directory(model_dir).model_class("base")  # imported by the registry when asked for
     try:
         model = cls.from_pretrained(model_dir)
     except FileNotFoundError as e:

@@ -214,10 +214,7 @@ class Run:
         if step >= total_steps:
             return
         eval_due = bool(eval_every) and step % eval_every == 0
-        stopping = stop.requested
-        if self.ctx.distributed:  # every process stops at the same step
-            stopping = distributed.all_reduce_mean(self.ctx, [float(stopping)])[0] > 0
-        if stopping:
+        if stop.agreed(self.ctx) == "signal":  # every process stops at the same step
             path = self.checkpoint(eval_pending=eval_due)
             said = (on_stop() if on_stop is not None else None) or ""
             stop.raise_(

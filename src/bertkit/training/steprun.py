@@ -199,10 +199,8 @@ class StepRun:
         step = self.step
         if step % self.cfg.save_every == 0 and step < self.total_steps:
             self.save()
-        over, signalled = distributed.all_reduce_mean(
-            self.ctx, [float(bool(self.budget and self.budget.over())), float(stop.requested)]
-        )
-        self.stop_why = "signal" if signalled else ("time" if over and step < self.total_steps else None)
+        why = stop.agreed(self.ctx, spent=bool(self.budget and self.budget.over()))
+        self.stop_why = why if why == "signal" or (why == "time" and step < self.total_steps) else None
 
     def log(self, line: dict[str, Any], postfix: dict[str, str], said: str) -> None:
         """Rank 0: ``line`` appended to metrics.jsonl, ``postfix`` on the progress bar, and ``said`` as a message
