@@ -1,7 +1,7 @@
-"""bertkit.training's core on its own: RunDir (stale temp files, metrics truncation, resume keys, the newest intact
-checkpoint, writability), TrainState (save/load of every state: optimizer, schedule, loss scaler, RNG, position),
-apply_update (clip 0 = none) and Run.train (the epoch loop: data position, evaluation cadence, a signal's checkpoint
-and the resume after it)."""
+"""bertkit.training's core on its own: RunDir (stale temp files, metrics truncation, resume keys, the one resume
+protocol on directories the previous code wrote, the newest intact checkpoint, writability), TrainState (save/load
+of every state: optimizer, schedule, loss scaler, RNG, position), apply_update (clip 0 = none) and Run.train (the
+epoch loop: data position, evaluation cadence, a signal's checkpoint and the resume after it)."""
 
 from __future__ import annotations
 
@@ -81,13 +81,13 @@ def test_resume_refusals_and_key_differences(tmp_path):
     state = _state()
     run = RunDir(tmp_path)
     keys = {"task": "sst2", "args": {"lr": 1e-4, "seed": 1}}
-    assert run.resume_checkpoint(keys, resume=False) is None  # nothing there: start
+    assert run.open(keys, resume=False, overwrite=False).checkpoint is None  # nothing there: start
     state.save(run.checkpoints, DistContext(), run=keys)
     with pytest.raises(InputError, match="pass --resume"):
-        run.resume_checkpoint(keys, resume=False)
-    assert run.resume_checkpoint(keys, resume=True)["step"] == 0
+        run.open(keys, resume=False, overwrite=False)
+    assert run.open(keys, resume=True, overwrite=False).checkpoint["step"] == 0
     with pytest.raises(InputError, match=r"--lr 0.001 \(the run used 0.0001\)"):
-        run.resume_checkpoint({"task": "sst2", "args": {"lr": 1e-3, "seed": 1}}, resume=True)
+        run.open({"task": "sst2", "args": {"lr": 1e-3, "seed": 1}}, resume=True, overwrite=False)
 
 
 def test_a_corrupted_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
@@ -143,6 +143,34 @@ def test_clip_zero_means_no_clipping():
     assert norm > 0
     for x, y in zip(a.model.parameters(), b.model.parameters()):
         assert torch.equal(x, y)
+
+
+def test_open_reads_run_directories_the_previous_code_wrote(tmp_path):
+    """RunDir.open, the one resume protocol, on directories written before it: pre-training's run.json (its
+    ``config`` only, no ``finished``) beside its model is a finished run, refused in one line with --resume and
+    without; one killed mid-run resumes, a setting it does not record (newer than the run) being no difference;
+    fine-tuning's run.json (the keys alone) with a checkpoint resumes, and its train_log.json marks it finished."""
+    keys = {"config": {"seq_len": 32, "max_steps": 8, "new_flag": 1}}
+    old = tmp_path / "pretrain"
+    old.mkdir()
+    (old / "run.json").write_text(json.dumps({"config": {"seq_len": 32, "max_steps": 8}, "total_steps": 8}))
+    _state().save(RunDir(old).checkpoints, DistContext())
+    assert RunDir(old).open(keys, resume=True, overwrite=False).checkpoint["step"] == 0
+    with pytest.raises(InputError, match="already holds an interrupted run"):
+        RunDir(old).open(keys, resume=False, overwrite=False)
+    (old / "model.safetensors").write_bytes(b"")
+    with pytest.raises(InputError, match="--resume: .* holds a finished run"):
+        RunDir(old).open(keys, resume=True, overwrite=False)
+    with pytest.raises(InputError, match=r"already holds a different run \(differs in max_steps\)"):
+        RunDir(old).open({"config": {"seq_len": 32, "max_steps": 9}}, resume=False, overwrite=False)
+    ft, ft_keys = tmp_path / "finetune", {"task": "sst2", "args": {"lr": 1e-4}}
+    ft.mkdir()
+    (ft / "run.json").write_text(json.dumps(ft_keys))
+    _state().save(RunDir(ft).checkpoints, DistContext(), run=ft_keys)
+    assert RunDir(ft).open(ft_keys, resume=True, overwrite=False).resumed
+    (ft / "train_log.json").write_text("{}")
+    with pytest.raises(InputError, match="holds a finished run"):
+        RunDir(ft).open(ft_keys, resume=True, overwrite=False)
 
 
 def test_check_writable_names_the_flag(tmp_path):

@@ -235,8 +235,9 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
         quiet=args.quiet,
         steps_per_epoch=batches_per_epoch,
         precision=precision,
+        desc="embeddings",
     )
-    saved = run.start(state, resume=args.resume, overwrite=args.overwrite)
+    saved = run.start(state, resume=args.resume, overwrite=args.overwrite, total_steps=total_steps)
     if saved is not None:
         say(f"resuming {run.path} at step {state.step} of {total_steps}", ctx, args.quiet)
     out = _Output(args, run, tokenizer, pooling, max_len)
@@ -261,7 +262,6 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
         average_gradients(model)
         apply_update(state, args.clip, ctx=ctx)
         run.count(loss.item(), global_batch)
-        run.say_progress(total_steps)
 
     run.train(
         total_steps,

@@ -175,8 +175,6 @@ def finetune(
     ``model`` may be any module whose forward in training mode returns an output with a ``.loss`` (a recipe's own
     loss: ``bertkit.recipes.distill``) and in eval mode the task head's output; ``resume_keys`` are that recipe's
     settings a resumed run must share."""
-    from tqdm import tqdm
-
     ctx = ctx or distributed.local(args.device)
     if args.grad_accum < 1 or args.batch_size < 1:
         raise InputError(f"--batch-size and --grad-accum must be >= 1, got {args.batch_size} and {args.grad_accum}")
@@ -209,8 +207,11 @@ def finetune(
         quiet=args.quiet,
         steps_per_epoch=steps_per_epoch,
         precision=precision,
+        desc=f"finetune {task.name}",
     )
-    saved = run.start(state, resume=args.resume, overwrite=args.overwrite, tensorboard=args.tensorboard)
+    saved = run.start(
+        state, resume=args.resume, overwrite=args.overwrite, total_steps=total_steps, tensorboard=args.tensorboard
+    )
     if saved is not None:
         say(f"resuming {output_dir} at step {state.step} of {total_steps}", ctx, args.quiet)
 
@@ -227,13 +228,6 @@ def finetune(
         save_output(task, model, tokenizer, run.path, record, dev_examples, kept.pop("preds", None))
 
     kept: dict[str, Any] = {}
-    progress = tqdm(
-        total=total_steps,
-        initial=state.step,
-        desc=f"finetune {task.name}",
-        unit="step",
-        disable=args.quiet or not ctx.is_main or not sys.stderr.isatty(),
-    )
 
     def plan(epoch: int) -> list[list[int]]:
         batches = length_batches(lengths, args.batch_size, shuffle=True, seed=args.seed + epoch)
@@ -252,8 +246,6 @@ def finetune(
             ddp_model=ddp_model,
             after_backward=lambda _, out: run.count(out.loss.item()),
         )
-        progress.update(1)
-        progress.set_postfix(loss=f"{run.train_loss():.4f}")
 
     run.train(
         total_steps,
@@ -264,9 +256,7 @@ def finetune(
         eval_every=args.eval_every,
         save_every=args.save_every,
         per_step=args.grad_accum,
-        on_stop=progress.close,
     )
-    progress.close()
     return _finish(run, task, model, tokenizer, args, precision, len(train_features))
 
 

@@ -11,7 +11,7 @@ seed, and every RNG state is restored.
 
 Two recipes (``--recipe``, ``recipes/pretrain/tables.py``): ``paper`` is Devlin et al.'s; ``budget``, the default
 when ``--max-time`` is given, is what measured best in minutes of CPU. Every choice is its own flag too. The books
-of the run (clock, log window, checkpoints, the agreed stop, ``--max-time``'s schedule) are ``training.StepRun``'s;
+of the run (clock, log window, checkpoints, the agreed stop, ``--max-time``'s schedule) are ``training.Run``'s;
 a finished run's held-out figures are ``recipes/pretrain/evaluate.py``'s.
 
 The objectives (``--objective``) are ``objectives/``'s, one file each: ``mlm`` (with NSP where the recipe has it)
@@ -28,17 +28,18 @@ from typing import Any
 from bertkit.data.pretraining.feed import Feed
 from bertkit.data.pretraining.instances import VocabInfo
 from bertkit.data.pretraining.prefetch import Prefetcher
-from bertkit.precision import autocast, resolve_precision
+from bertkit.precision import autocast
 from bertkit.recipes.pretrain import flops, objectives
 from bertkit.recipes.pretrain.config import PretrainConfig, PretrainError
 from bertkit.recipes.pretrain.setup import (
     build_model,
     check_batches,
     make_feed,
-    prepare_output,
+    open_run,
     remove_stale,
     removed_if_refused,
     say_run,
+    schedule,
     tokenizer_and_shards,
 )
 from bertkit.recipes.pretrain.tables import resolve
@@ -48,7 +49,6 @@ from bertkit.training.distributed import all_reduce_mean
 from bertkit.training.interrupt import GracefulStop
 from bertkit.training.rundir import os_errors
 from bertkit.training.step import optimizer_step, to_device
-from bertkit.training.steprun import StepRun
 from bertkit.training.tensorboard import convert_metrics
 
 __all__ = ["PretrainError", "pretrain"]
@@ -71,17 +71,21 @@ def pretrain(cfg: PretrainConfig) -> Path:
             cfg = cfg if cfg.chosen else resolve(cfg)  # resolved once (the command resolves it): frozen from here
             objective = objectives.get(cfg.objective)
             check_batches(cfg)
-            resume = dist.on_main(ctx, lambda: prepare_output(cfg), PretrainError)  # off: killed while preparing
+            run = open_run(cfg, ctx)  # the books; resumed: off when killed while preparing
             say_run(cfg, ctx, cfg.chosen)
-            tokenizer, shard_dir = tokenizer_and_shards(cfg, ctx, resume)
-            precision = resolve_precision(cfg.precision, ctx.device)
+            tokenizer, shard_dir = tokenizer_and_shards(cfg, ctx, run.opened.resumed)
+            precision = run.precision
             feed = make_feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
             eval_batches = _eval_batches(cfg, feed)
             # ---- the model; the optimizer, the steps (fitted to --max-time) and the train state, or the checkpoint's
             # the objective's model around the architecture's pre-training model (ELECTRA's discriminator is that model)
             model, config = objective.build(cfg, tokenizer, shard_dir, feed.max_len, ctx.device, build_model)
-            run = StepRun(cfg, ctx, model, feed, precision, resume)
-            train = run.train
+            train, total_steps, reschedule = schedule(cfg, run, model, feed)
+            run.record.update(world_size=ctx.world_size, model_config=config.to_dict("hf"))
+            # run.json, metrics.jsonl cut back to the step resumed, the bar; the state restored from the checkpoint
+            run.begin(train, total_steps, position=feed.position, reschedule=reschedule)
+            if cfg.max_steps is None:  # --max-time's steps, fitted from cold probe steps: re-fitted to the pace
+                run.plan_refit(_eval_every(cfg, run), lambda steps: feed.plan(steps)[-1].start)
             ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
             if cfg.compile:  # after DDP, as PyTorch's DDP + compile guide does; checkpoints save the plain model
                 ddp_model = torch.compile(ddp_model)
@@ -93,7 +97,6 @@ def pretrain(cfg: PretrainConfig) -> Path:
                 f"parameters, vocab {len(tokenizer)}, precision {precision}, {ctx.world_size} process(es) on "
                 f"{ctx.device.type}; {run.total_steps} steps",
             )
-            run.begin(config.to_dict("hf"))  # run.json, metrics.jsonl cut back to the step resumed, the bar
 
             # ---- the loop
             workers = cfg.loader_workers if cfg.loader_workers is not None else (2 if ctx.device.type == "cuda" else 0)
@@ -119,8 +122,8 @@ def pretrain(cfg: PretrainConfig) -> Path:
                     ).loss
                     run.stepped(step_loss, t0)
                     if run.due(cfg.log_every):
-                        _log(cfg, objective, run, train.scheduler.get_last_lr()[0])
-                    if eval_batches and ctx.is_main and run.due(run.eval_every):
+                        _log(cfg, objective, run, feed, train.scheduler.get_last_lr()[0])
+                    if eval_batches and ctx.is_main and run.due(_eval_every(cfg, run)):
                         run.timed(lambda: _held_out(cfg, objective, run, model, eval_batches, precision))
                     run.after_step(stop)
             finally:
@@ -153,7 +156,7 @@ def _write_model(cfg: PretrainConfig, objective, ctx, model, tokenizer, run) -> 
     if cfg.tensorboard:
         convert_metrics(out)
     remove_stale(out)
-    run.finish()  # run.json: finished, so that --resume refuses it
+    run.mark_finished()  # run.json: finished, so that --resume refuses it
     step, total_steps = run.step, run.total_steps
     say_run(cfg, ctx, f"--max-time reached at step {step} of {total_steps}" if run.stop_why == "time" else "")
     say_run(cfg, ctx, f"done: {step} steps in {run.elapsed:.0f}s; model saved to {out}")
@@ -205,7 +208,12 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objectiv
     return forward, count
 
 
-def _log(cfg: PretrainConfig, objective, run, lr: float) -> None:
+def _eval_every(cfg: PretrainConfig, run) -> int:
+    """Steps between held-out evaluations: --eval-every, else a tenth of the run (re-fitted with it)."""
+    return cfg.eval_every or max(1, run.total_steps // 10)
+
+
+def _log(cfg: PretrainConfig, objective, run, feed: Feed, lr: float) -> None:
     """A metrics line (means over the window and the ranks), the progress bar's figures, and a reset window."""
 
     ctx, m = run.ctx, run.meter
@@ -226,7 +234,7 @@ def _log(cfg: PretrainConfig, objective, run, lr: float) -> None:
         "lr": lr,
         "tokens_per_s": tok_s * ctx.world_size,
         "elapsed_s": round(run.elapsed, 2),
-        "epoch": run.feed.epoch,
+        "epoch": feed.epoch,
         **own,
         **rates,
     }

@@ -1,7 +1,7 @@
-"""Pre-training's setup: the output directory (refusing to overwrite another run, clearing one with --overwrite:
-``training.rundir``'s protocol for a recorded run), the vocabulary and shards, the model, and the data feed (what a
-batch holds; ``data.pretraining.feed`` keeps the ramps' stages and the position in them). The loop is in
-:mod:`bertkit.recipes.pretrain.recipe`."""
+"""Pre-training's setup: the run and its output directory (refusing to overwrite another run, clearing one with
+--overwrite: ``training.rundir``'s one protocol), the steps and the train state, the vocabulary and shards, the
+model, and the data feed (what a batch holds; ``data.pretraining.feed`` keeps the ramps' stages and the position in
+them). The loop is in :mod:`bertkit.recipes.pretrain.recipe`."""
 
 from __future__ import annotations
 
@@ -20,12 +20,16 @@ from bertkit.data.pretraining.feed import Feed
 from bertkit.data.pretraining.instances import DataOptions, VocabInfo, token_counts, unigram_log_probs
 from bertkit.data.pretraining.ramps import parse_ramp
 from bertkit.errors import InputError
+from bertkit.precision import grad_scaler, resolve_precision
 from bertkit.recipes.pretrain.config import RUN_KEYS, PretrainError, parse_mask_mix  # noqa: F401 (public here too)
 from bertkit.recipes.pretrain.once import check_same_shards, once
 from bertkit.recipes.pretrain.tables import has_nsp_head
 from bertkit.tokenization import BertTokenizer, train_vocab
 from bertkit.training.log import say
-from bertkit.training.rundir import RUN_JSON, RunDir, read_record
+from bertkit.training.optim import build_optimizer, lr_schedule
+from bertkit.training.run import Run
+from bertkit.training.rundir import RUN_JSON, RunDir
+from bertkit.training.state import TrainState, seed_dropout
 
 if TYPE_CHECKING:
     from bertkit.recipes.pretrain.config import PretrainConfig
@@ -58,25 +62,56 @@ def remove_stale(out: Path) -> None:
     RunDir(out).remove_stale("data", "data/shards")
 
 
-def prepare_output(cfg: PretrainConfig) -> bool:
-    """Refuse to silently overwrite a different run, and to resume a finished one; with --overwrite, clear what a
-    run writes. Returns whether to resume: with --resume and no run.json yet (killed while preparing), the run
-    starts afresh."""
-    out = Path(cfg.output)
-    if cfg.resume and finished(out):
-        raise PretrainError(
-            f"--resume: {out} holds a finished run (its model is written): nothing to resume; run again with "
-            "--overwrite in place of --resume to replace it, or choose another --output"
-        )
-    return RunDir(cfg.output).claim(cfg.run_record(), RUN_KEYS, cfg.resume, cfg.overwrite, RUN_FILES)
+def open_run(cfg: PretrainConfig, ctx) -> Run:
+    """The run's books (``training.Run``: ``--max-time``'s budget, the checkpoint cadence, run.json) and its
+    directory opened by the one resume protocol: a different run is not silently overwritten, nor a finished one
+    resumed; --overwrite clears what a run writes; --resume before a run.json (killed while preparing) starts
+    afresh, keeping its prepared data."""
+    record = cfg.run_record()
+    run = Run(
+        cfg.output,
+        ctx,
+        {"config": {k: record[k] for k in RUN_KEYS}},  # what a resumed run must share
+        record={"config": record, "precision": resolve_precision(cfg.precision, ctx.device)},
+        quiet=cfg.quiet,
+        precision=resolve_precision(cfg.precision, ctx.device),
+        keep=cfg.keep_checkpoints,
+        save_every=cfg.save_every,
+        max_time=cfg.max_time,
+        desc="pre-training",
+    )
+    run.open(cfg.resume, cfg.overwrite, RUN_FILES)
+    return run
 
 
-def finished(out: Path) -> bool:
-    """Whether the run in ``out`` ended: its model file, which the end of a run writes, is there, and its run.json
-    says ``finished`` (written after the model; a run directory from before that field has none)."""
-    if not (out / RUN_JSON).is_file() or not (out / "model.safetensors").is_file():
-        return False
-    return bool(read_record(out / RUN_JSON).get("finished", True))
+def schedule(cfg: PretrainConfig, run: Run, model, feed: Feed):
+    """(TrainState, total steps, lr schedule over n steps): the optimizer, the steps (the resumed run's, fitted to
+    --max-time by timing a few steps of each shape on a throwaway copy of the model, or --max-steps), the schedule
+    over them, and the feed placed at the data position of the checkpoint resumed from (``run.begin`` restores the
+    state from it)."""
+    ctx, saved = run.ctx, run.opened.checkpoint
+    optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if saved is not None:
+        say_run(cfg, ctx, f"resuming from {run.opened.path} (step {saved['step']} of {saved['total_steps']})")
+        total_steps = int(saved["total_steps"])
+    elif run.opened.resumed:  # killed after run.json, before the first checkpoint: the steps it scheduled
+        total_steps = run.recorded_steps() or int(cfg.max_steps)
+    elif cfg.max_time:
+        make = lambda m: build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay)  # noqa: E731
+        total_steps = run.fit(feed, model, make, grad_accum=cfg.grad_accum, clip=cfg.clip, max_steps=cfg.max_steps)
+    else:
+        total_steps = int(cfg.max_steps)
+    warmup = max(1, int(cfg.warmup_fraction * total_steps)) if cfg.warmup_steps is None else cfg.warmup_steps
+    run.record["warmup_steps"] = warmup
+
+    def reschedule(steps: int):
+        return lr_schedule(optimizer, cfg.schedule, warmup, steps)
+
+    state = TrainState(model, optimizer, reschedule(total_steps), grad_scaler(run.precision, ctx.device))
+    if saved is None:
+        seed_dropout(cfg.seed, ctx)  # dropout differs per rank; weights are rank 0's (DDP)
+    feed.start(total_steps, (saved.get("position") or saved.get("data")) if saved else None)
+    return state, total_steps, reschedule
 
 
 @contextlib.contextmanager
