@@ -157,7 +157,8 @@ class Run:
         self.elapsed = state.elapsed
         self.record.update(total_steps=self.total_steps, finished=False)
         self.write_record()
-        self.dir.truncate_metrics(state.step)
+        # a pending evaluation's line (a cadence checkpoint is taken before it) is written again
+        self.dir.truncate_metrics(state.step, self.main_metric if self.eval_pending else None)
         if tensorboard and self.ctx.is_main:
             self.board = EventWriter(self.path / "tensorboard")
         self.bar = tqdm(
@@ -255,10 +256,17 @@ class Run:
         self.stop_why = why if why == "signal" or (why == "time" and step < self.total_steps) else None
 
     def log(self, line: dict[str, Any], postfix: dict[str, str], said: str) -> None:
-        """Rank 0: ``line`` appended to metrics.jsonl, then :meth:`show`."""
+        """A metrics line into the one sink (:meth:`record`), then :meth:`show`."""
+        self.record_metrics(line)
+        self.show(postfix, said)
+
+    def record_metrics(self, line: dict[str, Any]) -> None:
+        """The one metrics sink (rank 0): ``line`` appended to metrics.jsonl and, when the recipe asked for it, to
+        the live TensorBoard file."""
         if self.ctx.is_main:
             self.dir.append_metrics(line)
-        self.show(postfix, said)
+            if self.board is not None:
+                self.board.add_record(line)
 
     def show(self, postfix: dict[str, str], said: str) -> None:
         """The one progress display (rank 0): ``postfix`` on the progress bar, and ``said`` as a message when
@@ -311,9 +319,7 @@ class Run:
                     state.position = {"epoch": epoch, "batch": b}
                     self.stepped(self.train_loss(), t0)
                     if self.due(show_every):
-                        rate = self.seen / max(self.seconds(), 1e-9)
-                        said = f"step {self.step}/{total_steps}: loss {self.train_loss():.4f} ({rate:.1f} rows/s)"
-                        self.show({"loss": f"{self.train_loss():.4f}"}, said)
+                        self.log_progress()
                     if self.step >= total_steps:
                         break
                     eval_due = bool(eval_every) and self.step % eval_every == 0
@@ -329,6 +335,12 @@ class Run:
                     self.timed(lambda: self.evaluate(evaluate, save))
             self.close()
             self.end(stop, checkpoint=False, on_stop=on_stop)
+
+    def log_progress(self) -> None:
+        """An epoch-based run's metrics line: its training loss so far and rows per second."""
+        loss, rate = self.train_loss(), self.seen / max(self.seconds(), 1e-9)
+        said = f"step {self.step}/{self.total_steps}: loss {loss:.4f} ({rate:.1f} rows/s)"
+        self.log({"step": self.step, "train_loss": loss, "rows_per_s": round(rate, 2)}, {"loss": f"{loss:.4f}"}, said)
 
     def evaluate(self, evaluate: Callable[[], dict] | None, save: Callable[[dict], None]) -> None:
         """Rank 0: the dev metrics (``evaluate()``), a record in the history, and ``save(record)`` when the main
@@ -346,8 +358,7 @@ class Run:
             **run_record(self.precision, ctx.device),
         }
         self.history.append(record)
-        if self.board is not None:
-            self.board.add_record(record)
+        self.record_metrics(record)
         best = self.best
         improved = best is None or metrics.get(self.main_metric, -math.inf) > best.get(self.main_metric, -math.inf)
         if improved:

@@ -255,11 +255,16 @@ class RunDir:
                 continue  # a line torn by a kill
         return out
 
-    def truncate_metrics(self, step: int) -> None:
-        """On resume, drop the lines written after the checkpoint being resumed (they will be written again)."""
+    def truncate_metrics(self, step: int, pending: str | None = None) -> None:
+        """On resume, drop the lines written after the checkpoint being resumed (they will be written again), and
+        at its step the lines holding ``pending`` (an evaluation the checkpoint records as still to do)."""
         if not self.ctx.is_main or not (self.path / METRICS).is_file():
             return
-        keep = [r for r in self.read_metrics() if r.get("step", 0) <= step]
+        keep = [
+            r
+            for r in self.read_metrics()
+            if r.get("step", 0) < step or r.get("step", 0) == step and (pending is None or pending not in r)
+        ]
         write_text(self.path / METRICS, "".join(json.dumps(r) + "\n" for r in keep))
 
 
