@@ -1,7 +1,7 @@
 """bertkit.training's core on its own: RunDir (stale temp files, metrics truncation, resume keys, the one resume
 protocol on directories the previous code wrote, the newest intact checkpoint, writability), TrainState (save/load
-of every state: optimizer, schedule, loss scaler, RNG, position), apply_update (clip 0 = none) and Run.train (the
-epoch loop: data position, evaluation cadence, a signal's checkpoint and the resume after it)."""
+of every state: optimizer, schedule, loss scaler, RNG, position), apply_update (clip 0 = none) and Run's epoch loop
+(groups, eval_due, after_step: data position, evaluation cadence, a signal's checkpoint and the resume after it)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import os
 import random
 import signal
+import time
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ import torch
 from bertkit.errors import InputError
 from bertkit.training.checkpointing import load_checkpoint
 from bertkit.training.distributed import DistContext
-from bertkit.training.interrupt import Interrupted
+from bertkit.training.interrupt import GracefulStop, Interrupted
 from bertkit.training.optim import build_optimizer, linear_schedule
 from bertkit.training.run import Run
 from bertkit.training.rundir import RunDir, check_writable
@@ -183,12 +184,12 @@ def test_check_writable_names_the_flag(tmp_path):
 
 
 def _train(path, seed: int, resume: bool = False, stop_after: int | None = None):
-    """Run.train over 2 epochs of 3 batches, 2 batches a step (an epoch's last step takes one): 4 steps, an
+    """Run's epoch loop over 2 epochs of 3 batches, 2 batches a step (an epoch's last step takes one): 4 steps, an
     evaluation every 3; each step's group of batches and each saved record are recorded."""
     state, groups, saved = _state(seed), [], []
     state.position = {"epoch": 0, "batch": 0}
     run = Run(path, DistContext(), {"args": {"lr": 1e-2}}, main_metric="m", quiet=True, steps_per_epoch=2)
-    run.start(state, resume=resume, overwrite=False)
+    run.start(state, resume=resume, overwrite=False, total_steps=4)
 
     def step(group):
         groups.append(group)
@@ -199,7 +200,15 @@ def _train(path, seed: int, resume: bool = False, stop_after: int | None = None)
 
     plan = lambda epoch: [f"e{epoch}b{b}" for b in range(3)]  # noqa: E731
     evaluate = lambda: {"m": -float(state.step)}  # noqa: E731  (the first evaluation stays the best)
-    run.train(4, plan, step, evaluate=evaluate, save=saved.append, eval_every=3, save_every=0, per_step=2)
+    with GracefulStop() as stop:  # an epoch-based recipe's loop on Run's API (finetune's, the embedding tasks')
+        if run.eval_pending:
+            run.evaluate(evaluate, saved.append)
+        for group in run.groups(plan, per_step=2):
+            step(group)
+            run.stepped(0.0, time.perf_counter())
+            if run.after_step(stop, run.eval_due(3)):
+                run.evaluate(evaluate, saved.append)
+        run.end(stop, checkpoint=False)
     return state, run, groups, saved
 
 

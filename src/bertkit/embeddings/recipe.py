@@ -20,6 +20,7 @@ exactly that of the global-batch loss.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from bertkit.st_format import (
     write_sentence_transformers,
 )
 from bertkit.tokenization import BertTokenizer, FastTokenizer, load_tokenizer
+from bertkit.training.interrupt import GracefulStop
 from bertkit.training.log import say
 from bertkit.training.optim import build_optimizer, linear_schedule
 from bertkit.training.run import Run
@@ -236,12 +238,14 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
         steps_per_epoch=batches_per_epoch,
         precision=precision,
         desc="embeddings",
+        save_every=args.save_every,
     )
     saved = run.start(state, resume=args.resume, overwrite=args.overwrite, total_steps=total_steps)
     if saved is not None:
         say(f"resuming {run.path} at step {state.step} of {total_steps}", ctx, args.quiet)
     out = _Output(args, run, tokenizer, pooling, max_len)
     embed = packed_embed(model, pooling, precision, device)
+    dev_metrics = (lambda: out.evaluate(dev)) if dev is not None else None
 
     def plan(epoch: int) -> list[list[int]]:
         """This process's share of each global batch of the epoch's shuffle."""
@@ -249,30 +253,30 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
         starts = [b * global_batch + ctx.rank * args.batch_size for b in range(batches_per_epoch)]
         return [order[start : start + args.batch_size] for start in starts]
 
-    def step(group: list[list[int]]) -> None:
-        (idx,) = group
-        columns = [column([table[i][k] for i in idx], tokenizer.pad_token_id, device) for k in range(rows.width)]
-        if args.task == "simcse":
-            columns = [columns[0], columns[0]]  # the same texts twice: dropout is the augmentation
-        labels = labels_all[idx].to(device) if labels_all is not None else None
-        if args.mini_batch_size and args.mini_batch_size < args.batch_size:
-            loss = cached_step(embed, columns, labels, loss_fn, args.mini_batch_size, scale=state.scaler.scale)
-        else:  # one pass per step
-            loss = plain_step(embed, columns, labels, loss_fn, joint=True, scale=state.scaler.scale)
-        average_gradients(model)
-        apply_update(state, args.clip, ctx=ctx)
-        run.count(loss.item(), global_batch)
-
-    run.train(
-        total_steps,
-        plan,
-        step,
-        evaluate=(lambda: out.evaluate(dev)) if dev is not None else None,
-        save=out.save,
-        eval_every=args.eval_every,
-        save_every=args.save_every,
-        on_stop=out.on_stop,
-    )
+    # ---- the loop: one optimizer step per global batch
+    with GracefulStop() as stop:
+        if run.eval_pending:  # the evaluation a stop pre-empted in the run resumed from
+            run.evaluate(dev_metrics, out.save)
+        for (idx,) in run.groups(plan):
+            t0 = time.perf_counter()
+            columns = [column([table[i][k] for i in idx], tokenizer.pad_token_id, device) for k in range(rows.width)]
+            if args.task == "simcse":
+                columns = [columns[0], columns[0]]  # the same texts twice: dropout is the augmentation
+            labels = labels_all[idx].to(device) if labels_all is not None else None
+            if args.mini_batch_size and args.mini_batch_size < args.batch_size:
+                loss = cached_step(embed, columns, labels, loss_fn, args.mini_batch_size, scale=state.scaler.scale)
+            else:  # one pass per step
+                loss = plain_step(embed, columns, labels, loss_fn, joint=True, scale=state.scaler.scale)
+            average_gradients(model)
+            apply_update(state, args.clip, ctx=ctx)
+            run.count(loss.item(), global_batch)
+            run.stepped(loss.item(), t0)
+            if run.due(50):
+                run.log_progress()
+            if run.after_step(stop, run.eval_due(args.eval_every)):  # checkpoint cadence; the agreed stop
+                run.evaluate(dev_metrics, out.save)
+        run.close()
+        run.end(stop, checkpoint=False, on_stop=out.on_stop)  # a signal: the checkpoint, then Interrupted
     return out.finish(n, global_batch)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from bertkit.tasks import TASK_CONFIG_NAME, feature_length, length_batches
 from bertkit.tasks.options import RunOptions
 from bertkit.training import distributed
 from bertkit.training.distributed import DistContext
+from bertkit.training.interrupt import GracefulStop
 from bertkit.training.log import say
 from bertkit.training.optim import build_optimizer, linear_schedule
 from bertkit.training.run import Run
@@ -208,9 +210,14 @@ def finetune(
         steps_per_epoch=steps_per_epoch,
         precision=precision,
         desc=f"finetune {task.name}",
+        save_every=args.save_every,
     )
     saved = run.start(
-        state, resume=args.resume, overwrite=args.overwrite, total_steps=total_steps, tensorboard=args.tensorboard
+        state,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        total_steps=total_steps,
+        tensorboard=args.tensorboard,
     )
     if saved is not None:
         say(f"resuming {output_dir} at step {state.step} of {total_steps}", ctx, args.quiet)
@@ -233,30 +240,31 @@ def finetune(
         batches = length_batches(lengths, args.batch_size, shuffle=True, seed=args.seed + epoch)
         return batches[ctx.rank :: ctx.world_size][:batches_per_epoch]  # this process's share, equal everywhere
 
-    def step(group: list[list[int]]) -> None:
-        # an optimizer step of grad_accum micro-batches (the last of an epoch may average fewer)
-        optimizer_step(
-            state,
-            group,
-            forward,
-            clip=args.clip,
-            precision=precision,
-            device=device,
-            ctx=ctx,
-            ddp_model=ddp_model,
-            after_backward=lambda _, out: run.count(out.loss.item()),
-        )
-
-    run.train(
-        total_steps,
-        plan,
-        step,
-        evaluate=evaluate_dev if dev_features is not None else None,
-        save=save,
-        eval_every=args.eval_every,
-        save_every=args.save_every,
-        per_step=args.grad_accum,
-    )
+    dev = evaluate_dev if dev_features is not None else None
+    # ---- the loop: an optimizer step of grad_accum micro-batches (the last of an epoch may average fewer)
+    with GracefulStop() as stop:
+        if run.eval_pending:  # the evaluation a stop pre-empted in the run resumed from
+            run.evaluate(dev, save)
+        for group in run.groups(plan, args.grad_accum):
+            t0 = time.perf_counter()
+            optimizer_step(
+                state,
+                group,
+                forward,
+                clip=args.clip,
+                precision=precision,
+                device=device,
+                ctx=ctx,
+                ddp_model=ddp_model,
+                after_backward=lambda _, out: run.count(out.loss.item()),
+            )
+            run.stepped(run.train_loss(), t0)
+            if run.due(50):
+                run.log_progress()
+            if run.after_step(stop, run.eval_due(args.eval_every)):  # checkpoint cadence; the agreed stop
+                run.evaluate(dev, save)
+        run.close()
+        run.end(stop, checkpoint=False)  # a signal: the checkpoint, then Interrupted
     return _finish(run, task, model, tokenizer, args, precision, len(train_features))
 
 

@@ -18,10 +18,18 @@ explicit, so that a recipe's loop stays visible::
             run.after_step(stop)                  # the checkpoint cadence; the agreed stop
         run.end(stop)                             # the last checkpoint; Interrupted on a signal
 
-Epoch-based recipes (fine-tuning, distillation, embeddings) run the same API through :meth:`train`, whose loop
-adds the data position in epochs and the evaluation cadence with the best model saved. On SIGTERM / SIGINT the step
-in flight finishes, a checkpoint is written and ``Interrupted`` is raised; resuming restores the books and the data
-position with the TrainState, so the result equals an uninterrupted run's.
+An epoch-based recipe (fine-tuning, distillation, embeddings) writes the same loop over :meth:`groups` (its
+batches, epoch after epoch, the data position kept), evaluating with the best model saved::
+
+    if run.eval_pending: run.evaluate(dev, save)            # the evaluation a stop pre-empted
+    for group in run.groups(plan, per_step):
+        ...; run.stepped(loss, t0)
+        if run.after_step(stop, run.eval_due(eval_every)):  # True: evaluate now
+            run.evaluate(dev, save)
+    run.end(stop, checkpoint=False)
+
+On SIGTERM / SIGINT the step in flight finishes, a checkpoint is written and ``Interrupted`` is raised; resuming
+restores the books and the data position with the TrainState, so the result equals an uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +103,7 @@ class Run:
         self.bar = None
         self.stop_why: str | None = None
         self.eval_pending = False  # an evaluation due at the step a checkpoint is taken, not yet done
+        self.epoch_end = False  # the group of batches :meth:`groups` gave last ends its epoch
         if ctx.is_main:
             self.dir.check_writable()
 
@@ -245,15 +254,17 @@ class Run:
         self.elapsed += time.perf_counter() - t0
         return result
 
-    def after_step(self, stop: GracefulStop, eval_due: bool = False) -> None:
+    def after_step(self, stop: GracefulStop, eval_due: bool = False) -> bool:
         """A checkpoint every ``save_every`` steps (recording ``eval_due``: an evaluation due at this step and not
         yet done); then every process agrees whether to stop (a signal, or the time budget spent before the
-        last step)."""
+        last step). Returns whether to evaluate now: one is due and the run was not stopped (a stopped run's
+        checkpoint says it is pending, and the resumed run does it first)."""
         step, self.eval_pending = self.step, eval_due
         if self.save_every and step % self.save_every == 0 and step < self.total_steps:
             self.save()
         why = stop.agreed(self.ctx, spent=bool(self.budget and self.budget.over()))
         self.stop_why = why if why == "signal" or (why == "time" and step < self.total_steps) else None
+        return eval_due and self.stop_why is None
 
     def log(self, line: dict[str, Any], postfix: dict[str, str], said: str) -> None:
         """A metrics line into the one sink (:meth:`record`), then :meth:`show`."""
@@ -283,58 +294,29 @@ class Run:
 
     # ------------------------------------------------------------------------------------------ epochs
 
-    def train(
-        self,
-        total_steps: int,
-        plan: Callable[[int], Sequence],
-        step: Callable[[Sequence], None],
-        *,
-        evaluate: Callable[[], dict] | None,
-        save: Callable[[dict], None],
-        eval_every: int,
-        save_every: int,
-        per_step: int = 1,
-        on_stop: Callable[[], str] | None = None,
-        show_every: int = 50,
-    ) -> None:
-        """The epoch loop on the API above, from where a resumed run left off: ``plan(epoch)`` is this process's
-        batches of the epoch, ``step(group)`` one optimizer step on the next ``per_step`` of them (fewer at an
-        epoch's end). Around it: the evaluation a stop pre-empted in the run resumed from, the data position kept
-        in the TrainState, the evaluation every ``eval_every`` steps, else at each epoch's end, and after the
-        last step."""
-        state, self.save_every = self.state, save_every
-        self.total_steps = self.bar.total = self.record["total_steps"] = total_steps
-        self.write_record()
-        if self.eval_pending:
-            self.eval_pending = False
-            self.timed(lambda: self.evaluate(evaluate, save))
-        with GracefulStop() as stop:
-            while self.going():
-                epoch, b = state.position["epoch"], state.position["batch"]
-                batches = plan(epoch)
-                while b < len(batches):
-                    group, t0 = batches[b : b + per_step], time.perf_counter()
-                    step(group)
-                    b += len(group)
-                    state.position = {"epoch": epoch, "batch": b}
-                    self.stepped(self.train_loss(), t0)
-                    if self.due(show_every):
-                        self.log_progress()
-                    if self.step >= total_steps:
-                        break
-                    eval_due = bool(eval_every) and self.step % eval_every == 0
-                    self.after_step(stop, eval_due=eval_due)
-                    if self.stop_why is not None:
-                        break
-                    if eval_due:
-                        self.eval_pending = False
-                        self.timed(lambda: self.evaluate(evaluate, save))
-                else:
-                    state.position = {"epoch": epoch + 1, "batch": 0}
-                if self.stop_why is None and (not eval_every or state.step >= total_steps):
-                    self.timed(lambda: self.evaluate(evaluate, save))
-            self.close()
-            self.end(stop, checkpoint=False, on_stop=on_stop)
+    def groups(self, plan: Callable[[int], Sequence], per_step: int = 1) -> Iterator[Sequence]:
+        """An epoch-based run's data: this process's next ``per_step`` batches of ``plan(epoch)`` (fewer at an
+        epoch's end), epoch after epoch from the data position kept in the TrainState, while the run goes on. The
+        position is the one after the group (a checkpoint taken after its step continues from there);
+        ``epoch_end`` says whether the group ends its epoch."""
+        state = self.state
+        while self.going():
+            epoch, b = state.position["epoch"], state.position["batch"]
+            batches = plan(epoch)
+            while b < len(batches) and self.going():
+                group = batches[b : b + per_step]
+                b += len(group)
+                state.position, self.epoch_end = {"epoch": epoch, "batch": b}, b >= len(batches)
+                yield group
+            if self.stop_why is not None:
+                return  # stopped: the checkpoint keeps the position reached
+            if b >= len(batches):
+                state.position = {"epoch": epoch + 1, "batch": 0}
+
+    def eval_due(self, every: int) -> bool:
+        """Whether an evaluation is due after this step: every ``every`` steps, else at an epoch's end; and after
+        the last step."""
+        return (self.step % every == 0 if every else self.epoch_end) or self.step == self.total_steps
 
     def log_progress(self) -> None:
         """An epoch-based run's metrics line: its training loss so far and rows per second."""
@@ -343,8 +325,17 @@ class Run:
         self.log({"step": self.step, "train_loss": loss, "rows_per_s": round(rate, 2)}, {"loss": f"{loss:.4f}"}, said)
 
     def evaluate(self, evaluate: Callable[[], dict] | None, save: Callable[[dict], None]) -> None:
-        """Rank 0: the dev metrics (``evaluate()``), a record in the history, and ``save(record)`` when the main
-        metric improved; then every rank meets. Nothing without a dev set (``evaluate`` None)."""
+        """Rank 0: the dev metrics (``evaluate()``), a record in the history and the metrics sink, and
+        ``save(record)`` when the main metric improved; then every rank meets. Nothing without a dev set
+        (``evaluate`` None). Its seconds count as training time."""
+        t0 = time.perf_counter()
+        try:
+            self._evaluate(evaluate, save)
+        finally:
+            self.elapsed += time.perf_counter() - t0
+        self.eval_pending = False
+
+    def _evaluate(self, evaluate: Callable[[], dict] | None, save: Callable[[dict], None]) -> None:
         ctx, state = self.ctx, self.state
         if evaluate is None or not ctx.is_main:
             distributed.barrier(ctx)
