@@ -14,11 +14,15 @@ from bertkit.embeddings import ROUTE_HELP, route
 from bertkit.options import add_options, from_args, option
 from bertkit.tasks.options import FINETUNE_ONLY, RunOptions, TaskOptions, add_task_flag, task_of_directory
 
-EPILOG = ROUTE_HELP["evaluate"]
+EPILOG = ROUTE_HELP["evaluate"] + "; BLiMP (a pre-trained model): --task blimp (see `bertkit evaluate --task blimp -h`)"
+BLIMP = "bertkit.commands.evaluate_blimp"
 
 
 def delegate(argv: list[str]) -> str | None:
-    """The module that runs ``bertkit evaluate ARGV`` when its ``--task`` is a sentence-embedding task."""
+    """The module that runs ``bertkit evaluate ARGV`` when its ``--task`` is a sentence-embedding task or BLiMP."""
+    pairs = zip(argv, argv[1:] + [""])
+    if "--task=blimp" in argv or ("--task", "blimp") in pairs:
+        return BLIMP
     return route("evaluate", argv)
 
 
