@@ -248,9 +248,10 @@ class PllScorer:
             ids, attention = self._masked_inputs(copies, index)
             hidden = encoder(input_ids=ids.to(device), attention_mask=attention.to(device)).last_hidden_state
             rows = hidden[torch.arange(len(index), device=device), torch.from_numpy(copies.position[index]).to(device)]
-            logits = head(rows).float()  # [B, V] at the scored positions only
+            logits = head(rows)  # [B, V] at the scored positions only
             target = torch.from_numpy(copies.target[index]).to(device)
-            return (logits.gather(1, target[:, None]).squeeze(1) - logits.logsumexp(-1)).cpu()
+            log_probs = torch.log_softmax(logits, -1, dtype=torch.float32)  # fp32 whatever the head's precision
+            return log_probs.gather(1, target[:, None]).squeeze(1).cpu()
 
         was_training = self.model.training
         self.model.eval()
