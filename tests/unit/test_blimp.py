@@ -60,14 +60,18 @@ def write_blimp(directory: Path, paradigms: dict = PARADIGMS) -> Path:
     return directory
 
 
-@pytest.fixture(scope="module", params=["bert", "modernbert"])
+@pytest.fixture(scope="module", params=["bert", "bert-masked-lm", "modernbert"])
 def model_dir(request, tmp_path_factory, fixtures_dir):
-    """A random model whose scores depend on context by nats (weights 10x the default spread)."""
+    """A random model whose scores depend on context by nats (weights 10x the default spread): what `bertkit
+    pretrain` saves (BERT's pre-training heads), a BERT masked LM (an ELECTRA run's generator/), a ModernBERT."""
+    from bertkit.modeling import BertForMaskedLM, BertForPreTraining
+
     vocab = fixture_vocab(fixtures_dir)
     path = tmp_path_factory.mktemp(request.param)
     if request.param == "modernbert":
         return make_modernbert_dir(path, vocab, initializer_range=0.2)
-    return make_model_dir(path, vocab, layers=2, initializer_range=0.2)
+    cls = BertForMaskedLM if request.param == "bert-masked-lm" else BertForPreTraining
+    return make_model_dir(path, vocab, cls=cls, layers=2, initializer_range=0.2)
 
 
 def naive_pll(model, tokenizer, sentence: str, word_l2r: bool) -> float:
