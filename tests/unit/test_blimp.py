@@ -219,8 +219,8 @@ def test_a_directory_without_paradigms_or_a_model_without_mlm_head_is_refused(tm
 
 
 def test_bf16_scores_stay_close_to_fp32(model_dir):
-    """bf16 autocast runs the encoder and head in bf16 but the log-softmax in fp32: the sums move by a small
-    fraction of a nat per token (whether its pair decisions agree is measured on real models: BENCHMARKS.md)."""
+    """``bf16`` runs the encoder under bf16 autocast, the MLM head and the log-softmax in fp32: the sums move by a
+    small fraction of a nat per token (whether its pair decisions agree is measured on real data: BENCHMARKS.md)."""
     sentences = [s for _f, pairs in PARADIGMS.values() for pair in pairs for s in pair]
     fp32 = PllScorer.from_pretrained(model_dir, precision="fp32").sentence_scores(sentences)
     bf16 = PllScorer.from_pretrained(model_dir, precision="bf16").sentence_scores(sentences)
