@@ -227,3 +227,13 @@ def test_bf16_scores_stay_close_to_fp32(model_dir):
     tokens = np.array([len(s.split()) for s in sentences])
     assert np.abs(fp32 - bf16).max() > 0  # bf16 did run
     assert (np.abs(fp32 - bf16) / tokens).max() < 0.1
+
+
+@pytest.mark.parametrize("task", [["--task", "blimp"], ["--task=blimp"]])
+def test_evaluate_hands_blimp_to_its_own_flags(task, capsys):
+    with pytest.raises(SystemExit):
+        main(["evaluate", *task, "-h"])
+    assert "--pll {original,word-l2r}" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["evaluate", "-h"])
+    assert "--task blimp" in capsys.readouterr().out  # named in evaluate's own help
