@@ -59,6 +59,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch and the scorer: kept out of `bertkit evaluate --task blimp -h`
     import torch
 
     from bertkit.experiments.blimp import PllScorer, evaluate_blimp, read_blimp, table, write_results
