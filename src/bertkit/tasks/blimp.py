@@ -384,6 +384,7 @@ class BlimpProbe:
         max_length: int | None = None,
     ):
         self.paradigms = sample_paradigms(read_blimp(directory), pairs_per_paradigm, seed)
+        self.pairs = sum(len(p.pairs) for p in self.paradigms)  # in the sample, all paradigms
         self.sentences = list(dict.fromkeys(s for p in self.paradigms for pair in p.pairs for s in pair))
         self._options = dict(tokenizer=tokenizer, pll=pll, batch_size=batch_size, max_length=max_length)
         self._copies = PllScorer(model=None, **self._options).copies(self.sentences)
