@@ -59,24 +59,28 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-# `bertkit COMMAND --task T` is run by the module named here when T is a sentence-embedding task (its own flags)
+# `bertkit COMMAND --task T` is run by the module named here when T is one of its tasks (a sentence-embedding task,
+# BLiMP): that module has its own flags
 ROUTES = {
-    "finetune": (EMBEDDING_TASKS, "bertkit.commands.finetune_embeddings"),
-    "evaluate": (EVALUATION_TASKS, "bertkit.commands.evaluate_embeddings"),
+    "finetune": ((EMBEDDING_TASKS, "bertkit.commands.finetune_embeddings"),),
+    "evaluate": (
+        (EVALUATION_TASKS, "bertkit.commands.evaluate_embeddings"),
+        (("blimp",), "bertkit.commands.evaluate_blimp"),
+    ),
 }
 
 
 def route(command: str, argv: list[str]) -> str | None:
-    """The module for ``bertkit COMMAND ARGV`` when its ``--task`` is an embedding task, else None."""
-    if command not in ROUTES:
-        return None
-    tasks, module = ROUTES[command]
+    """The module for ``bertkit COMMAND ARGV`` when its ``--task`` is routed (``ROUTES``), else None."""
+    task = None
     for i, arg in enumerate(argv):
         if arg == "--task" and i + 1 < len(argv):
-            return module if argv[i + 1] in tasks else None
+            task = argv[i + 1]
+            break
         if arg.startswith("--task="):
-            return module if arg.split("=", 1)[1] in tasks else None
-    return None
+            task = arg.split("=", 1)[1]
+            break
+    return next((module for tasks, module in ROUTES.get(command, ()) if task in tasks), None)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -105,3 +105,35 @@ def test_the_registry_names_every_objective_file_and_refuses_others():
         objectives.get("nope")
     field = next(f for f in PretrainConfig.__dataclass_fields__.values() if f.name == "objective")
     assert field.metadata["choices"] == tuple(objectives.OBJECTIVES)  # the flag's choices are the registry's
+
+
+BLIMP_PAIRS = {  # (field, pairs) per paradigm: words of the Alice corpus, so the vocabulary holds them
+    "agreement_a": ("morphology", [("alice was very tired .", "alice were very tired ."), ("she is .", "she are .")]),
+    "order_b": ("syntax", [("the rabbit ran away .", "the away ran rabbit ."), ("it was a cat .", "it a was cat .")]),
+}
+
+
+@pytest.mark.parametrize("objective", ["mlm", "electra"])
+def test_the_blimp_probe_scores_the_runs_masked_lm_as_the_scorer_does(alice_corpus, tmp_path, objective):
+    """--blimp DIR: at each held-out evaluation, the probe's figure goes to metrics.jsonl; at the last step it is
+    exactly what BLiMP's scorer gives the saved masked LM (ELECTRA's: its generator) on the same sample."""
+    from bertkit.recipes.pretrain import objectives, pretrain
+    from bertkit.tasks.blimp import BlimpProbe, PllScorer
+    from bertkit.tokenization import load_tokenizer
+
+    blimp = tmp_path / "blimp"
+    blimp.mkdir()
+    for uid, (field, pairs) in BLIMP_PAIRS.items():
+        rows = [{"sentence_good": g, "sentence_bad": b, "field": field, "UID": uid} for g, b in pairs]
+        (blimp / f"{uid}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = pretrain(
+        _config(alice_corpus, tmp_path / "run", objective=objective, blimp=str(blimp), blimp_pairs=2, eval_every=2)
+    )
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    probed = {x["step"]: x["eval_blimp"] for x in lines if "eval_blimp" in x}
+    assert sorted(probed) == [2, 4] and all(0 <= v <= 100 for v in probed.values())
+    masked_lm = out / objectives.get(objective).masked_lm_dir
+    scorer = PllScorer.from_pretrained(masked_lm)
+    probe = BlimpProbe(blimp, load_tokenizer(masked_lm), pairs_per_paradigm=2)
+    assert probe.pairs == 4
+    assert probe(scorer.model) == pytest.approx(probed[4], abs=1e-9)

@@ -11,7 +11,7 @@ import json
 from bertkit.embeddings import ROUTE_HELP
 from bertkit.tasks.options import configure_inference
 
-EPILOG = ROUTE_HELP["evaluate"]
+EPILOG = ROUTE_HELP["evaluate"] + "; BLiMP (a pre-trained model): --task blimp (see `bertkit evaluate --task blimp -h`)"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -14,6 +14,10 @@ surface, used by ``bertkit.recipes.finetune`` and the ``finetune`` / ``evaluate`
 Shared helpers here: length-bucketed training batches, and batched inference (``run_inference``: the features'
 collate around the one batch loop, ``bertkit.runtime``); batches and padding come from the one planner and collate,
 ``bertkit.batches``.
+
+Meters of a pre-trained model's masked LM live here too, below the recipes that probe with them: ``mlm`` (held-out
+masked-LM accuracy), ``cloze``, and ``blimp`` (BLiMP's minimal pairs by pseudo-log-likelihood: ``bertkit evaluate
+--task blimp`` and the pre-training loop's ``--blimp`` probe).
 """
 
 from __future__ import annotations

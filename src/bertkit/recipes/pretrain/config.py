@@ -279,10 +279,8 @@ class PretrainConfig:
     compile: bool = option(
         False,
         group=_T,
-        help=(
-            "torch.compile the model for the training steps (faster per step on a GPU, see BENCHMARKS.md; compiling "
-            "takes about a minute, so it pays on runs of more than a few minutes)"
-        ),
+        help="torch.compile the model for the training steps (faster per step on a GPU, see BENCHMARKS.md; compiling "
+        "takes about a minute, so it pays on runs of more than a few minutes)",
     )
 
     save_every: int = option(
@@ -295,6 +293,8 @@ class PretrainConfig:
         None, bounds=POSITIVE, group=_O, help="held-out evaluation every N steps (default: ~10 per run)"
     )
     eval_batches: int = option(10, group=_O, help="held-out batches per evaluation")
+    blimp: str | None = option(None, group=_O, help="a BLiMP directory: probe it at each held-out evaluation")
+    blimp_pairs: int = option(20, bounds=POSITIVE, group=_O, help="the probe's BLiMP pairs per paradigm (seeded)")
     log_every: int = option(10, group=_O, help="a metrics line every N steps")
     quiet: bool = option(False, group=_O, help="no progress bar or messages")
     tensorboard: bool = option(
@@ -313,6 +313,8 @@ class PretrainConfig:
         check_bounds(self, PretrainError)  # the ranges the flags are parsed with (options.BOUNDS)
         if self.resume and self.overwrite:
             raise InputError("--resume and --overwrite: choose one (continue the run in --output, or replace it)")
+        if self.blimp is not None and not Path(self.blimp).is_dir():
+            raise PretrainError(f"--blimp {self.blimp}: not a directory (BLiMP's JSONL files, one per paradigm)")
         if self.mask_mix is not None:
             parse_mask_mix(self.mask_mix)
         if self.init_from is not None:

@@ -43,6 +43,7 @@ from bertkit.recipes.pretrain.setup import (
     tokenizer_and_shards,
 )
 from bertkit.recipes.pretrain.tables import resolve
+from bertkit.tasks.blimp import BlimpProbe
 from bertkit.tasks.mlm import score_mlm
 from bertkit.training import distributed as dist
 from bertkit.training.distributed import all_reduce_mean
@@ -77,6 +78,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
             precision = run.precision
             feed = make_feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
             eval_batches = _eval_batches(cfg, feed)
+            probe = BlimpProbe(cfg.blimp, tokenizer, cfg.blimp_pairs) if cfg.blimp and ctx.is_main else None
             # ---- the model; the optimizer, the steps (fitted to --max-time) and the train state, or the checkpoint's
             # the objective's model around the architecture's pre-training model (ELECTRA's discriminator is that model)
             model, config = objective.build(cfg, tokenizer, shard_dir, feed.max_len, ctx.device, build_model)
@@ -123,8 +125,8 @@ def pretrain(cfg: PretrainConfig) -> Path:
                     run.stepped(step_loss, t0)
                     if run.due(cfg.log_every):
                         _log(cfg, objective, run, feed, train.scheduler.get_last_lr()[0])
-                    if eval_batches and ctx.is_main and run.due(_eval_every(cfg, run)):
-                        run.timed(lambda: _held_out(cfg, objective, run, model, eval_batches, precision))
+                    if (eval_batches or probe) and ctx.is_main and run.due(_eval_every(cfg, run)):
+                        run.timed(lambda: _held_out(cfg, objective, run, model, eval_batches, precision, probe))
                     run.after_step(stop)
             finally:
                 run.close()
@@ -165,23 +167,27 @@ def _write_model(cfg: PretrainConfig, objective, ctx, model, tokenizer, run) -> 
 # --------------------------------------------------------------------------------------------- the loop's parts
 
 
-def _held_out(cfg: PretrainConfig, objective, run, model, batches: list[dict], precision: str) -> None:
-    """Evaluate on the held-out batches, write and say the result (rank 0)."""
+def _held_out(cfg: PretrainConfig, objective, run, model, batches: list[dict], precision: str, probe=None) -> None:
+    """Evaluate on the held-out batches and the BLiMP probe's pairs, write and say the result (rank 0)."""
 
     ctx, step = run.ctx, run.step
-    result = _evaluate(model, objective, batches, precision, ctx.device)  # every labelled input is [MASK]
+    result = _evaluate(model, objective, batches, precision, ctx.device) if batches else {}  # inputs are [MASK]
+    if probe is not None:  # BLiMP's sample, by the same scorer as `bertkit evaluate --task blimp`
+        result["eval_blimp"] = probe(objective.masked_lm(model), precision)
     run.dir.append_metrics({"step": step, **result})
     if cfg.tensorboard:
         convert_metrics(cfg.output)
-    say_run(
-        cfg,
-        ctx,
-        f"  held-out at step {step}: MLM acc {result['eval_mlm_acc']:.3f} at [MASK] "
-        f"(best constant {result['eval_mlm_baseline']:.3f}), MLM loss {result['eval_mlm_loss']:.3f}"
+    said = (
+        f"MLM acc {result['eval_mlm_acc']:.3f} at [MASK] (best constant {result['eval_mlm_baseline']:.3f}), "
+        f"MLM loss {result['eval_mlm_loss']:.3f}"
         + (f", NSP acc {result['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in result else "")
         + objective.held_out_said(result)
-        + f", loss {result['eval_loss']:.3f}",
+        + f", loss {result['eval_loss']:.3f}"
+        if batches
+        else ""
     )
+    blimp = f"BLiMP {result['eval_blimp']:.1f}% ({probe.pairs} pairs)" if probe is not None else ""
+    say_run(cfg, ctx, f"  held-out at step {step}: " + ", ".join(x for x in (said, blimp) if x))
 
 
 def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objective):

@@ -80,3 +80,7 @@ class Objective:
 
     def save(self, out: Path, tokenizer) -> None:
         """What OUTPUT holds besides the model and its tokenizer."""
+
+    def masked_lm(self, model):
+        """The masked LM inside the trained ``model`` (what the BLiMP probe scores): the model itself."""
+        return model

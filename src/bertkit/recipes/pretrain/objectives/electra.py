@@ -330,6 +330,9 @@ class Electra(Objective):
             f"{r['eval_rtd_balanced_acc']:.3f}, AUC {r['eval_rtd_auc']:.3f}"
         )
 
+    def masked_lm(self, model):
+        return model.generator  # the discriminator has no MLM head
+
     def save(self, out: Path, tokenizer) -> None:
         tokenizer.save_pretrained(out / GENERATOR_DIR)  # the generator's directory (fill-mask) gets the vocabulary
 

@@ -1,0 +1,90 @@
+"""``bertkit evaluate --task blimp``: BLiMP's 67 paradigms on a pre-trained model's MLM head, scored by
+pseudo-log-likelihood as BabyLM scores it (``bertkit.tasks.blimp``); ``evaluate`` hands ``--task blimp`` here.
+
+bertkit evaluate --task blimp --model runs/my-bert --data data/blimp --output runs/my-bert/blimp
+bertkit evaluate --task blimp --model runs/electra/generator --data data/blimp --pairs-per-paradigm 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertkit.options import ExactComputeArgs, add_options, from_args, option, threads_option
+
+PLL_CHOICES = ("original", "word-l2r")  # bertkit.tasks.blimp.PLL_METHODS, named here so -h imports no torch
+
+
+@dataclass(kw_only=True)
+class BlimpArgs:
+    task: str = option(required=True, choices=("blimp",), help="blimp: BLiMP's minimal pairs by pseudo-log-likelihood")
+    model: str = option(
+        required=True,
+        help="a model directory with an MLM head (BERT pre-training or masked LM, ModernBERT masked LM, an ELECTRA "
+        "run's generator/) and its tokenizer",
+    )
+    data: str = option(required=True, help="BLiMP's directory: one <UID>.jsonl per paradigm")
+    output: str | None = option(None, help="where metrics.json and pairs.jsonl go (default: MODEL/eval-<data name>)")
+    pll: str = option(
+        "original",
+        choices=PLL_CHOICES,
+        help="original: each token masked alone (Salazar et al., 2020); word-l2r: the later pieces of its word "
+        "masked too (Kauf & Ivanova, 2023; minicons' within_word_l2r)",
+    )
+    pairs_per_paradigm: int | None = option(
+        None, bounds=(1, None, False, False), help="score the first N pairs of each paradigm (default: all)"
+    )
+    batch_size: int = option(256, help="masked copies per forward pass")
+    threads: int | None = threads_option(group=None)
+    quiet: bool = option(False, help="no progress bar")
+
+
+@dataclass
+class BlimpCompute(ExactComputeArgs):
+    """fp32 unless asked: bf16's pair decisions are checked against fp32's in BENCHMARKS.md."""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "BLiMP: for each minimal pair, the good sentence must get a higher pseudo-log-likelihood than the bad "
+        "one (a tie is wrong). Prints and writes (OUTPUT/metrics.json) each paradigm's accuracy, each field's "
+        "(the mean of its paradigms) and the overall (the mean of the paradigms), in percent; OUTPUT/pairs.jsonl "
+        "holds every pair's two scores."
+    )
+    add_options(parser, BlimpArgs)
+    add_options(parser, BlimpCompute)
+
+
+def run(args: argparse.Namespace) -> int:
+    # torch and the scorer: kept out of `bertkit evaluate --task blimp -h`
+    import torch
+
+    from bertkit.precision import resolve_device
+    from bertkit.tasks.blimp import PllScorer, evaluate_blimp, read_blimp, table, write_results
+    from bertkit.training.rundir import run_record
+
+    cfg: BlimpArgs = from_args(BlimpArgs, args)
+    compute: BlimpCompute = from_args(BlimpCompute, args)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    paradigms = read_blimp(cfg.data, cfg.pairs_per_paradigm)
+    device = resolve_device(compute.device)
+    scorer = PllScorer.from_pretrained(
+        cfg.model,
+        device=device,
+        precision=compute.precision,
+        pll=cfg.pll,
+        batch_size=cfg.batch_size,
+        progress=not cfg.quiet and sys.stderr.isatty(),
+    )
+    result = evaluate_blimp(scorer, paradigms)
+    output = Path(cfg.output or Path(cfg.model) / f"eval-{Path(cfg.data).name}")
+    record = {"task": "blimp", "data": cfg.data, "pll": cfg.pll, **run_record(scorer.precision, device)}
+    write_results(output, result, paradigms, record)
+    print(table(result, paradigms))
+    summary = {"output": str(output), "overall": result.overall, "pairs": result.pairs, **record}
+    print(json.dumps({**summary, "fields": result.fields}, sort_keys=True))
+    return 0

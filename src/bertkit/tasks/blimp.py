@@ -1,0 +1,399 @@
+"""BLiMP (Warstadt et al., 2020) on a masked LM, scored as BabyLM scores it: pseudo-log-likelihood (PLL).
+
+Definition (docs/experiments.md, "BLiMP"), the one ``minicons``' ``MaskedLMScorer`` computes
+(tests/parity/test_blimp_parity.py holds the two to 1e-4):
+
+- a sentence is tokenized with the model directory's tokenizer as ``[CLS] s [SEP]``;
+- **original** PLL (Salazar et al., 2020): each real token (not [CLS], [SEP] or padding) is replaced by [MASK] in
+  its own copy of the sentence; the log-softmax over the vocabulary (fp32) of the original token at that position
+  is summed over the sentence;
+- **word-l2r** PLL (Kauf & Ivanova, 2023; minicons' ``within_word_l2r``): as original, but a copy also masks the
+  later pieces of the same word (the word ids of the tokenizer's pre-tokenization), so a word's first piece cannot
+  be read off its own continuation;
+- a pair is right when the good sentence scores strictly higher than the bad one (a tie is wrong: a model that
+  scores everything alike gets 0, not 50);
+- a paradigm's accuracy is its share of right pairs; a field's, the mean of its paradigms'; **overall**, the mean
+  over the paradigms (67 in BLiMP), all in percent.
+
+Speed: the masked copies of every distinct sentence are cut into length-sorted batches
+(:func:`bertkit.runtime.batch_loop`), the encoder runs once per batch, and the MLM head (transform + decoder) runs
+only at each copy's one scored position, never over [B, T, V].
+
+    paradigms = read_blimp("data/blimp", pairs_per_paradigm=100)
+    scorer = PllScorer.from_pretrained("runs/my-bert")
+    result = evaluate_blimp(scorer, paradigms)         # BlimpResult: overall, fields, paradigms (percent)
+
+:class:`BlimpProbe` is the same figure on a fixed, seeded sample, for a pre-training loop to call.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit import models
+from bertkit.errors import InputError, MissingFileError
+from bertkit.files import write_json, write_text
+from bertkit.precision import resolve_precision
+from bertkit.runtime import batch_loop
+from bertkit.tokenization import load_tokenizer
+
+log = logging.getLogger(__name__)
+
+PLL_METHODS = ("original", "word-l2r")  # minicons' PLL_metric "original" and "within_word_l2r"
+FIELDS = ("sentence_good", "sentence_bad", "field", "UID")  # what each JSONL row must carry
+
+
+# ------------------------------------------------------------------------------------------------------ the data
+
+
+@dataclass
+class Paradigm:
+    """One BLiMP paradigm (one JSONL file): its ``UID``, its ``field`` and its (good, bad) sentence pairs."""
+
+    uid: str
+    field: str
+    pairs: list[tuple[str, str]]
+
+
+def read_paradigm(path: str | os.PathLike, limit: int | None = None) -> Paradigm:
+    """The pairs of one BLiMP JSONL file (the first ``limit``; None: all). A row that is not a JSON object with
+    string ``sentence_good``, ``sentence_bad``, ``field`` and ``UID`` (the same UID and field as the file's first
+    row) is an InputError naming the file and line; blank lines are skipped."""
+    path = Path(path)
+    pairs: list[tuple[str, str]] = []
+    uid = kind = None
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if limit is not None and len(pairs) >= limit:
+                break
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise InputError(f"{path}:{lineno}: expected a JSON object with {', '.join(FIELDS)}")
+            for name in FIELDS:
+                if not isinstance(row.get(name), str) or not row[name].strip():
+                    what = "no" if name not in row else "an empty or non-string"
+                    raise InputError(f"{path}:{lineno}: {what} {name!r} field")
+            if uid is None:
+                uid, kind = row["UID"], row["field"]
+            elif (row["UID"], row["field"]) != (uid, kind):
+                raise InputError(
+                    f"{path}:{lineno}: UID {row['UID']!r} / field {row['field']!r} differ from the file's first row "
+                    f"({uid!r} / {kind!r}): one paradigm per file"
+                )
+            pairs.append((row["sentence_good"], row["sentence_bad"]))
+    if not pairs:
+        raise InputError(f"{path}: no pairs (an empty BLiMP file)")
+    return Paradigm(uid, kind, pairs)
+
+
+def read_blimp(directory: str | os.PathLike, pairs_per_paradigm: int | None = None) -> list[Paradigm]:
+    """Every ``*.jsonl`` paradigm of a BLiMP directory, by file name (the first ``pairs_per_paradigm`` pairs of
+    each; None: all). A missing directory, one without JSONL files or two files of one UID is an InputError."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise MissingFileError(f"{directory}: not a directory (expected BLiMP's <UID>.jsonl files)")
+    files = sorted(directory.glob("*.jsonl"))
+    if not files:
+        raise InputError(f"{directory}: no *.jsonl files (expected BLiMP's <UID>.jsonl files)")
+    paradigms = [read_paradigm(p, pairs_per_paradigm) for p in files]
+    seen: dict[str, Path] = {}
+    for path, paradigm in zip(files, paradigms):
+        if paradigm.uid in seen:
+            raise InputError(f"{path}: UID {paradigm.uid!r} is also {seen[paradigm.uid].name}'s")
+        seen[paradigm.uid] = path
+    return paradigms
+
+
+def sample_paradigms(paradigms: Sequence[Paradigm], per_paradigm: int, seed: int = 0) -> list[Paradigm]:
+    """A fixed sample of ``per_paradigm`` pairs of each paradigm (all of a smaller one), in file order; the same
+    ``seed`` gives the same pairs."""
+    rng = random.Random(seed)
+    out = []
+    for p in paradigms:
+        keep = sorted(rng.sample(range(len(p.pairs)), min(per_paradigm, len(p.pairs))))
+        out.append(Paradigm(p.uid, p.field, [p.pairs[i] for i in keep]))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ the scorer
+
+
+@dataclass
+class MaskedCopies:
+    """The masked copies of S tokenized sentences: ``ids`` [S, T] (padded), ``lengths`` [S], ``words`` [S, T]
+    (word id of each token, -1 for specials and padding), and per copy C: ``sentence`` [C], ``position`` [C] (the
+    scored token) and ``target`` [C] (its original id). Copies run sentence by sentence, left to right."""
+
+    ids: np.ndarray
+    lengths: np.ndarray
+    words: np.ndarray
+    sentence: np.ndarray
+    position: np.ndarray
+    target: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.sentence)
+
+
+@dataclass
+class PllScorer:
+    """Pseudo-log-likelihood of sentences under ``model`` (any registered architecture's masked LM: its encoder
+    ``getattr(model, model.base_model_prefix)`` and ``model.mlm_head_module()``) with ``tokenizer``.
+
+    ``pll``: one of :data:`PLL_METHODS`. ``batch_size``: masked copies per forward pass. ``precision``: the
+    encoder's (``auto`` resolved for the device); the MLM head and the log-softmax run in fp32 always."""
+
+    model: Any
+    tokenizer: Any
+    pll: str = "original"
+    batch_size: int = 256
+    precision: str = "fp32"
+    device: str = "cpu"
+    max_length: int | None = None  # the longest sentence the model takes (its position table), tokens
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        if self.pll not in PLL_METHODS:
+            raise InputError(f"--pll must be one of {', '.join(PLL_METHODS)}, got {self.pll!r}")
+        if self.tokenizer.mask_token_id is None:
+            raise InputError("the tokenizer has no [MASK] token: pseudo-log-likelihood needs one")
+        self.precision = resolve_precision(self.precision, self.device)  # "auto" -> what the device runs
+
+    @classmethod
+    def from_pretrained(
+        cls, directory: str | os.PathLike, device: str = "cpu", precision: str = "fp32", **options: Any
+    ) -> PllScorer:
+        """The scorer of a model directory with an MLM head (BERT's ``BertForPreTraining`` / ``BertForMaskedLM``,
+        ModernBERT's ``ModernBertForMaskedLM``, an ELECTRA run's ``generator/``) and its tokenizer. A directory
+        whose checkpoint has no MLM head is an InputError naming it."""
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise MissingFileError(f"{directory}: not a model directory (expected config.json, weights, vocabulary)")
+        arch = models.of_directory(directory)
+        model_class = arch.model_class(arch.features_role, directory)  # the encoder with its MLM head
+        model, info = model_class.from_pretrained(directory, output_loading_info=True)
+        missing = [k for k in info.initialised if k.startswith(arch.mlm_keys)]
+        if missing:
+            raise InputError(
+                f"{directory}: the checkpoint has no masked-LM head ({missing[0]} is absent): BLiMP's "
+                "pseudo-log-likelihood needs one (a pre-trained directory, or an ELECTRA run's generator/)"
+            )
+        tokenizer = load_tokenizer(directory)
+        limit = getattr(model.config, "max_position_embeddings", None)
+        return cls(model.to(device).eval(), tokenizer, device=device, precision=precision, max_length=limit, **options)
+
+    def copies(self, sentences: Sequence[str]) -> MaskedCopies:
+        """Tokenize ``sentences`` and lay out their masked copies (one per real token)."""
+        tok = self.tokenizer
+        encodings = tok.encode_batch(list(sentences), truncation=False) if sentences else []
+        lengths = np.array([len(e.ids) for e in encodings], dtype=np.int64)
+        if self.max_length and len(lengths) and lengths.max() > self.max_length:
+            i = int(lengths.argmax())
+            raise InputError(
+                f"a sentence of {lengths[i]} tokens is longer than the model's {self.max_length} positions: "
+                f"{sentences[i][:80]!r}"
+            )
+        longest = int(lengths.max()) if len(lengths) else 0
+        ids = np.full((len(encodings), longest), tok.pad_token_id, dtype=np.int64)
+        words = np.full((len(encodings), longest), -1, dtype=np.int64)
+        for i, e in enumerate(encodings):
+            ids[i, : len(e.ids)] = e.ids
+            words[i, : len(e.ids)] = [-1 if w is None else w for w in e.word_ids]
+        inside = np.arange(longest)[None, :] < lengths[:, None]
+        # minicons scores every token but these three ids (its get_masked_tensors), so this does too
+        real = inside & ~np.isin(ids, [tok.cls_token_id, tok.sep_token_id, tok.pad_token_id])
+        sentence, position = np.nonzero(real)  # row-major: sentence by sentence, left to right
+        return MaskedCopies(ids, lengths, words, sentence, position, ids[sentence, position])
+
+    def _masked_inputs(self, copies: MaskedCopies, batch: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """(input_ids [B, T], attention_mask [B, T]) of the copies ``batch``: T is the batch's longest sentence."""
+        rows, pos = copies.sentence[batch], copies.position[batch]
+        width = int(copies.lengths[rows].max())
+        ids = copies.ids[rows, :width].copy()
+        cols = np.arange(width)[None, :]
+        masked = cols == pos[:, None]
+        if self.pll == "word-l2r":  # the later pieces of the scored token's word too (minicons' within_word_l2r)
+            words = copies.words[rows, :width]
+            word = words[np.arange(len(batch)), pos][:, None]
+            masked |= (words == word) & (word >= 0) & (cols > pos[:, None])
+        ids[masked] = self.tokenizer.mask_token_id
+        attention = (cols < copies.lengths[rows][:, None]).astype(np.int64)
+        return torch.from_numpy(ids), torch.from_numpy(attention)
+
+    def token_log_probs(self, copies: MaskedCopies) -> np.ndarray:
+        """[C] float32: log p(original token | its masked copy) of every copy, in copy order."""
+        encoder = getattr(self.model, self.model.base_model_prefix)
+        head = self.model.mlm_head_module()
+        device = torch.device(self.device)
+        out = np.zeros(len(copies), dtype=np.float32)
+        lengths = copies.lengths[copies.sentence].tolist()
+
+        def run(batch: list[int]) -> torch.Tensor:
+            index = np.asarray(batch)
+            ids, attention = self._masked_inputs(copies, index)
+            hidden = encoder(input_ids=ids.to(device), attention_mask=attention.to(device)).last_hidden_state
+            rows = hidden[torch.arange(len(index), device=device), torch.from_numpy(copies.position[index]).to(device)]
+            # the MLM head (transform, decoder) at the scored positions only, [B, V], and in fp32 whatever the
+            # encoder's precision: bf16 logits moved sentence scores 10x more and flipped 0.6% of the pairs
+            with torch.autocast(device.type, enabled=False):
+                log_probs = torch.log_softmax(head(rows.float()), -1)
+            target = torch.from_numpy(copies.target[index]).to(device)
+            return log_probs.gather(1, target[:, None]).squeeze(1).cpu()
+
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for batch, scores in batch_loop(
+                lengths,
+                run,
+                self.batch_size,
+                device=device,
+                precision=self.precision,
+                progress=self.progress,
+                desc="BLiMP",
+                unit="copy",
+            ):
+                out[batch] = scores.numpy()
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def sums(self, copies: MaskedCopies) -> np.ndarray:
+        """[S] float64: the PLL of each sentence of ``copies`` (its tokens' log-probabilities summed)."""
+        scores = np.zeros(len(copies.lengths), dtype=np.float64)
+        np.add.at(scores, copies.sentence, self.token_log_probs(copies).astype(np.float64))
+        return scores
+
+    def sentence_scores(self, sentences: Sequence[str]) -> np.ndarray:
+        """[S] float64: the PLL of each sentence."""
+        return self.sums(self.copies(sentences))
+
+
+# ------------------------------------------------------------------------------------------------ the figures
+
+
+@dataclass
+class BlimpResult:
+    """Accuracies in percent: ``paradigms`` {UID: %}, ``fields`` {field: mean of its paradigms}, ``overall`` (the
+    mean over paradigms); ``pairs`` scored; ``scores`` per paradigm, its pairs' (good, bad) PLLs."""
+
+    overall: float
+    fields: dict[str, float]
+    paradigms: dict[str, float]
+    pairs: int
+    scores: dict[str, list[tuple[float, float]]] = field(default_factory=dict, repr=False)
+
+    def metrics(self) -> dict[str, Any]:
+        return {"overall": self.overall, "fields": self.fields, "paradigms": self.paradigms, "pairs": self.pairs}
+
+
+def pair_right(good: float, bad: float) -> bool:
+    """A pair is right when the good sentence scores strictly higher: a tie is wrong."""
+    return good > bad
+
+
+def summarize(paradigms: Sequence[Paradigm], scores: dict[str, float]) -> BlimpResult:
+    """The figures of ``paradigms`` from each sentence's PLL (``scores``: sentence -> PLL)."""
+    if not paradigms:
+        raise InputError("no BLiMP paradigms to score")
+    per: dict[str, float] = {}
+    by_field: dict[str, list[float]] = {}
+    kept: dict[str, list[tuple[float, float]]] = {}
+    for p in paradigms:
+        pairs = [(scores[g], scores[b]) for g, b in p.pairs]
+        per[p.uid] = 100.0 * sum(pair_right(g, b) for g, b in pairs) / len(pairs)
+        by_field.setdefault(p.field, []).append(per[p.uid])
+        kept[p.uid] = pairs
+    fields = {f: float(np.mean(v)) for f, v in sorted(by_field.items())}
+    overall = float(np.mean(list(per.values())))
+    return BlimpResult(overall, fields, per, sum(len(p.pairs) for p in paradigms), kept)
+
+
+def evaluate_blimp(scorer: PllScorer, paradigms: Sequence[Paradigm]) -> BlimpResult:
+    """Score every distinct sentence of ``paradigms`` once (BLiMP repeats sentences across pairs), then the
+    figures."""
+    sentences = list(dict.fromkeys(s for p in paradigms for pair in p.pairs for s in pair))
+    scores = dict(zip(sentences, scorer.sentence_scores(sentences).tolist()))
+    return summarize(paradigms, scores)
+
+
+def table(result: BlimpResult, paradigms: Sequence[Paradigm]) -> str:
+    """The figures as a plain-text table: each paradigm (by field), each field, then overall."""
+    width = max([len(p.uid) for p in paradigms] + [len("overall")])
+    lines = [f"{'paradigm':<{width}}  {'field':<22} {'pairs':>6} {'acc %':>7}"]
+    for p in sorted(paradigms, key=lambda p: (p.field, p.uid)):
+        lines.append(f"{p.uid:<{width}}  {p.field:<22} {len(p.pairs):>6} {result.paradigms[p.uid]:>7.2f}")
+    lines.append("")
+    for name, value in result.fields.items():
+        count = sum(p.field == name for p in paradigms)
+        lines.append(f"{'field: ' + name:<{width}}  {f'{count} paradigms':<22} {'':>6} {value:>7.2f}")
+    lines.append(f"{'overall':<{width}}  {f'{len(paradigms)} paradigms':<22} {result.pairs:>6} {result.overall:>7.2f}")
+    return "\n".join(lines)
+
+
+def write_results(output: str | os.PathLike, result: BlimpResult, paradigms: Sequence[Paradigm], record: dict) -> None:
+    """``OUTPUT/metrics.json`` (the figures and ``record``: how they were computed) and ``OUTPUT/pairs.jsonl`` (per
+    pair: UID, index in its paradigm, the two sentences, their PLLs, right or not), each written atomically."""
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    write_json(output / "metrics.json", {**result.metrics(), **record})
+    rows = []
+    for p in paradigms:
+        for i, ((good, bad), (g, b)) in enumerate(zip(p.pairs, result.scores[p.uid])):
+            row = {"UID": p.uid, "pair": i, "sentence_good": good, "sentence_bad": bad, "good": g, "bad": b}
+            rows.append(json.dumps({**row, "right": pair_right(g, b)}))
+    write_text(output / "pairs.jsonl", "\n".join(rows) + "\n")
+
+
+# ------------------------------------------------------------------------------------------------ the probe
+
+
+class BlimpProbe:
+    """BLiMP during pre-training: a fixed, seeded sample of ``pairs_per_paradigm`` pairs of each paradigm of a
+    BLiMP directory, read and tokenized once; ``probe(model)`` is the overall accuracy (percent) of the model as it
+    is now, by the same scorer as ``bertkit evaluate --task blimp`` (in eval mode; the model's mode comes back
+    after).
+
+        probe = BlimpProbe("data/blimp", tokenizer, pairs_per_paradigm=20)
+        percent = probe(model)                      # a masked LM of any registered architecture
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        tokenizer: Any,
+        pairs_per_paradigm: int = 20,
+        seed: int = 0,
+        pll: str = "original",
+        batch_size: int = 256,
+        max_length: int | None = None,
+    ):
+        self.paradigms = sample_paradigms(read_blimp(directory), pairs_per_paradigm, seed)
+        self.pairs = sum(len(p.pairs) for p in self.paradigms)  # in the sample, all paradigms
+        self.sentences = list(dict.fromkeys(s for p in self.paradigms for pair in p.pairs for s in pair))
+        self._options = dict(tokenizer=tokenizer, pll=pll, batch_size=batch_size, max_length=max_length)
+        self._copies = PllScorer(model=None, **self._options).copies(self.sentences)
+
+    def result(self, model: Any, precision: str = "fp32") -> BlimpResult:
+        """Every figure of the sample (see :class:`BlimpResult`) for ``model`` on its own device."""
+        device = str(next(model.parameters()).device)
+        scorer = PllScorer(model=model, precision=precision, device=device, **self._options)
+        return summarize(self.paradigms, dict(zip(self.sentences, scorer.sums(self._copies).tolist())))
+
+    def __call__(self, model: Any, precision: str = "fp32") -> float:
+        return self.result(model, precision).overall
