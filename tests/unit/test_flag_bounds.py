@@ -12,7 +12,7 @@ import pytest
 
 from bertkit.cli import COMMANDS, ROUTES, CommandParser, UsageError, main
 
-MODULES = sorted(COMMANDS) + sorted(module for _, module in ROUTES.values())
+MODULES = sorted(COMMANDS) + sorted(module for routes in ROUTES.values() for _, module in routes)
 
 
 def _configured(name: str, monkeypatch) -> tuple[CommandParser, list[argparse.Action]]:

@@ -71,7 +71,9 @@ def _flat(text: str) -> str:
     return " ".join(text.split())  # the help as one line, whatever argparse's wrapping
 
 
-@pytest.mark.parametrize("name", sorted(COMMANDS) + sorted(module for _, module in ROUTES.values()))
+@pytest.mark.parametrize(
+    "name", sorted(COMMANDS) + sorted(module for routes in ROUTES.values() for _, module in routes)
+)
 def test_each_device_and_precision_flag_has_the_shared_help(name):
     parser = _parser(name)
     text = _flat(parser.format_help())
