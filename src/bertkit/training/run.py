@@ -52,9 +52,9 @@ from bertkit.training.distributed import DistContext
 from bertkit.training.interrupt import GracefulStop
 from bertkit.training.log import say
 from bertkit.training.meter import Meter
-from bertkit.training.rundir import RUN_JSON, Opened, RunDir, run_record
+from bertkit.training.rundir import METRICS, RUN_JSON, Opened, RunDir, run_record
 from bertkit.training.state import TrainState
-from bertkit.training.tensorboard import EventWriter
+from bertkit.training.tensorboard import convert_metrics
 
 TRAIN_LOG = "train_log.json"
 
@@ -99,7 +99,7 @@ class Run:
         self.cost = None  # --max-time's cost model, when the steps were fitted to it
         self.position: Callable[[], dict] | None = None  # the data's position, when a feed keeps it
         self.reschedule: Callable[[int], Any] | None = None  # a new lr schedule over n steps (--max-time's re-fit)
-        self.board = None  # a TensorBoard EventWriter, when the recipe asks for one
+        self.tensorboard = False  # TensorBoard files beside metrics.jsonl, when the recipe asks for them
         self.bar = None
         self.stop_why: str | None = None
         self.eval_pending = False  # an evaluation due at the step a checkpoint is taken, not yet done
@@ -168,8 +168,7 @@ class Run:
         self.write_record()
         # a pending evaluation's line (a cadence checkpoint is taken before it) is written again
         self.dir.truncate_metrics(state.step, self.main_metric if self.eval_pending else None)
-        if tensorboard and self.ctx.is_main:
-            self.board = EventWriter(self.path / "tensorboard")
+        self.tensorboard = tensorboard
         self.bar = tqdm(
             total=self.total_steps,
             initial=state.step,
@@ -271,13 +270,19 @@ class Run:
         self.record_metrics(line)
         self.show(postfix, said)
 
-    def record_metrics(self, line: dict[str, Any]) -> None:
-        """The one metrics sink (rank 0): ``line`` appended to metrics.jsonl and, when the recipe asked for it, to
-        the live TensorBoard file."""
+    def record_metrics(self, line: dict[str, Any], board: bool = False) -> None:
+        """The one metrics sink (rank 0): ``line`` appended to metrics.jsonl; with ``board`` (an evaluation's
+        record), the TensorBoard file rewritten from it (when the run writes one)."""
         if self.ctx.is_main:
             self.dir.append_metrics(line)
-            if self.board is not None:
-                self.board.add_record(line)
+            if board:
+                self.write_board()
+
+    def write_board(self) -> None:
+        """OUTPUT/tensorboard from metrics.jsonl, rewritten whole (rank 0; exact after a resume too, where the
+        lines a killed run wrote after its checkpoint are gone), when the run writes TensorBoard files."""
+        if self.tensorboard and self.ctx.is_main and (self.path / METRICS).is_file():
+            convert_metrics(self.path)
 
     def show(self, postfix: dict[str, str], said: str) -> None:
         """The one progress display (rank 0): ``postfix`` on the progress bar, and ``said`` as a message when
@@ -349,7 +354,7 @@ class Run:
             **run_record(self.precision, ctx.device),
         }
         self.history.append(record)
-        self.record_metrics(record)
+        self.record_metrics(record, board=True)
         best = self.best
         improved = best is None or metrics.get(self.main_metric, -math.inf) > best.get(self.main_metric, -math.inf)
         if improved:
@@ -432,7 +437,9 @@ class Run:
         }
 
     def mark_finished(self) -> None:
-        """run.json says the run ended (its model is written): ``--resume`` refuses it from now on."""
+        """The TensorBoard file from the whole metrics.jsonl, and run.json says the run ended (its model is
+        written): ``--resume`` refuses it from now on."""
+        self.write_board()
         self.record["finished"] = True
         self.write_record()
 
@@ -443,6 +450,4 @@ class Run:
             write_json(self.path / TRAIN_LOG, {"args": args_record, "history": self.history, **log})
             self.mark_finished()
             shutil.rmtree(self.dir.checkpoints, ignore_errors=True)
-            if self.board is not None:
-                self.board.close()
         distributed.barrier(self.ctx)

@@ -50,7 +50,6 @@ from bertkit.training.distributed import all_reduce_mean
 from bertkit.training.interrupt import GracefulStop
 from bertkit.training.rundir import os_errors
 from bertkit.training.step import optimizer_step, to_device
-from bertkit.training.tensorboard import convert_metrics
 
 __all__ = ["PretrainError", "pretrain"]
 
@@ -85,7 +84,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
             train, total_steps, reschedule = schedule(cfg, run, model, feed)
             run.record.update(world_size=ctx.world_size, model_config=config.to_dict("hf"))
             # run.json, metrics.jsonl cut back to the step resumed, the bar; the state restored from the checkpoint
-            run.begin(train, total_steps, position=feed.position, reschedule=reschedule)
+            run.begin(train, total_steps, position=feed.position, reschedule=reschedule, tensorboard=cfg.tensorboard)
             if cfg.max_steps is None:  # --max-time's steps, fitted from cold probe steps: re-fitted to the pace
                 run.plan_refit(_eval_every(cfg, run), lambda steps: feed.plan(steps)[-1].start)
             ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
@@ -155,10 +154,8 @@ def _write_model(cfg: PretrainConfig, objective, ctx, model, tokenizer, run) -> 
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     objective.save(out, tokenizer)  # ELECTRA's generator directory gets the vocabulary too
-    if cfg.tensorboard:
-        convert_metrics(out)
     remove_stale(out)
-    run.mark_finished()  # run.json: finished, so that --resume refuses it
+    run.mark_finished()  # TensorBoard's file whole; run.json: finished, so that --resume refuses it
     step, total_steps = run.step, run.total_steps
     say_run(cfg, ctx, f"--max-time reached at step {step} of {total_steps}" if run.stop_why == "time" else "")
     say_run(cfg, ctx, f"done: {step} steps in {run.elapsed:.0f}s; model saved to {out}")
@@ -174,9 +171,7 @@ def _held_out(cfg: PretrainConfig, objective, run, model, batches: list[dict], p
     result = _evaluate(model, objective, batches, precision, ctx.device) if batches else {}  # inputs are [MASK]
     if probe is not None:  # BLiMP's sample, by the same scorer as `bertkit evaluate --task blimp`
         result["eval_blimp"] = probe(objective.masked_lm(model), precision)
-    run.dir.append_metrics({"step": step, **result})
-    if cfg.tensorboard:
-        convert_metrics(cfg.output)
+    run.record_metrics({"step": step, **result}, board=True)
     said = (
         f"MLM acc {result['eval_mlm_acc']:.3f} at [MASK] (best constant {result['eval_mlm_baseline']:.3f}), "
         f"MLM loss {result['eval_mlm_loss']:.3f}"
