@@ -43,8 +43,8 @@ SHARED_VOCAB = ROOT.parent / "shared" / "data" / "vocab" / "bert-base-uncased" /
 
 
 def make_batches(
-    seq_len: int, batch_size: int, n: int, workdir: Path, vocab: Path | None = None
-) -> tuple[list[dict], int]:
+    seq_len: int, batch_size: int, n: int, workdir: Path, vocab: Path | None = None, nsp: bool = True
+) -> tuple[list[dict], object]:
     from bertkit.commands.quickstart import bundled_corpus
     from bertkit.data.pretraining.instances import DataOptions, PretrainingData, VocabInfo
     from bertkit.data.pretraining.prepare import prepare_corpus
@@ -65,11 +65,16 @@ def make_batches(
     data = PretrainingData(
         workdir / "shards",
         VocabInfo.from_tokenizer(tok),
-        DataOptions(max_seq_length=seq_len, batch_size=batch_size, short_seq_prob=0.0),
+        # ModernBERT's recipe: 30% masked, no next-sentence prediction (its model has no NSP head)
+        DataOptions(
+            max_seq_length=seq_len, batch_size=batch_size, short_seq_prob=0.0, nsp=nsp, mask_prob=0.15 if nsp else 0.3
+        ),
     )
     nb = data.num_batches(0)
     batches = [{k: torch.from_numpy(v) for k, v in data.batch(i // nb, i % nb).items()} for i in range(n)]
-    return batches, len(tok)
+    if not nsp:  # what a model without segments and NSP takes
+        batches = [{k: v for k, v in b.items() if k in ("input_ids", "attention_mask", "labels")} for b in batches]
+    return batches, tok
 
 
 def main() -> None:
@@ -96,22 +101,24 @@ def main() -> None:
 
     import transformers
 
-    from bertkit import BertConfig, BertForPreTraining
+    from bertkit import models
     from bertkit.precision import autocast, resolve_precision
     from bertkit.training.optim import build_optimizer, linear_schedule
 
     with tempfile.TemporaryDirectory() as tmp:
-        batches, vocab_size = make_batches(
-            args.seq_len, args.batch_size, args.steps, Path(tmp), Path(args.vocab) if args.vocab else None
+        arch = models.of_preset(args.model_size)  # bert-* or modernbert-*
+        nsp = arch.pretraining_role == "pretraining"  # BERT's MLM + NSP; ModernBERT's masked LM alone
+        batches, tok = make_batches(
+            args.seq_len, args.batch_size, args.steps, Path(tmp), Path(args.vocab) if args.vocab else None, nsp
         )
     dev = torch.device(args.device)
     batches = [{k: v.to(dev) for k, v in b.items()} for b in batches]
-    config = BertConfig.from_preset(args.model_size, vocab_size=vocab_size)
     torch.manual_seed(0)
-    ours = BertForPreTraining(config).train()
+    ours = arch.build_for_pretraining(args.model_size, tok, max_len=args.seq_len).train()  # the tokenizer's ids
+    config, vocab_size = ours.config, len(tok)
     with tempfile.TemporaryDirectory() as tmp:
         ours.save_pretrained(tmp)
-        theirs = transformers.BertForPreTraining.from_pretrained(tmp).train()
+        theirs = getattr(transformers, type(ours).__name__).from_pretrained(tmp).train()  # the same class name
     ours.to(dev)
     theirs.to(dev)
     precision = resolve_precision(args.precision, dev)
@@ -180,7 +187,7 @@ def main() -> None:
             cpu_peak(p, refresh=True)
 
     flops = sum(
-        train_flops(config, b["attention_mask"].sum(-1).tolist(), int((b["labels"] != -100).sum()), True)
+        train_flops(config, b["attention_mask"].sum(-1).tolist(), int((b["labels"] != -100).sum()), nsp)
         for b in batches
     ) / sum(tokens)  # per real token
     peaks = {"bertkit": device_peak(dev, precision), "transformers": device_peak(dev, theirs_precision)}
