@@ -3,7 +3,7 @@ text, each route with its own vocabulary (the routes, commands and split: BENCHM
 
 Two meters, both honest (every scored position's input is [MASK]; nothing the input gives away is counted):
 
-- **token MLM** (``bertkit.recipes.pretrain_eval.held_out_accuracy``, the pre-training meter): 15% of the tokens of
+- **token MLM** (``bertkit.recipes.pretrain.evaluate.held_out_accuracy``, the pre-training meter): 15% of the tokens of
   the held-out text, tokenized by each route's own vocabulary. It does not compare across vocabularies: a route that
   splits a Korean word into 6 jamo is scored on 6 easy guesses where an extended route is scored on 1 hard one.
 - **word MLM** (this script): the *same* words are masked for every route, 15% of the words of each held-out line
@@ -131,7 +131,7 @@ def main() -> None:
             import tempfile
 
             from bertkit.data.pretraining.prepare import prepare_corpus
-            from bertkit.recipes.pretrain_eval import held_out_accuracy
+            from bertkit.recipes.pretrain.evaluate import held_out_accuracy
 
             with tempfile.TemporaryDirectory() as tmp:
                 prepare_corpus(

@@ -18,9 +18,9 @@ tokens/s counts non-padding tokens.
     # GPU: bert-base at seq 128, bf16 autocast on both sides (what Trainer(bf16=True) does), fused AdamW on both
     python3 benchmarks/bench_pretrain.py --device cuda --model-size bert-base --batch-size 128 --steps 20
 
-Each route's line shows model TFLOP/s and MFU (training/flops.py's count: the same model FLOPs for both routes, with
-the MLM head at masked positions only; over the dense peak of the device at the route's precision: the GPU table, or
-this CPU's measured matmul peak).
+Each route's line shows model TFLOP/s and MFU (recipes/pretrain/flops.py's count: the same model FLOPs for both routes,
+with the MLM head at masked positions only; over the dense peak of the device at the route's precision: the GPU
+table, or this CPU's measured matmul peak).
 
 On a GPU the transformers route gets bf16 autocast too (``--theirs-precision``, default: fp32 on CPU as its docs'
 loop, the same precision as bertkit's on a GPU, as ``Trainer(bf16=True)``) and ``torch.optim.AdamW(fused=True)``
@@ -170,10 +170,10 @@ def main() -> None:
         f"{args.rounds} rounds x {args.steps} steps per route"
     )
     med = {k: statistics.median(v) for k, v in times.items()}
-    # MFU: the same model FLOPs for both routes (training/flops.py: MLM head at masked positions only, as bertkit
-    # computes it; the transformers route's full-vocabulary head is work the model does not need, so it shows as
+    # MFU: the same model FLOPs for both routes (recipes/pretrain/flops.py: MLM head at masked positions only, as
+    # bertkit computes it; the transformers route's full-vocabulary head is work the model does not need, so it shows as
     # lower MFU), over the device's dense peak at the route's precision
-    from bertkit.training.flops import cpu_peak, device_peak, train_flops
+    from bertkit.recipes.pretrain.flops import cpu_peak, device_peak, train_flops
 
     if dev.type == "cpu":  # measure the CPU's matmul peak again (the cache keeps the highest figure seen)
         for p in {precision, theirs_precision}:

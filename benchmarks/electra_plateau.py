@@ -3,7 +3,8 @@
 Each sequence counts up by one from a random start (mod the vocabulary); 15% of its tokens are replaced by random
 ones. A token is detectably replaced only by comparing it with its neighbours, so a discriminator that has not yet
 learned to attend to context calls every token original (balanced accuracy 0.5). The same RTD head and loss
-(``bertkit.recipes.electra``) sit on BERT's post-LayerNorm encoder and on ModernBERT's pre-norm one, each at
+(``bertkit.recipes.pretrain.objectives.electra``) sit on BERT's post-LayerNorm encoder and on ModernBERT's pre-norm
+one, each at
 2 layers of width 64, trained with AdamW at lr 1e-3, batch 32 x 32 tokens, one thread, the same seed.
 
     python benchmarks/electra_plateau.py --steps 1200      # prints balanced accuracy every 100 steps per arch
@@ -20,7 +21,7 @@ import torch
 from bertkit.config import BertConfig
 from bertkit.modeling import BertModel
 from bertkit.modeling_modernbert import ModernBertConfig, ModernBertModel
-from bertkit.recipes.electra import RtdHead, rtd_loss
+from bertkit.recipes.pretrain.objectives.electra import RtdHead, rtd_loss
 
 V, H, T, B = 64, 64, 32, 32
 

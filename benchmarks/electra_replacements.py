@@ -2,7 +2,8 @@
 replacement, on real text.
 
 Three routes, each a ModernBERT-tiny discriminator (the budget recipe's model: 3 layers, width 128) with ELECTRA's
-RTD head and loss (``bertkit.recipes.electra``), 20,000 32-token windows of the bundled books, batch 32, AdamW at
+RTD head and loss (``bertkit.recipes.pretrain.objectives.electra``), 20,000 32-token windows of the bundled books,
+batch 32, AdamW at
 lr 1e-3, one thread, the same seed:
 
 - ``uniform``: the discriminator alone, 15% of the tokens replaced by tokens drawn uniformly from the vocabulary;
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-import bertkit.recipes.electra as electra
+import bertkit.recipes.pretrain.objectives.electra as electra
 from bertkit.commands.quickstart import bundled_corpus
 from bertkit.modeling_modernbert import ModernBertConfig, ModernBertForMaskedLM, ModernBertModel
 from bertkit.tokenization import train_vocab

@@ -212,9 +212,12 @@ def run_transformers_modernbert(
     init and loaded by transformers."""
     import transformers
 
+    from bertkit import models
     from bertkit.data.pretraining.instances import DataOptions, PretrainingData, VocabInfo
     from bertkit.modeling_modernbert import ModernBertConfig, ModernBertForMaskedLM
-    from bertkit.recipes.modernbert import DEFAULTS, preset
+    from bertkit.recipes.pretrain.tables import NO_NSP_HEAD as DEFAULTS
+
+    preset = models.get("modernbert").preset
     from bertkit.tokenization import BertTokenizer
 
     tok = BertTokenizer.from_pretrained(vocab)

@@ -44,11 +44,11 @@ def main() -> None:
     parser.add_argument("--output", default=None, help="keep the two fine-tuned models here (default: temporary)")
     args = parser.parse_args()
 
-    from bertkit.commands.finetune import load_tokenizer
     from bertkit.config import BertConfig
     from bertkit.modeling import BertForPreTraining
     from bertkit.recipes.finetune import FinetuneArgs, finetune
     from bertkit.tasks import get_task
+    from bertkit.tokenization import load_tokenizer
 
     work = Path(args.output or tempfile.mkdtemp(prefix="sst2_pvr_"))
     random_dir = work / "random-init"

@@ -36,6 +36,13 @@ QUICK_FINETUNE = [
     "16",
 ]
 WIDE = dict(hidden_size=64, intermediate_size=128)  # the int8 and ONNX export tests' width
+# the pre-training tests' tiny BERT: bert-tiny's 2 layers, narrower (config_overrides, or --config-override)
+TINY_OVERRIDES = {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}
+TINY_BERT_FLAGS = ["--model-size", "bert-tiny"] + [
+    flag for key, value in TINY_OVERRIDES.items() for flag in ("--config-override", f"{key}={value}")
+]
+# one bertkit pretrain run's flags at that size: short sequences, exact arithmetic, one tokenizing worker
+TINY_PRETRAIN = [*TINY_BERT_FLAGS, "--seq-len", "32", "--batch-size", "4", "--precision", "fp32", "--workers", "1"]
 NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "MISC"]
 NER_TEXTS = [
     "Carol lives in Berlin and works for Acme Corp.",

@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "Encoding": "bertkit.tokenization",
     "train_vocab": "bertkit.tokenization",
     "Encoder": "bertkit.features",
+    "load_pipeline": "bertkit.pipelines",
     "BertClient": "bertkit.serve.client",
 }
 

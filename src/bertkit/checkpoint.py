@@ -230,7 +230,7 @@ def adapt_state_dict(
     """
     target = model.state_dict()
     # a bare encoder (``BertModel``) has no ``bert.`` prefix on its keys; head classes have one
-    is_base = getattr(model, "base_model_prefix", "bert") == ""
+    is_base = getattr(model, "base_model_prefix", None) == ""
     state: dict[str, torch.Tensor] = {}
     for key, value in source.items():
         key = _rename(key)

@@ -2,8 +2,9 @@
 
 Each command module exposes ``configure(parser: argparse.ArgumentParser) -> None`` and
 ``run(args: argparse.Namespace) -> int | None``; optionally ``EPILOG`` (the help's last line) and
-``delegate(argv) -> module name | None`` (``finetune`` / ``evaluate`` hand sentence-embedding tasks to their own
-module, which has its own flags). Modules are imported only when their command runs (or its
+``delegate(argv) -> module name | None`` (``vocab`` hands ``extend`` to its own module); ``ROUTES`` hands
+``finetune`` / ``evaluate`` of a sentence-embedding task to their own command module, which has its own flags.
+Nothing but this module imports a command module. Modules are imported only when their command runs (or its
 ``-h`` is asked for), so ``bertkit --help`` is instant and does not import torch.
 """
 
@@ -15,6 +16,8 @@ import logging
 import re
 import sys
 
+from bertkit import __version__
+from bertkit.embeddings import EMBEDDING_TASKS, EVALUATION_TASKS
 from bertkit.errors import BertkitError
 
 # name -> (module, one-line help)
@@ -56,12 +59,35 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# `bertkit COMMAND --task T` is run by the module named here when T is one of its tasks (a sentence-embedding task,
+# BLiMP): that module has its own flags
+ROUTES = {
+    "finetune": ((EMBEDDING_TASKS, "bertkit.commands.finetune_embeddings"),),
+    "evaluate": (
+        (EVALUATION_TASKS, "bertkit.commands.evaluate_embeddings"),
+        (("blimp",), "bertkit.commands.evaluate_blimp"),
+    ),
+}
+
+
+def route(command: str, argv: list[str]) -> str | None:
+    """The module for ``bertkit COMMAND ARGV`` when its ``--task`` is routed (``ROUTES``), else None."""
+    task = None
+    for i, arg in enumerate(argv):
+        if arg == "--task" and i + 1 < len(argv):
+            task = argv[i + 1]
+            break
+        if arg.startswith("--task="):
+            task = arg.split("=", 1)[1]
+            break
+    return next((module for tasks, module in ROUTES.get(command, ()) if task in tasks), None)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bertkit",
         description="BERT from scratch: tokenizer, pre-training, fine-tuning, features and serving.",
     )
-    from bertkit import __version__
 
     parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
@@ -138,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(module_name)
     epilog = getattr(module, "EPILOG", None)
     delegate = getattr(module, "delegate", None)  # a command may hand some runs to another module (own flags)
-    target = delegate(argv[1:]) if delegate is not None else None
+    target = route(name, argv[1:]) or (delegate(argv[1:]) if delegate is not None else None)
     if target:
         module = importlib.import_module(target)
     parser = CommandParser(prog=f"bertkit {name}", description=help_text, epilog=epilog)
@@ -156,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a path the library did not foresee (an unwritable output, a full disk): it names the file
         print(f"bertkit {name}: error: {e.strerror or e}{f': {e.filename}' if e.filename else ''}", file=sys.stderr)
         return 1
+    except RecursionError:  # a reader that did not name its file: still one line, never a traceback
+        print(f"bertkit {name}: error: an input file nests too deeply to be read (RecursionError)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -121,11 +121,21 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:  # e.g. '[' x 100,000: the parser recurses once per level
+        raise ConfigError(f"{path}: nested too deeply to be a model config") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read the config ({e.strerror or e})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object")
     return data
+
+
+def check_config_json(directory: str | os.PathLike) -> None:
+    """Read a model directory's ``config.json`` when it has one, so that a file that is not a JSON object (or nests
+    too deeply to parse) is a :class:`ConfigError` naming it before any loader looks inside (a Google TF directory
+    without one passes)."""
+    if (Path(directory) / "config.json").is_file():
+        read_config_file(Path(directory) / "config.json")
 
 
 def read_model_config(directory: str | os.PathLike) -> dict[str, Any]:

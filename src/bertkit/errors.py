@@ -23,11 +23,15 @@ class RunError(BertkitError, RuntimeError):
     exit_code = 1
 
 
-class PretrainError(RunError):
-    """A pre-training run that cannot start or continue; the message says what to do (exit code 2, as a refused
-    command)."""
+class RunRefused(RunError):
+    """A run that cannot start or continue as asked (its output holds another run, a resume that differs, an
+    unreadable run record); the message says what to do (exit code 2, as a refused command)."""
 
     exit_code = 2
+
+
+class PretrainError(RunRefused):
+    """A pre-training run that cannot start or continue; the message says what to do."""
 
 
 class MissingFileError(InputError, FileNotFoundError):

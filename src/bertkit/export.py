@@ -35,18 +35,19 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from bertkit import models
+from bertkit.config import read_model_config
 from bertkit.errors import InputError, RunError
+from bertkit.files import atomic_write
+from bertkit.quantize import resolve_quantize
 
 log = logging.getLogger(__name__)
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
-HEAD_OUTPUTS = {
-    "BertForSequenceClassification": ("logits",),
-    "BertForTokenClassification": ("logits",),
-    "BertForQuestionAnswering": ("start_logits", "end_logits"),
-    "ModernBertForSequenceClassification": ("logits",),
-    "ModernBertForTokenClassification": ("logits",),
-    "ModernBertForQuestionAnswering": ("start_logits", "end_logits"),
+HEAD_OUTPUTS = {  # head role (bertkit.models.ROLES) -> its graph's outputs, in every architecture
+    "sequence_classification": ("logits",),
+    "token_classification": ("logits",),
+    "question_answering": ("start_logits", "end_logits"),
 }
 QUANTIZED_OPS = {
     "DynamicQuantizeLinear",
@@ -58,6 +59,38 @@ QUANTIZED_OPS = {
     "MatMulIntegerToFloat",
     "QAttention",
 }
+
+
+# the lowest opset bertkit's graphs export at: attention is torch's scaled_dot_product_attention (opset 14)
+MIN_OPSET = 14
+
+
+def opset_range() -> tuple[int, int]:
+    """(lowest, highest) ``opset`` ``export_onnx`` writes: from :data:`MIN_OPSET` to the installed torch exporter's
+    highest (and no higher than the installed onnx package knows)."""
+    try:
+        from torch.onnx import _constants
+
+        high = int(_constants.ONNX_MAX_OPSET)
+    except (ImportError, AttributeError):  # an exporter without the table: its long-standing TorchScript range
+        high = 20
+    try:
+        import onnx
+
+        high = min(high, int(onnx.defs.onnx_opset_version()))
+    except ImportError:
+        pass
+    return MIN_OPSET, high
+
+
+def check_opset(opset: int, flag: str = "--opset") -> None:
+    """Refuse, in one line naming ``flag``, an opset outside :func:`opset_range`."""
+    low, high = opset_range()
+    if not low <= opset <= high:
+        raise InputError(
+            f"{flag} {opset}: this exporter writes opsets {low} to {high} ({low}: attention's "
+            "scaled_dot_product_attention; the highest: the installed torch and onnx)"
+        )
 
 
 def onnx_name(quantize: str | None = None, hidden_states: bool = False) -> str:
@@ -90,7 +123,6 @@ class ExportReport:
 def graph_inputs(config) -> tuple[str, ...]:
     """The graph's inputs for a model of ``config``: ``INPUT_NAMES``, without ``token_type_ids`` for ModernBERT (no
     segment embeddings: the input would be unused)."""
-    from bertkit import models
 
     return models.of_config(config).inputs
 
@@ -130,20 +162,19 @@ def load_for_export(
     ``HEAD_OUTPUTS``, else the bare encoder. ``hidden_states``: the bare encoder with every layer's output
     (``hidden_states.0`` = embeddings .. ``hidden_states.L``) and ``pooler_output``, for ``Encoder``. A ModernBERT
     directory (``model_type: modernbert``) gives its ``ModernBertFor*`` head or ``ModernBertModel`` (no pooler)."""
-    from bertkit import models
-    from bertkit.config import read_model_config
 
     directory = Path(directory)
     data = read_model_config(directory)
     arch = models.of_config(data)
-    heads = [a for a in data.get("architectures") or [] if a in HEAD_OUTPUTS and a in arch.class_names()]
+    roles = {name: role for role, name in arch.classes.items()}
+    heads = [a for a in data.get("architectures") or [] if roles.get(a) in HEAD_OUTPUTS]
     architecture = arch.classes["base"] if hidden_states or not heads else heads[0]
     if (directory / "tagger_config.json").is_file():
         raise InputError(f"{directory}: a feature-based tagger (BiLSTM on frozen BERT) cannot be exported to ONNX")
     # one of HEAD_OUTPUTS or the bare encoder: no import by name from files
-    model_class = arch.model_class(models.of_class_name(architecture)[1])
+    model_class = arch.model_class(roles[architecture])
     model, info = model_class.from_pretrained(directory, output_loading_info=True)
-    outputs = HEAD_OUTPUTS.get(architecture)
+    outputs = HEAD_OUTPUTS.get(roles[architecture])
     if outputs is None:
         initialised = info.initialised
         pooler = getattr(model, "pooler", None)
@@ -178,10 +209,9 @@ def export_onnx(
     """Export the model of ``directory`` to ONNX at ``out`` (a directory, or a ``.onnx`` file). See the module
     docstring. Returns what was written and, when ONNX Runtime is installed and ``check``, the largest difference
     between its outputs and PyTorch's on a padded batch (RunError above 1e-3, or 0.5 for int8)."""
-    from bertkit.files import atomic_write
-    from bertkit.quantize import resolve_quantize
 
     quantize = resolve_quantize(quantize)
+    check_opset(opset)
     directory, out = Path(directory), Path(out)
     model, architecture, outputs = load_for_export(directory, hidden_states)
     if out.suffix == ".onnx":
@@ -298,5 +328,8 @@ def graph_is_quantized(path: str | os.PathLike) -> bool:
     """Whether an ONNX graph holds quantised operators (what ``quantize_dynamic`` writes)."""
     import onnx
 
-    graph = onnx.load(str(path), load_external_data=False).graph
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception as e:  # noqa: BLE001 (protobuf's DecodeError, onnx's own: each means "not a graph")
+        raise InputError(f"{path}: not a readable ONNX graph ({type(e).__name__}); export it again") from None
     return any(node.op_type in QUANTIZED_OPS for node in graph.node)

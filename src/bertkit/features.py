@@ -30,6 +30,8 @@ tokenizes before them and pools after.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -42,10 +44,14 @@ import torch
 
 from bertkit import checkpoint, models, runtime
 from bertkit.batches import collate, cut_batches, plan_batches  # noqa: F401 (cut_batches re-exported)
+from bertkit.config import ConfigError, check_config_json
 from bertkit.errors import InputError, MissingFileError
+from bertkit.ops import pool  # the Encoder's poolings (bertkit.features.pool too)
 from bertkit.precision import autocast, resolve_precision
 from bertkit.st_format import read_sentence_transformers
 from bertkit.tokenization import BertTokenizer, Encoding, FastTokenizer, load_tokenizer
+
+logger = logging.getLogger(__name__)
 
 FILL_MASK_BATCH = 32  # texts per fill-mask forward pass (the CPU token budget may cut smaller)
 POOLINGS = ("mean", "max", "mean_max", "cls", "cls_pooled", "first", "last", "sep", "none")
@@ -92,6 +98,14 @@ def parse_layers(text: str | Sequence[Any]) -> tuple[int | str, ...]:
     return tuple(out)
 
 
+def _layer_exists(spec: LayerSpec, num_layers: int) -> bool:
+    try:
+        resolve_layers(spec, num_layers)
+    except (InputError, TypeError):
+        return False
+    return True
+
+
 def resolve_layers(layers: LayerSpec | Sequence[LayerSpec], num_layers: int) -> tuple[int, ...]:
     """Map user layer specs to indices into ``hidden_states`` (0 = embeddings output, L = last layer).
 
@@ -132,30 +146,6 @@ def resolve_layers(layers: LayerSpec | Sequence[LayerSpec], num_layers: int) -> 
 
 
 # --------------------------------------------------------------------------------------------- pooling
-
-
-def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """Pool one layer's states. hidden [B, T, H] (any float dtype), mask [B, T] (1 = real token) -> [B, H] fp32
-    ([B, 2H] for mean_max). Padding never takes part. ``cls_pooled`` and ``none`` are handled by the caller."""
-    hidden = hidden.float()
-    keep = mask.bool()
-    lengths = keep.sum(1)  # [B]
-    rows = torch.arange(hidden.size(0), device=hidden.device)
-    if pooling in ("mean", "mean_max", "max"):
-        outs = []
-        if pooling in ("mean", "mean_max"):
-            summed = hidden.masked_fill(~keep.unsqueeze(-1), 0.0).sum(1)  # padding zeroed (even if inf/nan)
-            outs.append(summed / lengths.clamp(min=1).unsqueeze(-1).to(hidden.dtype))
-        if pooling in ("max", "mean_max"):
-            outs.append(hidden.masked_fill(~keep.unsqueeze(-1), float("-inf")).amax(1))
-        return torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]
-    if pooling == "cls":
-        return hidden[:, 0]
-    if pooling == "first":  # first token after [CLS]: the [SEP] itself for an empty text
-        return hidden[rows, torch.clamp(torch.ones_like(lengths), max=lengths - 1)]
-    if pooling == "sep":  # the last real token is the final [SEP]
-        return hidden[rows, (lengths - 1).clamp(min=0)]
-    raise ValueError(f"pool() does not handle pooling {pooling!r}")
 
 
 @dataclass(frozen=True)
@@ -232,11 +222,13 @@ class Encoder:
         mlm_head: Any = None,
         runner: Any = None,
     ):
-        bases = models.base_classes()
-        bert = model if isinstance(model, bases) else (getattr(model, "bert", None) or getattr(model, "model", None))
-        if not isinstance(bert, bases):
-            names = ", ".join(b.__name__ for b in bases)
-            raise TypeError(f"Encoder needs a {names} or a *For* model around one, got {type(model).__name__}")
+        try:
+            bert = models.encoder_of(model)
+        except ConfigError:
+            names = ", ".join(b.__name__ for b in models.base_classes())
+            raise TypeError(
+                f"Encoder needs a {names} or a *For* model around one, got {type(model).__name__}"
+            ) from None
         self.device = torch.device(device)
         self.bert = bert.to(self.device).eval()
         self.config = bert.config
@@ -294,6 +286,7 @@ class Encoder:
         if sentence is not None:
             path = sentence.model_dir
         tokenizer = load_tokenizer(path, lowercase=lowercase)  # names a missing vocabulary itself
+        check_config_json(path)
         arch = models.of_directory(path)
         model_class = arch.model_class(arch.features_role)
         if (
@@ -340,6 +333,22 @@ class Encoder:
     def hidden_size(self) -> int:
         return self.config.hidden_size
 
+    def default_layers(self) -> tuple[LayerSpec, ...]:
+        """The default layers (``self.defaults.layers``, e.g. -2) fitted to this model: those it has, else its last
+        layer (-2 of a 1-layer model, a distilled student or ELECTRA's small generator), said once in a warning.
+        The one place a default layer choice is resolved (``encode``, ``bertkit embed``, ``bertkit serve``)."""
+        wanted = tuple(self.defaults.layers)
+        fits = tuple(s for s in wanted if _layer_exists(s, self.num_layers)) or (-1,)
+        if fits != wanted and not getattr(self, "_told_default_layers", False):
+            logger.warning(
+                "bertkit: the default layers %s do not all exist in this %d-layer model: using %s",
+                ",".join(map(str, wanted)),
+                self.num_layers,
+                ",".join(map(str, fits)),
+            )
+            self._told_default_layers = True
+        return fits
+
     def spec(
         self,
         layers: LayerSpec | Sequence[LayerSpec] | None = None,
@@ -348,7 +357,7 @@ class Encoder:
     ) -> PoolSpec:
         """Validate and resolve encode options into a :class:`PoolSpec` (ValueError/TypeError naming the field).
         None takes the encoder's default (:class:`EncodeDefaults`)."""
-        layers = self.defaults.layers if layers is None else layers
+        layers = self.default_layers() if layers is None else layers
         normalize = self.defaults.normalize if normalize is None else normalize
         pooling = resolve_pooling(self.defaults.pooling if pooling is None else pooling)
         resolved = (self.num_layers,) if pooling == "cls_pooled" else resolve_layers(layers, self.num_layers)
@@ -413,7 +422,7 @@ class Encoder:
             rows = [full[b, :n] for b, n in enumerate(lengths)]
             return [_normalize(r) if spec.normalize else r for r in rows]
         else:
-            out = torch.cat([pool(states[i], attention_mask, spec.pooling) for i in spec.layers], dim=-1)
+            out = torch.cat([pool(states[i].float(), attention_mask, spec.pooling) for i in spec.layers], dim=-1)
         return _normalize(out) if spec.normalize else out
 
     def batch_tokens(self, max_batch_tokens: int | None) -> int | None:
@@ -615,3 +624,19 @@ def _check_texts(texts: Any, name: str) -> list[str]:
         if not isinstance(t, str):
             raise TypeError(f"{name}[{i}] must be a string, got {type(t).__name__}")
     return texts
+
+
+def format_fill_mask(texts: Sequence[str], results: list[list[list[dict]]], as_json: bool = False) -> str:
+    """:meth:`Encoder.fill_mask`'s results as text: per text, the text then one line per [MASK] (or one JSON object
+    per text, ``as_json``)."""
+    lines = []
+    for text, per_mask in zip(texts, results):
+        if as_json:
+            predictions = [[{"token": p["token"], "probability": round(p["score"], 5)} for p in m] for m in per_mask]
+            lines.append(json.dumps({"text": text, "predictions": predictions}))
+            continue
+        lines.append(text)
+        for n, preds in enumerate(per_mask, 1):
+            label = f"  [MASK] #{n}: " if len(per_mask) > 1 else "  "
+            lines.append(label + "   ".join(f"{p['token']} {p['score']:.1%}" for p in preds))
+    return "\n".join(lines)

@@ -656,6 +656,10 @@ class BertForMaskedLM(BertPreTrainedModel):
         self.sparse_prediction = True
         self.init_weights()
 
+    def mlm_head_module(self) -> nn.Module:
+        """hidden states [B, T, H] -> vocabulary logits [B, T, V] (as ``BertForPreTraining``'s)."""
+        return self.cls.predictions
+
     def forward(
         self,
         input_ids: Tensor,

@@ -799,16 +799,6 @@ def _num_labels(config: ModernBertConfig, default: int = 2) -> int:
     return config.num_labels if config.num_labels is not None else default
 
 
-def pool(hidden: Tensor, attention_mask: Tensor | None, how: str) -> Tensor:
-    """[B, T, H] -> [B, H]: the first token's state (``cls``) or the masked mean over real tokens (``mean``)."""
-    if how == "cls":
-        return hidden[:, 0]
-    if attention_mask is None:
-        return hidden.mean(1)
-    m = attention_mask.to(hidden.dtype).unsqueeze(-1)  # [B, T, 1]
-    return (hidden * m).sum(1) / m.sum(1)
-
-
 class ModernBertForMaskedLM(ModernBertPreTrainedModel):
     """The encoder with the MLM head: head (dense + act + norm), then a decoder tied to the token embeddings, plus
     its own bias (``decoder_bias``)."""
@@ -892,7 +882,7 @@ class ModernBertForSequenceClassification(ModernBertPreTrainedModel):
         out = self.model(
             input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, output_attentions
         )
-        pooled = pool(out.last_hidden_state, attention_mask, self.config.classifier_pooling)  # [B, H]
+        pooled = ops.pool(out.last_hidden_state, attention_mask, self.config.classifier_pooling)  # [B, H]
         logits = self.classifier(self.drop(self.head(pooled)))  # [B, num_labels]
         loss = None
         if labels is not None:
@@ -1014,7 +1004,7 @@ class ModernBertForMultipleChoice(ModernBertPreTrainedModel):
             # the first real token (left padding too), as transformers picks it
             pooled = hidden[torch.arange(B * C, device=hidden.device), mask.argmax(-1)]
         else:
-            pooled = pool(hidden, mask, self.config.classifier_pooling)
+            pooled = ops.pool(hidden, mask, self.config.classifier_pooling)
         logits = self.classifier(self.drop(self.head(pooled))).view(B, C)  # [B, C]
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
         return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)

@@ -9,17 +9,20 @@ is one entry here plus its modeling file.
     cls = arch.model_class("sequence_classification")   # says nothing); its class for a head role
     cls = models.for_directory(BertModel, directory)     # a BertFor* class, or its counterpart in the directory's
                                                          # architecture
+    model = arch.build_for_pretraining("bert-mini", tokenizer)  # a fresh pre-training model of a size preset
+    encoder = models.encoder_of(model)                   # the bare encoder inside a head model (base_model_prefix)
 
 Classes are imported when first asked for, so ``bertkit --help`` imports no torch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +61,14 @@ class Architecture:
     features_role: str  # the class the Encoder loads: the encoder with its MLM head (and pooler, where it has one)
     mlm_keys: tuple[str, ...]  # key prefixes of the MLM head: absent from a checkpoint = no fill-mask
     pooler_keys: tuple[str, ...]  # key prefixes of the pooler: absent = no pooled output
+    title: str = "BERT"  # its name in messages
     preset_prefix: str = "bert-"  # its size presets' names (BERT's names map by size: bert-mini -> modernbert-mini)
+    presets_module: str = "bertkit.config"  # the module whose ``PRESETS`` (name -> sizes) are its size presets
+    pretraining_role: str = "pretraining"  # the head role a fresh pre-training model has
+    min_positions: int = 512  # a fresh model's position count at least (more when the run's sequences are longer)
+    special_ids: dict[str, str] = field(default_factory=dict)  # config field -> the tokenizer's id a fresh model takes
+    word_embeddings_key: str = "embeddings.word_embeddings.weight"  # the token table, in the bare encoder
+    mlm_bias_key: str = "cls.predictions.bias"  # the MLM output bias, in the masked-LM (or pre-training) model
     absolute_positions: bool = True  # a learned position table (ModernBERT's positions are rotary)
     ffn_matmuls: int = 2  # H x I matmuls per feed-forward block (FLOPs): 2, or 3 for a gated (GeGLU) one
     note: str = ""  # why a role is missing, for the refusal
@@ -77,12 +87,77 @@ class Architecture:
             )
         return getattr(importlib.import_module(self.module), self.classes[role])
 
+    @property
+    def presets(self) -> dict[str, tuple[int, ...]]:
+        """Its size presets: name -> sizes (BERT's ``(layers, hidden, heads)``, ModernBERT's with the intermediate
+        size too), as its config class's ``from_preset`` reads them."""
+        return importlib.import_module(self.presets_module).PRESETS
+
     def preset(self, model_size: str) -> str:
         """A ``--model-size`` name in this architecture's presets: its own names as they are, BERT's mapped by size
-        (``bert-mini`` -> ``modernbert-mini``), so one default size works for every architecture."""
-        if model_size.startswith(self.preset_prefix):
-            return model_size
-        return self.preset_prefix + model_size.removeprefix("bert-")
+        (``bert-mini`` -> ``modernbert-mini``), so one default size works for every architecture. A size it does not
+        have is a ConfigError naming the flag and the sizes it has."""
+        name = (
+            model_size
+            if model_size.startswith(self.preset_prefix)
+            else self.preset_prefix + model_size.removeprefix("bert-")
+        )
+        if name not in self.presets:
+            raise ConfigError(
+                f"--model-size {model_size}: not a {self.title} size; choose one of {sorted(self.presets)}"
+            )
+        return name
+
+    def build_for_pretraining(self, config: Any, tokenizer: Any, max_len: int = 0, **overrides: Any) -> Any:
+        """A fresh, randomly initialised pre-training model (its ``pretraining_role``: BERT's ``BertForPreTraining``,
+        ModernBERT's ``ModernBertForMaskedLM``) for ``tokenizer``'s vocabulary.
+
+        ``config`` is a size preset (its own name or BERT's of the same size, see :meth:`preset`): the config then
+        takes the tokenizer's vocabulary size and special-token ids (``special_ids``), ``max(min_positions,
+        max_len)`` positions and ``overrides``. Or it is a config object of this architecture, with ``overrides``
+        (its vocabulary must hold the tokenizer's). What a recipe adds (an output bias, embedding or position init,
+        dropout) stays in the recipe; the model's ``config`` is the config it was built from."""
+        if isinstance(config, str):
+            ids = {key: getattr(tokenizer, attr) for key, attr in self.special_ids.items()}
+            config = self.config_class().from_preset(
+                self.preset(config),
+                vocab_size=len(tokenizer),
+                max_position_embeddings=max(self.min_positions, max_len),
+                **ids,
+                **overrides,
+            )
+        else:
+            if of_config(config) is not self:
+                raise ConfigError(f"a {type(config).__name__} is not a {self.model_type} config")
+            config = dataclasses.replace(config, **overrides) if overrides else config
+            if config.vocab_size < len(tokenizer):
+                raise ConfigError(f"vocab_size is {config.vocab_size}; the tokenizer has {len(tokenizer)} tokens")
+        return self.model_class(self.pretraining_role)(config)
+
+    def encoder_of(self, model: Any) -> Any:
+        """The bare encoder (``BertModel``, ``ModernBertModel``) of a model of this architecture: the model itself,
+        or its ``base_model_prefix`` attribute (``bert``, ``model``). A model without one is a ConfigError."""
+        base = self.model_class("base")
+        prefix = getattr(model, "base_model_prefix", None)
+        encoder = model if prefix == "" else getattr(model, prefix, None) if prefix else None
+        if not isinstance(encoder, base):
+            raise ConfigError(f"{type(model).__name__} holds no {base.__name__} (a {self.model_type} encoder)")
+        return encoder
+
+    def word_embeddings(self, model: Any) -> Any:
+        """The token embedding table (a parameter [V, H], tied to the MLM decoder) of a model of this
+        architecture."""
+        return self.encoder_of(model).get_parameter(self.word_embeddings_key)
+
+    def mlm_bias(self, model: Any) -> Any:
+        """The MLM output bias (a parameter [V]) of a masked-LM or pre-training model; None when it has none
+        (a ModernBERT without ``decoder_bias``)."""
+        owner, _, name = self.mlm_bias_key.rpartition(".")
+        return getattr(model.get_submodule(owner), name, None)
+
+    def info(self) -> dict[str, Any]:
+        """What a server's ``/info`` reports about the architecture (TEI's route and bertkit's own fields)."""
+        return {"architecture": self.model_type}
 
     def class_names(self) -> set[str]:
         return set(self.classes.values())
@@ -125,7 +200,20 @@ REGISTRY: dict[str, Architecture] = {
         features_role="masked_lm",
         mlm_keys=("head.", "decoder."),
         pooler_keys=(),
+        title="ModernBERT",
         preset_prefix="modernbert-",
+        presets_module="bertkit.modeling_modernbert",
+        pretraining_role="masked_lm",
+        min_positions=8192,
+        special_ids={  # its config names the tokenizer's special tokens; [CLS] and [SEP] open and close a text
+            "pad_token_id": "pad_token_id",
+            "cls_token_id": "cls_token_id",
+            "sep_token_id": "sep_token_id",
+            "bos_token_id": "cls_token_id",
+            "eos_token_id": "sep_token_id",
+        },
+        word_embeddings_key="embeddings.tok_embeddings.weight",
+        mlm_bias_key="decoder.bias",
         absolute_positions=False,
         ffn_matmuls=3,  # GeGLU: its input projection is H x 2I
         note=" (ModernBERT has no pooler and no next-sentence head)",
@@ -163,6 +251,22 @@ def of_config(config: Any) -> Architecture:
     return REGISTRY.get(kind or DEFAULT, REGISTRY[DEFAULT])
 
 
+def names() -> tuple[str, ...]:
+    """The architectures' names (``model_type``), the choices of an ``--arch`` flag."""
+    return tuple(REGISTRY)
+
+
+def preset_names() -> list[str]:
+    """Every architecture's size presets, the choices of a ``--model-size`` flag (imports each presets module)."""
+    return [name for arch in REGISTRY.values() for name in arch.presets]
+
+
+def encoder_of(model: Any) -> Any:
+    """The bare encoder inside ``model`` (itself when it is one), of whichever architecture its config names: see
+    :meth:`Architecture.encoder_of`."""
+    return of_config(getattr(model, "config", None)).encoder_of(model)
+
+
 def base_classes() -> tuple[type, ...]:
     """Every architecture's bare encoder class (``BertModel``, ``ModernBertModel``): what an isinstance asks."""
     return tuple(arch.model_class("base") for arch in REGISTRY.values())
@@ -185,6 +289,13 @@ def of_class_name(name: str) -> tuple[Architecture, str] | None:
             if class_name == name:
                 return arch, role
     return None
+
+
+def of_head(class_name: str, directory: str | os.PathLike) -> Architecture:
+    """The architecture of a directory whose head class is ``class_name``: that class's, unless it is BERT's (the
+    name a directory without ``architectures`` is given), when the directory's ``model_type`` decides."""
+    found = of_class_name(class_name)
+    return found[0] if found and found[0].model_type != DEFAULT else of_directory(directory)
 
 
 def for_directory(model_class: type, directory: str | os.PathLike) -> type:

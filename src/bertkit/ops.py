@@ -10,6 +10,8 @@
   log-probabilities and zero-filled gradients that ``F.cross_entropy(logits.float(), labels)`` builds.
 
 Off CPU both fall back to the PyTorch functions (whose GPU kernels are already fused).
+
+And ``pool``, the one masked pooling of a layer's states (the Encoder's and ModernBERT's classifier's).
 """
 
 from __future__ import annotations
@@ -107,3 +109,30 @@ def cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
     if bool(((labels < 0) | (labels >= logits.size(1))).any()):
         raise ValueError(f"labels must lie in [0, {logits.size(1)}); got {labels.min().item()}..{labels.max().item()}")
     return _BlockwiseCrossEntropy.apply(logits, labels)
+
+
+# --------------------------------------------------------------------------------------------- pooling
+
+
+def pool(hidden: Tensor, mask: Tensor | None, pooling: str) -> Tensor:
+    """Pool one layer's states: hidden [B, T, H], mask [B, T] (1 = real token; None: every token is) -> [B, H] in
+    ``hidden``'s dtype ([B, 2H] for mean_max); padding never takes part. What the Encoder pools (in fp32) and what
+    ModernBERT's classifier pools (``cls`` or ``mean``). ``cls_pooled`` and ``none`` are handled by the caller."""
+    keep = torch.ones(hidden.shape[:2], dtype=torch.bool, device=hidden.device) if mask is None else mask.bool()
+    lengths = keep.sum(1)  # [B]
+    rows = torch.arange(hidden.size(0), device=hidden.device)
+    if pooling in ("mean", "mean_max", "max"):
+        outs = []
+        if pooling in ("mean", "mean_max"):
+            summed = hidden.masked_fill(~keep.unsqueeze(-1), 0.0).sum(1)  # padding zeroed (even if inf/nan)
+            outs.append(summed / lengths.clamp(min=1).unsqueeze(-1).to(hidden.dtype))
+        if pooling in ("max", "mean_max"):
+            outs.append(hidden.masked_fill(~keep.unsqueeze(-1), float("-inf")).amax(1))
+        return torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]
+    if pooling == "cls":
+        return hidden[:, 0]
+    if pooling == "first":  # first token after [CLS]: the [SEP] itself for an empty text
+        return hidden[rows, torch.clamp(torch.ones_like(lengths), max=lengths - 1)]
+    if pooling == "sep":  # the last real token is the final [SEP]
+        return hidden[rows, (lengths - 1).clamp(min=0)]
+    raise ValueError(f"pool() does not handle pooling {pooling!r}")

@@ -37,6 +37,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bertkit.errors import InputError
+
 _MISSING = dataclasses.MISSING
 logger = logging.getLogger(__name__)
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")  # bertkit.precision's, repeated so that this module imports no torch
@@ -96,7 +98,7 @@ def _base_type(tp: Any) -> Any:
 # The range of every numeric flag, by field name (the same name means the same thing in every command): (low, high,
 # low_open, high_open), None = unbounded. A numeric flag not named here takes [0, inf). Every one refuses nan and
 # inf, and a value out of range, when the command line is parsed: one line, exit 2.
-_POSITIVE = (0, None, True, False)
+_POSITIVE = POSITIVE = (0, None, True, False)  # POSITIVE: for a field whose name has other bounds elsewhere
 _FRACTION = (0, 1, False, False)
 BOUNDS: dict[str, tuple] = {
     **dict.fromkeys(
@@ -154,6 +156,7 @@ BOUNDS: dict[str, tuple] = {
     **dict.fromkeys(("warmup_fraction", "short_seq_prob", "alpha"), _FRACTION),  # alpha: distill's soft-target share
     **dict.fromkeys(("dropout", "mask_prob", "eval_fraction"), (0, 1, False, True)),
     "layer_decay": (0, 1, True, False),  # layer-wise lr decay: (0, 1], 1 = off
+    "max_seq_length": (3, None, False, False),  # [CLS] + a token + [SEP]; the model's positions bound the top
     "port": (0, 65535, False, False),
     "layer": (None, None, False, False),  # attention: 1..L, or -1 for the last (the model checks the range)
     "tag_column": (None, None, False, False),  # CoNLL: a column index, -1 = the last
@@ -186,12 +189,79 @@ def parse_duration(text: str) -> float:
     return sum(float(a) * scale[b] for a, b in parts)
 
 
+def within(value: float, bounds: tuple) -> bool:
+    """Whether ``value`` is finite and inside ``bounds`` (a :data:`BOUNDS` entry)."""
+    low, high, low_open, high_open = bounds
+    ok = math.isfinite(value)
+    ok = ok and (low is None or (value > low if low_open else value >= low))
+    return ok and (high is None or (value < high if high_open else value <= high))
+
+
+def check_bounds(obj: Any, error: Callable[[str], Exception]) -> None:
+    """Refuse, with ``error`` naming the flag, a numeric field of the dataclass ``obj`` outside the range its flag is
+    parsed with (the field's ``bounds``, else :data:`BOUNDS`, else ``[0, inf)``): a config made in code meets the
+    same table as the command line. Unset (None) fields pass."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if _base_type(hints.get(f.name, str)) not in (int, float) and f.metadata.get("bounds") is None:
+            continue
+        bounds = f.metadata.get("bounds") or BOUNDS.get(f.name, _DEFAULT_BOUNDS)
+        if not within(value, bounds):
+            flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+            raise error(f"{flag} must be {_bounds_text(bounds)}, got {value}")
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``--seeds``: a count N (seeds 1..N) or a comma-separated list of distinct integers."""
+    try:
+        if "," not in text:
+            n = int(text)
+            if n < 1:
+                raise ValueError
+            return list(range(1, n + 1))
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise InputError(
+            f"--seeds: expected a count >= 1 or a comma-separated list of integers, got {text!r}"
+        ) from None
+    if len(set(seeds)) != len(seeds) or not seeds:
+        raise InputError(f"--seeds: {text!r} repeats a seed or names none")
+    return seeds
+
+
+def parse_lrs(text: str) -> list[float]:
+    """``--lr`` of a grid: comma-separated positive numbers, sorted, each once."""
+    try:
+        lrs = [float(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise InputError(f"--lr: expected comma-separated numbers, got {text!r}") from None
+    if not lrs or any(not lr > 0 for lr in lrs):
+        raise InputError(f"--lr: expected positive learning rates, got {text!r}")
+    return sorted(set(lrs))
+
+
+def parse_time(text: str | None, flag: str) -> float | None:
+    """A duration flag's seconds (:func:`parse_duration`), None when not given; a bad one, or one not > 0, names
+    ``flag``."""
+    if text is None:
+        return None
+    try:
+        seconds = parse_duration(text)
+    except ValueError as e:
+        raise InputError(f"{flag}: {e}") from None
+    if not seconds > 0:
+        raise InputError(f"{flag} {text}: must be > 0")
+    return seconds
+
+
 def number(base: type, name: str = "", bounds: tuple | None = None, parse: Callable | None = None) -> Callable:
     """An argparse ``type`` for a numeric flag: ``parse`` (default ``base``), then nan, inf and values outside
     ``bounds`` (default: :data:`BOUNDS`' entry for ``name``, else ``[0, inf)``) are refused with a one-line
     message. The function carries ``bounds`` (tests walk every command's numeric flags with it)."""
     bounds = bounds or BOUNDS.get(name.lstrip("-").replace("-", "_"), _DEFAULT_BOUNDS)
-    low, high, low_open, high_open = bounds
 
     def convert(text: str) -> Any:
         try:
@@ -200,12 +270,7 @@ def number(base: type, name: str = "", bounds: tuple | None = None, parse: Calla
             raise argparse.ArgumentTypeError(
                 f"expected {'an integer' if base is int else 'a number'}, got {text!r}" if parse is None else str(e)
             ) from None
-        if not isinstance(value, int | float):
-            return value
-        ok = math.isfinite(value)
-        ok = ok and (low is None or (value > low if low_open else value >= low))
-        ok = ok and (high is None or (value < high if high_open else value <= high))
-        if not ok:
+        if isinstance(value, int | float) and not within(value, bounds):
             raise argparse.ArgumentTypeError(f"must be {_bounds_text(bounds)}, got {text}")
         return value
 
@@ -352,6 +417,32 @@ def to_argv(cls: type, args: argparse.Namespace, *, exclude: typing.Iterable[str
         else:
             out += [flag, str(value)]
     return out
+
+
+def flag_string(owned: typing.Iterable[str] = ()) -> Callable[[str], list[str]]:
+    """An argparse ``type`` for a string of flags handed on to another command (``downstream --finetune-args
+    "--batch-size 16"``): split as a shell would (``shlex``). Refused when the command line is parsed, in one line:
+    bad quoting, and any of the ``owned`` flags (the caller sets them itself for every run: its cells' ``--output``,
+    ``--lr``...), written ``--flag value``, ``--flag=value`` or as an abbreviation argparse would expand to it."""
+    import shlex
+
+    owned = tuple(owned)
+
+    def split(text: str) -> list[str]:
+        try:
+            argv = shlex.split(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{text!r}: cannot split it into flags ({e})") from None
+        for arg in argv:
+            name = arg.split("=", 1)[0]
+            if name.startswith("--") and len(name) > 2 and any(o.startswith(name) for o in owned):
+                raise argparse.ArgumentTypeError(
+                    f"{name} is set by this command itself ({', '.join(owned)}); leave it out"
+                )
+        return argv
+
+    split.__name__ = "flags"
+    return split
 
 
 # --------------------------------------------------------------------------------- the options commands share

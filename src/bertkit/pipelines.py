@@ -45,7 +45,16 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import models, runtime
+from bertkit.checkpoint import find_weights, read_safetensors_header, read_state_dict
+from bertkit.config import ConfigError, check_config_json, read_model_config
+from bertkit.data.tasks.squad import SquadExample
 from bertkit.errors import InputError
+from bertkit.export import onnx_name
+from bertkit.features import Encoder
+from bertkit.quantize import resolve_quantize
+from bertkit.tasks import get_task, read_task_config, run_inference
+from bertkit.tasks.options import task_options
+from bertkit.tasks.squad import HF_MAX_ANSWER_LEN, HF_MAX_QUESTION_LEN, HF_MAX_SEQ_LEN, hf_answers, hf_features
 from bertkit.tasks.tagging import _tag, group_entities, tokens_to_string  # noqa: F401 (public here too)
 from bertkit.tokenization import load_tokenizer
 
@@ -92,8 +101,6 @@ class InputTooLongError(InputError):
 
 def read_head(directory: str | os.PathLike) -> tuple[str, dict[str, Any]]:
     """(architecture, saved task config) of a model directory. Raises :class:`NoHeadError` naming what is missing."""
-    from bertkit.config import read_model_config
-    from bertkit.tasks import read_task_config
 
     directory = Path(directory)
     config = read_model_config(directory)
@@ -113,7 +120,6 @@ def read_head(directory: str | os.PathLike) -> tuple[str, dict[str, Any]]:
 
 def _weight_shapes(directory: Path) -> dict[str, tuple[int, ...]]:
     """Parameter name -> shape of the directory's weights (a safetensors file's header alone; else the file)."""
-    from bertkit.checkpoint import find_weights, read_safetensors_header, read_state_dict
 
     weights = find_weights(directory)
     if weights.suffix == ".safetensors":
@@ -133,8 +139,6 @@ def _head_outputs(directory: Path, key: str) -> int | None:
 def _default_task(architecture: str, config: Any, directory: Path):
     """The task object for a directory without finetune_config.json (e.g. a Hugging Face model); a config without
     ``num_labels`` / ``id2label`` takes the number of labels from the head's weights."""
-    from bertkit import models
-    from bertkit.tasks import get_task
 
     found = models.of_class_name(architecture)  # every architecture's heads answer the same tasks
     role = found[1] if found else None
@@ -149,15 +153,6 @@ def _default_task(architecture: str, config: Any, directory: Path):
     if role == "token_classification":
         return get_task("tagging", max_seq_length=max_len, labels=labels)
     return get_task("squad", max_seq_length=min(384, max_len))
-
-
-def _read_config(directory: Path, architecture: str):
-    """The directory's config, of the architecture its head class (``architecture``) or its ``model_type`` names."""
-    from bertkit import models
-
-    found = models.of_class_name(architecture)
-    arch = found[0] if found and found[0].model_type != models.DEFAULT else models.of_directory(directory)
-    return arch.config_class().from_pretrained(directory)
 
 
 def load_pipeline(
@@ -188,10 +183,6 @@ def load_pipeline(
     """
     import argparse
 
-    from bertkit.quantize import resolve_quantize
-    from bertkit.tasks import get_task
-    from bertkit.tasks.options import task_options
-
     directory = Path(directory)
     if not directory.is_dir():
         raise InputError(f"{directory}: no such model directory")
@@ -200,7 +191,8 @@ def load_pipeline(
     if qa_convention not in QA_CONVENTIONS:
         raise InputError(f"qa_convention must be one of {', '.join(QA_CONVENTIONS)}, got {qa_convention!r}")
     architecture, saved = read_head(directory)
-    config = _read_config(directory, architecture)
+    check_config_json(directory)
+    config = models.of_head(architecture, directory).config_class().from_pretrained(directory)
     if saved.get("task"):
         task = get_task(saved["task"], **task_options(argparse.Namespace(), saved))
     else:
@@ -239,8 +231,6 @@ def load_pipeline(
 def _load_head(directory: Path, architecture: str, task, saved: dict[str, Any]):
     """The PyTorch head model of a fine-tuned directory; InputError for an exported ONNX directory (no weights) and
     :class:`NoHeadError` for weights without the head ``config.json`` names."""
-    from bertkit.checkpoint import find_weights
-    from bertkit.export import onnx_name
 
     try:
         find_weights(directory)
@@ -311,7 +301,6 @@ class Pipeline:
     def _run(self, features: Sequence[dict]):
         """Yield (feature indices, model output) over length-sorted batches (``bertkit.tasks.run_inference``: the
         runtime's batch loop)."""
-        from bertkit.tasks import run_inference
 
         yield from run_inference(self.model, features, self.task.collate, self.batch_size, self.precision, self.device)
 
@@ -320,13 +309,11 @@ class Pipeline:
         encoder routes): over the PyTorch model's weights (shared, not copied), or, on the onnx backend, one running
         ONNX Runtime on the directory's every-layer graph (``encoder.onnx``; exported from the PyTorch weights when
         absent), int8 if the pipeline is. An exported directory without PyTorch weights has no encoder: InputError."""
-        from bertkit.features import Encoder
 
-        bases = models.base_classes()
-        # BERT's heads and the feature-based tagger hold ``bert``; ModernBERT's heads ``model``
-        bert = next(
-            (m for m in (getattr(self.model, a, None) for a in ("bert", "model")) if isinstance(m, bases)), None
-        )
+        try:  # a head model, or the feature-based tagger, around an encoder (its ``base_model_prefix``)
+            bert = models.encoder_of(self.model)
+        except ConfigError:  # an ONNX or int8 graph: no PyTorch encoder module
+            bert = None
         if bert is not None:
             return Encoder(
                 bert,
@@ -724,7 +711,6 @@ class QuestionAnsweringPipeline(Pipeline):
         answer`` wherever the answer is a slice of the context). ``handle_impossible_answer``: the empty answer
         ``""`` (start = end = 0) competes with the spans (a SQuAD 2.0 model). The other parameters are
         transformers' (see the class docstring for both conventions); a bad value raises InputError naming it."""
-        from bertkit.data.tasks.squad import SquadExample
 
         convention = self.convention if convention is None else convention
         if convention not in QA_CONVENTIONS:
@@ -801,8 +787,6 @@ class QuestionAnsweringPipeline(Pipeline):
         max_question_len,
         align_to_words,
     ) -> list[list[dict]]:
-        from bertkit.tasks.squad import HF_MAX_ANSWER_LEN, HF_MAX_QUESTION_LEN, HF_MAX_SEQ_LEN, hf_answers, hf_features
-
         max_seq_len = max_seq_len or min(HF_MAX_SEQ_LEN, self.config.max_position_embeddings)
         features = hf_features(
             examples, self.tokenizer, max_seq_len, doc_stride, max_question_len or HF_MAX_QUESTION_LEN

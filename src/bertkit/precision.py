@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import torch
 
+from bertkit.errors import InputError
 from bertkit.options import PRECISIONS  # defined once, with the flag that takes it
 
 
@@ -22,10 +23,34 @@ def cpu_supports_bf16() -> bool:
 
 def resolve_device(name: str | None, cpu_only: bool = False) -> str:
     """``--device``: the name given, else ``cuda`` where a GPU is available, else ``cpu``. ``cpu_only``: what was
-    asked for runs on the CPU alone (int8 kernels, ONNX Runtime's CPU provider), so no name means ``cpu``."""
+    asked for runs on the CPU alone (int8 kernels, ONNX Runtime's CPU provider), so no name means ``cpu``.
+
+    A name that is not a device, or one this machine lacks (``cuda`` on a CPU-only torch, ``cuda:3`` with two GPUs,
+    ``mps`` off a Mac), is an ``InputError`` naming ``--device``, before anything is loaded: the one check of every
+    ``--device`` flag."""
     if name:
+        check_device(name)
         return name
     return "cuda" if torch.cuda.is_available() and not cpu_only else "cpu"
+
+
+def check_device(name: str) -> torch.device:
+    """``torch.device(name)``, refused in one line naming ``--device`` when it is not one this machine has."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        raise InputError(f"--device {name}: not a device name; use cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch is built without CUDA" if torch.version.cuda is None else "no GPU is visible"
+            raise InputError(f"--device {name}: {why}; use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise InputError(f"--device {name}: only {torch.cuda.device_count()} GPU(s) are visible")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"--device {name}: MPS is not available on this machine; use --device cpu")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise InputError(f"--device {name}: bertkit runs on cpu, cuda or mps")
+    return device
 
 
 def resolve_precision(precision: str, device: torch.device | str) -> str:

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from bertkit.errors import InputError, RunError
+from bertkit.modeling import BertSelfAttention
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,6 @@ def pick_engine(engine: str | None = None) -> str:
 def fuse_qkv(model: nn.Module) -> int:
     """Fuse each attention's query, key and value Linears into one ``qkv`` Linear [3H, H] (in place, for inference:
     the three Linears go; a fused model is quantised, never saved). Returns how many attentions were fused."""
-    from bertkit.modeling import BertSelfAttention
 
     n = 0
     for module in model.modules():

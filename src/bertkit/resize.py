@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from bertkit import models
 from bertkit.checkpoint import CONFIG_NAME, WEIGHTS_NAME, CheckpointError, find_weights, read_state_dict
 from bertkit.config import BertConfig, read_config_file
 from bertkit.files import atomic_write, write_json
@@ -31,15 +32,17 @@ logger = logging.getLogger(__name__)
 
 INITS = ("mean", "random")
 # key endings of the vocabulary-sized tensors: embedding rows ([V, H]) and output biases ([V])
-ROW_KEYS = ("embeddings.word_embeddings.weight", "embeddings.tok_embeddings.weight", "decoder.weight")
-BIAS_KEYS = ("predictions.bias", "decoder.bias")
+# (every registered architecture's token table, then the tied MLM decoder, BERT's and ModernBERT's alike)
+TABLE_KEYS = tuple(dict.fromkeys(arch.word_embeddings_key for arch in models.REGISTRY.values()))
+ROW_KEYS = (*TABLE_KEYS, "decoder.weight")
+BIAS_KEYS = tuple(dict.fromkeys(arch.mlm_bias_key for arch in models.REGISTRY.values()))
 
 
 def read_directory_config(directory: Path) -> dict:
     """The directory's ``config.json`` as written, or (a Google TF directory) its ``bert_config.json`` in HF form."""
     if (directory / CONFIG_NAME).is_file():
         return read_config_file(directory / CONFIG_NAME)
-    return {"model_type": "bert", **BertConfig.from_pretrained(directory).to_dict("hf")}
+    return BertConfig.from_pretrained(directory).to_dict("hf")  # its model_type BERT's
 
 
 def resize_tensors(
@@ -59,7 +62,7 @@ def resize_tensors(
     if init not in INITS:
         raise ValueError(f"init must be one of {INITS}, got {init!r}")
     keys = [k for k in state if k.endswith(ROW_KEYS + BIAS_KEYS)]
-    if not any(k.endswith(ROW_KEYS[:2]) for k in keys):
+    if not any(k.endswith(TABLE_KEYS) for k in keys):
         raise CheckpointError(f"{origin}: no word embeddings (word_embeddings / tok_embeddings) to extend")
     ids = torch.tensor([i for i, _ in rows], dtype=torch.long)
     generator = torch.Generator().manual_seed(seed)

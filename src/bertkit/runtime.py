@@ -33,9 +33,13 @@ import torch
 from tqdm.auto import tqdm
 
 from bertkit import models
+from bertkit import quantize as int8  # the module: its quantize_model is looked up when called
 from bertkit.batches import plan_batches
+from bertkit.checkpoint import find_weights
 from bertkit.errors import InputError, RunError
+from bertkit.export import export_onnx, graph_is_quantized, onnx_name
 from bertkit.precision import autocast, resolve_precision
+from bertkit.quantize import resolve_quantize
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +180,6 @@ def load(
     resolved for the device. ``backend="onnx"``: ONNX Runtime (CPU) on ``directory``'s graph for a model of
     ``config`` (:func:`onnx_model`; ``hidden_states``: the every-layer encoder graph), the int8 graph with
     ``quantize``. InputError for an unknown backend or an ONNX model asked for on a GPU."""
-    from bertkit.quantize import quantize_model, resolve_quantize
 
     check_backend(backend)
     quantize = resolve_quantize(quantize)
@@ -185,7 +188,7 @@ def load(
         _onnx_device(device)
         return Loaded(onnx_model(directory, config, quantize, hidden_states), "fp32", "onnx", quantize)
     if quantize:
-        model = quantize_model(model, quantize, device)
+        model = int8.quantize_model(model, quantize, device)
         resolved = "fp32"  # the int8 kernels take fp32 activations; bf16 autocast around them would only add casts
     return Loaded(model.to(device).eval(), resolved, "torch", quantize)
 
@@ -246,7 +249,13 @@ class OnnxRuntimeModel:
         options.intra_op_num_threads = threads or torch.get_num_threads()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.path = str(path)
-        self.session = ort.InferenceSession(self.path, options, providers=["CPUExecutionProvider"])
+        try:
+            self.session = ort.InferenceSession(self.path, options, providers=["CPUExecutionProvider"])
+        except Exception as e:  # noqa: BLE001 (onnxruntime's InvalidProtobuf, Fail...: the file is not a graph it runs)
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            raise InputError(
+                f"{self.path}: not an ONNX graph ONNX Runtime can run ({first}); export it again"
+            ) from None
         self.config = config
         self.input_names = {i.name for i in self.session.get_inputs()}  # ModernBERT's graphs take no token_type_ids
         self.output_names = [o.name for o in self.session.get_outputs()]
@@ -292,9 +301,6 @@ def onnx_file(
     directory has none: its graph is used as it is), else one exported (and checked) from the weights into the
     directory ``cache``. Raises InputError when the graph's precision is not the one asked for (an int8 graph named
     ``model.onnx``, as ``export --quantize`` used to write it) or when there is neither graph nor weights."""
-    from bertkit.checkpoint import find_weights
-    from bertkit.export import export_onnx, graph_is_quantized, onnx_name
-    from bertkit.quantize import resolve_quantize
 
     directory = Path(directory)
     quantize = resolve_quantize(quantize)

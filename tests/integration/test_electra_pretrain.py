@@ -17,30 +17,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from tinymodels import run_cli
+from tinymodels import TINY_PRETRAIN, run_cli
 
 BIN = Path(sys.executable).parent
-TINY = [
-    "--objective",
-    "electra",
-    "--model-size",
-    "bert-tiny",
-    "--config-override",
-    "hidden_size=32",
-    "--config-override",
-    "num_attention_heads=2",
-    "--config-override",
-    "intermediate_size=64",
-    "--seq-len",
-    "32",
-    "--batch-size",
-    "4",
-    "--precision",
-    "fp32",
-    "--quiet",
-    "--workers",
-    "1",
-]
+TINY = ["--objective", "electra", *TINY_PRETRAIN, "--quiet"]
 
 
 def _env() -> dict:

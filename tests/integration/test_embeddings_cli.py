@@ -172,6 +172,24 @@ def test_other_tasks_run_and_save(tmp_path, base, fx, argv, capsys):
     assert encoder.defaults.pooling == pooling and encoder.defaults.normalize == ("--no-normalize" not in argv)
 
 
+def test_a_modernbert_directory_trains_as_an_embedding_model(tmp_path, fx, capsys):
+    """The recipe takes the bare encoder of the directory's architecture (bertkit.models), not BERT's only."""
+    from tinymodernbert import make_modernbert_dir
+
+    vocab = (fx / "vocab.txt").read_text(encoding="utf-8").split()
+    base = make_modernbert_dir(tmp_path / "modern", vocab)
+    out = tmp_path / "out"
+    argv = ["finetune", "--task", "simcse", "--train", str(fx / "texts.txt"), "--max-steps", "2", "--lr", "1e-3"]
+    argv += ["--model", str(base), "--output", str(out), "--batch-size", "16", "--quiet", "--precision", "fp32"]
+    assert main(argv) == 0
+    assert _json_out(capsys)["steps"] == 2
+    assert json.loads((out / "config.json").read_text())["model_type"] == "modernbert"
+    texts = ["q1 q2 the", "d3 of d4"]
+    before = Encoder.from_pretrained(base, precision="fp32").encode(texts, layers=-1, pooling="mean")
+    after = Encoder.from_pretrained(out, precision="fp32").encode(texts, layers=-1, pooling="mean")
+    assert np.isfinite(after).all() and not np.allclose(before, after)  # trained: the weights moved
+
+
 def test_bad_input_errors(tmp_path, base, fx, capsys):
     bad = tmp_path / "bad.tsv"
     bad.write_text("anchor\tpositive\nq1\td1\nq2\t\n", encoding="utf-8")
@@ -215,12 +233,12 @@ def test_embed_command_uses_the_saved_pooling(tmp_path, trained, fx, capsys):
 
 
 def test_embedding_tasks_route_to_their_own_flags(capsys):
-    from bertkit.embeddings import route
+    from bertkit.cli import route
 
-    assert route("finetune", ["--model", "m", "--task", "pairs"]) == "bertkit.embeddings.train_cli"
-    assert route("finetune", ["--task=simcse"]) == "bertkit.embeddings.train_cli"
+    assert route("finetune", ["--model", "m", "--task", "pairs"]) == "bertkit.commands.finetune_embeddings"
+    assert route("finetune", ["--task=simcse"]) == "bertkit.commands.finetune_embeddings"
     assert route("finetune", ["--task", "stsb"]) is None  # GLUE's STS-B regression stays with finetune
-    assert route("evaluate", ["--task", "retrieval"]) == "bertkit.embeddings.eval_cli"
+    assert route("evaluate", ["--task", "retrieval"]) == "bertkit.commands.evaluate_embeddings"
     assert route("predict", ["--task", "sts"]) is None
     with pytest.raises(SystemExit):
         main(["finetune", "--task", "pairs", "-h"])

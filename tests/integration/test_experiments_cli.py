@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import tinymodels
 from tinymodels import last_json, run_cli
 
 from bertkit.cli import main
@@ -194,27 +195,7 @@ def test_glue_sigterm_stops_with_a_resume_hint(tiny_dir, glue_dir, tmp_path):
 
 # ----------------------------------------------------------------------------------------------- plot, attention
 
-TINY_PRETRAIN = [
-    "--model-size",
-    "bert-tiny",
-    "--config-override",
-    "hidden_size=32",
-    "--config-override",
-    "num_attention_heads=2",
-    "--config-override",
-    "intermediate_size=64",
-    "--seq-len",
-    "32",
-    "--batch-size",
-    "4",
-    "--precision",
-    "fp32",
-    "--quiet",
-    "--workers",
-    "1",
-    "--lr",
-    "1e-3",
-]
+TINY_PRETRAIN = [*tinymodels.TINY_PRETRAIN, "--quiet", "--lr", "1e-3"]
 
 
 @pytest.fixture(scope="module")

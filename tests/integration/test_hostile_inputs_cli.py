@@ -161,3 +161,238 @@ def test_prepare_refuses_a_dataset_naming_a_file_outside(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{ds / 'state.json'}: names the file '../../../../etc/passwd', outside" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------------------------------------ issue 54
+
+
+def _files(d):
+    """{relative path: bytes} of every file under ``d``: what a refused command must leave as it was."""
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def _one_line_refusal(capsys, argv, *words):
+    """``bertkit ARGV`` in this process exits 2 with one line on stderr holding ``words``, no traceback."""
+    code = main([str(a) for a in argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert all(w in err for w in words), err
+    return err
+
+
+@pytest.mark.parametrize("command", ["distill", "finetune", "embeddings", "vocab extend", "vocab", "convert"])
+def test_an_output_that_is_an_input_is_refused_and_the_input_left_as_it_was(
+    tmp_path, tiny_dir, tf_dir, ft, command, capsys
+):
+    """Issue 54, items 1 and 5: no command writes over what it reads (distill over its teacher, above all)."""
+    model = shutil.copytree(tf_dir if command == "convert" else tiny_dir, tmp_path / "model")
+    train = ft / "sst2_train.tsv"
+    argv, words = {
+        "distill": (["distill", "--teacher", model, "--student", "bert-tiny", "--train", train], "is also --teacher"),
+        "finetune": (["finetune", "--task", "sst2", "--train", train, "--model", model], "is also --model"),
+        "embeddings": (["finetune", "--task", "simcse", "--train", train, "--model", model], "is also --model"),
+        "vocab extend": (["vocab", "extend", "--model", model, "--corpus", train, "--add", "3"], "is also --model"),
+        "vocab": (["vocab", model / "vocab.txt", "--vocab-size", "200"], "would replace FILES"),
+        "convert": (["convert", "--tf-checkpoint", model], "is also --tf-checkpoint"),
+    }[command]
+    before = _files(model)
+    _one_line_refusal(capsys, [*argv, "--output", model, "--overwrite"][: None if command != "vocab" else -1], words)
+    assert _files(model) == before
+
+
+@pytest.mark.parametrize("command", ["vocab", "vocab extend"])
+@pytest.mark.parametrize("corpus", ["gzip", "binary", "empty"])
+def test_vocab_commands_read_a_corpus_as_prepare_does(tmp_path, tiny_dir, ft, command, corpus, capsys):
+    """Issue 54, items 4 and 9: `vocab` and `vocab extend` read with prepare's reader: a compressed file as its text
+    (the same vocabulary as the plain file gives), a binary or empty file refused in one line, no output left."""
+    import gzip
+
+    plain = tmp_path / "plain.txt"
+    plain.write_text("".join(line.split("\t")[0] + "\n" for line in ft.joinpath("sst2_train.tsv").open()))
+    given = {"gzip": tmp_path / "c.txt.gz", "binary": tmp_path / "c.bin", "empty": tmp_path / "c.txt"}[corpus]
+    given.write_bytes(
+        {"gzip": gzip.compress(plain.read_bytes()), "binary": b"\x7fELF\x00\x01" * 500, "empty": b"\n"}[corpus]
+    )
+
+    def argv(path, out):
+        if command == "vocab":
+            return ["vocab", path, "--output", out, "--vocab-size", "160", "--min-frequency", "1", "--quiet"]
+        return [
+            "vocab",
+            "extend",
+            "--model",
+            tiny_dir,
+            "--corpus",
+            path,
+            "--add",
+            "4",
+            "--min-saving",
+            "1",
+            "--output",
+            out,
+        ]
+
+    if corpus != "gzip":
+        words = {"binary": f"{given}: not a text corpus", "empty": f"the corpus ({given}) holds no text"}[corpus]
+        _one_line_refusal(capsys, argv(given, tmp_path / "out"), words)
+        assert not (tmp_path / "out").exists()
+        return
+    assert main([str(a) for a in argv(plain, tmp_path / "a")]) == 0
+    assert main([str(a) for a in argv(given, tmp_path / "b")]) == 0
+    assert (tmp_path / "a" / "vocab.txt").read_bytes() == (tmp_path / "b" / "vocab.txt").read_bytes()
+
+
+def _hostile_model_dirs(tmp_path, tiny_dir):
+    """deep/: a config.json nested 100,000 deep; onnx/: an exported-looking directory whose model.onnx is cut short."""
+    deep = shutil.copytree(tiny_dir, tmp_path / "deep")
+    (deep / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    onnx = tmp_path / "onnx"
+    onnx.mkdir()
+    for name in ("config.json", "vocab.txt"):
+        shutil.copy(tiny_dir / name, onnx / name)
+    (onnx / "model.onnx").write_bytes(b"\x08\x07\x12\x07pytorch\x1a\x052.0.0:\xff\xff\xff")  # a truncated protobuf
+    return deep, onnx
+
+
+REFUSED = {
+    "embed, deep config": (
+        ["embed", "--model", "{deep}", "--input", "{texts}", "--output", "{out}.npy"],
+        "config.json: nested too deeply",
+    ),
+    "export, deep config": (["export", "--onnx", "{deep}", "{out}"], "config.json: nested too deeply"),
+    "convert, deep config": (
+        ["convert", "--tf-checkpoint", "{tf}", "--config", "{deep}/config.json", "--output", "{out}"],
+        "nested too deeply",
+    ),
+    "serve, deep config": (["serve", "--model", "{deep}"], "config.json: nested too deeply"),
+    "predict, corrupt onnx": (
+        [
+            "predict",
+            "--model",
+            "{onnx}",
+            "--backend",
+            "onnx",
+            "--task",
+            "sst2",
+            "--data",
+            "{train}",
+            "--output",
+            "{out}",
+        ],
+        "model.onnx: not a readable ONNX graph",
+    ),
+    "evaluate, corrupt onnx": (
+        ["evaluate", "--model", "{onnx}", "--backend", "onnx", "--task", "sst2", "--data", "{train}"],
+        "model.onnx: not a readable ONNX graph",
+    ),
+    "serve, corrupt onnx": (
+        ["serve", "--model", "{onnx}", "--backend", "onnx"],
+        "model.onnx: not a readable ONNX graph",
+    ),
+    "embed --layers 9 into new directories": (
+        ["embed", "--model", "{model}", "--input", "{texts}", "--output", "{out}/new/x.npy", "--layers", "9"],
+        "layer 9 is out of range for a 1-layer model",
+    ),
+    "downstream --output over --model": (
+        ["downstream", "--model", "{model}", "--data-dir", "{tmp}", "--output", "{model}"],
+        ": is also --model; write to a new directory",
+    ),
+    "export --opset 1000": (
+        ["export", "--onnx", "{model}", "{out}", "--opset", "1000"],
+        "--opset 1000: this exporter writes opsets 14 to",
+    ),
+    "export --opset 7": (["export", "--onnx", "{model}", "{out}", "--opset", "7"], "--opset 7: "),
+    "vocab --vocab-size 50": (
+        ["vocab", "{texts}", "--output", "{out}", "--vocab-size", "50"],
+        "--vocab-size 50: leaves no room",
+    ),
+    "finetune --max-seq-length 100000": (
+        [
+            "finetune",
+            "--task",
+            "sst2",
+            "--train",
+            "{train}",
+            "--model",
+            "{model}",
+            "--output",
+            "{out}",
+            "--max-seq-length",
+            "100000",
+        ],
+        "--max-seq-length 100000: the model in",
+    ),
+    "finetune --max-seq-length 1": (
+        [
+            "finetune",
+            "--task",
+            "sst2",
+            "--train",
+            "{train}",
+            "--model",
+            "{model}",
+            "--output",
+            "{out}",
+            "--max-seq-length",
+            "1",
+        ],
+        "--max-seq-length must be >= 3",
+    ),
+    "serve --api-key ''": (["serve", "--model", "{model}", "--api-key", ""], "--api-key is empty"),
+    "serve --device cuda": (["serve", "--model", "{model}", "--device", "cuda"], "--device cuda: "),
+    "downstream, bad quoting": (
+        [
+            "downstream",
+            "--model",
+            "{model}",
+            "--data-dir",
+            "{tmp}",
+            "--output",
+            "{out}",
+            "--finetune-args",
+            "--lr '1e-3",
+        ],
+        "cannot split it into flags",
+    ),
+    "downstream, the meter's flag": (
+        [
+            "downstream",
+            "--model",
+            "{model}",
+            "--data-dir",
+            "{tmp}",
+            "--output",
+            "{out}",
+            "--finetune-args",
+            "--output /tmp/elsewhere",
+        ],
+        "--output is set by this command itself",
+    ),
+    "downstream --max-time-per-run 0": (
+        ["downstream", "--model", "{model}", "--data-dir", "{tmp}", "--output", "{out}", "--max-time-per-run", "0"],
+        "--max-time-per-run 0: must be > 0",
+    ),
+    "vocab extend --output /proc/x": (
+        ["vocab", "extend", "--model", "{model}", "--corpus", "{texts}", "--add", "3", "--output", "/proc/x"],
+        "--output /proc/x: cannot write there",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_hostile_input_is_a_one_line_refusal_and_leaves_no_output(tmp_path, tiny_dir, tf_dir, ft, case, capsys):
+    """Issue 54, items 2, 6, 9 and 10: each bad file or flag ends in one line naming it (exit 2), never a traceback,
+    and the output named is not made."""
+    import torch
+
+    if case == "serve --device cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    deep, onnx = _hostile_model_dirs(tmp_path, tiny_dir)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the film is good .\nthe film is bad .\n")
+    where = dict(
+        deep=deep, onnx=onnx, model=tiny_dir, tf=tf_dir, texts=texts, train=ft / "sst2_train.tsv", tmp=tmp_path
+    )
+    argv, words = REFUSED[case]
+    _one_line_refusal(capsys, [a.format(out=tmp_path / "out", **where) for a in argv], words)
+    assert not list(tmp_path.glob("out*"))

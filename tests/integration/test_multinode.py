@@ -13,19 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from tinymodels import TINY_BERT_FLAGS
 
 BIN = Path(sys.executable).parent
 # no dropout (its draws differ per process), one masked position per instance (so each rank's mean MLM loss weighs
 # its positions as the single process's mean does), fp32
 TINY = [
-    "--model-size",
-    "bert-tiny",
-    "--config-override",
-    "hidden_size=32",
-    "--config-override",
-    "num_attention_heads=2",
-    "--config-override",
-    "intermediate_size=64",
+    *TINY_BERT_FLAGS,
     "--config-override",
     "hidden_dropout_prob=0.0",
     "--config-override",

@@ -11,33 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tinymodels import TINY_PRETRAIN
 
 from bertkit.data.pretraining import corpus as corpus_module
 from bertkit.data.pretraining import prepare as prepare_module
 from bertkit.data.pretraining.prepare import prepare_corpus
 
-TINY = [
-    "--model-size",
-    "bert-tiny",
-    "--config-override",
-    "hidden_size=32",
-    "--config-override",
-    "num_attention_heads=2",
-    "--config-override",
-    "intermediate_size=64",
-    "--seq-len",
-    "32",
-    "--batch-size",
-    "4",
-    "--precision",
-    "fp32",
-    "--workers",
-    "1",
-    "--max-steps",
-    "2",
-    "--threads",
-    "1",
-]
+TINY = [*TINY_PRETRAIN, "--max-steps", "2", "--threads", "1"]
 SHARD_TOKENS = 1500
 
 

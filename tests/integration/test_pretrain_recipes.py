@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-TINY = {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}
+from tinymodels import TINY_OVERRIDES
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +35,7 @@ def _config(corpus, out, **kw):
         vocab=str(corpus[1]),
         output=str(out),
         model_size="bert-tiny",
-        config_overrides=TINY,
+        config_overrides=dict(TINY_OVERRIDES),
         seq_len=32,
         batch_size=4,
         quiet=True,
@@ -94,7 +93,7 @@ def test_paper_recipe_is_the_plain_bert_loop(corpus, tmp_path):
     pretrain(_config(corpus, out, recipe="paper", lr=None, max_steps=steps, seed=seed, eval_batches=1))
     tok = BertTokenizer.from_pretrained(out)
     torch.manual_seed(seed)
-    model = BertForPreTraining(BertConfig.from_preset("bert-tiny", vocab_size=len(tok), **TINY)).train()
+    model = BertForPreTraining(BertConfig.from_preset("bert-tiny", vocab_size=len(tok), **TINY_OVERRIDES)).train()
     assert model.config.hidden_dropout_prob == 0.1
     opt = build_optimizer(model, lr=1e-4, weight_decay=0.01)
     sched = linear_schedule(opt, 1, steps)

@@ -16,29 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from tinymodels import run_cli
+from tinymodels import TINY_OVERRIDES, TINY_PRETRAIN, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-TINY = [
-    "--model-size",
-    "bert-tiny",
-    "--config-override",
-    "hidden_size=32",
-    "--config-override",
-    "num_attention_heads=2",
-    "--config-override",
-    "intermediate_size=64",
-    "--seq-len",
-    "32",
-    "--batch-size",
-    "4",
-    "--precision",
-    "fp32",
-    "--quiet",
-    "--workers",
-    "1",
-]
+TINY = [*TINY_PRETRAIN, "--quiet"]
 
 
 def _env() -> dict:
@@ -86,7 +68,7 @@ def test_run_output_loads_in_bertkit_and_transformers(corpus, tmp_path, capsys):
         vocab=str(corpus[1]),
         output=str(out),
         model_size="bert-tiny",
-        config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
+        config_overrides=dict(TINY_OVERRIDES),
         seq_len=32,
         batch_size=4,
         max_steps=12,
@@ -330,7 +312,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(corpus, tmp_path, loader_
         vocab=str(corpus[1]),
         output=str(out),
         model_size="bert-tiny",
-        config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
+        config_overrides=dict(TINY_OVERRIDES),
         seq_len=32,
         batch_size=4,
         max_steps=20,
@@ -413,7 +395,7 @@ def test_options_two_phase_no_nsp_accumulation_static_whole_word(corpus, tmp_pat
             vocab=str(corpus[1]),
             output=str(out),
             model_size="bert-tiny",
-            config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
+            config_overrides=dict(TINY_OVERRIDES),
             seq_len=32,
             batch_size=4,
             grad_accum=2,
@@ -458,7 +440,7 @@ def test_max_time_refits_the_schedule_to_the_measured_pace(corpus, tmp_path, mon
             vocab=str(corpus[1]),
             output=str(out),
             model_size="bert-tiny",
-            config_overrides={"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
+            config_overrides=dict(TINY_OVERRIDES),
             seq_len=32,
             batch_size=4,
             max_time=6.0,

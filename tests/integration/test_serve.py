@@ -451,3 +451,36 @@ def test_non_ascii_api_key(encoder):
         assert call(srv.url, "/embed", {"inputs": "the cat"}, headers={"X-API-Key": "cl?-????-?"})[0] == 401
         vec = BertClient(srv.url, api_key=key, timeout=TIMEOUT).encode(["the cat"])
         assert vec.shape == (1, 32)
+
+
+def test_a_request_larger_than_the_queue_is_refused_not_told_to_retry(encoder):
+    """--max-pending below --max-inputs: a request the queue can never hold gets 422 naming the flag on an idle
+    server, not a retryable 429 "busy"."""
+    with TestClient(create_app(encoder, ServeSettings(max_pending=4, max_inputs=16))) as c:
+        status, out = asgi_json(c, "/embed", {"inputs": ["a"] * 5})
+        assert status == 422 and "over the limit of 4 per request (--max-pending)" in out["error"], out
+        assert asgi_json(c, "/embed", {"inputs": ["a"] * 4})[0] == 200
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 200_000 + b"\r\n\r\n",  # past h11's header limit
+        "GET /emb\u00e9d HTTP/1.1\r\nHost: x\r\n\r\n".encode("utf-8"),  # raw non-ASCII in the target
+        b"NOT HTTP AT ALL\r\n\r\n",
+    ],
+    ids=["200KB-header", "non-ascii-url", "garbage"],
+)
+def test_malformed_http_gets_the_json_error_every_refusal_has(server, request_bytes):
+    import socket
+
+    with socket.create_connection((server.host, server.port), timeout=TIMEOUT) as s:
+        s.sendall(request_bytes)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head.lower(), head
+    out = json.loads(body)
+    assert out["error_type"] == "Validation" and out["error"].startswith("malformed HTTP request"), out
+    assert call(server.url, "/health")[0] == 200

@@ -52,7 +52,7 @@ def test_serve_backend_onnx_and_int8_equal_torch(arch, sst2_tuned_of):
     with TestClient(create_app(models, ServeSettings())) as srv:
         got = {name: _answers(srv, name) for name in models}
         status, info = asgi_json(srv, "/info?model=onnx")
-        assert status == 200 and info.get("backend") == "onnx", info
+        assert status == 200 and info.get("backend") == "onnx" and info["architecture"] == arch, info
     labels, scores, vectors = got["torch"]
     assert got["onnx"][0] == labels
     np.testing.assert_allclose(got["onnx"][1], scores, atol=1e-4)

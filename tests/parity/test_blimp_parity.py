@@ -1,5 +1,5 @@
 """BLiMP's meter is exact to BabyLM's scorer (DESIGN.md habit 22): on one tiny random model directory, BERT and
-ModernBERT, bertkit's batched pseudo-log-likelihood (``bertkit.experiments.blimp.PllScorer``) gives minicons'
+ModernBERT, bertkit's batched pseudo-log-likelihood (``bertkit.tasks.blimp.PllScorer``) gives minicons'
 ``MaskedLMScorer`` per-token log-probabilities and summed sentence scores within 1e-4 in fp32, for the original PLL
 and for the within-word left-to-right one (``--pll word-l2r``). minicons loads the same directory through
 transformers' ``AutoModelForMaskedLM`` and ``AutoTokenizer``, offline."""
@@ -14,7 +14,7 @@ from tinymodernbert import fixture_vocab, make_modernbert_dir
 transformers = pytest.importorskip("transformers")
 scorer_module = pytest.importorskip("minicons.scorer")
 
-from bertkit.experiments.blimp import PllScorer  # noqa: E402
+from bertkit.tasks.blimp import PllScorer  # noqa: E402
 from bertkit.tokenization import BertTokenizer  # noqa: E402
 
 # multi-piece words (bobs -> bob ##s, wonderful -> w ##o ##n ...), punctuation, an unknown character, lengths 3..20

@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers")
 
 from bertkit import BertConfig  # noqa: E402
 from bertkit.modeling import BertForMaskedLM, BertModel  # noqa: E402
-from bertkit.recipes.electra import GENERATOR_DIR, RTD_HEAD_NAME, ElectraPretraining  # noqa: E402
+from bertkit.recipes.pretrain.objectives.electra import GENERATOR_DIR, RTD_HEAD_NAME, ElectraPretraining  # noqa: E402
 
 TOL = 1e-5
 

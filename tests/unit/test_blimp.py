@@ -1,4 +1,4 @@
-"""BLiMP (``bertkit evaluate --task blimp``, bertkit.experiments.blimp) against its definition: the command's
+"""BLiMP (``bertkit evaluate --task blimp``, bertkit.tasks.blimp) against its definition: the command's
 metrics.json equals the overall figure recomputed here with a naive loop (one masked copy at a time, full-vocabulary
 logits, the word's later pieces found by their ``##``), for both PLLs and both architectures; a model built to tie
 every pair scores 0%, not 50%; the probe for pre-training gives the command's number on its sample; bad data is one
@@ -17,7 +17,7 @@ from tinymodernbert import fixture_vocab, make_modernbert_dir
 
 from bertkit.cli import main
 from bertkit.errors import InputError
-from bertkit.experiments.blimp import BlimpProbe, PllScorer, evaluate_blimp, read_blimp
+from bertkit.tasks.blimp import BlimpProbe, PllScorer, evaluate_blimp, read_blimp
 from bertkit.tokenization import load_tokenizer
 
 # three paradigms, two fields; sentences repeat across pairs (as BLiMP's do) and some words split into pieces

@@ -17,8 +17,8 @@ from tinymodels import FINETUNE_VOCAB, make_model_dir, read_vocab
 from tinymodernbert import make_modernbert_dir
 
 from bertkit.cli import main
-from bertkit.commands.finetune import load_model
 from bertkit.tasks import LABEL_KEYS, get_task
+from bertkit.tasks.options import load_model
 from bertkit.tokenization import load_tokenizer
 
 FAST = ["--batch-size", "8", "--lr", "3e-3", "--quiet", "--precision", "fp32", "--threads", "1"]

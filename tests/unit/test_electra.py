@@ -1,4 +1,5 @@
-"""ELECTRA's objective (``bertkit.recipes.electra``): the replaced-token labels, the loss and where its gradient goes,
+"""ELECTRA's objective (``bertkit.recipes.pretrain.objectives.electra``): the replaced-token labels, the loss and
+where its gradient goes,
 the sampling, the RTD figures against predictors built to cheat them, and a discriminator that learns on a tiny
 corpus beyond calling every token original."""
 
@@ -13,8 +14,8 @@ from tinycorpus import TOKENIZER_VOCAB, mixed_corpus
 
 from bertkit.config import BertConfig
 from bertkit.modeling import BertForMaskedLM, BertModel
-from bertkit.recipes import electra
-from bertkit.recipes.electra import ElectraPretraining, RtdScore, auc, corrupt, rtd_loss
+from bertkit.recipes.pretrain.objectives import electra
+from bertkit.recipes.pretrain.objectives.electra import ElectraPretraining, RtdScore, auc, corrupt, rtd_loss
 
 CONFIG = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
 

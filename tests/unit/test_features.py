@@ -354,3 +354,21 @@ def test_cut_batches_and_task_inference_under_the_cap(monkeypatch):
     capped, many = run(16)
     assert one == [8] and len(many) == len(cut_batches(list(range(8)), lengths, 8, 16)) > 1
     torch.testing.assert_close(capped, free, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "depth,defaults,used",
+    [(1, (-2,), (-1,)), (2, (-1, -2, -3, -4), (-1, -2)), (3, (-2,), (-2,)), (1, (2, 3), (-1,))],
+)
+def test_default_layers_fall_back_to_the_layers_the_model_has_and_say_so_once(tmp_path, caplog, depth, defaults, used):
+    from dataclasses import replace
+
+    encoder = Encoder.from_pretrained(make_model_dir(tmp_path, layers=depth), precision="fp32")
+    encoder.defaults = replace(encoder.defaults, layers=defaults)
+    with caplog.at_level("WARNING", logger="bertkit"):
+        first, second = encoder.encode(["the cat"]), encoder.encode(["a dog"])
+    assert encoder.default_layers() == used
+    assert first.shape == second.shape == (1, 32 * len(used))
+    np.testing.assert_allclose(first, encoder.encode(["the cat"], layers=used))  # the same vectors as asked for
+    warned = [r.getMessage() for r in caplog.records if "default layers" in r.getMessage()]
+    assert warned == ([] if used == defaults else [warned[0]]) and all(f"{depth}-layer" in w for w in warned)

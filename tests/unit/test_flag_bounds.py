@@ -10,10 +10,9 @@ import importlib
 
 import pytest
 
-from bertkit.cli import COMMANDS, CommandParser, UsageError, main
-from bertkit.embeddings import ROUTES
+from bertkit.cli import COMMANDS, ROUTES, CommandParser, UsageError, main
 
-MODULES = sorted(COMMANDS) + sorted(module for _, module in ROUTES.values())
+MODULES = sorted(COMMANDS) + sorted(module for routes in ROUTES.values() for _, module in routes)
 
 
 def _configured(name: str, monkeypatch) -> tuple[CommandParser, list[argparse.Action]]:

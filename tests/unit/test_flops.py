@@ -1,4 +1,5 @@
-"""FLOP count per pre-training step (training/flops.py): a hand count for a tiny config, the same count measured by
+"""FLOP count per pre-training step (recipes/pretrain/flops.py): a hand count for a tiny config, the same count measured
+by
 torch's own FLOP counter on bertkit's model, and the device peaks."""
 
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertkit.training import flops
+from bertkit.recipes.pretrain import flops
 
 TINY = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 99}
 

@@ -60,7 +60,7 @@ def distill(
         position={"batch": 0},
     )
     keys = {"task": "distill", "steps": steps, "batch_size": batch_size, "lr": lr, "clip": clip}
-    saved = run.resume_checkpoint(keys, resume)
+    saved = run.open(keys, resume, overwrite=False).checkpoint
     if saved is not None:
         state.load(saved, ctx)
         run.truncate_metrics(state.step)

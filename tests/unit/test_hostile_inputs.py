@@ -3,6 +3,8 @@ never a traceback, and a wrong-dtype weight is refused rather than cast."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from bertkit.data.tasks.squad import read_squad
 from bertkit.data.tasks.swag import read_swag
 from bertkit.embeddings import data as emb_data
 from bertkit.embeddings.evaluate import read_beir
+from bertkit.errors import InputError
 
 
 def _latin1(path, text: str):
@@ -23,7 +26,7 @@ def _latin1(path, text: str):
 
 
 @pytest.mark.parametrize(
-    "reader, name, text, line",
+    "reader, name, text, line",  # each text's one non-ASCII character is on ``line``
     [
         (lambda p: read_conll(p), "ner.conll", "EU B-ORG\nrejects O\n\nPar\xe9s B-LOC\n", 4),
         (lambda p: read_glue(p, "sst2"), "train.tsv", "sentence\tlabel\nfine\t1\ncaf\xe9 noir\t0\n", 3),
@@ -45,12 +48,18 @@ def _latin1(path, text: str):
         (lambda p: emb_data.read_pairs(p), "pairs.tsv", "anchor\tpositive\na\tb\nc\t\xe9\n", 3),
     ],
 )
-def test_non_utf8_task_file_names_file_and_line(tmp_path, reader, name, text, line):
-    path = _latin1(tmp_path / name, text)
-    with pytest.raises(DataError, match="not UTF-8") as e:
+@pytest.mark.parametrize("bad", ["not UTF-8", "a NUL byte"])
+def test_non_text_in_a_task_file_names_file_and_line(tmp_path, reader, name, text, line, bad):
+    """The file's one non-ASCII character, written as Windows-1252 (not UTF-8), or as a NUL byte (a binary file)."""
+    if bad == "a NUL byte":
+        path = tmp_path / name
+        path.write_text(re.sub(r"[^\x00-\x7f]", "\x00", text), encoding="utf-8")
+    else:
+        path = _latin1(tmp_path / name, text)
+    with pytest.raises(DataError, match=bad) as e:
         reader(path)
     assert e.value.path == str(path) and e.value.line == line
-    assert f"{path}:{line}: byte 0x" in str(e.value)
+    assert f"{path}:{line}: " + ("byte 0x" if bad == "not UTF-8" else "a NUL byte") in str(e.value)
 
 
 def test_non_utf8_beir_qrels(tmp_path):
@@ -296,3 +305,52 @@ def test_a_deeply_nested_tokenizer_json_read_directly_is_one_error(tmp_path):
         load_tokenizer_json(path)
     with pytest.raises(VocabError, match=r"tokenizer.json: cannot read .* \(nested too deeply\)"):
         read_json_object(path)
+
+
+@pytest.mark.parametrize(
+    "task,options,positions,want",
+    [
+        ("sst2", {}, 64, 64),  # the default (128) cut to the positions the model has
+        ("squad", {}, 200, 200),  # SQuAD's 384 too
+        ("sst2", {"max_seq_length": 32}, 64, 32),
+        ("sst2", {"max_seq_length": 100_000}, 512, "--max-seq-length 100000: the model in {d} has 512 positions"),
+        ("conll2003", {"max_seq_length": 65}, 64, "--max-seq-length 65: the model in {d} has 64 positions"),
+    ],
+)
+def test_max_seq_length_fits_the_models_positions(tmp_path, task, options, positions, want):
+    from bertkit.tasks.options import task_for_model
+
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": positions}), encoding="utf-8")
+    if isinstance(want, int):
+        assert task_for_model(task, options, tmp_path).max_seq_length == want
+    else:
+        with pytest.raises(InputError, match=re.escape(want.format(d=tmp_path))):
+            task_for_model(task, options, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "reader, name, text, column",
+    [
+        (lambda p, s: read_glue(p, "sst2", s), "train.tsv", "sentence\tlabel\nfine\t1\n   \t0\n", "sentence"),
+        (
+            lambda p, s: read_glue(p, "mrpc", s),
+            "train.tsv",
+            "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\ta\tb\n0\t3\t4\tc\t\n",
+            "#2 String",
+        ),
+        (lambda p, s: read_table(p, "text", skip_bad_rows=s), "train.tsv", "text\tlabel\nok\ta\n\tb\n", "text"),
+        (
+            lambda p, s: read_table(p, "text", fmt="jsonl", skip_bad_rows=s),
+            "train.jsonl",
+            '{"text": "ok", "label": "a"}\n{"text": " ", "label": "b"}\n',
+            "text",
+        ),
+    ],
+)
+def test_a_row_with_empty_text_is_a_bad_row_naming_line_and_column(tmp_path, reader, name, text, column):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    line = 3 if name.endswith(".tsv") else 2
+    with pytest.raises(DataError, match=re.escape(f"{path}:{line}: empty text in column {column!r}")):
+        reader(path, False)
+    assert len(reader(path, True)) == 1  # --skip-bad-rows leaves it out

@@ -16,7 +16,7 @@ PACKAGE = SRC / "bertkit"
 # lowest first; a top-level module or package of bertkit -> its layer
 LAYERS: list[tuple[str, set[str]]] = [
     # small utilities every layer uses; ``bertkit`` itself only names its lazy exports (resolved below)
-    ("leaves", {"__init__", "errors", "files", "options", "precision", "ops"}),
+    ("leaves", {"__init__", "errors", "files", "options", "outputs", "precision", "ops"}),
     # the models, their files and what they read: configs, checkpoints, tokenizer, corpus and task readers
     (
         "model",
@@ -122,6 +122,37 @@ def test_the_check_sees_function_local_and_lazy_imports(tmp_path, monkeypatch):
     assert [m for _line, m in _imported(fake)] == ["bertkit.commands.finetune", "bertkit.modeling"]
 
 
+def command_imports(paths) -> list[str]:
+    """``file:line imports module`` for each import of a ``bertkit.commands`` module (or of the package) by a file
+    other than cli.py."""
+    return [
+        f"{path.relative_to(PACKAGE).as_posix()}:{line} imports {module}"
+        for path in paths
+        if path.name != "cli.py" or path.parent != PACKAGE
+        for line, module in _imported(path)
+        if module == "bertkit.commands" or module.startswith("bertkit.commands.")
+    ]
+
+
+def test_only_cli_imports_a_command(tmp_path, monkeypatch):
+    """Commands are the edge (issue 52): a command imports no other command and no library module imports one;
+    what two commands share lives in a library module. cli.py names its commands by string."""
+    assert command_imports(sorted(PACKAGE.rglob("*.py"))) == []
+    # the check sees a command importing another, function-local or not
+    fake = tmp_path / "bertkit" / "commands" / "predict.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(
+        "from bertkit.commands.evaluate import configure\ndef run():\n    from bertkit.commands import glue\n"
+    )
+    monkeypatch.setattr(f"{__name__}.SRC", tmp_path)
+    monkeypatch.setattr(f"{__name__}.PACKAGE", tmp_path / "bertkit")
+    monkeypatch.setattr(f"{__name__}._is_module", lambda dotted: dotted.count(".") == 2)
+    assert command_imports([fake]) == [
+        "commands/predict.py:1 imports bertkit.commands.evaluate",
+        "commands/predict.py:3 imports bertkit.commands.glue",
+    ]
+
+
 def _top_level_imports(path: Path) -> set[str]:
     """The top-level packages ``path`` imports, at any depth (``fastapi`` for ``from fastapi.responses import X``)."""
     found = set()
@@ -219,3 +250,37 @@ def test_task_readers_import_nothing_of_the_pretraining_pipeline():
     wrong = {m: sorted(d for d in graph[m] if d.startswith("bertkit.data.pretraining")) for m in sorted(readers)}
     assert {m: found for m, found in wrong.items() if found} == {}
     assert "bertkit.data.tasks.readers" in graph["bertkit.data.pretraining.task_text"]  # the one way it runs
+
+
+def test_the_training_core_imports_nothing_of_a_recipe():
+    """training/ is the generic core every recipe uses: none of its modules imports a recipe, the pre-training
+    data pipeline (data/pretraining), or a pre-training error type, lazy imports included."""
+    core = sorted((PACKAGE / "training").glob("*.py"))
+    assert len(core) >= 8  # the check sees the package
+    wrong = []
+    for path in core:
+        for line, module in _imported(path):
+            if module.startswith(("bertkit.recipes", "bertkit.data.pretraining")):
+                wrong.append(f"training/{path.name}:{line} imports {module}")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and any(a.name == "PretrainError" for a in node.names):
+                wrong.append(f"training/{path.name}:{node.lineno} imports PretrainError")
+    assert wrong == []
+    fake = "from bertkit.errors import PretrainError\nfrom bertkit.data.pretraining.feed import Feed\n"
+    found = [n for n in ast.walk(ast.parse(fake)) if isinstance(n, ast.ImportFrom)]
+    assert [a.name for n in found for a in n.names] == ["PretrainError", "Feed"]  # what the check reads
+
+
+def test_every_name_the_docs_import_from_bertkit_is_exported():
+    """``from bertkit import NAME`` in the README and docs/ works for every NAME they show (``load_pipeline``, the
+    inference entry point, included)."""
+    import re
+
+    root = SRC.parent
+    shown = set()
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for names in re.findall(r"^\s*from bertkit import ([\w, ]+)$", doc.read_text(encoding="utf-8"), re.M):
+            shown.update(n.strip() for n in names.split(","))
+    assert "load_pipeline" in shown and "Encoder" in shown
+    assert sorted(n for n in shown if n not in bertkit._EXPORTS) == []
+    assert callable(bertkit.load_pipeline)

@@ -59,3 +59,16 @@ def test_a_forked_worker_ignores_sigint_which_is_the_parents():
         child.join(10)
         assert child.exitcode == 0  # finished its work
         assert not stop.requested
+
+
+def test_the_agreed_stop_puts_a_signal_before_a_spent_budget():
+    """GracefulStop.agreed, every run's one stop agreement (one process here; under torchrun a mean over the ranks,
+    test_multinode): nothing, a spent time budget, and a signal, which wins over the budget."""
+    from bertkit.training.distributed import DistContext
+
+    ctx = DistContext()
+    with GracefulStop() as stop:
+        assert stop.agreed(ctx) is None
+        assert stop.agreed(ctx, spent=True) == "time"
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.agreed(ctx) == "signal" and stop.agreed(ctx, spent=True) == "signal"

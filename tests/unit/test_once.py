@@ -1,4 +1,5 @@
-"""training/once.py: the waiting ranks of a preparation done once per run or per node (an in-process store stands in
+"""recipes/pretrain/once.py: the waiting ranks of a preparation done once per run or per node (an in-process store
+stands in
 for torchrun's rendezvous store)."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import pytest
 import torch.distributed as dist
 
 from bertkit.errors import RunError
-from bertkit.training import once as once_mod
+from bertkit.recipes.pretrain import once as once_mod
 
 
 def _ctx(rank: int, local_rank: int = 0) -> SimpleNamespace:

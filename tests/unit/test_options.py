@@ -109,3 +109,49 @@ def test_a_list_of_negative_numbers_is_a_value_not_a_flag():
         "--x",
         "-1",
     ]
+
+
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ("--lr '1e-3", "cannot split it into flags (No closing quotation)"),
+        ("--batch-size 8 --output /tmp/elsewhere", "--output is set by this command itself"),
+        ("--seed=3", "--seed is set by this command itself"),
+        ("--mod ../other", "--mod is set by this command itself"),  # argparse would expand it to --model
+    ],
+)
+def test_a_string_of_flags_handed_on_refuses_bad_quoting_and_the_callers_own_flags(text, words):
+    from bertkit.options import flag_string
+
+    with pytest.raises(argparse.ArgumentTypeError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        flag_string(("--output", "--model", "--seed"))(text)
+    assert flag_string(("--output", "--model"))("--batch-size 8 --label 'a b'") == [
+        "--batch-size",
+        "8",
+        "--label",
+        "a b",
+    ]
+
+
+def test_check_bounds_holds_a_config_made_in_code_to_the_flags_table():
+    """options.check_bounds: the range a numeric flag is parsed with (BOUNDS by name, a field's own bounds first,
+    else >= 0) refuses the same value in a dataclass made in code, naming the flag; unset fields pass."""
+    from bertkit.options import check_bounds
+
+    @dataclass
+    class Cfg:
+        lr: float | None = option(None)  # BOUNDS: > 0
+        every: int = option(5, bounds=(1, 10, False, False))  # its own
+        seed: int = option(0)  # default: >= 0
+        name: str = option("x")
+
+    check_bounds(Cfg(), ValueError)
+    check_bounds(Cfg(lr=1e-3, every=10), ValueError)
+    for bad, says in (
+        ({"lr": 0.0}, "--lr must be > 0, got 0.0"),
+        ({"every": 11}, "--every must be >= 1 and <= 10"),
+        ({"seed": -1}, "--seed must be >= 0, got -1"),
+        ({"lr": float("nan")}, "--lr must be > 0"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            check_bounds(Cfg(**bad), ValueError)

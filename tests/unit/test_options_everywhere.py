@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bertkit.cli import COMMANDS
-from bertkit.embeddings import ROUTES
+from bertkit.cli import COMMANDS, ROUTES
 from bertkit.options import DEVICE_HELP, PRECISION_HELP, PRECISIONS
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "bertkit"
@@ -72,7 +71,9 @@ def _flat(text: str) -> str:
     return " ".join(text.split())  # the help as one line, whatever argparse's wrapping
 
 
-@pytest.mark.parametrize("name", sorted(COMMANDS) + sorted(module for _, module in ROUTES.values()))
+@pytest.mark.parametrize(
+    "name", sorted(COMMANDS) + sorted(module for routes in ROUTES.values() for _, module in routes)
+)
 def test_each_device_and_precision_flag_has_the_shared_help(name):
     parser = _parser(name)
     text = _flat(parser.format_help())
@@ -111,6 +112,31 @@ def test_auto_device_stays_on_the_cpu_for_cpu_only_work(monkeypatch):
     from bertkit.precision import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert resolve_device(None) == "cuda"
     assert resolve_device(None, cpu_only=True) == "cpu"
     assert resolve_device("cuda:1", cpu_only=True) == "cuda:1"  # a device named is a device honoured
+
+
+@pytest.mark.parametrize(
+    "name,gpus,words",
+    [
+        ("cuda", 0, "--device cuda: "),  # a CPU-only torch, or no GPU visible
+        ("cuda:2", 2, "--device cuda:2: only 2 GPU(s) are visible"),
+        ("banana", 0, "--device banana: not a device name"),
+        ("meta", 0, "--device meta: bertkit runs on cpu, cuda or mps"),
+    ],
+)
+def test_a_device_this_machine_lacks_is_refused_naming_the_flag(monkeypatch, name, gpus, words):
+    """The one check every --device flag goes through (``resolve_device``), before anything is loaded."""
+    import torch
+
+    from bertkit.errors import InputError
+    from bertkit.precision import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    with pytest.raises(InputError) as e:
+        resolve_device(name)
+    assert str(e.value).startswith(words) and "\n" not in str(e.value)
+    assert resolve_device("cpu") == "cpu"

@@ -192,6 +192,39 @@ def test_resume_after_an_interrupted_preparation_gives_the_same_shards(tmp_path,
     assert any("starting afresh" in m for m in log), log
 
 
+def test_directory_corpora_are_found_in_the_cache_as_pretrain_names_them(tmp_path, monkeypatch):
+    """``bertkit prepare --corpus DIR1 DIR2`` keys the cache by the files the directories hold; ``bertkit pretrain``
+    passes those files (its own expansion of the same directories, here given relative to the working directory)
+    and finds the shards there, linked, not tokenized again. A file added under a directory is another corpus."""
+    import os
+    import shutil
+
+    from bertkit.data.pretraining.prepare import cache_dir
+
+    monkeypatch.setenv("BERTKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    books = mixed_corpus(tmp_path)  # tmp_path/corpus
+    wiki = tmp_path / "wiki" / "shard"
+    wiki.mkdir(parents=True)
+    (wiki / "w.jsonl").write_text("".join(json.dumps({"text": " ".join(d)}) + "\n" for d in DOCS), encoding="utf-8")
+    first = prepare_corpus([books, wiki.parent], tmp_path / "first", VOCAB, workers=1, progress=False, use_cache=False)
+    assert len(first["fingerprint"]["files"]) == 4
+    cached = cache_dir(first["fingerprint"])
+    shutil.copytree(tmp_path / "first", cached)  # where ``bertkit prepare`` (no --output) writes them
+    log: list[str] = []
+    pretrain_files = [str(f) for f in expand_corpus(["corpus", "wiki"])]  # as pretrain_setup passes them
+    meta = prepare_corpus(pretrain_files, tmp_path / "run" / "shards", VOCAB, workers=1, progress=False, log=log.append)
+    assert any("reusing the corpus prepared in" in m for m in log), log
+    assert meta == first and _shards(tmp_path / "run" / "shards") == _shards(cached)
+    name = first["shards"][0]["name"] + ".tokens.npy"
+    assert os.stat(tmp_path / "run" / "shards" / name).st_ino == os.stat(cached / name).st_ino
+    (wiki / "more.jsonl").write_text(json.dumps({"text": "A new record."}) + "\n", encoding="utf-8")
+    log.clear()
+    again = prepare_corpus(["corpus", "wiki"], tmp_path / "again", VOCAB, workers=1, progress=False, log=log.append)
+    assert any("tokenizing 5 file(s)" in m for m in log), log
+    assert again["fingerprint"] != first["fingerprint"]
+
+
 def test_held_out_whole_documents_when_many_tails_when_few(tmp_path):
     many = tmp_path / "many.txt"
     many.write_text(google_format([[f"Doc {i} has words.", "And more of them."] for i in range(250)]), encoding="utf-8")

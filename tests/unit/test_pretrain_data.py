@@ -1,5 +1,5 @@
 """Pre-training data: instances, masking statistics, determinism, whole-word masking, shards (no tokenizer needed),
-and the run's Feed (training/feed.py) resumed at a saved position across ramp stages."""
+and the run's Feed (data/pretraining/feed.py) resumed at a saved position across ramp stages."""
 
 from __future__ import annotations
 
@@ -262,14 +262,15 @@ def test_options_validated():
 
 
 def test_feed_resumed_at_a_saved_position_gives_the_same_batches_across_ramp_stages(shard_dir, vocab):
-    """training/feed.py: the data position a checkpoint saves, (stage, epoch, index), puts a fresh Feed where the
-    uninterrupted one was. Resumed before, at or after a ramp's stage boundary (sequence length 32 -> 64, batch size
-    2 -> 4), it gives the same batches as the run that was not stopped. (The loop's order, as pretrain runs it:
-    ``advance(step)`` to enter a stage, then ``next``; a checkpoint after N steps holds ``position()``.)"""
+    """data/pretraining/feed.py: the data position a checkpoint saves, (stage, epoch, index), puts a fresh Feed where
+    the
+        uninterrupted one was. Resumed before, at or after a ramp's stage boundary (sequence length 32 -> 64, batch size
+        2 -> 4), it gives the same batches as the run that was not stopped. (The loop's order, as pretrain runs it:
+        ``advance(step)`` to enter a stage, then ``next``; a checkpoint after N steps holds ``position()``.)"""
     from types import SimpleNamespace
 
+    from bertkit.data.pretraining.feed import Feed
     from bertkit.training.distributed import DistContext
-    from bertkit.training.feed import Feed
 
     total = 40  # stages: (32, 2) for steps 0-9, (32, 4) for 10-19, (64, 4) from 20
     cfg = SimpleNamespace(

@@ -196,7 +196,7 @@ def test_config_validation():
 
     with pytest.raises(PretrainError, match="--max-steps or --max-time"):
         PretrainConfig(corpus=["a"], output="o")
-    with pytest.raises(PretrainError, match="--batch-size must be >= 1"):
+    with pytest.raises(PretrainError, match="--batch-size must be > 0, got 0"):
         PretrainConfig(corpus=["a"], output="o", max_steps=1, batch_size=0)
 
 

@@ -39,8 +39,8 @@ def test_the_last_refit_times_the_last_stage(ramp):
     """The last re-fit's pace is timed inside the feed's last stage (where a ramp's longest sequences run), however
     late that stage begins, and it re-fits before the run ends (none when the stage is too short to time); without a
     ramp, or with the budget recipe's (from 70%), from 72% to 80% of the steps."""
+    from bertkit.data.pretraining.ramps import plan_stages
     from bertkit.training.budget import late_window
-    from bertkit.training.ramps import plan_stages
 
     for steps in (300, 1673, 5232):
         last = plan_stages(steps, 128, 32, list(ramp), [], None)[-1].start
@@ -127,7 +127,7 @@ def test_meter_sums_and_ratios():
 
 
 def test_ramp_stages_at_given_steps():
-    from bertkit.training.ramps import parse_ramp, plan_stages, stage_at
+    from bertkit.data.pretraining.ramps import parse_ramp, plan_stages, stage_at
 
     stages = plan_stages(100, 128, 32, parse_ramp("64:0.3", "--seq-ramp"), parse_ramp("8:0.05,16:0.15", "-b"))
     at = {step: stages[stage_at(stages, step)] for step in (0, 4, 5, 14, 15, 29, 30, 99)}
@@ -175,19 +175,19 @@ def test_lr_schedules(kind):
 
 
 def test_recipe_choice_budget_with_max_time_paper_otherwise_and_flags_win(tmp_path):
-    from bertkit.recipes.pretrain import BUDGET, PAPER, PretrainConfig, resolve_recipe
+    from bertkit.recipes.pretrain import BUDGET, PAPER, PretrainConfig, resolve
 
-    timed, line = resolve_recipe(PretrainConfig(corpus=["x"], output="o", max_time=60))
+    timed = resolve(PretrainConfig(corpus=["x"], output="o", max_time=60))
+    line = timed.chosen
     assert timed.recipe == "budget" and line.startswith("recipe budget:")
     assert all(k in line for k in BUDGET)  # every choice is printed
     assert (timed.output_bias, timed.dropout, timed.nsp) == (BUDGET["output_bias"], BUDGET["dropout"], BUDGET["nsp"])
-    stepped, _ = resolve_recipe(PretrainConfig(corpus=["x"], output="o", max_steps=10))
+    stepped = resolve(PretrainConfig(corpus=["x"], output="o", max_steps=10))
     assert stepped.recipe == "paper"
     assert {k: getattr(stepped, k) for k in PAPER} == PAPER
     assert (stepped.lr, stepped.mask_prob, stepped.nsp, stepped.output_bias) == (1e-4, 0.15, True, "zero")
-    mixed, line = resolve_recipe(
-        PretrainConfig(corpus=["x"], output="o", max_time=60, recipe="paper", nsp=False, lr=3e-4)
-    )
+    mixed = resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, recipe="paper", nsp=False, lr=3e-4))
+    line = mixed.chosen
     assert (mixed.recipe, mixed.nsp, mixed.lr, mixed.schedule) == ("paper", False, 3e-4, "linear")
     assert "nsp=False (set)" in line and "lr=0.0003 (set)" in line
 
@@ -198,10 +198,10 @@ def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
     and 30,522 tokens; ELECTRA trains a BERT discriminator of the recipe's size; --init-from continues the model's
     own architecture; a named size names its architecture; what the user sets wins; the line names no output bias
     or position table for a loaded model, which keeps its own."""
-    from bertkit.recipes.pretrain import PretrainConfig, resolve_recipe
+    from bertkit.recipes.pretrain import PretrainConfig, resolve
 
     def chosen(**kw):
-        cfg = PretrainConfig(corpus=["x"], output="o", **kw)
+        cfg = resolve(PretrainConfig(corpus=["x"], output="o", **kw))
         return cfg.arch, cfg.model_size, cfg.vocab_size
 
     assert chosen(max_time=60) == ("modernbert", "modernbert-tiny", 8000)
@@ -220,11 +220,11 @@ def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
     (init / "config.json").write_text('{"model_type": "modernbert", "hidden_size": 64}', encoding="utf-8")
     (init / "vocab.txt").write_text("[PAD]\n", encoding="utf-8")
     assert chosen(max_steps=10, init_from=str(init))[0] == "modernbert"
-    _, line = resolve_recipe(PretrainConfig(corpus=["x"], output="o", max_time=60))
+    line = resolve(PretrainConfig(corpus=["x"], output="o", max_time=60)).chosen
     assert line.startswith("recipe budget: modernbert-tiny, vocabulary 8000 tokens trained on the corpus;")
-    _, line = resolve_recipe(PretrainConfig(corpus=["x"], output="o", max_steps=10, init_from=str(init)))
+    line = resolve(PretrainConfig(corpus=["x"], output="o", max_steps=10, init_from=str(init))).chosen
     assert line.startswith(f"recipe paper: from {init}, ")  # not the default size the model does not have
-    _, line = resolve_recipe(PretrainConfig(corpus=["x"], output="o", max_time=60, init_from=str(init)))
+    line = resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, init_from=str(init))).chosen
     assert "lr=" in line and not any(k in line for k in ("output_bias", "position_init", "embedding_init"))  # its own
 
 

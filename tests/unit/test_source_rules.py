@@ -76,7 +76,7 @@ MAX_RECIPE_FILE = 350  # issue 34: a recipe reads top to bottom; what every reci
 
 
 def _recipe_files() -> list[Path]:
-    return [*sorted((SRC / "recipes").glob("*.py")), SRC / "embeddings" / "recipe.py"]
+    return [*sorted((SRC / "recipes").rglob("*.py")), SRC / "embeddings" / "recipe.py"]
 
 
 def test_every_recipe_file_is_at_most_350_lines():
@@ -114,7 +114,8 @@ def test_no_argparse_private_names():
 
 
 def test_recipes_leave_the_optimizer_step_to_the_training_core():
-    recipes = [SRC / "recipes" / "pretrain.py", SRC / "recipes" / "finetune.py", SRC / "embeddings" / "recipe.py"]
+    recipes = [SRC / "recipes" / "pretrain" / "recipe.py", SRC / "recipes" / "finetune.py"]
+    recipes.append(SRC / "embeddings" / "recipe.py")
     pattern = re.compile(r"clip_grad_norm_|\.unscale_\(|GradScaler\(")
     found = [
         f"{p.relative_to(SRC)}:{i}"
@@ -196,3 +197,172 @@ def test_every_test_file_is_in_the_tests_readme():
     )
     files = {(p.parent.name, p.name) for p in tests.glob("*/test_*.py")}
     assert files == table, {"missing": sorted(files - table), "gone": sorted(table - files)}
+
+
+# --------------------------------------------------------------------------------------------- the registry
+
+# the files that may ask "which architecture is this?": the registry, the configs and the modeling files
+ARCHITECTURE_FILES = {"models.py", "config.py", "modeling.py", "modeling_modernbert.py"}
+
+
+def architecture_asks(text: str, names: set[str], classes: set[str]) -> list[int]:
+    """Lines that ask which architecture a model is: an ``isinstance`` on a class of an architecture other than the
+    default one (``classes``, or any ``ModernBert*``), a comparison of a ``model_type`` (or of the registry's
+    ``DEFAULT``) with anything but a string that names no architecture, or a string that is an architecture's name
+    (``names``: ``"bert"``, ``"modernbert"``, a hard-coded list of them) other than a ``base_model_prefix``."""
+
+    def name(node: ast.AST) -> str:
+        return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+    tree = ast.parse(text)
+    prefixes = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and any(name(t) == "base_model_prefix" for t in node.targets)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and name(node.func) == "isinstance" and len(node.args) == 2:
+            if any(name(n) in classes or name(n).startswith("ModernBert") for n in ast.walk(node.args[1])):
+                found.append(node.lineno)
+        elif isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            other_strings = [o for o in operands if isinstance(o, ast.Constant) and o.value not in names]
+            if any(name(o) in ("model_type", "DEFAULT") for o in operands) and not other_strings:
+                found.append(node.lineno)
+        elif isinstance(node, ast.Constant) and node.value in names and id(node) not in prefixes:
+            found.append(node.lineno)
+    return sorted(set(found))
+
+
+def _registry_names() -> tuple[set[str], set[str]]:
+    from bertkit import models
+
+    others = [a for a in models.REGISTRY.values() if a.model_type != models.DEFAULT]
+    return set(models.REGISTRY), {n for a in others for n in (*a.class_names(), a.config_name)}
+
+
+def test_only_the_registry_the_configs_and_the_modeling_files_ask_which_architecture():
+    names, classes = _registry_names()
+    allowed = ARCHITECTURE_FILES
+    found = [
+        f"{rel}:{line}"
+        for p in _sources()
+        if (rel := str(p.relative_to(SRC))) not in allowed
+        for line in architecture_asks(p.read_text(encoding="utf-8"), names, classes)
+    ]
+    assert not found
+    assert all((SRC / name).is_file() for name in allowed)  # no stale exemption
+
+
+def test_the_architecture_rule_sees_each_kind_of_ask():
+    names, classes = _registry_names()
+    asks = {
+        'if data.get("model_type") == "modernbert": pass',
+        "if arch.model_type != models.DEFAULT: pass",
+        "if config.model_type == other.model_type: pass",
+        "ok = isinstance(bert, ModernBertModel)",
+        "ok = isinstance(bert, (BertModel, ModernBertForMaskedLM))",
+        'ARCHS = ("bert", "modernbert")',
+        'encoder = getattr(model, "bert", None)',
+    }
+    for text in asks:
+        assert architecture_asks(text, names, classes) == [1], text
+    fine = {
+        'if self.model_type != "BPE": pass',  # a tokenizer's model, not an architecture
+        "ok = isinstance(bert, BertModel)",
+        'class Tagger:\n    base_model_prefix = "bert"',
+        'x = "BERT"',
+        "arch = models.of_directory(path)",
+    }
+    for text in fine:
+        assert architecture_asks(text, names, classes) == [], text
+
+
+# --------------------------------------------------------------------------------------------- function-local imports
+
+MAX_LOCAL_IMPORTS = 60  # issue 52: a function-local import of bertkit is the exception, with its reason beside it
+# files not counted for now, with the reason (their imports move with them)
+LOCAL_IMPORT_FILES_FOR_NOW: dict[str, str] = {}
+
+
+def _comment_lines(text: str) -> set[int]:
+    return {
+        tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(text).readline) if tok.type == tokenize.COMMENT
+    }
+
+
+def _is_bertkit_import(node: ast.AST) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return not node.level and (node.module == "bertkit" or (node.module or "").startswith("bertkit."))
+    return isinstance(node, ast.Import) and any(a.name.split(".")[0] == "bertkit" for a in node.names)
+
+
+def local_imports(text: str) -> list[tuple[int, bool]]:
+    """(line, has a reason) of each import of a bertkit module inside a function body. The reason is a comment on
+    the import, on the line above it, or on (or above) an import before it in the same run of import statements."""
+    comments = _comment_lines(text)
+    found = []
+    for fn in ast.walk(ast.parse(text)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            for field in ("body", "orelse", "finalbody"):
+                body = getattr(node, field, None)
+                run_start, reason = None, False
+                for stmt in body if isinstance(body, list) else []:
+                    if not isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                        run_start, reason = None, False
+                        continue
+                    if run_start is None:
+                        run_start, reason = stmt.lineno, stmt.lineno - 1 in comments
+                    reason = reason or any(n in comments for n in range(stmt.lineno - 1, stmt.end_lineno + 1))
+                    if _is_bertkit_import(stmt):
+                        found.append((stmt.lineno, reason))
+    # a function nested in another is walked twice
+    return sorted(set(found))
+
+
+def test_function_local_imports_are_few_and_give_their_reason():
+    counted, silent = [], []
+    for p in _sources():
+        rel = p.relative_to(SRC).as_posix()
+        if rel.startswith(tuple(LOCAL_IMPORT_FILES_FOR_NOW)):
+            continue
+        for line, reason in local_imports(p.read_text(encoding="utf-8")):
+            counted.append(f"{rel}:{line}")
+            if not reason:
+                silent.append(f"{rel}:{line}")
+    assert not silent, "say why each function-local import is not at the top (torch, onnx, -h light, a cycle)"
+    assert len(counted) <= MAX_LOCAL_IMPORTS, len(counted)
+    assert all(
+        any(p.as_posix().startswith(f"{SRC.as_posix()}/{name}") for p in _sources())
+        for name in LOCAL_IMPORT_FILES_FOR_NOW
+    )
+
+
+def test_the_local_import_rule_sees_a_reason_and_its_absence():
+    text = """
+from bertkit import models
+
+
+def f():
+    import torch  # heavy
+
+    from bertkit.features import Encoder
+    from bertkit import runtime
+
+    x = 1
+    from bertkit.tasks import get_task
+    # onnx: only the export path needs it
+    from bertkit.export import onnx_name
+    from bertkit.pipelines import load_pipeline  # torch: kept out of -h
+    import bertkit.config
+
+
+class A:
+    def g(self):
+        if True:
+            from bertkit import ops
+"""
+    assert local_imports(text) == [(8, True), (9, True), (12, False), (14, True), (15, True), (16, True), (22, False)]

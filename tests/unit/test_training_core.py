@@ -1,7 +1,7 @@
-"""bertkit.training's core on its own: RunDir (stale temp files, metrics truncation, resume keys, the newest intact
-checkpoint, writability), TrainState (save/load of every state: optimizer, schedule, loss scaler, RNG, position),
-apply_update (clip 0 = none) and Run.train (the epoch loop: data position, evaluation cadence, a signal's checkpoint
-and the resume after it)."""
+"""bertkit.training's core on its own: RunDir (stale temp files, metrics truncation, resume keys, the one resume
+protocol on directories the previous code wrote, the newest intact checkpoint, writability), TrainState (save/load
+of every state: optimizer, schedule, loss scaler, RNG, position), apply_update (clip 0 = none) and Run's epoch loop
+(groups, eval_due, after_step: data position, evaluation cadence, a signal's checkpoint and the resume after it)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import os
 import random
 import signal
+import time
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ import torch
 from bertkit.errors import InputError
 from bertkit.training.checkpointing import load_checkpoint
 from bertkit.training.distributed import DistContext
-from bertkit.training.interrupt import Interrupted
+from bertkit.training.interrupt import GracefulStop, Interrupted
 from bertkit.training.optim import build_optimizer, linear_schedule
 from bertkit.training.run import Run
 from bertkit.training.rundir import RunDir, check_writable
@@ -81,13 +82,13 @@ def test_resume_refusals_and_key_differences(tmp_path):
     state = _state()
     run = RunDir(tmp_path)
     keys = {"task": "sst2", "args": {"lr": 1e-4, "seed": 1}}
-    assert run.resume_checkpoint(keys, resume=False) is None  # nothing there: start
+    assert run.open(keys, resume=False, overwrite=False).checkpoint is None  # nothing there: start
     state.save(run.checkpoints, DistContext(), run=keys)
     with pytest.raises(InputError, match="pass --resume"):
-        run.resume_checkpoint(keys, resume=False)
-    assert run.resume_checkpoint(keys, resume=True)["step"] == 0
+        run.open(keys, resume=False, overwrite=False)
+    assert run.open(keys, resume=True, overwrite=False).checkpoint["step"] == 0
     with pytest.raises(InputError, match=r"--lr 0.001 \(the run used 0.0001\)"):
-        run.resume_checkpoint({"task": "sst2", "args": {"lr": 1e-3, "seed": 1}}, resume=True)
+        run.open({"task": "sst2", "args": {"lr": 1e-3, "seed": 1}}, resume=True, overwrite=False)
 
 
 def test_a_corrupted_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
@@ -145,6 +146,34 @@ def test_clip_zero_means_no_clipping():
         assert torch.equal(x, y)
 
 
+def test_open_reads_run_directories_the_previous_code_wrote(tmp_path):
+    """RunDir.open, the one resume protocol, on directories written before it: pre-training's run.json (its
+    ``config`` only, no ``finished``) beside its model is a finished run, refused in one line with --resume and
+    without; one killed mid-run resumes, a setting it does not record (newer than the run) being no difference;
+    fine-tuning's run.json (the keys alone) with a checkpoint resumes, and its train_log.json marks it finished."""
+    keys = {"config": {"seq_len": 32, "max_steps": 8, "new_flag": 1}}
+    old = tmp_path / "pretrain"
+    old.mkdir()
+    (old / "run.json").write_text(json.dumps({"config": {"seq_len": 32, "max_steps": 8}, "total_steps": 8}))
+    _state().save(RunDir(old).checkpoints, DistContext())
+    assert RunDir(old).open(keys, resume=True, overwrite=False).checkpoint["step"] == 0
+    with pytest.raises(InputError, match="already holds an interrupted run"):
+        RunDir(old).open(keys, resume=False, overwrite=False)
+    (old / "model.safetensors").write_bytes(b"")
+    with pytest.raises(InputError, match="--resume: .* holds a finished run"):
+        RunDir(old).open(keys, resume=True, overwrite=False)
+    with pytest.raises(InputError, match=r"already holds a different run \(differs in max_steps\)"):
+        RunDir(old).open({"config": {"seq_len": 32, "max_steps": 9}}, resume=False, overwrite=False)
+    ft, ft_keys = tmp_path / "finetune", {"task": "sst2", "args": {"lr": 1e-4}}
+    ft.mkdir()
+    (ft / "run.json").write_text(json.dumps(ft_keys))
+    _state().save(RunDir(ft).checkpoints, DistContext(), run=ft_keys)
+    assert RunDir(ft).open(ft_keys, resume=True, overwrite=False).resumed
+    (ft / "train_log.json").write_text("{}")
+    with pytest.raises(InputError, match="holds a finished run"):
+        RunDir(ft).open(ft_keys, resume=True, overwrite=False)
+
+
 def test_check_writable_names_the_flag(tmp_path):
     check_writable(tmp_path / "new" / "dir")
     assert (tmp_path / "new" / "dir").is_dir() and not list((tmp_path / "new" / "dir").iterdir())
@@ -155,12 +184,12 @@ def test_check_writable_names_the_flag(tmp_path):
 
 
 def _train(path, seed: int, resume: bool = False, stop_after: int | None = None):
-    """Run.train over 2 epochs of 3 batches, 2 batches a step (an epoch's last step takes one): 4 steps, an
+    """Run's epoch loop over 2 epochs of 3 batches, 2 batches a step (an epoch's last step takes one): 4 steps, an
     evaluation every 3; each step's group of batches and each saved record are recorded."""
     state, groups, saved = _state(seed), [], []
     state.position = {"epoch": 0, "batch": 0}
     run = Run(path, DistContext(), {"args": {"lr": 1e-2}}, main_metric="m", quiet=True, steps_per_epoch=2)
-    run.start(state, resume=resume, overwrite=False)
+    run.start(state, resume=resume, overwrite=False, total_steps=4)
 
     def step(group):
         groups.append(group)
@@ -171,7 +200,15 @@ def _train(path, seed: int, resume: bool = False, stop_after: int | None = None)
 
     plan = lambda epoch: [f"e{epoch}b{b}" for b in range(3)]  # noqa: E731
     evaluate = lambda: {"m": -float(state.step)}  # noqa: E731  (the first evaluation stays the best)
-    run.train(4, plan, step, evaluate=evaluate, save=saved.append, eval_every=3, save_every=0, per_step=2)
+    with GracefulStop() as stop:  # an epoch-based recipe's loop on Run's API (finetune's, the embedding tasks')
+        if run.eval_pending:
+            run.evaluate(evaluate, saved.append)
+        for group in run.groups(plan, per_step=2):
+            step(group)
+            run.stepped(0.0, time.perf_counter())
+            if run.after_step(stop, run.eval_due(3)):
+                run.evaluate(evaluate, saved.append)
+        run.end(stop, checkpoint=False)
     return state, run, groups, saved
 
 

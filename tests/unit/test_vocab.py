@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from bertkit.errors import InputError
 from bertkit.tokenization import BertTokenizer, load_vocab, train_vocab, vocab_stats
 
 
@@ -107,9 +108,9 @@ def test_korean_and_chinese_training(tmp_path, texts, name, size):
 
 
 def test_train_vocab_errors(tmp_path, texts):
-    with pytest.raises(ValueError, match="vocab_size"):
+    with pytest.raises(InputError, match="--vocab-size 50: leaves no room beyond the 104"):
         train_vocab(texts / "english.txt", vocab_size=50, show_progress=False)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(InputError, match="missing.txt: no such corpus file"):
         train_vocab(tmp_path / "missing.txt", vocab_size=500, show_progress=False)
 
 

@@ -162,7 +162,7 @@ def test_bad_requests_are_refused_in_one_line(extended, tmp_path, capsys):
     args = ["vocab", "extend", "--model", str(base), "--corpus", str(corpus)]
     for extra, words in (
         (["--add", "0", "--output", str(tmp_path / "a")], "--add 0"),
-        (["--add", "3", "--output", str(base)], "not over --model"),
+        (["--add", "3", "--output", str(base)], "is also --model"),
     ):
         assert main(args + extra) == 2
         err = capsys.readouterr().err.strip()

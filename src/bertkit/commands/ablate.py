@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 
-from bertkit.options import number, output_path
+from bertkit.data.pretraining.corpus import expand_corpus
+from bertkit.errors import InputError
+from bertkit.experiments.ablate import STUDIES, AblateConfig, AblationStudy
+from bertkit.experiments.glue import resolve_tasks
+from bertkit.options import flag_string, number, output_path, parse_lrs, parse_seeds, parse_time
+from bertkit.training.interrupt import GracefulStop
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from bertkit.experiments.ablate import STUDIES
-
     parser.description = (
         "Pre-train each variant of a study with the same corpus, vocabulary, budget and seed, report its held-out "
         "MLM accuracy, and fine-tune it on GLUE tasks (median and min-max over seeds). Writes results.csv, "
@@ -65,22 +67,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pretrain-args",
         default="",
+        type=flag_string(("--output", "--corpus", "--vocab", "--seed")),
         help='more pretrain flags for every variant, e.g. "--seq-len 128 --batch-size 64"',
     )
     parser.add_argument(
-        "--finetune-args", default="", help='more finetune flags, e.g. "--epochs 2 --max-train-examples 5000"'
+        "--finetune-args",
+        default="",
+        type=flag_string(("--output", "--model", "--train", "--dev", "--seed", "--lr", "--task")),
+        help='more finetune flags, e.g. "--epochs 2 --max-train-examples 5000"',
     )
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
-
-    from bertkit.commands.glue import parse_lrs, parse_seeds, parse_time
-    from bertkit.data.pretraining.corpus import expand_corpus
-    from bertkit.errors import InputError
-    from bertkit.experiments.ablate import AblateConfig, AblationStudy
-    from bertkit.experiments.glue import resolve_tasks
-    from bertkit.training.interrupt import GracefulStop
 
     expand_corpus(args.corpus)  # files or directories, as for pretrain: a missing or empty one is named here
     if args.glue is not None and not Path(args.glue).is_dir():
@@ -101,8 +100,8 @@ def run(args: argparse.Namespace) -> int:
         checkpoints=args.checkpoints,
         save_every=args.save_every,
         pretrain_seed=args.pretrain_seed,
-        pretrain_args=shlex.split(args.pretrain_args),
-        finetune_args=shlex.split(args.finetune_args),
+        pretrain_args=args.pretrain_args,
+        finetune_args=args.finetune_args,
         max_time_per_run=parse_time(args.max_time_per_run, "--max-time-per-run"),
     )
     with GracefulStop() as stop:

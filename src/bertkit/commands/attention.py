@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from bertkit.errors import InputError
 from bertkit.options import ExactComputeArgs, add_options, number
 
 
@@ -32,7 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from bertkit.errors import InputError
+    # torch: kept out of `bertkit attention -h`
     from bertkit.experiments import attention as A
     from bertkit.precision import resolve_device
 

@@ -20,8 +20,10 @@ import sys
 from pathlib import Path
 
 from bertkit.config import BertConfig
-from bertkit.errors import InputError, MissingFileError
+from bertkit.errors import MissingFileError
 from bertkit.options import output_path
+from bertkit.outputs import MODEL_FILES, check_output, removed_on_failure
+from bertkit.tokenization import BertTokenizer
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -63,13 +65,11 @@ def run(args: argparse.Namespace) -> int:
     # torch and the model: kept out of `bertkit convert -h`
     from bertkit.checkpoint import load_state_dict_into
     from bertkit.tf_checkpoint import TFCheckpointError, tf_state_dict
-    from bertkit.tokenization import BertTokenizer
 
     prefix = _prefix(Path(args.tf_checkpoint))
-    output = Path(args.output)
-    if (output / "model.safetensors").exists() and not args.overwrite:
-        raise InputError(f"{output}: already holds a model (pass --overwrite to replace it)")
     vocab = Path(args.vocab) if args.vocab else prefix.parent / "vocab.txt"
+    inputs = {"--tf-checkpoint": prefix.parent, "--vocab": vocab, "--config": args.config}
+    output = check_output(args.output, inputs, overwrite=args.overwrite, writes=MODEL_FILES)
     if args.vocab and not vocab.is_file():
         raise MissingFileError(f"{vocab}: no such vocabulary file")
     config = BertConfig.from_pretrained(Path(args.config) if args.config else prefix.parent)
@@ -80,9 +80,10 @@ def run(args: argparse.Namespace) -> int:
     if info.initialised:
         raise TFCheckpointError(f"{prefix}: the checkpoint lacks {info.initialised}")
     tokenizer = BertTokenizer.from_pretrained(vocab, lowercase=args.lowercase) if vocab.is_file() else None
-    model.save_pretrained(output)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(output)
+    with removed_on_failure(output):
+        model.save_pretrained(output)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(output)
     n = sum(p.numel() for p in model.parameters())
     print(json.dumps({"output": str(output), "class": cls.__name__, "parameters": n, "vocab": tokenizer is not None}))
     if tokenizer is None:

@@ -24,6 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch  # kept out of `bertkit demo -h`
 
+    # torch (bertkit.modeling): kept out of `bertkit demo -h`
     from bertkit import BertConfig, BertForPreTraining
 
     torch.manual_seed(args.seed)

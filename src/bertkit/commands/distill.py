@@ -15,10 +15,16 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.commands.finetune import FILES, FinetuneFiles, load_finetuned, run_in_context
+from bertkit.embeddings.data import read_scored, read_texts
 from bertkit.errors import InputError
 from bertkit.options import add_options, from_args, option
-from bertkit.tasks.options import TaskOptions
+from bertkit.outputs import MODEL_FILES, check_output
+from bertkit.recipes.distill import DistillArgs, check_args, distill, without_labels
+from bertkit.recipes.distill_embeddings import distill_embeddings, load_teacher
+from bertkit.recipes.distill_student import build_student
+from bertkit.recipes.finetune import run_in_context, set_seed
+from bertkit.tasks import TASK_NAMES, read_task_config
+from bertkit.tasks.options import FILES, FinetuneFiles, TaskOptions, load_finetuned
 
 
 @dataclass(kw_only=True)
@@ -47,9 +53,6 @@ EMBEDDINGS = "embeddings"  # --task of sentence-embedding distillation (a teache
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from bertkit.recipes.distill import DistillArgs
-    from bertkit.tasks import TASK_NAMES
-
     parser.add_argument(
         "--task",
         choices=(*TASK_NAMES, EMBEDDINGS),
@@ -69,11 +72,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, ctx) -> int:
-    from bertkit.recipes.distill import DistillArgs, check_args
-    from bertkit.recipes.distill_student import build_student
-    from bertkit.recipes.finetune import set_seed
-    from bertkit.tasks import read_task_config
-
     files: DistillFiles = from_args(DistillFiles, args)
     train_args: DistillArgs = from_args(DistillArgs, args, device=str(ctx.device))
     check_args(train_args)
@@ -82,6 +80,9 @@ def _run(args: argparse.Namespace, ctx) -> int:
     teacher_dir = Path(files.teacher)
     if not teacher_dir.is_dir():
         raise InputError(f"--teacher {teacher_dir}: no such directory")
+    student = Path(files.student) if Path(files.student).exists() else None
+    inputs = {"--teacher": teacher_dir, "--student": student, "--train": files.train, "--dev": files.dev}
+    check_output(files.output, {**inputs, "--unlabeled": files.unlabeled}, overwrite=None, writes=MODEL_FILES)
     saved_task = read_task_config(teacher_dir).get("task")
     if args.task and saved_task and args.task != saved_task:
         raise InputError(f"--task {args.task}: the teacher {teacher_dir} was fine-tuned on {saved_task}")
@@ -100,7 +101,6 @@ def _run(args: argparse.Namespace, ctx) -> int:
 
 def _task_data(teacher_dir: Path, files: DistillFiles, args: argparse.Namespace):
     """(task, teacher, tokenizer, training examples (--unlabeled ones without labels), dev examples, recipe)."""
-    from bertkit.recipes.distill import distill, without_labels
 
     task, teacher, tokenizer = load_finetuned(teacher_dir, args.task, args)
     train, dev = files.read(task, args.skip_bad_rows)
@@ -111,8 +111,6 @@ def _task_data(teacher_dir: Path, files: DistillFiles, args: argparse.Namespace)
 
 def _embedding_data(teacher_dir: Path, files: DistillFiles, args: argparse.Namespace):
     """(task, teacher, tokenizer, training texts (--train, then --unlabeled), STS dev rows, recipe)."""
-    from bertkit.embeddings.data import read_scored, read_texts
-    from bertkit.recipes.distill_embeddings import distill_embeddings, load_teacher
 
     task, teacher, tokenizer = load_teacher(teacher_dir, args.max_seq_length)
     texts: list[str] = []

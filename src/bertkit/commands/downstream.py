@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 
-from bertkit.options import number
+from bertkit.errors import InputError
+from bertkit.experiments.downstream import (
+    DEFAULT_TASKS,
+    METER_TASKS,
+    DownstreamMeter,
+    MeterConfig,
+    default_lrs,
+    resolve_meter_tasks,
+)
+from bertkit.options import flag_string, number, parse_lrs, parse_seeds, parse_time
+from bertkit.outputs import check_output
+from bertkit.training.interrupt import GracefulStop
+
+# the finetune flags the meter sets for each of its runs: --finetune-args may not give them
+METER_FLAGS = ("--output", "--model", "--train", "--dev", "--seed", "--lr", "--task")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from bertkit.experiments.downstream import DEFAULT_TASKS, METER_TASKS
-
     parser.description = (
         "Fine-tune each task from --model and from a random initialisation of the same config and vocabulary, with "
         "the same flags, learning-rate grid and seeds. Each route takes the learning rate with the best median dev "
@@ -68,17 +79,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         '--finetune-args "--threads 1"',
     )
     parser.add_argument(
-        "--finetune-args", default="", help='more finetune flags for both routes, e.g. "--batch-size 16 --threads 1"'
+        "--finetune-args",
+        default="",
+        type=flag_string(METER_FLAGS),
+        help='more finetune flags for both routes, e.g. "--batch-size 16 --threads 1" (not the flags the meter sets '
+        f"for each run: {', '.join(METER_FLAGS)})",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from bertkit.commands.glue import parse_lrs, parse_seeds, parse_time
-    from bertkit.errors import InputError
-    from bertkit.experiments.downstream import DownstreamMeter, MeterConfig, default_lrs, resolve_meter_tasks
-    from bertkit.training.interrupt import GracefulStop
+    # torch (bertkit.training): kept out of `bertkit downstream -h`
     from bertkit.training.rundir import check_writable
 
     if not Path(args.model).is_dir():
@@ -92,7 +104,6 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--jobs: expected 1 or more, got {args.jobs}")
     if args.epochs is not None and not args.epochs > 0:
         raise InputError(f"--epochs: expected a positive number, got {args.epochs:g}")
-    check_writable(Path(args.output), "--output")
     cfg = MeterConfig(
         model=Path(args.model),
         data_dir=Path(args.data_dir),
@@ -105,9 +116,11 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         init_seed=args.init_seed,
         max_time_per_run=parse_time(args.max_time_per_run, "--max-time-per-run"),
-        finetune_args=shlex.split(args.finetune_args),
+        finetune_args=args.finetune_args,
         jobs=args.jobs,
     )
+    check_output(args.output, {"--model": args.model, "--data-dir": args.data_dir}, overwrite=None)  # its cells resume
+    check_writable(Path(args.output), "--output")  # made once every flag is checked
     with GracefulStop() as stop:
         report = DownstreamMeter(cfg, say=lambda m: print(m, file=sys.stderr, flush=True), stop=stop).run()
     print((report.output / "downstream.md").read_text(encoding="utf-8"), file=sys.stderr)

@@ -23,6 +23,7 @@ from bertkit.data.tasks.readers import jsonl_records, read_text
 from bertkit.errors import InputError, MissingFileError
 from bertkit.files import atomic_write
 from bertkit.options import ComputeArgs, add_options, number
+from bertkit.outputs import removed_on_failure
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -117,24 +118,31 @@ def _rows(lines: list[str], name: str, kind: str) -> Iterator[tuple[int, str, st
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertkit.features import Encoder, parse_layers, resolve_pooling  # torch: kept out of `bertkit embed -h`
-    from bertkit.precision import resolve_device
+    from bertkit.features import resolve_pooling  # torch: kept out of `bertkit embed -h`
     from bertkit.training.rundir import check_writable
 
     out = args.output
     if out.suffix not in (".npy", ".jsonl"):
         raise InputError(f"--output must end in .npy or .jsonl, got {out}")
-    check_writable(out.parent, "--output")  # before the work, not after it
     pooling = resolve_pooling(args.pooling) if args.pooling else None
     if pooling == "none" and out.suffix == ".npy":
         raise InputError("--pooling none gives one [T_i, D] array per text: write it to a .jsonl file")
+    with removed_on_failure(out.parent):  # a failed run leaves no directory it made
+        check_writable(out.parent, "--output")  # before the work, not after it
+        return _embed(args, out, pooling)
+
+
+def _embed(args: argparse.Namespace, out: Path, pooling: str | None) -> int:
+    from bertkit.features import Encoder, parse_layers  # torch: kept out of `bertkit embed -h`
+    from bertkit.precision import resolve_device
+
     texts, pairs = read_inputs(args.input)
     device = resolve_device(args.device, cpu_only=args.quantize is not None or args.backend == "onnx")
     encoder = Encoder.from_pretrained(
         args.model, device=device, precision=args.precision, quantize=args.quantize, backend=args.backend
     )
     pooling = pooling or encoder.defaults.pooling  # unnamed: a sentence-embedding model's own (Encoder.defaults)
-    layers = parse_layers(args.layers) if args.layers else encoder.defaults.layers
+    layers = parse_layers(args.layers) if args.layers else encoder.default_layers()
     result = encoder.encode(
         texts,
         pairs,

@@ -1,5 +1,5 @@
 """``bertkit evaluate --task blimp``: BLiMP's 67 paradigms on a pre-trained model's MLM head, scored by
-pseudo-log-likelihood as BabyLM scores it (``bertkit.experiments.blimp``); ``evaluate`` hands ``--task blimp`` here.
+pseudo-log-likelihood as BabyLM scores it (``bertkit.tasks.blimp``); ``evaluate`` hands ``--task blimp`` here.
 
 bertkit evaluate --task blimp --model runs/my-bert --data data/blimp --output runs/my-bert/blimp
 bertkit evaluate --task blimp --model runs/electra/generator --data data/blimp --pairs-per-paradigm 100
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bertkit.options import ExactComputeArgs, add_options, from_args, option, threads_option
 
-PLL_CHOICES = ("original", "word-l2r")  # bertkit.experiments.blimp.PLL_METHODS, named here so -h imports no torch
+PLL_CHOICES = ("original", "word-l2r")  # bertkit.tasks.blimp.PLL_METHODS, named here so -h imports no torch
 
 
 @dataclass(kw_only=True)
@@ -61,10 +61,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch and the scorer: kept out of `bertkit evaluate --task blimp -h`
     import torch
 
-    from bertkit.experiments.blimp import PllScorer, evaluate_blimp, read_blimp, table, write_results
     from bertkit.precision import resolve_device
+    from bertkit.tasks.blimp import PllScorer, evaluate_blimp, read_blimp, table, write_results
     from bertkit.training.rundir import run_record
 
     cfg: BlimpArgs = from_args(BlimpArgs, args)

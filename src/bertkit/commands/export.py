@@ -7,7 +7,9 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from bertkit.errors import InputError
 from bertkit.options import number
+from bertkit.outputs import removed_on_failure
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +37,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "reads as DIR/encoder.onnx (or encoder.int8.onnx)",
     )
     parser.add_argument(
+        "--overwrite", action="store_true", help="replace graph files that OUT already holds (default: refused)"
+    )
+    parser.add_argument(
         "--no-check",
         dest="check",
         action="store_false",
@@ -43,14 +48,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertkit.export import export_onnx
+    # torch: kept out of `bertkit export -h`
+    from bertkit.export import check_opset, export_onnx, onnx_name
     from bertkit.training.rundir import check_writable
 
     directory, out = args.onnx
     target = Path(out)
-    check_writable(target.parent if target.suffix == ".onnx" else target, "--onnx")  # before the export, not after
-    report = export_onnx(
-        directory, out, opset=args.opset, quantize=args.quantize, check=args.check, hidden_states=args.all_layers
-    )
+    check_opset(args.opset)
+    # the graph files it writes (a directory may hold the model it is exported from, and the other graphs: kept)
+    graphs = [target] if target.suffix == ".onnx" else [target / onnx_name(None, args.all_layers)]
+    if args.quantize and target.suffix != ".onnx":
+        graphs.append(target / onnx_name(args.quantize, args.all_layers))
+    for graph in graphs:
+        if graph.exists() and not args.overwrite:
+            raise InputError(f"--onnx OUT {graph}: already exists; pass --overwrite to replace it")
+    where = target.parent if target.suffix == ".onnx" else target
+    with removed_on_failure(where):  # a failed export leaves no directory it made
+        check_writable(where, "--onnx")  # before the export, not after
+        report = export_onnx(
+            directory, out, opset=args.opset, quantize=args.quantize, check=args.check, hidden_states=args.all_layers
+        )
     print(json.dumps(asdict(report), sort_keys=True))
     return 0

@@ -7,9 +7,6 @@ checks the flags and prints.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from collections.abc import Sequence
 
 from bertkit.errors import InputError
 from bertkit.options import ExactComputeArgs, add_options, number
@@ -30,22 +27,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_options(parser, ExactComputeArgs)  # --device, --precision (fp32 unless asked: the probabilities as computed)
 
 
-def print_predictions(texts: Sequence[str], results: list[list[list[dict]]], as_json: bool = False, file=None) -> None:
-    """Print :meth:`Encoder.fill_mask`'s results: per text, one line per [MASK] (or one JSON object per text)."""
-    file = sys.stdout if file is None else file
-    for text, per_mask in zip(texts, results):
-        if as_json:
-            predictions = [[{"token": p["token"], "probability": round(p["score"], 5)} for p in m] for m in per_mask]
-            print(json.dumps({"text": text, "predictions": predictions}), file=file)
-            continue
-        print(text, file=file)
-        for n, preds in enumerate(per_mask, 1):
-            label = f"  [MASK] #{n}: " if len(per_mask) > 1 else "  "
-            print(label + "   ".join(f"{p['token']} {p['score']:.1%}" for p in preds), file=file)
-
-
 def run(args: argparse.Namespace) -> int:
-    from bertkit.features import Encoder  # torch: kept out of `bertkit fill-mask -h`
+    from bertkit.features import Encoder, format_fill_mask  # torch: kept out of `bertkit fill-mask -h`
     from bertkit.precision import resolve_device
 
     if args.top_k < 1:
@@ -54,5 +37,5 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         raise InputError(f"no {MASK} in {missing[0]!r}")
     encoder = Encoder.from_pretrained(args.model, device=resolve_device(args.device), precision=args.precision)
-    print_predictions(args.text, encoder.fill_mask(args.text, top_k=args.top_k), args.json)
+    print(format_fill_mask(args.text, encoder.fill_mask(args.text, top_k=args.top_k), args.json))
     return 0

@@ -5,8 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from bertkit.options import output_path
+from bertkit.experiments.glue import SuiteConfig, SuiteRunner, resolve_tasks
+from bertkit.options import add_options, option_flags, output_path, parse_lrs, parse_seeds, parse_time, to_argv
+from bertkit.recipes.finetune import FinetuneArgs  # finetune's flags are glue's: torch at -h already
+from bertkit.tasks.options import FinetuneFiles, TaskOptions
+from bertkit.training.interrupt import GracefulStop
+from bertkit.training.rundir import check_writable
 
 # finetune flags the suite sets itself, or that make no sense per cell (the others pass through to every finetune)
 _OWN = {"task", "train", "dev", "model", "output", "lr", "seed", "help", "resume", "save_every"}
@@ -14,10 +20,6 @@ _OWN = {"task", "train", "dev", "model", "output", "lr", "seed", "help", "resume
 
 def _finetune_options() -> list[type]:
     """The option dataclasses of ``bertkit finetune`` (so new finetune flags pass through as well)."""
-    from bertkit.commands.finetune import FinetuneFiles
-    from bertkit.recipes.finetune import FinetuneArgs
-    from bertkit.tasks.options import TaskOptions
-
     return [FinetuneFiles, FinetuneArgs, TaskOptions]
 
 
@@ -54,7 +56,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="bound each fine-tuning (90s, 10m, 1h); the best dev checkpoint reached counts",
     )
-    from bertkit.options import add_options
 
     # only flags given on the command line are passed on (no defaults here: finetune's own apply)
     group = parser.add_argument_group("fine-tuning (passed to every `bertkit finetune`; see its -h)")
@@ -78,62 +79,11 @@ class _OneGroup(dict):
 
 def finetune_argv(args: argparse.Namespace) -> list[str]:
     """The pass-through finetune flags given on the command line, as argv."""
-    from bertkit.options import to_argv
 
     return [flag for cls in _finetune_options() for flag in to_argv(cls, args, exclude=_OWN)]
 
 
-def parse_seeds(text: str) -> list[int]:
-    from bertkit.errors import InputError
-
-    try:
-        if "," not in text:
-            n = int(text)
-            if n < 1:
-                raise ValueError
-            return list(range(1, n + 1))
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise InputError(
-            f"--seeds: expected a count >= 1 or a comma-separated list of integers, got {text!r}"
-        ) from None
-    if len(set(seeds)) != len(seeds) or not seeds:
-        raise InputError(f"--seeds: {text!r} repeats a seed or names none")
-    return seeds
-
-
-def parse_lrs(text: str) -> list[float]:
-    from bertkit.errors import InputError
-
-    try:
-        lrs = [float(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise InputError(f"--lr: expected comma-separated numbers, got {text!r}") from None
-    if not lrs or any(not lr > 0 for lr in lrs):
-        raise InputError(f"--lr: expected positive learning rates, got {text!r}")
-    return sorted(set(lrs))
-
-
-def parse_time(text: str | None, flag: str) -> float | None:
-    if text is None:
-        return None
-    from bertkit.errors import InputError
-    from bertkit.recipes.pretrain import parse_duration
-
-    try:
-        return parse_duration(text)
-    except ValueError as e:
-        raise InputError(f"{flag}: {e}") from None
-
-
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from bertkit.experiments.glue import SuiteConfig, SuiteRunner, resolve_tasks
-    from bertkit.options import option_flags
-    from bertkit.training.interrupt import GracefulStop
-    from bertkit.training.rundir import check_writable
-
     check_writable(Path(args.output), "--output")  # before the suite, not after its first cell
     ft_flags = {flag for cls in _finetune_options() for flag in option_flags(cls).values()}
     cfg = SuiteConfig(

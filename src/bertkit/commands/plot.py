@@ -6,6 +6,12 @@ import argparse
 import json
 import sys
 
+from bertkit.errors import InputError
+from bertkit.experiments import plots
+from bertkit.experiments.tables import csv_text
+from bertkit.experiments.tensorboard import convert_run
+from bertkit.files import write_text
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
@@ -31,16 +37,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from bertkit.errors import InputError
-    from bertkit.experiments import plots
-
     runs = [Path(r) for r in args.runs]
     for r in runs:
         if not r.is_dir():
             raise InputError(f"{r}: not a directory (expected a pretrain or finetune output)")
     if args.tensorboard:
-        from bertkit.experiments.tensorboard import convert_run
-
         if args.output and len(runs) > 1:
             written = [convert_run(r, Path(args.output) / r.name) for r in runs]
         else:
@@ -57,8 +58,6 @@ def run(args: argparse.Namespace) -> int:
     curves = [plots.read_run(r, n) for r, n in zip(runs, names)]
     out = Path(args.output or "curves.png")
     plots.curves(out, curves)
-    from bertkit.experiments.tables import csv_text
-    from bertkit.files import write_text
 
     table = out.with_suffix(".csv")
     write_text(table, csv_text(plots.curves_table(curves)))

@@ -14,6 +14,7 @@ from bertkit.options import number, output_path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    # cli.py imports every command to build its parser: the library loads when the command runs
     from bertkit.data.pretraining.corpus import ENCODINGS, FORMATS
     from bertkit.data.pretraining.prepare import DEFAULTS
     from bertkit.data.pretraining.splitter import SPLITTERS
@@ -76,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
+    # cli.py imports every command to build its parser: the library loads when the command runs
     from bertkit.data.pretraining.corpus_files import find_corpus
     from bertkit.data.pretraining.prepare import cache_dir, corpus_fingerprint, prepare_corpus
     from bertkit.errors import InputError
@@ -95,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     listing = find_corpus(args.corpus, args.follow_symlinks)  # warns once about each link skipped
     output = args.output
     if output is None:
+        # cli.py imports every command to build its parser: the library loads when the command runs
         from bertkit.data.pretraining.prepare import DEFAULTS, _settings
 
         tokenizer = BertTokenizer.from_pretrained(str(vocab), lowercase=args.lowercase)

@@ -12,6 +12,7 @@ from bertkit.errors import InputError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    # cli.py imports every command to build its parser: the library loads when the command runs
     from bertkit.options import add_options
     from bertkit.recipes.pretrain import PretrainConfig
 
@@ -73,6 +74,7 @@ def check_overrides(overrides: dict, arch: str, model_size: str, init_from: str 
 
     if not overrides:
         return
+    # cli.py imports every command to build its parser: the library loads when the command runs
     from bertkit import models
 
     config_class = models.get(arch).config_class()
@@ -93,16 +95,19 @@ def check_overrides(overrides: dict, arch: str, model_size: str, init_from: str 
 
 
 def config_from_args(args: argparse.Namespace):
+    """The run's config, validated and resolved once (the recipe's model and choices filled in: ``resolve``)."""
+    # cli.py imports every command to build its parser: the library loads when the command runs
     from bertkit.options import from_args
-    from bertkit.recipes.pretrain import PretrainConfig
+    from bertkit.recipes.pretrain import PretrainConfig, resolve
 
     overrides = parse_overrides(args.config_overrides)
-    cfg = from_args(PretrainConfig, args, config_overrides=overrides)  # the recipe's model filled in
+    cfg = resolve(from_args(PretrainConfig, args, config_overrides=overrides))
     check_overrides(overrides, cfg.arch, cfg.model_size, cfg.init_from)
     return cfg
 
 
 def run(args: argparse.Namespace) -> int:
+    # cli.py imports every command to build its parser: the library loads when the command runs
     from bertkit.recipes.pretrain import pretrain
 
     try:

@@ -6,8 +6,9 @@ import argparse
 import json
 from dataclasses import dataclass
 
-from bertkit.experiments.probe import DEFAULT_POOLINGS, PROBE_TASKS, ProbeConfig
+from bertkit.experiments.probe import DEFAULT_POOLINGS, PROBE_TASKS, ProbeConfig, run_probe
 from bertkit.options import ComputeArgs, add_options, from_args, option, seed_option
+from bertkit.precision import resolve_device
 
 NER = "NER (conll2003)"
 
@@ -64,9 +65,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
-
-    from bertkit.experiments.probe import run_probe
-    from bertkit.precision import resolve_device
 
     a: ProbeArgs = from_args(ProbeArgs, args)
     compute: ProbeCompute = from_args(ProbeCompute, args)

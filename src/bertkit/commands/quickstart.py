@@ -16,8 +16,10 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.errors import RunError
+from bertkit import models
+from bertkit.errors import InputError, RunError
 from bertkit.options import ComputeArgs, add_options, lr_option, number, seed_option, threads_option
+from bertkit.tasks.cloze import cloze_probe
 
 SENTENCES = [
     (
@@ -50,7 +52,7 @@ def cap_positions(model_dir: Path, length: int) -> bool:
     (no absolute positions, or no more than ``length``)."""
     import dataclasses
 
-    from bertkit import models
+    # torch: kept out of `bertkit quickstart -h`, as in run()
     from bertkit.modeling import BertForPreTraining
 
     if not models.of_directory(model_dir).absolute_positions:
@@ -71,6 +73,7 @@ def score_unseen_books(out: Path, books: list[Path]) -> dict[str, float]:
     """The run's held-out MLM figures (``held_out_accuracy``) on ``books``, which it never read: they are tokenized
     with its vocabulary into ``out/heldout`` (90% of each book's sentences form the scored split) and cut into the
     run's sequences."""
+    # torch (the pre-training recipe): kept out of `bertkit quickstart -h`
     from bertkit.data.pretraining.prepare import prepare_corpus
     from bertkit.recipes.pretrain import held_out_accuracy
 
@@ -124,11 +127,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertkit.commands.fill_mask import print_predictions
-    from bertkit.errors import InputError
-    from bertkit.features import Encoder, encode_with_masks
+    # torch: kept out of `bertkit quickstart -h`
+    from bertkit.features import Encoder, encode_with_masks, format_fill_mask
     from bertkit.recipes.pretrain import PretrainConfig, PretrainError, held_out_accuracy, parse_duration, pretrain
-    from bertkit.tasks.cloze import cloze_probe
 
     corpus = [Path(p) for p in args.corpus] if args.corpus else bundled_corpus()
     try:
@@ -139,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         corpus=[str(p) for p in corpus],
         output=args.output,
         vocab_size=args.vocab_size,
-        arch="bert",  # the demo measured in docs/pretraining.md ("The quickstart"), not the budget default
+        arch=models.DEFAULT,  # BERT, the demo measured in docs/pretraining.md ("The quickstart"), not the budget one
         model_size=args.model_size,
         seq_len=args.seq_len,
         batch_size=args.batch_size,
@@ -191,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     shown = [t for t in SENTENCES if len(encode_with_masks(encoder.tokenizer, t)) <= limit]
     print("\nfill-mask with the model just trained (top 5 guesses for each [MASK]):\n")
     if shown:
-        print_predictions(shown, encoder.fill_mask(shown, top_k=5))
+        print(format_fill_mask(shown, encoder.fill_mask(shown, top_k=5)))
     if len(shown) < len(SENTENCES):
         print(f"({len(SENTENCES) - len(shown)} example sentence(s) longer than the {limit} tokens the model accepts)")
     print(

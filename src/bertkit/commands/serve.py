@@ -15,8 +15,13 @@ import os
 import sys
 from dataclasses import dataclass
 
-from bertkit.errors import InputError, RunError
-from bertkit.options import ComputeArgs, add_options, number, threads_option
+from bertkit.errors import BertkitError, InputError, RunError
+from bertkit.features import Encoder
+from bertkit.options import ComputeArgs, add_options, from_args, number, threads_option
+from bertkit.pipelines import NoHeadError, load_pipeline
+from bertkit.precision import resolve_device
+from bertkit.serve.app import ServeSettings, create_app  # its flags are ServeSettings': FastAPI and torch at -h too
+from bertkit.serve.http.server import bind_socket, settings_limits, uvicorn_config
 
 
 @dataclass
@@ -26,9 +31,16 @@ class ServeCompute(ComputeArgs):
     threads: int | None = threads_option(group=None)
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    from bertkit.serve.app import ServeSettings
+def _api_key(text: str) -> str:
+    """``--api-key``: an empty key (``--api-key "$KEY"`` with KEY unset) would turn authentication off in silence."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "is empty: an empty key would turn authentication off; leave --api-key out to serve without a key"
+        )
+    return text
 
+
+def configure(parser: argparse.ArgumentParser) -> None:
     # "--layers -1,-2,-3,-4" parses: cli.main joins a negative list to its flag (argparse takes it for an option)
     parser.add_argument(
         "--model",
@@ -42,7 +54,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=number(int, "--port"), default=8000)
     parser.add_argument(
         "--api-key",
-        default=os.environ.get("BERTKIT_API_KEY"),
+        type=_api_key,
+        default=os.environ.get("BERTKIT_API_KEY") or None,  # an empty variable: no key, as if unset
         help="require this key (Authorization: Bearer KEY or X-API-Key); default $BERTKIT_API_KEY",
     )
     parser.add_argument(
@@ -67,12 +80,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
     import uvicorn
-
-    from bertkit.errors import BertkitError
-    from bertkit.options import from_args
-    from bertkit.precision import resolve_device
-    from bertkit.serve.app import ServeSettings, create_app
-    from bertkit.serve.http.server import bind_socket, settings_limits, uvicorn_config
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -135,9 +142,6 @@ def parse_model_specs(values: list[str], model_id: str | None = None) -> dict[st
 def load_model(directory: str, device: str, precision: str, quantize: str | None = None, backend: str = "torch"):
     """What ``--model DIR`` serves: the task pipeline when ``config.json`` names a fine-tuned head (its
     ``.encoder()`` also serves the encoder routes), else the directory's encoder; ``backend`` "torch" or "onnx"."""
-    from bertkit.features import Encoder  # torch: kept out of `bertkit serve -h`
-    from bertkit.pipelines import NoHeadError, load_pipeline
-
     try:
         return load_pipeline(directory, device=device, precision=precision, quantize=quantize, backend=backend)
     except NoHeadError:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from bertkit.tokenization import load_tokenizer
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -16,8 +18,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import sys
-
-    from bertkit.tokenization import load_tokenizer
 
     tok = load_tokenizer(args.vocab, lowercase=None if args.cased is None else not args.cased)
     texts = args.text or (line.rstrip("\n") for line in sys.stdin)

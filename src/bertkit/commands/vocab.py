@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import argparse
 
+from bertkit.data.pretraining.corpus import corpus_texts
 from bertkit.options import number, output_path
+from bertkit.outputs import check_output, removed_on_failure
+from bertkit.tokenization import train_vocab, vocab_stats
 
+VOCAB_FILES = ("vocab.txt", "tokenizer_config.json")  # what a vocabulary directory gets
 EPILOG = (
     "bertkit vocab extend --model DIR --corpus FILE... --add N --output DIR: extend a model's vocabulary (-h there)"
 )
@@ -57,29 +61,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from bertkit.tokenization import train_vocab, vocab_stats
-
-    strip = {"auto": None, "yes": True, "no": False}[args.strip_accents]
-    tok = train_vocab(
-        args.files,
-        vocab_size=args.vocab_size,
-        lowercase=not args.cased,
-        min_frequency=args.min_frequency,
-        output=args.output,
-        num_unused=args.num_unused,
-        strip_accents=strip,
-        tokenize_chinese_chars=not args.no_chinese_chars,
-        limit_alphabet=args.limit_alphabet,
-        show_progress=not args.quiet,
-    )
+    # a *.txt --output is the vocabulary alone, a file in its directory; else a directory
+    output = Path(args.output)
+    directory, writes = (output.parent, (output.name,)) if output.suffix == ".txt" else (output, VOCAB_FILES)
+    check_output(directory, {"FILES": args.files, "--holdout": args.holdout}, overwrite=None, writes=writes)
+    with removed_on_failure(directory):
+        tok = train_vocab(
+            args.files,
+            vocab_size=args.vocab_size,
+            lowercase=not args.cased,
+            min_frequency=args.min_frequency,
+            output=args.output,
+            num_unused=args.num_unused,
+            strip_accents={"auto": None, "yes": True, "no": False}[args.strip_accents],
+            tokenize_chinese_chars=not args.no_chinese_chars,
+            limit_alphabet=args.limit_alphabet,
+            show_progress=not args.quiet,
+        )
     print(
-        f"wrote {Path(args.output) / 'vocab.txt'}: {tok.vocab_size} tokens "
+        f"wrote {output if output.suffix == '.txt' else output / 'vocab.txt'}: {tok.vocab_size} tokens "
         f"([UNK]={tok.unk_token_id}, [CLS]={tok.cls_token_id}, [SEP]={tok.sep_token_id}, [MASK]={tok.mask_token_id})"
     )
     for path in args.holdout:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = [line.strip() for line in f if line.strip()]
-        s = vocab_stats(tok, lines)
+        s = vocab_stats(tok, corpus_texts([path]))
         print(
             f"holdout {path}: {s['lines']} lines, {s['words']} words, [UNK] rate {100 * s['unk_rate']:.3f}%, "
             f"{s['tokens_per_word']:.3f} tokens/word"

@@ -11,12 +11,25 @@ from __future__ import annotations
 import argparse
 import logging
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.options import add_options, from_args, option, seed_option
+from bertkit.data.pretraining.corpus import corpus_texts
+from bertkit.errors import InputError
+from bertkit.options import add_options, from_args, option, output_path, seed_option
+from bertkit.outputs import MODEL_FILES, check_output, removed_on_failure
+from bertkit.tokenization import BertTokenizer, FastTokenizer, load_tokenizer
+from bertkit.tokenization.extend import (
+    WordPieceSplitter,
+    bpe_spec,
+    choose_bpe,
+    choose_wordpiece,
+    count_words,
+    extend_bpe_json,
+    place_tokens,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +43,12 @@ class ExtendArgs:
         required=True, nargs="+", default_factory=list, help="UTF-8 text files of the domain, one text per line"
     )
     add: int = option(required=True, metavar="N", help="how many tokens to add")
-    output: str = option(required=True, help="directory for the extended model (config, weights, tokenizer)")
+    output: str = option(
+        required=True, parse=output_path, help="directory for the extended model (config, weights, tokenizer)"
+    )
+    overwrite: bool = option(
+        False, help="write into an existing --output that holds files (the model files are replaced, others left)"
+    )
     init: str = option(
         "mean",
         choices=("mean", "random"),
@@ -47,25 +65,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_options(parser, ExtendArgs)
 
 
-def read_lines(paths: Sequence[str | Path]) -> Iterator[str]:
-    """The non-empty lines of the corpus files (a missing file is a one-line error naming it)."""
-    from bertkit.errors import MissingFileError
-
-    for path in paths:
-        if not Path(path).is_file():
-            raise MissingFileError(f"{path}: no such corpus file")
-    for path in paths:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                line = line.strip()
-                if line:
-                    yield line
-
-
 def pieces_on(counts: Counter, tokenizer: Any) -> tuple[int, int, int]:
     """(words, pieces, words that are [UNK]) of a corpus of word ``counts`` under ``tokenizer``; an [UNK] word counts
     as its characters (it lost them all)."""
-    from bertkit.tokenization.extend import WordPieceSplitter
 
     words = pieces = unk = 0
     if hasattr(tokenizer, "basic_tokenize"):
@@ -91,35 +93,28 @@ def extend_vocabulary(
     init: str = "mean",
     min_saving: int = 2,
     seed: int = 0,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Choose ``add`` tokens for the corpus, place them, write the extended tokenizer and model to ``output``.
 
     Returns a report: ``chosen`` (the :class:`~bertkit.tokenization.extend.Choice` list, ids set), ``slots`` (how
     many took ``[unusedN]`` slots), ``vocab_size`` (the model's, before and after), ``before`` / ``after`` ((words,
-    pieces, [UNK] words) on the corpus)."""
+    pieces, [UNK] words) on the corpus). ``output`` may not be ``model`` (nor hold a corpus file it would replace),
+    nor an existing directory holding files unless ``overwrite`` (``bertkit.outputs.check_output``); a failed
+    extension removes the ``output`` it made."""
     import json
 
-    from bertkit.errors import InputError
+    # torch (the weights' surgery): kept out of `bertkit vocab extend -h`
     from bertkit.resize import extend_model_directory, read_directory_config
-    from bertkit.tokenization import BertTokenizer, FastTokenizer, load_tokenizer
-    from bertkit.tokenization.extend import (
-        bpe_spec,
-        choose_bpe,
-        choose_wordpiece,
-        count_words,
-        extend_bpe_json,
-        place_tokens,
-    )
 
     model, output = Path(model), Path(output)
     if add < 1:
         raise InputError(f"--add {add}: give a positive number of tokens")
-    if output.resolve() == model.resolve():
-        raise InputError(f"--output {output}: write the extended model to a new directory, not over --model")
+    check_output(output, {"--model": model, "--corpus": corpus}, overwrite=overwrite, writes=MODEL_FILES)
     tokenizer = load_tokenizer(model)
     if not isinstance(tokenizer, BertTokenizer):
         bpe_spec(json.loads(tokenizer._spec), str(tokenizer.source))  # a tokenizer.json this can extend, or an error
-    counts = count_words(tokenizer, read_lines(corpus))
+    counts = count_words(tokenizer, corpus_texts(corpus))
     if isinstance(tokenizer, BertTokenizer):
         chosen = choose_wordpiece(counts, tokenizer.vocab, add, tokenizer.max_input_chars_per_word, min_saving)
         vocab = place_tokens(chosen, tokenizer.vocab)
@@ -140,8 +135,9 @@ def extend_vocabulary(
         new_tok = FastTokenizer(spec, special, tokenizer.model_max_length, tokenizer.config, tokenizer.source)
     old_size = read_directory_config(model).get("vocab_size", 0)
     new_size = max([old_size, *(c.id + 1 for c in chosen)])
-    extend_model_directory(model, output, [(c.id, c.pieces) for c in chosen], new_size, init, seed)
-    new_tok.save_pretrained(output)
+    with removed_on_failure(output):
+        extend_model_directory(model, output, [(c.id, c.pieces) for c in chosen], new_size, init, seed)
+        new_tok.save_pretrained(output)
     return {
         "chosen": chosen,
         "slots": sum(1 for c in chosen if c.slot is not None),
@@ -153,7 +149,9 @@ def extend_vocabulary(
 
 def run(args: argparse.Namespace) -> int:
     cfg = from_args(ExtendArgs, args)
-    report = extend_vocabulary(cfg.model, cfg.corpus, cfg.add, cfg.output, cfg.init, cfg.min_saving, cfg.seed)
+    report = extend_vocabulary(
+        cfg.model, cfg.corpus, cfg.add, cfg.output, cfg.init, cfg.min_saving, cfg.seed, overwrite=cfg.overwrite
+    )
     chosen = report["chosen"]
     (w0, p0, u0), (w1, p1, u1) = report["before"], report["after"]
     old, new = report["vocab_size"]

@@ -27,6 +27,7 @@ from typing import Any
 
 from bertkit.data.pretraining.splitter import sentence_spans
 from bertkit.data.tasks.readers import DataError, RowGuard, check_file, jsonl_records, open_text
+from bertkit.data.tasks.squad import read_squad
 
 logger = logging.getLogger(__name__)
 
@@ -331,6 +332,7 @@ def column(seqs: Sequence[Sequence[int]], pad_id: int, device: Any = None):
     """One column of a training batch (each row's token ids) padded to its longest, as the embedding loop feeds
     it to the model: a ``gradcache.Column`` (input_ids, token_type_ids all 0, attention_mask) on ``device``, from
     the one collate (:func:`bertkit.batches.collate`)."""
+    # torch: `bertkit evaluate --task sts -h` imports this module without it
     from bertkit.batches import collate
     from bertkit.embeddings.gradcache import Column
 
@@ -340,7 +342,6 @@ def column(seqs: Sequence[Sequence[int]], pad_id: int, device: Any = None):
 def read_squad_pairs(path: str | os.PathLike, mode: str = "sentence", skip_bad_rows: bool = False) -> TextRows:
     """SQuAD JSON -> (question, the sentence holding the first answer) or (question, paragraph) pairs.
     Unanswerable (v2.0) questions are left out."""
-    from bertkit.data.tasks.squad import read_squad
 
     if mode not in ("sentence", "paragraph"):
         raise ValueError(f"--squad-pairs must be sentence or paragraph, got {mode!r}")

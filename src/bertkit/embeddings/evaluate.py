@@ -23,6 +23,7 @@ import numpy as np
 
 from bertkit.data.tasks.readers import DataError, RowGuard, check_file, jsonl_records, open_text
 from bertkit.embeddings.data import TextRows
+from bertkit.files import write_text
 from bertkit.tasks.metrics import pearson, spearman
 
 logger = logging.getLogger(__name__)
@@ -164,7 +165,6 @@ def exact_search(
 def write_run_file(path: str | os.PathLike, rankings: dict[str, list[tuple[str, float]]], tag: str = "bertkit") -> None:
     """A TREC run file (``qid Q0 docid rank score tag``, one line per retrieved document, ranks from 1), written
     atomically. Scores keep float32's 9 significant digits, so trec_eval's order (by score) is the ranking's."""
-    from bertkit.files import write_text
 
     if not tag or any(c.isspace() for c in tag):
         raise ValueError(f"run tag {tag!r}: one word with no spaces")

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from bertkit.features import pool
 from bertkit.modeling import Packing
+from bertkit.ops import pool
 from bertkit.precision import autocast
 
 EmbedFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -216,7 +216,7 @@ def packed_embed(model: torch.nn.Module, pooling: str, precision: str, device) -
             packing = Packing(mask, length_chunks(mask.sum(1).tolist()))
         with autocast(precision, device):
             hidden = model(ids, attention_mask=mask, token_type_ids=types, packing=packing).last_hidden_state
-        return pool(hidden, mask, pooling)
+        return pool(hidden.float(), mask, pooling)
 
     return embed
 

@@ -20,12 +20,14 @@ exactly that of the global-batch loss.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from bertkit import models
 from bertkit import options as opts
 from bertkit.embeddings.data import TextRows, column
 from bertkit.embeddings.evaluate import sts_metrics
@@ -34,7 +36,6 @@ from bertkit.embeddings.losses import build_loss
 from bertkit.errors import InputError
 from bertkit.features import EncodeDefaults, Encoder
 from bertkit.files import write_json
-from bertkit.modeling import BertModel
 from bertkit.options import option
 from bertkit.precision import grad_scaler, resolve_precision
 from bertkit.st_format import (
@@ -43,6 +44,7 @@ from bertkit.st_format import (
     write_sentence_transformers,
 )
 from bertkit.tokenization import BertTokenizer, FastTokenizer, load_tokenizer
+from bertkit.training.interrupt import GracefulStop
 from bertkit.training.log import say
 from bertkit.training.optim import build_optimizer, linear_schedule
 from bertkit.training.run import Run
@@ -95,7 +97,7 @@ class EmbeddingTrainArgs:
         "MultipleNegativesRankingLoss; sts: (text, text, score) with CoSENT",
     )
     train: str = option(None, required=True, help="training file (text, TSV, CSV, JSONL, SQuAD JSON)")
-    model: str = option(None, required=True, help="bertkit, Hugging Face or sentence-transformers BERT directory")
+    model: str = option(None, required=True, help="bertkit, Hugging Face or sentence-transformers model directory")
     output: str = opts.output_option(help="output directory (loads in Encoder, sentence-transformers, transformers)")
     dev: str | None = option(
         None,
@@ -235,12 +237,15 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
         quiet=args.quiet,
         steps_per_epoch=batches_per_epoch,
         precision=precision,
+        desc="embeddings",
+        save_every=args.save_every,
     )
-    saved = run.start(state, resume=args.resume, overwrite=args.overwrite)
+    saved = run.start(state, resume=args.resume, overwrite=args.overwrite, total_steps=total_steps)
     if saved is not None:
         say(f"resuming {run.path} at step {state.step} of {total_steps}", ctx, args.quiet)
     out = _Output(args, run, tokenizer, pooling, max_len)
     embed = packed_embed(model, pooling, precision, device)
+    dev_metrics = (lambda: out.evaluate(dev)) if dev is not None else None
 
     def plan(epoch: int) -> list[list[int]]:
         """This process's share of each global batch of the epoch's shuffle."""
@@ -248,42 +253,42 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
         starts = [b * global_batch + ctx.rank * args.batch_size for b in range(batches_per_epoch)]
         return [order[start : start + args.batch_size] for start in starts]
 
-    def step(group: list[list[int]]) -> None:
-        (idx,) = group
-        columns = [column([table[i][k] for i in idx], tokenizer.pad_token_id, device) for k in range(rows.width)]
-        if args.task == "simcse":
-            columns = [columns[0], columns[0]]  # the same texts twice: dropout is the augmentation
-        labels = labels_all[idx].to(device) if labels_all is not None else None
-        if args.mini_batch_size and args.mini_batch_size < args.batch_size:
-            loss = cached_step(embed, columns, labels, loss_fn, args.mini_batch_size, scale=state.scaler.scale)
-        else:  # one pass per step
-            loss = plain_step(embed, columns, labels, loss_fn, joint=True, scale=state.scaler.scale)
-        average_gradients(model)
-        apply_update(state, args.clip, ctx=ctx)
-        run.count(loss.item(), global_batch)
-        run.say_progress(total_steps)
-
-    run.train(
-        total_steps,
-        plan,
-        step,
-        evaluate=(lambda: out.evaluate(dev)) if dev is not None else None,
-        save=out.save,
-        eval_every=args.eval_every,
-        save_every=args.save_every,
-        on_stop=out.on_stop,
-    )
+    # ---- the loop: one optimizer step per global batch
+    with GracefulStop() as stop:
+        if run.eval_pending:  # the evaluation a stop pre-empted in the run resumed from
+            run.evaluate(dev_metrics, out.save)
+        for (idx,) in run.groups(plan):
+            t0 = time.perf_counter()
+            columns = [column([table[i][k] for i in idx], tokenizer.pad_token_id, device) for k in range(rows.width)]
+            if args.task == "simcse":
+                columns = [columns[0], columns[0]]  # the same texts twice: dropout is the augmentation
+            labels = labels_all[idx].to(device) if labels_all is not None else None
+            if args.mini_batch_size and args.mini_batch_size < args.batch_size:
+                loss = cached_step(embed, columns, labels, loss_fn, args.mini_batch_size, scale=state.scaler.scale)
+            else:  # one pass per step
+                loss = plain_step(embed, columns, labels, loss_fn, joint=True, scale=state.scaler.scale)
+            average_gradients(model)
+            apply_update(state, args.clip, ctx=ctx)
+            run.count(loss.item(), global_batch)
+            run.stepped(loss.item(), t0)
+            if run.due(50):
+                run.log_progress()
+            if run.after_step(stop, run.eval_due(args.eval_every)):  # checkpoint cadence; the agreed stop
+                run.evaluate(dev_metrics, out.save)
+        run.close()
+        run.end(stop, checkpoint=False, on_stop=out.on_stop)  # a signal: the checkpoint, then Interrupted
     return out.finish(n, global_batch)
 
 
-def _load_model(args: EmbeddingTrainArgs, device) -> tuple[BertModel, BertTokenizer | FastTokenizer, str, int]:
+def _load_model(args: EmbeddingTrainArgs, device) -> tuple[Any, BertTokenizer | FastTokenizer, str, int]:
     """(model on ``device`` in training mode, tokenizer, pooling, max tokens) of --model: a bertkit, Hugging Face
-    or sentence-transformers directory (whose pooling is the default)."""
+    or sentence-transformers directory (whose pooling is the default); the bare encoder of the architecture its
+    config.json names (``BertModel``, ``ModernBertModel``)."""
     source = read_sentence_transformers(args.model)
     model_dir = source.model_dir if source is not None else Path(args.model)
     pooling = args.pooling or (source.pooling if source is not None else "mean")
     tokenizer = load_tokenizer(model_dir)
-    model = BertModel.from_pretrained(model_dir).to(device).train()
+    model = models.of_directory(model_dir).model_class("base").from_pretrained(model_dir).to(device).train()
     if len(tokenizer) > model.config.vocab_size:
         raise ValueError(
             f"{args.model}: the vocabulary has {len(tokenizer)} tokens but the model only "

@@ -4,8 +4,6 @@ training curves and attention maps.
 - ``glue``: the suite (lr grid x seeds per task, official metrics, GLUE score, submission files);
 - ``ablate``: pre-training ablations (NSP, mask rate, model size, steps), each variant fine-tuned;
 - ``probe``: frozen-model linear probes per layer x pooling (and the paper's Table 7 for NER);
-- ``blimp``: BLiMP's minimal pairs by pseudo-log-likelihood (``bertkit evaluate --task blimp``, and a probe for
-  pre-training loops);
 - ``plots``: the matplotlib figures (Agg backend), numbers always written beside them;
 - ``attention``: attention maps of one head or a layer's heads;
 - ``tensorboard``: metrics records -> TensorBoard event files, without TensorFlow or tensorboard installed.

@@ -28,9 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit import models
 from bertkit.data.pretraining.corpus import expand_corpus
 from bertkit.errors import InputError, RunError
-from bertkit.experiments.runner import log_tail, open_study, run_bertkit
+from bertkit.experiments.glue import BY_NAME, SuiteConfig, SuiteRunner
+from bertkit.experiments.plots import bar_chart, line_chart, read_records
+from bertkit.experiments.runner import check_stop, log_tail, open_study, run_bertkit
+from bertkit.experiments.tables import csv_text
 from bertkit.files import write_json, write_text
 
 log = logging.getLogger(__name__)
@@ -63,12 +67,12 @@ def variants_for(study: str, values: Sequence[str] | None) -> list[Variant]:
                 raise InputError(f"--values: mask rate {r} is not between 0 and 1")
         return [Variant(f"mask-{r:g}", f"{100 * r:g}% masking", ("--mask-prob", f"{r:g}"), r) for r in rates]
     if study == "model-size":
-        from bertkit.config import PRESETS
+        presets = models.get(None).presets  # BERT's, which --model-size maps to any --arch's
 
         sizes = list(values) if values else list(DEFAULT_SIZES)
         for s in sizes:
-            if s not in PRESETS:
-                raise InputError(f"--values: unknown model size {s!r}; choose from {', '.join(PRESETS)}")
+            if s not in presets:
+                raise InputError(f"--values: unknown model size {s!r}; choose from {', '.join(presets)}")
         return [Variant(s, s, ("--model-size", s), s) for s in sizes]
     if study == "steps":
         return [Variant("run", "one run", (), None)]
@@ -145,13 +149,6 @@ class AblationStudy:
         self.stop = stop
         self.run_child = run_child or run_bertkit
 
-    def _check_stop(self) -> None:
-        if self.stop is not None and self.stop.requested:
-            self.stop.raise_(
-                f"the ablation stopped; finished work is kept in {self.cfg.output}: run the same command "
-                "again to resume"
-            )
-
     # -------------------------------------------------------------- vocabulary
     def vocabulary(self) -> Path:
         cfg = self.cfg
@@ -173,7 +170,7 @@ class AblationStudy:
             log=cfg.output / "vocab" / "vocab.log",
             stop=self.stop,
         )
-        self._check_stop()
+        check_stop(self.stop, "the ablation", self.cfg.output)
         if result.code != 0 or not path.is_file():
             raise RunError(f"bertkit vocab exited with {result.code}; see {cfg.output / 'vocab' / 'vocab.log'}")
         return path
@@ -213,9 +210,9 @@ class AblationStudy:
             if run_dir.exists():
                 shutil.rmtree(run_dir)  # started but not even recorded: start afresh
             self.say(f"{variant.label}: pre-training ...")
-        self._check_stop()
+        check_stop(self.stop, "the ablation", self.cfg.output)
         result = self.run_child(args, log=cfg.output / "pretrain" / f"{variant.key}.log", stop=self.stop)
-        self._check_stop()
+        check_stop(self.stop, "the ablation", self.cfg.output)
         if result.code != 0 or not (run_dir / "config.json").is_file():
             raise RunError(
                 f"{variant.label}: bertkit pretrain exited with {result.code}; see "
@@ -234,7 +231,6 @@ class AblationStudy:
         cfg = self.cfg
         if cfg.glue is None or not cfg.tasks:
             return {}
-        from bertkit.experiments.glue import SuiteConfig, SuiteRunner
 
         suite = SuiteConfig(
             model=model_dir,
@@ -286,7 +282,6 @@ class AblationStudy:
 def heldout_metrics(run_dir: Path, step: int | None = None) -> dict[str, Any]:
     """The last held-out record (``eval_*``) of a pretrain run's metrics.jsonl, at or before ``step`` if given, with
     the step it was taken at, and the run's last training step."""
-    from bertkit.experiments.plots import read_records
 
     records = read_records(run_dir)
     evals = [r for r in records if "eval_mlm_acc" in r and (step is None or r.get("step", 0) <= step)]
@@ -302,6 +297,7 @@ def heldout_metrics(run_dir: Path, step: int | None = None) -> dict[str, Any]:
 def export_checkpoints(run_dir: Path, dest: Path) -> list[tuple[int, Path, dict]]:
     """Each training checkpoint of a pretrain run as a model directory ``dest/step-N`` (config.json,
     model.safetensors, vocab.txt), written once; returns (step, directory, held-out metrics at that step)."""
+    # torch: `bertkit ablate -h` imports this module without it
     from bertkit.training.checkpointing import checkpoint_dir, list_checkpoints
 
     out = []
@@ -315,12 +311,12 @@ def export_checkpoints(run_dir: Path, dest: Path) -> list[tuple[int, Path, dict]
 
 
 def _export(run_dir: Path, checkpoint: Path, target: Path) -> None:
-    from bertkit.config import BertConfig
-    from bertkit.modeling import BertForPreTraining
+    # torch: `bertkit ablate -h` imports this module without it
     from bertkit.training.checkpointing import load_checkpoint
 
     state = load_checkpoint(checkpoint)
-    model = BertForPreTraining(BertConfig.from_pretrained(run_dir))
+    arch = models.of_directory(run_dir)  # the run's pre-training model, of its architecture
+    model = arch.model_class(arch.pretraining_role)(arch.config_class().from_pretrained(run_dir))
     model.load_state_dict(state["model"])
     target.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(target)
@@ -343,8 +339,6 @@ def _cell(summary) -> str:
 def write_study_results(out: Path, cfg: AblateConfig, results: list[VariantResult]) -> list[Path]:
     """results.csv (a row per variant: held-out metrics, per-task median / min / max), results.md (the paper's
     table shape) and STUDY.png."""
-    from bertkit.experiments.glue import BY_NAME
-    from bertkit.experiments.tables import csv_text
 
     tasks = [t for t in cfg.tasks if any(t in r.summaries for r in results)]
     columns = [BY_NAME[t].column for t in tasks]
@@ -362,9 +356,7 @@ def write_study_results(out: Path, cfg: AblateConfig, results: list[VariantResul
             "heldout_loss": _round(r.heldout.get("eval_loss"), 4),
         }
         if cfg.study == "model-size":
-            from bertkit.config import PRESETS
-
-            row.update(zip(("layers", "hidden", "heads"), PRESETS[r.variant.value]))
+            row.update(zip(("layers", "hidden", "heads"), models.get(None).presets[r.variant.value]))
         scores = []
         for t, col in zip(tasks, columns):
             s = r.summaries.get(t)
@@ -394,8 +386,6 @@ FIRST_COLUMN = {
 
 
 def study_markdown(cfg: AblateConfig, results: list[VariantResult], tasks: list[str]) -> str:
-    from bertkit.experiments.glue import BY_NAME
-
     head = [FIRST_COLUMN[cfg.study]]
     if cfg.study == "model-size":
         head += ["#L", "#H", "#A"]
@@ -407,9 +397,7 @@ def study_markdown(cfg: AblateConfig, results: list[VariantResult], tasks: list[
     for r in results:
         cells = [r.variant.label]
         if cfg.study == "model-size":
-            from bertkit.config import PRESETS
-
-            cells += [str(x) for x in PRESETS[r.variant.value]]
+            cells += [str(x) for x in models.get(None).presets[r.variant.value]]
         acc, base = r.heldout.get("eval_mlm_acc"), r.heldout.get("eval_mlm_baseline")
         cells.append("-" if acc is None else f"{100 * acc:.1f}" + ("" if base is None else f" ({100 * base:.1f})"))
         if cfg.study == "nsp":
@@ -434,9 +422,6 @@ def study_markdown(cfg: AblateConfig, results: list[VariantResult], tasks: list[
 
 
 def _figure(out: Path, cfg: AblateConfig, results: list[VariantResult], tasks: list[str]) -> Path:
-    from bertkit.experiments.glue import BY_NAME
-    from bertkit.experiments.plots import bar_chart, line_chart
-
     path = out / f"{cfg.study}.png"
     labels = [BY_NAME[t].column for t in tasks] + ["held-out MLM acc"]
 

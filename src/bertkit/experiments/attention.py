@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import InputError
+from bertkit.experiments.plots import pyplot, save_figure
 from bertkit.files import atomic_write
 
 
@@ -43,6 +44,7 @@ def attention_maps(
     (computed at ``precision``, returned as float32)."""
     import torch
 
+    # torch: kept out of the import of this module (its plots and .npz need none)
     from bertkit.features import Encoder
 
     enc = Encoder.from_pretrained(model_dir, device=device, precision=precision)
@@ -89,7 +91,6 @@ def check_layer_head(maps: AttentionMaps, layer: int | None, head: int | None) -
 def draw(path: Path, maps: AttentionMaps, layer: int, head: int | None) -> Path:
     """One head (``head`` given) as a heatmap with the tokens on both axes, or a grid of every head of ``layer``.
     ``layer`` and ``head`` are 1-based."""
-    from bertkit.experiments.plots import pyplot, save_figure
 
     plt = pyplot()
     T = len(maps.tokens)

@@ -32,9 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit import models
 from bertkit.errors import InputError, RunError
 from bertkit.experiments.glue import BY_NAME, Summary, cell_name, summarize
-from bertkit.experiments.runner import log_tail, open_study, run_bertkit
+from bertkit.experiments.plots import bar_chart
+from bertkit.experiments.runner import check_stop, log_tail, open_study, run_bertkit
 from bertkit.experiments.tables import csv_text, markdown_table
 from bertkit.files import remove_stale_temp_files, write_json, write_text
 
@@ -145,12 +147,9 @@ def default_lrs(model_dir: Path) -> list[float]:
 def random_init(model_dir: Path, out: Path, seed: int) -> Path:
     """``out``: the encoder of ``model_dir``'s architecture and config, initialised afresh (the model's own init,
     seeded with ``seed``), with ``model_dir``'s tokenizer files. The same config and seed give the same weights."""
-    import torch
+    import torch  # `bertkit downstream -h` imports this module without it
 
-    from bertkit.modeling import BertModel
-    from bertkit.models import for_directory
-
-    cls = for_directory(BertModel, model_dir)
+    cls = models.of_directory(model_dir).model_class("base")  # imported by the registry when asked for
     try:
         model = cls.from_pretrained(model_dir)
     except FileNotFoundError as e:
@@ -237,13 +236,6 @@ class DownstreamMeter:
         self.cells_run = self.cells_kept = 0
         self._lock = threading.Lock()
 
-    def _check_stop(self) -> None:
-        if self.stop is not None and self.stop.requested:
-            self.stop.raise_(
-                f"the downstream meter stopped; finished runs are kept in {self.cfg.output}: run the same command "
-                "again to resume"
-            )
-
     def random_model(self) -> Path:
         out = self.cfg.output / "random-init"
         done = out / "init.json"
@@ -266,7 +258,7 @@ class DownstreamMeter:
             args += ["--epochs", f"{cfg.epochs:g}"]
         args += [*cfg.finetune_args, *([] if "--quiet" in cfg.finetune_args else ["--quiet"])]
         result = self.run_child(args, log=cell / "finetune.log", max_time=cfg.max_time_per_run, stop=self.stop)
-        self._check_stop()
+        check_stop(self.stop, "the downstream meter", self.cfg.output)
         metrics_path = cell / "metrics.json"
         if result.code != 0 and not (result.timed_out and metrics_path.is_file()):
             raise RunError(
@@ -295,7 +287,7 @@ class DownstreamMeter:
             with self._lock:
                 self.cells_kept += 1
         except (OSError, json.JSONDecodeError):
-            self._check_stop()
+            check_stop(self.stop, "the downstream meter", self.cfg.output)
             self.say(f"{task.column} {route}: lr {lr:g}, seed {seed} ...")
             record = self._finetune(task, files, model, lr, seed, cell)
             write_json(cell / "cell.json", record)  # last: the cell is finished
@@ -409,8 +401,6 @@ def write_results(out: Path, report: MeterReport, cells: list[dict]) -> list[Pat
     write_text(out / "cells.csv", csv_text(cell_rows))
     files = [out / "downstream.csv", out / "downstream.md", out / "cells.csv"]
     if report.gains:
-        from bertkit.experiments.plots import bar_chart
-
         labels = [g.task.column for g in report.gains]
         groups = {route: [getattr(g, route).median for g in report.gains] for route in ROUTES}
         title = f"pre-trained vs random init: median of {len(report.gains[0].pretrained.scores)} seeds, best lr each"

@@ -35,8 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.tasks.glue import GLUE_TASKS
 from bertkit.errors import InputError, RunError
-from bertkit.experiments.runner import log_tail, open_study, run_bertkit
+from bertkit.experiments.plots import bar_chart
+from bertkit.experiments.runner import check_stop, log_tail, open_study, run_bertkit
 from bertkit.experiments.tables import csv_text
 from bertkit.files import atomic_write, remove_stale_temp_files, write_json, write_text
 
@@ -92,7 +94,6 @@ SCORE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wn
 
 def _label_space(name: str) -> tuple[str, ...] | None:
     """The labels a submission file may hold (None: a number, STS-B)."""
-    from bertkit.data.tasks.glue import GLUE_TASKS
 
     return GLUE_TASKS[name].labels
 
@@ -413,13 +414,6 @@ class SuiteRunner:
         self.cells_kept = 0
 
     # -------------------------------------------------------------- one cell
-    def _check_stop(self) -> None:
-        if self.stop is not None and self.stop.requested:
-            self.stop.raise_(
-                f"the GLUE suite stopped; finished runs are kept in {self.cfg.output}: run the same "
-                "command again to resume"
-            )
-
     def _finetune(self, found: Found, lr: float, seed: int, cell: Path) -> dict[str, Any]:
         t = found.task
         if cell.exists():
@@ -449,7 +443,7 @@ class SuiteRunner:
             args.append("--quiet")
         deadline = None if self.cfg.max_time_flag else self.cfg.max_time_per_run
         result = self.run_child(args, log=cell / "finetune.log", max_time=deadline, stop=self.stop)
-        self._check_stop()
+        check_stop(self.stop, "the GLUE suite", self.cfg.output)
         # a run stopped at its deadline may leave a resumable checkpoint (optimizer state included): not needed
         shutil.rmtree(cell / "checkpoints", ignore_errors=True)
         record: dict[str, Any] = {
@@ -499,7 +493,7 @@ class SuiteRunner:
             log=cell / "evaluate.log",
             stop=self.stop,
         )
-        self._check_stop()
+        check_stop(self.stop, "the GLUE suite", self.cfg.output)
         if result.code != 0:
             raise RunError(f"MNLI-mm evaluation of {cell} exited with {result.code}; see {cell / 'evaluate.log'}")
         metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
@@ -529,7 +523,7 @@ class SuiteRunner:
                     self.cells_kept += 1
                     cells.append(record)
                     continue
-                self._check_stop()
+                check_stop(self.stop, "the GLUE suite", self.cfg.output)
                 self.say(f"{t.column}: lr {lr:g}, seed {seed} ...")
                 record = self._finetune(found, lr, seed, cell)
                 write_json(cell / "cell.json", record)  # last: the cell is finished
@@ -569,7 +563,7 @@ class SuiteRunner:
         if not (model_dir / "model.safetensors").is_file():
             self.say(f"{target.task.column}: test predictions skipped ({model_dir.name}'s weights are gone)")
             return None
-        self._check_stop()
+        check_stop(self.stop, "the GLUE suite", self.cfg.output)
         self.say(f"{target.task.column}: predicting {target.test.name} with {model_dir.name}")
         args = [
             "predict",
@@ -585,7 +579,7 @@ class SuiteRunner:
             *self._device_args(),
         ]
         result = self.run_child(args, log=out / "predict.log", stop=self.stop)
-        self._check_stop()
+        check_stop(self.stop, "the GLUE suite", self.cfg.output)
         if result.code != 0:
             raise RunError(
                 f"{target.task.column}: bertkit predict on {target.test} exited with {result.code}:\n{log_tail(result)}"
@@ -739,8 +733,6 @@ def write_results(out: Path, summaries: dict[str, Summary], cells: list[dict], s
     write_text(out / "results.md", results_markdown(summaries, score))
     files = [out / "results.csv", out / "cells.csv", out / "results.md"]
     if rows:
-        from bertkit.experiments.plots import bar_chart
-
         bar_chart(
             out / "glue.png",
             [r["task"] for r in rows],

@@ -34,9 +34,17 @@ import torch
 from torch import nn
 
 from bertkit.batches import collate
+from bertkit.data.tasks.conll import label_list, read_conll
+from bertkit.data.tasks.glue import GLUE_TASKS, read_glue
 from bertkit.errors import InputError
+from bertkit.experiments.glue import task_score
+from bertkit.experiments.plots import bar_chart, heatmap
+from bertkit.experiments.tables import csv_text
+from bertkit.features import Encoder, resolve_pooling
 from bertkit.files import atomic_write, write_text
 from bertkit.runtime import batch_loop
+from bertkit.tasks.metrics import accuracy, conlleval, f1_binary, spearman
+from bertkit.tasks.tagging import TaggingTask
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +141,6 @@ def sentence_features(
 def word_features(encoder, sentences: Sequence, max_length: int, batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
     """Each word's first sub-token at every hidden state: ([W, L+1, H] over all words in order, [S+1] offsets).
     Words cut by ``max_length`` get zero vectors (the tagger then predicts them from context only)."""
-    from bertkit.tasks.tagging import TaggingTask
 
     task = TaggingTask("tagging", max_seq_length=max_length, labels=["O"])
     plain = [type(s)(s.words, None, s.line) for s in sentences]  # tags are not needed to featurize
@@ -198,7 +205,6 @@ def fit_logistic(
 
 def cosine_spearman(a: np.ndarray, b: np.ndarray, gold: Sequence[float]) -> float:
     """Spearman (x100) between the rows' cosine similarities and ``gold``."""
-    from bertkit.tasks.metrics import spearman
 
     na = a / np.maximum(np.linalg.norm(a, axis=-1, keepdims=True), 1e-12)
     nb = b / np.maximum(np.linalg.norm(b, axis=-1, keepdims=True), 1e-12)
@@ -349,12 +355,8 @@ class ProbeConfig:
 
 def _read(task: str, path: Path, limit: int):
     if task == "conll2003":
-        from bertkit.data.tasks.conll import read_conll
-
         items = read_conll(path)
     else:
-        from bertkit.data.tasks.glue import read_glue
-
         items = read_glue(path, task, require_label=True)
     items = list(items)
     return items[:limit] if limit else items
@@ -362,7 +364,6 @@ def _read(task: str, path: Path, limit: int):
 
 def run_probe(cfg: ProbeConfig, say: Callable[[str], None] | None = None) -> ProbeReport:
     """Run every probe of ``cfg.task``; write probe.csv, probe.md, probe.png (and the feature cache)."""
-    from bertkit.features import Encoder, resolve_pooling
 
     say = say or log.info
     if cfg.task not in PROBE_TASKS:
@@ -388,9 +389,6 @@ def run_probe(cfg: ProbeConfig, say: Callable[[str], None] | None = None) -> Pro
     table7: list[ProbeResult] = []
 
     if cfg.task == "conll2003":
-        from bertkit.data.tasks.conll import label_list
-        from bertkit.tasks.metrics import conlleval
-
         labels = label_list(train)
         tag_id = {t: i for i, t in enumerate(labels)}
         tr_f, tr_off = _word_cached(cache, "train", train, encoder, cfg)
@@ -444,10 +442,6 @@ def run_probe(cfg: ProbeConfig, say: Callable[[str], None] | None = None) -> Pro
             for i in range(L + 1):
                 results.append(ProbeResult(layer_name(i), p, cosine_spearman(fa[:, i], fb[:, i], gold)))
     else:
-        from bertkit.data.tasks.glue import GLUE_TASKS
-        from bertkit.experiments.glue import task_score
-        from bertkit.tasks.metrics import accuracy, f1_binary
-
         classes = list(GLUE_TASKS[cfg.task].labels)
         y_tr = np.array([classes.index(e.label) for e in train])
         y_dv = [classes.index(e.label) for e in dev]
@@ -500,9 +494,6 @@ METRIC_NAMES = {
 def write_probe_outputs(
     out: Path, task: str, num_layers: int, results: list[ProbeResult], table7: list[ProbeResult]
 ) -> list[Path]:
-    from bertkit.experiments.plots import bar_chart, heatmap
-    from bertkit.experiments.tables import csv_text
-
     out.mkdir(parents=True, exist_ok=True)
     rows = [
         {

@@ -120,6 +120,13 @@ def run_bertkit(
     return ChildResult(code=code, timed_out=timed_out, stopped=stopped, seconds=seconds, log=log)
 
 
+def check_stop(stop, what: str, output: Path) -> None:
+    """After a child run: when a stop was asked for (SIGTERM / SIGINT, ``training.interrupt.GracefulStop``), end the
+    study (``stop.raise_``) saying that ``what`` stopped and that rerunning the command resumes from ``output``."""
+    if stop is not None and stop.requested:
+        stop.raise_(f"{what} stopped; finished work is kept in {output}: run the same command again to resume")
+
+
 def log_tail(result: ChildResult, lines: int = 8) -> str:
     """The last lines of a child's log, for an error message."""
     if result.log is None or not result.log.is_file():

@@ -24,13 +24,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.errors import InputError
-from bertkit.features import pool
 from bertkit.files import atomic_write
+from bertkit.modeling import BertModel
+from bertkit.models import for_directory
+from bertkit.ops import pool
 from bertkit.recipes.distill import DistillArgs, check_args
 from bertkit.recipes.finetune import finetune
 from bertkit.st_format import TO_ST_POOLING, read_sentence_transformers, write_sentence_transformers
 from bertkit.tasks import collate_inputs, run_inference
 from bertkit.tasks.metrics import pearson, spearman
+from bertkit.tokenization import load_tokenizer
 from bertkit.training import distributed
 from bertkit.training.distributed import DistContext
 
@@ -49,16 +52,12 @@ class EmbeddingTask:
 
     @property
     def model_class(self) -> type:
-        from bertkit.modeling import BertModel
-
         return BertModel
 
     def model_overrides(self) -> dict[str, Any]:
         return {}
 
     def load_model(self, model_dir, finetuned: bool = False):
-        from bertkit.models import for_directory
-
         return for_directory(self.model_class, model_dir).from_pretrained(model_dir)
 
     def task_config(self) -> None:
@@ -95,7 +94,6 @@ class EmbeddingTask:
 def load_teacher(directory: Path, max_seq_length: int | None):
     """(task, teacher model, tokenizer) of a sentence-embedding directory: its sentence-transformers pooling and
     normalisation, or mean pooling without normalisation for a plain model directory."""
-    from bertkit.tokenization import load_tokenizer
 
     settings = read_sentence_transformers(directory)
     model_dir = settings.model_dir if settings is not None else directory
@@ -147,7 +145,7 @@ class EmbeddingDistiller(nn.Module):
         )
 
     def _embed(self, model: nn.Module, inputs: dict, reduce: bool) -> torch.Tensor:
-        vectors = pool(model(**inputs).last_hidden_state, inputs["attention_mask"], self.task.pooling)
+        vectors = pool(model(**inputs).last_hidden_state.float(), inputs["attention_mask"], self.task.pooling)
         if reduce and self.reduction is not None:
             vectors = vectors @ self.reduction
         return F.normalize(vectors, dim=-1) if self.task.normalize else vectors
@@ -168,7 +166,7 @@ def pca_reduction(teacher: nn.Module, task: EmbeddingTask, tokenizer, texts: Seq
     rows = []
     for start in range(0, len(features), 64):
         batch = {k: v.to(device) for k, v in task.collate(features[start : start + 64]).items()}
-        rows.append(pool(teacher(**batch).last_hidden_state, batch["attention_mask"], task.pooling).cpu())
+        rows.append(pool(teacher(**batch).last_hidden_state.float(), batch["attention_mask"], task.pooling).cpu())
     vectors = torch.cat(rows).double()
     if len(vectors) < width:
         raise InputError(f"--train: {len(vectors)} texts cannot fix a {width}-dimensional PCA; give at least {width}")

@@ -12,25 +12,21 @@ from torch import nn
 
 from bertkit import models
 from bertkit.errors import InputError
+from bertkit.tokenization.vocab import load_tokenizer_json
 
 
 def build_student(spec: str, teacher: nn.Module, task, tokenizer, teacher_dir: str | Path) -> nn.Module:
     """The student of ``--student``: ``layers:K`` (every K-th layer of the teacher, starting with the first, with its
     embeddings and head: DistilBERT's initialisation), a preset name (``bert-*`` or ``modernbert-*``, random, the
     teacher's vocabulary) or a pre-trained directory with the teacher's vocabulary (its head initialised)."""
-    from bertkit.config import PRESETS as BERT_PRESETS
-    from bertkit.modeling_modernbert import PRESETS as MODERN_PRESETS
-
     if spec.startswith("layers:"):
         return _every_kth_layer(teacher, spec)
-    if spec in BERT_PRESETS or spec in MODERN_PRESETS:
+    presets = models.preset_names()
+    if spec in presets:
         return _from_preset(spec, teacher, task, tokenizer)
     directory = Path(spec)
     if not directory.is_dir():
-        raise InputError(
-            f"--student {spec}: neither a directory, nor layers:K, nor a preset "
-            f"({', '.join(sorted(BERT_PRESETS) + sorted(MODERN_PRESETS))})"
-        )
+        raise InputError(f"--student {spec}: neither a directory, nor layers:K, nor a preset ({', '.join(presets)})")
     _check_same_vocabulary(directory, Path(teacher_dir))
     try:
         student = task.load_model(directory, finetuned=False)
@@ -76,16 +72,10 @@ def _from_preset(name: str, teacher: nn.Module, task, tokenizer) -> nn.Module:
     sizes.update(task.model_overrides())
     sizes["max_position_embeddings"] = config.max_position_embeddings
     arch = models.of_preset(name)
-    if arch.model_type != models.DEFAULT:  # its own special-token ids: the teacher's tokenizer's
-        ids = dict(cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id)
-        student_config = arch.config_class().from_preset(
-            name, **sizes, **ids, bos_token_id=ids["cls_token_id"], eos_token_id=ids["sep_token_id"]
-        )
-        return arch.model_class(models.ROLES[task.head])(student_config)
-    from bertkit.config import BertConfig
-
-    type_vocab = getattr(config, "type_vocab_size", 2)
-    return task.model_class(BertConfig.from_preset(name, type_vocab_size=type_vocab, **sizes))
+    sizes.update({key: getattr(tokenizer, attr) for key, attr in arch.special_ids.items()})  # the teacher's ids
+    if "token_type_ids" in arch.inputs:  # segment embeddings: as many types as the teacher's
+        sizes["type_vocab_size"] = getattr(config, "type_vocab_size", 2)
+    return arch.model_class(models.ROLES[task.head])(arch.config_class().from_preset(name, **sizes))
 
 
 def _vocabulary(directory: Path) -> list[str] | None:
@@ -93,8 +83,6 @@ def _vocabulary(directory: Path) -> list[str] | None:
     if (directory / "vocab.txt").is_file():
         return [t.rstrip("\r") for t in (directory / "vocab.txt").read_text(encoding="utf-8").split("\n") if t]
     if (directory / "tokenizer.json").is_file():
-        from bertkit.tokenization.vocab import load_tokenizer_json
-
         vocab, _ = load_tokenizer_json(directory / "tokenizer.json")
         return sorted(vocab, key=vocab.__getitem__)
     return None

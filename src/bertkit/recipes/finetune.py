@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,12 @@ from bertkit.options import (
     threads_option,
     warmup_option,
 )
-from bertkit.precision import grad_scaler, resolve_precision
+from bertkit.precision import grad_scaler, resolve_device, resolve_precision
 from bertkit.tasks import TASK_CONFIG_NAME, feature_length, length_batches
 from bertkit.tasks.options import RunOptions
 from bertkit.training import distributed
 from bertkit.training.distributed import DistContext
+from bertkit.training.interrupt import GracefulStop
 from bertkit.training.log import say
 from bertkit.training.optim import build_optimizer, linear_schedule
 from bertkit.training.run import Run
@@ -108,7 +110,17 @@ class FinetuneArgs(RunOptions):
     overwrite: bool = option(False, group="checkpoints", help="replace the finished run in OUTPUT")
 
 
-set_seed = seed_everything  # the name commands.finetune imports
+set_seed = seed_everything  # the name `bertkit finetune` calls
+
+
+def run_in_context(args, body) -> int:
+    """``body(args, ctx)`` in this process's distributed context on ``args.device`` (one process, or one of
+    torchrun's): how ``bertkit finetune`` and ``bertkit distill`` run."""
+    ctx = distributed.setup(resolve_device(args.device))
+    try:
+        return body(args, ctx)
+    finally:
+        distributed.cleanup(ctx)
 
 
 def save_output(task, model, tokenizer, directory: Path, metrics: dict | None, examples, preds) -> None:
@@ -165,8 +177,6 @@ def finetune(
     ``model`` may be any module whose forward in training mode returns an output with a ``.loss`` (a recipe's own
     loss: ``bertkit.recipes.distill``) and in eval mode the task head's output; ``resume_keys`` are that recipe's
     settings a resumed run must share."""
-    from tqdm import tqdm
-
     ctx = ctx or distributed.local(args.device)
     if args.grad_accum < 1 or args.batch_size < 1:
         raise InputError(f"--batch-size and --grad-accum must be >= 1, got {args.batch_size} and {args.grad_accum}")
@@ -199,8 +209,16 @@ def finetune(
         quiet=args.quiet,
         steps_per_epoch=steps_per_epoch,
         precision=precision,
+        desc=f"finetune {task.name}",
+        save_every=args.save_every,
     )
-    saved = run.start(state, resume=args.resume, overwrite=args.overwrite, tensorboard=args.tensorboard)
+    saved = run.start(
+        state,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        total_steps=total_steps,
+        tensorboard=args.tensorboard,
+    )
     if saved is not None:
         say(f"resuming {output_dir} at step {state.step} of {total_steps}", ctx, args.quiet)
 
@@ -217,46 +235,36 @@ def finetune(
         save_output(task, model, tokenizer, run.path, record, dev_examples, kept.pop("preds", None))
 
     kept: dict[str, Any] = {}
-    progress = tqdm(
-        total=total_steps,
-        initial=state.step,
-        desc=f"finetune {task.name}",
-        unit="step",
-        disable=args.quiet or not ctx.is_main or not sys.stderr.isatty(),
-    )
 
     def plan(epoch: int) -> list[list[int]]:
         batches = length_batches(lengths, args.batch_size, shuffle=True, seed=args.seed + epoch)
         return batches[ctx.rank :: ctx.world_size][:batches_per_epoch]  # this process's share, equal everywhere
 
-    def step(group: list[list[int]]) -> None:
-        # an optimizer step of grad_accum micro-batches (the last of an epoch may average fewer)
-        optimizer_step(
-            state,
-            group,
-            forward,
-            clip=args.clip,
-            precision=precision,
-            device=device,
-            ctx=ctx,
-            ddp_model=ddp_model,
-            after_backward=lambda _, out: run.count(out.loss.item()),
-        )
-        progress.update(1)
-        progress.set_postfix(loss=f"{run.train_loss():.4f}")
-
-    run.train(
-        total_steps,
-        plan,
-        step,
-        evaluate=evaluate_dev if dev_features is not None else None,
-        save=save,
-        eval_every=args.eval_every,
-        save_every=args.save_every,
-        per_step=args.grad_accum,
-        on_stop=progress.close,
-    )
-    progress.close()
+    dev = evaluate_dev if dev_features is not None else None
+    # ---- the loop: an optimizer step of grad_accum micro-batches (the last of an epoch may average fewer)
+    with GracefulStop() as stop:
+        if run.eval_pending:  # the evaluation a stop pre-empted in the run resumed from
+            run.evaluate(dev, save)
+        for group in run.groups(plan, args.grad_accum):
+            t0 = time.perf_counter()
+            optimizer_step(
+                state,
+                group,
+                forward,
+                clip=args.clip,
+                precision=precision,
+                device=device,
+                ctx=ctx,
+                ddp_model=ddp_model,
+                after_backward=lambda _, out: run.count(out.loss.item()),
+            )
+            run.stepped(run.train_loss(), t0)
+            if run.due(50):
+                run.log_progress()
+            if run.after_step(stop, run.eval_due(args.eval_every)):  # checkpoint cadence; the agreed stop
+                run.evaluate(dev, save)
+        run.close()
+        run.end(stop, checkpoint=False)  # a signal: the checkpoint, then Interrupted
     return _finish(run, task, model, tokenizer, args, precision, len(train_features))
 
 

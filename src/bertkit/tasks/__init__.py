@@ -14,6 +14,10 @@ surface, used by ``bertkit.recipes.finetune`` and the ``finetune`` / ``evaluate`
 Shared helpers here: length-bucketed training batches, and batched inference (``run_inference``: the features'
 collate around the one batch loop, ``bertkit.runtime``); batches and padding come from the one planner and collate,
 ``bertkit.batches``.
+
+Meters of a pre-trained model's masked LM live here too, below the recipes that probe with them: ``mlm`` (held-out
+masked-LM accuracy), ``cloze``, and ``blimp`` (BLiMP's minimal pairs by pseudo-log-likelihood: ``bertkit evaluate
+--task blimp`` and the pre-training loop's ``--blimp`` probe).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 
 from bertkit.data.tasks.glue import GLUE_TASKS
 from bertkit.errors import InputError
+from bertkit.models import for_directory
 
 LABEL_KEYS = ("labels", "start_positions", "end_positions")
 
@@ -85,6 +90,7 @@ def length_batches(
     Training (``shuffle``): shuffle, sort within chunks of ``bucket`` batches, cut, then shuffle the batches,
     so each epoch sees a different order while lengths stay grouped. Inference: one global sort by length.
     """
+    # torch: `bertkit evaluate -h` and every task's flags import this package without it
     from bertkit.batches import cut_batches, plan_batches
 
     if not shuffle:
@@ -108,6 +114,7 @@ def feature_length(feature: dict) -> int:
 def pad(seqs: Sequence[Sequence[int]], value: int = 0, multiple_of: int = 8):
     """[B, T] long tensor of ``seqs`` right-padded with ``value`` to the longest, rounded up to ``multiple_of``
     (:func:`bertkit.batches.pad`; the task models' batches round to 8)."""
+    # torch: kept out of this package's import (see length_batches)
     from bertkit.batches import pad as pad_sequences
 
     return pad_sequences(seqs, value, multiple_of)
@@ -116,6 +123,7 @@ def pad(seqs: Sequence[Sequence[int]], value: int = 0, multiple_of: int = 8):
 def collate_inputs(features: Sequence[dict], pad_id: int = 0) -> dict[str, Any]:
     """input_ids / token_type_ids / attention_mask [B, T] padded to the batch's longest, rounded up to 8
     (:func:`bertkit.batches.collate`)."""
+    # torch: kept out of this package's import (see length_batches)
     from bertkit.batches import collate
 
     input_ids, token_type_ids, attention_mask = collate(
@@ -136,6 +144,7 @@ def run_inference(
     """Yield (feature indices, model output) over length-sorted batches (shortest first; on a CPU under the token
     cap the Encoder uses), in eval mode, without gradients: :func:`bertkit.runtime.batch_loop` over ``model`` (a
     PyTorch head or an ONNX Runtime model) with the features collated and their labels left out."""
+    # torch: kept out of this package's import (see length_batches)
     from bertkit import runtime
 
     model.eval()
@@ -162,7 +171,6 @@ def load_trained(model_class, model_dir, task_name: str):
     """A fine-tuned model of ``model_class`` from ``model_dir``, refused if its weights lack the task head
     (``classifier.*``, ``qa_outputs.*``, the pooler the head reads...): loading would initialise it at random, and
     predictions from it mean nothing. Only ``finetune`` may create a head."""
-    from bertkit.models import for_directory
 
     model, info = for_directory(model_class, model_dir).from_pretrained(model_dir, output_loading_info=True)
     missing = info.initialised
@@ -186,6 +194,7 @@ class TaskBase:
 
     @property
     def model_class(self) -> type:
+        # torch: kept out of this package's import (see length_batches)
         from bertkit import modeling
 
         return getattr(modeling, self.head)
@@ -200,8 +209,6 @@ class TaskBase:
         """The head model from a directory: a pre-trained encoder (head initialised, ``model_overrides`` applied)
         or, with ``finetuned``, a fine-tuned model whose ``id2label`` restores the label set if unknown."""
         if not finetuned:
-            from bertkit.models import for_directory  # the class for the directory's architecture
-
             return for_directory(self.model_class, model_dir).from_pretrained(model_dir, **self.model_overrides())
         model = load_trained(self.model_class, model_dir, self.name)
         id2label = model.config.id2label

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.tasks.glue import GLUE_TASKS
+from bertkit.data.tasks.glue import GLUE_TASKS, read_glue
 from bertkit.data.tasks.readers import DataError, read_table
 from bertkit.files import atomic_write
 from bertkit.tasks import TaskBase, collate_inputs, run_inference
@@ -90,8 +90,6 @@ class ClassificationTask(TaskBase):
     # ------------------------------------------------------------------ data
     def read(self, path: str | os.PathLike, labelled: bool = True, skip_bad_rows: bool = False):
         if self.glue is not None:
-            from bertkit.data.tasks.glue import read_glue
-
             return read_glue(path, self.name, skip_bad_rows=skip_bad_rows, require_label=labelled)
         return read_table(
             path,

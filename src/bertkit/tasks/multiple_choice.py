@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.tasks.swag import read_swag
 from bertkit.files import atomic_write
 from bertkit.tasks import TaskBase, pad, run_inference
 from bertkit.tasks.metrics import accuracy
@@ -27,8 +28,6 @@ class MultipleChoiceTask(TaskBase):
         return {"task": self.name, "max_seq_length": self.max_seq_length}
 
     def read(self, path: str | os.PathLike, labelled: bool = True, skip_bad_rows: bool = False):
-        from bertkit.data.tasks.swag import read_swag
-
         return read_swag(path, skip_bad_rows=skip_bad_rows, require_label=labelled)
 
     def featurize(self, examples: Sequence, tokenizer, training: bool = False) -> list[dict]:

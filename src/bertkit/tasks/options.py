@@ -15,14 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.config import read_config_file
 from bertkit.errors import InputError
-from bertkit.options import device_option, from_args, option, precision_option
+from bertkit.options import add_options, device_option, from_args, option, output_option, precision_option
 from bertkit.tasks import TASK_CONFIG_NAME, TASK_NAMES, get_task, read_task_config
+from bertkit.tokenization import load_tokenizer
 
 GENERIC = "generic files (--task classification / tagging)"
 SQUAD = "SQuAD"
 FEATURE_BASED = "feature-based tagging (--task conll2003 / tagging)"
 # the feature-based tagger is chosen at fine-tuning time; evaluate / predict read it from the model directory
+FILES = "files and data"  # the help group of the files flags
 FINETUNE_ONLY = ("feature_based", "feature_layers", "tagger", "tagger_hidden")
 
 
@@ -113,6 +116,25 @@ def task_options(args: argparse.Namespace, saved: dict[str, Any] | None = None) 
     return options
 
 
+def task_for_model(name: str, options: dict[str, Any], model_dir: str | Path):
+    """``get_task(name, **options)`` whose ``max_seq_length`` fits the model of ``model_dir``: a length given
+    (``--max-seq-length``, or saved with a fine-tuned model) past its ``max_position_embeddings`` is refused in one
+    line naming the flag, before anything is written; the task's default (128, SQuAD 384) is cut to the positions
+    the model has. (The low end, [CLS] + a token + [SEP], is ``bertkit.options.BOUNDS``'.)"""
+    task = get_task(name, **options)
+    config = Path(model_dir) / "config.json"
+    positions = read_config_file(config).get("max_position_embeddings") if config.is_file() else None
+    length = getattr(task, "max_seq_length", None)
+    if isinstance(positions, int) and positions > 0 and isinstance(length, int) and length > positions:
+        if "max_seq_length" in options:
+            raise InputError(
+                f"--max-seq-length {length}: the model in {model_dir} has {positions} positions "
+                f"(max_position_embeddings); give at most {positions}"
+            )
+        task = get_task(name, **{**options, "max_seq_length": positions})
+    return task
+
+
 def task_of_directory(model_dir: Path, task_name: str | None, args: argparse.Namespace):
     """The task of a fine-tuned model directory: ``--task``, else the one its task config names, built with the
     saved options under the command's task flags."""
@@ -122,4 +144,83 @@ def task_of_directory(model_dir: Path, task_name: str | None, args: argparse.Nam
     name = task_name or saved.get("task")
     if not name:
         raise InputError(f"{model_dir}: no {TASK_CONFIG_NAME}; pass --task")
-    return get_task(name, **task_options(args, saved))
+    return task_for_model(name, task_options(args, saved), model_dir)
+
+
+@dataclass(kw_only=True)
+class FinetuneFiles:
+    """What ``bertkit finetune`` reads and writes."""
+
+    train: str = option(required=True, group=FILES, help="training file")
+    dev: str | None = option(None, group=FILES, help="dev file: evaluated each epoch; the best checkpoint is kept")
+    model: str = option(
+        required=True,
+        group=FILES,
+        help="bertkit or Hugging Face BERT or ModernBERT directory (config.json + "
+        "model.safetensors or pytorch_model.bin + vocab.txt or tokenizer.json)",
+    )
+    output: str = output_option(group=FILES, help="output directory (model, vocab, metrics.json, predictions)")
+    max_train_examples: int = option(0, group=FILES, help="use only the first N training examples (0 = all)")
+    max_eval_examples: int = option(0, group=FILES, help="use only the first N dev examples (0 = all)")
+    dropout: float | None = option(
+        None, help="set every dropout probability (default: the model's config.json, 0.1 for Google's models)"
+    )
+
+    def read(self, task, skip_bad_rows: bool) -> tuple[list, list | None]:
+        """(training examples, dev examples or None) read by ``task``, cut to --max-train/eval-examples."""
+        train = task.read(self.train, labelled=True, skip_bad_rows=skip_bad_rows)
+        dev = task.read(self.dev, labelled=True, skip_bad_rows=skip_bad_rows) if self.dev else None
+        if self.max_train_examples:
+            del train[self.max_train_examples :]
+        if dev is not None and self.max_eval_examples:
+            del dev[self.max_eval_examples :]
+        return train, dev
+
+
+def load_model(task, model_dir: str | Path, finetuned: bool):
+    """``task.load_model``, with a missing directory or weights file reported as bad input naming it."""
+    try:
+        return task.load_model(model_dir, finetuned=finetuned)
+    except FileNotFoundError as e:
+        raise InputError(str(e)) from None
+
+
+def load_finetuned(model_dir: str | Path, task_name: str | None, args: argparse.Namespace):
+    """(task, model, tokenizer) of a fine-tuned OUTPUT directory."""
+    model_dir = Path(model_dir)
+    task = task_of_directory(model_dir, task_name, args)
+    tokenizer = load_tokenizer(model_dir)
+    model = load_model(task, model_dir, finetuned=True)
+    return task, model, tokenizer
+
+
+@dataclass(kw_only=True)
+class InferenceFiles:
+    """What ``evaluate`` and ``predict`` read and write."""
+
+    model: str = option(required=True, help="a fine-tuned OUTPUT directory of `bertkit finetune`")
+    data: str = option(required=True, help="file in the task's format (evaluate needs its labels, predict does not)")
+    output: str | None = option(
+        None,
+        help="where metrics.json and the predictions go "
+        "(default: MODEL/eval-<data file name> or MODEL/predict-<data file name>)",
+    )
+    batch_size: int = option(64, help="examples per batch")
+    quantize: str | None = option(
+        None, choices=("int8",), help="int8: dynamic int8 Linear layers on the CPU (faster; see docs/inference.md)"
+    )
+    backend: str = option(
+        "torch",
+        choices=("torch", "onnx"),
+        help="torch, or onnx: ONNX Runtime (CPU, fp32; int8 with --quantize) on MODEL/model.onnx "
+        "(MODEL/model.int8.onnx), e.g. a `bertkit export --onnx` directory without PyTorch "
+        "weights, or on a graph exported now",
+    )
+
+
+def configure_inference(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``evaluate`` and ``predict``."""
+    add_options(parser, InferenceFiles)
+    add_task_flag(parser, required=False)
+    add_options(parser, RunOptions)
+    add_options(parser, TaskOptions, exclude=FINETUNE_ONLY)

@@ -30,7 +30,10 @@ from typing import Any
 
 from torch import nn
 
+from bertkit.data.tasks.readers import read_table
 from bertkit.files import atomic_write
+from bertkit.modeling import SequenceClassifierOutput
+from bertkit.models import for_directory
 from bertkit.tasks import TaskBase, collate_inputs, load_trained, pad, run_inference
 
 
@@ -79,7 +82,6 @@ class RerankTask(TaskBase):
     def load_model(self, model_dir, finetuned: bool):
         """Fine-tuning: the one-label classifier wrapped in :class:`ListwiseReranker` (the listwise loss);
         a fine-tuned directory: the plain classifier (inference scores one pair at a time)."""
-        from bertkit.models import for_directory  # a ModernBERT directory: its classifier
 
         if finetuned:
             return load_trained(self.model_class, model_dir, self.name)
@@ -89,7 +91,6 @@ class RerankTask(TaskBase):
     # ------------------------------------------------------------------ data
     def read(self, path: str | os.PathLike, labelled: bool = True, skip_bad_rows: bool = False):
         """Rows as ``ClassificationExample`` (text_a = query, text_b = positive, label = negative or None)."""
-        from bertkit.data.tasks.readers import read_table
 
         return read_table(
             path,
@@ -223,8 +224,6 @@ class ListwiseReranker(nn.Module):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None):
         import torch.nn.functional as F
-
-        from bertkit.modeling import SequenceClassifierOutput
 
         if input_ids.dim() == 2:
             return self.model(input_ids, attention_mask, token_type_ids, position_ids, labels=labels)

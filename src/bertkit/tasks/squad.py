@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.data.tasks.squad import read_squad
 from bertkit.errors import InputError
 from bertkit.files import atomic_write
 from bertkit.tasks import TaskBase, collate_inputs, run_inference
@@ -202,8 +203,6 @@ class SquadTask(TaskBase):
         }
 
     def read(self, path: str | os.PathLike, labelled: bool = True, skip_bad_rows: bool = False):
-        from bertkit.data.tasks.squad import read_squad
-
         examples, version = read_squad(path, skip_bad_rows=skip_bad_rows, require_answers=labelled)
         if version == "2.0" and self.version != "2.0":
             logger.warning(

@@ -25,8 +25,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertkit.data.tasks.conll import label_list, read_conll
+from bertkit.data.tasks.readers import DataError
 from bertkit.errors import InputError
+from bertkit.features import parse_layers
 from bertkit.files import atomic_write, write_json
+from bertkit.modeling import BertModel, SequenceClassifierOutput
+from bertkit.models import for_directory
 from bertkit.tasks import TaskBase, collate_inputs, pad, run_inference
 from bertkit.tasks.metrics import conlleval
 
@@ -35,15 +40,6 @@ logger = logging.getLogger(__name__)
 CONLL2003_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
 TAGGER_CONFIG = "tagger_config.json"
 TAGGER_WEIGHTS = "tagger.safetensors"
-
-
-def parse_layers(layers: str | Sequence[int]) -> list[int]:
-    if isinstance(layers, str):
-        try:
-            return [int(x) for x in layers.split(",") if x.strip()]
-        except ValueError:
-            raise InputError(f"--feature-layers must be comma-separated integers, got {layers!r}") from None
-    return [int(x) for x in layers]
 
 
 class TaggingTask(TaskBase):
@@ -67,7 +63,10 @@ class TaggingTask(TaskBase):
         self.tag_column = -1 if tag_column is None else tag_column
         self.labels = list(labels) if labels else (list(CONLL2003_LABELS) if name == "conll2003" else None)
         self.feature_based = bool(feature_based)
-        self.feature_layers = parse_layers(feature_layers)
+        try:  # the one --layers parser (bertkit.features); a feature-based tagger takes layer indices only
+            self.feature_layers = [int(x) for x in parse_layers(feature_layers)]
+        except (TypeError, ValueError):
+            raise InputError(f"--feature-layers must be comma-separated integers, got {feature_layers!r}") from None
         self.tagger = tagger
         self.tagger_hidden = tagger_hidden
         self.main_metric = "f1"
@@ -86,8 +85,6 @@ class TaggingTask(TaskBase):
 
     def fit_labels(self, train_examples: Sequence) -> None:
         if self.labels is None:
-            from bertkit.data.tasks.conll import label_list
-
             self.labels = label_list(train_examples)
 
     def model_overrides(self) -> dict[str, Any]:
@@ -106,24 +103,18 @@ class TaggingTask(TaskBase):
         if self.feature_based:
             if finetuned:
                 raise InputError(f"{model_dir}: no {TAGGER_CONFIG} (not a feature-based tagger)")
-            from bertkit.modeling import BertModel
-            from bertkit.models import for_directory  # a ModernBERT directory: ModernBertModel
 
             bert = for_directory(BertModel, model_dir).from_pretrained(model_dir, **self.model_overrides())
             return FeatureTagger(bert, self.labels, self.feature_layers, self.tagger, self.tagger_hidden)
         return super().load_model(model_dir, finetuned)
 
     def read(self, path: str | os.PathLike, labelled: bool = True, skip_bad_rows: bool = False):
-        from bertkit.data.tasks.conll import read_conll
-
         return read_conll(
             path, labels=self.labels, tag_column=self.tag_column, skip_bad_rows=skip_bad_rows, require_tags=labelled
         )
 
     # ------------------------------------------------------------------ features
     def featurize(self, examples: Sequence, tokenizer, training: bool = False) -> list[dict]:
-        from bertkit.data.tasks.readers import DataError
-
         flat = [w for e in examples for w in e.words]
         # a word the tokenizer drops entirely (e.g. only control characters) keeps one position to be labelled:
         # [UNK], or [PAD] for a tokenizer.json without an unknown token (byte-level BPE never needs one)
@@ -217,6 +208,8 @@ class FeatureTagger(nn.Module):
     returns its output type, so the fine-tuning loop and the tagging task use it unchanged.
     """
 
+    base_model_prefix = "bert"  # where models.encoder_of finds the encoder, as in BERT's heads
+
     def __init__(
         self,
         bert,
@@ -266,8 +259,6 @@ class FeatureTagger(nn.Module):
             return torch.cat([out.hidden_states[layer] for layer in self.layers], dim=-1).float()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None):
-        from bertkit.modeling import SequenceClassifierOutput
-
         x = self.dropout(self.features(input_ids, attention_mask, token_type_ids))
         if self.tagger_kind == "bilstm":
             lengths = (
@@ -300,9 +291,6 @@ class FeatureTagger(nn.Module):
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike) -> FeatureTagger:
         from safetensors.torch import load_file
-
-        from bertkit.modeling import BertModel
-        from bertkit.models import for_directory
 
         directory = Path(directory)
         config = json.loads((directory / TAGGER_CONFIG).read_text(encoding="utf-8"))

@@ -8,6 +8,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from bertkit.data.pretraining.corpus import corpus_texts
+from bertkit.errors import InputError
 from bertkit.tokenization.normalizer import (
     ExactNormalizer,
     distinct_chars,
@@ -25,30 +27,40 @@ PathLike = str | os.PathLike
 def _read_batches(
     files: Sequence[Path], normalizer: ExactNormalizer, batch_size: int, show_progress: bool
 ) -> Iterator[list[str]]:
-    """Stream the files line by line (any size), normalised exactly as the tokenizer will, in batches."""
+    """Stream the corpus line by line (any size; ``corpus_texts``: as ``prepare`` reads it), normalised exactly as
+    the tokenizer will, in batches."""
     from tqdm.auto import tqdm
 
-    total = sum(f.stat().st_size for f in files)
-    with tqdm(total=total, unit="B", unit_scale=True, desc="reading", disable=not show_progress) as bar:
-        for path in files:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                batch: list[str] = []
-                for line in f:
-                    bar.update(len(line.encode("utf-8", errors="surrogatepass")))
-                    line = line.strip()
-                    if line:
-                        batch.append(normalizer.normalize_for_training(line))
-                    if len(batch) >= batch_size:
-                        yield batch
-                        batch = []
-                if batch:
-                    yield batch
+    with tqdm(unit=" lines", desc="reading", disable=not show_progress) as bar:
+        batch: list[str] = []
+        for line in corpus_texts(files):
+            bar.update(1)
+            batch.append(normalizer.normalize_for_training(line))
+            if len(batch) >= batch_size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
 
 
 def _separates(ch: str, chinese: bool) -> bool:
     """Google's basic tokenizer never leaves ``ch`` inside a word: whitespace, control, punctuation and (when split
     off) CJK ideographs."""
     return is_whitespace(ch) or is_control(ch) or is_punctuation(ch) or (chinese and is_chinese_char(ord(ch)))
+
+
+def _chunks(lines: Iterable[str], chars: int) -> Iterator[str]:
+    """``lines`` joined by newlines into texts of about ``chars`` characters each."""
+    chunk: list[str] = []
+    size = 0
+    for line in lines:
+        chunk.append(line)
+        size += len(line) + 1
+        if size >= chars:
+            yield "\n".join(chunk)
+            chunk, size = [], 0
+    if chunk:
+        yield "\n".join(chunk)
 
 
 def continuation_tokens(
@@ -60,22 +72,19 @@ def continuation_tokens(
 
     Given to Rust's trainer as special tokens, they take fixed ids. Left to it, it numbers them in hash-map order,
     and those ids break ties between equally frequent merges, so the same text gave another vocabulary on every run
-    (huggingface/tokenizers #1794). One pass over the files, 4 MB at a time: a regex over the separators present
+    (huggingface/tokenizers #1794). One pass over the corpus, 4 MB at a time: a regex over the separators present
     finds every word's characters after its first (about 13 MB/s; the trainer itself is slower)."""
     chinese = normalizer.tokenize_chinese_chars
     inner: set[str] = set()
     seen: set[str] = set()
     counts: Counter[str] = Counter()
-    for path in files:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            while lines := f.readlines(1 << 22):
-                text = "".join(lines)
-                present = distinct_chars(text)
-                seen |= present
-                sep = "".join(re.escape(c) for c in sorted(present) if _separates(c, chinese))
-                inner.update("".join(re.findall(f"[^{sep}]([^{sep}]+)" if sep else r"\A.(.*)", text, re.S)))
-                if limit_alphabet is not None:
-                    counts.update(text)
+    for text in _chunks(corpus_texts(files), 1 << 22):
+        present = distinct_chars(text)
+        seen |= present
+        sep = "".join(re.escape(c) for c in sorted(present) if _separates(c, chinese))
+        inner.update("".join(re.findall(f"[^{sep}]([^{sep}]+)" if sep else r"\A.(.*)", text, re.S)))
+        if limit_alphabet is not None:
+            counts.update(text)
     kept = None
     if limit_alphabet is not None:  # the trainer's alphabet: the most frequent normalised characters
         chars: Counter[str] = Counter()
@@ -131,7 +140,9 @@ def train_vocab(
     ``num_unused=99``: [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103, as in Google's uncased vocabulary).
 
     Args:
-        files: one or more UTF-8 text files; each non-empty line is a text.
+        files: corpus files or directories, read as ``prepare`` reads them (compressed, JSONL, Parquet...: see
+            ``bertkit.data.pretraining.corpus.corpus_texts``); each non-empty line is a text. A missing, binary or
+            empty corpus is an ``InputError`` naming it.
         vocab_size: total size including special and [unused] tokens (a small corpus may give fewer).
         lowercase: train an uncased vocabulary (lowercase + strip accents).
         min_frequency: a merge must occur at least this often.
@@ -139,21 +150,21 @@ def train_vocab(
             vocabulary alone. Nothing is written when None.
         num_unused: number of [unusedN] slots after [PAD].
         limit_alphabet: keep at most this many initial characters (None keeps all; CJK text needs thousands).
-        show_progress: show progress bars (bytes read, and the trainer's own).
+        show_progress: show progress bars (lines read, and the trainer's own).
     """
     from tokenizers import Tokenizer, models, trainers
 
     paths = [Path(files)] if isinstance(files, (str, os.PathLike)) else [Path(f) for f in files]
     if not paths:
-        raise ValueError("no training files given")
-    for p in paths:
-        if not p.is_file():
-            raise FileNotFoundError(f"training file not found: {p}")
+        raise InputError("no training files given")
     if num_unused < 0:
-        raise ValueError(f"num_unused must be >= 0, got {num_unused}")
+        raise InputError(f"--num-unused {num_unused}: must be >= 0")
     n_fixed = num_unused + len(SPECIAL_TOKENS)
     if vocab_size <= n_fixed:
-        raise ValueError(f"vocab_size={vocab_size} leaves no room beyond {n_fixed} special and [unused] tokens")
+        raise InputError(
+            f"--vocab-size {vocab_size}: leaves no room beyond the {n_fixed} special and [unused] tokens "
+            f"(--num-unused {num_unused}); give more than {n_fixed}"
+        )
     normalizer = ExactNormalizer(lowercase, strip_accents, tokenize_chinese_chars)
     rust = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     rust.normalizer = normalizer.rust_normalizer

@@ -15,6 +15,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from bertkit.training import step  # a module: read at call time (tests replace its time_steps)
+
 # cost(first_step, total_steps) -> predicted seconds for steps [first_step, total_steps) of a run scheduled for
 # total_steps steps (stages of a ramp are fractions of the total, so the cost is not simply proportional)
 Cost = Callable[[int, int], float]
@@ -124,12 +126,10 @@ class TimeBudget:
 def fit_steps(budget: TimeBudget, feed, model, make_optimizer, ctx, *, precision: str, grad_accum: int, clip: float):
     """(cost, steps that fit ``budget``): a few steps of each (sequence length, batch size) ``feed`` will use, timed
     on a throwaway copy of ``model``."""
-    from bertkit.training.feed import to_device
-    from bertkit.training.step import time_steps
 
     def timer(data) -> float:
-        batches = [to_device(data.batch(0, i % data.num_batches(0)), ctx.device) for i in range(4)]
-        return time_steps(
+        batches = [step.to_device(data.batch(0, i % data.num_batches(0)), ctx.device) for i in range(4)]
+        return step.time_steps(
             model, make_optimizer, batches, precision=precision, device=ctx.device, grad_accum=grad_accum, clip=clip
         )
 

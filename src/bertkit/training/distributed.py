@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from bertkit.errors import RunError
+from bertkit.precision import resolve_device
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,6 @@ class DistContext:
 def local(device: str | None = None) -> DistContext:
     """One process on ``device`` (default: cuda where a GPU is available, else cpu), no process group: what a
     recipe called from Python without a context runs in."""
-    from bertkit.precision import resolve_device
 
     return DistContext(device=torch.device(resolve_device(device)))
 

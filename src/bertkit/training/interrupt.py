@@ -15,6 +15,7 @@ import sys
 import threading
 
 from bertkit.errors import RunError
+from bertkit.training.distributed import DistContext, all_reduce_mean
 
 
 class Interrupted(RunError):
@@ -72,6 +73,12 @@ class GracefulStop:
         for s, handler in self._previous.items():
             signal.signal(s, handler)
         self._previous.clear()
+
+    def agreed(self, ctx: DistContext, spent: bool = False) -> str | None:
+        """The stop every process agrees on after a step, the one agreement of every run: ``"signal"`` when any
+        process was signalled, ``"time"`` when any says its time budget is ``spent``, else None."""
+        spent_any, signalled_any = all_reduce_mean(ctx, [float(spent), float(self.requested)])
+        return "signal" if signalled_any else ("time" if spent_any else None)
 
     def raise_(self, message: str) -> None:
         """Raise ``Interrupted`` for the signal received, with ``message`` (say how to resume)."""

@@ -3,15 +3,14 @@ killed process left behind. The three recipes use it the same way::
 
     run = RunDir(output, ctx)
     run.check_writable()                             # before any work: an unwritable output fails now, not after it
-    saved = run.resume_checkpoint(keys, resume)      # None: start afresh; refuses what must not be overwritten
-    run.write_keys(keys)
+    opened = run.open(keys, resume, overwrite)       # the one resume protocol: refuses what must not be overwritten
+    run.write_keys(keys)                             # opened.checkpoint: the state to continue from (None: step 0)
     run.truncate_metrics(step)                       # lines a killed run wrote after its checkpoint go
     run.append_metrics({"step": ..., "loss": ...})
 
 ``keys`` are the settings that change what is computed: a resumed run must have the same ones (others, like how
-often to save, may change between the two halves). A run whose ``run.json`` records its whole ``config`` (pre-training,
-whose data preparation may be killed before the first checkpoint) claims its directory with :meth:`RunDir.claim`
-instead of ``resume_checkpoint``.
+often to save, may change between the two halves). Every recipe opens its directory this one way (through
+``training.run.Run``), pre-training included, whose data preparation may be killed before its ``run.json``.
 """
 
 from __future__ import annotations
@@ -26,10 +25,11 @@ import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from bertkit.errors import InputError, PretrainError, RunError
+from bertkit.errors import BertkitError, InputError, RunError, RunRefused
 from bertkit.files import remove_stale_temp_files, write_json, write_text
+from bertkit.training import distributed
 from bertkit.training.checkpointing import checkpoint_dir, list_checkpoints, load_checkpoint
 from bertkit.training.distributed import DistContext
 
@@ -41,6 +41,15 @@ METRICS = "metrics.jsonl"
 # between leaves it (mode 0600, as large as the model). It names no process: in a run's own directory, at the start
 # of the run that owns it, it can only be a killed writer's
 _SAFETENSORS_TMP = re.compile(r"^\.tmp[A-Za-z0-9]{6}$")
+
+
+class Opened(NamedTuple):
+    """What :meth:`RunDir.open` found: whether the run resumes, and the checkpoint it continues from (None: from
+    step 0)."""
+
+    resumed: bool
+    path: Path | None
+    checkpoint: dict[str, Any] | None
 
 
 class RunDir:
@@ -98,17 +107,22 @@ class RunDir:
             write_json(self.path / RUN_JSON, keys, sort_keys=False)
 
     @staticmethod
-    def differences(saved: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
-        """``--flag NOW (the run used THEN)`` for each key of ``now`` that differs in ``saved`` (nested dicts:
-        their keys are flags)."""
+    def differences(
+        saved: dict[str, Any], now: dict[str, Any], prefix: str = "", names_only: bool = False
+    ) -> list[str]:
+        """``--flag NOW (the run used THEN)`` (or the key's name alone) for each key of ``now`` that differs in
+        ``saved``; nested dicts: their keys are flags, and one the saved run does not record (a setting newer than
+        the run) is not a difference."""
         out = []
         for key, value in now.items():
             old = saved.get(key)
             if isinstance(value, dict) and isinstance(old, dict):
-                out += RunDir.differences(old, value, "--")
+                out += RunDir.differences(old, value, "--", names_only)
+            elif prefix and key not in saved:
+                continue
             elif old != value:
                 name = prefix + key.replace("_", "-") if prefix else key
-                out.append(f"{name} {value} (the run used {old})")
+                out.append(key if names_only else f"{name} {value} (the run used {old})")
         return out
 
     def latest_intact_checkpoint(self) -> tuple[Path, dict[str, Any]] | None:
@@ -128,95 +142,86 @@ class RunDir:
             raise InputError("--resume: no readable checkpoint: " + "; ".join(errors))
         return None
 
-    def resume_checkpoint(
-        self, keys: dict[str, Any], resume: bool, finished: str | None = None, overwrite: bool = False
-    ) -> dict[str, Any] | None:
-        """The checkpoint ``--resume`` continues from; None to start afresh.
+    def open(self, keys: dict[str, Any], resume: bool, overwrite: bool, files: Iterable[str] | None = None) -> Opened:
+        """The one resume protocol of every run. ``keys``: the settings a resumed run must share with the one in
+        the directory (``run.json``, else its newest checkpoint's ``run``; nested dicts compare the keys given);
+        ``files``: the names a run writes (a directory holding others is no run's; ``--overwrite`` removes them).
 
-        Without ``resume``, a directory holding an interrupted run (a checkpoint) is refused rather than overwritten,
-        and so is a finished run (the file ``finished`` exists) unless ``overwrite``. With it, a checkpoint whose run
-        keys (``run.json``, else the checkpoint's own ``run``) differ from ``keys`` is refused, naming them."""
-        have = bool(list_checkpoints(self.checkpoints))
-        done = finished is not None and (self.path / finished).is_file()
-        if not resume:
-            if have:
-                raise InputError(
-                    f"{self.path} holds an interrupted run ({self.checkpoints}): pass --resume to "
-                    f"continue it, or remove {self.checkpoints} to start afresh"
-                )
-            if done and not overwrite:
-                raise InputError(
-                    f"{self.path} already holds a finished run ({finished}): pass --overwrite to "
-                    "replace it, or choose another --output"
-                )
-            return None
-        if not have:
+        Without ``resume``: a directory holding a run (an interrupted, finished or begun one) is refused unless
+        ``overwrite``, which clears it. With ``resume``: a finished run is refused (nothing to resume), and so are
+        keys that differ; a run killed before its first checkpoint resumes from step 0 (with its recorded
+        ``run.json``), one killed before its ``run.json`` starts afresh, keeping its prepared ``data``. Rank 0
+        decides (and clears); every rank reads the checkpoint it continues from."""
+        err: BertkitError | None = None
+        resumed = False
+        if self.ctx.is_main:
+            try:
+                resumed = self._decide(keys, resume, overwrite, files)
+            except BertkitError as e:
+                err = e
+        resumed, err = distributed.broadcast_object(self.ctx, (resumed, err))
+        if err is not None:
+            raise err
+        found = self.latest_intact_checkpoint() if resumed else None
+        return Opened(resumed, found[0] if found else None, found[1] if found else None)
+
+    def finished(self, record: dict[str, Any] | None) -> bool:
+        """Whether the run in the directory ended: its run.json says so (or, from before that field, a recorded
+        ``config``: pre-training's) and what the end writes is there: ``train_log.json`` (fine-tuning, embeddings;
+        alone from before the field too) or the model (pre-training; a run whose model was removed resumes)."""
+        ended = (self.path / "train_log.json").is_file()
+        if record is None or "finished" not in record and "config" not in record:
+            return ended
+        return bool(record.get("finished", True)) and (ended or (self.path / "model.safetensors").is_file())
+
+    def _decide(self, keys: dict[str, Any], resume: bool, overwrite: bool, files: Iterable[str] | None) -> bool:
+        """:meth:`open`'s decision on rank 0: whether to resume (raises what is refused)."""
+        out, files = self.path, tuple(files or ())
+        if out.exists() and not out.is_dir():
+            raise RunRefused(f"{out} exists and is not a directory; choose another --output")
+        names = {p.name for p in out.iterdir() if not p.name.startswith(".")} if out.is_dir() else set()
+        record, have = self.read_keys(), bool(list_checkpoints(self.checkpoints))
+        done = self.finished(record)
+        if resume:
             if done:
                 raise InputError(
-                    f"--resume: {self.path} holds a finished run ({finished}) and no checkpoint: nothing to resume"
+                    f"--resume: {out} holds a finished run (its model is written): nothing to resume; run again with "
+                    "--overwrite in place of --resume to replace it, or choose another --output"
                 )
-            logger.warning("--resume: no checkpoint in %s; starting from step 0", self.checkpoints)
-            return None
-        _, state = self.latest_intact_checkpoint()
-        saved = self.read_keys() or state.get("run") or {}
-        differ = self.differences(saved, keys)
-        if differ:
-            raise InputError(f"--resume: these differ from the interrupted run in {self.path}: " + "; ".join(differ))
-        return state
-
-    # ------------------------------------------------------------------------------------------ a recorded run
-
-    def claim(self, config: dict[str, Any], keys: Iterable[str], resume: bool, overwrite: bool, files: tuple) -> bool:
-        """Pre-training's protocol, for a run whose ``run.json`` records its ``config`` (``keys``: the fields a
-        resumed run must share; ``files``: what such a run writes, which ``overwrite`` removes). Refuse to silently
-        overwrite a different run; with ``overwrite``, clear what a run writes. Returns whether to resume: with
-        ``resume`` and no run.json yet (killed while preparing), the run starts afresh, keeping its ``data``."""
-        out = self.path
-        record_path, keys = out / RUN_JSON, tuple(keys)
-        if out.exists() and not out.is_dir():
-            raise PretrainError(f"{out} exists and is not a directory; choose another --output")
-        names = {p.name for p in out.iterdir() if not p.name.startswith(".")} if out.is_dir() else set()
-        if resume and not record_path.is_file():
-            if names - set(files):
-                raise PretrainError(
-                    f"--resume: {out} holds no pre-training run (no run.json); drop --resume to start one"
-                )
-            # a run killed before it began training: nothing to resume, start it afresh; an interrupted preparation
-            # of its shards (data/) resumes, or starts afresh if its files or settings changed
-            # (data/pretraining/prepare.py)
-            self.clear(files, keep=("data",))
-            self.remove_stale("data", "data/shards")
-            return False
-        if resume:
-            old = read_record(record_path)["config"]
-            diff = [k for k in keys if k in old and old[k] != config[k]]
-            if diff:
-                raise PretrainError(
-                    f"--resume: these settings differ from the run in {out}: "
-                    + ", ".join(f"{k} (was {old[k]!r}, now {config[k]!r})" for k in diff)
-                    + "; use the run's settings, or start a new run with another --output"
-                )
+            if record is None and not have:
+                if files and names - set(files):
+                    raise RunRefused(f"--resume: {out} holds no run (no run.json); drop --resume to start one")
+                logger.warning("--resume: no checkpoint in %s; starting from step 0", self.checkpoints)
+                self.clear(files, keep=("data",))  # an interrupted preparation of the data resumes
+                self.remove_stale("data", "data/shards")
+                return False
+            saved = record if record is not None else self.latest_intact_checkpoint()[1].get("run") or {}
+            differ = self.differences(saved, keys)
+            if differ:
+                raise InputError(f"--resume: these differ from the interrupted run in {out}: " + "; ".join(differ))
+            if not have:
+                logger.warning("--resume: no checkpoint in %s; starting from step 0", self.checkpoints)
             self.remove_stale("data", "data/shards")
             return True
-        if names and not overwrite:
-            if record_path.is_file():
-                old = read_record(record_path)["config"]
-                diff = [k for k in keys if old.get(k) != config[k]]
-                what = (
-                    "a run with the same settings"
-                    if not diff
-                    else f"a different run (differs in {', '.join(diff[:6])})"
+        if not overwrite and (have or record is not None or done):
+            differ = self.differences(record, keys, names_only=True) if record is not None else []
+            interrupted = f"an interrupted run ({self.checkpoints})" if have and not done else ""
+            what = interrupted or ("a finished run" if done else "a run with the same settings")
+            if differ:
+                what = f"a different run (differs in {', '.join(differ[:6])})" + (
+                    f", {interrupted}" * bool(interrupted)
                 )
-                raise PretrainError(
-                    f"{out} already holds {what}. Pass --resume to continue it, --overwrite to replace "
-                    "it, or choose another --output"
-                )
-            raise PretrainError(
-                f"{out} exists and is not empty (and is not a bertkit pre-training run); choose another "
-                "--output, or pass --overwrite to write into it"
+            raise InputError(
+                f"{out} already holds {what}: pass --resume to continue it, --overwrite to replace it, or choose "
+                "another --output"
             )
-        if names:
-            self.clear(files)
+        if not overwrite:
+            if files and names:
+                raise RunRefused(
+                    f"{out} exists and is not empty (and is not a bertkit run); choose another --output, or pass "
+                    "--overwrite to write into it"
+                )
+        self.clear((*files, RUN_JSON, "checkpoints") if overwrite else files)
         return False
 
     def clear(self, files: Iterable[str], keep: tuple[str, ...] = ()) -> None:
@@ -250,11 +255,16 @@ class RunDir:
                 continue  # a line torn by a kill
         return out
 
-    def truncate_metrics(self, step: int) -> None:
-        """On resume, drop the lines written after the checkpoint being resumed (they will be written again)."""
+    def truncate_metrics(self, step: int, pending: str | None = None) -> None:
+        """On resume, drop the lines written after the checkpoint being resumed (they will be written again), and
+        at its step the lines holding ``pending`` (an evaluation the checkpoint records as still to do)."""
         if not self.ctx.is_main or not (self.path / METRICS).is_file():
             return
-        keep = [r for r in self.read_metrics() if r.get("step", 0) <= step]
+        keep = [
+            r
+            for r in self.read_metrics()
+            if r.get("step", 0) < step or r.get("step", 0) == step and (pending is None or pending not in r)
+        ]
         write_text(self.path / METRICS, "".join(json.dumps(r) + "\n" for r in keep))
 
 
@@ -266,7 +276,7 @@ def read_record(path: Path) -> dict[str, Any]:
             raise TypeError("not an object with a 'config'")
         return record
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
-        raise PretrainError(
+        raise RunRefused(
             f"{path}: not a readable run record ({type(e).__name__}: {e}); start the run again with "
             "--overwrite, or choose another --output"
         ) from None
@@ -285,7 +295,7 @@ def os_errors(out: Path):
                 "previous checkpoint is intact)"
             ) from None
         if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise PretrainError(f"{where}: cannot write ({e.strerror}); choose a writable --output") from None
+            raise RunRefused(f"{where}: cannot write ({e.strerror}); choose a writable --output") from None
         raise
 
 

@@ -5,7 +5,7 @@ Every recipe (pretrain, finetune, the embedding tasks) builds one ``TrainState``
 it; so a resumed run continues bit for bit in each of them the same way::
 
     state = TrainState(model, optimizer, scheduler, grad_scaler(precision, device))
-    saved = run.resume_checkpoint()            # a RunDir's latest checkpoint, checked against the run's keys
+X
     if saved is not None:
         state.load(saved, ctx)                 # weights, optimizer, schedule, scaler, RNGs, step, position
     ...

@@ -21,12 +21,18 @@ from typing import Any
 import torch
 
 from bertkit.errors import LossNotFinite
-from bertkit.precision import autocast
+from bertkit.precision import autocast, grad_scaler
 from bertkit.training import distributed
 from bertkit.training.distributed import DistContext
-from bertkit.training.state import TrainState
+from bertkit.training.optim import linear_schedule
+from bertkit.training.state import TrainState, rng_preserved
 
-__all__ = ["LossNotFinite", "StepResult", "apply_update", "optimizer_step"]
+__all__ = ["LossNotFinite", "StepResult", "apply_update", "optimizer_step", "to_device"]
+
+
+def to_device(batch: dict, device) -> dict:
+    """A numpy batch as tensors on ``device``."""
+    return {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items()}
 
 
 @dataclass
@@ -111,10 +117,6 @@ def time_steps(
     untouched. What ``--max-time`` fits its schedule with."""
     import copy
     import time
-
-    from bertkit.precision import grad_scaler
-    from bertkit.training.optim import linear_schedule
-    from bertkit.training.state import rng_preserved
 
     probe = copy.deepcopy(model)
     optimizer = make_optimizer(probe)

@@ -59,8 +59,10 @@ from bertkit.data.pretraining.corpus_files import (
     binary_reason,
     expand_corpus,
 )
+from bertkit.data.pretraining.pipeline import ordered_map, progress_bar
 from bertkit.data.pretraining.splitter import split_paragraphs
 from bertkit.data.pretraining.task_text import sniff, task_documents
+from bertkit.files import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -576,6 +578,39 @@ def iter_blocks(
             yield Block(kind, items, ends, (i, j), sum(map(len, items)), counter[0].count if counter else 0)
 
 
+def corpus_texts(
+    paths: Iterable[str | os.PathLike],
+    fmt: str = "auto",
+    encoding: str = "auto",
+    text_field: str = "text",
+    follow_symlinks: bool = False,
+) -> Iterator[str]:
+    """The corpus's non-empty lines of text, stripped, in file order, read exactly as ``prepare`` and ``pretrain``
+    read it (the one corpus reader of ``bertkit vocab`` and ``vocab extend``): directories expanded and confined,
+    compressed files decompressed, JSONL/Parquet/Arrow/task files by their text, a binary file refused. Files are
+    checked before the first line is returned (a missing or binary one fails now, not halfway); a corpus with no
+    text at all fails once read, naming it: ``CorpusError``s, one line each."""
+    names = [str(p) for p in paths]
+    files = expand_corpus(names, follow_symlinks)
+    for path in files:  # exists, readable, not binary: refused before any work
+        if (fmt if fmt != "auto" else detect_format(path, encoding=encoding)) not in ("parquet", "arrow"):
+            open_text(path).close()
+    return _texts(files, names, fmt, encoding, text_field)
+
+
+def _texts(files: list[Path], names: list[str], fmt: str, encoding: str, text_field: str) -> Iterator[str]:
+    empty = True
+    for block in iter_blocks(files, fmt, encoding, text_field):
+        for item in block.items:
+            for line in item.splitlines():
+                line = line.strip()
+                if line:
+                    empty = False
+                    yield line
+    if empty:
+        raise CorpusError(f"the corpus ({', '.join(names)}) holds no text (every file is empty)")
+
+
 # ------------------------------------------------------------------------------------------------ sentences
 
 
@@ -628,7 +663,6 @@ def iter_documents(
     whatever ``workers`` (default: every core; 0 or 1 = in this process). Each document is held whole here: for
     corpora of any size, use :func:`bertkit.data.pretraining.prepare.prepare_corpus` or :func:`write_sentences`, which
     stream. ``on_document(sentences)`` is called per document."""
-    from bertkit.data.pretraining.pipeline import ordered_map
 
     files = expand_corpus(paths)
     blocks = iter_blocks(files, fmt, encoding, text_field)
@@ -663,8 +697,6 @@ def write_sentences(
     """Sentence-split the corpus once into Google's format (a sentence per line, a blank line after each document)
     at ``output``, atomically (fsynced temp file, renamed), streaming: memory does not grow with the corpus. The
     vocabulary trainer and the tokenizer both read it. Returns the number of documents."""
-    from bertkit.data.pretraining.pipeline import ordered_map, progress_bar
-    from bertkit.files import atomic_write
 
     files = expand_corpus(paths)
     count = 0

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import bertkit
 from bertkit.errors import BertkitError
 
 _HEADER = struct.Struct("<Q")
@@ -61,8 +62,6 @@ def _recv(stream) -> bytes | None:
 
 class _Worker:
     def __init__(self, index: int, setup: bytes):
-        import bertkit
-
         env = dict(os.environ)
         env["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker: the workers already use every core
         root = str(Path(bertkit.__file__).resolve().parents[1])

@@ -32,12 +32,15 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.pretraining.corpus import Block, document_pieces, expand_corpus, iter_blocks
+from bertkit.data.pretraining.corpus import ENCODINGS, FORMATS, Block, document_pieces, expand_corpus, iter_blocks
 from bertkit.data.pretraining.pipeline import ordered_map, progress_bar
 from bertkit.data.pretraining.shards import META_NAME, SHARD_FORMAT, ShardWriter, file_sha256, read_meta
+from bertkit.data.pretraining.splitter import SPLITTERS
 from bertkit.data.pretraining.workers import init_tokenizer, tokenize_block
 from bertkit.errors import InputError
 from bertkit.files import atomic_write, write_json
+from bertkit.tokenization import BertTokenizer
+from bertkit.tokenization.wordpiece import find_vocab
 
 logger = logging.getLogger(__name__)
 
@@ -186,9 +189,6 @@ def _link_shards(src: Path, dst: Path, meta: dict) -> None:
 
 
 def _settings(corpus_format, encoding, splitter, text_field, shard_tokens, eval_fraction, max_eval_tokens) -> dict:
-    from bertkit.data.pretraining.corpus import ENCODINGS, FORMATS
-    from bertkit.data.pretraining.splitter import SPLITTERS
-
     if corpus_format not in FORMATS:
         raise PrepareError(f"corpus format must be one of {FORMATS}, got {corpus_format!r}")
     if encoding not in ENCODINGS:
@@ -234,7 +234,6 @@ def prepare_corpus(
     is called with the progress record after each one is saved (tests interrupt a preparation there).
     ``follow_symlinks``: read links leaving a corpus directory too (default: skipped, with a warning).
     ``meta.json``'s ``fingerprint.files`` lists every file read."""
-    from bertkit.tokenization import BertTokenizer
 
     settings = _settings(corpus_format, encoding, splitter, text_field, shard_tokens, eval_fraction, max_eval_tokens)
     files = expand_corpus(corpus, follow_symlinks)
@@ -332,8 +331,6 @@ def _build(
 def tokenizer_vocab_file(vocab_path: str | os.PathLike) -> Path:
     p = Path(vocab_path)
     if p.is_dir():
-        from bertkit.tokenization.wordpiece import find_vocab
-
         return find_vocab(p) or p / "vocab.txt"
     return p
 
@@ -403,7 +400,6 @@ def build_shards_from_documents(
     max_eval_tokens: int = DEFAULTS["max_eval_tokens"],
 ) -> dict:
     """Shards from documents already split into sentences (in memory): each document is one block."""
-    from bertkit.tokenization import BertTokenizer
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

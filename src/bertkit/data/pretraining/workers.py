@@ -7,6 +7,9 @@ import itertools
 import os
 from array import array
 
+from bertkit.data.pretraining.corpus import block_sentences
+from bertkit.tokenization import BertTokenizer
+
 _TOKENIZER = None
 
 
@@ -14,7 +17,6 @@ def init_tokenizer(vocab_path: str, lowercase: bool | None) -> None:
     global _TOKENIZER
     # each worker tokenizes on one thread: the workers already use every core
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    from bertkit.tokenization import BertTokenizer
 
     _TOKENIZER = BertTokenizer.from_pretrained(vocab_path, lowercase=lowercase)
 
@@ -22,7 +24,6 @@ def init_tokenizer(vocab_path: str, lowercase: bool | None) -> None:
 def tokenize_block(task: tuple[str, list[str], str]) -> tuple[array, array, list[int]]:
     """A block's (token ids int32, tokens per sentence int64, sentences per item); sentences without tokens are
     dropped (and not counted)."""
-    from bertkit.data.pretraining.corpus import block_sentences
 
     kind, items, splitter = task
     sentences, counts = block_sentences(kind, items, splitter)

@@ -10,7 +10,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from bertkit.data.tasks.readers import ClassificationExample, DataError, Examples, RowGuard, check_file, open_text
+from bertkit.data.tasks.readers import (
+    ClassificationExample,
+    DataError,
+    Examples,
+    RowGuard,
+    blank_text,
+    check_file,
+    open_text,
+)
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,8 @@ def read_glue(path: str | os.PathLike, task: str, skip_bad_rows: bool = False, r
                 line=n,
             )
         )
+        if blank_text(out[-1], guard, n, (col_a, col_b)):
+            out.pop()
     guard.report(len(out))
     out.skipped = guard.skipped
     return out

@@ -109,12 +109,18 @@ class open_text:
     def __init__(self, path: str | os.PathLike, newline: str | None = None):
         self.path = path
         self._f = open(path, encoding="utf-8-sig", newline=newline)  # noqa: SIM115 (closed by __exit__/close)
+        self._lines = 0  # lines read so far (a NUL byte is named by its line)
 
     def _call(self, fn, *args):
         try:
-            return fn(*args)
+            text = fn(*args)
         except UnicodeDecodeError:
             raise not_utf8(self.path) from None
+        if "\x00" in text:  # text editors and every tokenizer stop at it: a binary file, or a broken export
+            line = self._lines + text.count("\n", 0, text.index("\x00")) + 1
+            raise DataError(self.path, line, "a NUL byte: task files are text; this one is binary or corrupt")
+        self._lines += text.count("\n")
+        return text
 
     def __iter__(self) -> Self:
         return self
@@ -167,6 +173,16 @@ class ClassificationExample:
     text_b: str | None
     label: str | float | None
     line: int = 0
+
+
+def blank_text(example: ClassificationExample, guard: RowGuard, line: int, columns: tuple) -> bool:
+    """Whether the example's text (or its pair) holds nothing but spaces: a bad row (``guard``), naming its column,
+    where it would otherwise train on an input of [CLS] [SEP] alone."""
+    for text, column in ((example.text_a, columns[0]), (example.text_b, columns[1])):
+        if text is not None and not text.strip():
+            guard.bad(line, f"empty text in column {column!r}")
+            return True
+    return False
 
 
 def _delimiter(path: Path, fmt: str | None) -> str:
@@ -256,6 +272,8 @@ def read_table(
                 line=n,
             )
         )
+        if blank_text(out[-1], guard, n, (text_column, pair_column)):
+            out.pop()
     guard.report(len(out))
     out.skipped = guard.skipped
     return out

@@ -10,14 +10,14 @@ from typing import Any
 from bertkit.serve.core.errors import ApiError
 
 
-def check_count(items: Sequence[Any], name: str, max_inputs: int) -> None:
-    """400 Empty for no inputs, 422 past ``max_inputs``."""
+def check_count(items: Sequence[Any], name: str, max_inputs: int, flag: str = "--max-inputs") -> None:
+    """400 Empty for no inputs, 422 past ``max_inputs`` (the limit ``flag`` sets)."""
     if not items:
         raise ApiError(None, f"'{name}' cannot be empty: send at least one input", "Empty", name)
     if len(items) > max_inputs:
         raise ApiError(
             None,
-            f"'{name}' has {len(items)} inputs, over the limit of {max_inputs} per request (--max-inputs): split it",
+            f"'{name}' has {len(items)} inputs, over the limit of {max_inputs} per request ({flag}): split it",
             param=name,
         )
 

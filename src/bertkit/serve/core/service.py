@@ -261,8 +261,14 @@ class Service:
         return out
 
     def _check_count(self, items: list[Any]) -> None:
+        """400 for none, 422 for more than a request may hold: --max-inputs, or --max-pending when lower (such a
+        request could never be queued, even on an idle server: a 429 "busy" would have the client retry forever)."""
+        s = self.settings
+        limit, flag = (
+            (s.max_inputs, "--max-inputs") if s.max_inputs <= s.max_pending else (s.max_pending, "--max-pending")
+        )
         with by_role("inputs"):
-            check_count(items, FIELD, self.settings.max_inputs)
+            check_count(items, FIELD, limit, flag)
 
     def _text(self, text: str, role: str, i: int, truncate: bool | None) -> str:
         """One text (:func:`~bertkit.serve.core.checks.check_text`): 400 when it holds nothing the tokenizer keeps; past
@@ -380,6 +386,8 @@ class Service:
         dim = self.encoder.output_dim(spec)
         rows = sum(len(e.ids) for e in encodings) if spec.pooling == "none" else len(encodings)
         self.bound_answer(rows * dim, f"{rows} tokens x {dim}" if spec.pooling == "none" else f"{rows} inputs x {dim}")
+        if len(encodings) > self.queue.max_pending:  # never queued, however idle the server: not a retryable 429
+            raise ApiError(413, f"{len(encodings)} inputs, over the queue's {self.queue.max_pending} (--max-pending)")
         try:
             future = self.queue.submit(encodings, spec)
         except QueueFull as exc:

@@ -13,7 +13,7 @@ import numpy as np
 from fastapi import APIRouter, Body, Request
 from fastapi.responses import Response
 
-from bertkit import __version__
+from bertkit import __version__, models
 from bertkit.features import POOLINGS
 from bertkit.serve.core.errors import ApiError, fields
 from bertkit.serve.core.service import Service, as_batch, resize
@@ -67,7 +67,7 @@ async def info(request: Request):
         "version": __version__,
         "sha": None,
         "docker_label": None,
-        "architecture": "bert",
+        **models.of_config(enc.config).info(),  # "architecture" and what else the registry reports
         "hidden_size": enc.config.hidden_size,
         "num_layers": enc.num_layers,
         "vocab_size": enc.config.vocab_size,

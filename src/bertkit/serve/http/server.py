@@ -11,6 +11,7 @@ line, not a traceback per attempt.
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -21,7 +22,13 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from bertkit.serve.http.errors import Dialect
+
 logger = logging.getLogger("bertkit.serve")
+DRAIN_SECONDS = 1.0  # how long a connection answered 400 for a malformed request may still send before it is closed
+MALFORMED = (
+    "a request line or headers that do not parse as HTTP/1.1, hold raw non-ASCII bytes, or exceed the size limit"
+)
 
 
 class TimedH11Protocol(H11Protocol):
@@ -35,6 +42,8 @@ class TimedH11Protocol(H11Protocol):
         self._header_timer = self.loop.call_later(self.header_timeout, self._header_timeout_expired)
 
     def data_received(self, data: bytes) -> None:
+        if getattr(self, "_discarding", False):  # after a malformed request's 400 (send_400_response)
+            return
         super().data_received(data)
         waiting_for_headers = self.conn.their_state is h11.IDLE and not self.transport.is_closing()
         if not waiting_for_headers:
@@ -55,6 +64,31 @@ class TimedH11Protocol(H11Protocol):
         if timer is not None:
             timer.cancel()
             self._header_timer = None
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request h11 cannot parse (headers past ``h11_max_incomplete_event_size``, raw
+        non-ASCII bytes in the target, a broken request line): a 400 in the JSON shape every other refusal has (TEI's,
+        the default dialect), not uvicorn's plain text; then the connection closes, as uvicorn's does."""
+        body = json.dumps(Dialect().error_body(400, f"malformed HTTP request: {MALFORMED}", "Validation", None)).encode(
+            "utf-8"
+        )
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode("ascii")),
+            (b"connection", b"close"),
+        ]
+        try:
+            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body)):
+                self.transport.write(self.conn.send(event))
+            self.transport.write(self.conn.send(h11.EndOfMessage()))
+        except h11.LocalProtocolError:  # a response had already begun: nothing more can be said on this connection
+            pass
+        # closing with the rest of a 200 KB header unread would reset the connection, and the client lose the answer:
+        # end our side, read and drop what is still coming, and close shortly (or when the client does)
+        self._discarding = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(DRAIN_SECONDS, self.transport.close)
 
     def _header_timeout_expired(self) -> None:
         self._header_timer = None

@@ -30,6 +30,9 @@ import platform
 import time
 from pathlib import Path
 
+from bertkit import models
+from bertkit.files import write_json
+
 logger = logging.getLogger(__name__)
 
 
@@ -39,7 +42,6 @@ def _get(config, name: str) -> int:
 
 def _ffn_matmuls(config) -> int:
     """H x I matmuls in a feed-forward block: 2 for BERT's; 3 for ModernBERT's GeGLU (input projection to 2I)."""
-    from bertkit import models
 
     return models.of_config(config).ffn_matmuls
 
@@ -160,8 +162,6 @@ def cpu_peak(precision: str, seconds: float = 1.0, refresh: bool = False) -> flo
     peak = max(2 * n**3 / best, float(cache.get(key, 0.0)))
     cache[key] = peak
     try:
-        from bertkit.files import write_json
-
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, cache)
     except OSError as e:  # an unwritable home only costs a re-measure
@@ -222,7 +222,7 @@ def log_fields(ctx, out: str | os.PathLike, tokens_per_s_per_rank: float, sums: 
         _OVER_PEAK.add(key)
         logger.warning(
             "MFU left out: the run achieves %.1f GFLOP/s, above the %.1f GFLOP/s this device's peak probe "
-            "measured (a busy machine measures low; bertkit.training.flops.cpu_peak(refresh=True) on a "
+            "measured (a busy machine measures low; bertkit.recipes.pretrain.flops.cpu_peak(refresh=True) on a "
             "quiet one fixes the cache)",
             achieved / 1e9,
             peak / 1e9,

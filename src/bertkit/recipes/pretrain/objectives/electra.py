@@ -1,7 +1,7 @@
 """ELECTRA's part of the pre-training recipe (``bertkit pretrain --objective electra``; Clark et al., 2020): a small
 generator trained by masked LM fills the masked positions with tokens sampled from its softmax, and the model kept,
 the discriminator, learns to tell every input token as original or replaced. The loop, the data, the schedule and
-the checkpoints are BERT's (``recipes/pretrain.py``); what changes is the model (:class:`ElectraPretraining`),
+the checkpoints are BERT's (``recipes/pretrain/recipe.py``); what changes is the model (:class:`ElectraPretraining`),
 ELECTRA's masking defaults, the RTD figures in the log, and what the run directory holds at the end.
 
     generator (masked LM, fewer layers) --sample at [MASK]--> discriminator (the encoder kept) --> RTD head
@@ -12,18 +12,11 @@ ELECTRA's masking defaults, the RTD figures in the log, and what the run directo
 No gradient flows through the sampling: the generator learns from its MLM loss only (and the shared embeddings from
 both). A sampled token equal to the original is labelled original.
 
-Either architecture (``--arch``): the budget recipe's ModernBERT or BERT. A BERT discriminator's post-LayerNorm
-layers sit on a long plateau before replaced-token detection takes off; ModernBERT's pre-norm layers leave it within
-a few hundred steps (measured on a toy task of shifted sequences: balanced accuracy 0.96 at step 200 against 0.50 at
-step 800 for BERT's layers, docs/pretraining.md).
-
-OUTPUT is the discriminator as a bare encoder in its architecture's transformers layout (``model_type: bert``, a
-``BertModel`` with an untrained pooler; or ``modernbert``, a ``ModernBertModel``), so every bertkit command and
-transformers' ``BertModel``/``ModernBertModel`` read it unchanged. The RTD head goes beside it
-(``rtd_head.safetensors``, ELECTRA's ``discriminator_predictions.*`` keys: for BERT, with the encoder's keys under
-``electra.``, transformers' ``ElectraForPreTraining`` gives the same logits), and the generator to
-``OUTPUT/generator`` (the architecture's masked-LM directory with the vocabulary: fill-mask, and the honest held-out
-MLM meter, read it).
+Either architecture (``--arch``); ModernBERT's pre-norm layers leave the RTD plateau far sooner than BERT's
+(docs/pretraining.md). OUTPUT is the discriminator as a bare encoder in its architecture's transformers layout,
+which every bertkit command and transformers read unchanged; its RTD head beside it (``rtd_head.safetensors``,
+ELECTRA's ``discriminator_predictions.*`` keys: transformers' ``ElectraForPreTraining`` gives the same logits on
+BERT's), and the generator, the masked LM that fill-mask and the held-out meter read, in ``OUTPUT/generator``.
 """
 
 from __future__ import annotations
@@ -36,24 +29,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit import models
+from bertkit.checkpoint import read_state_dict
 from bertkit.config import BertConfig
 from bertkit.errors import InputError
-from bertkit.modeling import ACT2FN, BertModel
+from bertkit.files import atomic_write
+from bertkit.modeling import ACT2FN
+from bertkit.recipes.pretrain.objectives import Objective
+from bertkit.training.distributed import all_reduce_mean
 
 # ELECTRA's masking (its pretrain_helpers.mask): 15% of the tokens, 85% of them [MASK], the rest left as they are
 DEFAULTS = {"nsp": False, "mask_prob": 0.15, "mask_mix": "85/0/15"}
 RTD_HEAD_NAME = "rtd_head.safetensors"
 GENERATOR_DIR = "generator"
-
-
-def check(cfg) -> None:
-    """Refuse what ELECTRA's objective cannot do, in one line."""
-    if cfg.nsp:
-        raise InputError("--objective electra has no next-sentence prediction; leave out --nsp")
-    if cfg.generator_layers is not None and cfg.generator_layers < 1:
-        raise InputError(f"--generator-layers must be >= 1, got {cfg.generator_layers}")
-    if cfg.rtd_weight <= 0:
-        raise InputError(f"--rtd-weight must be positive, got {cfg.rtd_weight}")
 
 
 def generator_layers(cfg, config: BertConfig) -> int:
@@ -123,16 +111,6 @@ def sample(logits: Tensor, generator: torch.Generator | None = None) -> Tensor:
         return torch.multinomial(torch.softmax(logits.detach().float(), -1), 1, generator=generator).squeeze(-1)
 
 
-def _mlm_bias(mlm: nn.Module) -> Tensor | None:
-    """The MLM output bias of a masked-LM model (BERT's ``cls.predictions.bias``, ModernBERT's ``decoder.bias``)."""
-    return mlm.cls.predictions.bias if hasattr(mlm, "cls") else mlm.decoder.bias
-
-
-def _encoder(mlm: nn.Module) -> nn.Module:
-    """The encoder inside a masked-LM model: ``bert`` (BERT's ``BertForMaskedLM``) or ``model`` (ModernBERT's)."""
-    return mlm.bert if hasattr(mlm, "bert") else mlm.model
-
-
 class ElectraPretraining(nn.Module):
     """Generator and discriminator with one embeddings module, of either architecture (a ``BertModel`` with a
     ``BertForMaskedLM``, or a ``ModernBertModel`` with a ``ModernBertForMaskedLM``). ``forward`` takes a
@@ -149,7 +127,7 @@ class ElectraPretraining(nn.Module):
         self.generator = generator
         # shared (BERT's: token, position, segment, LayerNorm; ModernBERT's: token, norm); the generator's MLM
         # decoder is the shared word-embedding matrix
-        _encoder(self.generator).embeddings = self.discriminator.embeddings
+        models.encoder_of(self.generator).embeddings = self.discriminator.embeddings
         self.generator.tie_weights()
         self.rtd_weight = float(rtd_weight)
         std = self.config.initializer_range
@@ -173,7 +151,7 @@ class ElectraPretraining(nn.Module):
             seeded = torch.Generator(device=input_ids.device)
             seeded.manual_seed(0)
         fake, rtd_labels = corrupt(input_ids, labels, attention_mask, sample(gen.masked_logits, seeded))
-        extra = {"output_pooler": False} if isinstance(self.discriminator, BertModel) else {}  # no pooler to skip
+        extra = {"output_pooler": False} if models.of_config(self.config).pooler_keys else {}  # none to skip
         hidden = self.discriminator(fake, attention_mask, token_type_ids, position_ids, **extra)
         logits = self.discriminator_predictions(hidden.last_hidden_state)  # [B, T]
         disc_loss = rtd_loss(logits, rtd_labels)
@@ -197,8 +175,6 @@ class ElectraPretraining(nn.Module):
         The tokenizer is the caller's to save beside both."""
         from safetensors.torch import save_file
 
-        from bertkit.files import atomic_write
-
         out = Path(directory)
         self.discriminator.save_pretrained(out)
         head = {
@@ -210,14 +186,9 @@ class ElectraPretraining(nn.Module):
 
 
 def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device, build_base):
-    """(ElectraPretraining, the discriminator's config): the discriminator is the pre-training model of ``--arch``
-    and ``--model-size`` (or ``--init-from``) as ``build_base``, that architecture's recipe factory, makes it
-    (BERT's position init and dropout), without its heads; the generator has its config with ``generator_layers``
-    layers and starts its MLM output bias where that model's does (the corpus's unigram frequencies with
-    ``--output-bias unigram``). From an ELECTRA run's output (``--init-from``), its generator and RTD head
-    continue too."""
-    from bertkit import models
-
+    """(ElectraPretraining, the discriminator's config): the discriminator is the architecture's pre-training model
+    as ``build_base`` makes it, without its heads; the generator has its config with ``generator_layers`` layers and
+    starts its MLM output bias where that model's does. An ELECTRA run's output (``--init-from``) continues whole."""
     base, config = build_base(cfg, tokenizer, shard_dir, max_len, device)
     arch = models.of_config(config)
     mlm_class = arch.model_class("masked_lm")
@@ -232,7 +203,7 @@ def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device, build_bas
         cut = {"layer_types": list(layer_types[:n])} if layer_types else {}
         gen_config = dataclasses.replace(config, num_hidden_layers=n, **cut)
         generator = mlm_class(gen_config)
-        bias, own = _mlm_bias(base), _mlm_bias(generator)
+        bias, own = arch.mlm_bias(base), arch.mlm_bias(generator)
         if bias is not None and own is not None:
             with torch.no_grad():
                 own.copy_(bias)
@@ -241,10 +212,8 @@ def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device, build_bas
         generator.set_dropout(cfg.dropout)
         for key, value in saved.items():
             setattr(gen_config, key, value)
-    model = ElectraPretraining(_encoder(base), generator, cfg.rtd_weight)
+    model = ElectraPretraining(arch.encoder_of(base), generator, cfg.rtd_weight)
     if init is not None and (init / RTD_HEAD_NAME).is_file():
-        from bertkit.checkpoint import read_state_dict
-
         head = read_state_dict(init / RTD_HEAD_NAME)
         try:
             model.discriminator_predictions.load_state_dict({k.split(".", 1)[-1]: v for k, v in head.items()})
@@ -254,22 +223,6 @@ def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device, build_bas
 
 
 # --------------------------------------------------------------------------------------------- the figures
-
-
-def count(meter, output: ElectraOutput, grad_accum: int) -> None:
-    """A training micro-batch's RTD figures into the log window."""
-    with torch.no_grad():
-        labels = output.rtd_labels
-        active = labels != -100
-        truth, pred = labels[active] == 1, output.rtd_logits[active] > 0
-        meter.add(
-            rtd_loss=float(output.rtd_loss.detach()) / grad_accum,
-            rtd_n=int(active.sum()),
-            rtd_ok=int((truth == pred).sum()),
-            rtd_pos=int(truth.sum()),
-            rtd_pred=int(pred.sum()),
-            rtd_tp=int((truth & pred).sum()),
-        )
 
 
 def rates(tp: float, pos: float, pred: float, ok: float, n: float) -> dict[str, float]:
@@ -285,16 +238,6 @@ def rates(tp: float, pos: float, pred: float, ok: float, n: float) -> dict[str, 
         "rtd_balanced_acc": (recall + recall_original) / 2,
         "replaced": pos / n if n else 0.0,
     }
-
-
-def window_fields(ctx, meter) -> dict[str, float]:
-    """The log window's RTD figures (means over the ranks), as ``train_rtd_*`` fields and ``rtd_loss``."""
-    from bertkit.training.distributed import all_reduce_mean
-
-    s = meter.sums
-    keys = ("rtd_tp", "rtd_pos", "rtd_pred", "rtd_ok", "rtd_n")
-    vals = all_reduce_mean(ctx, [meter.ratio("rtd_loss", "steps"), *(s[k] for k in keys)])
-    return {"rtd_loss": vals[0], **{"train_" + k: v for k, v in rates(*vals[1:]).items()}}
 
 
 def auc(scores: Tensor, truth: Tensor) -> float:
@@ -331,11 +274,67 @@ class RtdScore:
             return {}
         scores, truth = torch.cat(self.scores), torch.cat(self.truth)
         pred = scores > 0
-        figures = rates(
-            float((truth & pred).sum()),
-            float(truth.sum()),
-            float(pred.sum()),
-            float((truth == pred).sum()),
-            float(truth.numel()),
-        )
+        figures = rates(*(float(x.sum()) for x in (truth & pred, truth, pred, truth == pred)), float(truth.numel()))
         return {prefix + k: v for k, v in {**figures, "rtd_auc": auc(scores, truth)}.items()}
+
+
+# --------------------------------------------------------------------------------------------- the objective
+
+
+class Electra(Objective):
+    """ELECTRA's part of the recipe: its masking, its model, its RTD figures, and OUTPUT's generator."""
+
+    defaults = DEFAULTS
+    masked_lm_dir = GENERATOR_DIR  # the model kept is the discriminator: the generator is the masked LM
+
+    def check(self, cfg) -> None:
+        if cfg.nsp:
+            raise InputError("--objective electra has no next-sentence prediction; leave out --nsp")
+        if cfg.generator_layers is not None and cfg.generator_layers < 1:
+            raise InputError(f"--generator-layers must be >= 1, got {cfg.generator_layers}")
+        if cfg.rtd_weight <= 0:
+            raise InputError(f"--rtd-weight must be positive, got {cfg.rtd_weight}")
+
+    build = staticmethod(build_model)
+
+    def count(self, meter, output: ElectraOutput, batch: dict, cfg) -> None:
+        with torch.no_grad():
+            labels = output.rtd_labels
+            active = labels != -100
+            truth, pred = labels[active] == 1, output.rtd_logits[active] > 0
+            meter.add(
+                rtd_loss=float(output.rtd_loss.detach()) / cfg.grad_accum,
+                rtd_n=int(active.sum()),
+                rtd_ok=int((truth == pred).sum()),
+                rtd_pos=int(truth.sum()),
+                rtd_pred=int(pred.sum()),
+                rtd_tp=int((truth & pred).sum()),
+            )
+
+    def window(self, ctx, meter, cfg) -> dict[str, float]:
+        """``rtd_loss`` and the window's :func:`rates` as ``train_rtd_*`` fields (means over the ranks)."""
+
+        keys = ("rtd_tp", "rtd_pos", "rtd_pred", "rtd_ok", "rtd_n")
+        vals = all_reduce_mean(ctx, [meter.ratio("rtd_loss", "steps"), *(meter.sums[k] for k in keys)])
+        return {"rtd_loss": vals[0], **{"train_" + k: v for k, v in rates(*vals[1:]).items()}}
+
+    def said(self, fields: dict[str, float]) -> str:
+        return f"  rtd balanced acc {fields['train_rtd_balanced_acc']:.3f}"
+
+    def scorer(self) -> RtdScore:
+        return RtdScore()
+
+    def held_out_said(self, r: dict[str, float]) -> str:
+        return (
+            f", RTD acc {r['eval_rtd_acc']:.3f} (all-original {1 - r['eval_replaced']:.3f}), balanced "
+            f"{r['eval_rtd_balanced_acc']:.3f}, AUC {r['eval_rtd_auc']:.3f}"
+        )
+
+    def masked_lm(self, model):
+        return model.generator  # the discriminator has no MLM head
+
+    def save(self, out: Path, tokenizer) -> None:
+        tokenizer.save_pretrained(out / GENERATOR_DIR)  # the generator's directory (fill-mask) gets the vocabulary
+
+
+OBJECTIVE = Electra()

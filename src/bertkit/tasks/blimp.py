@@ -42,8 +42,10 @@ import torch
 
 from bertkit import models
 from bertkit.errors import InputError, MissingFileError
+from bertkit.files import write_json, write_text
 from bertkit.precision import resolve_precision
 from bertkit.runtime import batch_loop
+from bertkit.tokenization import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -179,8 +181,6 @@ class PllScorer:
         """The scorer of a model directory with an MLM head (BERT's ``BertForPreTraining`` / ``BertForMaskedLM``,
         ModernBERT's ``ModernBertForMaskedLM``, an ELECTRA run's ``generator/``) and its tokenizer. A directory
         whose checkpoint has no MLM head is an InputError naming it."""
-        from bertkit.tokenization import load_tokenizer
-
         directory = Path(directory)
         if not directory.is_dir():
             raise MissingFileError(f"{directory}: not a model directory (expected config.json, weights, vocabulary)")
@@ -349,8 +349,6 @@ def table(result: BlimpResult, paradigms: Sequence[Paradigm]) -> str:
 def write_results(output: str | os.PathLike, result: BlimpResult, paradigms: Sequence[Paradigm], record: dict) -> None:
     """``OUTPUT/metrics.json`` (the figures and ``record``: how they were computed) and ``OUTPUT/pairs.jsonl`` (per
     pair: UID, index in its paradigm, the two sentences, their PLLs, right or not), each written atomically."""
-    from bertkit.files import write_json, write_text
-
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     write_json(output / "metrics.json", {**result.metrics(), **record})
@@ -386,6 +384,7 @@ class BlimpProbe:
         max_length: int | None = None,
     ):
         self.paradigms = sample_paradigms(read_blimp(directory), pairs_per_paradigm, seed)
+        self.pairs = sum(len(p.pairs) for p in self.paradigms)  # in the sample, all paradigms
         self.sentences = list(dict.fromkeys(s for p in self.paradigms for pair in p.pairs for s in pair))
         self._options = dict(tokenizer=tokenizer, pll=pll, batch_size=batch_size, max_length=max_length)
         self._copies = PllScorer(model=None, **self._options).copies(self.sentences)

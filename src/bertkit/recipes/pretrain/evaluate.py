@@ -1,14 +1,21 @@
 """A finished pre-training run's honest held-out figures (:func:`held_out_accuracy`), read from its directory: the
 run's settings (run.json), vocabulary, held-out shards and model. The meter during the run is
-:mod:`bertkit.recipes.pretrain`'s ``_evaluate``; both count only what the model had to infer (``bertkit.tasks.mlm``)."""
+:mod:`bertkit.recipes.pretrain.recipe`'s ``_evaluate``; both count only what the model had to infer
+(``bertkit.tasks.mlm``)."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
-from bertkit.recipes.pretrain_config import PretrainConfig, PretrainError
-from bertkit.recipes.pretrain_setup import make_feed
+from bertkit import models
+from bertkit.data.pretraining.instances import VocabInfo
+from bertkit.recipes.pretrain import objectives
+from bertkit.recipes.pretrain.config import PretrainConfig, PretrainError
+from bertkit.recipes.pretrain.setup import make_feed
+from bertkit.tasks.mlm import score_mlm
+from bertkit.tokenization import BertTokenizer
+from bertkit.training.distributed import DistContext
 from bertkit.training.rundir import read_record
 
 
@@ -23,12 +30,6 @@ def held_out_accuracy(
     about a point between mask draws. ``shards``: another prepared directory whose held-out split is scored instead
     (the quickstart's: books the run never read), tokenized with the run's vocabulary."""
     import torch
-
-    from bertkit import models
-    from bertkit.data.pretraining.instances import VocabInfo
-    from bertkit.tasks.mlm import score_mlm
-    from bertkit.tokenization import BertTokenizer
-    from bertkit.training.distributed import DistContext
 
     out = Path(output)
     # the run's sequences, masked at the paper's 15% whatever the run trained with, so runs compare
@@ -56,8 +57,8 @@ def held_out_accuracy(
             break
     if not batches:
         raise PretrainError(f"{out}: no held-out text to evaluate on (the corpus is too small)")
-    # ELECTRA's run: its generator is the masked LM (the model kept is the discriminator, which has no MLM head)
-    where = out / "generator" if cfg.objective == "electra" else out
+    # where the objective keeps its masked LM (ELECTRA's: the generator; the model kept is the discriminator)
+    where = out / objectives.get(cfg.objective).masked_lm_dir
     arch = models.of_directory(where)  # the masked LM of the run's architecture
     model = arch.model_class(arch.features_role).from_pretrained(where).eval()
     score = score_mlm(model, ({k: torch.from_numpy(v) for k, v in b.items()} for b in batches), vocab.mask_id)

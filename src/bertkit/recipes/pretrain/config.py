@@ -1,6 +1,6 @@
 """The settings of a pre-training run: :class:`PretrainConfig`, whose fields are ``bertkit pretrain``'s flags (the
 ones marked ``run`` are the keys a resumed run must share; what a recipe fills in is in
-:mod:`bertkit.recipes.pretrain_recipes`)."""
+:mod:`bertkit.recipes.pretrain.tables`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit import models
 from bertkit.data.pretraining.instances import parse_mask_mix  # noqa: F401 (public here too)
-from bertkit.errors import PretrainError
+from bertkit.errors import InputError, PretrainError
 from bertkit.options import (
+    POSITIVE,
+    check_bounds,
     clip_option,
     device_option,
     lr_option,
@@ -25,7 +28,8 @@ from bertkit.options import (
     threads_option,
     warmup_option,
 )
-from bertkit.recipes.pretrain_recipes import RECIPES, choose_model
+from bertkit.recipes.pretrain.objectives import OBJECTIVES
+from bertkit.recipes.pretrain.tables import RECIPES
 
 SCHEDULES = ("linear", "trapezoid", "onecycle")
 
@@ -51,9 +55,11 @@ _D, _M, _R, _T, _O = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class PretrainConfig:
-    """Every setting of a pre-training run; ``bertkit pretrain``'s flags are built from these fields."""
+    """Every setting of a pre-training run; ``bertkit pretrain``'s flags are built from these fields. Validated
+    when made; what is left unset is filled in once by :func:`bertkit.recipes.pretrain.resolve` (``chosen`` then
+    says what it chose), and no field changes after that."""
 
     corpus: list[str] = _run_key(
         nargs="+",
@@ -117,7 +123,7 @@ class PretrainConfig:
 
     arch: str | None = _run_key(
         None,
-        choices=("bert", "modernbert"),
+        choices=models.names(),
         group=_M,
         help=(
             "bert: Devlin et al.'s; modernbert: Warner et al.'s (rotary, GeGLU, pre-norm, sliding windows; "
@@ -138,13 +144,13 @@ class PretrainConfig:
     )
     objective: str = _run_key(
         "mlm",
-        choices=("mlm", "electra"),
+        choices=tuple(OBJECTIVES),
         group=_M,
         help=(
             "mlm: masked LM (BERT's); electra: replaced-token detection (Clark et al.): a small generator fills the "
             "masked positions, the model learns which tokens were replaced; the discriminator is the model saved, the "
             "generator goes to "
-            "OUTPUT/generator (recipes/electra.py)"
+            "OUTPUT/generator (recipes/pretrain/objectives/electra.py)"
         ),
     )
     generator_layers: int | None = _run_key(
@@ -164,7 +170,9 @@ class PretrainConfig:
     )
     config_overrides: dict[str, Any] = _run_key(default_factory=dict, skip=True)  # --config-override KEY=VALUE
     nsp: bool | None = _run_key(None, skip=True)  # --nsp / --no-nsp
-    mask_prob: float | None = _run_key(None, group=_M, help="fraction of tokens masked (paper 0.15)")
+    mask_prob: float | None = _run_key(
+        None, bounds=(0, 1, True, True), group=_M, help="fraction of tokens masked (paper 0.15)"
+    )
     max_predictions: int | None = _run_key(
         None, group=_M, help=("masked positions per sequence at most (default ceil(seq_len * mask_prob))")
     )
@@ -271,18 +279,22 @@ class PretrainConfig:
     compile: bool = option(
         False,
         group=_T,
-        help=(
-            "torch.compile the model for the training steps (faster per step on a GPU, see BENCHMARKS.md; compiling "
-            "takes about a minute, so it pays on runs of more than a few minutes)"
-        ),
+        help="torch.compile the model for the training steps (faster per step on a GPU, see BENCHMARKS.md; compiling "
+        "takes about a minute, so it pays on runs of more than a few minutes)",
     )
 
-    save_every: int = option(1000, group=_O, help="checkpoint every N steps (and at the end, and on SIGTERM)")
+    save_every: int = option(
+        1000, bounds=POSITIVE, group=_O, help="checkpoint every N steps (and at the end, and on SIGTERM)"
+    )
     keep_checkpoints: int = option(2, group=_O, help="newest checkpoints kept")
     resume: bool = option(False, group=_O, help="continue the run in OUTPUT from its latest checkpoint")
     overwrite: bool = option(False, group=_O, help="replace the run in OUTPUT")
-    eval_every: int | None = option(None, group=_O, help="held-out evaluation every N steps (default: ~10 per run)")
+    eval_every: int | None = option(
+        None, bounds=POSITIVE, group=_O, help="held-out evaluation every N steps (default: ~10 per run)"
+    )
     eval_batches: int = option(10, group=_O, help="held-out batches per evaluation")
+    blimp: str | None = option(None, group=_O, help="a BLiMP directory: probe it at each held-out evaluation")
+    blimp_pairs: int = option(20, bounds=POSITIVE, group=_O, help="the probe's BLiMP pairs per paradigm (seeded)")
     log_every: int = option(10, group=_O, help="a metrics line every N steps")
     quiet: bool = option(False, group=_O, help="no progress bar or messages")
     tensorboard: bool = option(
@@ -291,43 +303,29 @@ class PretrainConfig:
         help="also write TensorBoard event files to OUTPUT/tensorboard "
         "(refreshed from metrics.jsonl at each held-out evaluation)",
     )
+    chosen: str = option("", skip=True)  # resolve()'s line: what the recipe chose (empty: not resolved yet)
 
     def __post_init__(self) -> None:
         if not self.corpus:
             raise PretrainError("give at least one --corpus file")
         if self.max_steps is None and self.max_time is None:
             raise PretrainError("give --max-steps or --max-time (or both)")
-        for name in ("seq_len", "batch_size", "grad_accum", "save_every", "log_every", "eval_batches"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise PretrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise PretrainError(f"--max-steps must be >= 1, got {self.max_steps}")
-        if self.max_time is not None and self.max_time <= 0:
-            raise PretrainError(f"--max-time must be positive, got {self.max_time}")
-        if self.loader_workers is not None and self.loader_workers < 0:
-            raise PretrainError(f"--loader-workers must be >= 0, got {self.loader_workers}")
-        if self.mask_prob is not None and not 0 < self.mask_prob < 1:
-            raise PretrainError(f"--mask-prob must be in (0, 1), got {self.mask_prob}")
-        if self.lr is not None and self.lr <= 0:
-            raise PretrainError(f"--lr must be positive, got {self.lr}")
+        check_bounds(self, PretrainError)  # the ranges the flags are parsed with (options.BOUNDS)
+        if self.resume and self.overwrite:
+            raise InputError("--resume and --overwrite: choose one (continue the run in --output, or replace it)")
+        if self.blimp is not None and not Path(self.blimp).is_dir():
+            raise PretrainError(f"--blimp {self.blimp}: not a directory (BLiMP's JSONL files, one per paradigm)")
         if self.mask_mix is not None:
             parse_mask_mix(self.mask_mix)
-        if self.dropout is not None and not 0 <= self.dropout < 1:
-            raise PretrainError(f"--dropout must be in [0, 1), got {self.dropout}")
         if self.init_from is not None:
             init = Path(self.init_from)
             if not (init / "config.json").is_file() and not (init / "bert_config.json").is_file():
                 raise PretrainError(f"--init-from {init}: not a model directory (no config.json)")
-            if self.vocab is None:
-                if not (init / "vocab.txt").is_file():
-                    raise PretrainError(
-                        f"--init-from {init}: no vocab.txt there; pass --vocab (pre-training reads a "
-                        "WordPiece vocabulary: whole-word masking follows its ## pieces)"
-                    )
-                self.vocab = str(init)  # the model's own vocabulary (and tokenizer config)
-        self.arch, self.model_size, self.vocab_size = choose_model(
-            self.recipe_name(), self.arch, self.model_size, self.vocab_size, self.init_from, self.max_time
-        )
+            if self.vocab is None and not (init / "vocab.txt").is_file():
+                raise PretrainError(
+                    f"--init-from {init}: no vocab.txt there; pass --vocab (pre-training reads a WordPiece "
+                    "vocabulary: whole-word masking follows its ## pieces)"
+                )
 
     def recipe_name(self) -> str:
         """``--recipe``, or the default: budget with ``--max-time``, paper otherwise."""
@@ -338,13 +336,13 @@ class PretrainConfig:
         return f"from {self.init_from}" if self.init_from else str(self.model_size)
 
     def run_record(self) -> dict[str, Any]:
-        """The run keys, with paths made absolute."""
+        """The run keys, with paths made absolute, and the line that says what the recipe chose (run.json)."""
         d = dataclasses.asdict(self)
         d["corpus"] = [str(Path(p).resolve()) for p in self.corpus]
         for key in ("vocab", "init_from"):
             if d[key]:
                 d[key] = str(Path(d[key]).resolve())
-        return {k: d[k] for k in RUN_KEYS}
+        return {**{k: d[k] for k in RUN_KEYS}, "chosen": self.chosen}  # and what resolve() chose, as it said
 
 
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(PretrainConfig) if f.metadata.get("run"))

@@ -12,7 +12,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.options import device_option, option, precision_option
+from bertkit.embeddings.data import read_scored
+from bertkit.errors import InputError
+from bertkit.files import write_json
+from bertkit.options import add_options, device_option, from_args, option, precision_option
 
 POOLINGS = ("mean", "max", "mean_max", "cls", "cls_pooled", "first", "sep")
 
@@ -66,18 +69,13 @@ class EmbeddingEvalArgs:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from bertkit.options import add_options
-
     add_options(parser, EmbeddingEvalArgs)
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertkit.embeddings.data import read_scored
+    # torch: kept out of `bertkit evaluate --task sts -h`
     from bertkit.embeddings.evaluate import read_beir, retrieval_metrics, sts_metrics
-    from bertkit.errors import InputError
     from bertkit.features import Encoder
-    from bertkit.files import write_json
-    from bertkit.options import from_args
     from bertkit.precision import resolve_device
     from bertkit.training.rundir import run_record
 

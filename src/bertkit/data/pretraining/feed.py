@@ -9,8 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.pretraining.instances import PretrainingData
+from bertkit.data.pretraining.ramps import parse_ramp, plan_stages, stage_at
 from bertkit.errors import PretrainError
-from bertkit.training.ramps import parse_ramp, plan_stages, stage_at
 
 
 class Feed:
@@ -33,7 +34,6 @@ class Feed:
         return plan_stages(total_steps, c.seq_len, c.batch_size, self.seq_ramp, self.batch_ramp, self.phase2)
 
     def make(self, seq_len: int, batch_size: int, split: str = "train"):
-        from bertkit.data.pretraining.instances import PretrainingData
 
         rank, world = (0, 1) if split == "eval" else (self.ctx.rank, self.ctx.world_size)
         data = PretrainingData(self.shard_dir, self.vocab, self.options(seq_len, batch_size), rank, world, split=split)
@@ -93,10 +93,3 @@ class Feed:
             )
 
         return cost
-
-
-def to_device(batch: dict, device) -> dict:
-    """A numpy batch as tensors on ``device``."""
-    import torch
-
-    return {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items()}

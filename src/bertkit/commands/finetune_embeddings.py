@@ -11,27 +11,26 @@ from __future__ import annotations
 import argparse
 import json
 
+from bertkit.embeddings.data import read_scored, read_training_rows
+from bertkit.embeddings.recipe import EmbeddingTrainArgs, train_embeddings  # its flags: torch at -h already
+from bertkit.errors import InputError
+from bertkit.options import add_options, from_args
+from bertkit.outputs import check_output
+from bertkit.precision import resolve_device
+from bertkit.training import distributed as D
+from bertkit.training.log import say
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from bertkit.embeddings.recipe import EmbeddingTrainArgs
-    from bertkit.options import add_options
-
     add_options(parser, EmbeddingTrainArgs)
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertkit.embeddings.data import read_scored, read_training_rows
-    from bertkit.embeddings.recipe import EmbeddingTrainArgs, train_embeddings
-    from bertkit.errors import InputError
-    from bertkit.options import from_args
-    from bertkit.precision import resolve_device
-    from bertkit.training import distributed as D
-    from bertkit.training.log import say
-
     try:
         cfg = from_args(EmbeddingTrainArgs, args)
     except ValueError as e:
         raise InputError(str(e)) from None
+    check_output(cfg.output, {"--model": cfg.model, "--train": cfg.train, "--dev": cfg.dev}, overwrite=None)
     rows = read_training_rows(cfg)
     dev = read_scored(cfg.dev, skip_bad_rows=cfg.skip_bad_rows) if cfg.dev else None
     ctx = D.setup(resolve_device(cfg.device))

@@ -18,7 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from bertkit.data.pretraining.shards import file_sha256, read_meta
 from bertkit.errors import RunError
+from bertkit.training.distributed import all_reduce_mean, broadcast_object
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -118,7 +120,6 @@ def once(
 
 
 def _fingerprint(vocab: os.PathLike, shard_dir: os.PathLike) -> dict:
-    from bertkit.data.pretraining.shards import file_sha256, read_meta
 
     meta = read_meta(shard_dir) or {}
     return {
@@ -133,7 +134,6 @@ def check_same_shards(ctx, vocab: os.PathLike, shard_dir: os.PathLike) -> None:
     on the ranks that differ."""
     if not ctx.distributed:
         return
-    from bertkit.training.distributed import all_reduce_mean, broadcast_object
 
     mine = _fingerprint(vocab, shard_dir)
     ref = broadcast_object(ctx, mine)

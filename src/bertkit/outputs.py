@@ -1,0 +1,87 @@
+"""One rule for what a command writes: an output that is one of its inputs is refused, and so is an existing output
+unless ``--overwrite``; a failed command leaves no output directory it made.
+
+The commands that write a model directory (``finetune`` and its sentence-embedding tasks, ``distill``, ``vocab``,
+``vocab extend``, ``convert``; ``downstream`` for its study directory) call :func:`check_output` before they read
+anything heavy; those that make their output in one go (``vocab``, ``vocab extend``, ``convert``, ``embed``,
+``export``, which writes graph files beside a model and refuses an existing graph unless ``--overwrite``) write under
+:func:`removed_on_failure`. A training run's directory
+keeps its checkpoints when it fails (``--resume`` continues it). The writes themselves stay atomic
+(:mod:`bertkit.files`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+from bertkit.errors import InputError
+
+PathLike = str | os.PathLike
+# what every model directory a command writes holds: an input of one of these names inside --output would be replaced
+MODEL_FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json", "tokenizer_config.json")
+
+
+def _named_inputs(inputs: Mapping[str, PathLike | Iterable[PathLike] | None]) -> Iterator[tuple[str, Path]]:
+    for flag, value in inputs.items():
+        if value is None:
+            continue
+        values = [value] if isinstance(value, str | os.PathLike) else list(value)
+        for v in values:
+            yield flag, Path(v).expanduser()
+
+
+def check_output(
+    output: PathLike,
+    inputs: Mapping[str, PathLike | Iterable[PathLike] | None] | None = None,
+    *,
+    overwrite: bool | None = False,
+    flag: str = "--output",
+    writes: Iterable[str] = (),
+) -> Path:
+    """Refuse ``output`` (a directory to write) before anything is written, with one line naming ``flag``:
+
+    - it exists and is not a directory;
+    - it is one of ``inputs`` (flag -> path, or paths; the same file or directory after resolving links), or it
+      would replace one: an input that is a file named in ``writes`` inside it;
+    - it exists and holds files, unless ``overwrite`` (None: the command's run directory judges an existing
+      output itself, as ``finetune``'s ``--resume`` does).
+
+    Returns ``output`` as a Path."""
+    out = Path(output).expanduser()
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{flag} {out}: exists and is not a directory; choose another {flag}")
+    resolved, writes = out.resolve(), set(writes)
+    for name, path in _named_inputs(inputs or {}):
+        target = path.resolve()
+        if target == resolved:
+            raise InputError(f"{flag} {out}: is also {name}; write to a new directory, never over an input")
+        if target.parent == resolved and target.name in writes:
+            raise InputError(f"{flag} {out}: would replace {name} {path}; choose another {flag}")
+    if overwrite is False and out.is_dir() and any(out.iterdir()):
+        raise InputError(
+            f"{flag} {out}: already exists and is not empty; pass --overwrite to replace what it holds, or choose "
+            f"another {flag}"
+        )
+    return out
+
+
+@contextlib.contextmanager
+def removed_on_failure(directory: PathLike) -> Iterator[Path]:
+    """Run the body; when it raises (or is interrupted), remove ``directory`` if it did not exist before (and the
+    parents above it that did not: the first missing one), so that a failed command leaves nothing that blocks the
+    corrected one. A directory that existed is left as it is."""
+    directory = Path(directory)
+    top = directory
+    while not top.parent.exists() and top.parent != top:
+        top = top.parent
+    existed = directory.exists()
+    try:
+        yield directory
+    except BaseException:
+        if not existed and top.is_dir():
+            shutil.rmtree(top, ignore_errors=True)
+        raise

@@ -1,0 +1,275 @@
+"""Pre-training recipe: MLM + NSP from raw text, one explicit loop.
+
+    corpus -> sentences (data) -> vocabulary (tokenization) -> memmap shards (data) -> BertForPreTraining -> OUTPUT/
+
+Per optimizer step: ``grad_accum`` micro-batches under autocast (DDP syncs gradients only on the last; fp16 losses
+are scaled), gradient clipping at ``clip``, AdamW step, lr schedule step. Every ``log_every`` steps a line goes to
+``metrics.jsonl``; every ``eval_every`` steps the held-out MLM/NSP accuracy; every ``save_every`` steps, at the end,
+and on SIGTERM/SIGINT an atomic checkpoint. ``resume=True`` continues from the latest checkpoint and ends with the
+same weights as an uninterrupted run: the data position is (stage, epoch, index), batches are pure functions of the
+seed, and every RNG state is restored.
+
+Two recipes (``--recipe``, ``recipes/pretrain/tables.py``): ``paper`` is Devlin et al.'s; ``budget``, the default
+when ``--max-time`` is given, is what measured best in minutes of CPU. Every choice is its own flag too. The books
+of the run (clock, log window, checkpoints, the agreed stop, ``--max-time``'s schedule) are ``training.Run``'s;
+a finished run's held-out figures are ``recipes/pretrain/evaluate.py``'s.
+
+The objectives (``--objective``) are ``objectives/``'s, one file each: ``mlm`` (with NSP where the recipe has it)
+and ``electra``, replaced-token detection with a small generator. An objective brings its defaults, its model and
+its figures; the loop is this one.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from bertkit.data.pretraining.feed import Feed
+from bertkit.data.pretraining.instances import VocabInfo
+from bertkit.data.pretraining.prefetch import Prefetcher
+from bertkit.precision import autocast
+from bertkit.recipes.pretrain import flops, objectives
+from bertkit.recipes.pretrain.config import PretrainConfig, PretrainError
+from bertkit.recipes.pretrain.setup import (
+    build_model,
+    check_batches,
+    make_feed,
+    open_run,
+    remove_stale,
+    removed_if_refused,
+    say_run,
+    schedule,
+    tokenizer_and_shards,
+)
+from bertkit.recipes.pretrain.tables import resolve
+from bertkit.tasks.blimp import BlimpProbe
+from bertkit.tasks.mlm import score_mlm
+from bertkit.training import distributed as dist
+from bertkit.training.distributed import all_reduce_mean
+from bertkit.training.interrupt import GracefulStop
+from bertkit.training.rundir import os_errors
+from bertkit.training.step import optimizer_step, to_device
+
+__all__ = ["PretrainError", "pretrain"]
+
+# --------------------------------------------------------------------------------------------- the recipe
+
+
+def pretrain(cfg: PretrainConfig) -> Path:
+    """Run (or resume) a pre-training run; returns OUTPUT, which ends as a loadable model directory.
+
+    Raises PretrainError for a run that cannot start, LossNotFinite when the loss stops being finite, and
+    Interrupted (after saving a checkpoint) on SIGTERM/SIGINT."""
+    import torch
+
+    torch.set_num_threads(cfg.threads or torch.get_num_threads())
+    ctx, out = dist.setup(cfg.device), Path(cfg.output)
+    try:
+        with GracefulStop() as stop, os_errors(out), removed_if_refused(cfg, ctx):
+            # ---- recipe, output dir, vocabulary, shards, model, optimizer; every flag checked before a file is written
+            cfg = cfg if cfg.chosen else resolve(cfg)  # resolved once (the command resolves it): frozen from here
+            objective = objectives.get(cfg.objective)
+            check_batches(cfg)
+            run = open_run(cfg, ctx)  # the books; resumed: off when killed while preparing
+            say_run(cfg, ctx, cfg.chosen)
+            tokenizer, shard_dir = tokenizer_and_shards(cfg, ctx, run.opened.resumed)
+            precision = run.precision
+            feed = make_feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
+            eval_batches = _eval_batches(cfg, feed)
+            probe = BlimpProbe(cfg.blimp, tokenizer, cfg.blimp_pairs) if cfg.blimp and ctx.is_main else None
+            # ---- the model; the optimizer, the steps (fitted to --max-time) and the train state, or the checkpoint's
+            # the objective's model around the architecture's pre-training model (ELECTRA's discriminator is that model)
+            model, config = objective.build(cfg, tokenizer, shard_dir, feed.max_len, ctx.device, build_model)
+            train, total_steps, reschedule = schedule(cfg, run, model, feed)
+            run.record.update(world_size=ctx.world_size, model_config=config.to_dict("hf"))
+            # run.json, metrics.jsonl cut back to the step resumed, the bar; the state restored from the checkpoint
+            run.begin(train, total_steps, position=feed.position, reschedule=reschedule, tensorboard=cfg.tensorboard)
+            if cfg.max_steps is None:  # --max-time's steps, fitted from cold probe steps: re-fitted to the pace
+                run.plan_refit(_eval_every(cfg, run), lambda steps: feed.plan(steps)[-1].start)
+            ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
+            if cfg.compile:  # after DDP, as PyTorch's DDP + compile guide does; checkpoints save the plain model
+                ddp_model = torch.compile(ddp_model)
+            say_run(
+                cfg,
+                ctx,
+                f"model {cfg.model_shown()}: "
+                f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+                f"parameters, vocab {len(tokenizer)}, precision {precision}, {ctx.world_size} process(es) on "
+                f"{ctx.device.type}; {run.total_steps} steps",
+            )
+
+            # ---- the loop
+            workers = cfg.loader_workers if cfg.loader_workers is not None else (2 if ctx.device.type == "cuda" else 0)
+            loader = Prefetcher(workers)
+            try:  # the workers (processes on a GPU) go when the loop does, also when it raises
+                while run.going():
+                    t0 = time.perf_counter()
+                    # a ramp's next stage (before the step: resume-exact)
+                    if entered := feed.advance(run.step, run.total_steps):
+                        say_run(cfg, ctx, entered)
+                    forward, count = _micro_batches(feed, loader, cfg, ctx, run.meter, objective)
+                    step_loss = optimizer_step(
+                        train,
+                        range(cfg.grad_accum),
+                        forward,
+                        clip=cfg.clip,
+                        precision=precision,
+                        device=ctx.device,
+                        ctx=ctx,
+                        ddp_model=ddp_model,
+                        after_backward=count,
+                        on_not_finite=run.not_finite,
+                    ).loss
+                    run.stepped(step_loss, t0)
+                    if run.due(cfg.log_every):
+                        _log(cfg, objective, run, feed, train.scheduler.get_last_lr()[0])
+                    if (eval_batches or probe) and ctx.is_main and run.due(_eval_every(cfg, run)):
+                        run.timed(lambda: _held_out(cfg, objective, run, model, eval_batches, precision, probe))
+                    run.after_step(stop)
+            finally:
+                run.close()
+                loader.close()
+
+            # ---- the end: checkpoint + model directory (config.json, model.safetensors, vocab.txt, tokenizer config)
+            run.end(stop)
+            if ctx.is_main:
+                _write_model(cfg, objective, ctx, model, tokenizer, run)
+            dist.barrier(ctx)
+            return out
+    finally:
+        dist.cleanup(ctx)
+
+
+def _eval_batches(cfg: PretrainConfig, feed: Feed) -> list[dict]:
+    """The fixed held-out batches (none when the corpus is too small to hold text out)."""
+    eval_data = feed.make(cfg.seq_len, cfg.batch_size, "eval")
+    return eval_data.eval_batches(cfg.eval_batches) if eval_data.shards else []
+
+
+def _write_model(cfg: PretrainConfig, objective, ctx, model, tokenizer, run) -> None:
+    """The end of a run: OUTPUT as a model directory (config.json, model.safetensors, vocab.txt, tokenizer config)."""
+
+    out = Path(cfg.output)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    objective.save(out, tokenizer)  # ELECTRA's generator directory gets the vocabulary too
+    remove_stale(out)
+    run.mark_finished()  # TensorBoard's file whole; run.json: finished, so that --resume refuses it
+    step, total_steps = run.step, run.total_steps
+    say_run(cfg, ctx, f"--max-time reached at step {step} of {total_steps}" if run.stop_why == "time" else "")
+    say_run(cfg, ctx, f"done: {step} steps in {run.elapsed:.0f}s; model saved to {out}")
+
+
+# --------------------------------------------------------------------------------------------- the loop's parts
+
+
+def _held_out(cfg: PretrainConfig, objective, run, model, batches: list[dict], precision: str, probe=None) -> None:
+    """Evaluate on the held-out batches and the BLiMP probe's pairs, write and say the result (rank 0)."""
+
+    ctx, step = run.ctx, run.step
+    result = _evaluate(model, objective, batches, precision, ctx.device) if batches else {}  # inputs are [MASK]
+    if probe is not None:  # BLiMP's sample, by the same scorer as `bertkit evaluate --task blimp`
+        result["eval_blimp"] = probe(objective.masked_lm(model), precision)
+    run.record_metrics({"step": step, **result}, board=True)
+    said = (
+        f"MLM acc {result['eval_mlm_acc']:.3f} at [MASK] (best constant {result['eval_mlm_baseline']:.3f}), "
+        f"MLM loss {result['eval_mlm_loss']:.3f}"
+        + (f", NSP acc {result['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in result else "")
+        + objective.held_out_said(result)
+        + f", loss {result['eval_loss']:.3f}"
+        if batches
+        else ""
+    )
+    blimp = f"BLiMP {result['eval_blimp']:.1f}% ({probe.pairs} pairs)" if probe is not None else ""
+    say_run(cfg, ctx, f"  held-out at step {step}: " + ", ".join(x for x in (said, blimp) if x))
+
+
+def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objective):
+    """(forward, count) for ``optimizer_step``: each micro-batch is the feed's next batch; ``count`` adds its
+    figures to the log window: the MLM ones every objective has, then the objective's own."""
+
+    current: dict[str, Any] = {}
+
+    def forward(model, _):
+        current["batch"] = batch = to_device(feed.next(loader), ctx.device)
+        return model(**batch)
+
+    def count(_, output) -> None:
+        batch = current["batch"]
+        meter.add(
+            mlm_loss=float(output.mlm_loss.detach()) / cfg.grad_accum,
+            mlm_n=output.masked_labels.numel(),
+            mlm_ok=int((output.masked_logits.max(-1).indices == output.masked_labels).sum()),  # = argmax
+            tokens=int(batch["attention_mask"].sum()),
+            sequences=int(batch["attention_mask"].shape[0]),
+        )
+        objective.count(meter, output, batch, cfg)
+
+    return forward, count
+
+
+def _eval_every(cfg: PretrainConfig, run) -> int:
+    """Steps between held-out evaluations: --eval-every, else a tenth of the run (re-fitted with it)."""
+    return cfg.eval_every or max(1, run.total_steps // 10)
+
+
+def _log(cfg: PretrainConfig, objective, run, feed: Feed, lr: float) -> None:
+    """A metrics line (means over the window and the ranks), the progress bar's figures, and a reset window."""
+
+    ctx, m = run.ctx, run.meter
+    loss, mlm_loss, mlm_acc, tok_s = all_reduce_mean(
+        ctx,
+        [m.ratio("loss", "steps"), m.ratio("mlm_loss", "steps"), m.ratio("mlm_ok", "mlm_n"), m.ratio("tokens", "time")],
+    )
+    rates = flops.log_fields(ctx, run.dir.path, tok_s, dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
+    own = objective.window(ctx, m, cfg)  # NSP's, or the discriminator's (ELECTRA)
+    m.reset()
+    # train_mlm_acc: on the training batches' own 80/10/10 inputs (kept tokens count): a training-window figure,
+    # not a quality meter; the held-out records (eval_mlm_acc) are
+    line = {
+        "step": run.step,
+        "loss": loss,
+        "mlm_loss": mlm_loss,
+        "train_mlm_acc": mlm_acc,
+        "lr": lr,
+        "tokens_per_s": tok_s * ctx.world_size,
+        "elapsed_s": round(run.elapsed, 2),
+        "epoch": feed.epoch,
+        **own,
+        **rates,
+    }
+    nsp = {"nsp": f"{own['nsp_acc']:.3f}"} if "nsp_acc" in own else {}
+    mfu = {"mfu": f"{rates['mfu']:.1%}"} if "mfu" in rates else {}
+    run.log(
+        line,
+        dict(loss=f"{loss:.3f}", train_mlm=f"{mlm_acc:.3f}", **nsp, tok_s=f"{line['tokens_per_s']:.0f}", **mfu),
+        f"step {run.step}/{run.total_steps}  loss {loss:.3f}  train-window mlm acc {mlm_acc:.3f}"
+        + objective.said(own)
+        + f"  {line['tokens_per_s']:.0f} tokens/s"
+        + (f"  MFU {mfu['mfu']}" if mfu else ""),
+    )
+
+
+def _evaluate(model, objective, batches: list[dict], precision: str, device) -> dict[str, float]:
+    """The honest held-out meter (``bertkit.tasks.mlm``) on fixed batches: MLM accuracy at [MASK] positions, the
+    best-constant baseline and the MLM loss at the same positions, NSP accuracy where the batches have pairs, the
+    objective's own figures, and the whole pre-training loss (``eval_loss``)."""
+    import torch
+
+    model.eval()
+    losses: list[float] = []
+    own = objective.scorer()  # ELECTRA's discriminator figures
+
+    def forward(**batch):
+        out = model(**batch)
+        losses.append(float(out.loss))
+        own.add(out)
+        return out
+
+    try:
+        score = score_mlm(forward, (to_device(b, device) for b in batches), context=lambda: autocast(precision, device))
+    finally:
+        model.train()
+    with torch.no_grad():
+        return {"eval_loss": sum(losses) / max(1, len(losses)), **score.as_record(), **own.as_record()}

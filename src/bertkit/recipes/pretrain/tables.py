@@ -1,0 +1,142 @@
+"""The two pre-training recipes (``--recipe``): ``paper`` is Devlin et al.'s (lr 1e-4, linear schedule, dropout 0.1,
+15% masking, NSP); ``budget``, the default when ``--max-time`` is given, is what measured best in minutes of CPU
+(docs/pretraining.md has the ablation): the MLM output bias starts at the corpus's unigram log-frequencies, no
+dropout, a higher lr on a trapezoidal schedule, 30% masking, MLM only on full packed sequences. Each recipe fills in
+the settings a ``PretrainConfig`` leaves unset, once, in :func:`resolve`: its model (:func:`choose_model`) and its
+training choices (these tables, with the architecture's and the objective's own over them); every choice is its own
+flag too."""
+
+from __future__ import annotations
+
+from bertkit import models
+from bertkit.recipes.pretrain import objectives
+
+RECIPES = ("budget", "paper")
+# the model each recipe builds when --arch / --model-size / --vocab-size are left out, named by its size preset (which
+# names its architecture). The budget recipe's is the one that fine-tuned best after minutes of pre-training (issue
+# 33's downstream meter; docs/pretraining.md, "Which model for a budget"): ModernBERT-tiny on an 8,000-token
+# vocabulary. --arch and --init-from keep the recipe's size in another architecture (models.Architecture.preset maps
+# BERT's size names to each architecture's)
+MODEL_DEFAULTS = {
+    "budget": {"model": "modernbert-tiny", "vocab_size": 8000},
+    "paper": {"model": "bert-mini", "vocab_size": 30522},
+}
+# an architecture with no next-sentence head (ModernBERT) takes its own recipe's masking and no NSP, over --recipe's
+# (Warner et al., 2024: 30% masking, MLM only)
+NO_NSP_HEAD = {"mask_prob": 0.3, "nsp": False}
+# from this --max-time on, the budget recipe's ModernBERT is a size larger (mini: 6 x 256). At 30 minutes of the
+# 2-core CPU it fine-tuned better than tiny on SST-2, MRPC and CoNLL-2003: tiny passes over the 12 books about 57
+# times in 30 minutes, mini 18, and more capacity pays once the text repeats. At 10 minutes tiny makes 5x the
+# steps and its MLM meter was the higher (BENCHMARKS.md, "ModernBERT-mini at 30 minutes")
+BUDGET_MINI_FROM_S = 30 * 60
+
+PAPER = {
+    "lr": 1e-4,
+    "schedule": "linear",
+    "warmup_fraction": 0.05,
+    "dropout": None,
+    "mask_prob": 0.15,
+    "nsp": True,
+    "short_seq_prob": 0.1,
+    "output_bias": "zero",
+    "seq_ramp": "off",
+    "batch_ramp": "off",
+    "mask_mix": "80/10/10",
+    "position_init": "normal",
+    "embedding_init": "normal",
+    "seq_len": 128,
+    "batch_size": 32,
+}
+# chosen by measurement (docs/pretraining.md, "Pre-training in minutes"); lr by model width below
+BUDGET = {
+    "lr": None,
+    "schedule": "trapezoid",
+    "warmup_fraction": 0.05,
+    "dropout": 0.0,
+    "mask_prob": 0.3,
+    "nsp": False,
+    "short_seq_prob": 0.0,
+    "output_bias": "unigram",
+    "seq_ramp": "32:0.7",
+    "batch_ramp": "128:0.7",
+    "mask_mix": "80/10/10",
+    "position_init": "sinusoidal",
+    "embedding_init": "normal",
+    "seq_len": 128,
+    "batch_size": 32,
+}
+# the recipe keys that initialise a fresh model: an --init-from model brings its own, so they are not applied to it
+FRESH_MODEL_KEYS = ("output_bias", "position_init", "embedding_init")
+BUDGET_LR = {"bert-tiny": 4e-3, "bert-mini": 1e-3, "bert-small": 5e-4, "bert-medium": 5e-4}  # others: 2e-4
+
+
+def choose_model(
+    recipe: str,
+    arch: str | None,
+    model_size: str | None,
+    vocab_size: int | None,
+    init_from: str | None,
+    max_time: float | None = None,
+) -> tuple[str, str, int]:
+    """(arch, model size, vocabulary size): what the user left out (None) filled in from ``recipe``'s
+    MODEL_DEFAULTS (the budget recipe's ModernBERT a size up from ``BUDGET_MINI_FROM_S`` seconds of
+    ``max_time``); ``--init-from`` continues the model's own architecture, and a ``--model-size`` names its own
+    (``bert-mini``: BERT; ``modernbert-mini``: ModernBERT)."""
+
+    defaults = MODEL_DEFAULTS[recipe]
+    own = models.of_preset(defaults["model"])  # the recipe's architecture
+    if arch is None:
+        if init_from is not None:
+            arch = models.of_directory(init_from).model_type
+        elif model_size is not None:  # a named size names its architecture (bert-mini: BERT's)
+            arch = models.of_preset(model_size).model_type
+        else:
+            arch = own.model_type
+    if model_size is None:  # the recipe's size, in the chosen architecture's name
+        size = "bert-" + defaults["model"].removeprefix(own.preset_prefix)
+        if recipe == "budget" and models.get(arch) is own and (max_time or 0) >= BUDGET_MINI_FROM_S:
+            size = "bert-mini"  # measured for the recipe's own architecture only
+        model_size = models.get(arch).preset(size)
+    return arch, model_size, defaults["vocab_size"] if vocab_size is None else vocab_size
+
+
+def has_nsp_head(arch) -> bool:
+    """Whether the architecture's pre-training model (``models.Architecture.pretraining_role``) has BERT's
+    next-sentence head: its role is the pre-training one, not the masked LM alone."""
+    return arch.pretraining_role == "pretraining"
+
+
+def resolve(cfg):
+    """``cfg`` resolved, once: the model the recipe chooses (:func:`choose_model`; ``--init-from``'s own
+    vocabulary), the size checked against the architecture's presets, and every recipe choice the user left unset
+    (``--recipe``'s table, then what the architecture and the objective take over it: ModernBERT's masking,
+    ELECTRA's). Returns a new frozen config whose ``chosen`` is the line that says what was chosen; ``pretrain``
+    records it in run.json and prints it, and nothing rewrites it afterwards."""
+    import dataclasses
+
+    name = cfg.recipe_name()
+    arch_name, size, vocab_size = choose_model(
+        name, cfg.arch, cfg.model_size, cfg.vocab_size, cfg.init_from, cfg.max_time
+    )
+    arch = models.get(arch_name)
+    vocab = cfg.vocab or cfg.init_from  # --init-from: the model's own vocabulary (and tokenizer config)
+    cfg = dataclasses.replace(cfg, arch=arch_name, model_size=arch.preset(size), vocab_size=vocab_size, vocab=vocab)
+    table = dict(BUDGET if name == "budget" else PAPER)
+    if not has_nsp_head(arch):  # its own recipe's masking, MLM only (ModernBERT's)
+        table.update(NO_NSP_HEAD)
+    if not arch.absolute_positions:  # rotary positions: no table to initialise
+        table.update(position_init=None)
+    objective = objectives.get(cfg.objective)  # its masking and NSP over the recipe's (ELECTRA: 15%, no NSP)
+    objective.check(cfg)
+    table.update(objective.defaults)
+    if table["lr"] is None:  # the budget's by size, as BERT's of the same size; 1e-4 to continue a model
+        bert_size = "bert-" + cfg.model_size.removeprefix(arch.preset_prefix)
+        table["lr"] = BUDGET_LR.get(bert_size, 2e-4) if not cfg.init_from else 1e-4
+    chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
+    resolved = dataclasses.replace(cfg, recipe=name, **chosen)
+    shown_vocab = resolved.vocab or f"{resolved.vocab_size} tokens trained on the corpus"
+    keys = [k for k in table if not (cfg.init_from and k in FRESH_MODEL_KEYS)]  # a loaded model's own
+    shown = f"{resolved.model_shown()}, vocabulary {shown_vocab}; " + ", ".join(
+        f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in keys
+    )
+    return dataclasses.replace(resolved, chosen=f"recipe {name}: {shown}")

@@ -1,0 +1,99 @@
+"""``bertkit pretrain`` refuses in one line and leaves no half-made output (issue 54, items 7, 8 and 10): a flag
+whose fault shows only once the corpus is prepared leaves nothing in OUTPUT, so the corrected command runs; flags
+that cannot go together are refused before anything is written; ``--resume`` on a finished run is refused and
+leaves it as it was."""
+
+from __future__ import annotations
+
+import pytest
+
+TINY = [
+    "--model-size",
+    "bert-tiny",
+    "--config-override",
+    "hidden_size=32",
+    "--config-override",
+    "num_attention_heads=2",
+    "--config-override",
+    "intermediate_size=64",
+    "--max-steps",
+    "2",
+    "--batch-size",
+    "4",
+    "--precision",
+    "fp32",
+    "--quiet",
+    "--workers",
+    "1",
+    "--threads",
+    "1",
+]
+
+
+def _pretrain(corpus, out, *extra) -> list[str]:
+    path, vocab = corpus
+    return ["pretrain", "--corpus", str(path), "--vocab", str(vocab), "--output", str(out), *TINY, *extra]
+
+
+def _refused(argv, capsys) -> str:
+    """bertkit ARGV's exit 2 and its one line on stderr."""
+    from bertkit.cli import main
+
+    capsys.readouterr()
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        (["--seq-len", "1"], "--seq-len: .*must be >= 8, got 1"),  # checked before anything is written
+        (["--seq-len", "32", "--batch-size", "100000"], "fewer than 100000 instances"),  # only once the corpus is read
+    ],
+    ids=["before-writing", "after-preparing"],
+)
+def test_a_flag_that_fails_leaves_no_output_and_the_corrected_command_runs(alice_corpus, tmp_path, capsys, bad, says):
+    from tinymodels import run_cli
+
+    out = tmp_path / "run"
+    assert __import__("re").search(says, _refused(_pretrain(alice_corpus, out, *bad), capsys))
+    assert not out.exists()
+    run_cli(_pretrain(alice_corpus, out, "--seq-len", "32"))
+    assert (out / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--resume", "--overwrite"], "--resume and --overwrite: choose one"),
+        (["--generator-layers", "1"], "--generator-layers: only --objective electra has a generator"),
+    ],
+    ids=["resume-overwrite", "generator-without-electra"],
+)
+def test_flags_that_cannot_go_together_are_refused_before_writing(alice_corpus, tmp_path, capsys, flags, says):
+    out = tmp_path / "run"
+    assert __import__("re").search(says, _refused(_pretrain(alice_corpus, out, "--seq-len", "32", *flags), capsys))
+    assert not out.exists()
+
+
+def test_resume_on_a_finished_run_is_refused_and_leaves_it_unchanged(alice_corpus, tmp_path, capsys):
+    """docs/operating.md: --resume refuses a finished run; a run directory written before run.json recorded
+    ``finished`` is recognised by its model file, as one from today by the field."""
+    import json
+
+    from tinymodels import run_cli
+
+    out = tmp_path / "run"
+    argv = _pretrain(alice_corpus, out, "--seq-len", "32")
+    run_cli(argv)
+    assert json.loads((out / "run.json").read_text())["finished"] is True
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    line = _refused([*argv, "--resume"], capsys)
+    assert "--resume:" in line and "holds a finished run" in line and "--overwrite" in line
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    record = json.loads((out / "run.json").read_text())
+    del record["finished"]  # a run directory from before the field
+    (out / "run.json").write_text(json.dumps(record))
+    assert "holds a finished run" in _refused([*argv, "--resume"], capsys)
