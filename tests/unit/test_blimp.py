@@ -99,7 +99,7 @@ def test_the_commands_figures_equal_the_definition(model_dir, tmp_path, pll):
 
     data, out = write_blimp(tmp_path / "blimp"), tmp_path / "out"
     argv = ["evaluate", "--task", "blimp", "--model", str(model_dir), "--data", str(data), "--output", str(out)]
-    assert main([*argv, "--pll", pll, "--batch-size", "4", "--quiet", "--device", "cpu"]) == 0
+    assert main([*argv, "--pll", pll, "--batch-size", "4", "--quiet", "--precision", "fp32", "--device", "cpu"]) == 0
     metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
 
     arch = models.of_directory(model_dir)
@@ -142,7 +142,7 @@ def test_a_model_that_scores_every_sentence_alike_gets_0_not_50(tmp_path, fixtur
     }
     out = tmp_path / "out"
     argv = ["--model", str(path), "--data", str(write_blimp(tmp_path / "blimp", same_length)), "--output", str(out)]
-    assert main(["evaluate", "--task", "blimp", *argv, "--quiet"]) == 0
+    assert main(["evaluate", "--task", "blimp", *argv, "--quiet", "--precision", "fp32"]) == 0
     metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     assert metrics["overall"] == 0.0 and set(metrics["paradigms"].values()) == {0.0}
     rows = [json.loads(line) for line in (out / "pairs.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -173,7 +173,7 @@ def test_the_probe_gives_the_commands_number_on_its_sample_and_keeps_the_train_m
     sample = {p.uid: (p.field, p.pairs) for p in probe.paradigms}
     out = tmp_path / "out"
     argv = ["--model", str(model_dir), "--data", str(write_blimp(tmp_path / "sample", sample)), "--output", str(out)]
-    assert main(["evaluate", "--task", "blimp", *argv, "--quiet"]) == 0
+    assert main(["evaluate", "--task", "blimp", *argv, "--quiet", "--precision", "fp32"]) == 0
     expected = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["overall"]
 
     arch = models.of_directory(model_dir)
