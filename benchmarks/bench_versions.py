@@ -8,7 +8,9 @@ rounds, and the ratio is before / after (above 1: the after version is faster). 
   fp32 or bf16 as ``--precision`` says), the shards prepared once beforehand and reused, so the figure is the loop;
 - ``finetune``: ``bertkit finetune --task sst2`` of that model for ``--finetune-steps`` steps on the first 2,000
   rows of SST-2's training set (``../shared/data``), dev on its first 500;
-- ``encode``: ``Encoder.from_pretrained(model).encode`` of 2,000 SST-2 sentences (last four layers, mean pooling).
+- ``encode``: ``Encoder.from_pretrained(model).encode`` of 2,000 SST-2 sentences (last four layers, mean pooling);
+- ``serve``: ``bertkit serve`` of that model, 16 client threads sending the 2,000 sentences one per ``POST /embed``
+  (TEI's route): the seconds from the first request to the last answer, the server started and healthy before.
 
     .venv/bin/python benchmarks/bench_versions.py --before ../old/src --after src --rounds 3
 
@@ -42,6 +44,41 @@ def run(src: Path, argv: list[str], cwd: Path) -> float:
     return wall
 
 
+def serve(src: Path, cli: list[str], model: Path, sentences: list[str], threads: int, port: int) -> float:
+    """Seconds for 16 client threads to embed ``sentences`` one per request from a ``bertkit serve`` of ``model``."""
+    import json
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+
+    env = {**os.environ, "PYTHONPATH": str(src.resolve())}
+    argv = [*cli, "serve", "--model", str(model), "--port", str(port), "--threads", str(threads)]
+    server = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            raise SystemExit(f"{src}: the server did not start")
+
+        def embed(text: str) -> None:
+            body = json.dumps({"inputs": text}).encode()
+            request = urllib.request.Request(f"{url}/embed", body, {"Content-Type": "application/json"})
+            urllib.request.urlopen(request, timeout=120).read()
+
+        embed(sentences[0])  # warm
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(embed, sentences))
+        return time.perf_counter() - t0
+    finally:
+        server.terminate()
+        server.wait()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--before", type=Path, required=True, help="the source tree of the version to compare against")
@@ -51,7 +88,7 @@ def main() -> None:
     ap.add_argument("--finetune-steps", type=int, default=200)
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--jobs", default="pretrain,finetune,encode")
+    ap.add_argument("--jobs", default="pretrain,finetune,encode,serve")
     args = ap.parse_args()
     py = sys.executable
     cli = [py, "-c", "import sys; from bertkit.cli import main; sys.exit(main())"]
@@ -83,6 +120,10 @@ def main() -> None:
                     out = work / f"{job}-{name}-{r}"
                     if job == "pretrain":
                         argv = [*cli, "pretrain", *pre, "--max-steps", str(args.steps), "--output", str(out)]
+                    elif job == "serve":
+                        lines = sentences.read_text().splitlines()
+                        times[job][name].append(serve(src, cli, model, lines, args.threads, 8765 + r))
+                        continue
                     elif job == "finetune":
                         argv = [*cli, "finetune", "--task", "sst2", "--train", str(train), "--dev", str(dev)]
                         argv += ["--model", str(model), "--output", str(out), "--max-steps", str(args.finetune_steps)]

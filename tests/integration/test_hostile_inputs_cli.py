@@ -180,7 +180,9 @@ def _one_line_refusal(capsys, argv, *words):
     return err
 
 
-@pytest.mark.parametrize("command", ["distill", "finetune", "embeddings", "vocab extend", "vocab", "convert"])
+@pytest.mark.parametrize(
+    "command", ["distill", "finetune", "embeddings", "vocab extend", "vocab", "convert", "prepare"]
+)
 def test_an_output_that_is_an_input_is_refused_and_the_input_left_as_it_was(
     tmp_path, tiny_dir, tf_dir, ft, command, capsys
 ):
@@ -194,9 +196,11 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_left_as_it_was(
         "vocab extend": (["vocab", "extend", "--model", model, "--corpus", train, "--add", "3"], "is also --model"),
         "vocab": (["vocab", model / "vocab.txt", "--vocab-size", "200"], "would replace FILES"),
         "convert": (["convert", "--tf-checkpoint", model], "is also --tf-checkpoint"),
+        "prepare": (["prepare", "--corpus", train, "--vocab", model], "is also --vocab"),
     }[command]
     before = _files(model)
-    _one_line_refusal(capsys, [*argv, "--output", model, "--overwrite"][: None if command != "vocab" else -1], words)
+    overwrite = [] if command in ("vocab", "prepare") else ["--overwrite"]  # they have no --overwrite
+    _one_line_refusal(capsys, [*argv, "--output", model, *overwrite], words)
     assert _files(model) == before
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from bertkit.options import number, output_path
+from bertkit.outputs import check_output
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -96,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
     }
     listing = find_corpus(args.corpus, args.follow_symlinks)  # warns once about each link skipped
     output = args.output
+    if output is not None:  # not a file, not one of the inputs (an existing shard directory is prepare's to judge)
+        check_output(output, {"--corpus": args.corpus, "--vocab": args.vocab}, overwrite=None)
     if output is None:
         # cli.py imports every command to build its parser: the library loads when the command runs
         from bertkit.data.pretraining.prepare import DEFAULTS, _settings
