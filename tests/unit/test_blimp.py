@@ -237,3 +237,19 @@ def test_evaluate_hands_blimp_to_its_own_flags(task, capsys):
     with pytest.raises(SystemExit):
         main(["evaluate", "-h"])
     assert "--task blimp" in capsys.readouterr().out  # named in evaluate's own help
+
+
+def test_workers_side_by_side_give_the_scores_of_one_process(tmp_path, model_dir):
+    """--workers 2: the distinct sentences dealt to two spawned processes; each pair's two scores are those of the
+    one-process run (fp32; within the parity tolerance, since other batches pad to other widths), and so are the
+    decisions."""
+    data = write_blimp(tmp_path / "blimp")
+    argv = ["evaluate", "--task", "blimp", "--model", str(model_dir), "--data", str(data), "--quiet"]
+    runs = {}
+    for workers in ("1", "2"):
+        out = tmp_path / f"out{workers}"
+        assert main([*argv, "--output", str(out), "--workers", workers, "--threads", "1", "--batch-size", "3"]) == 0
+        runs[workers] = [json.loads(x) for x in (out / "pairs.jsonl").read_text(encoding="utf-8").splitlines()]
+    two, one = ([(r["good"], r["bad"]) for r in runs[w]] for w in ("2", "1"))
+    assert [pytest.approx(pair, abs=1e-4) for pair in one] == two
+    assert [r["right"] for r in runs["2"]] == [r["right"] for r in runs["1"]]

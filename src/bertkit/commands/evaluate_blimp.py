@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertkit.errors import InputError
 from bertkit.options import ExactComputeArgs, add_options, from_args, option, threads_option
 
 PLL_CHOICES = ("original", "word-l2r")  # bertkit.tasks.blimp.PLL_METHODS, named here so -h imports no torch
@@ -39,6 +40,12 @@ class BlimpArgs:
     )
     batch_size: int = option(256, help="masked copies per forward pass")
     threads: int | None = threads_option(group=None)
+    workers: int = option(
+        1,
+        bounds=(1, None, False, False),
+        help="processes scoring the sentences side by side, each with --threads threads (default 1); on the CPU, "
+        "--workers 2 --threads 1 on 2 cores is the fastest (BENCHMARKS.md, BLiMP); the scores are the same",
+    )
     quiet: bool = option(False, help="no progress bar")
 
 
@@ -65,7 +72,15 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from bertkit.precision import resolve_device
-    from bertkit.tasks.blimp import PllScorer, evaluate_blimp, read_blimp, table, write_results
+    from bertkit.tasks.blimp import (
+        PllScorer,
+        evaluate_blimp,
+        read_blimp,
+        scores_in_processes,
+        summarize,
+        table,
+        write_results,
+    )
     from bertkit.training.rundir import run_record
 
     cfg: BlimpArgs = from_args(BlimpArgs, args)
@@ -74,17 +89,19 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(cfg.threads)
     paradigms = read_blimp(cfg.data, cfg.pairs_per_paradigm)
     device = resolve_device(compute.device)
-    scorer = PllScorer.from_pretrained(
-        cfg.model,
-        device=device,
-        precision=compute.precision,
-        pll=cfg.pll,
-        batch_size=cfg.batch_size,
-        progress=not cfg.quiet and sys.stderr.isatty(),
-    )
-    result = evaluate_blimp(scorer, paradigms)
+    if cfg.workers > 1 and str(device) != "cpu":
+        raise InputError(f"--workers {cfg.workers}: processes side by side are for the CPU; leave it out on {device}")
+    options = dict(device=device, precision=compute.precision, pll=cfg.pll, batch_size=cfg.batch_size)
+    scorer = PllScorer.from_pretrained(cfg.model, **options, progress=not cfg.quiet and sys.stderr.isatty())
+    if cfg.workers > 1:  # the same figures, the sentences scored by processes side by side
+        sentences = list(dict.fromkeys(s for p in paradigms for pair in p.pairs for s in pair))
+        sums = scores_in_processes(cfg.model, sentences, cfg.workers, cfg.threads or 1, **options)
+        result = summarize(paradigms, dict(zip(sentences, sums.tolist())))
+    else:
+        result = evaluate_blimp(scorer, paradigms)
     output = Path(cfg.output or Path(cfg.model) / f"eval-{Path(cfg.data).name}")
-    record = {"task": "blimp", "data": cfg.data, "pll": cfg.pll, **run_record(scorer.precision, device)}
+    record = {"task": "blimp", "data": cfg.data, "pll": cfg.pll, "workers": cfg.workers}
+    record.update(run_record(scorer.precision, device))
     write_results(output, result, paradigms, record)
     print(table(result, paradigms))
     summary = {"output": str(output), "overall": result.overall, "pairs": result.pairs, **record}

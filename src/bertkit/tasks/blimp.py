@@ -284,6 +284,37 @@ class PllScorer:
         return self.sums(self.copies(sentences))
 
 
+def _score_part(job: tuple) -> np.ndarray:
+    """One worker process of :func:`scores_in_processes`: its own model, ``threads`` torch threads, its sentences."""
+    directory, sentences, threads, options = job
+    torch.set_num_threads(threads)
+    return PllScorer.from_pretrained(directory, **options).sentence_scores(sentences)
+
+
+def scores_in_processes(
+    directory: str | os.PathLike, sentences: Sequence[str], workers: int, threads: int = 1, **options: Any
+) -> np.ndarray:
+    """[S] float64: each sentence's PLL under the model of ``directory``, scored by ``workers`` processes of
+    ``threads`` threads each (``options``: :meth:`PllScorer.from_pretrained`'s). The sentences are dealt to the
+    workers by length, so each gets the same mix of short and long; a copy's score does not depend on its batch in
+    fp32, so the scores are those of one process. On a CPU whose kernels scale badly across threads for some shapes
+    (bf16 on a 2-core EPYC, BENCHMARKS.md "BLiMP"), two one-thread processes beat one two-thread process."""
+    import multiprocessing
+
+    if workers <= 1:
+        torch.set_num_threads(threads)
+        return PllScorer.from_pretrained(directory, **options).sentence_scores(sentences)
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    parts = [order[w::workers] for w in range(workers)]
+    jobs = [(str(directory), [sentences[i] for i in part], threads, options) for part in parts]
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:  # a fresh interpreter: no forked torch state
+        results = pool.map(_score_part, jobs)
+    scores = np.zeros(len(sentences), dtype=np.float64)
+    for part, result in zip(parts, results):
+        scores[part] = result
+    return scores
+
+
 # ------------------------------------------------------------------------------------------------ the figures
 
 
