@@ -307,8 +307,15 @@ def scores_in_processes(
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     parts = [order[w::workers] for w in range(workers)]
     jobs = [(str(directory), [sentences[i] for i in part], threads, options) for part in parts]
-    with multiprocessing.get_context("spawn").Pool(workers) as pool:  # a fresh interpreter: no forked torch state
+    pool = multiprocessing.get_context("spawn").Pool(workers)  # a fresh interpreter: no forked torch state
+    try:
         results = pool.map(_score_part, jobs)
+        pool.close()  # the workers end on their own (terminate() would leave their semaphores to the tracker)
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
     scores = np.zeros(len(sentences), dtype=np.float64)
     for part, result in zip(parts, results):
         scores[part] = result
