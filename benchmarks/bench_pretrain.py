@@ -95,6 +95,12 @@ def main() -> None:
     )
     ap.add_argument("--vocab", default=None, help="vocab.txt (default: bert-base-uncased from ../shared, else trained)")
     ap.add_argument("--compile", action="store_true", help="torch.compile both models")
+    ap.add_argument(
+        "--dropout",
+        type=float,
+        default=None,
+        help="every dropout of both models (default: the preset's; 0 is --recipe budget's)",
+    )
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -115,6 +121,8 @@ def main() -> None:
     batches = [{k: v.to(dev) for k, v in b.items()} for b in batches]
     torch.manual_seed(0)
     ours = arch.build_for_pretraining(args.model_size, tok, max_len=args.seq_len).train()  # the tokenizer's ids
+    if args.dropout is not None:  # both routes (the saved config carries it): 0 is the budget recipe's
+        ours.set_dropout(args.dropout)
     config, vocab_size = ours.config, len(tok)
     with tempfile.TemporaryDirectory() as tmp:
         ours.save_pretrained(tmp)
