@@ -157,7 +157,7 @@ def test_each_distinct_sentence_is_scored_once_and_pairs_per_paradigm_takes_the_
     paradigms = read_blimp(write_blimp(tmp_path / "blimp"), pairs_per_paradigm=3)
     assert [len(p.pairs) for p in paradigms] == [3, 2, 3]
     assert paradigms[2].pairs == PARADIGMS["quantifier_c"][1][:3]
-    result = evaluate_blimp(scorer, paradigms)
+    result = evaluate_blimp(scorer.sentence_scores, paradigms)
     sentences = [s for p in paradigms for pair in p.pairs for s in pair]
     assert sorted(asked[0]) == sorted(set(sentences)) and len(asked[0]) < len(sentences)
     assert result.pairs == 8

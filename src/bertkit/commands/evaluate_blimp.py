@@ -8,6 +8,7 @@ bertkit evaluate --task blimp --model runs/electra/generator --data data/blimp -
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from dataclasses import dataclass
@@ -71,13 +72,12 @@ def run(args: argparse.Namespace) -> int:
     # torch and the scorer: kept out of `bertkit evaluate --task blimp -h`
     import torch
 
-    from bertkit.precision import resolve_device
+    from bertkit.precision import resolve_device, resolve_precision
     from bertkit.tasks.blimp import (
         PllScorer,
         evaluate_blimp,
         read_blimp,
         scores_in_processes,
-        summarize,
         table,
         write_results,
     )
@@ -92,16 +92,17 @@ def run(args: argparse.Namespace) -> int:
     if cfg.workers > 1 and str(device) != "cpu":
         raise InputError(f"--workers {cfg.workers}: processes side by side are for the CPU; leave it out on {device}")
     options = dict(device=device, precision=compute.precision, pll=cfg.pll, batch_size=cfg.batch_size)
-    scorer = PllScorer.from_pretrained(cfg.model, **options, progress=not cfg.quiet and sys.stderr.isatty())
-    if cfg.workers > 1:  # the same figures, the sentences scored by processes side by side
-        sentences = list(dict.fromkeys(s for p in paradigms for pair in p.pairs for s in pair))
-        sums = scores_in_processes(cfg.model, sentences, cfg.workers, cfg.threads or 1, **options)
-        result = summarize(paradigms, dict(zip(sentences, sums.tolist())))
+    if cfg.workers > 1:  # the same figures, the sentences scored by processes side by side (each loads the model)
+        precision = resolve_precision(compute.precision, device)
+        threads = cfg.threads or 1
+        score = functools.partial(scores_in_processes, cfg.model, workers=cfg.workers, threads=threads, **options)
     else:
-        result = evaluate_blimp(scorer, paradigms)
+        scorer = PllScorer.from_pretrained(cfg.model, **options, progress=not cfg.quiet and sys.stderr.isatty())
+        precision, score = scorer.precision, scorer.sentence_scores
+    result = evaluate_blimp(score, paradigms)
     output = Path(cfg.output or Path(cfg.model) / f"eval-{Path(cfg.data).name}")
     record = {"task": "blimp", "data": cfg.data, "pll": cfg.pll, "workers": cfg.workers}
-    record.update(run_record(scorer.precision, device))
+    record.update(run_record(precision, device))
     write_results(output, result, paradigms, record)
     print(table(result, paradigms))
     summary = {"output": str(output), "overall": result.overall, "pairs": result.pairs, **record}

@@ -21,7 +21,7 @@ only at each copy's one scored position, never over [B, T, V].
 
     paradigms = read_blimp("data/blimp", pairs_per_paradigm=100)
     scorer = PllScorer.from_pretrained("runs/my-bert")
-    result = evaluate_blimp(scorer, paradigms)         # BlimpResult: overall, fields, paradigms (percent)
+    result = evaluate_blimp(scorer.sentence_scores, paradigms)   # BlimpResult: overall, fields, paradigms (percent)
 
 :class:`BlimpProbe` is the same figure on a fixed, seeded sample, for a pre-training loop to call.
 """
@@ -32,7 +32,7 @@ import json
 import logging
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -302,8 +302,7 @@ def scores_in_processes(
     import multiprocessing
 
     if workers <= 1:
-        torch.set_num_threads(threads)
-        return PllScorer.from_pretrained(directory, **options).sentence_scores(sentences)
+        return _score_part((directory, sentences, threads, options))
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     parts = [order[w::workers] for w in range(workers)]
     jobs = [(str(directory), [sentences[i] for i in part], threads, options) for part in parts]
@@ -362,12 +361,16 @@ def summarize(paradigms: Sequence[Paradigm], scores: dict[str, float]) -> BlimpR
     return BlimpResult(overall, fields, per, sum(len(p.pairs) for p in paradigms), kept)
 
 
-def evaluate_blimp(scorer: PllScorer, paradigms: Sequence[Paradigm]) -> BlimpResult:
-    """Score every distinct sentence of ``paradigms`` once (BLiMP repeats sentences across pairs), then the
-    figures."""
-    sentences = list(dict.fromkeys(s for p in paradigms for pair in p.pairs for s in pair))
-    scores = dict(zip(sentences, scorer.sentence_scores(sentences).tolist()))
-    return summarize(paradigms, scores)
+def distinct_sentences(paradigms: Sequence[Paradigm]) -> list[str]:
+    """Every sentence of ``paradigms``' pairs once, in order of first appearance (BLiMP repeats sentences)."""
+    return list(dict.fromkeys(s for p in paradigms for pair in p.pairs for s in pair))
+
+
+def evaluate_blimp(score: Callable[[list[str]], np.ndarray], paradigms: Sequence[Paradigm]) -> BlimpResult:
+    """Score every distinct sentence of ``paradigms`` once with ``score`` (sentences -> their PLLs: a
+    :class:`PllScorer`'s ``sentence_scores``, or :func:`scores_in_processes` over a directory), then the figures."""
+    sentences = distinct_sentences(paradigms)
+    return summarize(paradigms, dict(zip(sentences, score(sentences).tolist())))
 
 
 def table(result: BlimpResult, paradigms: Sequence[Paradigm]) -> str:
@@ -423,7 +426,7 @@ class BlimpProbe:
     ):
         self.paradigms = sample_paradigms(read_blimp(directory), pairs_per_paradigm, seed)
         self.pairs = sum(len(p.pairs) for p in self.paradigms)  # in the sample, all paradigms
-        self.sentences = list(dict.fromkeys(s for p in self.paradigms for pair in p.pairs for s in pair))
+        self.sentences = distinct_sentences(self.paradigms)
         self._options = dict(tokenizer=tokenizer, pll=pll, batch_size=batch_size, max_length=max_length)
         self._copies = PllScorer(model=None, **self._options).copies(self.sentences)
 
