@@ -269,8 +269,9 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
                 loss = plain_step(embed, columns, labels, loss_fn, joint=True, scale=state.scaler.scale)
             average_gradients(model)
             apply_update(state, args.clip, ctx=ctx)
-            run.count(loss.item(), global_batch)
-            run.stepped(loss.item(), t0)
+            value = loss.item()
+            run.count(value, global_batch)
+            run.stepped(value, t0)
             if run.due(50):
                 run.log_progress()
             if run.after_step(stop, run.eval_due(args.eval_every)):  # checkpoint cadence; the agreed stop

@@ -153,7 +153,7 @@ class MaskedCopies:
 @dataclass
 class PllScorer:
     """Pseudo-log-likelihood of sentences under ``model`` (any registered architecture's masked LM: its encoder
-    ``getattr(model, model.base_model_prefix)`` and ``model.mlm_head_module()``) with ``tokenizer``.
+    ``models.encoder_of(model)`` and ``model.mlm_head_module()``) with ``tokenizer``.
 
     ``pll``: one of :data:`PLL_METHODS`. ``batch_size``: masked copies per forward pass. ``precision``: the
     encoder's (``auto`` resolved for the device); the MLM head and the log-softmax run in fp32 always."""
@@ -237,7 +237,7 @@ class PllScorer:
 
     def token_log_probs(self, copies: MaskedCopies) -> np.ndarray:
         """[C] float32: log p(original token | its masked copy) of every copy, in copy order."""
-        encoder = getattr(self.model, self.model.base_model_prefix)
+        encoder = models.encoder_of(self.model)
         head = self.model.mlm_head_module()
         device = torch.device(self.device)
         out = np.zeros(len(copies), dtype=np.float32)

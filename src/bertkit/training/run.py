@@ -52,7 +52,7 @@ from bertkit.training.distributed import DistContext
 from bertkit.training.interrupt import GracefulStop
 from bertkit.training.log import say
 from bertkit.training.meter import Meter
-from bertkit.training.rundir import METRICS, RUN_JSON, Opened, RunDir, run_record
+from bertkit.training.rundir import METRICS, Opened, RunDir, run_record
 from bertkit.training.state import TrainState
 from bertkit.training.tensorboard import convert_metrics
 
@@ -186,8 +186,7 @@ class Run:
         return self.opened.checkpoint
 
     def write_record(self) -> None:
-        if self.ctx.is_main:
-            write_json(self.path / RUN_JSON, self.record, sort_keys=False)
+        self.dir.write_keys(self.record)
 
     # ------------------------------------------------------------------------------------------ the loop
 
@@ -217,8 +216,9 @@ class Run:
     def stepped(self, loss: float, t0: float) -> None:
         """After an optimizer step that began at ``t0``: the clock, the window, the bar, and ``--max-time``'s
         re-fit of the schedule to the measured pace."""
-        self.elapsed += time.perf_counter() - t0
-        self.meter.add(loss=loss, steps=1, time=time.perf_counter() - t0)
+        dt = time.perf_counter() - t0
+        self.elapsed += dt
+        self.meter.add(loss=loss, steps=1, time=dt)
         self.bar.update(1)
         fitted = self.budget.after_step(self.step, self.total_steps, self.cost) if self.cost is not None else None
         if fitted is not None:

@@ -215,12 +215,11 @@ class RunDir:
                 f"{out} already holds {what}: pass --resume to continue it, --overwrite to replace it, or choose "
                 "another --output"
             )
-        if not overwrite:
-            if files and names:
-                raise RunRefused(
-                    f"{out} exists and is not empty (and is not a bertkit run); choose another --output, or pass "
-                    "--overwrite to write into it"
-                )
+        if not overwrite and files and names:
+            raise RunRefused(
+                f"{out} exists and is not empty (and is not a bertkit run); choose another --output, or pass "
+                "--overwrite to write into it"
+            )
         self.clear((*files, RUN_JSON, "checkpoints") if overwrite else files)
         return False
 

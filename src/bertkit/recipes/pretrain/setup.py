@@ -67,14 +67,14 @@ def open_run(cfg: PretrainConfig, ctx) -> Run:
     directory opened by the one resume protocol: a different run is not silently overwritten, nor a finished one
     resumed; --overwrite clears what a run writes; --resume before a run.json (killed while preparing) starts
     afresh, keeping its prepared data."""
-    record = cfg.run_record()
+    record, precision = cfg.run_record(), resolve_precision(cfg.precision, ctx.device)
     run = Run(
         cfg.output,
         ctx,
         {"config": {k: record[k] for k in RUN_KEYS}},  # what a resumed run must share
-        record={"config": record, "precision": resolve_precision(cfg.precision, ctx.device)},
+        record={"config": record, "precision": precision},
         quiet=cfg.quiet,
-        precision=resolve_precision(cfg.precision, ctx.device),
+        precision=precision,
         keep=cfg.keep_checkpoints,
         save_every=cfg.save_every,
         max_time=cfg.max_time,
