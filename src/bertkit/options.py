@@ -98,7 +98,7 @@ def _base_type(tp: Any) -> Any:
 # The range of every numeric flag, by field name (the same name means the same thing in every command): (low, high,
 # low_open, high_open), None = unbounded. A numeric flag not named here takes [0, inf). Every one refuses nan and
 # inf, and a value out of range, when the command line is parsed: one line, exit 2.
-_POSITIVE = POSITIVE = (0, None, True, False)  # POSITIVE: for a field whose name has other bounds elsewhere
+POSITIVE = (0, None, True, False)  # POSITIVE: for a field whose name has other bounds elsewhere
 _FRACTION = (0, 1, False, False)
 BOUNDS: dict[str, tuple] = {
     **dict.fromkeys(
@@ -151,7 +151,7 @@ BOUNDS: dict[str, tuple] = {
             "body_timeout_s",
             "keep_alive_timeout_s",
         ),
-        _POSITIVE,
+        POSITIVE,
     ),
     **dict.fromkeys(("warmup_fraction", "short_seq_prob", "alpha"), _FRACTION),  # alpha: distill's soft-target share
     **dict.fromkeys(("dropout", "mask_prob", "eval_fraction"), (0, 1, False, True)),

@@ -18,6 +18,7 @@ from bertkit.experiments.downstream import (
 from bertkit.options import flag_string, number, parse_lrs, parse_seeds, parse_time
 from bertkit.outputs import check_output
 from bertkit.training.interrupt import GracefulStop
+from bertkit.training.rundir import check_writable
 
 # the finetune flags the meter sets for each of its runs: --finetune-args may not give them
 METER_FLAGS = ("--output", "--model", "--train", "--dev", "--seed", "--lr", "--task")
@@ -89,9 +90,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
-
-    # torch (bertkit.training): kept out of `bertkit downstream -h`
-    from bertkit.training.rundir import check_writable
 
     if not Path(args.model).is_dir():
         raise InputError(f"--model {args.model}: not a directory")

@@ -15,7 +15,7 @@ from bertkit.outputs import check_output
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    # cli.py imports every command to build its parser: the library loads when the command runs
+    # the library loads when the command runs, not for its -h
     from bertkit.data.pretraining.corpus import ENCODINGS, FORMATS
     from bertkit.data.pretraining.prepare import DEFAULTS
     from bertkit.data.pretraining.splitter import SPLITTERS
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    # cli.py imports every command to build its parser: the library loads when the command runs
+    # the library loads when the command runs, not for its -h
     from bertkit.data.pretraining.corpus_files import find_corpus
     from bertkit.data.pretraining.prepare import cache_dir, corpus_fingerprint, prepare_corpus
     from bertkit.errors import InputError
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     if output is not None:  # not a file, not one of the inputs (an existing shard directory is prepare's to judge)
         check_output(output, {"--corpus": args.corpus, "--vocab": args.vocab}, overwrite=None)
     if output is None:
-        # cli.py imports every command to build its parser: the library loads when the command runs
+        # the library loads when the command runs, not for its -h
         from bertkit.data.pretraining.prepare import DEFAULTS, _settings
 
         tokenizer = BertTokenizer.from_pretrained(str(vocab), lowercase=args.lowercase)

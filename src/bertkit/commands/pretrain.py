@@ -12,7 +12,7 @@ from bertkit.errors import InputError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    # cli.py imports every command to build its parser: the library loads when the command runs
+    # the library loads when the command runs, not for its -h
     from bertkit.options import add_options
     from bertkit.recipes.pretrain import PretrainConfig
 
@@ -74,7 +74,7 @@ def check_overrides(overrides: dict, arch: str, model_size: str, init_from: str 
 
     if not overrides:
         return
-    # cli.py imports every command to build its parser: the library loads when the command runs
+    # the library loads when the command runs, not for its -h
     from bertkit import models
 
     config_class = models.get(arch).config_class()
@@ -96,7 +96,7 @@ def check_overrides(overrides: dict, arch: str, model_size: str, init_from: str 
 
 def config_from_args(args: argparse.Namespace):
     """The run's config, validated and resolved once (the recipe's model and choices filled in: ``resolve``)."""
-    # cli.py imports every command to build its parser: the library loads when the command runs
+    # the library loads when the command runs, not for its -h
     from bertkit.options import from_args
     from bertkit.recipes.pretrain import PretrainConfig, resolve
 
@@ -107,7 +107,7 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    # cli.py imports every command to build its parser: the library loads when the command runs
+    # the library loads when the command runs, not for its -h
     from bertkit.recipes.pretrain import pretrain
 
     try:

@@ -29,12 +29,12 @@ def run(args: argparse.Namespace, labelled: bool = True) -> dict[str, Any]:
     run_options: RunOptions = from_args(RunOptions, args)
     files.backend = _backend_for(Path(files.model), files.backend)
     if files.backend == "onnx":
-        device = run_options.device or "cpu"  # a GPU is refused: ONNX Runtime's CPU provider
+        device = resolve_device(run_options.device, cpu_only=True)  # ONNX Runtime's CPU provider
         task, loaded, tokenizer = _load_onnx(files, args, device)
     else:
         task, model, tokenizer = load_finetuned(files.model, args.task, args)
         # int8 kernels are CPU-only: --quantize without --device runs on the CPU even where a GPU is present
-        device = (run_options.device or "cpu") if files.quantize else resolve_device(run_options.device)
+        device = resolve_device(run_options.device, cpu_only=bool(files.quantize))
         loaded = runtime.load(model, quantize=files.quantize, precision=run_options.precision, device=device)
     model, precision = loaded.model, loaded.precision
     examples = task.read(files.data, labelled=labelled, skip_bad_rows=run_options.skip_bad_rows)

@@ -8,7 +8,6 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from bertkit.data.pretraining.corpus import corpus_texts
 from bertkit.errors import InputError
 from bertkit.tokenization.normalizer import (
     ExactNormalizer,
@@ -30,6 +29,9 @@ def _read_batches(
     """Stream the corpus line by line (any size; ``corpus_texts``: as ``prepare`` reads it), normalised exactly as
     the tokenizer will, in batches."""
     from tqdm.auto import tqdm
+
+    # the corpus reader (and its format readers): only when a vocabulary is trained, not at every tokenizer import
+    from bertkit.data.pretraining.corpus import corpus_texts
 
     with tqdm(unit=" lines", desc="reading", disable=not show_progress) as bar:
         batch: list[str] = []
@@ -74,6 +76,8 @@ def continuation_tokens(
     and those ids break ties between equally frequent merges, so the same text gave another vocabulary on every run
     (huggingface/tokenizers #1794). One pass over the corpus, 4 MB at a time: a regex over the separators present
     finds every word's characters after its first (about 13 MB/s; the trainer itself is slower)."""
+    from bertkit.data.pretraining.corpus import corpus_texts  # as in _read_batches: only when training
+
     chinese = normalizer.tokenize_chinese_chars
     inner: set[str] = set()
     seen: set[str] = set()

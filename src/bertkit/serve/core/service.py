@@ -386,8 +386,6 @@ class Service:
         dim = self.encoder.output_dim(spec)
         rows = sum(len(e.ids) for e in encodings) if spec.pooling == "none" else len(encodings)
         self.bound_answer(rows * dim, f"{rows} tokens x {dim}" if spec.pooling == "none" else f"{rows} inputs x {dim}")
-        if len(encodings) > self.queue.max_pending:  # never queued, however idle the server: not a retryable 429
-            raise ApiError(413, f"{len(encodings)} inputs, over the queue's {self.queue.max_pending} (--max-pending)")
         try:
             future = self.queue.submit(encodings, spec)
         except QueueFull as exc:
