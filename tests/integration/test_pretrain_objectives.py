@@ -137,3 +137,18 @@ def test_the_blimp_probe_scores_the_runs_masked_lm_as_the_scorer_does(alice_corp
     probe = BlimpProbe(blimp, load_tokenizer(masked_lm), pairs_per_paradigm=2)
     assert probe.pairs == 4
     assert probe(scorer.model) == pytest.approx(probed[4], abs=1e-9)
+
+
+def test_a_bad_blimp_directory_is_refused_before_the_run_writes(alice_corpus, tmp_path):
+    """--blimp's files are read before OUTPUT is touched: a bad row is one line naming file and line, and the
+    run leaves nothing (no vocabulary trained, no shards written)."""
+    from bertkit.errors import InputError
+    from bertkit.recipes.pretrain import pretrain
+
+    blimp = tmp_path / "blimp"
+    blimp.mkdir()
+    (blimp / "broken.jsonl").write_text("{not json\n", encoding="utf-8")
+    out = tmp_path / "run"
+    with pytest.raises(InputError, match=r"broken\.jsonl:1: not valid JSON"):
+        pretrain(_config(alice_corpus, out, blimp=str(blimp), blimp_pairs=2))
+    assert not out.exists()

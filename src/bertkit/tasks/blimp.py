@@ -406,9 +406,9 @@ def write_results(output: str | os.PathLike, result: BlimpResult, paradigms: Seq
 
 class BlimpProbe:
     """BLiMP during pre-training: a fixed, seeded sample of ``pairs_per_paradigm`` pairs of each paradigm of a
-    BLiMP directory, read and tokenized once; ``probe(model)`` is the overall accuracy (percent) of the model as it
-    is now, by the same scorer as ``bertkit evaluate --task blimp`` (in eval mode; the model's mode comes back
-    after).
+    BLiMP directory (or of paradigms already read), tokenized once; ``probe(model)`` is the overall accuracy
+    (percent) of the model as it is now, by the same scorer as ``bertkit evaluate --task blimp`` (in eval mode; the
+    model's mode comes back after).
 
         probe = BlimpProbe("data/blimp", tokenizer, pairs_per_paradigm=20)
         percent = probe(model)                      # a masked LM of any registered architecture
@@ -416,7 +416,7 @@ class BlimpProbe:
 
     def __init__(
         self,
-        directory: str | os.PathLike,
+        blimp: str | os.PathLike | Sequence[Paradigm],
         tokenizer: Any,
         pairs_per_paradigm: int = 20,
         seed: int = 0,
@@ -424,7 +424,8 @@ class BlimpProbe:
         batch_size: int = 256,
         max_length: int | None = None,
     ):
-        self.paradigms = sample_paradigms(read_blimp(directory), pairs_per_paradigm, seed)
+        paradigms = read_blimp(blimp) if isinstance(blimp, (str, os.PathLike)) else blimp  # a directory, or read
+        self.paradigms = sample_paradigms(paradigms, pairs_per_paradigm, seed)
         self.pairs = sum(len(p.pairs) for p in self.paradigms)  # in the sample, all paradigms
         self.sentences = distinct_sentences(self.paradigms)
         self._options = dict(tokenizer=tokenizer, pll=pll, batch_size=batch_size, max_length=max_length)

@@ -43,7 +43,7 @@ from bertkit.recipes.pretrain.setup import (
     tokenizer_and_shards,
 )
 from bertkit.recipes.pretrain.tables import resolve
-from bertkit.tasks.blimp import BlimpProbe
+from bertkit.tasks.blimp import BlimpProbe, read_blimp
 from bertkit.tasks.mlm import score_mlm
 from bertkit.training import distributed as dist
 from bertkit.training.distributed import all_reduce_mean
@@ -71,13 +71,14 @@ def pretrain(cfg: PretrainConfig) -> Path:
             cfg = cfg if cfg.chosen else resolve(cfg)  # resolved once (the command resolves it): frozen from here
             objective = objectives.get(cfg.objective)
             check_batches(cfg)
+            blimp = read_blimp(cfg.blimp) if cfg.blimp and ctx.is_main else None  # its bad files refused here
             run = open_run(cfg, ctx)  # the books; resumed: off when killed while preparing
             say_run(cfg, ctx, cfg.chosen)
             tokenizer, shard_dir = tokenizer_and_shards(cfg, ctx, run.opened.resumed)
             precision = run.precision
             feed = make_feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
             eval_batches = _eval_batches(cfg, feed)
-            probe = BlimpProbe(cfg.blimp, tokenizer, cfg.blimp_pairs) if cfg.blimp and ctx.is_main else None
+            probe = BlimpProbe(blimp, tokenizer, cfg.blimp_pairs) if blimp else None
             # ---- the model; the optimizer, the steps (fitted to --max-time) and the train state, or the checkpoint's
             # the objective's model around the architecture's pre-training model (ELECTRA's discriminator is that model)
             model, config = objective.build(cfg, tokenizer, shard_dir, feed.max_len, ctx.device, build_model)
