@@ -109,5 +109,12 @@ def wrap(model: torch.nn.Module, ctx: DistContext, find_unused_parameters: bool 
 
 
 def cleanup(ctx: DistContext) -> None:
+    """Shut the process group down, after what still holds it (a DDP wrapper left in a reference cycle) is
+    collected: the group's last reference then goes inside ``destroy_process_group``, not in a destructor run later
+    or at interpreter exit, where gloo's teardown can abort the process ("terminate called without an active
+    exception")."""
     if ctx.distributed and dist.is_initialized():
+        import gc
+
+        gc.collect()
         dist.destroy_process_group()

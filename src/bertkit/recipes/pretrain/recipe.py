@@ -64,82 +64,89 @@ def pretrain(cfg: PretrainConfig) -> Path:
     import torch
 
     torch.set_num_threads(cfg.threads or torch.get_num_threads())
-    ctx, out = dist.setup(cfg.device), Path(cfg.output)
-    try:
-        with GracefulStop() as stop, os_errors(out), removed_if_refused(cfg, ctx):
-            # ---- recipe, output dir, vocabulary, shards, model, optimizer; every flag checked before a file is written
-            cfg = cfg if cfg.chosen else resolve(cfg)  # resolved once (the command resolves it): frozen from here
-            objective = objectives.get(cfg.objective)
-            check_batches(cfg)
-            blimp = read_blimp(cfg.blimp) if cfg.blimp and ctx.is_main else None  # its bad files refused here
-            run = open_run(cfg, ctx)  # the books; resumed: off when killed while preparing
-            say_run(cfg, ctx, cfg.chosen)
-            tokenizer, shard_dir = tokenizer_and_shards(cfg, ctx, run.opened.resumed)
-            precision = run.precision
-            feed = make_feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
-            eval_batches = _eval_batches(cfg, feed)
-            probe = BlimpProbe(blimp, tokenizer, cfg.blimp_pairs) if blimp else None
-            # ---- the model; the optimizer, the steps (fitted to --max-time) and the train state, or the checkpoint's
-            # the objective's model around the architecture's pre-training model (ELECTRA's discriminator is that model)
-            model, config = objective.build(cfg, tokenizer, shard_dir, feed.max_len, ctx.device, build_model)
-            train, total_steps, reschedule = schedule(cfg, run, model, feed)
-            run.record.update(world_size=ctx.world_size, model_config=config.to_dict("hf"))
-            # run.json, metrics.jsonl cut back to the step resumed, the bar; the state restored from the checkpoint
-            run.begin(train, total_steps, position=feed.position, reschedule=reschedule, tensorboard=cfg.tensorboard)
-            if cfg.max_steps is None:  # --max-time's steps, fitted from cold probe steps: re-fitted to the pace
-                run.plan_refit(_eval_every(cfg, run), lambda steps: feed.plan(steps)[-1].start)
-            ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
-            if cfg.compile:  # after DDP, as PyTorch's DDP + compile guide does; checkpoints save the plain model
-                ddp_model = torch.compile(ddp_model)
-            say_run(
-                cfg,
-                ctx,
-                f"model {cfg.model_shown()}: "
-                f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
-                f"parameters, vocab {len(tokenizer)}, precision {precision}, {ctx.world_size} process(es) on "
-                f"{ctx.device.type}; {run.total_steps} steps",
-            )
-
-            # ---- the loop
-            workers = cfg.loader_workers if cfg.loader_workers is not None else (2 if ctx.device.type == "cuda" else 0)
-            loader = Prefetcher(workers)
-            try:  # the workers (processes on a GPU) go when the loop does, also when it raises
-                while run.going():
-                    t0 = time.perf_counter()
-                    # a ramp's next stage (before the step: resume-exact)
-                    if entered := feed.advance(run.step, run.total_steps):
-                        say_run(cfg, ctx, entered)
-                    forward, count = _micro_batches(feed, loader, cfg, ctx, run.meter, objective)
-                    step_loss = optimizer_step(
-                        train,
-                        range(cfg.grad_accum),
-                        forward,
-                        clip=cfg.clip,
-                        precision=precision,
-                        device=ctx.device,
-                        ctx=ctx,
-                        ddp_model=ddp_model,
-                        after_backward=count,
-                        on_not_finite=run.not_finite,
-                    ).loss
-                    run.stepped(step_loss, t0)
-                    if run.due(cfg.log_every):
-                        _log(cfg, objective, run, feed, train.scheduler.get_last_lr()[0])
-                    if (eval_batches or probe) and ctx.is_main and run.due(_eval_every(cfg, run)):
-                        run.timed(lambda: _held_out(cfg, objective, run, model, eval_batches, precision, probe))
-                    run.after_step(stop)
-            finally:
-                run.close()
-                loader.close()
-
-            # ---- the end: checkpoint + model directory (config.json, model.safetensors, vocab.txt, tokenizer config)
-            run.end(stop)
-            if ctx.is_main:
-                _write_model(cfg, objective, ctx, model, tokenizer, run)
-            dist.barrier(ctx)
-            return out
+    ctx = dist.setup(cfg.device)
+    try:  # the run's objects (the DDP wrapper holds the process group) are gone when _pretrain returns, before cleanup
+        return _pretrain(cfg, ctx)
     finally:
         dist.cleanup(ctx)
+
+
+def _pretrain(cfg: PretrainConfig, ctx) -> Path:
+    import torch
+
+    out = Path(cfg.output)
+    with GracefulStop() as stop, os_errors(out), removed_if_refused(cfg, ctx):
+        # ---- recipe, output dir, vocabulary, shards, model, optimizer; every flag checked before a file is written
+        cfg = cfg if cfg.chosen else resolve(cfg)  # resolved once (the command resolves it): frozen from here
+        objective = objectives.get(cfg.objective)
+        check_batches(cfg)
+        blimp = read_blimp(cfg.blimp) if cfg.blimp and ctx.is_main else None  # its bad files refused here
+        run = open_run(cfg, ctx)  # the books; resumed: off when killed while preparing
+        say_run(cfg, ctx, cfg.chosen)
+        tokenizer, shard_dir = tokenizer_and_shards(cfg, ctx, run.opened.resumed)
+        precision = run.precision
+        feed = make_feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
+        eval_batches = _eval_batches(cfg, feed)
+        probe = BlimpProbe(blimp, tokenizer, cfg.blimp_pairs) if blimp else None
+        # ---- the model; the optimizer, the steps (fitted to --max-time) and the train state, or the checkpoint's
+        # the objective's model around the architecture's pre-training model (ELECTRA's discriminator is that model)
+        model, config = objective.build(cfg, tokenizer, shard_dir, feed.max_len, ctx.device, build_model)
+        train, total_steps, reschedule = schedule(cfg, run, model, feed)
+        run.record.update(world_size=ctx.world_size, model_config=config.to_dict("hf"))
+        # run.json, metrics.jsonl cut back to the step resumed, the bar; the state restored from the checkpoint
+        run.begin(train, total_steps, position=feed.position, reschedule=reschedule, tensorboard=cfg.tensorboard)
+        if cfg.max_steps is None:  # --max-time's steps, fitted from cold probe steps: re-fitted to the pace
+            run.plan_refit(_eval_every(cfg, run), lambda steps: feed.plan(steps)[-1].start)
+        ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
+        if cfg.compile:  # after DDP, as PyTorch's DDP + compile guide does; checkpoints save the plain model
+            ddp_model = torch.compile(ddp_model)
+        say_run(
+            cfg,
+            ctx,
+            f"model {cfg.model_shown()}: "
+            f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+            f"parameters, vocab {len(tokenizer)}, precision {precision}, {ctx.world_size} process(es) on "
+            f"{ctx.device.type}; {run.total_steps} steps",
+        )
+
+        # ---- the loop
+        workers = cfg.loader_workers if cfg.loader_workers is not None else (2 if ctx.device.type == "cuda" else 0)
+        loader = Prefetcher(workers)
+        try:  # the workers (processes on a GPU) go when the loop does, also when it raises
+            while run.going():
+                t0 = time.perf_counter()
+                # a ramp's next stage (before the step: resume-exact)
+                if entered := feed.advance(run.step, run.total_steps):
+                    say_run(cfg, ctx, entered)
+                forward, count = _micro_batches(feed, loader, cfg, ctx, run.meter, objective)
+                step_loss = optimizer_step(
+                    train,
+                    range(cfg.grad_accum),
+                    forward,
+                    clip=cfg.clip,
+                    precision=precision,
+                    device=ctx.device,
+                    ctx=ctx,
+                    ddp_model=ddp_model,
+                    after_backward=count,
+                    on_not_finite=run.not_finite,
+                ).loss
+                run.stepped(step_loss, t0)
+                if run.due(cfg.log_every):
+                    _log(cfg, objective, run, feed, train.scheduler.get_last_lr()[0])
+                if (eval_batches or probe) and ctx.is_main and run.due(_eval_every(cfg, run)):
+                    run.timed(lambda: _held_out(cfg, objective, run, model, eval_batches, precision, probe))
+                run.after_step(stop)
+        finally:
+            run.close()
+            loader.close()
+
+        # ---- the end: checkpoint + model directory (config.json, model.safetensors, vocab.txt, tokenizer config)
+        run.end(stop)
+        if ctx.is_main:
+            _write_model(cfg, objective, ctx, model, tokenizer, run)
+        dist.barrier(ctx)
+        return out
 
 
 def _eval_batches(cfg: PretrainConfig, feed: Feed) -> list[dict]:
