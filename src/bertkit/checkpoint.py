@@ -115,6 +115,13 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     if path.suffix == ".index" or Path(str(path) + ".index").is_file():
         return tf_state_dict(path)
     try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read the weights ({e.strerror or e})") from None
+    if not magic.startswith((b"PK", b"\x80")):  # torch.save writes a zip; older files a pickle (protocol 2+)
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint (neither torch.save's zip nor a pickle)")
+    try:
         with warnings.catch_warnings():  # torch warns about the protocol of a pickle it is about to refuse anyway
             warnings.filterwarnings("ignore", message=".*pickle protocol", category=UserWarning)
             state = torch.load(path, map_location="cpu", weights_only=True)
@@ -141,9 +148,17 @@ def _first_line(e: BaseException) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
+LOADABLE_FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
 def check_finite(state: dict[str, torch.Tensor], origin: str) -> None:
     """Refuse NaN or Inf in any floating-point tensor, naming it: such weights give NaN outputs, never an error."""
     for key, value in state.items():
+        if value.is_floating_point() and value.dtype not in LOADABLE_FLOATS:  # fp8: no isfinite, nor a cast back
+            raise CheckpointError(
+                f"{origin}: tensor {key!r} is {str(value.dtype).removeprefix('torch.')}; bertkit loads fp32, fp16, "
+                "bf16 or fp64 weights"
+            )
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
             bad = int((~torch.isfinite(value)).sum())
             raise CheckpointError(f"{origin}: tensor {key!r} holds {bad} NaN or infinite value(s) of {value.numel()}")

@@ -123,6 +123,8 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid JSON ({e})") from None
     except RecursionError:  # e.g. '[' x 100,000: the parser recurses once per level
         raise ConfigError(f"{path}: nested too deeply to be a model config") from None
+    except ValueError as e:  # an integer of more digits than Python converts (4300): no config size is that long
+        raise ConfigError(f"{path}: not a model config ({str(e).split(';')[0]})") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read the config ({e.strerror or e})") from None
     if not isinstance(data, dict):
@@ -213,7 +215,7 @@ class EncoderConfig:
         if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < self.vocab_size):
             raise self._bad("pad_token_id", f"an integer in [0, vocab_size={self.vocab_size})")
         if self.id2label is not None:
-            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            self.id2label = self._label_ids()
             if self.label2id is None:
                 self.label2id = {v: k for k, v in self.id2label.items()}
             if self.num_labels is None:
@@ -221,6 +223,20 @@ class EncoderConfig:
         n = self.num_labels
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n <= 0):
             raise self._bad("num_labels", "a positive integer")
+
+    def _label_ids(self) -> dict[int, str]:
+        """``id2label`` with integer keys (JSON writes them as strings): refused, naming the field, when it is not an
+        object of integer ids."""
+        labels = self.id2label
+        try:
+            if not isinstance(labels, dict):
+                raise ValueError
+            out = {int(k): str(v) for k, v in labels.items()}
+        except (ValueError, TypeError):
+            raise self._bad("id2label", 'an object of label ids to names ({"0": "NEGATIVE", ...})') from None
+        if any(k < 0 for k in out):
+            raise self._bad("id2label", "an object whose label ids are integers >= 0")
+        return out
 
     @property
     def head_dim(self) -> int:
@@ -381,6 +397,9 @@ class BertConfig(EncoderConfig):
                 f"so far (ModernBERT works in pretrain --arch modernbert, embed/features, fill-mask and "
                 f"bertkit.ModernBertFor*)"
             )
+        kind = data.get("model_type")
+        if kind not in (None, "bert"):  # ELECTRA, RoBERTa, GPT-2...: another architecture's weights, refused by name
+            raise ConfigError(f"{source}: model_type {kind!r} is not a model bertkit reads (bert or modernbert)")
         if data.get("position_embedding_type") in (None, "absolute"):
             data = {k: v for k, v in data.items() if k != "position_embedding_type"}
         return cls._from_keys(data, source, _IGNORED_KEYS)

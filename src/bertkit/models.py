@@ -237,7 +237,8 @@ def model_type(directory: str | os.PathLike) -> str | None:
         data = json.loads((Path(directory) / CONFIG_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data.get("model_type") if isinstance(data, dict) else None
+    kind = data.get("model_type") if isinstance(data, dict) else None
+    return kind if isinstance(kind, str) else None  # a list or a number: the config's own loader refuses it
 
 
 def of_directory(directory: str | os.PathLike) -> Architecture:
@@ -248,7 +249,7 @@ def of_directory(directory: str | os.PathLike) -> Architecture:
 def of_config(config: Any) -> Architecture:
     """The architecture of a config object or a config.json dict."""
     kind = config.get("model_type") if isinstance(config, dict) else getattr(config, "model_type", None)
-    return REGISTRY.get(kind or DEFAULT, REGISTRY[DEFAULT])
+    return REGISTRY.get(kind if isinstance(kind, str) and kind else DEFAULT, REGISTRY[DEFAULT])
 
 
 def names() -> tuple[str, ...]:

@@ -169,12 +169,29 @@ def test_broken_safetensors_is_a_one_line_error_naming_the_file(tmp_path, tiny_c
     assert str(e.value).startswith(str(path)) and "\n" not in str(e.value)
 
 
-def test_garbage_pytorch_bin_is_a_one_line_error(tmp_path, tiny_config):
+@pytest.mark.parametrize(
+    "data,words",
+    [(b"PK\x03\x04" + bytes(500), "not a readable PyTorch checkpoint"), (bytes(range(256)) * 4, "neither torch.save")],
+    ids=["broken-zip", "random-bytes"],
+)
+def test_garbage_pytorch_bin_is_a_one_line_error(tmp_path, tiny_config, data, words):
+    """Bytes that are neither torch.save's zip nor a pickle are "not a PyTorch checkpoint" (they were called a
+    pickle with code, refused as unsafe)."""
     tiny_config.save_pretrained(tmp_path)
-    (tmp_path / "pytorch_model.bin").write_bytes(b"PK\x03\x04" + bytes(500))
+    (tmp_path / "pytorch_model.bin").write_bytes(data)
     with pytest.raises(CheckpointError, match="pytorch_model.bin: not a") as e:
         BertModel.from_pretrained(tmp_path)
-    assert "\n" not in str(e.value)
+    assert words in str(e.value) and "unsafe" not in str(e.value) and "\n" not in str(e.value)
+
+
+def test_weights_of_a_dtype_bertkit_does_not_load_are_refused_naming_the_tensor(tmp_path, tiny_config):
+    """fp8 tensors (no isfinite, no exact cast back) are refused by name, not a NotImplementedError."""
+    BertModel(tiny_config).save_pretrained(tmp_path)
+    state = load_file(tmp_path / "model.safetensors")
+    save_file({k: v.to(torch.float8_e4m3fn) for k, v in state.items()}, tmp_path / "model.safetensors")
+    with pytest.raises(CheckpointError, match="is float8_e4m3fn; bertkit loads fp32, fp16, bf16 or fp64") as e:
+        BertModel.from_pretrained(tmp_path)
+    assert str(e.value).startswith(str(tmp_path / "model.safetensors"))
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])

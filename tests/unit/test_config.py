@@ -127,6 +127,33 @@ def test_non_finite_values_are_refused_naming_the_field(tmp_path, field, value):
     assert str(path) in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ('{"hidden_size": 1' + "0" * 5000 + "}", "not a model config"),  # past Python's int-conversion limit
+        ('{"id2label": ["NEG", "POS"]}', "id2label must be an object of label ids"),
+        ('{"id2label": {"x": "NEG"}}', "id2label must be an object of label ids"),
+        ('{"id2label": {"-1": "NEG"}}', "label ids are integers >= 0"),
+        ('{"model_type": "gpt2"}', "model_type 'gpt2' is not a model bertkit reads"),
+        ('{"model_type": ["bert"]}', "model_type ['bert'] is not a model bertkit reads"),
+        ('{"model_type": 3}', "model_type 3 is not a model bertkit reads"),
+    ],
+    ids=["huge-int", "id2label-list", "id2label-key", "id2label-negative", "gpt2", "type-list", "type-int"],
+)
+def test_a_config_json_of_the_wrong_kind_is_one_config_error_naming_the_file(tmp_path, text, words):
+    """Issue 54, item 9's kin: every config.json that is JSON but not a BERT config is a ConfigError naming the file
+    and the field (a huge number, labels of the wrong shape, another architecture), never a ValueError or an
+    AttributeError from inside the loader, and never a model of another architecture read as BERT."""
+    from bertkit import models
+    from bertkit.config import ConfigError
+
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(ConfigError) as e:
+        models.of_directory(tmp_path).config_class().from_pretrained(tmp_path)
+    assert str(e.value).startswith(str(tmp_path / "config.json")) and words in str(e.value), e.value
+    assert "\n" not in str(e.value)
+
+
 def test_wrongly_typed_value_is_a_config_error(tmp_path):
     from bertkit.config import ConfigError
 
