@@ -93,6 +93,13 @@ def check_opset(opset: int, flag: str = "--opset") -> None:
         )
 
 
+def head_outputs(class_name: str) -> tuple[str, ...]:
+    """The outputs of the graph exported for a model class named ``class_name`` (``BertForQuestionAnswering``:
+    start_logits, end_logits); a class without a head of :data:`HEAD_OUTPUTS` gives the bare encoder's."""
+    found = models.of_class_name(class_name)
+    return HEAD_OUTPUTS.get(found[1] if found else "", ("last_hidden_state",))
+
+
 def onnx_name(quantize: str | None = None, hidden_states: bool = False) -> str:
     """The graph's file name in a model directory: ``model.onnx`` (a head, or the bare encoder's last layer),
     ``encoder.onnx`` (every layer's output, for Encoder), with ``.int8`` before ``.onnx`` for the int8 graph."""
@@ -198,6 +205,19 @@ def _sample_inputs(vocab_size: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types * mask}
 
 
+def graph_paths(out: str | os.PathLike, quantize: str | None = None, hidden_states: bool = False) -> dict:
+    """The graph files an export to ``out`` writes, by precision (None: fp32, "int8"): a ``.onnx`` file name is the
+    one file asked for; a directory gets the fp32 graph and, when asked, the int8 one under its own name
+    (:func:`onnx_name`). What ``export_onnx`` writes and what ``bertkit export`` refuses to replace."""
+    out, quantize = Path(out), resolve_quantize(quantize)
+    if out.suffix == ".onnx":
+        return {quantize: out}
+    targets = {None: out / onnx_name(None, hidden_states)}
+    if quantize:
+        targets[quantize] = out / onnx_name(quantize, hidden_states)
+    return targets
+
+
 def export_onnx(
     directory: str | os.PathLike,
     out: str | os.PathLike,
@@ -214,15 +234,8 @@ def export_onnx(
     check_opset(opset)
     directory, out = Path(directory), Path(out)
     model, architecture, outputs = load_for_export(directory, hidden_states)
-    if out.suffix == ".onnx":
-        targets = {quantize: out}  # the one file asked for
-        out.parent.mkdir(parents=True, exist_ok=True)
-    else:
-        out.mkdir(parents=True, exist_ok=True)
-        # a directory gets the fp32 graph and, when asked, the int8 one under its own name
-        targets = {None: out / onnx_name(None, hidden_states)}
-        if quantize:
-            targets[quantize] = out / onnx_name(quantize, hidden_states)
+    targets = graph_paths(out, quantize, hidden_states)
+    (out.parent if out.suffix == ".onnx" else out).mkdir(parents=True, exist_ok=True)
     inputs = graph_inputs(model.config)
     sample = {k: v for k, v in _sample_inputs(model.config.vocab_size).items() if k in inputs}
     dynamic = {name: {0: "batch", 1: "sequence"} for name in inputs}

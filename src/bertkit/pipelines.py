@@ -49,7 +49,7 @@ from bertkit.checkpoint import find_weights, read_safetensors_header, read_state
 from bertkit.config import ConfigError, check_config_json, read_model_config
 from bertkit.data.tasks.squad import SquadExample
 from bertkit.errors import InputError
-from bertkit.export import onnx_name
+from bertkit.export import head_outputs, onnx_name
 from bertkit.features import Encoder
 from bertkit.quantize import resolve_quantize
 from bertkit.tasks import get_task, read_task_config, run_inference
@@ -207,7 +207,14 @@ def load_pipeline(
     except FileNotFoundError as e:
         raise InputError(str(e)) from None
     if backend == "onnx":
-        loaded = runtime.load(directory=directory, config=config, backend="onnx", quantize=quantize, device=device)
+        loaded = runtime.load(
+            directory=directory,
+            config=config,
+            backend="onnx",
+            quantize=quantize,
+            device=device,
+            outputs=head_outputs(architecture),
+        )
     else:
         loaded = runtime.load(
             _load_head(directory, architecture, task, saved), quantize=quantize, precision=precision, device=device

@@ -37,7 +37,7 @@ from bertkit import quantize as int8  # the module: its quantize_model is looked
 from bertkit.batches import plan_batches
 from bertkit.checkpoint import find_weights
 from bertkit.errors import InputError, RunError
-from bertkit.export import export_onnx, graph_is_quantized, onnx_name
+from bertkit.export import INPUT_NAMES, export_onnx, graph_is_quantized, onnx_name
 from bertkit.precision import autocast, resolve_precision
 from bertkit.quantize import resolve_quantize
 
@@ -172,6 +172,7 @@ def load(
     precision: str = "auto",
     device: torch.device | str = "cpu",
     hidden_states: bool = False,
+    outputs: Sequence[str] = (),
 ) -> Loaded:
     """The forward pass of a model on a backend, precision and device.
 
@@ -186,7 +187,7 @@ def load(
     resolved = resolve_precision(precision, device)  # validates the name on either backend
     if backend == "onnx":
         _onnx_device(device)
-        return Loaded(onnx_model(directory, config, quantize, hidden_states), "fp32", "onnx", quantize)
+        return Loaded(onnx_model(directory, config, quantize, hidden_states, outputs), "fp32", "onnx", quantize)
     if quantize:
         model = int8.quantize_model(model, quantize, device)
         resolved = "fp32"  # the int8 kernels take fp32 activations; bf16 autocast around them would only add casts
@@ -260,6 +261,32 @@ class OnnxRuntimeModel:
         self.input_names = {i.name for i in self.session.get_inputs()}  # ModernBERT's graphs take no token_type_ids
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.training = False
+        unknown = sorted(self.input_names - set(INPUT_NAMES))
+        if unknown or "input_ids" not in self.input_names:
+            raise InputError(
+                f"{self.path}: a graph taking {sorted(self.input_names)}, not one bertkit exported (inputs "
+                f"{', '.join(INPUT_NAMES)}); export the model again with `bertkit export --onnx`"
+            )
+
+    def expect(self, outputs: dict[str, int | None]) -> OnnxRuntimeModel:
+        """Refuse (InputError naming the file) a graph that is not the model asked for: one without each of
+        ``outputs`` (name -> the size of its last axis, None: any), or whose last axis has another fixed size (a
+        graph of another model, or of another head, saved under this name)."""
+        shapes = {o.name: o.shape for o in self.session.get_outputs()}
+        for name, size in outputs.items():
+            if name not in shapes:
+                raise InputError(
+                    f"{self.path}: the graph has no output {name!r} (it has {', '.join(shapes) or 'none'}): not "
+                    f"the graph of this model's {'encoder' if name.startswith('hidden_states.') else 'head'}; export "
+                    "it again with `bertkit export --onnx`"
+                )
+            last = shapes[name][-1] if shapes[name] else None
+            if size is not None and isinstance(last, int) and last != size:
+                raise InputError(
+                    f"{self.path}: output {name!r} has {last} values per position, the model's config.json gives "
+                    f"{size}: the graph of another model; export it again with `bertkit export --onnx`"
+                )
+        return self
 
     def __repr__(self) -> str:
         return f"OnnxRuntimeModel({self.path}, outputs={self.output_names})"
@@ -340,10 +367,23 @@ def onnx_file(
 
 
 def onnx_model(
-    directory: str | os.PathLike, config, quantize: str | None = None, hidden_states: bool = False
+    directory: str | os.PathLike,
+    config,
+    quantize: str | None = None,
+    hidden_states: bool = False,
+    outputs: Sequence[str] = (),
 ) -> OnnxRuntimeModel:
-    """ONNX Runtime on the directory's graph (see :func:`onnx_file` for which). A graph exported now goes to a
-    temporary directory that is removed once the session is built: ONNX Runtime holds the graph in memory from then
-    on (its ``path`` then names a file that is gone)."""
+    """ONNX Runtime on the directory's graph (see :func:`onnx_file` for which), checked to be this model's: with
+    ``hidden_states`` every layer's output at the config's width (no more layers), else the head's ``outputs``
+    (``logits`` with ``num_labels`` values...). A graph exported now goes to a temporary directory that is removed
+    once the session is built: ONNX Runtime holds the graph in memory from then on (its ``path`` then names a file
+    that is gone)."""
     with tempfile.TemporaryDirectory(prefix="bertkit-onnx-") as cache:
-        return OnnxRuntimeModel(onnx_file(directory, cache, quantize, hidden_states), config)
+        model = OnnxRuntimeModel(onnx_file(directory, cache, quantize, hidden_states), config)
+    layers = config.num_hidden_layers
+    if hidden_states:
+        if f"hidden_states.{layers + 1}" in model.output_names:
+            raise InputError(f"{model.path}: a graph of more than the {layers} layers config.json gives")
+        return model.expect({f"hidden_states.{i}": config.hidden_size for i in range(layers + 1)})
+    widths = {"logits": getattr(config, "num_labels", None), "last_hidden_state": config.hidden_size}
+    return model.expect({name: widths.get(name) for name in outputs})

@@ -49,17 +49,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # torch: kept out of `bertkit export -h`
-    from bertkit.export import check_opset, export_onnx, onnx_name
+    from bertkit.export import export_onnx, graph_paths
     from bertkit.training.rundir import check_writable
 
     directory, out = args.onnx
     target = Path(out)
-    check_opset(args.opset)
-    # the graph files it writes (a directory may hold the model it is exported from, and the other graphs: kept)
-    graphs = [target] if target.suffix == ".onnx" else [target / onnx_name(None, args.all_layers)]
-    if args.quantize and target.suffix != ".onnx":
-        graphs.append(target / onnx_name(args.quantize, args.all_layers))
-    for graph in graphs:
+    # the graph files it writes (a directory may hold the model it is exported from, and the other graphs: kept);
+    # export_onnx checks --opset itself, before it loads anything
+    for graph in graph_paths(target, args.quantize, args.all_layers).values():
         if graph.exists() and not args.overwrite:
             raise InputError(f"--onnx OUT {graph}: already exists; pass --overwrite to replace it")
     where = target.parent if target.suffix == ".onnx" else target
