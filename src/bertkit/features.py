@@ -68,6 +68,7 @@ POOLING_ALIASES = {
     "cls-pooled": "cls_pooled",
 }
 LayerSpec = int | str
+LAYER_NAMES = ("embeddings", "embedding", "emb")  # layer 0, the embedding output
 
 
 def resolve_pooling(name: str) -> str:
@@ -83,19 +84,60 @@ def resolve_pooling(name: str) -> str:
 
 def parse_layers(text: str | Sequence[Any]) -> tuple[int | str, ...]:
     """A ``--layers`` value as layer specs: ``"-1,-2,-3"`` -> ``(-1, -2, -3)``; ``"embeddings"`` stays a name, and
-    a sequence passes through. :func:`resolve_layers` then checks them against a model."""
+    a sequence passes through. :func:`resolve_layers` then checks them against a model. An empty item between
+    commas (``1,,2``), ``-0`` (0 is the embeddings, -1 the last layer) and a word other than ``embeddings`` are
+    refused here (InputError naming the item); a trailing comma is allowed."""
     if not isinstance(text, str):
         return tuple(text)
+    parts = [part.strip() for part in text.split(",")]
+    if parts and not parts[-1]:
+        parts.pop()
     out: list[int | str] = []
-    for part in text.split(","):
-        part = part.strip()
+    for n, part in enumerate(parts, 1):
         if not part:
-            continue
+            raise InputError(f"layers {text!r}: item {n} is empty")
+        if part.lstrip("+-").strip() == "0" and part.startswith("-"):
+            raise InputError(f"layers {text!r}: -0 is not a layer (0 is the embedding output, -1 the last layer)")
         try:
             out.append(int(part))
         except ValueError:
+            if part.lower() not in LAYER_NAMES:
+                raise InputError(f"layers {text!r}: {part!r} is neither an integer nor 'embeddings'") from None
             out.append(part)
     return tuple(out)
+
+
+def layers_arg(text: str) -> tuple[int | str, ...]:
+    """:func:`parse_layers` as an argparse ``type``: a refusal names the flag (``--layers 1,,2: item 2 is empty``)."""
+    import argparse
+
+    try:
+        return parse_layers(text)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e).split(": ", 1)[-1]) from None
+
+
+def flag_spec(
+    encoder: Encoder, layers: str | Sequence[Any] | None, pooling: str | None, normalize: bool | None = None
+) -> PoolSpec:
+    """``encoder.spec`` for command-line values (``--layers``, ``--pooling``; None: the model's defaults), each
+    refusal naming its flag and the value given: the pooling first, so that a bad one is refused before the
+    default layers are fitted (and said) for the model."""
+    if pooling is not None:
+        try:
+            pooling = resolve_pooling(pooling)
+        except InputError as e:
+            raise InputError(f"--pooling {pooling}: {e}") from None
+        if pooling == "cls_pooled" and not encoder.has_pooler:
+            raise InputError("--pooling cls_pooled: needs the pooler weights, which this checkpoint does not have")
+    if layers is not None:
+        given = layers if isinstance(layers, str) else ",".join(map(str, layers))
+        try:
+            resolve_layers(parse_layers(layers), encoder.num_layers)
+        except InputError as e:
+            reason = str(e).split(": ", 1)[1] if str(e).startswith("layers '") else str(e)  # not the value twice
+            raise InputError(f"--layers {given}: {reason}") from None
+    return encoder.spec(None if layers is None else parse_layers(layers), pooling, normalize)
 
 
 def _layer_exists(spec: LayerSpec, num_layers: int) -> bool:
@@ -126,7 +168,7 @@ def resolve_layers(layers: LayerSpec | Sequence[LayerSpec], num_layers: int) -> 
             raise TypeError(f"layer {spec!r} is a bool, not a layer index")
         if isinstance(spec, str):
             s = spec.strip().lower()
-            if s in ("embeddings", "embedding", "emb"):
+            if s in LAYER_NAMES:
                 out.append(0)
                 continue
             try:
@@ -302,6 +344,11 @@ class Encoder:
             model, info = model_class.from_pretrained(path, output_loading_info=True)
             has_pooler = arch.has_pooler and not any(k.startswith(arch.pooler_keys) for k in info.initialised)
             has_mlm = not any(k.startswith(arch.mlm_keys) for k in info.initialised)
+        if len(tokenizer) > model.config.vocab_size:  # ids past the embedding table: refused before anything runs
+            raise InputError(
+                f"{path}: the tokenizer (vocab.txt / tokenizer.json) has {len(tokenizer)} tokens but config.json's "
+                f"vocab_size is {model.config.vocab_size}: not this model's vocabulary"
+            )
         runner = None
         if backend == "onnx":  # the module carries the config (and the MLM head for fill-mask); ONNX computes
             config = model.config
@@ -357,13 +404,14 @@ class Encoder:
     ) -> PoolSpec:
         """Validate and resolve encode options into a :class:`PoolSpec` (ValueError/TypeError naming the field).
         None takes the encoder's default (:class:`EncodeDefaults`)."""
-        layers = self.default_layers() if layers is None else layers
         normalize = self.defaults.normalize if normalize is None else normalize
-        pooling = resolve_pooling(self.defaults.pooling if pooling is None else pooling)
-        resolved = (self.num_layers,) if pooling == "cls_pooled" else resolve_layers(layers, self.num_layers)
+        pooling = resolve_pooling(self.defaults.pooling if pooling is None else pooling)  # before the layers' note
         if pooling == "cls_pooled" and not self.has_pooler:
             raise InputError("pooling 'cls_pooled' needs the pooler weights, which this checkpoint does not have")
-        return PoolSpec(resolved, pooling, bool(normalize))
+        if pooling == "cls_pooled":  # the pooler sits on the last layer: the layers asked for play no part
+            return PoolSpec((self.num_layers,), pooling, bool(normalize))
+        layers = self.default_layers() if layers is None else layers
+        return PoolSpec(resolve_layers(layers, self.num_layers), pooling, bool(normalize))
 
     def output_dim(self, spec: PoolSpec) -> int:
         if spec.pooling == "cls_pooled":

@@ -158,6 +158,7 @@ BOUNDS: dict[str, tuple] = {
     "layer_decay": (0, 1, True, False),  # layer-wise lr decay: (0, 1], 1 = off
     "max_seq_length": (3, None, False, False),  # [CLS] + a token + [SEP]; the model's positions bound the top
     "port": (0, 65535, False, False),
+    "threads": (0, 4096, False, False),  # torch.set_num_threads takes a C int: more than any machine has is a typo
     "layer": (None, None, False, False),  # attention: 1..L, or -1 for the last (the model checks the range)
     "tag_column": (None, None, False, False),  # CoNLL: a column index, -1 = the last
     "null_score_diff_threshold": (None, None, False, False),  # SQuAD 2.0: a logit difference, any sign

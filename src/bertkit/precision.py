@@ -28,7 +28,7 @@ def resolve_device(name: str | None, cpu_only: bool = False) -> str:
     A name that is not a device, or one this machine lacks (``cuda`` on a CPU-only torch, ``cuda:3`` with two GPUs,
     ``mps`` off a Mac), is an ``InputError`` naming ``--device``, before anything is loaded: the one check of every
     ``--device`` flag."""
-    if name:
+    if name is not None:  # given, even empty ("--device $DEV" with DEV unset): checked, never taken as auto
         check_device(name)
         return name
     return "cuda" if torch.cuda.is_available() and not cpu_only else "cpu"
@@ -36,6 +36,8 @@ def resolve_device(name: str | None, cpu_only: bool = False) -> str:
 
 def check_device(name: str) -> torch.device:
     """``torch.device(name)``, refused in one line naming ``--device`` when it is not one this machine has."""
+    if not str(name).strip():
+        raise InputError("--device is empty; use cpu, cuda, cuda:N or mps (or leave it out: cuda when available)")
     try:
         device = torch.device(name)
     except (RuntimeError, ValueError, TypeError):
@@ -50,6 +52,8 @@ def check_device(name: str) -> torch.device:
         raise InputError(f"--device {name}: MPS is not available on this machine; use --device cpu")
     elif device.type not in ("cpu", "cuda", "mps"):
         raise InputError(f"--device {name}: bertkit runs on cpu, cuda or mps")
+    elif device.type in ("cpu", "mps") and device.index not in (None, 0):  # torch takes cpu:7 and runs on the CPU
+        raise InputError(f"--device {name}: there is one {device.type} device; use --device {device.type}")
     return device
 
 

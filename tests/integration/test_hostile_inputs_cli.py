@@ -258,6 +258,31 @@ def _hostile_model_dirs(tmp_path, tiny_dir):
     return deep, onnx
 
 
+@pytest.fixture(scope="module")
+def wrong_dirs(tmp_path_factory, tiny_dir):
+    """Model directories that are wrong in kinds issue 54's probes did not try: another architecture's model_type,
+    a vocabulary larger than the embedding table, and an exported directory whose model.onnx is the graph of the
+    bare encoder (not of its classifier head)."""
+    import json
+
+    from bertkit.export import export_onnx
+
+    root = tmp_path_factory.mktemp("wrong")
+    gpt2 = shutil.copytree(tiny_dir, root / "gpt2")
+    config = json.loads((gpt2 / "config.json").read_text())
+    (gpt2 / "config.json").write_text(json.dumps({**config, "model_type": "gpt2"}))
+    big = shutil.copytree(tiny_dir, root / "bigvocab")
+    with open(big / "vocab.txt", "a", encoding="utf-8") as f:
+        f.writelines(f"extra{i}\n" for i in range(20))
+    other = root / "othergraph"
+    other.mkdir()
+    for name in ("config.json", "vocab.txt"):
+        shutil.copy(tiny_dir / name, other / name)
+    export_onnx(tiny_dir, root / "encoder.onnx", hidden_states=True, check=False)
+    shutil.copy(root / "encoder.onnx", other / "model.onnx")
+    return {"gpt2": gpt2, "bigvocab": big, "othergraph": other}
+
+
 REFUSED = {
     "embed, deep config": (
         ["embed", "--model", "{deep}", "--input", "{texts}", "--output", "{out}.npy"],
@@ -376,6 +401,49 @@ REFUSED = {
         ["downstream", "--model", "{model}", "--data-dir", "{tmp}", "--output", "{out}", "--max-time-per-run", "0"],
         "--max-time-per-run 0: must be > 0",
     ),
+    # issue 54's kin, from the probes of the loaders (model directories, ONNX graphs, devices, layers, limits)
+    "embed, another architecture's config": (
+        ["embed", "--model", "{gpt2}", "--input", "{texts}", "--output", "{out}.npy"],
+        "config.json: model_type 'gpt2' is not a model bertkit reads",
+    ),
+    "export, another architecture's config": (["export", "--onnx", "{gpt2}", "{out}"], "model_type 'gpt2'"),
+    "similarity, a vocabulary larger than the model's": (
+        ["similarity", "--model", "{bigvocab}", "a film", "a movie"],
+        "bigvocab: the tokenizer (vocab.txt / tokenizer.json) has",
+    ),
+    "evaluate, the graph of another model": (
+        ["evaluate", "--model", "{othergraph}", "--task", "sst2", "--data", "{train}", "--output", "{out}"],
+        "model.onnx: the graph has no output 'logits'",
+    ),
+    "serve --layers 9": (["serve", "--model", "{model}", "--layers", "9"], "--layers 9: layer 9 is out of range"),
+    "serve --layers 1,,2": (["serve", "--model", "{model}", "--layers", "1,,2"], "--layers item 2 is empty"),
+    "embed --layers -0": (
+        ["embed", "--model", "{model}", "--input", "{texts}", "--output", "{out}.npy", "--layers", "-0"],
+        "--layers -0: -0 is not a layer",
+    ),
+    "serve --pooling foo": (["serve", "--model", "{model}", "--pooling", "foo"], "--pooling foo: unknown pooling"),
+    "similarity --device ''": (["similarity", "--model", "{model}", "a", "b", "--device", ""], "--device is empty"),
+    "predict --device cpu:1": (
+        [
+            "predict",
+            "--model",
+            "{model}",
+            "--task",
+            "sst2",
+            "--data",
+            "{train}",
+            "--output",
+            "{out}",
+            "--device",
+            "cpu:1",
+        ],
+        "--device cpu:1: there is one cpu device",
+    ),
+    "serve --threads huge": (["serve", "--model", "{model}", "--threads", "10000000000000"], "--threads must be"),
+    "predict --output the model": (
+        ["predict", "--model", "{model}", "--task", "sst2", "--data", "{train}", "--output", "{model}"],
+        "is also --model",
+    ),
     "vocab extend --output /proc/x": (
         ["vocab", "extend", "--model", "{model}", "--corpus", "{texts}", "--add", "3", "--output", "/proc/x"],
         "--output /proc/x: cannot write there",
@@ -384,7 +452,9 @@ REFUSED = {
 
 
 @pytest.mark.parametrize("case", list(REFUSED))
-def test_hostile_input_is_a_one_line_refusal_and_leaves_no_output(tmp_path, tiny_dir, tf_dir, ft, case, capsys):
+def test_hostile_input_is_a_one_line_refusal_and_leaves_no_output(
+    tmp_path, tiny_dir, tf_dir, ft, wrong_dirs, case, capsys
+):
     """Issue 54, items 2, 6, 9 and 10: each bad file or flag ends in one line naming it (exit 2), never a traceback,
     and the output named is not made."""
     import torch
@@ -395,8 +465,30 @@ def test_hostile_input_is_a_one_line_refusal_and_leaves_no_output(tmp_path, tiny
     texts = tmp_path / "texts.txt"
     texts.write_text("the film is good .\nthe film is bad .\n")
     where = dict(
-        deep=deep, onnx=onnx, model=tiny_dir, tf=tf_dir, texts=texts, train=ft / "sst2_train.tsv", tmp=tmp_path
+        deep=deep,
+        onnx=onnx,
+        model=tiny_dir,
+        tf=tf_dir,
+        texts=texts,
+        train=ft / "sst2_train.tsv",
+        tmp=tmp_path,
+        **wrong_dirs,
     )
+    before = _files(tiny_dir)
     argv, words = REFUSED[case]
     _one_line_refusal(capsys, [a.format(out=tmp_path / "out", **where) for a in argv], words)
-    assert not list(tmp_path.glob("out*"))
+    assert not list(tmp_path.glob("out*")) and _files(tiny_dir) == before
+
+
+@pytest.mark.parametrize("command", ["embed", "similarity"])
+def test_default_layers_fit_a_one_layer_model_in_every_command(tmp_path, tiny_dir, command, capsys):
+    """Issue 54, item 3's kin: `similarity` took the default layer -2 as given and refused a 1-layer model; it now
+    fits the defaults to the model as `embed` and `serve` do, saying so in one line."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the film is good .\nthe film is bad .\n")
+    argv = {
+        "embed": ["embed", "--model", tiny_dir, "--input", texts, "--output", tmp_path / "e.npy", "--quiet"],
+        "similarity": ["similarity", "--model", tiny_dir, "the film is good", "the film is bad"],
+    }[command]
+    assert main([str(a) for a in argv]) == 0
+    assert "the default layers -2 do not all exist in this 1-layer model: using -1" in capsys.readouterr().err

@@ -252,6 +252,20 @@ def test_parse_layers():
     assert parse_layers([0, -1]) == (0, -1)
 
 
+@pytest.mark.parametrize(
+    "text,words",
+    [("1,,2", "item 2 is empty"), (",", "item 1 is empty"), ("-0", "-0 is not a layer"), ("a", "'a' is neither")],
+)
+def test_parse_layers_refuses_what_names_no_layer(text, words):
+    """An empty item, -0 (0 is the embeddings, -1 the last layer: which was meant?) and a word are refused when
+    parsed, naming the value (``1,,2`` was read as ``1,2``, ``-0`` as the embedding output)."""
+    from bertkit.errors import InputError
+
+    with pytest.raises(InputError, match=words) as e:
+        parse_layers(text)
+    assert repr(text) in str(e.value)
+
+
 def test_encoder_uses_the_models_forward(encoder):
     """Encoder.forward is BertModel.forward(num_layers=...): the same hidden states, and no layer past the depth."""
     ids, types, mask = encoder.collate(encoder.tokenize(TEXTS[:3]))

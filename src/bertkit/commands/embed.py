@@ -124,7 +124,10 @@ def run(args: argparse.Namespace) -> int:
     out = args.output
     if out.suffix not in (".npy", ".jsonl"):
         raise InputError(f"--output must end in .npy or .jsonl, got {out}")
-    pooling = resolve_pooling(args.pooling) if args.pooling else None
+    try:
+        pooling = resolve_pooling(args.pooling) if args.pooling is not None else None
+    except InputError as e:
+        raise InputError(f"--pooling {args.pooling}: {e}") from None
     if pooling == "none" and out.suffix == ".npy":
         raise InputError("--pooling none gives one [T_i, D] array per text: write it to a .jsonl file")
     with removed_on_failure(out.parent):  # a failed run leaves no directory it made
@@ -133,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _embed(args: argparse.Namespace, out: Path, pooling: str | None) -> int:
-    from bertkit.features import Encoder, parse_layers  # torch: kept out of `bertkit embed -h`
+    from bertkit.features import Encoder, flag_spec, parse_layers  # torch: kept out of `bertkit embed -h`
     from bertkit.precision import resolve_device
 
     texts, pairs = read_inputs(args.input)
@@ -141,8 +144,9 @@ def _embed(args: argparse.Namespace, out: Path, pooling: str | None) -> int:
     encoder = Encoder.from_pretrained(
         args.model, device=device, precision=args.precision, quantize=args.quantize, backend=args.backend
     )
+    flag_spec(encoder, args.layers, pooling)  # --layers against this model, in one line naming the flag
     pooling = pooling or encoder.defaults.pooling  # unnamed: a sentence-embedding model's own (Encoder.defaults)
-    layers = parse_layers(args.layers) if args.layers else encoder.default_layers()
+    layers = parse_layers(args.layers) if args.layers is not None else encoder.default_layers()
     result = encoder.encode(
         texts,
         pairs,

@@ -74,15 +74,17 @@ def print_matrix(labels: list[str], d) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertkit.features import Encoder, parse_layers  # torch: kept out of `bertkit similarity -h`
+    from bertkit.features import Encoder, flag_spec  # torch: kept out of `bertkit similarity -h`
     from bertkit.precision import resolve_device
 
     if len(args.texts) < 2:
         raise InputError(f"give at least two texts, got {len(args.texts)}")
     encoder = Encoder.from_pretrained(args.model, device=resolve_device(args.device), precision=args.precision)
-    layers = parse_layers(args.layers) if args.layers else list(encoder.defaults.layers)
-    args.layers = args.layers or ",".join(map(str, layers))
-    args.pooling = args.pooling or encoder.defaults.pooling  # unnamed: a sentence-embedding model's own
+    # unnamed: the model's own (a sentence-embedding model's pooling; default layers fitted to its depth)
+    spec = flag_spec(encoder, args.layers, args.pooling)
+    layers = list(spec.layers)  # indices from the bottom (0: the embedding output)
+    args.layers = args.layers if args.layers is not None else ",".join(map(str, encoder.default_layers()))
+    args.pooling = spec.pooling
     if args.word:
         contextual = cosine_distances(word_vectors(encoder, args.texts, args.word, layers))
         print(f"the word {args.word!r} at layers {args.layers}:")

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.features import POOLINGS, Encoder, PoolSpec, encode_with_masks, parse_layers
+from bertkit.features import POOLINGS, Encoder, PoolSpec, encode_with_masks, flag_spec, layers_arg
 from bertkit.options import option
 from bertkit.serve.core.batching import BatchQueue, QueueFull
 from bertkit.serve.core.checks import check_count, check_ids, check_output_size, check_text
@@ -30,7 +30,7 @@ class ServeSettings:
     )
     layers: tuple | None = option(
         None,
-        parse=parse_layers,
+        parse=layers_arg,
         help="default layer(s) for /embed, /v1/embeddings, "
         "/encode (comma-separated, concatenated; default: the model's saved setting, "
         "else -2)",
@@ -167,7 +167,7 @@ class Service:
         self.encoder, self.settings, self.pipeline = encoder, settings, pipeline
         self.model_id = name or settings.model_id or "bertkit"
         # None: the model's own (a sentence-embedding model's saved pooling; Encoder.defaults); fails early if bad
-        self.default_spec = encoder.spec(settings.layers, settings.pooling)
+        self.default_spec = flag_spec(encoder, settings.layers, settings.pooling)  # refusals name the flag
         # the default layers as the user gave them, else the model's own counted from the top (-1 = last, 0 = the
         # embeddings), as bert-as-service reports them
         self.default_layers = (
