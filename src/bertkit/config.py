@@ -140,6 +140,16 @@ def check_config_json(directory: str | os.PathLike) -> None:
         read_config_file(Path(directory) / "config.json")
 
 
+def check_vocabulary_fits(directory: str | os.PathLike, tokens: int, vocab_size: int) -> None:
+    """Refuse (InputError naming the directory) a tokenizer of more ``tokens`` than the model's ``vocab_size``: its
+    last ids would index past the embedding table, an IndexError on the first text that holds one of them."""
+    if tokens > vocab_size:
+        raise InputError(
+            f"{directory}: the tokenizer (vocab.txt / tokenizer.json) has {tokens} tokens but config.json's "
+            f"vocab_size is {vocab_size}: not this model's vocabulary"
+        )
+
+
 def read_model_config(directory: str | os.PathLike) -> dict[str, Any]:
     """A model directory's ``config.json`` as a dict, for code that must look at it before choosing a class
     (export, pipelines). :class:`InputError` when the directory has none; :func:`read_config_file`'s

@@ -36,10 +36,11 @@ import torch
 from torch import nn
 
 from bertkit import models
-from bertkit.config import read_model_config
+from bertkit.config import check_vocabulary_fits, read_model_config
 from bertkit.errors import InputError, RunError
 from bertkit.files import atomic_write
 from bertkit.quantize import resolve_quantize
+from bertkit.tokenization import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +182,9 @@ def load_for_export(
     # one of HEAD_OUTPUTS or the bare encoder: no import by name from files
     model_class = arch.model_class(roles[architecture])
     model, info = model_class.from_pretrained(directory, output_loading_info=True)
+    if any((directory / name).is_file() for name in ("vocab.txt", "tokenizer.json")):
+        # copied beside the graph: read as every loader of the export will read it (a graph alone needs none)
+        check_vocabulary_fits(directory, len(load_tokenizer(directory)), model.config.vocab_size)
     outputs = HEAD_OUTPUTS.get(roles[architecture])
     if outputs is None:
         initialised = info.initialised

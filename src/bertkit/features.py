@@ -44,7 +44,7 @@ import torch
 
 from bertkit import checkpoint, models, runtime
 from bertkit.batches import collate, cut_batches, plan_batches  # noqa: F401 (cut_batches re-exported)
-from bertkit.config import ConfigError, check_config_json
+from bertkit.config import ConfigError, check_config_json, check_vocabulary_fits
 from bertkit.errors import InputError, MissingFileError
 from bertkit.ops import pool  # the Encoder's poolings (bertkit.features.pool too)
 from bertkit.precision import autocast, resolve_precision
@@ -344,11 +344,7 @@ class Encoder:
             model, info = model_class.from_pretrained(path, output_loading_info=True)
             has_pooler = arch.has_pooler and not any(k.startswith(arch.pooler_keys) for k in info.initialised)
             has_mlm = not any(k.startswith(arch.mlm_keys) for k in info.initialised)
-        if len(tokenizer) > model.config.vocab_size:  # ids past the embedding table: refused before anything runs
-            raise InputError(
-                f"{path}: the tokenizer (vocab.txt / tokenizer.json) has {len(tokenizer)} tokens but config.json's "
-                f"vocab_size is {model.config.vocab_size}: not this model's vocabulary"
-            )
+        check_vocabulary_fits(path, len(tokenizer), model.config.vocab_size)  # before anything runs
         runner = None
         if backend == "onnx":  # the module carries the config (and the MLM head for fill-mask); ONNX computes
             config = model.config

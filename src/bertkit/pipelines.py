@@ -46,7 +46,7 @@ from typing import Any
 
 from bertkit import models, runtime
 from bertkit.checkpoint import find_weights, read_safetensors_header, read_state_dict
-from bertkit.config import ConfigError, check_config_json, read_model_config
+from bertkit.config import ConfigError, check_config_json, check_vocabulary_fits, read_model_config
 from bertkit.data.tasks.squad import SquadExample
 from bertkit.errors import InputError
 from bertkit.export import head_outputs, onnx_name
@@ -206,6 +206,7 @@ def load_pipeline(
         tokenizer = load_tokenizer(directory)
     except FileNotFoundError as e:
         raise InputError(str(e)) from None
+    check_vocabulary_fits(directory, len(tokenizer), config.vocab_size)
     if backend == "onnx":
         loaded = runtime.load(
             directory=directory,

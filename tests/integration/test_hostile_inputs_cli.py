@@ -411,6 +411,14 @@ REFUSED = {
         ["similarity", "--model", "{bigvocab}", "a film", "a movie"],
         "bigvocab: the tokenizer (vocab.txt / tokenizer.json) has",
     ),
+    "predict, a vocabulary larger than the model's": (
+        ["predict", "--model", "{bigvocab}", "--task", "sst2", "--data", "{train}", "--output", "{out}"],
+        "bigvocab: the tokenizer (vocab.txt / tokenizer.json) has",
+    ),
+    "export, a vocabulary larger than the model's": (
+        ["export", "--onnx", "{bigvocab}", "{out}"],
+        "bigvocab: the tokenizer (vocab.txt / tokenizer.json) has",
+    ),
     "evaluate, the graph of another model": (
         ["evaluate", "--model", "{othergraph}", "--task", "sst2", "--data", "{train}", "--output", "{out}"],
         "model.onnx: the graph has no output 'logits'",

@@ -13,6 +13,7 @@ from typing import Any
 
 from bertkit import models, runtime
 from bertkit.checkpoint import find_weights
+from bertkit.config import check_vocabulary_fits
 from bertkit.export import head_outputs, onnx_name
 from bertkit.files import write_json
 from bertkit.options import from_args
@@ -110,6 +111,7 @@ def _load_onnx(files: InferenceFiles, args: argparse.Namespace, device: str):
     if task.labels is None and config.id2label and not getattr(task, "regression", False):
         task.labels = [config.id2label[i] for i in range(len(config.id2label))]
     tokenizer = load_tokenizer(model_dir)
+    check_vocabulary_fits(model_dir, len(tokenizer), config.vocab_size)
     loaded = runtime.load(
         directory=model_dir,
         config=config,

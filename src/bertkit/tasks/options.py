@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.config import read_config_file
+from bertkit.config import check_vocabulary_fits, read_config_file
 from bertkit.errors import InputError
 from bertkit.options import add_options, device_option, from_args, option, output_option, precision_option
 from bertkit.tasks import TASK_CONFIG_NAME, TASK_NAMES, get_task, read_task_config
@@ -191,6 +191,7 @@ def load_finetuned(model_dir: str | Path, task_name: str | None, args: argparse.
     task = task_of_directory(model_dir, task_name, args)
     tokenizer = load_tokenizer(model_dir)
     model = load_model(task, model_dir, finetuned=True)
+    check_vocabulary_fits(model_dir, len(tokenizer), model.config.vocab_size)
     return task, model, tokenizer
 
 

@@ -166,15 +166,7 @@ class Service:
     ):
         self.encoder, self.settings, self.pipeline = encoder, settings, pipeline
         self.model_id = name or settings.model_id or "bertkit"
-        # None: the model's own (a sentence-embedding model's saved pooling; Encoder.defaults); fails early if bad
-        self.default_spec = flag_spec(encoder, settings.layers, settings.pooling)  # refusals name the flag
-        # the default layers as the user gave them, else the model's own counted from the top (-1 = last, 0 = the
-        # embeddings), as bert-as-service reports them
-        self.default_layers = (
-            list(settings.layers)
-            if settings.layers is not None
-            else [i - encoder.num_layers - 1 if i else 0 for i in self.default_spec.layers]
-        )
+        # the limits first: a refusal there comes before the default layers are fitted (and said) for the model
         self.max_length = encoder.max_tokens(settings.max_length or encoder.defaults.max_length)
         self.queue = BatchQueue(
             encoder,
@@ -184,6 +176,15 @@ class Service:
             settings.max_pending,
             settings.malloc_trim_interval_s,
             self.max_length,
+        )
+        # None: the model's own (a sentence-embedding model's saved pooling; Encoder.defaults); fails early if bad
+        self.default_spec = flag_spec(encoder, settings.layers, settings.pooling)  # refusals name the flag
+        # the default layers as the user gave them, else the model's own counted from the top (-1 = last, 0 = the
+        # embeddings), as bert-as-service reports them
+        self.default_layers = (
+            list(settings.layers)
+            if settings.layers is not None
+            else [i - encoder.num_layers - 1 if i else 0 for i in self.default_spec.layers]
         )
         self.inputs_total = 0  # inputs received (/metrics' bertkit_inputs_total; one event loop: a plain int)
         self.started = time.time()
