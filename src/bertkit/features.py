@@ -47,7 +47,7 @@ from bertkit.batches import collate, cut_batches, plan_batches  # noqa: F401 (cu
 from bertkit.config import ConfigError, check_config_json, check_vocabulary_fits
 from bertkit.errors import InputError, MissingFileError
 from bertkit.ops import pool  # the Encoder's poolings (bertkit.features.pool too)
-from bertkit.precision import autocast, resolve_precision
+from bertkit.precision import autocast, check_device, resolve_precision
 from bertkit.st_format import read_sentence_transformers
 from bertkit.tokenization import BertTokenizer, Encoding, FastTokenizer, load_tokenizer
 
@@ -321,6 +321,8 @@ class Encoder:
         ``backend="onnx"``: the forward pass runs in ONNX Runtime (CPU; int8 graph with ``quantize``; see
         ``bertkit.runtime``)."""
         runtime.check_backend(backend)
+        check_device(device, "device")  # before the model is read
+        resolve_precision(precision, device)
         path = Path(path)
         if not path.is_dir():
             raise MissingFileError(f"{path}: not a model directory (expected config.json, weights and vocab.txt)")

@@ -51,6 +51,7 @@ from bertkit.data.tasks.squad import SquadExample
 from bertkit.errors import InputError
 from bertkit.export import head_outputs, onnx_name
 from bertkit.features import Encoder
+from bertkit.precision import check_device, resolve_precision
 from bertkit.quantize import resolve_quantize
 from bertkit.tasks import get_task, read_task_config, run_inference
 from bertkit.tasks.options import task_options
@@ -188,6 +189,10 @@ def load_pipeline(
         raise InputError(f"{directory}: no such model directory")
     quantize = resolve_quantize(quantize)
     runtime.check_backend(backend)
+    check_device(device, "device")  # before the model is read
+    resolve_precision(precision, device)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
     if qa_convention not in QA_CONVENTIONS:
         raise InputError(f"qa_convention must be one of {', '.join(QA_CONVENTIONS)}, got {qa_convention!r}")
     architecture, saved = read_head(directory)

@@ -34,26 +34,30 @@ def resolve_device(name: str | None, cpu_only: bool = False) -> str:
     return "cuda" if torch.cuda.is_available() and not cpu_only else "cpu"
 
 
-def check_device(name: str) -> torch.device:
-    """``torch.device(name)``, refused in one line naming ``--device`` when it is not one this machine has."""
-    if not str(name).strip():
-        raise InputError("--device is empty; use cpu, cuda, cuda:N or mps (or leave it out: cuda when available)")
-    try:
-        device = torch.device(name)
-    except (RuntimeError, ValueError, TypeError):
-        raise InputError(f"--device {name}: not a device name; use cpu, cuda, cuda:N or mps") from None
+def check_device(name: str | torch.device, flag: str = "--device") -> torch.device:
+    """``torch.device(name)``, refused in one line naming ``flag`` (the library's loaders: ``device``) when it is not
+    one this machine has."""
+    if isinstance(name, torch.device):
+        device = name
+    elif not str(name).strip():
+        raise InputError(f"{flag} is empty; use cpu, cuda, cuda:N or mps (or leave it out: cuda when available)")
+    else:
+        try:
+            device = torch.device(name)
+        except (RuntimeError, ValueError, TypeError):
+            raise InputError(f"{flag} {name}: not a device name; use cpu, cuda, cuda:N or mps") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
             why = "this torch is built without CUDA" if torch.version.cuda is None else "no GPU is visible"
-            raise InputError(f"--device {name}: {why}; use --device cpu")
+            raise InputError(f"{flag} {name}: {why}; use {flag} cpu")
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise InputError(f"--device {name}: only {torch.cuda.device_count()} GPU(s) are visible")
+            raise InputError(f"{flag} {name}: only {torch.cuda.device_count()} GPU(s) are visible")
     elif device.type == "mps" and not torch.backends.mps.is_available():
-        raise InputError(f"--device {name}: MPS is not available on this machine; use --device cpu")
+        raise InputError(f"{flag} {name}: MPS is not available on this machine; use {flag} cpu")
     elif device.type not in ("cpu", "cuda", "mps"):
-        raise InputError(f"--device {name}: bertkit runs on cpu, cuda or mps")
+        raise InputError(f"{flag} {name}: bertkit runs on cpu, cuda or mps")
     elif device.type in ("cpu", "mps") and device.index not in (None, 0):  # torch takes cpu:7 and runs on the CPU
-        raise InputError(f"--device {name}: there is one {device.type} device; use --device {device.type}")
+        raise InputError(f"{flag} {name}: there is one {device.type} device; use {flag} {device.type}")
     return device
 
 
@@ -62,7 +66,7 @@ def resolve_precision(precision: str, device: torch.device | str) -> str:
     Validates the name. ``fp16`` asked for explicitly is honoured on CPU too (torch.amp supports it there, slowly;
     useful to test the loss-scaled path); ``auto`` never picks it on CPU."""
     if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     device = torch.device(device)
     if precision != "auto":
         return precision

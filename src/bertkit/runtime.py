@@ -38,7 +38,7 @@ from bertkit.batches import plan_batches
 from bertkit.checkpoint import find_weights
 from bertkit.errors import InputError, RunError
 from bertkit.export import INPUT_NAMES, export_onnx, graph_is_quantized, onnx_name
-from bertkit.precision import autocast, resolve_precision
+from bertkit.precision import autocast, check_device, resolve_precision
 from bertkit.quantize import resolve_quantize
 
 log = logging.getLogger(__name__)
@@ -184,6 +184,7 @@ def load(
 
     check_backend(backend)
     quantize = resolve_quantize(quantize)
+    check_device(device, "device")  # the library's callers too: one line naming it, never torch's AssertionError
     resolved = resolve_precision(precision, device)  # validates the name on either backend
     if backend == "onnx":
         _onnx_device(device)

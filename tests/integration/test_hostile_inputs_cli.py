@@ -452,6 +452,9 @@ REFUSED = {
         ["predict", "--model", "{model}", "--task", "sst2", "--data", "{train}", "--output", "{model}"],
         "is also --model",
     ),
+    "serve --model ''": (["serve", "--model", ""], "--model '': names no model directory"),
+    "serve --host ''": (["serve", "--model", "{model}", "--host", ""], "--host is empty"),
+    "serve --log-level loud": (["serve", "--model", "{model}", "--log-level", "loud"], "--log-level invalid choice"),
     "vocab extend --output /proc/x": (
         ["vocab", "extend", "--model", "{model}", "--corpus", "{texts}", "--add", "3", "--output", "/proc/x"],
         "--output /proc/x: cannot write there",
@@ -500,3 +503,23 @@ def test_default_layers_fit_a_one_layer_model_in_every_command(tmp_path, tiny_di
     }[command]
     assert main([str(a) for a in argv]) == 0
     assert "the default layers -2 do not all exist in this 1-layer model: using -1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("loader", ["Encoder", "load_pipeline"])
+@pytest.mark.parametrize(
+    "kwargs,words",
+    [
+        ({"device": "gpu"}, "device gpu: not a device name"),
+        ({"device": ""}, "device is empty"),
+        ({"device": "cpu:1"}, "device cpu:1: there is one cpu device"),
+        ({"precision": "fp8"}, "precision must be one of"),
+    ],
+)
+def test_the_library_loaders_refuse_bad_arguments_naming_them(tiny_dir, loader, kwargs, words):
+    """``Encoder.from_pretrained`` and ``load_pipeline`` check ``device`` and ``precision`` before reading the model,
+    as the commands' flags are: a BertkitError naming the argument (was torch's AssertionError or RuntimeError)."""
+    from bertkit import Encoder, load_pipeline
+    from bertkit.errors import InputError
+
+    with pytest.raises(InputError, match=words):
+        {"Encoder": Encoder.from_pretrained, "load_pipeline": load_pipeline}[loader](tiny_dir, **kwargs)

@@ -40,6 +40,13 @@ def _api_key(text: str) -> str:
     return text
 
 
+def _host(text: str) -> str:
+    """``--host``: an empty one (``--host "$HOST"`` with HOST unset) would listen on every interface."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: it would listen on every interface; give 0.0.0.0 to mean that")
+    return text
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     # "--layers -1,-2,-3,-4" parses: cli.main joins a negative list to its flag (argparse takes it for an option)
     parser.add_argument(
@@ -50,7 +57,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="model directory (config.json, weights, vocab.txt); repeat as NAME=DIR to serve several "
         "(the first is the default; ?model=NAME or OpenAI's 'model' field picks one)",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument(
+        "--host", type=_host, default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
+    )
     parser.add_argument("--port", type=number(int, "--port"), default=8000)
     parser.add_argument(
         "--api-key",
@@ -72,7 +81,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "(model.int8.onnx) and DIR/encoder.onnx, exported from the weights when absent; see "
         "docs/inference.md",
     )
-    parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug", "trace")
+    )
     add_options(parser, ServeCompute)  # --device (default: cuda when available; cpu for int8 / onnx), --precision
     add_options(parser, ServeSettings)
 
@@ -128,6 +139,8 @@ def parse_model_specs(values: list[str], model_id: str | None = None) -> dict[st
         name, sep, directory = value.partition("=")
         if not sep or os.path.isdir(value) or not name or "/" in name:
             name, directory = "", value
+        if not directory.strip():  # "--model ''" or "--model NAME=": no directory (it was read as '.')
+            raise InputError(f"--model {value!r}: names no model directory")
         if not name:
             name = model_id if model_id and len(values) == 1 else os.path.basename(os.path.normpath(directory))
         if name in out:
