@@ -157,7 +157,11 @@ def read_model_config(directory: str | os.PathLike) -> dict[str, Any]:
     config_path = Path(directory) / "config.json"
     if not config_path.is_file():
         raise InputError(f"{directory}: no config.json (not a model directory)")
-    return read_config_file(config_path)
+    data = read_config_file(config_path)
+    names = data.get("architectures")
+    if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
+        raise ConfigError(f"{config_path}: architectures must be a list of class names, got {names!r}")
+    return data
 
 
 def head_fields(config: Any) -> dict[str, Any]:

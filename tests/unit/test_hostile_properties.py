@@ -110,3 +110,85 @@ def test_any_config_with_any_max_seq_length_is_fitted_or_refused_in_one_line(con
             assert positions is None or task.max_seq_length <= positions
     finally:
         shutil.rmtree(d)
+
+
+# a JSON value of any kind a hand-edited config.json may hold: huge and negative numbers, NaN, strings, nesting
+ANY_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**40), 10**40)
+    | st.sampled_from([0, 1, 2, 10**9, -1])
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@pytest.fixture(scope="module")
+def loadable_dirs(tmp_path_factory):
+    """A tiny BERT with a classifier head and a tiny ModernBERT, each with weights and vocab.txt."""
+    from tinymodels import FINETUNE_VOCAB, make_model_dir, read_vocab
+    from tinymodernbert import make_modernbert_dir
+
+    from bertkit.modeling import BertForSequenceClassification
+
+    root = tmp_path_factory.mktemp("loadable")
+    bert = make_model_dir(root / "bert", FINETUNE_VOCAB, cls=BertForSequenceClassification, layers=1, num_labels=2)
+    modern = make_modernbert_dir(root / "modernbert", read_vocab(FINETUNE_VOCAB), num_hidden_layers=1)
+    return {"bert": bert, "modernbert": modern}
+
+
+@pytest.mark.parametrize("arch", ["bert", "modernbert"])
+@SETTINGS
+@given(
+    changes=st.dictionaries(
+        st.sampled_from(
+            [
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "intermediate_size",
+                "vocab_size",
+                "max_position_embeddings",
+                "type_vocab_size",
+                "pad_token_id",
+                "layer_norm_eps",
+                "hidden_dropout_prob",
+                "hidden_act",
+                "model_type",
+                "architectures",
+                "id2label",
+                "label2id",
+                "num_labels",
+                "local_attention",
+                "global_attn_every_n_layers",
+                "norm_eps",
+            ]
+        ),
+        ANY_JSON,
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_any_value_in_a_model_config_is_loaded_or_refused_in_one_line(loadable_dirs, arch, changes):
+    """Item 9's kin: any value in any field of a model directory's config.json (weights and vocabulary as they
+    were) ends, through the loader every inference command uses (``Encoder.from_pretrained``) and the pipeline
+    loader, in a model or in one BertkitError line, never another exception, and never a model built from sizes
+    the weights do not hold (10**9 layers, 10**40 hidden units: the size check comes before any allocation)."""
+    from bertkit import Encoder, load_pipeline
+
+    source = loadable_dirs[arch]
+    d = Path(tempfile.mkdtemp(prefix="bertkit-prop-"))
+    try:
+        for f in source.iterdir():
+            shutil.copy(f, d / f.name)
+        config = json.loads((source / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps({**config, **changes}), encoding="utf-8")
+        for load in (lambda: Encoder.from_pretrained(d, precision="fp32"), lambda: load_pipeline(d)):
+            try:
+                load()
+            except BertkitError as e:
+                assert str(e).strip() and "\n" not in str(e).strip(), str(e)
+    finally:
+        shutil.rmtree(d)
