@@ -53,8 +53,8 @@ from bertkit.export import head_outputs, onnx_name
 from bertkit.features import Encoder
 from bertkit.precision import check_device, resolve_precision
 from bertkit.quantize import resolve_quantize
-from bertkit.tasks import get_task, read_task_config, run_inference
-from bertkit.tasks.options import task_options
+from bertkit.tasks import get_task, run_inference
+from bertkit.tasks.options import saved_task_config, task_options
 from bertkit.tasks.squad import HF_MAX_ANSWER_LEN, HF_MAX_QUESTION_LEN, HF_MAX_SEQ_LEN, hf_answers, hf_features
 from bertkit.tasks.tagging import _tag, group_entities, tokens_to_string  # noqa: F401 (public here too)
 from bertkit.tokenization import load_tokenizer
@@ -105,7 +105,7 @@ def read_head(directory: str | os.PathLike) -> tuple[str, dict[str, Any]]:
 
     directory = Path(directory)
     config = read_model_config(directory)
-    saved = read_task_config(directory)
+    saved = saved_task_config(directory)
     if (directory / "tagger_config.json").is_file():  # feature-based tagger: BertModel + a small tagger
         return "BertForTokenClassification", saved
     architectures = config.get("architectures") or []

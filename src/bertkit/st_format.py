@@ -103,18 +103,29 @@ def write_sentence_transformers(
     write_json(directory / MODULES_NAME, modules, sort_keys=False)  # last: its presence marks a complete directory
 
 
-def _load_json(path: Path) -> Any:
+def _load_json(path: Path, kind: type = dict) -> Any:
+    """A JSON file of sentence-transformers' layout, of type ``kind`` (an object, or ``list`` for modules.json); any
+    other content (not JSON, nested past the parser's depth, a huge number) is an InputError naming it."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise InputError(f"{path}: cannot read ({e})") from None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to be a sentence-transformers file") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer past Python's digit limit
+        raise InputError(f"{path}: cannot read ({str(e).split(';')[0]})") from None
+    if not isinstance(data, kind):
+        raise InputError(f"{path}: expected a JSON {'list' if kind is list else 'object'}, got {type(data).__name__}")
+    return data
 
 
 def _modes(config: dict[str, Any], path: Path) -> list[str]:
     """The active pooling modes of a Pooling config, old (booleans) or new (``pooling_mode`` string / list)."""
     if "pooling_mode" in config:
         raw = config["pooling_mode"]
-        modes = [raw] if isinstance(raw, str) else list(raw or [])
+        modes = [raw] if isinstance(raw, str) else list(raw) if isinstance(raw, list) else []
+        if not all(isinstance(m, str) for m in modes):
+            raise InputError(f"{path}: pooling_mode must be a name or a list of names, got {raw!r}")
         modes = ["mean" if m == "mean_tokens" else "max" if m == "max_tokens" else m for m in modes]
     else:
         modes = [m for m in ST_MODES if config.get(_FLAG[m])]
@@ -132,13 +143,15 @@ def read_sentence_transformers(path: str | os.PathLike) -> SentenceSettings | No
     modules_file = path / MODULES_NAME
     if not modules_file.is_file():
         return None
-    modules = _load_json(modules_file)
-    if not isinstance(modules, list):
-        raise InputError(f"{modules_file}: expected a list of modules")
+    modules = _load_json(modules_file, list)
+    if not all(isinstance(m, dict) and isinstance(m.get("idx", 0), int) for m in modules):
+        raise InputError(f"{modules_file}: expected a list of modules, each an object with an integer idx")
     model_dir, pooling, normalize = None, None, False
     for module in sorted(modules, key=lambda m: m.get("idx", 0)):
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
         where = path / str(module.get("path", ""))
+        if not where.resolve().is_relative_to(path.resolve()):  # a module is read from inside the directory only
+            raise InputError(f"{modules_file}: module path {module.get('path')!r} leaves the model directory")
         if kind == "Transformer" and model_dir is None:
             model_dir = where
         elif kind == "Pooling" and pooling is None:
@@ -164,6 +177,7 @@ def read_sentence_transformers(path: str | os.PathLike) -> SentenceSettings | No
         cfg_file = model_dir / name
         if cfg_file.is_file():
             value = _load_json(cfg_file).get("max_seq_length")
-            max_seq_length = int(value) if isinstance(value, (int, float)) and value > 0 else None
+            usable = isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < float("inf")
+            max_seq_length = int(value) if usable else None
             break
     return SentenceSettings(model_dir, pooling, normalize, max_seq_length)

@@ -192,3 +192,66 @@ def test_any_value_in_a_model_config_is_loaded_or_refused_in_one_line(loadable_d
                 assert str(e).strip() and "\n" not in str(e).strip(), str(e)
     finally:
         shutil.rmtree(d)
+
+
+def _with_st_layout(directory: Path) -> None:
+    """Make a model directory a sentence-transformers one: Transformer + mean Pooling + Normalize."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]
+    (directory / "modules.json").write_text(json.dumps(modules))
+    (directory / "1_Pooling").mkdir()
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    (directory / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 32}))
+
+
+SIDE_FILE_KEYS = [
+    "task",
+    "labels",
+    "max_seq_length",
+    "text_column",
+    "regression",
+    "doc_stride",
+    "name",
+    "idx",
+    "path",
+    "type",
+    "pooling_mode",
+    "pooling_mode_cls_token",
+]
+SIDE_FILE = st.one_of(
+    ANY_JSON.map(json.dumps),
+    st.dictionaries(st.sampled_from(SIDE_FILE_KEYS), ANY_JSON, max_size=3).map(json.dumps),
+    st.lists(st.dictionaries(st.sampled_from(["idx", "path", "type"]), ANY_JSON | st.just("../.."), max_size=3)).map(
+        json.dumps
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    "name", ["finetune_config.json", "modules.json", "1_Pooling/config.json", "sentence_bert_config.json"]
+)
+@SETTINGS
+@given(text=SIDE_FILE)
+def test_any_side_file_of_a_model_directory_is_read_or_refused_in_one_line(loadable_dirs, name, text):
+    """The files a model directory holds beside config.json (the fine-tuned task's settings, sentence-transformers'
+    modules and pooling): any JSON in them ends in a model or one BertkitError line through the loaders that read
+    them (load_pipeline, Encoder.from_pretrained); the property found a null, a list or a nested list there
+    ending in AttributeError, TypeError or RecursionError."""
+    from bertkit import Encoder, load_pipeline
+
+    d = Path(tempfile.mkdtemp(prefix="bertkit-prop-"))
+    try:
+        shutil.copytree(loadable_dirs["bert"], d, dirs_exist_ok=True)
+        if name != "finetune_config.json":
+            _with_st_layout(d)
+        (d / name).write_text(text, encoding="utf-8")
+        load = (lambda: load_pipeline(d)) if name == "finetune_config.json" else (lambda: Encoder.from_pretrained(d))
+        try:
+            load()
+        except BertkitError as e:
+            assert str(e).strip() and "\n" not in str(e).strip(), str(e)
+    finally:
+        shutil.rmtree(d)

@@ -17,7 +17,15 @@ from typing import Any
 
 from bertkit.config import check_vocabulary_fits, read_config_file
 from bertkit.errors import InputError
-from bertkit.options import add_options, device_option, from_args, option, output_option, precision_option
+from bertkit.options import (
+    add_options,
+    check_bounds,
+    device_option,
+    from_args,
+    option,
+    output_option,
+    precision_option,
+)
 from bertkit.tasks import TASK_CONFIG_NAME, TASK_NAMES, get_task, read_task_config
 from bertkit.tokenization import load_tokenizer
 
@@ -135,12 +143,69 @@ def task_for_model(name: str, options: dict[str, Any], model_dir: str | Path):
     return task
 
 
+# the saved keys that are no TaskOptions flag: their types (None: any of them may be null)
+_SAVED_TYPES: dict[str, tuple[type, ...]] = {
+    "task": (str,),
+    "family": (str, type(None)),
+    "version": (str, type(None)),
+    "group_size": (int, type(None)),
+    "eval_candidates": (int, type(None)),
+    "feature_layers": (list, str, type(None)),  # saved as the list of layer indices the tagger was trained on
+}
+
+
+def saved_task_config(model_dir: str | Path) -> dict[str, Any]:
+    """The task config saved with a fine-tuned model (``finetune_config.json``; ``{}`` where there is none), each
+    value checked against its flag's type (``TaskOptions``; ``labels``: a list of names), the task against the
+    registry: a hand-edited file is refused naming it and the key (a list where a column name goes, an unknown task)
+    instead of failing deep inside the task. Keys no task reads are left out."""
+    import typing
+
+    saved = read_task_config(model_dir)
+    path = Path(model_dir) / TASK_CONFIG_NAME
+    hints = typing.get_type_hints(TaskOptions)
+    types = {f.name: _flag_types(hints[f.name]) for f in dataclasses.fields(TaskOptions)} | _SAVED_TYPES
+    out: dict[str, Any] = {}
+    for key, value in saved.items():
+        if key == "labels":
+            names = isinstance(value, list) and all(isinstance(v, str | int) and not isinstance(v, bool) for v in value)
+            if value is not None and not names:
+                raise InputError(f"{path}: labels must be a list of label names, got {value!r}"[:300])
+        elif key == "feature_layers" and isinstance(value, list):
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+                raise InputError(f"{path}: feature_layers must be a list of layer indices, got {value!r}"[:300])
+        elif key in types:
+            want = types[key]
+            if not isinstance(value, want) or (isinstance(value, bool) and bool not in want):  # True is an int
+                names = " or ".join("null" if t is type(None) else t.__name__ for t in want)
+                raise InputError(f"{path}: {key} must be {names}, got {value!r}"[:300])
+        else:
+            continue
+        out[key] = value
+    if "task" in out and out["task"] not in TASK_NAMES:
+        raise InputError(f"{path}: task {out['task']!r} is not one bertkit knows ({', '.join(TASK_NAMES)})"[:300])
+    flags = {f.name for f in dataclasses.fields(TaskOptions)}
+    # the numbers meet the flags' ranges (bertkit.options.BOUNDS), as on the command line
+    check_bounds(TaskOptions(**{k: v for k, v in out.items() if k in flags}), lambda m: InputError(f"{path}: {m}"))
+    return out
+
+
+def _flag_types(tp: Any) -> tuple[type, ...]:
+    """The JSON types a ``TaskOptions`` field's saved value may have: its base type (a float also takes an int),
+    and null."""
+    import typing
+
+    args = [a for a in typing.get_args(tp) if a is not type(None)] or [tp]
+    base = args[0]
+    return (int, float, type(None)) if base is float else (base, type(None))
+
+
 def task_of_directory(model_dir: Path, task_name: str | None, args: argparse.Namespace):
     """The task of a fine-tuned model directory: ``--task``, else the one its task config names, built with the
     saved options under the command's task flags."""
     if not model_dir.is_dir():
         raise InputError(f"--model {model_dir}: no such directory")
-    saved = read_task_config(model_dir)
+    saved = saved_task_config(model_dir)
     name = task_name or saved.get("task")
     if not name:
         raise InputError(f"{model_dir}: no {TASK_CONFIG_NAME}; pass --task")
