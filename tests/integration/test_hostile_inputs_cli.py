@@ -280,7 +280,14 @@ def wrong_dirs(tmp_path_factory, tiny_dir):
         shutil.copy(tiny_dir / name, other / name)
     export_onnx(tiny_dir, root / "encoder.onnx", hidden_states=True, check=False)
     shutil.copy(root / "encoder.onnx", other / "model.onnx")
-    return {"gpt2": gpt2, "bigvocab": big, "othergraph": other}
+    # an exported every-layer directory whose encoder.onnx is a 2-layer model's, under the 1-layer config
+    from tinymodels import FINETUNE_VOCAB, make_model_dir
+
+    deeper = shutil.copytree(other, root / "deepergraph")
+    (deeper / "model.onnx").unlink()
+    export_onnx(make_model_dir(root / "two", FINETUNE_VOCAB, layers=2), deeper, hidden_states=True, check=False)
+    shutil.copy(tiny_dir / "config.json", deeper / "config.json")
+    return {"gpt2": gpt2, "bigvocab": big, "othergraph": other, "deepergraph": deeper}
 
 
 REFUSED = {
@@ -422,6 +429,10 @@ REFUSED = {
     "evaluate, the graph of another model": (
         ["evaluate", "--model", "{othergraph}", "--task", "sst2", "--data", "{train}", "--output", "{out}"],
         "model.onnx: the graph has no output 'logits'",
+    ),
+    "embed --backend onnx, an every-layer graph of another depth": (
+        ["embed", "--model", "{deepergraph}", "--input", "{texts}", "--output", "{out}.npy", "--backend", "onnx"],
+        "encoder.onnx: a graph of more than the 1 layers config.json gives",
     ),
     "serve --layers 9": (["serve", "--model", "{model}", "--layers", "9"], "--layers 9: layer 9 is out of range"),
     "serve --layers 1,,2": (["serve", "--model", "{model}", "--layers", "1,,2"], "--layers item 2 is empty"),
