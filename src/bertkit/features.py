@@ -333,27 +333,29 @@ class Encoder:
         check_config_json(path)
         arch = models.of_directory(path)
         model_class = arch.model_class(arch.features_role)
-        if (
+        # an exported directory (bertkit export --all-layers): ONNX Runtime computes; no weights are read
+        exported = (
             backend == "onnx"
             and not _has_weights(path)
             and any((path / n).is_file() for n in ("encoder.onnx", "encoder.int8.onnx"))
-        ):
-            # an exported directory (bertkit export --all-layers): ONNX Runtime computes; the module only carries the
-            # config, and no weights are read
-            model = model_class(arch.config_class().from_pretrained(path))
+        )
+        if exported:
+            config = arch.config_class().from_pretrained(path)
             has_pooler, has_mlm = arch.has_pooler, False
         else:
             model, info = model_class.from_pretrained(path, output_loading_info=True)
+            config = model.config
             has_pooler = arch.has_pooler and not any(k.startswith(arch.pooler_keys) for k in info.initialised)
             has_mlm = not any(k.startswith(arch.mlm_keys) for k in info.initialised)
-        check_vocabulary_fits(path, len(tokenizer), model.config.vocab_size)  # before anything runs
+        check_vocabulary_fits(path, len(tokenizer), config.vocab_size)  # before anything runs
         runner = None
         if backend == "onnx":  # the module carries the config (and the MLM head for fill-mask); ONNX computes
-            config = model.config
             loaded = runtime.load(
                 directory=path, config=config, backend="onnx", quantize=quantize, device=device, hidden_states=True
             )
             runner, precision = loaded.model, loaded.precision
+            if exported:  # built once the graph is known to be this config's (its layers, its width)
+                model = model_class(config)
         else:  # int8 before the MLM head is taken
             loaded = runtime.load(model, quantize=quantize, precision=precision, device=device)
             model, precision = loaded.model, loaded.precision

@@ -383,8 +383,12 @@ def onnx_model(
         model = OnnxRuntimeModel(onnx_file(directory, cache, quantize, hidden_states), config)
     layers = config.num_hidden_layers
     if hidden_states:
-        if f"hidden_states.{layers + 1}" in model.output_names:
-            raise InputError(f"{model.path}: a graph of more than the {layers} layers config.json gives")
+        depth = sum(name.startswith("hidden_states.") for name in model.output_names) - 1
+        if depth != layers:  # counted first: a config of 10**9 layers asks for no 10**9 names
+            raise InputError(
+                f"{model.path}: a graph of {max(depth, 0)} layers, config.json gives {layers}: the graph of another "
+                "model; export it again with `bertkit export --onnx --all-layers`"
+            )
         return model.expect({f"hidden_states.{i}": config.hidden_size for i in range(layers + 1)})
     widths = {"logits": getattr(config, "num_labels", None), "last_hidden_state": config.hidden_size}
     return model.expect({name: widths.get(name) for name in outputs})

@@ -432,7 +432,7 @@ REFUSED = {
     ),
     "embed --backend onnx, an every-layer graph of another depth": (
         ["embed", "--model", "{deepergraph}", "--input", "{texts}", "--output", "{out}.npy", "--backend", "onnx"],
-        "encoder.onnx: a graph of more than the 1 layers config.json gives",
+        "encoder.onnx: a graph of 2 layers, config.json gives 1",
     ),
     "serve --layers 9": (["serve", "--model", "{model}", "--layers", "9"], "--layers 9: layer 9 is out of range"),
     "serve --layers 1,,2": (["serve", "--model", "{model}", "--layers", "1,,2"], "--layers item 2 is empty"),
