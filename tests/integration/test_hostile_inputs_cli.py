@@ -463,6 +463,10 @@ REFUSED = {
         ["predict", "--model", "{model}", "--task", "sst2", "--data", "{train}", "--output", "{model}"],
         "is also --model",
     ),
+    "serve --max-batch-tokens under one input": (
+        ["serve", "--model", "{model}", "--max-batch-tokens", "10"],
+        "--max-batch-tokens 10: must hold one input of the maximum length (64",
+    ),
     "serve --model ''": (["serve", "--model", ""], "--model '': names no model directory"),
     "serve --host ''": (["serve", "--model", "{model}", "--host", ""], "--host is empty"),
     "serve --log-level loud": (["serve", "--model", "{model}", "--log-level", "loud"], "--log-level invalid choice"),

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bertkit.errors import InputError
 from bertkit.features import Encoder, PoolSpec
 
 
@@ -130,9 +131,9 @@ class BatchQueue:
     ):
         longest = encoder.max_tokens(max_length)
         if max_batch_tokens < longest:
-            raise ValueError(
-                f"max_batch_tokens ({max_batch_tokens}) must hold one input of the maximum length "
-                f"({longest}: the model's max_position_embeddings, or the server's --max-length)"
+            raise InputError(
+                f"--max-batch-tokens {max_batch_tokens}: must hold one input of the maximum length ({longest}: the "
+                "model's max_position_embeddings, or --max-length): raise --max-batch-tokens or lower --max-length"
             )
         self.encoder = encoder
         self.max_batch_tokens = int(max_batch_tokens)
