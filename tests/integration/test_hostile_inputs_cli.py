@@ -441,23 +441,6 @@ REFUSED = {
         "--layers -0: -0 is not a layer",
     ),
     "serve --pooling foo": (["serve", "--model", "{model}", "--pooling", "foo"], "--pooling foo: unknown pooling"),
-    "similarity --device ''": (["similarity", "--model", "{model}", "a", "b", "--device", ""], "--device is empty"),
-    "predict --device cpu:1": (
-        [
-            "predict",
-            "--model",
-            "{model}",
-            "--task",
-            "sst2",
-            "--data",
-            "{train}",
-            "--output",
-            "{out}",
-            "--device",
-            "cpu:1",
-        ],
-        "--device cpu:1: there is one cpu device",
-    ),
     "serve --threads huge": (["serve", "--model", "{model}", "--threads", "10000000000000"], "--threads must be"),
     "predict --output the model": (
         ["predict", "--model", "{model}", "--task", "sst2", "--data", "{train}", "--output", "{model}"],

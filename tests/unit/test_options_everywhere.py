@@ -125,6 +125,10 @@ def test_auto_device_stays_on_the_cpu_for_cpu_only_work(monkeypatch):
         ("cuda:2", 2, "--device cuda:2: only 2 GPU(s) are visible"),
         ("banana", 0, "--device banana: not a device name"),
         ("meta", 0, "--device meta: bertkit runs on cpu, cuda or mps"),
+        ("", 0, "--device is empty"),  # --device "$DEV" with DEV unset: never taken as auto
+        ("  ", 2, "--device is empty"),
+        ("cpu:1", 0, "--device cpu:1: there is one cpu device"),  # torch takes it, and runs on the CPU
+        ("CPU", 0, "--device CPU: not a device name"),
     ],
 )
 def test_a_device_this_machine_lacks_is_refused_naming_the_flag(monkeypatch, name, gpus, words):
