@@ -434,6 +434,7 @@ REFUSED = {
         ["embed", "--model", "{deepergraph}", "--input", "{texts}", "--output", "{out}.npy", "--backend", "onnx"],
         "encoder.onnx: a graph of 2 layers, config.json gives 1",
     ),
+    "fill-mask on a classifier": (["fill-mask", "--model", "{model}", "a [MASK] film"], "has no masked-LM head"),
     "serve --layers 9": (["serve", "--model", "{model}", "--layers", "9"], "--layers 9: layer 9 is out of range"),
     "serve --layers 1,,2": (["serve", "--model", "{model}", "--layers", "1,,2"], "--layers item 2 is empty"),
     "embed --layers -0": (

@@ -37,5 +37,7 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         raise InputError(f"no {MASK} in {missing[0]!r}")
     encoder = Encoder.from_pretrained(args.model, device=resolve_device(args.device), precision=args.precision)
+    if encoder.mlm_head is None:  # refused before any text is encoded, naming the directory
+        raise InputError(f"--model {args.model}: has no masked-LM head (its weights hold none), which fill-mask needs")
     print(format_fill_mask(args.text, encoder.fill_mask(args.text, top_k=args.top_k), args.json))
     return 0
