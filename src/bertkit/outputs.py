@@ -69,6 +69,20 @@ def check_output(
     return out
 
 
+def check_output_file(
+    output: PathLike, inputs: Mapping[str, PathLike | Iterable[PathLike] | None], flag: str = "--output"
+) -> Path:
+    """Refuse, in one line naming ``flag``, an output *file* that is one of ``inputs`` (flag -> path or paths; the same
+    file after resolving links) or an existing directory: what ``embed --output`` would write over. Returns it."""
+    out = Path(output).expanduser()
+    if out.is_dir():
+        raise InputError(f"{flag} {out}: is a directory; name the file to write")
+    for name, path in _named_inputs(inputs):
+        if path.resolve() == out.resolve():
+            raise InputError(f"{flag} {out}: is also {name}; write to a new file, never over an input")
+    return out
+
+
 @contextlib.contextmanager
 def removed_on_failure(directory: PathLike) -> Iterator[Path]:
     """Run the body; when it raises (or is interrupted), remove ``directory`` if it did not exist before (and the

@@ -435,6 +435,14 @@ REFUSED = {
         "encoder.onnx: a graph of 2 layers, config.json gives 1",
     ),
     "fill-mask on a classifier": (["fill-mask", "--model", "{model}", "a [MASK] film"], "has no masked-LM head"),
+    "embed --output over its --input": (
+        ["embed", "--model", "{model}", "--input", "{tmp}/in.jsonl", "--output", "{tmp}/in.jsonl"],
+        "is also --input; write to a new file",
+    ),
+    "embed --input a directory": (
+        ["embed", "--model", "{model}", "--input", "{tmp}", "--output", "{out}.npy"],
+        ": not a regular file (--input)",
+    ),
     "serve --layers 9": (["serve", "--model", "{model}", "--layers", "9"], "--layers 9: layer 9 is out of range"),
     "serve --layers 1,,2": (["serve", "--model", "{model}", "--layers", "1,,2"], "--layers item 2 is empty"),
     "embed --layers -0": (
@@ -474,6 +482,8 @@ def test_hostile_input_is_a_one_line_refusal_and_leaves_no_output(
     deep, onnx = _hostile_model_dirs(tmp_path, tiny_dir)
     texts = tmp_path / "texts.txt"
     texts.write_text("the film is good .\nthe film is bad .\n")
+    (tmp_path / "in.jsonl").write_text('{"text": "the film is good ."}\n')
+    inputs = _files(tmp_path)
     where = dict(
         deep=deep,
         onnx=onnx,
@@ -488,6 +498,7 @@ def test_hostile_input_is_a_one_line_refusal_and_leaves_no_output(
     argv, words = REFUSED[case]
     _one_line_refusal(capsys, [a.format(out=tmp_path / "out", **where) for a in argv], words)
     assert not list(tmp_path.glob("out*")) and _files(tiny_dir) == before
+    assert {k: v for k, v in _files(tmp_path).items() if k in inputs} == inputs  # no input written over
 
 
 @pytest.mark.parametrize("command", ["embed", "similarity"])

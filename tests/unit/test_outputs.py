@@ -84,3 +84,18 @@ def test_a_failed_command_removes_only_the_output_directory_it_made(tmp_path, ex
     with removed_on_failure(out):  # a success keeps what it wrote
         out.mkdir(exist_ok=True)
     assert out.is_dir()
+
+
+def test_an_output_file_that_is_an_input_or_a_directory_is_refused(tmp_path):
+    """``check_output_file``: the rule for a command that writes one file (``embed --output``): never over an input
+    (the same file through a link too), never onto a directory."""
+    from bertkit.outputs import check_output_file
+
+    data = tmp_path / "in.jsonl"
+    data.write_text("{}\n")
+    (tmp_path / "link.jsonl").symlink_to(data)
+    with pytest.raises(InputError, match="is also --input"):
+        check_output_file(tmp_path / "link.jsonl", {"--input": data})
+    with pytest.raises(InputError, match="is a directory"):
+        check_output_file(tmp_path, {"--input": data})
+    assert check_output_file(tmp_path / "out.jsonl", {"--input": data}) == tmp_path / "out.jsonl"

@@ -23,7 +23,7 @@ from bertkit.data.tasks.readers import jsonl_records, read_text
 from bertkit.errors import InputError, MissingFileError
 from bertkit.files import atomic_write
 from bertkit.options import ComputeArgs, add_options, number
-from bertkit.outputs import removed_on_failure
+from bertkit.outputs import check_output_file, removed_on_failure
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -77,7 +77,7 @@ def read_inputs(path: str) -> tuple[list[str], list[str] | None]:
     else:
         p = Path(path)
         if not p.is_file():
-            raise MissingFileError(f"{p}: no such input file")
+            raise MissingFileError(f"{p}: {'not a regular file' if p.exists() else 'no such input file'} (--input)")
         lines = read_text(p).splitlines()  # a byte that is not UTF-8: an error naming the line, as every reader
         name, kind = str(p), p.suffix.lower().lstrip(".")
     texts: list[str] = []
@@ -124,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.output
     if out.suffix not in (".npy", ".jsonl"):
         raise InputError(f"--output must end in .npy or .jsonl, got {out}")
+    check_output_file(out, {"--input": args.input})  # a .jsonl input is never written over
     try:
         pooling = resolve_pooling(args.pooling) if args.pooling is not None else None
     except InputError as e:
