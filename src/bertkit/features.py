@@ -171,6 +171,8 @@ def resolve_layers(layers: LayerSpec | Sequence[LayerSpec], num_layers: int) -> 
             if s in LAYER_NAMES:
                 out.append(0)
                 continue
+            if s.startswith("-") and s[1:].strip() == "0":  # which was meant: the embeddings (0) or the last (-1)?
+                raise InputError(f"layer {spec!r} is not a layer (0 is the embedding output, -1 the last layer)")
             try:
                 spec = int(s)
             except ValueError:

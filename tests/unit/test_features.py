@@ -89,7 +89,7 @@ def test_layer_indices():
     assert resolve_layers(-12, 12) == (1,)
     assert resolve_layers([0, "embeddings", "-2", 3], 12) == (0, 0, 11, 3)
     assert resolve_layers((-1, -2, -3, -4), 12) == (12, 11, 10, 9)
-    for bad in (13, -13, "top", [], True, 1.5):
+    for bad in (13, -13, "top", [], True, 1.5, "-0"):
         with pytest.raises((ValueError, TypeError)):
             resolve_layers(bad, 12)
     with pytest.raises(ValueError, match=r"-12\.\.-1"):
