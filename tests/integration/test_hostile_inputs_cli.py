@@ -434,6 +434,10 @@ REFUSED = {
         ["embed", "--model", "{deepergraph}", "--input", "{texts}", "--output", "{out}.npy", "--backend", "onnx"],
         "encoder.onnx: a graph of 2 layers, config.json gives 1",
     ),
+    "predict --output under a file": (
+        ["predict", "--model", "{model}", "--task", "sst2", "--data", "{train}", "--output", "{texts}/out"],
+        "texts.txt is a file, not a directory",
+    ),
     "fill-mask on a classifier": (["fill-mask", "--model", "{model}", "a [MASK] film"], "has no masked-LM head"),
     "embed --output over its --input": (
         ["embed", "--model", "{model}", "--input", "{tmp}/in.jsonl", "--output", "{tmp}/in.jsonl"],

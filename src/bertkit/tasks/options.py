@@ -24,6 +24,7 @@ from bertkit.options import (
     from_args,
     option,
     output_option,
+    output_path,
     precision_option,
 )
 from bertkit.tasks import TASK_CONFIG_NAME, TASK_NAMES, get_task, read_task_config
@@ -268,6 +269,7 @@ class InferenceFiles:
     data: str = option(required=True, help="file in the task's format (evaluate needs its labels, predict does not)")
     output: str | None = option(
         None,
+        parse=output_path,  # a path that cannot be written is refused when the command line is parsed
         help="where metrics.json and the predictions go "
         "(default: MODEL/eval-<data file name> or MODEL/predict-<data file name>)",
     )
