@@ -438,6 +438,10 @@ REFUSED = {
         ["predict", "--model", "{model}", "--task", "sst2", "--data", "{train}", "--output", "{texts}/out"],
         "texts.txt is a file, not a directory",
     ),
+    "attention --output /proc/x.png": (
+        ["attention", "--model", "{model}", "--output", "/proc/x.png", "the film"],
+        "--output /proc/x.png: cannot write there",
+    ),
     "fill-mask on a classifier": (["fill-mask", "--model", "{model}", "a [MASK] film"], "has no masked-LM head"),
     "embed --output over its --input": (
         ["embed", "--model", "{model}", "--input", "{tmp}/in.jsonl", "--output", "{tmp}/in.jsonl"],

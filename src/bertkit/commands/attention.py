@@ -6,7 +6,7 @@ import argparse
 import json
 
 from bertkit.errors import InputError
-from bertkit.options import ExactComputeArgs, add_options, number
+from bertkit.options import ExactComputeArgs, add_options, number, output_path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +23,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--head", type=number(int, "--head"), default=None, help="1..N (default: a grid of every head of the layer)"
     )
-    parser.add_argument("--output", default="attn.png", help="the PNG (default attn.png; attn.npz goes beside it)")
+    parser.add_argument(
+        "--output",
+        default="attn.png",
+        type=output_path,  # a path that cannot be written: refused when the command line is parsed
+        help="the PNG (default attn.png; attn.npz goes beside it)",
+    )
     parser.add_argument(
         "--max-length", type=number(int, "--max-length"), default=128, help="truncate to this many tokens"
     )
