@@ -113,10 +113,19 @@ def _available_memory() -> int | None:
     return available
 
 
+MAX_CONFIG_BYTES = 16 * 2**20  # a config.json is a few KB; a head's id2label of 100k labels, a few MB
+
+
 def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     """A config file's JSON object. A file that cannot be read, is not JSON or is not an object is a
     :class:`ConfigError` naming it. (BertConfig and ModernBertConfig both read through it.)"""
     path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the config ({e.strerror or e})") from None
+    if size > MAX_CONFIG_BYTES:  # read whole, a 3 GB file took 6.5 GB of memory before the parser refused it
+        raise ConfigError(f"{path}: {size:,} bytes, not a model config (at most {MAX_CONFIG_BYTES:,})")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

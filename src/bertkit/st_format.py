@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.config import MAX_CONFIG_BYTES
 from bertkit.errors import InputError
 from bertkit.files import write_json
 
@@ -107,6 +108,8 @@ def _load_json(path: Path, kind: type = dict) -> Any:
     """A JSON file of sentence-transformers' layout, of type ``kind`` (an object, or ``list`` for modules.json); any
     other content (not JSON, nested past the parser's depth, a huge number) is an InputError naming it."""
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise InputError(f"{path}: {path.stat().st_size:,} bytes, not a sentence-transformers file")
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or e})") from None

@@ -159,3 +159,15 @@ def test_wrongly_typed_value_is_a_config_error(tmp_path):
 
     with pytest.raises(ConfigError, match="pad_token_id"):
         BertConfig.from_dict({"pad_token_id": "x"}, source="c.json")
+
+
+def test_a_config_json_too_large_to_be_one_is_refused_before_it_is_read(tmp_path):
+    """A 3 GB config.json was read whole (6.5 GB of memory, 25 s) before the parser refused it: its size is checked
+    first (a sparse file here: nothing is written)."""
+    from bertkit.config import MAX_CONFIG_BYTES, ConfigError
+
+    path = tmp_path / "config.json"
+    with open(path, "wb") as f:
+        f.truncate(MAX_CONFIG_BYTES + 1)
+    with pytest.raises(ConfigError, match=r"config\.json: 16,777,217 bytes, not a model config"):
+        BertConfig.from_pretrained(tmp_path)
