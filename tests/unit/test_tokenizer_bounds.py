@@ -245,3 +245,15 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) // 1024)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
     grown_mb = int(out.stdout.strip())
     assert grown_mb < 1000, f"peak memory grew by {grown_mb} MB"
+
+
+def test_a_vocab_txt_too_large_to_be_one_is_refused_before_it_is_read(tmp_path):
+    """A 2 GB vocab.txt was read whole (4.4 GB of memory, 14 s) before it was refused: its size is checked first (a
+    sparse file here: nothing is written)."""
+    from bertkit.tokenization import load_tokenizer
+    from bertkit.tokenization.vocab import MAX_VOCAB_BYTES, VocabError
+
+    with open(tmp_path / "vocab.txt", "wb") as f:
+        f.truncate(MAX_VOCAB_BYTES + 1)
+    with pytest.raises(VocabError, match=r"vocab\.txt: 67,108,865 bytes, not a vocabulary file"):
+        load_tokenizer(tmp_path)

@@ -29,6 +29,9 @@ class VocabNotFoundError(VocabError, FileNotFoundError):
     """No vocabulary where one was expected (also a ``FileNotFoundError``)."""
 
 
+MAX_VOCAB_BYTES = 64 * 2**20  # a WordPiece vocab.txt of a million tokens is ~15 MB
+
+
 def read_vocab_text(path: Path) -> str:
     """The text of a vocabulary file, or a one-line :class:`VocabError` naming it (unreadable, not UTF-8, binary)."""
     if not path.exists():
@@ -36,6 +39,9 @@ def read_vocab_text(path: Path) -> str:
     if path.is_dir():
         raise VocabError(f"{path}: is a directory, not a vocabulary file")
     try:
+        size = path.stat().st_size
+        if size > MAX_VOCAB_BYTES:  # read whole, a 2 GB file took 4.4 GB of memory and 14 s before it was refused
+            raise VocabError(f"{path}: {size:,} bytes, not a vocabulary file (at most {MAX_VOCAB_BYTES:,})")
         data = path.read_bytes()
     except OSError as e:
         raise VocabError(f"{path}: cannot read the vocabulary file ({e.strerror or e})") from None
