@@ -264,20 +264,22 @@ def export_onnx(
             )
 
     def quantized(tmp: Path) -> None:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        fp32 = tmp.with_name(tmp.name + ".fp32")
-        if None in targets:
-            shutil.copyfile(targets[None], fp32)
-        else:
-            trace(fp32)
         root = logging.getLogger()
-        level = root.level
+        level, handlers = root.level, list(root.handlers)
         root.setLevel(logging.ERROR)  # the quantiser logs a generic "consider pre-processing" warning on root
+        fp32 = tmp.with_name(tmp.name + ".fp32")
         try:
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            if None in targets:
+                shutil.copyfile(targets[None], fp32)
+            else:
+                trace(fp32)
             quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
         finally:
             root.setLevel(level)
+            for handler in [h for h in root.handlers if h not in handlers]:  # its logging.basicConfig: every later
+                root.removeHandler(handler)  # warning was printed twice ("WARNING:bertkit.features:bertkit: ...")
             fp32.unlink(missing_ok=True)
 
     try:
