@@ -881,3 +881,32 @@ def test_pipeline_and_predict_on_a_finetuned_modernbert(finetune_base_of, ft, tm
     hf_pipe = load_pipeline(hf_dir, precision="fp32")
     assert hf_pipe.kind == "classification" and hf_pipe.task.labels == ["neg", "pos"]
     assert len(hf_pipe.logits(texts)) == 2
+
+
+@pytest.mark.parametrize("recipe", ["finetune", "embeddings", "distill"])
+def test_max_time_ends_an_epoch_recipe_early_with_a_finished_model(
+    recipe, tiny_dir, sst2_tuned_of, ft, fixtures_dir, tmp_path
+):
+    """--max-time on fine-tuning, the embedding tasks and distillation (``Run``'s budget, as pre-training's): a
+    budget of 1 ms, spent by the first step, ends a run of hundreds of steps after that step, evaluated on dev and
+    saved as at a last step: a loadable model whose dev metrics are step 1's, and run.json records the steps and
+    why the run stopped."""
+    from bertkit import Encoder
+
+    out = tmp_path / recipe
+    if recipe == "embeddings":
+        emb = fixtures_dir / "embeddings"
+        argv = ["finetune", "--task", "simcse", "--train", str(emb / "texts.txt"), "--dev", str(emb / "sts_dev.tsv")]
+        argv += ["--model", str(tiny_dir)]
+    else:
+        argv = ["finetune", "--task", "sst2", "--model", str(tiny_dir)]
+        if recipe == "distill":
+            argv = ["distill", "--teacher", str(sst2_tuned_of("bert")), "--student", "layers:2"]
+        argv += ["--train", str(ft / "sst2_train.tsv"), "--dev", str(ft / "sst2_dev.tsv")]
+    common = ["--epochs", "50", "--batch-size", "4", "--quiet", "--precision", "fp32", "--max-time", "0.001s"]
+    assert main([*argv, *common, "--output", str(out)]) == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["finished"] and run["stopped"] == "max_time" and run["steps"] == 1 < run["total_steps"]
+    best = json.loads((out / ("embedding_config.json" if recipe == "embeddings" else "metrics.json")).read_text())
+    assert (best["best"] if recipe == "embeddings" else best)["step"] == 1
+    assert Encoder.from_pretrained(out).encode(["a short text"]).shape[0] == 1

@@ -145,6 +145,7 @@ class EmbeddingTrainArgs:
     max_train_examples: int = option(0, help="use only the first N training rows (0 = all)", group="data")
     epochs: float = option(1.0, group="training")
     max_steps: int | None = opts.max_steps_option()
+    max_time: float | None = opts.max_time_option(opts.MAX_TIME_HELP)
     lr: float = opts.lr_option(5e-5)
     batch_size: int = option(64, help="rows per step per process: the in-batch negatives", group="training")
     mini_batch_size: int = option(
@@ -239,6 +240,7 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
         precision=precision,
         desc="embeddings",
         save_every=args.save_every,
+        max_time=args.max_time,
     )
     saved = run.start(state, resume=args.resume, overwrite=args.overwrite, total_steps=total_steps)
     if saved is not None:

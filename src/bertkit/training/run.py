@@ -256,14 +256,15 @@ class Run:
     def after_step(self, stop: GracefulStop, eval_due: bool = False) -> bool:
         """A checkpoint every ``save_every`` steps (recording ``eval_due``: an evaluation due at this step and not
         yet done); then every process agrees whether to stop (a signal, or the time budget spent before the
-        last step). Returns whether to evaluate now: one is due and the run was not stopped (a stopped run's
-        checkpoint says it is pending, and the resumed run does it first)."""
+        last step). Returns whether to evaluate now: one is due and the run was not signalled (a signalled run's
+        checkpoint says it is pending, and the resumed run does it first), or ``--max-time`` ended the run here (its
+        last step, evaluated as an uninterrupted run's last is)."""
         step, self.eval_pending = self.step, eval_due
         if self.save_every and step % self.save_every == 0 and step < self.total_steps:
             self.save()
         why = stop.agreed(self.ctx, spent=bool(self.budget and self.budget.over()))
         self.stop_why = why if why == "signal" or (why == "time" and step < self.total_steps) else None
-        return eval_due and self.stop_why is None
+        return (eval_due or self.stop_why == "time") and self.stop_why != "signal"
 
     def log(self, line: dict[str, Any], postfix: dict[str, str], said: str) -> None:
         """A metrics line into the one sink (:meth:`record`), then :meth:`show`."""
@@ -438,10 +439,14 @@ class Run:
 
     def mark_finished(self) -> None:
         """The TensorBoard file from the whole metrics.jsonl, and run.json says the run ended (its model is
-        written): ``--resume`` refuses it from now on."""
+        written: ``--resume`` refuses it from now on), after how many steps and why: ``"max_time"`` (the budget
+        was spent first) or ``"total_steps"``."""
         self.write_board()
-        self.record["finished"] = True
+        stopped = "max_time" if self.stop_why == "time" else "total_steps"
+        self.record.update(finished=True, steps=self.step, stopped=stopped)
         self.write_record()
+        if stopped == "max_time":
+            say(f"--max-time reached at step {self.step} of {self.total_steps}", self.ctx, self.quiet)
 
     def finish(self, args_record: dict, **log: Any) -> None:
         """Rank 0 writes ``train_log.json`` (the args, the history and ``log``), marks run.json finished and removes
