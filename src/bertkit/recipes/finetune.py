@@ -251,7 +251,7 @@ def finetune(
             run.evaluate(dev, save)
         for group in run.groups(plan, args.grad_accum):
             t0 = time.perf_counter()
-            optimizer_step(
+            result = optimizer_step(
                 state,
                 group,
                 forward,
@@ -262,7 +262,7 @@ def finetune(
                 ddp_model=ddp_model,
                 after_backward=lambda _, out: run.count(out.loss.item()),
             )
-            run.stepped(run.train_loss(), t0)
+            run.stepped(result.loss, t0)  # the step's own loss (its micro-batches' mean) into the log window
             if run.due(50):
                 run.log_progress()
             if run.after_step(stop, run.eval_due(args.eval_every)):  # checkpoint cadence; the agreed stop
