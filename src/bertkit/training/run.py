@@ -109,12 +109,14 @@ class Run:
 
     # ------------------------------------------------------------------------------------------ open and begin
 
-    def open(self, resume: bool, overwrite: bool, files: Sequence[str] | None = None) -> Opened:
+    def open(
+        self, resume: bool, overwrite: bool, files: Sequence[str] | None = None, prepared: Sequence[str] = ()
+    ) -> Opened:
         """Remove what a killed run left half-written and open the directory by the one resume protocol
-        (``RunDir.open``: refusals, keys, ``files`` a run writes); ``--max-time``'s budget starts from the time
-        the run resumed from has spent."""
+        (``RunDir.open``: refusals, keys, ``files`` a run writes, those it ``prepared`` before its run.json);
+        ``--max-time``'s budget starts from the time the run resumed from has spent."""
         self.dir.remove_stale()
-        self.opened = self.dir.open(self.keys, resume, overwrite, files)
+        self.opened = self.dir.open(self.keys, resume, overwrite, files, prepared)
         if self.max_time:
             spent = float(self.opened.checkpoint.get("elapsed", 0.0)) if self.opened.checkpoint else 0.0
             self.budget = TimeBudget(self.max_time, spent)

@@ -142,21 +142,29 @@ class RunDir:
             raise InputError("--resume: no readable checkpoint: " + "; ".join(errors))
         return None
 
-    def open(self, keys: dict[str, Any], resume: bool, overwrite: bool, files: Iterable[str] | None = None) -> Opened:
+    def open(
+        self,
+        keys: dict[str, Any],
+        resume: bool,
+        overwrite: bool,
+        files: Iterable[str] | None = None,
+        prepared: Iterable[str] = (),
+    ) -> Opened:
         """The one resume protocol of every run. ``keys``: the settings a resumed run must share with the one in
         the directory (``run.json``, else its newest checkpoint's ``run``; nested dicts compare the keys given);
-        ``files``: the names a run writes (a directory holding others is no run's; ``--overwrite`` removes them).
+        ``files``: the names a run writes (a directory holding others is no run's; ``--overwrite`` removes them);
+        ``prepared``: those of ``files`` a run prepares before its ``run.json`` (pre-training's data).
 
         Without ``resume``: a directory holding a run (an interrupted, finished or begun one) is refused unless
         ``overwrite``, which clears it. With ``resume``: a finished run is refused (nothing to resume), and so are
         keys that differ; a run killed before its first checkpoint resumes from step 0 (with its recorded
-        ``run.json``), one killed before its ``run.json`` starts afresh, keeping its prepared ``data``. Rank 0
+        ``run.json``), one killed before its ``run.json`` starts afresh, keeping what it ``prepared``. Rank 0
         decides (and clears); every rank reads the checkpoint it continues from."""
         err: BertkitError | None = None
         resumed = False
         if self.ctx.is_main:
             try:
-                resumed = self._decide(keys, resume, overwrite, files)
+                resumed = self._decide(keys, resume, overwrite, tuple(files or ()), tuple(prepared))
             except BertkitError as e:
                 err = e
         resumed, err = distributed.broadcast_object(self.ctx, (resumed, err))
@@ -174,9 +182,11 @@ class RunDir:
             return ended
         return bool(record.get("finished", True)) and (ended or (self.path / "model.safetensors").is_file())
 
-    def _decide(self, keys: dict[str, Any], resume: bool, overwrite: bool, files: Iterable[str] | None) -> bool:
+    def _decide(
+        self, keys: dict[str, Any], resume: bool, overwrite: bool, files: tuple[str, ...], prepared: tuple[str, ...]
+    ) -> bool:
         """:meth:`open`'s decision on rank 0: whether to resume (raises what is refused)."""
-        out, files = self.path, tuple(files or ())
+        out = self.path
         if out.exists() and not out.is_dir():
             raise RunRefused(f"{out} exists and is not a directory; choose another --output")
         names = {p.name for p in out.iterdir() if not p.name.startswith(".")} if out.is_dir() else set()
@@ -192,8 +202,7 @@ class RunDir:
                 if files and names - set(files):
                     raise RunRefused(f"--resume: {out} holds no run (no run.json); drop --resume to start one")
                 logger.warning("--resume: no checkpoint in %s; starting from step 0", self.checkpoints)
-                self.clear(files, keep=("data",))  # an interrupted preparation of the data resumes
-                self.remove_stale("data", "data/shards")
+                self.clear(files, keep=prepared)  # an interrupted preparation resumes
                 return False
             saved = record if record is not None else self.latest_intact_checkpoint()[1].get("run") or {}
             differ = self.differences(saved, keys)
@@ -201,7 +210,6 @@ class RunDir:
                 raise InputError(f"--resume: these differ from the interrupted run in {out}: " + "; ".join(differ))
             if not have:
                 logger.warning("--resume: no checkpoint in %s; starting from step 0", self.checkpoints)
-            self.remove_stale("data", "data/shards")
             return True
         if not overwrite and (have or record is not None or done):
             differ = self.differences(record, keys, names_only=True) if record is not None else []
