@@ -230,6 +230,34 @@ def test_run_train_keeps_the_position_and_resumes_after_a_signal(tmp_path):
         assert torch.equal(x, y)
 
 
+def test_evaluations_count_as_training_time(tmp_path, monkeypatch):
+    """Run.evaluate's seconds are training time (the clock --max-time's budget resumes from), through Run.timed as
+    pre-training's held-out evaluation's are, a work that raises included; on a clock the test moves."""
+    import types
+
+    from bertkit.training import run as run_module
+
+    clock = [100.0]
+    monkeypatch.setattr(run_module, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    def work(seconds: float, fail: bool = False) -> dict:
+        clock[0] += seconds
+        if fail:
+            raise RuntimeError("the evaluation failed")
+        return {"m": 1.0}
+
+    state = _state()
+    state.position = {"epoch": 0, "batch": 0}
+    run = Run(tmp_path, DistContext(), {"args": {"lr": 1e-2}}, main_metric="m", quiet=True)
+    run.start(state, resume=False, overwrite=False, total_steps=1)
+    run.evaluate(lambda: work(2.5), lambda record: None)
+    assert run.seconds() == 2.5 and run.best["m"] == 1.0
+    assert run.timed(lambda: work(1.0)) == {"m": 1.0} and run.seconds() == 3.5
+    with pytest.raises(RuntimeError):
+        run.evaluate(lambda: work(0.25, fail=True), lambda record: None)
+    assert run.seconds() == 3.75
+
+
 def test_save_if_no_best_saves_the_current_model_only_without_a_best(tmp_path):
     state, run, _, _ = _train(tmp_path / "a", seed=0)
     kept = []

@@ -248,12 +248,13 @@ class Run:
         """Every ``every`` steps, and at the last."""
         return self.step % every == 0 or self.step == self.total_steps
 
-    def timed(self, work) -> Any:
-        """``work()``, its seconds counted as training time (an evaluation)."""
+    def timed(self, work: Callable[[], Any]) -> Any:
+        """``work()``, its seconds counted as training time (an evaluation), also when it raises."""
         t0 = time.perf_counter()
-        result = work()
-        self.elapsed += time.perf_counter() - t0
-        return result
+        try:
+            return work()
+        finally:
+            self.elapsed += time.perf_counter() - t0
 
     def after_step(self, stop: GracefulStop, eval_due: bool = False) -> bool:
         """A checkpoint every ``save_every`` steps (recording ``eval_due``: an evaluation due at this step and not
@@ -335,12 +336,8 @@ class Run:
     def evaluate(self, evaluate: Callable[[], dict] | None, save: Callable[[dict], None]) -> None:
         """Rank 0: the dev metrics (``evaluate()``), a record in the history and the metrics sink, and
         ``save(record)`` when the main metric improved; then every rank meets. Nothing without a dev set
-        (``evaluate`` None). Its seconds count as training time."""
-        t0 = time.perf_counter()
-        try:
-            self._evaluate(evaluate, save)
-        finally:
-            self.elapsed += time.perf_counter() - t0
+        (``evaluate`` None). Its seconds count as training time (:meth:`timed`)."""
+        self.timed(lambda: self._evaluate(evaluate, save))
         self.eval_pending = False
 
     def _evaluate(self, evaluate: Callable[[], dict] | None, save: Callable[[dict], None]) -> None:
