@@ -174,6 +174,21 @@ def test_open_reads_run_directories_the_previous_code_wrote(tmp_path):
         RunDir(ft).open(ft_keys, resume=True, overwrite=False)
 
 
+@pytest.mark.parametrize("with_record", [False, True])
+def test_resume_reads_the_checkpoint_once(tmp_path, monkeypatch, with_record):
+    """--resume reads the newest checkpoint once, also in a run directory without run.json (written before it),
+    whose resume keys the checkpoint holds: the decision's read is the one the run continues from."""
+    from bertkit.training import rundir
+
+    keys, reads = {"task": "sst2", "args": {"lr": 1e-4}}, []
+    monkeypatch.setattr(rundir, "load_checkpoint", lambda path: reads.append(path) or load_checkpoint(path))
+    _state().save(RunDir(tmp_path).checkpoints, DistContext(), run=keys)
+    if with_record:
+        (tmp_path / "run.json").write_text(json.dumps(keys))
+    opened = RunDir(tmp_path).open(keys, resume=True, overwrite=False)
+    assert opened.resumed and opened.checkpoint["step"] == 0 and reads == [opened.path]
+
+
 def test_check_writable_names_the_flag(tmp_path):
     check_writable(tmp_path / "new" / "dir")
     assert (tmp_path / "new" / "dir").is_dir() and not list((tmp_path / "new" / "dir").iterdir())

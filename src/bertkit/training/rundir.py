@@ -161,16 +161,17 @@ class RunDir:
         ``run.json``), one killed before its ``run.json`` starts afresh, keeping what it ``prepared``. Rank 0
         decides (and clears); every rank reads the checkpoint it continues from."""
         err: BertkitError | None = None
-        resumed = False
+        resumed, found = False, None
         if self.ctx.is_main:
             try:
-                resumed = self._decide(keys, resume, overwrite, tuple(files or ()), tuple(prepared))
+                resumed, found = self._decide(keys, resume, overwrite, tuple(files or ()), tuple(prepared))
             except BertkitError as e:
                 err = e
         resumed, err = distributed.broadcast_object(self.ctx, (resumed, err))
         if err is not None:
             raise err
-        found = self.latest_intact_checkpoint() if resumed else None
+        if resumed and found is None:  # read once: rank 0's decision may have read it (a run without run.json)
+            found = self.latest_intact_checkpoint()
         return Opened(resumed, found[0] if found else None, found[1] if found else None)
 
     def finished(self, record: dict[str, Any] | None) -> bool:
@@ -184,8 +185,9 @@ class RunDir:
 
     def _decide(
         self, keys: dict[str, Any], resume: bool, overwrite: bool, files: tuple[str, ...], prepared: tuple[str, ...]
-    ) -> bool:
-        """:meth:`open`'s decision on rank 0: whether to resume (raises what is refused)."""
+    ) -> tuple[bool, tuple[Path, dict[str, Any]] | None]:
+        """:meth:`open`'s decision on rank 0: whether to resume (raises what is refused), and the newest intact
+        checkpoint when the decision read it (None when it did not)."""
         out = self.path
         if out.exists() and not out.is_dir():
             raise RunRefused(f"{out} exists and is not a directory; choose another --output")
@@ -203,14 +205,15 @@ class RunDir:
                     raise RunRefused(f"--resume: {out} holds no run (no run.json); drop --resume to start one")
                 logger.warning("--resume: no checkpoint in %s; starting from step 0", self.checkpoints)
                 self.clear(files, keep=prepared)  # an interrupted preparation resumes
-                return False
-            saved = record if record is not None else self.latest_intact_checkpoint()[1].get("run") or {}
+                return False, None
+            found = None if record is not None else self.latest_intact_checkpoint()  # its keys: the saved run's
+            saved = record if found is None else found[1].get("run") or {}
             differ = self.differences(saved, keys)
             if differ:
                 raise InputError(f"--resume: these differ from the interrupted run in {out}: " + "; ".join(differ))
             if not have:
                 logger.warning("--resume: no checkpoint in %s; starting from step 0", self.checkpoints)
-            return True
+            return True, found
         if not overwrite and (have or record is not None or done):
             differ = self.differences(record, keys, names_only=True) if record is not None else []
             interrupted = f"an interrupted run ({self.checkpoints})" if have and not done else ""
@@ -229,7 +232,7 @@ class RunDir:
                 "--overwrite to write into it"
             )
         self.clear((*files, RUN_JSON, "checkpoints") if overwrite else files)
-        return False
+        return False, None
 
     def clear(self, files: Iterable[str], keep: tuple[str, ...] = ()) -> None:
         """Remove ``files`` (names of files or directories in the run's directory) but those in ``keep``."""
