@@ -376,6 +376,20 @@ REFUSED = {
         ["downstream", "--model", "{model}", "--data-dir", "{tmp}", "--output", "{out}", "--max-time-per-run", "0"],
         "--max-time-per-run 0: must be > 0",
     ),
+    "finetune --task rerank, one passage": (
+        ["finetune", "--task", "rerank", "--train", "{rerank}", "--model", "{model}", "--output", "{out}"],
+        "--train: query 'what is a' has no passage but its own positives",
+    ),
+    "finetune --matryoshka-dims 9999": (
+        ["finetune", "--task", "simcse", "--train", "{texts}", "--model", "{model}", "--output", "{out}"]
+        + ["--matryoshka-dims", "9999,8", "--quiet"],
+        "--matryoshka-dims 9999: larger than the model's embedding size 32",
+    ),
+    "finetune --matryoshka-dims 0": (
+        ["finetune", "--task", "simcse", "--train", "{texts}", "--model", "{model}", "--output", "{out}"]
+        + ["--matryoshka-dims", "0", "--quiet"],
+        "--matryoshka-dims must be comma-separated positive integers, got '0'",
+    ),
     "vocab extend --output /proc/x": (
         ["vocab", "extend", "--model", "{model}", "--corpus", "{texts}", "--add", "3", "--output", "/proc/x"],
         "--output /proc/x: cannot write there",
@@ -394,9 +408,10 @@ def test_hostile_input_is_a_one_line_refusal_and_leaves_no_output(tmp_path, tiny
     deep, onnx = _hostile_model_dirs(tmp_path, tiny_dir)
     texts = tmp_path / "texts.txt"
     texts.write_text("the film is good .\nthe film is bad .\n")
-    where = dict(
-        deep=deep, onnx=onnx, model=tiny_dir, tf=tf_dir, texts=texts, train=ft / "sst2_train.tsv", tmp=tmp_path
-    )
+    rerank = tmp_path / "rerank.tsv"
+    rerank.write_text("query\tpositive\nwhat is a\tthe a\n")
+    where = dict(deep=deep, onnx=onnx, model=tiny_dir, tf=tf_dir, texts=texts, train=ft / "sst2_train.tsv")
+    where.update(tmp=tmp_path, rerank=rerank)
     argv, words = REFUSED[case]
     _one_line_refusal(capsys, [a.format(out=tmp_path / "out", **where) for a in argv], words)
     assert not list(tmp_path.glob("out*"))

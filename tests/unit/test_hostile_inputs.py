@@ -71,6 +71,24 @@ def test_non_utf8_beir_qrels(tmp_path):
         read_beir(tmp_path)
 
 
+@pytest.mark.parametrize(
+    "judgements, words",
+    [
+        ("q9\td1\t1\n", "(1 judged queries are not there, e.g. 'q9')"),  # no judged query is in queries.jsonl
+        ("q1\td1\t0\n", "queries.jsonl"),  # none relevant
+    ],
+)
+def test_beir_qrels_without_a_relevant_judgement_of_a_known_query_name_the_file(tmp_path, judgements, words):
+    """Nothing to score is refused as the folder is read (before the corpus is embedded), naming the qrels file."""
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "d1", "text": "x"}\n')
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "y"}\n')
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + judgements)
+    with pytest.raises(DataError, match="no relevant judgement") as e:
+        read_beir(tmp_path)
+    assert str(e.value).startswith(str(tmp_path / "qrels" / "test.tsv")) and words in str(e.value)
+
+
 def test_utf8_with_bom_still_reads(tmp_path):
     p = tmp_path / "ner.conll"
     p.write_bytes(b"\xef\xbb\xbf" + "Par\xe9s B-LOC\n".encode())
