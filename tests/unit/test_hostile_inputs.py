@@ -372,3 +372,50 @@ def test_a_row_with_empty_text_is_a_bad_row_naming_line_and_column(tmp_path, rea
     with pytest.raises(DataError, match=re.escape(f"{path}:{line}: empty text in column {column!r}")):
         reader(path, False)
     assert len(reader(path, True)) == 1  # --skip-bad-rows leaves it out
+
+
+def _break_tagger(d: Path, how: str) -> None:
+    """Damage a saved feature-based tagger's files ``how``."""
+    from safetensors.torch import load_file, save_file
+
+    config = json.loads((d / "tagger_config.json").read_text())
+    if how == "torn config":
+        (d / "tagger_config.json").write_text('{"labels": ')
+    elif how == "config without labels":
+        (d / "tagger_config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "labels"}))
+    elif how == "layers not integers":
+        (d / "tagger_config.json").write_text(json.dumps({**config, "layers": ["last"]}))
+    elif how == "truncated weights":
+        (d / "tagger.safetensors").write_bytes((d / "tagger.safetensors").read_bytes()[:100])
+    elif how == "foreign weights":
+        save_file({k + "_x": v for k, v in load_file(d / "tagger.safetensors").items()}, d / "tagger.safetensors")
+    else:  # weights of another size than the config says
+        (d / "tagger_config.json").write_text(json.dumps({**config, "hidden": config["hidden"] + 1}))
+
+
+@pytest.mark.parametrize(
+    "how, file, words",
+    [
+        ("torn config", "tagger_config.json", "not valid JSON"),
+        ("config without labels", "tagger_config.json", "expected 'labels'"),
+        ("layers not integers", "tagger_config.json", "'layers' (integers)"),
+        ("truncated weights", "tagger.safetensors", "not a safetensors file"),
+        ("foreign weights", "tagger.safetensors", "missing ['rnn."),
+        ("another size", "tagger.safetensors", "does not fit"),
+    ],
+)
+def test_a_damaged_feature_based_tagger_is_one_error_naming_its_file(tmp_path, how, file, words):
+    """evaluate / predict / serve load a feature-based tagger through FeatureTagger.from_pretrained: each damaged
+    file is an InputError naming it (were a JSONDecodeError, KeyError, SafetensorError and ValueError)."""
+    from tinymodels import tiny_config
+
+    from bertkit.modeling import BertModel
+    from bertkit.tasks.tagging import FeatureTagger
+
+    torch.manual_seed(0)
+    FeatureTagger(BertModel(tiny_config(20, layers=1)), ["O", "B-X"], [-1], "bilstm", 8).save_pretrained(tmp_path)
+    FeatureTagger.from_pretrained(tmp_path)  # whole, it loads
+    _break_tagger(tmp_path, how)
+    with pytest.raises(InputError, match=re.escape(words)) as e:
+        FeatureTagger.from_pretrained(tmp_path)
+    assert str(e.value).startswith(str(tmp_path / file)) and len(str(e.value).splitlines()) == 1
