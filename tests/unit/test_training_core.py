@@ -72,6 +72,9 @@ def test_metrics_truncation_keeps_what_the_checkpoint_covers_and_drops_a_torn_li
     run = RunDir(tmp_path)
     for step in (1, 2, 3, 4):
         run.append_metrics({"step": step, "loss": 1.0 / step})
+        if step == 1:  # lines no run writes (another program's): dropped, not a traceback
+            with open(tmp_path / "metrics.jsonl", "a") as f:
+                f.write('[1, 2]\n5\n{"step": "two"}\n')
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"step": 5, "lo')  # torn by a kill
     run.truncate_metrics(2)
@@ -101,8 +104,30 @@ def test_a_corrupted_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, 
     assert path.name == "step-00000001.pt" and saved["step"] == 1
     assert "step-00000002.pt" in caplog.text and "previous" in caplog.text
     (run.checkpoints / "step-00000001.pt").write_bytes(b"torn")
+    caplog.clear()
     with pytest.raises(InputError, match="no readable checkpoint"):
         run.latest_intact_checkpoint()
+    assert "falling back" not in caplog.text  # nothing to fall back to: the error alone, one line
+    torch.save({"model": {}, "step": 1}, run.checkpoints / "step-00000001.pt")  # not a training checkpoint
+    with pytest.raises(InputError, match=r"step-00000001.pt: not a bertkit training checkpoint \(no optimizer/sch"):
+        run.latest_intact_checkpoint()
+
+
+def test_resuming_from_another_models_checkpoint_is_refused_before_anything_is_written(tmp_path):
+    """Run.begin restores the TrainState from the checkpoint opened; one of another model (or a torn state) is a
+    one-line RunRefused naming it, and run.json is not rewritten."""
+    from bertkit.errors import RunRefused
+
+    keys = {"args": {"lr": 1e-2}}
+    model = torch.nn.Linear(3, 3)
+    optimizer = build_optimizer(model, lr=1e-2)
+    other = TrainState(model, optimizer, linear_schedule(optimizer, 2, 10), torch.amp.GradScaler("cpu", enabled=False))
+    other.save(RunDir(tmp_path).checkpoints, DistContext(), run=keys)
+    (tmp_path / "run.json").write_text(json.dumps(keys))
+    run = Run(tmp_path, DistContext(), keys, quiet=True)
+    with pytest.raises(RunRefused, match=r"--resume: .*step-\d+\.pt does not fit this run \(Missing key\(s\)"):
+        run.start(_state(), resume=True, overwrite=False, total_steps=4)
+    assert json.loads((tmp_path / "run.json").read_text()) == keys
 
 
 def test_train_state_round_trip_continues_bit_for_bit(tmp_path):

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.errors import RunError
+from bertkit.errors import InputError, RunError
 from bertkit.files import atomic_write
 
 _NAME = re.compile(r"^step-(\d{8,})\.pt$")
@@ -119,15 +119,21 @@ def _disk_full(e: BaseException) -> bool:
     return "unexpected pos" in text or "No space left" in text or "file write failed" in text
 
 
+# what every training checkpoint holds (TrainState.save), besides the RNG states (``rank_rng``, or an older ``rng``)
+CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "step")
+
+
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a checkpoint with ``weights_only=True``; an unreadable file fails naming it."""
+    """Read a checkpoint with ``weights_only=True``; an unreadable file, or one without what a training checkpoint
+    holds, is an ``InputError`` naming it."""
     path = Path(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001  (a torn or foreign file, whatever the unpickler raises: say which)
-        raise ValueError(f"{path}: not a readable bertkit checkpoint ({type(e).__name__}: {e})") from None
-    if not isinstance(state, dict) or "model" not in state or "step" not in state:
-        raise ValueError(f"{path}: not a bertkit training checkpoint (no model/step)")
+        raise InputError(f"{path}: not a readable bertkit checkpoint ({type(e).__name__}: {e})") from None
+    lacks = [k for k in CHECKPOINT_KEYS if k not in state] if isinstance(state, dict) else list(CHECKPOINT_KEYS)
+    if lacks or not ("rank_rng" in state or "rng" in state):
+        raise InputError(f"{path}: not a bertkit training checkpoint (no {'/'.join(lacks) or 'RNG state'})")
     return state
 
 

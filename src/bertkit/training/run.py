@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import LossNotFinite
+from bertkit.errors import LossNotFinite, RunRefused
 from bertkit.files import write_json
 from bertkit.training import distributed
 from bertkit.training.budget import TimeBudget, fit_steps
@@ -160,7 +160,15 @@ class Run:
         self.state, self.total_steps, self.position, self.reschedule = state, int(total_steps), position, reschedule
         saved = self.opened.checkpoint
         if saved is not None:
-            state.load(saved, self.ctx)
+            try:
+                state.load(saved, self.ctx)
+            except (KeyError, IndexError, RuntimeError, TypeError, ValueError) as e:  # another model's, or torn
+                lines = [x.strip() for x in str(e).splitlines() if x.strip()] or [type(e).__name__]
+                why = lines[1 if len(lines) > 1 and lines[0].startswith("Error(s) in loading") else 0][:200]
+                raise RunRefused(
+                    f"--resume: {self.opened.path} does not fit this run ({why}); remove it to resume from an "
+                    "earlier checkpoint, or start again with --overwrite"
+                ) from None
             self.best, self.history = saved.get("best"), saved.get("history") or []
             self.loss_sum, self.loss_n, self.seen = (list(saved.get("loss") or [0.0, 0]) + [0])[:3]
             self.eval_pending = bool(saved.get("eval_pending"))

@@ -133,10 +133,11 @@ class RunDir:
         for path in reversed(found):
             try:
                 state = load_checkpoint(path)
-            except ValueError as e:
+            except InputError as e:
                 errors.append(str(e))
-                logger.warning("%s; falling back to the previous checkpoint", e)
                 continue
+            for error in errors:  # said when there is one to fall back to (else the error says it all)
+                logger.warning("%s; falling back to the previous checkpoint", error)
             return path, state
         if errors:
             raise InputError("--resume: no readable checkpoint: " + "; ".join(errors))
@@ -258,11 +259,13 @@ class RunDir:
         if not path.is_file():
             return []
         out = []
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
-                out.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line torn by a kill
+            if isinstance(record, dict) and isinstance(record.get("step", 0), int):
+                out.append(record)  # not another program's line (a run writes one object per line)
         return out
 
     def truncate_metrics(self, step: int, pending: str | None = None) -> None:
