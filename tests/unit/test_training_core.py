@@ -214,6 +214,16 @@ def test_resume_reads_the_checkpoint_once(tmp_path, monkeypatch, with_record):
     assert opened.resumed and opened.checkpoint["step"] == 0 and reads == [opened.path]
 
 
+@pytest.mark.parametrize("text", ["[1, 2]", '{"task": ', "[" * 100_000 + "]" * 100_000, "\udcff"])
+def test_a_foreign_run_json_is_one_line_naming_it(tmp_path, text):
+    """run.json that is not a JSON object (an array, torn, nested past the parser's depth, not UTF-8) is one
+    InputError line naming it, whichever way it fails."""
+    (tmp_path / "run.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+    with pytest.raises(InputError, match="run.json: not a readable run record") as e:
+        RunDir(tmp_path).open({"args": {}}, resume=True, overwrite=False)
+    assert len(str(e.value).splitlines()) == 1
+
+
 def test_check_writable_names_the_flag(tmp_path):
     check_writable(tmp_path / "new" / "dir")
     assert (tmp_path / "new" / "dir").is_dir() and not list((tmp_path / "new" / "dir").iterdir())

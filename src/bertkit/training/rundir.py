@@ -93,13 +93,12 @@ class RunDir:
             return None
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(record, dict):
-                raise TypeError("not a JSON object")
-            return record
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as e:
-            raise InputError(
-                f"{path}: not a readable run record ({type(e).__name__}: {e}); remove it, or choose another --output"
-            ) from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+            record = f"{type(e).__name__}: {e}"
+        if not isinstance(record, dict):
+            why = record if isinstance(record, str) else "not a JSON object"
+            raise InputError(f"{path}: not a readable run record ({why}); remove it, or choose another --output")
+        return record
 
     def write_keys(self, keys: dict[str, Any]) -> None:
         if self.ctx.is_main:
@@ -285,14 +284,15 @@ def read_record(path: Path) -> dict[str, Any]:
     """A run.json that records a ``config``; a torn or foreign one is an error naming it."""
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(record, dict) or not isinstance(record["config"], dict):
-            raise TypeError("not an object with a 'config'")
-        return record
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        record = f"{type(e).__name__}: {e}"
+    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+        why = record if isinstance(record, str) else "not an object with a 'config'"
         raise RunRefused(
-            f"{path}: not a readable run record ({type(e).__name__}: {e}); start the run again with "
-            "--overwrite, or choose another --output"
-        ) from None
+            f"{path}: not a readable run record ({why}); start the run again with --overwrite, or choose another "
+            "--output"
+        )
+    return record
 
 
 @contextlib.contextmanager
