@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 from bertkit.errors import BertkitError, InputError, RunError, RunRefused
 from bertkit.files import remove_stale_temp_files, write_json, write_text
 from bertkit.training import distributed
-from bertkit.training.checkpointing import checkpoint_dir, list_checkpoints, load_checkpoint
+from bertkit.training.checkpointing import check_resumable, checkpoint_dir, list_checkpoints, load_checkpoint
 from bertkit.training.distributed import DistContext
 
 logger = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ class RunDir:
         errors = []
         for path in reversed(found):
             try:
-                state = load_checkpoint(path)
+                state = check_resumable(path, load_checkpoint(path))
             except InputError as e:
                 errors.append(str(e))
                 continue
