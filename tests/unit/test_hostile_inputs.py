@@ -419,30 +419,3 @@ def test_a_damaged_feature_based_tagger_is_one_error_naming_its_file(tmp_path, h
     with pytest.raises(InputError, match=re.escape(words)) as e:
         FeatureTagger.from_pretrained(tmp_path)
     assert str(e.value).startswith(str(tmp_path / file)) and len(str(e.value).splitlines()) == 1
-
-
-@pytest.mark.parametrize(
-    "saved, words",
-    [
-        ("[1, 2]", "expected a JSON object"),
-        ('{"task": "sst2", "max_seq_length": "128"}', "max_seq_length '128' is not int"),
-        ('{"task": "sst2", "max_seq_length": true}', "max_seq_length True is not int"),
-        ('{"task": "sst2", "regression": 1}', "regression 1 is not bool"),
-        ('{"task": "sst2", "text_column": 5}', "text_column 5 is not str"),
-        ('{"task": "squad", "doc_stride": -1}', "--doc-stride must be > 0, got -1"),
-    ],
-)
-def test_a_hand_edited_task_config_is_one_error_naming_file_and_key(tmp_path, saved, words):
-    """evaluate / predict / distill read a fine-tuned model's finetune_config.json as its flags are read: an array,
-    a value of another type or out of its flag's range is a ConfigError naming the file (an array and a string
-    length were AttributeError and TypeError tracebacks); the file as finetune writes it reads back."""
-    from bertkit.config import ConfigError
-    from bertkit.tasks.options import saved_options
-
-    good = {"task": "conll2003", "max_seq_length": 64, "feature_based": True, "feature_layers": [-1], "labels": ["O"]}
-    (tmp_path / "finetune_config.json").write_text(json.dumps(good))
-    assert saved_options(tmp_path) == good
-    (tmp_path / "finetune_config.json").write_text(saved)
-    with pytest.raises(ConfigError, match=re.escape(words)) as e:
-        saved_options(tmp_path)
-    assert str(e.value).startswith(f"{tmp_path / 'finetune_config.json'}: ")

@@ -23,12 +23,12 @@ masked-LM accuracy), ``cloze``, and ``blimp`` (BLiMP's minimal pairs by pseudo-l
 from __future__ import annotations
 
 import importlib
+import json
 import random
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bertkit.config import read_config_file
 from bertkit.data.tasks.glue import GLUE_TASKS
 from bertkit.errors import InputError
 from bertkit.models import for_directory
@@ -60,10 +60,15 @@ TASK_NAMES = tuple(TASKS)
 
 
 def read_task_config(directory: str | Path) -> dict[str, Any]:
-    """The saved task config of a fine-tuned model directory, ``{}`` where it has none. A file that is not a JSON
-    object (torn, nested too deeply, an array) is a ``ConfigError`` naming it (``read_config_file``)."""
+    """The saved task config of a fine-tuned model directory, ``{}`` where it has none. A file that is not valid
+    JSON is an :class:`InputError` naming it."""
     path = Path(directory) / TASK_CONFIG_NAME
-    return read_config_file(path) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{path}: not valid JSON ({e})") from None
 
 
 def get_task(name: str, **options: Any):

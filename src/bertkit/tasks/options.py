@@ -11,22 +11,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.config import ConfigError, read_config_file
+from bertkit.config import read_config_file
 from bertkit.errors import InputError
-from bertkit.options import (
-    add_options,
-    check_bounds,
-    device_option,
-    from_args,
-    option,
-    output_option,
-    precision_option,
-)
+from bertkit.options import add_options, device_option, from_args, option, output_option, precision_option
 from bertkit.tasks import TASK_CONFIG_NAME, TASK_NAMES, get_task, read_task_config
 from bertkit.tokenization import load_tokenizer
 
@@ -144,34 +135,12 @@ def task_for_model(name: str, options: dict[str, Any], model_dir: str | Path):
     return task
 
 
-def saved_options(model_dir: Path) -> dict[str, Any]:
-    """The task config saved with a fine-tuned model, its task options checked as their flags are: each of its
-    field's type (a hand-edited or foreign ``finetune_config.json``) and in the flag's range (``check_bounds``), else
-    a ``ConfigError`` naming the file and the key."""
-    saved, path = read_task_config(model_dir), model_dir / TASK_CONFIG_NAME
-    hints, known = typing.get_type_hints(TaskOptions), {}
-    for f in dataclasses.fields(TaskOptions):
-        value = saved.get(f.name)
-        if value is None:
-            continue
-        base = _SAVED_AS.get(f.name) or _TYPES.get(hints[f.name], str)
-        if isinstance(value, bool) != (base is bool) or not isinstance(value, (int, float) if base is float else base):
-            raise ConfigError(f"{path}: {f.name} {value!r} is not {base.__name__}")
-        known[f.name] = value
-    check_bounds(TaskOptions(**known), lambda message: ConfigError(f"{path}: {message}"))
-    return saved
-
-
-_TYPES = {int | None: int, float | None: float, bool: bool}  # TaskOptions' annotations; the others are str
-_SAVED_AS = {"feature_layers": list}  # saved as the layer indices its flag's text was parsed to
-
-
 def task_of_directory(model_dir: Path, task_name: str | None, args: argparse.Namespace):
     """The task of a fine-tuned model directory: ``--task``, else the one its task config names, built with the
     saved options under the command's task flags."""
     if not model_dir.is_dir():
         raise InputError(f"--model {model_dir}: no such directory")
-    saved = saved_options(model_dir)
+    saved = read_task_config(model_dir)
     name = task_name or saved.get("task")
     if not name:
         raise InputError(f"{model_dir}: no {TASK_CONFIG_NAME}; pass --task")
