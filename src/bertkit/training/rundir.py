@@ -124,14 +124,17 @@ class RunDir:
                 out.append(key if names_only else f"{name} {value} (the run used {old})")
         return out
 
-    def latest_intact_checkpoint(self) -> tuple[Path, dict[str, Any]] | None:
-        """The newest checkpoint that reads back, with its state; a newer unreadable one (a torn or corrupted file)
-        is skipped with a warning naming it. None when there is no checkpoint; an error when none is readable."""
+    def latest_intact_checkpoint(self, resumable: bool = True) -> tuple[Path, dict[str, Any]] | None:
+        """The newest checkpoint that reads back (with ``resumable``: whole, ``check_resumable``), with its state; a
+        newer one that does not (a torn or corrupted file) is skipped with a warning naming it. None when there is
+        no checkpoint; an error when none is readable."""
         found = [p for _, p in list_checkpoints(self.checkpoints)]
         errors = []
         for path in reversed(found):
             try:
-                state = check_resumable(path, load_checkpoint(path))
+                state = load_checkpoint(path)
+                if resumable:
+                    check_resumable(path, state)
             except InputError as e:
                 errors.append(str(e))
                 continue
@@ -172,6 +175,8 @@ class RunDir:
             raise err
         if resumed and found is None:  # read once: rank 0's decision may have read it (a run without run.json)
             found = self.latest_intact_checkpoint()
+        elif found is not None:  # read for its keys (which the user is told of first): now, is it a whole one?
+            check_resumable(*found)
         return Opened(resumed, found[0] if found else None, found[1] if found else None)
 
     def finished(self, record: dict[str, Any] | None) -> bool:
@@ -206,7 +211,7 @@ class RunDir:
                 logger.warning("--resume: no checkpoint in %s; starting from step 0", self.checkpoints)
                 self.clear(files, keep=prepared)  # an interrupted preparation resumes
                 return False, None
-            found = None if record is not None else self.latest_intact_checkpoint()  # its keys: the saved run's
+            found = None if record is not None else self.latest_intact_checkpoint(resumable=False)  # its keys
             saved = record if found is None else found[1].get("run") or {}
             differ = self.differences(saved, keys)
             if differ:
