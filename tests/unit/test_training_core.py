@@ -115,19 +115,25 @@ def test_a_corrupted_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, 
 
 def test_resuming_from_another_models_checkpoint_is_refused_before_anything_is_written(tmp_path):
     """Run.begin restores the TrainState from the checkpoint opened; one of another model (or a torn state) is a
-    one-line RunRefused naming it, and run.json is not rewritten."""
+    one-line RunRefused naming it, and run.json is not rewritten; Run.open refuses one without the step count a
+    recipe schedules from (pre-training's was a KeyError traceback)."""
     from bertkit.errors import RunRefused
 
     keys = {"args": {"lr": 1e-2}}
     model = torch.nn.Linear(3, 3)
     optimizer = build_optimizer(model, lr=1e-2)
     other = TrainState(model, optimizer, linear_schedule(optimizer, 2, 10), torch.amp.GradScaler("cpu", enabled=False))
-    other.save(RunDir(tmp_path).checkpoints, DistContext(), run=keys)
+    path = other.save(RunDir(tmp_path).checkpoints, DistContext(), run=keys, total_steps=4)
     (tmp_path / "run.json").write_text(json.dumps(keys))
     run = Run(tmp_path, DistContext(), keys, quiet=True)
     with pytest.raises(RunRefused, match=r"--resume: .*step-\d+\.pt does not fit this run \(Missing key\(s\)"):
         run.start(_state(), resume=True, overwrite=False, total_steps=4)
     assert json.loads((tmp_path / "run.json").read_text()) == keys
+    saved = load_checkpoint(path)
+    del saved["total_steps"]  # one no Run wrote: what a recipe schedules from is missing
+    torch.save(saved, path)
+    with pytest.raises(RunRefused, match=r"is not a checkpoint of a bertkit run \(no integer step and total_steps\)"):
+        Run(tmp_path, DistContext(), keys, quiet=True).open(resume=True, overwrite=False)
 
 
 def test_train_state_round_trip_continues_bit_for_bit(tmp_path):

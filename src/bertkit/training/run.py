@@ -117,6 +117,12 @@ class Run:
         ``--max-time``'s budget starts from the time the run resumed from has spent."""
         self.dir.remove_stale()
         self.opened = self.dir.open(self.keys, resume, overwrite, files, prepared)
+        saved = self.opened.checkpoint
+        if saved is not None and not (type(saved.get("total_steps")) is int and type(saved["step"]) is int):
+            raise RunRefused(  # every checkpoint :meth:`save` writes has both (a recipe schedules from them)
+                f"--resume: {self.opened.path} is not a checkpoint of a bertkit run (no integer step and "
+                "total_steps); remove it to resume from an earlier checkpoint, or start again with --overwrite"
+            )
         if self.max_time:
             spent = float(self.opened.checkpoint.get("elapsed", 0.0)) if self.opened.checkpoint else 0.0
             self.budget = TimeBudget(self.max_time, spent)
