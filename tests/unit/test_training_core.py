@@ -130,6 +130,9 @@ def test_resuming_from_another_models_checkpoint_is_refused_before_anything_is_w
         run.start(_state(), resume=True, overwrite=False, total_steps=4)
     assert json.loads((tmp_path / "run.json").read_text()) == keys
     saved = load_checkpoint(path)
+    _state().save(RunDir(tmp_path).checkpoints, DistContext(), run=keys, total_steps=4, history=[1], keep=1)
+    with pytest.raises(RunRefused, match=r"does not fit this run \(its dev records or training loss are not"):
+        Run(tmp_path, DistContext(), keys, quiet=True).start(_state(), resume=True, overwrite=False, total_steps=4)
     del saved["total_steps"]  # one no Run wrote: what a recipe schedules from is missing
     torch.save(saved, path)
     with pytest.raises(RunRefused, match=r"is not a checkpoint of a bertkit run \(no integer step and total_steps\)"):

@@ -166,19 +166,20 @@ class Run:
         self.state, self.total_steps, self.position, self.reschedule = state, int(total_steps), position, reschedule
         saved = self.opened.checkpoint
         if saved is not None:
-            try:
+            try:  # the state, then the books
                 state.load(saved, self.ctx)
+                self.best, self.history = saved.get("best"), list(saved.get("history") or [])
+                self.loss_sum, self.loss_n, self.seen = (list(saved.get("loss") or [0.0, 0]) + [0])[:3]
+                self.eval_pending = bool(saved.get("eval_pending"))
+                self.meter = Meter(saved.get("meter") or {})  # a resumed run's log window continues
             except (KeyError, IndexError, RuntimeError, TypeError, ValueError) as e:  # another model's, or torn
                 lines = [x.strip() for x in str(e).splitlines() if x.strip()] or [type(e).__name__]
-                why = lines[1 if len(lines) > 1 and lines[0].startswith("Error(s) in loading") else 0][:200]
-                raise RunRefused(
-                    f"--resume: {self.opened.path} does not fit this run ({why}); remove it to resume from an "
-                    "earlier checkpoint, or start again with --overwrite"
-                ) from None
-            self.best, self.history = saved.get("best"), saved.get("history") or []
-            self.loss_sum, self.loss_n, self.seen = (list(saved.get("loss") or [0.0, 0]) + [0])[:3]
-            self.eval_pending = bool(saved.get("eval_pending"))
-            self.meter = Meter(saved.get("meter") or {})  # a resumed run's log window continues
+                self._refuse(lines[1 if len(lines) > 1 and lines[0].startswith("Error(s) in loading") else 0])
+            records = ([] if self.best is None else [self.best]) + self.history
+            if not all(isinstance(r, dict) for r in records) or not all(
+                type(x) in (int, float) for x in (self.loss_sum, self.loss_n, self.seen)
+            ):
+                self._refuse("its dev records or training loss are not what a run saves")
         self.elapsed = state.elapsed
         self.record.update(total_steps=self.total_steps, finished=False)
         self.write_record()
@@ -193,6 +194,13 @@ class Run:
             dynamic_ncols=True,
             disable=self.quiet or not self.ctx.is_main or not sys.stderr.isatty(),
             mininterval=0.5,
+        )
+
+    def _refuse(self, why: str) -> None:
+        """The checkpoint opened cannot continue this run: a one-line RunRefused naming it and ``why``."""
+        raise RunRefused(
+            f"--resume: {self.opened.path} does not fit this run ({why[:200]}); remove it to resume from an earlier "
+            "checkpoint, or start again with --overwrite"
         )
 
     def start(self, state: TrainState, *, resume: bool, overwrite: bool, total_steps: int = 0, **begin) -> dict | None:
