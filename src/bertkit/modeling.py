@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit import checkpoint, ops
-from bertkit.config import BertConfig
+from bertkit.config import BertConfig, ConfigError
+from bertkit.errors import InputError
 
 # --------------------------------------------------------------------------------------------- activations
 
@@ -207,7 +208,7 @@ class BertEmbeddings(nn.Module):
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, position_ids: Tensor | None) -> Tensor:
         T = input_ids.size(1)
         if T > self.max_positions:
-            raise ValueError(f"sequence length {T} exceeds max_position_embeddings ({self.max_positions})")
+            raise InputError(f"sequence length {T} exceeds max_position_embeddings ({self.max_positions})")
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).unsqueeze(0)  # [1, T]
         if token_type_ids is None:
@@ -424,7 +425,7 @@ class BertPreTrainedModel(nn.Module):
     @attn_implementation.setter
     def attn_implementation(self, value: str) -> None:
         if value not in ATTENTION_FUNCTIONS:
-            raise ValueError(f"attn_implementation must be one of {sorted(ATTENTION_FUNCTIONS)}, got {value!r}")
+            raise ConfigError(f"attn_implementation must be one of {sorted(ATTENTION_FUNCTIONS)}, got {value!r}")
         self._bert()._attn_implementation = value
 
     def _bert(self) -> BertModel:
@@ -434,7 +435,7 @@ class BertPreTrainedModel(nn.Module):
         """Set every dropout probability (hidden, attention, heads) to ``p``, in the modules and in the config:
         e.g. fine-tune with 0.1 a model pre-trained with dropout off."""
         if not 0.0 <= p < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {p}")
+            raise InputError(f"dropout must be in [0, 1), got {p}")
         self.config.hidden_dropout_prob = self.config.attention_probs_dropout_prob = p
         for module in self.modules():
             if isinstance(module, nn.Dropout):
@@ -490,7 +491,7 @@ class BertModel(BertPreTrainedModel):
         depth = len(self.encoder.layer)
         if num_layers is not None:
             if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 0 <= num_layers <= depth:
-                raise ValueError(f"num_layers must be an integer in 0..{depth}, got {num_layers!r}")
+                raise InputError(f"num_layers must be an integer in 0..{depth}, got {num_layers!r}")
             depth = num_layers
         # one mask convention, converted once: [B, T] 1/0 -> [B, 1, 1, T] bool (True = attend), None if no padding
         mask = None

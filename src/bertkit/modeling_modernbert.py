@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from bertkit import checkpoint, ops
 from bertkit.config import ConfigError, EncoderConfig, _available_memory, head_fields
-from bertkit.errors import MissingFileError
+from bertkit.errors import InputError, MissingFileError
 from bertkit.modeling import (
     ACT2FN,
     ATTENTION_FUNCTIONS,
@@ -664,13 +664,13 @@ class ModernBertPreTrainedModel(nn.Module):
     @attn_implementation.setter
     def attn_implementation(self, value: str) -> None:
         if value not in ATTENTION_FUNCTIONS:
-            raise ValueError(f"attn_implementation must be one of {sorted(ATTENTION_FUNCTIONS)}, got {value!r}")
+            raise ConfigError(f"attn_implementation must be one of {sorted(ATTENTION_FUNCTIONS)}, got {value!r}")
         self._encoder()._attn_implementation = value
 
     def set_dropout(self, p: float) -> None:
         """Set every dropout probability (embeddings, attention, MLP, classifier) to ``p``, modules and config."""
         if not 0.0 <= p < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {p}")
+            raise InputError(f"dropout must be in [0, 1), got {p}")
         c = self.config
         c.embedding_dropout = c.attention_dropout = c.mlp_dropout = c.classifier_dropout = p
         for module in self.modules():
@@ -727,13 +727,13 @@ class ModernBertModel(ModernBertPreTrainedModel):
         """
         B, T = input_ids.shape
         if T > self.config.max_position_embeddings:
-            raise ValueError(
+            raise InputError(
                 f"sequence length {T} exceeds max_position_embeddings ({self.config.max_position_embeddings})"
             )
         depth = len(self.layers)
         if num_layers is not None:
             if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 0 <= num_layers <= depth:
-                raise ValueError(f"num_layers must be an integer in 0..{depth}, got {num_layers!r}")
+                raise InputError(f"num_layers must be an integer in 0..{depth}, got {num_layers!r}")
             depth = num_layers
         # one mask convention, converted once: [B, T] 1/0 -> [B, T] bool, None if nothing is padded
         mask: Tensor | Packing | None = None

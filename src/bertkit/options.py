@@ -478,6 +478,18 @@ def max_steps_option(
     return option(None, group=group, help=help)
 
 
+MAX_TIME_HELP = (
+    "wall-clock budget (90s, 10m, 1.5h): the run ends at the first step after it is spent, evaluated and saved as "
+    "at its last step (the lr schedule stays that of --epochs / --max-steps)"
+)
+
+
+def max_time_option(help: str, group: str | None = TRAINING) -> Any:
+    """``max_time``: ``--max-time``'s wall-clock budget in seconds, written 90s, 10m, 1.5h (:func:`parse_duration`;
+    > 0, :data:`BOUNDS`); None: no budget."""
+    return option(None, parse=parse_duration, metavar="DURATION", group=group, help=help)
+
+
 def seed_option(
     default: int, group: str | None = TRAINING, help: str = "seed of the initialisation, the data order and dropout"
 ) -> Any:

@@ -374,6 +374,40 @@ def test_gradient_accumulation_equals_the_large_batch(tiny_dir, ft, tmp_path, mo
     assert len(norms) == 2 and float(norms[1]) == pytest.approx(float(norms[0]), rel=1e-5)
 
 
+def test_the_log_window_gets_each_steps_own_loss(tiny_dir, ft, tmp_path, monkeypatch):
+    """Fine-tuning passes ``Run.stepped`` the step's own loss (the mean of its micro-batches'), as pre-training
+    does, not the run's running average: over 4 steps of 2 micro-batches each, the loss a step reports equals the
+    mean of the micro-batch losses counted during that step."""
+    from bertkit.recipes.finetune import FinetuneArgs, finetune
+    from bertkit.tasks import get_task
+    from bertkit.tokenization import BertTokenizer
+    from bertkit.training.run import Run
+
+    seen = []  # (loss passed, the run's loss sum and count after the step)
+    stepped = Run.stepped
+    monkeypatch.setattr(
+        Run, "stepped", lambda run, loss, t0: seen.append((loss, run.loss_sum, run.loss_n)) or stepped(run, loss, t0)
+    )
+    task = get_task("sst2", max_seq_length=16)
+    args = FinetuneArgs(epochs=1, batch_size=2, grad_accum=2, max_steps=4, lr=1e-3, precision="fp32", quiet=True)
+    model = task.load_model(tiny_dir, finetuned=False)
+    finetune(
+        task,
+        model,
+        BertTokenizer.from_pretrained(tiny_dir),
+        task.read(ft / "sst2_train.tsv"),
+        None,
+        tmp_path / "o",
+        args,
+    )
+    assert len(seen) == 4
+    before = (0.0, 0)
+    for loss, total, n in seen:
+        assert n - before[1] == 2 and loss == pytest.approx((total - before[0]) / 2, rel=1e-5)
+        before = (total, n)
+    assert seen[-1][0] != pytest.approx(seen[-1][1] / seen[-1][2], rel=1e-5)  # not the running average
+
+
 def test_grad_accum_must_be_positive(tiny_dir, ft, tmp_path, capsys):
     assert (
         main(
@@ -881,3 +915,32 @@ def test_pipeline_and_predict_on_a_finetuned_modernbert(finetune_base_of, ft, tm
     hf_pipe = load_pipeline(hf_dir, precision="fp32")
     assert hf_pipe.kind == "classification" and hf_pipe.task.labels == ["neg", "pos"]
     assert len(hf_pipe.logits(texts)) == 2
+
+
+@pytest.mark.parametrize("recipe", ["finetune", "embeddings", "distill"])
+def test_max_time_ends_an_epoch_recipe_early_with_a_finished_model(
+    recipe, tiny_dir, sst2_tuned_of, ft, fixtures_dir, tmp_path
+):
+    """--max-time on fine-tuning, the embedding tasks and distillation (``Run``'s budget, as pre-training's): a
+    budget of 1 ms, spent by the first step, ends a run of hundreds of steps after that step, evaluated on dev and
+    saved as at a last step: a loadable model whose dev metrics are step 1's, and run.json records the steps and
+    why the run stopped."""
+    from bertkit import Encoder
+
+    out = tmp_path / recipe
+    if recipe == "embeddings":
+        emb = fixtures_dir / "embeddings"
+        argv = ["finetune", "--task", "simcse", "--train", str(emb / "texts.txt"), "--dev", str(emb / "sts_dev.tsv")]
+        argv += ["--model", str(tiny_dir)]
+    else:
+        argv = ["finetune", "--task", "sst2", "--model", str(tiny_dir)]
+        if recipe == "distill":
+            argv = ["distill", "--teacher", str(sst2_tuned_of("bert")), "--student", "layers:2"]
+        argv += ["--train", str(ft / "sst2_train.tsv"), "--dev", str(ft / "sst2_dev.tsv")]
+    common = ["--epochs", "50", "--batch-size", "4", "--quiet", "--precision", "fp32", "--max-time", "0.001s"]
+    assert main([*argv, *common, "--output", str(out)]) == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["finished"] and run["stopped"] == "max_time" and run["steps"] == 1 < run["total_steps"]
+    best = json.loads((out / ("embedding_config.json" if recipe == "embeddings" else "metrics.json")).read_text())
+    assert (best["best"] if recipe == "embeddings" else best)["step"] == 1
+    assert Encoder.from_pretrained(out).encode(["a short text"]).shape[0] == 1

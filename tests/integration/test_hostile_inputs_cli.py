@@ -470,6 +470,20 @@ REFUSED = {
     "serve --model ''": (["serve", "--model", ""], "--model '': names no model directory"),
     "serve --host ''": (["serve", "--model", "{model}", "--host", ""], "--host is empty"),
     "serve --log-level loud": (["serve", "--model", "{model}", "--log-level", "loud"], "--log-level invalid choice"),
+    "finetune --task rerank, one passage": (
+        ["finetune", "--task", "rerank", "--train", "{rerank}", "--model", "{model}", "--output", "{out}"],
+        "--train: query 'what is a' has no passage but its own positives",
+    ),
+    "finetune --matryoshka-dims 9999": (
+        ["finetune", "--task", "simcse", "--train", "{texts}", "--model", "{model}", "--output", "{out}"]
+        + ["--matryoshka-dims", "9999,8", "--quiet"],
+        "--matryoshka-dims 9999: larger than the model's embedding size 32",
+    ),
+    "finetune --matryoshka-dims 0": (
+        ["finetune", "--task", "simcse", "--train", "{texts}", "--model", "{model}", "--output", "{out}"]
+        + ["--matryoshka-dims", "0", "--quiet"],
+        "--matryoshka-dims must be comma-separated positive integers, got '0'",
+    ),
     "vocab extend --output /proc/x": (
         ["vocab", "extend", "--model", "{model}", "--corpus", "{texts}", "--add", "3", "--output", "/proc/x"],
         "--output /proc/x: cannot write there",
@@ -491,6 +505,8 @@ def test_hostile_input_is_a_one_line_refusal_and_leaves_no_output(
     texts = tmp_path / "texts.txt"
     texts.write_text("the film is good .\nthe film is bad .\n")
     (tmp_path / "in.jsonl").write_text('{"text": "the film is good ."}\n')
+    rerank = tmp_path / "rerank.tsv"
+    rerank.write_text("query\tpositive\nwhat is a\tthe a\n")
     inputs = _files(tmp_path)
     where = dict(
         deep=deep,
@@ -500,6 +516,7 @@ def test_hostile_input_is_a_one_line_refusal_and_leaves_no_output(
         texts=texts,
         train=ft / "sst2_train.tsv",
         tmp=tmp_path,
+        rerank=rerank,
         **wrong_dirs,
     )
     before = _files(tiny_dir)

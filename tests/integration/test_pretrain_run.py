@@ -190,6 +190,7 @@ def test_kill_9_then_resume_matches_uninterrupted(corpus, tmp_path, monkeypatch)
         ckpts / f".step-00000099.pt.tmp-{proc.pid}",
         ckpts / f".latest.tmp-{proc.pid}",
         run / f".run.json.tmp-{proc.pid}",
+        run / "data" / "shards" / f".meta.json.tmp-{proc.pid}",  # the recipe's own directories (open_run)
     ]
     for p in orphans:
         p.write_bytes(b"half a file")

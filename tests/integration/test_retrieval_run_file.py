@@ -131,3 +131,13 @@ def test_run_file_refuses_ids_with_spaces(tmp_path):
     with pytest.raises(ValueError, match="an id with a space"):
         write_run_file(tmp_path / "x.run", {"q 1": [("d1", 0.5)]})
     assert not (tmp_path / "x.run").exists()
+
+
+def test_an_id_with_a_space_is_refused_before_the_work():
+    """retrieval_metrics checks the ids a --run-file will hold before it embeds anything (the encoder here cannot)."""
+    from bertkit.embeddings.evaluate import BeirData, retrieval_metrics
+    from bertkit.errors import InputError
+
+    data = BeirData(["d 1"], ["text"], ["q1"], ["query"], {"q1": {"d 1": 1}})
+    with pytest.raises(InputError, match=r"--run-file x.run: the id 'd 1' holds a space"):
+        retrieval_metrics(None, data, run_file="x.run")

@@ -71,6 +71,24 @@ def test_non_utf8_beir_qrels(tmp_path):
         read_beir(tmp_path)
 
 
+@pytest.mark.parametrize(
+    "judgements, words",
+    [
+        ("q9\td1\t1\n", "(1 judged queries are not there, e.g. 'q9')"),  # no judged query is in queries.jsonl
+        ("q1\td1\t0\n", "queries.jsonl"),  # none relevant
+    ],
+)
+def test_beir_qrels_without_a_relevant_judgement_of_a_known_query_name_the_file(tmp_path, judgements, words):
+    """Nothing to score is refused as the folder is read (before the corpus is embedded), naming the qrels file."""
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "d1", "text": "x"}\n')
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "y"}\n')
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + judgements)
+    with pytest.raises(DataError, match="no relevant judgement") as e:
+        read_beir(tmp_path)
+    assert str(e.value).startswith(str(tmp_path / "qrels" / "test.tsv")) and words in str(e.value)
+
+
 def test_utf8_with_bom_still_reads(tmp_path):
     p = tmp_path / "ner.conll"
     p.write_bytes(b"\xef\xbb\xbf" + "Par\xe9s B-LOC\n".encode())
@@ -354,3 +372,50 @@ def test_a_row_with_empty_text_is_a_bad_row_naming_line_and_column(tmp_path, rea
     with pytest.raises(DataError, match=re.escape(f"{path}:{line}: empty text in column {column!r}")):
         reader(path, False)
     assert len(reader(path, True)) == 1  # --skip-bad-rows leaves it out
+
+
+def _break_tagger(d: Path, how: str) -> None:
+    """Damage a saved feature-based tagger's files ``how``."""
+    from safetensors.torch import load_file, save_file
+
+    config = json.loads((d / "tagger_config.json").read_text())
+    if how == "torn config":
+        (d / "tagger_config.json").write_text('{"labels": ')
+    elif how == "config without labels":
+        (d / "tagger_config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "labels"}))
+    elif how == "layers not integers":
+        (d / "tagger_config.json").write_text(json.dumps({**config, "layers": ["last"]}))
+    elif how == "truncated weights":
+        (d / "tagger.safetensors").write_bytes((d / "tagger.safetensors").read_bytes()[:100])
+    elif how == "foreign weights":
+        save_file({k + "_x": v for k, v in load_file(d / "tagger.safetensors").items()}, d / "tagger.safetensors")
+    else:  # weights of another size than the config says
+        (d / "tagger_config.json").write_text(json.dumps({**config, "hidden": config["hidden"] + 1}))
+
+
+@pytest.mark.parametrize(
+    "how, file, words",
+    [
+        ("torn config", "tagger_config.json", "not valid JSON"),
+        ("config without labels", "tagger_config.json", "expected 'labels'"),
+        ("layers not integers", "tagger_config.json", "'layers' (integers)"),
+        ("truncated weights", "tagger.safetensors", "not a safetensors file"),
+        ("foreign weights", "tagger.safetensors", "missing ['rnn."),
+        ("another size", "tagger.safetensors", "does not fit"),
+    ],
+)
+def test_a_damaged_feature_based_tagger_is_one_error_naming_its_file(tmp_path, how, file, words):
+    """evaluate / predict / serve load a feature-based tagger through FeatureTagger.from_pretrained: each damaged
+    file is an InputError naming it (were a JSONDecodeError, KeyError, SafetensorError and ValueError)."""
+    from tinymodels import tiny_config
+
+    from bertkit.modeling import BertModel
+    from bertkit.tasks.tagging import FeatureTagger
+
+    torch.manual_seed(0)
+    FeatureTagger(BertModel(tiny_config(20, layers=1)), ["O", "B-X"], [-1], "bilstm", 8).save_pretrained(tmp_path)
+    FeatureTagger.from_pretrained(tmp_path)  # whole, it loads
+    _break_tagger(tmp_path, how)
+    with pytest.raises(InputError, match=re.escape(words)) as e:
+        FeatureTagger.from_pretrained(tmp_path)
+    assert str(e.value).startswith(str(tmp_path / file)) and len(str(e.value).splitlines()) == 1

@@ -252,9 +252,21 @@ def test_task_readers_import_nothing_of_the_pretraining_pipeline():
     assert "bertkit.data.tasks.readers" in graph["bertkit.data.pretraining.task_text"]  # the one way it runs
 
 
+def _layout_names(tree: ast.AST) -> list[ast.Constant]:
+    """The string constants of ``tree``, docstrings aside, that name pre-training's data directories."""
+    prose = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    return [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in prose
+        if n.value == "data" or "shards" in n.value
+    ]
+
+
 def test_the_training_core_imports_nothing_of_a_recipe():
     """training/ is the generic core every recipe uses: none of its modules imports a recipe, the pre-training
-    data pipeline (data/pretraining), or a pre-training error type, lazy imports included."""
+    data pipeline (data/pretraining), or a pre-training error type, lazy imports included; nor does its code name
+    pre-training's directory layout (its ``data`` and ``data/shards``: the recipe passes what it prepares)."""
     core = sorted((PACKAGE / "training").glob("*.py"))
     assert len(core) >= 8  # the check sees the package
     wrong = []
@@ -262,10 +274,17 @@ def test_the_training_core_imports_nothing_of_a_recipe():
         for line, module in _imported(path):
             if module.startswith(("bertkit.recipes", "bertkit.data.pretraining")):
                 wrong.append(f"training/{path.name}:{line} imports {module}")
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and any(a.name == "PretrainError" for a in node.names):
                 wrong.append(f"training/{path.name}:{node.lineno} imports PretrainError")
+        wrong += [f"training/{path.name}:{n.lineno} names {n.value!r}" for n in _layout_names(tree)]
     assert wrong == []
+    fake = ast.parse('"""data"""\nrun.clear(keep=("data",), sub="data/shards")')
+    assert sorted(n.value for n in _layout_names(fake)) == [
+        "data",
+        "data/shards",
+    ]  # what the layout check reads (a docstring is prose, not a path)
     fake = "from bertkit.errors import PretrainError\nfrom bertkit.data.pretraining.feed import Feed\n"
     found = [n for n in ast.walk(ast.parse(fake)) if isinstance(n, ast.ImportFrom)]
     assert [a.name for n in found for a in n.names] == ["PretrainError", "Feed"]  # what the check reads

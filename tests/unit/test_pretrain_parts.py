@@ -215,6 +215,14 @@ def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
     assert chosen(max_steps=10, arch="modernbert") == ("modernbert", "modernbert-mini", 30522)
     assert chosen(max_time=60, model_size="bert-mini") == ("bert", "bert-mini", 8000)  # the size names BERT
     assert chosen(max_time=60, model_size="modernbert-small")[0] == "modernbert"
+    lr = lambda **kw: resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, **kw)).lr  # noqa: E731
+    # the budget's lr by the BERT name of the size, in either architecture's name
+    assert (lr(), lr(model_size="modernbert-mini"), lr(arch="bert"), lr(model_size="bert-small")) == (
+        4e-3,
+        1e-3,
+        4e-3,
+        5e-4,
+    )
     init = tmp_path / "mb"
     init.mkdir()
     (init / "config.json").write_text('{"model_type": "modernbert", "hidden_size": 64}', encoding="utf-8")

@@ -72,6 +72,9 @@ def test_metrics_truncation_keeps_what_the_checkpoint_covers_and_drops_a_torn_li
     run = RunDir(tmp_path)
     for step in (1, 2, 3, 4):
         run.append_metrics({"step": step, "loss": 1.0 / step})
+        if step == 1:  # lines no run writes (another program's): dropped, not a traceback
+            with open(tmp_path / "metrics.jsonl", "a") as f:
+                f.write('[1, 2]\n5\n{"step": "two"}\n')
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"step": 5, "lo')  # torn by a kill
     run.truncate_metrics(2)
@@ -101,8 +104,39 @@ def test_a_corrupted_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, 
     assert path.name == "step-00000001.pt" and saved["step"] == 1
     assert "step-00000002.pt" in caplog.text and "previous" in caplog.text
     (run.checkpoints / "step-00000001.pt").write_bytes(b"torn")
+    caplog.clear()
     with pytest.raises(InputError, match="no readable checkpoint"):
         run.latest_intact_checkpoint()
+    assert "falling back" not in caplog.text  # nothing to fall back to: the error alone, one line
+    torch.save({"model": {}, "step": 1}, run.checkpoints / "step-00000001.pt")  # not a training checkpoint
+    with pytest.raises(InputError, match=r"step-00000001.pt: not a bertkit training checkpoint \(no optimizer/sch"):
+        run.latest_intact_checkpoint()
+
+
+def test_resuming_from_another_models_checkpoint_is_refused_before_anything_is_written(tmp_path):
+    """Run.begin restores the TrainState from the checkpoint opened; one of another model (or a torn state) is a
+    one-line RunRefused naming it, and run.json is not rewritten; Run.open refuses one without the step count a
+    recipe schedules from (pre-training's was a KeyError traceback)."""
+    from bertkit.errors import RunRefused
+
+    keys = {"args": {"lr": 1e-2}}
+    model = torch.nn.Linear(3, 3)
+    optimizer = build_optimizer(model, lr=1e-2)
+    other = TrainState(model, optimizer, linear_schedule(optimizer, 2, 10), torch.amp.GradScaler("cpu", enabled=False))
+    path = other.save(RunDir(tmp_path).checkpoints, DistContext(), run=keys, total_steps=4)
+    (tmp_path / "run.json").write_text(json.dumps(keys))
+    run = Run(tmp_path, DistContext(), keys, quiet=True)
+    with pytest.raises(RunRefused, match=r"--resume: .*step-\d+\.pt does not fit this run \(Missing key\(s\)"):
+        run.start(_state(), resume=True, overwrite=False, total_steps=4)
+    assert json.loads((tmp_path / "run.json").read_text()) == keys
+    saved = load_checkpoint(path)
+    _state().save(RunDir(tmp_path).checkpoints, DistContext(), run=keys, total_steps=4, history=[1], keep=1)
+    with pytest.raises(RunRefused, match=r"does not fit this run \(its dev records or training loss are not"):
+        Run(tmp_path, DistContext(), keys, quiet=True).start(_state(), resume=True, overwrite=False, total_steps=4)
+    del saved["total_steps"]  # one no Run wrote: what a recipe schedules from is missing
+    torch.save(saved, path)
+    with pytest.raises(RunRefused, match=r"is not a checkpoint of a bertkit run \(no integer step and total_steps\)"):
+        Run(tmp_path, DistContext(), keys, quiet=True).open(resume=True, overwrite=False)
 
 
 def test_train_state_round_trip_continues_bit_for_bit(tmp_path):
@@ -174,6 +208,31 @@ def test_open_reads_run_directories_the_previous_code_wrote(tmp_path):
         RunDir(ft).open(ft_keys, resume=True, overwrite=False)
 
 
+@pytest.mark.parametrize("with_record", [False, True])
+def test_resume_reads_the_checkpoint_once(tmp_path, monkeypatch, with_record):
+    """--resume reads the newest checkpoint once, also in a run directory without run.json (written before it),
+    whose resume keys the checkpoint holds: the decision's read is the one the run continues from."""
+    from bertkit.training import rundir
+
+    keys, reads = {"task": "sst2", "args": {"lr": 1e-4}}, []
+    monkeypatch.setattr(rundir, "load_checkpoint", lambda path: reads.append(path) or load_checkpoint(path))
+    _state().save(RunDir(tmp_path).checkpoints, DistContext(), run=keys)
+    if with_record:
+        (tmp_path / "run.json").write_text(json.dumps(keys))
+    opened = RunDir(tmp_path).open(keys, resume=True, overwrite=False)
+    assert opened.resumed and opened.checkpoint["step"] == 0 and reads == [opened.path]
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '{"task": ', "[" * 100_000 + "]" * 100_000, "\udcff"])
+def test_a_foreign_run_json_is_one_line_naming_it(tmp_path, text):
+    """run.json that is not a JSON object (an array, torn, nested past the parser's depth, not UTF-8) is one
+    InputError line naming it, whichever way it fails."""
+    (tmp_path / "run.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+    with pytest.raises(InputError, match="run.json: not a readable run record") as e:
+        RunDir(tmp_path).open({"args": {}}, resume=True, overwrite=False)
+    assert len(str(e.value).splitlines()) == 1
+
+
 def test_check_writable_names_the_flag(tmp_path):
     check_writable(tmp_path / "new" / "dir")
     assert (tmp_path / "new" / "dir").is_dir() and not list((tmp_path / "new" / "dir").iterdir())
@@ -228,6 +287,34 @@ def test_run_train_keeps_the_position_and_resumes_after_a_signal(tmp_path):
     assert groups == [["e1b2"]] and [r["step"] for r in run.history] == [3, 4] and [r["step"] for r in saved] == [3]
     for (_, x), (_, y) in zip(whole.model.state_dict().items(), resumed.model.state_dict().items()):
         assert torch.equal(x, y)
+
+
+def test_evaluations_count_as_training_time(tmp_path, monkeypatch):
+    """Run.evaluate's seconds are training time (the clock --max-time's budget resumes from), through Run.timed as
+    pre-training's held-out evaluation's are, a work that raises included; on a clock the test moves."""
+    import types
+
+    from bertkit.training import run as run_module
+
+    clock = [100.0]
+    monkeypatch.setattr(run_module, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    def work(seconds: float, fail: bool = False) -> dict:
+        clock[0] += seconds
+        if fail:
+            raise RuntimeError("the evaluation failed")
+        return {"m": 1.0}
+
+    state = _state()
+    state.position = {"epoch": 0, "batch": 0}
+    run = Run(tmp_path, DistContext(), {"args": {"lr": 1e-2}}, main_metric="m", quiet=True)
+    run.start(state, resume=False, overwrite=False, total_steps=1)
+    run.evaluate(lambda: work(2.5), lambda record: None)
+    assert run.seconds() == 2.5 and run.best["m"] == 1.0
+    assert run.timed(lambda: work(1.0)) == {"m": 1.0} and run.seconds() == 3.5
+    with pytest.raises(RuntimeError):
+        run.evaluate(lambda: work(0.25, fail=True), lambda record: None)
+    assert run.seconds() == 3.75
 
 
 def test_save_if_no_best_saves_the_current_model_only_without_a_best(tmp_path):

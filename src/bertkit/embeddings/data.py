@@ -28,6 +28,7 @@ from typing import Any
 from bertkit.data.pretraining.splitter import sentence_spans
 from bertkit.data.tasks.readers import DataError, RowGuard, check_file, jsonl_records, open_text
 from bertkit.data.tasks.squad import read_squad
+from bertkit.errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -344,7 +345,7 @@ def read_squad_pairs(path: str | os.PathLike, mode: str = "sentence", skip_bad_r
     Unanswerable (v2.0) questions are left out."""
 
     if mode not in ("sentence", "paragraph"):
-        raise ValueError(f"--squad-pairs must be sentence or paragraph, got {mode!r}")
+        raise InputError(f"--squad-pairs must be sentence or paragraph, got {mode!r}")
     examples, _ = read_squad(path, skip_bad_rows=skip_bad_rows, require_answers=False)
     out = TextRows([], path=str(path), skipped=examples.skipped)
     spans_of: dict[str, list[tuple[int, int]]] = {}

@@ -23,6 +23,7 @@ import numpy as np
 
 from bertkit.data.tasks.readers import DataError, RowGuard, check_file, jsonl_records, open_text
 from bertkit.embeddings.data import TextRows
+from bertkit.errors import InputError
 from bertkit.files import write_text
 from bertkit.tasks.metrics import pearson, spearman
 
@@ -46,7 +47,7 @@ def sts_metrics(encoder, data: TextRows, batch_size: int = 64, **options) -> dic
     """Pearson and Spearman (x 100) between the gold scores and the cosine of each pair's embeddings.
     ``options`` (layers, pooling, normalize, max_length) go to ``encoder.encode``."""
     if data.scores is None or data.width != 2:
-        raise ValueError("STS evaluation needs (text, text, score) rows")
+        raise InputError("STS evaluation needs (text, text, score) rows")
     texts = list(dict.fromkeys(data.column(0) + data.column(1)))  # each distinct text once
     vectors = _encode(encoder, texts, batch_size, **options)
     index = {t: i for i, t in enumerate(texts)}
@@ -128,6 +129,13 @@ def read_beir(directory: str | os.PathLike, split: str = "test", skip_bad_rows: 
         raise DataError(qrels_file, None, "no judgements")
     known = set(query_ids)
     missing = [q for q in qrels if q not in known]
+    if not any(r > 0 for q, judged in qrels.items() if q in known for r in judged.values()):
+        raise DataError(
+            qrels_file,
+            None,
+            "no relevant judgement (score > 0) of a query in queries.jsonl"
+            + (f" ({len(missing)} judged queries are not there, e.g. {missing[0]!r})" if missing else ""),
+        )
     if missing:
         logger.warning(
             "%s: %d judged queries are not in queries.jsonl (e.g. %r); they are left out",
@@ -167,12 +175,12 @@ def write_run_file(path: str | os.PathLike, rankings: dict[str, list[tuple[str, 
     atomically. Scores keep float32's 9 significant digits, so trec_eval's order (by score) is the ranking's."""
 
     if not tag or any(c.isspace() for c in tag):
-        raise ValueError(f"run tag {tag!r}: one word with no spaces")
+        raise InputError(f"run tag {tag!r}: one word with no spaces")
     lines = []
     for qid, ranked in rankings.items():
         for rank, (doc, score) in enumerate(ranked, 1):
             if any(c.isspace() for c in qid + doc):
-                raise ValueError(f"query {qid!r} / document {doc!r}: an id with a space cannot go in a TREC run file")
+                raise InputError(f"query {qid!r} / document {doc!r}: an id with a space cannot go in a TREC run file")
             lines.append(f"{qid} Q0 {doc} {rank} {float(score):.9g} {tag}\n")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_text(path, "".join(lines))
@@ -197,7 +205,7 @@ def ranking_metrics(
         for k in k_values:
             recall[k].append(sum(1 for d in ranked[:k] if d in relevant) / len(relevant))
     if not ndcg:
-        raise ValueError("no judged query with a relevant document was ranked")
+        raise InputError("no judged query with a relevant document was ranked")
     out = {"ndcg@10": 100 * float(np.mean(ndcg)), "mrr@10": 100 * float(np.mean(mrr))}
     out.update({f"recall@{k}": 100 * float(np.mean(v)) for k, v in recall.items()})
     out["queries"] = len(ndcg)
@@ -217,7 +225,11 @@ def retrieval_metrics(
     write them as a TREC run file (the top max(k_values) documents of each judged query, with their cosines)."""
     judged = [i for i, q in enumerate(data.query_ids) if q in data.qrels]
     if not judged:
-        raise ValueError("none of the queries has judgements in the qrels file")
+        raise InputError("none of the queries has judgements in the qrels file")
+    if run_file is not None:  # before the work: a TREC run file's fields are split on spaces
+        for name in [data.query_ids[i] for i in judged] + data.corpus_ids:
+            if not name or any(c.isspace() for c in name):
+                raise InputError(f"--run-file {run_file}: the id {name!r} holds a space, which a TREC run cannot")
     q_vec = _encode(encoder, [data.query_texts[i] for i in judged], batch_size, **options)
     c_vec = _encode(encoder, data.corpus_texts, batch_size, **options)
     top, scores = exact_search(q_vec, c_vec, max(k_values), with_scores=True)

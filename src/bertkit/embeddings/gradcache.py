@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from bertkit.errors import InputError
 from bertkit.modeling import Packing
 from bertkit.ops import pool
 from bertkit.precision import autocast
@@ -59,7 +60,7 @@ def length_chunks(
     order = sorted(range(n), key=lambda i: lengths[i])
     sl = [lengths[i] for i in order]
     if max_rows is not None and max_rows < 1:
-        raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+        raise InputError(f"max_rows must be >= 1, got {max_rows}")
     cap = n if not max_rows else max_rows
     if cap >= n:  # a chunk of one length never needs cutting: cuts only where the length changes
         points = [0] + [j for j in range(1, n) if sl[j] != sl[j - 1]] + [n]
@@ -261,7 +262,7 @@ def cached_step(
     the activations of one mini-batch at a time. The mini-batches are length-sorted chunks of at most
     ``mini_batch_size`` rows (:func:`length_chunks`). Returns the loss."""
     if mini_batch_size < 1:
-        raise ValueError(f"--mini-batch-size must be >= 1, got {mini_batch_size}")
+        raise InputError(f"--mini-batch-size must be >= 1, got {mini_batch_size}")
     device = columns[0].ids.device
     # 1. embeddings without a graph; the RNG state before each mini-batch
     chunks: list[list[tuple[Tensor, Column, RngState]]] = []

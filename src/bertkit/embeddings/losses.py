@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from bertkit.errors import InputError
+
 
 def cosine_matrix(a: Tensor, b: Tensor) -> Tensor:
     """[N, D] x [M, D] -> [N, M] cosine similarities (in fp32)."""
@@ -46,7 +48,7 @@ class MultipleNegativesRankingLoss:
 
     def __init__(self, scale: float = 20.0, symmetric: bool = False):
         if scale <= 0:
-            raise ValueError(f"scale must be > 0, got {scale}")
+            raise InputError(f"--scale must be > 0, got {scale}")
         self.scale, self.symmetric = float(scale), bool(symmetric)
 
     @property
@@ -55,7 +57,7 @@ class MultipleNegativesRankingLoss:
 
     def __call__(self, columns: Sequence[Tensor], labels: Tensor | None = None) -> Tensor:
         if len(columns) < 2:
-            raise ValueError("MultipleNegativesRankingLoss needs at least two columns (anchor, positive)")
+            raise InputError("MultipleNegativesRankingLoss needs at least two columns (anchor, positive)")
         anchors = columns[0]
         candidates = torch.cat(list(columns[1:]), dim=0)  # [(1 + K) * B, D]: positives first
         scores = cosine_matrix(anchors, candidates) * self.scale  # [B, (1 + K) * B]
@@ -75,7 +77,7 @@ class CoSENTLoss:
 
     def __init__(self, scale: float = 20.0):
         if scale <= 0:
-            raise ValueError(f"scale must be > 0, got {scale}")
+            raise InputError(f"--scale must be > 0, got {scale}")
         self.scale = float(scale)
 
     @property
@@ -84,7 +86,7 @@ class CoSENTLoss:
 
     def __call__(self, columns: Sequence[Tensor], labels: Tensor | None = None) -> Tensor:
         if len(columns) != 2 or labels is None:
-            raise ValueError("CoSENTLoss needs two columns and a score per pair")
+            raise InputError("CoSENTLoss needs two columns and a score per pair")
         a, b = columns
         cos = F.cosine_similarity(a.float(), b.float(), dim=-1) * self.scale  # [B]
         diff = cos[None, :] - cos[:, None]  # [B, B]: diff[i, j] = s*cos_j - s*cos_i
@@ -103,7 +105,7 @@ class MatryoshkaLoss:
     def __init__(self, inner, dims: Sequence[int]):
         dims = [int(d) for d in dims]
         if not dims or any(d < 1 for d in dims):
-            raise ValueError(f"matryoshka dims must be positive integers, got {dims}")
+            raise InputError(f"--matryoshka-dims must be positive integers, got {dims}")
         self.inner, self.dims = inner, sorted(set(dims), reverse=True)
 
     @property
@@ -113,7 +115,7 @@ class MatryoshkaLoss:
     def __call__(self, columns: Sequence[Tensor], labels: Tensor | None = None) -> Tensor:
         size = columns[0].size(-1)
         if self.dims[0] > size:
-            raise ValueError(f"--matryoshka-dims {self.dims[0]} is larger than the embedding size {size}")
+            raise InputError(f"--matryoshka-dims {self.dims[0]} is larger than the embedding size {size}")
         return sum(self.inner([c[..., :d] for c in columns], labels) for d in self.dims)
 
 
@@ -129,12 +131,12 @@ def build_loss(
     (CoSENT), optionally wrapped in :class:`MatryoshkaLoss`."""
     if task == "simcse":
         if temperature <= 0:
-            raise ValueError(f"--temperature must be > 0, got {temperature}")
+            raise InputError(f"--temperature must be > 0, got {temperature}")
         loss = MultipleNegativesRankingLoss(scale=1.0 / temperature)
     elif task == "pairs":
         loss = MultipleNegativesRankingLoss(scale=scale, symmetric=symmetric)
     elif task == "sts":
         loss = CoSENTLoss(scale=scale)
     else:
-        raise ValueError(f"unknown embedding task {task!r}: choose simcse, pairs or sts")
+        raise InputError(f"--task {task!r}: not an embedding task; choose simcse, pairs or sts")
     return MatryoshkaLoss(loss, matryoshka_dims) if matryoshka_dims else loss

@@ -77,11 +77,16 @@ RESUME_KEYS = (
 )
 
 
-def _dims(text: str) -> list[int]:
+def _dims(text: str, size: int | None = None) -> list[int]:
+    """--matryoshka-dims: positive integers, none above the embedding ``size`` (when known)."""
     try:
         dims = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
-        raise InputError(f"--matryoshka-dims must be comma-separated integers, got {text!r}") from None
+        dims = [0]
+    if any(d < 1 for d in dims):
+        raise InputError(f"--matryoshka-dims must be comma-separated positive integers, got {text!r}")
+    if size is not None and dims and max(dims) > size:
+        raise InputError(f"--matryoshka-dims {max(dims)}: larger than the model's embedding size {size}")
     return dims
 
 
@@ -145,6 +150,7 @@ class EmbeddingTrainArgs:
     max_train_examples: int = option(0, help="use only the first N training rows (0 = all)", group="data")
     epochs: float = option(1.0, group="training")
     max_steps: int | None = opts.max_steps_option()
+    max_time: float | None = opts.max_time_option(opts.MAX_TIME_HELP)
     lr: float = opts.lr_option(5e-5)
     batch_size: int = option(64, help="rows per step per process: the in-batch negatives", group="training")
     mini_batch_size: int = option(
@@ -207,16 +213,16 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
         temperature=args.temperature,
         scale=args.scale,
         symmetric=args.symmetric,
-        matryoshka_dims=_dims(args.matryoshka_dims or "") or None,
+        matryoshka_dims=_dims(args.matryoshka_dims or "", model.config.hidden_size) or None,
     )
     table = rows.token_ids(tokenizer, max_len)  # [N][width] -> ids
     labels_all = torch.tensor(rows.scores, dtype=torch.float32) if rows.scores is not None else None
     n, global_batch = len(table), args.batch_size * ctx.world_size
     batches_per_epoch = n // global_batch  # whole global batches: every rank the same count, no tiny last batch
     if batches_per_epoch == 0:
-        raise ValueError(
-            f"{n} training rows make no full batch of {args.batch_size} x {ctx.world_size} "
-            "process(es): lower --batch-size"
+        raise InputError(
+            f"--batch-size {args.batch_size}: {n} training rows make no full batch of it x {ctx.world_size} "
+            "process(es); lower it"
         )
     total_steps = min(max(1, math.ceil(batches_per_epoch * args.epochs)), args.max_steps or 1 << 62)
     optimizer = build_optimizer(model, lr=args.lr, weight_decay=args.weight_decay)
@@ -239,6 +245,7 @@ def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | N
         precision=precision,
         desc="embeddings",
         save_every=args.save_every,
+        max_time=args.max_time,
     )
     saved = run.start(state, resume=args.resume, overwrite=args.overwrite, total_steps=total_steps)
     if saved is not None:
@@ -291,8 +298,8 @@ def _load_model(args: EmbeddingTrainArgs, device) -> tuple[Any, BertTokenizer | 
     tokenizer = load_tokenizer(model_dir)
     model = models.of_directory(model_dir).model_class("base").from_pretrained(model_dir).to(device).train()
     if len(tokenizer) > model.config.vocab_size:
-        raise ValueError(
-            f"{args.model}: the vocabulary has {len(tokenizer)} tokens but the model only "
+        raise InputError(
+            f"--model {args.model}: the vocabulary has {len(tokenizer)} tokens but the model only "
             f"{model.config.vocab_size} embeddings"
         )
     return model, tokenizer, pooling, min(args.max_seq_length, model.config.max_position_embeddings)

@@ -29,9 +29,11 @@ import torch
 from bertkit.errors import InputError
 from bertkit.files import write_json
 from bertkit.options import (
+    MAX_TIME_HELP,
     clip_option,
     lr_option,
     max_steps_option,
+    max_time_option,
     option,
     seed_option,
     threads_option,
@@ -91,6 +93,7 @@ class FinetuneArgs(RunOptions):
     eval_batch_size: int = option(64, group="training", help="examples per evaluation batch")
     eval_every: int = option(0, group="training", help="evaluate on dev every N steps (0 = at the end of each epoch)")
     max_steps: int | None = max_steps_option()
+    max_time: float | None = max_time_option(MAX_TIME_HELP)
     save_every: int = option(
         0,
         group="checkpoints",
@@ -211,6 +214,7 @@ def finetune(
         precision=precision,
         desc=f"finetune {task.name}",
         save_every=args.save_every,
+        max_time=args.max_time,
     )
     saved = run.start(
         state,
@@ -247,7 +251,7 @@ def finetune(
             run.evaluate(dev, save)
         for group in run.groups(plan, args.grad_accum):
             t0 = time.perf_counter()
-            optimizer_step(
+            result = optimizer_step(
                 state,
                 group,
                 forward,
@@ -258,7 +262,7 @@ def finetune(
                 ddp_model=ddp_model,
                 after_backward=lambda _, out: run.count(out.loss.item()),
             )
-            run.stepped(run.train_loss(), t0)
+            run.stepped(result.loss, t0)  # the step's own loss (its micro-batches' mean) into the log window
             if run.due(50):
                 run.log_progress()
             if run.after_step(stop, run.eval_due(args.eval_every)):  # checkpoint cadence; the agreed stop

@@ -31,6 +31,7 @@ from typing import Any
 from torch import nn
 
 from bertkit.data.tasks.readers import read_table
+from bertkit.errors import InputError
 from bertkit.files import atomic_write
 from bertkit.modeling import SequenceClassifierOutput
 from bertkit.models import for_directory
@@ -112,18 +113,32 @@ class RerankTask(TaskBase):
         others = [p for p in rng.sample(pool, min(len(pool), size + len(taken))) if p not in taken]
         return (out + others)[:size]
 
-    def featurize(self, examples: Sequence, tokenizer, training: bool = False) -> list[dict]:
+    @staticmethod
+    def _passages(examples: Sequence) -> tuple[list[str], dict[str, set[str]]]:
+        """(every distinct passage of ``examples``, each query's own positives)."""
         pool = list(dict.fromkeys([e.text_b for e in examples] + [e.label for e in examples if e.label is not None]))
         own: dict[str, set[str]] = {}
         for e in examples:
             own.setdefault(e.text_a, set()).add(e.text_b)
+        return pool, own
+
+    def fit_labels(self, train_examples: Sequence) -> None:
+        """No label set (one score per pair); the training rows are checked as they are read, before a model is
+        loaded: each query needs a passage other than its own positives to rank its positive above."""
+        pool, own = self._passages(train_examples)
+        query = next((q for q, positives in own.items() if len(positives) >= len(pool)), None)
+        if query is not None:
+            raise InputError(
+                f"--train: query {query[:80]!r} has no passage but its own positives to rank against (rerank "
+                "training needs two different passages per query): add a negative column or more rows"
+            )
+
+    def featurize(self, examples: Sequence, tokenizer, training: bool = False) -> list[dict]:
+        pool, own = self._passages(examples)
         if training:
-            # the same group size for every row: as many candidates as the smallest row can be given
+            self.fit_labels(examples)
+            # the same group size for every row: as many candidates as the smallest row can be given (>= 2)
             size = min([self.group_size] + [len(pool) - len(own[e.text_a]) + 1 for e in examples])
-            if size < 2:
-                raise ValueError(
-                    "rerank training needs at least two different passages per query: give negatives or more rows"
-                )
             rng = random.Random(0)
             groups = [self._candidates(examples, i, size, rng, pool, own) for i in range(len(examples))]
             size = min(len(g) for g in groups)

@@ -15,7 +15,6 @@ sentences; ``token predicted`` when the input has no tags).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -25,6 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertkit.checkpoint import CheckpointError, read_state_dict
+from bertkit.config import ConfigError, read_config_file
 from bertkit.data.tasks.conll import label_list, read_conll
 from bertkit.data.tasks.readers import DataError
 from bertkit.errors import InputError
@@ -290,17 +291,26 @@ class FeatureTagger(nn.Module):
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike) -> FeatureTagger:
-        from safetensors.torch import load_file
-
+        """The tagger a fine-tuning run saved in ``directory``; a torn, foreign or mismatched tagger_config.json or
+        tagger.safetensors is a one-line error naming the file."""
         directory = Path(directory)
-        config = json.loads((directory / TAGGER_CONFIG).read_text(encoding="utf-8"))
+        config_file, weights = directory / TAGGER_CONFIG, directory / TAGGER_WEIGHTS
+        config = read_config_file(config_file)
+        labels, layers, tagger, hidden = (config.get(k) for k in ("labels", "layers", "tagger", "hidden"))
+        lists = isinstance(labels, list) and isinstance(layers, list) and all(type(x) is int for x in layers)
+        if not (lists and labels and type(hidden) is int and hidden > 0):
+            raise ConfigError(f"{config_file}: expected 'labels', 'layers' (integers) and a positive 'hidden'")
         bert = for_directory(BertModel, directory).from_pretrained(directory)  # BERT's or ModernBERT's encoder
-        model = cls(bert, config["labels"], config["layers"], config["tagger"], config["hidden"])
-        state = load_file(str(directory / TAGGER_WEIGHTS))
-        missing, unexpected = model.load_state_dict(state, strict=False)
+        model = cls(bert, [str(x) for x in labels], layers, tagger, hidden)
+        try:
+            missing, unexpected = model.load_state_dict(read_state_dict(weights), strict=False)
+        except RuntimeError as e:  # a tensor of another shape than the config makes
+            raise CheckpointError(
+                f"{weights}: does not fit {config_file} ({str(e).splitlines()[-1].strip()})"
+            ) from None
         missing = [k for k in missing if not k.startswith("bert.")]
         if missing or unexpected:
-            raise ValueError(f"{directory / TAGGER_WEIGHTS}: missing {missing[:4]}, unexpected {unexpected[:4]}")
+            raise CheckpointError(f"{weights}: missing {missing[:4]}, unexpected {unexpected[:4]}")
         model.eval()
         return model
 

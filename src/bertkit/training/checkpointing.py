@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.errors import RunError
+from bertkit.errors import InputError, RunError
 from bertkit.files import atomic_write
 
 _NAME = re.compile(r"^step-(\d{8,})\.pt$")
@@ -119,15 +119,29 @@ def _disk_full(e: BaseException) -> bool:
     return "unexpected pos" in text or "No space left" in text or "file write failed" in text
 
 
+# what a checkpoint a run resumes from holds (TrainState.save), besides the RNG states (``rank_rng``, or ``rng``)
+TRAINING_KEYS = ("model", "optimizer", "scheduler", "step")
+
+
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a checkpoint with ``weights_only=True``; an unreadable file fails naming it."""
+    """Read a checkpoint with ``weights_only=True``; an unreadable file, or one without a model and a step, is an
+    ``InputError`` naming it."""
     path = Path(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001  (a torn or foreign file, whatever the unpickler raises: say which)
-        raise ValueError(f"{path}: not a readable bertkit checkpoint ({type(e).__name__}: {e})") from None
+        raise InputError(f"{path}: not a readable bertkit checkpoint ({type(e).__name__}: {e})") from None
     if not isinstance(state, dict) or "model" not in state or "step" not in state:
-        raise ValueError(f"{path}: not a bertkit training checkpoint (no model/step)")
+        raise InputError(f"{path}: not a bertkit training checkpoint (no model/step)")
+    return state
+
+
+def check_resumable(path: Path, state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` (read by :func:`load_checkpoint`) when it holds what a run resumes from, else an ``InputError``
+    naming ``path`` and what it lacks."""
+    lacks = [k for k in TRAINING_KEYS if k not in state] + ([] if "rank_rng" in state or "rng" in state else ["RNG"])
+    if lacks:
+        raise InputError(f"{path}: not a bertkit training checkpoint (no {'/'.join(lacks)})")
     return state
 
 

@@ -8,6 +8,7 @@ import re
 import torch
 from torch import nn
 
+from bertkit.errors import InputError
 from bertkit.models import LAYER_KEY
 
 _EMBEDDINGS = re.compile(r"(?:^|\.)embeddings\.")
@@ -47,7 +48,7 @@ def parameter_groups(
             {"params": groups.get((True, 0), []), "weight_decay": 0.0},
         ]
     if lr is None:
-        raise ValueError("layer_decay needs the peak lr")
+        raise InputError("--layer-decay needs the peak --lr")
     return [
         {"params": params, "weight_decay": 0.0 if no_decay else weight_decay, "lr": lr * layer_decay ** (top - depth)}
         for (no_decay, depth), params in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0]))
@@ -118,7 +119,7 @@ def lr_factor(kind: str, step: int, warmup_steps: int, total_steps: int, cooldow
             return 0.5 * (1 - math.cos(math.pi * (step + 1) / (warmup_steps + 1)))
         progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
         return 0.5 * (1 + math.cos(math.pi * progress))
-    raise ValueError(f"schedule must be one of {SCHEDULES}, got {kind!r}")
+    raise InputError(f"--schedule must be one of {SCHEDULES}, got {kind!r}")
 
 
 def lr_schedule(
@@ -126,5 +127,5 @@ def lr_schedule(
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """A ``LambdaLR`` following :func:`lr_factor` (``linear`` is :func:`linear_schedule` exactly)."""
     if kind not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {kind!r}")
+        raise InputError(f"--schedule must be one of {SCHEDULES}, got {kind!r}")
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(kind, s, warmup_steps, total_steps))

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import LossNotFinite
+from bertkit.errors import LossNotFinite, RunRefused
 from bertkit.files import write_json
 from bertkit.training import distributed
 from bertkit.training.budget import TimeBudget, fit_steps
@@ -109,12 +109,20 @@ class Run:
 
     # ------------------------------------------------------------------------------------------ open and begin
 
-    def open(self, resume: bool, overwrite: bool, files: Sequence[str] | None = None) -> Opened:
+    def open(
+        self, resume: bool, overwrite: bool, files: Sequence[str] | None = None, prepared: Sequence[str] = ()
+    ) -> Opened:
         """Remove what a killed run left half-written and open the directory by the one resume protocol
-        (``RunDir.open``: refusals, keys, ``files`` a run writes); ``--max-time``'s budget starts from the time
-        the run resumed from has spent."""
+        (``RunDir.open``: refusals, keys, ``files`` a run writes, those it ``prepared`` before its run.json);
+        ``--max-time``'s budget starts from the time the run resumed from has spent."""
         self.dir.remove_stale()
-        self.opened = self.dir.open(self.keys, resume, overwrite, files)
+        self.opened = self.dir.open(self.keys, resume, overwrite, files, prepared)
+        saved = self.opened.checkpoint
+        if saved is not None and not (type(saved.get("total_steps")) is int and type(saved["step"]) is int):
+            raise RunRefused(  # every checkpoint :meth:`save` writes has both (a recipe schedules from them)
+                f"--resume: {self.opened.path} is not a checkpoint of a bertkit run (no integer step and "
+                "total_steps); remove it to resume from an earlier checkpoint, or start again with --overwrite"
+            )
         if self.max_time:
             spent = float(self.opened.checkpoint.get("elapsed", 0.0)) if self.opened.checkpoint else 0.0
             self.budget = TimeBudget(self.max_time, spent)
@@ -158,11 +166,20 @@ class Run:
         self.state, self.total_steps, self.position, self.reschedule = state, int(total_steps), position, reschedule
         saved = self.opened.checkpoint
         if saved is not None:
-            state.load(saved, self.ctx)
-            self.best, self.history = saved.get("best"), saved.get("history") or []
-            self.loss_sum, self.loss_n, self.seen = (list(saved.get("loss") or [0.0, 0]) + [0])[:3]
-            self.eval_pending = bool(saved.get("eval_pending"))
-            self.meter = Meter(saved.get("meter") or {})  # a resumed run's log window continues
+            try:  # the state, then the books
+                state.load(saved, self.ctx)
+                self.best, self.history = saved.get("best"), list(saved.get("history") or [])
+                self.loss_sum, self.loss_n, self.seen = (list(saved.get("loss") or [0.0, 0]) + [0])[:3]
+                self.eval_pending = bool(saved.get("eval_pending"))
+                self.meter = Meter(saved.get("meter") or {})  # a resumed run's log window continues
+            except (KeyError, IndexError, RuntimeError, TypeError, ValueError) as e:  # another model's, or torn
+                lines = [x.strip() for x in str(e).splitlines() if x.strip()] or [type(e).__name__]
+                self._refuse(lines[1 if len(lines) > 1 and lines[0].startswith("Error(s) in loading") else 0])
+            records = ([] if self.best is None else [self.best]) + self.history
+            if not all(isinstance(r, dict) for r in records) or not all(
+                type(x) in (int, float) for x in (self.loss_sum, self.loss_n, self.seen)
+            ):
+                self._refuse("its dev records or training loss are not what a run saves")
         self.elapsed = state.elapsed
         self.record.update(total_steps=self.total_steps, finished=False)
         self.write_record()
@@ -177,6 +194,13 @@ class Run:
             dynamic_ncols=True,
             disable=self.quiet or not self.ctx.is_main or not sys.stderr.isatty(),
             mininterval=0.5,
+        )
+
+    def _refuse(self, why: str) -> None:
+        """The checkpoint opened cannot continue this run: a one-line RunRefused naming it and ``why``."""
+        raise RunRefused(
+            f"--resume: {self.opened.path} does not fit this run ({why[:200]}); remove it to resume from an earlier "
+            "checkpoint, or start again with --overwrite"
         )
 
     def start(self, state: TrainState, *, resume: bool, overwrite: bool, total_steps: int = 0, **begin) -> dict | None:
@@ -246,24 +270,26 @@ class Run:
         """Every ``every`` steps, and at the last."""
         return self.step % every == 0 or self.step == self.total_steps
 
-    def timed(self, work) -> Any:
-        """``work()``, its seconds counted as training time (an evaluation)."""
+    def timed(self, work: Callable[[], Any]) -> Any:
+        """``work()``, its seconds counted as training time (an evaluation), also when it raises."""
         t0 = time.perf_counter()
-        result = work()
-        self.elapsed += time.perf_counter() - t0
-        return result
+        try:
+            return work()
+        finally:
+            self.elapsed += time.perf_counter() - t0
 
     def after_step(self, stop: GracefulStop, eval_due: bool = False) -> bool:
         """A checkpoint every ``save_every`` steps (recording ``eval_due``: an evaluation due at this step and not
         yet done); then every process agrees whether to stop (a signal, or the time budget spent before the
-        last step). Returns whether to evaluate now: one is due and the run was not stopped (a stopped run's
-        checkpoint says it is pending, and the resumed run does it first)."""
+        last step). Returns whether to evaluate now: one is due and the run was not signalled (a signalled run's
+        checkpoint says it is pending, and the resumed run does it first), or ``--max-time`` ended the run here (its
+        last step, evaluated as an uninterrupted run's last is)."""
         step, self.eval_pending = self.step, eval_due
         if self.save_every and step % self.save_every == 0 and step < self.total_steps:
             self.save()
         why = stop.agreed(self.ctx, spent=bool(self.budget and self.budget.over()))
         self.stop_why = why if why == "signal" or (why == "time" and step < self.total_steps) else None
-        return eval_due and self.stop_why is None
+        return (eval_due or self.stop_why == "time") and self.stop_why != "signal"
 
     def log(self, line: dict[str, Any], postfix: dict[str, str], said: str) -> None:
         """A metrics line into the one sink (:meth:`record`), then :meth:`show`."""
@@ -332,12 +358,8 @@ class Run:
     def evaluate(self, evaluate: Callable[[], dict] | None, save: Callable[[dict], None]) -> None:
         """Rank 0: the dev metrics (``evaluate()``), a record in the history and the metrics sink, and
         ``save(record)`` when the main metric improved; then every rank meets. Nothing without a dev set
-        (``evaluate`` None). Its seconds count as training time."""
-        t0 = time.perf_counter()
-        try:
-            self._evaluate(evaluate, save)
-        finally:
-            self.elapsed += time.perf_counter() - t0
+        (``evaluate`` None). Its seconds count as training time (:meth:`timed`)."""
+        self.timed(lambda: self._evaluate(evaluate, save))
         self.eval_pending = False
 
     def _evaluate(self, evaluate: Callable[[], dict] | None, save: Callable[[dict], None]) -> None:
@@ -438,10 +460,14 @@ class Run:
 
     def mark_finished(self) -> None:
         """The TensorBoard file from the whole metrics.jsonl, and run.json says the run ended (its model is
-        written): ``--resume`` refuses it from now on."""
+        written: ``--resume`` refuses it from now on), after how many steps and why: ``"max_time"`` (the budget
+        was spent first) or ``"total_steps"``."""
         self.write_board()
-        self.record["finished"] = True
+        stopped = "max_time" if self.stop_why == "time" else "total_steps"
+        self.record.update(finished=True, steps=self.step, stopped=stopped)
         self.write_record()
+        if stopped == "max_time":
+            say(f"--max-time reached at step {self.step} of {self.total_steps}", self.ctx, self.quiet)
 
     def finish(self, args_record: dict, **log: Any) -> None:
         """Rank 0 writes ``train_log.json`` (the args, the history and ``log``), marks run.json finished and removes

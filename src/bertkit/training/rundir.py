@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 from bertkit.errors import BertkitError, InputError, RunError, RunRefused
 from bertkit.files import remove_stale_temp_files, write_json, write_text
 from bertkit.training import distributed
-from bertkit.training.checkpointing import checkpoint_dir, list_checkpoints, load_checkpoint
+from bertkit.training.checkpointing import check_resumable, checkpoint_dir, list_checkpoints, load_checkpoint
 from bertkit.training.distributed import DistContext
 
 logger = logging.getLogger(__name__)
@@ -93,13 +93,12 @@ class RunDir:
             return None
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(record, dict):
-                raise TypeError("not a JSON object")
-            return record
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as e:
-            raise InputError(
-                f"{path}: not a readable run record ({type(e).__name__}: {e}); remove it, or choose another --output"
-            ) from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+            record = f"{type(e).__name__}: {e}"
+        if not isinstance(record, dict):
+            why = record if isinstance(record, str) else "not a JSON object"
+            raise InputError(f"{path}: not a readable run record ({why}); remove it, or choose another --output")
+        return record
 
     def write_keys(self, keys: dict[str, Any]) -> None:
         if self.ctx.is_main:
@@ -125,44 +124,59 @@ class RunDir:
                 out.append(key if names_only else f"{name} {value} (the run used {old})")
         return out
 
-    def latest_intact_checkpoint(self) -> tuple[Path, dict[str, Any]] | None:
-        """The newest checkpoint that reads back, with its state; a newer unreadable one (a torn or corrupted file)
-        is skipped with a warning naming it. None when there is no checkpoint; an error when none is readable."""
+    def latest_intact_checkpoint(self, resumable: bool = True) -> tuple[Path, dict[str, Any]] | None:
+        """The newest checkpoint that reads back (with ``resumable``: whole, ``check_resumable``), with its state; a
+        newer one that does not (a torn or corrupted file) is skipped with a warning naming it. None when there is
+        no checkpoint; an error when none is readable."""
         found = [p for _, p in list_checkpoints(self.checkpoints)]
         errors = []
         for path in reversed(found):
             try:
                 state = load_checkpoint(path)
-            except ValueError as e:
+                if resumable:
+                    check_resumable(path, state)
+            except InputError as e:
                 errors.append(str(e))
-                logger.warning("%s; falling back to the previous checkpoint", e)
                 continue
+            for error in errors:  # said when there is one to fall back to (else the error says it all)
+                logger.warning("%s; falling back to the previous checkpoint", error)
             return path, state
         if errors:
             raise InputError("--resume: no readable checkpoint: " + "; ".join(errors))
         return None
 
-    def open(self, keys: dict[str, Any], resume: bool, overwrite: bool, files: Iterable[str] | None = None) -> Opened:
+    def open(
+        self,
+        keys: dict[str, Any],
+        resume: bool,
+        overwrite: bool,
+        files: Iterable[str] | None = None,
+        prepared: Iterable[str] = (),
+    ) -> Opened:
         """The one resume protocol of every run. ``keys``: the settings a resumed run must share with the one in
         the directory (``run.json``, else its newest checkpoint's ``run``; nested dicts compare the keys given);
-        ``files``: the names a run writes (a directory holding others is no run's; ``--overwrite`` removes them).
+        ``files``: the names a run writes (a directory holding others is no run's; ``--overwrite`` removes them);
+        ``prepared``: those of ``files`` a run prepares before its ``run.json`` (pre-training's data).
 
         Without ``resume``: a directory holding a run (an interrupted, finished or begun one) is refused unless
         ``overwrite``, which clears it. With ``resume``: a finished run is refused (nothing to resume), and so are
         keys that differ; a run killed before its first checkpoint resumes from step 0 (with its recorded
-        ``run.json``), one killed before its ``run.json`` starts afresh, keeping its prepared ``data``. Rank 0
+        ``run.json``), one killed before its ``run.json`` starts afresh, keeping what it ``prepared``. Rank 0
         decides (and clears); every rank reads the checkpoint it continues from."""
         err: BertkitError | None = None
-        resumed = False
+        resumed, found = False, None
         if self.ctx.is_main:
             try:
-                resumed = self._decide(keys, resume, overwrite, files)
+                resumed, found = self._decide(keys, resume, overwrite, tuple(files or ()), tuple(prepared))
             except BertkitError as e:
                 err = e
         resumed, err = distributed.broadcast_object(self.ctx, (resumed, err))
         if err is not None:
             raise err
-        found = self.latest_intact_checkpoint() if resumed else None
+        if resumed and found is None:  # read once: rank 0's decision may have read it (a run without run.json)
+            found = self.latest_intact_checkpoint()
+        elif found is not None:  # read for its keys (which the user is told of first): now, is it a whole one?
+            check_resumable(*found)
         return Opened(resumed, found[0] if found else None, found[1] if found else None)
 
     def finished(self, record: dict[str, Any] | None) -> bool:
@@ -174,9 +188,12 @@ class RunDir:
             return ended
         return bool(record.get("finished", True)) and (ended or (self.path / "model.safetensors").is_file())
 
-    def _decide(self, keys: dict[str, Any], resume: bool, overwrite: bool, files: Iterable[str] | None) -> bool:
-        """:meth:`open`'s decision on rank 0: whether to resume (raises what is refused)."""
-        out, files = self.path, tuple(files or ())
+    def _decide(
+        self, keys: dict[str, Any], resume: bool, overwrite: bool, files: tuple[str, ...], prepared: tuple[str, ...]
+    ) -> tuple[bool, tuple[Path, dict[str, Any]] | None]:
+        """:meth:`open`'s decision on rank 0: whether to resume (raises what is refused), and the newest intact
+        checkpoint when the decision read it (None when it did not)."""
+        out = self.path
         if out.exists() and not out.is_dir():
             raise RunRefused(f"{out} exists and is not a directory; choose another --output")
         names = {p.name for p in out.iterdir() if not p.name.startswith(".")} if out.is_dir() else set()
@@ -192,17 +209,16 @@ class RunDir:
                 if files and names - set(files):
                     raise RunRefused(f"--resume: {out} holds no run (no run.json); drop --resume to start one")
                 logger.warning("--resume: no checkpoint in %s; starting from step 0", self.checkpoints)
-                self.clear(files, keep=("data",))  # an interrupted preparation of the data resumes
-                self.remove_stale("data", "data/shards")
-                return False
-            saved = record if record is not None else self.latest_intact_checkpoint()[1].get("run") or {}
+                self.clear(files, keep=prepared)  # an interrupted preparation resumes
+                return False, None
+            found = None if record is not None else self.latest_intact_checkpoint(resumable=False)  # its keys
+            saved = record if found is None else found[1].get("run") or {}
             differ = self.differences(saved, keys)
             if differ:
                 raise InputError(f"--resume: these differ from the interrupted run in {out}: " + "; ".join(differ))
             if not have:
                 logger.warning("--resume: no checkpoint in %s; starting from step 0", self.checkpoints)
-            self.remove_stale("data", "data/shards")
-            return True
+            return True, found
         if not overwrite and (have or record is not None or done):
             differ = self.differences(record, keys, names_only=True) if record is not None else []
             interrupted = f"an interrupted run ({self.checkpoints})" if have and not done else ""
@@ -221,7 +237,7 @@ class RunDir:
                 "--overwrite to write into it"
             )
         self.clear((*files, RUN_JSON, "checkpoints") if overwrite else files)
-        return False
+        return False, None
 
     def clear(self, files: Iterable[str], keep: tuple[str, ...] = ()) -> None:
         """Remove ``files`` (names of files or directories in the run's directory) but those in ``keep``."""
@@ -247,11 +263,13 @@ class RunDir:
         if not path.is_file():
             return []
         out = []
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
-                out.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line torn by a kill
+            if isinstance(record, dict) and isinstance(record.get("step", 0), int):
+                out.append(record)  # not another program's line (a run writes one object per line)
         return out
 
     def truncate_metrics(self, step: int, pending: str | None = None) -> None:
@@ -271,14 +289,15 @@ def read_record(path: Path) -> dict[str, Any]:
     """A run.json that records a ``config``; a torn or foreign one is an error naming it."""
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(record, dict) or not isinstance(record["config"], dict):
-            raise TypeError("not an object with a 'config'")
-        return record
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        record = f"{type(e).__name__}: {e}"
+    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+        why = record if isinstance(record, str) else "not an object with a 'config'"
         raise RunRefused(
-            f"{path}: not a readable run record ({type(e).__name__}: {e}); start the run again with "
-            "--overwrite, or choose another --output"
-        ) from None
+            f"{path}: not a readable run record ({why}); start the run again with --overwrite, or choose another "
+            "--output"
+        )
+    return record
 
 
 @contextlib.contextmanager

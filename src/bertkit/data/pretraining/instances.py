@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.data.pretraining.shards import META_NAME, SHARD_FORMAT, file_sha256, read_meta  # noqa: F401 (public here too)
-from bertkit.errors import PretrainError
+from bertkit.errors import InputError, PretrainError
 
 NO_LABEL = -100
 SHUFFLE_SHARDS = 16  # shards whose instances an epoch shuffles together (see PretrainingData.ids_at)
@@ -73,13 +73,13 @@ class VocabInfo:
         index = {t: i for i, t in enumerate(tokens)}
         for special in ("[PAD]", "[CLS]", "[SEP]", "[MASK]"):
             if special not in index:
-                raise ValueError(f"the vocabulary has no {special} token, which pre-training needs")
+                raise InputError(f"the vocabulary has no {special} token, which pre-training needs")
         cont = np.array([t.startswith("##") for t in tokens], dtype=bool)
         pool = np.array(
             [i for i, t in enumerate(tokens) if not (t.startswith("[") and t.endswith("]"))], dtype=np.int64
         )
         if len(pool) == 0:
-            raise ValueError("the vocabulary has no ordinary tokens")
+            raise InputError("the vocabulary has no ordinary tokens")
         return cls(len(tokens), index["[CLS]"], index["[SEP]"], index["[MASK]"], index["[PAD]"], cont, pool)
 
     @classmethod
@@ -108,7 +108,7 @@ class Shard:
             try:
                 arrays.append(np.load(path, mmap_mode="r"))
             except (OSError, ValueError) as e:
-                raise ValueError(f"{path}: unreadable shard ({e}); delete {directory} to rebuild it") from None
+                raise InputError(f"{path}: unreadable shard ({e}); delete {directory} to rebuild it") from None
         return cls(name, *arrays)
 
 
@@ -158,7 +158,7 @@ class ShardLayout:
         self.shard, self.short_seq_prob, self.nsp, self.seed = shard, short_seq_prob, nsp, seed
         self.max_tokens = max_seq_length - (3 if nsp else 2)
         if self.max_tokens < 2:
-            raise ValueError(f"max_seq_length {max_seq_length} is too short for an instance")
+            raise InputError(f"max_seq_length {max_seq_length} is too short for an instance")
         self.starts = _chunk_starts(shard, self.max_tokens) if starts is None else starts
         # plain ndarray views of the memmaps: indexing and slicing them skips np.memmap's per-access bookkeeping
         self._sent, self._docs = np.asarray(shard.sentences), np.asarray(shard.documents)
@@ -352,16 +352,16 @@ class DataOptions:
 
     def __post_init__(self) -> None:
         if self.masking not in ("dynamic", "static"):
-            raise ValueError(f"masking must be 'dynamic' or 'static', got {self.masking!r}")
+            raise InputError(f"masking must be 'dynamic' or 'static', got {self.masking!r}")
         if not 0.0 < self.mask_prob < 1.0:
-            raise ValueError(f"mask_prob must be in (0, 1), got {self.mask_prob}")
+            raise InputError(f"mask_prob must be in (0, 1), got {self.mask_prob}")
         if self.max_seq_length < 8:
-            raise ValueError(f"max_seq_length must be >= 8, got {self.max_seq_length}")
+            raise InputError(f"max_seq_length must be >= 8, got {self.max_seq_length}")
         if self.batch_size < 1 or self.dupe_factor < 1:
-            raise ValueError("batch_size and dupe_factor must be >= 1")
+            raise InputError("batch_size and dupe_factor must be >= 1")
         self.mask_mix = tuple(float(x) for x in self.mask_mix)
         if len(self.mask_mix) != 3 or min(self.mask_mix) < 0 or abs(sum(self.mask_mix) - 1.0) > 1e-6:
-            raise ValueError(
+            raise InputError(
                 f"mask_mix must be three non-negative shares (mask, random, keep) summing to 1, got {self.mask_mix}"
             )
         if self.max_predictions is None:
@@ -398,9 +398,9 @@ class PretrainingData:
         self.directory = Path(directory)
         meta = read_meta(self.directory)
         if meta is None:
-            raise ValueError(f"{self.directory}: no pre-training shards (meta.json missing)")
+            raise InputError(f"{self.directory}: no pre-training shards (meta.json missing)")
         if meta["vocab_size"] != vocab.vocab_size:
-            raise ValueError(
+            raise InputError(
                 f"{self.directory}: shards were built with a vocabulary of {meta['vocab_size']} tokens, "
                 f"this one has {vocab.vocab_size}"
             )
@@ -589,7 +589,7 @@ def first_tokens(directory: str | os.PathLike, max_tokens: int) -> Iterator[np.n
     """The training shards' token ids as int64 arrays, shard by shard, up to the first ``max_tokens`` in all."""
     meta = read_meta(directory)
     if meta is None:
-        raise ValueError(f"{directory}: no pre-training shards (meta.json missing)")
+        raise InputError(f"{directory}: no pre-training shards (meta.json missing)")
     left = max_tokens
     for info in meta["shards"]:
         if left <= 0:

@@ -20,9 +20,9 @@ from bertkit.options import (
     device_option,
     lr_option,
     max_steps_option,
+    max_time_option,
     option,
     output_option,
-    parse_duration,
     precision_option,
     seed_option,
     threads_option,
@@ -260,13 +260,7 @@ class PretrainConfig:
     weight_decay: float = _run_key(0.01, group=_T, help="AdamW decoupled weight decay (none on biases, LayerNorm)")
     clip: float = _as_run_key(clip_option(1.0, group=_T))
     max_steps: int | None = _as_run_key(max_steps_option(help="optimizer steps (with --max-time: at most)", group=_T))
-    max_time: float | None = option(
-        None,
-        parse=parse_duration,
-        metavar="DURATION",
-        group=_T,
-        help=("wall-clock budget (90s, 10m, 1.5h); the schedule is fitted to it"),
-    )
+    max_time: float | None = max_time_option("wall-clock budget (90s, 10m, 1.5h); the schedule is fitted to it", _T)
     two_phase: bool = _run_key(
         False, group=_T, help=("the paper's schedule: --seq-len for 90%% of the steps, then --phase2-seq-len")
     )

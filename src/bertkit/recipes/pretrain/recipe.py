@@ -164,9 +164,7 @@ def _write_model(cfg: PretrainConfig, objective, ctx, model, tokenizer, run) -> 
     objective.save(out, tokenizer)  # ELECTRA's generator directory gets the vocabulary too
     remove_stale(out)
     run.mark_finished()  # TensorBoard's file whole; run.json: finished, so that --resume refuses it
-    step, total_steps = run.step, run.total_steps
-    say_run(cfg, ctx, f"--max-time reached at step {step} of {total_steps}" if run.stop_why == "time" else "")
-    say_run(cfg, ctx, f"done: {step} steps in {run.elapsed:.0f}s; model saved to {out}")
+    say_run(cfg, ctx, f"done: {run.step} steps in {run.elapsed:.0f}s; model saved to {out}")
 
 
 # --------------------------------------------------------------------------------------------- the loop's parts

@@ -80,7 +80,9 @@ def open_run(cfg: PretrainConfig, ctx) -> Run:
         max_time=cfg.max_time,
         desc="pre-training",
     )
-    run.open(cfg.resume, cfg.overwrite, RUN_FILES)
+    run.open(cfg.resume, cfg.overwrite, RUN_FILES, prepared=("data",))
+    if cfg.resume:  # a killed preparation's temp files in the data kept (the run directory's went in run.open)
+        run.dir.remove_stale("data", "data/shards")
     return run
 
 

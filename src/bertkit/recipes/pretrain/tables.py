@@ -70,6 +70,12 @@ FRESH_MODEL_KEYS = ("output_bias", "position_init", "embedding_init")
 BUDGET_LR = {"bert-tiny": 4e-3, "bert-mini": 1e-3, "bert-small": 5e-4, "bert-medium": 5e-4}  # others: 2e-4
 
 
+def bert_size(model_size: str) -> str:
+    """A size preset's BERT name (``modernbert-mini`` -> ``bert-mini``), the name the recipes' tables are keyed by;
+    ``models.Architecture.preset`` maps it to an architecture's own, the one mapping back."""
+    return "bert-" + model_size.removeprefix(models.of_preset(model_size).preset_prefix)
+
+
 def choose_model(
     recipe: str,
     arch: str | None,
@@ -81,7 +87,8 @@ def choose_model(
     """(arch, model size, vocabulary size): what the user left out (None) filled in from ``recipe``'s
     MODEL_DEFAULTS (the budget recipe's ModernBERT a size up from ``BUDGET_MINI_FROM_S`` seconds of
     ``max_time``); ``--init-from`` continues the model's own architecture, and a ``--model-size`` names its own
-    (``bert-mini``: BERT; ``modernbert-mini``: ModernBERT)."""
+    (``bert-mini``: BERT; ``modernbert-mini``: ModernBERT). The size is the one given, or the recipe's by its BERT
+    name: :func:`resolve` maps it to the architecture's preset, once."""
 
     defaults = MODEL_DEFAULTS[recipe]
     own = models.of_preset(defaults["model"])  # the recipe's architecture
@@ -92,11 +99,10 @@ def choose_model(
             arch = models.of_preset(model_size).model_type
         else:
             arch = own.model_type
-    if model_size is None:  # the recipe's size, in the chosen architecture's name
-        size = "bert-" + defaults["model"].removeprefix(own.preset_prefix)
+    if model_size is None:  # the recipe's size (its BERT name: every architecture maps it)
+        model_size = bert_size(defaults["model"])
         if recipe == "budget" and models.get(arch) is own and (max_time or 0) >= BUDGET_MINI_FROM_S:
-            size = "bert-mini"  # measured for the recipe's own architecture only
-        model_size = models.get(arch).preset(size)
+            model_size = "bert-mini"  # measured for the recipe's own architecture only
     return arch, model_size, defaults["vocab_size"] if vocab_size is None else vocab_size
 
 
@@ -130,8 +136,7 @@ def resolve(cfg):
     objective.check(cfg)
     table.update(objective.defaults)
     if table["lr"] is None:  # the budget's by size, as BERT's of the same size; 1e-4 to continue a model
-        bert_size = "bert-" + cfg.model_size.removeprefix(arch.preset_prefix)
-        table["lr"] = BUDGET_LR.get(bert_size, 2e-4) if not cfg.init_from else 1e-4
+        table["lr"] = BUDGET_LR.get(bert_size(cfg.model_size), 2e-4) if not cfg.init_from else 1e-4
     chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
     resolved = dataclasses.replace(cfg, recipe=name, **chosen)
     shown_vocab = resolved.vocab or f"{resolved.vocab_size} tokens trained on the corpus"
