@@ -354,3 +354,77 @@ def test_a_row_with_empty_text_is_a_bad_row_naming_line_and_column(tmp_path, rea
     with pytest.raises(DataError, match=re.escape(f"{path}:{line}: empty text in column {column!r}")):
         reader(path, False)
     assert len(reader(path, True)) == 1  # --skip-bad-rows leaves it out
+
+
+_STSB = "index\tsentence1\tsentence2\tscore\n0\tx\ty\t2.5\n"
+
+
+def _read_scored(p, skip):
+    return emb_data.read_scored(p, skip_bad_rows=skip)
+
+
+@pytest.mark.parametrize(
+    "reader, name, text, says",  # the bad value is on line 3 (line 2 of a JSONL file)
+    [
+        (
+            lambda p, s: read_table(p, "text", regression=True, skip_bad_rows=s),
+            "train.tsv",
+            "text\tlabel\nok\t0.5\nfine\tnan\n",
+            "label 'nan' in column 'label' is not a finite number",
+        ),
+        (lambda p, s: read_glue(p, "stsb", s), "train.tsv", _STSB + "1\ta\tb\t-inf\n", "label '-inf' is not a finite"),
+        (_read_scored, "dev.tsv", "sentence1\tsentence2\tscore\na\tb\t1\nc\td\tinf\n", "score 'inf' in column 'score'"),
+        (
+            lambda p, s: read_table(p, "text", fmt="jsonl", skip_bad_rows=s),
+            "train.jsonl",
+            '{"text": "ok", "label": "a"}\n{"text": null, "label": "b"}\n',
+            "field 'text' is null, not a text",
+        ),
+        (
+            lambda p, s: read_table(p, "text", fmt="jsonl", skip_bad_rows=s),
+            "train.jsonl",
+            '{"text": "ok", "label": "a"}\n{"text": {"a": 1}, "label": "b"}\n',
+            "field 'text' is an object, not a text",
+        ),
+        (
+            lambda p, s: read_table(p, "text", fmt="jsonl", skip_bad_rows=s),
+            "train.jsonl",
+            '{"text": "ok", "label": "a"}\n{"text": "fine", "label": ["a"]}\n',
+            "label in column 'label' is a list, not one class name",
+        ),
+    ],
+)
+def test_a_value_of_the_wrong_kind_is_a_bad_row_naming_line_and_field(tmp_path, reader, name, text, says):
+    """Issue 54, item 10: a label or score that parses but is not a finite number (nan, inf: a NaN loss), and a JSONL
+    text or label of another JSON type (null read as the text 'None' before), are bad rows naming file, line, field."""
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    line = 2 if name.endswith(".jsonl") else 3
+    with pytest.raises(DataError, match=re.escape(f"{path}:{line}: {says}")):
+        reader(path, False)
+    assert len(reader(path, True)) == 1  # --skip-bad-rows leaves it out
+
+
+@pytest.mark.parametrize(
+    "reader, name, text",  # a 200,000-character text in one cell (csv's own limit is 131,072)
+    [
+        (lambda p: read_table(p, "text"), "train.csv", "text,label\nok,a\n{long},b\n"),
+        (lambda p: read_swag(p), "swag.csv", "sent1,sent2,ending0,ending1,label\na,b,c,d,0\n{long},b,c,d,1\n"),
+        (lambda p: emb_data.read_pairs(p), "pairs.tsv", "anchor\tpositive\na\tb\nc\t{long}\n"),
+    ],
+)
+def test_a_long_text_in_one_cell_is_read(tmp_path, reader, name, text):
+    """Issue 54, item 10: a 10 MB row of a CSV / TSV file stopped the readers with csv's traceback ('field larger
+    than field limit'), where the same text alone on a line is read."""
+    path = tmp_path / name
+    path.write_text(text.replace("{long}", "word " * 40_000), encoding="utf-8")
+    assert len(reader(path)) == 2
+
+
+@pytest.mark.parametrize("column", [9, -9, 0])
+def test_a_conll_tag_column_the_file_lacks_names_the_flag(tmp_path, column):
+    path = tmp_path / "ner.conll"
+    path.write_text("EU NNP B-ORG\nrejects VBZ O\n", encoding="utf-8")
+    with pytest.raises(DataError, match=re.escape(f"{path}:1: --tag-column {column}: the file has 3 columns")):
+        read_conll(path, tag_column=column)
+    assert read_conll(path, tag_column=2)[0].tags == ["B-ORG", "O"]  # a column it has

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import logging
-import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.data.pretraining.splitter import sentence_spans
-from bertkit.data.tasks.readers import DataError, RowGuard, check_file, jsonl_records, open_text
+from bertkit.data.tasks.readers import DataError, RowGuard, check_file, finite_number, jsonl_records, open_text
 from bertkit.data.tasks.squad import read_squad
 
 logger = logging.getLogger(__name__)
@@ -116,7 +115,7 @@ def iter_records(path: Path, fmt: str) -> tuple[list[str] | None, Iterator[tuple
 
 def _text(record: dict[str, Any], column: str) -> str | None:
     value = record.get(column)
-    if value is None:
+    if value is None or isinstance(value, bool | list | dict):  # JSONL: not a text (nor a number written as one)
         return None
     value = str(value).strip()
     return value or None
@@ -226,12 +225,9 @@ def _read_columns(
             continue
         if score_column:
             raw = record.get(score_column)
-            try:
-                score = float(raw)
-                if math.isnan(score):
-                    raise ValueError
-            except (TypeError, ValueError):
-                guard.bad(n, f"score {raw!r} in column {score_column!r} is not a number")
+            score = finite_number(raw)
+            if score is None:
+                guard.bad(n, f"score {raw!r} in column {score_column!r} is not a finite number")
                 continue
             out.scores.append(score)
         out.rows.append(tuple(texts))
