@@ -158,6 +158,7 @@ BOUNDS: dict[str, tuple] = {
     "layer_decay": (0, 1, True, False),  # layer-wise lr decay: (0, 1], 1 = off
     "max_seq_length": (3, None, False, False),  # [CLS] + a token + [SEP]; the model's positions bound the top
     "port": (0, 65535, False, False),
+    "seed": (0, 2**32 - 1, False, False),  # numpy's seeds are 32-bit: a larger one fails inside a run
     "layer": (None, None, False, False),  # attention: 1..L, or -1 for the last (the model checks the range)
     "tag_column": (None, None, False, False),  # CoNLL: a column index, -1 = the last
     "null_score_diff_threshold": (None, None, False, False),  # SQuAD 2.0: a logit difference, any sign
@@ -167,11 +168,12 @@ _DEFAULT_BOUNDS = (0, None, False, False)
 
 def _bounds_text(bounds: tuple) -> str:
     low, high, low_open, high_open = bounds
+    show = lambda x: str(x) if isinstance(x, int) else f"{x:g}"  # noqa: E731 (2**32 - 1 in full, not 4.29e+09)
     parts = []
     if low is not None:
-        parts.append(("> " if low_open else ">= ") + f"{low:g}")
+        parts.append(("> " if low_open else ">= ") + show(low))
     if high is not None:
-        parts.append(("< " if high_open else "<= ") + f"{high:g}")
+        parts.append(("< " if high_open else "<= ") + show(high))
     return " and ".join(parts) or "a finite number"
 
 
@@ -212,6 +214,13 @@ def check_bounds(obj: Any, error: Callable[[str], Exception]) -> None:
         if not within(value, bounds):
             flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
             raise error(f"{flag} must be {_bounds_text(bounds)}, got {value}")
+
+
+def check_run_flags(resume: bool, overwrite: bool) -> None:
+    """``--resume`` continues the run in OUTPUT, ``--overwrite`` replaces it: both at once is refused, in one line,
+    by every training command (pretrain, finetune, the embedding tasks, distill) before anything is read."""
+    if resume and overwrite:
+        raise InputError("--resume and --overwrite: choose one (continue the run in --output, or replace it)")
 
 
 def parse_seeds(text: str) -> list[int]:

@@ -66,9 +66,12 @@ def parse_overrides(items: list[str]) -> dict:
     return overrides
 
 
-def check_overrides(overrides: dict, arch: str, model_size: str, init_from: str | None) -> None:
+def check_overrides(
+    overrides: dict, arch: str, model_size: str, init_from: str | None, longest: int | None = None
+) -> None:
     """Refuse (one line naming it) an override that is not a field of the architecture's config, or a value the
-    config refuses, before anything is read or built."""
+    config refuses, or ``max_position_embeddings`` shorter than the ``longest`` sequence the run feeds the model,
+    before anything is read or built."""
     import dataclasses
     import difflib
 
@@ -85,6 +88,12 @@ def check_overrides(overrides: dict, arch: str, model_size: str, init_from: str 
             close = difflib.get_close_matches(key, names, n=1)
             hint = f"; did you mean {close[0]}?" if close else f"; the fields: {', '.join(names)}"
             raise InputError(f"--config-override {key}: not a {config_class.__name__} field{hint}")
+    positions = overrides.get("max_position_embeddings")
+    if isinstance(positions, int) and longest is not None and positions < longest:
+        raise InputError(
+            f"--config-override max_position_embeddings={positions}: the run feeds the model sequences of "
+            f"{longest} tokens (--seq-len, --seq-ramp, --phase2-seq-len); give at least {longest}"
+        )
     if init_from is None:
         try:
             config_class.from_preset(model_size, **overrides)
@@ -99,10 +108,11 @@ def config_from_args(args: argparse.Namespace):
     # the library loads when the command runs, not for its -h
     from bertkit.options import from_args
     from bertkit.recipes.pretrain import PretrainConfig, resolve
+    from bertkit.recipes.pretrain.checks import longest_sequence
 
     overrides = parse_overrides(args.config_overrides)
     cfg = resolve(from_args(PretrainConfig, args, config_overrides=overrides))
-    check_overrides(overrides, cfg.arch, cfg.model_size, cfg.init_from)
+    check_overrides(overrides, cfg.arch, cfg.model_size, cfg.init_from, longest_sequence(cfg))
     return cfg
 
 
