@@ -342,6 +342,27 @@ REFUSED = {
         ],
         "--max-seq-length must be >= 3",
     ),
+    # issue 54, item 10: --resume with --overwrite, refused by every training command as pretrain refuses it
+    "finetune --resume --overwrite": (
+        ["finetune", "--task", "sst2", "--train", "{train}", "--model", "{model}", "--output", "{out}", "--resume"]
+        + ["--overwrite"],
+        "--resume and --overwrite: choose one",
+    ),
+    "finetune --task simcse --resume --overwrite": (
+        ["finetune", "--task", "simcse", "--train", "{texts}", "--model", "{model}", "--output", "{out}", "--resume"]
+        + ["--overwrite"],
+        "--resume and --overwrite: choose one",
+    ),
+    "distill --resume --overwrite": (
+        ["distill", "--teacher", "{model}", "--student", "bert-tiny", "--train", "{train}", "--output", "{out}"]
+        + ["--resume", "--overwrite"],
+        "--resume and --overwrite: choose one",
+    ),
+    "finetune --task simcse --max-seq-length 100000": (
+        ["finetune", "--task", "simcse", "--train", "{texts}", "--model", "{model}", "--output", "{out}"]
+        + ["--max-seq-length", "100000"],
+        "--max-seq-length 100000: the model in",
+    ),
     "serve --api-key ''": (["serve", "--model", "{model}", "--api-key", ""], "--api-key is empty"),
     "serve --device cuda": (["serve", "--model", "{model}", "--device", "cuda"], "--device cuda: "),
     "downstream, bad quoting": (

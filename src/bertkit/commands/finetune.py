@@ -10,7 +10,7 @@ import json
 
 from bertkit.embeddings import ROUTE_HELP
 from bertkit.errors import InputError
-from bertkit.options import add_options, from_args
+from bertkit.options import add_options, check_run_flags, from_args
 from bertkit.outputs import MODEL_FILES, check_output
 from bertkit.recipes.finetune import FinetuneArgs, finetune, run_in_context, set_seed
 from bertkit.tasks.options import FinetuneFiles, TaskOptions, add_task_flag, load_model, task_for_model, task_options
@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, ctx) -> int:
     files: FinetuneFiles = from_args(FinetuneFiles, args)
     train_args: FinetuneArgs = from_args(FinetuneArgs, args, device=str(ctx.device))
+    check_run_flags(train_args.resume, train_args.overwrite)
     if train_args.grad_accum < 1 or train_args.batch_size < 1:
         raise InputError(
             f"--batch-size and --grad-accum must be >= 1, got {train_args.batch_size} and {train_args.grad_accum}"
