@@ -363,6 +363,12 @@ REFUSED = {
         + ["--max-seq-length", "100000"],
         "--max-seq-length 100000: the model in",
     ),
+    # item 7: a corpus refused only once prepare reads it (the output made by then is removed)
+    "prepare, a binary corpus": (
+        ["prepare", "--corpus", "{tf}/bert_model.ckpt.data-00000-of-00001", "--vocab", "{model}", "--output", "{out}"]
+        + ["--workers", "1", "--quiet"],
+        "bert_model.ckpt.data-00000-of-00001: not a text corpus",
+    ),
     "serve --api-key ''": (["serve", "--model", "{model}", "--api-key", ""], "--api-key is empty"),
     "serve --device cuda": (["serve", "--model", "{model}", "--device", "cuda"], "--device cuda: "),
     "downstream, bad quoting": (
