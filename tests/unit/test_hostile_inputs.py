@@ -345,12 +345,18 @@ def test_max_seq_length_fits_the_models_positions(tmp_path, task, options, posit
             '{"text": "ok", "label": "a"}\n{"text": " ", "label": "b"}\n',
             "text",
         ),
+        (
+            lambda p, s: read_swag(p, s),
+            "swag.csv",
+            "sent1,sent2,ending0,ending1,label\na,b, ,d,0\nc,b,c,d,1\n",
+            "ending0",
+        ),
     ],
 )
 def test_a_row_with_empty_text_is_a_bad_row_naming_line_and_column(tmp_path, reader, name, text, column):
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
-    line = 3 if name.endswith(".tsv") else 2
+    line = 3 if name.endswith(".tsv") else 2  # swag.csv's and the JSONL's is on line 2
     with pytest.raises(DataError, match=re.escape(f"{path}:{line}: empty text in column {column!r}")):
         reader(path, False)
     assert len(reader(path, True)) == 1  # --skip-bad-rows leaves it out
@@ -428,3 +434,33 @@ def test_a_conll_tag_column_the_file_lacks_names_the_flag(tmp_path, column):
     with pytest.raises(DataError, match=re.escape(f"{path}:1: --tag-column {column}: the file has 3 columns")):
         read_conll(path, tag_column=column)
     assert read_conll(path, tag_column=2)[0].tags == ["B-ORG", "O"]  # a column it has
+
+
+@pytest.mark.parametrize(
+    "question, says",
+    [
+        ({"id": "b", "question": "who?", "answers": [{"text": "", "answer_start": 0}]}, "answer '' at offset 0: empty"),
+        (
+            {"id": "b", "question": "who?", "answers": [{"text": "Bob.", "answer_start": -4}]},
+            "answer 'Bob.' at offset -4: a negative offset",  # the slice [-4:0] would not match, [-4:] would
+        ),
+        ({"id": "b", "question": " ", "answers": [{"text": "Bob", "answer_start": 0}]}, "the question is empty"),
+        (
+            {"id": "a", "question": "who?", "answers": [{"text": "Bob", "answer_start": 0}]},
+            "id a repeats article 0 paragraph 0 question 0's",  # predictions and metrics are keyed by the id
+        ),
+    ],
+)
+def test_a_squad_question_that_cannot_be_trained_on_names_its_line_and_id(tmp_path, question, says):
+    """Issue 54, item 10: an empty answer span, a negative offset, an empty question and a repeated id were read."""
+    first = {"id": "a", "question": "who?", "answers": [{"text": "Bob", "answer_start": 0}]}
+    para = {"context": "Bob came. Ann left Bob.", "qas": [first, question]}
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps({"version": "1.1", "data": [{"paragraphs": [para]}]}, indent=1), encoding="utf-8")
+    qid = question["id"]
+    line = [n for n, text in enumerate(path.read_text().splitlines(), 1) if f'"{qid}"' in text][0]
+    with pytest.raises(
+        DataError, match=re.escape(f"{path}:{line}: article 0 paragraph 0 question 1 (id {qid}): {says}")
+    ):
+        read_squad(path)
+    assert len(read_squad(path, skip_bad_rows=True)[0]) == 1
