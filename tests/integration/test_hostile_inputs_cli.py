@@ -363,6 +363,27 @@ REFUSED = {
         + ["--max-seq-length", "100000"],
         "--max-seq-length 100000: the model in",
     ),
+    # item 10: a task flag the task does not use, or the same column twice, is refused (it was silently ignored)
+    "finetune --task sst2 --doc-stride 5": (
+        ["finetune", "--task", "sst2", "--train", "{train}", "--model", "{model}", "--output", "{out}"]
+        + ["--doc-stride", "5"],
+        "--doc-stride: --task sst2 does not use it",
+    ),
+    "finetune --tagger without --feature-based": (
+        ["finetune", "--task", "conll2003", "--train", "{train}", "--model", "{model}", "--output", "{out}"]
+        + ["--tagger", "mlp"],
+        "--tagger: only --feature-based uses it",
+    ),
+    "finetune --label-column = --text-column": (
+        ["finetune", "--task", "classification", "--train", "{train}", "--model", "{model}", "--output", "{out}"]
+        + ["--text-column", "sentence", "--label-column", "sentence"],
+        "--label-column 'sentence': the same column as --text-column",
+    ),
+    "finetune --feature-layers ''": (
+        ["finetune", "--task", "conll2003", "--train", "{train}", "--model", "{model}", "--output", "{out}"]
+        + ["--feature-based", "--feature-layers", ""],
+        "--feature-layers must be comma-separated integers, got ''",
+    ),
     # item 7: a corpus refused only once prepare reads it (the output made by then is removed)
     "prepare, a binary corpus": (
         ["prepare", "--corpus", "{tf}/bert_model.ckpt.data-00000-of-00001", "--vocab", "{model}", "--output", "{out}"]

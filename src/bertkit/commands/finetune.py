@@ -10,9 +10,10 @@ import json
 
 from bertkit.embeddings import ROUTE_HELP
 from bertkit.errors import InputError
-from bertkit.options import add_options, check_run_flags, from_args
+from bertkit.options import add_options, check_run_flags, from_args, option_flags
 from bertkit.outputs import MODEL_FILES, check_output
 from bertkit.recipes.finetune import FinetuneArgs, finetune, run_in_context, set_seed
+from bertkit.tasks import check_task_flags
 from bertkit.tasks.options import FinetuneFiles, TaskOptions, add_task_flag, load_model, task_for_model, task_options
 from bertkit.tokenization import load_tokenizer
 
@@ -44,6 +45,7 @@ def _run(args: argparse.Namespace, ctx) -> int:
         raise InputError(f"--dropout must be in [0, 1), got {files.dropout}")
     inputs = {"--model": files.model, "--train": files.train, "--dev": files.dev}
     check_output(files.output, inputs, overwrite=None, writes=MODEL_FILES)
+    check_task_flags(args.task, from_args(TaskOptions, args).given(), option_flags(TaskOptions))
     task = task_for_model(args.task, task_options(args), files.model)  # --max-seq-length fits the model
     train, dev = files.read(task, train_args.skip_bad_rows)
     task.fit_labels(train)

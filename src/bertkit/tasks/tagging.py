@@ -65,6 +65,8 @@ class TaggingTask(TaskBase):
         self.feature_based = bool(feature_based)
         try:  # the one --layers parser (bertkit.features); a feature-based tagger takes layer indices only
             self.feature_layers = [int(x) for x in parse_layers(feature_layers)]
+            if not self.feature_layers:  # '': a tagger on no features
+                raise ValueError
         except (TypeError, ValueError):
             raise InputError(f"--feature-layers must be comma-separated integers, got {feature_layers!r}") from None
         self.tagger = tagger
