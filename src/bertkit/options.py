@@ -122,7 +122,6 @@ BOUNDS: dict[str, tuple] = {
             "max_answer_length",
             "doc_stride",
             "n_best_size",
-            "vocab_size",
             "dupe_factor",
             "log_every",
             "top_k",
@@ -159,6 +158,9 @@ BOUNDS: dict[str, tuple] = {
     "max_seq_length": (3, None, False, False),  # [CLS] + a token + [SEP]; the model's positions bound the top
     "port": (0, 65535, False, False),
     "seed": (0, 2**32 - 1, False, False),  # numpy's seeds are 32-bit: a larger one fails inside a run
+    # a trained vocabulary: the trainer reserves its table up front (1e12 aborted the process in Rust's allocator);
+    # the largest in use hold about 250,000 tokens
+    "vocab_size": (1, 1_000_000, False, False),
     "layer": (None, None, False, False),  # attention: 1..L, or -1 for the last (the model checks the range)
     "tag_column": (None, None, False, False),  # CoNLL: a column index, -1 = the last
     "null_score_diff_threshold": (None, None, False, False),  # SQuAD 2.0: a logit difference, any sign
