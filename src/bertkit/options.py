@@ -161,6 +161,9 @@ BOUNDS: dict[str, tuple] = {
     # a trained vocabulary: the trainer reserves its table up front (1e12 aborted the process in Rust's allocator);
     # the largest in use hold about 250,000 tokens
     "vocab_size": (1, 1_000_000, False, False),
+    # processes and threads: each is made (a process pool submits 2 x workers batches ahead), so 1e9 would fork or
+    # spawn until the machine gives out; 0 = the command's default
+    **dict.fromkeys(("threads", "workers", "loader_workers"), (0, 1024, False, False)),
     "layer": (None, None, False, False),  # attention: 1..L, or -1 for the last (the model checks the range)
     "tag_column": (None, None, False, False),  # CoNLL: a column index, -1 = the last
     "null_score_diff_threshold": (None, None, False, False),  # SQuAD 2.0: a logit difference, any sign
