@@ -119,3 +119,20 @@ def test_resume_on_a_finished_run_is_refused_and_leaves_it_unchanged(alice_corpu
     del record["finished"]  # a run directory from before the field
     (out / "run.json").write_text(json.dumps(record))
     assert "holds a finished run" in _refused([*argv, "--resume"], capsys)
+
+
+def test_a_model_too_large_for_memory_is_one_line_and_leaves_no_output(alice_corpus, tmp_path, capsys, monkeypatch):
+    """torch's CPU allocator fails with a RuntimeError naming the bytes (a 1e8-position table asks 12 GB; faked here,
+    since an overcommitting kernel may grant it): one line naming the size flags, and the prepared OUTPUT removed."""
+    from bertkit import models
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried "
+            "to allocate 12800000000 bytes. Error code 12 (Cannot allocate memory)"
+        )
+
+    monkeypatch.setattr(models.Architecture, "build_for_pretraining", refuse)
+    line = _refused(_pretrain(alice_corpus, tmp_path / "run", "--seq-len", "32"), capsys)
+    assert "--model-size bert-tiny --config-override hidden_size=32" in line
+    assert "does not fit in memory (a table of 11.9 GiB)" in line and not (tmp_path / "run").exists()

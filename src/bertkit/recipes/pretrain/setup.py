@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -270,6 +271,15 @@ def build_model(cfg: PretrainConfig, tokenizer, shard_dir: Path, max_len: int, d
             model = arch.build_for_pretraining(cfg.model_size, tokenizer, max_len, **cfg.config_overrides)
         except ConfigError as e:  # an override the vocabulary refutes (vocab_size below its tokens)
             raise InputError(f"--config-override: {e}") from None
+        except (MemoryError, RuntimeError) as e:  # torch's CPU allocator raises a RuntimeError naming the bytes
+            if isinstance(e, RuntimeError) and "allocate" not in str(e):
+                raise
+            sizes = "".join(f" --config-override {k}={v}" for k, v in cfg.config_overrides.items())
+            asked = re.search(r"allocate (\d+) bytes", str(e))
+            raise InputError(
+                f"--model-size {cfg.model_size}{sizes}: the model does not fit in memory"
+                + (f" (a table of {int(asked[1]) / 2**30:.1f} GiB)" if asked else "")
+            ) from None
         config = model.config
         bias = arch.mlm_bias(model)
         if cfg.output_bias == "unigram" and bias is not None:  # the unigram plateau is where training starts
