@@ -369,6 +369,11 @@ REFUSED = {
         + ["--doc-stride", "5"],
         "--doc-stride: --task sst2 does not use it",
     ),
+    "finetune --task simcse --scale 10": (
+        ["finetune", "--task", "simcse", "--train", "{texts}", "--model", "{model}", "--output", "{out}"]
+        + ["--scale", "10"],
+        "--scale: --task simcse does not use it (only pairs, sts)",
+    ),
     "finetune --tagger without --feature-based": (
         ["finetune", "--task", "conll2003", "--train", "{train}", "--model", "{model}", "--output", "{out}"]
         + ["--tagger", "mlp"],

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -27,11 +28,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_options(parser, EmbeddingTrainArgs)
 
 
+# loss settings only some tasks read (embeddings.losses.loss_for): given to another (a value other than the default),
+# refused rather than silently ignored, as EmbeddingTrainArgs refuses --nli and the others off --task pairs
+ONLY_FOR = {"temperature": ("simcse",), "scale": ("pairs", "sts")}
+
+
+def check_loss_flags(cfg: EmbeddingTrainArgs) -> None:
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    for name, tasks in ONLY_FOR.items():
+        if getattr(cfg, name) != defaults[name] and cfg.task not in tasks:
+            raise InputError(f"--{name}: --task {cfg.task} does not use it (only {', '.join(tasks)}); leave it out")
+
+
 def check_length(cfg: EmbeddingTrainArgs) -> None:
     """``--max-seq-length`` given past the model's positions is refused in one line, before anything is written, as
     ``finetune`` refuses it for the other tasks (the default, 128, is cut to a shorter model's positions)."""
-    import dataclasses
-
     default = next(f.default for f in dataclasses.fields(cfg) if f.name == "max_seq_length")
     config = Path(cfg.model) / "config.json"
     positions = read_config_file(config).get("max_position_embeddings") if config.is_file() else None
@@ -49,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(str(e)) from None
     check_run_flags(cfg.resume, cfg.overwrite)
     check_length(cfg)
+    check_loss_flags(cfg)
     check_output(cfg.output, {"--model": cfg.model, "--train": cfg.train, "--dev": cfg.dev}, overwrite=None)
     rows = read_training_rows(cfg)
     dev = read_scored(cfg.dev, skip_bad_rows=cfg.skip_bad_rows) if cfg.dev else None
