@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from bertkit.embeddings import ROUTE_HELP
 from bertkit.errors import InputError
@@ -61,7 +62,11 @@ def _run(args: argparse.Namespace, ctx) -> int:
             f"{files.model}: the tokenizer has {len(tokenizer)} tokens but the model only "
             f"{model.config.vocab_size} embeddings"
         )
-    summary = finetune(task, model, tokenizer, train, dev, files.output, train_args, ctx)
+    # what else a resumed run must share: the model it started from, its dropout and the task's settings (a
+    # different --max-seq-length or --model was resumed silently); as JSON, the form run.json keeps them in
+    settings = {"model": str(Path(files.model).resolve()), "dropout": files.dropout, **(task.task_config() or {})}
+    resume_keys = {"settings": json.loads(json.dumps(settings))}
+    summary = finetune(task, model, tokenizer, train, dev, files.output, train_args, ctx, resume_keys)
     if ctx.is_main:
         print(json.dumps({"output": str(files.output), **summary}, sort_keys=True))
     return 0
