@@ -11,15 +11,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from pathlib import Path
 
-from bertkit.config import read_config_file
 from bertkit.embeddings.data import read_scored, read_training_rows
 from bertkit.embeddings.recipe import EmbeddingTrainArgs, train_embeddings  # its flags: torch at -h already
 from bertkit.errors import InputError
 from bertkit.options import add_options, check_run_flags, from_args
 from bertkit.outputs import check_output
 from bertkit.precision import resolve_device
+from bertkit.tasks import check_length_fits
 from bertkit.training import distributed as D
 from bertkit.training.log import say
 
@@ -40,26 +39,14 @@ def check_loss_flags(cfg: EmbeddingTrainArgs) -> None:
             raise InputError(f"--{name}: --task {cfg.task} does not use it (only {', '.join(tasks)}); leave it out")
 
 
-def check_length(cfg: EmbeddingTrainArgs) -> None:
-    """``--max-seq-length`` given past the model's positions is refused in one line, before anything is written, as
-    ``finetune`` refuses it for the other tasks (the default, 128, is cut to a shorter model's positions)."""
-    default = next(f.default for f in dataclasses.fields(cfg) if f.name == "max_seq_length")
-    config = Path(cfg.model) / "config.json"
-    positions = read_config_file(config).get("max_position_embeddings") if config.is_file() else None
-    if isinstance(positions, int) and 0 < positions < cfg.max_seq_length != default:
-        raise InputError(
-            f"--max-seq-length {cfg.max_seq_length}: the model in {cfg.model} has {positions} positions "
-            f"(max_position_embeddings); give at most {positions}"
-        )
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         cfg = from_args(EmbeddingTrainArgs, args)
     except ValueError as e:
         raise InputError(str(e)) from None
     check_run_flags(cfg.resume, cfg.overwrite)
-    check_length(cfg)
+    default = next(f.default for f in dataclasses.fields(cfg) if f.name == "max_seq_length")
+    check_length_fits(cfg.max_seq_length, cfg.model, default)  # the default is cut to a shorter model's
     check_loss_flags(cfg)
     check_output(cfg.output, {"--model": cfg.model, "--train": cfg.train, "--dev": cfg.dev}, overwrite=None)
     rows = read_training_rows(cfg)

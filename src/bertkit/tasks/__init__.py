@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from bertkit.config import read_config_file
 from bertkit.data.tasks.glue import GLUE_TASKS
 from bertkit.errors import InputError
 from bertkit.models import for_directory
@@ -105,6 +106,20 @@ def check_task_flags(name: str, given: dict[str, Any], flags: dict[str, str]) ->
         for b in columns[i + 1 :]:
             if given[a] == given[b]:
                 raise InputError(f"{flags[b]} {given[b]!r}: the same column as {flags[a]}; name another")
+
+
+def check_length_fits(length: int | None, model_dir: str | Path, default: int | None = None) -> None:
+    """``--max-seq-length`` given past the positions of the model in ``model_dir`` (its config.json's
+    ``max_position_embeddings``) is refused in one line naming the flag, before anything is written; ``default`` (the
+    command's own, cut to a shorter model) and None pass. For the commands that read no task (the embedding tasks,
+    embedding distillation); ``tasks.options.task_for_model`` fits a task's."""
+    config = Path(model_dir) / "config.json"
+    positions = read_config_file(config).get("max_position_embeddings") if config.is_file() else None
+    if isinstance(positions, int) and length is not None and length != default and 0 < positions < length:
+        raise InputError(
+            f"--max-seq-length {length}: the model in {model_dir} has {positions} positions "
+            f"(max_position_embeddings); give at most {positions}"
+        )
 
 
 # --------------------------------------------------------------------------------------------- batching helpers
