@@ -82,6 +82,8 @@ def test_a_flag_that_fails_leaves_no_output_and_the_corrected_command_runs(alice
             "max_position_embeddings=16: the run feeds the model .* 32",
         ),
         (["--device", "foo"], "--device foo: not a device name"),
+        (["--vocab-size", "300"], "--vocab-size: sizes a vocabulary trained on the corpus; --vocab gives one"),
+        (["--init-from", "m", "--embedding-init", "cooccurrence"], "--embedding-init: initialises a fresh model"),
     ],
     ids=[
         "resume-overwrite",
@@ -92,6 +94,8 @@ def test_a_flag_that_fails_leaves_no_output_and_the_corrected_command_runs(alice
         "warmup-past-the-steps",
         "positions-below-seq-len",
         "not-a-device",
+        "vocab-size-with-a-vocabulary",
+        "fresh-init-with-init-from",
     ],
 )
 def test_flags_that_cannot_go_together_are_refused_before_writing(alice_corpus, tmp_path, capsys, flags, says):

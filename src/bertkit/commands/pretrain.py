@@ -108,9 +108,10 @@ def config_from_args(args: argparse.Namespace):
     # the library loads when the command runs, not for its -h
     from bertkit.options import from_args
     from bertkit.recipes.pretrain import PretrainConfig, resolve
-    from bertkit.recipes.pretrain.checks import longest_sequence
+    from bertkit.recipes.pretrain.checks import check_given, longest_sequence
 
     overrides = parse_overrides(args.config_overrides)
+    check_given(args)  # the flags as given, before a config is made (its own checks read --init-from's directory)
     cfg = resolve(from_args(PretrainConfig, args, config_overrides=overrides))
     check_overrides(overrides, cfg.arch, cfg.model_size, cfg.init_from, longest_sequence(cfg))
     return cfg

@@ -9,6 +9,7 @@ from typing import Any
 
 from bertkit.data.pretraining.ramps import parse_ramp
 from bertkit.errors import InputError
+from bertkit.recipes.pretrain.tables import FRESH_MODEL_KEYS
 
 # flags that act only with another setting: field -> (the field it needs, its value, the flag that sets it). Given
 # without it (a value other than its default), one is refused rather than silently ignored
@@ -36,6 +37,22 @@ def check_combinations(cfg: Any) -> None:
         from bertkit.precision import check_device  # torch: not loaded for a config made without --device
 
         check_device(cfg.device)
+
+
+def check_given(cfg: Any) -> None:
+    """The flags as given (the parsed command line, or an unresolved ``PretrainConfig``), before ``resolve`` fills
+    in the vocabulary and the recipe's choices: ``--vocab-size``
+    with a vocabulary given (``--vocab``, ``--init-from``'s), a fresh model's initialisation with ``--init-from``
+    (its model keeps its own), each refused where it was silently ignored."""
+    given_vocab = "--vocab" if cfg.vocab is not None else "--init-from" if cfg.init_from is not None else None
+    if given_vocab and cfg.vocab_size is not None:
+        raise InputError(
+            f"--vocab-size: sizes a vocabulary trained on the corpus; {given_vocab} gives one already, leave it out"
+        )
+    fresh = [k for k in FRESH_MODEL_KEYS if getattr(cfg, k) is not None]
+    if cfg.init_from is not None and fresh:
+        flag = "--" + fresh[0].replace("_", "-")
+        raise InputError(f"{flag}: initialises a fresh model; --init-from's keeps its own, leave the flag out")
 
 
 def longest_sequence(cfg: Any) -> int | None:
