@@ -374,6 +374,11 @@ REFUSED = {
         + ["--scale", "10"],
         "--scale: --task simcse does not use it (only pairs, sts)",
     ),
+    "finetune --task simcse --matryoshka-dims 100000": (  # item 7: found at the first step, OUTPUT made
+        ["finetune", "--task", "simcse", "--train", "{texts}", "--model", "{model}", "--output", "{out}"]
+        + ["--matryoshka-dims", "100000"],
+        "--matryoshka-dims 100000: larger than the model's embedding size 32",
+    ),
     "finetune --tagger without --feature-based": (
         ["finetune", "--task", "conll2003", "--train", "{train}", "--model", "{model}", "--output", "{out}"]
         + ["--tagger", "mlp"],
@@ -453,3 +458,17 @@ def test_hostile_input_is_a_one_line_refusal_and_leaves_no_output(tmp_path, tiny
     argv, words = REFUSED[case]
     _one_line_refusal(capsys, [a.format(out=tmp_path / "out", **where) for a in argv], words)
     assert not list(tmp_path.glob("out*"))
+
+
+def test_a_task_head_too_large_for_memory_is_one_line_and_leaves_no_output(tiny_dir, ft, tmp_path, capsys, monkeypatch):
+    """finetune --tagger-hidden 1000000000 asked the allocator for 477 GiB (a RuntimeError traceback); faked here, as
+    an overcommitting kernel may grant it. errors.allocation_failure reads the error; the command names the model."""
+    from bertkit.commands import finetune
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 512000000000 bytes.")
+
+    monkeypatch.setattr(finetune, "load_model", refuse)
+    argv = ["finetune", "--task", "sst2", "--train", ft / "sst2_train.tsv", "--model", tiny_dir, "--output"]
+    _one_line_refusal(capsys, [*argv, tmp_path / "out"], "does not fit in memory (a table of 476.8 GiB)")
+    assert not (tmp_path / "out").exists()

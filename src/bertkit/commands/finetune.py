@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from bertkit.embeddings import ROUTE_HELP
-from bertkit.errors import InputError
+from bertkit.errors import InputError, allocation_failure
 from bertkit.options import add_options, check_run_flags, from_args, option_flags
 from bertkit.outputs import MODEL_FILES, check_output
 from bertkit.recipes.finetune import FinetuneArgs, finetune, run_in_context, set_seed
@@ -52,7 +52,12 @@ def _run(args: argparse.Namespace, ctx) -> int:
     task.fit_labels(train)
     tokenizer = load_tokenizer(files.model)
     set_seed(train_args.seed)  # the new head's initialisation follows --seed too
-    model = load_model(task, files.model, finetuned=False)
+    try:
+        model = load_model(task, files.model, finetuned=False)
+    except (MemoryError, RuntimeError) as e:  # a head or tagger sized by a flag (--tagger-hidden 1e9)
+        if (asked := allocation_failure(e)) is None:
+            raise
+        raise InputError(f"{files.model}: the model with its task head does not fit in memory ({asked})") from None
     if files.dropout is not None:
         if not hasattr(model, "set_dropout"):
             raise InputError("--dropout applies to fine-tuned BERT, not to the frozen feature-based tagger")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +20,7 @@ from bertkit.data.pretraining.corpus import expand_corpus, write_sentences
 from bertkit.data.pretraining.feed import Feed
 from bertkit.data.pretraining.instances import DataOptions, VocabInfo, token_counts, unigram_log_probs
 from bertkit.data.pretraining.ramps import parse_ramp
-from bertkit.errors import InputError
+from bertkit.errors import InputError, allocation_failure
 from bertkit.precision import grad_scaler, resolve_precision
 from bertkit.recipes.pretrain.config import RUN_KEYS, PretrainError, parse_mask_mix  # noqa: F401 (public here too)
 from bertkit.recipes.pretrain.once import check_same_shards, once
@@ -271,14 +270,12 @@ def build_model(cfg: PretrainConfig, tokenizer, shard_dir: Path, max_len: int, d
             model = arch.build_for_pretraining(cfg.model_size, tokenizer, max_len, **cfg.config_overrides)
         except ConfigError as e:  # an override the vocabulary refutes (vocab_size below its tokens)
             raise InputError(f"--config-override: {e}") from None
-        except (MemoryError, RuntimeError) as e:  # torch's CPU allocator raises a RuntimeError naming the bytes
-            if isinstance(e, RuntimeError) and "allocate" not in str(e):
+        except (MemoryError, RuntimeError) as e:
+            if (asked := allocation_failure(e)) is None:
                 raise
             sizes = "".join(f" --config-override {k}={v}" for k, v in cfg.config_overrides.items())
-            asked = re.search(r"allocate (\d+) bytes", str(e))
             raise InputError(
-                f"--model-size {cfg.model_size}{sizes}: the model does not fit in memory"
-                + (f" (a table of {int(asked[1]) / 2**30:.1f} GiB)" if asked else "")
+                f"--model-size {cfg.model_size}{sizes}: the model does not fit in memory ({asked})"
             ) from None
         config = model.config
         bias = arch.mlm_bias(model)
