@@ -472,3 +472,38 @@ def test_a_task_head_too_large_for_memory_is_one_line_and_leaves_no_output(tiny_
     argv = ["finetune", "--task", "sst2", "--train", ft / "sst2_train.tsv", "--model", tiny_dir, "--output"]
     _one_line_refusal(capsys, [*argv, tmp_path / "out"], "does not fit in memory (a table of 476.8 GiB)")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_run_refused_before_its_first_checkpoint_leaves_nothing_and_the_corrected_command_runs(
+    tiny_dir, ft, tmp_path, capsys, monkeypatch
+):
+    """Issue 54, item 7, for finetune (the embedding tasks and distill run under the same outputs.removed_if_refused):
+    a refusal after the run made OUTPUT (run.json and metrics, faked here) removes it, so the corrected command is
+    not refused as 'a different run'; a run stopped by a signal keeps its checkpoint for --resume."""
+    from bertkit.commands import finetune
+    from bertkit.errors import InputError
+    from bertkit.training.interrupt import Interrupted
+
+    out = tmp_path / "out"
+    real = finetune.finetune
+
+    def fails(error):
+        def run(*args, **kwargs):
+            (out / "checkpoints").mkdir(parents=True)
+            (out / "run.json").write_text("{}")
+            if isinstance(error, Interrupted):
+                (out / "checkpoints" / "step-3.pt").write_bytes(b"")
+            raise error
+
+        return run
+
+    argv = ["finetune", "--task", "sst2", "--train", ft / "sst2_train.tsv", "--model", tiny_dir, "--output", out]
+    argv += ["--epochs", "1", "--max-train-examples", "8", "--quiet", "--precision", "fp32"]
+    monkeypatch.setattr(finetune, "finetune", fails(InputError("--lr: refused late")))
+    _one_line_refusal(capsys, argv, "--lr: refused late")
+    assert not out.exists()
+    monkeypatch.setattr(finetune, "finetune", real)
+    assert main([str(a) for a in argv]) == 0 and (out / "model.safetensors").is_file()  # the corrected command
+    shutil.rmtree(out)
+    monkeypatch.setattr(finetune, "finetune", fails(Interrupted("stopped")))
+    assert main([str(a) for a in argv]) != 0 and (out / "checkpoints" / "step-3.pt").is_file()  # kept for --resume

@@ -18,7 +18,7 @@ from pathlib import Path
 from bertkit.embeddings.data import read_scored, read_texts
 from bertkit.errors import InputError
 from bertkit.options import add_options, check_run_flags, from_args, option, option_flags
-from bertkit.outputs import MODEL_FILES, check_output
+from bertkit.outputs import MODEL_FILES, check_output, removed_if_refused
 from bertkit.recipes.distill import DistillArgs, check_args, distill, without_labels
 from bertkit.recipes.distill_embeddings import distill_embeddings, load_teacher
 from bertkit.recipes.distill_student import build_student
@@ -95,7 +95,8 @@ def _run(args: argparse.Namespace, ctx) -> int:
     student = build_student(files.student, teacher, task, tokenizer, teacher_dir)
     if files.dropout is not None:
         student.set_dropout(files.dropout)
-    summary = recipe(task, teacher, student, tokenizer, train, dev, files.output, train_args, ctx, str(teacher_dir))
+    with removed_if_refused(files.output, ctx.is_main):  # refused before its first checkpoint: nothing left
+        summary = recipe(task, teacher, student, tokenizer, train, dev, files.output, train_args, ctx, str(teacher_dir))
     if ctx.is_main:
         print(json.dumps({"output": str(files.output), **summary}, sort_keys=True))
     return 0

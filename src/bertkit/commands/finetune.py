@@ -12,7 +12,7 @@ from pathlib import Path
 from bertkit.embeddings import ROUTE_HELP
 from bertkit.errors import InputError, allocation_failure
 from bertkit.options import add_options, check_run_flags, from_args, option_flags
-from bertkit.outputs import MODEL_FILES, check_output
+from bertkit.outputs import MODEL_FILES, check_output, removed_if_refused
 from bertkit.recipes.finetune import FinetuneArgs, finetune, run_in_context, set_seed
 from bertkit.tasks import check_task_flags
 from bertkit.tasks.options import FinetuneFiles, TaskOptions, add_task_flag, load_model, task_for_model, task_options
@@ -71,7 +71,8 @@ def _run(args: argparse.Namespace, ctx) -> int:
     # different --max-seq-length or --model was resumed silently); as JSON, the form run.json keeps them in
     settings = {"model": str(Path(files.model).resolve()), "dropout": files.dropout, **(task.task_config() or {})}
     resume_keys = {"settings": json.loads(json.dumps(settings))}
-    summary = finetune(task, model, tokenizer, train, dev, files.output, train_args, ctx, resume_keys)
+    with removed_if_refused(files.output, ctx.is_main):  # a run refused before its first checkpoint leaves nothing
+        summary = finetune(task, model, tokenizer, train, dev, files.output, train_args, ctx, resume_keys)
     if ctx.is_main:
         print(json.dumps({"output": str(files.output), **summary}, sort_keys=True))
     return 0

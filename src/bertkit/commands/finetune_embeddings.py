@@ -18,7 +18,7 @@ from bertkit.embeddings.data import read_scored, read_training_rows
 from bertkit.embeddings.recipe import EmbeddingTrainArgs, train_embeddings  # its flags: torch at -h already
 from bertkit.errors import InputError
 from bertkit.options import add_options, check_run_flags, from_args
-from bertkit.outputs import check_output
+from bertkit.outputs import check_output, removed_if_refused
 from bertkit.precision import resolve_device
 from bertkit.tasks import check_length_fits
 from bertkit.training import distributed as D
@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
             cfg.quiet,
         )
         try:
-            summary = train_embeddings(cfg, rows, dev, ctx)
+            with removed_if_refused(cfg.output, ctx.is_main):  # refused before its first checkpoint: nothing left
+                summary = train_embeddings(cfg, rows, dev, ctx)
         except ValueError as e:
             raise InputError(str(e)) from None
     finally:
