@@ -63,6 +63,8 @@ def parse_overrides(items: list[str]) -> dict:
             overrides[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
             overrides[key.strip()] = value
+        except RecursionError:  # '[' x 100,000: the parser recurses once per level
+            raise InputError(f"--config-override {key.strip()}: the value nests too deeply to be read") from None
     return overrides
 
 
@@ -98,9 +100,19 @@ def check_overrides(
         try:
             config_class.from_preset(model_size, **overrides)
         except (TypeError, ValueError) as e:
-            if isinstance(e, InputError):
+            if isinstance(e, InputError):  # the config's own check: it names the field
                 raise InputError(f"--config-override: {e}") from None
-            raise InputError(f"--config-override {', '.join(overrides)}: {e}") from None
+            culprit = [key for key in overrides if _refused_alone(config_class, model_size, key, overrides[key])]
+            raise InputError(f"--config-override {', '.join(culprit[:1] or overrides)}: {e}") from None
+
+
+def _refused_alone(config_class, model_size: str, key: str, value) -> bool:
+    """Whether the preset refuses ``key=value`` on its own (to name the override a bare TypeError is about)."""
+    try:
+        config_class.from_preset(model_size, **{key: value})
+    except (TypeError, ValueError):
+        return True
+    return False
 
 
 def config_from_args(args: argparse.Namespace):
