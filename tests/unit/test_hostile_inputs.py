@@ -398,6 +398,12 @@ def _read_scored(p, skip):
             '{"text": "ok", "label": "a"}\n{"text": "fine", "label": ["a"]}\n',
             "label in column 'label' is a list, not one class name",
         ),
+        (  # its negative was dropped in silence: the first row decides the optional fields
+            lambda p, s: emb_data.read_pairs(p, skip_bad_rows=s),
+            "pairs.jsonl",
+            '{"anchor": "a", "positive": "b"}\n{"anchor": "c", "positive": "d", "negative": "e"}\n',
+            "field 'negative', which the first row (line 1) lacks",
+        ),
     ],
 )
 def test_a_value_of_the_wrong_kind_is_a_bad_row_naming_line_and_field(tmp_path, reader, name, text, says):

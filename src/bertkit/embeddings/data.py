@@ -211,13 +211,18 @@ def _read_columns(
     guard = RowGuard(path, skip_bad_rows)
     out = TextRows([], [] if score_column else None, path=str(path))
     present_optional: set[str] | None = None
+    first = 0  # the line of the first JSONL record: it decides the optional fields
     for n, record in records:
         if isinstance(record, str):
             guard.bad(n, record)
             continue
         if header is None and present_optional is None:  # JSONL: an optional field counts if the first row has it
-            present_optional = {c for c in optional if c in record}
+            present_optional, first = {c for c in optional if c in record}, n
             columns = [c for c in columns if c not in optional or c in present_optional]
+        extra = [c for c in optional if present_optional is not None and c not in present_optional and c in record]
+        if extra:  # its text would be dropped in silence: every row has the field, or none does
+            guard.bad(n, f"field {extra[0]!r}, which the first row (line {first}) lacks: give it on every row or none")
+            continue
         texts = [_text(record, c) for c in columns]
         missing = [c for c, t in zip(columns, texts) if t is None]
         if missing:
