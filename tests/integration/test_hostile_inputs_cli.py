@@ -379,6 +379,11 @@ REFUSED = {
         + ["--matryoshka-dims", "100000"],
         "--matryoshka-dims 100000: larger than the model's embedding size 32",
     ),
+    "predict --task sst2 --doc-stride 5": (
+        ["predict", "--model", "{model}", "--task", "sst2", "--data", "{train}", "--output", "{out}", "--doc-stride"]
+        + ["5"],
+        "--doc-stride: --task sst2 does not use it",
+    ),
     "finetune --tagger without --feature-based": (
         ["finetune", "--task", "conll2003", "--train", "{train}", "--model", "{model}", "--output", "{out}"]
         + ["--tagger", "mlp"],

@@ -23,7 +23,7 @@ from bertkit.recipes.distill import DistillArgs, check_args, distill, without_la
 from bertkit.recipes.distill_embeddings import distill_embeddings, load_teacher
 from bertkit.recipes.distill_student import build_student
 from bertkit.recipes.finetune import run_in_context, set_seed
-from bertkit.tasks import TASK_NAMES, TASKS, check_length_fits, check_task_flags, read_task_config
+from bertkit.tasks import TASK_NAMES, check_flags_for_model, check_length_fits, read_task_config
 from bertkit.tasks.options import FILES, FinetuneFiles, TaskOptions, load_finetuned
 
 
@@ -123,9 +123,7 @@ def check_task_flags_of(args: argparse.Namespace, teacher_dir: Path, embeddings:
                 raise InputError(f"{flags[field]}: --task {EMBEDDINGS} does not use it; leave the flag out")
         check_length_fits(args.max_seq_length, teacher_dir)
     else:
-        name = args.task or read_task_config(teacher_dir).get("task")
-        if name in TASKS:  # else load_finetuned's one line: no task config, pass --task
-            check_task_flags(name, given, option_flags(TaskOptions))
+        check_flags_for_model(teacher_dir, args.task, given, option_flags(TaskOptions))
 
 
 def _task_data(teacher_dir: Path, files: DistillFiles, args: argparse.Namespace):

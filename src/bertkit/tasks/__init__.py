@@ -108,6 +108,16 @@ def check_task_flags(name: str, given: dict[str, Any], flags: dict[str, str]) ->
                 raise InputError(f"{flags[b]} {given[b]!r}: the same column as {flags[a]}; name another")
 
 
+def check_flags_for_model(
+    model_dir: str | Path, name: str | None, given: dict[str, Any], flags: dict[str, str]
+) -> None:
+    """:func:`check_task_flags` for the task of a fine-tuned directory (``--task``, else its task config's): what
+    ``evaluate``, ``predict`` and ``distill`` run. Without a task it passes; the loader says to pass ``--task``."""
+    name = name or read_task_config(model_dir).get("task")
+    if name in TASKS:
+        check_task_flags(name, given, flags)
+
+
 def check_length_fits(length: int | None, model_dir: str | Path, default: int | None = None) -> None:
     """``--max-seq-length`` given past the positions of the model in ``model_dir`` (its config.json's
     ``max_position_embeddings``) is refused in one line naming the flag, before anything is written; ``default`` (the
