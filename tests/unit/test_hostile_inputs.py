@@ -472,12 +472,20 @@ def test_a_squad_question_that_cannot_be_trained_on_names_its_line_and_id(tmp_pa
     assert len(read_squad(path, skip_bad_rows=True)[0]) == 1
 
 
-def test_a_training_file_with_one_label_is_refused_naming_it(tmp_path):
-    """A one-label file made a 1-output head, which transformers reads as regression: nothing was told apart."""
+@pytest.mark.parametrize(
+    "task, name, text, says",
+    [
+        ("classification", "train.csv", "text,label\nok,pos\nfine,pos\n", "every row has the label 'pos'"),
+        ("tagging", "train.conll", "EU O\nrejects O\n\nBob O\n", "every token has the tag 'O'"),
+    ],
+)
+def test_a_training_file_with_one_label_is_refused_naming_it(tmp_path, task, name, text, says):
+    """A one-label file made a 1-output head (transformers reads a 1-label classifier as regression; a 1-tag tagger's
+    loss is 0): nothing was told apart."""
     from bertkit.tasks import get_task
 
-    path = tmp_path / "train.csv"
-    path.write_text("text,label\nok,pos\nfine,pos\n", encoding="utf-8")
-    task = get_task("classification")
-    with pytest.raises(InputError, match=re.escape(f"{path}: every row has the label 'pos'; a classifier needs two")):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    task = get_task(task)
+    with pytest.raises(InputError, match=re.escape(f"{path}: {says}")):
         task.fit_labels(task.read(path))

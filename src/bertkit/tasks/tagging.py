@@ -88,6 +88,12 @@ class TaggingTask(TaskBase):
     def fit_labels(self, train_examples: Sequence) -> None:
         if self.labels is None:
             self.labels = label_list(train_examples)
+            if len(self.labels) == 1:  # a 1-class tagger learns nothing: a file of 'O' only, or a wrong --tag-column
+                where = getattr(train_examples, "path", "") or "the training file"
+                raise InputError(
+                    f"{where}: every token has the tag {self.labels[0]!r}; a tagger needs entity tags (B-TYPE, "
+                    "I-TYPE) too: is --tag-column the tag column?"
+                )
 
     def model_overrides(self) -> dict[str, Any]:
         return {
