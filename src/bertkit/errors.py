@@ -6,6 +6,8 @@ for a failed run), so library callers can keep catching those.
 
 from __future__ import annotations
 
+import re
+
 
 class BertkitError(Exception):
     """An error with a message meant for the user: it names the file, line, field or flag at fault."""
@@ -42,3 +44,15 @@ class LossNotFinite(RunError, FloatingPointError):
     """A training loss or gradient norm stopped being finite; the message names the last good checkpoint."""
 
     exit_code = 3
+
+
+def allocation_failure(error: BaseException) -> str | None:
+    """What a failed allocation asked for (``"a table of 11.9 GiB"``), or None when ``error`` is something else:
+    torch's CPU allocator raises a ``RuntimeError`` naming the bytes, Python a ``MemoryError``. A command that builds
+    a model from the user's sizes turns it into a one-line refusal naming those flags, never a traceback."""
+    if isinstance(error, MemoryError):
+        return "more memory than there is"
+    if not isinstance(error, RuntimeError) or "allocate" not in str(error):
+        return None
+    asked = re.search(r"allocate (\d+) bytes", str(error))
+    return f"a table of {int(asked[1]) / 2**30:.1f} GiB" if asked else "more memory than there is"

@@ -119,13 +119,10 @@ class Architecture:
         dropout) stays in the recipe; the model's ``config`` is the config it was built from."""
         if isinstance(config, str):
             ids = {key: getattr(tokenizer, attr) for key, attr in self.special_ids.items()}
-            config = self.config_class().from_preset(
-                self.preset(config),
-                vocab_size=len(tokenizer),
-                max_position_embeddings=max(self.min_positions, max_len),
-                **ids,
-                **overrides,
-            )
+            fields = {"vocab_size": len(tokenizer), "max_position_embeddings": max(self.min_positions, max_len), **ids}
+            config = self.config_class().from_preset(self.preset(config), **{**fields, **overrides})  # overrides win
+            if config.vocab_size < len(tokenizer):
+                raise ConfigError(f"vocab_size is {config.vocab_size}; the tokenizer has {len(tokenizer)} tokens")
         else:
             if of_config(config) is not self:
                 raise ConfigError(f"a {type(config).__name__} is not a {self.model_type} config")

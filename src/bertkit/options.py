@@ -122,7 +122,6 @@ BOUNDS: dict[str, tuple] = {
             "max_answer_length",
             "doc_stride",
             "n_best_size",
-            "vocab_size",
             "dupe_factor",
             "log_every",
             "top_k",
@@ -158,7 +157,13 @@ BOUNDS: dict[str, tuple] = {
     "layer_decay": (0, 1, True, False),  # layer-wise lr decay: (0, 1], 1 = off
     "max_seq_length": (3, None, False, False),  # [CLS] + a token + [SEP]; the model's positions bound the top
     "port": (0, 65535, False, False),
-    "threads": (0, 4096, False, False),  # torch.set_num_threads takes a C int: more than any machine has is a typo
+    "seed": (0, 2**32 - 1, False, False),  # numpy's seeds are 32-bit: a larger one fails inside a run
+    # a trained vocabulary: the trainer reserves its table up front (1e12 aborted the process in Rust's allocator);
+    # the largest in use hold about 250,000 tokens
+    "vocab_size": (1, 1_000_000, False, False),
+    # processes and threads: each is made (a process pool submits 2 x workers batches ahead), so 1e9 would fork or
+    # spawn until the machine gives out; 0 = the command's default
+    **dict.fromkeys(("threads", "workers", "loader_workers"), (0, 1024, False, False)),
     "layer": (None, None, False, False),  # attention: 1..L, or -1 for the last (the model checks the range)
     "tag_column": (None, None, False, False),  # CoNLL: a column index, -1 = the last
     "null_score_diff_threshold": (None, None, False, False),  # SQuAD 2.0: a logit difference, any sign
@@ -168,11 +173,12 @@ _DEFAULT_BOUNDS = (0, None, False, False)
 
 def _bounds_text(bounds: tuple) -> str:
     low, high, low_open, high_open = bounds
+    show = lambda x: str(x) if isinstance(x, int) else f"{x:g}"  # noqa: E731 (2**32 - 1 in full, not 4.29e+09)
     parts = []
     if low is not None:
-        parts.append(("> " if low_open else ">= ") + f"{low:g}")
+        parts.append(("> " if low_open else ">= ") + show(low))
     if high is not None:
-        parts.append(("< " if high_open else "<= ") + f"{high:g}")
+        parts.append(("< " if high_open else "<= ") + show(high))
     return " and ".join(parts) or "a finite number"
 
 
@@ -213,6 +219,13 @@ def check_bounds(obj: Any, error: Callable[[str], Exception]) -> None:
         if not within(value, bounds):
             flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
             raise error(f"{flag} must be {_bounds_text(bounds)}, got {value}")
+
+
+def check_run_flags(resume: bool, overwrite: bool) -> None:
+    """``--resume`` continues the run in OUTPUT, ``--overwrite`` replaces it: both at once is refused, in one line,
+    by every training command (pretrain, finetune, the embedding tasks, distill) before anything is read."""
+    if resume and overwrite:
+        raise InputError("--resume and --overwrite: choose one (continue the run in --output, or replace it)")
 
 
 def parse_seeds(text: str) -> list[int]:

@@ -6,7 +6,8 @@ The commands that write a model directory (``finetune`` and its sentence-embeddi
 anything heavy; those that make their output in one go (``vocab``, ``vocab extend``, ``convert``, ``embed``,
 ``export``, which writes graph files beside a model and refuses an existing graph unless ``--overwrite``) write under
 :func:`removed_on_failure`. A training run's directory
-keeps its checkpoints when it fails (``--resume`` continues it). The writes themselves stay atomic
+keeps its checkpoints when it fails (``--resume`` continues it); a new one refused before its first checkpoint goes
+(:func:`removed_if_refused`). The writes themselves stay atomic
 (:mod:`bertkit.files`).
 """
 
@@ -18,7 +19,7 @@ import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from bertkit.errors import InputError
+from bertkit.errors import InputError, RunError
 
 PathLike = str | os.PathLike
 # what every model directory a command writes holds: an input of one of these names inside --output would be replaced
@@ -98,4 +99,27 @@ def removed_on_failure(directory: PathLike) -> Iterator[Path]:
     except BaseException:
         if not existed and top.is_dir():
             shutil.rmtree(top, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def removed_if_refused(directory: PathLike, is_main: bool = True) -> Iterator[Path]:
+    """A training run's :func:`removed_on_failure`: when the body fails with a refusal or an unforeseen error, and
+    ``directory`` was new (or empty) and holds no checkpoint, what the run made there is removed, so that the
+    corrected command runs (issue 54, item 7: a half-made run directory refused it as 'a different run'). A run that
+    stopped on a signal or whose loss diverged (a ``RunError``) keeps what it wrote, for ``--resume`` and for reading;
+    so does a run resumed into an existing directory. Rank 0 alone removes (``is_main``)."""
+    directory = Path(directory)
+    existed = directory.exists()
+    fresh = not existed or (directory.is_dir() and not any(directory.iterdir()))
+    try:
+        yield directory
+    except Exception as e:
+        checkpoints = directory / "checkpoints"
+        saved = checkpoints.is_dir() and any(checkpoints.iterdir())
+        if fresh and is_main and not isinstance(e, RunError) and directory.is_dir() and not saved:
+            for child in directory.iterdir() if existed else ():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+            if not existed:
+                shutil.rmtree(directory, ignore_errors=True)
         raise

@@ -696,11 +696,16 @@ def test_resume_refusals(tiny_dir, ft, tmp_path, capsys):
         "--epochs",
         "1",
     ]
-    save_checkpoint(checkpoint_dir(out), 3, {"model": {}, "run": {"task": "sst2", "args": {"lr": 1e-4}}})
+    settings = {"model": "/elsewhere", "max_seq_length": 64}  # the model and task settings it started with
+    run = {"task": "sst2", "args": {"lr": 1e-4}, "settings": settings}
+    save_checkpoint(checkpoint_dir(out), 3, {"model": {}, "run": run})
     assert main(argv) == 2
     assert "pass --resume to continue it" in capsys.readouterr().err
     assert main([*argv, "--resume"]) == 2
-    assert "--lr 5e-05 (the run used 0.0001)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--lr 5e-05 (the run used 0.0001)" in err
+    assert f"--model {tiny_dir.resolve()} (the run used /elsewhere)" in err  # was resumed silently
+    assert "--max-seq-length 128 (the run used 64)" in err
     shutil.rmtree(checkpoint_dir(out))
     (out / "train_log.json").write_text("{}")
     assert main([*argv, "--resume"]) == 2

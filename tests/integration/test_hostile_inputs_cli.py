@@ -374,6 +374,69 @@ REFUSED = {
         ],
         "--max-seq-length must be >= 3",
     ),
+    # issue 54, item 10: --resume with --overwrite, refused by every training command as pretrain refuses it
+    "finetune --resume --overwrite": (
+        ["finetune", "--task", "sst2", "--train", "{train}", "--model", "{model}", "--output", "{out}", "--resume"]
+        + ["--overwrite"],
+        "--resume and --overwrite: choose one",
+    ),
+    "finetune --task simcse --resume --overwrite": (
+        ["finetune", "--task", "simcse", "--train", "{texts}", "--model", "{model}", "--output", "{out}", "--resume"]
+        + ["--overwrite"],
+        "--resume and --overwrite: choose one",
+    ),
+    "distill --resume --overwrite": (
+        ["distill", "--teacher", "{model}", "--student", "bert-tiny", "--train", "{train}", "--output", "{out}"]
+        + ["--resume", "--overwrite"],
+        "--resume and --overwrite: choose one",
+    ),
+    "finetune --task simcse --max-seq-length 100000": (
+        ["finetune", "--task", "simcse", "--train", "{texts}", "--model", "{model}", "--output", "{out}"]
+        + ["--max-seq-length", "100000"],
+        "--max-seq-length 100000: the model in",
+    ),
+    # item 10: a task flag the task does not use, or the same column twice, is refused (it was silently ignored)
+    "finetune --task sst2 --doc-stride 5": (
+        ["finetune", "--task", "sst2", "--train", "{train}", "--model", "{model}", "--output", "{out}"]
+        + ["--doc-stride", "5"],
+        "--doc-stride: --task sst2 does not use it",
+    ),
+    "finetune --task simcse --scale 10": (
+        ["finetune", "--task", "simcse", "--train", "{texts}", "--model", "{model}", "--output", "{out}"]
+        + ["--scale", "10"],
+        "--scale: --task simcse does not use it (only pairs, sts)",
+    ),
+    "finetune --task simcse --matryoshka-dims 100000": (  # item 7: found at the first step, OUTPUT made
+        ["finetune", "--task", "simcse", "--train", "{texts}", "--model", "{model}", "--output", "{out}"]
+        + ["--matryoshka-dims", "100000"],
+        "--matryoshka-dims 100000: larger than the model's embedding size 32",
+    ),
+    "predict --task sst2 --doc-stride 5": (
+        ["predict", "--model", "{model}", "--task", "sst2", "--data", "{train}", "--output", "{out}", "--doc-stride"]
+        + ["5"],
+        "--doc-stride: --task sst2 does not use it",
+    ),
+    "finetune --tagger without --feature-based": (
+        ["finetune", "--task", "conll2003", "--train", "{train}", "--model", "{model}", "--output", "{out}"]
+        + ["--tagger", "mlp"],
+        "--tagger: only --feature-based uses it",
+    ),
+    "finetune --label-column = --text-column": (
+        ["finetune", "--task", "classification", "--train", "{train}", "--model", "{model}", "--output", "{out}"]
+        + ["--text-column", "sentence", "--label-column", "sentence"],
+        "--label-column 'sentence': the same column as --text-column",
+    ),
+    "finetune --feature-layers ''": (
+        ["finetune", "--task", "conll2003", "--train", "{train}", "--model", "{model}", "--output", "{out}"]
+        + ["--feature-based", "--feature-layers", ""],
+        "--feature-layers must be comma-separated integers, got ''",
+    ),
+    # item 7: a corpus refused only once prepare reads it (the output made by then is removed)
+    "prepare, a binary corpus": (
+        ["prepare", "--corpus", "{tf}/bert_model.ckpt.data-00000-of-00001", "--vocab", "{model}", "--output", "{out}"]
+        + ["--workers", "1", "--quiet"],
+        "bert_model.ckpt.data-00000-of-00001: not a text corpus",
+    ),
     "serve --api-key ''": (["serve", "--model", "{model}", "--api-key", ""], "--api-key is empty"),
     "serve --device cuda": (["serve", "--model", "{model}", "--device", "cuda"], "--device cuda: "),
     "downstream, bad quoting": (
@@ -558,3 +621,52 @@ def test_the_library_loaders_refuse_bad_arguments_naming_them(tiny_dir, loader, 
 
     with pytest.raises(InputError, match=words):
         {"Encoder": Encoder.from_pretrained, "load_pipeline": load_pipeline}[loader](tiny_dir, **kwargs)
+
+
+def test_a_task_head_too_large_for_memory_is_one_line_and_leaves_no_output(tiny_dir, ft, tmp_path, capsys, monkeypatch):
+    """finetune --tagger-hidden 1000000000 asked the allocator for 477 GiB (a RuntimeError traceback); faked here, as
+    an overcommitting kernel may grant it. errors.allocation_failure reads the error; the command names the model."""
+    from bertkit.commands import finetune
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 512000000000 bytes.")
+
+    monkeypatch.setattr(finetune, "load_model", refuse)
+    argv = ["finetune", "--task", "sst2", "--train", ft / "sst2_train.tsv", "--model", tiny_dir, "--output"]
+    _one_line_refusal(capsys, [*argv, tmp_path / "out"], "does not fit in memory (a table of 476.8 GiB)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_refused_before_its_first_checkpoint_leaves_nothing_and_the_corrected_command_runs(
+    tiny_dir, ft, tmp_path, capsys, monkeypatch
+):
+    """Issue 54, item 7, for finetune (the embedding tasks and distill run under the same outputs.removed_if_refused):
+    a refusal after the run made OUTPUT (run.json and metrics, faked here) removes it, so the corrected command is
+    not refused as 'a different run'; a run stopped by a signal keeps its checkpoint for --resume."""
+    from bertkit.commands import finetune
+    from bertkit.errors import InputError
+    from bertkit.training.interrupt import Interrupted
+
+    out = tmp_path / "out"
+    real = finetune.finetune
+
+    def fails(error):
+        def run(*args, **kwargs):
+            (out / "checkpoints").mkdir(parents=True)
+            (out / "run.json").write_text("{}")
+            if isinstance(error, Interrupted):
+                (out / "checkpoints" / "step-3.pt").write_bytes(b"")
+            raise error
+
+        return run
+
+    argv = ["finetune", "--task", "sst2", "--train", ft / "sst2_train.tsv", "--model", tiny_dir, "--output", out]
+    argv += ["--epochs", "1", "--max-train-examples", "8", "--quiet", "--precision", "fp32"]
+    monkeypatch.setattr(finetune, "finetune", fails(InputError("--lr: refused late")))
+    _one_line_refusal(capsys, argv, "--lr: refused late")
+    assert not out.exists()
+    monkeypatch.setattr(finetune, "finetune", real)
+    assert main([str(a) for a in argv]) == 0 and (out / "model.safetensors").is_file()  # the corrected command
+    shutil.rmtree(out)
+    monkeypatch.setattr(finetune, "finetune", fails(Interrupted("stopped")))
+    assert main([str(a) for a in argv]) != 0 and (out / "checkpoints" / "step-3.pt").is_file()  # kept for --resume

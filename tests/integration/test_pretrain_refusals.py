@@ -51,8 +51,12 @@ def _refused(argv, capsys) -> str:
     [
         (["--seq-len", "1"], "--seq-len: .*must be >= 8, got 1"),  # checked before anything is written
         (["--seq-len", "32", "--batch-size", "100000"], "fewer than 100000 instances"),  # only once the corpus is read
+        # a later stage than the first (--two-phase's second, a ramp's end): checked before training, not on reaching it
+        (["--two-phase", "--phase2-seq-len", "100000"], "fewer than 4 instances of 100000 tokens"),
+        # an override only the vocabulary refutes, once it is read (any failure, not only a flag's, is cleaned up)
+        (["--config-override", "vocab_size=10"], "--config-override: vocab_size is 10; the tokenizer has"),
     ],
-    ids=["before-writing", "after-preparing"],
+    ids=["before-writing", "after-preparing", "a-later-stage", "override-refuted-by-the-vocabulary"],
 )
 def test_a_flag_that_fails_leaves_no_output_and_the_corrected_command_runs(alice_corpus, tmp_path, capsys, bad, says):
     from tinymodels import run_cli
@@ -69,8 +73,30 @@ def test_a_flag_that_fails_leaves_no_output_and_the_corrected_command_runs(alice
     [
         (["--resume", "--overwrite"], "--resume and --overwrite: choose one"),
         (["--generator-layers", "1"], "--generator-layers: only --objective electra has a generator"),
+        (["--phase2-seq-len", "64"], "--phase2-seq-len: only --two-phase uses it"),
+        (["--rtd-weight", "3"], "--rtd-weight: only --objective electra uses it"),
+        (["--dupe-factor", "3"], "--dupe-factor: only --masking static uses it"),
+        (["--warmup-steps", "3"], "--warmup-steps 3: more than the run's --max-steps 2"),
+        (
+            ["--config-override", "max_position_embeddings=16"],
+            "max_position_embeddings=16: the run feeds the model .* 32",
+        ),
+        (["--device", "foo"], "--device foo: not a device name"),
+        (["--vocab-size", "300"], "--vocab-size: sizes a vocabulary trained on the corpus; --vocab gives one"),
+        (["--init-from", "m", "--embedding-init", "cooccurrence"], "--embedding-init: initialises a fresh model"),
     ],
-    ids=["resume-overwrite", "generator-without-electra"],
+    ids=[
+        "resume-overwrite",
+        "generator-without-electra",
+        "phase2-without-two-phase",
+        "rtd-weight-without-electra",
+        "dupe-factor-without-static",
+        "warmup-past-the-steps",
+        "positions-below-seq-len",
+        "not-a-device",
+        "vocab-size-with-a-vocabulary",
+        "fresh-init-with-init-from",
+    ],
 )
 def test_flags_that_cannot_go_together_are_refused_before_writing(alice_corpus, tmp_path, capsys, flags, says):
     out = tmp_path / "run"
@@ -97,3 +123,20 @@ def test_resume_on_a_finished_run_is_refused_and_leaves_it_unchanged(alice_corpu
     del record["finished"]  # a run directory from before the field
     (out / "run.json").write_text(json.dumps(record))
     assert "holds a finished run" in _refused([*argv, "--resume"], capsys)
+
+
+def test_a_model_too_large_for_memory_is_one_line_and_leaves_no_output(alice_corpus, tmp_path, capsys, monkeypatch):
+    """torch's CPU allocator fails with a RuntimeError naming the bytes (a 1e8-position table asks 12 GB; faked here,
+    since an overcommitting kernel may grant it): one line naming the size flags, and the prepared OUTPUT removed."""
+    from bertkit import models
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried "
+            "to allocate 12800000000 bytes. Error code 12 (Cannot allocate memory)"
+        )
+
+    monkeypatch.setattr(models.Architecture, "build_for_pretraining", refuse)
+    line = _refused(_pretrain(alice_corpus, tmp_path / "run", "--seq-len", "32"), capsys)
+    assert "--model-size bert-tiny --config-override hidden_size=32" in line
+    assert "does not fit in memory (a table of 11.9 GiB)" in line and not (tmp_path / "run").exists()

@@ -244,6 +244,7 @@ def test_the_student_loads_in_transformers_with_identical_logits(small, sst2_tea
         ({"--clip": "nan"}, "--clip must be >= 0, got nan"),
         ({"--task": "cola"}, "--task cola: the teacher .* was fine-tuned on sst2"),
         ({"--unlabeled": "missing.tsv"}, "missing.tsv"),
+        ({"--text-column": "x"}, "--text-column: --task sst2 does not use it"),  # was silently ignored
     ],
 )
 def test_bad_input_is_one_line(sst2_teacher, tmp_path, capsys, change, message, monkeypatch):
@@ -311,3 +312,25 @@ def test_embeddings_regress_onto_the_teachers(embedding_teacher, tmp_path, capsy
     assert student_score >= 0.97 * teacher_score, (student_score, teacher_score)  # the issue's target, on the fixture
     if untrained is not None:
         assert student_score > untrained + 5  # learnt from the teacher, not there from the start
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--task", "sst2"],
+            "--task sst2: .* is a sentence-embedding model \\(modules.json\\), not fine-tuned on sst2",
+        ),
+        (["--doc-stride", "5"], "--doc-stride: --task embeddings does not use it"),
+        (["--max-seq-length", "1000"], "--max-seq-length 1000: the model in .* has 128 positions"),
+    ],
+)
+def test_a_flag_embedding_distillation_does_not_use_is_one_line(embedding_teacher, tmp_path, capsys, flags, message):
+    """Issue 54, items 6 and 10: each was silently ignored (--task sst2 took the embedding route all the same)."""
+    import re
+
+    argv = ["distill", "--teacher", str(embedding_teacher), "--student", "layers:1", "--output", str(tmp_path / "o")]
+    assert main([*argv, "--train", str(FT / "sst2_train.tsv"), "--text-column", "sentence", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and re.search(message, err), err
+    assert not (tmp_path / "o").exists()

@@ -40,7 +40,7 @@ def test_bad_rows_name_file_and_line(tmp_path):
     rows = read_pairs(path, skip_bad_rows=True)
     assert rows.rows == [("q1", "p1"), ("q3", "p3")] and rows.skipped == 1
     sts = _write(tmp_path / "s.csv", "sentence1,sentence2,score\na,b,1.5\nc,d,high\n")
-    with pytest.raises(DataError, match=r"s\.csv:3: score 'high' in column 'score' is not a number"):
+    with pytest.raises(DataError, match=r"s\.csv:3: score 'high' in column 'score' is not a finite number"):
         read_scored(sts)
     bad_json = _write(tmp_path / "t.jsonl", '{"text": "a"}\n{"text": \n')
     with pytest.raises(DataError, match=r"t\.jsonl:2: not valid JSON"):

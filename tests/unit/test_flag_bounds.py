@@ -105,6 +105,16 @@ def test_every_numeric_flag_refuses_nan_inf_and_values_out_of_range(name, monkey
             ["pretrain", "--corpus", "c", "--output", "o", "--max-steps", "1", "--config-override", "hidden_size=-5"],
             "hidden_size",
         ),
+        (  # issue 54: was 'an input file nests too deeply' (RecursionError), naming no flag
+            ["pretrain", "--corpus", "c", "--output", "o", "--max-steps", "1"]
+            + ["--config-override", "hidden_size=" + "[" * 100_000 + "]" * 100_000],
+            "--config-override hidden_size: the value nests too deeply",
+        ),
+        (  # a bare error of the config class names the one override it is about, not every override given
+            ["pretrain", "--corpus", "c", "--output", "o", "--max-steps", "1"]
+            + ["--config-override", "hidden_size=64", "--config-override", 'id2label={"a": 1}'],
+            "--config-override id2label: invalid literal",
+        ),
     ],
 )
 def test_the_issue_probes_are_one_line_and_exit_2(argv, named, tmp_path, monkeypatch, capsys):
@@ -112,6 +122,7 @@ def test_the_issue_probes_are_one_line_and_exit_2(argv, named, tmp_path, monkeyp
     code = main(argv)
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and named.split()[0] in err, err
+    assert named in err or " " not in named.strip(), err  # a phrase is checked whole
     assert "Traceback" not in err and not (tmp_path / "o").exists()
 
 

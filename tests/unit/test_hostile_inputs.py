@@ -363,12 +363,18 @@ def test_max_seq_length_fits_the_models_positions(tmp_path, task, options, posit
             '{"text": "ok", "label": "a"}\n{"text": " ", "label": "b"}\n',
             "text",
         ),
+        (
+            lambda p, s: read_swag(p, s),
+            "swag.csv",
+            "sent1,sent2,ending0,ending1,label\na,b, ,d,0\nc,b,c,d,1\n",
+            "ending0",
+        ),
     ],
 )
 def test_a_row_with_empty_text_is_a_bad_row_naming_line_and_column(tmp_path, reader, name, text, column):
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
-    line = 3 if name.endswith(".tsv") else 2
+    line = 3 if name.endswith(".tsv") else 2  # swag.csv's and the JSONL's is on line 2
     with pytest.raises(DataError, match=re.escape(f"{path}:{line}: empty text in column {column!r}")):
         reader(path, False)
     assert len(reader(path, True)) == 1  # --skip-bad-rows leaves it out
@@ -419,3 +425,132 @@ def test_a_damaged_feature_based_tagger_is_one_error_naming_its_file(tmp_path, h
     with pytest.raises(InputError, match=re.escape(words)) as e:
         FeatureTagger.from_pretrained(tmp_path)
     assert str(e.value).startswith(str(tmp_path / file)) and len(str(e.value).splitlines()) == 1
+
+
+_STSB = "index\tsentence1\tsentence2\tscore\n0\tx\ty\t2.5\n"
+
+
+def _read_scored(p, skip):
+    return emb_data.read_scored(p, skip_bad_rows=skip)
+
+
+@pytest.mark.parametrize(
+    "reader, name, text, says",  # the bad value is on line 3 (line 2 of a JSONL file)
+    [
+        (
+            lambda p, s: read_table(p, "text", regression=True, skip_bad_rows=s),
+            "train.tsv",
+            "text\tlabel\nok\t0.5\nfine\tnan\n",
+            "label 'nan' in column 'label' is not a finite number",
+        ),
+        (lambda p, s: read_glue(p, "stsb", s), "train.tsv", _STSB + "1\ta\tb\t-inf\n", "label '-inf' is not a finite"),
+        (_read_scored, "dev.tsv", "sentence1\tsentence2\tscore\na\tb\t1\nc\td\tinf\n", "score 'inf' in column 'score'"),
+        (
+            lambda p, s: read_table(p, "text", fmt="jsonl", skip_bad_rows=s),
+            "train.jsonl",
+            '{"text": "ok", "label": "a"}\n{"text": null, "label": "b"}\n',
+            "field 'text' is null, not a text",
+        ),
+        (
+            lambda p, s: read_table(p, "text", fmt="jsonl", skip_bad_rows=s),
+            "train.jsonl",
+            '{"text": "ok", "label": "a"}\n{"text": {"a": 1}, "label": "b"}\n',
+            "field 'text' is an object, not a text",
+        ),
+        (
+            lambda p, s: read_table(p, "text", fmt="jsonl", skip_bad_rows=s),
+            "train.jsonl",
+            '{"text": "ok", "label": "a"}\n{"text": "fine", "label": ["a"]}\n',
+            "label in column 'label' is a list, not one class name",
+        ),
+        (  # its negative was dropped in silence: the first row decides the optional fields
+            lambda p, s: emb_data.read_pairs(p, skip_bad_rows=s),
+            "pairs.jsonl",
+            '{"anchor": "a", "positive": "b"}\n{"anchor": "c", "positive": "d", "negative": "e"}\n',
+            "field 'negative', which the first row (line 1) lacks",
+        ),
+    ],
+)
+def test_a_value_of_the_wrong_kind_is_a_bad_row_naming_line_and_field(tmp_path, reader, name, text, says):
+    """Issue 54, item 10: a label or score that parses but is not a finite number (nan, inf: a NaN loss), and a JSONL
+    text or label of another JSON type (null read as the text 'None' before), are bad rows naming file, line, field."""
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    line = 2 if name.endswith(".jsonl") else 3
+    with pytest.raises(DataError, match=re.escape(f"{path}:{line}: {says}")):
+        reader(path, False)
+    assert len(reader(path, True)) == 1  # --skip-bad-rows leaves it out
+
+
+@pytest.mark.parametrize(
+    "reader, name, text",  # a 200,000-character text in one cell (csv's own limit is 131,072)
+    [
+        (lambda p: read_table(p, "text"), "train.csv", "text,label\nok,a\n{long},b\n"),
+        (lambda p: read_swag(p), "swag.csv", "sent1,sent2,ending0,ending1,label\na,b,c,d,0\n{long},b,c,d,1\n"),
+        (lambda p: emb_data.read_pairs(p), "pairs.tsv", "anchor\tpositive\na\tb\nc\t{long}\n"),
+    ],
+)
+def test_a_long_text_in_one_cell_is_read(tmp_path, reader, name, text):
+    """Issue 54, item 10: a 10 MB row of a CSV / TSV file stopped the readers with csv's traceback ('field larger
+    than field limit'), where the same text alone on a line is read."""
+    path = tmp_path / name
+    path.write_text(text.replace("{long}", "word " * 40_000), encoding="utf-8")
+    assert len(reader(path)) == 2
+
+
+@pytest.mark.parametrize("column", [9, -9, 0])
+def test_a_conll_tag_column_the_file_lacks_names_the_flag(tmp_path, column):
+    path = tmp_path / "ner.conll"
+    path.write_text("EU NNP B-ORG\nrejects VBZ O\n", encoding="utf-8")
+    with pytest.raises(DataError, match=re.escape(f"{path}:1: --tag-column {column}: the file has 3 columns")):
+        read_conll(path, tag_column=column)
+    assert read_conll(path, tag_column=2)[0].tags == ["B-ORG", "O"]  # a column it has
+
+
+@pytest.mark.parametrize(
+    "question, says",
+    [
+        ({"id": "b", "question": "who?", "answers": [{"text": "", "answer_start": 0}]}, "answer '' at offset 0: empty"),
+        (
+            {"id": "b", "question": "who?", "answers": [{"text": "Bob.", "answer_start": -4}]},
+            "answer 'Bob.' at offset -4: a negative offset",  # the slice [-4:0] would not match, [-4:] would
+        ),
+        ({"id": "b", "question": " ", "answers": [{"text": "Bob", "answer_start": 0}]}, "the question is empty"),
+        (
+            {"id": "a", "question": "who?", "answers": [{"text": "Bob", "answer_start": 0}]},
+            "id a repeats article 0 paragraph 0 question 0's",  # predictions and metrics are keyed by the id
+        ),
+    ],
+)
+def test_a_squad_question_that_cannot_be_trained_on_names_its_line_and_id(tmp_path, question, says):
+    """Issue 54, item 10: an empty answer span, a negative offset, an empty question and a repeated id were read."""
+    first = {"id": "a", "question": "who?", "answers": [{"text": "Bob", "answer_start": 0}]}
+    para = {"context": "Bob came. Ann left Bob.", "qas": [first, question]}
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps({"version": "1.1", "data": [{"paragraphs": [para]}]}, indent=1), encoding="utf-8")
+    qid = question["id"]
+    line = [n for n, text in enumerate(path.read_text().splitlines(), 1) if f'"{qid}"' in text][0]
+    with pytest.raises(
+        DataError, match=re.escape(f"{path}:{line}: article 0 paragraph 0 question 1 (id {qid}): {says}")
+    ):
+        read_squad(path)
+    assert len(read_squad(path, skip_bad_rows=True)[0]) == 1
+
+
+@pytest.mark.parametrize(
+    "task, name, text, says",
+    [
+        ("classification", "train.csv", "text,label\nok,pos\nfine,pos\n", "every row has the label 'pos'"),
+        ("tagging", "train.conll", "EU O\nrejects O\n\nBob O\n", "every token has the tag 'O'"),
+    ],
+)
+def test_a_training_file_with_one_label_is_refused_naming_it(tmp_path, task, name, text, says):
+    """A one-label file made a 1-output head (transformers reads a 1-label classifier as regression; a 1-tag tagger's
+    loss is 0): nothing was told apart."""
+    from bertkit.tasks import get_task
+
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    task = get_task(task)
+    with pytest.raises(InputError, match=re.escape(f"{path}: {says}")):
+        task.fit_labels(task.read(path))

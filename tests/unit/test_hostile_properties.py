@@ -32,7 +32,7 @@ def _readers():
     from bertkit.data.tasks.readers import read_table
     from bertkit.data.tasks.squad import read_squad
     from bertkit.data.tasks.swag import read_swag
-    from bertkit.embeddings.data import read_texts
+    from bertkit.embeddings.data import read_pairs, read_scored, read_texts
     from bertkit.tokenization import load_tokenizer
 
     return {
@@ -44,6 +44,8 @@ def _readers():
         "squad": ("train.json", read_squad),
         "swag": ("train.csv", read_swag),
         "embedding texts": ("texts.txt", read_texts),
+        "embedding pairs jsonl (finetune --task pairs)": ("pairs.jsonl", read_pairs),
+        "STS scores (--dev of the embedding tasks)": ("dev.tsv", read_scored),
         "corpus (vocab, vocab extend, prepare)": ("corpus.txt", lambda p: list(corpus_texts([p]))),
         "config.json": ("config.json", read_config_file),
         "model config": ("config.json", lambda p: BertConfig.from_pretrained(p.parent)),

@@ -142,7 +142,7 @@ def test_check_bounds_holds_a_config_made_in_code_to_the_flags_table():
     class Cfg:
         lr: float | None = option(None)  # BOUNDS: > 0
         every: int = option(5, bounds=(1, 10, False, False))  # its own
-        seed: int = option(0)  # default: >= 0
+        count: int = option(0)  # default: >= 0
         name: str = option("x")
 
     check_bounds(Cfg(), ValueError)
@@ -150,7 +150,7 @@ def test_check_bounds_holds_a_config_made_in_code_to_the_flags_table():
     for bad, says in (
         ({"lr": 0.0}, "--lr must be > 0, got 0.0"),
         ({"every": 11}, "--every must be >= 1 and <= 10"),
-        ({"seed": -1}, "--seed must be >= 0, got -1"),
+        ({"count": -1}, "--count must be >= 0, got -1"),
         ({"lr": float("nan")}, "--lr must be > 0"),
     ):
         with pytest.raises(ValueError, match=says):

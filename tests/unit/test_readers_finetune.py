@@ -43,7 +43,7 @@ def test_glue_bad_rows(tmp_path):
     assert len(ex) == 2 and ex.skipped == 2
     s = tmp_path / "sts.tsv"
     s.write_text("sentence1\tsentence2\tscore\na\tb\t4.5\nc\td\thigh\n")
-    with pytest.raises(DataError, match=r"sts\.tsv:3: label 'high' is not a number"):
+    with pytest.raises(DataError, match=r"sts\.tsv:3: label 'high' is not a finite number"):
         read_glue(s, "stsb")
     q = tmp_path / "qnli.tsv"
     q.write_text("index\tquestion\tsentence\tlabel\n0\tq\ts\tmaybe\n")
@@ -80,7 +80,7 @@ def test_tabular_csv_and_jsonl(ft, tmp_path):
         read_table(ft / "generic_train.csv", "nope", label_column="sentiment")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "a", "y": 1}\n{"text": "b", "y": "x"}\nnot json\n')
-    with pytest.raises(DataError, match=r"bad\.jsonl:2: label 'x' in column 'y' is not a number"):
+    with pytest.raises(DataError, match=r"bad\.jsonl:2: label 'x' in column 'y' is not a finite number"):
         read_table(bad, "text", label_column="y", regression=True)
     ex = read_table(bad, "text", label_column="y", regression=True, skip_bad_rows=True)
     assert len(ex) == 1 and ex.skipped == 2

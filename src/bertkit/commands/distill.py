@@ -17,13 +17,13 @@ from pathlib import Path
 
 from bertkit.embeddings.data import read_scored, read_texts
 from bertkit.errors import InputError
-from bertkit.options import add_options, from_args, option
-from bertkit.outputs import MODEL_FILES, check_output
+from bertkit.options import add_options, check_run_flags, from_args, option, option_flags
+from bertkit.outputs import MODEL_FILES, check_output, removed_if_refused
 from bertkit.recipes.distill import DistillArgs, check_args, distill, without_labels
 from bertkit.recipes.distill_embeddings import distill_embeddings, load_teacher
 from bertkit.recipes.distill_student import build_student
 from bertkit.recipes.finetune import run_in_context, set_seed
-from bertkit.tasks import TASK_NAMES, read_task_config
+from bertkit.tasks import TASK_NAMES, check_flags_for_model, check_length_fits, read_task_config
 from bertkit.tasks.options import FILES, FinetuneFiles, TaskOptions, load_finetuned
 
 
@@ -75,6 +75,7 @@ def _run(args: argparse.Namespace, ctx) -> int:
     files: DistillFiles = from_args(DistillFiles, args)
     train_args: DistillArgs = from_args(DistillArgs, args, device=str(ctx.device))
     check_args(train_args)
+    check_run_flags(train_args.resume, train_args.overwrite)
     if files.dropout is not None and not 0.0 <= files.dropout < 1.0:
         raise InputError(f"--dropout must be in [0, 1), got {files.dropout}")
     teacher_dir = Path(files.teacher)
@@ -87,16 +88,42 @@ def _run(args: argparse.Namespace, ctx) -> int:
     if args.task and saved_task and args.task != saved_task:
         raise InputError(f"--task {args.task}: the teacher {teacher_dir} was fine-tuned on {saved_task}")
     embeddings = args.task == EMBEDDINGS or (not saved_task and (teacher_dir / "modules.json").is_file())
+    check_task_flags_of(args, teacher_dir, embeddings)
     read = _embedding_data if embeddings else _task_data
     task, teacher, tokenizer, train, dev, recipe = read(teacher_dir, files, args)
     set_seed(train_args.seed)  # a random student (and its head) follows --seed
     student = build_student(files.student, teacher, task, tokenizer, teacher_dir)
     if files.dropout is not None:
         student.set_dropout(files.dropout)
-    summary = recipe(task, teacher, student, tokenizer, train, dev, files.output, train_args, ctx, str(teacher_dir))
+    with removed_if_refused(files.output, ctx.is_main):  # refused before its first checkpoint: nothing left
+        summary = recipe(task, teacher, student, tokenizer, train, dev, files.output, train_args, ctx, str(teacher_dir))
     if ctx.is_main:
         print(json.dumps({"output": str(files.output), **summary}, sort_keys=True))
     return 0
+
+
+# the task flags embedding distillation reads (_embedding_data); the others are a task teacher's
+EMBEDDING_FLAGS = ("max_seq_length", "text_column", "data_format")
+
+
+def check_task_flags_of(args: argparse.Namespace, teacher_dir: Path, embeddings: bool) -> None:
+    """Task flags the distillation does not use, refused naming them (they were silently ignored): --task naming a
+    task for a sentence-embedding teacher, a flag its task does not read; and --max-seq-length past the teacher's
+    positions for an embedding teacher (a task teacher's is fitted with its task)."""
+    given = from_args(TaskOptions, args).given()
+    if embeddings:
+        if args.task not in (None, EMBEDDINGS):
+            raise InputError(
+                f"--task {args.task}: {teacher_dir} is a sentence-embedding model (modules.json), not fine-tuned on "
+                f"{args.task}; leave --task out (or give --task {EMBEDDINGS})"
+            )
+        flags = option_flags(TaskOptions)
+        for field in given:
+            if field not in EMBEDDING_FLAGS:
+                raise InputError(f"{flags[field]}: --task {EMBEDDINGS} does not use it; leave the flag out")
+        check_length_fits(args.max_seq_length, teacher_dir)
+    else:
+        check_flags_for_model(teacher_dir, args.task, given, option_flags(TaskOptions))
 
 
 def _task_data(teacher_dir: Path, files: DistillFiles, args: argparse.Namespace):

@@ -9,7 +9,9 @@ import argparse
 import json
 
 from bertkit.embeddings import ROUTE_HELP
-from bertkit.tasks.options import configure_inference
+from bertkit.options import from_args, option_flags
+from bertkit.tasks import check_flags_for_model
+from bertkit.tasks.options import TaskOptions, configure_inference
 
 EPILOG = ROUTE_HELP["evaluate"] + "; BLiMP (a pre-trained model): --task blimp (see `bertkit evaluate --task blimp -h`)"
 
@@ -21,5 +23,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from bertkit.tasks import inference  # torch: kept out of -h
 
+    check_flags_for_model(args.model, args.task, from_args(TaskOptions, args).given(), option_flags(TaskOptions))
     print(json.dumps(inference.run(args, labelled=True), sort_keys=True))
     return 0

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from bertkit.embeddings import ROUTE_HELP
-from bertkit.errors import InputError
-from bertkit.options import add_options, from_args
-from bertkit.outputs import MODEL_FILES, check_output
+from bertkit.errors import InputError, allocation_failure
+from bertkit.options import add_options, check_run_flags, from_args, option_flags
+from bertkit.outputs import MODEL_FILES, check_output, removed_if_refused
 from bertkit.recipes.finetune import FinetuneArgs, finetune, run_in_context, set_seed
+from bertkit.tasks import check_task_flags
 from bertkit.tasks.options import FinetuneFiles, TaskOptions, add_task_flag, load_model, task_for_model, task_options
 from bertkit.tokenization import load_tokenizer
 
@@ -35,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, ctx) -> int:
     files: FinetuneFiles = from_args(FinetuneFiles, args)
     train_args: FinetuneArgs = from_args(FinetuneArgs, args, device=str(ctx.device))
+    check_run_flags(train_args.resume, train_args.overwrite)
     if train_args.grad_accum < 1 or train_args.batch_size < 1:
         raise InputError(
             f"--batch-size and --grad-accum must be >= 1, got {train_args.batch_size} and {train_args.grad_accum}"
@@ -43,12 +46,18 @@ def _run(args: argparse.Namespace, ctx) -> int:
         raise InputError(f"--dropout must be in [0, 1), got {files.dropout}")
     inputs = {"--model": files.model, "--train": files.train, "--dev": files.dev}
     check_output(files.output, inputs, overwrite=None, writes=MODEL_FILES)
+    check_task_flags(args.task, from_args(TaskOptions, args).given(), option_flags(TaskOptions))
     task = task_for_model(args.task, task_options(args), files.model)  # --max-seq-length fits the model
     train, dev = files.read(task, train_args.skip_bad_rows)
     task.fit_labels(train)
     tokenizer = load_tokenizer(files.model)
     set_seed(train_args.seed)  # the new head's initialisation follows --seed too
-    model = load_model(task, files.model, finetuned=False)
+    try:
+        model = load_model(task, files.model, finetuned=False)
+    except (MemoryError, RuntimeError) as e:  # a head or tagger sized by a flag (--tagger-hidden 1e9)
+        if (asked := allocation_failure(e)) is None:
+            raise
+        raise InputError(f"{files.model}: the model with its task head does not fit in memory ({asked})") from None
     if files.dropout is not None:
         if not hasattr(model, "set_dropout"):
             raise InputError("--dropout applies to fine-tuned BERT, not to the frozen feature-based tagger")
@@ -58,7 +67,12 @@ def _run(args: argparse.Namespace, ctx) -> int:
             f"{files.model}: the tokenizer has {len(tokenizer)} tokens but the model only "
             f"{model.config.vocab_size} embeddings"
         )
-    summary = finetune(task, model, tokenizer, train, dev, files.output, train_args, ctx)
+    # what else a resumed run must share: the model it started from, its dropout and the task's settings (a
+    # different --max-seq-length or --model was resumed silently); as JSON, the form run.json keeps them in
+    settings = {"model": str(Path(files.model).resolve()), "dropout": files.dropout, **(task.task_config() or {})}
+    resume_keys = {"settings": json.loads(json.dumps(settings))}
+    with removed_if_refused(files.output, ctx.is_main):  # a run refused before its first checkpoint leaves nothing
+        summary = finetune(task, model, tokenizer, train, dev, files.output, train_args, ctx, resume_keys)
     if ctx.is_main:
         print(json.dumps({"output": str(files.output), **summary}, sort_keys=True))
     return 0

@@ -9,14 +9,18 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+from pathlib import Path
 
+from bertkit.config import read_config_file
 from bertkit.embeddings.data import read_scored, read_training_rows
 from bertkit.embeddings.recipe import EmbeddingTrainArgs, train_embeddings  # its flags: torch at -h already
 from bertkit.errors import InputError
-from bertkit.options import add_options, from_args
-from bertkit.outputs import check_output
+from bertkit.options import add_options, check_run_flags, from_args
+from bertkit.outputs import check_output, removed_if_refused
 from bertkit.precision import resolve_device
+from bertkit.tasks import check_length_fits
 from bertkit.training import distributed as D
 from bertkit.training.log import say
 
@@ -25,11 +29,41 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_options(parser, EmbeddingTrainArgs)
 
 
+# loss settings only some tasks read (embeddings.losses.loss_for): given to another (a value other than the default),
+# refused rather than silently ignored, as EmbeddingTrainArgs refuses --nli and the others off --task pairs
+ONLY_FOR = {"temperature": ("simcse",), "scale": ("pairs", "sts")}
+
+
+def check_loss_flags(cfg: EmbeddingTrainArgs) -> None:
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    for name, tasks in ONLY_FOR.items():
+        if getattr(cfg, name) != defaults[name] and cfg.task not in tasks:
+            raise InputError(f"--{name}: --task {cfg.task} does not use it (only {', '.join(tasks)}); leave it out")
+
+
+def check_dims(cfg: EmbeddingTrainArgs) -> None:
+    """``--matryoshka-dims`` past the model's embedding size (its hidden size: no Dense module changes it) is refused
+    before anything is written; the loss found it only at the first step, with OUTPUT made (issue 54, item 7)."""
+    dims = [int(x) for x in (cfg.matryoshka_dims or "").split(",") if x.strip()]  # checked as integers already
+    model = Path(cfg.model)
+    modules = (model / "modules.json").read_text(encoding="utf-8") if (model / "modules.json").is_file() else ""
+    if not dims or "Dense" in modules or not (model / "config.json").is_file():
+        return
+    hidden = read_config_file(model / "config.json").get("hidden_size")
+    if isinstance(hidden, int) and max(dims) > hidden:
+        raise InputError(f"--matryoshka-dims {max(dims)}: larger than the model's embedding size {hidden}")
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         cfg = from_args(EmbeddingTrainArgs, args)
     except ValueError as e:
         raise InputError(str(e)) from None
+    check_run_flags(cfg.resume, cfg.overwrite)
+    default = next(f.default for f in dataclasses.fields(cfg) if f.name == "max_seq_length")
+    check_length_fits(cfg.max_seq_length, cfg.model, default)  # the default is cut to a shorter model's
+    check_loss_flags(cfg)
+    check_dims(cfg)
     check_output(cfg.output, {"--model": cfg.model, "--train": cfg.train, "--dev": cfg.dev}, overwrite=None)
     rows = read_training_rows(cfg)
     dev = read_scored(cfg.dev, skip_bad_rows=cfg.skip_bad_rows) if cfg.dev else None
@@ -43,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
             cfg.quiet,
         )
         try:
-            summary = train_embeddings(cfg, rows, dev, ctx)
+            with removed_if_refused(cfg.output, ctx.is_main):  # refused before its first checkpoint: nothing left
+                summary = train_embeddings(cfg, rows, dev, ctx)
         except ValueError as e:
             raise InputError(str(e)) from None
     finally:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from bertkit.options import number, output_path
-from bertkit.outputs import check_output
+from bertkit.outputs import check_output, removed_on_failure
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -118,17 +118,18 @@ def run(args: argparse.Namespace) -> int:
             ),
         )
         output = cache_dir(fp)
-    meta = prepare_corpus(
-        listing.files,
-        output,
-        vocab,
-        lowercase=args.lowercase,
-        workers=args.workers,
-        progress=not args.quiet and sys.stderr.isatty(),
-        use_cache=False,
-        log=(lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr)),
-        **settings,
-    )
+    with removed_on_failure(output):  # a corpus refused while read (binary, empty, a bad JSONL line) leaves no OUTPUT
+        meta = prepare_corpus(
+            listing.files,
+            output,
+            vocab,
+            lowercase=args.lowercase,
+            workers=args.workers,
+            progress=not args.quiet and sys.stderr.isatty(),
+            use_cache=False,
+            log=(lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr)),
+            **settings,
+        )
     tokens = sum(s["tokens"] for s in meta["shards"])
     held = meta["eval"]["tokens"] if meta.get("eval") else 0
     print(f"{', '.join(args.corpus)}: {listing.summary()}")

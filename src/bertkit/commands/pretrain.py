@@ -63,12 +63,17 @@ def parse_overrides(items: list[str]) -> dict:
             overrides[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
             overrides[key.strip()] = value
+        except RecursionError:  # '[' x 100,000: the parser recurses once per level
+            raise InputError(f"--config-override {key.strip()}: the value nests too deeply to be read") from None
     return overrides
 
 
-def check_overrides(overrides: dict, arch: str, model_size: str, init_from: str | None) -> None:
+def check_overrides(
+    overrides: dict, arch: str, model_size: str, init_from: str | None, longest: int | None = None
+) -> None:
     """Refuse (one line naming it) an override that is not a field of the architecture's config, or a value the
-    config refuses, before anything is read or built."""
+    config refuses, or ``max_position_embeddings`` shorter than the ``longest`` sequence the run feeds the model,
+    before anything is read or built."""
     import dataclasses
     import difflib
 
@@ -85,13 +90,29 @@ def check_overrides(overrides: dict, arch: str, model_size: str, init_from: str 
             close = difflib.get_close_matches(key, names, n=1)
             hint = f"; did you mean {close[0]}?" if close else f"; the fields: {', '.join(names)}"
             raise InputError(f"--config-override {key}: not a {config_class.__name__} field{hint}")
+    positions = overrides.get("max_position_embeddings")
+    if isinstance(positions, int) and longest is not None and positions < longest:
+        raise InputError(
+            f"--config-override max_position_embeddings={positions}: the run feeds the model sequences of "
+            f"{longest} tokens (--seq-len, --seq-ramp, --phase2-seq-len); give at least {longest}"
+        )
     if init_from is None:
         try:
             config_class.from_preset(model_size, **overrides)
         except (TypeError, ValueError) as e:
-            if isinstance(e, InputError):
+            if isinstance(e, InputError):  # the config's own check: it names the field
                 raise InputError(f"--config-override: {e}") from None
-            raise InputError(f"--config-override {', '.join(overrides)}: {e}") from None
+            culprit = [key for key in overrides if _refused_alone(config_class, model_size, key, overrides[key])]
+            raise InputError(f"--config-override {', '.join(culprit[:1] or overrides)}: {e}") from None
+
+
+def _refused_alone(config_class, model_size: str, key: str, value) -> bool:
+    """Whether the preset refuses ``key=value`` on its own (to name the override a bare TypeError is about)."""
+    try:
+        config_class.from_preset(model_size, **{key: value})
+    except (TypeError, ValueError):
+        return True
+    return False
 
 
 def config_from_args(args: argparse.Namespace):
@@ -99,10 +120,12 @@ def config_from_args(args: argparse.Namespace):
     # the library loads when the command runs, not for its -h
     from bertkit.options import from_args
     from bertkit.recipes.pretrain import PretrainConfig, resolve
+    from bertkit.recipes.pretrain.checks import check_given, longest_sequence
 
     overrides = parse_overrides(args.config_overrides)
+    check_given(args)  # the flags as given, before a config is made (its own checks read --init-from's directory)
     cfg = resolve(from_args(PretrainConfig, args, config_overrides=overrides))
-    check_overrides(overrides, cfg.arch, cfg.model_size, cfg.init_from)
+    check_overrides(overrides, cfg.arch, cfg.model_size, cfg.init_from, longest_sequence(cfg))
     return cfg
 
 

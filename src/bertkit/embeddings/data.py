@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import logging
-import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.data.pretraining.splitter import sentence_spans
-from bertkit.data.tasks.readers import DataError, RowGuard, check_file, jsonl_records, open_text
+from bertkit.data.tasks.readers import DataError, RowGuard, check_file, finite_number, jsonl_records, open_text
 from bertkit.data.tasks.squad import read_squad
 from bertkit.errors import InputError
 
@@ -117,7 +116,7 @@ def iter_records(path: Path, fmt: str) -> tuple[list[str] | None, Iterator[tuple
 
 def _text(record: dict[str, Any], column: str) -> str | None:
     value = record.get(column)
-    if value is None:
+    if value is None or isinstance(value, bool | list | dict):  # JSONL: not a text (nor a number written as one)
         return None
     value = str(value).strip()
     return value or None
@@ -213,13 +212,18 @@ def _read_columns(
     guard = RowGuard(path, skip_bad_rows)
     out = TextRows([], [] if score_column else None, path=str(path))
     present_optional: set[str] | None = None
+    first = 0  # the line of the first JSONL record: it decides the optional fields
     for n, record in records:
         if isinstance(record, str):
             guard.bad(n, record)
             continue
         if header is None and present_optional is None:  # JSONL: an optional field counts if the first row has it
-            present_optional = {c for c in optional if c in record}
+            present_optional, first = {c for c in optional if c in record}, n
             columns = [c for c in columns if c not in optional or c in present_optional]
+        extra = [c for c in optional if present_optional is not None and c not in present_optional and c in record]
+        if extra:  # its text would be dropped in silence: every row has the field, or none does
+            guard.bad(n, f"field {extra[0]!r}, which the first row (line {first}) lacks: give it on every row or none")
+            continue
         texts = [_text(record, c) for c in columns]
         missing = [c for c, t in zip(columns, texts) if t is None]
         if missing:
@@ -227,12 +231,9 @@ def _read_columns(
             continue
         if score_column:
             raw = record.get(score_column)
-            try:
-                score = float(raw)
-                if math.isnan(score):
-                    raise ValueError
-            except (TypeError, ValueError):
-                guard.bad(n, f"score {raw!r} in column {score_column!r} is not a number")
+            score = finite_number(raw)
+            if score is None:
+                guard.bad(n, f"score {raw!r} in column {score_column!r} is not a finite number")
                 continue
             out.scores.append(score)
         out.rows.append(tuple(texts))

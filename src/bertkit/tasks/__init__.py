@@ -23,6 +23,7 @@ masked-LM accuracy), ``cloze``, and ``blimp`` (BLiMP's minimal pairs by pseudo-l
 from __future__ import annotations
 
 import importlib
+import inspect
 import random
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -74,6 +75,57 @@ def get_task(name: str, **options: Any):
         raise InputError(f"--task: unknown task {name!r}; choose one of {', '.join(TASK_NAMES)}")
     module, cls = TASKS[name]
     return getattr(importlib.import_module(module), cls)(name, **options)
+
+
+# a GLUE task's files have fixed columns and labels (data.tasks.glue): the generic files' settings do not apply
+GLUE_FIXED = ("text_column", "pair_column", "label_column", "regression", "data_format")
+# settings of the feature-based tagger, which --feature-based turns on
+FEATURE_BASED = ("feature_layers", "tagger", "tagger_hidden")
+
+
+def check_task_flags(name: str, given: dict[str, Any], flags: dict[str, str]) -> None:
+    """Refuse, in one line naming the flag, a task setting given on the command line (``given``: field -> value;
+    ``flags``: field -> its flag) that ``--task name`` does not use, where it would be silently ignored (issue 54,
+    item 10): ``--doc-stride`` for sst2, ``--text-column`` for a GLUE task, ``--tagger`` without
+    ``--feature-based``; and the same column named twice (the label read from the text)."""
+    module, cls = TASKS[name]
+    params = inspect.signature(getattr(importlib.import_module(module), cls).__init__).parameters
+    used = {p for p in params if params[p].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD} - {"self", "name"}
+    used -= set(GLUE_FIXED) if name in GLUE_TASKS else set()
+    used -= set() if given.get("feature_based") else set(FEATURE_BASED)
+    for field in given:
+        if field not in used:
+            who = "only --feature-based uses it" if field in FEATURE_BASED else f"--task {name} does not use it"
+            raise InputError(f"{flags[field]}: {who}; leave the flag out")
+    columns = [f for f in ("text_column", "pair_column", "label_column") if f in given]
+    for i, a in enumerate(columns):
+        for b in columns[i + 1 :]:
+            if given[a] == given[b]:
+                raise InputError(f"{flags[b]} {given[b]!r}: the same column as {flags[a]}; name another")
+
+
+def check_flags_for_model(
+    model_dir: str | Path, name: str | None, given: dict[str, Any], flags: dict[str, str]
+) -> None:
+    """:func:`check_task_flags` for the task of a fine-tuned directory (``--task``, else its task config's): what
+    ``evaluate``, ``predict`` and ``distill`` run. Without a task it passes; the loader says to pass ``--task``."""
+    name = name or read_task_config(model_dir).get("task")
+    if name in TASKS:
+        check_task_flags(name, given, flags)
+
+
+def check_length_fits(length: int | None, model_dir: str | Path, default: int | None = None) -> None:
+    """``--max-seq-length`` given past the positions of the model in ``model_dir`` (its config.json's
+    ``max_position_embeddings``) is refused in one line naming the flag, before anything is written; ``default`` (the
+    command's own, cut to a shorter model) and None pass. For the commands that read no task (the embedding tasks,
+    embedding distillation); ``tasks.options.task_for_model`` fits a task's."""
+    config = Path(model_dir) / "config.json"
+    positions = read_config_file(config).get("max_position_embeddings") if config.is_file() else None
+    if isinstance(positions, int) and length is not None and length != default and 0 < positions < length:
+        raise InputError(
+            f"--max-seq-length {length}: the model in {model_dir} has {positions} positions "
+            f"(max_position_embeddings); give at most {positions}"
+        )
 
 
 # --------------------------------------------------------------------------------------------- batching helpers

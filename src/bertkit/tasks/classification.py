@@ -15,6 +15,7 @@ from typing import Any
 
 from bertkit.data.tasks.glue import GLUE_TASKS, read_glue
 from bertkit.data.tasks.readers import DataError, read_table
+from bertkit.errors import InputError
 from bertkit.files import atomic_write
 from bertkit.tasks import TaskBase, collate_inputs, run_inference
 from bertkit.tasks.metrics import accuracy, f1_binary, matthews_corrcoef, pearson, spearman
@@ -71,6 +72,12 @@ class ClassificationTask(TaskBase):
         if self.regression or self.labels is not None:
             return
         found = sorted({str(e.label) for e in train_examples})
+        if len(found) == 1:  # one output: transformers reads num_labels=1 as regression; nothing to tell apart
+            where = getattr(train_examples, "path", "") or "the training file"
+            raise InputError(
+                f"{where}: every row has the label {found[0]!r}; a classifier needs two labels at least (or "
+                "--regression, for numbers)"
+            )
         try:
             found.sort(key=float)
         except ValueError:

@@ -66,6 +66,8 @@ class TaggingTask(TaskBase):
         self.feature_based = bool(feature_based)
         try:  # the one --layers parser (bertkit.features); a feature-based tagger takes layer indices only
             self.feature_layers = [int(x) for x in parse_layers(feature_layers)]
+            if not self.feature_layers:  # '': a tagger on no features
+                raise ValueError
         except (TypeError, ValueError):
             raise InputError(f"--feature-layers must be comma-separated integers, got {feature_layers!r}") from None
         self.tagger = tagger
@@ -87,6 +89,12 @@ class TaggingTask(TaskBase):
     def fit_labels(self, train_examples: Sequence) -> None:
         if self.labels is None:
             self.labels = label_list(train_examples)
+            if len(self.labels) == 1:  # a 1-class tagger learns nothing: a file of 'O' only, or a wrong --tag-column
+                where = getattr(train_examples, "path", "") or "the training file"
+                raise InputError(
+                    f"{where}: every token has the tag {self.labels[0]!r}; a tagger needs entity tags (B-TYPE, "
+                    "I-TYPE) too: is --tag-column the tag column?"
+                )
 
     def model_overrides(self) -> dict[str, Any]:
         return {

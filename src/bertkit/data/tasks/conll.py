@@ -62,6 +62,12 @@ def read_conll(
                 n_cols = len(parts)
                 if n_cols == 1 and require_tags:
                     raise DataError(path, n, "one column only (no tags); expected 'token ... tag' per line")
+                if n_cols > 1 and not (0 < tag_column < n_cols or -n_cols < tag_column < 0):
+                    raise DataError(
+                        path,
+                        n,
+                        f"--tag-column {tag_column}: the file has {n_cols} columns (token first; -1 = the last)",
+                    )
             if not words:
                 first_line = n
             if len(parts) != n_cols:

@@ -17,6 +17,7 @@ from bertkit.data.tasks.readers import (
     RowGuard,
     blank_text,
     check_file,
+    finite_number,
     open_text,
 )
 
@@ -106,10 +107,9 @@ def read_glue(path: str | os.PathLike, task: str, skip_bad_rows: bool = False, r
         if col_label is not None:
             raw = row[index[col_label]].strip()
             if spec.is_regression:
-                try:
-                    label = float(raw)
-                except ValueError:
-                    guard.bad(n, f"label {raw!r} is not a number")
+                label = finite_number(raw)
+                if label is None:
+                    guard.bad(n, f"label {raw!r} is not a finite number")
                     continue
             elif raw not in spec.labels:
                 guard.bad(n, f"unknown label {raw!r} for {task} (expected one of {list(spec.labels)})")

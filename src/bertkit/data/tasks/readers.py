@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import math
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -22,6 +23,10 @@ from typing import Any, Self
 from bertkit.errors import InputError
 
 logger = logging.getLogger(__name__)
+# A field may be as long as a line may: csv's default limit (131,072 characters) stopped a long document in a CSV or
+# TSV cell with a traceback (_csv.Error), where the same text on a line of its own is read. Every task reader's csv
+# goes through this module (readers, swag, embeddings.data, pretraining.task_text import it).
+csv.field_size_limit(2**31 - 1)
 
 
 class DataError(InputError):
@@ -175,6 +180,25 @@ class ClassificationExample:
     line: int = 0
 
 
+def finite_number(raw: Any) -> float | None:
+    """A regression label or a similarity score as a float; None for what is not a finite number (``nan`` and
+    ``inf`` parse as floats but would train on a NaN loss)."""
+    if isinstance(raw, bool | list | dict):
+        return None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def json_type(value: Any) -> str:
+    """How a JSON value is named in a message: null, a list, an object..."""
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "a list", bool: "a boolean"}.get(type(value), f"a {type(value).__name__}")
+
+
 def blank_text(example: ClassificationExample, guard: RowGuard, line: int, columns: tuple) -> bool:
     """Whether the example's text (or its pair) holds nothing but spaces: a bad row (``guard``), naming its column,
     where it would otherwise train on an input of [CLS] [SEP] alone."""
@@ -246,15 +270,21 @@ def read_table(
         if missing:
             guard.bad(n, f"missing field {missing[0]!r}")
             continue
+        not_text = [c for c in wanted if row[c] is None or isinstance(row[c], bool | list | dict)]  # JSONL's
+        if not_text:
+            guard.bad(n, f"field {not_text[0]!r} is {json_type(row[not_text[0]])}, not a text")
+            continue
         label: str | float | None = None
         if label_column and label_column in row and row[label_column] is not None:
             raw = row[label_column]
             if regression:
-                try:
-                    label = float(raw)
-                except (TypeError, ValueError):
-                    guard.bad(n, f"label {raw!r} in column {label_column!r} is not a number")
+                label = finite_number(raw)
+                if label is None:
+                    guard.bad(n, f"label {raw!r} in column {label_column!r} is not a finite number")
                     continue
+            elif isinstance(raw, list | dict):
+                guard.bad(n, f"label in column {label_column!r} is {json_type(raw)}, not one class name")
+                continue
             else:
                 label = str(raw).strip()
                 if not label:

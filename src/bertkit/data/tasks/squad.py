@@ -59,6 +59,7 @@ def read_squad(
     guard = RowGuard(path, skip_bad_rows)
     out = Examples(path=path)
     any_impossible = False
+    seen: dict[str, str] = {}  # question id -> where it was first read
     for a, article in enumerate(data["data"]):
         paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
         if not isinstance(paragraphs, list):
@@ -79,6 +80,11 @@ def read_squad(
                     guard.bad(where, "a question needs an 'id' and a 'question' string")
                     continue
                 qid = str(qa["id"])
+                if not qa["question"].strip() or qid in seen:  # predictions and metrics are keyed by the id
+                    why = f"id {qid} repeats {seen[qid]}'s" if qid in seen else "the question is empty"
+                    guard.bad(_line_of(raw, qid), f"{where} (id {qid}): {why}")
+                    continue
+                seen[qid] = where
                 impossible = bool(qa.get("is_impossible", False))
                 any_impossible |= impossible
                 answers = []
@@ -88,6 +94,9 @@ def read_squad(
                         text, start = str(ans["text"]), int(ans["answer_start"])
                     except (KeyError, TypeError, ValueError):
                         bad = "an answer needs 'text' and an integer 'answer_start'"
+                        break
+                    if not text.strip() or start < 0:  # an empty span, or one counted from the end (a slice would)
+                        bad = f"answer {text!r} at offset {start}: " + ("empty" if start >= 0 else "a negative offset")
                         break
                     if context[start : start + len(text)] != text:
                         found = context[start : start + len(text)]

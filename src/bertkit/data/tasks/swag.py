@@ -56,6 +56,10 @@ def read_swag(path: str | os.PathLike, skip_bad_rows: bool = False, require_labe
             elif require_label:
                 guard.bad(n, "empty label")
                 continue
+            blank = [c for c in ("sent1", *endings) if not row[col[c]].strip()]
+            if blank:  # an empty context or ending: [CLS] [SEP] alone, as blank_text refuses for classification
+                guard.bad(n, f"empty text in column {blank[0]!r}")
+                continue
             sent2 = row[col["sent2"]].strip()
             out.append(
                 MultipleChoiceExample(

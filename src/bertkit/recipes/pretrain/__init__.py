@@ -2,6 +2,7 @@
 raw text to a model directory. What lives where:
 
 - ``config.py``: :class:`PretrainConfig`, whose fields are ``bertkit pretrain``'s flags, and the run keys;
+  ``checks.py``: what its flags must satisfy together;
 - ``tables.py``: the ``paper`` and ``budget`` recipes' tables and the model each builds;
 - ``recipe.py``: :func:`pretrain`, the loop, top to bottom: logging and held-out evaluation called where they run;
 - ``setup.py``: the output directory, the vocabulary and shards, the model (the architecture registry's, whichever

@@ -12,10 +12,11 @@ from typing import Any
 
 from bertkit import models
 from bertkit.data.pretraining.instances import parse_mask_mix  # noqa: F401 (public here too)
-from bertkit.errors import InputError, PretrainError
+from bertkit.errors import PretrainError
 from bertkit.options import (
     POSITIVE,
     check_bounds,
+    check_run_flags,
     clip_option,
     device_option,
     lr_option,
@@ -28,6 +29,7 @@ from bertkit.options import (
     threads_option,
     warmup_option,
 )
+from bertkit.recipes.pretrain.checks import check_combinations
 from bertkit.recipes.pretrain.objectives import OBJECTIVES
 from bertkit.recipes.pretrain.tables import RECIPES
 
@@ -305,8 +307,8 @@ class PretrainConfig:
         if self.max_steps is None and self.max_time is None:
             raise PretrainError("give --max-steps or --max-time (or both)")
         check_bounds(self, PretrainError)  # the ranges the flags are parsed with (options.BOUNDS)
-        if self.resume and self.overwrite:
-            raise InputError("--resume and --overwrite: choose one (continue the run in --output, or replace it)")
+        check_run_flags(self.resume, self.overwrite)
+        check_combinations(self)  # flags each valid alone but not together
         if self.blimp is not None and not Path(self.blimp).is_dir():
             raise PretrainError(f"--blimp {self.blimp}: not a directory (BLiMP's JSONL files, one per paradigm)")
         if self.mask_mix is not None:

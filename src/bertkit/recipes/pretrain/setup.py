@@ -13,18 +13,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bertkit import models
+from bertkit.config import ConfigError
 from bertkit.data.pretraining import prepare as preparation  # a module: tests replace its prepare_corpus
 from bertkit.data.pretraining.cooccurrence import ppmi_embeddings
 from bertkit.data.pretraining.corpus import expand_corpus, write_sentences
 from bertkit.data.pretraining.feed import Feed
 from bertkit.data.pretraining.instances import DataOptions, VocabInfo, token_counts, unigram_log_probs
 from bertkit.data.pretraining.ramps import parse_ramp
-from bertkit.errors import InputError
+from bertkit.errors import InputError, allocation_failure
 from bertkit.precision import grad_scaler, resolve_precision
 from bertkit.recipes.pretrain.config import RUN_KEYS, PretrainError, parse_mask_mix  # noqa: F401 (public here too)
 from bertkit.recipes.pretrain.once import check_same_shards, once
 from bertkit.recipes.pretrain.tables import has_nsp_head
 from bertkit.tokenization import BertTokenizer, train_vocab
+from bertkit.training.interrupt import Interrupted
 from bertkit.training.log import say
 from bertkit.training.optim import build_optimizer, lr_schedule
 from bertkit.training.run import Run
@@ -113,6 +115,10 @@ def schedule(cfg: PretrainConfig, run: Run, model, feed: Feed):
     if saved is None:
         seed_dropout(cfg.seed, ctx)  # dropout differs per rank; weights are rank 0's (DDP)
     feed.start(total_steps, (saved.get("position") or saved.get("data")) if saved else None)
+    for seq_len, batch_size in dict.fromkeys((s.seq_len, s.batch_size) for s in feed.stages[feed.stage + 1 :]):
+        feed.make(
+            seq_len, batch_size
+        )  # a later stage (a ramp's end, --two-phase's) the corpus cannot fill: refused now
     return state, total_steps, reschedule
 
 
@@ -125,7 +131,9 @@ def removed_if_refused(cfg: PretrainConfig, ctx):
     ours = not out.exists() or (out.is_dir() and not any(out.iterdir()))
     try:
         yield
-    except (InputError, PretrainError, ValueError):
+    except Exception as e:  # any failure but a signal's stop (it saved what --resume continues from)
+        if isinstance(e, Interrupted):
+            raise
         if ours and not cfg.resume and ctx.is_main and out.is_dir() and not (out / RUN_JSON).is_file():
             RunDir(out).clear(RUN_FILES)
             if not any(out.iterdir()):
@@ -260,7 +268,17 @@ def build_model(cfg: PretrainConfig, tokenizer, shard_dir: Path, max_len: int, d
         model_class = arch.model_class(arch.pretraining_role)
         config, model = load_init_from(cfg, arch.config_class(), model_class, tokenizer, max_len, PretrainError)
     else:
-        model = arch.build_for_pretraining(cfg.model_size, tokenizer, max_len, **cfg.config_overrides)
+        try:
+            model = arch.build_for_pretraining(cfg.model_size, tokenizer, max_len, **cfg.config_overrides)
+        except ConfigError as e:  # an override the vocabulary refutes (vocab_size below its tokens)
+            raise InputError(f"--config-override: {e}") from None
+        except (MemoryError, RuntimeError) as e:
+            if (asked := allocation_failure(e)) is None:
+                raise
+            sizes = "".join(f" --config-override {k}={v}" for k, v in cfg.config_overrides.items())
+            raise InputError(
+                f"--model-size {cfg.model_size}{sizes}: the model does not fit in memory ({asked})"
+            ) from None
         config = model.config
         bias = arch.mlm_bias(model)
         if cfg.output_bias == "unigram" and bias is not None:  # the unigram plateau is where training starts

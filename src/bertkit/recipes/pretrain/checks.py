@@ -1,0 +1,64 @@
+"""What a pre-training run's flags must satisfy together, each valid alone (issue 54, items 7 and 10): checked when
+the config is made (``PretrainConfig.__post_init__``) or resolved (the command's ``--config-override`` check), so
+that a combination is refused in one line naming its flags before a file is read or written."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from bertkit.data.pretraining.ramps import parse_ramp
+from bertkit.errors import InputError
+from bertkit.recipes.pretrain.tables import FRESH_MODEL_KEYS
+
+# flags that act only with another setting: field -> (the field it needs, its value, the flag that sets it). Given
+# without it (a value other than its default), one is refused rather than silently ignored
+ONLY_WITH = {
+    "phase2_seq_len": ("two_phase", True, "--two-phase"),
+    "phase2_batch_size": ("two_phase", True, "--two-phase"),
+    "rtd_weight": ("objective", "electra", "--objective electra"),
+    "dupe_factor": ("masking", "static", "--masking static"),
+}
+
+
+def check_combinations(cfg: Any) -> None:
+    """Refuse a ``PretrainConfig`` whose flags do not go together: one of :data:`ONLY_WITH` without its setting,
+    ``--warmup-steps`` past ``--max-steps``, a ``--device`` this machine lacks."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    for name, (needs, value, flag) in ONLY_WITH.items():
+        if getattr(cfg, name) != defaults[name] and getattr(cfg, needs) != value:
+            raise InputError(f"--{name.replace('_', '-')}: only {flag} uses it; leave the flag out")
+    if cfg.warmup_steps is not None and cfg.max_steps is not None and cfg.warmup_steps > cfg.max_steps:
+        raise InputError(
+            f"--warmup-steps {cfg.warmup_steps}: more than the run's --max-steps {cfg.max_steps} (the learning rate "
+            "would never reach its peak)"
+        )
+    if cfg.device is not None:
+        from bertkit.precision import check_device  # torch: not loaded for a config made without --device
+
+        check_device(cfg.device)
+
+
+def check_given(cfg: Any) -> None:
+    """The flags as given (the parsed command line, or an unresolved ``PretrainConfig``), before ``resolve`` fills
+    in the vocabulary and the recipe's choices: ``--vocab-size``
+    with a vocabulary given (``--vocab``, ``--init-from``'s), a fresh model's initialisation with ``--init-from``
+    (its model keeps its own), each refused where it was silently ignored."""
+    given_vocab = "--vocab" if cfg.vocab is not None else "--init-from" if cfg.init_from is not None else None
+    if given_vocab and cfg.vocab_size is not None:
+        raise InputError(
+            f"--vocab-size: sizes a vocabulary trained on the corpus; {given_vocab} gives one already, leave it out"
+        )
+    fresh = [k for k in FRESH_MODEL_KEYS if getattr(cfg, k) is not None]
+    if cfg.init_from is not None and fresh:
+        flag = "--" + fresh[0].replace("_", "-")
+        raise InputError(f"{flag}: initialises a fresh model; --init-from's keeps its own, leave the flag out")
+
+
+def longest_sequence(cfg: Any) -> int | None:
+    """The longest sequence any stage of the run feeds the model (``--seq-len``, ``--seq-ramp``'s, ``--two-phase``'s
+    second phase); None before ``resolve`` sets ``--seq-len``."""
+    if cfg.seq_len is None:
+        return None
+    ramp = [n for n, _ in parse_ramp(cfg.seq_ramp, "--seq-ramp")]
+    return max([cfg.seq_len, *ramp, *([cfg.phase2_seq_len] if cfg.two_phase else [])])
