@@ -113,7 +113,7 @@ def test_every_numeric_flag_refuses_nan_inf_and_values_out_of_range(name, monkey
         (  # a bare error of the config class names the one override it is about, not every override given
             ["pretrain", "--corpus", "c", "--output", "o", "--max-steps", "1"]
             + ["--config-override", "hidden_size=64", "--config-override", 'id2label={"a": 1}'],
-            "--config-override id2label: invalid literal",
+            "--config-override: BertConfig.id2label must be an object of label ids",
         ),
     ],
 )
