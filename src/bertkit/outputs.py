@@ -41,16 +41,21 @@ def check_output(
     overwrite: bool | None = False,
     flag: str = "--output",
     writes: Iterable[str] = (),
+    whole: bool = True,
 ) -> Path:
     """Refuse ``output`` (a directory to write) before anything is written, with one line naming ``flag``:
 
     - it exists and is not a directory;
     - it is one of ``inputs`` (flag -> path, or paths; the same file or directory after resolving links), or it
       would replace one: an input that is a file named in ``writes`` inside it;
+    - it lies inside an input directory (a corpus or data directory would read back what it wrote; a model
+      directory would hold another model), or, when the command owns it ``whole`` (a run or study directory it
+      fills and ``--overwrite`` clears), an input lies inside it;
     - it exists and holds files, unless ``overwrite`` (None: the command's run directory judges an existing
       output itself, as ``finetune``'s ``--resume`` does).
 
-    Returns ``output`` as a Path."""
+    ``whole=False``: the command writes only the files named in ``writes`` into ``output`` (``vocab -o
+    DIR/vocab.txt``), so inputs beside them are no concern. Returns ``output`` as a Path."""
     out = Path(output).expanduser()
     if out.exists() and not out.is_dir():
         raise InputError(f"{flag} {out}: exists and is not a directory; choose another {flag}")
@@ -61,6 +66,10 @@ def check_output(
             raise InputError(f"{flag} {out}: is also {name}; write to a new directory, never over an input")
         if target.parent == resolved and target.name in writes:
             raise InputError(f"{flag} {out}: would replace {name} {path}; choose another {flag}")
+        if target in resolved.parents and target.is_dir():
+            raise InputError(f"{flag} {out}: is inside {name} {path}; write outside every input")
+        if whole and resolved in target.parents and target.exists():
+            raise InputError(f"{flag} {out}: holds {name} {path}; write to a directory that holds no input")
     if overwrite is False and out.is_dir() and any(out.iterdir()):
         raise InputError(
             f"{flag} {out}: already exists and is not empty; pass --overwrite to replace what it holds, or choose "

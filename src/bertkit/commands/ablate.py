@@ -11,6 +11,7 @@ from bertkit.errors import InputError
 from bertkit.experiments.ablate import STUDIES, AblateConfig, AblationStudy
 from bertkit.experiments.glue import resolve_tasks
 from bertkit.options import flag_string, number, output_path, parse_lrs, parse_seeds, parse_time
+from bertkit.outputs import check_output
 from bertkit.training.interrupt import GracefulStop
 
 
@@ -104,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
         finetune_args=args.finetune_args,
         max_time_per_run=parse_time(args.max_time_per_run, "--max-time-per-run"),
     )
+    inputs = {"--corpus": args.corpus, "--glue": args.glue, "--vocab": args.vocab}
+    check_output(args.output, inputs, overwrite=None)  # a study resumes: its directory may hold its runs
     with GracefulStop() as stop:
         report = AblationStudy(cfg, say=lambda m: print(m, file=sys.stderr, flush=True), stop=stop).run()
     print((report.output / "results.md").read_text(encoding="utf-8"), file=sys.stderr)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bertkit.experiments.glue import SuiteConfig, SuiteRunner, resolve_tasks
 from bertkit.options import add_options, option_flags, output_path, parse_lrs, parse_seeds, parse_time, to_argv
+from bertkit.outputs import check_output
 from bertkit.recipes.finetune import FinetuneArgs  # finetune's flags are glue's: torch at -h already
 from bertkit.tasks.options import FinetuneFiles, TaskOptions
 from bertkit.training.interrupt import GracefulStop
@@ -84,7 +85,6 @@ def finetune_argv(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_writable(Path(args.output), "--output")  # before the suite, not after its first cell
     ft_flags = {flag for cls in _finetune_options() for flag in option_flags(cls).values()}
     cfg = SuiteConfig(
         model=Path(args.model),
@@ -98,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         finetune_args=finetune_argv(args),
         max_time_flag="--max-time" in ft_flags,
     )
+    check_output(args.output, {"--model": args.model, "--data": args.data}, overwrite=None)  # its cells resume
+    check_writable(Path(args.output), "--output")  # made once every flag is checked, before the suite's first cell
     with GracefulStop() as stop:
         report = SuiteRunner(cfg, say=lambda m: print(m, file=sys.stderr, flush=True), stop=stop).run()
     print((Path(args.output) / "results.md").read_text(encoding="utf-8"), file=sys.stderr)

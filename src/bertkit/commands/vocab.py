@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     # a *.txt --output is the vocabulary alone, a file in its directory; else a directory
     output = Path(args.output)
     directory, writes = (output.parent, (output.name,)) if output.suffix == ".txt" else (output, VOCAB_FILES)
-    check_output(directory, {"FILES": args.files, "--holdout": args.holdout}, overwrite=None, writes=writes)
+    inputs = {"FILES": args.files, "--holdout": args.holdout}
+    check_output(directory, inputs, overwrite=None, writes=writes, whole=output.suffix != ".txt")
     with removed_on_failure(directory):
         tok = train_vocab(
             args.files,
