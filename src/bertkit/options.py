@@ -419,11 +419,24 @@ def to_argv(cls: type, args: argparse.Namespace, *, exclude: typing.Iterable[str
     return out
 
 
-def flag_string(owned: typing.Iterable[str] = ()) -> Callable[[str], list[str]]:
+class _RefusingParser(argparse.ArgumentParser):
+    """A parser whose error is an ``ArgumentTypeError`` (one line, for the flag that holds the string it parses)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise argparse.ArgumentTypeError(message)
+
+
+def flag_string(
+    owned: typing.Iterable[str] = (), configure: Callable[[argparse.ArgumentParser], None] | None = None
+) -> Callable[[str], list[str]]:
     """An argparse ``type`` for a string of flags handed on to another command (``downstream --finetune-args
     "--batch-size 16"``): split as a shell would (``shlex``). Refused when the command line is parsed, in one line:
     bad quoting, and any of the ``owned`` flags (the caller sets them itself for every run: its cells' ``--output``,
-    ``--lr``...), written ``--flag value``, ``--flag=value`` or as an abbreviation argparse would expand to it."""
+    ``--lr``...), written ``--flag value``, ``--flag=value`` or as an abbreviation argparse would expand to it.
+
+    ``configure``: builds the other command's flags on a parser; the string is then parsed with them, so a flag
+    that command does not have (``-o``), a bad value (``--epochs abc``) or an owned flag however spelled is refused
+    here, not in every run the caller starts. ``configure`` runs on first use (it may import the library)."""
     import shlex
 
     owned = tuple(owned)
@@ -439,10 +452,30 @@ def flag_string(owned: typing.Iterable[str] = ()) -> Callable[[str], list[str]]:
                 raise argparse.ArgumentTypeError(
                     f"{name} is set by this command itself ({', '.join(owned)}); leave it out"
                 )
+        if configure is not None:
+            _check_flags(argv, owned, configure)
         return argv
 
     split.__name__ = "flags"
     return split
+
+
+def _check_flags(argv: list[str], owned: tuple[str, ...], configure: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Parse ``argv`` with the flags ``configure`` builds (none required; none defaulted, so the namespace holds
+    only what was given); refuse what that parser refuses, and any flag of ``owned`` given in any spelling."""
+    parser = _RefusingParser(prog="", add_help=False)
+    configure(parser)
+    for action in parser._actions:
+        action.required, action.default = False, argparse.SUPPRESS
+    try:
+        given = vars(parser.parse_args(argv))
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{' '.join(argv)!r}: {e}") from None
+    for action in parser._actions:
+        if action.dest in given and set(action.option_strings) & set(owned):
+            raise argparse.ArgumentTypeError(
+                f"{action.option_strings[-1]} is set by this command itself ({', '.join(owned)}); leave it out"
+            )
 
 
 # --------------------------------------------------------------------------------- the options commands share

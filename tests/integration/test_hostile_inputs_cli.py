@@ -372,6 +372,22 @@ REFUSED = {
         ],
         "--output is set by this command itself",
     ),
+    "downstream, a flag finetune lacks": (
+        ["downstream", "--model", "{model}", "--data-dir", "{tmp}", "--output", "{out}", "--finetune-args", "-o x"],
+        "--finetune-args '-o x': unrecognized arguments: -o x",
+    ),
+    "glue --max-time-per-run 0": (
+        ["glue", "--model", "{model}", "--data", "{tmp}", "--output", "{out}", "--max-time-per-run", "0"],
+        "--max-time-per-run 0: must be > 0",
+    ),
+    "glue --output inside --data": (
+        ["glue", "--model", "{model}", "--data", "{tmp}", "--output", "{tmp}/out"],
+        "is inside --data",
+    ),
+    "ablate --output inside its corpus directory": (
+        ["ablate", "--corpus", "{tmp}", "--study", "nsp", "--steps", "2", "--output", "{tmp}/out"],
+        "is inside --corpus",
+    ),
     "downstream --max-time-per-run 0": (
         ["downstream", "--model", "{model}", "--data-dir", "{tmp}", "--output", "{out}", "--max-time-per-run", "0"],
         "--max-time-per-run 0: must be > 0",

@@ -10,6 +10,7 @@ from bertkit.data.pretraining.corpus import expand_corpus
 from bertkit.errors import InputError
 from bertkit.experiments.ablate import STUDIES, AblateConfig, AblationStudy
 from bertkit.experiments.glue import resolve_tasks
+from bertkit.experiments.runner import CELL_FLAGS, configure_finetune
 from bertkit.options import flag_string, number, output_path, parse_lrs, parse_seeds, parse_time
 from bertkit.outputs import check_output
 from bertkit.training.interrupt import GracefulStop
@@ -68,13 +69,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pretrain-args",
         default="",
-        type=flag_string(("--output", "--corpus", "--vocab", "--seed")),
+        type=flag_string(("--output", "--corpus", "--vocab", "--seed", "--resume", "--overwrite")),
         help='more pretrain flags for every variant, e.g. "--seq-len 128 --batch-size 64"',
     )
     parser.add_argument(
         "--finetune-args",
         default="",
-        type=flag_string(("--output", "--model", "--train", "--dev", "--seed", "--lr", "--task")),
+        type=flag_string(CELL_FLAGS, configure_finetune),
         help='more finetune flags, e.g. "--epochs 2 --max-train-examples 5000"',
     )
 

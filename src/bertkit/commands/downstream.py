@@ -15,13 +15,15 @@ from bertkit.experiments.downstream import (
     default_lrs,
     resolve_meter_tasks,
 )
+from bertkit.experiments.runner import CELL_FLAGS, configure_finetune
 from bertkit.options import flag_string, number, parse_lrs, parse_seeds, parse_time
 from bertkit.outputs import check_output
 from bertkit.training.interrupt import GracefulStop
 from bertkit.training.rundir import check_writable
 
-# the finetune flags the meter sets for each of its runs: --finetune-args may not give them
-METER_FLAGS = ("--output", "--model", "--train", "--dev", "--seed", "--lr", "--task")
+# the finetune flags the meter sets for each of its runs (or from its own flags, recorded for a resume):
+# --finetune-args may not give them
+METER_FLAGS = (*CELL_FLAGS, "--epochs", "--max-train-examples")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -82,7 +84,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--finetune-args",
         default="",
-        type=flag_string(METER_FLAGS),
+        type=flag_string(METER_FLAGS, configure_finetune),
         help='more finetune flags for both routes, e.g. "--batch-size 16 --threads 1" (not the flags the meter sets '
         f"for each run: {', '.join(METER_FLAGS)})",
     )

@@ -148,3 +148,19 @@ def open_study(out: Path, settings_name: str, record: dict, what: str, hint: str
     if saved != record:
         diff = sorted(k for k in set(saved) | set(record) if saved.get(k) != record.get(k))
         raise InputError(f"{out} holds {what} with other settings ({', '.join(diff)}): use another --output, or {hint}")
+
+
+# the finetune flags a study sets for each of its cells: a study's --finetune-args may not give them
+CELL_FLAGS = ("--output", "--model", "--train", "--dev", "--seed", "--lr", "--task", "--resume")
+
+
+def configure_finetune(parser) -> None:
+    """``bertkit finetune``'s flags for its GLUE and NER tasks on ``parser`` (what the studies run and what their
+    ``--finetune-args`` are checked against): ``--task`` and the option dataclasses, as the command builds them."""
+    from bertkit.options import add_options
+    from bertkit.recipes.finetune import FinetuneArgs
+    from bertkit.tasks.options import FinetuneFiles, TaskOptions, add_task_flag
+
+    add_task_flag(parser, required=True)
+    for cls in (FinetuneFiles, FinetuneArgs, TaskOptions):
+        add_options(parser, cls)
