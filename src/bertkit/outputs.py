@@ -79,10 +79,13 @@ def check_output(
 
 
 @contextlib.contextmanager
-def removed_on_failure(directory: PathLike) -> Iterator[Path]:
+def removed_on_failure(
+    directory: PathLike, only: type[BaseException] | tuple[type[BaseException], ...] = BaseException
+) -> Iterator[Path]:
     """Run the body; when it raises (or is interrupted), remove ``directory`` if it did not exist before (and the
     parents above it that did not: the first missing one), so that a failed command leaves nothing that blocks the
-    corrected one. A directory that existed is left as it is."""
+    corrected one. A directory that existed is left as it is. ``only``: the failures that remove it (``prepare``
+    keeps an interrupted preparation, which resumes, and removes a refused one)."""
     directory = Path(directory)
     top = directory
     while not top.parent.exists() and top.parent != top:
@@ -90,7 +93,7 @@ def removed_on_failure(directory: PathLike) -> Iterator[Path]:
     existed = directory.exists()
     try:
         yield directory
-    except BaseException:
+    except only:
         if not existed and top.is_dir():
             shutil.rmtree(top, ignore_errors=True)
         raise

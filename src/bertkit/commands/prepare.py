@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from bertkit.options import number, output_path
-from bertkit.outputs import check_output
+from bertkit.outputs import check_output, removed_on_failure
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -79,9 +79,10 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     # the library loads when the command runs, not for its -h
+    from bertkit.data.pretraining.corpus import check_corpus_files
     from bertkit.data.pretraining.corpus_files import find_corpus
     from bertkit.data.pretraining.prepare import cache_dir, corpus_fingerprint, prepare_corpus
-    from bertkit.errors import InputError
+    from bertkit.errors import BertkitError, InputError
     from bertkit.tokenization import BertTokenizer
 
     vocab = Path(args.vocab)
@@ -96,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         "eval_fraction": args.eval_fraction,
     }
     listing = find_corpus(args.corpus, args.follow_symlinks)  # warns once about each link skipped
+    check_corpus_files(listing.files, args.corpus_format, args.encoding)  # a binary file: refused before OUTPUT
     output = args.output
     if output is not None:  # not a file, not one of the inputs (an existing shard directory is prepare's to judge)
         check_output(output, {"--corpus": args.corpus, "--vocab": args.vocab}, overwrite=None)
@@ -118,17 +120,18 @@ def run(args: argparse.Namespace) -> int:
             ),
         )
         output = cache_dir(fp)
-    meta = prepare_corpus(
-        listing.files,
-        output,
-        vocab,
-        lowercase=args.lowercase,
-        workers=args.workers,
-        progress=not args.quiet and sys.stderr.isatty(),
-        use_cache=False,
-        log=(lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr)),
-        **settings,
-    )
+    with removed_on_failure(output, only=BertkitError):  # refused (an empty corpus): gone; interrupted: resumes
+        meta = prepare_corpus(
+            listing.files,
+            output,
+            vocab,
+            lowercase=args.lowercase,
+            workers=args.workers,
+            progress=not args.quiet and sys.stderr.isatty(),
+            use_cache=False,
+            log=(lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr)),
+            **settings,
+        )
     tokens = sum(s["tokens"] for s in meta["shards"])
     held = meta["eval"]["tokens"] if meta.get("eval") else 0
     print(f"{', '.join(args.corpus)}: {listing.summary()}")
