@@ -122,7 +122,6 @@ BOUNDS: dict[str, tuple] = {
             "max_answer_length",
             "doc_stride",
             "n_best_size",
-            "vocab_size",
             "dupe_factor",
             "log_every",
             "top_k",
@@ -135,6 +134,7 @@ BOUNDS: dict[str, tuple] = {
             "prepare_timeout",
             "opset",
             "head",
+            "limit_alphabet",  # 0 keeps no character: every word would be [UNK]
             # the server's batching and limits: 0 would refuse every request (a misconfiguration, not the client's)
             "max_batch_size",
             "max_batch_tokens",
@@ -155,6 +155,8 @@ BOUNDS: dict[str, tuple] = {
     ),
     **dict.fromkeys(("warmup_fraction", "short_seq_prob", "alpha"), _FRACTION),  # alpha: distill's soft-target share
     **dict.fromkeys(("dropout", "mask_prob", "eval_fraction"), (0, 1, False, True)),
+    # a vocabulary's ids are 32-bit in the tokenizers library; no vocabulary comes near 2^24
+    "vocab_size": (1, 1 << 24, False, False),
     "layer_decay": (0, 1, True, False),  # layer-wise lr decay: (0, 1], 1 = off
     "max_seq_length": (3, None, False, False),  # [CLS] + a token + [SEP]; the model's positions bound the top
     "port": (0, 65535, False, False),
@@ -171,7 +173,7 @@ def _bounds_text(bounds: tuple) -> str:
     if low is not None:
         parts.append(("> " if low_open else ">= ") + f"{low:g}")
     if high is not None:
-        parts.append(("< " if high_open else "<= ") + f"{high:g}")
+        parts.append(("< " if high_open else "<= ") + (str(high) if isinstance(high, int) else f"{high:g}"))
     return " and ".join(parts) or "a finite number"
 
 

@@ -222,7 +222,8 @@ def test_vocab_commands_read_a_compressed_corpus_as_its_text(tmp_path, tiny_dir,
     import gzip
 
     plain = tmp_path / "plain.txt"
-    plain.write_text("".join(line.split("\t")[0] + "\n" for line in ft.joinpath("sst2_train.tsv").open()))
+    rows = [line.split("\t")[0] + "\n" for line in ft.joinpath("sst2_train.tsv").open()]
+    plain.write_text("".join(rows) + "the xylophone zephyr was quixotic .\n" * 9)  # words the model splits poorly
     given = tmp_path / "c.txt.gz"
     given.write_bytes(gzip.compress(plain.read_bytes()))
     for command in ("vocab", "vocab extend"):
@@ -230,6 +231,7 @@ def test_vocab_commands_read_a_compressed_corpus_as_its_text(tmp_path, tiny_dir,
         assert main([str(x) for x in _corpus_argv(command, plain, a, tiny_dir)]) == 0
         assert main([str(x) for x in _corpus_argv(command, given, b, tiny_dir)]) == 0
         assert (a / "vocab.txt").read_bytes() == (b / "vocab.txt").read_bytes()
+    assert (b / "vocab.txt").read_bytes() != (tiny_dir / "vocab.txt").read_bytes()  # the extension added tokens
 
 
 NOT_TEXT = {  # a corpus file's bytes (None: a FIFO), and the words every reader refuses it with
@@ -319,6 +321,10 @@ REFUSED = {
         "--opset 1000: this exporter writes opsets 14 to",
     ),
     "export --opset 7": (["export", "--onnx", "{model}", "{out}", "--opset", "7"], "--opset 7: "),
+    "vocab --holdout not text": (
+        ["vocab", "{texts}", "--output", "{out}", "--vocab-size", "200", "--holdout", "{deep}/model.safetensors"],
+        "model.safetensors: not a text corpus",  # refused before the training, not after it wrote the vocabulary
+    ),
     "vocab --vocab-size 50": (
         ["vocab", "{texts}", "--output", "{out}", "--vocab-size", "50"],
         "--vocab-size 50: leaves no room",

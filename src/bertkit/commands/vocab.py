@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.data.pretraining.corpus import corpus_texts
+from bertkit.data.pretraining.corpus import check_corpus_files, corpus_texts, expand_corpus
 from bertkit.options import number, output_path
 from bertkit.outputs import check_output, removed_on_failure
 from bertkit.tokenization import train_vocab, vocab_stats
@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     # a *.txt --output is the vocabulary alone, a file in its directory; else a directory
     output = Path(args.output)
     directory, writes = (output.parent, (output.name,)) if output.suffix == ".txt" else (output, VOCAB_FILES)
+    check_corpus_files(expand_corpus(args.holdout))  # a missing or binary one: refused before the training
     inputs = {"FILES": args.files, "--holdout": args.holdout}
     check_output(directory, inputs, overwrite=None, writes=writes, whole=output.suffix != ".txt")
     with removed_on_failure(directory):
