@@ -422,9 +422,12 @@ def to_argv(cls: type, args: argparse.Namespace, *, exclude: typing.Iterable[str
 
 
 class _RefusingParser(argparse.ArgumentParser):
-    """A parser whose error is an ``ArgumentTypeError`` (one line, for the flag that holds the string it parses)."""
+    """A parser whose error is an ``ArgumentTypeError`` (one line, for the flag that holds the string it parses),
+    but for a required flag left out: the caller gives those itself (parsing goes on without them)."""
 
     def error(self, message: str):  # type: ignore[override]
+        if message.startswith(("the following arguments are required", "one of the arguments")):
+            return
         raise argparse.ArgumentTypeError(message)
 
 
@@ -437,8 +440,8 @@ def flag_string(
     ``--lr``...), written ``--flag value``, ``--flag=value`` or as an abbreviation argparse would expand to it.
 
     ``configure``: builds the other command's flags on a parser; the string is then parsed with them, so a flag
-    that command does not have (``-o``), a bad value (``--epochs abc``) or an owned flag however spelled is refused
-    here, not in every run the caller starts. ``configure`` runs on first use (it may import the library)."""
+    that command does not have (``-o``) or a bad value (``--batch-size abc``) is refused here, not in every run
+    the caller starts. ``configure`` runs on first use (it may import the library)."""
     import shlex
 
     owned = tuple(owned)
@@ -455,29 +458,22 @@ def flag_string(
                     f"{name} is set by this command itself ({', '.join(owned)}); leave it out"
                 )
         if configure is not None:
-            _check_flags(argv, owned, configure)
+            _check_flags(argv, configure)
         return argv
 
     split.__name__ = "flags"
     return split
 
 
-def _check_flags(argv: list[str], owned: tuple[str, ...], configure: Callable[[argparse.ArgumentParser], None]) -> None:
-    """Parse ``argv`` with the flags ``configure`` builds (none required; none defaulted, so the namespace holds
-    only what was given); refuse what that parser refuses, and any flag of ``owned`` given in any spelling."""
+def _check_flags(argv: list[str], configure: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Parse ``argv`` with the flags ``configure`` builds (those it requires are the caller's to give); refuse what
+    that parser refuses: a flag it lacks, a bad value."""
     parser = _RefusingParser(prog="", add_help=False)
     configure(parser)
-    for action in parser._actions:
-        action.required, action.default = False, argparse.SUPPRESS
     try:
-        given = vars(parser.parse_args(argv))
+        parser.parse_args(argv)
     except argparse.ArgumentTypeError as e:
         raise argparse.ArgumentTypeError(f"{' '.join(argv)!r}: {e}") from None
-    for action in parser._actions:
-        if action.dest in given and set(action.option_strings) & set(owned):
-            raise argparse.ArgumentTypeError(
-                f"{action.option_strings[-1]} is set by this command itself ({', '.join(owned)}); leave it out"
-            )
 
 
 # --------------------------------------------------------------------------------- the options commands share

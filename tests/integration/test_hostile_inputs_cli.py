@@ -213,6 +213,7 @@ def _corpus_argv(command, path, out, tiny_dir):
         "vocab extend": ["vocab", "extend", "--model", tiny_dir, "--corpus", path, "--add", "4", "--min-saving", "1"],
         "prepare": ["prepare", "--corpus", path, "--vocab", tiny_dir, "--quiet"],
         "pretrain": ["pretrain", "--corpus", path, *TINY_PRETRAIN, "--max-steps", "1", "--quiet"],
+        "ablate": ["ablate", "--corpus", path, "--study", "nsp", "--steps", "1"],
     }[command] + ([] if command == "vocab" else ["--output", out])
 
 
@@ -244,11 +245,12 @@ NOT_TEXT = {  # a corpus file's bytes (None: a FIFO), and the words every reader
 }
 
 
-@pytest.mark.parametrize("command", ["vocab", "vocab extend", "prepare", "pretrain"])
+@pytest.mark.parametrize("command", ["vocab", "vocab extend", "prepare", "pretrain", "ablate"])
 @pytest.mark.parametrize("corpus", list(NOT_TEXT))
 def test_every_corpus_reader_refuses_what_is_not_text_alike(tmp_path, tiny_dir, command, corpus, capsys):
-    """Issues 54, items 4 and 9: one reader decides for `vocab`, `vocab extend`, `prepare` and `pretrain`: a binary,
-    empty, blank, UTF-16, truncated or special file is refused in the same one line, before OUTPUT is made."""
+    """Issues 54, items 4 and 9: one reader decides for `vocab`, `vocab extend`, `prepare`, `pretrain` and `ablate`:
+    a binary, empty, blank, UTF-16, truncated or special file is refused in the same one line, before OUTPUT is
+    made."""
     import os
 
     content, words = NOT_TEXT[corpus]
@@ -398,6 +400,34 @@ REFUSED = {
     "glue --max-time-per-run 0": (
         ["glue", "--model", "{model}", "--data", "{tmp}", "--output", "{out}", "--max-time-per-run", "0"],
         "--max-time-per-run 0: must be > 0",
+    ),
+    # what every cell would fail on is refused before the study makes its directory
+    "glue, --model not a model": (
+        ["glue", "--model", "{tmp}", "--data", "{tmp}", "--output", "{out}"],
+        "no config.json or bert_config.json",
+    ),
+    "glue, no task in --data": (
+        ["glue", "--model", "{model}", "--data", "{deep}", "--output", "{out}"],
+        "no GLUE task to fine-tune was found",
+    ),
+    "downstream, no task files": (
+        ["downstream", "--model", "{model}", "--data-dir", "{deep}", "--output", "{out}", "--tasks", "cola"],
+        "no CoLA files",
+    ),
+    "ablate --values out of range": (
+        ["ablate", "--corpus", "{texts}", "--study", "mask-rate", "--steps", "2", "--values", "2", "--output", "{out}"],
+        "--values: mask rate 2.0 is not between 0 and 1",
+    ),
+    "ablate --vocab not a vocabulary": (
+        [
+            *("ablate", "--corpus", "{texts}", "--study", "nsp", "--steps", "2", "--output", "{out}"),
+            *("--vocab", "{deep}/model.safetensors"),
+        ],
+        "model.safetensors: not a UTF-8 text vocabulary",
+    ),
+    "convert, no checkpoint at the prefix": (
+        ["convert", "--tf-checkpoint", "{tmp}/nope", "--output", "{out}"],
+        "/nope: no TensorFlow checkpoint",
     ),
     "glue --output inside --data": (
         ["glue", "--model", "{model}", "--data", "{tmp}", "--output", "{tmp}/out"],

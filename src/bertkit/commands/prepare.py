@@ -97,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
         "eval_fraction": args.eval_fraction,
     }
     listing = find_corpus(args.corpus, args.follow_symlinks)  # warns once about each link skipped
-    check_corpus_files(listing.files, args.corpus_format, args.encoding)  # a binary file: refused before OUTPUT
+    # a binary file, or no text at all: refused before OUTPUT
+    check_corpus_files(listing.files, args.corpus_format, args.encoding, args.text_field, some_text=True)
     output = args.output
     if output is not None:  # not a file, not one of the inputs (an existing shard directory is prepare's to judge)
         check_output(output, {"--corpus": args.corpus, "--vocab": args.vocab}, overwrite=None)

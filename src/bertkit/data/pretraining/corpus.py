@@ -597,13 +597,18 @@ def corpus_texts(
     return _texts(files, names, fmt, encoding, text_field)
 
 
-def check_corpus_files(files: list[Path], fmt: str = "auto", encoding: str = "auto") -> list[Path]:
+def check_corpus_files(
+    files: list[Path], fmt: str = "auto", encoding: str = "auto", text_field: str = "text", some_text: bool = False
+) -> list[Path]:
     """Refuse, before any work, a corpus file that is missing, unreadable, not a regular file, binary or UTF-16
     (its first bytes, decompressed), as every reader of it would once it got there: a ``CorpusError`` naming it.
-    Returns ``files``."""
+    ``some_text``: also read up to the first text, so that a corpus with none (empty or blank files) is refused
+    now, as :func:`corpus_texts` refuses it once read. Returns ``files``."""
     for path in files:
         if (fmt if fmt != "auto" else detect_format(path, encoding=encoding)) not in ("parquet", "arrow"):
             open_text(path).close()
+    if some_text:
+        next(_texts(files, [str(f) for f in files], fmt, encoding, text_field), None)
     return files
 
 
