@@ -51,11 +51,11 @@ def check_output(
     - it lies inside an input directory (a corpus or data directory would read back what it wrote; a model
       directory would hold another model), or, when the command owns it ``whole`` (a run or study directory it
       fills and ``--overwrite`` clears), an input lies inside it;
-    - it exists and holds files, unless ``overwrite`` (None: the command's run directory judges an existing
-      output itself, as ``finetune``'s ``--resume`` does).
+    - it exists and holds files (``whole=False``: one of ``writes``), unless ``overwrite`` (None: the command's run
+      directory judges an existing output itself, as ``finetune``'s ``--resume`` does).
 
     ``whole=False``: the command writes only the files named in ``writes`` into ``output`` (``vocab -o
-    DIR/vocab.txt``), so inputs beside them are no concern. Returns ``output`` as a Path."""
+    DIR/vocab.txt``), so inputs and other files beside them are no concern. Returns ``output`` as a Path."""
     out = Path(output).expanduser()
     if out.exists() and not out.is_dir():
         raise InputError(f"{flag} {out}: exists and is not a directory; choose another {flag}")
@@ -70,7 +70,13 @@ def check_output(
             raise InputError(f"{flag} {out}: is inside {name} {path}; write outside every input")
         if whole and resolved in target.parents and target.exists():
             raise InputError(f"{flag} {out}: holds {name} {path}; write to a directory that holds no input")
-    if overwrite is False and out.is_dir() and any(out.iterdir()):
+    if overwrite is False and not whole and out.is_dir():
+        for name in sorted(writes):
+            if (out / name).exists():
+                raise InputError(
+                    f"{flag} {out}: would replace its {name}; pass --overwrite to replace it, or choose another {flag}"
+                )
+    elif overwrite is False and out.is_dir() and any(out.iterdir()):
         raise InputError(
             f"{flag} {out}: already exists and is not empty; pass --overwrite to replace what it holds, or choose "
             f"another {flag}"

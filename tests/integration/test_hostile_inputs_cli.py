@@ -199,7 +199,7 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_left_as_it_was(
         "prepare": (["prepare", "--corpus", train, "--vocab", model], "is also --vocab"),
     }[command]
     before = _files(model)
-    overwrite = [] if command in ("vocab", "prepare") else ["--overwrite"]  # they have no --overwrite
+    overwrite = [] if command == "prepare" else ["--overwrite"]  # it has no --overwrite
     _one_line_refusal(capsys, [*argv, "--output", model, *overwrite], words)
     assert _files(model) == before
 
@@ -326,6 +326,10 @@ REFUSED = {
     "vocab --holdout not text": (
         ["vocab", "{texts}", "--output", "{out}", "--vocab-size", "200", "--holdout", "{deep}/model.safetensors"],
         "model.safetensors: not a text corpus",  # refused before the training, not after it wrote the vocabulary
+    ),
+    "vocab over an existing vocab.txt": (
+        ["vocab", "{texts}", "--output", "{deep}/vocab.txt", "--vocab-size", "200"],
+        "vocab.txt; pass --overwrite",
     ),
     "vocab --vocab-size 50": (
         ["vocab", "{texts}", "--output", "{out}", "--vocab-size", "50"],

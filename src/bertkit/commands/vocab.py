@@ -55,6 +55,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--holdout", nargs="*", default=[], help="held-out text files: print [UNK] rate and tokens per word on them"
     )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace what --output holds (a directory's files; a vocab.txt given as --output): refused otherwise",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -66,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     directory, writes = (output.parent, (output.name,)) if output.suffix == ".txt" else (output, VOCAB_FILES)
     check_corpus_files(expand_corpus(args.holdout))  # a missing or binary one: refused before the training
     inputs = {"FILES": args.files, "--holdout": args.holdout}
-    check_output(directory, inputs, overwrite=None, writes=writes, whole=output.suffix != ".txt")
+    check_output(directory, inputs, overwrite=args.overwrite, writes=writes, whole=output.suffix != ".txt")
     with removed_on_failure(directory):
         tok = train_vocab(
             args.files,

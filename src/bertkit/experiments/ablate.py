@@ -160,7 +160,9 @@ class AblationStudy:
         files = [str(f) for f in expand_corpus(cfg.corpus)]  # `bertkit vocab` reads them as pretrain does
         self.say(f"training the shared {cfg.vocab_size}-token vocabulary ...")
         result = self.run_child(
-            ["vocab", *files, "--output", str(path.parent), "--vocab-size", str(cfg.vocab_size), "--quiet"],
+            # --overwrite: the directory is the study's own (a failed attempt's vocab.log may be there)
+            ["vocab", *files, "--output", str(path.parent), "--vocab-size", str(cfg.vocab_size), "--overwrite"]
+            + ["--quiet"],
             log=cfg.output / "vocab" / "vocab.log",
             stop=self.stop,
         )
