@@ -607,8 +607,12 @@ def check_corpus_files(
     for path in files:
         if (fmt if fmt != "auto" else detect_format(path, encoding=encoding)) not in ("parquet", "arrow"):
             open_text(path).close()
-    if some_text:
-        next(_texts(files, [str(f) for f in files], fmt, encoding, text_field), None)
+    if some_text:  # quietly: the read that follows gives the warnings (a line not UTF-8) once
+        quiet, logger.disabled = logger.disabled, True
+        try:
+            next(_texts(files, [str(f) for f in files], fmt, encoding, text_field), None)
+        finally:
+            logger.disabled = quiet
     return files
 
 
