@@ -134,6 +134,7 @@ BOUNDS: dict[str, tuple] = {
             "prepare_timeout",
             "opset",
             "head",
+            "limit_alphabet",  # 0 keeps no character: every word would be [UNK]
             # the server's batching and limits: 0 would refuse every request (a misconfiguration, not the client's)
             "max_batch_size",
             "max_batch_tokens",
@@ -433,11 +434,27 @@ def to_argv(cls: type, args: argparse.Namespace, *, exclude: typing.Iterable[str
     return out
 
 
-def flag_string(owned: typing.Iterable[str] = ()) -> Callable[[str], list[str]]:
+class _RefusingParser(argparse.ArgumentParser):
+    """A parser whose error is an ``ArgumentTypeError`` (one line, for the flag that holds the string it parses),
+    but for a required flag left out: the caller gives those itself (parsing goes on without them)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        if message.startswith(("the following arguments are required", "one of the arguments")):
+            return
+        raise argparse.ArgumentTypeError(message)
+
+
+def flag_string(
+    owned: typing.Iterable[str] = (), configure: Callable[[argparse.ArgumentParser], None] | None = None
+) -> Callable[[str], list[str]]:
     """An argparse ``type`` for a string of flags handed on to another command (``downstream --finetune-args
     "--batch-size 16"``): split as a shell would (``shlex``). Refused when the command line is parsed, in one line:
     bad quoting, and any of the ``owned`` flags (the caller sets them itself for every run: its cells' ``--output``,
-    ``--lr``...), written ``--flag value``, ``--flag=value`` or as an abbreviation argparse would expand to it."""
+    ``--lr``...), written ``--flag value``, ``--flag=value`` or as an abbreviation argparse would expand to it.
+
+    ``configure``: builds the other command's flags on a parser; the string is then parsed with them, so a flag
+    that command does not have (``-o``) or a bad value (``--batch-size abc``) is refused here, not in every run
+    the caller starts. ``configure`` runs on first use (it may import the library)."""
     import shlex
 
     owned = tuple(owned)
@@ -453,10 +470,23 @@ def flag_string(owned: typing.Iterable[str] = ()) -> Callable[[str], list[str]]:
                 raise argparse.ArgumentTypeError(
                     f"{name} is set by this command itself ({', '.join(owned)}); leave it out"
                 )
+        if configure is not None:
+            _check_flags(argv, configure)
         return argv
 
     split.__name__ = "flags"
     return split
+
+
+def _check_flags(argv: list[str], configure: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Parse ``argv`` with the flags ``configure`` builds (those it requires are the caller's to give); refuse what
+    that parser refuses: a flag it lacks, a bad value."""
+    parser = _RefusingParser(prog="", add_help=False)
+    configure(parser)
+    try:
+        parser.parse_args(argv)
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{' '.join(argv)!r}: {e}") from None
 
 
 # --------------------------------------------------------------------------------- the options commands share

@@ -42,16 +42,21 @@ def check_output(
     overwrite: bool | None = False,
     flag: str = "--output",
     writes: Iterable[str] = (),
+    whole: bool = True,
 ) -> Path:
     """Refuse ``output`` (a directory to write) before anything is written, with one line naming ``flag``:
 
     - it exists and is not a directory;
     - it is one of ``inputs`` (flag -> path, or paths; the same file or directory after resolving links), or it
       would replace one: an input that is a file named in ``writes`` inside it;
-    - it exists and holds files, unless ``overwrite`` (None: the command's run directory judges an existing
-      output itself, as ``finetune``'s ``--resume`` does).
+    - it lies inside an input directory (a corpus or data directory would read back what it wrote; a model
+      directory would hold another model), or, when the command owns it ``whole`` (a run or study directory it
+      fills and ``--overwrite`` clears), an input lies inside it;
+    - it exists and holds files (``whole=False``: one of ``writes``), unless ``overwrite`` (None: the command's run
+      directory judges an existing output itself, as ``finetune``'s ``--resume`` does).
 
-    Returns ``output`` as a Path."""
+    ``whole=False``: the command writes only the files named in ``writes`` into ``output`` (``vocab -o
+    DIR/vocab.txt``), so inputs and other files beside them are no concern. Returns ``output`` as a Path."""
     out = Path(output).expanduser()
     if out.exists() and not out.is_dir():
         raise InputError(f"{flag} {out}: exists and is not a directory; choose another {flag}")
@@ -62,7 +67,17 @@ def check_output(
             raise InputError(f"{flag} {out}: is also {name}; write to a new directory, never over an input")
         if target.parent == resolved and target.name in writes:
             raise InputError(f"{flag} {out}: would replace {name} {path}; choose another {flag}")
-    if overwrite is False and out.is_dir() and any(out.iterdir()):
+        if target in resolved.parents and target.is_dir():
+            raise InputError(f"{flag} {out}: is inside {name} {path}; write outside every input")
+        if whole and resolved in target.parents and target.exists():
+            raise InputError(f"{flag} {out}: holds {name} {path}; write to a directory that holds no input")
+    if overwrite is False and not whole and out.is_dir():
+        for name in sorted(writes):
+            if (out / name).exists():
+                raise InputError(
+                    f"{flag} {out}: would replace its {name}; pass --overwrite to replace it, or choose another {flag}"
+                )
+    elif overwrite is False and out.is_dir() and any(out.iterdir()):
         raise InputError(
             f"{flag} {out}: already exists and is not empty; pass --overwrite to replace what it holds, or choose "
             f"another {flag}"
@@ -85,10 +100,13 @@ def check_output_file(
 
 
 @contextlib.contextmanager
-def removed_on_failure(directory: PathLike) -> Iterator[Path]:
+def removed_on_failure(
+    directory: PathLike, only: type[BaseException] | tuple[type[BaseException], ...] = BaseException
+) -> Iterator[Path]:
     """Run the body; when it raises (or is interrupted), remove ``directory`` if it did not exist before (and the
     parents above it that did not: the first missing one), so that a failed command leaves nothing that blocks the
-    corrected one. A directory that existed is left as it is."""
+    corrected one. A directory that existed is left as it is. ``only``: the failures that remove it (``prepare``
+    keeps an interrupted preparation, which resumes, and removes a refused one)."""
     directory = Path(directory)
     top = directory
     while not top.parent.exists() and top.parent != top:
@@ -96,7 +114,7 @@ def removed_on_failure(directory: PathLike) -> Iterator[Path]:
     existed = directory.exists()
     try:
         yield directory
-    except BaseException:
+    except only:
         if not existed and top.is_dir():
             shutil.rmtree(top, ignore_errors=True)
         raise

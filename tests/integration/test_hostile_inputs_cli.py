@@ -199,51 +199,68 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_left_as_it_was(
         "prepare": (["prepare", "--corpus", train, "--vocab", model], "is also --vocab"),
     }[command]
     before = _files(model)
-    overwrite = [] if command in ("vocab", "prepare") else ["--overwrite"]  # they have no --overwrite
+    overwrite = [] if command == "prepare" else ["--overwrite"]  # it has no --overwrite
     _one_line_refusal(capsys, [*argv, "--output", model, *overwrite], words)
     assert _files(model) == before
 
 
-@pytest.mark.parametrize("command", ["vocab", "vocab extend"])
-@pytest.mark.parametrize("corpus", ["gzip", "binary", "empty"])
-def test_vocab_commands_read_a_corpus_as_prepare_does(tmp_path, tiny_dir, ft, command, corpus, capsys):
-    """Issue 54, items 4 and 9: `vocab` and `vocab extend` read with prepare's reader: a compressed file as its text
-    (the same vocabulary as the plain file gives), a binary or empty file refused in one line, no output left."""
+def _corpus_argv(command, path, out, tiny_dir):
+    """``bertkit COMMAND`` reading the corpus ``path`` into ``out``, at the tiny sizes."""
+    from tinymodels import TINY_PRETRAIN
+
+    return {
+        "vocab": ["vocab", path, "--output", out, "--vocab-size", "160", "--min-frequency", "1", "--quiet"],
+        "vocab extend": ["vocab", "extend", "--model", tiny_dir, "--corpus", path, "--add", "4", "--min-saving", "1"],
+        "prepare": ["prepare", "--corpus", path, "--vocab", tiny_dir, "--quiet"],
+        "pretrain": ["pretrain", "--corpus", path, *TINY_PRETRAIN, "--max-steps", "1", "--quiet"],
+        "ablate": ["ablate", "--corpus", path, "--study", "nsp", "--steps", "1"],
+    }[command] + ([] if command == "vocab" else ["--output", out])
+
+
+def test_vocab_commands_read_a_compressed_corpus_as_its_text(tmp_path, tiny_dir, ft):
+    """Issue 54, item 4: `vocab` and `vocab extend` read a compressed file as its text (prepare's reader): the same
+    vocabulary as the plain file gives."""
     import gzip
 
     plain = tmp_path / "plain.txt"
-    plain.write_text("".join(line.split("\t")[0] + "\n" for line in ft.joinpath("sst2_train.tsv").open()))
-    given = {"gzip": tmp_path / "c.txt.gz", "binary": tmp_path / "c.bin", "empty": tmp_path / "c.txt"}[corpus]
-    given.write_bytes(
-        {"gzip": gzip.compress(plain.read_bytes()), "binary": b"\x7fELF\x00\x01" * 500, "empty": b"\n"}[corpus]
-    )
+    rows = [line.split("\t")[0] + "\n" for line in ft.joinpath("sst2_train.tsv").open()]
+    plain.write_text("".join(rows) + "the xylophone zephyr was quixotic .\n" * 9)  # words the model splits poorly
+    given = tmp_path / "c.txt.gz"
+    given.write_bytes(gzip.compress(plain.read_bytes()))
+    for command in ("vocab", "vocab extend"):
+        a, b = tmp_path / command / "a", tmp_path / command / "b"
+        assert main([str(x) for x in _corpus_argv(command, plain, a, tiny_dir)]) == 0
+        assert main([str(x) for x in _corpus_argv(command, given, b, tiny_dir)]) == 0
+        assert (a / "vocab.txt").read_bytes() == (b / "vocab.txt").read_bytes()
+    assert (b / "vocab.txt").read_bytes() != (tiny_dir / "vocab.txt").read_bytes()  # the extension added tokens
 
-    def argv(path, out):
-        if command == "vocab":
-            return ["vocab", path, "--output", out, "--vocab-size", "160", "--min-frequency", "1", "--quiet"]
-        return [
-            "vocab",
-            "extend",
-            "--model",
-            tiny_dir,
-            "--corpus",
-            path,
-            "--add",
-            "4",
-            "--min-saving",
-            "1",
-            "--output",
-            out,
-        ]
 
-    if corpus != "gzip":
-        words = {"binary": f"{given}: not a text corpus", "empty": f"the corpus ({given}) holds no text"}[corpus]
-        _one_line_refusal(capsys, argv(given, tmp_path / "out"), words)
-        assert not (tmp_path / "out").exists()
-        return
-    assert main([str(a) for a in argv(plain, tmp_path / "a")]) == 0
-    assert main([str(a) for a in argv(given, tmp_path / "b")]) == 0
-    assert (tmp_path / "a" / "vocab.txt").read_bytes() == (tmp_path / "b" / "vocab.txt").read_bytes()
+NOT_TEXT = {  # a corpus file's bytes (None: a FIFO), and the words every reader refuses it with
+    "binary": (b"\x7fELF\x00\x01" * 500, "{path}: not a text corpus: it holds NUL bytes"),
+    "empty": (b"\n", "the corpus ({path}) holds no text"),
+    "whitespace": (b"  \n\t\n \r\n", "the corpus ({path}) holds no text"),
+    "UTF-16": ("a text\n".encode("utf-16"), "{path}: not a text corpus: UTF-16 or UTF-32 text"),
+    "a gzip cut short": (__import__("gzip").compress(b"a text\n" * 999)[:40], "{path}: cannot read: Compressed file"),
+    "a FIFO": (None, "{path}: not a regular file (a pipe, socket or device)"),  # reading it would wait for ever
+}
+
+
+@pytest.mark.parametrize("command", ["vocab", "vocab extend", "prepare", "pretrain", "ablate"])
+@pytest.mark.parametrize("corpus", list(NOT_TEXT))
+def test_every_corpus_reader_refuses_what_is_not_text_alike(tmp_path, tiny_dir, command, corpus, capsys):
+    """Issues 54, items 4 and 9: one reader decides for `vocab`, `vocab extend`, `prepare`, `pretrain` and `ablate`:
+    a binary, empty, blank, UTF-16, truncated or special file is refused in the same one line, before OUTPUT is
+    made."""
+    import os
+
+    content, words = NOT_TEXT[corpus]
+    path = tmp_path / "corpus.txt"
+    if content is None:
+        os.mkfifo(path)
+    else:
+        path.write_bytes(content)
+    _one_line_refusal(capsys, _corpus_argv(command, path, tmp_path / "out", tiny_dir), words.format(path=path))
+    assert not (tmp_path / "out").exists()
 
 
 def _hostile_model_dirs(tmp_path, tiny_dir):
@@ -338,6 +355,14 @@ REFUSED = {
         "--opset 1000: this exporter writes opsets 14 to",
     ),
     "export --opset 7": (["export", "--onnx", "{model}", "{out}", "--opset", "7"], "--opset 7: "),
+    "vocab --holdout not text": (
+        ["vocab", "{texts}", "--output", "{out}", "--vocab-size", "200", "--holdout", "{deep}/model.safetensors"],
+        "model.safetensors: not a text corpus",  # refused before the training, not after it wrote the vocabulary
+    ),
+    "vocab over an existing vocab.txt": (
+        ["vocab", "{texts}", "--output", "{deep}/vocab.txt", "--vocab-size", "200"],
+        "vocab.txt; pass --overwrite",
+    ),
     "vocab --vocab-size 50": (
         ["vocab", "{texts}", "--output", "{out}", "--vocab-size", "50"],
         "--vocab-size 50: leaves no room",
@@ -466,6 +491,50 @@ REFUSED = {
             "--output /tmp/elsewhere",
         ],
         "--output is set by this command itself",
+    ),
+    "downstream, a flag finetune lacks": (
+        ["downstream", "--model", "{model}", "--data-dir", "{tmp}", "--output", "{out}", "--finetune-args", "-o x"],
+        "--finetune-args '-o x': unrecognized arguments: -o x",
+    ),
+    "glue --max-time-per-run 0": (
+        ["glue", "--model", "{model}", "--data", "{tmp}", "--output", "{out}", "--max-time-per-run", "0"],
+        "--max-time-per-run 0: must be > 0",
+    ),
+    # what every cell would fail on is refused before the study makes its directory
+    "glue, --model not a model": (
+        ["glue", "--model", "{tmp}", "--data", "{tmp}", "--output", "{out}"],
+        "no config.json or bert_config.json",
+    ),
+    "glue, no task in --data": (
+        ["glue", "--model", "{model}", "--data", "{deep}", "--output", "{out}"],
+        "no GLUE task to fine-tune was found",
+    ),
+    "downstream, no task files": (
+        ["downstream", "--model", "{model}", "--data-dir", "{deep}", "--output", "{out}", "--tasks", "cola"],
+        "no CoLA files",
+    ),
+    "ablate --values out of range": (
+        ["ablate", "--corpus", "{texts}", "--study", "mask-rate", "--steps", "2", "--values", "2", "--output", "{out}"],
+        "--values: mask rate 2.0 is not between 0 and 1",
+    ),
+    "ablate --vocab not a vocabulary": (
+        [
+            *("ablate", "--corpus", "{texts}", "--study", "nsp", "--steps", "2", "--output", "{out}"),
+            *("--vocab", "{deep}/model.safetensors"),
+        ],
+        "model.safetensors: not a UTF-8 text vocabulary",
+    ),
+    "convert, no checkpoint at the prefix": (
+        ["convert", "--tf-checkpoint", "{tmp}/nope", "--output", "{out}"],
+        "/nope: no TensorFlow checkpoint",
+    ),
+    "glue --output inside --data": (
+        ["glue", "--model", "{model}", "--data", "{tmp}", "--output", "{tmp}/out"],
+        "is inside --data",
+    ),
+    "ablate --output inside its corpus directory": (
+        ["ablate", "--corpus", "{tmp}", "--study", "nsp", "--steps", "2", "--output", "{tmp}/out"],
+        "is inside --corpus",
     ),
     "downstream --max-time-per-run 0": (
         ["downstream", "--model", "{model}", "--data-dir", "{tmp}", "--output", "{out}", "--max-time-per-run", "0"],

@@ -117,7 +117,9 @@ def test_cli_and_bad_input(tmp_path, monkeypatch, capsys):
     assert json.loads(metrics)["step"] == 2
     assert main(["downstream", *argv[1:6], str(tmp_path / "p"), "--tasks", "sst2,nope"]) != 0
     assert "unknown task 'nope'" in capsys.readouterr().err
-    assert main(["downstream", *argv[1:4], str(tmp_path), "--output", str(tmp_path / "q"), "--tasks", "mrpc"]) != 0
+    (tmp_path / "no-data").mkdir()
+    no_data = ["--data-dir", str(tmp_path / "no-data")]
+    assert main(["downstream", *argv[1:3], *no_data, "--output", str(tmp_path / "q"), "--tasks", "mrpc"]) != 0
     assert "no MRPC files" in capsys.readouterr().err
 
 

@@ -133,6 +133,32 @@ def test_a_string_of_flags_handed_on_refuses_bad_quoting_and_the_callers_own_fla
     ]
 
 
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ("-o /tmp/elsewhere", "unrecognized arguments: -o /tmp/elsewhere"),
+        ("--batch-size abc", "'--batch-size abc': argument --batch-size: invalid int value: 'abc'"),
+        ("--bogus 1", "unrecognized arguments: --bogus 1"),  # refused here, not in each run handed it
+        ("-- --batch-size 8", "unrecognized arguments: -- --batch-size 8"),
+    ],
+)
+def test_a_string_of_flags_is_parsed_with_the_flags_of_the_command_it_goes_to(text, words):
+    """flag_string(configure=...): the other command's parser decides (its flags, their values) when the caller's
+    command line is parsed; the flags it requires are the caller's to give."""
+    from bertkit.options import flag_string
+
+    def configure(parser):
+        parser.add_argument("--output", required=True)
+        parser.add_argument("--batch-size", type=int, default=32)
+        parser.add_argument("--quiet", action="store_true")
+
+    split = flag_string(("--output",), configure)
+    with pytest.raises(argparse.ArgumentTypeError) as e:
+        split(text)
+    assert words in str(e.value) and "\n" not in str(e.value)
+    assert split("--batch-size 8 --quiet") == ["--batch-size", "8", "--quiet"]  # --output required there, not here
+
+
 def test_check_bounds_holds_a_config_made_in_code_to_the_flags_table():
     """options.check_bounds: the range a numeric flag is parsed with (BOUNDS by name, a field's own bounds first,
     else >= 0) refuses the same value in a dataclass made in code, naming the flag; unset fields pass."""

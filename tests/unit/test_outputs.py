@@ -1,6 +1,7 @@
-"""The one rule for outputs (bertkit.outputs): an output that is one of the command's inputs, or would replace one, is
-refused; so is an existing output that holds files unless --overwrite; a failed command removes the output directory
-it made and leaves one that existed. The commands' own calls are tested in integration/test_hostile_inputs_cli.py."""
+"""The one rule for outputs (bertkit.outputs): an output that is one of the command's inputs, lies inside one or
+holds one, is refused; so is an existing output that holds files unless --overwrite; a failed command removes the
+output directory it made and leaves one that existed. The commands' own calls are tested in
+integration/test_hostile_inputs_cli.py."""
 
 from __future__ import annotations
 
@@ -37,6 +38,11 @@ def tree(tmp_path):
         ("file", {}, {"overwrite": True}, "--output {out}: exists and is not a directory"),
         ("full", {}, {}, "--output {out}: already exists and is not empty; pass --overwrite"),
         ("full", {}, {"flag": "--onnx OUT"}, "--onnx OUT {out}: already exists"),
+        ("model/extended", {"--model": "model"}, {}, "--output {out}: is inside --model"),  # a corpus dir reads it back
+        ("link/new", {"--teacher": "model"}, {}, "--output {out}: is inside --teacher"),
+        ("data", {"--train": "data/train.tsv"}, {"overwrite": None}, "--output {out}: holds --train"),  # --overwrite
+        (".", {"--model": "model"}, {"overwrite": True}, "--output {out}: holds --model"),  # clears what it holds
+        ("model", {}, {"writes": ("config.json",), "whole": False}, "--output {out}: would replace its config.json"),
     ],
 )
 def test_an_output_that_is_an_input_or_holds_files_is_refused_naming_the_flag(tree, output, inputs, kwargs, words):
@@ -55,8 +61,8 @@ def test_an_output_that_is_an_input_or_holds_files_is_refused_naming_the_flag(tr
         ("empty", {"--model": "model"}, {}),
         ("full", {"--model": "model"}, {"overwrite": True}),
         ("full", {"--model": "model"}, {"overwrite": None}),  # the run directory judges (finetune --resume)
-        ("model/extended", {"--model": "model"}, {}),  # inside an input: replaces nothing of it
-        ("data", {"--train": "data/train.tsv"}, {"writes": ("model.safetensors",), "overwrite": None}),
+        # writes only vocab.txt beside the corpus (vocab -o data/vocab.txt): an input beside it is no concern
+        ("data", {"--train": "data/train.tsv"}, {"writes": ("vocab.txt",), "overwrite": None, "whole": False}),
     ],
 )
 def test_an_output_that_replaces_nothing_it_reads_is_accepted(tree, output, inputs, kwargs):

@@ -163,10 +163,13 @@ def test_bad_requests_are_refused_in_one_line(extended, tmp_path, capsys):
     for extra, words in (
         (["--add", "0", "--output", str(tmp_path / "a")], "--add 0"),
         (["--add", "3", "--output", str(base)], "is also --model"),
+        # a corpus whose words split as well as they can: the model unchanged would be written under a new name
+        (["--add", "3", "--min-saving", "1000000", "--output", str(tmp_path / "b")], "no token would save"),
     ):
         assert main(args + extra) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("bertkit vocab: error:") and words in err and len(err.splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # nothing written
 
 
 def test_a_unigram_tokenizer_json_is_refused_naming_it(extended, tmp_path, capsys):

@@ -6,11 +6,14 @@ import argparse
 import json
 import sys
 
-from bertkit.data.pretraining.corpus import expand_corpus
+from bertkit.data.pretraining.corpus import check_corpus_files, expand_corpus
 from bertkit.errors import InputError
-from bertkit.experiments.ablate import STUDIES, AblateConfig, AblationStudy
+from bertkit.experiments.ablate import STUDIES, AblateConfig, AblationStudy, variants_for
 from bertkit.experiments.glue import resolve_tasks
+from bertkit.experiments.runner import CELL_FLAGS, configure_finetune
 from bertkit.options import flag_string, number, output_path, parse_lrs, parse_seeds, parse_time
+from bertkit.outputs import check_output
+from bertkit.tokenization import BertTokenizer
 from bertkit.training.interrupt import GracefulStop
 
 
@@ -67,13 +70,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pretrain-args",
         default="",
-        type=flag_string(("--output", "--corpus", "--vocab", "--seed")),
+        type=flag_string(("--output", "--corpus", "--vocab", "--seed", "--resume", "--overwrite")),
         help='more pretrain flags for every variant, e.g. "--seq-len 128 --batch-size 64"',
     )
     parser.add_argument(
         "--finetune-args",
         default="",
-        type=flag_string(("--output", "--model", "--train", "--dev", "--seed", "--lr", "--task")),
+        type=flag_string(CELL_FLAGS, configure_finetune),
         help='more finetune flags, e.g. "--epochs 2 --max-train-examples 5000"',
     )
 
@@ -81,7 +84,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    expand_corpus(args.corpus)  # files or directories, as for pretrain: a missing or empty one is named here
+    files = expand_corpus(args.corpus)  # a missing corpus path, or a directory with no text file, is named here
+    inputs = {"--corpus": args.corpus, "--glue": args.glue, "--vocab": args.vocab}
+    check_output(args.output, inputs, overwrite=None)  # a study resumes: its directory may hold its runs
+    check_corpus_files(files, some_text=True)  # as pretrain reads it: a binary or empty corpus is named here
+    if args.vocab is not None:
+        BertTokenizer.from_pretrained(args.vocab)  # as every variant's pretrain reads it
     if args.glue is not None and not Path(args.glue).is_dir():
         raise InputError(f"--glue {args.glue}: not a directory")
     cfg = AblateConfig(
@@ -104,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         finetune_args=args.finetune_args,
         max_time_per_run=parse_time(args.max_time_per_run, "--max-time-per-run"),
     )
+    variants_for(cfg.study, cfg.values)  # a bad --values: refused before the study's directory is made
     with GracefulStop() as stop:
         report = AblationStudy(cfg, say=lambda m: print(m, file=sys.stderr, flush=True), stop=stop).run()
     print((report.output / "results.md").read_text(encoding="utf-8"), file=sys.stderr)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import glob
 import json
 import sys
 from pathlib import Path
@@ -67,8 +68,13 @@ def run(args: argparse.Namespace) -> int:
     from bertkit.tf_checkpoint import TFCheckpointError, tf_state_dict
 
     prefix = _prefix(Path(args.tf_checkpoint))
+    if not Path(f"{prefix}.index").is_file():
+        raise MissingFileError(f"--tf-checkpoint {args.tf_checkpoint}: no TensorFlow checkpoint ({prefix}.index)")
     vocab = Path(args.vocab) if args.vocab else prefix.parent / "vocab.txt"
-    inputs = {"--tf-checkpoint": prefix.parent, "--vocab": vocab, "--config": args.config}
+    # the directory given, or the files of the prefix given (whose directory, not named, may hold the output)
+    given = Path(args.tf_checkpoint)
+    checkpoint = [given] if given.is_dir() else sorted(prefix.parent.glob(f"{glob.escape(prefix.name)}.*"))
+    inputs = {"--tf-checkpoint": checkpoint, "--vocab": vocab, "--config": args.config}
     output = check_output(args.output, inputs, overwrite=args.overwrite, writes=MODEL_FILES)
     if args.vocab and not vocab.is_file():
         raise MissingFileError(f"{vocab}: no such vocabulary file")

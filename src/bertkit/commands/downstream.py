@@ -15,13 +15,14 @@ from bertkit.experiments.downstream import (
     default_lrs,
     resolve_meter_tasks,
 )
-from bertkit.options import flag_string, number, parse_lrs, parse_seeds, parse_time
+from bertkit.experiments.runner import CELL_FLAGS, check_model_dir, configure_finetune
+from bertkit.options import flag_string, number, output_path, parse_lrs, parse_seeds, parse_time
 from bertkit.outputs import check_output
 from bertkit.training.interrupt import GracefulStop
-from bertkit.training.rundir import check_writable
 
-# the finetune flags the meter sets for each of its runs: --finetune-args may not give them
-METER_FLAGS = ("--output", "--model", "--train", "--dev", "--seed", "--lr", "--task")
+# the finetune flags the meter sets for each of its runs (or from its own flags, recorded for a resume):
+# --finetune-args may not give them
+METER_FLAGS = (*CELL_FLAGS, "--epochs", "--max-train-examples")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +40,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="where the task files are: the shared data's layout (glue/SST-2/train.tsv, ner/conll2003/train.txt), "
         "a GLUE download (SST-2/train.tsv ...) or one folder of TASK_train.tsv / TASK_dev.tsv files",
     )
-    parser.add_argument("--output", required=True, help="the meter's directory")
+    # output_path: an unwritable one is refused when the command line is parsed, and nothing is made there until
+    # every flag, the model and the task files are checked (the meter makes it)
+    parser.add_argument("--output", required=True, type=output_path, help="the meter's directory")
     parser.add_argument(
         "--tasks",
         default=",".join(DEFAULT_TASKS),
@@ -82,7 +85,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--finetune-args",
         default="",
-        type=flag_string(METER_FLAGS),
+        type=flag_string(METER_FLAGS, configure_finetune),
         help='more finetune flags for both routes, e.g. "--batch-size 16 --threads 1" (not the flags the meter sets '
         f"for each run: {', '.join(METER_FLAGS)})",
     )
@@ -117,8 +120,8 @@ def run(args: argparse.Namespace) -> int:
         finetune_args=args.finetune_args,
         jobs=args.jobs,
     )
+    check_model_dir(args.model)  # its random initialisation and every cell read it
     check_output(args.output, {"--model": args.model, "--data-dir": args.data_dir}, overwrite=None)  # its cells resume
-    check_writable(Path(args.output), "--output")  # made once every flag is checked
     with GracefulStop() as stop:
         report = DownstreamMeter(cfg, say=lambda m: print(m, file=sys.stderr, flush=True), stop=stop).run()
     print((report.output / "downstream.md").read_text(encoding="utf-8"), file=sys.stderr)

@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 from bertkit.experiments.glue import SuiteConfig, SuiteRunner, resolve_tasks
+from bertkit.experiments.runner import check_model_dir
 from bertkit.options import add_options, option_flags, output_path, parse_lrs, parse_seeds, parse_time, to_argv
+from bertkit.outputs import check_output
 from bertkit.recipes.finetune import FinetuneArgs  # finetune's flags are glue's: torch at -h already
 from bertkit.tasks.options import FinetuneFiles, TaskOptions
 from bertkit.training.interrupt import GracefulStop
-from bertkit.training.rundir import check_writable
 
 # finetune flags the suite sets itself, or that make no sense per cell (the others pass through to every finetune)
 _OWN = {"task", "train", "dev", "model", "output", "lr", "seed", "help", "resume", "save_every"}
@@ -84,7 +85,6 @@ def finetune_argv(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_writable(Path(args.output), "--output")  # before the suite, not after its first cell
     ft_flags = {flag for cls in _finetune_options() for flag in option_flags(cls).values()}
     cfg = SuiteConfig(
         model=Path(args.model),
@@ -98,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         finetune_args=finetune_argv(args),
         max_time_flag="--max-time" in ft_flags,
     )
+    check_model_dir(args.model)  # each cell would fail on it, after the suite made --output
+    check_output(args.output, {"--model": args.model, "--data": args.data}, overwrite=None)  # its cells resume
     with GracefulStop() as stop:
         report = SuiteRunner(cfg, say=lambda m: print(m, file=sys.stderr, flush=True), stop=stop).run()
     print((Path(args.output) / "results.md").read_text(encoding="utf-8"), file=sys.stderr)

@@ -79,9 +79,10 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     # the library loads when the command runs, not for its -h
+    from bertkit.data.pretraining.corpus import check_corpus_files
     from bertkit.data.pretraining.corpus_files import find_corpus
     from bertkit.data.pretraining.prepare import cache_dir, corpus_fingerprint, prepare_corpus
-    from bertkit.errors import InputError
+    from bertkit.errors import BertkitError, InputError
     from bertkit.tokenization import BertTokenizer
 
     vocab = Path(args.vocab)
@@ -96,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         "eval_fraction": args.eval_fraction,
     }
     listing = find_corpus(args.corpus, args.follow_symlinks)  # warns once about each link skipped
+    # a binary file, or no text at all: refused before OUTPUT
+    check_corpus_files(listing.files, args.corpus_format, args.encoding, args.text_field, some_text=True)
     output = args.output
     if output is not None:  # not a file, not one of the inputs (an existing shard directory is prepare's to judge)
         check_output(output, {"--corpus": args.corpus, "--vocab": args.vocab}, overwrite=None)
@@ -118,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             ),
         )
         output = cache_dir(fp)
-    with removed_on_failure(output):  # a corpus refused while read (binary, empty, a bad JSONL line) leaves no OUTPUT
+    with removed_on_failure(output, only=BertkitError):  # refused (an empty corpus): gone; interrupted: resumes
         meta = prepare_corpus(
             listing.files,
             output,

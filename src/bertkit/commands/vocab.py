@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.data.pretraining.corpus import corpus_texts
+from bertkit.data.pretraining.corpus import check_corpus_files, corpus_texts, expand_corpus
 from bertkit.options import number, output_path
 from bertkit.outputs import check_output, removed_on_failure
 from bertkit.tokenization import train_vocab, vocab_stats
@@ -55,6 +55,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--holdout", nargs="*", default=[], help="held-out text files: print [UNK] rate and tokens per word on them"
     )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace what --output holds (a directory's files; a vocab.txt given as --output): refused otherwise",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -64,7 +69,9 @@ def run(args: argparse.Namespace) -> int:
     # a *.txt --output is the vocabulary alone, a file in its directory; else a directory
     output = Path(args.output)
     directory, writes = (output.parent, (output.name,)) if output.suffix == ".txt" else (output, VOCAB_FILES)
-    check_output(directory, {"FILES": args.files, "--holdout": args.holdout}, overwrite=None, writes=writes)
+    check_corpus_files(expand_corpus(args.holdout))  # a missing or binary one: refused before the training
+    inputs = {"FILES": args.files, "--holdout": args.holdout}
+    check_output(directory, inputs, overwrite=args.overwrite, writes=writes, whole=output.suffix != ".txt")
     with removed_on_failure(directory):
         tok = train_vocab(
             args.files,

@@ -133,6 +133,11 @@ def extend_vocabulary(
         special = {name: getattr(tokenizer, name) for name in ("cls_token", "sep_token", "pad_token")}
         special.update({name: getattr(tokenizer, name) for name in ("mask_token", "unk_token")})
         new_tok = FastTokenizer(spec, special, tokenizer.model_max_length, tokenizer.config, tokenizer.source)
+    if not chosen:  # the model as it was, under another name: nothing to write
+        raise InputError(
+            f"--corpus {' '.join(map(str, corpus))}: no token would save --min-saving {min_saving} pieces (every "
+            f"word the corpus repeats already splits well); nothing written to {output}"
+        )
     old_size = read_directory_config(model).get("vocab_size", 0)
     new_size = max([old_size, *(c.id + 1 for c in chosen)])
     with removed_on_failure(output):

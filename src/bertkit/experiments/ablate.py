@@ -157,16 +157,12 @@ class AblationStudy:
         path = cfg.output / "vocab" / "vocab.txt"
         if path.is_file():
             return path
-        files = [str(f) for f in expand_corpus(cfg.corpus)]  # `bertkit vocab` takes files: a directory's text files
-        for c in files:
-            if c.endswith((".gz", ".jsonl", ".json")):
-                raise InputError(
-                    f"--corpus {c}: the shared vocabulary is trained from plain-text files; pass "
-                    "--vocab (e.g. the vocab.txt of an earlier `bertkit pretrain` run)"
-                )
+        files = [str(f) for f in expand_corpus(cfg.corpus)]  # `bertkit vocab` reads them as pretrain does
         self.say(f"training the shared {cfg.vocab_size}-token vocabulary ...")
         result = self.run_child(
-            ["vocab", *files, "--output", str(path.parent), "--vocab-size", str(cfg.vocab_size), "--quiet"],
+            # --overwrite: the directory is the study's own (a failed attempt's vocab.log may be there)
+            ["vocab", *files, "--output", str(path.parent), "--vocab-size", str(cfg.vocab_size), "--overwrite"]
+            + ["--quiet"],
             log=cfg.output / "vocab" / "vocab.log",
             stop=self.stop,
         )

@@ -325,9 +325,9 @@ class DownstreamMeter:
     def run(self) -> MeterReport:
         cfg = self.cfg
         what = "a downstream meter run"
-        open_study(cfg.output, "meter.json", cfg.record(), what, "the same model, seeds, lr grid and fine-tuning flags")
         tasks = [METER_TASKS[name] for name in cfg.tasks]
-        files = {t.name: find_files(Path(cfg.data_dir), t) for t in tasks}  # all found before the first run
+        files = {t.name: find_files(Path(cfg.data_dir), t) for t in tasks}  # all found before --output is made
+        open_study(cfg.output, "meter.json", cfg.record(), what, "the same model, seeds, lr grid and fine-tuning flags")
         models = {"pretrained": Path(cfg.model), "random": self.random_model()}
         plan = [
             (route, models[route], task, files[task.name], lr, seed)

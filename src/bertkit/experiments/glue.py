@@ -609,12 +609,12 @@ class SuiteRunner:
     def run(self) -> SuiteReport:
         cfg = self.cfg
         out = cfg.output
+        found, notes = discover(cfg.data, cfg.tasks, quiet_absent=not cfg.tasks_given)  # before --output is made
+        if not any(f.task.trains for f in found):
+            raise InputError(f"--data {cfg.data}: no GLUE task to fine-tune was found ({'; '.join(notes)})")
         open_study(
             out, "suite.json", cfg.record(), "a GLUE suite run", "the same model, seeds, lr grid and finetune flags"
         )
-        found, notes = discover(cfg.data, cfg.tasks, quiet_absent=not cfg.tasks_given)
-        if not any(f.task.trains for f in found):
-            raise InputError(f"--data {cfg.data}: no GLUE task to fine-tune was found ({'; '.join(notes)})")
         for note in notes:
             self.say(f"skipped {note}")
         by_name = {f.task.name: f for f in found}

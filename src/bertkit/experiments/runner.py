@@ -20,8 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertkit import models
 from bertkit.errors import InputError
 from bertkit.files import atomic_write, remove_stale_temp_files, write_json
+from bertkit.options import add_options
+from bertkit.tasks.options import FinetuneFiles, TaskOptions, add_task_flag
+from bertkit.tokenization import load_tokenizer
 
 
 @dataclass
@@ -148,3 +152,29 @@ def open_study(out: Path, settings_name: str, record: dict, what: str, hint: str
     if saved != record:
         diff = sorted(k for k in set(saved) | set(record) if saved.get(k) != record.get(k))
         raise InputError(f"{out} holds {what} with other settings ({', '.join(diff)}): use another --output, or {hint}")
+
+
+# the finetune flags a study sets for each of its cells: a study's --finetune-args may not give them
+CELL_FLAGS = ("--output", "--model", "--train", "--dev", "--seed", "--lr", "--task", "--resume")
+
+
+def configure_finetune(parser) -> None:
+    """``bertkit finetune``'s flags for its GLUE and NER tasks on ``parser`` (what the studies run and what their
+    ``--finetune-args`` are checked against): ``--task`` and the option dataclasses, as the command builds them."""
+    # torch (the finetune recipe's module): `bertkit downstream -h` and `bertkit ablate -h` stay light
+    from bertkit.recipes.finetune import FinetuneArgs
+
+    add_task_flag(parser, required=True)
+    for cls in (FinetuneFiles, FinetuneArgs, TaskOptions):
+        add_options(parser, cls)
+
+
+def check_model_dir(model: str | os.PathLike, flag: str = "--model") -> None:
+    """Refuse, before a study makes its directory, a ``model`` its runs could not load: not a directory, no
+    readable config (``config.json`` / ``bert_config.json``), no tokenizer (``vocab.txt`` / ``tokenizer.json``).
+    One line naming the file, as each run would have said it (in every cell's log)."""
+    path = Path(model)
+    if not path.is_dir():
+        raise InputError(f"{flag} {model}: not a directory")
+    models.of_directory(path).config_class().from_pretrained(path)
+    load_tokenizer(path)

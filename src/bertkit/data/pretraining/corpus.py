@@ -183,7 +183,9 @@ def open_text(path: str | os.PathLike, counter: list | None = None) -> io.Buffer
     if path.is_dir():
         raise CorpusError(f"{path}: is a directory (give it as --corpus alone, or its files)")
     if not path.is_file():
-        raise CorpusError(f"{path}: no such corpus file")
+        raise CorpusError(
+            f"{path}: " + ("not a regular file (a pipe, socket or device)" if path.exists() else "no such corpus file")
+        )
     head = _head(path, 6)
     raw = _Counting(open(path, "rb", buffering=0))  # noqa: SIM115 (closed with the returned reader)
     if counter is not None:
@@ -591,11 +593,27 @@ def corpus_texts(
     checked before the first line is returned (a missing or binary one fails now, not halfway); a corpus with no
     text at all fails once read, naming it: ``CorpusError``s, one line each."""
     names = [str(p) for p in paths]
-    files = expand_corpus(names, follow_symlinks)
-    for path in files:  # exists, readable, not binary: refused before any work
+    files = check_corpus_files(expand_corpus(names, follow_symlinks), fmt, encoding)
+    return _texts(files, names, fmt, encoding, text_field)
+
+
+def check_corpus_files(
+    files: list[Path], fmt: str = "auto", encoding: str = "auto", text_field: str = "text", some_text: bool = False
+) -> list[Path]:
+    """Refuse, before any work, a corpus file that is missing, unreadable, not a regular file, binary or UTF-16
+    (its first bytes, decompressed), as every reader of it would once it got there: a ``CorpusError`` naming it.
+    ``some_text``: also read up to the first text, so that a corpus with none (empty or blank files) is refused
+    now, as :func:`corpus_texts` refuses it once read. Returns ``files``."""
+    for path in files:
         if (fmt if fmt != "auto" else detect_format(path, encoding=encoding)) not in ("parquet", "arrow"):
             open_text(path).close()
-    return _texts(files, names, fmt, encoding, text_field)
+    if some_text:  # quietly: the read that follows gives the warnings (a line not UTF-8) once
+        quiet, logger.disabled = logger.disabled, True
+        try:
+            next(_texts(files, [str(f) for f in files], fmt, encoding, text_field), None)
+        finally:
+            logger.disabled = quiet
+    return files
 
 
 def _texts(files: list[Path], names: list[str], fmt: str, encoding: str, text_field: str) -> Iterator[str]:
@@ -696,9 +714,11 @@ def write_sentences(
 ) -> int:
     """Sentence-split the corpus once into Google's format (a sentence per line, a blank line after each document)
     at ``output``, atomically (fsynced temp file, renamed), streaming: memory does not grow with the corpus. The
-    vocabulary trainer and the tokenizer both read it. Returns the number of documents."""
+    vocabulary trainer and the tokenizer both read it. Returns the number of documents; a corpus with none is a
+    ``CorpusError`` naming it (as :func:`corpus_texts` words it), not the sentence file's name later."""
 
-    files = expand_corpus(paths)
+    names = [str(p) for p in paths]
+    files = expand_corpus(names)
     count = 0
 
     def write(tmp: Path) -> None:
@@ -726,4 +746,6 @@ def write_sentences(
             bar.close()
 
     atomic_write(output, write)
+    if count == 0:
+        raise CorpusError(f"the corpus ({', '.join(names)}) holds no text (every file is empty)")
     return count

@@ -36,8 +36,14 @@ class CorpusError(InputError):
     """Unreadable corpus input; the message names the file (and line)."""
 
 
+# UTF-32's little-endian mark starts with UTF-16's: either is text bertkit does not read as such
+_WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
+
+
 def binary_reason(sample: bytes) -> str | None:
     """Why ``sample`` (a file's first bytes, decompressed) is not text, or None when it is."""
+    if sample.startswith(_WIDE_BOMS):
+        return "UTF-16 or UTF-32 text (its byte-order mark says so): convert it to UTF-8 first (iconv -t UTF-8)"
     if b"\x00" in sample:
         return "it holds NUL bytes (a binary file, not text)"
     if not sample:
@@ -167,6 +173,8 @@ def find_corpus(paths: Iterable[str | os.PathLike], follow_symlinks: bool = Fals
                 raise CorpusError(f"{p}: a directory with no text files to read as a corpus")
             for f in found:
                 add(f)
+        elif p.exists():  # a pipe, socket or device (/dev/zero): reading one may never end
+            raise CorpusError(f"{p}: not a regular file (a pipe, socket or device); give a text file or directory")
         else:
             raise CorpusError(f"{p}: no such corpus file or directory")
     return listing

@@ -53,7 +53,7 @@ def _first_line(path: Path) -> str:
 def _jsonl_keys(path: Path) -> list[str]:
     try:
         record = json.loads(_first_line(path) or "null")
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # not a task file: the JSONL reader names what is wrong
         return []
     return list(record) if isinstance(record, dict) else []
 
