@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     # the library loads when the command runs, not for its -h
     from bertkit.data.pretraining.corpus import check_corpus_files
     from bertkit.data.pretraining.corpus_files import find_corpus
-    from bertkit.data.pretraining.prepare import cache_dir, corpus_fingerprint, prepare_corpus
+    from bertkit.data.pretraining.prepare import DEFAULTS, _settings, cache_dir, corpus_fingerprint, prepare_corpus
     from bertkit.errors import BertkitError, InputError
     from bertkit.tokenization import BertTokenizer
 
@@ -103,9 +103,6 @@ def run(args: argparse.Namespace) -> int:
     if output is not None:  # not a file, not one of the inputs (an existing shard directory is prepare's to judge)
         check_output(output, {"--corpus": args.corpus, "--vocab": args.vocab}, overwrite=None)
     if output is None:
-        # the library loads when the command runs, not for its -h
-        from bertkit.data.pretraining.prepare import DEFAULTS, _settings
-
         tokenizer = BertTokenizer.from_pretrained(str(vocab), lowercase=args.lowercase)
         fp = corpus_fingerprint(
             listing.files,

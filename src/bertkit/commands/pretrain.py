@@ -119,8 +119,7 @@ def config_from_args(args: argparse.Namespace):
     """The run's config, validated and resolved once (the recipe's model and choices filled in: ``resolve``)."""
     # the library loads when the command runs, not for its -h
     from bertkit.options import from_args
-    from bertkit.recipes.pretrain import PretrainConfig, resolve
-    from bertkit.recipes.pretrain.checks import check_given, longest_sequence
+    from bertkit.recipes.pretrain import PretrainConfig, check_given, longest_sequence, resolve
 
     overrides = parse_overrides(args.config_overrides)
     check_given(args)  # the flags as given, before a config is made (its own checks read --init-from's directory)

@@ -31,8 +31,11 @@ def run(args: argparse.Namespace, labelled: bool = True) -> dict[str, Any]:
     run_options: RunOptions = from_args(RunOptions, args)
     kind = "eval" if labelled else "predict"
     output = Path(files.output or Path(files.model) / f"{kind}-{Path(files.data).stem}")
-    # a directory of its own: never the model or the data (an existing one is written into, as a rerun does)
-    check_output(output, {"--model": files.model, "--data": files.data}, overwrite=None)
+    # a directory of its own: never the model or the data (an existing one is written into, as a rerun does); the
+    # default, MODEL/eval-DATA, lies inside the model's directory by design: only the one the user names is checked
+    # against --model
+    inputs = {"--model": files.model, "--data": files.data} if files.output else {"--data": files.data}
+    check_output(output, inputs, overwrite=None)
     files.backend, note = _backend_for(Path(files.model), files.backend)
     if files.backend == "onnx":
         device = resolve_device(run_options.device, cpu_only=True)  # ONNX Runtime's CPU provider

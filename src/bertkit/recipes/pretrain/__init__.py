@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from bertkit.errors import LossNotFinite, PretrainError
 from bertkit.options import parse_duration
+from bertkit.recipes.pretrain.checks import check_given, longest_sequence
 from bertkit.recipes.pretrain.config import RUN_KEYS, SCHEDULES, PretrainConfig, parse_mask_mix
 from bertkit.recipes.pretrain.evaluate import held_out_accuracy
 from bertkit.recipes.pretrain.recipe import pretrain
@@ -33,6 +34,8 @@ __all__ = [
     "RUN_KEYS",
     "SCHEDULES",
     "LossNotFinite",
+    "check_given",
+    "longest_sequence",
     "PretrainConfig",
     "PretrainError",
     "held_out_accuracy",

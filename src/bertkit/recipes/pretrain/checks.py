@@ -9,6 +9,7 @@ from typing import Any
 
 from bertkit.data.pretraining.ramps import parse_ramp
 from bertkit.errors import InputError
+from bertkit.precision import check_device
 from bertkit.recipes.pretrain.tables import FRESH_MODEL_KEYS
 
 # flags that act only with another setting: field -> (the field it needs, its value, the flag that sets it). Given
@@ -34,8 +35,6 @@ def check_combinations(cfg: Any) -> None:
             "would never reach its peak)"
         )
     if cfg.device is not None:
-        from bertkit.precision import check_device  # torch: not loaded for a config made without --device
-
         check_device(cfg.device)
 
 
