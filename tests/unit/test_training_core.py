@@ -94,6 +94,20 @@ def test_resume_refusals_and_key_differences(tmp_path):
         run.open({"task": "sst2", "args": {"lr": 1e-3, "seed": 1}}, resume=True, overwrite=False)
 
 
+def test_resume_into_a_directory_of_other_files_is_refused(tmp_path):
+    """Issue 54, item 8's kin: --resume on a directory that holds no run (no run.json, no checkpoint) but files of
+    its own is refused, also for a recipe that names no ``files`` (fine-tuning, embeddings, distillation: they
+    started afresh in it); an empty or missing one starts from step 0, as a run killed before it wrote anything."""
+    from bertkit.errors import RunRefused
+
+    keys = {"task": "sst2"}
+    assert RunDir(tmp_path / "absent").open(keys, resume=True, overwrite=False).resumed is False
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(RunRefused, match="holds no run"):
+        RunDir(tmp_path).open(keys, resume=True, overwrite=False)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
 def test_a_corrupted_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
     state, run = _state(), RunDir(tmp_path)
     for _ in range(2):

@@ -206,7 +206,7 @@ class RunDir:
                     "--overwrite in place of --resume to replace it, or choose another --output"
                 )
             if record is None and not have:
-                if files and names - set(files):
+                if names - set(files):  # files of its own (with no ``files`` given: any file): no run of ours
                     raise RunRefused(f"--resume: {out} holds no run (no run.json); drop --resume to start one")
                 logger.warning("--resume: no checkpoint in %s; starting from step 0", self.checkpoints)
                 self.clear(files, keep=prepared)  # an interrupted preparation resumes
