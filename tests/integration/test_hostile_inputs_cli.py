@@ -536,6 +536,10 @@ REFUSED = {
         ["ablate", "--corpus", "{tmp}", "--study", "nsp", "--steps", "2", "--output", "{tmp}/out"],
         "is inside --corpus",
     ),
+    "pretrain --output inside its corpus directory": (
+        ["pretrain", "--corpus", "{tmp}", "--vocab", "{model}/vocab.txt", "--max-steps", "2", "--output", "{tmp}/out"],
+        "is inside --corpus",
+    ),
     "downstream --max-time-per-run 0": (
         ["downstream", "--model", "{model}", "--data-dir", "{tmp}", "--output", "{out}", "--max-time-per-run", "0"],
         "--max-time-per-run 0: must be > 0",

@@ -9,6 +9,7 @@ import argparse
 import json
 
 from bertkit.errors import InputError
+from bertkit.outputs import check_output
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -125,6 +126,10 @@ def config_from_args(args: argparse.Namespace):
     check_given(args)  # the flags as given, before a config is made (its own checks read --init-from's directory)
     cfg = resolve(from_args(PretrainConfig, args, config_overrides=overrides))
     check_overrides(overrides, cfg.arch, cfg.model_size, cfg.init_from, longest_sequence(cfg))
+    # OUTPUT inside a corpus directory would be read back as corpus by the next run, and one holding an input would
+    # be cleared by --overwrite: refused as every command's output is (an existing run is RunDir.open's to judge)
+    inputs = {"--corpus": cfg.corpus, "--vocab": cfg.vocab, "--init-from": cfg.init_from, "--blimp": cfg.blimp}
+    check_output(cfg.output, inputs, overwrite=None)
     return cfg
 
 
