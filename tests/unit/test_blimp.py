@@ -194,6 +194,7 @@ def test_the_probe_gives_the_commands_number_on_its_sample_and_keeps_the_train_m
         ),
         ('{"sentence_good": "a", "sentence_bad": "b", "field": "f", "UID": "other"}', "a.jsonl:2: UID 'other'"),
         ("[1, 2]", "a.jsonl:2: expected a JSON object"),
+        ("[" * 100_000, "a.jsonl:2: JSON nested too deeply to read"),
     ],
 )
 def test_bad_data_is_one_line_naming_file_and_line(tmp_path, line, message, capsys, model_dir):

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from bertkit import models
+from bertkit.data.tasks.readers import jsonl_records
 from bertkit.errors import InputError, MissingFileError
 from bertkit.files import write_json, write_text
 from bertkit.precision import resolve_precision
@@ -73,17 +74,11 @@ def read_paradigm(path: str | os.PathLike, limit: int | None = None) -> Paradigm
     pairs: list[tuple[str, str]] = []
     uid = kind = None
     with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+        for lineno, row in jsonl_records(f):  # the JSONL readers' one first step (bad JSON, deep nesting, non-objects)
             if limit is not None and len(pairs) >= limit:
                 break
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise InputError(f"{path}:{lineno}: expected a JSON object with {', '.join(FIELDS)}")
+            if isinstance(row, str):
+                raise InputError(f"{path}:{lineno}: {row} (each line: a JSON object with {', '.join(FIELDS)})")
             for name in FIELDS:
                 if not isinstance(row.get(name), str) or not row[name].strip():
                     what = "no" if name not in row else "an empty or non-string"
