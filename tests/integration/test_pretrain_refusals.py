@@ -6,28 +6,10 @@ leaves it as it was."""
 from __future__ import annotations
 
 import pytest
+from tinymodels import TINY_BERT_FLAGS
 
-TINY = [
-    "--model-size",
-    "bert-tiny",
-    "--config-override",
-    "hidden_size=32",
-    "--config-override",
-    "num_attention_heads=2",
-    "--config-override",
-    "intermediate_size=64",
-    "--max-steps",
-    "2",
-    "--batch-size",
-    "4",
-    "--precision",
-    "fp32",
-    "--quiet",
-    "--workers",
-    "1",
-    "--threads",
-    "1",
-]
+TINY = [*TINY_BERT_FLAGS, "--max-steps", "2", "--batch-size", "4", "--precision", "fp32", "--quiet"]
+TINY += ["--workers", "1", "--threads", "1"]
 
 
 def _pretrain(corpus, out, *extra) -> list[str]:
