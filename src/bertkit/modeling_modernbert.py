@@ -195,7 +195,7 @@ class ModernBertConfig(EncoderConfig):
         ``-large``; ``overrides`` set any field (``vocab_size`` and the token ids of your tokenizer, say).
         A new model's classifier pools the mean of its tokens, as ModernBERT's released configs say: MLM without
         NSP gives the first token no objective of its own, and at 30 minutes of the budget recipe mean pooling
-        fine-tuned better on SST-2 and MRPC (docs/pretraining.md, "What decided the default")."""
+        fine-tuned better on SST-2 and MRPC (docs/results/pretraining.md, "What decided the default")."""
         if name not in PRESETS:
             raise ConfigError(f"unknown ModernBERT preset {name!r}; choose one of {sorted(PRESETS)}")
         layers, hidden, heads, intermediate = PRESETS[name]

@@ -23,8 +23,8 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "bertkit"
 MAX_FUNCTION, MAX_FILE = 100, 750
 # files allowed over MAX_FILE lines, each with the reason
 LONG_FILES = {
-    "modeling.py": "THE model: one readable file, top to bottom (DESIGN.md habit 1)",
-    # a second architecture gets its own one-file model, as DESIGN.md says (habit 1 and "The house")
+    "modeling.py": "THE model: one readable file, top to bottom (docs/design.md, habit 1)",
+    # a second architecture gets its own one-file model, as docs/design.md says (habit 1 and "Where things live")
     "modeling_modernbert.py": "ModernBERT's one modeling file: the same reason as modeling.py",
 }
 ARGPARSE_PRIVATE = (
