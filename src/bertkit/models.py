@@ -277,6 +277,16 @@ def variant(base: str, model_type: str, module: str, rename: tuple[str, str], **
     )
 
 
+REGISTRY["modernbert-elc"] = variant(  # ELC-BERT's layer mix on ModernBERT's layers (variants/modernbert_elc.py)
+    "modernbert",
+    "modernbert-elc",
+    "bertkit.variants.modernbert_elc",
+    ("ModernBert", "ModernBertElc"),
+    title="ModernBERT-ELC",
+    remote_code="modeling_modernbert_elc.py",
+)
+
+
 def get(model_type: str | None) -> Architecture:
     """The architecture of a ``model_type``; None means BERT's. An unknown one is a ConfigError naming it."""
     arch = REGISTRY.get(model_type or DEFAULT)
