@@ -32,6 +32,7 @@ PRESETS: dict[str, tuple[int, int, int]] = {
 _IGNORED_KEYS = frozenset(
     {
         "architectures",
+        "auto_map",  # a variant's transformers code (models.Architecture.write_loader)
         "model_type",
         "transformers_version",
         "torch_dtype",

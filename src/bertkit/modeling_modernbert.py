@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
 _IGNORED_KEYS = frozenset(
     {
         "architectures",
+        "auto_map",  # a variant's transformers code (models.Architecture.write_loader)
         "transformers_version",
         "torch_dtype",
         "dtype",
@@ -270,7 +272,7 @@ class ModernBertConfig(EncoderConfig):
         model_type = data.get("model_type", cls.model_type)
         if model_type != cls.model_type:
             raise ConfigError(
-                f"{source}: model_type is {model_type!r}, not 'modernbert' (a BERT config loads with BertConfig)"
+                f"{source}: model_type is {model_type!r}, not {cls.model_type!r} (a BERT config loads with BertConfig)"
             )
         if data.get("tie_word_embeddings", True) is not True:
             raise ConfigError(
@@ -573,14 +575,20 @@ LAYOUT = checkpoint.Layout(
 
 
 class ModernBertPreTrainedModel(nn.Module):
-    """Shared infrastructure: ModernBERT's init and HF-layout save/load (``checkpoint.Layout``)."""
+    """Shared infrastructure: ModernBERT's init and HF-layout save/load (``checkpoint.Layout``).
+
+    A variant (models.py, "Variants") subclasses the encoder and each head, and names its own ``config_class``,
+    ``layout`` (its extra keys) and ``encoder_class`` (the encoder its heads wrap); the blocks stay these."""
 
     base_model_prefix = "model"
+    config_class: type[ModernBertConfig] = ModernBertConfig
+    layout: checkpoint.Layout = LAYOUT
+    encoder_class: type[ModernBertModel]  # ModernBertModel, set below its definition
 
     def __init__(self, config: ModernBertConfig):
         super().__init__()
-        if not isinstance(config, ModernBertConfig):
-            raise TypeError(f"{type(self).__name__} needs a ModernBertConfig, got {type(config).__name__}")
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}")
         self.config = config
 
     def init_weights(self) -> None:
@@ -642,8 +650,8 @@ class ModernBertPreTrainedModel(nn.Module):
         change the config read. With ``output_loading_info``, ``(model, checkpoint.LoadingInfo)``."""
         return checkpoint.load_layout_pretrained(
             cls,
-            ModernBertConfig,
-            LAYOUT,
+            cls.config_class,
+            cls.layout,
             path,
             config=config,
             output_loading_info=output_loading_info,
@@ -652,7 +660,7 @@ class ModernBertPreTrainedModel(nn.Module):
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
         """Write ``config.json`` + ``model.safetensors`` in transformers' ModernBERT layout (decoder weight once)."""
-        checkpoint.save_layout_pretrained(self, directory, LAYOUT)
+        checkpoint.save_layout_pretrained(self, directory, self.layout)
 
     def _encoder(self) -> ModernBertModel:
         return self if isinstance(self, ModernBertModel) else self.model
@@ -758,12 +766,17 @@ class ModernBertModel(ModernBertPreTrainedModel):
             rope = {kind: tuple(packing.pack(t.expand(B, T, -1)) for t in cs) for kind, cs in rope.items()}
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
-        for layer in self.layers[:depth]:
-            x, probs = layer(x, rope[layer.attention_type], mask, implementation)
+
+        def run(i: int, h: Tensor) -> Tensor:  # layer i on h, its outputs recorded
+            layer = self.layers[i]
+            h, probs = layer(h, rope[layer.attention_type], mask, implementation)
             if hidden_states is not None:
-                hidden_states.append(x)
+                hidden_states.append(h)
             if attentions is not None:
                 attentions.append(probs)
+            return h
+
+        x = self.run_layers(x, depth, run)
         if depth == len(self.layers):
             x = self.final_norm(x)
             if hidden_states is not None:
@@ -776,6 +789,17 @@ class ModernBertModel(ModernBertPreTrainedModel):
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
             attentions=tuple(attentions) if attentions is not None else None,
         )
+
+    def run_layers(self, x: Tensor, depth: int, run: Callable[[int, Tensor], Tensor]) -> Tensor:
+        """The first ``depth`` layers on the embeddings' output ``x`` ([B, T, H], or [n, H] packed); ``run(i, h)`` is
+        layer i on ``h``. Each layer reads the one before it (the residual stream). The seam of a variant: it
+        overrides this to change what a layer reads (ELC-BERT's layer mix) or adds to it, and keeps the layers."""
+        for i in range(depth):
+            x = run(i, x)
+        return x
+
+
+ModernBertPreTrainedModel.encoder_class = ModernBertModel
 
 
 # --------------------------------------------------------------------------------------------- heads
@@ -805,7 +829,7 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
 
     def __init__(self, config: ModernBertConfig):
         super().__init__(config)
-        self.model = ModernBertModel(config)
+        self.model = self.encoder_class(config)
         self.head = ModernBertPredictionHead(config)
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=config.decoder_bias)
         self.sparse_prediction = True  # with labels, vocabulary logits only at the labelled positions
@@ -863,7 +887,7 @@ class ModernBertForSequenceClassification(ModernBertPreTrainedModel):
     def __init__(self, config: ModernBertConfig):
         super().__init__(config)
         self.num_labels = _num_labels(config)
-        self.model = ModernBertModel(config)
+        self.model = self.encoder_class(config)
         self.head = ModernBertPredictionHead(config)
         self.drop = ops.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, self.num_labels)
@@ -899,7 +923,7 @@ class ModernBertForTokenClassification(ModernBertPreTrainedModel):
     def __init__(self, config: ModernBertConfig):
         super().__init__(config)
         self.num_labels = _num_labels(config)
-        self.model = ModernBertModel(config)
+        self.model = self.encoder_class(config)
         self.head = ModernBertPredictionHead(config)
         self.drop = ops.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, self.num_labels)
@@ -933,7 +957,7 @@ class ModernBertForQuestionAnswering(ModernBertPreTrainedModel):
         self.num_labels = _num_labels(config)
         if self.num_labels != 2:
             raise ConfigError(f"ModernBertForQuestionAnswering needs num_labels 2 (start, end), got {self.num_labels}")
-        self.model = ModernBertModel(config)
+        self.model = self.encoder_class(config)
         self.head = ModernBertPredictionHead(config)
         self.drop = ops.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, 2)
@@ -973,7 +997,7 @@ class ModernBertForMultipleChoice(ModernBertPreTrainedModel):
 
     def __init__(self, config: ModernBertConfig):
         super().__init__(config)
-        self.model = ModernBertModel(config)
+        self.model = self.encoder_class(config)
         self.head = ModernBertPredictionHead(config)
         self.drop = ops.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, 1)

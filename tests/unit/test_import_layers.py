@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "config",
             "modeling",
             "modeling_modernbert",
+            "variants",  # an architecture's variants, each a small modeling module (bertkit/variants/__init__.py)
             "models",
             "checkpoint",
             "resize",
