@@ -122,8 +122,9 @@ def _mask_many(vocab, whole_word, n=3000, seq=100, mask_prob=0.15, max_pred=1000
         ids[0], ids[40], ids[-1] = 3, 4, 4
         special = np.zeros(seq, bool)
         special[[0, 40, seq - 1]] = True
+        strategy = "whole-word" if whole_word else "token"
         masked, labels = mask_instance(
-            ids, special, vocab, mask_prob, max_pred, whole_word, np.random.default_rng([seed, i])
+            ids, special, vocab, mask_prob, max_pred, strategy, np.random.default_rng([seed, i])
         )
         out.append((ids, special, masked, labels))
     return out

@@ -1,0 +1,151 @@
+"""Masking strategies (``--mask-strategy``): which positions of an instance the MLM predicts, one registry.
+
+A strategy is a function with ONE signature, registered in :data:`STRATEGIES` under its flag's name::
+
+    pick(ids, candidates, vocab, num, rng, weights) -> positions   # sorted int64, at most num, all in candidates
+
+``ids`` [T] the instance (no padding), ``candidates`` the positions that may be picked (never [CLS], [SEP] or
+[PAD]), ``vocab`` the :class:`VocabInfo` (which ids continue a word), ``num``
+the budget (:func:`budget`: ``round(len * mask_prob)``, at least 1, at most ``max_predictions``), ``rng`` the
+instance's generator, ``weights`` [T] how much each position asks to be predicted (only a strategy that reads the
+model's losses uses it; the others ignore it). What a picked position's input becomes is decided once, after, for
+every strategy: :func:`apply_mix` (the paper's 80/10/10, or ``--mask-mix``). :func:`mask_instance` is the one
+entry point. A new strategy is one function here and its line in :data:`STRATEGIES` (the flag's choices are the
+registry's keys).
+
+- ``token``: Devlin et al.'s: ``num`` candidates uniformly, without replacement.
+- ``whole-word``: Google's whole-word masking: a word is a non-``##`` token and the ``##`` tokens after it; words
+  are visited in random order and taken whole while they fit the budget (a word that would overflow is skipped).
+
+The rates: :data:`PAPER_MASK_PROB` is Devlin et al.'s 15%, the rate the held-out meter always masks at
+(:data:`EVAL_MASK_PROB`), whatever a run trains with, so that runs compare.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from bertkit.errors import InputError
+
+NO_LABEL = -100
+PAPER_MASK_PROB = 0.15  # Devlin et al.'s share of tokens chosen
+EVAL_MASK_PROB = PAPER_MASK_PROB  # the held-out meter's, whatever the run trains with (docs/pretraining.md)
+PAPER_MIX = (0.8, 0.1, 0.1)  # chosen positions' inputs: [MASK], a random token, unchanged
+
+Strategy = Callable[..., np.ndarray]
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What masking needs from a vocabulary: special ids, which ids continue a word (``##``), random-token pool."""
+
+    vocab_size: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    pad_id: int
+    is_continuation: np.ndarray  # [V] bool: token starts with "##"
+    random_pool: np.ndarray  # ids a random replacement may take (not [PAD]/[CLS]/[SEP]/[MASK]/[UNK]/[unusedN])
+
+    @classmethod
+    def from_tokens(cls, tokens: list[str]) -> VocabInfo:
+        index = {t: i for i, t in enumerate(tokens)}
+        for special in ("[PAD]", "[CLS]", "[SEP]", "[MASK]"):
+            if special not in index:
+                raise InputError(f"the vocabulary has no {special} token, which pre-training needs")
+        cont = np.array([t.startswith("##") for t in tokens], dtype=bool)
+        pool = np.array(
+            [i for i, t in enumerate(tokens) if not (t.startswith("[") and t.endswith("]"))], dtype=np.int64
+        )
+        if len(pool) == 0:
+            raise InputError("the vocabulary has no ordinary tokens")
+        return cls(len(tokens), index["[CLS]"], index["[SEP]"], index["[MASK]"], index["[PAD]"], cont, pool)
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> VocabInfo:
+        return cls.from_tokens(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))))
+
+
+def budget(length: int, mask_prob: float, max_predictions: int) -> int:
+    """Positions an instance of ``length`` tokens (specials included) predicts: ``round(length * mask_prob)``, at
+    least 1, at most ``max_predictions``."""
+    return min(max_predictions, max(1, round(length * mask_prob)))
+
+
+def word_bounds(ids: np.ndarray, candidates: np.ndarray, vocab: VocabInfo) -> np.ndarray:
+    """``[W + 1]``: where each word starts among ``candidates`` (and their count): a word is a non-continuation
+    token and the ``##`` tokens after it (Google's grouping); a special token between two pieces separates them."""
+    starts = ~vocab.is_continuation[ids[candidates]]
+    starts[0] = True
+    starts[1:] |= np.diff(candidates) != 1
+    return np.concatenate([np.flatnonzero(starts), [len(candidates)]])
+
+
+def pick_token(ids, candidates, vocab, num, rng, weights=None) -> np.ndarray:
+    """``num`` candidates, uniformly without replacement (Devlin et al.)."""
+    return np.sort(rng.choice(candidates, size=min(num, len(candidates)), replace=False))
+
+
+def pick_whole_word(ids, candidates, vocab, num, rng, weights=None) -> np.ndarray:
+    """Whole words in random order while they fit ``num`` (Google's whole-word masking)."""
+    bounds = word_bounds(ids, candidates, vocab)
+    chosen: list[int] = []
+    for w in rng.permutation(len(bounds) - 1):
+        size = int(bounds[w + 1] - bounds[w])
+        if len(chosen) >= num:
+            break
+        if len(chosen) + size > num:
+            continue
+        chosen.extend(candidates[bounds[w] : bounds[w + 1]].tolist())
+    return np.asarray(sorted(chosen), dtype=np.int64)
+
+
+# --mask-strategy NAME -> its pick function (the flag's choices, in this order)
+STRATEGIES: dict[str, Strategy] = {
+    "token": pick_token,
+    "whole-word": pick_whole_word,
+}
+
+
+def apply_mix(
+    ids: np.ndarray, picked: np.ndarray, vocab: VocabInfo, mix: tuple[float, float, float], rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """(inputs, labels) of an instance whose ``picked`` positions are predicted: the labels hold the original id
+    there (-100 elsewhere); ``mix`` = (mask, random, keep) shares of the picked inputs becoming [MASK], a random
+    ordinary token, or staying (one uniform draw per position, in the paper's order [mask | keep | random])."""
+    out = ids.copy()
+    labels = np.full(len(ids), NO_LABEL, dtype=np.int64)
+    labels[picked] = ids[picked]
+    r = rng.random(len(picked))
+    out[picked[r < mix[0]]] = vocab.mask_id
+    rand_pos = picked[r >= mix[0] + mix[2]]
+    out[rand_pos] = vocab.random_pool[rng.integers(0, len(vocab.random_pool), len(rand_pos))]
+    return out, labels
+
+
+def mask_instance(
+    ids: np.ndarray,
+    special: np.ndarray,
+    vocab: VocabInfo,
+    mask_prob: float,
+    max_predictions: int,
+    strategy: str,
+    rng: np.random.Generator,
+    mix: tuple[float, float, float] = PAPER_MIX,
+    weights: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mask one instance. ``ids`` [T] (no padding), ``special`` [T] bool ([CLS]/[SEP]). Returns (masked ids, labels
+    with the original id at masked positions and -100 elsewhere): :data:`STRATEGIES` ``[strategy]`` picks
+    :func:`budget` positions among the non-special ones, then :func:`apply_mix`.
+
+    ``mix`` = (mask, random, keep): the shares of chosen positions whose input becomes [MASK], a random token, or stays
+    unchanged (the paper's 80/10/10). Held-out evaluation uses (1, 0, 0): a kept token would give its label away."""
+    candidates = np.flatnonzero(~special)
+    if len(candidates) == 0:
+        return ids.copy(), np.full(len(ids), NO_LABEL, dtype=np.int64)
+    num = budget(len(ids), mask_prob, max_predictions)
+    picked = STRATEGIES[strategy](ids, candidates, vocab, num, rng, weights)
+    return apply_mix(ids, picked, vocab, mix, rng)

@@ -1,0 +1,92 @@
+"""Masking strategies (data/pretraining/masking.py): the registry's token and whole-word entries give bit for bit the
+masks of the function they replaced (so a run, and its resume, is unchanged); every strategy's invariants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bertkit.data.pretraining.instances import VocabInfo
+from bertkit.data.pretraining.masking import NO_LABEL, STRATEGIES, mask_instance
+
+SPECIALS = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+TOKENS = SPECIALS + [f"w{i}" for i in range(150)] + [f"##p{i}" for i in range(50)]
+
+
+@pytest.fixture(scope="module")
+def vocab() -> VocabInfo:
+    return VocabInfo.from_tokens(TOKENS)
+
+
+def _before_the_seam(ids, special, vocab, mask_prob, max_predictions, whole_word, rng, mix=(0.8, 0.1, 0.1)):
+    """instances.mask_instance as it was before the strategies' registry (commit 04e9354), verbatim: the reference
+    the registry's token and whole-word entries must reproduce draw for draw."""
+    cand = np.flatnonzero(~special)
+    labels = np.full(len(ids), NO_LABEL, dtype=np.int64)
+    if len(cand) == 0:
+        return ids.copy(), labels
+    num = min(max_predictions, max(1, round(len(ids) * mask_prob)))
+    if whole_word:
+        starts = ~vocab.is_continuation[ids[cand]]
+        starts[0] = True
+        starts[1:] |= np.diff(cand) != 1
+        word_of = np.cumsum(starts) - 1
+        n_words = int(word_of[-1]) + 1
+        bounds = np.concatenate([np.flatnonzero(starts), [len(cand)]])
+        chosen: list[int] = []
+        for w in rng.permutation(n_words):
+            size = int(bounds[w + 1] - bounds[w])
+            if len(chosen) >= num:
+                break
+            if len(chosen) + size > num:
+                continue
+            chosen.extend(cand[bounds[w] : bounds[w + 1]].tolist())
+        picked = np.asarray(sorted(chosen), dtype=np.int64)
+    else:
+        picked = np.sort(rng.choice(cand, size=min(num, len(cand)), replace=False))
+    out = ids.copy()
+    labels[picked] = ids[picked]
+    r = rng.random(len(picked))
+    out[picked[r < mix[0]]] = vocab.mask_id
+    rand_pos = picked[r >= mix[0] + mix[2]]
+    out[rand_pos] = vocab.random_pool[rng.integers(0, len(vocab.random_pool), len(rand_pos))]
+    return out, labels
+
+
+def _instances(n: int, seed: int = 0, lengths=(3, 130)):
+    """Random instances with [CLS] .. [SEP] .. [SEP], words followed by ## pieces a third of the time."""
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        t = int(rng.integers(*lengths))
+        ids = np.where(rng.random(t) < 0.3, rng.integers(156, 206, t), rng.integers(6, 156, t))
+        special = np.zeros(t, bool)
+        special[[0, t - 1, int(rng.integers(0, t))]] = True
+        ids[special] = 4
+        ids[0] = 3
+        yield ids, special
+
+
+@pytest.mark.parametrize("strategy", ["token", "whole-word"])
+@pytest.mark.parametrize("mix", [(0.8, 0.1, 0.1), (1.0, 0.0, 0.0), (0.85, 0.0, 0.15)])
+def test_token_and_whole_word_are_the_masks_of_before_the_seam(vocab, strategy, mix):
+    """Same ids, rates, caps and seeds: the same inputs and labels, and the generator left in the same state (a
+    later draw from it agrees too)."""
+    for k, (ids, special) in enumerate(_instances(400, seed=len(strategy))):
+        prob, cap = (0.15, 0.3, 0.5)[k % 3], (20, 7, 1000)[k % 3]
+        a_rng, b_rng = np.random.default_rng([7, k]), np.random.default_rng([7, k])
+        got = mask_instance(ids, special, vocab, prob, cap, strategy, a_rng, mix)
+        want = _before_the_seam(ids, special, vocab, prob, cap, strategy == "whole-word", b_rng, mix)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        assert a_rng.random() == b_rng.random()
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_every_strategy_keeps_the_budget_and_never_picks_a_special_token(vocab, strategy):
+    for ids, special in _instances(300, seed=3, lengths=(8, 200)):
+        rng, weights = np.random.default_rng(1), np.ones(len(ids))
+        masked, labels = mask_instance(ids, special, vocab, 0.2, 30, strategy, rng, weights=weights)
+        picked = labels != NO_LABEL
+        assert not picked[special].any() and (masked[special] == ids[special]).all()
+        assert 1 <= picked.sum() <= min(30, max(1, round(len(ids) * 0.2)))
+        assert (labels[picked] == ids[picked]).all() and (masked[~picked] == ids[~picked]).all()
