@@ -90,3 +90,29 @@ def test_every_strategy_keeps_the_budget_and_never_picks_a_special_token(vocab, 
         assert not picked[special].any() and (masked[special] == ids[special]).all()
         assert 1 <= picked.sum() <= min(30, max(1, round(len(ids) * 0.2)))
         assert (labels[picked] == ids[picked]).all() and (masked[~picked] == ids[~picked]).all()
+
+
+def _config(**kw):
+    from bertkit.recipes.pretrain.config import PretrainConfig
+
+    return PretrainConfig(corpus=["c"], output="o", max_steps=5, **kw)
+
+
+def test_the_flag_takes_the_registry_names_and_whole_word_mask_means_whole_word():
+    from bertkit.errors import InputError
+    from bertkit.recipes.pretrain.config import PretrainConfig
+
+    assert dataclass_choices(PretrainConfig, "mask_strategy") == tuple(STRATEGIES)
+    assert _config().mask_strategy == "token"
+    assert _config(whole_word_mask=True).mask_strategy == "whole-word"
+    assert _config(whole_word_mask=True, mask_strategy="whole-word").mask_strategy == "whole-word"
+    others = [s for s in STRATEGIES if s not in ("token", "whole-word")]
+    for other in others:
+        with pytest.raises(InputError, match=f"--whole-word-mask with --mask-strategy {other}: "):
+            _config(whole_word_mask=True, mask_strategy=other)
+
+
+def dataclass_choices(cls, name: str) -> tuple:
+    import dataclasses
+
+    return tuple(next(f for f in dataclasses.fields(cls) if f.name == name).metadata["choices"])

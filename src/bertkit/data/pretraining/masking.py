@@ -108,6 +108,10 @@ STRATEGIES: dict[str, Strategy] = {
     "token": pick_token,
     "whole-word": pick_whole_word,
 }
+STRATEGIES_HELP = (  # --mask-strategy's
+    "which positions are predicted (data/pretraining/masking.py): token: uniformly (the paper's); whole-word: a word "
+    "and its ## pieces together"
+)
 
 
 def apply_mix(

@@ -12,6 +12,7 @@ from typing import Any
 
 from bertkit import models
 from bertkit.data.pretraining.instances import parse_mask_mix  # noqa: F401 (public here too)
+from bertkit.data.pretraining.masking import STRATEGIES, STRATEGIES_HELP
 from bertkit.errors import PretrainError
 from bertkit.options import (
     POSITIVE,
@@ -178,7 +179,8 @@ class PretrainConfig:
     max_predictions: int | None = _run_key(
         None, group=_M, help=("masked positions per sequence at most (default ceil(seq_len * mask_prob))")
     )
-    whole_word_mask: bool = _run_key(False, group=_M, help="mask every piece of a chosen word")
+    mask_strategy: str = _run_key("token", choices=tuple(STRATEGIES), group=_M, help=STRATEGIES_HELP)
+    whole_word_mask: bool = option(False, group=_M, help="the same as --mask-strategy whole-word")
     masking: str = _run_key(
         "dynamic",
         choices=("dynamic", "static"),
@@ -309,6 +311,8 @@ class PretrainConfig:
         check_bounds(self, PretrainError)  # the ranges the flags are parsed with (options.BOUNDS)
         check_run_flags(self.resume, self.overwrite)
         check_combinations(self)  # flags each valid alone but not together
+        if self.whole_word_mask:  # its older spelling: one setting from here on
+            object.__setattr__(self, "mask_strategy", "whole-word")
         if self.blimp is not None and not Path(self.blimp).is_dir():
             raise PretrainError(f"--blimp {self.blimp}: not a directory (BLiMP's JSONL files, one per paradigm)")
         if self.mask_mix is not None:

@@ -318,7 +318,7 @@ def data_options(cfg: PretrainConfig, seq_len: int, batch_size: int):
         nsp=cfg.nsp,
         mask_prob=cfg.mask_prob,
         max_predictions=cfg.max_predictions,
-        mask_strategy="whole-word" if cfg.whole_word_mask else "token",
+        mask_strategy=cfg.mask_strategy,
         short_seq_prob=cfg.short_seq_prob,
         masking=cfg.masking,
         dupe_factor=cfg.dupe_factor,
