@@ -116,3 +116,40 @@ def dataclass_choices(cls, name: str) -> tuple:
     import dataclasses
 
     return tuple(next(f for f in dataclasses.fields(cls) if f.name == name).metadata["choices"])
+
+
+def test_span_lengths_follow_the_clipped_geometric():
+    from bertkit.data.pretraining.masking import SPAN_MAX, SPAN_P, span_lengths
+
+    lengths = span_lengths(np.random.default_rng(0), 200_000)
+    assert lengths.min() == 1 and lengths.max() == SPAN_MAX
+    mean = (1 - (1 - SPAN_P) ** SPAN_MAX) / SPAN_P  # E[min(G, m)] = sum over k < m of P(G > k): 2.948
+    assert lengths.mean() == pytest.approx(mean, abs=0.03)  # 4 standard errors
+    assert (lengths == 1).mean() == pytest.approx(SPAN_P, abs=0.005)
+
+
+def _runs(picked: np.ndarray, ids: np.ndarray, vocab) -> list[int]:
+    """Lengths in words of the maximal runs of picked positions."""
+    runs, n = [], 0
+    for t in range(len(ids)):
+        if picked[t]:
+            n += int(not vocab.is_continuation[ids[t]] or n == 0)
+        elif n:
+            runs, n = runs + [n], 0
+    return runs + ([n] if n else [])
+
+
+@pytest.mark.parametrize("strategy", ["whole-word", "span"])
+def test_word_strategies_keep_words_whole_and_span_picks_runs_near_its_budget(vocab, strategy):
+    runs, picked_n, budget_n = [], 0, 0
+    for k, (ids, special) in enumerate(_instances(400, seed=5, lengths=(60, 200))):
+        _, labels = mask_instance(ids, special, vocab, 0.15, 1000, strategy, np.random.default_rng(k))
+        picked = labels != NO_LABEL
+        for t in range(1, len(ids)):  # a ## piece is picked exactly when the piece before it (same word) is
+            if vocab.is_continuation[ids[t]] and not special[t] and not special[t - 1]:
+                assert picked[t] == picked[t - 1]
+        runs += _runs(picked, ids, vocab)
+        picked_n, budget_n = picked_n + int(picked.sum()), budget_n + max(1, round(len(ids) * 0.15))
+    assert picked_n / budget_n > 0.9
+    # single words, adjacent only by chance; spans of ~3 words (less where a budget's end or a [SEP] cuts one)
+    assert np.mean(runs) < 1.3 if strategy == "whole-word" else np.mean(runs) > 2.2

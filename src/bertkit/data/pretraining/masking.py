@@ -16,6 +16,8 @@ registry's keys).
 - ``token``: Devlin et al.'s: ``num`` candidates uniformly, without replacement.
 - ``whole-word``: Google's whole-word masking: a word is a non-``##`` token and the ``##`` tokens after it; words
   are visited in random order and taken whole while they fit the budget (a word that would overflow is skipped).
+- ``span``: LTG-BERT's span masking (Samuel et al., 2023; SpanBERT's by words): runs of whole words whose lengths
+  are Geometric(1/3), clipped at 10 words, from uniform starts, until the budget is met.
 
 The rates: :data:`PAPER_MASK_PROB` is Devlin et al.'s 15%, the rate the held-out meter always masks at
 (:data:`EVAL_MASK_PROB`), whatever a run trains with, so that runs compare.
@@ -103,14 +105,45 @@ def pick_whole_word(ids, candidates, vocab, num, rng, weights=None) -> np.ndarra
     return np.asarray(sorted(chosen), dtype=np.int64)
 
 
+SPAN_P = 1 / 3  # span lengths in words ~ Geometric(1/3) (LTG-BERT's), at most SPAN_MAX (SpanBERT's clip)
+SPAN_MAX = 10
+
+
+def span_lengths(rng: np.random.Generator, n: int | None = None):
+    """Span lengths in words: Geometric(:data:`SPAN_P`) clipped at :data:`SPAN_MAX` (mean 2.95 words)."""
+    return np.minimum(rng.geometric(SPAN_P, n), SPAN_MAX)
+
+
+def pick_span(ids, candidates, vocab, num, rng, weights=None) -> np.ndarray:
+    """Spans of whole words (LTG-BERT's span masking, by words as SpanBERT): a span of :func:`span_lengths` words
+    from a uniform start word, inside one segment, its words taken while they fit ``num`` (a picked word is
+    skipped, one that would overflow ends the span); spans until the budget is met (or 4 x ``num`` tries)."""
+    bounds = word_bounds(ids, candidates, vocab)
+    sizes = np.diff(bounds)
+    segment = (np.cumsum(np.r_[True, np.diff(candidates) != 1]) - 1)[bounds[:-1]]  # a special token splits
+    taken = np.zeros(len(sizes), dtype=bool)
+    count = 0
+    for _ in range(max(100, 4 * num)):
+        if count >= num:
+            break
+        length, first = int(span_lengths(rng)), int(rng.integers(len(sizes)))
+        for w in range(first, min(len(sizes), first + length)):
+            if segment[w] != segment[first] or count + sizes[w] > num:
+                break
+            if not taken[w]:
+                taken[w], count = True, count + int(sizes[w])
+    return candidates[np.repeat(taken, sizes)]
+
+
 # --mask-strategy NAME -> its pick function (the flag's choices, in this order)
 STRATEGIES: dict[str, Strategy] = {
     "token": pick_token,
     "whole-word": pick_whole_word,
+    "span": pick_span,
 }
 STRATEGIES_HELP = (  # --mask-strategy's
     "which positions are predicted (data/pretraining/masking.py): token: uniformly (the paper's); whole-word: a word "
-    "and its ## pieces together"
+    "and its ## pieces together; span: runs of whole words of Geometric(1/3) lengths (LTG-BERT's)"
 )
 
 
