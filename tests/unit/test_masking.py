@@ -153,3 +153,31 @@ def test_word_strategies_keep_words_whole_and_span_picks_runs_near_its_budget(vo
     assert picked_n / budget_n > 0.9
     # single words, adjacent only by chance; spans of ~3 words (less where a budget's end or a [SEP] cuts one)
     assert np.mean(runs) < 1.3 if strategy == "whole-word" else np.mean(runs) > 2.2
+
+
+def test_the_rate_schedule_runs_from_start_to_end_and_the_flag_reads_one_rate_or_two():
+    from bertkit.data.pretraining.masking import mask_prob_at, mask_prob_flag, parse_mask_prob
+    from bertkit.errors import InputError
+
+    rates = [mask_prob_at(0.4, 0.15, step, 101) for step in range(101)]
+    assert rates[0] == 0.4 and rates[-1] == pytest.approx(0.15) and rates[50] == pytest.approx(0.275)
+    assert all(a > b for a, b in zip(rates, rates[1:]))
+    assert mask_prob_at(0.1, 0.3, 9, 10) == pytest.approx(0.3) and mask_prob_at(0.2, 0.2, 3, 10) == 0.2
+    assert (mask_prob_flag("0.3"), mask_prob_flag("0.40:0.15")) == (0.3, "0.4:0.15")
+    assert parse_mask_prob(None) == (0.15, 0.15) and parse_mask_prob("0.4:0.15") == (0.4, 0.15)
+    for bad in ("0.4:", "1.2", "0.4:0:0.1", "a:b", "0.3:1"):
+        with pytest.raises((InputError, ValueError), match="expected a rate in"):
+            parse_mask_prob(bad) if ":" in bad else mask_prob_flag(bad)
+
+
+def test_a_scheduled_rate_sizes_max_predictions_by_its_larger_end_and_is_refused_with_static_masks():
+    from bertkit.errors import InputError
+    from bertkit.recipes.pretrain.setup import data_options
+
+    cfg = _config(mask_prob="0.15:0.4", nsp=False, short_seq_prob=0.0)
+    assert data_options(cfg, 128, 8).max_predictions == 52 and data_options(cfg, 128, 8).mask_prob == 0.15
+    assert data_options(_config(mask_prob=0.3, nsp=False, short_seq_prob=0.0), 128, 8).max_predictions == 39
+    with pytest.raises(InputError, match="--mask-prob 0.4:0.15 with --masking static: "):
+        _config(mask_prob="0.4:0.15", masking="static")
+    with pytest.raises(InputError, match="--mask-prob 0.4:2: expected"):
+        _config(mask_prob="0.4:2")

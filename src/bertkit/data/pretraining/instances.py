@@ -448,30 +448,45 @@ class PretrainingData:
         special[-1] = True
         return ids, types, special, label
 
-    def example(self, epoch: int, i: int, mix: tuple[float, float, float] | None = None) -> dict[str, np.ndarray | int]:
-        """Instance ``i`` of an epoch, masked (the mask depends only on seed, epoch or copy, and ``i``); ``mix``
-        overrides the options' mask/random/keep shares."""
+    def example(
+        self,
+        epoch: int,
+        i: int,
+        mix: tuple[float, float, float] | None = None,
+        mask_prob: float | None = None,
+        raw: bool = False,
+    ) -> dict[str, np.ndarray | int]:
+        """Instance ``i`` of an epoch, masked (the mask depends only on seed, epoch or copy, ``i`` and the rate);
+        ``mix`` overrides the options' mask/random/keep shares, ``mask_prob`` their rate. ``raw``: unmasked, with its
+        special tokens' mask (``special``), for a strategy that masks later (``adaptive``, in the Feed)."""
         o = self.options
         ids, types, special, label = self.instance_tokens(epoch, i)
-        rng = np.random.default_rng([o.seed, 11, self._key(epoch), i])
-        masked, labels = mask_instance(
-            ids, special, self.vocab, o.mask_prob, o.max_predictions, o.mask_strategy, rng, mix or o.mask_mix
-        )
+        if raw:
+            masked, labels = ids, np.full(len(ids), NO_LABEL, dtype=np.int64)
+        else:
+            rng = np.random.default_rng([o.seed, 11, self._key(epoch), i])
+            rate = o.mask_prob if mask_prob is None else mask_prob
+            masked, labels = mask_instance(
+                ids, special, self.vocab, rate, o.max_predictions, o.mask_strategy, rng, mix or o.mask_mix
+            )
         return {
             "input_ids": masked,
             "token_type_ids": types,
             "labels": labels,
             "next_sentence_label": label,
             "original_ids": ids,
+            **({"special": special} if raw else {}),
         }
 
-    def batch(self, epoch: int, index: int) -> dict[str, np.ndarray]:
-        """Batch ``index`` of this rank's order for ``epoch``: int64 arrays padded to the longest (multiple of 8)."""
+    def batch(self, epoch: int, index: int, mask_prob: float | None = None, raw: bool = False) -> dict[str, np.ndarray]:
+        """Batch ``index`` of this rank's order for ``epoch``: int64 arrays padded to the longest (multiple of 8);
+        ``mask_prob`` and ``raw`` as :meth:`example`'s (``raw`` adds ``special_tokens_mask``)."""
         o = self.options
         if not 0 <= index < self.num_batches(epoch):
             raise IndexError(f"batch {index} is past the end of epoch {epoch} ({self.num_batches(epoch)} batches)")
         positions = self.rank + self.world_size * np.arange(index * o.batch_size, (index + 1) * o.batch_size)
-        return collate([self.example(epoch, int(i)) for i in self.ids_at(epoch, positions)], self.vocab.pad_id, o.nsp)
+        examples = [self.example(epoch, int(i), None, mask_prob, raw) for i in self.ids_at(epoch, positions)]
+        return collate(examples, self.vocab.pad_id, o.nsp)
 
     def eval_batches(self, max_batches: int) -> list[dict[str, np.ndarray]]:
         """Fixed held-out batches (static masks, layout copy 0), the same every call. Every chosen position's input is
@@ -508,6 +523,11 @@ def collate(examples: list[dict], pad_id: int, nsp: bool, multiple: int = 8) -> 
     batch = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask, "labels": labels}
     if nsp:
         batch["next_sentence_label"] = np.asarray([e["next_sentence_label"] for e in examples], dtype=np.int64)
+    if "special" in examples[0]:  # an unmasked batch's special tokens ([PAD] too), for masking later
+        special = np.ones((B, T), dtype=bool)
+        for r, e in enumerate(examples):
+            special[r, : len(e["special"])] = e["special"]
+        batch["special_tokens_mask"] = special
     return batch
 
 

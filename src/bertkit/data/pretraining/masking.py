@@ -19,8 +19,10 @@ registry's keys).
 - ``span``: LTG-BERT's span masking (Samuel et al., 2023; SpanBERT's by words): runs of whole words whose lengths
   are Geometric(1/3), clipped at 10 words, from uniform starts, until the budget is met.
 
-The rates: :data:`PAPER_MASK_PROB` is Devlin et al.'s 15%, the rate the held-out meter always masks at
-(:data:`EVAL_MASK_PROB`), whatever a run trains with, so that runs compare.
+The rates: ``--mask-prob`` is one rate, or ``START:END``, linear over the run's steps (:func:`mask_prob_at`, a pure
+function of the step: the Feed passes each batch its rate). :data:`PAPER_MASK_PROB` is Devlin et al.'s 15%, the rate
+the held-out meter always masks at (:data:`EVAL_MASK_PROB`, token masking), whatever a run trains with, so that
+runs compare.
 """
 
 from __future__ import annotations
@@ -69,6 +71,44 @@ class VocabInfo:
     @classmethod
     def from_tokenizer(cls, tokenizer) -> VocabInfo:
         return cls.from_tokens(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))))
+
+
+def parse_mask_prob(value: float | str | None, default: float = PAPER_MASK_PROB) -> tuple[float, float]:
+    """``--mask-prob``: ``0.3`` (constant) or ``START:END`` (``0.4:0.15``: linear from START at the first step to END
+    at the last, Ankner et al.'s decay) -> (start, end), each in (0, 1); None -> ``default`` twice."""
+    if value is None:
+        return default, default
+    if isinstance(value, int | float):
+        parts = [float(value)]
+    else:
+        try:
+            parts = [float(x) for x in str(value).split(":")]
+        except ValueError:
+            parts = []
+    if len(parts) not in (1, 2) or not all(0.0 < p < 1.0 for p in parts):
+        raise InputError(f"--mask-prob {value}: expected a rate in (0, 1) or START:END of two, e.g. 0.4:0.15")
+    return parts[0], parts[-1]
+
+
+HELP = (  # --mask-prob's
+    "fraction of tokens masked (paper 0.15); START:END: linear from START to END over the run (0.4:0.15)"
+)
+
+
+def mask_prob_flag(text: str) -> float | str:
+    """``--mask-prob``'s parser: a float for a constant rate (as the recipes' tables hold it), ``"START:END"`` for
+    a schedule; a bad one raises ``ValueError`` (argparse's one-line error)."""
+    try:
+        start, end = parse_mask_prob(text if ":" in text else float(text))
+    except InputError as e:
+        raise ValueError(str(e).partition(": ")[2]) from None
+    return start if ":" not in text else f"{start:g}:{end:g}"
+
+
+def mask_prob_at(start: float, end: float, step: int, total_steps: int) -> float:
+    """The rate at ``step`` of ``total_steps`` (0-based): START at the first step, END at the last, linear between:
+    a pure function of the step, so a resumed run masks as the uninterrupted one did."""
+    return start + (end - start) * min(1.0, step / max(1, total_steps - 1))
 
 
 def budget(length: int, mask_prob: float, max_predictions: int) -> int:

@@ -24,7 +24,8 @@ ONLY_WITH = {
 
 def check_combinations(cfg: Any) -> None:
     """Refuse a ``PretrainConfig`` whose flags do not go together: one of :data:`ONLY_WITH` without its setting,
-    ``--whole-word-mask`` (``--mask-strategy whole-word``'s other spelling) with another strategy, ``--warmup-steps``
+    ``--whole-word-mask`` (``--mask-strategy whole-word``'s other spelling) with another strategy, a scheduled
+    ``--mask-prob`` with static masks, ``--warmup-steps``
     past ``--max-steps``, a ``--device`` this machine lacks."""
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     for name, (needs, value, flag) in ONLY_WITH.items():
@@ -34,6 +35,11 @@ def check_combinations(cfg: Any) -> None:
         raise InputError(
             f"--whole-word-mask with --mask-strategy {cfg.mask_strategy}: --whole-word-mask means --mask-strategy "
             "whole-word; give one of them"
+        )
+    if cfg.masking == "static" and ":" in str(cfg.mask_prob):
+        raise InputError(
+            f"--mask-prob {cfg.mask_prob} with --masking static: a scheduled rate changes the masks every step; "
+            "use --masking dynamic or one rate"
         )
     if cfg.warmup_steps is not None and cfg.max_steps is not None and cfg.warmup_steps > cfg.max_steps:
         raise InputError(

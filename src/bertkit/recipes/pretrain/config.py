@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import models
+from bertkit.data.pretraining import masking as masks
 from bertkit.data.pretraining.instances import parse_mask_mix  # noqa: F401 (public here too)
-from bertkit.data.pretraining.masking import STRATEGIES, STRATEGIES_HELP
 from bertkit.errors import PretrainError
 from bertkit.options import (
     POSITIVE,
@@ -173,13 +173,13 @@ class PretrainConfig:
     )
     config_overrides: dict[str, Any] = _run_key(default_factory=dict, skip=True)  # --config-override KEY=VALUE
     nsp: bool | None = _run_key(None, skip=True)  # --nsp / --no-nsp
-    mask_prob: float | None = _run_key(
-        None, bounds=(0, 1, True, True), group=_M, help="fraction of tokens masked (paper 0.15)"
+    mask_prob: float | str | None = _run_key(  # a float, or "START:END" (data/pretraining/masking.py)
+        None, bounds=(0, 1, True, True), parse=masks.mask_prob_flag, metavar="P|START:END", group=_M, help=masks.HELP
     )
     max_predictions: int | None = _run_key(
-        None, group=_M, help=("masked positions per sequence at most (default ceil(seq_len * mask_prob))")
+        None, group=_M, help="masked positions per sequence at most (default ceil(seq_len * the largest mask_prob))"
     )
-    mask_strategy: str = _run_key("token", choices=tuple(STRATEGIES), group=_M, help=STRATEGIES_HELP)
+    mask_strategy: str = _run_key("token", choices=tuple(masks.STRATEGIES), group=_M, help=masks.STRATEGIES_HELP)
     whole_word_mask: bool = option(False, group=_M, help="the same as --mask-strategy whole-word")
     masking: str = _run_key(
         "dynamic",
@@ -317,6 +317,7 @@ class PretrainConfig:
             raise PretrainError(f"--blimp {self.blimp}: not a directory (BLiMP's JSONL files, one per paradigm)")
         if self.mask_mix is not None:
             parse_mask_mix(self.mask_mix)
+        masks.parse_mask_prob(self.mask_prob)
         if self.init_from is not None:
             init = Path(self.init_from)
             if not (init / "config.json").is_file() and not (init / "bert_config.json").is_file():
