@@ -181,3 +181,58 @@ def test_a_scheduled_rate_sizes_max_predictions_by_its_larger_end_and_is_refused
         _config(mask_prob="0.4:0.15", masking="static")
     with pytest.raises(InputError, match="--mask-prob 0.4:2: expected"):
         _config(mask_prob="0.4:2")
+
+
+def test_adaptive_masks_the_ids_the_model_misses_more_often(vocab):
+    """HardTokens after steps where the model always misses ids 6-55 and gets the rest right: those ids are masked
+    several times as often, per occurrence, as the others; the count per row stays the budget."""
+    from bertkit.data.pretraining.masking import HardTokens
+
+    hard_ids = np.arange(6, 56)
+    state = HardTokens(len(TOKENS))
+    rng = np.random.default_rng(0)
+    for _ in range(30):  # 30 steps of masked predictions, every id seen
+        labels = rng.integers(6, len(TOKENS), 2000)
+        state.observe(labels, np.isin(labels, hard_ids))
+        state.update()
+    assert state.error[hard_ids].min() > 0.9 and np.delete(state.error, hard_ids)[6:].max() < 0.1
+    picked = np.zeros(len(TOKENS))
+    seen = np.zeros(len(TOKENS))
+    for k, (ids, special) in enumerate(_instances(400, seed=9, lengths=(40, 120))):
+        rng, weights = np.random.default_rng(k), 0.05 + state.error[ids]
+        _, labels = mask_instance(ids, special, vocab, 0.15, 1000, "adaptive", rng, weights=weights)
+        assert (labels != NO_LABEL).sum() == max(1, round(len(ids) * 0.15))
+        np.add.at(seen, ids[~special], 1)
+        np.add.at(picked, ids[labels != NO_LABEL], 1)
+    rate = picked / np.maximum(seen, 1)
+    hard, easy = rate[hard_ids].mean(), np.delete(rate, hard_ids)[6:].mean()
+    assert hard > 3 * easy, (hard, easy)  # about 0.4 against 0.04 here
+
+
+def test_adaptive_state_saved_and_restored_gives_the_same_masks(vocab):
+    """What the checkpoint keeps (HardTokens.state, plain floats) restores the state exactly: the next masks equal
+    the uninterrupted state's; another state (one more update) masks otherwise."""
+    from bertkit.data.pretraining.masking import HardTokens
+
+    def batch():
+        ids = np.random.default_rng(4).integers(6, len(TOKENS), (8, 40))
+        ids[:, 0], ids[:, -1] = 3, 4
+        special = np.zeros_like(ids, dtype=bool)
+        special[:, [0, -1]] = True
+        return {"input_ids": ids, "labels": np.full_like(ids, NO_LABEL), "attention_mask": np.ones_like(ids),
+                "special_tokens_mask": special}  # fmt: skip
+
+    state = HardTokens(len(TOKENS))
+    labels = np.random.default_rng(1).integers(6, len(TOKENS), 500)
+    state.observe(labels, labels % 3 == 0)
+    state.update()
+    restored = HardTokens(len(TOKENS))
+    restored.load(state.state())
+    mix = (0.8, 0.1, 0.1)
+    masked = [s.mask_batch(batch(), vocab, 0.3, 20, mix, np.random.default_rng(5)) for s in (state, restored)]
+    assert "special_tokens_mask" not in masked[0]
+    assert all(np.array_equal(masked[0][k], masked[1][k]) for k in masked[0])
+    state.observe(labels, labels % 2 == 0)
+    state.update()
+    other = state.mask_batch(batch(), vocab, 0.3, 20, (0.8, 0.1, 0.1), np.random.default_rng(5))
+    assert not np.array_equal(other["labels"], masked[0]["labels"])

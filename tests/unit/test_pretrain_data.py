@@ -373,3 +373,46 @@ def test_held_out_batches_are_masked_by_token_at_the_papers_rate_whatever_the_ru
     held, train = feed.make(64, 4, "eval").options, feed.make(64, 4).options
     assert (held.mask_strategy, held.mask_prob, held.max_predictions) == ("token", EVAL_MASK_PROB, 10)
     assert (train.mask_strategy, train.mask_prob, train.max_predictions) == ("whole-word", 0.4, 26)
+
+
+def test_feed_with_adaptive_masking_resumes_exactly_from_its_saved_state(shard_dir, vocab):
+    """--mask-strategy adaptive: batches come unmasked from the (prefetching) loader and the Feed masks them from
+    HardTokens, which a fake model's misses update each step; a Feed resumed from a saved position (its state in
+    it) gives the uninterrupted run's batches, and the masks do follow the state (they differ from uniform ones)."""
+    from types import SimpleNamespace
+
+    from bertkit.data.pretraining.feed import Feed
+    from bertkit.data.pretraining.prefetch import Prefetcher
+    from bertkit.training.distributed import DistContext
+
+    total = 10
+    cfg = SimpleNamespace(seq_len=64, batch_size=4, seq_ramp=None, batch_ramp=None, two_phase=False,
+                          mask_strategy="adaptive", mask_prob="0.4:0.2", grad_accum=1)  # fmt: skip
+    options = lambda s, b: DataOptions(max_seq_length=s, batch_size=b, seed=1, mask_strategy="adaptive")  # noqa: E731
+
+    def run(start: int, position=None, saved=None) -> list[dict]:
+        f = Feed(cfg, shard_dir, vocab, DistContext(), options)
+        f.start(total, position)
+        loader, out = Prefetcher(0), []
+        try:
+            for step in range(start, total):
+                f.advance(step, total)
+                out.append(b := f.next(loader))
+                labels = b["labels"][b["labels"] != -100]
+                f.hard.observe(labels, labels % 4 != step % 4)  # the "model" misses 3 ids in 4, changing
+                f.learned()
+                if saved is not None:
+                    saved[step + 1] = f.position()  # the checkpoint after this step
+        finally:
+            loader.close()
+        return out
+
+    positions: dict[int, dict] = {}
+    whole = run(0, saved=positions)
+    assert "special_tokens_mask" not in whole[0] and len(positions[4]["hard_tokens"]) == vocab.vocab_size
+    for at in (1, 4, 9):
+        resumed = run(at, positions[at])
+        for a, b in zip(resumed, whole[at:]):
+            assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    fresh = run(4, {k: v for k, v in positions[4].items() if k != "hard_tokens"})  # the state lost: other masks
+    assert not np.array_equal(fresh[0]["labels"], whole[4]["labels"])

@@ -7,7 +7,9 @@ A ``--mask-prob START:END`` run: the Feed gives each batch its rate, ``masking.m
 on it (the step ``advance`` was told, plus the micro-batches of ``grad_accum`` already served), so a batch is a pure
 function of (stage, epoch, index, step) and a resumed run masks as the uninterrupted one did; the prefetcher builds
 the next batches with the rates their steps will have. Held-out batches are masked at ``masking.EVAL_MASK_PROB``
-by token, whatever the run trains with."""
+by token, whatever the run trains with. ``--mask-strategy adaptive``: the loader builds its batches unmasked and
+:meth:`Feed.next` masks each just before its step from :class:`~bertkit.data.pretraining.masking.HardTokens`,
+which the recipe feeds each step's masked predictions (:meth:`Feed.learned`) and the position saves."""
 
 from __future__ import annotations
 
@@ -16,8 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bertkit.data.pretraining.instances import PretrainingData
-from bertkit.data.pretraining.masking import EVAL_MASK_PROB, mask_prob_at, parse_mask_prob
+from bertkit.data.pretraining.masking import EVAL_MASK_PROB, HardTokens, mask_prob_at, parse_mask_prob
 from bertkit.data.pretraining.ramps import parse_ramp, plan_stages, stage_at
 from bertkit.errors import PretrainError
 
@@ -40,6 +44,8 @@ class Feed:
         self.rates = (start, end) if start != end else None  # --mask-prob START:END
         self.grad_accum = getattr(cfg, "grad_accum", 1)
         self.step, self.total_steps, self.served = 0, 1, 0  # served: micro-batches of this step so far
+        # --mask-strategy adaptive: masked here from the model's recent errors (masking.HardTokens says why)
+        self.hard = HardTokens(vocab.vocab_size) if getattr(cfg, "mask_strategy", None) == "adaptive" else None
 
     def plan(self, total_steps: int):
         c = self.cfg
@@ -65,6 +71,8 @@ class Feed:
         self.stages, self.total_steps = self.plan(total_steps), total_steps
         if position:
             self.stage, self.epoch, self.index = (int(position[k]) for k in ("phase", "epoch", "index"))
+            if self.hard is not None and "hard_tokens" in position:
+                self.hard.load(position["hard_tokens"])
         s = self.stages[min(self.stage, len(self.stages) - 1)]
         self.data = self.make(s.seq_len, s.batch_size)
 
@@ -87,10 +95,15 @@ class Feed:
 
     def batch_options(self, k: int = 0) -> dict:
         """What the k-th batch from now is built with (a scheduled rate: its step's), beyond the data's options."""
+        if self.hard is not None:
+            return {"raw": True}  # masked by next(), with the errors of the steps before its own
+        return {} if self.rates is None else {"mask_prob": self.rate(k)}
+
+    def rate(self, k: int = 0) -> float:
+        """The mask rate of the k-th batch from now: its step's on a schedule, else the data's one rate."""
         if self.rates is None:
-            return {}
-        step = self.step + (self.served + k) // self.grad_accum
-        return {"mask_prob": mask_prob_at(*self.rates, step, self.total_steps)}
+            return self.data.options.mask_prob
+        return mask_prob_at(*self.rates, self.step + (self.served + k) // self.grad_accum, self.total_steps)
 
     def next(self, loader) -> dict:
         if self.index >= self.data.num_batches(self.epoch):
@@ -100,11 +113,22 @@ class Feed:
             batch = loader.get(self.data, self.epoch, self.index, ahead=self.batch_options, **options)
         else:
             batch = loader.get(self.data, self.epoch, self.index)
+        if self.hard is not None:
+            o = self.data.options
+            rng = np.random.default_rng([o.seed, 13, self.stage, self.epoch, self.index, self.ctx.rank])
+            batch = self.hard.mask_batch(batch, self.vocab, self.rate(), o.max_predictions, o.mask_mix, rng)
         self.index, self.served = self.index + 1, self.served + 1
         return batch
 
-    def position(self) -> dict[str, int]:
-        return {"phase": self.stage, "epoch": self.epoch, "index": self.index}
+    def learned(self, reduce=None) -> None:
+        """After an optimizer step: adaptive masking's errors of it into its state (``reduce`` sums over ranks)."""
+        if self.hard is not None:
+            self.hard.update(reduce)
+
+    def position(self) -> dict:
+        """What a checkpoint saves: (stage, epoch, index), and adaptive masking's state."""
+        hard = {"hard_tokens": self.hard.state()} if self.hard is not None else {}
+        return {"phase": self.stage, "epoch": self.epoch, "index": self.index, **hard}
 
     def step_costs(self, timer) -> dict[tuple[int, int], float]:
         """Seconds per step of every (sequence length, batch size) the run will use, timed by ``timer(data)``."""

@@ -175,15 +175,25 @@ def pick_span(ids, candidates, vocab, num, rng, weights=None) -> np.ndarray:
     return candidates[np.repeat(taken, sizes)]
 
 
+def pick_adaptive(ids, candidates, vocab, num, rng, weights=None) -> np.ndarray:
+    """``num`` candidates without replacement, each draw in proportion to ``weights`` (Gumbel top-k: the same as
+    drawing one at a time; uniform without weights). ``weights`` are :class:`HardTokens`' for ``adaptive``."""
+    w = np.ones(len(candidates)) if weights is None else np.asarray(weights, dtype=np.float64)[candidates]
+    keys = np.log(w) + rng.gumbel(size=len(candidates))
+    return np.sort(candidates[np.argsort(-keys, kind="stable")[: min(num, len(candidates))]])
+
+
 # --mask-strategy NAME -> its pick function (the flag's choices, in this order)
 STRATEGIES: dict[str, Strategy] = {
     "token": pick_token,
     "whole-word": pick_whole_word,
     "span": pick_span,
+    "adaptive": pick_adaptive,
 }
 STRATEGIES_HELP = (  # --mask-strategy's
     "which positions are predicted (data/pretraining/masking.py): token: uniformly (the paper's); whole-word: a word "
-    "and its ## pieces together; span: runs of whole words of Geometric(1/3) lengths (LTG-BERT's)"
+    "and its ## pieces together; span: runs of whole words of Geometric(1/3) lengths (LTG-BERT's); adaptive: tokens "
+    "the model still gets wrong more often (AMLM)"
 )
 
 
@@ -226,3 +236,66 @@ def mask_instance(
     num = budget(len(ids), mask_prob, max_predictions)
     picked = STRATEGIES[strategy](ids, candidates, vocab, num, rng, weights)
     return apply_mix(ids, picked, vocab, mix, rng)
+
+
+# --------------------------------------------------------------------------------------------- adaptive masking
+
+ADAPTIVE_DECAY = 0.9  # a token's error EMA keeps this much of its past at each step that predicts it
+ADAPTIVE_FLOOR = 0.05  # a token the model always gets right keeps this weight (a hard one has 1 + this)
+
+
+class HardTokens:
+    """``--mask-strategy adaptive``'s state (AMLM, Edman & Fraser, 2025: "hard" tokens masked more often): an EMA,
+    per vocabulary id, of how often the model's argmax missed it where it was masked, updated once per optimizer
+    step from that step's masked predictions (summed over the ranks); a position's weight is
+    ``ADAPTIVE_FLOOR + error[id]``, and :func:`pick_adaptive` draws the usual count (``round(len * mask_prob)``)
+    in proportion to it. Every id starts at error 1 (uniform masking).
+
+    Where and when, for exact resume: the loader builds batches ahead (threads or processes), so it cannot know the
+    error of the step that will train on them. Their instances come unmasked (``raw``), and :meth:`mask_batch`
+    masks each in the main process just before its step, from this state and a generator seeded by the batch's
+    (seed, stage, epoch, index, rank); the state is saved in the checkpoint with the data position (the Feed's).
+    So a batch is a pure function of its position and the steps before it, and a resumed run masks as the
+    uninterrupted one did."""
+
+    def __init__(self, vocab_size: int):
+        self.error = np.ones(vocab_size, dtype=np.float64)
+        self._wrong = np.zeros(vocab_size, dtype=np.float64)  # this step's, not yet in the EMA
+        self._seen = np.zeros(vocab_size, dtype=np.float64)
+
+    def observe(self, labels: np.ndarray, wrong: np.ndarray) -> None:
+        """A micro-batch's masked predictions: their original ids and whether the argmax missed each."""
+        n = len(self.error)
+        self._seen += np.bincount(labels, minlength=n)[:n]
+        self._wrong += np.bincount(labels, weights=np.asarray(wrong, dtype=np.float64), minlength=n)[:n]
+
+    def update(self, reduce: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+        """After an optimizer step: its observations into the EMA (``reduce`` sums them over the ranks)."""
+        wrong, seen = (self._wrong, self._seen) if reduce is None else (reduce(self._wrong), reduce(self._seen))
+        hit = seen > 0
+        self.error[hit] = ADAPTIVE_DECAY * self.error[hit] + (1 - ADAPTIVE_DECAY) * wrong[hit] / seen[hit]
+        self._wrong[:], self._seen[:] = 0.0, 0.0
+
+    def state(self) -> list[float]:
+        """For the checkpoint (plain floats: a ``weights_only`` load reads them; float64, so exact)."""
+        return self.error.tolist()
+
+    def load(self, state: list[float]) -> None:
+        if len(state) != len(self.error):
+            raise InputError(
+                f"the checkpoint's adaptive masking has {len(state)} ids, the vocabulary {len(self.error)}"
+            )
+        self.error = np.asarray(state, dtype=np.float64)
+
+    def mask_batch(self, batch: dict, vocab: VocabInfo, mask_prob: float, max_predictions: int, mix, rng) -> dict:
+        """An unmasked (``raw``) batch masked row by row by :func:`mask_instance` with this state's weights; its
+        ``special_tokens_mask`` is dropped."""
+        special = batch.pop("special_tokens_mask")
+        ids, labels = batch["input_ids"], batch["labels"]
+        for r, n in enumerate(batch["attention_mask"].sum(1)):
+            row = ids[r, :n].copy()
+            weights = ADAPTIVE_FLOOR + self.error[row]
+            ids[r, :n], labels[r, :n] = mask_instance(
+                row, special[r, :n], vocab, mask_prob, max_predictions, "adaptive", rng, mix, weights
+            )
+        return batch

@@ -25,7 +25,7 @@ ONLY_WITH = {
 def check_combinations(cfg: Any) -> None:
     """Refuse a ``PretrainConfig`` whose flags do not go together: one of :data:`ONLY_WITH` without its setting,
     ``--whole-word-mask`` (``--mask-strategy whole-word``'s other spelling) with another strategy, a scheduled
-    ``--mask-prob`` with static masks, ``--warmup-steps``
+    ``--mask-prob`` or adaptive masks with static masking, ``--warmup-steps``
     past ``--max-steps``, a ``--device`` this machine lacks."""
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     for name, (needs, value, flag) in ONLY_WITH.items():
@@ -35,6 +35,11 @@ def check_combinations(cfg: Any) -> None:
         raise InputError(
             f"--whole-word-mask with --mask-strategy {cfg.mask_strategy}: --whole-word-mask means --mask-strategy "
             "whole-word; give one of them"
+        )
+    if cfg.masking == "static" and cfg.mask_strategy == "adaptive":
+        raise InputError(
+            "--mask-strategy adaptive with --masking static: adaptive masks follow the model's errors step by step; "
+            "use --masking dynamic"
         )
     if cfg.masking == "static" and ":" in str(cfg.mask_prob):
         raise InputError(
