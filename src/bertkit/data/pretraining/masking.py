@@ -5,19 +5,21 @@ A strategy is a function with ONE signature, registered in :data:`STRATEGIES` un
     pick(ids, candidates, vocab, num, rng, weights) -> positions   # sorted int64, at most num, all in candidates
 
 ``ids`` [T] the instance (no padding), ``candidates`` the positions that may be picked (never [CLS], [SEP] or
-[PAD]), ``vocab`` the :class:`VocabInfo` (which ids continue a word), ``num``
-the budget (:func:`budget`: ``round(len * mask_prob)``, at least 1, at most ``max_predictions``), ``rng`` the
-instance's generator, ``weights`` [T] how much each position asks to be predicted (only a strategy that reads the
-model's losses uses it; the others ignore it). What a picked position's input becomes is decided once, after, for
-every strategy: :func:`apply_mix` (the paper's 80/10/10, or ``--mask-mix``). :func:`mask_instance` is the one
-entry point. A new strategy is one function here and its line in :data:`STRATEGIES` (the flag's choices are the
-registry's keys).
+[PAD]), ``vocab`` the :class:`VocabInfo` (which ids continue a word), ``num`` the budget (:func:`budget`:
+``round(len * mask_prob)``, at least 1, at most ``max_predictions``), ``rng`` the instance's generator, ``weights``
+[T] how much each position asks to be predicted (only a strategy that reads the model's losses uses it; the others
+ignore it). What a picked position's input becomes is decided once, after, for every strategy: :func:`apply_mix`
+(the paper's 80/10/10, or ``--mask-mix``). :func:`mask_instance` is the one entry point. A new strategy is one
+function here and its line in :data:`STRATEGIES` (the flag's choices are the registry's keys).
 
 - ``token``: Devlin et al.'s: ``num`` candidates uniformly, without replacement.
 - ``whole-word``: Google's whole-word masking: a word is a non-``##`` token and the ``##`` tokens after it; words
   are visited in random order and taken whole while they fit the budget (a word that would overflow is skipped).
 - ``span``: LTG-BERT's span masking (Samuel et al., 2023; SpanBERT's by words): runs of whole words whose lengths
   are Geometric(1/3), clipped at 10 words, from uniform starts, until the budget is met.
+- ``adaptive``: AMLM's hard-token masking (Edman & Fraser, 2025): positions drawn in proportion to ``weights``,
+  the model's recent error on each token (:class:`HardTokens`, which also says how it stays resume-exact: the
+  loader builds these batches unmasked and the Feed masks them just before their step). Without weights, uniform.
 
 The rates: ``--mask-prob`` is one rate, or ``START:END``, linear over the run's steps (:func:`mask_prob_at`, a pure
 function of the step: the Feed passes each batch its rate). :data:`PAPER_MASK_PROB` is Devlin et al.'s 15%, the rate
