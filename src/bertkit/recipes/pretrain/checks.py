@@ -24,11 +24,28 @@ ONLY_WITH = {
 
 def check_combinations(cfg: Any) -> None:
     """Refuse a ``PretrainConfig`` whose flags do not go together: one of :data:`ONLY_WITH` without its setting,
-    ``--warmup-steps`` past ``--max-steps``, a ``--device`` this machine lacks."""
+    ``--whole-word-mask`` (``--mask-strategy whole-word``'s other spelling) with another strategy, a scheduled
+    ``--mask-prob`` or adaptive masks with static masking, ``--warmup-steps``
+    past ``--max-steps``, a ``--device`` this machine lacks."""
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     for name, (needs, value, flag) in ONLY_WITH.items():
         if getattr(cfg, name) != defaults[name] and getattr(cfg, needs) != value:
             raise InputError(f"--{name.replace('_', '-')}: only {flag} uses it; leave the flag out")
+    if cfg.whole_word_mask and cfg.mask_strategy not in ("token", "whole-word"):  # token: the default, unsaid
+        raise InputError(
+            f"--whole-word-mask with --mask-strategy {cfg.mask_strategy}: --whole-word-mask means --mask-strategy "
+            "whole-word; give one of them"
+        )
+    if cfg.masking == "static" and cfg.mask_strategy == "adaptive":
+        raise InputError(
+            "--mask-strategy adaptive with --masking static: adaptive masks follow the model's errors step by step; "
+            "use --masking dynamic"
+        )
+    if cfg.masking == "static" and ":" in str(cfg.mask_prob):
+        raise InputError(
+            f"--mask-prob {cfg.mask_prob} with --masking static: a scheduled rate changes the masks every step; "
+            "use --masking dynamic or one rate"
+        )
     if cfg.warmup_steps is not None and cfg.max_steps is not None and cfg.warmup_steps > cfg.max_steps:
         raise InputError(
             f"--warmup-steps {cfg.warmup_steps}: more than the run's --max-steps {cfg.max_steps} (the learning rate "

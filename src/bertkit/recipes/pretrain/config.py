@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import models
+from bertkit.data.pretraining import masking as masks
 from bertkit.data.pretraining.instances import parse_mask_mix  # noqa: F401 (public here too)
 from bertkit.errors import PretrainError
 from bertkit.options import (
@@ -172,13 +173,14 @@ class PretrainConfig:
     )
     config_overrides: dict[str, Any] = _run_key(default_factory=dict, skip=True)  # --config-override KEY=VALUE
     nsp: bool | None = _run_key(None, skip=True)  # --nsp / --no-nsp
-    mask_prob: float | None = _run_key(
-        None, bounds=(0, 1, True, True), group=_M, help="fraction of tokens masked (paper 0.15)"
+    mask_prob: float | str | None = _run_key(  # a float, or "START:END" (data/pretraining/masking.py)
+        None, bounds=(0, 1, True, True), parse=masks.mask_prob_flag, metavar="P|START:END", group=_M, help=masks.HELP
     )
     max_predictions: int | None = _run_key(
-        None, group=_M, help=("masked positions per sequence at most (default ceil(seq_len * mask_prob))")
+        None, group=_M, help="masked positions per sequence at most (default ceil(seq_len * the largest mask_prob))"
     )
-    whole_word_mask: bool = _run_key(False, group=_M, help="mask every piece of a chosen word")
+    mask_strategy: str = _run_key("token", choices=tuple(masks.STRATEGIES), group=_M, help=masks.STRATEGIES_HELP)
+    whole_word_mask: bool = option(False, group=_M, help="the same as --mask-strategy whole-word")
     masking: str = _run_key(
         "dynamic",
         choices=("dynamic", "static"),
@@ -309,10 +311,13 @@ class PretrainConfig:
         check_bounds(self, PretrainError)  # the ranges the flags are parsed with (options.BOUNDS)
         check_run_flags(self.resume, self.overwrite)
         check_combinations(self)  # flags each valid alone but not together
+        if self.whole_word_mask:  # its older spelling: one setting from here on
+            object.__setattr__(self, "mask_strategy", "whole-word")
         if self.blimp is not None and not Path(self.blimp).is_dir():
             raise PretrainError(f"--blimp {self.blimp}: not a directory (BLiMP's JSONL files, one per paradigm)")
         if self.mask_mix is not None:
             parse_mask_mix(self.mask_mix)
+        masks.parse_mask_prob(self.mask_prob)
         if self.init_from is not None:
             init = Path(self.init_from)
             if not (init / "config.json").is_file() and not (init / "bert_config.json").is_file():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bertkit import models
 from bertkit.data.pretraining.instances import VocabInfo
+from bertkit.data.pretraining.masking import EVAL_MASK_PROB
 from bertkit.recipes.pretrain import objectives
 from bertkit.recipes.pretrain.config import PretrainConfig, PretrainError
 from bertkit.recipes.pretrain.setup import make_feed
@@ -32,13 +33,13 @@ def held_out_accuracy(
     import torch
 
     out = Path(output)
-    # the run's sequences, masked at the paper's 15% whatever the run trained with, so runs compare
+    # the run's sequences, masked at the paper's 15% (EVAL_MASK_PROB) whatever the run trained with, so runs compare
     cfg = PretrainConfig(
         **{
             **read_record(out / "run.json")["config"],
             "output": str(out),
             "max_steps": 1,
-            "mask_prob": 0.15,
+            "mask_prob": EVAL_MASK_PROB,
             "max_predictions": None,
         }
     )

@@ -131,6 +131,7 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
                     after_backward=count,
                     on_not_finite=run.not_finite,
                 ).loss
+                feed.learned(_sum_over_ranks(ctx))  # adaptive masking's errors of this step (before its checkpoint)
                 run.stepped(step_loss, t0)
                 if run.due(cfg.log_every):
                     _log(cfg, objective, run, feed, train.scheduler.get_last_lr()[0])
@@ -203,16 +204,33 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objectiv
 
     def count(_, output) -> None:
         batch = current["batch"]
+        ok = output.masked_logits.detach().max(-1).indices == output.masked_labels  # = argmax
+        if feed.hard is not None:  # --mask-strategy adaptive: which ids the model still misses
+            feed.hard.observe(output.masked_labels.cpu().numpy(), (~ok).cpu().numpy())
         meter.add(
             mlm_loss=float(output.mlm_loss.detach()) / cfg.grad_accum,
             mlm_n=output.masked_labels.numel(),
-            mlm_ok=int((output.masked_logits.max(-1).indices == output.masked_labels).sum()),  # = argmax
+            mlm_ok=int(ok.sum()),
             tokens=int(batch["attention_mask"].sum()),
             sequences=int(batch["attention_mask"].shape[0]),
         )
         objective.count(meter, output, batch, cfg)
 
     return forward, count
+
+
+def _sum_over_ranks(ctx):
+    """A function summing a numpy array over the ranks (adaptive masking's counts); None in one process."""
+    if not ctx.distributed:
+        return None
+    import torch
+
+    def reduce(array):
+        tensor = torch.from_numpy(array).to(ctx.device)
+        torch.distributed.all_reduce(tensor)
+        return tensor.cpu().numpy()
+
+    return reduce
 
 
 def _eval_every(cfg: PretrainConfig, run) -> int:

@@ -19,6 +19,7 @@ from bertkit.data.pretraining.cooccurrence import ppmi_embeddings
 from bertkit.data.pretraining.corpus import expand_corpus, write_sentences
 from bertkit.data.pretraining.feed import Feed
 from bertkit.data.pretraining.instances import DataOptions, VocabInfo, token_counts, unigram_log_probs
+from bertkit.data.pretraining.masking import parse_mask_prob
 from bertkit.data.pretraining.ramps import parse_ramp
 from bertkit.errors import InputError, allocation_failure
 from bertkit.precision import grad_scaler, resolve_precision
@@ -310,15 +311,18 @@ def sinusoids(positions: int, width: int):
 
 
 def data_options(cfg: PretrainConfig, seq_len: int, batch_size: int):
-    """What a batch of ``seq_len`` tokens and ``batch_size`` sequences holds: the run's masking, NSP and seed."""
+    """What a batch of ``seq_len`` tokens and ``batch_size`` sequences holds: the run's masking, NSP and seed. A
+    ``--mask-prob START:END`` run's data masks at START unless the feed passes a batch its rate
+    (``data.pretraining.feed``); its ``max_predictions`` default follows the larger end."""
 
+    start, end = parse_mask_prob(cfg.mask_prob)
     return DataOptions(
         max_seq_length=seq_len,
         batch_size=batch_size,
         nsp=cfg.nsp,
-        mask_prob=cfg.mask_prob,
-        max_predictions=cfg.max_predictions,
-        whole_word=cfg.whole_word_mask,
+        mask_prob=start,
+        max_predictions=cfg.max_predictions or math.ceil(seq_len * max(start, end)),
+        mask_strategy=cfg.mask_strategy,
         short_seq_prob=cfg.short_seq_prob,
         masking=cfg.masking,
         dupe_factor=cfg.dupe_factor,
