@@ -98,9 +98,7 @@ class PretrainConfig:
         None,
         metavar="PATH",
         group=_D,
-        help=(
-            "an existing vocab.txt (or a directory with one); without it a vocabulary is trained on the corpus first"
-        ),
+        help="an existing vocab.txt (or its directory); else one is trained on the corpus",
     )
     vocab_size: int | None = _run_key(
         None, group=_D, help="size of the trained vocabulary (default: budget recipe 8000, paper 30522)"
@@ -118,9 +116,7 @@ class PretrainConfig:
     )
     prepare_timeout: float = option(7200.0, group=_D, help="seconds a rank waits for the corpus preparation")
     loader_workers: int | None = option(
-        None,
-        group=_D,
-        help=("processes building batches during training (default: 2 on a GPU; on CPU 0, a background thread)"),
+        None, group=_D, help="processes building batches during training (default: 2 on a GPU; on CPU 0, a thread)"
     )
 
     arch: str | None = _run_key(
@@ -255,11 +251,19 @@ class PretrainConfig:
     seq_len: int | None = _run_key(None, group=_T, help="sequence length (default 128; the budget recipe ramps to it)")
     batch_size: int | None = _run_key(None, group=_T, help="micro-batch per process (default 32)")
     grad_accum: int = _run_key(1, group=_T, help="micro-batches per optimizer step")
+    optimizer: str = _run_key(  # choices: training.optim.OPTIMIZERS (not imported: no torch for --help)
+        "adamw", choices=("adamw", "lamb"), group=_T, help="adamw (the paper's); lamb: You et al.'s (training/lamb.py)"
+    )
     lr: float | None = _as_run_key(
-        lr_option(None, help="peak learning rate (paper 1e-4; budget: by model size)", group=_T)
+        lr_option(
+            None,
+            group=_T,
+            help="peak learning rate (paper 1e-4; budget: by model size; lamb: 7e-3 at any size, "
+            "its steps being relative to each weight's norm; --init-from: 1e-4, lamb 7e-4)",
+        )
     )
     warmup_steps: int | None = _run_key(None, group=_T, help="warmup steps (default: --warmup-fraction)")
-    weight_decay: float = _run_key(0.01, group=_T, help="AdamW decoupled weight decay (none on biases, LayerNorm)")
+    weight_decay: float = _run_key(0.01, group=_T, help="decoupled weight decay (none on biases, LayerNorm)")
     clip: float = _as_run_key(clip_option(1.0, group=_T))
     max_steps: int | None = _as_run_key(max_steps_option(help="optimizer steps (with --max-time: at most)", group=_T))
     max_time: float | None = max_time_option("wall-clock budget (90s, 10m, 1.5h); the schedule is fitted to it", _T)
