@@ -101,7 +101,7 @@ def test_the_registry_names_every_objective_file_and_refuses_others():
     files = {p.stem for p in Path(objectives.__file__).parent.glob("*.py")} - {"__init__"}
     assert {m.rpartition(".")[2] for m in objectives.OBJECTIVES.values()} == files
     assert all(isinstance(objectives.get(name), objectives.Objective) for name in objectives.OBJECTIVES)
-    with pytest.raises(InputError, match="--objective nope: .*choose one of mlm, electra"):
+    with pytest.raises(InputError, match="--objective nope: .*choose one of mlm, electra, mntp"):
         objectives.get("nope")
     field = next(f for f in PretrainConfig.__dataclass_fields__.values() if f.name == "objective")
     assert field.metadata["choices"] == tuple(objectives.OBJECTIVES)  # the flag's choices are the registry's
@@ -113,10 +113,11 @@ BLIMP_PAIRS = {  # (field, pairs) per paradigm: words of the Alice corpus, so th
 }
 
 
-@pytest.mark.parametrize("objective", ["mlm", "electra"])
+@pytest.mark.parametrize("objective", ["mlm", "electra", "mntp"])
 def test_the_blimp_probe_scores_the_runs_masked_lm_as_the_scorer_does(alice_corpus, tmp_path, objective):
     """--blimp DIR: at each held-out evaluation, the probe's figure goes to metrics.jsonl; at the last step it is
-    exactly what BLiMP's scorer gives the saved masked LM (ELECTRA's: its generator) on the same sample."""
+    exactly what BLiMP's scorer gives the saved masked LM (ELECTRA's: its generator; mntp's read at j - 1, as its
+    config.json says) on the same sample."""
     from bertkit.recipes.pretrain import objectives, pretrain
     from bertkit.tasks.blimp import BlimpProbe, PllScorer
     from bertkit.tokenization import load_tokenizer
@@ -126,10 +127,17 @@ def test_the_blimp_probe_scores_the_runs_masked_lm_as_the_scorer_does(alice_corp
     for uid, (field, pairs) in BLIMP_PAIRS.items():
         rows = [{"sentence_good": g, "sentence_bad": b, "field": field, "UID": uid} for g, b in pairs]
         (blimp / f"{uid}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    mixed = {"causal_ratio": 0.5} if objective == "mntp" else {}  # half the rows causal: some in 4 batches of 4
     out = pretrain(
-        _config(alice_corpus, tmp_path / "run", objective=objective, blimp=str(blimp), blimp_pairs=2, eval_every=2)
+        _config(
+            alice_corpus, tmp_path / "run", objective=objective, blimp=str(blimp), blimp_pairs=2, eval_every=2, **mixed
+        )
     )
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    if objective == "mntp":  # the causal rows' figures beside the masked ones; config.json says how the head reads
+        assert all({"causal_loss", "train_causal_acc"} <= set(x) for x in lines if "loss" in x)
+        assert any(x["causal_loss"] > 0 for x in lines if "loss" in x)
+        assert json.loads((out / "config.json").read_text())["bertkit_objective"] == "mntp"
     probed = {x["step"]: x["eval_blimp"] for x in lines if "eval_blimp" in x}
     assert sorted(probed) == [2, 4] and all(0 <= v <= 100 for v in probed.values())
     masked_lm = out / objectives.get(objective).masked_lm_dir

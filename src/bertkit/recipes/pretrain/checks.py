@@ -18,6 +18,7 @@ ONLY_WITH = {
     "phase2_seq_len": ("two_phase", True, "--two-phase"),
     "phase2_batch_size": ("two_phase", True, "--two-phase"),
     "rtd_weight": ("objective", "electra", "--objective electra"),
+    "causal_ratio": ("objective", "mntp", "--objective mntp"),
     "dupe_factor": ("masking", "static", "--masking static"),
 }
 
