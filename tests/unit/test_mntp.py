@@ -186,3 +186,27 @@ def test_packing_with_causal_attention_is_refused():
     mask = torch.ones(2, 6, dtype=torch.long)
     with pytest.raises(ValueError, match="causal attention needs the padded batch"):
         encoder(ids, mask, packing=Packing(mask), causal=True)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_finished_runs_meter_reads_an_mntp_model_at_the_position_before(arch):
+    """``score_mlm(next_token=True)`` (what ``held_out_accuracy`` passes for an mntp directory): accuracy and loss of
+    the tokens at the [MASK] inputs, read at j - 1, against a naive recomputation."""
+    from bertkit.tasks.mlm import score_mlm
+
+    model = _masked_lm(arch)
+    mask_id = VOCAB.index("[MASK]")
+    torch.manual_seed(3)
+    original = torch.randint(5, len(VOCAB), (3, 12))
+    chosen = torch.rand(3, 12) < 0.3
+    chosen[:, 0] = False
+    chosen[0, 4] = True
+    batch = {"input_ids": original.masked_fill(chosen, mask_id), "labels": original.masked_fill(~chosen, -100)}
+    score = score_mlm(model, [batch], mask_id, next_token=True)
+    with torch.no_grad():
+        logits = model.mlm_head_module()(models.encoder_of(model)(batch["input_ids"]).last_hidden_state)
+    rows, cols = chosen.nonzero(as_tuple=True)
+    read, truth = logits[rows, cols - 1], original[rows, cols]
+    assert score.masked_tokens == len(truth)
+    assert score.mlm_acc == pytest.approx(float((read.argmax(-1) == truth).float().mean()))
+    assert score.mlm_loss == pytest.approx(float(torch.nn.functional.cross_entropy(read, truth)), abs=1e-5)
