@@ -581,7 +581,8 @@ class Encoder:
 
     def fill_mask(self, texts: Sequence[str], top_k: int = 5, max_length: int | None = 512) -> list[list[list[dict]]]:
         """For each text, for each ``[MASK]`` in it: the ``top_k`` predictions as dicts (token, token_id, score).
-        Needs a checkpoint with an MLM head (``BertForPreTraining`` / ``BertForMaskedLM``)."""
+        Needs a checkpoint with an MLM head (``BertForPreTraining`` / ``BertForMaskedLM``). A model whose config.json
+        says ``bertkit_objective: mntp`` (masked next-token prediction) answers a [MASK] at j from position j - 1."""
         if self.mlm_head is None:
             raise InputError("fill-mask needs an MLM head (cls.predictions), which this checkpoint does not have")
         texts = _check_texts(texts, "texts")
