@@ -1,7 +1,8 @@
 """The pre-training objectives' registry (``recipes/pretrain/objectives``): a new objective is one file plus its
 line in ``OBJECTIVES``. A toy objective written in a file of its own, registered, runs through the one loop with
 its defaults, its figures in metrics.jsonl and its refusals; a name outside the registry is refused naming the
-choices; and every file of the package is registered."""
+choices; and every file of the package is registered. The BLiMP probe reads each objective's masked LM as the scorer
+does, and an mntp run (with LAMB) resumes exactly."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 TOY = '''
 """A toy objective: masked LM with half the tokens chosen, and one figure of its own, the masked share."""
@@ -160,3 +162,29 @@ def test_a_bad_blimp_directory_is_refused_before_the_run_writes(alice_corpus, tm
     with pytest.raises(InputError, match=r"broken\.jsonl:1: not valid JSON"):
         pretrain(_config(alice_corpus, out, blimp=str(blimp), blimp_pairs=2))
     assert not out.exists()
+
+
+def test_mntp_with_lamb_resumed_from_a_checkpoint_ends_as_the_uninterrupted_run(alice_corpus, tmp_path):
+    """The causal rows are drawn from torch's RNG and LAMB's moments are optimizer state: both are in the checkpoint.
+    A copy of a finished 4-step run put back to its step-2 checkpoint (as a run killed after it) and resumed ends with
+    the uninterrupted run's weights, bit for bit (dropout on, half the rows causal)."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from bertkit.recipes.pretrain import pretrain
+
+    settings = dict(objective="mntp", optimizer="lamb", causal_ratio=0.5, dropout=0.1, save_every=2)
+    whole = pretrain(_config(alice_corpus, tmp_path / "whole", **settings))
+    cut = tmp_path / "cut"
+    shutil.copytree(whole, cut)
+    (cut / "checkpoints" / "step-00000004.pt").unlink()
+    (cut / "checkpoints" / "latest").write_text("step-00000002.pt\n", encoding="utf-8")
+    for name in ("model.safetensors", "config.json"):  # what only the run's end writes
+        (cut / name).unlink()
+    record = json.loads((cut / "run.json").read_text())
+    record.pop("finished")
+    (cut / "run.json").write_text(json.dumps(record), encoding="utf-8")
+    pretrain(_config(alice_corpus, cut, resume=True, **settings))
+    a, b = load_file(whole / "model.safetensors"), load_file(cut / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
