@@ -28,6 +28,18 @@ PRESETS: dict[str, tuple[int, int, int]] = {
     "bert-large": (24, 1024, 16),
 }
 
+# config.json's key for how the model's MLM head reads (bertkit's own; transformers keeps it and ignores it): "mntp",
+# masked next-token prediction (``--objective mntp``): a [MASK] at position j is answered by the logits at j - 1.
+# Absent (or "mlm"): at j, as every masked LM. Kept in the config's ``extra`` and written back by ``head_fields``
+OBJECTIVE_KEY = "bertkit_objective"
+HEAD_READS = ("mlm", "mntp")
+
+
+def reads_next_token(config: Any) -> bool:
+    """Whether ``config``'s MLM head answers a [MASK] at position j from position j - 1 (``OBJECTIVE_KEY``)."""
+    return getattr(config, "extra", {}).get(OBJECTIVE_KEY) == "mntp"
+
+
 # Keys that Hugging Face's (or Google's) files carry for bookkeeping; accepted and ignored on load.
 _IGNORED_KEYS = frozenset(
     {
@@ -68,6 +80,7 @@ _IGNORED_KEYS = frozenset(
         "is_encoder_decoder",
         "_attn_implementation_autoset",
         "model_name",
+        OBJECTIVE_KEY,
     }
 )
 
@@ -187,6 +200,8 @@ def head_fields(config: Any) -> dict[str, Any]:
         out["label2id"] = {f"LABEL_{i}": i for i in range(config.num_labels)}
     if "problem_type" in config.extra:
         out["problem_type"] = config.extra["problem_type"]
+    if OBJECTIVE_KEY in config.extra:
+        out[OBJECTIVE_KEY] = config.extra[OBJECTIVE_KEY]
     return out
 
 
@@ -301,6 +316,8 @@ class EncoderConfig:
                 extra[key] = value
             else:
                 raise ConfigError(f"{source}: unknown config field {key!r}")
+        if extra.get(OBJECTIVE_KEY, "mlm") not in HEAD_READS:
+            raise ConfigError(f"{source}: {OBJECTIVE_KEY} must be one of {HEAD_READS}, got {extra[OBJECTIVE_KEY]!r}")
         try:
             return cls(**kwargs, extra=extra)
         except (ValueError, TypeError) as e:  # ConfigError, or a value of the wrong type (int("x"))

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit import checkpoint, ops
-from bertkit.config import ConfigError, EncoderConfig, _available_memory, head_fields
+from bertkit.config import OBJECTIVE_KEY, ConfigError, EncoderConfig, _available_memory, head_fields
 from bertkit.errors import InputError, MissingFileError
 from bertkit.modeling import (
     ACT2FN,
@@ -42,6 +42,7 @@ from bertkit.modeling import (
     Packing,
     QuestionAnsweringOutput,
     SequenceClassifierOutput,
+    causal_mask,
 )
 
 # --------------------------------------------------------------------------------------------- config
@@ -80,6 +81,7 @@ _IGNORED_KEYS = frozenset(
         "output_hidden_states",
         "output_attentions",
         "torchscript",
+        OBJECTIVE_KEY,
         "chunk_size_feed_forward",
         "is_decoder",
         "add_cross_attention",
@@ -420,10 +422,13 @@ BLOCKED_FROM = 4  # sequences longer than BLOCKED_FROM * W take the blocked path
 def attend(
     q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, window: int | None, implementation: str, dropout_p: float
 ) -> tuple[Tensor, Tensor | None]:
-    """q, k, v [B, N, T, D]; key_mask [B, T] bool (True = real token) or None; window W, None for a global layer
-    -> (context [B, N, T, D], probabilities [B, N, T, T] from the eager path, else None)."""
+    """q, k, v [B, N, T, D]; key_mask [B, T] bool (True = real token) or None, or the layer's whole mask [B or 1,
+    1, T, T] (which holds its window already); window W, None for a global layer -> (context [B, N, T, D],
+    probabilities [B, N, T, T] from the eager path, else None)."""
     T = q.size(-2)
     kernel = ATTENTION_FUNCTIONS[implementation]
+    if key_mask is not None and key_mask.dim() == 4:  # the whole mask already (causal rows: ``causal_mask``)
+        return kernel(q, k, v, key_mask, dropout_p)
     # a traced graph (ONNX export) keeps the one path it saw for every length: the dense band, exact at any T
     tracing = torch.jit.is_tracing()
     if window is None or (T <= window + 1 and not tracing):  # every pair lies within the window: global attention
@@ -716,6 +721,7 @@ class ModernBertModel(ModernBertPreTrainedModel):
         output_attentions: bool = False,
         num_layers: int | None = None,
         packing: Packing | None = None,
+        causal: bool | Tensor = False,
     ) -> ModernBertModelOutput:
         """
         Args:
@@ -732,6 +738,8 @@ class ModernBertModel(ModernBertPreTrainedModel):
             packing: run every token-wise computation on the real tokens only (:class:`bertkit.modeling.Packing` of
                 this batch's attention mask, which it replaces; attention per group of rows); outputs come back
                 padded, [B, T, H], zeros at padding.
+            causal: True: each position attends only to itself and the positions before it (within the window in
+                the local layers); a [B] bool tensor: those rows only. Dense [T, T] masks. Default off.
         """
         B, T = input_ids.shape
         if T > self.config.max_position_embeddings:
@@ -764,12 +772,18 @@ class ModernBertModel(ModernBertPreTrainedModel):
             mask = packing
             x = packing.pack(x)  # [n, H]
             rope = {kind: tuple(packing.pack(t.expand(B, T, -1)) for t in cs) for kind, cs in rope.items()}
+        masks = {}  # causal: each kind of layer's whole mask, its window in it
+        if causal is not False:
+            if packing is not None:
+                raise ValueError("causal attention needs the padded batch: leave packing out")
+            window = {kind: self.config.sliding_window if kind == LOCAL else None for kind in kinds}
+            masks = {kind: causal_mask(causal, attention_mask, T, input_ids.device, window[kind]) for kind in kinds}
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
 
         def run(i: int, h: Tensor) -> Tensor:  # layer i on h, its outputs recorded
             layer = self.layers[i]
-            h, probs = layer(h, rope[layer.attention_type], mask, implementation)
+            h, probs = layer(h, rope[layer.attention_type], masks.get(layer.attention_type, mask), implementation)
             if hidden_states is not None:
                 hidden_states.append(h)
             if attentions is not None:

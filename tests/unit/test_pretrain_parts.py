@@ -223,6 +223,12 @@ def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
         4e-3,
         5e-4,
     )
+    # LAMB's one lr whatever the size and recipe (its steps are relative to each weight's norm); --lr wins
+    assert (lr(optimizer="lamb"), lr(optimizer="lamb", model_size="bert-small"), lr(optimizer="lamb", lr=1e-3)) == (
+        7e-3,
+        7e-3,
+        1e-3,
+    )
     init = tmp_path / "mb"
     init.mkdir()
     (init / "config.json").write_text('{"model_type": "modernbert", "hidden_size": 64}', encoding="utf-8")
@@ -234,6 +240,8 @@ def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
     assert line.startswith(f"recipe paper: from {init}, ")  # not the default size the model does not have
     line = resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, init_from=str(init))).chosen
     assert "lr=" in line and not any(k in line for k in ("output_bias", "position_init", "embedding_init"))  # its own
+    lamb = PretrainConfig(corpus=["x"], output="o", max_steps=10, init_from=str(init), optimizer="lamb")
+    assert resolve(lamb).lr == 7e-4
 
 
 def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):

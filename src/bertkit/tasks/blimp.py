@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from bertkit import models
+from bertkit.config import reads_next_token
 from bertkit.data.tasks.readers import jsonl_records
 from bertkit.errors import InputError, MissingFileError
 from bertkit.files import write_json, write_text
@@ -237,12 +238,14 @@ class PllScorer:
         device = torch.device(self.device)
         out = np.zeros(len(copies), dtype=np.float32)
         lengths = copies.lengths[copies.sentence].tolist()
+        shift = 1 if reads_next_token(self.model.config) else 0  # mntp: a [MASK] at j is answered at j - 1
 
         def run(batch: list[int]) -> torch.Tensor:
             index = np.asarray(batch)
             ids, attention = self._masked_inputs(copies, index)
             hidden = encoder(input_ids=ids.to(device), attention_mask=attention.to(device)).last_hidden_state
-            rows = hidden[torch.arange(len(index), device=device), torch.from_numpy(copies.position[index]).to(device)]
+            read = torch.from_numpy(copies.position[index] - shift).to(device)  # the scored token's logits' place
+            rows = hidden[torch.arange(len(index), device=device), read]
             # the MLM head (transform, decoder) at the scored positions only, [B, V], and in fp32 whatever the
             # encoder's precision: bf16 logits moved sentence scores 10x more and flipped 0.7% of BLiMP's pairs
             with torch.autocast(device.type, enabled=False):

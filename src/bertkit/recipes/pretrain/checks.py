@@ -5,10 +5,11 @@ that a combination is refused in one line naming its flags before a file is read
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from bertkit.data.pretraining.ramps import parse_ramp
-from bertkit.errors import InputError
+from bertkit.errors import InputError, PretrainError
 from bertkit.precision import check_device
 from bertkit.recipes.pretrain.tables import FRESH_MODEL_KEYS
 
@@ -18,6 +19,7 @@ ONLY_WITH = {
     "phase2_seq_len": ("two_phase", True, "--two-phase"),
     "phase2_batch_size": ("two_phase", True, "--two-phase"),
     "rtd_weight": ("objective", "electra", "--objective electra"),
+    "causal_ratio": ("objective", "mntp", "--objective mntp"),
     "dupe_factor": ("masking", "static", "--masking static"),
 }
 
@@ -78,3 +80,19 @@ def longest_sequence(cfg: Any) -> int | None:
         return None
     ramp = [n for n, _ in parse_ramp(cfg.seq_ramp, "--seq-ramp")]
     return max([cfg.seq_len, *ramp, *([cfg.phase2_seq_len] if cfg.two_phase else [])])
+
+
+def check_inputs(cfg: Any) -> None:
+    """Refuse a ``--blimp`` that is not a directory and an ``--init-from`` that is not a model directory (or holds
+    no vocabulary when ``--vocab`` is left out), before anything is read or written."""
+    if cfg.blimp is not None and not Path(cfg.blimp).is_dir():
+        raise PretrainError(f"--blimp {cfg.blimp}: not a directory (BLiMP's JSONL files, one per paradigm)")
+    if cfg.init_from is not None:
+        init = Path(cfg.init_from)
+        if not (init / "config.json").is_file() and not (init / "bert_config.json").is_file():
+            raise PretrainError(f"--init-from {init}: not a model directory (no config.json)")
+        if cfg.vocab is None and not (init / "vocab.txt").is_file():
+            raise PretrainError(
+                f"--init-from {init}: no vocab.txt there; pass --vocab (pre-training reads a WordPiece "
+                "vocabulary: whole-word masking follows its ## pieces)"
+            )

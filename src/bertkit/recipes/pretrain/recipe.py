@@ -14,8 +14,9 @@ when ``--max-time`` is given, is what measured best in minutes of CPU. Every cho
 of the run (clock, log window, checkpoints, the agreed stop, ``--max-time``'s schedule) are ``training.Run``'s;
 a finished run's held-out figures are ``recipes/pretrain/evaluate.py``'s.
 
-The objectives (``--objective``) are ``objectives/``'s, one file each: ``mlm`` (with NSP where the recipe has it)
-and ``electra``, replaced-token detection with a small generator. An objective brings its defaults, its model and
+The objectives (``--objective``) are ``objectives/``'s, one file each: ``mlm`` (with NSP where the recipe has it),
+``electra``, replaced-token detection with a small generator, and ``mntp``, GPT-BERT's masked next-token prediction
+mixed with causal LM. An objective brings its defaults, its model and
 its figures; the loop is this one.
 """
 

@@ -95,14 +95,14 @@ def schedule(cfg: PretrainConfig, run: Run, model, feed: Feed):
     over them, and the feed placed at the data position of the checkpoint resumed from (``run.begin`` restores the
     state from it)."""
     ctx, saved = run.ctx, run.opened.checkpoint
-    optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay, optimizer=cfg.optimizer)
     if saved is not None:
         say_run(cfg, ctx, f"resuming from {run.opened.path} (step {saved['step']} of {saved['total_steps']})")
         total_steps = int(saved["total_steps"])
     elif run.opened.resumed:  # killed after run.json, before the first checkpoint: the steps it scheduled
         total_steps = run.recorded_steps() or int(cfg.max_steps)
     elif cfg.max_time:
-        make = lambda m: build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay)  # noqa: E731
+        make = lambda m: build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay, optimizer=cfg.optimizer)  # noqa: E731
         total_steps = run.fit(feed, model, make, grad_accum=cfg.grad_accum, clip=cfg.clip, max_steps=cfg.max_steps)
     else:
         total_steps = int(cfg.max_steps)

@@ -67,6 +67,8 @@ BUDGET = {
 }
 # the recipe keys that initialise a fresh model: an --init-from model brings its own, so they are not applied to it
 FRESH_MODEL_KEYS = ("output_bias", "position_init", "embedding_init")
+# --optimizer lamb's peak lr, whatever the recipe and size: the LTG-BERT / BabyLM recipes' LAMB value (~7e-3)
+LAMB_LR = 7e-3
 BUDGET_LR = {"bert-tiny": 4e-3, "bert-mini": 1e-3, "bert-small": 5e-4, "bert-medium": 5e-4}  # others: 2e-4
 
 
@@ -135,7 +137,9 @@ def resolve(cfg):
     objective = objectives.get(cfg.objective)  # its masking and NSP over the recipe's (ELECTRA: 15%, no NSP)
     objective.check(cfg)
     table.update(objective.defaults)
-    if table["lr"] is None:  # the budget's by size, as BERT's of the same size; 1e-4 to continue a model
+    if cfg.optimizer == "lamb":  # its step is relative to each weight's norm: one lr for every size
+        table["lr"] = LAMB_LR if not cfg.init_from else LAMB_LR / 10
+    elif table["lr"] is None:  # the budget's by size, as BERT's of the same size; 1e-4 to continue a model
         table["lr"] = BUDGET_LR.get(bert_size(cfg.model_size), 2e-4) if not cfg.init_from else 1e-4
     chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
     resolved = dataclasses.replace(cfg, recipe=name, **chosen)
