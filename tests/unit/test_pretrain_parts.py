@@ -244,6 +244,30 @@ def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
     assert resolve(lamb).lr == 7e-4
 
 
+def test_the_budget_recipe_sizes_its_steps_for_a_gpu(monkeypatch):
+    """On a GPU (no --device where CUDA is available) the budget recipe builds ModernBERT-small with 32,768 tokens a
+    step (256 x 128, ramped through 1,024 x 32) at lr 1e-3 and says so; another size keeps its lr by size, the
+    paper recipe and a CPU run keep theirs, and a flag still wins."""
+    import torch
+
+    from bertkit.recipes.pretrain import PretrainConfig, resolve
+
+    def run(**kw):
+        return resolve(PretrainConfig(corpus=["x"], output="o", **kw))
+
+    cpu = run(max_time=60)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    gpu = run(max_time=60)
+    assert (gpu.model_size, gpu.batch_size, gpu.batch_ramp, gpu.lr) == ("modernbert-small", 256, "1024:0.7", 1e-3)
+    assert gpu.chosen.startswith("recipe budget for the GPU (32,768 tokens a step): modernbert-small")
+    assert (cpu.model_size, cpu.batch_size, cpu.batch_ramp, cpu.lr) == ("modernbert-tiny", 32, "128:0.7", 4e-3)
+    mini = run(max_time=60, model_size="modernbert-mini")
+    assert (mini.batch_size, mini.lr) == (256, 1e-3) and run(max_time=60, model_size="bert-small").lr == 5e-4
+    assert run(max_time=60, batch_size=64, lr=3e-4).batch_size == 64 and run(max_time=60, lr=3e-4).lr == 3e-4
+    assert run(max_steps=10).batch_size == 32  # the paper recipe: the paper's batch
+    assert run(max_time=60, device="cpu").model_size == "modernbert-tiny"
+
+
 def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):
     """torchrun with more processes per node than GPUs: a one-line error naming the fix, not CUDA's "invalid device
     ordinal" from deep inside set_device (seen with --nproc_per_node 2 on a one-GPU machine)."""
