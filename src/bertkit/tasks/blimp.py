@@ -35,6 +35,7 @@ import os
 import random
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ import numpy as np
 import torch
 
 from bertkit import models
+from bertkit.batches import plan_batches
 from bertkit.config import read_model_config
 from bertkit.data.tasks.readers import jsonl_records, open_text
 from bertkit.errors import InputError, MissingFileError
@@ -545,3 +547,22 @@ class BlimpProbe:
 
     def __call__(self, model: Any, precision: str = "fp32", stop: Callable[[], bool] | None = None) -> float:
         return self.result(model, precision, stop).overall
+
+    def seconds(self, model: Any, precision: str = "fp32", batches: int = 2) -> float:
+        """An estimate of one probe's seconds on ``model`` (what ``--max-time`` sets aside for each): its first
+        ``batches`` batches (the longest) timed, scaled by the padded tokens of all of them."""
+        widths = self._copies.lengths[self._copies.sentence]
+        plan = plan_batches(widths.tolist(), self._options["batch_size"])
+        tokens = [len(b) * int(widths[b].max()) for b in plan]
+        done = [0]
+
+        def enough() -> bool:
+            done[0] += 1
+            return done[0] >= batches
+
+        t0 = time.perf_counter()
+        try:
+            self.result(model, precision, stop=enough)
+        except Stopped:
+            pass
+        return (time.perf_counter() - t0) * sum(tokens) / max(1, sum(tokens[: done[0]]))
