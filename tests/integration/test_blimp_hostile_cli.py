@@ -240,3 +240,16 @@ def test_sigterm_ends_the_workers_too(tmp_path, model):
     assert proc.wait(timeout=30) == 143
     time.sleep(1)
     assert not [w for w in workers if Path(f"/proc/{w}").exists()], "a worker outlived the command"
+
+
+def test_a_long_sentence_is_said_to_be_slow_naming_its_file_and_line(tmp_path, capsys):
+    """Issue 60, item 6: two ~700-word pairs ran over 120 s on ModernBERT without a word (PLL is one copy per token,
+    each as long); a sentence over 128 tokens is named with its cost, and scored."""
+    model = make_model_dir(tmp_path / "model", FINETUNE_VOCAB, layers=1, max_position_embeddings=256)
+    data = tmp_path / "blimp"
+    data.mkdir()
+    (data / "a.jsonl").write_text(_row() + _row(sentence_bad="the film " * 80), encoding="utf-8")
+    argv = ["evaluate", "--task", "blimp", "--model", model, "--data", data, "--output", tmp_path / "out", "--quiet"]
+    assert main([str(a) for a in argv]) == 0
+    err = capsys.readouterr().err
+    assert f"{data / 'a.jsonl'}:2: a sentence of 162 tokens; its pseudo-log-likelihood runs 160 masked copies" in err
