@@ -168,6 +168,15 @@ class TimeBudget:
                 self.window, self._pace_start = window, pace_start
         return result
 
+    def plan(self) -> tuple:
+        """The re-fits still planned (the next window, how many after it): what every rank adopts from rank 0."""
+        return self.window, self._refits_left
+
+    def adopt(self, plan: tuple) -> None:
+        """Another budget's :meth:`plan` (rank 0's: it alone evaluates, so its pace and its fits are the run's; at
+        each re-fit step the others take its result)."""
+        self.window, self._refits_left = plan
+
     def over(self) -> bool:
         """True once the budget is spent."""
         return time.perf_counter() - self.started >= self.deadline

@@ -246,7 +246,14 @@ class Run:
         self.elapsed += dt
         self.meter.add(loss=loss, steps=1, time=dt)
         self.bar.update(1)
-        fitted = self.budget.after_step(self.step, self.total_steps, self.cost) if self.cost is not None else None
+        if self.cost is None:
+            return
+        budget = self.budget
+        due = budget.window is not None and self.step == budget.window[1]
+        fitted = budget.after_step(self.step, self.total_steps, self.cost)
+        if due and self.ctx.distributed:  # rank 0's re-fit and next window on every rank (its evaluations are its own)
+            fitted, plan = distributed.broadcast_object(self.ctx, (fitted, budget.plan()))
+            budget.adopt(plan)
         if fitted is not None:
             self.refit(fitted)
 
