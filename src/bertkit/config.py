@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 from collections.abc import Callable
@@ -14,6 +15,9 @@ from typing import Any
 
 from bertkit.errors import InputError, MissingFileError
 from bertkit.files import write_json
+
+log = logging.getLogger(__name__)
+_WARNED: set[tuple[str, tuple[str, ...]]] = set()  # (source, keys) already said: a directory is read more than once
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 POSITION_EMBEDDING_TYPES = ("absolute", "sinusoidal")
@@ -302,20 +306,29 @@ class EncoderConfig:
         translate: Callable[[str, Any], dict[str, Any] | None] | None = None,
     ) -> Any:
         """Build from a config dict: its fields by name; ``translate(key, value)`` gives the fields another key stands
-        for (None: not one); bookkeeping keys (``ignored``, or starting with "_") are kept in ``extra``; any other
-        key is refused, naming it."""
+        for (None: not one); bookkeeping keys (``ignored``, or starting with "_") are kept in ``extra``; so is any
+        other key, as transformers keeps it (``mask_token_id`` in a ModernBERT config): said once in a warning, and
+        written back by ``to_dict`` (:meth:`_kept_keys`). A known field with a wrong type or value is refused,
+        naming it."""
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}  # type: ignore[arg-type]
         kwargs: dict[str, Any] = {}
         extra: dict[str, Any] = {}
+        unused: list[str] = []
         for key, value in data.items():
             if key in names:
                 kwargs[key] = value
             elif translate is not None and (fields := translate(key, value)) is not None:
                 kwargs.update(fields)
-            elif key in ignored or key.startswith("_"):
-                extra[key] = value
             else:
-                raise ConfigError(f"{source}: unknown config field {key!r}")
+                extra[key] = value
+                if key not in ignored and not key.startswith("_"):
+                    unused.append(key)
+        if unused and (source, tuple(unused)) not in _WARNED:
+            _WARNED.add((source, tuple(unused)))
+            log.warning(
+                f"bertkit: {source}: {', '.join(map(repr, unused))}: not a field bertkit uses; kept as given (a "
+                "misspelt field name would be one too)"
+            )
         if extra.get(OBJECTIVE_KEY, "mlm") not in HEAD_READS:
             raise ConfigError(f"{source}: {OBJECTIVE_KEY} must be one of {HEAD_READS}, got {extra[OBJECTIVE_KEY]!r}")
         try:
@@ -325,6 +338,11 @@ class EncoderConfig:
 
     def to_dict(self, flavour: str = "hf") -> dict[str, Any]:
         raise NotImplementedError
+
+    def _kept_keys(self, ignored: frozenset[str]) -> dict[str, Any]:
+        """The keys of the file read that bertkit does not use (not one of ``ignored``'s bookkeeping keys): a saved
+        config writes them back, as transformers does."""
+        return {k: v for k, v in self.extra.items() if k not in ignored and not k.startswith("_")}
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> Any:
@@ -431,7 +449,8 @@ class BertConfig(EncoderConfig):
     # ------------------------------------------------------------------ dict / JSON
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> BertConfig:
-        """Build from a Google or HF config dict. Unknown keys are rejected (HF bookkeeping keys are allowed)."""
+        """Build from a Google or HF config dict. Keys it does not know are kept (and said once), as
+        :meth:`_from_keys` keeps them."""
         if data.get("model_type") == "modernbert":  # bertkit.modeling_modernbert reads it; say so in one line
             raise ConfigError(
                 f"{source}: a ModernBERT model (model_type 'modernbert'); this reads BERT models only "
@@ -462,7 +481,7 @@ class BertConfig(EncoderConfig):
             out.pop("architectures")
         out["tie_word_embeddings"] = True
         out.update(head_fields(self))
-        return out
+        return {**self._kept_keys(_IGNORED_KEYS), **out}
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> BertConfig:

@@ -579,12 +579,18 @@ class Encoder:
 
     # ------------------------------------------------------------------ fill-mask
 
+    @property
+    def mlm_head_names(self) -> str:
+        """The weights of this architecture's MLM head, as a message names them (``cls.predictions`` for BERT,
+        ``head, decoder`` for ModernBERT)."""
+        return ", ".join(k.rstrip(".") for k in models.of_config(self.config).mlm_keys)
+
     def fill_mask(self, texts: Sequence[str], top_k: int = 5, max_length: int | None = 512) -> list[list[list[dict]]]:
         """For each text, for each ``[MASK]`` in it: the ``top_k`` predictions as dicts (token, token_id, score).
         Needs a checkpoint with an MLM head (``BertForPreTraining`` / ``BertForMaskedLM``). A model whose config.json
         says ``bertkit_objective: mntp`` (masked next-token prediction) answers a [MASK] at j from position j - 1."""
         if self.mlm_head is None:
-            raise InputError("fill-mask needs an MLM head (cls.predictions), which this checkpoint does not have")
+            raise InputError(f"fill-mask needs an MLM head ({self.mlm_head_names}), which this checkpoint lacks")
         texts = _check_texts(texts, "texts")
         tok = self.tokenizer
         if tok.mask_token_id is None:

@@ -269,8 +269,8 @@ class ModernBertConfig(EncoderConfig):
     # ------------------------------------------------------------------ dict / JSON
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> ModernBertConfig:
-        """Build from a transformers ``config.json`` dict (4.x or 5.x keys). Unknown keys are rejected, naming the
-        field (transformers' bookkeeping keys are allowed)."""
+        """Build from a transformers ``config.json`` dict (4.x or 5.x keys). Keys it does not know are kept (and said
+        once), as transformers keeps them (``_from_keys``)."""
         model_type = data.get("model_type", cls.model_type)
         if model_type != cls.model_type:
             raise ConfigError(
@@ -309,7 +309,7 @@ class ModernBertConfig(EncoderConfig):
             out.pop("global_attn_every_n_layers")  # not an every-n pattern: transformers 4 cannot express it
         out["tie_word_embeddings"] = True
         out.update(head_fields(self))
-        return out
+        return {**self._kept_keys(_IGNORED_KEYS | {"model_type", "tie_word_embeddings"}), **out}
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> ModernBertConfig:

@@ -62,6 +62,24 @@ def test_a_role_the_architecture_lacks_is_refused_naming_the_directory(tmp_path)
         models.get("electrum")
 
 
+@pytest.mark.parametrize("arch, named", [("bert", "(cls.predictions)"), ("modernbert", "(head, decoder)")])
+def test_fill_mask_on_a_classifier_names_its_architectures_head_weights(tmp_path, fixtures_dir, arch, named):
+    """Issue 60, item 13: the Encoder's (and so serve's) fill-mask refusal named BERT's cls.predictions for a
+    ModernBERT classifier too; it names the registry's MLM keys of the model's architecture."""
+    from tinymodels import FINETUNE_VOCAB, make_model_dir
+    from tinymodernbert import fixture_vocab, make_modernbert_dir
+
+    from bertkit import Encoder
+    from bertkit.errors import InputError
+
+    if arch == "bert":
+        path = make_model_dir(tmp_path, FINETUNE_VOCAB, BertForSequenceClassification, layers=1, num_labels=2)
+    else:
+        path = make_modernbert_dir(tmp_path, fixture_vocab(fixtures_dir), "ModernBertForSequenceClassification")
+    with pytest.raises(InputError, match=rf"fill-mask needs an MLM head \{named[:-1]}\)"):
+        Encoder.from_pretrained(path).fill_mask(["the [MASK] film"])
+
+
 @pytest.mark.parametrize("model_type", sorted(models.REGISTRY))
 def test_presets_map_bert_names_by_size_and_refuse_a_size_the_architecture_lacks(model_type):
     arch = models.REGISTRY[model_type]

@@ -102,6 +102,43 @@ def test_time_budget_fits_steps_to_the_probed_cost_and_refits_to_the_measured_pa
     assert tb.over()
 
 
+@pytest.mark.parametrize("eval_s", [0.0, 2.0, 25.0, 90.0])
+def test_evaluations_are_kept_out_of_the_pace_and_their_time_inside_the_budget(monkeypatch, eval_s):
+    """Issue 60, item 7: a 60-second run of 0.1-second steps whose every evaluation (the held-out batches and a BLiMP
+    probe) takes ``eval_s``, looped as the recipe loops: the probe's time estimated before the fit, an evaluation
+    every tenth of the steps first planned (or of the run when longer) widened to keep evaluations within a quarter
+    of the budget, and after the last step; the probe gives way between batches (0.2 s) once the budget is spent; the
+    run stops at the first step past it. A 25-second probe read as a slow pace had shrunk the schedule and the
+    interval with it to every step or two: 85 s. The run ends within the budget plus a step and a batch, and uses
+    it."""
+    from bertkit.training import budget as B
+
+    now = [0.0]
+    monkeypatch.setattr(B.time, "perf_counter", lambda: now[0])
+    tb = B.TimeBudget(60.0)
+    cost = lambda first, total: 0.1 * max(0, total - first)  # noqa: E731
+    planned = 0
+    every = lambda n: tb.eval_interval(n, max(1, max(n, planned) // 10))  # noqa: E731  (recipe._eval_every)
+    tb.expect(eval_s, every)  # BlimpProbe.seconds' estimate
+    total = planned = tb.fit(cost)
+    tb.start()
+    tb.plan_refit(total, every(total), every=every)
+    step = 0
+    while step < total:
+        step += 1
+        now[0] += 0.1
+        total = tb.after_step(step, total, cost) or total
+        if step % every(total) == 0 or step == total:
+            took = min(eval_s, max(0.0, tb.deadline - now[0]) + 0.2)  # the probe gives way once the time is spent
+            now[0] += took
+            tb.evaluated(took)
+        if tb.over() and step < total:
+            break
+    assert now[0] <= 60.0 + 0.3
+    assert now[0] >= 0.85 * 60.0 or eval_s > 60.0  # the budget used, by steps and evaluations that fit it
+    assert tb.eval_seconds <= B.EVAL_SHARE * 60.0 + 0.1 or eval_s > B.EVAL_SHARE * 60.0  # a quarter, or one
+
+
 def test_time_budget_counts_a_resumed_runs_elapsed_time(monkeypatch):
     from bertkit.training import budget as B
 

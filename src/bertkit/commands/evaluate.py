@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bertkit.embeddings import ROUTE_HELP
+from bertkit.embeddings import EVALUATION_TASKS, ROUTE_HELP
 from bertkit.options import from_args, option_flags
 from bertkit.tasks import check_flags_for_model
 from bertkit.tasks.options import TaskOptions, configure_inference
@@ -17,7 +17,7 @@ EPILOG = ROUTE_HELP["evaluate"] + "; BLiMP (a pre-trained model): --task blimp (
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    configure_inference(parser)
+    configure_inference(parser, routed=(*EVALUATION_TASKS, "blimp"))  # cli.ROUTES' tasks: named in "invalid choice"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """``bertkit evaluate --task blimp``: BLiMP's 67 paradigms on a pre-trained model's MLM head, scored by
 pseudo-log-likelihood as BabyLM scores it (``bertkit.tasks.blimp``); ``evaluate`` hands ``--task blimp`` here.
 
-bertkit evaluate --task blimp --model runs/my-bert --data data/blimp --output runs/my-bert/blimp
+bertkit evaluate --task blimp --model runs/my-bert --data data/blimp --output runs/my-bert-blimp
 bertkit evaluate --task blimp --model runs/electra/generator --data data/blimp --pairs-per-paradigm 100
 """
 
@@ -16,8 +16,10 @@ from pathlib import Path
 
 from bertkit.errors import InputError
 from bertkit.options import ExactComputeArgs, add_options, from_args, option, threads_option
+from bertkit.outputs import check_output
 
 PLL_CHOICES = ("original", "word-l2r")  # bertkit.tasks.blimp.PLL_METHODS, named here so -h imports no torch
+TIE_CHOICES = ("wrong", "correct")  # bertkit.tasks.blimp.TIES
 
 
 @dataclass(kw_only=True)
@@ -47,6 +49,14 @@ class BlimpArgs:
         help="processes scoring the sentences side by side, each with --threads threads (default 1); on the CPU, "
         "--workers 2 --threads 1 on 2 cores is the fastest (BENCHMARKS.md, BLiMP); the scores are the same",
     )
+    ties: str = option(
+        "wrong",
+        choices=TIE_CHOICES,
+        help="a pair whose two sentences score alike: wrong (bertkit's rule: a model that scores everything alike "
+        "gets 0) or correct (BabyLM's evaluation pipeline, to compare with its tables); metrics.json's tie_rate says "
+        "how many pairs tie",
+    )
+    overwrite: bool = option(False, help="replace the metrics.json and pairs.jsonl an earlier run wrote in OUTPUT")
     quiet: bool = option(False, help="no progress bar")
 
 
@@ -69,13 +79,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # torch and the scorer: kept out of `bertkit evaluate --task blimp -h`
+    # function-local on purpose: each of these imports torch (2 s), which `bertkit evaluate --task blimp -h` and
+    # the usage errors never need (as every command keeps torch out of its -h)
     import torch
 
     from bertkit.precision import resolve_device, resolve_precision
     from bertkit.tasks.blimp import (
         PllScorer,
+        check_pairs,
         evaluate_blimp,
+        model_limits,
         read_blimp,
         scores_in_processes,
         table,
@@ -85,9 +98,16 @@ def run(args: argparse.Namespace) -> int:
 
     cfg: BlimpArgs = from_args(BlimpArgs, args)
     compute: BlimpCompute = from_args(BlimpCompute, args)
+    # the one output rule, before a pair is scored: never into --data or --model (a fine-tuned model's metrics.json)
+    output = Path(cfg.output or Path(cfg.model) / f"eval-{Path(cfg.data).name}")
+    inputs = {"--data": cfg.data} if cfg.output is None else {"--data": cfg.data, "--model": cfg.model}
+    check_output(
+        output, inputs, overwrite=cfg.overwrite, writes=("metrics.json", "pairs.jsonl"), whole=False, figures=True
+    )
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     paradigms = read_blimp(cfg.data, cfg.pairs_per_paradigm)
+    check_pairs(paradigms, *model_limits(cfg.model))  # a sentence of no tokens, or too long: FILE:LINE, now
     device = resolve_device(compute.device)
     if cfg.workers > 1 and str(device) != "cpu":
         raise InputError(f"--workers {cfg.workers}: processes side by side are for the CPU; leave it out on {device}")
@@ -99,9 +119,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         scorer = PllScorer.from_pretrained(cfg.model, **options, progress=not cfg.quiet and sys.stderr.isatty())
         precision, score = scorer.precision, scorer.sentence_scores
-    result = evaluate_blimp(score, paradigms)
-    output = Path(cfg.output or Path(cfg.model) / f"eval-{Path(cfg.data).name}")
-    record = {"task": "blimp", "data": cfg.data, "pll": cfg.pll, "workers": cfg.workers}
+    result = evaluate_blimp(score, paradigms, cfg.ties)
+    record = {"task": "blimp", "data": cfg.data, "pll": cfg.pll, "ties": cfg.ties, "workers": cfg.workers}
     record.update(run_record(precision, device))
     write_results(output, result, paradigms, record)
     print(table(result, paradigms))

@@ -38,11 +38,12 @@ FILES = "files and data"  # the help group of the files flags
 FINETUNE_ONLY = ("feature_based", "feature_layers", "tagger", "tagger_hidden")
 
 
-def add_task_flag(parser: argparse.ArgumentParser, required: bool) -> None:
-    """``--task`` with the registry's names as choices."""
+def add_task_flag(parser: argparse.ArgumentParser, required: bool, routed: tuple[str, ...] = ()) -> None:
+    """``--task`` with the registry's names as choices, and the ``routed`` tasks a command hands to another module
+    (so that an unknown task's "invalid choice" names every task the command runs)."""
     parser.add_argument(
         "--task",
-        choices=TASK_NAMES,
+        choices=(*TASK_NAMES, *routed),
         required=required,
         metavar="TASK",
         help="task family or GLUE task: "
@@ -286,9 +287,9 @@ class InferenceFiles:
     )
 
 
-def configure_inference(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``evaluate`` and ``predict``."""
+def configure_inference(parser: argparse.ArgumentParser, routed: tuple[str, ...] = ()) -> None:
+    """The flags of ``evaluate`` and ``predict`` (``routed``: the tasks ``evaluate`` hands to their own modules)."""
     add_options(parser, InferenceFiles)
-    add_task_flag(parser, required=False)
+    add_task_flag(parser, required=False, routed=routed)
     add_options(parser, RunOptions)
     add_options(parser, TaskOptions, exclude=FINETUNE_ONLY)

@@ -13,6 +13,7 @@ from bertkit.errors import InputError, PretrainError
 from bertkit.precision import check_device
 from bertkit.recipes.pretrain.tables import FRESH_MODEL_KEYS
 
+GIVEN = object()  # ONLY_WITH's value for a setting that acts whatever its value, when given (not None)
 # flags that act only with another setting: field -> (the field it needs, its value, the flag that sets it). Given
 # without it (a value other than its default), one is refused rather than silently ignored
 ONLY_WITH = {
@@ -21,6 +22,7 @@ ONLY_WITH = {
     "rtd_weight": ("objective", "electra", "--objective electra"),
     "causal_ratio": ("objective", "mntp", "--objective mntp"),
     "dupe_factor": ("masking", "static", "--masking static"),
+    "blimp_pairs": ("blimp", GIVEN, "--blimp"),
 }
 
 
@@ -31,7 +33,8 @@ def check_combinations(cfg: Any) -> None:
     past ``--max-steps``, a ``--device`` this machine lacks."""
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     for name, (needs, value, flag) in ONLY_WITH.items():
-        if getattr(cfg, name) != defaults[name] and getattr(cfg, needs) != value:
+        has = getattr(cfg, needs) is not None if value is GIVEN else getattr(cfg, needs) == value
+        if getattr(cfg, name) != defaults[name] and not has:
             raise InputError(f"--{name.replace('_', '-')}: only {flag} uses it; leave the flag out")
     if cfg.whole_word_mask and cfg.mask_strategy not in ("token", "whole-word"):  # token: the default, unsaid
         raise InputError(

@@ -137,7 +137,8 @@ def resolve(cfg):
 
     name = cfg.recipe_name()
     gpu = name == "budget" and on_gpu(cfg.device)
-    gpu_model = gpu and cfg.arch in (None, "modernbert") and cfg.model_size is None and cfg.init_from is None
+    own = cfg.arch is None or models.get(cfg.arch) is models.of_preset(MODEL_DEFAULTS[name]["model"])
+    gpu_model = gpu and own and cfg.model_size is None and cfg.init_from is None
     model_size = GPU_BUDGET["model"] if gpu_model else cfg.model_size  # the card's: the recipe's architecture a size up
     arch_name, size, vocab_size = choose_model(name, cfg.arch, model_size, cfg.vocab_size, cfg.init_from, cfg.max_time)
     arch = models.get(arch_name)
