@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib
 from pathlib import Path
 
 import pytest
 
-from bertkit.cli import COMMANDS, ROUTES
+from bertkit.cli import COMMANDS, VARIANTS, configure
 from bertkit.options import DEVICE_HELP, PRECISION_HELP, PRECISIONS
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "bertkit"
-# every module with a configure(parser): commands/, and the embedding tasks' modules finetune / evaluate delegate to
+# every command module: commands/, the variants among them (bertkit.cli.VARIANTS) included
 COMMAND_SOURCES = sorted((SRC / "commands").glob("*.py")) + sorted((SRC / "embeddings").glob("*_cli.py"))
 SHARED_FLAGS = ("--device", "--precision", "--threads", "--seed")
 # every command that loads, builds or trains a model: each takes --device and --precision
@@ -63,7 +62,7 @@ def test_the_source_rule_sees_a_hand_written_flag():
 def _parser(name: str) -> argparse.ArgumentParser:
     """``bertkit NAME``'s parser; NAME may also be a module (the embedding tasks' delegated modules)."""
     parser = argparse.ArgumentParser(prog=f"bertkit {name}")
-    importlib.import_module(COMMANDS[name][0] if name in COMMANDS else name).configure(parser)
+    configure(COMMANDS[name][0] if name in COMMANDS else name, parser)
     return parser
 
 
@@ -72,7 +71,7 @@ def _flat(text: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "name", sorted(COMMANDS) + sorted(module for routes in ROUTES.values() for _, module in routes)
+    "name", sorted(COMMANDS) + sorted(v.module for variants in VARIANTS.values() for v in variants)
 )
 def test_each_device_and_precision_flag_has_the_shared_help(name):
     parser = _parser(name)

@@ -158,14 +158,19 @@ def open_study(out: Path, settings_name: str, record: dict, what: str, hint: str
 CELL_FLAGS = ("--output", "--model", "--train", "--dev", "--seed", "--lr", "--task", "--resume")
 
 
-def configure_finetune(parser) -> None:
-    """``bertkit finetune``'s flags for its GLUE and NER tasks on ``parser`` (what the studies run and what their
-    ``--finetune-args`` are checked against): ``--task`` and the option dataclasses, as the command builds them."""
+def finetune_options() -> list[type]:
+    """The option dataclasses of ``bertkit finetune`` (a study's pass-through flags: new finetune flags pass too)."""
     # torch (the finetune recipe's module): `bertkit downstream -h` and `bertkit ablate -h` stay light
     from bertkit.recipes.finetune import FinetuneArgs
 
+    return [FinetuneFiles, FinetuneArgs, TaskOptions]
+
+
+def configure_finetune(parser) -> None:
+    """``bertkit finetune``'s flags for its GLUE and NER tasks on ``parser`` (what the studies run and what their
+    ``--finetune-args`` are checked against): ``--task`` and the option dataclasses, as the command builds them."""
     add_task_flag(parser, required=True)
-    for cls in (FinetuneFiles, FinetuneArgs, TaskOptions):
+    for cls in finetune_options():
         add_options(parser, cls)
 
 
