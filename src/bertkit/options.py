@@ -695,9 +695,9 @@ def batch_size_option(default: int | None, help: str = "examples per batch", gro
     return option(default, group=group, help=help)
 
 
-def max_length_option(default: int | None, help: str, group: str | None = None) -> Any:
+def max_length_option(default: int | None, help: str, group: str | None = None, flag: str | None = None) -> Any:
     """``max_length``: tokens per input an inference command feeds the model."""
-    return option(default, group=group, help=help)
+    return option(default, group=group, help=help, flag=flag)
 
 
 def quantize_option(help: str = "int8: dynamic int8 Linear layers on the CPU (faster; see docs/inference.md)") -> Any:
@@ -724,14 +724,18 @@ def field_flags(cls: type) -> dict[str, list[str]]:
     flags = option_flags(cls)
     out: dict[str, list[str]] = {}
     for f in dataclasses.fields(cls):
+        meta = f.metadata
+        if meta.get("passthrough"):  # the other command's flags it hands on (and their older spellings)
+            others = [field_flags(other) for other in meta["passthrough"]()]
+            out[f.name] = [flag for o in others for name, fl in o.items() if name not in meta["choices"] for flag in fl]
+            continue
         if f.name not in flags:
             continue
-        meta = f.metadata
         names = [meta["short"]] if meta.get("short") else []
         names.append(flags[f.name] if flags[f.name].startswith("-") else f.name)
         if meta.get("negative"):
             names.append(meta["negative"][0])
-        out[f.name] = names
+        out[f.name] = names + list(meta.get("aliases") or ())
     return out
 
 
@@ -767,6 +771,20 @@ def from_text(config: Any, name: str, convert: Callable[[str], Any]) -> None:
     value = getattr(config, name)
     if isinstance(value, str):
         object.__setattr__(config, name, convert(value))
+
+
+def run_key(f: Any) -> Any:
+    """A shared option (``lr_option()``...) marked as a key a resumed run must share (:func:`run_keys`)."""
+    import types
+
+    f.metadata = types.MappingProxyType({**f.metadata, "run": True})
+    return f
+
+
+def run_keys(cls: type) -> tuple[str, ...]:
+    """The fields of ``cls`` marked ``run``: the settings that change what a run computes, which a resumed run
+    must share (its run record keeps them)."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("run"))
 
 
 def from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:

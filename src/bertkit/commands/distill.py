@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bertkit.embeddings.data import read_scored, read_texts
 from bertkit.errors import InputError
-from bertkit.options import add_options, check_run_flags, from_args, option, option_flags
+from bertkit.options import add_options, from_args, option, option_flags
 from bertkit.outputs import MODEL_FILES, check_output, removed_if_refused
 from bertkit.recipes.distill import DistillArgs, check_args, distill, without_labels
 from bertkit.recipes.distill_embeddings import distill_embeddings, load_teacher
@@ -75,7 +75,6 @@ def _run(args: argparse.Namespace, ctx) -> int:
     files: DistillFiles = from_args(DistillFiles, args)
     train_args: DistillArgs = from_args(DistillArgs, args, device=str(ctx.device))
     check_args(train_args)
-    check_run_flags(train_args.resume, train_args.overwrite)
     if files.dropout is not None and not 0.0 <= files.dropout < 1.0:
         raise InputError(f"--dropout must be in [0, 1), got {files.dropout}")
     teacher_dir = Path(files.teacher)

@@ -68,8 +68,6 @@ def check_args(args: DistillArgs) -> None:
         raise InputError(f"--alpha must be in [0, 1], got {args.alpha}")
     if not (math.isfinite(args.intermediate_weight) and args.intermediate_weight >= 0):
         raise InputError(f"--intermediate-weight must be >= 0, got {args.intermediate_weight}")
-    if args.grad_accum < 1 or args.batch_size < 1:
-        raise InputError(f"--batch-size and --grad-accum must be >= 1, got {args.batch_size} and {args.grad_accum}")
     if not (math.isfinite(args.warmup_fraction) and 0.0 <= args.warmup_fraction <= 1.0):
         raise InputError(f"--warmup-fraction must be in [0, 1], got {args.warmup_fraction}")
     if not (math.isfinite(args.clip) and args.clip >= 0) or not (
