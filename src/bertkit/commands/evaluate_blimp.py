@@ -7,7 +7,6 @@ bertkit evaluate --task blimp --model runs/electra/generator --data data/blimp -
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import sys
@@ -15,13 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import InputError
-from bertkit.options import ExactComputeArgs, add_options, from_args, option, threads_option
+from bertkit.options import device_option, option, precision_option, threads_option
 
 PLL_CHOICES = ("original", "word-l2r")  # bertkit.tasks.blimp.PLL_METHODS, named here so -h imports no torch
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class BlimpArgs:
+    """What ``bertkit evaluate --task blimp`` reads, writes and how it scores. fp32 unless asked (minicons' numbers,
+    tests/parity/test_blimp_parity.py). ``--precision`` is the encoder's; the MLM head and the log-softmax run in fp32
+    always. bf16 agreed with fp32 on 99.92% of BLiMP's pairs, 1.8x as fast with one thread, but slower than fp32 with
+    two threads on the 2-core EPYC (BENCHMARKS.md, "BLiMP")."""
+
     task: str = option(required=True, choices=("blimp",), help="blimp: BLiMP's minimal pairs by pseudo-log-likelihood")
     model: str = option(
         required=True,
@@ -48,27 +52,20 @@ class BlimpArgs:
         "--workers 2 --threads 1 on 2 cores is the fastest (BENCHMARKS.md, BLiMP); the scores are the same",
     )
     quiet: bool = option(False, help="no progress bar")
+    device: str | None = device_option()
+    precision: str = precision_option("fp32")
 
 
-@dataclass
-class BlimpCompute(ExactComputeArgs):
-    """fp32 unless asked (minicons' numbers, tests/parity/test_blimp_parity.py). ``--precision`` is the encoder's;
-    the MLM head and the log-softmax run in fp32 always. bf16 agreed with fp32 on 99.92% of BLiMP's pairs, 1.8x as
-    fast with one thread, but slower than fp32 with two threads on the 2-core EPYC (BENCHMARKS.md, "BLiMP")."""
+CONFIG = BlimpArgs
+DESCRIPTION = (
+    "BLiMP: for each minimal pair, the good sentence must get a higher pseudo-log-likelihood than the bad one (a tie "
+    "is wrong). Prints and writes (OUTPUT/metrics.json) each paradigm's accuracy, each field's (the mean of its "
+    "paradigms) and the overall (the mean of the paradigms), in percent; OUTPUT/pairs.jsonl holds every pair's two "
+    "scores."
+)
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "BLiMP: for each minimal pair, the good sentence must get a higher pseudo-log-likelihood than the bad "
-        "one (a tie is wrong). Prints and writes (OUTPUT/metrics.json) each paradigm's accuracy, each field's "
-        "(the mean of its paradigms) and the overall (the mean of the paradigms), in percent; OUTPUT/pairs.jsonl "
-        "holds every pair's two scores."
-    )
-    add_options(parser, BlimpArgs)
-    add_options(parser, BlimpCompute)
-
-
-def run(args: argparse.Namespace) -> int:
+def run(cfg: BlimpArgs) -> int:
     # torch and the scorer: kept out of `bertkit evaluate --task blimp -h`
     import torch
 
@@ -83,17 +80,15 @@ def run(args: argparse.Namespace) -> int:
     )
     from bertkit.training.rundir import run_record
 
-    cfg: BlimpArgs = from_args(BlimpArgs, args)
-    compute: BlimpCompute = from_args(BlimpCompute, args)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     paradigms = read_blimp(cfg.data, cfg.pairs_per_paradigm)
-    device = resolve_device(compute.device)
+    device = resolve_device(cfg.device)
     if cfg.workers > 1 and str(device) != "cpu":
         raise InputError(f"--workers {cfg.workers}: processes side by side are for the CPU; leave it out on {device}")
-    options = dict(device=device, precision=compute.precision, pll=cfg.pll, batch_size=cfg.batch_size)
+    options = dict(device=device, precision=cfg.precision, pll=cfg.pll, batch_size=cfg.batch_size)
     if cfg.workers > 1:  # the same figures, the sentences scored by processes side by side (each loads the model)
-        precision = resolve_precision(compute.precision, device)
+        precision = resolve_precision(cfg.precision, device)
         threads = cfg.threads or 1
         score = functools.partial(scores_in_processes, cfg.model, workers=cfg.workers, threads=threads, **options)
     else:
@@ -101,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         precision, score = scorer.precision, scorer.sentence_scores
     result = evaluate_blimp(score, paradigms)
     output = Path(cfg.output or Path(cfg.model) / f"eval-{Path(cfg.data).name}")
-    record = {"task": "blimp", "data": cfg.data, "pll": cfg.pll, "workers": cfg.workers}
+    record = {"task": cfg.task, "data": cfg.data, "pll": cfg.pll, "workers": cfg.workers}
     record.update(run_record(precision, device))
     write_results(output, result, paradigms, record)
     print(table(result, paradigms))

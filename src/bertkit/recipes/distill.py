@@ -40,7 +40,7 @@ INTERMEDIATE = ("none", "hidden", "attention", "both")
 IGNORE = -100  # a hard label that is not there (an example from --unlabeled): cross_entropy's ignore_index
 
 
-@dataclass
+@dataclass(frozen=True)
 class DistillArgs(FinetuneArgs):
     """A distillation run: fine-tuning's settings plus the loss's; each field is also its ``bertkit distill`` flag."""
 
@@ -56,6 +56,10 @@ class DistillArgs(FinetuneArgs):
         "and / or attention maps, layer j of the student to layer j * L_teacher / L_student",
     )
     intermediate_weight: float = option(1.0, group=DISTILL, help="weight of the intermediate losses")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_args(self)
 
 
 def check_args(args: DistillArgs) -> None:
@@ -246,7 +250,6 @@ def distill(
     """Distil ``teacher`` into ``student`` on ``train_examples`` (examples without labels are learned from the
     teacher alone); keep the student with the best dev ``task.main_metric`` in ``output_dir``. Returns the best dev
     metrics, as :func:`bertkit.recipes.finetune.finetune` (whose loop, checkpoints and resume this is)."""
-    check_args(args)
     ctx = ctx or distributed.local(args.device)
     if getattr(teacher, "config", None) is None:
         raise InputError("--teacher: a feature-based tagger cannot teach (distil the fine-tuned BERT kind)")

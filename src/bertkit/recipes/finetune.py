@@ -46,7 +46,7 @@ from bertkit.options import (
 )
 from bertkit.precision import grad_scaler, resolve_device, resolve_precision
 from bertkit.tasks import TASK_CONFIG_NAME, feature_length, length_batches
-from bertkit.tasks.options import RunOptions
+from bertkit.tasks.options import FinetuneFiles, RunOptions, TaskOptions, task_option
 from bertkit.training import distributed
 from bertkit.training.distributed import DistContext
 from bertkit.training.interrupt import GracefulStop
@@ -58,7 +58,7 @@ from bertkit.training.state import TrainState, seed_dropout, seed_everything
 from bertkit.training.step import optimizer_step
 
 
-@dataclass
+@dataclass(frozen=True)
 class FinetuneArgs(RunOptions):
     """The settings of a fine-tuning run; each field is also its ``bertkit finetune`` flag."""
 
@@ -119,6 +119,14 @@ class FinetuneArgs(RunOptions):
 
 # the settings that change what is computed (fields marked run): a resumed run must use the same
 RESUME_KEYS = run_keys(FinetuneArgs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinetuneConfig(TaskOptions, FinetuneArgs, FinetuneFiles):
+    """What ``bertkit finetune`` reads, writes and how it trains: ``--task``, the files, the run's settings and the
+    task family's (each checked when made)."""
+
+    task: str = task_option(required=True)
 
 
 set_seed = seed_everything  # the name `bertkit finetune` calls

@@ -38,20 +38,14 @@ FILES = "files and data"  # the help group of the files flags
 FINETUNE_ONLY = ("feature_based", "feature_layers", "tagger", "tagger_hidden")
 
 
-def add_task_flag(parser: argparse.ArgumentParser, required: bool) -> None:
-    """``--task`` with the registry's names as choices."""
-    parser.add_argument(
-        "--task",
-        choices=TASK_NAMES,
-        required=required,
-        metavar="TASK",
-        help="task family or GLUE task: "
-        + ", ".join(TASK_NAMES)
-        + ("" if required else " (default: the fine-tuned model's)"),
-    )
+def task_option(required: bool, extra: tuple[str, ...] = (), help: str | None = None) -> Any:
+    """``task``: ``--task`` with the registry's names (and ``extra``) as choices."""
+    default_help = "task family or GLUE task: " + ", ".join(TASK_NAMES)
+    default_help += "" if required else " (default: the fine-tuned model's)"
+    return option(None, choices=(*TASK_NAMES, *extra), required=required, metavar="TASK", help=help or default_help)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunOptions:
     """How a fine-tuning, evaluation or prediction run computes: shared by the three commands."""
 
@@ -61,7 +55,7 @@ class RunOptions:
     skip_bad_rows: bool = option(False, help="skip and count malformed rows instead of stopping at the first")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TaskOptions:
     """A task family's settings; ``None`` = the task's default, or the value saved with a fine-tuned model."""
 
@@ -213,7 +207,7 @@ def task_of_directory(model_dir: Path, task_name: str | None, args: argparse.Nam
     return task_for_model(name, task_options(args, saved), model_dir)
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class FinetuneFiles:
     """What ``bertkit finetune`` reads and writes."""
 
@@ -261,7 +255,7 @@ def load_finetuned(model_dir: str | Path, task_name: str | None, args: argparse.
     return task, model, tokenizer
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class InferenceFiles:
     """What ``evaluate`` and ``predict`` read and write."""
 
@@ -286,9 +280,19 @@ class InferenceFiles:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class InferenceConfig(TaskOptions, RunOptions, InferenceFiles):
+    """What ``bertkit evaluate`` and ``bertkit predict`` read, write and how they run: the files, ``--task`` (default:
+    the fine-tuned model's), the run's options and the task's (those saved with the model unless given)."""
+
+    task: str | None = task_option(required=False)
+    # chosen at fine-tuning time: evaluate / predict read them from the model directory
+    feature_based: bool = option(False, skip=True)
+    feature_layers: str | None = option(None, skip=True)
+    tagger: str | None = option(None, skip=True)
+    tagger_hidden: int | None = option(None, skip=True)
+
+
 def configure_inference(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``evaluate`` and ``predict``."""
-    add_options(parser, InferenceFiles)
-    add_task_flag(parser, required=False)
-    add_options(parser, RunOptions)
-    add_options(parser, TaskOptions, exclude=FINETUNE_ONLY)
+    """The flags of ``evaluate`` and ``predict`` (``InferenceConfig``'s), for a caller that builds its own parser."""
+    add_options(parser, InferenceConfig)
