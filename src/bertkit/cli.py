@@ -106,6 +106,12 @@ def select(command: str, argv: list[str]) -> tuple[str, list[str], str]:
     return COMMANDS[command][0], argv, f"bertkit {command}"
 
 
+def route(command: str, argv: list[str]) -> str | None:
+    """The variant module :func:`select` picks for ``bertkit COMMAND ARGV``, None for the command's own."""
+    module = select(command, argv)[0] if command in COMMANDS else None
+    return None if module in (None, COMMANDS[command][0]) else module
+
+
 def configure(module: Any, parser: argparse.ArgumentParser) -> None:
     """The flags of a command module on ``parser``: its ``CONFIG``'s fields (``bertkit.options.add_options``)."""
     if isinstance(module, str):
