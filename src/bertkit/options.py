@@ -18,10 +18,10 @@ field out of the CLI; ``aliases=`` are older spellings still accepted (with a de
 
 The options every training command shares have one name, one help text and one spelling here (``lr_option``,
 ``warmup_option``, ``clip_option``, ``max_steps_option``, ``seed_option``, ``device_option``, ``precision_option``,
-``threads_option``, ``output_option``); a command chooses only its default. Every command that runs a model takes
-``--device`` / ``--precision`` from these (``ComputeArgs``, or ``ExactComputeArgs``: fp32 by default); none writes
-``add_argument("--device")`` itself (tests/unit/test_options_everywhere.py). A command that passes flags on to
-another (``bertkit glue`` -> ``finetune``) uses ``add_options(..., passthrough=True)`` and :func:`to_argv`.
+``threads_option``, ``output_option``, ``model_option``, ``corpus_option``...); a command chooses only its default.
+Every command that runs a model takes ``--device`` / ``--precision`` from these (``precision_option("fp32")`` where it
+prints a model's exact numbers); none writes ``add_argument`` itself (tests/unit/test_command_configs.py). A field
+whose flags pass on to another command (``bertkit glue`` -> ``finetune``) is an ``option(passthrough=...)``.
 """
 
 from __future__ import annotations
@@ -121,56 +121,18 @@ def _base_type(tp: Any) -> Any:
 POSITIVE = (0, None, True, False)  # POSITIVE: for a field whose name has other bounds elsewhere
 _FRACTION = (0, 1, False, False)
 BOUNDS: dict[str, tuple] = {
+    # learning, steps, sizes: 0 would train nothing or divide by zero (limit_alphabet: 0 keeps no character, every word
+    # would be [UNK]); the server's batching and limits (max_batch_size ... keep_alive_timeout_s): 0 would refuse
+    # every request (a misconfiguration, not the client's)
     **dict.fromkeys(
-        (
-            # learning, steps, sizes: 0 would train nothing or divide by zero
-            "lr",
-            "tagger_lr",
-            "epochs",
-            "max_steps",
-            "steps",
-            "batch_size",
-            "eval_batch_size",
-            "phase2_batch_size",
-            "grad_accum",
-            "eval_batches",
-            "seq_len",
-            "phase2_seq_len",
-            "max_seq_length",
-            "max_length",
-            "max_query_length",
-            "max_answer_length",
-            "doc_stride",
-            "n_best_size",
-            "dupe_factor",
-            "log_every",
-            "top_k",
-            "shard_tokens",
-            "temperature",
-            "scale",
-            "checkpoints",
-            "tagger_hidden",
-            "max_time",
-            "prepare_timeout",
-            "opset",
-            "head",
-            "limit_alphabet",  # 0 keeps no character: every word would be [UNK]
-            # the server's batching and limits: 0 would refuse every request (a misconfiguration, not the client's)
-            "max_batch_size",
-            "max_batch_tokens",
-            "max_inputs",
-            "max_input_chars",
-            "max_request_tokens",
-            "max_output_values",
-            "max_predictions",
-            "max_payload_bytes",
-            "max_pending",
-            "limit_concurrency",
-            "request_timeout_s",
-            "header_timeout_s",
-            "body_timeout_s",
-            "keep_alive_timeout_s",
-        ),
+        """
+        lr tagger_lr epochs max_steps steps batch_size eval_batch_size phase2_batch_size grad_accum eval_batches seq_len
+        phase2_seq_len max_seq_length max_length max_query_length max_answer_length doc_stride n_best_size dupe_factor
+        log_every top_k shard_tokens temperature scale checkpoints tagger_hidden max_time prepare_timeout opset head
+        limit_alphabet max_batch_size max_batch_tokens max_inputs max_input_chars max_request_tokens max_output_values
+        max_predictions max_payload_bytes max_pending limit_concurrency request_timeout_s header_timeout_s
+        body_timeout_s keep_alive_timeout_s
+        """.split(),
         POSITIVE,
     ),
     **dict.fromkeys(("warmup_fraction", "short_seq_prob", "alpha"), _FRACTION),  # alpha: distill's soft-target share
@@ -628,9 +590,11 @@ def output_option(
 MODEL_HELP = "bertkit or Hugging Face BERT / ModernBERT directory (config.json, weights, vocab.txt or tokenizer.json)"
 
 
-def model_option(help: str = MODEL_HELP, group: str | None = None, required: bool = True) -> Any:
+def model_option(
+    help: str = MODEL_HELP, group: str | None = None, required: bool = True, metavar: str | None = None
+) -> Any:
     """``model``: the model directory a command reads (``--model``)."""
-    return option(None, required=required, group=group, help=help)
+    return option(None, required=required, group=group, help=help, metavar=metavar)
 
 
 CORPUS_HELP = (
@@ -683,12 +647,12 @@ def cased_option(help: str, default: bool | None = False) -> Any:
     return option(default, help=help)
 
 
-def quiet_option(help: str = "no progress bar") -> Any:
-    return option(False, help=help)
+def quiet_option(help: str = "no progress bar", group: str | None = None) -> Any:
+    return option(False, help=help, group=group)
 
 
-def overwrite_option(help: str) -> Any:
-    return option(False, help=help)
+def overwrite_option(help: str, group: str | None = None) -> Any:
+    return option(False, help=help, group=group)
 
 
 def batch_size_option(default: int | None, help: str = "examples per batch", group: str | None = None) -> Any:
@@ -737,24 +701,6 @@ def field_flags(cls: type) -> dict[str, list[str]]:
             names.append(meta["negative"][0])
         out[f.name] = names + list(meta.get("aliases") or ())
     return out
-
-
-@dataclasses.dataclass
-class ComputeArgs:
-    """Where and at what precision a command runs a model: ``--device`` and ``--precision``, for every command that
-    loads one (embed, similarity, fill-mask, attention, serve, probe, quickstart; the training commands carry the
-    same two fields in their own dataclasses)."""
-
-    device: str | None = device_option()
-    precision: str = precision_option()
-
-
-@dataclasses.dataclass
-class ExactComputeArgs(ComputeArgs):
-    """``ComputeArgs`` with fp32 unless asked otherwise: for commands that print a model's numbers (fill-mask's
-    probabilities, similarity's distances, attention maps) as the model computes them."""
-
-    precision: str = precision_option("fp32")
 
 
 def narrow(config: Any, cls: type, **overrides: Any) -> Any:

@@ -1,5 +1,5 @@
 """One definition per option (DESIGN.md habit 13), for every command: ``--device``, ``--precision``, ``--threads``
-and ``--seed`` come from ``bertkit.options`` (``ComputeArgs``, ``device_option``...), never from a command's own
+and ``--seed`` come from ``bertkit.options`` (``device_option``, ``precision_option``...), never from a command's own
 ``add_argument``. Checked by reading src/bertkit/commands/ with ``ast``, and by building each command's parser."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def hand_written_shared_flags(source: str, name: str = "<src>") -> list[str]:
 def test_no_command_defines_device_precision_threads_or_seed_itself():
     assert len(COMMAND_SOURCES) > len(COMMANDS)  # the files were found
     found = [hit for p in COMMAND_SOURCES for hit in hand_written_shared_flags(p.read_text(encoding="utf-8"), p.name)]
-    assert not found, "build these from bertkit.options (ComputeArgs, device_option, seed_option...): " + str(found)
+    assert not found, "build these from bertkit.options (device_option, seed_option...): " + str(found)
 
 
 def test_the_source_rule_sees_a_hand_written_flag():

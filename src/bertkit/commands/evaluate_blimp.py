@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import InputError
-from bertkit.options import device_option, option, precision_option, threads_option
+from bertkit.options import device_option, model_option, option, precision_option, quiet_option, threads_option
 
 PLL_CHOICES = ("original", "word-l2r")  # bertkit.tasks.blimp.PLL_METHODS, named here so -h imports no torch
 
@@ -27,9 +27,8 @@ class BlimpArgs:
     two threads on the 2-core EPYC (BENCHMARKS.md, "BLiMP")."""
 
     task: str = option(required=True, choices=("blimp",), help="blimp: BLiMP's minimal pairs by pseudo-log-likelihood")
-    model: str = option(
-        required=True,
-        help="a model directory with an MLM head (BERT pre-training or masked LM, ModernBERT masked LM, an ELECTRA "
+    model: str = model_option(
+        "a model directory with an MLM head (BERT pre-training or masked LM, ModernBERT masked LM, an ELECTRA "
         "run's generator/) and its tokenizer",
     )
     data: str = option(required=True, help="BLiMP's directory: one <UID>.jsonl per paradigm")
@@ -51,7 +50,7 @@ class BlimpArgs:
         help="processes scoring the sentences side by side, each with --threads threads (default 1); on the CPU, "
         "--workers 2 --threads 1 on 2 cores is the fastest (BENCHMARKS.md, BLiMP); the scores are the same",
     )
-    quiet: bool = option(False, help="no progress bar")
+    quiet: bool = quiet_option()
     device: str | None = device_option()
     precision: str = precision_option("fp32")
 

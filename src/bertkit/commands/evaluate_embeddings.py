@@ -14,7 +14,7 @@ from pathlib import Path
 from bertkit.embeddings.data import read_scored
 from bertkit.errors import InputError
 from bertkit.files import write_json
-from bertkit.options import device_option, option, precision_option
+from bertkit.options import device_option, model_option, option, precision_option
 
 POOLINGS = ("mean", "max", "mean_max", "cls", "cls_pooled", "first", "sep")
 
@@ -29,7 +29,7 @@ class EmbeddingEvalArgs:
         required=True,
         help="sts: Pearson / Spearman x 100 of the cosine; retrieval: BEIR folder, exact search",
     )
-    model: str = option(None, required=True, help="bertkit, Hugging Face or sentence-transformers BERT directory")
+    model: str = model_option("bertkit, Hugging Face or sentence-transformers BERT directory")
     data: str = option(
         None,
         required=True,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bertkit.errors import InputError
-from bertkit.options import device_option, option, precision_option
+from bertkit.options import device_option, model_option, option, precision_option
 
 MASK = "[MASK]"
 
@@ -18,10 +18,8 @@ MASK = "[MASK]"
 class FillMaskConfig:
     """What ``bertkit fill-mask`` predicts."""
 
-    model: str = option(
-        required=True,
-        metavar="DIR",
-        help="a model directory (bertkit or Hugging Face layout) with an MLM head and vocab.txt",
+    model: str = model_option(
+        "a model directory (bertkit or Hugging Face layout) with an MLM head and vocab.txt", metavar="DIR"
     )
     text: list[str] = option(
         flag="text", nargs="+", default_factory=list, help='texts holding [MASK], e.g. "the [MASK] sat on the mat ."'

@@ -83,9 +83,7 @@ class EmbeddingTrainArgs:
         "MultipleNegativesRankingLoss; sts: (text, text, score) with CoSENT",
     )
     train: str = opts.run_key(option(None, required=True, help="training file (text, TSV, CSV, JSONL, SQuAD JSON)"))
-    model: str = opts.run_key(
-        option(None, required=True, help="bertkit, Hugging Face or sentence-transformers model directory")
-    )
+    model: str = opts.run_key(opts.model_option("bertkit, Hugging Face or sentence-transformers model directory"))
     output: str = opts.output_option(help="output directory (loads in Encoder, sentence-transformers, transformers)")
     dev: str | None = option(
         None,
@@ -166,7 +164,7 @@ class EmbeddingTrainArgs:
         option(0, help="evaluate --dev every N steps (default: each epoch)", group="training")
     )
     eval_batch_size: int = option(64, group="training")
-    quiet: bool = option(False, help="no progress lines", group="training")
+    quiet: bool = opts.quiet_option("no progress lines", group="training")
     save_every: int = option(
         0,
         help="also write a resumable checkpoint every N steps (0 = only when stopped by SIGTERM / SIGINT)",
@@ -178,7 +176,7 @@ class EmbeddingTrainArgs:
         "result equals an uninterrupted run's",
         group="checkpoints",
     )
-    overwrite: bool = option(False, help="replace the finished run in OUTPUT", group="checkpoints")
+    overwrite: bool = opts.overwrite_option("replace the finished run in OUTPUT", group="checkpoints")
 
     def __post_init__(self) -> None:
         opts.check_bounds(self, InputError)  # the ranges the flags are parsed with (--batch-size >= 1...)

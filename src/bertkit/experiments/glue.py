@@ -41,7 +41,7 @@ from bertkit.experiments.plots import bar_chart
 from bertkit.experiments.runner import check_stop, finetune_options, log_tail, open_study, run_bertkit
 from bertkit.experiments.tables import csv_text
 from bertkit.files import atomic_write, remove_stale_temp_files, write_json, write_text
-from bertkit.options import from_text, option, output_option, parse_lrs, parse_seeds, parse_time
+from bertkit.options import from_text, model_option, option, output_option, parse_lrs, parse_seeds, parse_time
 
 log = logging.getLogger(__name__)
 
@@ -356,7 +356,7 @@ class SuiteConfig:
     flag's text: read, and a bad one refused naming the flag, when the config is made). ``finetune_args``: extra
     flags passed to every ``bertkit finetune``."""
 
-    model: Path = option(required=True, help="bertkit or Hugging Face BERT directory")
+    model: Path = model_option("bertkit or Hugging Face BERT directory")
     data: Path = option(
         required=True,
         help="the GLUE directory (CoLA/, SST-2/, MRPC/, STS-B/, QQP/, MNLI/, QNLI/, RTE/, WNLI/, diagnostic/)",

@@ -37,6 +37,7 @@ from bertkit.options import (
     max_steps_option,
     max_time_option,
     option,
+    overwrite_option,
     precision_option,
     run_key,
     run_keys,
@@ -108,7 +109,7 @@ class FinetuneArgs(RunOptions):
         help="continue the interrupted run in OUTPUT from its checkpoint "
         "(same flags): the result equals an uninterrupted run's",
     )
-    overwrite: bool = option(False, group="checkpoints", help="replace the finished run in OUTPUT")
+    overwrite: bool = overwrite_option("replace the finished run in OUTPUT", group="checkpoints")
 
     def __post_init__(self) -> None:
         # the ranges the flags are parsed with (options.BOUNDS: --batch-size, --grad-accum >= 1...), for a run made

@@ -22,10 +22,12 @@ from bertkit.options import (
     check_bounds,
     device_option,
     from_args,
+    model_option,
     option,
     output_option,
     output_path,
     precision_option,
+    quiet_option,
 )
 from bertkit.tasks import TASK_CONFIG_NAME, TASK_NAMES, get_task, read_task_config
 from bertkit.tokenization import load_tokenizer
@@ -51,7 +53,7 @@ class RunOptions:
 
     device: str | None = device_option()
     precision: str = precision_option()
-    quiet: bool = option(False, help="no progress bar or per-evaluation lines")
+    quiet: bool = quiet_option("no progress bar or per-evaluation lines")
     skip_bad_rows: bool = option(False, help="skip and count malformed rows instead of stopping at the first")
 
 
@@ -213,11 +215,10 @@ class FinetuneFiles:
 
     train: str = option(required=True, group=FILES, help="training file")
     dev: str | None = option(None, group=FILES, help="dev file: evaluated each epoch; the best checkpoint is kept")
-    model: str = option(
-        required=True,
+    model: str = model_option(
+        "bertkit or Hugging Face BERT or ModernBERT directory (config.json + model.safetensors or "
+        "pytorch_model.bin + vocab.txt or tokenizer.json)",
         group=FILES,
-        help="bertkit or Hugging Face BERT or ModernBERT directory (config.json + "
-        "model.safetensors or pytorch_model.bin + vocab.txt or tokenizer.json)",
     )
     output: str = output_option(group=FILES, help="output directory (model, vocab, metrics.json, predictions)")
     max_train_examples: int = option(0, group=FILES, help="use only the first N training examples (0 = all)")
@@ -259,7 +260,7 @@ def load_finetuned(model_dir: str | Path, task_name: str | None, args: argparse.
 class InferenceFiles:
     """What ``evaluate`` and ``predict`` read and write."""
 
-    model: str = option(required=True, help="a fine-tuned OUTPUT directory of `bertkit finetune`")
+    model: str = model_option("a fine-tuned OUTPUT directory of `bertkit finetune`")
     data: str = option(required=True, help="file in the task's format (evaluate needs its labels, predict does not)")
     output: str | None = option(
         None,
