@@ -1,5 +1,6 @@
 """Issue 32's demonstrations, scored: pieces per word and held-out MLM of adaptation routes on a domain's held-out
-text, each route with its own vocabulary (the routes, commands and split: BENCHMARKS.md, "Adapting a model").
+text, each route with its own vocabulary (the routes, commands and split: BENCHMARKS.md, "Adapting a model to a new
+language or domain").
 
 Two meters, both honest (every scored position's input is [MASK]; nothing the input gives away is counted):
 

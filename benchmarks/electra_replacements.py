@@ -17,7 +17,7 @@ the corpus's unigram distribution does, and then only context tells a replaced t
 
     python benchmarks/electra_replacements.py --steps 200      # about 3 minutes on one core
 
-Recorded in BENCHMARKS.md ("ELECTRA's discriminator: what its samples teach").
+Recorded in BENCHMARKS.md ("ELECTRA"; the write-up: docs/results/pretraining.md).
 """
 
 from __future__ import annotations

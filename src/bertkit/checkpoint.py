@@ -31,6 +31,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from bertkit import models
 from bertkit.config import BertConfig
 from bertkit.errors import InputError, MissingFileError
 from bertkit.files import atomic_write, write_json
@@ -395,6 +396,7 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> None:
     }
     config = model.config.to_dict("hf")
     config["architectures"] = [type(model).__name__]
+    models.of_config(model.config).write_loader(directory, config)  # a variant's transformers code
     atomic_write(directory / WEIGHTS_NAME, lambda p: save_file(state, str(p), metadata={"format": "pt"}))
     write_json(directory / CONFIG_NAME, config)
 
@@ -496,11 +498,12 @@ def load_layout_pretrained(
 
 def save_layout_pretrained(model: nn.Module, directory: str | os.PathLike, layout: Layout) -> None:
     """``config.json`` (``model.config.to_dict()`` with ``architectures``) + ``model.safetensors``, tied aliases
-    saved once (under their canonical key)."""
+    saved once (under their canonical key); a variant's transformers code (``models.Architecture.write_loader``)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items() if k not in layout.tied}
     config = model.config.to_dict()
     config["architectures"] = [type(model).__name__]
+    models.of_config(model.config).write_loader(directory, config)
     atomic_write(directory / WEIGHTS_NAME, lambda p: save_file(state, str(p), metadata={"format": "pt"}))
     write_json(directory / CONFIG_NAME, config)

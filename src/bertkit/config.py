@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 from collections.abc import Callable
@@ -14,6 +15,9 @@ from typing import Any
 
 from bertkit.errors import InputError, MissingFileError
 from bertkit.files import write_json
+
+log = logging.getLogger(__name__)
+_WARNED: set[tuple[str, tuple[str, ...]]] = set()  # (source, keys) already said: a directory is read more than once
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 POSITION_EMBEDDING_TYPES = ("absolute", "sinusoidal")
@@ -28,10 +32,23 @@ PRESETS: dict[str, tuple[int, int, int]] = {
     "bert-large": (24, 1024, 16),
 }
 
+# config.json's key for how the model's MLM head reads (bertkit's own; transformers keeps it and ignores it): "mntp",
+# masked next-token prediction (``--objective mntp``): a [MASK] at position j is answered by the logits at j - 1.
+# Absent (or "mlm"): at j, as every masked LM. Kept in the config's ``extra`` and written back by ``head_fields``
+OBJECTIVE_KEY = "bertkit_objective"
+HEAD_READS = ("mlm", "mntp")
+
+
+def reads_next_token(config: Any) -> bool:
+    """Whether ``config``'s MLM head answers a [MASK] at position j from position j - 1 (``OBJECTIVE_KEY``)."""
+    return getattr(config, "extra", {}).get(OBJECTIVE_KEY) == "mntp"
+
+
 # Keys that Hugging Face's (or Google's) files carry for bookkeeping; accepted and ignored on load.
 _IGNORED_KEYS = frozenset(
     {
         "architectures",
+        "auto_map",  # a variant's transformers code (models.Architecture.write_loader)
         "model_type",
         "transformers_version",
         "torch_dtype",
@@ -67,6 +84,7 @@ _IGNORED_KEYS = frozenset(
         "is_encoder_decoder",
         "_attn_implementation_autoset",
         "model_name",
+        OBJECTIVE_KEY,
     }
 )
 
@@ -186,6 +204,8 @@ def head_fields(config: Any) -> dict[str, Any]:
         out["label2id"] = {f"LABEL_{i}": i for i in range(config.num_labels)}
     if "problem_type" in config.extra:
         out["problem_type"] = config.extra["problem_type"]
+    if OBJECTIVE_KEY in config.extra:
+        out[OBJECTIVE_KEY] = config.extra[OBJECTIVE_KEY]
     return out
 
 
@@ -286,20 +306,31 @@ class EncoderConfig:
         translate: Callable[[str, Any], dict[str, Any] | None] | None = None,
     ) -> Any:
         """Build from a config dict: its fields by name; ``translate(key, value)`` gives the fields another key stands
-        for (None: not one); bookkeeping keys (``ignored``, or starting with "_") are kept in ``extra``; any other
-        key is refused, naming it."""
+        for (None: not one); bookkeeping keys (``ignored``, or starting with "_") are kept in ``extra``; so is any
+        other key, as transformers keeps it (``mask_token_id`` in a ModernBERT config): said once in a warning, and
+        written back by ``to_dict`` (:meth:`_kept_keys`). A known field with a wrong type or value is refused,
+        naming it."""
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}  # type: ignore[arg-type]
         kwargs: dict[str, Any] = {}
         extra: dict[str, Any] = {}
+        unused: list[str] = []
         for key, value in data.items():
             if key in names:
                 kwargs[key] = value
             elif translate is not None and (fields := translate(key, value)) is not None:
                 kwargs.update(fields)
-            elif key in ignored or key.startswith("_"):
-                extra[key] = value
             else:
-                raise ConfigError(f"{source}: unknown config field {key!r}")
+                extra[key] = value
+                if key not in ignored and not key.startswith("_"):
+                    unused.append(key)
+        if unused and (source, tuple(unused)) not in _WARNED:
+            _WARNED.add((source, tuple(unused)))
+            log.warning(
+                f"bertkit: {source}: {', '.join(map(repr, unused))}: not a field bertkit uses; kept as given (a "
+                "misspelt field name would be one too)"
+            )
+        if extra.get(OBJECTIVE_KEY, "mlm") not in HEAD_READS:
+            raise ConfigError(f"{source}: {OBJECTIVE_KEY} must be one of {HEAD_READS}, got {extra[OBJECTIVE_KEY]!r}")
         try:
             return cls(**kwargs, extra=extra)
         except (ValueError, TypeError) as e:  # ConfigError, or a value of the wrong type (int("x"))
@@ -307,6 +338,11 @@ class EncoderConfig:
 
     def to_dict(self, flavour: str = "hf") -> dict[str, Any]:
         raise NotImplementedError
+
+    def _kept_keys(self, ignored: frozenset[str]) -> dict[str, Any]:
+        """The keys of the file read that bertkit does not use (not one of ``ignored``'s bookkeeping keys): a saved
+        config writes them back, as transformers does."""
+        return {k: v for k, v in self.extra.items() if k not in ignored and not k.startswith("_")}
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> Any:
@@ -413,7 +449,8 @@ class BertConfig(EncoderConfig):
     # ------------------------------------------------------------------ dict / JSON
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> BertConfig:
-        """Build from a Google or HF config dict. Unknown keys are rejected (HF bookkeeping keys are allowed)."""
+        """Build from a Google or HF config dict. Keys it does not know are kept (and said once), as
+        :meth:`_from_keys` keeps them."""
         if data.get("model_type") == "modernbert":  # bertkit.modeling_modernbert reads it; say so in one line
             raise ConfigError(
                 f"{source}: a ModernBERT model (model_type 'modernbert'); this reads BERT models only "
@@ -444,7 +481,7 @@ class BertConfig(EncoderConfig):
             out.pop("architectures")
         out["tie_word_embeddings"] = True
         out.update(head_fields(self))
-        return out
+        return {**self._kept_keys(_IGNORED_KEYS), **out}
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> BertConfig:

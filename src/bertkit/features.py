@@ -44,8 +44,9 @@ import torch
 
 from bertkit import checkpoint, models, runtime
 from bertkit.batches import collate, cut_batches, plan_batches  # noqa: F401 (cut_batches re-exported)
-from bertkit.config import ConfigError, check_config_json, check_vocabulary_fits
+from bertkit.config import ConfigError, check_config_json, check_vocabulary_fits, reads_next_token
 from bertkit.errors import InputError, MissingFileError
+from bertkit.modeling import shift_left
 from bertkit.ops import pool  # the Encoder's poolings (bertkit.features.pool too)
 from bertkit.precision import autocast, check_device, resolve_precision
 from bertkit.st_format import read_sentence_transformers
@@ -578,11 +579,18 @@ class Encoder:
 
     # ------------------------------------------------------------------ fill-mask
 
+    @property
+    def mlm_head_names(self) -> str:
+        """The weights of this architecture's MLM head, as a message names them (``cls.predictions`` for BERT,
+        ``head, decoder`` for ModernBERT)."""
+        return ", ".join(k.rstrip(".") for k in models.of_config(self.config).mlm_keys)
+
     def fill_mask(self, texts: Sequence[str], top_k: int = 5, max_length: int | None = 512) -> list[list[list[dict]]]:
         """For each text, for each ``[MASK]`` in it: the ``top_k`` predictions as dicts (token, token_id, score).
-        Needs a checkpoint with an MLM head (``BertForPreTraining`` / ``BertForMaskedLM``)."""
+        Needs a checkpoint with an MLM head (``BertForPreTraining`` / ``BertForMaskedLM``). A model whose config.json
+        says ``bertkit_objective: mntp`` (masked next-token prediction) answers a [MASK] at j from position j - 1."""
         if self.mlm_head is None:
-            raise InputError("fill-mask needs an MLM head (cls.predictions), which this checkpoint does not have")
+            raise InputError(f"fill-mask needs an MLM head ({self.mlm_head_names}), which this checkpoint lacks")
         texts = _check_texts(texts, "texts")
         tok = self.tokenizer
         if tok.mask_token_id is None:
@@ -598,12 +606,15 @@ class Encoder:
                 raise InputError(f"texts[{n}] is {len(ids)} tokens long, over the limit of {limit}")
             sequences.append(ids)
         top_k = max(1, min(int(top_k), self.config.vocab_size))
+        shifted = reads_next_token(self.config)
 
         def run(batch: list[int]) -> list[list[list[dict]]]:
             ids, types, mask = collate([sequences[i] for i in batch], None, tok.pad_token_id, device=self.device)
             states, _ = self.forward(ids, types, mask, -1)
             where = ids == mask_id  # [B, T]
-            logits = self.mlm_head(states[-1][where]).float()  # [M, V]
+            # a masked next-token model (config.json's bertkit_objective: mntp) answers a [MASK] at j from j - 1
+            read = shift_left(where, False) if shifted else where
+            logits = self.mlm_head(states[-1][read]).float()  # [M, V]
             probs = logits.softmax(-1)
             scores, top = probs.topk(top_k, dim=-1)
             rows: list[list[list[dict]]] = [[] for _ in batch]

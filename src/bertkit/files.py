@@ -7,6 +7,7 @@ which ones a dead process left (``remove_stale_temp_files``).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -15,6 +16,39 @@ from pathlib import Path
 from typing import Any
 
 _TMP_RE = re.compile(r"^\..+\.tmp-(\d+)$")
+
+
+def resolved(path: str | os.PathLike) -> Path:
+    """``path`` absolute, its links resolved (``Path.resolve()``), except that a link loop (``l1 -> l2 -> l1``) is
+    resolved as far as it goes instead of raising (Python 3.11's ``RuntimeError: Symlink loop``)."""
+    return Path(os.path.realpath(Path(path).expanduser()))
+
+
+def is_link_loop(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a symbolic link that never reaches a file (a loop of links)."""
+    try:
+        Path(path).resolve(strict=True)
+    except RuntimeError:  # Python 3.11's Symlink loop
+        return True
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    return False
+
+
+def unreadable_reason(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be read as a file of data, or None when it can (a regular file, or a link to one): a pipe,
+    socket or device (reading it may never end, or never stop: ``/dev/zero``), a link loop, a directory, nothing.
+    Every reader of a corpus, task or BLiMP file asks this before it opens one."""
+    path = Path(path)
+    if path.is_file():
+        return None
+    if is_link_loop(path):
+        return "a symbolic link loop (it never reaches a file)"
+    if path.is_dir():
+        return "is a directory, not a file"
+    if path.exists():
+        return "not a regular file (a pipe, socket or device)"
+    return "no such file"
 
 
 def temp_path(path: Path) -> Path:

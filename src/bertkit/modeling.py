@@ -41,7 +41,7 @@ ACT2FN: dict[str, Callable[[Tensor], Tensor]] = {
 }
 
 # --------------------------------------------------------------------------------------------- attention kernels
-# Same signature: (q, k, v [B, N, T, D], mask [B, 1, 1, T] bool (True = attend) or None, dropout_p) ->
+# Same signature: (q, k, v [B, N, T, D], mask [B, 1, 1 or T, T] bool (True = attend) or None, dropout_p) ->
 # (context [B, N, T, D], probs [B, N, T, T] or None).
 
 
@@ -65,6 +65,25 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout
 
 
 ATTENTION_FUNCTIONS = {"eager": eager_attention, "sdpa": sdpa_attention}
+
+
+def causal_mask(
+    causal: bool | Tensor, attention_mask: Tensor | None, T: int, device, window: int | None = None
+) -> Tensor:
+    """The attention mask of causal rows, [B or 1, 1, T, T] bool (True = attend): query i sees the keys j <= i in
+    the rows ``causal`` names (True: every row; a [B] bool tensor: those rows, the others every key), only keys
+    within ``window`` (|i - j| <= W: ModernBERT's local layers; None: all) and no padding key (``attention_mask``
+    [B, T] 1/0). A query left with no key (padding) attends to all, as the padded batches do."""
+    pos = torch.arange(T, device=device)
+    mask = (pos[None, :] <= pos[:, None])[None, None]  # [1, 1, T, T]
+    if isinstance(causal, Tensor):
+        mask = mask | ~causal.to(device=device, dtype=torch.bool)[:, None, None, None]  # [B, 1, T, T]
+    if window is not None:
+        mask = mask & ((pos[:, None] - pos[None, :]).abs() <= window)
+    if attention_mask is not None:
+        mask = mask & attention_mask.to(device).bool()[:, None, None, :]
+        mask = mask | ~mask.any(-1, keepdim=True)
+    return mask
 
 
 class Packing:
@@ -472,6 +491,7 @@ class BertModel(BertPreTrainedModel):
         num_layers: int | None = None,
         packing: Packing | None = None,
         output_pooler: bool = True,
+        causal: bool | Tensor = False,
     ) -> BertModelOutput:
         """
         Args:
@@ -487,6 +507,8 @@ class BertModel(BertPreTrainedModel):
                 it replaces; attention in its groups of rows); the outputs are the padded batch's, padded back to
                 [B, T, H] with zeros at padding.
             output_pooler: False skips the pooler (``pooler_output`` None) when the caller does not read it.
+            causal: True: each position attends only to itself and the positions before it (a causal LM's
+                attention: ``--objective mntp``'s causal rows); a [B] bool tensor: those rows only. Default off.
         """
         depth = len(self.encoder.layer)
         if num_layers is not None:
@@ -505,6 +527,10 @@ class BertModel(BertPreTrainedModel):
             if tuple(input_ids.shape) != packing.shape:
                 raise ValueError(f"packing is of a {list(packing.shape)} batch, the input is {list(input_ids.shape)}")
             mask = packing
+        if causal is not False:
+            if packing is not None:
+                raise ValueError("causal attention needs the padded batch: leave packing out")
+            mask = causal_mask(causal, attention_mask, input_ids.size(1), input_ids.device)  # [B or 1, 1, T, T]
 
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # [B, T, H]
         if packing is not None:
@@ -594,6 +620,13 @@ def masked_lm(
     if masked_labels.numel() == 0:  # nothing to predict: a zero loss that still has a graph
         return masked_logits.sum() * 0.0, None, masked_logits, masked_labels
     return ops.cross_entropy(masked_logits, masked_labels), None, masked_logits, masked_labels
+
+
+def shift_left(x: Tensor, fill: int | bool) -> Tensor:
+    """[B, T] -> [B, T]: ``out[:, i] = x[:, i + 1]``, ``fill`` at the last position. Masked next-token prediction's
+    one shift (config.json's ``bertkit_objective: mntp``): a label at position j moves to j - 1, where its logits
+    are read; a [MASK] at j is answered at j - 1."""
+    return torch.cat([x[:, 1:], x.new_full((x.size(0), 1), fill)], dim=1)
 
 
 class BertForPreTraining(BertPreTrainedModel):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit import checkpoint, ops
-from bertkit.config import ConfigError, EncoderConfig, _available_memory, head_fields
+from bertkit.config import OBJECTIVE_KEY, ConfigError, EncoderConfig, _available_memory, head_fields
 from bertkit.errors import InputError, MissingFileError
 from bertkit.modeling import (
     ACT2FN,
@@ -41,6 +42,7 @@ from bertkit.modeling import (
     Packing,
     QuestionAnsweringOutput,
     SequenceClassifierOutput,
+    causal_mask,
 )
 
 # --------------------------------------------------------------------------------------------- config
@@ -62,6 +64,7 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
 _IGNORED_KEYS = frozenset(
     {
         "architectures",
+        "auto_map",  # a variant's transformers code (models.Architecture.write_loader)
         "transformers_version",
         "torch_dtype",
         "dtype",
@@ -78,6 +81,7 @@ _IGNORED_KEYS = frozenset(
         "output_hidden_states",
         "output_attentions",
         "torchscript",
+        OBJECTIVE_KEY,
         "chunk_size_feed_forward",
         "is_decoder",
         "add_cross_attention",
@@ -195,7 +199,7 @@ class ModernBertConfig(EncoderConfig):
         ``-large``; ``overrides`` set any field (``vocab_size`` and the token ids of your tokenizer, say).
         A new model's classifier pools the mean of its tokens, as ModernBERT's released configs say: MLM without
         NSP gives the first token no objective of its own, and at 30 minutes of the budget recipe mean pooling
-        fine-tuned better on SST-2 and MRPC (docs/pretraining.md, "What decided the default")."""
+        fine-tuned better on SST-2 and MRPC (docs/results/pretraining.md, "What decided the default")."""
         if name not in PRESETS:
             raise ConfigError(f"unknown ModernBERT preset {name!r}; choose one of {sorted(PRESETS)}")
         layers, hidden, heads, intermediate = PRESETS[name]
@@ -265,12 +269,12 @@ class ModernBertConfig(EncoderConfig):
     # ------------------------------------------------------------------ dict / JSON
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> ModernBertConfig:
-        """Build from a transformers ``config.json`` dict (4.x or 5.x keys). Unknown keys are rejected, naming the
-        field (transformers' bookkeeping keys are allowed)."""
+        """Build from a transformers ``config.json`` dict (4.x or 5.x keys). Keys it does not know are kept (and said
+        once), as transformers keeps them (``_from_keys``)."""
         model_type = data.get("model_type", cls.model_type)
         if model_type != cls.model_type:
             raise ConfigError(
-                f"{source}: model_type is {model_type!r}, not 'modernbert' (a BERT config loads with BertConfig)"
+                f"{source}: model_type is {model_type!r}, not {cls.model_type!r} (a BERT config loads with BertConfig)"
             )
         if data.get("tie_word_embeddings", True) is not True:
             raise ConfigError(
@@ -305,7 +309,7 @@ class ModernBertConfig(EncoderConfig):
             out.pop("global_attn_every_n_layers")  # not an every-n pattern: transformers 4 cannot express it
         out["tie_word_embeddings"] = True
         out.update(head_fields(self))
-        return out
+        return {**self._kept_keys(_IGNORED_KEYS | {"model_type", "tie_word_embeddings"}), **out}
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> ModernBertConfig:
@@ -418,10 +422,13 @@ BLOCKED_FROM = 4  # sequences longer than BLOCKED_FROM * W take the blocked path
 def attend(
     q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, window: int | None, implementation: str, dropout_p: float
 ) -> tuple[Tensor, Tensor | None]:
-    """q, k, v [B, N, T, D]; key_mask [B, T] bool (True = real token) or None; window W, None for a global layer
-    -> (context [B, N, T, D], probabilities [B, N, T, T] from the eager path, else None)."""
+    """q, k, v [B, N, T, D]; key_mask [B, T] bool (True = real token) or None, or the layer's whole mask [B or 1,
+    1, T, T] (which holds its window already); window W, None for a global layer -> (context [B, N, T, D],
+    probabilities [B, N, T, T] from the eager path, else None)."""
     T = q.size(-2)
     kernel = ATTENTION_FUNCTIONS[implementation]
+    if key_mask is not None and key_mask.dim() == 4:  # the whole mask already (causal rows: ``causal_mask``)
+        return kernel(q, k, v, key_mask, dropout_p)
     # a traced graph (ONNX export) keeps the one path it saw for every length: the dense band, exact at any T
     tracing = torch.jit.is_tracing()
     if window is None or (T <= window + 1 and not tracing):  # every pair lies within the window: global attention
@@ -573,14 +580,20 @@ LAYOUT = checkpoint.Layout(
 
 
 class ModernBertPreTrainedModel(nn.Module):
-    """Shared infrastructure: ModernBERT's init and HF-layout save/load (``checkpoint.Layout``)."""
+    """Shared infrastructure: ModernBERT's init and HF-layout save/load (``checkpoint.Layout``).
+
+    A variant (models.py, "Variants") subclasses the encoder and each head, and names its own ``config_class``,
+    ``layout`` (its extra keys) and ``encoder_class`` (the encoder its heads wrap); the blocks stay these."""
 
     base_model_prefix = "model"
+    config_class: type[ModernBertConfig] = ModernBertConfig
+    layout: checkpoint.Layout = LAYOUT
+    encoder_class: type[ModernBertModel]  # ModernBertModel, set below its definition
 
     def __init__(self, config: ModernBertConfig):
         super().__init__()
-        if not isinstance(config, ModernBertConfig):
-            raise TypeError(f"{type(self).__name__} needs a ModernBertConfig, got {type(config).__name__}")
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}")
         self.config = config
 
     def init_weights(self) -> None:
@@ -642,8 +655,8 @@ class ModernBertPreTrainedModel(nn.Module):
         change the config read. With ``output_loading_info``, ``(model, checkpoint.LoadingInfo)``."""
         return checkpoint.load_layout_pretrained(
             cls,
-            ModernBertConfig,
-            LAYOUT,
+            cls.config_class,
+            cls.layout,
             path,
             config=config,
             output_loading_info=output_loading_info,
@@ -652,7 +665,7 @@ class ModernBertPreTrainedModel(nn.Module):
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
         """Write ``config.json`` + ``model.safetensors`` in transformers' ModernBERT layout (decoder weight once)."""
-        checkpoint.save_layout_pretrained(self, directory, LAYOUT)
+        checkpoint.save_layout_pretrained(self, directory, self.layout)
 
     def _encoder(self) -> ModernBertModel:
         return self if isinstance(self, ModernBertModel) else self.model
@@ -708,6 +721,7 @@ class ModernBertModel(ModernBertPreTrainedModel):
         output_attentions: bool = False,
         num_layers: int | None = None,
         packing: Packing | None = None,
+        causal: bool | Tensor = False,
     ) -> ModernBertModelOutput:
         """
         Args:
@@ -724,6 +738,8 @@ class ModernBertModel(ModernBertPreTrainedModel):
             packing: run every token-wise computation on the real tokens only (:class:`bertkit.modeling.Packing` of
                 this batch's attention mask, which it replaces; attention per group of rows); outputs come back
                 padded, [B, T, H], zeros at padding.
+            causal: True: each position attends only to itself and the positions before it (within the window in
+                the local layers); a [B] bool tensor: those rows only. Dense [T, T] masks. Default off.
         """
         B, T = input_ids.shape
         if T > self.config.max_position_embeddings:
@@ -756,14 +772,25 @@ class ModernBertModel(ModernBertPreTrainedModel):
             mask = packing
             x = packing.pack(x)  # [n, H]
             rope = {kind: tuple(packing.pack(t.expand(B, T, -1)) for t in cs) for kind, cs in rope.items()}
+        masks = {}  # causal: each kind of layer's whole mask, its window in it
+        if causal is not False:
+            if packing is not None:
+                raise ValueError("causal attention needs the padded batch: leave packing out")
+            window = {kind: self.config.sliding_window if kind == LOCAL else None for kind in kinds}
+            masks = {kind: causal_mask(causal, attention_mask, T, input_ids.device, window[kind]) for kind in kinds}
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
-        for layer in self.layers[:depth]:
-            x, probs = layer(x, rope[layer.attention_type], mask, implementation)
+
+        def run(i: int, h: Tensor) -> Tensor:  # layer i on h, its outputs recorded
+            layer = self.layers[i]
+            h, probs = layer(h, rope[layer.attention_type], masks.get(layer.attention_type, mask), implementation)
             if hidden_states is not None:
-                hidden_states.append(x)
+                hidden_states.append(h)
             if attentions is not None:
                 attentions.append(probs)
+            return h
+
+        x = self.run_layers(x, depth, run)
         if depth == len(self.layers):
             x = self.final_norm(x)
             if hidden_states is not None:
@@ -776,6 +803,17 @@ class ModernBertModel(ModernBertPreTrainedModel):
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
             attentions=tuple(attentions) if attentions is not None else None,
         )
+
+    def run_layers(self, x: Tensor, depth: int, run: Callable[[int, Tensor], Tensor]) -> Tensor:
+        """The first ``depth`` layers on the embeddings' output ``x`` ([B, T, H], or [n, H] packed); ``run(i, h)`` is
+        layer i on ``h``. Each layer reads the one before it (the residual stream). The seam of a variant: it
+        overrides this to change what a layer reads (ELC-BERT's layer mix) or adds to it, and keeps the layers."""
+        for i in range(depth):
+            x = run(i, x)
+        return x
+
+
+ModernBertPreTrainedModel.encoder_class = ModernBertModel
 
 
 # --------------------------------------------------------------------------------------------- heads
@@ -805,7 +843,7 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
 
     def __init__(self, config: ModernBertConfig):
         super().__init__(config)
-        self.model = ModernBertModel(config)
+        self.model = self.encoder_class(config)
         self.head = ModernBertPredictionHead(config)
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=config.decoder_bias)
         self.sparse_prediction = True  # with labels, vocabulary logits only at the labelled positions
@@ -863,7 +901,7 @@ class ModernBertForSequenceClassification(ModernBertPreTrainedModel):
     def __init__(self, config: ModernBertConfig):
         super().__init__(config)
         self.num_labels = _num_labels(config)
-        self.model = ModernBertModel(config)
+        self.model = self.encoder_class(config)
         self.head = ModernBertPredictionHead(config)
         self.drop = ops.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, self.num_labels)
@@ -899,7 +937,7 @@ class ModernBertForTokenClassification(ModernBertPreTrainedModel):
     def __init__(self, config: ModernBertConfig):
         super().__init__(config)
         self.num_labels = _num_labels(config)
-        self.model = ModernBertModel(config)
+        self.model = self.encoder_class(config)
         self.head = ModernBertPredictionHead(config)
         self.drop = ops.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, self.num_labels)
@@ -933,7 +971,7 @@ class ModernBertForQuestionAnswering(ModernBertPreTrainedModel):
         self.num_labels = _num_labels(config)
         if self.num_labels != 2:
             raise ConfigError(f"ModernBertForQuestionAnswering needs num_labels 2 (start, end), got {self.num_labels}")
-        self.model = ModernBertModel(config)
+        self.model = self.encoder_class(config)
         self.head = ModernBertPredictionHead(config)
         self.drop = ops.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, 2)
@@ -973,7 +1011,7 @@ class ModernBertForMultipleChoice(ModernBertPreTrainedModel):
 
     def __init__(self, config: ModernBertConfig):
         super().__init__(config)
-        self.model = ModernBertModel(config)
+        self.model = self.encoder_class(config)
         self.head = ModernBertPredictionHead(config)
         self.drop = ops.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, 1)

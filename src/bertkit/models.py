@@ -13,6 +13,16 @@ is one entry here plus its modeling file.
     encoder = models.encoder_of(model)                   # the bare encoder inside a head model (base_model_prefix)
 
 Classes are imported when first asked for, so ``bertkit --help`` imports no torch.
+
+Variants. A variant of a registered architecture (an extra norm, a layer mix, a gate) is a small modeling module
+that subclasses the base's encoder and heads (their blocks unchanged; ModernBERT's seam is
+``ModernBertModel.run_layers``, what each layer reads) plus one entry made by :func:`variant`: its own
+``model_type`` (an ``--arch`` choice, written in config.json), the base's presets, inputs and head layout. Its saved
+directory says how transformers loads it: a variant that computes something no transformers class does names its
+``remote_code``, a self-contained transformers modeling file in ``resources/remote_code/`` that every save copies
+beside the weights, with config.json's ``auto_map`` naming its classes (``AutoModel.from_pretrained(directory,
+trust_remote_code=True)``); a test loads it so and compares the outputs with bertkit's. (An architecture transformers
+has under its own ``model_type`` is an entry of its own, with a parity test, as ``modernbert`` is.)
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from typing import Any
 from bertkit.config import ConfigError
 
 CONFIG_NAME = "config.json"
+REMOTE_CODE = Path(__file__).resolve().parent / "resources" / "remote_code"  # variants' transformers modeling files
 
 # an encoder layer's index in a parameter name, in every registered architecture's layout (BERT's
 # ``bert.encoder.layer.N.``, ModernBERT's ``model.layers.N.``, a bare encoder's ``layers.N.``): group 1 is N
@@ -44,6 +55,17 @@ ROLES = {
     "BertForTokenClassification": "token_classification",
     "BertForQuestionAnswering": "question_answering",
     "BertForMultipleChoice": "multiple_choice",
+}
+# head role -> the transformers Auto class that loads it (config.json's ``auto_map`` of a variant's directory)
+AUTO_CLASSES = {
+    "base": "AutoModel",
+    "pretraining": "AutoModelForPreTraining",
+    "masked_lm": "AutoModelForMaskedLM",
+    "next_sentence": "AutoModelForNextSentencePrediction",
+    "sequence_classification": "AutoModelForSequenceClassification",
+    "token_classification": "AutoModelForTokenClassification",
+    "question_answering": "AutoModelForQuestionAnswering",
+    "multiple_choice": "AutoModelForMultipleChoice",
 }
 
 
@@ -72,6 +94,8 @@ class Architecture:
     absolute_positions: bool = True  # a learned position table (ModernBERT's positions are rotary)
     ffn_matmuls: int = 2  # H x I matmuls per feed-forward block (FLOPs): 2, or 3 for a gated (GeGLU) one
     note: str = ""  # why a role is missing, for the refusal
+    base: str = ""  # a variant's: the model_type of the architecture whose blocks it reuses (see "Variants" above)
+    remote_code: str = ""  # a variant's transformers modeling file in REMOTE_CODE, shipped in its saved directories
 
     def config_class(self) -> type:
         return getattr(importlib.import_module(self.module), self.config_name)
@@ -153,8 +177,24 @@ class Architecture:
         return getattr(model.get_submodule(owner), name, None)
 
     def info(self) -> dict[str, Any]:
-        """What a server's ``/info`` reports about the architecture (TEI's route and bertkit's own fields)."""
-        return {"architecture": self.model_type}
+        """What a server's ``/info`` reports about the architecture (TEI's route and bertkit's own fields): a
+        variant's base too."""
+        return {"architecture": self.model_type, **({"variant_of": self.base} if self.base else {})}
+
+    def write_loader(self, directory: str | os.PathLike, config: dict[str, Any]) -> None:
+        """What a saved directory of this architecture needs for transformers to load it, beside ``config`` (the
+        config.json dict being written): nothing for an architecture transformers has; a variant's
+        ``remote_code`` copied into ``directory`` and ``config["auto_map"]`` naming its classes in it (the same
+        names as bertkit's), for ``AutoModel*.from_pretrained(directory, trust_remote_code=True)``."""
+        if not self.remote_code:
+            return
+        source = REMOTE_CODE / self.remote_code
+        (Path(directory) / source.name).write_bytes(source.read_bytes())
+        module = source.stem
+        config["auto_map"] = {
+            "AutoConfig": f"{module}.{self.config_name}",
+            **{AUTO_CLASSES[role]: f"{module}.{name}" for role, name in self.classes.items() if role in AUTO_CLASSES},
+        }
 
     def class_names(self) -> set[str]:
         return set(self.classes.values())
@@ -219,6 +259,34 @@ REGISTRY: dict[str, Architecture] = {
 DEFAULT = "bert"  # a config.json without model_type (Google's bert_config.json, old HF files) is BERT's
 
 
+def variant(base: str, model_type: str, module: str, rename: tuple[str, str], **changes: Any) -> Architecture:
+    """The entry of a variant of the registered architecture ``base``: its entry with ``model_type``, ``module``
+    (the variant's modeling module) and the config and class names renamed (``rename``: ("ModernBert",
+    "ModernBertElc") makes ``ModernBertElcForMaskedLM`` of ``ModernBertForMaskedLM``); ``changes`` set any other
+    field (``title``, ``remote_code``). Its presets, inputs and head layout are the base's."""
+    parent = REGISTRY[base]
+    old, new = rename
+    return dataclasses.replace(
+        parent,
+        model_type=model_type,
+        module=module,
+        config_name=parent.config_name.replace(old, new, 1),
+        classes={role: name.replace(old, new, 1) for role, name in parent.classes.items()},
+        base=base,
+        **changes,
+    )
+
+
+REGISTRY["modernbert-elc"] = variant(  # ELC-BERT's layer mix on ModernBERT's layers (variants/modernbert_elc.py)
+    "modernbert",
+    "modernbert-elc",
+    "bertkit.variants.modernbert_elc",
+    ("ModernBert", "ModernBertElc"),
+    title="ModernBERT-ELC",
+    remote_code="modeling_modernbert_elc.py",
+)
+
+
 def get(model_type: str | None) -> Architecture:
     """The architecture of a ``model_type``; None means BERT's. An unknown one is a ConfigError naming it."""
     arch = REGISTRY.get(model_type or DEFAULT)
@@ -255,8 +323,9 @@ def names() -> tuple[str, ...]:
 
 
 def preset_names() -> list[str]:
-    """Every architecture's size presets, the choices of a ``--model-size`` flag (imports each presets module)."""
-    return [name for arch in REGISTRY.values() for name in arch.presets]
+    """Every architecture's size presets, the choices of a ``--model-size`` flag (imports each presets module); a
+    variant's are its base's."""
+    return [name for arch in REGISTRY.values() if not arch.base for name in arch.presets]
 
 
 def encoder_of(model: Any) -> Any:
@@ -272,9 +341,9 @@ def base_classes() -> tuple[type, ...]:
 
 def of_preset(name: str) -> Architecture:
     """The architecture whose size presets include ``name`` (``modernbert-tiny``: ModernBERT's; ``bert-tiny``:
-    BERT's)."""
+    BERT's); never a variant (its sizes are its base's)."""
     for arch in REGISTRY.values():
-        if arch.model_type != DEFAULT and name.startswith(arch.preset_prefix):
+        if arch.model_type != DEFAULT and not arch.base and name.startswith(arch.preset_prefix):
             return arch
     return REGISTRY[DEFAULT]
 

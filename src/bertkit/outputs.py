@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from bertkit.errors import InputError, RunError
+from bertkit.files import resolved as _resolved
 
 PathLike = str | os.PathLike
 # what every model directory a command writes holds: an input of one of these names inside --output would be replaced
@@ -43,6 +44,7 @@ def check_output(
     flag: str = "--output",
     writes: Iterable[str] = (),
     whole: bool = True,
+    figures: bool = False,
 ) -> Path:
     """Refuse ``output`` (a directory to write) before anything is written, with one line naming ``flag``:
 
@@ -56,13 +58,15 @@ def check_output(
       directory judges an existing output itself, as ``finetune``'s ``--resume`` does).
 
     ``whole=False``: the command writes only the files named in ``writes`` into ``output`` (``vocab -o
-    DIR/vocab.txt``), so inputs and other files beside them are no concern. Returns ``output`` as a Path."""
+    DIR/vocab.txt``), so inputs and other files beside them are no concern. ``figures``: the command writes an
+    evaluation's figures (metrics.json and predictions), which never go into a model directory (one that holds a
+    config.json: a fine-tuned model's own metrics.json would be replaced). Returns ``output`` as a Path."""
     out = Path(output).expanduser()
     if out.exists() and not out.is_dir():
         raise InputError(f"{flag} {out}: exists and is not a directory; choose another {flag}")
-    resolved, writes = out.resolve(), set(writes)
+    resolved, writes = _resolved(out), set(writes)  # a link loop resolves as far as it goes, not a traceback
     for name, path in _named_inputs(inputs or {}):
-        target = path.resolve()
+        target = _resolved(path)
         if target == resolved:
             raise InputError(f"{flag} {out}: is also {name}; write to a new directory, never over an input")
         if target.parent == resolved and target.name in writes:
@@ -71,6 +75,10 @@ def check_output(
             raise InputError(f"{flag} {out}: is inside {name} {path}; write outside every input")
         if whole and resolved in target.parents and target.exists():
             raise InputError(f"{flag} {out}: holds {name} {path}; write to a directory that holds no input")
+    if figures and (out / "config.json").is_file():
+        raise InputError(
+            f"{flag} {out}: holds a model (config.json); an evaluation's figures go to a directory of their own"
+        )
     if overwrite is False and not whole and out.is_dir():
         for name in sorted(writes):
             if (out / name).exists():
@@ -94,7 +102,7 @@ def check_output_file(
     if out.is_dir():
         raise InputError(f"{flag} {out}: is a directory; name the file to write")
     for name, path in _named_inputs(inputs):
-        if path.resolve() == out.resolve():
+        if _resolved(path) == _resolved(out):
             raise InputError(f"{flag} {out}: is also {name}; write to a new file, never over an input")
     return out
 

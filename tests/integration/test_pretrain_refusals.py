@@ -58,6 +58,7 @@ def test_a_flag_that_fails_leaves_no_output_and_the_corrected_command_runs(alice
         (["--phase2-seq-len", "64"], "--phase2-seq-len: only --two-phase uses it"),
         (["--rtd-weight", "3"], "--rtd-weight: only --objective electra uses it"),
         (["--dupe-factor", "3"], "--dupe-factor: only --masking static uses it"),
+        (["--blimp-pairs", "5"], "--blimp-pairs: only --blimp uses it"),
         (["--warmup-steps", "3"], "--warmup-steps 3: more than the run's --max-steps 2"),
         (
             ["--config-override", "max_position_embeddings=16"],
@@ -73,6 +74,7 @@ def test_a_flag_that_fails_leaves_no_output_and_the_corrected_command_runs(alice
         "phase2-without-two-phase",
         "rtd-weight-without-electra",
         "dupe-factor-without-static",
+        "blimp-pairs-without-blimp",
         "warmup-past-the-steps",
         "positions-below-seq-len",
         "not-a-device",
@@ -84,6 +86,30 @@ def test_flags_that_cannot_go_together_are_refused_before_writing(alice_corpus, 
     out = tmp_path / "run"
     assert __import__("re").search(says, _refused(_pretrain(alice_corpus, out, "--seq-len", "32", *flags), capsys))
     assert not out.exists()
+
+
+def test_a_probe_pair_longer_than_the_positions_is_refused_before_training(alice_corpus, tmp_path, capsys):
+    """Issue 60, item 6: a --blimp pair longer than the model's positions trained, then failed at the first probe
+    on torch's 'sequence length exceeds max_position_embeddings', naming neither --blimp nor the file, and left a
+    run the corrected command refused. It is refused before training, naming --blimp, the file and the line; no
+    OUTPUT is left, and the corrected command runs."""
+    import json
+
+    from tinymodels import run_cli
+
+    blimp = tmp_path / "blimp"
+    blimp.mkdir()
+    row = {"sentence_good": "the cat sat .", "sentence_bad": "the cat sit .", "field": "f", "UID": "a"}
+    long = {**row, "sentence_good": "the cat sat on the mat . " * 20}
+    (blimp / "a.jsonl").write_text(json.dumps(row) + "\n" + json.dumps(long) + "\n")
+    out = tmp_path / "run"
+    argv = _pretrain(alice_corpus, out, "--seq-len", "32", "--config-override", "max_position_embeddings=64")
+    line = _refused([*argv, "--blimp", str(blimp)], capsys)
+    assert f"--blimp {blimp / 'a.jsonl'}:2: a sentence of" in line and "longer than the model's 64 positions" in line
+    assert not out.exists()
+    (blimp / "a.jsonl").write_text(json.dumps(row) + "\n")
+    run_cli([*argv, "--blimp", str(blimp)])
+    assert (out / "model.safetensors").is_file()
 
 
 def test_resume_on_a_finished_run_is_refused_and_leaves_it_unchanged(alice_corpus, tmp_path, capsys):

@@ -273,9 +273,11 @@ def test_fill_mask_refusals_name_the_request_field_and_the_flag(client, encoder)
 
 def test_fill_mask_at_the_bare_url_of_an_embedding_model_points_to_fill_mask(client):
     """huggingface_hub's ``InferenceClient(base_url=URL).fill_mask(text)`` posts ``{"inputs", "parameters": {}}``
-    (``top_k=2``: ``{"top_k": 2}``) to the URL itself, which embeds on a model without a task head."""
-    for parameters in ({}, {"top_k": 2}, {"targets": ["cat"]}):
-        status, out = asgi_json(client, "/", {"inputs": "the [MASK] sat", "parameters": parameters})
+    (``top_k=2``: ``{"top_k": 2}``) to the URL itself, which embeds on a model without a task head; a [MASK] in the
+    text without ``parameters`` is one too (issue 60, item 13: it was embedded, 200)."""
+    for parameters in ({}, {"top_k": 2}, {"targets": ["cat"]}, None):
+        body = {"inputs": "the [MASK] sat"} | ({} if parameters is None else {"parameters": parameters})
+        status, out = asgi_json(client, "/", body)
         assert status == 422 and "send the request to /fill-mask" in out["error"], out
         assert "Extra inputs" not in out["error"]
     status, out = asgi_json(client, "/", {"inputs": "the cat sat"})  # an embedding request there still embeds

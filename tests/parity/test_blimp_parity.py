@@ -1,4 +1,4 @@
-"""BLiMP's meter is exact to BabyLM's scorer (DESIGN.md habit 22): on one tiny random model directory, BERT and
+"""BLiMP's meter is exact to BabyLM's scorer (docs/design.md, habit 22): on one tiny random model directory, BERT and
 ModernBERT, bertkit's batched pseudo-log-likelihood (``bertkit.tasks.blimp.PllScorer``) gives minicons'
 ``MaskedLMScorer`` per-token log-probabilities and summed sentence scores within 1e-4 in fp32, for the original PLL
 and for the within-word left-to-right one (``--pll word-l2r``). minicons loads the same directory through

@@ -254,3 +254,20 @@ def test_workers_side_by_side_give_the_scores_of_one_process(tmp_path, model_dir
     two, one = ([(r["good"], r["bad"]) for r in runs[w]] for w in ("2", "1"))
     assert [pytest.approx(pair, abs=1e-4) for pair in one] == two
     assert [r["right"] for r in runs["2"]] == [r["right"] for r in runs["1"]]
+
+
+def test_the_probe_gives_way_between_two_batches_when_asked(tmp_path, model_dir):
+    """Issue 60, item 8: a run signalled (or out of --max-time) in the middle of a probe waited for the whole probe
+    (27 s on modernbert-tiny, 60+ s on bert-mini) before its checkpoint; ``stop`` is asked after each batch, and the
+    probe ends with Stopped at the first True, the model's mode restored."""
+    from bertkit import models
+    from bertkit.tasks.blimp import Stopped
+
+    probe = BlimpProbe(write_blimp(tmp_path / "blimp"), load_tokenizer(model_dir), pairs_per_paradigm=4, batch_size=2)
+    arch = models.of_directory(model_dir)
+    model = arch.model_class(arch.features_role).from_pretrained(model_dir).train()
+    asked = []
+    with pytest.raises(Stopped):
+        probe(model, stop=lambda: asked.append(1) or len(asked) == 3)
+    assert len(asked) == 3 and model.training
+    assert 0 <= probe(model, stop=lambda: False) <= 100  # never asked to stop: the whole figure

@@ -33,9 +33,11 @@ def test_unknown_command_is_an_error(capsys):
     assert "pretrian" in capsys.readouterr().err
 
 
-def test_help_does_not_import_torch():
+@pytest.mark.parametrize("argv", [["--help"], ["evaluate", "--task", "blimp", "-h"]])
+def test_help_does_not_import_torch(argv):
+    """A routed task's -h too (evaluate_blimp keeps its torch imports function-local for it)."""
     code = (
-        "import sys; from bertkit.cli import main\ntry:\n main(['--help'])\nexcept SystemExit: pass\n"
+        f"import sys; from bertkit.cli import main\ntry:\n main({argv!r})\nexcept SystemExit: pass\n"
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -1,5 +1,5 @@
 """BertConfig: the presets and their sizes against the papers', unknown presets and invalid values named by field, JSON
-in and out with Google's and HF's names."""
+in and out with Google's and HF's names, keys bertkit does not use kept (and said once)."""
 
 import json
 
@@ -103,10 +103,31 @@ def test_hf_config_roundtrip_with_transformers(tmp_path):
     assert back.to_dict() == c.to_dict()
 
 
-def test_unknown_key_rejected(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64, "num_attention_heads": 4, "hiden_act": "x"}))
-    with pytest.raises(ValueError, match="hiden_act"):
-        BertConfig.from_pretrained(tmp_path)
+@pytest.mark.parametrize("arch", ["bert", "modernbert"])
+def test_a_key_bertkit_does_not_use_is_kept_said_once_and_saved_back(tmp_path, arch, caplog):
+    """Issue 60, item 14: transformers loads a config.json with a key its class does not name and keeps it
+    (``ModernBertConfig(..., mask_token_id=103)``); bertkit refused it ("unknown config field"), so such a model did not
+    load at all. It loads, says once which keys bertkit does not use (a misspelt field among them), and writes them
+    back on save; a known field of the wrong type is still refused, naming it."""
+    import logging
+
+    from bertkit import ModernBertConfig
+
+    cls = {"bert": BertConfig, "modernbert": ModernBertConfig}[arch]
+    small = dict(hidden_size=64, num_attention_heads=4, intermediate_size=96, num_hidden_layers=2, vocab_size=128)
+    if arch == "modernbert":  # its special ids default to ModernBERT's 50k vocabulary's
+        small.update(pad_token_id=0, eos_token_id=2, bos_token_id=1, cls_token_id=1, sep_token_id=2)
+    written = {**cls(**small).to_dict(), "mask_token_id": 103, "hiden_act": "relu"}
+    (tmp_path / "config.json").write_text(json.dumps(written))
+    with caplog.at_level(logging.WARNING, logger="bertkit.config"):
+        config = cls.from_pretrained(tmp_path)
+        cls.from_pretrained(tmp_path)  # the same file again: not said twice
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "'mask_token_id', 'hiden_act': not a field bertkit uses" in said[0]
+    assert config.hidden_size == 64 and config.to_dict() == written  # the round trip keeps them
+    (tmp_path / "config.json").write_text(json.dumps({**written, "hidden_size": "64"}))
+    with pytest.raises(ValueError, match="hidden_size must be a positive integer"):
+        cls.from_pretrained(tmp_path)
 
 
 def test_invalid_value_in_file_names_file_and_field(tmp_path):

@@ -185,3 +185,54 @@ def test_pretrain_has_the_follow_symlinks_flag(tmp_path):
     base = ["--corpus", "c", "--output", str(tmp_path / "o"), "--max-steps", "1"]
     assert pretrain.config_from_args(parser.parse_args([*base, "--follow-symlinks"])).follow_symlinks is True
     assert pretrain.config_from_args(parser.parse_args(base)).follow_symlinks is False
+
+
+# ------------------------------------------------------------------------------------------------ issue 60
+
+
+def _loop(d):
+    """``d/l1.txt -> l2.txt -> l1.txt`` beside a real a.txt."""
+    d.mkdir()
+    (d / "a.txt").write_text(TEXT)
+    (d / "l1.txt").symlink_to("l2.txt")
+    (d / "l2.txt").symlink_to("l1.txt")
+    return d
+
+
+@pytest.mark.parametrize("where", ["the corpus walk", "a corpus file", "a task file", "the output rule"])
+def test_a_symlink_loop_is_skipped_or_refused_in_one_line(tmp_path, where, caplog):
+    """Issue 60, item 9: a link loop in a corpus folder (prepare, pretrain --corpus, vocab), given as a corpus or task
+    file (finetune --train, evaluate --data), or among a command's inputs (outputs.check_output) was Path.resolve()'s
+    ``RuntimeError: Symlink loop`` traceback. The walk skips it with a warning naming it, as a looping directory; a
+    file given is refused naming it; the output rule compares it as far as it resolves."""
+    from bertkit.data.tasks.readers import DataError, check_file
+    from bertkit.outputs import check_output
+
+    d = _loop(tmp_path / "corpus")
+    if where == "the corpus walk":
+        with caplog.at_level(logging.WARNING):
+            listing = find_corpus([d])
+        assert listing.files == [d / "a.txt"] and listing.skipped == {"link loop": 2}
+        assert f"{d / 'l1.txt'}: a symbolic link loop" in caplog.text
+    elif where == "a corpus file":
+        with pytest.raises(CorpusError, match=re.escape(f"{d / 'l1.txt'}: a symbolic link loop")):
+            expand_corpus([d / "l1.txt"])
+    elif where == "a task file":
+        with pytest.raises(DataError, match=re.escape(f"{d / 'l1.txt'}: a symbolic link loop")):
+            check_file(d / "l1.txt")
+    else:
+        assert check_output(tmp_path / "out", {"--train": d / "l1.txt"}) == tmp_path / "out"
+
+
+def test_a_utf16_file_in_a_corpus_folder_is_named_where_it_is_skipped(tmp_path, caplog):
+    """Issue 60: a UTF-16 text in a corpus folder was counted as skipped but not named (a binary still is only
+    counted)."""
+    d = tmp_path / "corpus"
+    d.mkdir()
+    (d / "a.txt").write_text(TEXT)
+    (d / "wide.txt").write_bytes("some text\n".encode("utf-16"))
+    (d / "prog.bin").write_bytes(b"\x7fELF\x00" * 100)
+    with caplog.at_level(logging.WARNING):
+        listing = find_corpus([d])
+    assert listing.files == [d / "a.txt"] and listing.skipped == {"not text": 2}
+    assert f"{d / 'wide.txt'}: UTF-16 or UTF-32 text" in caplog.text and "prog.bin" not in caplog.text

@@ -1,4 +1,4 @@
-"""A fourth training task, written as docs/model.md ("Adding a training task") tells a newcomer to: distillation
+"""A fourth training task, written as docs/design.md ("Adding a training task") tells a newcomer to: distillation
 of a tiny BERT's masked-LM distribution into a smaller student. The recipe below says only how its batches are
 made and what its loss is; the training core (bertkit.training) does the rest: the optimizer step (autocast, loss
 scaling, clipping, schedule), the resumable state and the run directory. Tested: it learns, it resumes after a

@@ -62,6 +62,24 @@ def test_a_role_the_architecture_lacks_is_refused_naming_the_directory(tmp_path)
         models.get("electrum")
 
 
+@pytest.mark.parametrize("arch, named", [("bert", "(cls.predictions)"), ("modernbert", "(head, decoder)")])
+def test_fill_mask_on_a_classifier_names_its_architectures_head_weights(tmp_path, fixtures_dir, arch, named):
+    """Issue 60, item 13: the Encoder's (and so serve's) fill-mask refusal named BERT's cls.predictions for a
+    ModernBERT classifier too; it names the registry's MLM keys of the model's architecture."""
+    from tinymodels import FINETUNE_VOCAB, make_model_dir
+    from tinymodernbert import fixture_vocab, make_modernbert_dir
+
+    from bertkit import Encoder
+    from bertkit.errors import InputError
+
+    if arch == "bert":
+        path = make_model_dir(tmp_path, FINETUNE_VOCAB, BertForSequenceClassification, layers=1, num_labels=2)
+    else:
+        path = make_modernbert_dir(tmp_path, fixture_vocab(fixtures_dir), "ModernBertForSequenceClassification")
+    with pytest.raises(InputError, match=rf"fill-mask needs an MLM head \{named[:-1]}\)"):
+        Encoder.from_pretrained(path).fill_mask(["the [MASK] film"])
+
+
 @pytest.mark.parametrize("model_type", sorted(models.REGISTRY))
 def test_presets_map_bert_names_by_size_and_refuse_a_size_the_architecture_lacks(model_type):
     arch = models.REGISTRY[model_type]
@@ -70,7 +88,7 @@ def test_presets_map_bert_names_by_size_and_refuse_a_size_the_architecture_lacks
     for name in arch.presets:
         assert arch.preset(name) == name
         assert arch.preset("bert-" + name.removeprefix(arch.preset_prefix)) == name  # BERT's name of that size
-        assert models.of_preset(name) is arch
+        assert models.of_preset(name) is models.get(arch.base or model_type)  # a variant's sizes are its base's
     with pytest.raises(ConfigError, match=rf"--model-size bert-huge: not a {arch.title} size; choose one of"):
         arch.preset("bert-huge")
     assert model_type in models.names()
@@ -126,6 +144,63 @@ def test_encoder_of_finds_the_encoder_by_base_model_prefix(model_type):
 def test_info_names_the_architecture():
     for name, arch in models.REGISTRY.items():
         assert arch.info()["architecture"] == name
+
+
+def test_a_variant_is_its_base_entry_renamed_and_its_directories_carry_its_transformers_code(tmp_path, monkeypatch):
+    """models.variant: the base's entry with its own model_type, module and class names (sizes, inputs and head
+    layout the base's); an --arch choice that adds no size preset; its saved directory gets its remote_code file and
+    config.json's auto_map, an architecture transformers has gets neither."""
+    base = models.get("modernbert")
+    gate = models.variant(
+        "modernbert", "modernbert-gate", "gate_modeling", ("ModernBert", "ModernBertGate"), remote_code="gate_hf.py"
+    )
+    assert (gate.model_type, gate.module, gate.base, gate.config_name) == (
+        "modernbert-gate",
+        "gate_modeling",
+        "modernbert",
+        "ModernBertGateConfig",
+    )
+    assert gate.classes == {
+        role: "ModernBertGate" + name.removeprefix("ModernBert") for role, name in base.classes.items()
+    }
+    for key in (
+        "inputs",
+        "head_keys",
+        "mlm_keys",
+        "presets_module",
+        "preset_prefix",
+        "pretraining_role",
+        "ffn_matmuls",
+    ):
+        assert getattr(gate, key) == getattr(base, key), key
+    presets = models.preset_names()
+    monkeypatch.setitem(models.REGISTRY, "modernbert-gate", gate)
+    assert "modernbert-gate" in models.names() and models.preset_names() == presets
+    assert models.of_preset("modernbert-tiny") is base and gate.preset("bert-mini") == "modernbert-mini"
+    assert gate.info() == {"architecture": "modernbert-gate", "variant_of": "modernbert"}
+    assert models.of_config({"model_type": "modernbert-gate"}) is gate
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "gate_hf.py").write_text("# transformers classes\n", encoding="utf-8")
+    monkeypatch.setattr(models, "REMOTE_CODE", code)
+    out = tmp_path / "out"
+    out.mkdir()
+    config = {"model_type": "modernbert-gate"}
+    gate.write_loader(out, config)
+    assert (out / "gate_hf.py").read_text(encoding="utf-8") == "# transformers classes\n"
+    assert config["auto_map"] == {
+        "AutoConfig": "gate_hf.ModernBertGateConfig",
+        "AutoModel": "gate_hf.ModernBertGateModel",
+        "AutoModelForMaskedLM": "gate_hf.ModernBertGateForMaskedLM",
+        "AutoModelForSequenceClassification": "gate_hf.ModernBertGateForSequenceClassification",
+        "AutoModelForTokenClassification": "gate_hf.ModernBertGateForTokenClassification",
+        "AutoModelForQuestionAnswering": "gate_hf.ModernBertGateForQuestionAnswering",
+        "AutoModelForMultipleChoice": "gate_hf.ModernBertGateForMultipleChoice",
+    }
+    plain = {"model_type": "modernbert"}
+    base.write_loader(tmp_path / "none", plain)  # nothing written, not even the directory
+    assert plain == {"model_type": "modernbert"} and not (tmp_path / "none").exists()
 
 
 TOY_MODELING = '''"""A toy architecture, the whole of its modeling file: token embeddings, then tanh(linear) layers."""

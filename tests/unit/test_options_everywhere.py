@@ -1,4 +1,4 @@
-"""One definition per option (DESIGN.md habit 13), for every command: ``--device``, ``--precision``, ``--threads``
+"""One definition per option (docs/design.md, habit 13), for every command: ``--device``, ``--precision``, ``--threads``
 and ``--seed`` come from ``bertkit.options`` (``device_option``, ``precision_option``...), never from a command's own
 ``add_argument``. Checked by reading src/bertkit/commands/ with ``ast``, and by building each command's parser."""
 

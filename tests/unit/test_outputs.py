@@ -43,6 +43,8 @@ def tree(tmp_path):
         ("data", {"--train": "data/train.tsv"}, {"overwrite": None}, "--output {out}: holds --train"),  # --overwrite
         (".", {"--model": "model"}, {"overwrite": True}, "--output {out}: holds --model"),  # clears what it holds
         ("model", {}, {"writes": ("config.json",), "whole": False}, "--output {out}: would replace its config.json"),
+        # an evaluation's figures (issue 60: evaluate and BLiMP wrote metrics.json over a fine-tuned model's)
+        ("model", {}, {"overwrite": None, "figures": True}, "--output {out}: holds a model (config.json)"),
     ],
 )
 def test_an_output_that_is_an_input_or_holds_files_is_refused_naming_the_flag(tree, output, inputs, kwargs, words):

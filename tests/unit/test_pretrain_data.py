@@ -122,8 +122,9 @@ def _mask_many(vocab, whole_word, n=3000, seq=100, mask_prob=0.15, max_pred=1000
         ids[0], ids[40], ids[-1] = 3, 4, 4
         special = np.zeros(seq, bool)
         special[[0, 40, seq - 1]] = True
+        strategy = "whole-word" if whole_word else "token"
         masked, labels = mask_instance(
-            ids, special, vocab, mask_prob, max_pred, whole_word, np.random.default_rng([seed, i])
+            ids, special, vocab, mask_prob, max_pred, strategy, np.random.default_rng([seed, i])
         )
         out.append((ids, special, masked, labels))
     return out
@@ -309,3 +310,109 @@ def test_feed_resumed_at_a_saved_position_gives_the_same_batches_across_ramp_sta
             assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a), (at, step)
     off_by_one = run(feed(positions[11]), 10)[0]  # the comparison can fail: the next position's batch differs
     assert not np.array_equal(off_by_one["input_ids"], whole[10]["input_ids"])
+
+
+def test_feed_schedules_the_mask_rate_by_step_through_the_prefetcher_and_resumes_exactly(shard_dir, vocab):
+    """--mask-prob 0.5:0.1 with two micro-batches a step: each batch is masked at its step's rate (both micro-batches
+    of a step alike), the prefetcher's batches built ahead equal those built when asked, and a Feed resumed at a
+    saved position and step gives the uninterrupted run's batches."""
+    from types import SimpleNamespace
+
+    from bertkit.data.pretraining.feed import Feed
+    from bertkit.data.pretraining.masking import mask_prob_at
+    from bertkit.data.pretraining.prefetch import Prefetcher
+    from bertkit.training.distributed import DistContext
+
+    total, accum = 12, 2
+    cfg = SimpleNamespace(
+        seq_len=64, batch_size=8, seq_ramp=None, batch_ramp=None, two_phase=False, phase2_seq_len=None,
+        phase2_batch_size=None, mask_prob="0.5:0.1", grad_accum=accum,
+    )  # fmt: skip
+    options = lambda s, b: DataOptions(max_seq_length=s, batch_size=b, seed=1, max_predictions=64)  # noqa: E731
+
+    def run(start: int, position=None, saved=None, loader=None) -> list[dict]:
+        f = Feed(cfg, shard_dir, vocab, DistContext(), options)
+        f.start(total, position)
+        loader = loader or SimpleNamespace(get=lambda data, e, i, ahead=None, **kw: data.batch(e, i, **kw))
+        out = []
+        for step in range(start, total):
+            if saved is not None:
+                saved[step] = f.position()
+            f.advance(step, total)
+            out += [f.next(loader) for _ in range(accum)]
+        return out
+
+    positions: dict[int, dict] = {}
+    whole = run(0, saved=positions)
+    share = [float((b["labels"] != -100).sum() / b["attention_mask"].sum()) for b in whole]
+    for m in range(0, len(whole), 2):  # a step's two micro-batches share its rate (round(len * p) per row)
+        assert share[m] == pytest.approx(mask_prob_at(0.5, 0.1, m // 2, total), abs=0.02)
+    assert share[0] > 0.45 and share[-1] < 0.13 and all(a >= b - 0.02 for a, b in zip(share, share[2:]))
+    prefetcher = Prefetcher(0)
+    try:
+        ahead = run(0, loader=prefetcher)
+    finally:
+        prefetcher.close()
+    for at in (3, 7):
+        resumed = run(at, positions[at])
+        for a, b, c in zip(resumed, whole[at * accum :], ahead[at * accum :]):
+            assert all(np.array_equal(a[k], b[k]) and np.array_equal(c[k], b[k]) for k in a)
+    assert all(np.array_equal(a[k], b[k]) for a, b in zip(ahead, whole) for k in a)
+
+
+def test_held_out_batches_are_masked_by_token_at_the_papers_rate_whatever_the_run_trains_with(shard_dir, vocab):
+    from types import SimpleNamespace
+
+    from bertkit.data.pretraining.feed import Feed
+    from bertkit.data.pretraining.masking import EVAL_MASK_PROB
+    from bertkit.training.distributed import DistContext
+
+    cfg = SimpleNamespace(seq_len=64, batch_size=4, seq_ramp=None, batch_ramp=None, two_phase=False)
+    trained = lambda s, b: DataOptions(s, b, mask_prob=0.4, mask_strategy="whole-word")  # noqa: E731
+    feed = Feed(cfg, shard_dir, vocab, DistContext(), trained)
+    held, train = feed.make(64, 4, "eval").options, feed.make(64, 4).options
+    assert (held.mask_strategy, held.mask_prob, held.max_predictions) == ("token", EVAL_MASK_PROB, 10)
+    assert (train.mask_strategy, train.mask_prob, train.max_predictions) == ("whole-word", 0.4, 26)
+
+
+def test_feed_with_adaptive_masking_resumes_exactly_from_its_saved_state(shard_dir, vocab):
+    """--mask-strategy adaptive: batches come unmasked from the (prefetching) loader and the Feed masks them from
+    HardTokens, which a fake model's misses update each step; a Feed resumed from a saved position (its state in
+    it) gives the uninterrupted run's batches, and the masks do follow the state (they differ from uniform ones)."""
+    from types import SimpleNamespace
+
+    from bertkit.data.pretraining.feed import Feed
+    from bertkit.data.pretraining.prefetch import Prefetcher
+    from bertkit.training.distributed import DistContext
+
+    total = 10
+    cfg = SimpleNamespace(seq_len=64, batch_size=4, seq_ramp=None, batch_ramp=None, two_phase=False,
+                          mask_strategy="adaptive", mask_prob="0.4:0.2", grad_accum=1)  # fmt: skip
+    options = lambda s, b: DataOptions(max_seq_length=s, batch_size=b, seed=1, mask_strategy="adaptive")  # noqa: E731
+
+    def run(start: int, position=None, saved=None) -> list[dict]:
+        f = Feed(cfg, shard_dir, vocab, DistContext(), options)
+        f.start(total, position)
+        loader, out = Prefetcher(0), []
+        try:
+            for step in range(start, total):
+                f.advance(step, total)
+                out.append(b := f.next(loader))
+                labels = b["labels"][b["labels"] != -100]
+                f.hard.observe(labels, labels % 4 != step % 4)  # the "model" misses 3 ids in 4, changing
+                f.learned()
+                if saved is not None:
+                    saved[step + 1] = f.position()  # the checkpoint after this step
+        finally:
+            loader.close()
+        return out
+
+    positions: dict[int, dict] = {}
+    whole = run(0, saved=positions)
+    assert "special_tokens_mask" not in whole[0] and len(positions[4]["hard_tokens"]) == vocab.vocab_size
+    for at in (1, 4, 9):
+        resumed = run(at, positions[at])
+        for a, b in zip(resumed, whole[at:]):
+            assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    fresh = run(4, {k: v for k, v in positions[4].items() if k != "hard_tokens"})  # the state lost: other masks
+    assert not np.array_equal(fresh[0]["labels"], whole[4]["labels"])

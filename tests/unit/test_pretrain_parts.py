@@ -102,6 +102,43 @@ def test_time_budget_fits_steps_to_the_probed_cost_and_refits_to_the_measured_pa
     assert tb.over()
 
 
+@pytest.mark.parametrize("eval_s", [0.0, 2.0, 25.0, 90.0])
+def test_evaluations_are_kept_out_of_the_pace_and_their_time_inside_the_budget(monkeypatch, eval_s):
+    """Issue 60, item 7: a 60-second run of 0.1-second steps whose every evaluation (the held-out batches and a BLiMP
+    probe) takes ``eval_s``, looped as the recipe loops: the probe's time estimated before the fit, an evaluation
+    every tenth of the steps first planned (or of the run when longer) widened to keep evaluations within a quarter
+    of the budget, and after the last step; the probe gives way between batches (0.2 s) once the budget is spent; the
+    run stops at the first step past it. A 25-second probe read as a slow pace had shrunk the schedule and the
+    interval with it to every step or two: 85 s. The run ends within the budget plus a step and a batch, and uses
+    it."""
+    from bertkit.training import budget as B
+
+    now = [0.0]
+    monkeypatch.setattr(B.time, "perf_counter", lambda: now[0])
+    tb = B.TimeBudget(60.0)
+    cost = lambda first, total: 0.1 * max(0, total - first)  # noqa: E731
+    planned = 0
+    every = lambda n: tb.eval_interval(n, max(1, max(n, planned) // 10))  # noqa: E731  (recipe._eval_every)
+    tb.expect(eval_s, every)  # BlimpProbe.seconds' estimate
+    total = planned = tb.fit(cost)
+    tb.start()
+    tb.plan_refit(total, every(total), every=every)
+    step = 0
+    while step < total:
+        step += 1
+        now[0] += 0.1
+        total = tb.after_step(step, total, cost) or total
+        if step % every(total) == 0 or step == total:
+            took = min(eval_s, max(0.0, tb.deadline - now[0]) + 0.2)  # the probe gives way once the time is spent
+            now[0] += took
+            tb.evaluated(took)
+        if tb.over() and step < total:
+            break
+    assert now[0] <= 60.0 + 0.3
+    assert now[0] >= 0.85 * 60.0 or eval_s > 60.0  # the budget used, by steps and evaluations that fit it
+    assert tb.eval_seconds <= B.EVAL_SHARE * 60.0 + 0.1 or eval_s > B.EVAL_SHARE * 60.0  # a quarter, or one
+
+
 def test_time_budget_counts_a_resumed_runs_elapsed_time(monkeypatch):
     from bertkit.training import budget as B
 
@@ -223,6 +260,12 @@ def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
         4e-3,
         5e-4,
     )
+    # LAMB's one lr whatever the size and recipe (its steps are relative to each weight's norm); --lr wins
+    assert (lr(optimizer="lamb"), lr(optimizer="lamb", model_size="bert-small"), lr(optimizer="lamb", lr=1e-3)) == (
+        7e-3,
+        7e-3,
+        1e-3,
+    )
     init = tmp_path / "mb"
     init.mkdir()
     (init / "config.json").write_text('{"model_type": "modernbert", "hidden_size": 64}', encoding="utf-8")
@@ -234,6 +277,32 @@ def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path):
     assert line.startswith(f"recipe paper: from {init}, ")  # not the default size the model does not have
     line = resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, init_from=str(init))).chosen
     assert "lr=" in line and not any(k in line for k in ("output_bias", "position_init", "embedding_init"))  # its own
+    lamb = PretrainConfig(corpus=["x"], output="o", max_steps=10, init_from=str(init), optimizer="lamb")
+    assert resolve(lamb).lr == 7e-4
+
+
+def test_the_budget_recipe_sizes_its_steps_for_a_gpu(monkeypatch):
+    """On a GPU (no --device where CUDA is available) the budget recipe builds ModernBERT-small with 32,768 tokens a
+    step (256 x 128, ramped through 1,024 x 32) at lr 1e-3 and says so; another size keeps its lr by size, the
+    paper recipe and a CPU run keep theirs, and a flag still wins."""
+    import torch
+
+    from bertkit.recipes.pretrain import PretrainConfig, resolve
+
+    def run(**kw):
+        return resolve(PretrainConfig(corpus=["x"], output="o", **kw))
+
+    cpu = run(max_time=60)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    gpu = run(max_time=60)
+    assert (gpu.model_size, gpu.batch_size, gpu.batch_ramp, gpu.lr) == ("modernbert-small", 256, "1024:0.7", 1e-3)
+    assert gpu.chosen.startswith("recipe budget for the GPU (32,768 tokens a step): modernbert-small")
+    assert (cpu.model_size, cpu.batch_size, cpu.batch_ramp, cpu.lr) == ("modernbert-tiny", 32, "128:0.7", 4e-3)
+    mini = run(max_time=60, model_size="modernbert-mini")
+    assert (mini.batch_size, mini.lr) == (256, 1e-3) and run(max_time=60, model_size="bert-small").lr == 5e-4
+    assert run(max_time=60, batch_size=64, lr=3e-4).batch_size == 64 and run(max_time=60, lr=3e-4).lr == 3e-4
+    assert run(max_steps=10).batch_size == 32  # the paper recipe: the paper's batch
+    assert run(max_time=60, device="cpu").model_size == "modernbert-tiny"
 
 
 def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):

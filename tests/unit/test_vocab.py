@@ -83,6 +83,21 @@ def test_the_same_text_trains_the_same_vocabulary(texts, name, limit):
     assert "##e" in vocab and "##." not in vocab and "##," not in vocab  # punctuation is a word of its own
 
 
+def test_texts_train_the_vocabulary_the_files_do(texts):
+    """texts= (the corpus's lines from the caller; the tokenizer layer reads no file format) trains the vocabulary
+    files= trains from the same lines; each is read twice (the ## letters, then the trainer)."""
+    lines = (texts / "english.txt").read_text(encoding="utf-8").splitlines()
+    calls = []
+
+    def source():
+        calls.append(1)
+        return iter(lines)
+
+    from_texts = train_vocab(texts=source, vocab_size=600, show_progress=False)
+    assert len(calls) == 2
+    assert from_texts.vocab == train_vocab(texts / "english.txt", vocab_size=600, show_progress=False).vocab
+
+
 @pytest.mark.parametrize("name,size", [("korean.txt", 1500), ("chinese.txt", 400)])
 def test_korean_and_chinese_training(tmp_path, texts, name, size):
     lines = _lines(texts / name)

@@ -1,7 +1,7 @@
 """``bertkit evaluate --task blimp``: BLiMP's 67 paradigms on a pre-trained model's MLM head, scored by
 pseudo-log-likelihood as BabyLM scores it (``bertkit.tasks.blimp``); ``evaluate`` hands ``--task blimp`` here.
 
-bertkit evaluate --task blimp --model runs/my-bert --data data/blimp --output runs/my-bert/blimp
+bertkit evaluate --task blimp --model runs/my-bert --data data/blimp --output runs/my-bert-blimp
 bertkit evaluate --task blimp --model runs/electra/generator --data data/blimp --pairs-per-paradigm 100
 """
 
@@ -14,9 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import InputError
-from bertkit.options import device_option, model_option, option, precision_option, quiet_option, threads_option
+from bertkit.options import (
+    device_option,
+    model_option,
+    option,
+    overwrite_option,
+    precision_option,
+    quiet_option,
+    threads_option,
+)
+from bertkit.outputs import check_output
 
 PLL_CHOICES = ("original", "word-l2r")  # bertkit.tasks.blimp.PLL_METHODS, named here so -h imports no torch
+TIE_CHOICES = ("wrong", "correct")  # bertkit.tasks.blimp.TIES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +60,14 @@ class BlimpArgs:
         help="processes scoring the sentences side by side, each with --threads threads (default 1); on the CPU, "
         "--workers 2 --threads 1 on 2 cores is the fastest (BENCHMARKS.md, BLiMP); the scores are the same",
     )
+    ties: str = option(
+        "wrong",
+        choices=TIE_CHOICES,
+        help="a pair whose two sentences score alike: wrong (bertkit's rule: a model that scores everything alike "
+        "gets 0) or correct (BabyLM's evaluation pipeline, to compare with its tables); metrics.json's tie_rate says "
+        "how many pairs tie",
+    )
+    overwrite: bool = overwrite_option("replace the metrics.json and pairs.jsonl an earlier run wrote in OUTPUT")
     quiet: bool = quiet_option()
     device: str | None = device_option()
     precision: str = precision_option("fp32")
@@ -58,20 +76,23 @@ class BlimpArgs:
 CONFIG = BlimpArgs
 DESCRIPTION = (
     "BLiMP: for each minimal pair, the good sentence must get a higher pseudo-log-likelihood than the bad one (a tie "
-    "is wrong). Prints and writes (OUTPUT/metrics.json) each paradigm's accuracy, each field's (the mean of its "
-    "paradigms) and the overall (the mean of the paradigms), in percent; OUTPUT/pairs.jsonl holds every pair's two "
-    "scores."
+    "is wrong, unless --ties correct). Prints and writes (OUTPUT/metrics.json) each paradigm's accuracy, each field's "
+    "(the mean of its paradigms) and the overall (the mean of the paradigms), in percent; OUTPUT/pairs.jsonl holds "
+    "every pair's two scores."
 )
 
 
 def run(cfg: BlimpArgs) -> int:
-    # torch and the scorer: kept out of `bertkit evaluate --task blimp -h`
+    # function-local on purpose: each of these imports torch (2 s), which `bertkit evaluate --task blimp -h` and
+    # the usage errors never need (as every command keeps torch out of its -h)
     import torch
 
     from bertkit.precision import resolve_device, resolve_precision
     from bertkit.tasks.blimp import (
         PllScorer,
+        check_pairs,
         evaluate_blimp,
+        model_limits,
         read_blimp,
         scores_in_processes,
         table,
@@ -79,9 +100,16 @@ def run(cfg: BlimpArgs) -> int:
     )
     from bertkit.training.rundir import run_record
 
+    # the one output rule, before a pair is scored: never into --data or --model (a fine-tuned model's metrics.json)
+    output = Path(cfg.output or Path(cfg.model) / f"eval-{Path(cfg.data).name}")
+    inputs = {"--data": cfg.data} if cfg.output is None else {"--data": cfg.data, "--model": cfg.model}
+    check_output(
+        output, inputs, overwrite=cfg.overwrite, writes=("metrics.json", "pairs.jsonl"), whole=False, figures=True
+    )
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     paradigms = read_blimp(cfg.data, cfg.pairs_per_paradigm)
+    check_pairs(paradigms, *model_limits(cfg.model))  # a sentence of no tokens, or too long: FILE:LINE, now
     device = resolve_device(cfg.device)
     if cfg.workers > 1 and str(device) != "cpu":
         raise InputError(f"--workers {cfg.workers}: processes side by side are for the CPU; leave it out on {device}")
@@ -93,9 +121,8 @@ def run(cfg: BlimpArgs) -> int:
     else:
         scorer = PllScorer.from_pretrained(cfg.model, **options, progress=not cfg.quiet and sys.stderr.isatty())
         precision, score = scorer.precision, scorer.sentence_scores
-    result = evaluate_blimp(score, paradigms)
-    output = Path(cfg.output or Path(cfg.model) / f"eval-{Path(cfg.data).name}")
-    record = {"task": cfg.task, "data": cfg.data, "pll": cfg.pll, "workers": cfg.workers}
+    result = evaluate_blimp(score, paradigms, cfg.ties)
+    record = {"task": cfg.task, "data": cfg.data, "pll": cfg.pll, "ties": cfg.ties, "workers": cfg.workers}
     record.update(run_record(precision, device))
     write_results(output, result, paradigms, record)
     print(table(result, paradigms))

@@ -26,324 +26,77 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import shutil
 import statistics
-import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.tasks.glue import GLUE_TASKS
 from bertkit.errors import InputError, RunError
-from bertkit.experiments.plots import bar_chart
+from bertkit.experiments.glue_files import (
+    COMPUTED_WITH,
+    SUBMISSION_HEADER,
+    computed_with,
+    format_prediction,
+    read_predictions,
+    results_markdown,
+    results_rows,
+    submission_text,
+    write_results,
+    write_submission,
+)
+from bertkit.experiments.glue_tasks import (
+    BY_NAME,
+    SCORE_TASKS,
+    SUITE,
+    TASK_ALIASES,
+    Found,
+    GlueScore,
+    SuiteTask,
+    Summary,
+    discover,
+    glue_score,
+    resolve_tasks,
+    summarize,
+    task_score,
+)
 from bertkit.experiments.runner import check_stop, finetune_options, log_tail, open_study, run_bertkit
-from bertkit.experiments.tables import csv_text
-from bertkit.files import atomic_write, remove_stale_temp_files, write_json, write_text
+from bertkit.files import remove_stale_temp_files, write_json
 from bertkit.options import from_text, model_option, option, output_option, parse_lrs, parse_seeds, parse_time
 
+# the suite's tasks and files live in glue_tasks.py and glue_files.py; their names stay importable from here
+__all__ = [
+    "BY_NAME",
+    "COMPUTED_WITH",
+    "Found",
+    "GlueScore",
+    "SCORE_TASKS",
+    "SUBMISSION_HEADER",
+    "SUITE",
+    "SuiteConfig",
+    "SuiteReport",
+    "SuiteRunner",
+    "SuiteTask",
+    "Summary",
+    "TASK_ALIASES",
+    "cell_name",
+    "computed_with",
+    "discover",
+    "format_prediction",
+    "glue_score",
+    "read_predictions",
+    "resolve_tasks",
+    "results_markdown",
+    "results_rows",
+    "submission_text",
+    "summarize",
+    "task_score",
+    "write_results",
+    "write_submission",
+]
+
 log = logging.getLogger(__name__)
-
-# ----------------------------------------------------------------------------------------------- the registry
-
-
-@dataclass(frozen=True)
-class SuiteTask:
-    """One leaderboard entry: where its files are in the GLUE download and how it is scored.
-
-    ``name`` is the bertkit ``--task`` name; ``column`` the leaderboard's column and submission file stem;
-    ``metrics`` the finetune metric names averaged into the task score; ``model_of`` the task whose fine-tuned
-    model predicts this one (MNLI-mm and AX come from the MNLI model).
-    """
-
-    name: str
-    column: str
-    directory: str
-    train: str | None
-    dev: str
-    test: str
-    metrics: tuple[str, ...]
-    model_of: str | None = None
-
-    @property
-    def trains(self) -> bool:
-        return self.model_of is None
-
-
-SUITE: tuple[SuiteTask, ...] = (
-    SuiteTask("cola", "CoLA", "CoLA", "train.tsv", "dev.tsv", "test.tsv", ("mcc",)),
-    SuiteTask("sst2", "SST-2", "SST-2", "train.tsv", "dev.tsv", "test.tsv", ("accuracy",)),
-    SuiteTask("mrpc", "MRPC", "MRPC", "train.tsv", "dev.tsv", "test.tsv", ("f1", "accuracy")),
-    SuiteTask("stsb", "STS-B", "STS-B", "train.tsv", "dev.tsv", "test.tsv", ("pearson", "spearman")),
-    SuiteTask("qqp", "QQP", "QQP", "train.tsv", "dev.tsv", "test.tsv", ("f1", "accuracy")),
-    SuiteTask("mnli", "MNLI-m", "MNLI", "train.tsv", "dev_matched.tsv", "test_matched.tsv", ("accuracy",)),
-    SuiteTask(
-        "mnli-mm", "MNLI-mm", "MNLI", None, "dev_mismatched.tsv", "test_mismatched.tsv", ("accuracy",), model_of="mnli"
-    ),
-    SuiteTask("qnli", "QNLI", "QNLI", "train.tsv", "dev.tsv", "test.tsv", ("accuracy",)),
-    SuiteTask("rte", "RTE", "RTE", "train.tsv", "dev.tsv", "test.tsv", ("accuracy",)),
-    SuiteTask("wnli", "WNLI", "WNLI", "train.tsv", "dev.tsv", "test.tsv", ("accuracy",)),
-    # the diagnostic set: no train/dev, a test file only, predicted by the MNLI model
-    SuiteTask("ax", "AX", "diagnostic", None, "", "diagnostic.tsv", ("mcc",), model_of="mnli"),
-)
-BY_NAME: dict[str, SuiteTask] = {t.name: t for t in SUITE}
-TASK_ALIASES = {"sst-2": "sst2", "sts-b": "stsb", "mnli-m": "mnli", "mnli_mm": "mnli-mm", "diagnostic": "ax"}
-# the nine tasks the leaderboard's GLUE score averages (MNLI = mean of MNLI-m and MNLI-mm)
-SCORE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
-
-
-def _label_space(name: str) -> tuple[str, ...] | None:
-    """The labels a submission file may hold (None: a number, STS-B)."""
-
-    return GLUE_TASKS[name].labels
-
-
-def resolve_tasks(spec: str | Sequence[str] | None) -> list[str]:
-    """``"cola,sst2"`` -> ["cola", "sst2"] (leaderboard names such as SST-2 accepted); None -> every task."""
-    if spec is None:
-        return [t.name for t in SUITE]
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
-    out = []
-    for item in items:
-        key = item.strip().lower()
-        if not key:
-            continue
-        key = TASK_ALIASES.get(key, key)
-        if key not in BY_NAME:
-            raise InputError(f"--tasks: unknown GLUE task {item!r}; choose from {', '.join(BY_NAME)}")
-        if key not in out:
-            out.append(key)
-    if not out:
-        raise InputError("--tasks names no task")
-    return out
-
-
-# ----------------------------------------------------------------------------------------------- arithmetic
-
-
-def task_score(name: str, metrics: dict[str, Any]) -> float:
-    """The task's leaderboard score in GLUE points from finetune's metrics (fractions): the mean of the task's
-    official metrics, x 100. KeyError names a missing metric."""
-    task = BY_NAME[name]
-    missing = [m for m in task.metrics if not isinstance(metrics.get(m), (int, float))]
-    if missing:
-        raise KeyError(f"{name}: metrics lack {missing} (have {sorted(metrics)})")
-    return 100.0 * sum(float(metrics[m]) for m in task.metrics) / len(task.metrics)
-
-
-@dataclass
-class GlueScore:
-    """The leaderboard's macro-average. ``complete`` when all nine tasks are there; otherwise ``score`` is the
-    average over the ``present`` ones (not comparable with published GLUE scores)."""
-
-    score: float | None
-    complete: bool
-    present: list[str]
-    missing: list[str]
-
-
-def glue_score(scores: dict[str, float]) -> GlueScore:
-    """GLUE score from task scores (GLUE points) keyed by task name (``mnli`` = MNLI-m, ``mnli-mm``).
-
-    MNLI counts once, as the mean of MNLI-m and MNLI-mm (or whichever of them is there); AX is not counted.
-    """
-    per_task: dict[str, float] = {}
-    for name in SCORE_TASKS:
-        if name == "mnli":
-            parts = [scores[k] for k in ("mnli", "mnli-mm") if scores.get(k) is not None]
-            if parts:
-                per_task[name] = sum(parts) / len(parts)
-        elif scores.get(name) is not None:
-            per_task[name] = float(scores[name])
-    missing = [n for n in SCORE_TASKS if n not in per_task]
-    missing += [k for k in ("mnli", "mnli-mm") if "mnli" in per_task and scores.get(k) is None]
-    value = sum(per_task.values()) / len(per_task) if per_task else None
-    return GlueScore(value, not missing, list(per_task), missing)
-
-
-@dataclass
-class Summary:
-    """A task's result under the protocol: the selected learning rate, its seeds' scores, median and spread."""
-
-    task: str
-    lr: float
-    seeds: list[int]
-    scores: list[float]
-    metrics: dict[str, float]  # each official metric's median over the selected lr's seeds, GLUE points
-    by_lr: dict[float, float]  # median score per learning rate
-    best_cell: str  # the run whose model gives the test predictions (best seed of the selected lr)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.scores)
-
-    @property
-    def low(self) -> float:
-        return min(self.scores)
-
-    @property
-    def high(self) -> float:
-        return max(self.scores)
-
-
-def summarize(task: str, cells: Sequence[dict[str, Any]], metric_names: Sequence[str] | None = None) -> Summary | None:
-    """Pick the learning rate with the best median over seeds (ties: the smaller lr) among finished ``cells``
-    (``cell.json`` records of one task: lr, seed, score, metrics, name). None when none has a score.
-    ``metric_names``: the metrics reported (default: the GLUE task's official ones)."""
-    scored = [c for c in cells if c.get("score") is not None]
-    if not scored:
-        return None
-    by_lr: dict[float, list[dict]] = {}
-    for c in scored:
-        by_lr.setdefault(float(c["lr"]), []).append(c)
-    medians = {lr: statistics.median(c["score"] for c in group) for lr, group in by_lr.items()}
-    lr = max(sorted(medians), key=lambda k: medians[k])
-    group = sorted(by_lr[lr], key=lambda c: c["seed"])
-    metric_names = BY_NAME[task].metrics if metric_names is None else metric_names
-    metrics = {m: statistics.median(100.0 * c["metrics"][m] for c in group) for m in metric_names}
-    best = max(group, key=lambda c: c["score"])
-    return Summary(task, lr, [c["seed"] for c in group], [c["score"] for c in group], metrics, medians, best["name"])
-
-
-# ----------------------------------------------------------------------------------------------- submission
-
-SUBMISSION_HEADER = "index\tprediction"
-
-
-def format_prediction(name: str, value: Any) -> str:
-    """One prediction as the leaderboard reads it: a label name from the task's label space, or for STS-B a
-    number with three decimals. ValueError on a label outside the space."""
-    space = _label_space(name)
-    if space is None:
-        number = float(value)
-        if not math.isfinite(number):
-            raise ValueError(f"{name}: prediction {value!r} is not a finite number")
-        return f"{number:.3f}"
-    label = str(value).strip()
-    if label not in space:
-        raise ValueError(f"{name}: prediction {label!r} is not one of the labels {list(space)}")
-    return label
-
-
-def submission_text(name: str, rows: Sequence[tuple[str, Any]]) -> str:
-    """A leaderboard file's text: ``index<TAB>prediction`` then one line per test example, in the test file's
-    order."""
-    lines = [SUBMISSION_HEADER]
-    for index, value in rows:
-        lines.append(f"{index}\t{format_prediction(name, value)}")
-    return "\n".join(lines) + "\n"
-
-
-def read_predictions(path: Path) -> list[tuple[str, str]]:
-    """(index, prediction) rows of an ``index<TAB>prediction`` file (``bertkit predict``'s predictions.tsv)."""
-    rows = []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    if not lines or lines[0].split("\t")[:2] != ["index", "prediction"]:
-        raise RunError(f"{path}: expected the header 'index<TAB>prediction'")
-    for n, line in enumerate(lines[1:], 2):
-        if not line.strip():
-            continue
-        parts = line.split("\t")
-        if len(parts) != 2:
-            raise RunError(f"{path}, line {n}: expected two tab-separated columns")
-        rows.append((parts[0], parts[1]))
-    return rows
-
-
-def write_submission(directory: Path, files: dict[str, Sequence[tuple[str, Any]]]) -> Path:
-    """Write ``COLUMN.tsv`` per task (``files``: task name -> (index, prediction) rows) into ``directory`` and zip
-    them, flat, as ``directory.parent / "submission.zip"``. Returns the zip's path."""
-    directory.mkdir(parents=True, exist_ok=True)
-    texts = {}
-    for name in (t.name for t in SUITE):
-        if name in files:
-            text = submission_text(name, files[name])
-            texts[f"{BY_NAME[name].column}.tsv"] = text
-            write_text(directory / f"{BY_NAME[name].column}.tsv", text)
-
-    def write_zip(p: Path) -> None:
-        with zipfile.ZipFile(p, "w", compression=zipfile.ZIP_DEFLATED) as z:
-            for fname, text in texts.items():
-                z.writestr(fname, text)
-
-    path = directory.parent / "submission.zip"
-    atomic_write(path, write_zip)
-    return path
-
-
-# ----------------------------------------------------------------------------------------------- discovery
-
-
-@dataclass
-class Found:
-    """A task present in the GLUE directory: its files (None where absent)."""
-
-    task: SuiteTask
-    train: Path | None
-    dev: Path | None
-    test: Path | None
-
-
-def discover(data_dir: Path, tasks: Sequence[str], quiet_absent: bool = False) -> tuple[list[Found], list[str]]:
-    """The ``tasks`` present under ``data_dir`` in the GLUE download layout (``CoLA/train.tsv``, ``MNLI/
-    dev_matched.tsv``, ``diagnostic/diagnostic.tsv``...), and a note per task skipped and why (``quiet_absent``:
-    none for a task whose folder is simply not there)."""
-    data_dir = Path(data_dir)
-    if not data_dir.is_dir():
-        raise InputError(f"--data {data_dir}: not a directory (expected the GLUE download: CoLA/, SST-2/, ...)")
-    found, notes = [], []
-    for name in tasks:
-        t = BY_NAME[name]
-        folder = _find_dir(data_dir, t.directory)
-        if folder is None:
-            if quiet_absent:
-                continue
-            notes.append(f"{t.column}: no {t.directory}/ folder")
-            continue
-
-        def has(fname: str | None, folder: Path = folder) -> Path | None:
-            return folder / fname if fname and (folder / fname).is_file() else None
-
-        if t.name == "ax":
-            test = has(t.test) or has("AX.tsv") or has("test.tsv")
-            if test is None:
-                notes.append(f"AX: no {t.directory}/{t.test}")
-                continue
-            found.append(Found(t, None, None, test))
-            continue
-        train, dev, test = has(t.train), has(t.dev), has(t.test)
-        if t.trains and (train is None or dev is None):
-            notes.append(
-                f"{t.column}: needs {t.directory}/{t.train} and {t.dev} (have "
-                f"{', '.join(p.name for p in folder.glob('*.tsv')) or 'none'})"
-            )
-            continue
-        if not t.trains and dev is None:
-            notes.append(f"{t.column}: no {t.directory}/{t.dev}")
-            continue
-        found.append(Found(t, train, dev, test))
-    # a task predicted by another model needs that model
-    names = {f.task.name for f in found}
-    kept = []
-    for f in found:
-        if f.task.model_of and f.task.model_of not in names:
-            notes.append(f"{f.task.column}: comes from the {BY_NAME[f.task.model_of].column} model, which is not run")
-            continue
-        kept.append(f)
-    return kept, notes
-
-
-def _find_dir(root: Path, name: str) -> Path | None:
-    if (root / name).is_dir():
-        return root / name
-    for p in root.iterdir():  # case-insensitive fallback (sst-2/, mnli/ ...)
-        if p.is_dir() and p.name.lower() == name.lower():
-            return p
-    return None
-
-
-# ----------------------------------------------------------------------------------------------- the suite
 
 
 # finetune flags the suite sets itself, or that make no sense per cell (the others pass through to every finetune)
@@ -711,109 +464,3 @@ def _mismatched_summary(matched: Summary, cells: list[dict]) -> Summary | None:
 
 
 # ----------------------------------------------------------------------------------------------- results files
-
-
-COMPUTED_WITH = ("precision", "backend", "device")  # recorded by each run's metrics.json
-
-
-def computed_with(cells: list[dict], task: str) -> dict[str, str]:
-    """The precision, backend and device of a task's runs (values that differ between runs are joined by '/')."""
-    return {
-        k: "/".join(sorted({str(c[k]) for c in cells if c["task"] == task and c.get(k)})) or None for k in COMPUTED_WITH
-    }
-
-
-def results_rows(summaries: dict[str, Summary], cells: list[dict] | None = None) -> list[dict[str, Any]]:
-    rows = []
-    for t in SUITE:
-        s = summaries.get(t.name)
-        if s is None:
-            continue
-        rows.append(
-            {
-                "task": t.column,
-                "metric": "/".join(t.metrics),
-                "median": round(s.median, 2),
-                "min": round(s.low, 2),
-                "max": round(s.high, 2),
-                "lr": f"{s.lr:g}",
-                "seeds": len(s.scores),
-                "seed_scores": ";".join(f"{x:.2f}" for x in s.scores),
-                **{f"median_{m}": round(v, 2) for m, v in s.metrics.items()},
-                "median_by_lr": ";".join(f"{lr:g}:{v:.2f}" for lr, v in sorted(s.by_lr.items())),
-                **computed_with(cells or [], t.name),
-            }
-        )
-    return rows
-
-
-def write_results(out: Path, summaries: dict[str, Summary], cells: list[dict], score: GlueScore) -> list[Path]:
-    """results.csv (a row per task, then the GLUE score), cells.csv (every run), results.md and glue.png."""
-    rows = results_rows(summaries, cells)
-    score_row = {
-        "task": "GLUE score" if score.complete else f"GLUE score (partial: {len(score.present)} of 9)",
-        "median": None if score.score is None else round(score.score, 2),
-    }
-    write_text(out / "results.csv", csv_text([*rows, score_row]))
-    cell_rows = [
-        {
-            "task": BY_NAME[c["task"]].column,
-            "lr": f"{float(c['lr']):g}",
-            "seed": c["seed"],
-            "score": None if c.get("score") is None else round(c["score"], 4),
-            "mismatched_score": (round(c["mismatched_score"], 4) if c.get("mismatched_score") is not None else None),
-            "seconds": c.get("seconds"),
-            "timed_out": c.get("timed_out", False),
-            **{k: c.get(k) for k in COMPUTED_WITH},
-            **{k: v for k, v in (c.get("metrics") or {}).items() if k not in ("epoch",)},
-        }
-        for c in cells
-    ]
-    write_text(out / "cells.csv", csv_text(cell_rows) if cell_rows else "")
-    write_text(out / "results.md", results_markdown(summaries, score))
-    files = [out / "results.csv", out / "cells.csv", out / "results.md"]
-    if rows:
-        bar_chart(
-            out / "glue.png",
-            [r["task"] for r in rows],
-            [r["median"] for r in rows],
-            [r["min"] for r in rows],
-            [r["max"] for r in rows],
-            ylabel="dev score (GLUE points)",
-            title=f"GLUE dev: median and min-max over {max(r['seeds'] for r in rows)} seeds",
-        )
-        files.append(out / "glue.png")
-    return files
-
-
-def results_markdown(summaries: dict[str, Summary], score: GlueScore) -> str:
-    lines = ["| task | metric | median | min-max over seeds | lr | seeds |", "|---|---|---:|---:|---:|---:|"]
-    for t in SUITE:
-        s = summaries.get(t.name)
-        if s is None:
-            continue
-        parts = " / ".join(f"{s.metrics[m]:.1f}" for m in t.metrics) if len(t.metrics) > 1 else ""
-        metric = f"{'/'.join(t.metrics)}" + (f" ({parts})" if parts else "")
-        lines.append(
-            f"| {t.column} | {metric} | {s.median:.1f} | {s.low:.1f}-{s.high:.1f} | {s.lr:g} | {len(s.scores)} |"
-        )
-    lines.append("")
-    if score.score is None:
-        lines.append("GLUE score: no task finished.")
-    elif score.complete:
-        lines.append(
-            f"**GLUE score (dev): {score.score:.1f}** (the leaderboard's average of the nine tasks, MNLI "
-            "as the mean of -m and -mm)."
-        )
-    else:
-        lines.append(
-            f"GLUE score over the {len(score.present)} tasks present: {score.score:.1f} (partial: "
-            f"missing {', '.join(BY_NAME[m].column for m in score.missing)}; not comparable with the "
-            "leaderboard)."
-        )
-    lines.append("")
-    lines.append(
-        "Scores are dev-set GLUE points (x100); MRPC/QQP are (F1 + accuracy) / 2, STS-B (Pearson + Spearman) "
-        "/ 2. Each task: the learning rate with the best median over seeds."
-    )
-    return "\n".join(lines) + "\n"

@@ -10,8 +10,9 @@ Definition (docs/experiments.md, "BLiMP"), the one ``minicons``' ``MaskedLMScore
 - **word-l2r** PLL (Kauf & Ivanova, 2023; minicons' ``within_word_l2r``): as original, but a copy also masks the
   later pieces of the same word (the word ids of the tokenizer's pre-tokenization), so a word's first piece cannot
   be read off its own continuation;
-- a pair is right when the good sentence scores strictly higher than the bad one (a tie is wrong: a model that
-  scores everything alike gets 0, not 50);
+- a pair is right when the good sentence scores strictly higher than the bad one (``ties="wrong"``, the default: a
+  model that scores everything alike gets 0, not 50); BabyLM's evaluation counts a tie as right (``ties="correct"``:
+  its harness takes the first of equal log-likelihoods, the good sentence), so ``tie_rate`` says how many pairs tie;
 - a paradigm's accuracy is its share of right pairs; a field's, the mean of its paradigms'; **overall**, the mean
   over the paradigms (67 in BLiMP), all in percent.
 
@@ -32,6 +33,9 @@ import json
 import logging
 import os
 import random
+import signal
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,17 +45,22 @@ import numpy as np
 import torch
 
 from bertkit import models
-from bertkit.data.tasks.readers import jsonl_records
+from bertkit.batches import plan_batches
+from bertkit.config import read_model_config, reads_next_token
+from bertkit.data.tasks.readers import jsonl_records, open_text
 from bertkit.errors import InputError, MissingFileError
 from bertkit.files import write_json, write_text
 from bertkit.precision import resolve_precision
 from bertkit.runtime import batch_loop
 from bertkit.tokenization import load_tokenizer
+from bertkit.training.interrupt import Interrupted
 
 log = logging.getLogger(__name__)
 
 PLL_METHODS = ("original", "word-l2r")  # minicons' PLL_metric "original" and "within_word_l2r"
 FIELDS = ("sentence_good", "sentence_bad", "field", "UID")  # what each JSONL row must carry
+TIES = ("wrong", "correct")  # a pair whose two sentences score alike: bertkit's rule, BabyLM's
+LONG_SENTENCE = 128  # tokens: a longer sentence's PLL (one copy per token, each as long) is said to be slow
 
 
 # ------------------------------------------------------------------------------------------------------ the data
@@ -59,11 +68,18 @@ FIELDS = ("sentence_good", "sentence_bad", "field", "UID")  # what each JSONL ro
 
 @dataclass
 class Paradigm:
-    """One BLiMP paradigm (one JSONL file): its ``UID``, its ``field`` and its (good, bad) sentence pairs."""
+    """One BLiMP paradigm (one JSONL file): its ``UID``, its ``field`` and its (good, bad) sentence pairs; ``path``
+    and ``lines`` (each pair's line in it) name where a pair came from, when it was read from a file."""
 
     uid: str
     field: str
     pairs: list[tuple[str, str]]
+    path: Path | None = None
+    lines: list[int] = field(default_factory=list, repr=False)
+
+    def where(self, i: int) -> str:
+        """``FILE:LINE`` of pair ``i`` (the UID and the pair's index when it was not read from a file)."""
+        return f"{self.path}:{self.lines[i]}" if self.path is not None and self.lines else f"{self.uid} pair {i}"
 
 
 def read_paradigm(path: str | os.PathLike, limit: int | None = None) -> Paradigm:
@@ -72,8 +88,11 @@ def read_paradigm(path: str | os.PathLike, limit: int | None = None) -> Paradigm
     row) is an InputError naming the file and line; blank lines are skipped."""
     path = Path(path)
     pairs: list[tuple[str, str]] = []
+    lines: list[int] = []
     uid = kind = None
-    with open(path, encoding="utf-8") as f:
+    # the task readers' open_text: a byte that is not UTF-8 or a NUL names file and line; a pipe or a device (a link
+    # to /dev/zero) is refused before it is read
+    with open_text(path) as f:
         for lineno, row in jsonl_records(f):  # the JSONL readers' one first step (bad JSON, deep nesting, non-objects)
             if limit is not None and len(pairs) >= limit:
                 break
@@ -91,9 +110,10 @@ def read_paradigm(path: str | os.PathLike, limit: int | None = None) -> Paradigm
                     f"({uid!r} / {kind!r}): one paradigm per file"
                 )
             pairs.append((row["sentence_good"], row["sentence_bad"]))
+            lines.append(lineno)
     if not pairs:
         raise InputError(f"{path}: no pairs (an empty BLiMP file)")
-    return Paradigm(uid, kind, pairs)
+    return Paradigm(uid, kind, pairs, path, lines)
 
 
 def read_blimp(directory: str | os.PathLike, pairs_per_paradigm: int | None = None) -> list[Paradigm]:
@@ -121,8 +141,48 @@ def sample_paradigms(paradigms: Sequence[Paradigm], per_paradigm: int, seed: int
     out = []
     for p in paradigms:
         keep = sorted(rng.sample(range(len(p.pairs)), min(per_paradigm, len(p.pairs))))
-        out.append(Paradigm(p.uid, p.field, [p.pairs[i] for i in keep]))
+        lines = [p.lines[i] for i in keep] if p.lines else []
+        out.append(Paradigm(p.uid, p.field, [p.pairs[i] for i in keep], p.path, lines))
     return out
+
+
+def check_pairs(paradigms: Sequence[Paradigm], tokenizer: Any, max_length: int | None, flag: str = "") -> int:
+    """Refuse, before any scoring, a sentence of ``paradigms`` that tokenizes to nothing (zero-width spaces, control
+    characters: it would score 0.0 and tie) or to more tokens than the model's ``max_length`` positions: an
+    InputError naming ``flag`` (``--blimp`` in pre-training), the file and the line. Says (a warning) when the
+    longest sentence makes pseudo-log-likelihood slow: one copy per token, each as long, so its cost grows with the
+    square of its length. Returns the longest sentence's tokens."""
+    where = {}
+    for p in paradigms:
+        for i, pair in enumerate(p.pairs):
+            for s in pair:
+                where.setdefault(s, p.where(i))
+    sentences = list(where)
+    if not sentences:
+        return 0
+    encodings = tokenizer.encode_batch(sentences, truncation=False)
+    special = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
+    prefix = f"{flag} " if flag else ""
+    longest = 0
+    for s, e in zip(sentences, encodings):
+        if not any(t not in special for t in e.ids):
+            raise InputError(
+                f"{prefix}{where[s]}: the sentence {s[:60]!r} tokenizes to nothing (no token but [CLS] and [SEP]): "
+                "it has no pseudo-log-likelihood to compare"
+            )
+        if max_length and len(e.ids) > max_length:
+            raise InputError(
+                f"{prefix}{where[s]}: a sentence of {len(e.ids)} tokens is longer than the model's {max_length} "
+                f"positions: {s[:60]!r}..."
+            )
+        if len(e.ids) > longest:
+            longest, slowest = len(e.ids), s
+    if longest > LONG_SENTENCE:
+        log.warning(
+            f"bertkit: {prefix}{where[slowest]}: a sentence of {longest} tokens; its pseudo-log-likelihood runs "
+            f"{longest - 2} masked copies of {longest} tokens (the cost grows with the square of the length)"
+        )
+    return longest
 
 
 # ------------------------------------------------------------------------------------------------ the scorer
@@ -151,7 +211,9 @@ class PllScorer:
     ``models.encoder_of(model)`` and ``model.mlm_head_module()``) with ``tokenizer``.
 
     ``pll``: one of :data:`PLL_METHODS`. ``batch_size``: masked copies per forward pass. ``precision``: the
-    encoder's (``auto`` resolved for the device); the MLM head and the log-softmax run in fp32 always."""
+    encoder's (``auto`` resolved for the device); the MLM head and the log-softmax run in fp32 always. ``stop``:
+    asked between batches (a training run's signal or spent budget); True abandons the scoring with
+    :class:`Stopped`."""
 
     model: Any
     tokenizer: Any
@@ -161,6 +223,7 @@ class PllScorer:
     device: str = "cpu"
     max_length: int | None = None  # the longest sentence the model takes (its position table), tokens
     progress: bool = False
+    stop: Callable[[], bool] | None = None
 
     def __post_init__(self) -> None:
         if self.pll not in PLL_METHODS:
@@ -237,12 +300,14 @@ class PllScorer:
         device = torch.device(self.device)
         out = np.zeros(len(copies), dtype=np.float32)
         lengths = copies.lengths[copies.sentence].tolist()
+        shift = 1 if reads_next_token(self.model.config) else 0  # mntp: a [MASK] at j is answered at j - 1
 
         def run(batch: list[int]) -> torch.Tensor:
             index = np.asarray(batch)
             ids, attention = self._masked_inputs(copies, index)
             hidden = encoder(input_ids=ids.to(device), attention_mask=attention.to(device)).last_hidden_state
-            rows = hidden[torch.arange(len(index), device=device), torch.from_numpy(copies.position[index]).to(device)]
+            read = torch.from_numpy(copies.position[index] - shift).to(device)  # the scored token's logits' place
+            rows = hidden[torch.arange(len(index), device=device), read]
             # the MLM head (transform, decoder) at the scored positions only, [B, V], and in fp32 whatever the
             # encoder's precision: bf16 logits moved sentence scores 10x more and flipped 0.7% of BLiMP's pairs
             with torch.autocast(device.type, enabled=False):
@@ -264,6 +329,8 @@ class PllScorer:
                 unit="copy",
             ):
                 out[batch] = scores.numpy()
+                if self.stop is not None and self.stop():
+                    raise Stopped("the scoring was stopped between two batches")
         finally:
             self.model.train(was_training)
         return out
@@ -277,6 +344,10 @@ class PllScorer:
     def sentence_scores(self, sentences: Sequence[str]) -> np.ndarray:
         """[S] float64: the PLL of each sentence."""
         return self.sums(self.copies(sentences))
+
+
+class Stopped(Exception):  # noqa: N818 (what happened, as Interrupted says)
+    """A :class:`PllScorer` whose ``stop`` said so between two batches: its scores are abandoned."""
 
 
 def _score_part(job: tuple) -> np.ndarray:
@@ -296,6 +367,7 @@ def scores_in_processes(
     (bf16 on a 2-core EPYC, BENCHMARKS.md "BLiMP"), two one-thread processes beat one two-thread process."""
     import multiprocessing
 
+    workers = min(workers, len(sentences))  # never a worker without a sentence to score
     if workers <= 1:
         return _score_part((directory, sentences, threads, options))
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
@@ -303,7 +375,8 @@ def scores_in_processes(
     jobs = [(str(directory), [sentences[i] for i in part], threads, options) for part in parts]
     pool = multiprocessing.get_context("spawn").Pool(workers)  # a fresh interpreter: no forked torch state
     try:
-        results = pool.map(_score_part, jobs)
+        with _terminated_as_interrupt():  # SIGTERM ends the workers too (they outlived a killed parent)
+            results = pool.map(_score_part, jobs)
         pool.close()  # the workers end on their own (terminate() would leave their semaphores to the tracker)
     except BaseException:
         pool.terminate()
@@ -316,44 +389,74 @@ def scores_in_processes(
     return scores
 
 
+class _terminated_as_interrupt:  # noqa: N801 (a context manager, named for what it does)
+    """Inside it (main thread), SIGTERM raises ``Interrupted`` (exit 143), so that the ``except`` around a pool ends
+    its workers as Ctrl-C's KeyboardInterrupt does; the handler before it comes back after."""
+
+    def __enter__(self) -> None:
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._raise)
+
+    @staticmethod
+    def _raise(signum, frame) -> None:  # noqa: ARG004
+        raise Interrupted("stopped on SIGTERM while scoring; the worker processes were ended", signum)
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+
 # ------------------------------------------------------------------------------------------------ the figures
 
 
 @dataclass
 class BlimpResult:
     """Accuracies in percent: ``paradigms`` {UID: %}, ``fields`` {field: mean of its paradigms}, ``overall`` (the
-    mean over paradigms); ``pairs`` scored; ``scores`` per paradigm, its pairs' (good, bad) PLLs."""
+    mean over paradigms); ``pairs`` scored; ``scores`` per paradigm, its pairs' (good, bad) PLLs; ``ties``: the
+    rule a tie was scored by, ``tie_rate``: the share of tied pairs in percent, ``{"overall": mean over paradigms,
+    "paradigms": {UID: %}}``."""
 
     overall: float
     fields: dict[str, float]
     paradigms: dict[str, float]
     pairs: int
     scores: dict[str, list[tuple[float, float]]] = field(default_factory=dict, repr=False)
+    ties: str = "wrong"
+    tie_rate: dict[str, Any] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, Any]:
-        return {"overall": self.overall, "fields": self.fields, "paradigms": self.paradigms, "pairs": self.pairs}
+        figures = {"overall": self.overall, "fields": self.fields, "paradigms": self.paradigms, "pairs": self.pairs}
+        return {**figures, "ties": self.ties, "tie_rate": self.tie_rate}
 
 
-def pair_right(good: float, bad: float) -> bool:
-    """A pair is right when the good sentence scores strictly higher: a tie is wrong."""
-    return good > bad
+def pair_right(good: float, bad: float, ties: str = "wrong") -> bool:
+    """A pair is right when the good sentence scores higher; a tie is wrong (``ties="wrong"``, bertkit's rule) or
+    right (``"correct"``, BabyLM's)."""
+    return good > bad or (ties == "correct" and good == bad)
 
 
-def summarize(paradigms: Sequence[Paradigm], scores: dict[str, float]) -> BlimpResult:
-    """The figures of ``paradigms`` from each sentence's PLL (``scores``: sentence -> PLL)."""
+def summarize(paradigms: Sequence[Paradigm], scores: dict[str, float], ties: str = "wrong") -> BlimpResult:
+    """The figures of ``paradigms`` from each sentence's PLL (``scores``: sentence -> PLL), a tie scored by
+    ``ties`` (one of :data:`TIES`)."""
+    if ties not in TIES:
+        raise InputError(f"--ties must be one of {', '.join(TIES)}, got {ties!r}")
     if not paradigms:
         raise InputError("no BLiMP paradigms to score")
     per: dict[str, float] = {}
+    tied: dict[str, float] = {}
     by_field: dict[str, list[float]] = {}
     kept: dict[str, list[tuple[float, float]]] = {}
     for p in paradigms:
         pairs = [(scores[g], scores[b]) for g, b in p.pairs]
-        per[p.uid] = 100.0 * sum(pair_right(g, b) for g, b in pairs) / len(pairs)
+        per[p.uid] = 100.0 * sum(pair_right(g, b, ties) for g, b in pairs) / len(pairs)
+        tied[p.uid] = 100.0 * sum(g == b for g, b in pairs) / len(pairs)
         by_field.setdefault(p.field, []).append(per[p.uid])
         kept[p.uid] = pairs
     fields = {f: float(np.mean(v)) for f, v in sorted(by_field.items())}
     overall = float(np.mean(list(per.values())))
-    return BlimpResult(overall, fields, per, sum(len(p.pairs) for p in paradigms), kept)
+    tie_rate = {"overall": float(np.mean(list(tied.values()))), "paradigms": tied}
+    return BlimpResult(overall, fields, per, sum(len(p.pairs) for p in paradigms), kept, ties, tie_rate)
 
 
 def distinct_sentences(paradigms: Sequence[Paradigm]) -> list[str]:
@@ -361,11 +464,20 @@ def distinct_sentences(paradigms: Sequence[Paradigm]) -> list[str]:
     return list(dict.fromkeys(s for p in paradigms for pair in p.pairs for s in pair))
 
 
-def evaluate_blimp(score: Callable[[list[str]], np.ndarray], paradigms: Sequence[Paradigm]) -> BlimpResult:
+def evaluate_blimp(
+    score: Callable[[list[str]], np.ndarray], paradigms: Sequence[Paradigm], ties: str = "wrong"
+) -> BlimpResult:
     """Score every distinct sentence of ``paradigms`` once with ``score`` (sentences -> their PLLs: a
-    :class:`PllScorer`'s ``sentence_scores``, or :func:`scores_in_processes` over a directory), then the figures."""
+    :class:`PllScorer`'s ``sentence_scores``, or :func:`scores_in_processes` over a directory), then the figures
+    (a tie scored by ``ties``)."""
     sentences = distinct_sentences(paradigms)
-    return summarize(paradigms, dict(zip(sentences, score(sentences).tolist())))
+    return summarize(paradigms, dict(zip(sentences, score(sentences).tolist())), ties)
+
+
+def model_limits(directory: str | os.PathLike) -> tuple[Any, int | None]:
+    """(tokenizer, positions) of a model directory, without loading its weights: what :func:`check_pairs` needs
+    before the scoring starts."""
+    return load_tokenizer(directory), read_model_config(directory).get("max_position_embeddings")
 
 
 def table(result: BlimpResult, paradigms: Sequence[Paradigm]) -> str:
@@ -392,7 +504,7 @@ def write_results(output: str | os.PathLike, result: BlimpResult, paradigms: Seq
     for p in paradigms:
         for i, ((good, bad), (g, b)) in enumerate(zip(p.pairs, result.scores[p.uid])):
             row = {"UID": p.uid, "pair": i, "sentence_good": good, "sentence_bad": bad, "good": g, "bad": b}
-            rows.append(json.dumps({**row, "right": pair_right(g, b)}))
+            rows.append(json.dumps({**row, "right": pair_right(g, b, result.ties)}))
     write_text(output / "pairs.jsonl", "\n".join(rows) + "\n")
 
 
@@ -418,19 +530,41 @@ class BlimpProbe:
         pll: str = "original",
         batch_size: int = 256,
         max_length: int | None = None,
+        flag: str = "",
     ):
         paradigms = read_blimp(blimp) if isinstance(blimp, (str, os.PathLike)) else blimp  # a directory, or read
         self.paradigms = sample_paradigms(paradigms, pairs_per_paradigm, seed)
         self.pairs = sum(len(p.pairs) for p in self.paradigms)  # in the sample, all paradigms
         self.sentences = distinct_sentences(self.paradigms)
+        check_pairs(self.paradigms, tokenizer, max_length, flag)  # before training, naming the flag, file and line
         self._options = dict(tokenizer=tokenizer, pll=pll, batch_size=batch_size, max_length=max_length)
         self._copies = PllScorer(model=None, **self._options).copies(self.sentences)
 
-    def result(self, model: Any, precision: str = "fp32") -> BlimpResult:
-        """Every figure of the sample (see :class:`BlimpResult`) for ``model`` on its own device."""
+    def result(self, model: Any, precision: str = "fp32", stop: Callable[[], bool] | None = None) -> BlimpResult:
+        """Every figure of the sample (see :class:`BlimpResult`) for ``model`` on its own device; ``stop`` (asked
+        between batches) abandons it with :class:`Stopped`."""
         device = str(next(model.parameters()).device)
-        scorer = PllScorer(model=model, precision=precision, device=device, **self._options)
+        scorer = PllScorer(model=model, precision=precision, device=device, stop=stop, **self._options)
         return summarize(self.paradigms, dict(zip(self.sentences, scorer.sums(self._copies).tolist())))
 
-    def __call__(self, model: Any, precision: str = "fp32") -> float:
-        return self.result(model, precision).overall
+    def __call__(self, model: Any, precision: str = "fp32", stop: Callable[[], bool] | None = None) -> float:
+        return self.result(model, precision, stop).overall
+
+    def seconds(self, model: Any, precision: str = "fp32", batches: int = 2) -> float:
+        """An estimate of one probe's seconds on ``model`` (what ``--max-time`` sets aside for each): its first
+        ``batches`` batches (the longest) timed, scaled by the padded tokens of all of them."""
+        widths = self._copies.lengths[self._copies.sentence]
+        plan = plan_batches(widths.tolist(), self._options["batch_size"])
+        tokens = [len(b) * int(widths[b].max()) for b in plan]
+        done = [0]
+
+        def enough() -> bool:
+            done[0] += 1
+            return done[0] >= batches
+
+        t0 = time.perf_counter()
+        try:
+            self.result(model, precision, stop=enough)
+        except Stopped:
+            pass
+        return (time.perf_counter() - t0) * sum(tokens) / max(1, sum(tokens[: done[0]]))

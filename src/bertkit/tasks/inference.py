@@ -36,7 +36,7 @@ def run(args: argparse.Namespace, labelled: bool = True) -> dict[str, Any]:
     # default, MODEL/eval-DATA, lies inside the model's directory by design: only the one the user names is checked
     # against --model
     inputs = {"--model": files.model, "--data": files.data} if files.output else {"--data": files.data}
-    check_output(output, inputs, overwrite=None)
+    check_output(output, inputs, overwrite=None, figures=True)  # never into a model directory (its metrics.json)
     backend, note = _backend_for(Path(files.model), files.backend)
     files = dataclasses.replace(files, backend=backend)
     if files.backend == "onnx":

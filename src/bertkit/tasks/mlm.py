@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from bertkit.modeling import shift_left
+
 
 @dataclass
 class MlmScore:
@@ -50,12 +52,16 @@ def check_honest(batch: dict, mask_id: int) -> None:
 
 
 @torch.no_grad()
-def score_mlm(model, batches: Iterable[dict], mask_id: int | None = None, context=None) -> MlmScore:
+def score_mlm(
+    model, batches: Iterable[dict], mask_id: int | None = None, context=None, next_token: bool = False
+) -> MlmScore:
     """Score ``model`` on held-out batches (tensors on the model's device; ``labels`` -100 where unlabelled).
 
     ``model(**batch)`` must return ``masked_logits [M, V]`` and ``masked_labels [M]`` (the labelled positions in
     row-major order). With ``mask_id``, each batch is first checked to be honest (:func:`check_honest`).
-    ``context`` is an optional callable returning a context manager (autocast) around each forward."""
+    ``context`` is an optional callable returning a context manager (autocast) around each forward.
+    ``next_token``: a masked next-token model (``bertkit_objective: mntp``): a [MASK] at j is read at j - 1 (the
+    labels shifted left before the forward; the figures stay those of the tokens at the [MASK] inputs)."""
     import contextlib
 
     ok = n = nsp_ok = nsp_n = 0
@@ -64,6 +70,8 @@ def score_mlm(model, batches: Iterable[dict], mask_id: int | None = None, contex
     for batch in batches:
         if mask_id is not None:
             check_honest(batch, mask_id)
+        if next_token:
+            batch = {**batch, "labels": shift_left(batch["labels"], -100)}
         with context() if context else contextlib.nullcontext():
             out = model(**batch)
         logits, labels = out.masked_logits.float(), out.masked_labels

@@ -41,7 +41,9 @@ FINETUNE_ONLY = ("feature_based", "feature_layers", "tagger", "tagger_hidden")
 
 
 def task_option(required: bool, extra: tuple[str, ...] = (), help: str | None = None) -> Any:
-    """``task``: ``--task`` with the registry's names (and ``extra``) as choices."""
+    """``task``: ``--task`` with the registry's names as choices, and ``extra``: the other tasks the command runs
+    (distill's embeddings; those ``evaluate`` hands to its variants, cli.VARIANTS), so that an unknown task's
+    "invalid choice" names every task the command runs."""
     default_help = "task family or GLUE task: " + ", ".join(TASK_NAMES)
     default_help += "" if required else " (default: the fine-tuned model's)"
     return option(None, choices=(*TASK_NAMES, *extra), required=required, metavar="TASK", help=help or default_help)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from bertkit.errors import InputError
@@ -24,18 +24,14 @@ PathLike = str | os.PathLike
 
 
 def _read_batches(
-    files: Sequence[Path], normalizer: ExactNormalizer, batch_size: int, show_progress: bool
+    texts: Iterable[str], normalizer: ExactNormalizer, batch_size: int, show_progress: bool
 ) -> Iterator[list[str]]:
-    """Stream the corpus line by line (any size; ``corpus_texts``: as ``prepare`` reads it), normalised exactly as
-    the tokenizer will, in batches."""
+    """Stream the corpus line by line (any size), normalised exactly as the tokenizer will, in batches."""
     from tqdm.auto import tqdm
-
-    # the corpus reader (and its format readers): only when a vocabulary is trained, not at every tokenizer import
-    from bertkit.data.pretraining.corpus import corpus_texts
 
     with tqdm(unit=" lines", desc="reading", disable=not show_progress) as bar:
         batch: list[str] = []
-        for line in corpus_texts(files):
+        for line in texts:
             bar.update(1)
             batch.append(normalizer.normalize_for_training(line))
             if len(batch) >= batch_size:
@@ -66,23 +62,22 @@ def _chunks(lines: Iterable[str], chars: int) -> Iterator[str]:
 
 
 def continuation_tokens(
-    files: Sequence[Path], normalizer: ExactNormalizer, limit_alphabet: int | None
+    texts: Iterable[str], normalizer: ExactNormalizer, limit_alphabet: int | None
 ) -> tuple[list[str], list[str] | None]:
-    """(``##c`` for every normalised character c that continues a word somewhere in ``files``, in code-point order;
-    with ``limit_alphabet``, the alphabet: its most frequent characters, ties by code point, which the trainer is
-    given as its initial alphabet so that it keeps exactly those, and the ``##`` letters of those only).
+    """(``##c`` for every normalised character c that continues a word somewhere in ``texts`` (the corpus's lines),
+    in code-point order; with ``limit_alphabet``, the alphabet: its most frequent characters, ties by code point,
+    which the trainer is given as its initial alphabet so that it keeps exactly those, and the ``##`` letters of
+    those only).
 
     Given to Rust's trainer as special tokens, they take fixed ids. Left to it, it numbers them in hash-map order,
     and those ids break ties between equally frequent merges, so the same text gave another vocabulary on every run
     (huggingface/tokenizers #1794). One pass over the corpus, 4 MB at a time: a regex over the separators present
     finds every word's characters after its first (about 13 MB/s; the trainer itself is slower)."""
-    from bertkit.data.pretraining.corpus import corpus_texts  # as in _read_batches: only when training
-
     chinese = normalizer.tokenize_chinese_chars
     inner: set[str] = set()
     seen: set[str] = set()
     counts: Counter[str] = Counter()
-    for text in _chunks(corpus_texts(files), 1 << 22):
+    for text in _chunks(texts, 1 << 22):
         present = distinct_chars(text)
         seen |= present
         sep = "".join(re.escape(c) for c in sorted(present) if _separates(c, chinese))
@@ -124,7 +119,7 @@ def google_layout(learned: dict[str, int], vocab_size: int, num_unused: int) -> 
 
 
 def train_vocab(
-    files: PathLike | Sequence[PathLike],
+    files: PathLike | Sequence[PathLike] | None = None,
     vocab_size: int = 30522,
     lowercase: bool = True,
     min_frequency: int = 2,
@@ -135,6 +130,7 @@ def train_vocab(
     limit_alphabet: int | None = None,
     show_progress: bool = True,
     batch_size: int = 1000,
+    texts: Callable[[], Iterable[str]] | None = None,
 ) -> BertTokenizer:
     """Train a WordPiece vocabulary on plain-text files and return a :class:`BertTokenizer` using it.
 
@@ -146,7 +142,7 @@ def train_vocab(
     Args:
         files: corpus files or directories, read as ``prepare`` reads them (compressed, JSONL, Parquet...: see
             ``bertkit.data.pretraining.corpus.corpus_texts``); each non-empty line is a text. A missing, binary or
-            empty corpus is an ``InputError`` naming it.
+            empty corpus is an ``InputError`` naming it. Not read when ``texts`` is given.
         vocab_size: total size including special and [unused] tokens (a small corpus may give fewer).
         lowercase: train an uncased vocabulary (lowercase + strip accents).
         min_frequency: a merge must occur at least this often.
@@ -155,12 +151,23 @@ def train_vocab(
         num_unused: number of [unusedN] slots after [PAD].
         limit_alphabet: keep at most this many initial characters (None keeps all; CJK text needs thousands).
         show_progress: show progress bars (lines read, and the trainer's own).
+        texts: instead of ``files``, a function returning the corpus's lines afresh on each call (it is read twice:
+            once for the ``##`` letters, once to train), e.g. ``lambda: corpus_texts(paths)`` from a caller in the
+            corpus pipeline: then the tokenizer layer reads no file format itself.
     """
     from tokenizers import Tokenizer, models, trainers
 
-    paths = [Path(files)] if isinstance(files, (str, os.PathLike)) else [Path(f) for f in files]
-    if not paths:
-        raise InputError("no training files given")
+    if texts is None:
+        paths = [Path(files)] if isinstance(files, (str, os.PathLike)) else [Path(f) for f in files or ()]
+        if not paths:
+            raise InputError("no training files given")
+        # files= reads them with the corpus readers (compression, JSONL, Parquet), which belong to the corpus
+        # pipeline above the tokenizer: a caller that has them passes texts= and this import is not made
+        from bertkit.data.pretraining.corpus import corpus_texts
+
+        def texts() -> Iterable[str]:
+            return corpus_texts(paths)
+
     if num_unused < 0:
         raise InputError(f"--num-unused {num_unused}: must be >= 0")
     n_fixed = num_unused + len(SPECIAL_TOKENS)
@@ -173,7 +180,7 @@ def train_vocab(
     rust = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     rust.normalizer = normalizer.rust_normalizer
     rust.pre_tokenizer = normalizer.rust_pre_tokenizer
-    continuations, alphabet = continuation_tokens(paths, normalizer, limit_alphabet)
+    continuations, alphabet = continuation_tokens(texts(), normalizer, limit_alphabet)
     # the trainer breaks ties at its alphabet's limit in hash-map order too: it is given the alphabet to keep
     kwargs = {} if alphabet is None else {"limit_alphabet": limit_alphabet, "initial_alphabet": alphabet}
     trainer = trainers.WordPieceTrainer(
@@ -184,7 +191,7 @@ def train_vocab(
         continuing_subword_prefix="##",
         **kwargs,
     )
-    rust.train_from_iterator(_read_batches(paths, normalizer, batch_size, show_progress), trainer=trainer)
+    rust.train_from_iterator(_read_batches(texts(), normalizer, batch_size, show_progress), trainer=trainer)
     # the ## letters, numbered as special tokens before the alphabet, go after it, where the trainer puts them on its
     # own: a vocabulary cut to size keeps its letters first
     learned = rust.get_vocab()

@@ -10,7 +10,9 @@ from torch import nn
 
 from bertkit.errors import InputError
 from bertkit.models import LAYER_KEY
+from bertkit.training.lamb import Lamb
 
+OPTIMIZERS = ("adamw", "lamb")
 _EMBEDDINGS = re.compile(r"(?:^|\.)embeddings\.")
 
 
@@ -25,8 +27,8 @@ def layer_depths(model: nn.Module) -> dict[str, int]:
 def parameter_groups(
     model: nn.Module, weight_decay: float, lr: float | None = None, layer_decay: float = 1.0
 ) -> list[dict]:
-    """Decoupled weight decay on weight matrices; none on biases and LayerNorm (as Google's optimization.py).
-    Tied parameters appear once.
+    """Decoupled weight decay on weight matrices; none on biases and LayerNorm (as Google's optimization.py; their
+    groups say ``no_decay``, which LAMB also keeps out of its trust ratio). Tied parameters appear once.
 
     ``layer_decay`` < 1 (with ``lr``): layer-wise lr decay, as ELECTRA fine-tunes (Clark et al., 2020, appendix A:
     0.8 for Small and Base). A parameter at depth ``d`` of ``L + 1`` (:func:`layer_depths`) trains at
@@ -44,13 +46,18 @@ def parameter_groups(
         groups.setdefault((no_decay, depths.get(name, top)), []).append(param)
     if layer_decay == 1.0:
         return [
-            {"params": groups.get((False, 0), []), "weight_decay": weight_decay},
-            {"params": groups.get((True, 0), []), "weight_decay": 0.0},
+            {"params": groups.get((False, 0), []), "weight_decay": weight_decay, "no_decay": False},
+            {"params": groups.get((True, 0), []), "weight_decay": 0.0, "no_decay": True},
         ]
     if lr is None:
         raise InputError("--layer-decay needs the peak --lr")
     return [
-        {"params": params, "weight_decay": 0.0 if no_decay else weight_decay, "lr": lr * layer_decay ** (top - depth)}
+        {
+            "params": params,
+            "weight_decay": 0.0 if no_decay else weight_decay,
+            "no_decay": no_decay,
+            "lr": lr * layer_decay ** (top - depth),
+        }
         for (no_decay, depth), params in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0]))
     ]
 
@@ -63,13 +70,19 @@ def build_optimizer(
     eps: float = 1e-6,
     fused: bool | None = None,
     layer_decay: float = 1.0,
-) -> torch.optim.AdamW:
-    """AdamW (decoupled decay 0.01, betas (0.9, 0.999), eps 1e-6): the paper's and Google's defaults.
+    optimizer: str = "adamw",
+) -> torch.optim.Optimizer:
+    """AdamW (decoupled decay 0.01, betas (0.9, 0.999), eps 1e-6): the paper's and Google's defaults; or, with
+    ``optimizer="lamb"``, LAMB on the same groups and settings (``training/lamb.py``).
 
     ``fused=None`` picks the fused kernel (one pass over all parameters) where this PyTorch has it for the
     parameters' device; it computes the same update as the for-each implementation. ``layer_decay``: layer-wise
     lr decay (:func:`parameter_groups`; 1 = off)."""
     groups = parameter_groups(model, weight_decay, lr, layer_decay)
+    if optimizer == "lamb":
+        return Lamb(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    if optimizer != "adamw":
+        raise InputError(f"--optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
     if fused is None:
         fused = True
     try:

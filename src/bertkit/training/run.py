@@ -99,6 +99,7 @@ class Run:
         self.cost = None  # --max-time's cost model, when the steps were fitted to it
         self.position: Callable[[], dict] | None = None  # the data's position, when a feed keeps it
         self.reschedule: Callable[[int], Any] | None = None  # a new lr schedule over n steps (--max-time's re-fit)
+        self.planned_steps = 0  # the total steps :meth:`begin` was given
         self.tensorboard = False  # TensorBoard files beside metrics.jsonl, when the recipe asks for them
         self.bar = None
         self.stop_why: str | None = None
@@ -164,6 +165,7 @@ class Run:
         from tqdm import tqdm
 
         self.state, self.total_steps, self.position, self.reschedule = state, int(total_steps), position, reschedule
+        self.planned_steps = self.total_steps  # the steps this process began with (a re-fit may change total_steps)
         saved = self.opened.checkpoint
         if saved is not None:
             try:  # the state, then the books
@@ -244,14 +246,39 @@ class Run:
         self.elapsed += dt
         self.meter.add(loss=loss, steps=1, time=dt)
         self.bar.update(1)
-        fitted = self.budget.after_step(self.step, self.total_steps, self.cost) if self.cost is not None else None
+        if self.cost is None:
+            return
+        budget = self.budget
+        due = budget.window is not None and self.step == budget.window[1]
+        fitted = budget.after_step(self.step, self.total_steps, self.cost)
+        if due and self.ctx.distributed:  # rank 0's re-fit and next window on every rank (its evaluations are its own)
+            fitted, plan = distributed.broadcast_object(self.ctx, (fitted, budget.plan()))
+            budget.adopt(plan)
         if fitted is not None:
             self.refit(fitted)
 
-    def plan_refit(self, eval_every: int, last_stage: Callable[[int], int]) -> None:
-        """--max-time's re-fits of a schedule fitted from cold probe steps (``TimeBudget.plan_refit``)."""
+    def plan_refit(
+        self, eval_every: int, last_stage: Callable[[int], int], every: Callable[[int], int] | None = None
+    ) -> None:
+        """--max-time's re-fits of a schedule fitted from cold probe steps (``TimeBudget.plan_refit``; ``every(n)``:
+        the steps between evaluations in a run of n steps, whose time a re-fit sets aside)."""
         if self.cost is not None:
-            self.budget.plan_refit(self.total_steps, eval_every, last_stage)
+            self.budget.plan_refit(self.total_steps, eval_every, last_stage, every)
+
+    def expect_evaluations(self, seconds: float, every: Callable[[int], int]) -> None:
+        """--max-time: evaluations of about ``seconds`` each, every ``every(n)`` steps of an n-step run, set aside
+        when the steps are fitted (``TimeBudget.expect``)."""
+        if self.budget is not None:
+            self.budget.expect(seconds, every)
+
+    def eval_interval(self, steps: int, interval: int) -> int:
+        """``interval`` between evaluations, widened under --max-time so that they take at most a quarter of it
+        (``TimeBudget.eval_interval``)."""
+        return self.budget.eval_interval(steps, interval) if self.budget is not None else interval
+
+    def spent(self) -> bool:
+        """Whether --max-time's budget is spent (an evaluation in flight may stop early on it)."""
+        return self.budget is not None and self.clock_started and self.budget.over()
 
     def refit(self, fitted: int) -> None:
         """The schedule re-fitted to ``fitted`` steps (rank 0's) at the measured pace, the lr of this step on the
@@ -271,12 +298,16 @@ class Run:
         return self.step % every == 0 or self.step == self.total_steps
 
     def timed(self, work: Callable[[], Any]) -> Any:
-        """``work()``, its seconds counted as training time (an evaluation), also when it raises."""
+        """``work()``, its seconds counted as training time (an evaluation), also when it raises, and kept out of
+        the pace ``--max-time``'s re-fits measure (``TimeBudget.evaluated``)."""
         t0 = time.perf_counter()
         try:
             return work()
         finally:
-            self.elapsed += time.perf_counter() - t0
+            seconds = time.perf_counter() - t0
+            self.elapsed += seconds
+            if self.budget is not None:
+                self.budget.evaluated(seconds)
 
     def after_step(self, stop: GracefulStop, eval_due: bool = False) -> bool:
         """A checkpoint every ``save_every`` steps (recording ``eval_due``: an evaluation due at this step and not

@@ -62,7 +62,7 @@ from bertkit.data.pretraining.corpus_files import (
 from bertkit.data.pretraining.pipeline import ordered_map, progress_bar
 from bertkit.data.pretraining.splitter import split_paragraphs
 from bertkit.data.pretraining.task_text import sniff, task_documents
-from bertkit.files import atomic_write
+from bertkit.files import atomic_write, unreadable_reason
 
 logger = logging.getLogger(__name__)
 
@@ -182,10 +182,8 @@ def open_text(path: str | os.PathLike, counter: list | None = None) -> io.Buffer
     path = Path(path)
     if path.is_dir():
         raise CorpusError(f"{path}: is a directory (give it as --corpus alone, or its files)")
-    if not path.is_file():
-        raise CorpusError(
-            f"{path}: " + ("not a regular file (a pipe, socket or device)" if path.exists() else "no such corpus file")
-        )
+    if (why := unreadable_reason(path)) is not None:
+        raise CorpusError(f"{path}: " + ("no such corpus file" if why == "no such file" else why))
     head = _head(path, 6)
     raw = _Counting(open(path, "rb", buffering=0))  # noqa: SIM115 (closed with the returned reader)
     if counter is not None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.errors import InputError
+from bertkit.files import is_link_loop, resolved, unreadable_reason
 
 logger = logging.getLogger("bertkit.data.pretraining.corpus")
 
@@ -59,19 +60,20 @@ def is_compressed(head: bytes) -> bool:
     return head.startswith((GZIP_MAGIC, ZSTD_MAGIC, BZ2_MAGIC, XZ_MAGIC))
 
 
-def _corpus_file_kind(f: Path) -> bool:
-    """Whether a file found in a corpus directory is one to read (text, compressed text, Parquet, Arrow)."""
+def _not_corpus_text(f: Path) -> str | None:
+    """Why a file found in a corpus directory is not one to read, or None when it is (text, compressed text,
+    Parquet, Arrow)."""
     name = f.name.lower()
     if name.endswith((".parquet", ".arrow")):
-        return True
+        return None
     with open(f, "rb") as fh:
         head = fh.read(SNIFF_BYTES)
-    return is_compressed(head) or head[:4] == PARQUET_MAGIC or binary_reason(head) is None
+    return None if is_compressed(head) or head[:4] == PARQUET_MAGIC else binary_reason(head)
 
 
 def _inside(path: Path, root: Path) -> bool:
     """Whether ``path``, links resolved, lies in ``root`` (resolved)."""
-    return path.resolve().is_relative_to(root.resolve())
+    return resolved(path).is_relative_to(resolved(root))
 
 
 # ------------------------------------------------------------------------------ datasets.save_to_disk directories
@@ -149,7 +151,7 @@ def find_corpus(paths: Iterable[str | os.PathLike], follow_symlinks: bool = Fals
     seen: set[Path] = set()
 
     def add(f: Path) -> None:
-        real = f.resolve()
+        real = resolved(f)
         if real in seen:
             logger.warning(
                 f"bertkit: {f}: already read as part of the corpus (the same file as another); once is enough"
@@ -173,8 +175,8 @@ def find_corpus(paths: Iterable[str | os.PathLike], follow_symlinks: bool = Fals
                 raise CorpusError(f"{p}: a directory with no text files to read as a corpus")
             for f in found:
                 add(f)
-        elif p.exists():  # a pipe, socket or device (/dev/zero): reading one may never end
-            raise CorpusError(f"{p}: not a regular file (a pipe, socket or device); give a text file or directory")
+        elif p.exists() or is_link_loop(p):  # a pipe, socket or device (/dev/zero): reading one may never end
+            raise CorpusError(f"{p}: {unreadable_reason(p)}; give a text file or directory")
         else:
             raise CorpusError(f"{p}: no such corpus file or directory")
     return listing
@@ -189,7 +191,7 @@ def _walk(root: Path, listing: CorpusListing, follow_symlinks: bool) -> list[Pat
     """Corpus files under ``root`` in path order, never a directory twice; links leaving ``root`` are skipped unless
     ``follow_symlinks``. Counts what it finds and skips in ``listing``."""
     found: list[Path] = []
-    visited = {root.resolve()}
+    visited = {resolved(root)}
 
     def skip(f: Path, why: str, message: str | None = None) -> None:
         listing.found += 1
@@ -208,7 +210,10 @@ def _walk(root: Path, listing: CorpusListing, follow_symlinks: bool) -> list[Pat
                     skip(f, "hidden")
                 continue
             if f.is_symlink():
-                target = f.resolve()
+                target = resolved(f)
+                if is_link_loop(f):
+                    skip(f, "link loop", "a symbolic link loop (it never reaches a file); skipped")
+                    continue
                 if not target.exists():
                     skip(f, "broken link", f"a symbolic link to {target}, which does not exist; skipped")
                     continue
@@ -222,7 +227,7 @@ def _walk(root: Path, listing: CorpusListing, follow_symlinks: bool) -> list[Pat
                 if follow_symlinks:
                     logger.warning(f"bertkit: {f}: a symbolic link; following it to {target}")
             if f.is_dir():
-                real = f.resolve()
+                real = resolved(f)
                 if real in visited:
                     logger.warning(f"bertkit: {f}: a directory already read (a link loop?); skipped")
                     continue
@@ -233,11 +238,11 @@ def _walk(root: Path, listing: CorpusListing, follow_symlinks: bool) -> list[Pat
                     found.extend(arrows)
                 else:
                     visit(f)
-            elif f.is_file() and _corpus_file_kind(f):
+            elif f.is_file() and (why := _not_corpus_text(f)) is None:
                 listing.found += 1
                 found.append(f)
-            else:
-                skip(f, "not text")
+            else:  # a text the user may have meant to read (UTF-16) is named; binaries are only counted
+                skip(f, "not text", f"{why}; skipped" if why and why.startswith("UTF-") else None)
 
     visit(root)
     return found

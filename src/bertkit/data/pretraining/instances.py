@@ -15,9 +15,10 @@ Pipeline (as Google's ``create_pretraining_data.py``, stored so a corpus larger 
    true continuation (label 0, IsNext) or a span of another document of the shard (label 1, NotNext), 50/50; overlong
    pairs lose tokens from the longer segment at random ends. Without NSP an instance is one segment ``[CLS] A [SEP]``
    (label -1). :func:`create_instances` materialises a layout (tests, inspection).
-3. :func:`mask_instance` picks ``round(len * mask_prob)`` positions (at least 1, at most ``max_predictions``) among
-   non-special tokens, by whole words with ``whole_word``; 80% become [MASK], 10% a random non-special token, 10%
-   stay. [CLS], [SEP] and [PAD] are never picked.
+3. :func:`~bertkit.data.pretraining.masking.mask_instance` picks ``round(len * mask_prob)`` positions (at least 1,
+   at most ``max_predictions``) among non-special tokens by the options' ``mask_strategy`` (the registry of
+   :mod:`bertkit.data.pretraining.masking`: token, whole-word, ...); 80% become [MASK], 10% a random non-special
+   token, 10% stay. [CLS], [SEP] and [PAD] are never picked.
 4. :class:`PretrainingData` serves batches by (epoch, index) as pure functions of the seed: the instance layout and
    order of an epoch, and every mask, come from generators seeded by (seed, epoch or copy, shard or instance). So a
    run resumes from its (epoch, index) position with no data state beyond those two numbers, and each rank of a
@@ -46,45 +47,16 @@ from pathlib import Path
 
 import numpy as np
 
+from bertkit.data.pretraining.masking import (  # noqa: F401 (public here too)
+    NO_LABEL,
+    STRATEGIES,
+    VocabInfo,
+    mask_instance,
+)
 from bertkit.data.pretraining.shards import META_NAME, SHARD_FORMAT, file_sha256, read_meta  # noqa: F401 (public here too)
 from bertkit.errors import InputError, PretrainError
 
-NO_LABEL = -100
 SHUFFLE_SHARDS = 16  # shards whose instances an epoch shuffles together (see PretrainingData.ids_at)
-
-
-# --------------------------------------------------------------------------------------------- vocabulary facts
-
-
-@dataclass(frozen=True)
-class VocabInfo:
-    """What masking needs from a vocabulary: special ids, which ids continue a word (``##``), random-token pool."""
-
-    vocab_size: int
-    cls_id: int
-    sep_id: int
-    mask_id: int
-    pad_id: int
-    is_continuation: np.ndarray  # [V] bool: token starts with "##"
-    random_pool: np.ndarray  # ids a random replacement may take (not [PAD]/[CLS]/[SEP]/[MASK]/[UNK]/[unusedN])
-
-    @classmethod
-    def from_tokens(cls, tokens: list[str]) -> VocabInfo:
-        index = {t: i for i, t in enumerate(tokens)}
-        for special in ("[PAD]", "[CLS]", "[SEP]", "[MASK]"):
-            if special not in index:
-                raise InputError(f"the vocabulary has no {special} token, which pre-training needs")
-        cont = np.array([t.startswith("##") for t in tokens], dtype=bool)
-        pool = np.array(
-            [i for i, t in enumerate(tokens) if not (t.startswith("[") and t.endswith("]"))], dtype=np.int64
-        )
-        if len(pool) == 0:
-            raise InputError("the vocabulary has no ordinary tokens")
-        return cls(len(tokens), index["[CLS]"], index["[SEP]"], index["[MASK]"], index["[PAD]"], cont, pool)
-
-    @classmethod
-    def from_tokenizer(cls, tokenizer) -> VocabInfo:
-        return cls.from_tokens(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))))
 
 
 # --------------------------------------------------------------------------------------------- shards
@@ -270,54 +242,6 @@ def permute(positions: np.ndarray, n: int, key: list[int]) -> np.ndarray:
     return x.astype(np.int64)
 
 
-def mask_instance(
-    ids: np.ndarray,
-    special: np.ndarray,
-    vocab: VocabInfo,
-    mask_prob: float,
-    max_predictions: int,
-    whole_word: bool,
-    rng: np.random.Generator,
-    mix: tuple[float, float, float] = (0.8, 0.1, 0.1),
-) -> tuple[np.ndarray, np.ndarray]:
-    """Mask one instance. ``ids`` [T] (no padding), ``special`` [T] bool ([CLS]/[SEP]). Returns (masked ids, labels
-    with the original id at masked positions and -100 elsewhere).
-
-    ``mix`` = (mask, random, keep): the shares of chosen positions whose input becomes [MASK], a random token, or stays
-    unchanged (the paper's 80/10/10). Held-out evaluation uses (1, 0, 0): a kept token would give its label away."""
-    cand = np.flatnonzero(~special)
-    labels = np.full(len(ids), NO_LABEL, dtype=np.int64)
-    if len(cand) == 0:
-        return ids.copy(), labels
-    num = min(max_predictions, max(1, round(len(ids) * mask_prob)))
-    if whole_word:
-        # a word = a non-continuation token and the "##" tokens after it (Google's grouping)
-        starts = ~vocab.is_continuation[ids[cand]]
-        starts[0] = True
-        starts[1:] |= np.diff(cand) != 1  # a special token between two pieces also separates them
-        word_of = np.cumsum(starts) - 1
-        n_words = int(word_of[-1]) + 1
-        bounds = np.concatenate([np.flatnonzero(starts), [len(cand)]])
-        chosen: list[int] = []
-        for w in rng.permutation(n_words):
-            size = int(bounds[w + 1] - bounds[w])
-            if len(chosen) >= num:
-                break
-            if len(chosen) + size > num:
-                continue
-            chosen.extend(cand[bounds[w] : bounds[w + 1]].tolist())
-        picked = np.asarray(sorted(chosen), dtype=np.int64)
-    else:
-        picked = np.sort(rng.choice(cand, size=min(num, len(cand)), replace=False))
-    out = ids.copy()
-    labels[picked] = ids[picked]
-    r = rng.random(len(picked))
-    out[picked[r < mix[0]]] = vocab.mask_id
-    rand_pos = picked[r >= mix[0] + mix[2]]  # [mask | keep | random] on [0, 1): the paper's draw order
-    out[rand_pos] = vocab.random_pool[rng.integers(0, len(vocab.random_pool), len(rand_pos))]
-    return out, labels
-
-
 # --------------------------------------------------------------------------------------------- batches
 
 HONEST_MIX = (1.0, 0.0, 0.0)  # held-out inputs: every chosen position [MASK]
@@ -343,7 +267,7 @@ class DataOptions:
     nsp: bool = True
     mask_prob: float = 0.15
     max_predictions: int | None = None  # default ceil(max_seq_length * mask_prob)
-    whole_word: bool = False
+    mask_strategy: str = "token"  # a name of masking.STRATEGIES
     short_seq_prob: float = 0.1
     masking: str = "dynamic"  # or "static"
     dupe_factor: int = 5  # static masking: fixed copies, cycled over epochs
@@ -353,6 +277,8 @@ class DataOptions:
     def __post_init__(self) -> None:
         if self.masking not in ("dynamic", "static"):
             raise InputError(f"masking must be 'dynamic' or 'static', got {self.masking!r}")
+        if self.mask_strategy not in STRATEGIES:
+            raise InputError(f"mask_strategy must be one of {', '.join(STRATEGIES)}, got {self.mask_strategy!r}")
         if not 0.0 < self.mask_prob < 1.0:
             raise InputError(f"mask_prob must be in (0, 1), got {self.mask_prob}")
         if self.max_seq_length < 8:
@@ -522,30 +448,45 @@ class PretrainingData:
         special[-1] = True
         return ids, types, special, label
 
-    def example(self, epoch: int, i: int, mix: tuple[float, float, float] | None = None) -> dict[str, np.ndarray | int]:
-        """Instance ``i`` of an epoch, masked (the mask depends only on seed, epoch or copy, and ``i``); ``mix``
-        overrides the options' mask/random/keep shares."""
+    def example(
+        self,
+        epoch: int,
+        i: int,
+        mix: tuple[float, float, float] | None = None,
+        mask_prob: float | None = None,
+        raw: bool = False,
+    ) -> dict[str, np.ndarray | int]:
+        """Instance ``i`` of an epoch, masked (the mask depends only on seed, epoch or copy, ``i`` and the rate);
+        ``mix`` overrides the options' mask/random/keep shares, ``mask_prob`` their rate. ``raw``: unmasked, with its
+        special tokens' mask (``special``), for a strategy that masks later (``adaptive``, in the Feed)."""
         o = self.options
         ids, types, special, label = self.instance_tokens(epoch, i)
-        rng = np.random.default_rng([o.seed, 11, self._key(epoch), i])
-        masked, labels = mask_instance(
-            ids, special, self.vocab, o.mask_prob, o.max_predictions, o.whole_word, rng, mix or o.mask_mix
-        )
+        if raw:
+            masked, labels = ids, np.full(len(ids), NO_LABEL, dtype=np.int64)
+        else:
+            rng = np.random.default_rng([o.seed, 11, self._key(epoch), i])
+            rate = o.mask_prob if mask_prob is None else mask_prob
+            masked, labels = mask_instance(
+                ids, special, self.vocab, rate, o.max_predictions, o.mask_strategy, rng, mix or o.mask_mix
+            )
         return {
             "input_ids": masked,
             "token_type_ids": types,
             "labels": labels,
             "next_sentence_label": label,
             "original_ids": ids,
+            **({"special": special} if raw else {}),
         }
 
-    def batch(self, epoch: int, index: int) -> dict[str, np.ndarray]:
-        """Batch ``index`` of this rank's order for ``epoch``: int64 arrays padded to the longest (multiple of 8)."""
+    def batch(self, epoch: int, index: int, mask_prob: float | None = None, raw: bool = False) -> dict[str, np.ndarray]:
+        """Batch ``index`` of this rank's order for ``epoch``: int64 arrays padded to the longest (multiple of 8);
+        ``mask_prob`` and ``raw`` as :meth:`example`'s (``raw`` adds ``special_tokens_mask``)."""
         o = self.options
         if not 0 <= index < self.num_batches(epoch):
             raise IndexError(f"batch {index} is past the end of epoch {epoch} ({self.num_batches(epoch)} batches)")
         positions = self.rank + self.world_size * np.arange(index * o.batch_size, (index + 1) * o.batch_size)
-        return collate([self.example(epoch, int(i)) for i in self.ids_at(epoch, positions)], self.vocab.pad_id, o.nsp)
+        examples = [self.example(epoch, int(i), None, mask_prob, raw) for i in self.ids_at(epoch, positions)]
+        return collate(examples, self.vocab.pad_id, o.nsp)
 
     def eval_batches(self, max_batches: int) -> list[dict[str, np.ndarray]]:
         """Fixed held-out batches (static masks, layout copy 0), the same every call. Every chosen position's input is
@@ -582,6 +523,11 @@ def collate(examples: list[dict], pad_id: int, nsp: bool, multiple: int = 8) -> 
     batch = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask, "labels": labels}
     if nsp:
         batch["next_sentence_label"] = np.asarray([e["next_sentence_label"] for e in examples], dtype=np.int64)
+    if "special" in examples[0]:  # an unmasked batch's special tokens ([PAD] too), for masking later
+        special = np.ones((B, T), dtype=bool)
+        for r, e in enumerate(examples):
+            special[r, : len(e["special"])] = e["special"]
+        batch["special_tokens_mask"] = special
     return batch
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class Prefetcher:
     """Builds the next batches while the model trains on this one: in a background thread (``workers=0``), or in
     ``workers`` processes, ``2 * workers`` batches ahead. Processes keep a GPU fed: a bert-base step on a GPU is
     shorter than the Python that builds a batch of 128 while holding the interpreter lock the step's own launches
-    need. Batches are pure functions of (epoch, index), so prefetching changes nothing but the wall clock."""
+    need. Batches are pure functions of (epoch, index) and their options, so prefetching changes nothing but the wall
+    clock."""
 
     def __init__(self, workers: int = 0):
         import multiprocessing
@@ -19,21 +22,28 @@ class Prefetcher:
             self.pool, self.ahead = ProcessPoolExecutor(workers, mp_context=ctx), 2 * workers
         else:
             self.pool, self.ahead = ThreadPoolExecutor(1, thread_name_prefix="bertkit-data"), 1
-        self.pending: dict[tuple[int, int], object] = {}  # (epoch, index) -> future, for self.data
+        self.pending: dict[tuple, object] = {}  # (epoch, index, options) -> future, for self.data
         self.data = None
 
-    def get(self, data, epoch: int, index: int) -> dict:
+    def get(self, data, epoch: int, index: int, ahead: Callable[[int], dict] | None = None, **options) -> dict:
+        """``data.batch(epoch, index, **options)``, built ahead when it was asked for; then the next batches are
+        submitted, the k-th after this one with ``ahead(k)``'s options (default: these). The options are the
+        batch's (a scheduled mask rate, ``raw``): part of what is built, so part of the key."""
         if data is not self.data:  # a new stage (ramp, phase 2): what was built ahead is for the old one
             for f in self.pending.values():
                 f.cancel()
             self.pending, self.data = {}, data
-        f = self.pending.pop((epoch, index), None)
-        batch = f.result() if f is not None else data.batch(epoch, index)
+        f = self.pending.pop((epoch, index, tuple(sorted(options.items()))), None)
+        batch = f.result() if f is not None else data.batch(epoch, index, **options)
         e, i = epoch, index
-        for _ in range(self.ahead):
+        for k in range(1, self.ahead + 1):
             e, i = (e, i + 1) if i + 1 < data.num_batches(e) else (e + 1, 0)
-            if (e, i) not in self.pending:
-                self.pending[(e, i)] = self.pool.submit(data.batch, e, i)
+            kw = ahead(k) if ahead is not None else options
+            key = (e, i, tuple(sorted(kw.items())))
+            if key not in self.pending:
+                self.pending[key] = self.pool.submit(data.batch, e, i, **kw)
+        for key in [key for key in self.pending if key[:2] < (epoch, index + 1)]:  # passed, or asked otherwise
+            self.pending.pop(key).cancel()
         return batch
 
     def close(self) -> None:

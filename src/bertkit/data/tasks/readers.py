@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from bertkit.errors import InputError
+from bertkit.files import unreadable_reason
 
 logger = logging.getLogger(__name__)
 # A field may be as long as a line may: csv's default limit (131,072 characters) stopped a long document in a CSV or
@@ -106,13 +107,16 @@ def not_utf8(path: str | os.PathLike) -> DataError:
 
 
 class open_text:
-    """``open(path, encoding="utf-8-sig")`` whose decoding errors are a ``DataError`` naming the file and line.
+    """``open(path, encoding="utf-8-sig")`` whose decoding errors are a ``DataError`` naming the file and line; a path
+    that is no regular file (a pipe, a device, a link loop: ``files.unreadable_reason``) is one before it is opened.
 
     It offers what the readers use of a text file: iteration (csv.reader, line loops), ``read`` and ``readline``.
     """
 
     def __init__(self, path: str | os.PathLike, newline: str | None = None):
         self.path = path
+        if (why := unreadable_reason(path)) is not None:  # a pipe or /dev/zero: a read that never ends
+            raise DataError(path, None, why)
         self._f = open(path, encoding="utf-8-sig", newline=newline)  # noqa: SIM115 (closed by __exit__/close)
         self._lines = 0  # lines read so far (a NUL byte is named by its line)
 
@@ -156,12 +160,10 @@ def read_text(path: str | os.PathLike) -> str:
 
 
 def check_file(path: str | os.PathLike) -> Path:
-    """The path, or a clear error if it is missing, not a file, or empty."""
+    """The path, or a clear error if it is missing, not a regular file (a pipe, a device, a link loop), or empty."""
     path = Path(path)
-    if not path.exists():
-        raise DataError(path, None, "no such file")
-    if not path.is_file():
-        raise DataError(path, None, "not a file")
+    if (why := unreadable_reason(path)) is not None:
+        raise DataError(path, None, why)
     with open(path, "rb") as f:
         head = f.read(65536)
     if not head.strip().lstrip(b"\xef\xbb\xbf").strip():

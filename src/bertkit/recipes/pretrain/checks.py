@@ -5,30 +5,52 @@ that a combination is refused in one line naming its flags before a file is read
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from bertkit.data.pretraining.ramps import parse_ramp
-from bertkit.errors import InputError
+from bertkit.errors import InputError, PretrainError
 from bertkit.precision import check_device
 from bertkit.recipes.pretrain.tables import FRESH_MODEL_KEYS
 
+GIVEN = object()  # ONLY_WITH's value for a setting that acts whatever its value, when given (not None)
 # flags that act only with another setting: field -> (the field it needs, its value, the flag that sets it). Given
 # without it (a value other than its default), one is refused rather than silently ignored
 ONLY_WITH = {
     "phase2_seq_len": ("two_phase", True, "--two-phase"),
     "phase2_batch_size": ("two_phase", True, "--two-phase"),
     "rtd_weight": ("objective", "electra", "--objective electra"),
+    "causal_ratio": ("objective", "mntp", "--objective mntp"),
     "dupe_factor": ("masking", "static", "--masking static"),
+    "blimp_pairs": ("blimp", GIVEN, "--blimp"),
 }
 
 
 def check_combinations(cfg: Any) -> None:
     """Refuse a ``PretrainConfig`` whose flags do not go together: one of :data:`ONLY_WITH` without its setting,
-    ``--warmup-steps`` past ``--max-steps``, a ``--device`` this machine lacks."""
+    ``--whole-word-mask`` (``--mask-strategy whole-word``'s other spelling) with another strategy, a scheduled
+    ``--mask-prob`` or adaptive masks with static masking, ``--warmup-steps``
+    past ``--max-steps``, a ``--device`` this machine lacks."""
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     for name, (needs, value, flag) in ONLY_WITH.items():
-        if getattr(cfg, name) != defaults[name] and getattr(cfg, needs) != value:
+        has = getattr(cfg, needs) is not None if value is GIVEN else getattr(cfg, needs) == value
+        if getattr(cfg, name) != defaults[name] and not has:
             raise InputError(f"--{name.replace('_', '-')}: only {flag} uses it; leave the flag out")
+    if cfg.whole_word_mask and cfg.mask_strategy not in ("token", "whole-word"):  # token: the default, unsaid
+        raise InputError(
+            f"--whole-word-mask with --mask-strategy {cfg.mask_strategy}: --whole-word-mask means --mask-strategy "
+            "whole-word; give one of them"
+        )
+    if cfg.masking == "static" and cfg.mask_strategy == "adaptive":
+        raise InputError(
+            "--mask-strategy adaptive with --masking static: adaptive masks follow the model's errors step by step; "
+            "use --masking dynamic"
+        )
+    if cfg.masking == "static" and ":" in str(cfg.mask_prob):
+        raise InputError(
+            f"--mask-prob {cfg.mask_prob} with --masking static: a scheduled rate changes the masks every step; "
+            "use --masking dynamic or one rate"
+        )
     if cfg.warmup_steps is not None and cfg.max_steps is not None and cfg.warmup_steps > cfg.max_steps:
         raise InputError(
             f"--warmup-steps {cfg.warmup_steps}: more than the run's --max-steps {cfg.max_steps} (the learning rate "
@@ -61,3 +83,19 @@ def longest_sequence(cfg: Any) -> int | None:
         return None
     ramp = [n for n, _ in parse_ramp(cfg.seq_ramp, "--seq-ramp")]
     return max([cfg.seq_len, *ramp, *([cfg.phase2_seq_len] if cfg.two_phase else [])])
+
+
+def check_inputs(cfg: Any) -> None:
+    """Refuse a ``--blimp`` that is not a directory and an ``--init-from`` that is not a model directory (or holds
+    no vocabulary when ``--vocab`` is left out), before anything is read or written."""
+    if cfg.blimp is not None and not Path(cfg.blimp).is_dir():
+        raise PretrainError(f"--blimp {cfg.blimp}: not a directory (BLiMP's JSONL files, one per paradigm)")
+    if cfg.init_from is not None:
+        init = Path(cfg.init_from)
+        if not (init / "config.json").is_file() and not (init / "bert_config.json").is_file():
+            raise PretrainError(f"--init-from {init}: not a model directory (no config.json)")
+        if cfg.vocab is None and not (init / "vocab.txt").is_file():
+            raise PretrainError(
+                f"--init-from {init}: no vocab.txt there; pass --vocab (pre-training reads a WordPiece "
+                "vocabulary: whole-word masking follows its ## pieces)"
+            )

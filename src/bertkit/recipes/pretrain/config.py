@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import models
+from bertkit.data.pretraining import masking as masks
 from bertkit.data.pretraining.instances import parse_mask_mix  # noqa: F401 (public here too)
 from bertkit.errors import PretrainError
 from bertkit.options import (
@@ -34,7 +35,7 @@ from bertkit.options import (
     warmup_option,
     workers_option,
 )
-from bertkit.recipes.pretrain.checks import check_combinations
+from bertkit.recipes.pretrain.checks import check_combinations, check_inputs
 from bertkit.recipes.pretrain.objectives import OBJECTIVES
 from bertkit.recipes.pretrain.tables import RECIPES
 
@@ -82,10 +83,7 @@ class PretrainConfig:
     )
     encoding: str = _as_run_key(encoding_option(group=_D))
     vocab: str | None = _as_run_key(
-        vocab_option(
-            "an existing vocab.txt (or a directory with one); without it a vocabulary is trained on the corpus first",
-            group=_D,
-        )
+        vocab_option("an existing vocab.txt (or its directory); else one is trained on the corpus", group=_D)
     )
     vocab_size: int | None = _run_key(
         None, group=_D, help="size of the trained vocabulary (default: budget recipe 8000, paper 30522)"
@@ -103,9 +101,7 @@ class PretrainConfig:
     )
     prepare_timeout: float = option(7200.0, group=_D, help="seconds a rank waits for the corpus preparation")
     loader_workers: int | None = option(
-        None,
-        group=_D,
-        help=("processes building batches during training (default: 2 on a GPU; on CPU 0, a background thread)"),
+        None, group=_D, help="processes building batches during training (default: 2 on a GPU; on CPU 0, a thread)"
     )
 
     arch: str | None = _run_key(
@@ -135,10 +131,12 @@ class PretrainConfig:
         group=_M,
         help=(
             "mlm: masked LM (BERT's); electra: replaced-token detection (Clark et al.): a small generator fills the "
-            "masked positions, the model learns which tokens were replaced; the discriminator is the model saved, the "
-            "generator goes to "
-            "OUTPUT/generator (recipes/pretrain/objectives/electra.py)"
+            "masked positions, the model learns which tokens were replaced (the generator goes to OUTPUT/generator); "
+            "mntp: GPT-BERT's masked next-token prediction, mixed with causal LM (objectives/ holds each)"
         ),
+    )
+    causal_ratio: float = _run_key(
+        1 / 16, bounds=(0, 1, True, True), group=_M, help="--objective mntp: share of sequences trained as a causal LM"
     )
     generator_layers: int | None = _run_key(
         None, group=_M, help="--objective electra: the generator's layers (default a quarter of the model's, >= 1)"
@@ -157,13 +155,14 @@ class PretrainConfig:
     )
     config_overrides: dict[str, Any] = _run_key(default_factory=dict, skip=True)  # --config-override KEY=VALUE
     nsp: bool | None = _run_key(None, skip=True)  # --nsp / --no-nsp
-    mask_prob: float | None = _run_key(
-        None, bounds=(0, 1, True, True), group=_M, help="fraction of tokens masked (paper 0.15)"
+    mask_prob: float | str | None = _run_key(  # a float, or "START:END" (data/pretraining/masking.py)
+        None, bounds=(0, 1, True, True), parse=masks.mask_prob_flag, metavar="P|START:END", group=_M, help=masks.HELP
     )
     max_predictions: int | None = _run_key(
-        None, group=_M, help=("masked positions per sequence at most (default ceil(seq_len * mask_prob))")
+        None, group=_M, help="masked positions per sequence at most (default ceil(seq_len * the largest mask_prob))"
     )
-    whole_word_mask: bool = _run_key(False, group=_M, help="mask every piece of a chosen word")
+    mask_strategy: str = _run_key("token", choices=tuple(masks.STRATEGIES), group=_M, help=masks.STRATEGIES_HELP)
+    whole_word_mask: bool = option(False, group=_M, help="the same as --mask-strategy whole-word")
     masking: str = _run_key(
         "dynamic",
         choices=("dynamic", "static"),
@@ -240,11 +239,19 @@ class PretrainConfig:
     seq_len: int | None = _run_key(None, group=_T, help="sequence length (default 128; the budget recipe ramps to it)")
     batch_size: int | None = _run_key(None, group=_T, help="micro-batch per process (default 32)")
     grad_accum: int = _run_key(1, group=_T, help="micro-batches per optimizer step")
+    optimizer: str = _run_key(  # choices: training.optim.OPTIMIZERS (not imported: no torch for --help)
+        "adamw", choices=("adamw", "lamb"), group=_T, help="adamw (the paper's); lamb: You et al.'s (training/lamb.py)"
+    )
     lr: float | None = _as_run_key(
-        lr_option(None, help="peak learning rate (paper 1e-4; budget: by model size)", group=_T)
+        lr_option(
+            None,
+            group=_T,
+            help="peak learning rate (paper 1e-4; budget: by model size; lamb: 7e-3 at any size, "
+            "its steps being relative to each weight's norm; --init-from: 1e-4, lamb 7e-4)",
+        )
     )
     warmup_steps: int | None = _run_key(None, group=_T, help="warmup steps (default: --warmup-fraction)")
-    weight_decay: float = _run_key(0.01, group=_T, help="AdamW decoupled weight decay (none on biases, LayerNorm)")
+    weight_decay: float = _run_key(0.01, group=_T, help="decoupled weight decay (none on biases, LayerNorm)")
     clip: float = _as_run_key(clip_option(1.0, group=_T))
     max_steps: int | None = _as_run_key(max_steps_option(help="optimizer steps (with --max-time: at most)", group=_T))
     max_time: float | None = max_time_option("wall-clock budget (90s, 10m, 1.5h); the schedule is fitted to it", _T)
@@ -294,19 +301,12 @@ class PretrainConfig:
         check_bounds(self, PretrainError)  # the ranges the flags are parsed with (options.BOUNDS)
         check_run_flags(self.resume, self.overwrite)
         check_combinations(self)  # flags each valid alone but not together
-        if self.blimp is not None and not Path(self.blimp).is_dir():
-            raise PretrainError(f"--blimp {self.blimp}: not a directory (BLiMP's JSONL files, one per paradigm)")
+        if self.whole_word_mask:  # its older spelling: one setting from here on
+            object.__setattr__(self, "mask_strategy", "whole-word")
         if self.mask_mix is not None:
             parse_mask_mix(self.mask_mix)
-        if self.init_from is not None:
-            init = Path(self.init_from)
-            if not (init / "config.json").is_file() and not (init / "bert_config.json").is_file():
-                raise PretrainError(f"--init-from {init}: not a model directory (no config.json)")
-            if self.vocab is None and not (init / "vocab.txt").is_file():
-                raise PretrainError(
-                    f"--init-from {init}: no vocab.txt there; pass --vocab (pre-training reads a WordPiece "
-                    "vocabulary: whole-word masking follows its ## pieces)"
-                )
+        masks.parse_mask_prob(self.mask_prob)
+        check_inputs(self)  # --blimp and --init-from name what they need
 
     def recipe_name(self) -> str:
         """``--recipe``, or the default: budget with ``--max-time``, paper otherwise."""

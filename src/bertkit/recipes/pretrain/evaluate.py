@@ -9,7 +9,9 @@ import dataclasses
 from pathlib import Path
 
 from bertkit import models
+from bertkit.config import reads_next_token
 from bertkit.data.pretraining.instances import VocabInfo
+from bertkit.data.pretraining.masking import EVAL_MASK_PROB
 from bertkit.recipes.pretrain import objectives
 from bertkit.recipes.pretrain.config import PretrainConfig, PretrainError
 from bertkit.recipes.pretrain.setup import make_feed
@@ -32,13 +34,13 @@ def held_out_accuracy(
     import torch
 
     out = Path(output)
-    # the run's sequences, masked at the paper's 15% whatever the run trained with, so runs compare
+    # the run's sequences, masked at the paper's 15% (EVAL_MASK_PROB) whatever the run trained with, so runs compare
     cfg = PretrainConfig(
         **{
             **read_record(out / "run.json")["config"],
             "output": str(out),
             "max_steps": 1,
-            "mask_prob": 0.15,
+            "mask_prob": EVAL_MASK_PROB,
             "max_predictions": None,
         }
     )
@@ -61,7 +63,8 @@ def held_out_accuracy(
     where = out / objectives.get(cfg.objective).masked_lm_dir
     arch = models.of_directory(where)  # the masked LM of the run's architecture
     model = arch.model_class(arch.features_role).from_pretrained(where).eval()
-    score = score_mlm(model, ({k: torch.from_numpy(v) for k, v in b.items()} for b in batches), vocab.mask_id)
+    batches = ({k: torch.from_numpy(v) for k, v in b.items()} for b in batches)
+    score = score_mlm(model, batches, vocab.mask_id, next_token=reads_next_token(model.config))  # mntp: at j - 1
     return {
         "mlm_acc": score.mlm_acc,
         "mlm_baseline": score.mlm_baseline,

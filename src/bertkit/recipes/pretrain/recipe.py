@@ -14,8 +14,9 @@ when ``--max-time`` is given, is what measured best in minutes of CPU. Every cho
 of the run (clock, log window, checkpoints, the agreed stop, ``--max-time``'s schedule) are ``training.Run``'s;
 a finished run's held-out figures are ``recipes/pretrain/evaluate.py``'s.
 
-The objectives (``--objective``) are ``objectives/``'s, one file each: ``mlm`` (with NSP where the recipe has it)
-and ``electra``, replaced-token detection with a small generator. An objective brings its defaults, its model and
+The objectives (``--objective``) are ``objectives/``'s, one file each: ``mlm`` (with NSP where the recipe has it),
+``electra``, replaced-token detection with a small generator, and ``mntp``, GPT-BERT's masked next-token prediction
+mixed with causal LM. An objective brings its defaults, its model and
 its figures; the loop is this one.
 """
 
@@ -43,7 +44,7 @@ from bertkit.recipes.pretrain.setup import (
     tokenizer_and_shards,
 )
 from bertkit.recipes.pretrain.tables import resolve
-from bertkit.tasks.blimp import BlimpProbe, read_blimp
+from bertkit.tasks.blimp import BlimpProbe, Stopped, read_blimp
 from bertkit.tasks.mlm import score_mlm
 from bertkit.training import distributed as dist
 from bertkit.training.distributed import all_reduce_mean
@@ -87,16 +88,22 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
         precision = run.precision
         feed = make_feed(cfg, shard_dir, VocabInfo.from_tokenizer(tokenizer), ctx)
         eval_batches = _eval_batches(cfg, feed)
-        probe = BlimpProbe(blimp, tokenizer, cfg.blimp_pairs) if blimp else None
         # ---- the model; the optimizer, the steps (fitted to --max-time) and the train state, or the checkpoint's
         # the objective's model around the architecture's pre-training model (ELECTRA's discriminator is that model)
         model, config = objective.build(cfg, tokenizer, shard_dir, feed.max_len, ctx.device, build_model)
+        # its pairs checked against the model's positions before training (a sentence too long failed the first probe)
+        limit = getattr(config, "max_position_embeddings", None)
+        probe = BlimpProbe(blimp, tokenizer, cfg.blimp_pairs, max_length=limit, flag="--blimp") if blimp else None
+        if probe is not None and cfg.max_steps is None:  # --max-time: the probe's seconds set aside in the fit
+            seconds = probe.seconds(objective.masked_lm(model), run.precision)
+            run.expect_evaluations(seconds, lambda steps: _eval_every(cfg, run, steps))
         train, total_steps, reschedule = schedule(cfg, run, model, feed)
         run.record.update(world_size=ctx.world_size, model_config=config.to_dict("hf"))
         # run.json, metrics.jsonl cut back to the step resumed, the bar; the state restored from the checkpoint
         run.begin(train, total_steps, position=feed.position, reschedule=reschedule, tensorboard=cfg.tensorboard)
         if cfg.max_steps is None:  # --max-time's steps, fitted from cold probe steps: re-fitted to the pace
-            run.plan_refit(_eval_every(cfg, run), lambda steps: feed.plan(steps)[-1].start)
+            last_stage = lambda steps: feed.plan(steps)[-1].start  # noqa: E731
+            run.plan_refit(_eval_every(cfg, run), last_stage, lambda steps: _eval_every(cfg, run, steps))
         ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
         if cfg.compile:  # after DDP, as PyTorch's DDP + compile guide does; checkpoints save the plain model
             ddp_model = torch.compile(ddp_model)
@@ -131,11 +138,12 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
                     after_backward=count,
                     on_not_finite=run.not_finite,
                 ).loss
+                feed.learned(_sum_over_ranks(ctx))  # adaptive masking's errors of this step (before its checkpoint)
                 run.stepped(step_loss, t0)
                 if run.due(cfg.log_every):
                     _log(cfg, objective, run, feed, train.scheduler.get_last_lr()[0])
                 if (eval_batches or probe) and ctx.is_main and run.due(_eval_every(cfg, run)):
-                    run.timed(lambda: _held_out(cfg, objective, run, model, eval_batches, precision, probe))
+                    run.timed(lambda: _held_out(cfg, objective, run, model, eval_batches, precision, probe, stop))
                 run.after_step(stop)
         finally:
             run.close()
@@ -170,13 +178,20 @@ def _write_model(cfg: PretrainConfig, objective, ctx, model, tokenizer, run) -> 
 # --------------------------------------------------------------------------------------------- the loop's parts
 
 
-def _held_out(cfg: PretrainConfig, objective, run, model, batches: list[dict], precision: str, probe=None) -> None:
-    """Evaluate on the held-out batches and the BLiMP probe's pairs, write and say the result (rank 0)."""
+def _held_out(cfg: PretrainConfig, objective, run, model, batches, precision: str, probe=None, stop=None) -> None:
+    """Evaluate on the held-out batches and the BLiMP probe's pairs, write and say the result (rank 0). The probe
+    (seconds to a minute) gives way, between two of its batches, to a signal or a spent --max-time: the run then
+    checkpoints within seconds, and the figures it did compute are recorded."""
 
     ctx, step = run.ctx, run.step
     result = _evaluate(model, objective, batches, precision, ctx.device) if batches else {}  # inputs are [MASK]
+    give_way = (lambda: stop.requested or run.spent()) if stop is not None else None
     if probe is not None:  # BLiMP's sample, by the same scorer as `bertkit evaluate --task blimp`
-        result["eval_blimp"] = probe(objective.masked_lm(model), precision)
+        try:
+            result["eval_blimp"] = probe(objective.masked_lm(model), precision, stop=give_way)
+        except Stopped:
+            probe = None
+            say_run(cfg, ctx, f"  step {step}: the BLiMP probe stopped part-way (a signal, or --max-time spent)")
     run.record_metrics({"step": step, **result}, board=True)
     said = (
         f"MLM acc {result['eval_mlm_acc']:.3f} at [MASK] (best constant {result['eval_mlm_baseline']:.3f}), "
@@ -203,10 +218,13 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objectiv
 
     def count(_, output) -> None:
         batch = current["batch"]
+        ok = output.masked_logits.detach().max(-1).indices == output.masked_labels  # = argmax
+        if feed.hard is not None:  # --mask-strategy adaptive: which ids the model still misses
+            feed.hard.observe(output.masked_labels.cpu().numpy(), (~ok).cpu().numpy())
         meter.add(
             mlm_loss=float(output.mlm_loss.detach()) / cfg.grad_accum,
             mlm_n=output.masked_labels.numel(),
-            mlm_ok=int((output.masked_logits.max(-1).indices == output.masked_labels).sum()),  # = argmax
+            mlm_ok=int(ok.sum()),
             tokens=int(batch["attention_mask"].sum()),
             sequences=int(batch["attention_mask"].shape[0]),
         )
@@ -215,9 +233,27 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objectiv
     return forward, count
 
 
-def _eval_every(cfg: PretrainConfig, run) -> int:
-    """Steps between held-out evaluations: --eval-every, else a tenth of the run (re-fitted with it)."""
-    return cfg.eval_every or max(1, run.total_steps // 10)
+def _sum_over_ranks(ctx):
+    """A function summing a numpy array over the ranks (adaptive masking's counts); None in one process."""
+    if not ctx.distributed:
+        return None
+    import torch
+
+    def reduce(array):
+        tensor = torch.from_numpy(array).to(ctx.device)
+        torch.distributed.all_reduce(tensor)
+        return tensor.cpu().numpy()
+
+    return reduce
+
+
+def _eval_every(cfg: PretrainConfig, run, steps: int | None = None) -> int:
+    """Steps between held-out evaluations in a run of ``steps`` steps (the run's own): --eval-every, else a tenth of
+    the run, re-fitted with it but never below the tenth this process planned (a re-fit that shrinks the run does
+    not evaluate it more often: a 25-second probe every step or two had overrun a 60-second --max-time), and under
+    --max-time wide enough that evaluations take at most a quarter of it (``Run.eval_interval``)."""
+    steps = run.total_steps if steps is None else steps
+    return cfg.eval_every or run.eval_interval(steps, max(1, max(steps, run.planned_steps) // 10))
 
 
 def _log(cfg: PretrainConfig, objective, run, feed: Feed, lr: float) -> None:

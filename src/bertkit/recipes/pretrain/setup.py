@@ -19,6 +19,7 @@ from bertkit.data.pretraining.cooccurrence import ppmi_embeddings
 from bertkit.data.pretraining.corpus import expand_corpus, write_sentences
 from bertkit.data.pretraining.feed import Feed
 from bertkit.data.pretraining.instances import DataOptions, VocabInfo, token_counts, unigram_log_probs
+from bertkit.data.pretraining.masking import parse_mask_prob
 from bertkit.data.pretraining.ramps import parse_ramp
 from bertkit.errors import InputError, allocation_failure
 from bertkit.precision import grad_scaler, resolve_precision
@@ -94,14 +95,14 @@ def schedule(cfg: PretrainConfig, run: Run, model, feed: Feed):
     over them, and the feed placed at the data position of the checkpoint resumed from (``run.begin`` restores the
     state from it)."""
     ctx, saved = run.ctx, run.opened.checkpoint
-    optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay, optimizer=cfg.optimizer)
     if saved is not None:
         say_run(cfg, ctx, f"resuming from {run.opened.path} (step {saved['step']} of {saved['total_steps']})")
         total_steps = int(saved["total_steps"])
     elif run.opened.resumed:  # killed after run.json, before the first checkpoint: the steps it scheduled
         total_steps = run.recorded_steps() or int(cfg.max_steps)
     elif cfg.max_time:
-        make = lambda m: build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay)  # noqa: E731
+        make = lambda m: build_optimizer(m, lr=cfg.lr, weight_decay=cfg.weight_decay, optimizer=cfg.optimizer)  # noqa: E731
         total_steps = run.fit(feed, model, make, grad_accum=cfg.grad_accum, clip=cfg.clip, max_steps=cfg.max_steps)
     else:
         total_steps = int(cfg.max_steps)
@@ -310,15 +311,18 @@ def sinusoids(positions: int, width: int):
 
 
 def data_options(cfg: PretrainConfig, seq_len: int, batch_size: int):
-    """What a batch of ``seq_len`` tokens and ``batch_size`` sequences holds: the run's masking, NSP and seed."""
+    """What a batch of ``seq_len`` tokens and ``batch_size`` sequences holds: the run's masking, NSP and seed. A
+    ``--mask-prob START:END`` run's data masks at START unless the feed passes a batch its rate
+    (``data.pretraining.feed``); its ``max_predictions`` default follows the larger end."""
 
+    start, end = parse_mask_prob(cfg.mask_prob)
     return DataOptions(
         max_seq_length=seq_len,
         batch_size=batch_size,
         nsp=cfg.nsp,
-        mask_prob=cfg.mask_prob,
-        max_predictions=cfg.max_predictions,
-        whole_word=cfg.whole_word_mask,
+        mask_prob=start,
+        max_predictions=cfg.max_predictions or math.ceil(seq_len * max(start, end)),
+        mask_strategy=cfg.mask_strategy,
         short_seq_prob=cfg.short_seq_prob,
         masking=cfg.masking,
         dupe_factor=cfg.dupe_factor,

@@ -65,8 +65,14 @@ BUDGET = {
     "seq_len": 128,
     "batch_size": 32,
 }
+# the budget recipe on a GPU: the card carries far more than the CPU's 4,096 tokens a step, so the model is a size up
+# and each step 32,768 tokens (256 x 128; 1,024 x 32 while the sequences are short), at the lr that measured best
+# there: the flags of the H100 reference run (../shared/gpu/README.md: 4 minutes, BLiMP 65.77), now its defaults
+GPU_BUDGET = {"model": "modernbert-small", "batch_size": 256, "batch_ramp": "1024:0.7", "lr": 1e-3}
 # the recipe keys that initialise a fresh model: an --init-from model brings its own, so they are not applied to it
 FRESH_MODEL_KEYS = ("output_bias", "position_init", "embedding_init")
+# --optimizer lamb's peak lr, whatever the recipe and size: the LTG-BERT / BabyLM recipes' LAMB value (~7e-3)
+LAMB_LR = 7e-3
 BUDGET_LR = {"bert-tiny": 4e-3, "bert-mini": 1e-3, "bert-small": 5e-4, "bert-medium": 5e-4}  # others: 2e-4
 
 
@@ -106,6 +112,15 @@ def choose_model(
     return arch, model_size, defaults["vocab_size"] if vocab_size is None else vocab_size
 
 
+def on_gpu(device: str | None) -> bool:
+    """Whether the run trains on a GPU: ``--device cuda...``, or no ``--device`` where CUDA is available."""
+    if device is not None:
+        return str(device).startswith("cuda")
+    import torch  # the run's own, imported when it resolves: not for -h
+
+    return torch.cuda.is_available()
+
+
 def has_nsp_head(arch) -> bool:
     """Whether the architecture's pre-training model (``models.Architecture.pretraining_role``) has BERT's
     next-sentence head: its role is the pre-training one, not the masked LM alone."""
@@ -121,13 +136,19 @@ def resolve(cfg):
     import dataclasses
 
     name = cfg.recipe_name()
-    arch_name, size, vocab_size = choose_model(
-        name, cfg.arch, cfg.model_size, cfg.vocab_size, cfg.init_from, cfg.max_time
-    )
+    gpu = name == "budget" and on_gpu(cfg.device)
+    own = cfg.arch is None or models.get(cfg.arch) is models.of_preset(MODEL_DEFAULTS[name]["model"])
+    gpu_model = gpu and own and cfg.model_size is None and cfg.init_from is None
+    model_size = GPU_BUDGET["model"] if gpu_model else cfg.model_size  # the card's: the recipe's architecture a size up
+    arch_name, size, vocab_size = choose_model(name, cfg.arch, model_size, cfg.vocab_size, cfg.init_from, cfg.max_time)
     arch = models.get(arch_name)
     vocab = cfg.vocab or cfg.init_from  # --init-from: the model's own vocabulary (and tokenizer config)
     cfg = dataclasses.replace(cfg, arch=arch_name, model_size=arch.preset(size), vocab_size=vocab_size, vocab=vocab)
     table = dict(BUDGET if name == "budget" else PAPER)
+    if gpu:  # the tokens a step a card carries (over the table; the objective's and the flags' over it)
+        table.update(batch_size=GPU_BUDGET["batch_size"], batch_ramp=GPU_BUDGET["batch_ramp"])
+        if gpu_model:
+            table["lr"] = GPU_BUDGET["lr"]  # measured for that model at those batches; other sizes: by size
     if not has_nsp_head(arch):  # its own recipe's masking, MLM only (ModernBERT's)
         table.update(NO_NSP_HEAD)
     if not arch.absolute_positions:  # rotary positions: no table to initialise
@@ -135,7 +156,9 @@ def resolve(cfg):
     objective = objectives.get(cfg.objective)  # its masking and NSP over the recipe's (ELECTRA: 15%, no NSP)
     objective.check(cfg)
     table.update(objective.defaults)
-    if table["lr"] is None:  # the budget's by size, as BERT's of the same size; 1e-4 to continue a model
+    if cfg.optimizer == "lamb":  # its step is relative to each weight's norm: one lr for every size
+        table["lr"] = LAMB_LR if not cfg.init_from else LAMB_LR / 10
+    elif table["lr"] is None:  # the budget's by size, as BERT's of the same size; 1e-4 to continue a model
         table["lr"] = BUDGET_LR.get(bert_size(cfg.model_size), 2e-4) if not cfg.init_from else 1e-4
     chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
     resolved = dataclasses.replace(cfg, recipe=name, **chosen)
@@ -144,4 +167,5 @@ def resolve(cfg):
     shown = f"{resolved.model_shown()}, vocabulary {shown_vocab}; " + ", ".join(
         f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in keys
     )
-    return dataclasses.replace(resolved, chosen=f"recipe {name}: {shown}")
+    where = " for the GPU (32,768 tokens a step)" if gpu else ""
+    return dataclasses.replace(resolved, chosen=f"recipe {name}{where}: {shown}")

@@ -343,7 +343,9 @@ class Service:
         """Fill-mask's own checks on the request's texts, before tokenizing them: an MLM head, a [MASK] in each text,
         ``top_k`` in 1..100 and [MASK]s x ``top_k`` within ``--max-predictions``. Returns the number of [MASK]s."""
         if self.encoder.mlm_head is None:
-            raise ApiError(None, "this model has no MLM head (cls.predictions): fill-mask is unavailable")
+            raise ApiError(
+                None, f"this model has no MLM head ({self.encoder.mlm_head_names}): fill-mask is unavailable"
+            )
         if not 1 <= top_k <= 100:
             raise InputRejected("top_k", None, f"'{{field}}' must be in 1..100, got {top_k}")
         tok = self.encoder.tokenizer

@@ -151,18 +151,18 @@ async def root(request: Request, body: Annotated[dict[str, Any], Body(descriptio
         return await route(request, validate(model, body))
     if isinstance(body.get("inputs"), dict):
         return await similarity(request, validate(SimilarityRequest, body))
-    if "parameters" in body:
-        refuse_fill_mask(svc, body)
+    refuse_fill_mask(svc, body)
     return await embed(request, validate(EmbedRequest, body))
 
 
 def refuse_fill_mask(svc: Service, body: dict[str, Any]) -> None:
     """An embedding model's POST / takes no ``parameters``: a fill-mask request (huggingface_hub's ``fill_mask``
-    on the server's bare URL) is told where fill-mask is served."""
+    on the server's bare URL: ``parameters.top_k``, or a [MASK] in the text, with or without ``parameters``) is told
+    where fill-mask is served (docs/serving.md)."""
     tok = svc.encoder.tokenizer
     mask = tok.convert_ids_to_tokens(tok.mask_token_id) if tok.mask_token_id is not None else None
     texts = body.get("inputs") if isinstance(body.get("inputs"), list) else [body.get("inputs")]
-    params = body["parameters"] if isinstance(body["parameters"], dict) else {}
+    params = body["parameters"] if isinstance(body.get("parameters"), dict) else {}
     if {"top_k", "targets"} & set(params) or (mask and any(isinstance(t, str) and mask in t for t in texts)):
         raise ApiError(
             None,

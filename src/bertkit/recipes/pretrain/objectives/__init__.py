@@ -1,6 +1,7 @@
 """Pre-training objectives: one file each, named in :data:`OBJECTIVES` (``--objective``'s choices).
 
-An objective is what changes between masked LM (+ NSP) and ELECTRA's replaced-token detection while the loop, the
+An objective is what changes between masked LM (+ NSP), ELECTRA's replaced-token detection and GPT-BERT's
+masked next-token prediction while the loop, the
 data, the schedule and the checkpoints stay the recipe's (``recipes/pretrain/recipe.py``). Its file defines
 ``OBJECTIVE``, an :class:`Objective` that overrides what it changes:
 
@@ -26,6 +27,7 @@ from bertkit.errors import InputError
 OBJECTIVES: dict[str, str] = {
     "mlm": "bertkit.recipes.pretrain.objectives.mlm_nsp",
     "electra": "bertkit.recipes.pretrain.objectives.electra",
+    "mntp": "bertkit.recipes.pretrain.objectives.mntp",
 }
 
 
