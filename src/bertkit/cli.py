@@ -1,11 +1,15 @@
 """The ``bertkit`` command: a dict of subcommands -> modules, parsed with argparse.
 
-Each command module exposes ``configure(parser: argparse.ArgumentParser) -> None`` and
-``run(args: argparse.Namespace) -> int | None``; optionally ``EPILOG`` (the help's last line) and
-``delegate(argv) -> module name | None`` (``vocab`` hands ``extend`` to its own module); ``ROUTES`` hands
-``finetune`` / ``evaluate`` of a sentence-embedding task to their own command module, which has its own flags.
-Nothing but this module imports a command module. Modules are imported only when their command runs (or its
-``-h`` is asked for), so ``bertkit --help`` is instant and does not import torch.
+A command module exposes ``CONFIG``, a frozen dataclass validated when made whose fields are the command's flags
+(``bertkit.options.option``), and ``run(config) -> int | None``, which takes one; optionally ``DESCRIPTION`` (the
+help's paragraph) and ``EPILOG`` (its last line). (A module not converted yet exposes ``configure(parser)`` and
+``run(args)`` instead: :func:`configure` and :func:`config_of` hide the difference.)
+
+One mechanism picks the module of a command line: a command's ``variants`` (:class:`Variant`), each a module with
+its own config chosen by a first word (``bertkit vocab extend``) or by a ``--task`` value (``finetune --task simcse``,
+``evaluate --task blimp``); none chosen: the command's own module. Nothing but this module imports a command module.
+Modules are imported only when their command runs (or its ``-h`` is asked for), so ``bertkit --help`` is instant and
+does not import torch.
 """
 
 from __future__ import annotations
@@ -15,12 +19,24 @@ import importlib
 import logging
 import re
 import sys
+from typing import Any, NamedTuple
 
 from bertkit import __version__
 from bertkit.embeddings import EMBEDDING_TASKS, EVALUATION_TASKS
 from bertkit.errors import BertkitError
+from bertkit.options import add_options, from_args
 
-# name -> (module, one-line help)
+
+class Variant(NamedTuple):
+    """A run of a command that another module (its own config, its own flags) takes: chosen by a first ``word``
+    (a subcommand: ``vocab extend``) or by a ``--task`` value among ``tasks``."""
+
+    module: str
+    word: str | None = None
+    tasks: tuple[str, ...] = ()
+
+
+# name -> (module, one-line help); the variants of a command, by name
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("bertkit.commands.demo", "build a small random BERT, run a bundled sentence through it, print shapes"),
     "embed": ("bertkit.commands.embed", "embed every line of a file (any layers, any pooling) into .npy or .jsonl"),
@@ -59,28 +75,61 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-# `bertkit COMMAND --task T` is run by the module named here when T is one of its tasks (a sentence-embedding task,
-# BLiMP): that module has its own flags
-ROUTES = {
-    "finetune": ((EMBEDDING_TASKS, "bertkit.commands.finetune_embeddings"),),
+VARIANTS: dict[str, tuple[Variant, ...]] = {
+    "vocab": (Variant("bertkit.commands.vocab_extend", word="extend"),),
+    "finetune": (Variant("bertkit.commands.finetune_embeddings", tasks=EMBEDDING_TASKS),),
     "evaluate": (
-        (EVALUATION_TASKS, "bertkit.commands.evaluate_embeddings"),
-        (("blimp",), "bertkit.commands.evaluate_blimp"),
+        Variant("bertkit.commands.evaluate_embeddings", tasks=EVALUATION_TASKS),
+        Variant("bertkit.commands.evaluate_blimp", tasks=("blimp",)),
     ),
 }
 
 
-def route(command: str, argv: list[str]) -> str | None:
-    """The module for ``bertkit COMMAND ARGV`` when its ``--task`` is routed (``ROUTES``), else None."""
-    task = None
+def _task_of(argv: list[str]) -> str | None:
     for i, arg in enumerate(argv):
         if arg == "--task" and i + 1 < len(argv):
-            task = argv[i + 1]
-            break
+            return argv[i + 1]
         if arg.startswith("--task="):
-            task = arg.split("=", 1)[1]
-            break
-    return next((module for tasks, module in ROUTES.get(command, ()) if task in tasks), None)
+            return arg.split("=", 1)[1]
+    return None
+
+
+def select(command: str, argv: list[str]) -> tuple[str, list[str], str]:
+    """``bertkit COMMAND ARGV``'s (module, the arguments it parses, its program name): the variant the first word
+    or the ``--task`` value chooses (:data:`VARIANTS`), else the command's own module."""
+    task = _task_of(argv)
+    for variant in VARIANTS.get(command, ()):
+        if variant.word is not None and argv[:1] == [variant.word]:
+            return variant.module, argv[1:], f"bertkit {command} {variant.word}"
+        if task is not None and task in variant.tasks:
+            return variant.module, argv, f"bertkit {command}"
+    return COMMANDS[command][0], argv, f"bertkit {command}"
+
+
+def route(command: str, argv: list[str]) -> str | None:
+    """The variant module :func:`select` picks for ``bertkit COMMAND ARGV``, None for the command's own."""
+    module = select(command, argv)[0] if command in COMMANDS else None
+    return None if module in (None, COMMANDS[command][0]) else module
+
+
+def configure(module: Any, parser: argparse.ArgumentParser) -> None:
+    """The flags of a command module on ``parser``: its ``CONFIG``'s fields (``bertkit.options.add_options``)."""
+    if isinstance(module, str):
+        module = importlib.import_module(module)
+    if not hasattr(module, "CONFIG"):
+        module.configure(parser)  # not converted yet
+        return
+    if getattr(module, "DESCRIPTION", None):
+        parser.description = module.DESCRIPTION
+    add_options(parser, module.CONFIG)
+
+
+def config_of(module: Any, args: argparse.Namespace) -> Any:
+    """The command's config made (and so validated) from the parsed flags; the namespace for a module not
+    converted yet."""
+    if not hasattr(module, "CONFIG"):
+        return args
+    return from_args(module.CONFIG, args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,22 +209,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = argv[0]
     _show_library_warnings()
-    module_name, help_text = COMMANDS[name]
+    module_name, rest, prog = select(name, argv[1:])
     module = importlib.import_module(module_name)
-    epilog = getattr(module, "EPILOG", None)
-    delegate = getattr(module, "delegate", None)  # a command may hand some runs to another module (own flags)
-    target = route(name, argv[1:]) or (delegate(argv[1:]) if delegate is not None else None)
-    if target:
-        module = importlib.import_module(target)
-    parser = CommandParser(prog=f"bertkit {name}", description=help_text, epilog=epilog)
-    module.configure(parser)
+    parser = CommandParser(prog=prog, description=COMMANDS[name][1], epilog=getattr(module, "EPILOG", None))
+    configure(module, parser)
     try:
-        args = parser.parse_args(argv[1:])
+        args = parser.parse_args(rest)
     except UsageError as e:
         print(e, file=sys.stderr)
         return 2
     try:
-        code = module.run(args)
+        code = module.run(config_of(module, args))
     except BertkitError as e:
         print(f"bertkit {name}: error: {e}", file=sys.stderr)
         return e.exit_code

@@ -18,10 +18,10 @@ field out of the CLI; ``aliases=`` are older spellings still accepted (with a de
 
 The options every training command shares have one name, one help text and one spelling here (``lr_option``,
 ``warmup_option``, ``clip_option``, ``max_steps_option``, ``seed_option``, ``device_option``, ``precision_option``,
-``threads_option``, ``output_option``); a command chooses only its default. Every command that runs a model takes
-``--device`` / ``--precision`` from these (``ComputeArgs``, or ``ExactComputeArgs``: fp32 by default); none writes
-``add_argument("--device")`` itself (tests/unit/test_options_everywhere.py). A command that passes flags on to
-another (``bertkit glue`` -> ``finetune``) uses ``add_options(..., passthrough=True)`` and :func:`to_argv`.
+``threads_option``, ``output_option``, ``model_option``, ``corpus_option``...); a command chooses only its default.
+Every command that runs a model takes ``--device`` / ``--precision`` from these (``precision_option("fp32")`` where it
+prints a model's exact numbers); none writes ``add_argument`` itself (tests/unit/test_command_configs.py). A field
+whose flags pass on to another command (``bertkit glue`` -> ``finetune``) is an ``option(passthrough=...)``.
 """
 
 from __future__ import annotations
@@ -59,11 +59,31 @@ def option(
     default_factory: Callable | None = None,
     aliases: tuple[str, ...] = (),
     bounds: tuple | None = None,
+    short: str | None = None,
+    negative: tuple[str, str] | None = None,
+    run: bool = False,
+    repeat: bool = False,
+    repr: bool = True,
+    passthrough: Callable[[], typing.Sequence[type]] | None = None,
 ) -> Any:
     """A dataclass field whose flag, help, group and parsing live next to its default. ``bounds``: the range of a
     numeric flag, ``(low, high)`` with ``"(lo"``-style exclusive ends written as in :data:`BOUNDS` (default: the
-    entry of its name there, else ``[0, inf)``); a value outside it, nan or inf is refused at parse time."""
+    entry of its name there, else ``[0, inf)``); a value outside it, nan or inf is refused at parse time.
+
+    ``flag`` without a leading ``-`` makes a positional argument (its metavar). ``short``: a one-letter spelling
+    too (``-o``). ``negative``: for a ``bool | None`` field, ``(flag, help)`` of the flag that sets it False (the
+    two are mutually exclusive; neither given: None). ``run``: a key a resumed run must share (its run record).
+    ``repeat``: the flag may be given several times (a list of its values). ``repr=False``: a secret (an API key),
+    kept out of the config's repr and of the help's defaults. ``passthrough``: the field holds flags handed on to
+    another command (``glue`` -> ``finetune``): the option dataclasses it returns give their flags (but the fields named
+    in ``choices``: those this command sets itself) in a group titled ``help``, without defaults; the field is the
+    argv of the flags given (:func:`to_argv`)."""
     meta = {
+        "passthrough": passthrough,
+        "repeat": repeat,
+        "short": short,
+        "negative": negative,
+        "run": run,
         "bounds": bounds,
         "help": help,
         "flag": flag,
@@ -77,8 +97,8 @@ def option(
         "aliases": tuple(aliases),
     }
     if default_factory is not None:
-        return dataclasses.field(default_factory=default_factory, metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
+        return dataclasses.field(default_factory=default_factory, metadata=meta, repr=repr)
+    return dataclasses.field(default=default, metadata=meta, repr=repr)
 
 
 def _base_type(tp: Any) -> Any:
@@ -101,56 +121,18 @@ def _base_type(tp: Any) -> Any:
 POSITIVE = (0, None, True, False)  # POSITIVE: for a field whose name has other bounds elsewhere
 _FRACTION = (0, 1, False, False)
 BOUNDS: dict[str, tuple] = {
+    # learning, steps, sizes: 0 would train nothing or divide by zero (limit_alphabet: 0 keeps no character, every word
+    # would be [UNK]); the server's batching and limits (max_batch_size ... keep_alive_timeout_s): 0 would refuse
+    # every request (a misconfiguration, not the client's)
     **dict.fromkeys(
-        (
-            # learning, steps, sizes: 0 would train nothing or divide by zero
-            "lr",
-            "tagger_lr",
-            "epochs",
-            "max_steps",
-            "steps",
-            "batch_size",
-            "eval_batch_size",
-            "phase2_batch_size",
-            "grad_accum",
-            "eval_batches",
-            "seq_len",
-            "phase2_seq_len",
-            "max_seq_length",
-            "max_length",
-            "max_query_length",
-            "max_answer_length",
-            "doc_stride",
-            "n_best_size",
-            "dupe_factor",
-            "log_every",
-            "top_k",
-            "shard_tokens",
-            "temperature",
-            "scale",
-            "checkpoints",
-            "tagger_hidden",
-            "max_time",
-            "prepare_timeout",
-            "opset",
-            "head",
-            "limit_alphabet",  # 0 keeps no character: every word would be [UNK]
-            # the server's batching and limits: 0 would refuse every request (a misconfiguration, not the client's)
-            "max_batch_size",
-            "max_batch_tokens",
-            "max_inputs",
-            "max_input_chars",
-            "max_request_tokens",
-            "max_output_values",
-            "max_predictions",
-            "max_payload_bytes",
-            "max_pending",
-            "limit_concurrency",
-            "request_timeout_s",
-            "header_timeout_s",
-            "body_timeout_s",
-            "keep_alive_timeout_s",
-        ),
+        """
+        lr tagger_lr epochs max_steps steps batch_size eval_batch_size phase2_batch_size grad_accum eval_batches seq_len
+        phase2_seq_len max_seq_length max_length max_query_length max_answer_length doc_stride n_best_size dupe_factor
+        log_every top_k shard_tokens temperature scale checkpoints tagger_hidden max_time prepare_timeout opset head
+        limit_alphabet max_batch_size max_batch_tokens max_inputs max_input_chars max_request_tokens max_output_values
+        max_predictions max_payload_bytes max_pending limit_concurrency request_timeout_s header_timeout_s
+        body_timeout_s keep_alive_timeout_s
+        """.split(),
         POSITIVE,
     ),
     **dict.fromkeys(("warmup_fraction", "short_seq_prob", "alpha"), _FRACTION),  # alpha: distill's soft-target share
@@ -342,6 +324,11 @@ def add_options(
         meta = f.metadata
         if f.name in exclude or meta.get("skip") or not f.init:
             continue
+        if meta.get("passthrough"):  # only the flags given are handed on: no defaults (the other command's apply)
+            group = parser.add_argument_group(meta["help"])
+            for other in meta["passthrough"]():
+                add_options(parser, other, exclude=meta["choices"], passthrough=True, groups=_OneGroup(group))
+            continue
         target = parser
         if meta.get("group"):
             if meta["group"] not in groups:
@@ -357,12 +344,15 @@ def add_options(
         help_text = meta.get("help", "")
         flag = meta.get("flag") or "--" + f.name.replace("_", "-")
         kwargs: dict[str, Any] = {"dest": f.name, "help": help_text}
-        if base is bool and typing.get_origin(tp) is None:
-            if default is True:
+        if base is bool and typing.get_origin(tp) is not list:
+            if meta.get("negative"):  # --lowercase / --cased: one field, None when neither is given
+                target = target.add_mutually_exclusive_group()
+                kwargs.update(action="store_true", default=None)
+            elif default is True:
                 flag = meta.get("flag") or "--no-" + f.name.replace("_", "-")
                 kwargs.update(action="store_false", default=True)
             else:
-                kwargs.update(action="store_true", default=False)
+                kwargs.update(action="store_true", default=default)
         else:
             kwargs["default"] = default
             kwargs["type"] = meta.get("parse") or (base if base in (int, float, str) else str)
@@ -376,13 +366,24 @@ def add_options(
                 kwargs["nargs"] = meta["nargs"]
             if meta.get("required"):
                 kwargs["required"] = True
-            if default is not None and not meta.get("required") and "%(default)" not in help_text:
+            if meta.get("repeat"):
+                kwargs.update(action="append", default=None if meta.get("required") else default)
+            shown = default is not None and not isinstance(default, list | tuple)  # a list's default is in its help
+            shown = shown and f.repr  # a secret's is not shown at all
+            if shown and not meta.get("required") and "%(default)" not in help_text:
                 kwargs["help"] = (help_text + " " if help_text else "") + "(default: %(default)s)"
         if passthrough:
             if "%(default)" in kwargs["help"]:
                 kwargs["help"] = kwargs["help"].replace("%(default)s", str(default).replace("%", "%%"))
             kwargs.update(default=argparse.SUPPRESS, required=False)
-        target.add_argument(flag, **kwargs)
+        names = [flag] if meta.get("short") is None else [meta["short"], flag]
+        if not flag.startswith("-"):  # a positional: its name is its dest
+            names, kwargs["metavar"] = [f.name], kwargs.get("metavar") or flag
+            kwargs.pop("dest"), kwargs.pop("required", None)
+        target.add_argument(*names, **kwargs)
+        if meta.get("negative"):
+            negative, negative_help = meta["negative"]
+            target.add_argument(negative, dest=f.name, action="store_false", help=negative_help)
         for alias in meta.get("aliases") or ():
             extra = {k: v for k, v in kwargs.items() if k in ("type", "choices", "nargs", "metavar")}
             if kwargs.get("action") in ("store_true", "store_false"):
@@ -399,6 +400,20 @@ def add_options(
     return groups
 
 
+class _OneGroup(dict):
+    """Every group title maps to one argument group (a pass-through field's)."""
+
+    def __init__(self, group) -> None:
+        super().__init__()
+        self.group = group
+
+    def __contains__(self, key) -> bool:
+        return True
+
+    def __getitem__(self, key):
+        return self.group
+
+
 def option_flags(cls: type) -> dict[str, str]:
     """field name -> its flag, for the fields of ``cls`` that have one."""
     hints = typing.get_type_hints(cls)
@@ -410,6 +425,7 @@ def option_flags(cls: type) -> dict[str, str]:
         if not flag:
             base, tp = _base_type(hints.get(f.name, str)), hints.get(f.name, str)
             negated = base is bool and typing.get_origin(tp) is None and f.default is True
+            negated = negated and not f.metadata.get("negative")
             flag = ("--no-" if negated else "--") + f.name.replace("_", "-")
         out[f.name] = flag
     return out
@@ -563,30 +579,166 @@ def threads_option(group: str | None = TRAINING) -> Any:
     return option(None, group=group, help=THREADS_HELP)
 
 
-def output_option(help: str, group: str | None = None, metavar: str | None = None) -> Any:
-    return option(None, required=True, group=group, help=help, metavar=metavar, parse=output_path)
+def output_option(
+    help: str, group: str | None = None, metavar: str | None = None, required: bool = True, short: str | None = None
+) -> Any:
+    """``output``: a path to write, refused when the command line is parsed if it cannot be written
+    (:func:`output_path`); ``required=False``: None when not given (the command's default place)."""
+    return option(None, required=required, group=group, help=help, metavar=metavar, parse=output_path, short=short)
 
 
-@dataclasses.dataclass
-class ComputeArgs:
-    """Where and at what precision a command runs a model: ``--device`` and ``--precision``, for every command that
-    loads one (embed, similarity, fill-mask, attention, serve, probe, quickstart; the training commands carry the
-    same two fields in their own dataclasses)."""
-
-    device: str | None = device_option()
-    precision: str = precision_option()
+MODEL_HELP = "bertkit or Hugging Face BERT / ModernBERT directory (config.json, weights, vocab.txt or tokenizer.json)"
 
 
-@dataclasses.dataclass
-class ExactComputeArgs(ComputeArgs):
-    """``ComputeArgs`` with fp32 unless asked otherwise: for commands that print a model's numbers (fill-mask's
-    probabilities, similarity's distances, attention maps) as the model computes them."""
+def model_option(
+    help: str = MODEL_HELP, group: str | None = None, required: bool = True, metavar: str | None = None
+) -> Any:
+    """``model``: the model directory a command reads (``--model``)."""
+    return option(None, required=required, group=group, help=help, metavar=metavar)
 
-    precision: str = precision_option("fp32")
+
+CORPUS_HELP = (
+    "text files or directories of them: Google format (a sentence per line, blank line between documents), plain "
+    "prose (each file a document), JSONL with a 'text' field, Parquet, datasets directories, or task files (TSV, "
+    "CSV, JSONL, CoNLL: their text columns); gzip, zstd, bz2 and xz are recognised by their bytes and refused when "
+    "truncated"
+)
+
+
+def corpus_option(help: str = CORPUS_HELP, group: str | None = None) -> Any:
+    """``corpus``: one or more text files or directories (``--corpus PATH...``), read as pre-training reads them."""
+    return option(required=True, nargs="+", metavar="PATH", group=group, help=help, default_factory=list)
+
+
+def vocab_option(help: str, required: bool = False, group: str | None = None) -> Any:
+    """``vocab``: a vocab.txt, or a directory holding one (``--vocab PATH``)."""
+    return option(None, required=required, metavar="PATH", group=group, help=help)
+
+
+ENCODING_HELP = "auto: a line that is not UTF-8 is read as Windows-1252, with a warning; utf-8: an error"
+
+
+def encoding_option(group: str | None = None) -> Any:
+    """``encoding``: how a corpus line that is not UTF-8 is read (``bertkit.data.pretraining.corpus.ENCODINGS``)."""
+    return option("auto", choices=("auto", "utf-8"), group=group, help=ENCODING_HELP)
+
+
+def follow_symlinks_option(group: str | None = None) -> Any:
+    """``follow_symlinks``: read links that leave a corpus directory (default: skipped, with a warning)."""
+    return option(
+        False,
+        group=group,
+        help="read symbolic links that leave a corpus directory too (default: skipped, with a warning)",
+    )
+
+
+def workers_option(help: str = "preprocessing processes (default: every core)", group: str | None = None) -> Any:
+    """``workers``: processes preparing a corpus; None: every core."""
+    return option(None, group=group, help=help)
+
+
+def lowercase_option(help: str = "uncased tokenizing", cased_help: str = "cased tokenizing", group=None) -> Any:
+    """``lowercase``: ``--lowercase`` True, ``--cased`` False, neither None (the vocabulary's own choice)."""
+    return option(None, group=group, help=help, negative=("--cased", cased_help))
+
+
+def cased_option(help: str, default: bool | None = False) -> Any:
+    """``cased``: ``--cased`` keeps case (a command without a ``--lowercase`` to go with it)."""
+    return option(default, help=help)
+
+
+def quiet_option(help: str = "no progress bar", group: str | None = None) -> Any:
+    return option(False, help=help, group=group)
+
+
+def overwrite_option(help: str, group: str | None = None) -> Any:
+    return option(False, help=help, group=group)
+
+
+def batch_size_option(default: int | None, help: str = "examples per batch", group: str | None = None) -> Any:
+    return option(default, group=group, help=help)
+
+
+def max_length_option(default: int | None, help: str, group: str | None = None, flag: str | None = None) -> Any:
+    """``max_length``: tokens per input an inference command feeds the model."""
+    return option(default, group=group, help=help, flag=flag)
+
+
+def quantize_option(help: str = "int8: dynamic int8 Linear layers on the CPU (faster; see docs/inference.md)") -> Any:
+    return option(None, choices=("int8",), help=help)
+
+
+def backend_option(help: str = "onnx: run the encoder with ONNX Runtime (needs the 'onnx' extra)") -> Any:
+    return option("torch", choices=("torch", "onnx"), help=help)
+
+
+def layers_option(help: str) -> Any:
+    """``layers``: comma-separated layer indices, concatenated (``-1,-2``: ``cli.join_negative_lists`` joins a list
+    of negative numbers to its flag, which argparse would take for an option)."""
+    return option(None, help=help)
+
+
+def pooling_option(help: str) -> Any:
+    return option(None, help=help)
+
+
+def field_flags(cls: type) -> dict[str, list[str]]:
+    """field name -> every spelling of its flags (``-o``, ``--output``; ``--lowercase``, ``--cased``; a
+    positional's name), for the fields of ``cls`` that have one: what ``bertkit COMMAND -h`` lists of it."""
+    flags = option_flags(cls)
+    out: dict[str, list[str]] = {}
+    for f in dataclasses.fields(cls):
+        meta = f.metadata
+        if meta.get("passthrough"):  # the other command's flags it hands on (and their older spellings)
+            others = [field_flags(other) for other in meta["passthrough"]()]
+            out[f.name] = [flag for o in others for name, fl in o.items() if name not in meta["choices"] for flag in fl]
+            continue
+        if f.name not in flags:
+            continue
+        names = [meta["short"]] if meta.get("short") else []
+        names.append(flags[f.name] if flags[f.name].startswith("-") else f.name)
+        if meta.get("negative"):
+            names.append(meta["negative"][0])
+        out[f.name] = names + list(meta.get("aliases") or ())
+    return out
+
+
+def narrow(config: Any, cls: type, **overrides: Any) -> Any:
+    """A ``cls`` made of the fields of ``config`` (a dataclass of more fields: ``serve``'s config holds the server's
+    settings), with ``overrides``."""
+    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if f.init and hasattr(config, f.name)}
+    return cls(**{**values, **overrides})
+
+
+def from_text(config: Any, name: str, convert: Callable[[str], Any]) -> None:
+    """In a frozen config's ``__post_init__``: field ``name``, given as its flag's text (the command line) rather
+    than as its value (code), becomes ``convert(text)``: a list of seeds, a duration, a path. ``convert`` refuses a
+    bad one naming the flag, when the config is made."""
+    value = getattr(config, name)
+    if isinstance(value, str):
+        object.__setattr__(config, name, convert(value))
+
+
+def run_key(f: Any) -> Any:
+    """A shared option (``lr_option()``...) marked as a key a resumed run must share (:func:`run_keys`)."""
+    import types
+
+    f.metadata = types.MappingProxyType({**f.metadata, "run": True})
+    return f
+
+
+def run_keys(cls: type) -> tuple[str, ...]:
+    """The fields of ``cls`` marked ``run``: the settings that change what a run computes, which a resumed run
+    must share (its run record keeps them)."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("run"))
 
 
 def from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:
     """An instance of ``cls`` from the parsed flags (fields without a flag keep their defaults)."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.init and hasattr(args, f.name)}
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("passthrough"):
+            own = f.metadata["choices"]
+            values[f.name] = [a for other in f.metadata["passthrough"]() for a in to_argv(other, args, exclude=own)]
     values.update(overrides)
     return cls(**values)

@@ -516,8 +516,10 @@ def _parser(command):
 
 def test_flags_come_from_one_definition_each():
     """Every flag of finetune / evaluate / predict has help; --task's choices are the one task registry (GLUE's
-    names from data/tasks/glue.py); finetune's defaults are FinetuneArgs'; evaluate and predict take the same flags."""
+    names from data/tasks/glue.py), and for evaluate the tasks it hands to its variants (cli.VARIANTS: named in an
+    "invalid choice", issue 60); finetune's defaults are FinetuneArgs'; evaluate and predict take the same flags."""
     from bertkit.data.tasks.glue import GLUE_TASKS
+    from bertkit.embeddings import EVALUATION_TASKS
     from bertkit.errors import InputError
     from bertkit.options import from_args
     from bertkit.recipes.finetune import FinetuneArgs
@@ -529,7 +531,8 @@ def test_flags_come_from_one_definition_each():
         for action in parser._actions:
             assert action.dest == "help" or action.help, (command, action.option_strings)
         (task,) = [a for a in parser._actions if a.dest == "task"]
-        assert tuple(task.choices) == TASK_NAMES
+        routed = (*EVALUATION_TASKS, "blimp") if command == "evaluate" else ()
+        assert tuple(task.choices) == (*TASK_NAMES, *routed)
         flags[command] = {s for a in parser._actions for s in a.option_strings}
     assert flags["evaluate"] == flags["predict"]
     inference_only = {"--model", "--data", "--output", "--batch-size", "--quantize", "--backend"}

@@ -6,13 +6,12 @@ flags) are one line naming the flag, exit 2, before anything is read or built. S
 from __future__ import annotations
 
 import argparse
-import importlib
 
 import pytest
 
-from bertkit.cli import COMMANDS, ROUTES, CommandParser, UsageError, main
+from bertkit.cli import COMMANDS, VARIANTS, CommandParser, UsageError, configure, main
 
-MODULES = sorted(COMMANDS) + sorted(module for routes in ROUTES.values() for _, module in routes)
+MODULES = sorted(COMMANDS) + sorted(v.module for variants in VARIANTS.values() for v in variants)
 
 
 def _configured(name: str, monkeypatch) -> tuple[CommandParser, list[argparse.Action]]:
@@ -27,7 +26,7 @@ def _configured(name: str, monkeypatch) -> tuple[CommandParser, list[argparse.Ac
 
     monkeypatch.setattr(argparse._ActionsContainer, "add_argument", spy)
     parser = CommandParser(prog=f"bertkit {name}")
-    importlib.import_module(COMMANDS[name][0] if name in COMMANDS else name).configure(parser)
+    configure(COMMANDS[name][0] if name in COMMANDS else name, parser)
     monkeypatch.setattr(argparse._ActionsContainer, "add_argument", add)
     return parser, actions
 
@@ -39,6 +38,8 @@ def _required_argv(actions: list[argparse.Action]) -> list[str]:
         if a.option_strings and not a.required:
             continue
         value = str(a.choices[0]) if a.choices else "x"
+        if hasattr(a.type, "bounds"):  # a required number (vocab extend --add)
+            value = _legal(a.type.bounds, a.type.__name__ == "int")
         values = [value] * (a.nargs if isinstance(a.nargs, int) else 1)
         argv += ([a.option_strings[0]] if a.option_strings else []) + values
     return argv

@@ -1,21 +1,20 @@
 """One definition per option (docs/design.md, habit 13), for every command: ``--device``, ``--precision``, ``--threads``
-and ``--seed`` come from ``bertkit.options`` (``ComputeArgs``, ``device_option``...), never from a command's own
+and ``--seed`` come from ``bertkit.options`` (``device_option``, ``precision_option``...), never from a command's own
 ``add_argument``. Checked by reading src/bertkit/commands/ with ``ast``, and by building each command's parser."""
 
 from __future__ import annotations
 
 import argparse
 import ast
-import importlib
 from pathlib import Path
 
 import pytest
 
-from bertkit.cli import COMMANDS, ROUTES
+from bertkit.cli import COMMANDS, VARIANTS, configure
 from bertkit.options import DEVICE_HELP, PRECISION_HELP, PRECISIONS
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "bertkit"
-# every module with a configure(parser): commands/, and the embedding tasks' modules finetune / evaluate delegate to
+# every command module: commands/, the variants among them (bertkit.cli.VARIANTS) included
 COMMAND_SOURCES = sorted((SRC / "commands").glob("*.py")) + sorted((SRC / "embeddings").glob("*_cli.py"))
 SHARED_FLAGS = ("--device", "--precision", "--threads", "--seed")
 # every command that loads, builds or trains a model: each takes --device and --precision
@@ -49,7 +48,7 @@ def hand_written_shared_flags(source: str, name: str = "<src>") -> list[str]:
 def test_no_command_defines_device_precision_threads_or_seed_itself():
     assert len(COMMAND_SOURCES) > len(COMMANDS)  # the files were found
     found = [hit for p in COMMAND_SOURCES for hit in hand_written_shared_flags(p.read_text(encoding="utf-8"), p.name)]
-    assert not found, "build these from bertkit.options (ComputeArgs, device_option, seed_option...): " + str(found)
+    assert not found, "build these from bertkit.options (device_option, seed_option...): " + str(found)
 
 
 def test_the_source_rule_sees_a_hand_written_flag():
@@ -63,7 +62,7 @@ def test_the_source_rule_sees_a_hand_written_flag():
 def _parser(name: str) -> argparse.ArgumentParser:
     """``bertkit NAME``'s parser; NAME may also be a module (the embedding tasks' delegated modules)."""
     parser = argparse.ArgumentParser(prog=f"bertkit {name}")
-    importlib.import_module(COMMANDS[name][0] if name in COMMANDS else name).configure(parser)
+    configure(COMMANDS[name][0] if name in COMMANDS else name, parser)
     return parser
 
 
@@ -72,7 +71,7 @@ def _flat(text: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "name", sorted(COMMANDS) + sorted(module for routes in ROUTES.values() for _, module in routes)
+    "name", sorted(COMMANDS) + sorted(v.module for variants in VARIANTS.values() for v in variants)
 )
 def test_each_device_and_precision_flag_has_the_shared_help(name):
     parser = _parser(name)

@@ -2,40 +2,40 @@
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass
 
 from bertkit.errors import InputError
-from bertkit.options import ExactComputeArgs, add_options, number, output_path
+from bertkit.options import device_option, max_length_option, model_option, option, output_path, precision_option
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "Draw the attention probabilities of a model for one text (or a text pair): one head, or a grid of every "
-        "head of a layer. Every layer's and head's weights go to an .npz beside the PNG."
+@dataclass(frozen=True, kw_only=True)
+class AttentionConfig:
+    """What ``bertkit attention`` draws."""
+
+    text: str = option(flag="text", help="the text (the first segment)")
+    model: str = model_option("bertkit or Hugging Face BERT directory")
+    pair: str | None = option(None, help="a second segment: [CLS] text [SEP] pair [SEP]")
+    layer: int | None = option(None, help="1..L, or -1 for the last (default: the last)")
+    head: int | None = option(None, help="1..N (default: a grid of every head of the layer)")
+    output: str = option(
+        "attn.png",
+        parse=output_path,  # a path that cannot be written: refused when the command line is parsed
+        help="the PNG (attn.npz goes beside it)",
     )
-    parser.add_argument("text", help="the text (the first segment)")
-    parser.add_argument("--model", required=True, help="bertkit or Hugging Face BERT directory")
-    parser.add_argument("--pair", default=None, help="a second segment: [CLS] text [SEP] pair [SEP]")
-    parser.add_argument(
-        "--layer", type=number(int, "--layer"), default=None, help="1..L, or -1 for the last (default: the last)"
-    )
-    parser.add_argument(
-        "--head", type=number(int, "--head"), default=None, help="1..N (default: a grid of every head of the layer)"
-    )
-    parser.add_argument(
-        "--output",
-        default="attn.png",
-        type=output_path,  # a path that cannot be written: refused when the command line is parsed
-        help="the PNG (default attn.png; attn.npz goes beside it)",
-    )
-    parser.add_argument(
-        "--max-length", type=number(int, "--max-length"), default=128, help="truncate to this many tokens"
-    )
-    add_options(parser, ExactComputeArgs)  # --device, --precision (fp32 unless asked)
+    max_length: int = max_length_option(128, "truncate to this many tokens")
+    device: str | None = device_option()
+    precision: str = precision_option("fp32")  # the maps as the model computes them
 
 
-def run(args: argparse.Namespace) -> int:
+CONFIG = AttentionConfig
+DESCRIPTION = (
+    "Draw the attention probabilities of a model for one text (or a text pair): one head, or a grid of every "
+    "head of a layer. Every layer's and head's weights go to an .npz beside the PNG."
+)
+
+
+def run(cfg: AttentionConfig) -> int:
     from pathlib import Path
 
     # torch: kept out of `bertkit attention -h`
@@ -44,12 +44,12 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         maps = A.attention_maps(
-            args.model, args.text, args.pair, args.max_length, resolve_device(args.device), precision=args.precision
+            cfg.model, cfg.text, cfg.pair, cfg.max_length, resolve_device(cfg.device), precision=cfg.precision
         )
     except FileNotFoundError as e:
         raise InputError(f"--model: {e}") from None
-    layer, head = A.check_layer_head(maps, args.layer, args.head)
-    out = Path(args.output)
+    layer, head = A.check_layer_head(maps, cfg.layer, cfg.head)
+    out = Path(cfg.output)
     A.draw(out, maps, layer, head)
     npz = A.save_npz(out.with_suffix(".npz"), maps, layer, head)
     print(

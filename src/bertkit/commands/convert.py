@@ -13,42 +13,39 @@ Reads ``bert_model.ckpt.index`` + ``.data-*`` without TensorFlow, maps Google's 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import glob
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.config import BertConfig
 from bertkit.errors import MissingFileError
-from bertkit.options import output_path
+from bertkit.options import lowercase_option, option, output_option, overwrite_option, vocab_option
 from bertkit.outputs import MODEL_FILES, check_output, removed_on_failure
 from bertkit.tokenization import BertTokenizer
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--tf-checkpoint",
+@dataclass(frozen=True, kw_only=True)
+class ConvertConfig:
+    """What ``bertkit convert`` reads and writes."""
+
+    tf_checkpoint: str = option(
         required=True,
         metavar="PATH",
         help="a Google model directory, or a checkpoint prefix such as DIR/bert_model.ckpt",
     )
-    parser.add_argument(
-        "--config", default=None, metavar="JSON", help="bert_config.json (default: next to the checkpoint)"
+    config: str | None = option(None, metavar="JSON", help="bert_config.json (default: next to the checkpoint)")
+    vocab: str | None = vocab_option("vocab.txt (default: next to the checkpoint)")
+    lowercase: bool | None = lowercase_option(
+        "uncased vocabulary (default: guessed from the vocabulary)", "cased vocabulary"
     )
-    parser.add_argument("--vocab", default=None, metavar="PATH", help="vocab.txt (default: next to the checkpoint)")
-    case = parser.add_mutually_exclusive_group()
-    case.add_argument(
-        "--lowercase",
-        dest="lowercase",
-        action="store_true",
-        default=None,
-        help="uncased vocabulary (default: guessed from the vocabulary)",
-    )
-    case.add_argument("--cased", dest="lowercase", action="store_false")
-    parser.add_argument("--output", required=True, metavar="DIR", type=output_path)
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing model in OUTPUT")
+    output: str = output_option("the model directory", metavar="DIR")
+    overwrite: bool = overwrite_option("replace an existing model in OUTPUT")
+
+
+CONFIG = ConvertConfig
 
 
 def _prefix(path: Path) -> Path:
@@ -62,30 +59,30 @@ def _prefix(path: Path) -> Path:
     return Path(str(path)[: -len(".index")]) if path.suffix == ".index" else path
 
 
-def run(args: argparse.Namespace) -> int:
+def run(cfg: ConvertConfig) -> int:
     # torch and the model: kept out of `bertkit convert -h`
     from bertkit.checkpoint import load_state_dict_into
     from bertkit.tf_checkpoint import TFCheckpointError, tf_state_dict
 
-    prefix = _prefix(Path(args.tf_checkpoint))
+    prefix = _prefix(Path(cfg.tf_checkpoint))
     if not Path(f"{prefix}.index").is_file():
-        raise MissingFileError(f"--tf-checkpoint {args.tf_checkpoint}: no TensorFlow checkpoint ({prefix}.index)")
-    vocab = Path(args.vocab) if args.vocab else prefix.parent / "vocab.txt"
+        raise MissingFileError(f"--tf-checkpoint {cfg.tf_checkpoint}: no TensorFlow checkpoint ({prefix}.index)")
+    vocab = Path(cfg.vocab) if cfg.vocab else prefix.parent / "vocab.txt"
     # the directory given, or the files of the prefix given (whose directory, not named, may hold the output)
-    given = Path(args.tf_checkpoint)
+    given = Path(cfg.tf_checkpoint)
     checkpoint = [given] if given.is_dir() else sorted(prefix.parent.glob(f"{glob.escape(prefix.name)}.*"))
-    inputs = {"--tf-checkpoint": checkpoint, "--vocab": vocab, "--config": args.config}
-    output = check_output(args.output, inputs, overwrite=args.overwrite, writes=MODEL_FILES)
-    if args.vocab and not vocab.is_file():
+    inputs = {"--tf-checkpoint": checkpoint, "--vocab": vocab, "--config": cfg.config}
+    output = check_output(cfg.output, inputs, overwrite=cfg.overwrite, writes=MODEL_FILES)
+    if cfg.vocab and not vocab.is_file():
         raise MissingFileError(f"{vocab}: no such vocabulary file")
-    config = BertConfig.from_pretrained(Path(args.config) if args.config else prefix.parent)
+    config = BertConfig.from_pretrained(Path(cfg.config) if cfg.config else prefix.parent)
     state = tf_state_dict(prefix)
     cls, config = _model_class(state, config)
     model = cls(config)
     info = load_state_dict_into(model, state, origin=str(prefix))
     if info.initialised:
         raise TFCheckpointError(f"{prefix}: the checkpoint lacks {info.initialised}")
-    tokenizer = BertTokenizer.from_pretrained(vocab, lowercase=args.lowercase) if vocab.is_file() else None
+    tokenizer = BertTokenizer.from_pretrained(vocab, lowercase=cfg.lowercase) if vocab.is_file() else None
     with removed_on_failure(output):
         model.save_pretrained(output)
         if tokenizer is not None:

@@ -2,42 +2,42 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
-from bertkit.options import add_options, seed_option
+from bertkit.options import option, seed_option
 
 SENTENCE = "the quick brown fox jumps over the lazy dog ."
 
 
-@dataclass
-class DemoSeed:
+@dataclass(frozen=True, kw_only=True)
+class DemoConfig:
+    """What ``bertkit demo`` builds and runs."""
+
+    model_size: str = option("bert-tiny", help="a preset name")
+    text: str = option(SENTENCE, help="the sentence to run (whitespace-split into a toy vocab)")
     seed: int = seed_option(0, group=None, help="seed of the random weights")
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model-size", default="bert-tiny", help="a preset name (default: bert-tiny)")
-    parser.add_argument("--text", default=SENTENCE, help="the sentence to run (whitespace-split into a toy vocab)")
-    add_options(parser, DemoSeed)
+CONFIG = DemoConfig
 
 
-def run(args: argparse.Namespace) -> int:
+def run(cfg: DemoConfig) -> int:
     import torch  # kept out of `bertkit demo -h`
 
     # torch (bertkit.modeling): kept out of `bertkit demo -h`
     from bertkit import BertConfig, BertForPreTraining
 
-    torch.manual_seed(args.seed)
-    words = args.text.split()
+    torch.manual_seed(cfg.seed)
+    words = cfg.text.split()
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(words))
     ids = [2] + [vocab.index(w) for w in words] + [3]
-    config = BertConfig.from_preset(args.model_size, vocab_size=len(vocab))
+    config = BertConfig.from_preset(cfg.model_size, vocab_size=len(vocab))
     model = BertForPreTraining(config).eval()
     with torch.no_grad():
         out = model(torch.tensor([ids]), output_hidden_states=True)
     n_params = sum(p.numel() for p in model.parameters())
     print(
-        f"model: {args.model_size} ({config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+        f"model: {cfg.model_size} ({config.num_hidden_layers} layers, hidden {config.hidden_size}, "
         f"{config.num_attention_heads} heads, {n_params:,} parameters, random weights)"
     )
     print(f"input: {' '.join(vocab[i] for i in ids)}")

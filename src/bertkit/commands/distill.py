@@ -17,17 +17,17 @@ from pathlib import Path
 
 from bertkit.embeddings.data import read_scored, read_texts
 from bertkit.errors import InputError
-from bertkit.options import add_options, check_run_flags, from_args, option, option_flags
+from bertkit.options import from_args, option, option_flags
 from bertkit.outputs import MODEL_FILES, check_output, removed_if_refused
-from bertkit.recipes.distill import DistillArgs, check_args, distill, without_labels
+from bertkit.recipes.distill import DistillArgs, distill, without_labels
 from bertkit.recipes.distill_embeddings import distill_embeddings, load_teacher
 from bertkit.recipes.distill_student import build_student
 from bertkit.recipes.finetune import run_in_context, set_seed
 from bertkit.tasks import TASK_NAMES, check_flags_for_model, check_length_fits, read_task_config
-from bertkit.tasks.options import FILES, FinetuneFiles, TaskOptions, load_finetuned
+from bertkit.tasks.options import FILES, FinetuneFiles, TaskOptions, load_finetuned, task_option
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class DistillFiles(FinetuneFiles):
     """What ``bertkit distill`` reads and writes: ``finetune``'s files, the teacher and student for its model."""
 
@@ -52,21 +52,24 @@ class DistillFiles(FinetuneFiles):
 EMBEDDINGS = "embeddings"  # --task of sentence-embedding distillation (a teacher with sentence-transformers files)
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--task",
-        choices=(*TASK_NAMES, EMBEDDINGS),
-        metavar="TASK",
+@dataclass(frozen=True, kw_only=True)
+class DistillConfig(TaskOptions, DistillArgs, DistillFiles):
+    """What ``bertkit distill`` reads, writes and how it trains: ``finetune``'s settings, the teacher's and the
+    student's, and the loss's."""
+
+    task: str | None = task_option(
+        required=False,
+        extra=(EMBEDDINGS,),
         help=f"the teacher's task (default: the one it was fine-tuned on): {', '.join(TASK_NAMES)}; or {EMBEDDINGS} "
         "(default for a teacher with sentence-transformers files): sentence vectors by MSE, --train / --unlabeled "
         "plain text (one per line) or --text-column of a table, --dev STS pairs",
     )
-    add_options(parser, DistillFiles)
-    add_options(parser, DistillArgs)
-    add_options(parser, TaskOptions)
 
 
-def run(args: argparse.Namespace) -> int:
+CONFIG = DistillConfig
+
+
+def run(args: DistillConfig) -> int:
     """One process, or one of ``torchrun --nproc_per_node N -m bertkit.cli distill ...``."""
     return run_in_context(args, _run)
 
@@ -74,8 +77,6 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, ctx) -> int:
     files: DistillFiles = from_args(DistillFiles, args)
     train_args: DistillArgs = from_args(DistillArgs, args, device=str(ctx.device))
-    check_args(train_args)
-    check_run_flags(train_args.resume, train_args.overwrite)
     if files.dropout is not None and not 0.0 <= files.dropout < 1.0:
         raise InputError(f"--dropout must be in [0, 1), got {files.dropout}")
     teacher_dir = Path(files.teacher)

@@ -11,10 +11,10 @@ number (the output rows must line up with the input lines). The output is writte
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,52 +22,52 @@ import numpy as np
 from bertkit.data.tasks.readers import jsonl_records, read_text
 from bertkit.errors import InputError, MissingFileError
 from bertkit.files import atomic_write
-from bertkit.options import ComputeArgs, add_options, number
+from bertkit.options import (
+    backend_option,
+    batch_size_option,
+    device_option,
+    layers_option,
+    max_length_option,
+    model_option,
+    option,
+    pooling_option,
+    precision_option,
+    quantize_option,
+    quiet_option,
+)
 from bertkit.outputs import check_output_file, removed_on_failure
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    # "--layers -1,-2,-3,-4" parses: cli.main joins a negative list to its flag (argparse takes it for an option)
-    parser.add_argument("--model", required=True, help="model directory: config.json, weights, vocab.txt")
-    parser.add_argument("--input", required=True, help="a .txt / .tsv / .jsonl file, or - for stdin")
-    parser.add_argument("--output", required=True, type=Path, help="out.npy (pooled vectors) or out.jsonl")
-    parser.add_argument(
-        "--layers",
-        default=None,
-        help="comma-separated layers, concatenated (default: the model's "
-        "saved setting, else -2; -1 is the last layer, 0 the embeddings)",
+@dataclass(frozen=True, kw_only=True)
+class EmbedConfig:
+    """What ``bertkit embed`` reads, writes and how it pools."""
+
+    model: str = model_option("model directory: config.json, weights, vocab.txt")
+    input: str = option(required=True, help="a .txt / .tsv / .jsonl file, or - for stdin")
+    output: Path = option(required=True, parse=Path, help="out.npy (pooled vectors) or out.jsonl")
+    layers: str | None = layers_option(
+        "comma-separated layers, concatenated (default: the model's saved setting, else -2; -1 is the last layer, 0 "
+        "the embeddings)"
     )
-    parser.add_argument(
-        "--pooling",
-        default=None,
-        help="mean, max, mean_max, cls, cls_pooled, first, last/sep, "
-        "none (per-token vectors; needs .jsonl); default: the model's saved pooling, else mean",
+    pooling: str | None = pooling_option(
+        "mean, max, mean_max, cls, cls_pooled, first, last/sep, none (per-token vectors; needs .jsonl); default: the "
+        "model's saved pooling, else mean"
     )
-    parser.add_argument(
-        "--normalize", action="store_true", help="L2-normalise the vectors (default: as the model was saved, else no)"
+    normalize: bool = option(False, help="L2-normalise the vectors (default: as the model was saved, else no)")
+    batch_size: int = batch_size_option(64)
+    max_length: int | None = max_length_option(
+        None,
+        "tokens per input (default: the model's max_seq_length, else its max_position_embeddings: 512 for BERT, "
+        "8192 for ModernBERT-base)",
     )
-    parser.add_argument("--batch-size", type=number(int, "--batch-size"), default=64)
-    parser.add_argument(
-        "--max-length",
-        type=number(int, "--max-length"),
-        default=None,
-        help="tokens per input (default: the model's "
-        "max_seq_length, else its max_position_embeddings: 512 for BERT, 8192 for ModernBERT-base)",
-    )
-    parser.add_argument(
-        "--quantize",
-        default=None,
-        choices=["int8"],
-        help="int8: dynamic int8 Linear layers on the CPU (faster; see docs/inference.md)",
-    )
-    parser.add_argument(
-        "--backend",
-        default="torch",
-        choices=["torch", "onnx"],
-        help="onnx: run the encoder with ONNX Runtime (needs the 'onnx' extra)",
-    )
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_options(parser, ComputeArgs)  # --device (default: cuda when available; cpu for int8 / onnx), --precision
+    quantize: str | None = quantize_option()
+    backend: str = backend_option()
+    quiet: bool = quiet_option()
+    device: str | None = device_option()  # default: cuda when available; cpu for int8 / onnx
+    precision: str = precision_option()
+
+
+CONFIG = EmbedConfig
 
 
 def read_inputs(path: str) -> tuple[list[str], list[str] | None]:
@@ -117,47 +117,47 @@ def _rows(lines: list[str], name: str, kind: str) -> Iterator[tuple[int, str, st
         yield n, parts[0], (parts[1] if len(parts) == 2 else None)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(cfg: EmbedConfig) -> int:
     from bertkit.features import resolve_pooling  # torch: kept out of `bertkit embed -h`
     from bertkit.training.rundir import check_writable
 
-    out = args.output
+    out = cfg.output
     if out.suffix not in (".npy", ".jsonl"):
         raise InputError(f"--output must end in .npy or .jsonl, got {out}")
-    check_output_file(out, {"--input": args.input})  # a .jsonl input is never written over
+    check_output_file(out, {"--input": cfg.input})  # a .jsonl input is never written over
     try:
-        pooling = resolve_pooling(args.pooling) if args.pooling is not None else None
+        pooling = resolve_pooling(cfg.pooling) if cfg.pooling is not None else None
     except InputError as e:
-        raise InputError(f"--pooling {args.pooling}: {e}") from None
+        raise InputError(f"--pooling {cfg.pooling}: {e}") from None
     if pooling == "none" and out.suffix == ".npy":
         raise InputError("--pooling none gives one [T_i, D] array per text: write it to a .jsonl file")
     with removed_on_failure(out.parent):  # a failed run leaves no directory it made
         check_writable(out.parent, "--output")  # before the work, not after it
-        return _embed(args, out, pooling)
+        return _embed(cfg, out, pooling)
 
 
-def _embed(args: argparse.Namespace, out: Path, pooling: str | None) -> int:
+def _embed(cfg: EmbedConfig, out: Path, pooling: str | None) -> int:
     from bertkit.features import Encoder, flag_spec, parse_layers  # torch: kept out of `bertkit embed -h`
     from bertkit.precision import resolve_device
 
-    texts, pairs = read_inputs(args.input)
-    device = resolve_device(args.device, cpu_only=args.quantize is not None or args.backend == "onnx")
+    texts, pairs = read_inputs(cfg.input)
+    device = resolve_device(cfg.device, cpu_only=cfg.quantize is not None or cfg.backend == "onnx")
     encoder = Encoder.from_pretrained(
-        args.model, device=device, precision=args.precision, quantize=args.quantize, backend=args.backend
+        cfg.model, device=device, precision=cfg.precision, quantize=cfg.quantize, backend=cfg.backend
     )
-    flag_spec(encoder, args.layers, pooling)  # --layers against this model, in one line naming the flag
+    flag_spec(encoder, cfg.layers, pooling)  # --layers against this model, in one line naming the flag
     pooling = pooling or encoder.defaults.pooling  # unnamed: a sentence-embedding model's own (Encoder.defaults)
-    layers = parse_layers(args.layers) if args.layers is not None else encoder.default_layers()
+    layers = parse_layers(cfg.layers) if cfg.layers is not None else encoder.default_layers()
     result = encoder.encode(
         texts,
         pairs,
         layers=layers,
         pooling=pooling,
-        normalize=True if args.normalize else None,
-        batch_size=args.batch_size,
-        max_length=args.max_length,
+        normalize=True if cfg.normalize else None,
+        batch_size=cfg.batch_size,
+        max_length=cfg.max_length,
         show_tokens=pooling == "none",
-        show_progress=False if args.quiet else None,
+        show_progress=False if cfg.quiet else None,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".npy":
@@ -184,7 +184,7 @@ def _embed(args: argparse.Namespace, out: Path, pooling: str | None) -> int:
 
         atomic_write(out, write)
         shape = (len(texts), vectors[0].shape[-1]) if len(texts) else (0,)
-    if not args.quiet:
+    if not cfg.quiet:
         print(
             f"bertkit embed: {len(texts)} texts -> {out} ({'x'.join(map(str, shape))}, layers {list(layers)}, "
             f"pooling {pooling})",

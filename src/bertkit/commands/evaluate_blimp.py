@@ -7,7 +7,6 @@ bertkit evaluate --task blimp --model runs/electra/generator --data data/blimp -
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import sys
@@ -15,19 +14,31 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import InputError
-from bertkit.options import ExactComputeArgs, add_options, from_args, option, threads_option
+from bertkit.options import (
+    device_option,
+    model_option,
+    option,
+    overwrite_option,
+    precision_option,
+    quiet_option,
+    threads_option,
+)
 from bertkit.outputs import check_output
 
 PLL_CHOICES = ("original", "word-l2r")  # bertkit.tasks.blimp.PLL_METHODS, named here so -h imports no torch
 TIE_CHOICES = ("wrong", "correct")  # bertkit.tasks.blimp.TIES
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class BlimpArgs:
+    """What ``bertkit evaluate --task blimp`` reads, writes and how it scores. fp32 unless asked (minicons' numbers,
+    tests/parity/test_blimp_parity.py). ``--precision`` is the encoder's; the MLM head and the log-softmax run in fp32
+    always. bf16 agreed with fp32 on 99.92% of BLiMP's pairs, 1.8x as fast with one thread, but slower than fp32 with
+    two threads on the 2-core EPYC (BENCHMARKS.md, "BLiMP")."""
+
     task: str = option(required=True, choices=("blimp",), help="blimp: BLiMP's minimal pairs by pseudo-log-likelihood")
-    model: str = option(
-        required=True,
-        help="a model directory with an MLM head (BERT pre-training or masked LM, ModernBERT masked LM, an ELECTRA "
+    model: str = model_option(
+        "a model directory with an MLM head (BERT pre-training or masked LM, ModernBERT masked LM, an ELECTRA "
         "run's generator/) and its tokenizer",
     )
     data: str = option(required=True, help="BLiMP's directory: one <UID>.jsonl per paradigm")
@@ -56,29 +67,22 @@ class BlimpArgs:
         "gets 0) or correct (BabyLM's evaluation pipeline, to compare with its tables); metrics.json's tie_rate says "
         "how many pairs tie",
     )
-    overwrite: bool = option(False, help="replace the metrics.json and pairs.jsonl an earlier run wrote in OUTPUT")
-    quiet: bool = option(False, help="no progress bar")
+    overwrite: bool = overwrite_option("replace the metrics.json and pairs.jsonl an earlier run wrote in OUTPUT")
+    quiet: bool = quiet_option()
+    device: str | None = device_option()
+    precision: str = precision_option("fp32")
 
 
-@dataclass
-class BlimpCompute(ExactComputeArgs):
-    """fp32 unless asked (minicons' numbers, tests/parity/test_blimp_parity.py). ``--precision`` is the encoder's;
-    the MLM head and the log-softmax run in fp32 always. bf16 agreed with fp32 on 99.92% of BLiMP's pairs, 1.8x as
-    fast with one thread, but slower than fp32 with two threads on the 2-core EPYC (BENCHMARKS.md, "BLiMP")."""
+CONFIG = BlimpArgs
+DESCRIPTION = (
+    "BLiMP: for each minimal pair, the good sentence must get a higher pseudo-log-likelihood than the bad one (a tie "
+    "is wrong, unless --ties correct). Prints and writes (OUTPUT/metrics.json) each paradigm's accuracy, each field's "
+    "(the mean of its paradigms) and the overall (the mean of the paradigms), in percent; OUTPUT/pairs.jsonl holds "
+    "every pair's two scores."
+)
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "BLiMP: for each minimal pair, the good sentence must get a higher pseudo-log-likelihood than the bad "
-        "one (a tie is wrong). Prints and writes (OUTPUT/metrics.json) each paradigm's accuracy, each field's "
-        "(the mean of its paradigms) and the overall (the mean of the paradigms), in percent; OUTPUT/pairs.jsonl "
-        "holds every pair's two scores."
-    )
-    add_options(parser, BlimpArgs)
-    add_options(parser, BlimpCompute)
-
-
-def run(args: argparse.Namespace) -> int:
+def run(cfg: BlimpArgs) -> int:
     # function-local on purpose: each of these imports torch (2 s), which `bertkit evaluate --task blimp -h` and
     # the usage errors never need (as every command keeps torch out of its -h)
     import torch
@@ -96,8 +100,6 @@ def run(args: argparse.Namespace) -> int:
     )
     from bertkit.training.rundir import run_record
 
-    cfg: BlimpArgs = from_args(BlimpArgs, args)
-    compute: BlimpCompute = from_args(BlimpCompute, args)
     # the one output rule, before a pair is scored: never into --data or --model (a fine-tuned model's metrics.json)
     output = Path(cfg.output or Path(cfg.model) / f"eval-{Path(cfg.data).name}")
     inputs = {"--data": cfg.data} if cfg.output is None else {"--data": cfg.data, "--model": cfg.model}
@@ -108,19 +110,19 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(cfg.threads)
     paradigms = read_blimp(cfg.data, cfg.pairs_per_paradigm)
     check_pairs(paradigms, *model_limits(cfg.model))  # a sentence of no tokens, or too long: FILE:LINE, now
-    device = resolve_device(compute.device)
+    device = resolve_device(cfg.device)
     if cfg.workers > 1 and str(device) != "cpu":
         raise InputError(f"--workers {cfg.workers}: processes side by side are for the CPU; leave it out on {device}")
-    options = dict(device=device, precision=compute.precision, pll=cfg.pll, batch_size=cfg.batch_size)
+    options = dict(device=device, precision=cfg.precision, pll=cfg.pll, batch_size=cfg.batch_size)
     if cfg.workers > 1:  # the same figures, the sentences scored by processes side by side (each loads the model)
-        precision = resolve_precision(compute.precision, device)
+        precision = resolve_precision(cfg.precision, device)
         threads = cfg.threads or 1
         score = functools.partial(scores_in_processes, cfg.model, workers=cfg.workers, threads=threads, **options)
     else:
         scorer = PllScorer.from_pretrained(cfg.model, **options, progress=not cfg.quiet and sys.stderr.isatty())
         precision, score = scorer.precision, scorer.sentence_scores
     result = evaluate_blimp(score, paradigms, cfg.ties)
-    record = {"task": "blimp", "data": cfg.data, "pll": cfg.pll, "ties": cfg.ties, "workers": cfg.workers}
+    record = {"task": cfg.task, "data": cfg.data, "pll": cfg.pll, "ties": cfg.ties, "workers": cfg.workers}
     record.update(run_record(precision, device))
     write_results(output, result, paradigms, record)
     print(table(result, paradigms))

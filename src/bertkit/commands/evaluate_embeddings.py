@@ -7,7 +7,6 @@ bertkit evaluate --task sts --model runs/my-bert --data dev.tsv --pooling mean -
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,20 +14,22 @@ from pathlib import Path
 from bertkit.embeddings.data import read_scored
 from bertkit.errors import InputError
 from bertkit.files import write_json
-from bertkit.options import add_options, device_option, from_args, option, precision_option
+from bertkit.options import device_option, model_option, option, precision_option
 
 POOLINGS = ("mean", "max", "mean_max", "cls", "cls_pooled", "first", "sep")
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class EmbeddingEvalArgs:
+    """What ``bertkit evaluate --task sts|retrieval`` reads and writes."""
+
     task: str = option(
         None,
         choices=("sts", "retrieval"),
         required=True,
         help="sts: Pearson / Spearman x 100 of the cosine; retrieval: BEIR folder, exact search",
     )
-    model: str = option(None, required=True, help="bertkit, Hugging Face or sentence-transformers BERT directory")
+    model: str = model_option("bertkit, Hugging Face or sentence-transformers BERT directory")
     data: str = option(
         None,
         required=True,
@@ -67,21 +68,21 @@ class EmbeddingEvalArgs:
     device: str | None = device_option()
     precision: str = precision_option()
 
+    def __post_init__(self) -> None:
+        if self.run_file and self.task != "retrieval":
+            raise InputError("--run-file is for --task retrieval (a TREC run file is a ranking)")
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    add_options(parser, EmbeddingEvalArgs)
+
+CONFIG = EmbeddingEvalArgs
 
 
-def run(args: argparse.Namespace) -> int:
+def run(cfg: EmbeddingEvalArgs) -> int:
     # torch: kept out of `bertkit evaluate --task sts -h`
     from bertkit.embeddings.evaluate import read_beir, retrieval_metrics, sts_metrics
     from bertkit.features import Encoder
     from bertkit.precision import resolve_device
     from bertkit.training.rundir import run_record
 
-    cfg = from_args(EmbeddingEvalArgs, args)
-    if cfg.run_file and cfg.task != "retrieval":
-        raise InputError("--run-file is for --task retrieval (a TREC run file is a ranking)")
     options = {}
     if cfg.pooling:
         options["pooling"] = cfg.pooling

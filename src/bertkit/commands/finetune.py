@@ -11,37 +11,33 @@ from pathlib import Path
 
 from bertkit.embeddings import ROUTE_HELP
 from bertkit.errors import InputError, allocation_failure
-from bertkit.options import add_options, check_run_flags, from_args, option_flags
+from bertkit.options import add_options, from_args, option_flags
 from bertkit.outputs import MODEL_FILES, check_output, removed_if_refused
-from bertkit.recipes.finetune import FinetuneArgs, finetune, run_in_context, set_seed
+from bertkit.recipes.finetune import FinetuneArgs, FinetuneConfig, finetune, run_in_context, set_seed
 from bertkit.tasks import check_task_flags
-from bertkit.tasks.options import FinetuneFiles, TaskOptions, add_task_flag, load_model, task_for_model, task_options
+from bertkit.tasks.options import FinetuneFiles, TaskOptions, load_model, task_for_model, task_options
 from bertkit.tokenization import load_tokenizer
 
 EPILOG = ROUTE_HELP["finetune"]
 
 
+CONFIG = FinetuneConfig
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_task_flag(parser, required=True)
-    add_options(parser, FinetuneFiles)
-    add_options(parser, FinetuneArgs)
-    add_options(parser, TaskOptions)
+    """The flags (``CONFIG``'s), for a caller that builds its own parser."""
+    add_options(parser, CONFIG)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: FinetuneConfig) -> int:
     """One process, or one of ``torchrun --nproc_per_node N -m bertkit.cli finetune ...`` (DistributedDataParallel:
     gloo on CPU, nccl on GPU)."""
     return run_in_context(args, _run)
 
 
-def _run(args: argparse.Namespace, ctx) -> int:
+def _run(args: FinetuneConfig, ctx) -> int:
     files: FinetuneFiles = from_args(FinetuneFiles, args)
-    train_args: FinetuneArgs = from_args(FinetuneArgs, args, device=str(ctx.device))
-    check_run_flags(train_args.resume, train_args.overwrite)
-    if train_args.grad_accum < 1 or train_args.batch_size < 1:
-        raise InputError(
-            f"--batch-size and --grad-accum must be >= 1, got {train_args.batch_size} and {train_args.grad_accum}"
-        )
+    train_args: FinetuneArgs = from_args(FinetuneArgs, args, device=str(ctx.device))  # checked when made
     if files.dropout is not None and not 0.0 <= files.dropout < 1.0:
         raise InputError(f"--dropout must be in [0, 1), got {files.dropout}")
     inputs = {"--model": files.model, "--train": files.train, "--dev": files.dev}

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from pathlib import Path
@@ -17,28 +16,13 @@ from bertkit.config import read_config_file
 from bertkit.embeddings.data import read_scored, read_training_rows
 from bertkit.embeddings.recipe import EmbeddingTrainArgs, train_embeddings  # its flags: torch at -h already
 from bertkit.errors import InputError
-from bertkit.options import add_options, check_run_flags, from_args
 from bertkit.outputs import check_output, removed_if_refused
 from bertkit.precision import resolve_device
 from bertkit.tasks import check_length_fits
 from bertkit.training import distributed as D
 from bertkit.training.log import say
 
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    add_options(parser, EmbeddingTrainArgs)
-
-
-# loss settings only some tasks read (embeddings.losses.loss_for): given to another (a value other than the default),
-# refused rather than silently ignored, as EmbeddingTrainArgs refuses --nli and the others off --task pairs
-ONLY_FOR = {"temperature": ("simcse",), "scale": ("pairs", "sts")}
-
-
-def check_loss_flags(cfg: EmbeddingTrainArgs) -> None:
-    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
-    for name, tasks in ONLY_FOR.items():
-        if getattr(cfg, name) != defaults[name] and cfg.task not in tasks:
-            raise InputError(f"--{name}: --task {cfg.task} does not use it (only {', '.join(tasks)}); leave it out")
+CONFIG = EmbeddingTrainArgs
 
 
 def check_dims(cfg: EmbeddingTrainArgs) -> None:
@@ -54,15 +38,9 @@ def check_dims(cfg: EmbeddingTrainArgs) -> None:
         raise InputError(f"--matryoshka-dims {max(dims)}: larger than the model's embedding size {hidden}")
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        cfg = from_args(EmbeddingTrainArgs, args)
-    except ValueError as e:
-        raise InputError(str(e)) from None
-    check_run_flags(cfg.resume, cfg.overwrite)
+def run(cfg: EmbeddingTrainArgs) -> int:
     default = next(f.default for f in dataclasses.fields(cfg) if f.name == "max_seq_length")
     check_length_fits(cfg.max_seq_length, cfg.model, default)  # the default is cut to a shorter model's
-    check_loss_flags(cfg)
     check_dims(cfg)
     check_output(cfg.output, {"--model": cfg.model, "--train": cfg.train, "--dev": cfg.dev}, overwrite=None)
     rows = read_training_rows(cfg)

@@ -4,19 +4,19 @@ The same flags and run as ``bertkit evaluate`` (``bertkit.tasks.inference``), wi
 
 from __future__ import annotations
 
-import argparse
 import json
 
 from bertkit.options import from_args, option_flags
 from bertkit.tasks import check_flags_for_model
-from bertkit.tasks.options import TaskOptions, configure_inference
+from bertkit.tasks.options import InferenceConfig, TaskOptions, configure_inference
+
+CONFIG = InferenceConfig
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    configure_inference(parser)
+configure = configure_inference  # the flags, for a caller that builds its own parser
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: InferenceConfig) -> int:
     from bertkit.tasks import inference  # torch: kept out of -h
 
     check_flags_for_model(args.model, args.task, from_args(TaskOptions, args).given(), option_flags(TaskOptions))

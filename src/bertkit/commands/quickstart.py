@@ -12,13 +12,22 @@ past it were never trained.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit import models
 from bertkit.errors import InputError, RunError
-from bertkit.options import ComputeArgs, add_options, lr_option, number, seed_option, threads_option
+from bertkit.options import (
+    batch_size_option,
+    device_option,
+    lr_option,
+    option,
+    overwrite_option,
+    precision_option,
+    quiet_option,
+    seed_option,
+    threads_option,
+)
 from bertkit.tasks.cloze import cloze_probe
 
 SENTENCES = [
@@ -82,99 +91,90 @@ def score_unseen_books(out: Path, books: list[Path]) -> dict[str, float]:
     return held_out_accuracy(out, shards=shards)
 
 
-@dataclass
-class QuickstartTraining(ComputeArgs):
-    """The flags quickstart shares with ``bertkit pretrain`` (one definition each, in ``bertkit.options``)."""
+@dataclass(frozen=True, kw_only=True)
+class QuickstartConfig:
+    """What ``bertkit quickstart`` trains; the flags it shares with ``bertkit pretrain`` are defined once in
+    ``bertkit.options``."""
 
+    output: str = option("runs/quickstart", help="run directory")
+    corpus: list[str] | None = option(
+        None, nargs="+", metavar="PATH", help="text files to use instead of the bundled books (as for pretrain)"
+    )
+    max_time: str = option(
+        "5m",
+        metavar="DURATION",
+        help="pre-training budget (5m: in 5 minutes bert-tiny gets well past the unigram plateau, docs/pretraining.md)",
+    )
+    model_size: str = option("bert-tiny", help="the model's size preset")
+    vocab_size: int = option(8000, help="size of the trained vocabulary")
+    batch_size: int = batch_size_option(128, help="sequences per batch")
+    seq_len: int = option(
+        32,
+        help="sequence length (32: short sequences leave the unigram plateau in the fewest steps, "
+        "docs/pretraining.md; the saved model then accepts up to 32 tokens, the length it trained)",
+    )
+    overwrite: bool = overwrite_option("replace an earlier quickstart run in --output")
+    quiet: bool = quiet_option("no progress or messages")
     lr: float | None = lr_option(None, help="peak learning rate (default: the budget recipe's)", group=None)
     seed: int = seed_option(0, group=None, help="seed of the weights, the data order and the masks")
+    device: str | None = device_option()
+    precision: str = precision_option()
     threads: int | None = threads_option(group=None)
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__.splitlines()[0].split(": ", 1)[1]
-    parser.add_argument("--output", default="runs/quickstart", help="run directory (default runs/quickstart)")
-    parser.add_argument(
-        "--corpus",
-        nargs="+",
-        default=None,
-        metavar="PATH",
-        help="text files to use instead of the bundled books (as for pretrain)",
-    )
-    parser.add_argument(
-        "--max-time",
-        default="5m",
-        help=(
-            "pre-training budget (default 5m: in 5 minutes bert-tiny gets well past the unigram plateau, "
-            "docs/pretraining.md)"
-        ),
-    )
-    parser.add_argument("--model-size", default="bert-tiny")
-    parser.add_argument("--vocab-size", type=number(int, "--vocab-size"), default=8000)
-    parser.add_argument("--batch-size", type=number(int, "--batch-size"), default=128)
-    parser.add_argument(
-        "--seq-len",
-        type=number(int, "--seq-len"),
-        default=32,
-        help=(
-            "sequence length (default 32: short sequences leave the unigram plateau in the fewest steps, "
-            "docs/pretraining.md; the saved model then accepts up to 32 tokens, the length it trained)"
-        ),
-    )
-    parser.add_argument("--overwrite", action="store_true", help="replace an earlier quickstart run in --output")
-    parser.add_argument("--quiet", action="store_true")
-    add_options(parser, QuickstartTraining)  # --lr, --seed, --device, --precision, --threads: pretrain's own
+CONFIG = QuickstartConfig
+DESCRIPTION = __doc__.splitlines()[0].split(": ", 1)[1]
 
 
-def run(args: argparse.Namespace) -> int:
+def run(qs: QuickstartConfig) -> int:
     # torch: kept out of `bertkit quickstart -h`
     from bertkit.features import Encoder, encode_with_masks, format_fill_mask
     from bertkit.recipes.pretrain import PretrainConfig, PretrainError, held_out_accuracy, parse_duration, pretrain
 
-    corpus = [Path(p) for p in args.corpus] if args.corpus else bundled_corpus()
+    corpus = [Path(p) for p in qs.corpus] if qs.corpus else bundled_corpus()
     try:
-        budget = parse_duration(args.max_time)
+        budget = parse_duration(qs.max_time)
     except ValueError as e:
         raise InputError(f"--max-time: {e}") from None
     cfg = PretrainConfig(
         corpus=[str(p) for p in corpus],
-        output=args.output,
-        vocab_size=args.vocab_size,
+        output=qs.output,
+        vocab_size=qs.vocab_size,
         arch=models.DEFAULT,  # BERT, the demo measured in docs/pretraining.md ("The quickstart"), not the budget one
-        model_size=args.model_size,
-        seq_len=args.seq_len,
-        batch_size=args.batch_size,
-        lr=args.lr,
+        model_size=qs.model_size,
+        seq_len=qs.seq_len,
+        batch_size=qs.batch_size,
+        lr=qs.lr,
         max_time=budget,
         save_every=200,
         log_every=25,
         eval_batches=8,
-        precision=args.precision,
-        device=args.device,
+        precision=qs.precision,
+        device=qs.device,
         seq_ramp="off",
         batch_ramp="off",
-        seed=args.seed,
-        overwrite=args.overwrite,
-        quiet=args.quiet,
-        threads=args.threads,
+        seed=qs.seed,
+        overwrite=qs.overwrite,
+        quiet=qs.quiet,
+        threads=qs.threads,
     )
-    out = Path(args.output)
-    if (out / "run.json").is_file() and not args.overwrite:
+    out = Path(qs.output)
+    if (out / "run.json").is_file() and not qs.overwrite:
         raise PretrainError(
             f"{out} already holds a run. Pass --overwrite to replace it, or --output another/dir to "
             f"keep it (its model can be tried with: bertkit fill-mask --model {out} "
             '"the [MASK] was in the garden .")'
         )
-    if not args.quiet:
-        what = "text files" if args.corpus else "bundled public-domain books"
-        print(f"bertkit quickstart: {len(corpus)} {what} -> {args.output}")
+    if not qs.quiet:
+        what = "text files" if qs.corpus else "bundled public-domain books"
+        print(f"bertkit quickstart: {len(corpus)} {what} -> {qs.output}")
         print(
-            f"  1. train a {args.vocab_size}-token WordPiece vocabulary   2. pre-train {args.model_size} "
-            f"for {args.max_time}   3. score it on held-out text   4. fill in masked words\n"
+            f"  1. train a {qs.vocab_size}-token WordPiece vocabulary   2. pre-train {qs.model_size} "
+            f"for {qs.max_time}   3. score it on held-out text   4. fill in masked words\n"
         )
     pretrain(cfg)
-    capped = cap_positions(out, args.seq_len)
-    if args.corpus:
+    capped = cap_positions(out, qs.seq_len)
+    if qs.corpus:
         score, where = held_out_accuracy(out), "later sentences of your files, never trained on"
     else:
         books = bundled_corpus("heldout")
@@ -182,8 +182,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"\nheld-out masked-word accuracy: {score['mlm_acc']:.1%}, {score['mlm_acc'] / score['mlm_baseline']:.1f}x "
         f"the best constant guess ({score['mlm_baseline']:.1%}); {score['masked_tokens']} words of {where}, every "
-        f"one replaced by [MASK], in {args.seq_len}-token sequences"
-        + (f" (the model accepts {args.seq_len} tokens: the length it trained)" if capped else "")
+        f"one replaced by [MASK], in {qs.seq_len}-token sequences"
+        + (f" (the model accepts {qs.seq_len} tokens: the length it trained)" if capped else "")
     )
     encoder = Encoder.from_pretrained(out, precision="fp32")
     print(cloze_probe(encoder).line() + " (bertkit.tasks.cloze: names and phrases of the bundled books)")

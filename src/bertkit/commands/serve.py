@@ -17,18 +17,19 @@ from dataclasses import dataclass
 
 from bertkit.errors import BertkitError, InputError, RunError
 from bertkit.features import Encoder
-from bertkit.options import ComputeArgs, add_options, from_args, number, threads_option
+from bertkit.options import (
+    backend_option,
+    device_option,
+    narrow,
+    option,
+    precision_option,
+    quantize_option,
+    threads_option,
+)
 from bertkit.pipelines import NoHeadError, load_pipeline
 from bertkit.precision import resolve_device
 from bertkit.serve.app import ServeSettings, create_app  # its flags are ServeSettings': FastAPI and torch at -h too
 from bertkit.serve.http.server import bind_socket, settings_limits, uvicorn_config
-
-
-@dataclass
-class ServeCompute(ComputeArgs):
-    """Where the served models run (``--device``, ``--precision``) and the torch threads of the process."""
-
-    threads: int | None = threads_option(group=None)
 
 
 def _api_key(text: str) -> str:
@@ -47,61 +48,62 @@ def _host(text: str) -> str:
     return text
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    # "--layers -1,-2,-3,-4" parses: cli.main joins a negative list to its flag (argparse takes it for an option)
-    parser.add_argument(
-        "--model",
+def _env_api_key() -> str | None:
+    return os.environ.get("BERTKIT_API_KEY") or None  # an empty variable: no key, as if unset
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeConfig(ServeSettings):
+    """What ``bertkit serve`` serves, where, and how: its own flags and the server's settings (``ServeSettings``)."""
+
+    model: list[str] = option(
         required=True,
-        action="append",
+        repeat=True,
         metavar="[NAME=]DIR",
+        default_factory=list,
         help="model directory (config.json, weights, vocab.txt); repeat as NAME=DIR to serve several "
         "(the first is the default; ?model=NAME or OpenAI's 'model' field picks one)",
     )
-    parser.add_argument(
-        "--host", type=_host, default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
-    )
-    parser.add_argument("--port", type=number(int, "--port"), default=8000)
-    parser.add_argument(
-        "--api-key",
-        type=_api_key,
-        default=os.environ.get("BERTKIT_API_KEY") or None,  # an empty variable: no key, as if unset
+    host: str = option("127.0.0.1", parse=_host, help="address to bind (127.0.0.1: this machine only)")
+    port: int = option(8000, help="port to listen on")
+    api_key: str | None = option(
+        default_factory=_env_api_key,
+        parse=_api_key,
+        repr=False,
         help="require this key (Authorization: Bearer KEY or X-API-Key); default $BERTKIT_API_KEY",
     )
-    parser.add_argument(
-        "--quantize",
-        choices=("int8",),
-        default=None,
-        help="dynamic int8 Linear layers (CPU; see bertkit.quantize): faster, within ~1%% of fp32",
+    quantize: str | None = quantize_option(
+        "dynamic int8 Linear layers (CPU; see bertkit.quantize): faster, within ~1%% of fp32"
     )
-    parser.add_argument(
-        "--backend",
-        choices=("torch", "onnx"),
-        default="torch",
-        help="onnx: ONNX Runtime (CPU; fp32, int8 with --quantize) on DIR/model.onnx "
-        "(model.int8.onnx) and DIR/encoder.onnx, exported from the weights when absent; see "
-        "docs/inference.md",
+    backend: str = backend_option(
+        "onnx: ONNX Runtime (CPU; fp32, int8 with --quantize) on DIR/model.onnx (model.int8.onnx) and "
+        "DIR/encoder.onnx, exported from the weights when absent; see docs/inference.md"
     )
-    parser.add_argument(
-        "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug", "trace")
+    log_level: str = option(
+        "info", choices=("critical", "error", "warning", "info", "debug", "trace"), help="the server's log level"
     )
-    add_options(parser, ServeCompute)  # --device (default: cuda when available; cpu for int8 / onnx), --precision
-    add_options(parser, ServeSettings)
+    device: str | None = device_option()  # default: cuda when available; cpu for int8 / onnx
+    precision: str = precision_option()
+    threads: int | None = threads_option(group=None)
 
 
-def run(args: argparse.Namespace) -> int:
+CONFIG = ServeConfig
+
+
+def run(cfg: ServeConfig) -> int:
     import torch
     import uvicorn
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     raise_fd_limit()
-    specs = parse_model_specs(args.model, args.model_id)
-    settings = from_args(ServeSettings, args, api_key=args.api_key or None, model_id=next(iter(specs)))
-    device = resolve_device(args.device, cpu_only=args.quantize is not None or args.backend == "onnx")
+    specs = parse_model_specs(cfg.model, cfg.model_id)
+    settings = narrow(cfg, ServeSettings, api_key=cfg.api_key or None, model_id=next(iter(specs)))
+    device = resolve_device(cfg.device, cpu_only=cfg.quantize is not None or cfg.backend == "onnx")
     models = {}
     for name, directory in specs.items():
         try:
-            models[name] = load_model(directory, device, args.precision, args.quantize, args.backend)
+            models[name] = load_model(directory, device, cfg.precision, cfg.quantize, cfg.backend)
         except InputError as exc:  # the loader names the file; say which flag gave it
             raise InputError(f"--model: {exc}") from None
         except BertkitError:
@@ -113,11 +115,11 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as exc:
         raise InputError(str(exc)) from None
     try:
-        sock = bind_socket(args.host, args.port)
+        sock = bind_socket(cfg.host, cfg.port)
     except OSError as exc:
-        raise RunError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_key:
-        print(f"bertkit serve: warning: listening on {args.host} without --api-key", file=sys.stderr)
+        raise RunError(f"cannot listen on {cfg.host}:{cfg.port}: {exc.strerror or exc}") from None
+    if cfg.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_key:
+        print(f"bertkit serve: warning: listening on {cfg.host} without --api-key", file=sys.stderr)
     for name, svc in app.state.services.items():
         enc = svc.encoder
         print(
@@ -125,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
             f"{enc.precision}{', ' + svc.pipeline.kind if svc.pipeline is not None else ''})",
             file=sys.stderr,
         )
-    print(f"bertkit serve: on http://{args.host}:{args.port}", file=sys.stderr)
-    config = uvicorn_config(app, log_level=args.log_level, timeout_graceful_shutdown=10, **settings_limits(settings))
+    print(f"bertkit serve: on http://{cfg.host}:{cfg.port}", file=sys.stderr)
+    config = uvicorn_config(app, log_level=cfg.log_level, timeout_graceful_shutdown=10, **settings_limits(settings))
     uvicorn.Server(config).run(sockets=[sock])
     return 0
 

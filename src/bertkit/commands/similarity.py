@@ -11,29 +11,40 @@ any attention) only the position differs, so its distances show how much of the 
 
 from __future__ import annotations
 
-import argparse
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
 from bertkit.errors import InputError
-from bertkit.options import ExactComputeArgs, add_options
+from bertkit.options import device_option, layers_option, model_option, option, pooling_option, precision_option
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    # "--layers -1,-2,-3,-4" parses: cli.main joins a negative list to its flag (argparse takes it for an option)
-    parser.add_argument("--model", required=True, help="model directory: config.json, weights, vocab.txt")
-    parser.add_argument("texts", nargs="+", help="two or more texts (sentences containing --word, with --word)")
-    parser.add_argument("--word", default=None, help="compare this word's contextual vectors across the texts")
-    parser.add_argument(
-        "--layers",
-        default=None,
-        help="comma-separated layers, concatenated (default: the model's saved setting, else -2)",
+@dataclass(frozen=True, kw_only=True)
+class SimilarityConfig:
+    """What ``bertkit similarity`` compares, and how."""
+
+    model: str = model_option("model directory: config.json, weights, vocab.txt")
+    texts: list[str] = option(
+        flag="texts",
+        nargs="+",
+        default_factory=list,
+        help="two or more texts (sentences containing --word, with --word)",
     )
-    parser.add_argument(
-        "--pooling", default=None, help="pooling for whole texts (default: the model's saved pooling, else mean)"
+    word: str | None = option(None, help="compare this word's contextual vectors across the texts")
+    layers: str | None = layers_option(
+        "comma-separated layers, concatenated (default: the model's saved setting, else -2)"
     )
-    add_options(parser, ExactComputeArgs)  # --device, --precision (fp32 unless asked)
+    pooling: str | None = pooling_option("pooling for whole texts (default: the model's saved pooling, else mean)")
+    device: str | None = device_option()
+    precision: str = precision_option("fp32")  # the distances as the model computes them
+
+    def __post_init__(self) -> None:
+        if len(self.texts) < 2:
+            raise InputError(f"give at least two texts, got {len(self.texts)}")
+
+
+CONFIG = SimilarityConfig
 
 
 def word_vectors(encoder, texts: list[str], word: str, layers) -> list:
@@ -73,30 +84,28 @@ def print_matrix(labels: list[str], d) -> None:
         print(f"{f'[{i + 1}]':>5} " + "".join(f"{d[i, j]:9.4f}" for j in range(len(labels))))
 
 
-def run(args: argparse.Namespace) -> int:
+def run(cfg: SimilarityConfig) -> int:
     from bertkit.features import Encoder, flag_spec  # torch: kept out of `bertkit similarity -h`
     from bertkit.precision import resolve_device
 
-    if len(args.texts) < 2:
-        raise InputError(f"give at least two texts, got {len(args.texts)}")
-    encoder = Encoder.from_pretrained(args.model, device=resolve_device(args.device), precision=args.precision)
+    encoder = Encoder.from_pretrained(cfg.model, device=resolve_device(cfg.device), precision=cfg.precision)
     # unnamed: the model's own (a sentence-embedding model's pooling; default layers fitted to its depth)
-    spec = flag_spec(encoder, args.layers, args.pooling)
+    spec = flag_spec(encoder, cfg.layers, cfg.pooling)
     layers = list(spec.layers)  # indices from the bottom (0: the embedding output)
-    args.layers = args.layers if args.layers is not None else ",".join(map(str, encoder.default_layers()))
-    args.pooling = spec.pooling
-    if args.word:
-        contextual = cosine_distances(word_vectors(encoder, args.texts, args.word, layers))
-        print(f"the word {args.word!r} at layers {args.layers}:")
-        print_matrix(args.texts, contextual)
-        static = cosine_distances(word_vectors(encoder, args.texts, args.word, [0]))
-        off_diagonal = ~np.eye(len(args.texts), dtype=bool)
+    shown = cfg.layers if cfg.layers is not None else ",".join(map(str, encoder.default_layers()))
+    pooling = spec.pooling
+    if cfg.word:
+        contextual = cosine_distances(word_vectors(encoder, cfg.texts, cfg.word, layers))
+        print(f"the word {cfg.word!r} at layers {shown}:")
+        print_matrix(cfg.texts, contextual)
+        static = cosine_distances(word_vectors(encoder, cfg.texts, cfg.word, [0]))
+        off_diagonal = ~np.eye(len(cfg.texts), dtype=bool)
         print(
             f"\nfor contrast, at layer 0 (embedding output: only the position differs), mean distance "
-            f"{static[off_diagonal].mean():.4f} vs {contextual[off_diagonal].mean():.4f} at layers {args.layers}"
+            f"{static[off_diagonal].mean():.4f} vs {contextual[off_diagonal].mean():.4f} at layers {shown}"
         )
     else:
-        vectors = encoder.encode(args.texts, layers=layers, pooling=args.pooling)
-        print(f"texts at layers {args.layers}, pooling {args.pooling}:")
-        print_matrix(args.texts, cosine_distances(list(vectors)))
+        vectors = encoder.encode(cfg.texts, layers=layers, pooling=pooling)
+        print(f"texts at layers {shown}, pooling {pooling}:")
+        print_matrix(cfg.texts, cosine_distances(list(vectors)))
     return 0

@@ -2,26 +2,35 @@
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 
+from bertkit.options import cased_option, option
 from bertkit.tokenization import load_tokenizer
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "vocab", help="vocab.txt or tokenizer.json, or a model directory with either (+ tokenizer_config.json)"
+@dataclass(frozen=True, kw_only=True)
+class TokenizeConfig:
+    """What ``bertkit tokenize`` reads and prints."""
+
+    vocab: str = option(
+        flag="vocab", help="vocab.txt or tokenizer.json, or a model directory with either (+ tokenizer_config.json)"
     )
-    parser.add_argument("text", nargs="*", help="texts to tokenize (default: read lines from stdin)")
-    parser.add_argument("--cased", action="store_true", default=None, help="force cased (default: config or guess)")
-    parser.add_argument("--ids", action="store_true", help="print ids instead of tokens")
+    text: list[str] = option(
+        flag="text", nargs="*", default_factory=list, help="texts to tokenize (default: read lines from stdin)"
+    )
+    cased: bool | None = cased_option("force cased (default: config or guess)", default=None)
+    ids: bool = option(False, help="print ids instead of tokens")
 
 
-def run(args: argparse.Namespace) -> int:
+CONFIG = TokenizeConfig
+
+
+def run(cfg: TokenizeConfig) -> int:
     import sys
 
-    tok = load_tokenizer(args.vocab, lowercase=None if args.cased is None else not args.cased)
-    texts = args.text or (line.rstrip("\n") for line in sys.stdin)
+    tok = load_tokenizer(cfg.vocab, lowercase=None if cfg.cased is None else not cfg.cased)
+    texts = cfg.text or (line.rstrip("\n") for line in sys.stdin)
     for text in texts:
         enc = tok.encode(text, truncation=False)
-        print(" ".join(str(i) for i in enc.ids) if args.ids else " ".join(enc.tokens))
+        print(" ".join(str(i) for i in enc.ids) if cfg.ids else " ".join(enc.tokens))
     return 0

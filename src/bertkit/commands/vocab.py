@@ -1,12 +1,13 @@
 """``bertkit vocab``: train a WordPiece vocabulary (Google layout) on plain-text files; ``bertkit vocab extend``
-(``bertkit.commands.vocab_extend``) extends a model's vocabulary for a corpus."""
+(``bertkit.commands.vocab_extend``, a variant chosen by its first word: ``bertkit.cli.VARIANTS``) extends a model's
+vocabulary for a corpus."""
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 
 from bertkit.data.pretraining.corpus import check_corpus_files, corpus_texts, expand_corpus
-from bertkit.options import number, output_path
+from bertkit.options import cased_option, option, output_option, overwrite_option, quiet_option
 from bertkit.outputs import check_output, removed_on_failure
 from bertkit.tokenization import train_vocab, vocab_stats
 
@@ -16,54 +17,34 @@ EPILOG = (
 )
 
 
-def delegate(argv: list[str]) -> str | None:
-    """``bertkit vocab extend ...`` runs ``bertkit.commands.vocab_extend`` (its own flags)."""
-    return "bertkit.commands.vocab_extend" if argv[:1] == ["extend"] else None
+@dataclass(frozen=True, kw_only=True)
+class VocabConfig:
+    """What ``bertkit vocab`` reads, writes and how it trains."""
+
+    files: list[str] = option(
+        flag="files", nargs="+", default_factory=list, help="UTF-8 text files, one text per line (any size: streamed)"
+    )
+    output: str = output_option("directory for vocab.txt + tokenizer_config.json", short="-o")
+    vocab_size: int = option(30522, help="total size incl. specials")
+    cased: bool = cased_option("keep case and accents (default: uncased)")
+    strip_accents: str = option("auto", choices=("auto", "yes", "no"), help="auto: strip when uncased (Google)")
+    no_chinese_chars: bool = option(False, help="do not split CJK ideographs")
+    min_frequency: int = option(2, help="minimum pair frequency for a merge")
+    num_unused: int = option(99, help="[unusedN] slots after [PAD]")
+    limit_alphabet: int | None = option(None, help="max initial characters (default: all)")
+    holdout: list[str] = option(
+        nargs="*", default_factory=list, help="held-out text files: print [UNK] rate and tokens per word on them"
+    )
+    overwrite: bool = overwrite_option(
+        "replace what --output holds (a directory's files; a vocab.txt given as --output): refused otherwise"
+    )
+    quiet: bool = quiet_option("no progress bars")
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", help="UTF-8 text files, one text per line (any size: streamed)")
-    parser.add_argument(
-        "-o", "--output", required=True, type=output_path, help="directory for vocab.txt + tokenizer_config.json"
-    )
-    parser.add_argument(
-        "--vocab-size",
-        type=number(int, "--vocab-size"),
-        default=30522,
-        help="total size incl. specials (default 30522)",
-    )
-    parser.add_argument("--cased", action="store_true", help="keep case and accents (default: uncased)")
-    parser.add_argument(
-        "--strip-accents", choices=["auto", "yes", "no"], default="auto", help="auto: strip when uncased (Google)"
-    )
-    parser.add_argument("--no-chinese-chars", action="store_true", help="do not split CJK ideographs")
-    parser.add_argument(
-        "--min-frequency",
-        type=number(int, "--min-frequency"),
-        default=2,
-        help="minimum pair frequency for a merge (default 2)",
-    )
-    parser.add_argument(
-        "--num-unused", type=number(int, "--num-unused"), default=99, help="[unusedN] slots after [PAD] (default 99)"
-    )
-    parser.add_argument(
-        "--limit-alphabet",
-        type=number(int, "--limit-alphabet"),
-        default=None,
-        help="max initial characters (default: all)",
-    )
-    parser.add_argument(
-        "--holdout", nargs="*", default=[], help="held-out text files: print [UNK] rate and tokens per word on them"
-    )
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace what --output holds (a directory's files; a vocab.txt given as --output): refused otherwise",
-    )
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+CONFIG = VocabConfig
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: VocabConfig) -> int:
     from pathlib import Path
 
     # a *.txt --output is the vocabulary alone, a file in its directory; else a directory

@@ -1,14 +1,13 @@
 """``bertkit vocab extend``: add to a model's vocabulary the N strings that save the most pieces on a corpus, and write
 a new model directory whose new embedding rows start as the mean of the pieces they replace.
 
-``bertkit vocab FILES... -o DIR`` (training a vocabulary) is unchanged: ``bertkit vocab`` hands a first argument
-``extend`` to this module (``delegate``). The choice is ``bertkit.tokenization.extend``'s, the weights' surgery
-``bertkit.resize``'s.
+``bertkit vocab FILES... -o DIR`` (training a vocabulary) is unchanged: ``extend`` is a variant of ``bertkit vocab``
+chosen by its first word (``bertkit.cli.VARIANTS``). The choice is ``bertkit.tokenization.extend``'s, the weights'
+surgery ``bertkit.resize``'s.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections import Counter
 from collections.abc import Sequence
@@ -18,7 +17,7 @@ from typing import Any
 
 from bertkit.data.pretraining.corpus import corpus_texts
 from bertkit.errors import InputError
-from bertkit.options import add_options, from_args, option, output_path, seed_option
+from bertkit.options import corpus_option, model_option, option, output_option, overwrite_option, seed_option
 from bertkit.outputs import MODEL_FILES, check_output, removed_on_failure
 from bertkit.tokenization import BertTokenizer, FastTokenizer, load_tokenizer
 from bertkit.tokenization.extend import (
@@ -34,20 +33,16 @@ from bertkit.tokenization.extend import (
 logger = logging.getLogger(__name__)
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class ExtendArgs:
     """What ``bertkit vocab extend`` reads and writes."""
 
-    model: str = option(required=True, help="model directory (bertkit, Hugging Face or Google TF; BERT or ModernBERT)")
-    corpus: list[str] = option(
-        required=True, nargs="+", default_factory=list, help="UTF-8 text files of the domain, one text per line"
-    )
+    model: str = model_option("model directory (bertkit, Hugging Face or Google TF; BERT or ModernBERT)")
+    corpus: list[str] = corpus_option("UTF-8 text files of the domain, one text per line")
     add: int = option(required=True, metavar="N", help="how many tokens to add")
-    output: str = option(
-        required=True, parse=output_path, help="directory for the extended model (config, weights, tokenizer)"
-    )
-    overwrite: bool = option(
-        False, help="write into an existing --output that holds files (the model files are replaced, others left)"
+    output: str = output_option("directory for the extended model (config, weights, tokenizer)")
+    overwrite: bool = overwrite_option(
+        "write into an existing --output that holds files (the model files are replaced, others left)"
     )
     init: str = option(
         "mean",
@@ -59,10 +54,8 @@ class ExtendArgs:
     show: int = option(20, help="print the first this many tokens chosen")
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.prog = "bertkit vocab extend"
-    parser.add_argument("mode", choices=["extend"], help="extend a model's vocabulary (this mode)")
-    add_options(parser, ExtendArgs)
+CONFIG = ExtendArgs
+DESCRIPTION = "extend a model's vocabulary by the N strings that save the most pieces on a corpus"
 
 
 def pieces_on(counts: Counter, tokenizer: Any) -> tuple[int, int, int]:
@@ -152,8 +145,7 @@ def extend_vocabulary(
     }
 
 
-def run(args: argparse.Namespace) -> int:
-    cfg = from_args(ExtendArgs, args)
+def run(cfg: ExtendArgs) -> int:
     report = extend_vocabulary(
         cfg.model, cfg.corpus, cfg.add, cfg.output, cfg.init, cfg.min_saving, cfg.seed, overwrite=cfg.overwrite
     )

@@ -8,7 +8,8 @@ and STS / retrieval evaluation.
     evaluate.py   STS (Pearson / Spearman x 100) and BEIR retrieval (nDCG@10, MRR@10, Recall@k)
     recipe.py     the training loop
 The commands ``bertkit finetune --task simcse|pairs|sts`` and ``bertkit evaluate --task sts|retrieval`` are
-``commands/finetune_embeddings.py`` and ``commands/evaluate_embeddings.py`` (``bertkit.cli.ROUTES`` hands them over).
+``commands/finetune_embeddings.py`` and ``commands/evaluate_embeddings.py`` (``bertkit.cli.VARIANTS`` picks them by
+``--task``).
 """
 
 EMBEDDING_TASKS = ("simcse", "pairs", "sts")

@@ -53,28 +53,6 @@ from bertkit.training.step import apply_update
 
 TRAIN_CONFIG_NAME = "embedding_config.json"
 # settings that change what is computed: a resumed run must use the same
-RESUME_KEYS = (
-    "model",
-    "train",
-    "epochs",
-    "max_steps",
-    "lr",
-    "batch_size",
-    "mini_batch_size",
-    "warmup_fraction",
-    "weight_decay",
-    "clip",
-    "temperature",
-    "scale",
-    "symmetric",
-    "matryoshka_dims",
-    "seed",
-    "precision",
-    "max_seq_length",
-    "pooling",
-    "eval_every",
-    "max_train_examples",
-)
 
 
 def _dims(text: str, size: int | None = None) -> list[int]:
@@ -90,7 +68,10 @@ def _dims(text: str, size: int | None = None) -> list[int]:
     return dims
 
 
-@dataclass
+ONLY_FOR = {"temperature": ("simcse",), "scale": ("pairs", "sts")}  # the loss settings only some tasks read
+
+
+@dataclass(frozen=True)
 class EmbeddingTrainArgs:
     """The flags of ``bertkit finetune --task simcse|pairs|sts`` (one definition each; see ``bertkit.options``)."""
 
@@ -101,23 +82,25 @@ class EmbeddingTrainArgs:
         help="simcse: unsupervised (text per line); pairs: (anchor, positive[, negative]) with "
         "MultipleNegativesRankingLoss; sts: (text, text, score) with CoSENT",
     )
-    train: str = option(None, required=True, help="training file (text, TSV, CSV, JSONL, SQuAD JSON)")
-    model: str = option(None, required=True, help="bertkit, Hugging Face or sentence-transformers model directory")
+    train: str = opts.run_key(option(None, required=True, help="training file (text, TSV, CSV, JSONL, SQuAD JSON)"))
+    model: str = opts.run_key(opts.model_option("bertkit, Hugging Face or sentence-transformers model directory"))
     output: str = opts.output_option(help="output directory (loads in Encoder, sentence-transformers, transformers)")
     dev: str | None = option(
         None,
         help="STS dev file (sentence1, sentence2, score): evaluated every --eval-every "
         "steps or epoch; the best checkpoint by Spearman is kept",
     )
-    pooling: str | None = option(
-        None,
-        choices=tuple(TO_ST_POOLING),
-        help="pooling of the last layer, saved with "
-        "the model (default: a sentence-transformers model's own, else mean)",
-        group="model",
+    pooling: str | None = opts.run_key(
+        option(
+            None,
+            choices=tuple(TO_ST_POOLING),
+            help="pooling of the last layer, saved with "
+            "the model (default: a sentence-transformers model's own, else mean)",
+            group="model",
+        )
     )
     normalize: bool = option(True, help="do not L2-normalise the saved model's vectors", group="model")
-    max_seq_length: int = option(128, help="tokens per text, specials included", group="model")
+    max_seq_length: int = opts.run_key(option(128, help="tokens per text, specials included", group="model"))
     text_column: str | None = option(
         None, help="text / anchor / first-sentence column (default text, anchor, sentence1; NLI: premise)", group="data"
     )
@@ -147,31 +130,41 @@ class EmbeddingTrainArgs:
         group="data",
     )
     skip_bad_rows: bool = option(False, help="skip and count malformed rows instead of stopping", group="data")
-    max_train_examples: int = option(0, help="use only the first N training rows (0 = all)", group="data")
-    epochs: float = option(1.0, group="training")
-    max_steps: int | None = opts.max_steps_option()
+    max_train_examples: int = opts.run_key(option(0, help="use only the first N training rows (0 = all)", group="data"))
+    epochs: float = opts.run_key(option(1.0, group="training"))
+    max_steps: int | None = opts.run_key(opts.max_steps_option())
     max_time: float | None = opts.max_time_option(opts.MAX_TIME_HELP)
-    lr: float = opts.lr_option(5e-5)
-    batch_size: int = option(64, help="rows per step per process: the in-batch negatives", group="training")
-    mini_batch_size: int = option(
-        0,
-        help="GradCache: embed the batch in mini-batches of N (memory of N, negatives of --batch-size; 0 = off)",
-        group="training",
+    lr: float = opts.run_key(opts.lr_option(5e-5))
+    batch_size: int = opts.run_key(
+        option(64, help="rows per step per process: the in-batch negatives", group="training")
     )
-    warmup_fraction: float = opts.warmup_option(0.1)
-    weight_decay: float = option(0.01, group="training")
-    clip: float = opts.clip_option(1.0)
-    temperature: float = option(0.05, help="simcse: InfoNCE temperature", group="loss")
-    scale: float = option(20.0, help="pairs / sts: cosine scale (1 / temperature)", group="loss")
-    symmetric: bool = option(False, help="pairs: also rank anchors for each positive (two-way loss)", group="loss")
-    matryoshka_dims: str | None = option(None, help="e.g. 768,256,64: sum the loss over these prefixes", group="loss")
-    seed: int = opts.seed_option(42)
-    precision: str = opts.precision_option(group="training")
+    mini_batch_size: int = opts.run_key(
+        option(
+            0,
+            help="GradCache: embed the batch in mini-batches of N (memory of N, negatives of --batch-size; 0 = off)",
+            group="training",
+        )
+    )
+    warmup_fraction: float = opts.run_key(opts.warmup_option(0.1))
+    weight_decay: float = opts.run_key(option(0.01, group="training"))
+    clip: float = opts.run_key(opts.clip_option(1.0))
+    temperature: float = opts.run_key(option(0.05, help="simcse: InfoNCE temperature", group="loss"))
+    scale: float = opts.run_key(option(20.0, help="pairs / sts: cosine scale (1 / temperature)", group="loss"))
+    symmetric: bool = opts.run_key(
+        option(False, help="pairs: also rank anchors for each positive (two-way loss)", group="loss")
+    )
+    matryoshka_dims: str | None = opts.run_key(
+        option(None, help="e.g. 768,256,64: sum the loss over these prefixes", group="loss")
+    )
+    seed: int = opts.run_key(opts.seed_option(42))
+    precision: str = opts.run_key(opts.precision_option(group="training"))
     device: str | None = opts.device_option(group="training")
     threads: int | None = opts.threads_option()
-    eval_every: int = option(0, help="evaluate --dev every N steps (default: each epoch)", group="training")
+    eval_every: int = opts.run_key(
+        option(0, help="evaluate --dev every N steps (default: each epoch)", group="training")
+    )
     eval_batch_size: int = option(64, group="training")
-    quiet: bool = option(False, help="no progress lines", group="training")
+    quiet: bool = opts.quiet_option("no progress lines", group="training")
     save_every: int = option(
         0,
         help="also write a resumable checkpoint every N steps (0 = only when stopped by SIGTERM / SIGINT)",
@@ -183,12 +176,11 @@ class EmbeddingTrainArgs:
         "result equals an uninterrupted run's",
         group="checkpoints",
     )
-    overwrite: bool = option(False, help="replace the finished run in OUTPUT", group="checkpoints")
+    overwrite: bool = opts.overwrite_option("replace the finished run in OUTPUT", group="checkpoints")
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "max_seq_length", "eval_batch_size"):
-            if getattr(self, name) < 1:
-                raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        opts.check_bounds(self, InputError)  # the ranges the flags are parsed with (--batch-size >= 1...)
+        opts.check_run_flags(self.resume, self.overwrite)
         if self.mini_batch_size < 0 or (self.max_steps or 0) < 0 or self.epochs <= 0:
             raise InputError("--mini-batch-size and --max-steps must be >= 0, --epochs > 0")
         if self.task != "pairs" and (self.nli or self.squad_pairs or self.symmetric or self.negative_column):
@@ -196,6 +188,15 @@ class EmbeddingTrainArgs:
         if self.nli and self.squad_pairs:
             raise InputError("--nli and --squad-pairs are two different input formats: choose one")
         _dims(self.matryoshka_dims or "")
+        for name, tasks in ONLY_FOR.items():  # given to a task that does not read it: refused, not ignored
+            if getattr(self, name) != type(self).__dataclass_fields__[name].default and self.task not in tasks:
+                raise InputError(
+                    f"--{name}: --task {self.task} does not use it (only {', '.join(tasks)}); leave it out"
+                )
+
+
+# the settings that change what is computed (fields marked run): a resumed run must use the same
+RESUME_KEYS = opts.run_keys(EmbeddingTrainArgs)
 
 
 def train_embeddings(args: EmbeddingTrainArgs, rows: TextRows, dev: TextRows | None, ctx) -> dict[str, Any]:

@@ -24,18 +24,29 @@ import json
 import logging
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bertkit import models
 from bertkit.data.pretraining.corpus import expand_corpus
 from bertkit.errors import InputError, RunError
-from bertkit.experiments.glue import BY_NAME, SuiteConfig, SuiteRunner
+from bertkit.experiments.glue import BY_NAME, SuiteConfig, SuiteRunner, resolve_tasks
 from bertkit.experiments.plots import bar_chart, line_chart, read_records
-from bertkit.experiments.runner import check_stop, log_tail, open_study, run_bertkit
+from bertkit.experiments.runner import CELL_FLAGS, check_stop, configure_finetune, log_tail, open_study, run_bertkit
 from bertkit.experiments.tables import csv_text
 from bertkit.files import write_json, write_text
+from bertkit.options import (
+    corpus_option,
+    flag_string,
+    from_text,
+    option,
+    output_option,
+    parse_lrs,
+    parse_seeds,
+    parse_time,
+    vocab_option,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,26 +90,71 @@ def variants_for(study: str, values: Sequence[str] | None) -> list[Variant]:
     raise InputError(f"--study {study!r}: choose one of {', '.join(STUDIES)}")
 
 
-@dataclass
+def _values(text: str) -> list[str] | None:
+    return [v.strip() for v in text.split(",") if v.strip()] or None
+
+
+@dataclass(frozen=True, kw_only=True)
 class AblateConfig:
-    corpus: list[str]
-    output: Path
-    study: str
-    budget: float | None = None  # seconds of pre-training per variant (--max-time)
-    steps: int | None = None  # optimizer steps per variant (--max-steps)
-    values: list[str] | None = None
-    glue: Path | None = None
-    tasks: list[str] = field(default_factory=lambda: ["sst2", "mrpc"])
-    seeds: list[int] = field(default_factory=lambda: [1, 2])
-    lrs: list[float] = field(default_factory=lambda: [5e-5])
-    vocab: Path | None = None
-    vocab_size: int = 30522
-    checkpoints: int = 5  # steps study: checkpoints along the run
-    save_every: int | None = None
-    pretrain_seed: int = 0
-    pretrain_args: list[str] = field(default_factory=list)
-    finetune_args: list[str] = field(default_factory=list)
-    max_time_per_run: float | None = None
+    """What ``bertkit ablate`` runs; its fields are the command's flags. A list, duration or path may be given as its
+    flag's text: it is read (and a bad one refused, naming the flag) when the config is made."""
+
+    corpus: list[str] = corpus_option("text files or directories (as for pretrain)")
+    output: Path = output_option("the study's directory")
+    study: str = option(
+        required=True,
+        choices=STUDIES,
+        help="nsp: MLM+NSP vs MLM only; mask-rate: 15/30/40%%; model-size: presets; steps: one run's checkpoints "
+        "(Figure 5)",
+    )
+    values: list[str] | None = option(
+        None,
+        help="mask-rate: rates (default 0.15,0.3,0.4); model-size: presets (default bert-tiny,bert-mini,bert-small)",
+    )
+    budget: float | str | None = option(None, metavar="DURATION", help="pre-training wall clock per variant (e.g. 10m)")
+    steps: int | None = option(None, help="pre-training steps per variant")
+    checkpoints: int = option(5, help="steps study: checkpoints along the run")
+    save_every: int | None = option(None, help="steps study: checkpoint every K steps")
+    glue: Path | None = option(
+        None, metavar="GLUE_DIR", help="GLUE directory to fine-tune on (without it: pre-training and MLM accuracy only)"
+    )
+    tasks: list[str] = option(
+        default_factory=lambda: ["sst2", "mrpc"], help="GLUE tasks to fine-tune (default sst2,mrpc)"
+    )
+    seeds: list[int] | str = option(
+        default_factory=lambda: [1, 2], help="fine-tuning seeds: a count or a list (default 2)"
+    )
+    lrs: list[float] | str = option(
+        default_factory=lambda: [5e-5],
+        flag="--lr",
+        metavar="LR",
+        help="fine-tuning learning rate(s), comma-separated (default 5e-5)",
+    )
+    max_time_per_run: float | str | None = option(None, metavar="DURATION", help="bound each fine-tuning")
+    vocab: Path | None = vocab_option("a vocab.txt every variant uses (default: trained once on the corpus)")
+    vocab_size: int = option(30522, help="size of the vocabulary trained on the corpus")
+    pretrain_seed: int = option(0, help="seed of every variant's pre-training")
+    pretrain_args: list[str] = option(
+        default_factory=list,
+        parse=flag_string(("--output", "--corpus", "--vocab", "--seed", "--resume", "--overwrite")),
+        help='more pretrain flags for every variant, e.g. "--seq-len 128 --batch-size 64"',
+    )
+    finetune_args: list[str] = option(
+        default_factory=list,
+        parse=flag_string(CELL_FLAGS, configure_finetune),
+        help='more finetune flags, e.g. "--epochs 2 --max-train-examples 5000"',
+    )
+
+    def __post_init__(self) -> None:
+        from_text(self, "budget", lambda t: parse_time(t, "--budget"))
+        from_text(self, "max_time_per_run", lambda t: parse_time(t, "--max-time-per-run"))
+        from_text(self, "values", _values)
+        from_text(self, "tasks", resolve_tasks)
+        from_text(self, "seeds", parse_seeds)
+        from_text(self, "lrs", parse_lrs)
+        for name in ("output", "glue", "vocab"):
+            from_text(self, name, Path)
+        variants_for(self.study, self.values)  # a bad --values: refused before the study's directory is made
 
     def record(self) -> dict[str, Any]:
         return {

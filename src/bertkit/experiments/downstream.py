@@ -28,7 +28,7 @@ import shutil
 import statistics
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +36,20 @@ from bertkit import models
 from bertkit.errors import InputError, RunError
 from bertkit.experiments.glue import BY_NAME, Summary, cell_name, summarize
 from bertkit.experiments.plots import bar_chart
-from bertkit.experiments.runner import check_stop, log_tail, open_study, run_bertkit
+from bertkit.experiments.runner import CELL_FLAGS, check_stop, configure_finetune, log_tail, open_study, run_bertkit
 from bertkit.experiments.tables import csv_text, markdown_table
 from bertkit.files import remove_stale_temp_files, write_json, write_text
+from bertkit.options import (
+    check_bounds,
+    flag_string,
+    from_text,
+    model_option,
+    option,
+    output_option,
+    parse_lrs,
+    parse_seeds,
+    parse_time,
+)
 
 log = logging.getLogger(__name__)
 
@@ -164,23 +175,74 @@ def random_init(model_dir: Path, out: Path, seed: int) -> Path:
     return out
 
 
-@dataclass
-class MeterConfig:
-    """What ``bertkit downstream`` runs. ``finetune_args``: flags passed to every ``bertkit finetune``."""
+# the finetune flags the meter sets for each of its runs (or from its own flags, recorded for a resume):
+# --finetune-args may not give them
+METER_FLAGS = (*CELL_FLAGS, "--epochs", "--max-train-examples")
 
-    model: Path
-    data_dir: Path
-    output: Path
-    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
-    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
-    lrs: list[float] = field(default_factory=lambda: [5e-5, 1e-4, 3e-4])
-    sst2_examples: int = 20000  # SST-2's training subset (0 = all 67k)
-    max_train_examples: int = 0  # every task (0 = all)
-    epochs: float | None = None  # None: finetune's default
-    init_seed: int = 0
-    max_time_per_run: float | None = None
-    finetune_args: list[str] = field(default_factory=list)
-    jobs: int = 1  # fine-tunings at once (a GPU's, or one per core with --threads 1); the cells are the same
+
+@dataclass(frozen=True, kw_only=True)
+class MeterConfig:
+    """What ``bertkit downstream`` runs; its fields are the command's flags (a list, duration or path may be given as
+    its flag's text: read, and a bad one refused naming the flag, when the config is made). ``finetune_args``: flags
+    passed to every ``bertkit finetune``."""
+
+    model: Path = model_option("bertkit or Hugging Face BERT / ModernBERT directory")
+    data_dir: Path = option(
+        required=True,
+        help="where the task files are: the shared data's layout (glue/SST-2/train.tsv, ner/conll2003/train.txt), "
+        "a GLUE download (SST-2/train.tsv ...) or one folder of TASK_train.tsv / TASK_dev.tsv files",
+    )
+    # an unwritable one is refused when the command line is parsed, and nothing is made there until every flag, the
+    # model and the task files are checked (the meter makes it)
+    output: Path = output_option("the meter's directory")
+    tasks: list[str] = option(
+        default_factory=lambda: list(DEFAULT_TASKS),
+        help=f"comma-separated, from {', '.join(METER_TASKS)} (default {','.join(DEFAULT_TASKS)})",
+    )
+    seeds: list[int] | str = option(
+        default_factory=lambda: [1, 2, 3], help="fine-tuning seeds: a count N (1..N) or a list (default 3)"
+    )
+    lrs: list[float] | str | None = option(
+        None,
+        flag="--lr",
+        metavar="LR",
+        help="the learning-rate grid both routes share (default by the model's width: 3e-4,1e-3,3e-3 up to hidden "
+        "size 128, where the tiny models' best lrs were 3e-4..3e-3 and 1e-2 was worse; 1e-4,3e-4,1e-3 up to 256; "
+        "5e-5,1e-4,3e-4 above: docs/pretraining.md, 'Which model for a budget')",
+    )
+    sst2_examples: int = option(20000, help="SST-2's training subset: its first N examples (0 = all)")
+    max_train_examples: int = option(0, help="every task: use only the first N examples (0 = all)")
+    epochs: float | None = option(None, help="fine-tuning epochs (default: finetune's)")
+    init_seed: int = option(0, help="seed of the random initialisation")
+    max_time_per_run: float | str | None = option(None, metavar="DURATION", help="bound each fine-tuning")
+    finetune_args: list[str] = option(
+        default_factory=list,
+        parse=flag_string(METER_FLAGS, configure_finetune),
+        help='more finetune flags for both routes, e.g. "--batch-size 16 --threads 1" (not the flags the meter sets '
+        f"for each run: {', '.join(METER_FLAGS)})",
+    )
+    jobs: int = option(
+        1,
+        help="fine-tunings run at once: on a GPU several share it; on a CPU give each one core with "
+        '--finetune-args "--threads 1"',
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("model", "data_dir", "output"):
+            from_text(self, name, Path)
+        if not self.model.is_dir():
+            raise InputError(f"--model {self.model}: not a directory")
+        if not self.data_dir.is_dir():
+            raise InputError(f"--data-dir {self.data_dir}: not a directory")
+        check_bounds(self, InputError)  # counts >= 0, --epochs > 0: as the flags are parsed
+        if self.jobs < 1:
+            raise InputError(f"--jobs: expected 1 or more, got {self.jobs}")
+        from_text(self, "tasks", resolve_meter_tasks)
+        from_text(self, "seeds", parse_seeds)
+        from_text(self, "lrs", parse_lrs)
+        from_text(self, "max_time_per_run", lambda t: parse_time(t, "--max-time-per-run"))
+        if self.lrs is None:
+            object.__setattr__(self, "lrs", default_lrs(self.model))
 
     def record(self) -> dict[str, Any]:
         """The settings a resumed meter must share (the task list and time bound may change)."""

@@ -29,7 +29,7 @@ import logging
 import shutil
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +61,9 @@ from bertkit.experiments.glue_tasks import (
     summarize,
     task_score,
 )
-from bertkit.experiments.runner import check_stop, log_tail, open_study, run_bertkit
+from bertkit.experiments.runner import check_stop, finetune_options, log_tail, open_study, run_bertkit
 from bertkit.files import remove_stale_temp_files, write_json
+from bertkit.options import from_text, model_option, option, output_option, parse_lrs, parse_seeds, parse_time
 
 # the suite's tasks and files live in glue_tasks.py and glue_files.py; their names stay importable from here
 __all__ = [
@@ -98,21 +99,60 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class SuiteConfig:
-    """What ``bertkit glue`` runs. ``finetune_args``: extra flags passed to every ``bertkit finetune``."""
+# finetune flags the suite sets itself, or that make no sense per cell (the others pass through to every finetune)
+SUITE_OWN = ("task", "train", "dev", "model", "output", "lr", "seed", "help", "resume", "save_every")
 
-    model: Path
-    data: Path
-    output: Path
-    tasks: list[str] = field(default_factory=lambda: [t.name for t in SUITE])
-    tasks_given: bool = False  # --tasks named them: say why any is skipped (else only incomplete folders)
-    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
-    lrs: list[float] = field(default_factory=lambda: [2e-5, 3e-5, 5e-5])
-    max_time_per_run: float | None = None
-    finetune_args: list[str] = field(default_factory=list)
-    max_time_flag: bool = False  # finetune has its own --max-time (else the suite stops a run at its deadline)
-    predict_test: bool = True  # write the leaderboard files where test files exist
+
+@dataclass(frozen=True, kw_only=True)
+class SuiteConfig:
+    """What ``bertkit glue`` runs; its fields are the command's flags (a list, duration or path may be given as its
+    flag's text: read, and a bad one refused naming the flag, when the config is made). ``finetune_args``: extra
+    flags passed to every ``bertkit finetune``."""
+
+    model: Path = model_option("bertkit or Hugging Face BERT directory")
+    data: Path = option(
+        required=True,
+        help="the GLUE directory (CoLA/, SST-2/, MRPC/, STS-B/, QQP/, MNLI/, QNLI/, RTE/, WNLI/, diagnostic/)",
+    )
+    output: Path = output_option("the suite's directory")
+    tasks: list[str] | None = option(
+        None,
+        help="comma-separated tasks (default: every one found), e.g. cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte,wnli",
+    )
+    tasks_given: bool = option(False, skip=True)  # --tasks named them: say why any is skipped (else only incomplete)
+    seeds: list[int] | str = option(
+        default_factory=lambda: [1, 2, 3],
+        help="seeds per learning rate: a count N (seeds 1..N) or a comma-separated list (default 3)",
+    )
+    lrs: list[float] | str = option(
+        default_factory=lambda: [2e-5, 3e-5, 5e-5],
+        flag="--lr",
+        metavar="LR",
+        help="the learning-rate grid, comma-separated (default 2e-5,3e-5,5e-5)",
+    )
+    max_time_per_run: float | str | None = option(
+        None, metavar="DURATION", help="bound each fine-tuning (90s, 10m, 1h); the best dev checkpoint reached counts"
+    )
+    finetune_args: list[str] = option(
+        default_factory=list,
+        passthrough=finetune_options,
+        choices=SUITE_OWN,
+        help="fine-tuning (passed to every `bertkit finetune`; see its -h)",
+    )
+    max_time_flag: bool = option(False, skip=True)  # finetune has its own --max-time (else the suite stops a run)
+    predict_test: bool = option(True, skip=True)  # write the leaderboard files where test files exist
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tasks, str):
+            object.__setattr__(self, "tasks_given", True)
+        from_text(self, "tasks", resolve_tasks)
+        if self.tasks is None:
+            object.__setattr__(self, "tasks", [t.name for t in SUITE])
+        from_text(self, "seeds", parse_seeds)
+        from_text(self, "lrs", parse_lrs)
+        from_text(self, "max_time_per_run", lambda t: parse_time(t, "--max-time-per-run"))
+        for name in ("model", "data", "output"):
+            from_text(self, name, Path)
 
     def record(self) -> dict[str, Any]:
         """The settings a resumed suite must share (the task list and time bound may change)."""

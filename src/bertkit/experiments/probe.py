@@ -42,6 +42,17 @@ from bertkit.experiments.plots import bar_chart, heatmap
 from bertkit.experiments.tables import csv_text
 from bertkit.features import Encoder, resolve_pooling
 from bertkit.files import atomic_write, write_text
+from bertkit.options import (
+    batch_size_option,
+    device_option,
+    from_text,
+    max_length_option,
+    model_option,
+    option,
+    precision_option,
+    seed_option,
+)
+from bertkit.precision import resolve_device
 from bertkit.runtime import batch_loop
 from bertkit.tasks.metrics import accuracy, conlleval, f1_binary, spearman
 from bertkit.tasks.tagging import TaggingTask
@@ -331,26 +342,61 @@ def train_tagger(
 # ----------------------------------------------------------------------------------------------- the study
 
 
-@dataclass
+NER = "NER (conll2003)"
+
+
+@dataclass(frozen=True, kw_only=True)
 class ProbeConfig:
-    model: Path
-    task: str
-    train: Path | None
-    dev: Path
-    output: Path
-    poolings: list[str] = field(default_factory=lambda: list(DEFAULT_POOLINGS))
-    max_length: int = 128
-    max_train_examples: int = 0
-    max_eval_examples: int = 0
-    l2: float = 1e-3
-    tagger: str = "bilstm"
-    tagger_hidden: int = 256
-    epochs: int = 3
-    tagger_lr: float = 1e-3
-    batch_size: int = 64
-    device: str = "cpu"
-    precision: str = "auto"
-    seed: int = 0
+    """What ``bertkit probe`` reads, writes and fits; its fields are the command's flags (a path or a list may be
+    given as its flag's text: read when the config is made, as every rule here is checked)."""
+
+    model: Path = model_option("bertkit or Hugging Face BERT directory")
+    task: str = option(required=True, choices=PROBE_TASKS, help="the probing task")
+    train: Path | None = option(None, help="training file (GLUE TSV / CoNLL); not needed for stsb")
+    dev: Path = option(required=True, help="the file the probes are scored on")
+    output: Path | None = option(None, help="directory (default probe-TASK)")
+    poolings: list[str] = option(
+        default_factory=lambda: list(DEFAULT_POOLINGS),
+        flag="--pooling",
+        metavar="POOLING",
+        help=f"comma-separated poolings (default {','.join(DEFAULT_POOLINGS)}; also mean_max, first, sep); NER "
+        "always uses each word's first sub-token",
+    )
+    max_length: int = max_length_option(128, "tokens per input", flag="--max-seq-length")
+    max_train_examples: int = option(0, help="use only the first N (0 = all)")
+    max_eval_examples: int = option(0, help="use only the first N (0 = all)")
+    l2: float = option(1e-3, help="logistic regression's L2 penalty")
+    batch_size: int = batch_size_option(64, help="feature extraction batch size")
+    tagger: str = option(
+        "bilstm",
+        choices=("bilstm", "linear"),
+        group=NER,
+        help="the tagger on the features (bilstm: 2 layers, as the paper)",
+    )
+    tagger_hidden: int = option(256, group=NER, help="the tagger's hidden size")
+    epochs: int = option(3, group=NER, help="tagger epochs")
+    tagger_lr: float = option(1e-3, group=NER, help="tagger Adam learning rate")
+    device: str | None = device_option()
+    precision: str = precision_option()
+    seed: int = seed_option(0, group=None, help="seed of the probes' training (logistic regression, the NER tagger)")
+
+    def __post_init__(self) -> None:
+        from_text(self, "poolings", lambda t: [p for p in t.split(",") if p.strip()])
+        for name in ("model", "train", "dev", "output"):
+            from_text(self, name, Path)
+        if self.output is None:
+            object.__setattr__(self, "output", Path(f"probe-{self.task}"))
+        if self.task not in PROBE_TASKS:
+            raise InputError(f"--task {self.task!r}: choose one of {', '.join(PROBE_TASKS)}")
+        if self.task != "stsb" and self.train is None:
+            raise InputError(f"--task {self.task} needs --train (the probe is fitted on it)")
+        poolings = [resolve_pooling(p) for p in self.poolings]
+        for p in poolings:
+            if p in ("none", "cls_pooled"):
+                raise InputError(
+                    f"--pooling {p}: a probe needs a per-layer vector; choose from mean, max, mean_max, cls, first, sep"
+                )
+        object.__setattr__(self, "poolings", poolings)
 
 
 def _read(task: str, path: Path, limit: int):
@@ -366,18 +412,9 @@ def run_probe(cfg: ProbeConfig, say: Callable[[str], None] | None = None) -> Pro
     """Run every probe of ``cfg.task``; write probe.csv, probe.md, probe.png (and the feature cache)."""
 
     say = say or log.info
-    if cfg.task not in PROBE_TASKS:
-        raise InputError(f"--task {cfg.task!r}: choose one of {', '.join(PROBE_TASKS)}")
-    if cfg.task != "stsb" and cfg.train is None:
-        raise InputError(f"--task {cfg.task} needs --train (the probe is fitted on it)")
-    poolings = [resolve_pooling(p) for p in cfg.poolings]
-    for p in poolings:
-        if p in ("none", "cls_pooled"):
-            raise InputError(
-                f"--pooling {p}: a probe needs a per-layer vector; choose from mean, max, mean_max, cls, first, sep"
-            )
+    poolings = cfg.poolings  # checked when the config was made
     try:
-        encoder = Encoder.from_pretrained(cfg.model, device=cfg.device, precision=cfg.precision)
+        encoder = Encoder.from_pretrained(cfg.model, device=resolve_device(cfg.device), precision=cfg.precision)
     except FileNotFoundError as e:
         raise InputError(f"--model: {e}") from None
     cache = FeatureCache(cfg.output / "features", model_fingerprint(Path(cfg.model)))

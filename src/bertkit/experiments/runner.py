@@ -24,7 +24,6 @@ from bertkit import models
 from bertkit.errors import InputError
 from bertkit.files import atomic_write, remove_stale_temp_files, write_json
 from bertkit.options import add_options
-from bertkit.tasks.options import FinetuneFiles, TaskOptions, add_task_flag
 from bertkit.tokenization import load_tokenizer
 
 
@@ -158,14 +157,18 @@ def open_study(out: Path, settings_name: str, record: dict, what: str, hint: str
 CELL_FLAGS = ("--output", "--model", "--train", "--dev", "--seed", "--lr", "--task", "--resume")
 
 
+def finetune_options() -> list[type]:
+    """The config of ``bertkit finetune`` (a study's pass-through flags: new finetune flags pass too)."""
+    # torch (the finetune recipe's module): `bertkit downstream -h` and `bertkit ablate -h` stay light
+    from bertkit.recipes.finetune import FinetuneConfig
+
+    return [FinetuneConfig]
+
+
 def configure_finetune(parser) -> None:
     """``bertkit finetune``'s flags for its GLUE and NER tasks on ``parser`` (what the studies run and what their
     ``--finetune-args`` are checked against): ``--task`` and the option dataclasses, as the command builds them."""
-    # torch (the finetune recipe's module): `bertkit downstream -h` and `bertkit ablate -h` stay light
-    from bertkit.recipes.finetune import FinetuneArgs
-
-    add_task_flag(parser, required=True)
-    for cls in (FinetuneFiles, FinetuneArgs, TaskOptions):
+    for cls in finetune_options():
         add_options(parser, cls)
 
 

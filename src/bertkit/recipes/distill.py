@@ -40,7 +40,7 @@ INTERMEDIATE = ("none", "hidden", "attention", "both")
 IGNORE = -100  # a hard label that is not there (an example from --unlabeled): cross_entropy's ignore_index
 
 
-@dataclass
+@dataclass(frozen=True)
 class DistillArgs(FinetuneArgs):
     """A distillation run: fine-tuning's settings plus the loss's; each field is also its ``bertkit distill`` flag."""
 
@@ -57,6 +57,10 @@ class DistillArgs(FinetuneArgs):
     )
     intermediate_weight: float = option(1.0, group=DISTILL, help="weight of the intermediate losses")
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_args(self)
+
 
 def check_args(args: DistillArgs) -> None:
     """A one-line :class:`InputError` for a setting that cannot train (0, negative, nan, out of range)."""
@@ -68,8 +72,6 @@ def check_args(args: DistillArgs) -> None:
         raise InputError(f"--alpha must be in [0, 1], got {args.alpha}")
     if not (math.isfinite(args.intermediate_weight) and args.intermediate_weight >= 0):
         raise InputError(f"--intermediate-weight must be >= 0, got {args.intermediate_weight}")
-    if args.grad_accum < 1 or args.batch_size < 1:
-        raise InputError(f"--batch-size and --grad-accum must be >= 1, got {args.batch_size} and {args.grad_accum}")
     if not (math.isfinite(args.warmup_fraction) and 0.0 <= args.warmup_fraction <= 1.0):
         raise InputError(f"--warmup-fraction must be in [0, 1], got {args.warmup_fraction}")
     if not (math.isfinite(args.clip) and args.clip >= 0) or not (
@@ -248,7 +250,6 @@ def distill(
     """Distil ``teacher`` into ``student`` on ``train_examples`` (examples without labels are learned from the
     teacher alone); keep the student with the best dev ``task.main_metric`` in ``output_dir``. Returns the best dev
     metrics, as :func:`bertkit.recipes.finetune.finetune` (whose loop, checkpoints and resume this is)."""
-    check_args(args)
     ctx = ctx or distributed.local(args.device)
     if getattr(teacher, "config", None) is None:
         raise InputError("--teacher: a feature-based tagger cannot teach (distil the fine-tuned BERT kind)")

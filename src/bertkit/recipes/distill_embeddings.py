@@ -28,7 +28,7 @@ from bertkit.files import atomic_write
 from bertkit.modeling import BertModel
 from bertkit.models import for_directory
 from bertkit.ops import pool
-from bertkit.recipes.distill import DistillArgs, check_args
+from bertkit.recipes.distill import DistillArgs
 from bertkit.recipes.finetune import finetune
 from bertkit.st_format import TO_ST_POOLING, read_sentence_transformers, write_sentence_transformers
 from bertkit.tasks import collate_inputs, run_inference
@@ -188,7 +188,6 @@ def distill_embeddings(
 ) -> dict[str, Any]:
     """Distil the sentence vectors of ``teacher`` into ``student`` over ``texts``; with ``dev`` (STS rows) keep the
     best student by Spearman. Returns the summary of :func:`bertkit.recipes.finetune.finetune`."""
-    check_args(args)
     if args.intermediate != "none":
         raise InputError("--intermediate applies to task distillation, not to sentence embeddings")
     ctx = ctx or distributed.local(args.device)

@@ -30,18 +30,24 @@ from bertkit.errors import InputError
 from bertkit.files import write_json
 from bertkit.options import (
     MAX_TIME_HELP,
+    check_bounds,
+    check_run_flags,
     clip_option,
     lr_option,
     max_steps_option,
     max_time_option,
     option,
+    overwrite_option,
+    precision_option,
+    run_key,
+    run_keys,
     seed_option,
     threads_option,
     warmup_option,
 )
 from bertkit.precision import grad_scaler, resolve_device, resolve_precision
 from bertkit.tasks import TASK_CONFIG_NAME, feature_length, length_batches
-from bertkit.tasks.options import RunOptions
+from bertkit.tasks.options import FinetuneFiles, RunOptions, TaskOptions, task_option
 from bertkit.training import distributed
 from bertkit.training.distributed import DistContext
 from bertkit.training.interrupt import GracefulStop
@@ -52,47 +58,40 @@ from bertkit.training.rundir import run_record
 from bertkit.training.state import TrainState, seed_dropout, seed_everything
 from bertkit.training.step import optimizer_step
 
-# settings that change what is computed: a resumed run must use the same
-RESUME_KEYS = (
-    "epochs",
-    "batch_size",
-    "grad_accum",
-    "lr",
-    "warmup_fraction",
-    "weight_decay",
-    "layer_decay",
-    "clip",
-    "seed",
-    "precision",
-    "eval_every",
-    "max_steps",
-)
 
-
-@dataclass
+@dataclass(frozen=True)
 class FinetuneArgs(RunOptions):
     """The settings of a fine-tuning run; each field is also its ``bertkit finetune`` flag."""
 
-    epochs: float = option(3.0, group="training", help="passes over the training set (fractions allowed)")
-    batch_size: int = option(32, group="training", help="examples per micro-batch")
+    epochs: float = option(3.0, run=True, group="training", help="passes over the training set (fractions allowed)")
+    batch_size: int = option(32, run=True, group="training", help="examples per micro-batch")
     grad_accum: int = option(
-        1, group="training", help="micro-batches per optimizer step (the optimizer batch is batch-size x grad-accum)"
+        1,
+        run=True,
+        group="training",
+        help="micro-batches per optimizer step (the optimizer batch is batch-size x grad-accum)",
     )
-    lr: float = lr_option(5e-5)
-    warmup_fraction: float = warmup_option(0.1)
-    weight_decay: float = option(0.01, group="training", help="decoupled weight decay (none on biases, LayerNorm)")
+    lr: float = run_key(lr_option(5e-5))
+    warmup_fraction: float = run_key(warmup_option(0.1))
+    weight_decay: float = option(
+        0.01, run=True, group="training", help="decoupled weight decay (none on biases, LayerNorm)"
+    )
     layer_decay: float = option(
         1.0,
+        run=True,
         group="training",
         help="layer-wise lr decay: the task head trains at --lr, the top encoder layer at lr x decay, each layer "
         "below one factor more, the embeddings at lr x decay^(L+1) (1 = off; ELECTRA fine-tunes with 0.8)",
     )
-    clip: float = clip_option(1.0)
-    seed: int = seed_option(42)
+    clip: float = run_key(clip_option(1.0))
+    seed: int = run_key(seed_option(42))
+    precision: str = run_key(precision_option())
     threads: int | None = threads_option()
     eval_batch_size: int = option(64, group="training", help="examples per evaluation batch")
-    eval_every: int = option(0, group="training", help="evaluate on dev every N steps (0 = at the end of each epoch)")
-    max_steps: int | None = max_steps_option()
+    eval_every: int = option(
+        0, run=True, group="training", help="evaluate on dev every N steps (0 = at the end of each epoch)"
+    )
+    max_steps: int | None = run_key(max_steps_option())
     max_time: float | None = max_time_option(MAX_TIME_HELP)
     save_every: int = option(
         0,
@@ -110,7 +109,25 @@ class FinetuneArgs(RunOptions):
         help="continue the interrupted run in OUTPUT from its checkpoint "
         "(same flags): the result equals an uninterrupted run's",
     )
-    overwrite: bool = option(False, group="checkpoints", help="replace the finished run in OUTPUT")
+    overwrite: bool = overwrite_option("replace the finished run in OUTPUT", group="checkpoints")
+
+    def __post_init__(self) -> None:
+        # the ranges the flags are parsed with (options.BOUNDS: --batch-size, --grad-accum >= 1...), for a run made
+        # in code too: the one place fine-tuning's and distillation's settings are checked
+        check_bounds(self, InputError)
+        check_run_flags(self.resume, self.overwrite)
+
+
+# the settings that change what is computed (fields marked run): a resumed run must use the same
+RESUME_KEYS = run_keys(FinetuneArgs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinetuneConfig(TaskOptions, FinetuneArgs, FinetuneFiles):
+    """What ``bertkit finetune`` reads, writes and how it trains: ``--task``, the files, the run's settings and the
+    task family's (each checked when made)."""
+
+    task: str = task_option(required=True)
 
 
 set_seed = seed_everything  # the name `bertkit finetune` calls
@@ -181,8 +198,6 @@ def finetune(
     loss: ``bertkit.recipes.distill``) and in eval mode the task head's output; ``resume_keys`` are that recipe's
     settings a resumed run must share."""
     ctx = ctx or distributed.local(args.device)
-    if args.grad_accum < 1 or args.batch_size < 1:
-        raise InputError(f"--batch-size and --grad-accum must be >= 1, got {args.batch_size} and {args.grad_accum}")
     torch.set_num_threads(args.threads or torch.get_num_threads())
     seed_everything(args.seed)
     device = ctx.device
@@ -197,31 +212,8 @@ def finetune(
     optimizer = build_optimizer(model, lr=args.lr, weight_decay=args.weight_decay, layer_decay=args.layer_decay)
     scheduler = linear_schedule(optimizer, int(args.warmup_fraction * total_steps), total_steps)
     state = TrainState(model, optimizer, scheduler, grad_scaler(precision, device), position={"epoch": 0, "batch": 0})
-    keys = {
-        "task": task.name,
-        "args": {k: getattr(args, k) for k in RESUME_KEYS},
-        "train_examples": len(train_features),
-        "world_size": ctx.world_size,
-        **(resume_keys or {}),
-    }
-    run = Run(
-        output_dir,
-        ctx,
-        keys,
-        main_metric=task.main_metric,
-        quiet=args.quiet,
-        steps_per_epoch=steps_per_epoch,
-        precision=precision,
-        desc=f"finetune {task.name}",
-        save_every=args.save_every,
-        max_time=args.max_time,
-    )
-    saved = run.start(
-        state,
-        resume=args.resume,
-        overwrite=args.overwrite,
-        total_steps=total_steps,
-        tensorboard=args.tensorboard,
+    run, saved = _open_run(
+        task, output_dir, ctx, args, state, precision, len(train_features), steps_per_epoch, total_steps, resume_keys
     )
     if saved is not None:
         say(f"resuming {output_dir} at step {state.step} of {total_steps}", ctx, args.quiet)
@@ -270,6 +262,37 @@ def finetune(
         run.close()
         run.end(stop, checkpoint=False)  # a signal: the checkpoint, then Interrupted
     return _finish(run, task, model, tokenizer, args, precision, len(train_features))
+
+
+def _open_run(
+    task, output_dir, ctx, args: FinetuneArgs, state, precision, n_train, steps_per_epoch, total_steps, resume_keys
+) -> tuple[Run, Any]:
+    """The run in ``output_dir`` (``Run``), started or resumed with ``state``: (run, the checkpoint resumed or None).
+    Its keys (what a resumed run must share): the task, the run keys of ``args``, the data's size, the processes,
+    and the recipe's ``resume_keys``."""
+    keys = {
+        "task": task.name,
+        "args": {k: getattr(args, k) for k in RESUME_KEYS},
+        "train_examples": n_train,
+        "world_size": ctx.world_size,
+        **(resume_keys or {}),
+    }
+    run = Run(
+        output_dir,
+        ctx,
+        keys,
+        main_metric=task.main_metric,
+        quiet=args.quiet,
+        steps_per_epoch=steps_per_epoch,
+        precision=precision,
+        desc=f"finetune {task.name}",
+        save_every=args.save_every,
+        max_time=args.max_time,
+    )
+    saved = run.start(
+        state, resume=args.resume, overwrite=args.overwrite, total_steps=total_steps, tensorboard=args.tensorboard
+    )
+    return run, saved
 
 
 def _steps(n_features: int, args: FinetuneArgs, ctx: DistContext) -> tuple[int, int, int]:

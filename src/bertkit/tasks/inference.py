@@ -6,6 +6,7 @@ print."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -36,7 +37,8 @@ def run(args: argparse.Namespace, labelled: bool = True) -> dict[str, Any]:
     # against --model
     inputs = {"--model": files.model, "--data": files.data} if files.output else {"--data": files.data}
     check_output(output, inputs, overwrite=None, figures=True)  # never into a model directory (its metrics.json)
-    files.backend, note = _backend_for(Path(files.model), files.backend)
+    backend, note = _backend_for(Path(files.model), files.backend)
+    files = dataclasses.replace(files, backend=backend)
     if files.backend == "onnx":
         device = resolve_device(run_options.device, cpu_only=True)  # ONNX Runtime's CPU provider
         task, loaded, tokenizer = _load_onnx(files, args, device)

@@ -22,10 +22,12 @@ from bertkit.options import (
     check_bounds,
     device_option,
     from_args,
+    model_option,
     option,
     output_option,
     output_path,
     precision_option,
+    quiet_option,
 )
 from bertkit.tasks import TASK_CONFIG_NAME, TASK_NAMES, get_task, read_task_config
 from bertkit.tokenization import load_tokenizer
@@ -38,31 +40,26 @@ FILES = "files and data"  # the help group of the files flags
 FINETUNE_ONLY = ("feature_based", "feature_layers", "tagger", "tagger_hidden")
 
 
-def add_task_flag(parser: argparse.ArgumentParser, required: bool, routed: tuple[str, ...] = ()) -> None:
-    """``--task`` with the registry's names as choices, and the ``routed`` tasks a command hands to another module
-    (so that an unknown task's "invalid choice" names every task the command runs)."""
-    parser.add_argument(
-        "--task",
-        choices=(*TASK_NAMES, *routed),
-        required=required,
-        metavar="TASK",
-        help="task family or GLUE task: "
-        + ", ".join(TASK_NAMES)
-        + ("" if required else " (default: the fine-tuned model's)"),
-    )
+def task_option(required: bool, extra: tuple[str, ...] = (), help: str | None = None) -> Any:
+    """``task``: ``--task`` with the registry's names as choices, and ``extra``: the other tasks the command runs
+    (distill's embeddings; those ``evaluate`` hands to its variants, cli.VARIANTS), so that an unknown task's
+    "invalid choice" names every task the command runs."""
+    default_help = "task family or GLUE task: " + ", ".join(TASK_NAMES)
+    default_help += "" if required else " (default: the fine-tuned model's)"
+    return option(None, choices=(*TASK_NAMES, *extra), required=required, metavar="TASK", help=help or default_help)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunOptions:
     """How a fine-tuning, evaluation or prediction run computes: shared by the three commands."""
 
     device: str | None = device_option()
     precision: str = precision_option()
-    quiet: bool = option(False, help="no progress bar or per-evaluation lines")
+    quiet: bool = quiet_option("no progress bar or per-evaluation lines")
     skip_bad_rows: bool = option(False, help="skip and count malformed rows instead of stopping at the first")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TaskOptions:
     """A task family's settings; ``None`` = the task's default, or the value saved with a fine-tuned model."""
 
@@ -214,17 +211,16 @@ def task_of_directory(model_dir: Path, task_name: str | None, args: argparse.Nam
     return task_for_model(name, task_options(args, saved), model_dir)
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class FinetuneFiles:
     """What ``bertkit finetune`` reads and writes."""
 
     train: str = option(required=True, group=FILES, help="training file")
     dev: str | None = option(None, group=FILES, help="dev file: evaluated each epoch; the best checkpoint is kept")
-    model: str = option(
-        required=True,
+    model: str = model_option(
+        "bertkit or Hugging Face BERT or ModernBERT directory (config.json + model.safetensors or "
+        "pytorch_model.bin + vocab.txt or tokenizer.json)",
         group=FILES,
-        help="bertkit or Hugging Face BERT or ModernBERT directory (config.json + "
-        "model.safetensors or pytorch_model.bin + vocab.txt or tokenizer.json)",
     )
     output: str = output_option(group=FILES, help="output directory (model, vocab, metrics.json, predictions)")
     max_train_examples: int = option(0, group=FILES, help="use only the first N training examples (0 = all)")
@@ -262,11 +258,11 @@ def load_finetuned(model_dir: str | Path, task_name: str | None, args: argparse.
     return task, model, tokenizer
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class InferenceFiles:
     """What ``evaluate`` and ``predict`` read and write."""
 
-    model: str = option(required=True, help="a fine-tuned OUTPUT directory of `bertkit finetune`")
+    model: str = model_option("a fine-tuned OUTPUT directory of `bertkit finetune`")
     data: str = option(required=True, help="file in the task's format (evaluate needs its labels, predict does not)")
     output: str | None = option(
         None,
@@ -287,9 +283,19 @@ class InferenceFiles:
     )
 
 
-def configure_inference(parser: argparse.ArgumentParser, routed: tuple[str, ...] = ()) -> None:
-    """The flags of ``evaluate`` and ``predict`` (``routed``: the tasks ``evaluate`` hands to their own modules)."""
-    add_options(parser, InferenceFiles)
-    add_task_flag(parser, required=False, routed=routed)
-    add_options(parser, RunOptions)
-    add_options(parser, TaskOptions, exclude=FINETUNE_ONLY)
+@dataclass(frozen=True, kw_only=True)
+class InferenceConfig(TaskOptions, RunOptions, InferenceFiles):
+    """What ``bertkit evaluate`` and ``bertkit predict`` read, write and how they run: the files, ``--task`` (default:
+    the fine-tuned model's), the run's options and the task's (those saved with the model unless given)."""
+
+    task: str | None = task_option(required=False)
+    # chosen at fine-tuning time: evaluate / predict read them from the model directory
+    feature_based: bool = option(False, skip=True)
+    feature_layers: str | None = option(None, skip=True)
+    tagger: str | None = option(None, skip=True)
+    tagger_hidden: int | None = option(None, skip=True)
+
+
+def configure_inference(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``evaluate`` and ``predict`` (``InferenceConfig``'s), for a caller that builds its own parser."""
+    add_options(parser, InferenceConfig)

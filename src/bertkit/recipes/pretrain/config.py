@@ -19,7 +19,10 @@ from bertkit.options import (
     check_bounds,
     check_run_flags,
     clip_option,
+    corpus_option,
     device_option,
+    encoding_option,
+    follow_symlinks_option,
     lr_option,
     max_steps_option,
     max_time_option,
@@ -28,7 +31,9 @@ from bertkit.options import (
     precision_option,
     seed_option,
     threads_option,
+    vocab_option,
     warmup_option,
+    workers_option,
 )
 from bertkit.recipes.pretrain.checks import check_combinations, check_inputs
 from bertkit.recipes.pretrain.objectives import OBJECTIVES
@@ -64,21 +69,8 @@ class PretrainConfig:
     when made; what is left unset is filled in once by :func:`bertkit.recipes.pretrain.resolve` (``chosen`` then
     says what it chose), and no field changes after that."""
 
-    corpus: list[str] = _run_key(
-        nargs="+",
-        required=True,
-        metavar="PATH",
-        group=_D,
-        help=(
-            "text files or directories of them: Google format (a sentence per line, blank line between documents), "
-            "plain prose (each file a document), JSONL with a 'text' field, Parquet, datasets directories, or task "
-            "files (TSV, CSV, JSONL, CoNLL: their text columns); gzip, zstd, bz2 and xz are recognised by their bytes "
-            "and refused when truncated"
-        ),
-    )
-    follow_symlinks: bool = option(
-        False, group=_D, help="read symbolic links that leave a corpus directory too (default: skipped, with a warning)"
-    )
+    corpus: list[str] = _as_run_key(corpus_option(group=_D))
+    follow_symlinks: bool = follow_symlinks_option(group=_D)
     output: str = output_option(metavar="DIR", group=_D, help="the run directory")
     corpus_format: str = _run_key(
         "auto",
@@ -89,23 +81,15 @@ class PretrainConfig:
             "pre-training with --init-from), then jsonl by name, google when most lines hold one sentence, else prose"
         ),
     )
-    encoding: str = _run_key(
-        "auto",
-        choices=("auto", "utf-8"),
-        group=_D,
-        help=("auto: a line that is not UTF-8 is read as Windows-1252, with a warning; utf-8: an error"),
-    )
-    vocab: str | None = _run_key(
-        None,
-        metavar="PATH",
-        group=_D,
-        help="an existing vocab.txt (or its directory); else one is trained on the corpus",
+    encoding: str = _as_run_key(encoding_option(group=_D))
+    vocab: str | None = _as_run_key(
+        vocab_option("an existing vocab.txt (or its directory); else one is trained on the corpus", group=_D)
     )
     vocab_size: int | None = _run_key(
         None, group=_D, help="size of the trained vocabulary (default: budget recipe 8000, paper 30522)"
     )
     lowercase: bool | None = _run_key(None, skip=True)  # --lowercase/--cased; None: uncased for a trained vocabulary
-    workers: int | None = option(None, group=_D, help="preprocessing processes (default: every core)")
+    workers: int | None = workers_option(group=_D)
     prepare_on: str = option(
         "global",
         choices=("global", "node"),

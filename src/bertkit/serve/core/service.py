@@ -21,7 +21,7 @@ from bertkit.serve.core.checks import check_count, check_ids, check_output_size,
 from bertkit.serve.core.errors import FIELD, ApiError, InputRejected, by_role
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServeSettings:
     """Server options: each is the ``bertkit serve`` flag of the same name (``bertkit.options``)."""
 
