@@ -2,8 +2,8 @@
 
 A command module exposes ``CONFIG``, a frozen dataclass validated when made whose fields are the command's flags
 (``bertkit.options.option``), and ``run(config) -> int | None``, which takes one; optionally ``DESCRIPTION`` (the
-help's paragraph) and ``EPILOG`` (its last line). (A module not converted yet exposes ``configure(parser)`` and
-``run(args)`` instead: :func:`configure` and :func:`config_of` hide the difference.)
+help's paragraph) and ``EPILOG`` (its last line). Every command is made so: :func:`configure` builds its flags,
+:func:`config_of` its config.
 
 One mechanism picks the module of a command line: a command's ``variants`` (:class:`Variant`), each a module with
 its own config chosen by a first word (``bertkit vocab extend``) or by a ``--task`` value (``finetune --task simcse``,
@@ -116,19 +116,13 @@ def configure(module: Any, parser: argparse.ArgumentParser) -> None:
     """The flags of a command module on ``parser``: its ``CONFIG``'s fields (``bertkit.options.add_options``)."""
     if isinstance(module, str):
         module = importlib.import_module(module)
-    if not hasattr(module, "CONFIG"):
-        module.configure(parser)  # not converted yet
-        return
     if getattr(module, "DESCRIPTION", None):
         parser.description = module.DESCRIPTION
     add_options(parser, module.CONFIG)
 
 
 def config_of(module: Any, args: argparse.Namespace) -> Any:
-    """The command's config made (and so validated) from the parsed flags; the namespace for a module not
-    converted yet."""
-    if not hasattr(module, "CONFIG"):
-        return args
+    """The command's config made (and so validated) from the parsed flags."""
     return from_args(module.CONFIG, args)
 
 

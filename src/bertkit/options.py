@@ -12,8 +12,10 @@ A field's name gives the flag (``max_seq_length`` -> ``--max-seq-length``), its 
     add_options(parser, FinetuneArgs)              # flags, grouped, with help showing the default
     cfg = from_args(FinetuneArgs, parser.parse_args())
 
-Bools become ``store_true`` (default False) or ``store_false`` (default True, flag ``--no-NAME`` unless given).
-``X | None`` fields take ``X``'s type. ``parse=`` converts the string (e.g. a duration); ``skip=True`` keeps a
+Bools become ``store_true`` (default False) or ``store_false`` (default True, flag ``--no-NAME`` unless given); a
+``bool | None`` with ``negative=`` is a pair (``--nsp`` / ``--no-nsp``, ``--lowercase`` / ``--cased``), None when
+neither is given. A ``dict`` field is a repeatable ``--flag KEY=VALUE`` (``key_value_option``: the value read as
+JSON). ``X | None`` fields take ``X``'s type. ``parse=`` converts the string (e.g. a duration); ``skip=True`` keeps a
 field out of the CLI; ``aliases=`` are older spellings still accepted (with a deprecation warning).
 
 The options every training command shares have one name, one help text and one spelling here (``lr_option``,
@@ -293,6 +295,33 @@ def output_path(text: str) -> str:
     return text
 
 
+def parse_key_value(text: str) -> tuple[str, Any]:
+    """An argparse ``type`` for a ``KEY=VALUE`` flag (a ``dict`` field, :func:`key_value_option`): the key, and the
+    value read as JSON (the text itself when it is not JSON). Refused in one line: no ``=`` or no key, a value
+    nested too deeply for the JSON reader (it recurses once per level)."""
+    import json
+
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+    except RecursionError:  # '[' x 100,000
+        raise argparse.ArgumentTypeError(f"{key}: the value nests too deeply to be read") from None
+
+
+class _KeyValues(argparse.Action):
+    """A repeatable ``KEY=VALUE`` flag: each (key, value) goes into one dict, a new one (the default is not changed);
+    a key given twice keeps its last value."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        key, value = values
+        setattr(namespace, self.dest, {**(getattr(namespace, self.dest, None) or {}), key: value})
+
+
 class _DeprecatedAlias(argparse.Action):
     """An older spelling of a flag: stores into the same field, and warns once it is used."""
 
@@ -368,7 +397,10 @@ def add_options(
                 kwargs["required"] = True
             if meta.get("repeat"):
                 kwargs.update(action="append", default=None if meta.get("required") else default)
-            shown = default is not None and not isinstance(default, list | tuple)  # a list's default is in its help
+            if typing.get_origin(tp) is dict:  # --flag KEY=VALUE, repeatable: one dict
+                kwargs.update(action=_KeyValues, type=meta.get("parse") or parse_key_value)
+                kwargs.setdefault("metavar", "KEY=VALUE")
+            shown = default is not None and not isinstance(default, list | tuple | dict)  # a list's is in its help
             shown = shown and f.repr  # a secret's is not shown at all
             if shown and not meta.get("required") and "%(default)" not in help_text:
                 kwargs["help"] = (help_text + " " if help_text else "") + "(default: %(default)s)"
@@ -640,6 +672,12 @@ def workers_option(help: str = "preprocessing processes (default: every core)", 
 def lowercase_option(help: str = "uncased tokenizing", cased_help: str = "cased tokenizing", group=None) -> Any:
     """``lowercase``: ``--lowercase`` True, ``--cased`` False, neither None (the vocabulary's own choice)."""
     return option(None, group=group, help=help, negative=("--cased", cased_help))
+
+
+def key_value_option(help: str, flag: str | None = None, group: str | None = None) -> Any:
+    """A ``dict`` field given as a repeatable ``--flag KEY=VALUE`` (:func:`parse_key_value`); ``{}`` when not given
+    (``--config-override num_hidden_layers=2``)."""
+    return option(default_factory=dict, flag=flag, group=group, metavar="KEY=VALUE", help=help)
 
 
 def cased_option(help: str, default: bool | None = False) -> Any:

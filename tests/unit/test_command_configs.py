@@ -18,12 +18,7 @@ import pytest
 from bertkit.cli import COMMANDS, VARIANTS, configure, select
 from bertkit.options import field_flags, option
 
-# the commands still written the old way (configure(parser) + run(args)): converted one by one
-NOT_CONVERTED = {
-    "bertkit.commands.pretrain",
-}
 MODULES = sorted({m for m, _ in COMMANDS.values()} | {v.module for vs in VARIANTS.values() for v in vs})
-CONVERTED = [m for m in MODULES if m not in NOT_CONVERTED]
 
 
 def listed_flags(module) -> set[str]:
@@ -59,7 +54,7 @@ def attributes_read(*sources: str) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("name", CONVERTED)
+@pytest.mark.parametrize("name", MODULES)
 def test_help_lists_only_the_flags_the_command_reads(name):
     module = importlib.import_module(name)
     assert dataclasses.is_dataclass(module.CONFIG) and module.CONFIG.__dataclass_params__.frozen, name

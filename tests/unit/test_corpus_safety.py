@@ -177,14 +177,14 @@ def test_a_parquet_column_of_nulls_is_an_error_and_some_nulls_a_warning(tmp_path
 
 
 def test_pretrain_has_the_follow_symlinks_flag(tmp_path):
-    from bertkit.cli import CommandParser
+    from bertkit.cli import CommandParser, config_of, configure
     from bertkit.commands import pretrain
 
     parser = CommandParser(prog="bertkit pretrain")
-    pretrain.configure(parser)
+    configure(pretrain, parser)
     base = ["--corpus", "c", "--output", str(tmp_path / "o"), "--max-steps", "1"]
-    assert pretrain.config_from_args(parser.parse_args([*base, "--follow-symlinks"])).follow_symlinks is True
-    assert pretrain.config_from_args(parser.parse_args(base)).follow_symlinks is False
+    assert config_of(pretrain, parser.parse_args([*base, "--follow-symlinks"])).follow_symlinks is True
+    assert config_of(pretrain, parser.parse_args(base)).follow_symlinks is False
 
 
 # ------------------------------------------------------------------------------------------------ issue 60

@@ -1,5 +1,5 @@
-"""options.option(): flags built from dataclass fields (defaults, types, bools, choices, skip, groups in the help) and
-read back into the dataclass."""
+"""options.option(): flags built from dataclass fields (defaults, types, bools, paired bools, KEY=VALUE dicts, choices,
+skip, groups in the help) and read back into the dataclass."""
 
 import argparse
 from dataclasses import dataclass
@@ -181,3 +181,30 @@ def test_check_bounds_holds_a_config_made_in_code_to_the_flags_table():
     ):
         with pytest.raises(ValueError, match=says):
             check_bounds(Cfg(**bad), ValueError)
+
+
+def test_paired_bools_and_key_value_dicts():
+    """A ``bool | None`` with ``negative``: --nsp True, --no-nsp False, neither None, both refused. A ``dict`` field
+    (key_value_option): each --set KEY=VALUE one key, the value read as JSON (else kept as text), the last of a key
+    kept; a fresh dict per parse (the default untouched); an item with no '=' refused naming it."""
+    from typing import Any
+
+    from bertkit.options import key_value_option, parse_key_value
+
+    @dataclass
+    class Cfg:
+        nsp: bool | None = option(None, negative=("--no-nsp", "MLM only"), help="NSP")
+        overrides: dict[str, Any] = key_value_option("override a field", flag="--set")
+
+    p = argparse.ArgumentParser()
+    add_options(p, Cfg)
+    read = lambda *argv: from_args(Cfg, p.parse_args(list(argv)))  # noqa: E731
+    assert [read(*a).nsp for a in ([], ["--nsp"], ["--no-nsp"])] == [None, True, False]
+    got = read("--set", "layers=2", "--set", "act=gelu", "--set", 'ids={"a": [1]}', "--set", "layers= 3")
+    assert got.overrides == {"layers": 3, "act": "gelu", "ids": {"a": [1]}}
+    assert read().overrides == {} and p.get_default("overrides") == {}
+    assert "KEY=VALUE" in p.format_help() and "(default: {})" not in p.format_help()
+    with pytest.raises(SystemExit):
+        p.parse_args(["--nsp", "--no-nsp"])
+    with pytest.raises(argparse.ArgumentTypeError, match="'layers': expected KEY=VALUE"):
+        parse_key_value("layers")

@@ -1,72 +1,23 @@
 """``bertkit pretrain``: MLM + NSP pre-training from raw text (also under ``torchrun --nproc_per_node N``).
 
-The flags are built from ``PretrainConfig``'s fields (``bertkit.options``): a flag's default and help live there once.
+Its config is ``PretrainConfig`` (``bertkit.recipes.pretrain``), whose fields are the flags: a flag's default and help
+live there once. ``run`` resolves it once (the recipe's choices, printed by the run) and checks what only the resolved
+run shows (``--config-override`` against the architecture's config, OUTPUT against the inputs) before training.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-
 from bertkit.errors import InputError
 from bertkit.outputs import check_output
+from bertkit.recipes.pretrain.config import PretrainConfig
 
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    # the library loads when the command runs, not for its -h
-    from bertkit.options import add_options
-    from bertkit.recipes.pretrain import PretrainConfig
-
-    parser.description = (
-        "Pre-train BERT (masked LM, and next-sentence prediction with the paper's recipe) on your text files. OUTPUT "
-        "ends as a model directory (config.json, model.safetensors, vocab.txt) that bertkit and transformers load; "
-        "checkpoints go to OUTPUT/checkpoints and metrics to OUTPUT/metrics.jsonl. SIGTERM or Ctrl-C saves a "
-        "checkpoint first. Run it under torchrun for DistributedDataParallel."
-    )
-    groups = add_options(parser, PretrainConfig)
-    data, model = groups["data"], groups["model and objectives"]
-    case = data.add_mutually_exclusive_group()
-    case.add_argument(
-        "--lowercase",
-        dest="lowercase",
-        action="store_true",
-        default=None,
-        help="uncased (default for a trained vocabulary)",
-    )
-    case.add_argument("--cased", dest="lowercase", action="store_false", help="keep case")
-    nsp = model.add_mutually_exclusive_group()
-    nsp.add_argument(
-        "--nsp",
-        dest="nsp",
-        action="store_true",
-        default=None,
-        help="next-sentence prediction on [CLS] A [SEP] B [SEP] pairs (paper)",
-    )
-    nsp.add_argument("--no-nsp", dest="nsp", action="store_false", help="MLM only, on full packed sequences")
-    model.add_argument(
-        "--config-override",
-        dest="config_overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a BertConfig field, e.g. num_hidden_layers=2 (repeatable; value read as JSON)",
-    )
-
-
-def parse_overrides(items: list[str]) -> dict:
-    """``["k=v", ...]`` -> {k: JSON value, or the string when it is not JSON}."""
-    overrides = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise InputError(f"--config-override {item!r}: expected KEY=VALUE")
-        try:
-            overrides[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[key.strip()] = value
-        except RecursionError:  # '[' x 100,000: the parser recurses once per level
-            raise InputError(f"--config-override {key.strip()}: the value nests too deeply to be read") from None
-    return overrides
+CONFIG = PretrainConfig
+DESCRIPTION = (
+    "Pre-train BERT (masked LM, and next-sentence prediction with the paper's recipe) on your text files. OUTPUT "
+    "ends as a model directory (config.json, model.safetensors, vocab.txt) that bertkit and transformers load; "
+    "checkpoints go to OUTPUT/checkpoints and metrics to OUTPUT/metrics.jsonl. SIGTERM or Ctrl-C saves a "
+    "checkpoint first. Run it under torchrun for DistributedDataParallel."
+)
 
 
 def check_overrides(
@@ -116,16 +67,15 @@ def _refused_alone(config_class, model_size: str, key: str, value) -> bool:
     return False
 
 
-def config_from_args(args: argparse.Namespace):
-    """The run's config, validated and resolved once (the recipe's model and choices filled in: ``resolve``)."""
+def resolved(config: PretrainConfig) -> PretrainConfig:
+    """The run's config resolved once (the recipe's model and choices filled in: ``resolve``), and checked where only
+    the resolved run shows a fault: the overrides against its architecture and sequence lengths, OUTPUT against its
+    inputs."""
     # the library loads when the command runs, not for its -h
-    from bertkit.options import from_args
-    from bertkit.recipes.pretrain import PretrainConfig, check_given, longest_sequence, resolve
+    from bertkit.recipes.pretrain import longest_sequence, resolve
 
-    overrides = parse_overrides(args.config_overrides)
-    check_given(args)  # the flags as given, before a config is made (its own checks read --init-from's directory)
-    cfg = resolve(from_args(PretrainConfig, args, config_overrides=overrides))
-    check_overrides(overrides, cfg.arch, cfg.model_size, cfg.init_from, longest_sequence(cfg))
+    cfg = resolve(config)
+    check_overrides(cfg.config_overrides, cfg.arch, cfg.model_size, cfg.init_from, longest_sequence(cfg))
     # OUTPUT inside a corpus directory would be read back as corpus by the next run, and one holding an input would
     # be cleared by --overwrite: refused as every command's output is (an existing run is RunDir.open's to judge)
     inputs = {"--corpus": cfg.corpus, "--vocab": cfg.vocab, "--init-from": cfg.init_from, "--blimp": cfg.blimp}
@@ -133,12 +83,12 @@ def config_from_args(args: argparse.Namespace):
     return cfg
 
 
-def run(args: argparse.Namespace) -> int:
+def run(config: PretrainConfig) -> int:
     # the library loads when the command runs, not for its -h
     from bertkit.recipes.pretrain import pretrain
 
     try:
-        pretrain(config_from_args(args))
+        pretrain(resolved(config))
     except (ValueError, FileNotFoundError) as e:  # raised below the recipe by code that does not know the run
         if isinstance(e, InputError):
             raise

@@ -23,6 +23,8 @@ from bertkit.options import (
     device_option,
     encoding_option,
     follow_symlinks_option,
+    key_value_option,
+    lowercase_option,
     lr_option,
     max_steps_option,
     max_time_option,
@@ -35,7 +37,7 @@ from bertkit.options import (
     warmup_option,
     workers_option,
 )
-from bertkit.recipes.pretrain.checks import check_combinations, check_inputs
+from bertkit.recipes.pretrain.checks import check_combinations, check_given, check_inputs
 from bertkit.recipes.pretrain.objectives import OBJECTIVES
 from bertkit.recipes.pretrain.tables import RECIPES
 
@@ -88,7 +90,9 @@ class PretrainConfig:
     vocab_size: int | None = _run_key(
         None, group=_D, help="size of the trained vocabulary (default: budget recipe 8000, paper 30522)"
     )
-    lowercase: bool | None = _run_key(None, skip=True)  # --lowercase/--cased; None: uncased for a trained vocabulary
+    lowercase: bool | None = _as_run_key(  # None: uncased for a trained vocabulary, a given one's own otherwise
+        lowercase_option("uncased (default for a trained vocabulary)", "keep case", group=_D)
+    )
     workers: int | None = workers_option(group=_D)
     prepare_on: str = option(
         "global",
@@ -153,8 +157,19 @@ class PretrainConfig:
             "its config, weights and vocabulary (--model-size is then ignored)"
         ),
     )
-    config_overrides: dict[str, Any] = _run_key(default_factory=dict, skip=True)  # --config-override KEY=VALUE
-    nsp: bool | None = _run_key(None, skip=True)  # --nsp / --no-nsp
+    config_overrides: dict[str, Any] = _as_run_key(  # checked against the architecture's config once resolved
+        key_value_option(
+            "override a BertConfig field, e.g. num_hidden_layers=2 (repeatable; value read as JSON)",
+            flag="--config-override",
+            group=_M,
+        )
+    )
+    nsp: bool | None = _run_key(
+        None,
+        negative=("--no-nsp", "MLM only, on full packed sequences"),
+        group=_M,
+        help="next-sentence prediction on [CLS] A [SEP] B [SEP] pairs (paper)",
+    )
     mask_prob: float | str | None = _run_key(  # a float, or "START:END" (data/pretraining/masking.py)
         None, bounds=(0, 1, True, True), parse=masks.mask_prob_flag, metavar="P|START:END", group=_M, help=masks.HELP
     )
@@ -306,6 +321,8 @@ class PretrainConfig:
         if self.mask_mix is not None:
             parse_mask_mix(self.mask_mix)
         masks.parse_mask_prob(self.mask_prob)
+        if not self.chosen:  # the flags as given (resolve() fills in what they refuse): before --init-from is read
+            check_given(self)
         check_inputs(self)  # --blimp and --init-from name what they need
 
     def recipe_name(self) -> str:

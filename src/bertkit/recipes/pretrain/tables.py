@@ -143,7 +143,11 @@ def resolve(cfg):
     arch_name, size, vocab_size = choose_model(name, cfg.arch, model_size, cfg.vocab_size, cfg.init_from, cfg.max_time)
     arch = models.get(arch_name)
     vocab = cfg.vocab or cfg.init_from  # --init-from: the model's own vocabulary (and tokenizer config)
-    cfg = dataclasses.replace(cfg, arch=arch_name, model_size=arch.preset(size), vocab_size=vocab_size, vocab=vocab)
+    # chosen set from here on: the flags as given were checked when cfg was made (checks.check_given), not the values
+    # filled in below (a vocabulary size beside --init-from's vocabulary, the recipe's initialisation)
+    cfg = dataclasses.replace(
+        cfg, arch=arch_name, model_size=arch.preset(size), vocab_size=vocab_size, vocab=vocab, chosen=f"recipe {name}"
+    )
     table = dict(BUDGET if name == "budget" else PAPER)
     if gpu:  # the tokens a step a card carries (over the table; the objective's and the flags' over it)
         table.update(batch_size=GPU_BUDGET["batch_size"], batch_ramp=GPU_BUDGET["batch_ramp"])
