@@ -108,6 +108,10 @@ def test_run_output_loads_in_bertkit_and_transformers(corpus, tmp_path, capsys):
     # the small held-out text is masked several times (other seeds): two draws score twice the masked tokens
     one, two = (held_out_accuracy(out, max_batches=10**6, draws=d)["masked_tokens"] for d in (1, 2))
     assert two > one > 0
+    record = json.loads((out / "run.json").read_text())
+    del record["config"]["chosen"]  # a run.json from before it was recorded: its config is still the resolved one
+    (out / "run.json").write_text(json.dumps(record))
+    assert held_out_accuracy(out, max_batches=10**6, draws=1)["masked_tokens"] == one
     model = BertForPreTraining.from_pretrained(out)
     ids = torch.tensor([[2, 50, 60, 70, 3]])
     ours = model(ids).prediction_logits

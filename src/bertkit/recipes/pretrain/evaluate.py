@@ -34,10 +34,13 @@ def held_out_accuracy(
     import torch
 
     out = Path(output)
-    # the run's sequences, masked at the paper's 15% (EVAL_MASK_PROB) whatever the run trained with, so runs compare
+    # the run's sequences, masked at the paper's 15% (EVAL_MASK_PROB) whatever the run trained with, so runs compare;
+    # a resolved config (chosen), also from a run.json written before 'chosen' was recorded
+    recorded = read_record(out / "run.json")["config"]
     cfg = PretrainConfig(
         **{
-            **read_record(out / "run.json")["config"],
+            **recorded,
+            "chosen": recorded.get("chosen") or "as run.json records it",
             "output": str(out),
             "max_steps": 1,
             "mask_prob": EVAL_MASK_PROB,
