@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from bertkit.errors import LossNotFinite
-from bertkit.precision import autocast, grad_scaler
+from bertkit.precision import MasterWeights, autocast, grad_scaler
 from bertkit.training import distributed
 from bertkit.training.distributed import DistContext
 from bertkit.training.optim import linear_schedule
@@ -53,9 +53,11 @@ def apply_update(
     the schedule, zero the gradients. With ``on_not_finite``, a loss or (without loss scaling) a gradient norm that
     is not finite on any process calls it with the (loss, norm) means over the processes before anything changes
     (it is expected to raise). Returns the gradient norm."""
-    scaler, optimizer = state.scaler, state.optimizer
+    scaler, optimizer, masters = state.scaler, state.optimizer, state.masters
+    if masters is not None:  # a pure-bf16 model: its gradients to the fp32 masters, which the optimizer steps
+        masters.grads_to_masters()
     scaler.unscale_(optimizer)  # clip the true gradients
-    params = [p for p in state.model.parameters() if p.requires_grad]
+    params = masters.params if masters is not None else [p for p in state.model.parameters() if p.requires_grad]
     # max_norm inf computes the norm and multiplies by 1.0: the same gradients as no clipping
     norm = float(torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf))
     if on_not_finite is not None:
@@ -64,6 +66,8 @@ def apply_update(
             on_not_finite(mean_loss, mean_norm)
     scaler.step(optimizer)  # with fp16: skipped when a gradient overflowed, and the scale lowered
     scaler.update()
+    if masters is not None:
+        masters.masters_to_model()  # and the model's gradients cleared
     state.scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     state.step += 1
@@ -119,8 +123,13 @@ def time_steps(
     import time
 
     probe = copy.deepcopy(model)
+    # a bf16 model trains over fp32 masters (MasterWeights): the probe too, so that it times the run's step
+    masters = MasterWeights(probe) if any(p.dtype == torch.bfloat16 for p in probe.parameters()) else None
     optimizer = make_optimizer(probe)
-    state = TrainState(probe, optimizer, linear_schedule(optimizer, 0, 1 << 30), grad_scaler(precision, device))
+    if masters is not None:
+        masters.adopt(optimizer)
+    scheduler = linear_schedule(optimizer, 0, 1 << 30)
+    state = TrainState(probe, optimizer, scheduler, grad_scaler(precision, device), masters=masters)
     times = []
     with rng_preserved():
         for i, batch in enumerate(batches):

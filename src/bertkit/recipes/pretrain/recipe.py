@@ -28,7 +28,7 @@ from typing import Any
 from bertkit.data.pretraining.feed import Feed
 from bertkit.data.pretraining.instances import VocabInfo
 from bertkit.data.pretraining.prefetch import Prefetcher
-from bertkit.precision import autocast
+from bertkit.precision import MasterWeights, autocast, uses_master_weights
 from bertkit.recipes.pretrain import flops, objectives
 from bertkit.recipes.pretrain.config import PretrainConfig, PretrainError
 from bertkit.recipes.pretrain.setup import (
@@ -91,7 +91,12 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
         # ---- the model; the optimizer, the steps (fitted to --max-time) and the train state, or the checkpoint's
         # the objective's model around the architecture's pre-training model (ELECTRA's discriminator is that model)
         model, config = objective.build(cfg, tokenizer, shard_dir, feed.max_len, ctx.device, build_model)
+        # bf16 on a CPU: a bf16 model over fp32 master weights (what the optimizer steps and the checkpoints hold)
+        masters = MasterWeights(model) if uses_master_weights(precision, ctx.device) and not ctx.distributed else None
         train, total_steps, reschedule = schedule(cfg, run, model, feed)
+        if masters is not None:
+            train.masters = masters
+            masters.adopt(train.optimizer)
         run.record.update(world_size=ctx.world_size, model_config=config.to_dict("hf"))
         # run.json, metrics.jsonl cut back to the step resumed, the bar; the state restored from the checkpoint
         run.begin(train, total_steps, position=feed.position, reschedule=reschedule, tensorboard=cfg.tensorboard)
@@ -105,7 +110,8 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
             ctx,
             f"model {cfg.model_shown()}: "
             f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
-            f"parameters, vocab {len(tokenizer)}, precision {precision}, {ctx.world_size} process(es) on "
+            f"parameters, vocab {len(tokenizer)}, precision {precision}"
+            f"{' (bf16 weights, fp32 masters)' if masters is not None else ''}, {ctx.world_size} process(es) on "
             f"{ctx.device.type}; {run.total_steps} steps",
         )
 
@@ -143,6 +149,8 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
 
         # ---- the end: checkpoint + model directory (config.json, model.safetensors, vocab.txt, tokenizer config)
         run.end(stop)
+        if masters is not None:  # the saved model is the fp32 masters
+            masters.restore()
         if ctx.is_main:
             _write_model(cfg, objective, ctx, model, tokenizer, run)
         dist.barrier(ctx)
