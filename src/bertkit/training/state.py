@@ -57,6 +57,7 @@ class TrainState:
     position: dict[str, Any] = field(default_factory=dict)
     elapsed: float = 0.0
     masters: MasterWeights | None = None  # a pure-bf16 model's fp32 master weights (what the optimizer steps)
+    unchecked: tuple | None = None  # a GPU step's deferred finiteness check (training.step.check_finite), not saved
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -49,7 +49,7 @@ from bertkit.training import distributed as dist
 from bertkit.training.distributed import all_reduce_mean
 from bertkit.training.interrupt import GracefulStop
 from bertkit.training.rundir import os_errors
-from bertkit.training.step import optimizer_step, to_device
+from bertkit.training.step import check_finite, optimizer_step, to_device
 
 __all__ = ["PretrainError", "pretrain"]
 
@@ -125,7 +125,7 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
                 if entered := feed.advance(run.step, run.total_steps):
                     say_run(cfg, ctx, entered)
                 forward, count = _micro_batches(feed, loader, cfg, ctx, run.meter, objective)
-                step_loss = optimizer_step(
+                step = optimizer_step(
                     train,
                     range(cfg.grad_accum),
                     forward,
@@ -136,8 +136,10 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
                     ddp_model=ddp_model,
                     after_backward=count,
                     on_not_finite=run.not_finite,
-                ).loss
-                run.stepped(step_loss, t0)
+                )
+                run.stepped(step.loss_sum, t0)  # on a GPU a device tensor: no host sync in the step
+                if run.due(cfg.log_every) or (cfg.save_every and run.step % cfg.save_every == 0):
+                    check_finite(train, run.not_finite)  # a GPU's deferred check, before a log line or checkpoint
                 if run.due(cfg.log_every):
                     _log(cfg, objective, run, feed, train.scheduler.get_last_lr()[0])
                 if (eval_batches or probe) and ctx.is_main and run.due(_eval_every(cfg, run)):
@@ -211,11 +213,12 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objectiv
 
     def count(_, output) -> None:
         batch = current["batch"]
+        # tensors, summed on the device: the window is read (one host sync) at the log line, not per micro-batch
         meter.add(
-            mlm_loss=float(output.mlm_loss.detach()) / cfg.grad_accum,
+            mlm_loss=output.mlm_loss.detach().double() / cfg.grad_accum,  # as float(loss) / grad_accum: float64
             mlm_n=output.masked_labels.numel(),
-            mlm_ok=int((output.masked_logits.max(-1).indices == output.masked_labels).sum()),  # = argmax
-            tokens=int(batch["attention_mask"].sum()),
+            mlm_ok=(output.masked_logits.max(-1).indices == output.masked_labels).sum(),  # = argmax
+            tokens=batch["attention_mask"].sum(),
             sequences=int(batch["attention_mask"].shape[0]),
         )
         objective.count(meter, output, batch, cfg)
