@@ -166,11 +166,14 @@ def test_packed_training_step_matches_padded_gradients():
     labels = torch.full_like(ids, -100)
     labels[:, 3] = ids[:, 3]
     labels[0, 15] = 5
-    grads = []
+    grads, losses = [], []
     for packing in (None, mb.Packing(mask)):
         model.zero_grad()
-        model(ids, attention_mask=mask, labels=labels, packing=packing).loss.backward()
+        loss = model(ids, attention_mask=mask, labels=labels, packing=packing).loss
+        loss.backward()
+        losses.append(float(loss))
         grads.append([p.grad.clone() for p in model.parameters()])
+    assert abs(losses[1] - losses[0]) <= 1e-3 * abs(losses[0])  # the packed batch's loss is the padded batch's
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
 
