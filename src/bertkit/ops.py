@@ -119,9 +119,12 @@ class _Bf16CrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        if getattr(ctx, "spent", False):  # the gradient is made in the saved softmax itself: once only
+            raise RuntimeError("bertkit.ops.cross_entropy (bf16): a second backward (retain_graph) is not supported")
+        ctx.spent = True
         probs, labels, lse, target = ctx.saved_tensors
         scale = grad.float() / probs.size(0)
-        out = probs.mul(scale.to(probs.dtype))
+        out = probs.mul_(scale.to(probs.dtype))  # in place: no second [M, V] tensor
         rows = torch.arange(probs.size(0), device=probs.device)
         out[rows, labels] = ((target - lse).exp() - 1.0).mul(scale).to(out.dtype)
         return out, None
