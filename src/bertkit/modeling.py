@@ -220,7 +220,8 @@ class BertEmbeddings(nn.Module):
             positions = self.position_embeddings(position_ids)
         else:
             positions = self.sinusoidal[position_ids]
-        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids) + positions  # [B, T, H]
+        segments = ops.embedding(self.token_type_embeddings, token_type_ids)  # a bf16 table's gradient summed in fp32
+        x = self.word_embeddings(input_ids) + segments + positions  # [B, T, H]
         return self.dropout(self.LayerNorm(x))
 
 

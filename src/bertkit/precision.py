@@ -130,6 +130,7 @@ class MasterWeights:
             for param, _ in self.pairs:
                 param.data = param.data.to(self.dtype)
         self._master = {id(p): m for p, m in self.pairs}
+        self._grads: list[torch.Tensor | None] = [None] * len(self.pairs)  # the masters' gradient buffers
 
     @property
     def params(self) -> list[torch.Tensor]:
@@ -145,9 +146,15 @@ class MasterWeights:
         return optimizer
 
     def grads_to_masters(self) -> None:
-        """Each bf16 gradient as its master's fp32 gradient (None where the parameter got none)."""
-        for param, master in self.pairs:
-            master.grad = None if param.grad is None else param.grad.float()
+        """Each bf16 gradient as its master's fp32 gradient (None where the parameter got none), in fp32 buffers
+        kept from step to step (a fresh [30522, H] allocation per step costs its page faults)."""
+        for i, (param, master) in enumerate(self.pairs):
+            if param.grad is None:
+                master.grad = None
+                continue
+            if self._grads[i] is None:
+                self._grads[i] = torch.empty_like(master)
+            master.grad = self._grads[i].copy_(param.grad)
 
     @torch.no_grad()
     def masters_to_model(self) -> None:
