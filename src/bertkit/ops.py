@@ -7,7 +7,9 @@
   still reproduce a run exactly.
 - ``cross_entropy``: the mean cross-entropy of low-precision vocabulary logits [M, V], computed in fp32 a block of
   rows at a time (log-sum-exp forward; softmax minus one-hot backward) without materialising the fp32 [M, V] copies,
-  log-probabilities and zero-filled gradients that ``F.cross_entropy(logits.float(), labels)`` builds.
+  log-probabilities and zero-filled gradients that ``F.cross_entropy(logits.float(), labels)`` builds; bf16
+  logits through PyTorch's fused bf16 softmax (six times faster on a CPU than any fp32 route; the loss to bf16's
+  rounding of the largest probability, 2**-9 per row).
 
 Off CPU both fall back to the PyTorch functions (whose GPU kernels are already fused).
 
@@ -99,6 +101,35 @@ class _BlockwiseCrossEntropy(torch.autograd.Function):
         return out, None
 
 
+class _Bf16CrossEntropy(torch.autograd.Function):
+    """bf16 logits: PyTorch's fused bf16 softmax kernel (fp32 sums inside, one rounding of each probability) in one
+    pass, in place of fp32 copies and the several passes of a log-sum-exp; it keeps the softmax for the backward
+    (softmax minus one-hot, one bf16 multiply). Each row's log-sum-exp is recovered in fp32 from its largest
+    probability (``lse = x_max - log p_max``, to 2**-9 absolute: p_max's rounding), and the target's gradient is
+    computed in fp32 from it, so the loss is within 2**-9 of the fp32 loss per row."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, labels: Tensor) -> Tensor:
+        probs = torch.softmax(logits, dim=-1)
+        top, where = logits.max(dim=-1)
+        lse = top.float() - probs.gather(1, where[:, None]).squeeze(1).float().log()
+        target = logits.gather(1, labels[:, None]).squeeze(1).float()
+        ctx.save_for_backward(probs, labels, lse, target)
+        return (lse - target).mean()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        if getattr(ctx, "spent", False):  # the gradient is made in the saved softmax itself: once only
+            raise RuntimeError("bertkit.ops.cross_entropy (bf16): a second backward (retain_graph) is not supported")
+        ctx.spent = True
+        probs, labels, lse, target = ctx.saved_tensors
+        scale = grad.float() / probs.size(0)
+        out = probs.mul_(scale.to(probs.dtype))  # in place: no second [M, V] tensor
+        rows = torch.arange(probs.size(0), device=probs.device)
+        out[rows, labels] = ((target - lse).exp() - 1.0).mul(scale).to(out.dtype)
+        return out, None
+
+
 def cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
     """``F.cross_entropy(logits.float(), labels)`` (mean over rows, fp32 result) for logits [M, V], labels [M]
     all valid (no ignore_index)."""
@@ -108,7 +139,37 @@ def cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
         return F.cross_entropy(logits.float(), labels)
     if bool(((labels < 0) | (labels >= logits.size(1))).any()):
         raise ValueError(f"labels must lie in [0, {logits.size(1)}); got {labels.min().item()}..{labels.max().item()}")
+    if logits.dtype == torch.bfloat16:
+        return _Bf16CrossEntropy.apply(logits, labels)
     return _BlockwiseCrossEntropy.apply(logits, labels)
+
+
+# --------------------------------------------------------------------------------------------- embedding
+
+
+class _Fp32SumEmbedding(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, ids: Tensor, weight: Tensor) -> Tensor:
+        ctx.save_for_backward(ids)
+        ctx.rows, ctx.dtype = weight.size(0), weight.dtype
+        return F.embedding(ids, weight)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[None, Tensor]:
+        (ids,) = ctx.saved_tensors
+        flat = grad.reshape(-1, grad.size(-1)).float()
+        summed = flat.new_zeros(ctx.rows, flat.size(1)).index_add_(0, ids.reshape(-1), flat)
+        return None, summed.to(ctx.dtype)
+
+
+def embedding(module: nn.Embedding, ids: Tensor) -> Tensor:
+    """``module(ids)``; for a bf16 table on a CPU with fewer rows than ``ids`` (the segment embeddings: 2 rows, every
+    token of the batch), the gradient summed in fp32 and rounded once: summed in bf16, the 4,096 tokens of a
+    32 x 128 batch left it 4% off (the word embeddings' rows are shared by few tokens: the plain kernel)."""
+    weight = module.weight
+    if weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and weight.size(0) < ids.numel():
+        return _Fp32SumEmbedding.apply(ids, weight)
+    return module(ids)
 
 
 # --------------------------------------------------------------------------------------------- pooling

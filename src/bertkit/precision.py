@@ -93,3 +93,97 @@ def grad_scaler(precision: str, device: torch.device | str) -> torch.amp.GradSca
     its ``state_dict()`` is empty."""
     device = torch.device(device)
     return torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+
+
+def uses_master_weights(precision: str, device: torch.device | str) -> bool:
+    """True where ``precision`` trains a pure-bf16 model over fp32 master weights (:class:`MasterWeights`): bf16
+    on a CPU. There autocast's per-step casts of every weight (and of its gradient back) cost more than the bf16
+    units save; a bf16 model computes without them. GPUs keep autocast over fp32 weights."""
+    return precision == "bf16" and torch.device(device).type == "cpu"
+
+
+class MasterWeights:
+    """A pure-bf16 model with fp32 master weights: the model's parameters are cast to bf16 (the weights it computes
+    with; its buffers stay as they are), and fp32 copies of them, taken before the cast, are what the optimizer
+    steps. Per optimizer step: :meth:`grads_to_masters` (the bf16 gradients as the masters' fp32 gradients),
+    the optimizer's step on the masters, :meth:`masters_to_model` (the masters rounded into the model).
+
+        masters = MasterWeights(model)          # model now bf16; masters.params fp32
+        optimizer = build_optimizer(model)      # groups and options as for any model ...
+        masters.adopt(optimizer)                # ... stepping the masters in place of the model's parameters
+
+    What a checkpoint and the saved model hold are the masters (:meth:`state_dict`, :meth:`restore`), so a resumed
+    run continues from the same fp32 numbers and the saved model loads as any fp32 one."""
+
+    dtype = torch.bfloat16
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.names: dict[int, str] = {}
+        self.pairs: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
+        for name, param in model.named_parameters():  # tied parameters once
+            if id(param) in self.names:
+                continue
+            self.names[id(param)] = name
+            self.pairs.append((param, param.detach().float().clone()))
+        with torch.no_grad():
+            for param, _ in self.pairs:
+                param.data = param.data.to(self.dtype)
+        self._master = {id(p): m for p, m in self.pairs}
+        self._grads: list[torch.Tensor | None] = [None] * len(self.pairs)  # the masters' gradient buffers
+
+    @property
+    def params(self) -> list[torch.Tensor]:
+        """The fp32 masters of the parameters that train (what the optimizer steps and the clipping measures)."""
+        return [m for p, m in self.pairs if p.requires_grad]
+
+    def adopt(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """``optimizer`` (built over the model, with no step taken yet) stepping the masters in its groups' places."""
+        if optimizer.state:
+            raise ValueError("MasterWeights.adopt needs an optimizer that has not stepped yet")
+        for group in optimizer.param_groups:
+            group["params"] = [self._master.get(id(p), p) for p in group["params"]]
+        return optimizer
+
+    def grads_to_masters(self) -> None:
+        """Each bf16 gradient as its master's fp32 gradient (None where the parameter got none), in fp32 buffers
+        kept from step to step (a fresh [30522, H] allocation per step costs its page faults)."""
+        for i, (param, master) in enumerate(self.pairs):
+            if param.grad is None:
+                master.grad = None
+                continue
+            if self._grads[i] is None:
+                self._grads[i] = torch.empty_like(master)
+            master.grad = self._grads[i].copy_(param.grad)
+
+    @torch.no_grad()
+    def masters_to_model(self) -> None:
+        """The masters, rounded to bf16, into the model's parameters; the model's gradients cleared."""
+        for param, master in self.pairs:
+            param.copy_(master)
+            param.grad = None
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The model's state dict with the fp32 masters in place of its bf16 parameters (what a checkpoint holds)."""
+        state = self.model.state_dict()
+        for name, tensor in list(state.items()):
+            if tensor.dtype == self.dtype:
+                state[name] = tensor.float()
+        for name, param in self.model.named_parameters(remove_duplicate=False):  # tied: under each of its names
+            if id(param) in self._master:
+                state[name] = self._master[id(param)].detach().clone()
+        return state
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """A checkpoint's weights (fp32) as the masters, and rounded into the model."""
+        self.model.load_state_dict(state)  # rounded into the bf16 parameters
+        for param, master in self.pairs:
+            master.copy_(state[self.names[id(param)]])
+
+    @torch.no_grad()
+    def restore(self) -> torch.nn.Module:
+        """The model back in fp32 holding the masters exactly (to save it, or to go on in fp32); returns it."""
+        for param, master in self.pairs:
+            param.data = master.detach().clone()
+        return self.model

@@ -131,3 +131,16 @@ def test_log_fields_use_the_windows_own_sequences_and_never_exceed_the_peak(tmp_
     monkeypatch.setattr(flops, "device_peak", lambda device, precision: per_token * 1000 / 2)  # probe measured low
     fields = flops.log_fields(ctx, tmp_path / ".", 1000.0, sums)
     assert "mfu" not in fields and fields["model_tflops"] > 0
+
+
+def test_the_peak_on_the_models_own_products():
+    """Issue 56's peak: the model's products (the feed-forward's GeGLU input projection is H x 2I in ModernBERT) and
+    their weight-gradient transposes; the rate is measured from its own generator (a run's random stream untouched)."""
+    bert = flops.model_shapes(TINY, tokens=64, masked=10)
+    h, i, v = TINY["hidden_size"], TINY["intermediate_size"], TINY["vocab_size"]
+    assert bert[:4] == [(64, h, h), (64, h, i), (64, i, h), (10, h, v)]
+    assert bert[4:] == [(h, 64, h), (h, 64, i), (i, 64, h), (h, 10, v)]
+    assert flops.model_shapes({**TINY, "model_type": "modernbert"}, 64, 10)[1] == (64, h, 2 * i)
+    rng = torch.get_rng_state()
+    assert flops.shapes_peak(bert[:2], "fp32", seconds=0.05) > 0
+    assert torch.equal(torch.get_rng_state(), rng)

@@ -165,11 +165,14 @@ def test_packed_training_step_matches_padded_gradients():
     labels = torch.full_like(ids, -100)
     labels[:, 3] = ids[:, 3]
     labels[0, 15] = 5
-    grads = []
+    grads, losses = [], []
     for packing in (None, mb.Packing(mask)):
         model.zero_grad()
-        model(ids, attention_mask=mask, labels=labels, packing=packing).loss.backward()
+        loss = model(ids, attention_mask=mask, labels=labels, packing=packing).loss
+        loss.backward()
+        losses.append(float(loss.detach()))
         grads.append([p.grad.clone() for p in model.parameters()])
+    assert abs(losses[1] - losses[0]) <= 1e-3 * abs(losses[0])  # the packed batch's loss is the padded batch's
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
 
@@ -245,3 +248,18 @@ def test_checkpoint_mismatch_names_the_field(tmp_path):
         (tmp_path / "config.json").write_text(json.dumps(bad))
         with pytest.raises(CheckpointError, match=field):
             mb.ModernBertForMaskedLM.from_pretrained(tmp_path)
+
+
+def test_bf16_rotary_on_a_cpu_is_the_fp32_rotation_to_bf16s_rounding():
+    """A pure-bf16 model's q and k rotate in bf16 on a CPU (no fp32 round trip): within two bf16 roundings of the
+    fp32 rotation, and gradients too."""
+    cos, sin = mb.ModernBertRotaryEmbedding(mb.ModernBertConfig(**TINY))(torch.arange(16)[None], mb.GLOBAL)
+    cos, sin = cos[:, None], sin[:, None]  # [1, 1, T, D]: over the heads
+    x = torch.randn(2, 3, 16, cos.size(-1), generator=torch.Generator().manual_seed(0))
+    exact = mb.apply_rotary(x, cos, sin)
+    xb = x.bfloat16().requires_grad_()
+    rotated = mb.apply_rotary(xb, cos, sin)
+    assert rotated.dtype == torch.bfloat16
+    torch.testing.assert_close(rotated.float(), exact, rtol=2**-7, atol=2**-7)
+    rotated.float().pow(2).sum().backward()
+    torch.testing.assert_close(xb.grad.float(), 2 * x, rtol=2**-5, atol=2**-5)  # a rotation keeps the norm

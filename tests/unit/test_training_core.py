@@ -6,6 +6,7 @@ of every state: optimizer, schedule, loss scaler, RNG, position), apply_update (
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import signal
@@ -18,6 +19,7 @@ from bertkit.errors import InputError
 from bertkit.training.checkpointing import load_checkpoint
 from bertkit.training.distributed import DistContext
 from bertkit.training.interrupt import GracefulStop, Interrupted
+from bertkit.training.meter import Meter
 from bertkit.training.optim import build_optimizer, linear_schedule
 from bertkit.training.run import Run
 from bertkit.training.rundir import RunDir, check_writable
@@ -381,3 +383,49 @@ def test_layer_decay_gives_each_depth_its_lr_and_adam_moves_each_param_by_it(arc
         seen.add(depth)
         assert moved == pytest.approx(0.1 * 0.5 ** (4 - depth), rel=1e-3), name
     assert seen == {0, 1, 2, 3, 4}
+
+
+def test_the_meter_sums_device_tensors_to_the_numbers_read_one_by_one():
+    """The pre-training loop adds each micro-batch's figures as tensors (no host sync per micro-batch); the window
+    it logs is the same, to the last bit, as the sums of the numbers read one by one (the loop before: float(loss)
+    / grad_accum, int(count)), also continuing a resumed window's numbers."""
+    g = torch.Generator().manual_seed(0)
+    losses = torch.rand(40, generator=g) * 10  # fp32, as a model's losses
+    counts = torch.randint(0, 5000, (40,), generator=g)
+    for start in ({}, {"mlm_loss": 12.345678901, "mlm_ok": 77.0}):
+        meter = Meter(dict(start))
+        old = dict(start)
+        for loss, count in zip(losses, counts):
+            meter.add(mlm_loss=loss.double() / 3, mlm_ok=count.sum(), steps=1)
+            old["mlm_loss"] = old.get("mlm_loss", 0.0) + float(loss) / 3
+            old["mlm_ok"] = old.get("mlm_ok", 0.0) + float(int(count))
+        sums = meter.sums
+        assert sums["mlm_loss"] == old["mlm_loss"] and sums["mlm_ok"] == old["mlm_ok"] and sums["steps"] == 40
+        assert all(type(v) is float for v in sums.values())
+        assert meter.ratio("mlm_ok", "steps") == old["mlm_ok"] / 40
+
+
+def test_a_deferred_finiteness_check_skips_the_step_on_the_device_and_reports_at_the_check():
+    """A GPU's step keeps its figures on the device (``defer``): a non-finite loss makes the fused optimizer skip
+    the update there (no weight takes it), and ``check_finite`` (the recipe's log points and checkpoints) calls
+    ``on_not_finite`` with that step's figures. A finite step's norm is the eager path's number."""
+    from bertkit.training.step import check_finite
+
+    a, b = _state(), _state()
+    torch.manual_seed(1)
+    eager = _step(a)
+    torch.manual_seed(1)
+    loss = b.model(torch.randn(16, 4)).pow(2).mean()
+    loss.backward()
+    deferred = apply_update(b, 1.0, loss=loss.detach(), on_not_finite=lambda *_: None, defer=True)
+    assert isinstance(deferred, torch.Tensor) and float(deferred) == eager
+    check_finite(b, lambda *f: pytest.fail(f"a finite step reported {f}"))
+    before = [p.detach().clone() for p in b.model.parameters()]
+    loss = b.model(torch.randn(16, 4)).pow(2).mean() * float("nan")
+    loss.backward()
+    apply_update(b, 1.0, loss=loss.detach(), on_not_finite=lambda *_: None, defer=True)
+    assert all(torch.equal(p, q) for p, q in zip(b.model.parameters(), before))  # skipped on the device
+    seen = []
+    check_finite(b, lambda loss, norm: seen.append((loss, norm)))
+    assert len(seen) == 1 and math.isnan(seen[0][0])
+    check_finite(b, lambda *f: pytest.fail("reported twice"))

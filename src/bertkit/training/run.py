@@ -239,9 +239,10 @@ class Run:
     def train_loss(self) -> float:
         return self.loss_sum / max(self.loss_n, 1)
 
-    def stepped(self, loss: float, t0: float) -> None:
+    def stepped(self, loss, t0: float) -> None:
         """After an optimizer step that began at ``t0``: the clock, the window, the bar, and ``--max-time``'s
-        re-fit of the schedule to the measured pace."""
+        re-fit of the schedule to the measured pace. ``loss``: a number, or a device tensor the window sums without
+        a host sync (a GPU step's ``StepResult.loss_sum``)."""
         dt = time.perf_counter() - t0
         self.elapsed += dt
         self.meter.add(loss=loss, steps=1, time=dt)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertkit.precision import MasterWeights
 from bertkit.training.checkpointing import rng_state, save_checkpoint, set_rng_state
 from bertkit.training.distributed import DistContext
 
@@ -55,10 +56,12 @@ class TrainState:
     step: int = 0
     position: dict[str, Any] = field(default_factory=dict)
     elapsed: float = 0.0
+    masters: MasterWeights | None = None  # a pure-bf16 model's fp32 master weights (what the optimizer steps)
+    unchecked: tuple | None = None  # a GPU step's deferred finiteness check (training.step.check_finite), not saved
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "model": self.model.state_dict(),
+            "model": self.masters.state_dict() if self.masters is not None else self.model.state_dict(),  # fp32
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
@@ -81,7 +84,10 @@ class TrainState:
 
     def load(self, saved: dict[str, Any], ctx: DistContext) -> None:
         """Restore from a checkpoint read by ``load_checkpoint`` (also an older one with a single ``rng``)."""
-        self.model.load_state_dict(saved["model"])
+        if self.masters is not None:
+            self.masters.load_state_dict(saved["model"])
+        else:
+            self.model.load_state_dict(saved["model"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
         self.scaler.load_state_dict(saved.get("scaler") or {})

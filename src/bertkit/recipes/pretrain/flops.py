@@ -169,6 +169,43 @@ def cpu_peak(precision: str, seconds: float = 1.0, refresh: bool = False) -> flo
     return peak
 
 
+def model_shapes(config, tokens: int, masked: int) -> list[tuple[int, int, int]]:
+    """The (m, k, n) matrix products of one pre-training step of ``config`` over ``tokens`` token rows with
+    ``masked`` MLM rows: the forward's (attention projections, the feed-forward's two, the MLM decoder) and the
+    backward's weight gradients (the same products transposed: k x m by m x n)."""
+    h, i, v = (_get(config, k) for k in ("hidden_size", "intermediate_size", "vocab_size"))
+    wide = i * (_ffn_matmuls(config) - 1)  # the feed-forward's input projection: I, or GeGLU's 2I
+    forward = [(tokens, h, h), (tokens, h, wide), (tokens, i, h), (max(1, masked), h, v)]
+    return forward + [(k, m, n) for m, k, n in forward]
+
+
+def shapes_peak(shapes: list[tuple[int, int, int]], precision: str, device="cpu", seconds: float = 1.0) -> float:
+    """The best matmul FLOP/s measured on ``shapes`` ((m, k, n) products) at ``precision`` on ``device`` with
+    torch's current thread count: issue 56's peak, the rate the model's own products can reach. Not cached."""
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
+    device = torch.device(device)
+    g = torch.Generator().manual_seed(0)  # its own generator: a caller's random stream is untouched
+    best = 0.0
+    for m, k, n in shapes:
+        a = torch.randn(m, k, generator=g).to(device, dtype)
+        b = torch.randn(k, n, generator=g).to(device, dtype)
+        torch.matmul(a, b)  # the warm-up (the library picks its kernel)
+        deadline = time.perf_counter() + seconds / len(shapes)
+        while True:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t = time.perf_counter()
+            torch.matmul(a, b)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            best = max(best, 2 * m * k * n / (time.perf_counter() - t))
+            if time.perf_counter() > deadline:
+                break
+    return best
+
+
 def device_peak(device, precision: str) -> float | None:
     """Dense peak FLOP/s of ``device`` (a torch.device or string) at ``precision``: the table for GPUs, the probe
     for CPUs; None for a GPU the table does not list."""

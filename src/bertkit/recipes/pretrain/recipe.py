@@ -29,7 +29,7 @@ from typing import Any
 from bertkit.data.pretraining.feed import Feed
 from bertkit.data.pretraining.instances import VocabInfo
 from bertkit.data.pretraining.prefetch import Prefetcher
-from bertkit.precision import autocast
+from bertkit.precision import MasterWeights, autocast, uses_master_weights
 from bertkit.recipes.pretrain import flops, objectives
 from bertkit.recipes.pretrain.config import PretrainConfig, PretrainError
 from bertkit.recipes.pretrain.setup import (
@@ -50,7 +50,7 @@ from bertkit.training import distributed as dist
 from bertkit.training.distributed import all_reduce_mean
 from bertkit.training.interrupt import GracefulStop
 from bertkit.training.rundir import os_errors
-from bertkit.training.step import optimizer_step, to_device
+from bertkit.training.step import check_finite, optimizer_step, to_device
 
 __all__ = ["PretrainError", "pretrain"]
 
@@ -97,7 +97,12 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
         if probe is not None and cfg.max_steps is None:  # --max-time: the probe's seconds set aside in the fit
             seconds = probe.seconds(objective.masked_lm(model), run.precision)
             run.expect_evaluations(seconds, lambda steps: _eval_every(cfg, run, steps))
+        # bf16 on a CPU: a bf16 model over fp32 master weights (what the optimizer steps and the checkpoints hold)
+        masters = MasterWeights(model) if uses_master_weights(precision, ctx.device) and not ctx.distributed else None
         train, total_steps, reschedule = schedule(cfg, run, model, feed)
+        if masters is not None:
+            train.masters = masters
+            masters.adopt(train.optimizer)
         run.record.update(world_size=ctx.world_size, model_config=config.to_dict("hf"))
         # run.json, metrics.jsonl cut back to the step resumed, the bar; the state restored from the checkpoint
         run.begin(train, total_steps, position=feed.position, reschedule=reschedule, tensorboard=cfg.tensorboard)
@@ -112,7 +117,8 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
             ctx,
             f"model {cfg.model_shown()}: "
             f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
-            f"parameters, vocab {len(tokenizer)}, precision {precision}, {ctx.world_size} process(es) on "
+            f"parameters, vocab {len(tokenizer)}, precision {precision}"
+            f"{' (bf16 weights, fp32 masters)' if masters is not None else ''}, {ctx.world_size} process(es) on "
             f"{ctx.device.type}; {run.total_steps} steps",
         )
 
@@ -126,7 +132,7 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
                 if entered := feed.advance(run.step, run.total_steps):
                     say_run(cfg, ctx, entered)
                 forward, count = _micro_batches(feed, loader, cfg, ctx, run.meter, objective)
-                step_loss = optimizer_step(
+                step = optimizer_step(
                     train,
                     range(cfg.grad_accum),
                     forward,
@@ -137,9 +143,11 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
                     ddp_model=ddp_model,
                     after_backward=count,
                     on_not_finite=run.not_finite,
-                ).loss
+                )
                 feed.learned(_sum_over_ranks(ctx))  # adaptive masking's errors of this step (before its checkpoint)
-                run.stepped(step_loss, t0)
+                run.stepped(step.loss_sum, t0)  # on a GPU a device tensor: no host sync in the step
+                if run.due(cfg.log_every) or (cfg.save_every and run.step % cfg.save_every == 0):
+                    check_finite(train, run.not_finite)  # a GPU's deferred check, before a log line or checkpoint
                 if run.due(cfg.log_every):
                     _log(cfg, objective, run, feed, train.scheduler.get_last_lr()[0])
                 if (eval_batches or probe) and ctx.is_main and run.due(_eval_every(cfg, run)):
@@ -151,6 +159,8 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
 
         # ---- the end: checkpoint + model directory (config.json, model.safetensors, vocab.txt, tokenizer config)
         run.end(stop)
+        if masters is not None:  # the saved model is the fp32 masters
+            masters.restore()
         if ctx.is_main:
             _write_model(cfg, objective, ctx, model, tokenizer, run)
         dist.barrier(ctx)
@@ -218,14 +228,15 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objectiv
 
     def count(_, output) -> None:
         batch = current["batch"]
+        # tensors, summed on the device: the window is read (one host sync) at the log line, not per micro-batch
         ok = output.masked_logits.detach().max(-1).indices == output.masked_labels  # = argmax
         if feed.hard is not None:  # --mask-strategy adaptive: which ids the model still misses
             feed.hard.observe(output.masked_labels.cpu().numpy(), (~ok).cpu().numpy())
         meter.add(
-            mlm_loss=float(output.mlm_loss.detach()) / cfg.grad_accum,
+            mlm_loss=output.mlm_loss.detach().double() / cfg.grad_accum,  # as float(loss) / grad_accum: float64
             mlm_n=output.masked_labels.numel(),
-            mlm_ok=int(ok.sum()),
-            tokens=int(batch["attention_mask"].sum()),
+            mlm_ok=ok.sum(),
+            tokens=batch["attention_mask"].sum(),
             sequences=int(batch["attention_mask"].shape[0]),
         )
         objective.count(meter, output, batch, cfg)

@@ -301,14 +301,15 @@ class Electra(Objective):
         with torch.no_grad():
             labels = output.rtd_labels
             active = labels != -100
-            truth, pred = labels[active] == 1, output.rtd_logits[active] > 0
+            # masks over every position (indexing by ``active`` would read its count to the host)
+            truth, pred = (labels == 1) & active, (output.rtd_logits > 0) & active
             meter.add(
-                rtd_loss=float(output.rtd_loss.detach()) / cfg.grad_accum,
-                rtd_n=int(active.sum()),
-                rtd_ok=int((truth == pred).sum()),
-                rtd_pos=int(truth.sum()),
-                rtd_pred=int(pred.sum()),
-                rtd_tp=int((truth & pred).sum()),
+                rtd_loss=output.rtd_loss.detach().double() / cfg.grad_accum,  # tensors: no host sync (Meter)
+                rtd_n=active.sum(),
+                rtd_ok=((truth == pred) & active).sum(),
+                rtd_pos=truth.sum(),
+                rtd_pred=pred.sum(),
+                rtd_tp=(truth & pred).sum(),
             )
 
     def window(self, ctx, meter, cfg) -> dict[str, float]:

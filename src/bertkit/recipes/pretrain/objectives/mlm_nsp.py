@@ -17,9 +17,9 @@ class MlmNsp(Objective):
         if cfg.nsp:
             labels = batch["next_sentence_label"]
             meter.add(
-                nsp_loss=float(output.nsp_loss.detach()) / cfg.grad_accum,
+                nsp_loss=output.nsp_loss.detach().double() / cfg.grad_accum,  # tensors: no host sync (Meter)
                 nsp_n=labels.numel(),
-                nsp_ok=int((output.seq_relationship_logits.argmax(-1) == labels).sum()),
+                nsp_ok=(output.seq_relationship_logits.argmax(-1) == labels).sum(),
             )
 
     def window(self, ctx, meter, cfg) -> dict[str, float]:
