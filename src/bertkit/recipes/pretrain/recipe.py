@@ -271,9 +271,10 @@ def _log(cfg: PretrainConfig, objective, run, feed: Feed, lr: float) -> None:
     """A metrics line (means over the window and the ranks), the progress bar's figures, and a reset window."""
 
     ctx, m = run.ctx, run.meter
-    loss, mlm_loss, mlm_acc, tok_s = all_reduce_mean(
+    loss, mlm_loss, mlm_acc, tok_s, tokens = all_reduce_mean(
         ctx,
-        [m.ratio("loss", "steps"), m.ratio("mlm_loss", "steps"), m.ratio("mlm_ok", "mlm_n"), m.ratio("tokens", "time")],
+        [m.ratio("loss", "steps"), m.ratio("mlm_loss", "steps"), m.ratio("mlm_ok", "mlm_n"), m.ratio("tokens", "time")]
+        + [m.sums["tokens"]],
     )
     rates = flops.log_fields(ctx, run.dir.path, tok_s, dict(m.sums))  # model TFLOP/s and MFU (docs/pretraining.md)
     own = objective.window(ctx, m, cfg)  # NSP's, or the discriminator's (ELECTRA)
@@ -287,6 +288,7 @@ def _log(cfg: PretrainConfig, objective, run, feed: Feed, lr: float) -> None:
         "train_mlm_acc": mlm_acc,
         "lr": lr,
         "tokens_per_s": tok_s * ctx.world_size,
+        "tokens": round(tokens * ctx.world_size),  # the window's real tokens, all ranks: their sum is what was read
         "elapsed_s": round(run.elapsed, 2),
         "epoch": feed.epoch,
         **own,
