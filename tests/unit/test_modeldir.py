@@ -1,0 +1,79 @@
+"""bertkit.modeldir.ModelDir: a model directory read once. Serving one directory (its task pipeline and the encoder
+routes, or an encoder-only directory after the pipeline finds no head) reads its config.json exactly once (6 times for
+a head and 4 for an encoder before ModelDir); what it answers is what the path-taking readers answer."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+from tinymodels import finetune_base
+
+from bertkit import models
+from bertkit.commands.serve import load_model
+from bertkit.config import read_model_config
+from bertkit.modeldir import ModelDir
+
+
+@pytest.fixture
+def config_reads(monkeypatch):
+    """The number of times any code reads a file named config.json (every reader goes through Path.read_text or
+    open)."""
+    reads = []
+    read_text, real_open = pathlib.Path.read_text, open
+
+    def counted_read_text(self, *args, **kwargs):
+        if self.name == "config.json":
+            reads.append(self)
+        return read_text(self, *args, **kwargs)
+
+    def counted_open(file, *args, **kwargs):
+        if str(file).endswith("config.json"):
+            reads.append(file)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "read_text", counted_read_text)
+    monkeypatch.setattr("builtins.open", counted_open)
+    return reads
+
+
+@pytest.fixture(scope="module")
+def head_dir(tmp_path_factory):
+    from bertkit.modeling import BertForSequenceClassification
+
+    return finetune_base(tmp_path_factory.mktemp("head"), BertForSequenceClassification, seed=1, num_labels=3)
+
+
+def test_serving_a_head_reads_config_json_once(head_dir, config_reads):
+    served = load_model(str(head_dir), "cpu", "fp32")
+    served.encoder()  # the encoder routes of the same model
+    assert served.kind == "classification" and len(config_reads) == 1, config_reads
+
+
+@pytest.mark.parametrize("arch", ["bert", "modernbert"])
+def test_serving_an_encoder_reads_config_json_once(finetune_base_of, arch, config_reads):
+    directory = finetune_base_of(arch)  # no head: the pipeline is refused, the Encoder serves
+    served = load_model(str(directory), "cpu", "fp32")
+    assert type(served).__name__ == "Encoder" and len(config_reads) == 1, config_reads
+
+
+def test_answers_equal_the_path_readers(head_dir, finetune_base_of):
+    opened = ModelDir.open(head_dir)
+    assert ModelDir.open(opened) is opened and str(opened) == str(head_dir) and pathlib.Path(opened) == head_dir
+    assert read_model_config(opened) == read_model_config(head_dir)
+    assert opened.head == ("BertForSequenceClassification", "sequence_classification")
+    assert opened.weights_format == "safetensors" and opened.weights() == head_dir / "model.safetensors"
+    assert opened.tokenizer() is opened.tokenizer()  # loaded once
+    assert opened.config == models.of_directory(head_dir).config_class().from_pretrained(head_dir)
+    modern = ModelDir.open(finetune_base_of("modernbert"))
+    assert modern.architecture is models.of_directory(modern.path) and modern.architecture.model_type == "modernbert"
+    assert modern.head == ("ModernBertForMaskedLM", "masked_lm")  # the base model keeps its MLM head
+
+
+def test_a_directory_without_files_keeps_its_errors(tmp_path):
+    opened = ModelDir.open(tmp_path)  # reads nothing: the loader that asks names what is missing
+    assert opened.weights_format is None and opened.architecture is models.get(None)
+    with pytest.raises(FileNotFoundError, match="no model.safetensors, pytorch_model.bin or TensorFlow checkpoint"):
+        opened.weights()
+    with pytest.raises(Exception, match="no config.json \\(not a model directory\\)"):
+        read_model_config(opened)
