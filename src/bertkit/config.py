@@ -170,8 +170,7 @@ def check_config_json(directory: str | os.PathLike) -> None:
     too deeply to parse) is a :class:`ConfigError` naming it before any loader looks inside (a Google TF directory
     without one passes). A :class:`bertkit.modeldir.ModelDir` reads it once, for every loader."""
     if opened_dir(directory) is not None:
-        if directory.config_file is not None and directory.config_file.name == "config.json":
-            directory.raw_config  # noqa: B018 -- read (once) for its error
+        directory.config_json  # noqa: B018 -- read (once) for its error
     elif (Path(directory) / "config.json").is_file():
         read_config_file(Path(directory) / "config.json")
 

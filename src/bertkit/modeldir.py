@@ -9,7 +9,8 @@ A ``ModelDir`` is an ``os.PathLike`` whose ``str`` is the directory's, so every 
 takes one (and names the directory in its errors as before); the functions that read the directory
 (:func:`bertkit.config.read_model_config`, the configs' ``from_pretrained``, :func:`bertkit.models.of_directory`,
 :func:`bertkit.checkpoint.load_pretrained`) answer from it instead of reading the files again. Serving one directory
-reads its ``config.json`` once (tests/unit/test_modeldir.py counts it).
+reads its ``config.json`` once (tests/unit/test_modeldir.py counts it). It imports no torch until weights are asked
+for (bertkit.tasks.options, which ``-h`` imports, takes one).
 
 Nothing is read by :meth:`ModelDir.open` itself: a bad file is refused by the first loader that asks, with the one-line
 error that loader has always given (so the order of a front door's checks stays as it was)."""
@@ -24,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import models
-from bertkit.checkpoint import CONFIG_NAME, find_weights, read_safetensors_header, read_state_dict
 from bertkit.config import ConfigError, read_config_file
 from bertkit.errors import InputError
 from bertkit.tokenization import load_tokenizer
 
+CONFIG_NAME = "config.json"
 GOOGLE_CONFIG_NAME = "bert_config.json"
 # a weights file's suffix -> its format (a TensorFlow checkpoint is named by its prefix: "tf")
 FORMATS = {".safetensors": "safetensors", ".bin": "bin"}
@@ -69,12 +70,17 @@ class ModelDir(os.PathLike):
         file when it is not one); None without a config file."""
         return None if self.config_file is None else read_config_file(self.config_file)
 
+    @property
+    def config_json(self) -> dict[str, Any] | None:
+        """:attr:`raw_config` when the file is ``config.json`` (not Google's ``bert_config.json``), else None."""
+        return self.raw_config if self.config_file is not None and self.config_file.name == CONFIG_NAME else None
+
     def model_config(self) -> dict[str, Any]:
         """:func:`bertkit.config.read_model_config` of this directory: a copy of ``config.json``'s object, its
         ``architectures`` checked."""
-        if self.config_file is None or self.config_file.name != CONFIG_NAME:
+        data = self.config_json
+        if data is None:
             raise InputError(f"{self.path}: no config.json (not a model directory)")
-        data = self.raw_config
         names = data.get("architectures")
         if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
             raise ConfigError(f"{self.config_file}: architectures must be a list of class names, got {names!r}")
@@ -104,7 +110,7 @@ class ModelDir(os.PathLike):
         """:func:`bertkit.models.model_type`: ``config.json``'s ``model_type``, None when absent or unreadable (the
         config's own loader then names the problem)."""
         try:
-            data = self.raw_config if self.config_file is not None and self.config_file.name == CONFIG_NAME else None
+            data = self.config_json
         except ConfigError:
             return None
         kind = data.get("model_type") if data else None
@@ -130,6 +136,8 @@ class ModelDir(os.PathLike):
 
     @cached_property
     def _weights(self) -> Path | FileNotFoundError:
+        from bertkit.checkpoint import find_weights  # torch: kept out of what reads configs only (-h, tasks.options)
+
         try:
             return find_weights(self.path)
         except FileNotFoundError as e:
@@ -152,6 +160,8 @@ class ModelDir(os.PathLike):
     def weight_shapes(self) -> dict[str, tuple[int, ...]]:
         """Parameter name -> shape of the weights (a safetensors file's header alone, else the file), read once."""
         if "shapes" not in self._cache:
+            from bertkit.checkpoint import read_safetensors_header, read_state_dict  # torch: as in _weights
+
             weights = self.weights()
             if weights.suffix == ".safetensors":
                 shapes = read_safetensors_header(weights)

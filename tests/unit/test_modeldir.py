@@ -1,6 +1,7 @@
 """bertkit.modeldir.ModelDir: a model directory read once. Serving one directory (its task pipeline and the encoder
 routes, or an encoder-only directory after the pipeline finds no head) reads its config.json exactly once (6 times for
-a head and 4 for an encoder before ModelDir); what it answers is what the path-taking readers answer."""
+a head and 4 for an encoder before ModelDir), and so does evaluate / predict's loading of a fine-tuned one; what it
+answers is what the path-taking readers answer."""
 
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ def test_serving_a_head_reads_config_json_once(head_dir, config_reads):
 @pytest.mark.parametrize("arch", ["bert", "modernbert"])
 def test_serving_an_encoder_reads_config_json_once(finetune_base_of, arch, config_reads):
     directory = finetune_base_of(arch)  # no head: the pipeline is refused, the Encoder serves
+    config_reads.clear()  # the first test to ask built it
     served = load_model(str(directory), "cpu", "fp32")
     assert type(served).__name__ == "Encoder" and len(config_reads) == 1, config_reads
 
@@ -77,3 +79,16 @@ def test_a_directory_without_files_keeps_its_errors(tmp_path):
         opened.weights()
     with pytest.raises(Exception, match="no config.json \\(not a model directory\\)"):
         read_model_config(opened)
+
+
+def test_evaluate_and_predict_read_config_json_once(sst2_tuned_of, config_reads):
+    """``bertkit evaluate`` / ``predict``'s loading of a fine-tuned directory (task, model, tokenizer): 3 reads
+    before."""
+    import argparse
+
+    from bertkit.tasks.options import load_finetuned
+
+    directory = sst2_tuned_of("bert")  # built (once a session) before the reads are counted
+    config_reads.clear()
+    task, model, _tokenizer = load_finetuned(str(directory), None, argparse.Namespace())
+    assert task.name == "sst2" and model.config.num_labels == 2 and len(config_reads) == 1, config_reads
