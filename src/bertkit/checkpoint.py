@@ -331,7 +331,7 @@ def load_pretrained(
         )
     if config_overrides:
         config = dataclasses.replace(config, **config_overrides)
-    if opened is not None:
+    if opened is not None and path.is_dir():
         weights = opened.weights()
     else:
         weights = path if path.is_file() or Path(str(path) + ".index").is_file() else find_weights(directory)
@@ -480,7 +480,8 @@ def load_layout_pretrained(
         config_source = str(directory / CONFIG_NAME)
     if config_overrides:
         config = dataclasses.replace(config, **config_overrides)
-    weights = opened.weights() if opened is not None else (path if path.is_file() else find_weights(directory))
+    weights = opened.weights() if opened is not None and path.is_dir() else None
+    weights = weights or (path if path.is_file() else find_weights(directory))
     if weights.suffix == ".safetensors":
         config.check_shapes(read_safetensors_header(weights), config_source, str(weights))
     state = read_state_dict(weights)
