@@ -176,5 +176,5 @@ class ModelDir(os.PathLike):
         """:func:`bertkit.tokenization.load_tokenizer` of the directory, loaded once per ``lowercase``."""
         key = ("tokenizer", lowercase)
         if key not in self._cache:
-            self._cache[key] = load_tokenizer(self.path, lowercase=lowercase)
+            self._cache[key] = load_tokenizer(self, lowercase=lowercase)  # config.json (tokenizer.json) from here
         return self._cache[key]

@@ -92,3 +92,34 @@ def test_evaluate_and_predict_read_config_json_once(sst2_tuned_of, config_reads)
     config_reads.clear()
     task, model, _tokenizer = load_finetuned(str(directory), None, argparse.Namespace())
     assert task.name == "sst2" and model.config.num_labels == 2 and len(config_reads) == 1, config_reads
+
+
+def _word_level_dir(path: pathlib.Path, config_text: str) -> pathlib.Path:
+    """A WordLevel tokenizer.json of 8 tokens (its loader reads config.json's vocab_size) and ``config_text``."""
+    import json
+
+    vocab = {w: i for i, w in enumerate(["<pad>", "<s>", "</s>", "<unk>", "<mask>", "w0", "w1", "w2"])}
+    model = json.dumps({"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"})
+    path.mkdir()
+    (path / "tokenizer.json").write_text(
+        '{"version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null, '
+        f'"pre_tokenizer": {{"type": "Whitespace"}}, "post_processor": null, "decoder": null, "model": {model}}}'
+    )
+    (path / "config.json").write_text(config_text)
+    return path
+
+
+def test_a_tokenizer_json_reads_the_config_json_read_for_the_model(tmp_path, config_reads):
+    """A tokenizer.json's loader checks its ids against config.json's vocab_size: from the ModelDir's one read (the
+    tokenizer and the model's config: 2 reads before); a config.json it refuses keeps the tokenizer's message."""
+    from bertkit.tokenization import load_tokenizer
+
+    opened = ModelDir.open(_word_level_dir(tmp_path / "ok", '{"vocab_size": 8}'))
+    assert opened.tokenizer().encode("w1 w2").ids == [1, 6, 7, 2] and read_model_config(opened)["vocab_size"] == 8
+    assert len(config_reads) == 1, config_reads
+    bad = _word_level_dir(tmp_path / "bad", "[1, 2]")
+    with pytest.raises(Exception) as by_path:
+        load_tokenizer(bad)
+    with pytest.raises(Exception) as by_modeldir:
+        ModelDir.open(bad).tokenizer()
+    assert str(by_modeldir.value) == str(by_path.value) and "the model config" in str(by_path.value)
