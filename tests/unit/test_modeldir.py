@@ -123,3 +123,13 @@ def test_a_tokenizer_json_reads_the_config_json_read_for_the_model(tmp_path, con
     with pytest.raises(Exception) as by_modeldir:
         ModelDir.open(bad).tokenizer()
     assert str(by_modeldir.value) == str(by_path.value) and "the model config" in str(by_path.value)
+
+
+def test_the_onnx_backend_exporting_on_the_fly_reads_config_json_once(head_dir, config_reads):
+    """load_pipeline(backend="onnx") on a directory without a graph exports one from the ModelDir it opened: 6 reads
+    before ModelDir, 3 with it until the export took it too."""
+    pytest.importorskip("onnxruntime")
+    from bertkit.pipelines import load_pipeline
+
+    pipe = load_pipeline(head_dir, backend="onnx")
+    assert pipe.backend == "onnx" and len(config_reads) == 1, config_reads
