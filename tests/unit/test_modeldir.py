@@ -133,3 +133,16 @@ def test_the_onnx_backend_exporting_on_the_fly_reads_config_json_once(head_dir, 
 
     pipe = load_pipeline(head_dir, backend="onnx")
     assert pipe.backend == "onnx" and len(config_reads) == 1, config_reads
+
+
+def test_blimp_reads_config_json_once(tiny_dir, config_reads):
+    """``evaluate --task blimp``'s loading: the pairs' check (tokenizer, positions), then the scorer, from one
+    ModelDir (3 reads before)."""
+    from bertkit.tasks.blimp import PllScorer, model_limits
+
+    config_reads.clear()  # only the loading is counted
+    opened = ModelDir.open(tiny_dir)
+    tokenizer, positions = model_limits(opened)
+    scorer = PllScorer.from_pretrained(opened)
+    assert scorer.tokenizer is tokenizer and positions == scorer.model.config.max_position_embeddings
+    assert len(config_reads) == 1, config_reads
