@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertkit import models
-from bertkit.config import BertConfig
+from bertkit.config import BertConfig, opened_dir
 from bertkit.errors import InputError, MissingFileError
 from bertkit.files import atomic_write, write_json
 from bertkit.tf_checkpoint import find_tf_checkpoint, tf_state_dict
@@ -316,20 +316,25 @@ def load_pretrained(
     ``output_loading_info``, ``(model, LoadingInfo)``.
 
     The config is checked against the weights' shapes before the model is built (a safetensors header is read
-    before any tensor), so a wrong size is refused naming the config field instead of allocating it."""
+    before any tensor), so a wrong size is refused naming the config field instead of allocating it. ``path`` may be
+    a :class:`bertkit.modeldir.ModelDir`: its config and weights file, not read again."""
+    opened = opened_dir(path)
     path = Path(path)
     if not path.exists() and not Path(str(path) + ".index").is_file():
         raise MissingFileError(f"{path}: no such model directory")
     directory = path if path.is_dir() else path.parent
     config_source = "config"
     if config is None:
-        config = BertConfig.from_pretrained(directory)
+        config = BertConfig.from_pretrained(opened or directory)
         config_source = str(
             next((directory / n for n in (CONFIG_NAME, "bert_config.json") if (directory / n).is_file()), directory)
         )
     if config_overrides:
         config = dataclasses.replace(config, **config_overrides)
-    weights = path if path.is_file() or Path(str(path) + ".index").is_file() else find_weights(directory)
+    if opened is not None and path.is_dir():
+        weights = opened.weights()
+    else:
+        weights = path if path.is_file() or Path(str(path) + ".index").is_file() else find_weights(directory)
     if weights.suffix == ".safetensors":  # the header alone: nothing read or built yet
         check_config_against_shapes(config, read_safetensors_header(weights), config_source, str(weights))
     state = read_state_dict(weights)
@@ -462,18 +467,21 @@ def load_layout_pretrained(
 ):
     """:func:`load_pretrained` for a model class of another :class:`Layout`: ``config_cls.from_pretrained`` reads the
     directory's config, ``config.check_shapes(shapes, config_source, weights)`` checks it against the weights' shapes
-    (the safetensors header first: nothing is allocated on a wrong size), NaN/Inf weights are refused."""
+    (the safetensors header first: nothing is allocated on a wrong size), NaN/Inf weights are refused. ``path`` may be
+    a :class:`bertkit.modeldir.ModelDir`: its config and weights file, not read again."""
+    opened = opened_dir(path)
     path = Path(path)
     if not path.exists():
         raise MissingFileError(f"{path}: no such model directory")
     directory = path if path.is_dir() else path.parent
     config_source = "config"
     if config is None:
-        config = config_cls.from_pretrained(directory)
+        config = config_cls.from_pretrained(opened or directory)
         config_source = str(directory / CONFIG_NAME)
     if config_overrides:
         config = dataclasses.replace(config, **config_overrides)
-    weights = path if path.is_file() else find_weights(directory)
+    weights = opened.weights() if opened is not None and path.is_dir() else None
+    weights = weights or (path if path.is_file() else find_weights(directory))
     if weights.suffix == ".safetensors":
         config.check_shapes(read_safetensors_header(weights), config_source, str(weights))
     state = read_state_dict(weights)

@@ -159,11 +159,19 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
+def opened_dir(path: Any) -> Any:
+    """``path`` when it is a :class:`bertkit.modeldir.ModelDir` (a model directory read once), else None. Known by
+    its ``config_as`` method: modeldir imports this module, so this one cannot import it (no import circles)."""
+    return path if callable(getattr(path, "config_as", None)) else None
+
+
 def check_config_json(directory: str | os.PathLike) -> None:
     """Read a model directory's ``config.json`` when it has one, so that a file that is not a JSON object (or nests
     too deeply to parse) is a :class:`ConfigError` naming it before any loader looks inside (a Google TF directory
-    without one passes)."""
-    if (Path(directory) / "config.json").is_file():
+    without one passes). A :class:`bertkit.modeldir.ModelDir` reads it once, for every loader."""
+    if opened_dir(directory) is not None:
+        directory.config_json  # noqa: B018 -- read (once) for its error
+    elif (Path(directory) / "config.json").is_file():
         read_config_file(Path(directory) / "config.json")
 
 
@@ -180,7 +188,10 @@ def check_vocabulary_fits(directory: str | os.PathLike, tokens: int, vocab_size:
 def read_model_config(directory: str | os.PathLike) -> dict[str, Any]:
     """A model directory's ``config.json`` as a dict, for code that must look at it before choosing a class
     (export, pipelines). :class:`InputError` when the directory has none; :func:`read_config_file`'s
-    :class:`ConfigError` when it is not a JSON object."""
+    :class:`ConfigError` when it is not a JSON object. A :class:`bertkit.modeldir.ModelDir` answers from its one
+    read."""
+    if opened_dir(directory) is not None:
+        return directory.model_config()
     config_path = Path(directory) / "config.json"
     if not config_path.is_file():
         raise InputError(f"{directory}: no config.json (not a model directory)")
@@ -485,7 +496,10 @@ class BertConfig(EncoderConfig):
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> BertConfig:
-        """A directory holding ``config.json`` (or ``bert_config.json``), or a JSON file."""
+        """A directory holding ``config.json`` (or ``bert_config.json``), or a JSON file; a
+        :class:`bertkit.modeldir.ModelDir` gives the config it has read."""
+        if opened_dir(path) is not None:
+            return path.config_as(cls)
         path = Path(path)
         if path.is_dir():
             for name in ("config.json", "bert_config.json"):

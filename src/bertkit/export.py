@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from bertkit import models
-from bertkit.config import check_vocabulary_fits, read_model_config
+from bertkit.config import check_vocabulary_fits, opened_dir, read_model_config
 from bertkit.errors import InputError, RunError
 from bertkit.files import atomic_write
 from bertkit.quantize import resolve_quantize
@@ -169,10 +169,12 @@ def load_for_export(
     """(model in eval mode, architecture, output names) of a model directory: its head if it has one of
     ``HEAD_OUTPUTS``, else the bare encoder. ``hidden_states``: the bare encoder with every layer's output
     (``hidden_states.0`` = embeddings .. ``hidden_states.L``) and ``pooler_output``, for ``Encoder``. A ModernBERT
-    directory (``model_type: modernbert``) gives its ``ModernBertFor*`` head or ``ModernBertModel`` (no pooler)."""
+    directory (``model_type: modernbert``) gives its ``ModernBertFor*`` head or ``ModernBertModel`` (no pooler).
+    ``directory`` may be a :class:`bertkit.modeldir.ModelDir`: its config, weights and tokenizer, not read again."""
 
+    opened = opened_dir(directory)
     directory = Path(directory)
-    data = read_model_config(directory)
+    data = read_model_config(opened or directory)
     arch = models.of_config(data)
     roles = {name: role for role, name in arch.classes.items()}
     heads = [a for a in data.get("architectures") or [] if roles.get(a) in HEAD_OUTPUTS]
@@ -181,10 +183,11 @@ def load_for_export(
         raise InputError(f"{directory}: a feature-based tagger (BiLSTM on frozen BERT) cannot be exported to ONNX")
     # one of HEAD_OUTPUTS or the bare encoder: no import by name from files
     model_class = arch.model_class(roles[architecture])
-    model, info = model_class.from_pretrained(directory, output_loading_info=True)
+    model, info = model_class.from_pretrained(opened or directory, output_loading_info=True)
     if any((directory / name).is_file() for name in ("vocab.txt", "tokenizer.json")):
         # copied beside the graph: read as every loader of the export will read it (a graph alone needs none)
-        check_vocabulary_fits(directory, len(load_tokenizer(directory)), model.config.vocab_size)
+        tokenizer = opened.tokenizer() if opened is not None else load_tokenizer(directory)
+        check_vocabulary_fits(directory, len(tokenizer), model.config.vocab_size)
     outputs = HEAD_OUTPUTS.get(roles[architecture])
     if outputs is None:
         initialised = info.initialised
@@ -236,8 +239,8 @@ def export_onnx(
 
     quantize = resolve_quantize(quantize)
     check_opset(opset)
-    directory, out = Path(directory), Path(out)
-    model, architecture, outputs = load_for_export(directory, hidden_states)
+    opened, directory, out = opened_dir(directory), Path(directory), Path(out)
+    model, architecture, outputs = load_for_export(opened or directory, hidden_states)
     targets = graph_paths(out, quantize, hidden_states)
     (out.parent if out.suffix == ".onnx" else out).mkdir(parents=True, exist_ok=True)
     inputs = graph_inputs(model.config)

@@ -42,15 +42,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit import checkpoint, models, runtime
+from bertkit import models, runtime
 from bertkit.batches import collate, cut_batches, plan_batches  # noqa: F401 (cut_batches re-exported)
 from bertkit.config import ConfigError, check_config_json, check_vocabulary_fits, reads_next_token
 from bertkit.errors import InputError, MissingFileError
+from bertkit.modeldir import ModelDir
 from bertkit.modeling import shift_left
 from bertkit.ops import pool  # the Encoder's poolings (bertkit.features.pool too)
 from bertkit.precision import autocast, check_device, resolve_precision
 from bertkit.st_format import read_sentence_transformers
-from bertkit.tokenization import BertTokenizer, Encoding, FastTokenizer, load_tokenizer
+from bertkit.tokenization import BertTokenizer, Encoding, FastTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -307,7 +308,7 @@ class Encoder:
     @classmethod
     def from_pretrained(
         cls,
-        path: str | os.PathLike,
+        path: str | os.PathLike | ModelDir,
         device: str = "cpu",
         precision: str = "auto",
         lowercase: bool | None = None,
@@ -326,20 +327,20 @@ class Encoder:
         runtime.check_backend(backend)
         check_device(device, "device")  # before the model is read
         resolve_precision(precision, device)
-        path = Path(path)
-        if not path.is_dir():
+        if not Path(path).is_dir():
             raise MissingFileError(f"{path}: not a model directory (expected config.json, weights and vocab.txt)")
-        sentence = read_sentence_transformers(path)
-        if sentence is not None:
+        sentence = read_sentence_transformers(Path(path))
+        if sentence is not None and Path(sentence.model_dir) != Path(path):
             path = sentence.model_dir
-        tokenizer = load_tokenizer(path, lowercase=lowercase)  # names a missing vocabulary itself
+        path = ModelDir.open(path)  # read once, below: config.json, weights, tokenizer
+        tokenizer = path.tokenizer(lowercase)  # names a missing vocabulary itself
         check_config_json(path)
         arch = models.of_directory(path)
         model_class = arch.model_class(arch.features_role)
         # an exported directory (bertkit export --all-layers): ONNX Runtime computes; no weights are read
         exported = (
             backend == "onnx"
-            and not _has_weights(path)
+            and path.weights_format == "onnx"
             and any((path / n).is_file() for n in ("encoder.onnx", "encoder.int8.onnx"))
         )
         if exported:
@@ -637,14 +638,6 @@ class Encoder:
             precision=self.precision,
         )
         return runtime.in_input_order(len(sequences), batches)
-
-
-def _has_weights(path: Path) -> bool:
-    try:
-        checkpoint.find_weights(path)
-        return True
-    except MissingFileError:
-        return False
 
 
 def encode_with_masks(tokenizer: BertTokenizer | FastTokenizer, text: str, mask_token: str = "[MASK]") -> list[int]:

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit import checkpoint, ops
-from bertkit.config import OBJECTIVE_KEY, ConfigError, EncoderConfig, _available_memory, head_fields
+from bertkit.config import OBJECTIVE_KEY, ConfigError, EncoderConfig, _available_memory, head_fields, opened_dir
 from bertkit.errors import InputError, MissingFileError
 from bertkit.modeling import (
     ACT2FN,
@@ -313,7 +313,10 @@ class ModernBertConfig(EncoderConfig):
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> ModernBertConfig:
-        """A directory holding ``config.json``, or a JSON file."""
+        """A directory holding ``config.json``, or a JSON file; a :class:`bertkit.modeldir.ModelDir` gives the config
+        it has read."""
+        if opened_dir(path) is not None:
+            return path.config_as(cls)
         path = Path(path)
         if path.is_dir():
             if not (path / checkpoint.CONFIG_NAME).is_file():

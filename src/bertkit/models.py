@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.config import ConfigError
+from bertkit.config import ConfigError, opened_dir
 
 CONFIG_NAME = "config.json"
 REMOTE_CODE = Path(__file__).resolve().parent / "resources" / "remote_code"  # variants' transformers modeling files
@@ -297,7 +297,9 @@ def get(model_type: str | None) -> Architecture:
 
 def model_type(directory: str | os.PathLike) -> str | None:
     """``model_type`` of a directory's config.json ("bert", "modernbert", ...), None when absent or unreadable (the
-    loader then names the problem)."""
+    loader then names the problem). A :class:`bertkit.modeldir.ModelDir`'s is its architecture's."""
+    if opened_dir(directory) is not None:
+        return directory.model_type
     try:
         data = json.loads((Path(directory) / CONFIG_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -308,6 +310,8 @@ def model_type(directory: str | os.PathLike) -> str | None:
 
 def of_directory(directory: str | os.PathLike) -> Architecture:
     """The architecture of a model directory (BERT's when its config.json names none, or is absent)."""
+    if opened_dir(directory) is not None:
+        return directory.architecture
     return REGISTRY.get(model_type(directory) or DEFAULT, REGISTRY[DEFAULT])
 
 

@@ -328,9 +328,10 @@ def onnx_file(
     ``encoder.int8.onnx`` for int8) when it is there and not older than the directory's PyTorch weights (an exported
     directory has none: its graph is used as it is), else one exported (and checked) from the weights into the
     directory ``cache``. Raises InputError when the graph's precision is not the one asked for (an int8 graph named
-    ``model.onnx``, as ``export --quantize`` used to write it) or when there is neither graph nor weights."""
+    ``model.onnx``, as ``export --quantize`` used to write it) or when there is neither graph nor weights. A
+    :class:`bertkit.modeldir.ModelDir` is passed on to the export (its config and weights, not read again)."""
 
-    directory = Path(directory)
+    source, directory = directory, Path(directory)
     quantize = resolve_quantize(quantize)
     name = onnx_name(quantize, hidden_states)
     found = directory / name
@@ -363,7 +364,7 @@ def onnx_file(
         )
     found = Path(cache) / name
     log.info("exporting %s to %s for ONNX Runtime", directory, found)
-    export_onnx(directory, found, quantize=quantize, hidden_states=hidden_states)
+    export_onnx(source, found, quantize=quantize, hidden_states=hidden_states)
     return found
 
 

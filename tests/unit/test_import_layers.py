@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "modeling_modernbert",
             "variants",  # an architecture's variants, each a small modeling module (bertkit/variants/__init__.py)
             "models",
+            "modeldir",  # a model directory read once (config, architecture, head, weights, tokenizer)
             "checkpoint",
             "resize",
             "tf_checkpoint",

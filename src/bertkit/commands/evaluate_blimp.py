@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import InputError
+from bertkit.modeldir import ModelDir
 from bertkit.options import (
     device_option,
     model_option,
@@ -109,7 +110,8 @@ def run(cfg: BlimpArgs) -> int:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     paradigms = read_blimp(cfg.data, cfg.pairs_per_paradigm)
-    check_pairs(paradigms, *model_limits(cfg.model))  # a sentence of no tokens, or too long: FILE:LINE, now
+    model = ModelDir.open(cfg.model)  # read once: the tokenizer and config for the pairs' check, then the scorer
+    check_pairs(paradigms, *model_limits(model))  # a sentence of no tokens, or too long: FILE:LINE, now
     device = resolve_device(cfg.device)
     if cfg.workers > 1 and str(device) != "cpu":
         raise InputError(f"--workers {cfg.workers}: processes side by side are for the CPU; leave it out on {device}")
@@ -119,7 +121,7 @@ def run(cfg: BlimpArgs) -> int:
         threads = cfg.threads or 1
         score = functools.partial(scores_in_processes, cfg.model, workers=cfg.workers, threads=threads, **options)
     else:
-        scorer = PllScorer.from_pretrained(cfg.model, **options, progress=not cfg.quiet and sys.stderr.isatty())
+        scorer = PllScorer.from_pretrained(model, **options, progress=not cfg.quiet and sys.stderr.isatty())
         precision, score = scorer.precision, scorer.sentence_scores
     result = evaluate_blimp(score, paradigms, cfg.ties)
     record = {"task": cfg.task, "data": cfg.data, "pll": cfg.pll, "ties": cfg.ties, "workers": cfg.workers}

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from bertkit.embeddings import ROUTE_HELP
 from bertkit.errors import InputError, allocation_failure
+from bertkit.modeldir import ModelDir
 from bertkit.options import add_options, from_args, option_flags
 from bertkit.outputs import MODEL_FILES, check_output, removed_if_refused
 from bertkit.recipes.finetune import FinetuneArgs, FinetuneConfig, finetune, run_in_context, set_seed
 from bertkit.tasks import check_task_flags
 from bertkit.tasks.options import FinetuneFiles, TaskOptions, load_model, task_for_model, task_options
-from bertkit.tokenization import load_tokenizer
 
 EPILOG = ROUTE_HELP["finetune"]
 
@@ -43,13 +43,14 @@ def _run(args: FinetuneConfig, ctx) -> int:
     inputs = {"--model": files.model, "--train": files.train, "--dev": files.dev}
     check_output(files.output, inputs, overwrite=None, writes=MODEL_FILES)
     check_task_flags(args.task, from_args(TaskOptions, args).given(), option_flags(TaskOptions))
-    task = task_for_model(args.task, task_options(args), files.model)  # --max-seq-length fits the model
+    model_dir = ModelDir.open(files.model)  # --model read once: config.json, weights, tokenizer
+    task = task_for_model(args.task, task_options(args), model_dir)  # --max-seq-length fits the model
     train, dev = files.read(task, train_args.skip_bad_rows)
     task.fit_labels(train)
-    tokenizer = load_tokenizer(files.model)
+    tokenizer = model_dir.tokenizer()
     set_seed(train_args.seed)  # the new head's initialisation follows --seed too
     try:
-        model = load_model(task, files.model, finetuned=False)
+        model = load_model(task, model_dir, finetuned=False)
     except (MemoryError, RuntimeError) as e:  # a head or tagger sized by a flag (--tagger-hidden 1e9)
         if (asked := allocation_failure(e)) is None:
             raise

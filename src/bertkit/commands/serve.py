@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from bertkit.errors import BertkitError, InputError, RunError
 from bertkit.features import Encoder
+from bertkit.modeldir import ModelDir
 from bertkit.options import (
     backend_option,
     device_option,
@@ -156,7 +157,10 @@ def parse_model_specs(values: list[str], model_id: str | None = None) -> dict[st
 
 def load_model(directory: str, device: str, precision: str, quantize: str | None = None, backend: str = "torch"):
     """What ``--model DIR`` serves: the task pipeline when ``config.json`` names a fine-tuned head (its
-    ``.encoder()`` also serves the encoder routes), else the directory's encoder; ``backend`` "torch" or "onnx"."""
+    ``.encoder()`` also serves the encoder routes), else the directory's encoder; ``backend`` "torch" or "onnx".
+    The directory is opened once (:class:`bertkit.modeldir.ModelDir`): either loader reads it from there."""
+    if os.path.isdir(directory):
+        directory = ModelDir.open(directory)
     try:
         return load_pipeline(directory, device=device, precision=precision, quantize=quantize, backend=backend)
     except NoHeadError:

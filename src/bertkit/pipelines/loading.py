@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import models, runtime
-from bertkit.checkpoint import find_weights, read_safetensors_header, read_state_dict
 from bertkit.config import check_config_json, check_vocabulary_fits, read_model_config
 from bertkit.errors import InputError
 from bertkit.export import head_outputs, onnx_name
+from bertkit.modeldir import ModelDir
 from bertkit.pipelines.base import DEFAULT_MAX_LENGTH, HEAD_KEYS, HEADS, QA_CONVENTIONS, NoHeadError, Pipeline
 from bertkit.pipelines.classification import TextClassificationPipeline
 from bertkit.pipelines.qa import QuestionAnsweringPipeline
@@ -19,13 +19,12 @@ from bertkit.precision import check_device, resolve_precision
 from bertkit.quantize import resolve_quantize
 from bertkit.tasks import get_task
 from bertkit.tasks.options import saved_task_config, task_options
-from bertkit.tokenization import load_tokenizer
 
 
-def read_head(directory: str | os.PathLike) -> tuple[str, dict[str, Any]]:
+def read_head(directory: str | os.PathLike | ModelDir) -> tuple[str, dict[str, Any]]:
     """(architecture, saved task config) of a model directory. Raises :class:`NoHeadError` naming what is missing."""
 
-    directory = Path(directory)
+    directory = ModelDir.open(directory)
     config = read_model_config(directory)
     saved = saved_task_config(directory)
     if (directory / "tagger_config.json").is_file():  # feature-based tagger: BertModel + a small tagger
@@ -41,25 +40,16 @@ def read_head(directory: str | os.PathLike) -> tuple[str, dict[str, Any]]:
     return heads[0], saved
 
 
-def _weight_shapes(directory: Path) -> dict[str, tuple[int, ...]]:
-    """Parameter name -> shape of the directory's weights (a safetensors file's header alone; else the file)."""
-
-    weights = find_weights(directory)
-    if weights.suffix == ".safetensors":
-        return read_safetensors_header(weights)
-    return {k: tuple(v.shape) for k, v in read_state_dict(weights).items()}
-
-
-def _head_outputs(directory: Path, key: str) -> int | None:
+def _head_outputs(directory: ModelDir, key: str) -> int | None:
     """The number of outputs of the head layer ``key`` (e.g. ``classifier.bias``) in the directory's weights."""
     try:
-        shape = _weight_shapes(directory).get(key)
+        shape = directory.weight_shapes().get(key)
     except FileNotFoundError:  # an exported ONNX directory: no PyTorch weights
         return None
     return None if shape is None else int(shape[0])
 
 
-def _default_task(architecture: str, config: Any, directory: Path):
+def _default_task(architecture: str, config: Any, directory: ModelDir):
     """The task object for a directory without finetune_config.json (e.g. a Hugging Face model); a config without
     ``num_labels`` / ``id2label`` takes the number of labels from the head's weights."""
 
@@ -79,7 +69,7 @@ def _default_task(architecture: str, config: Any, directory: Path):
 
 
 def load_pipeline(
-    directory: str | os.PathLike,
+    directory: str | os.PathLike | ModelDir,
     device: str = "cpu",
     precision: str = "auto",
     quantize: str | None = None,
@@ -90,7 +80,8 @@ def load_pipeline(
     """The pipeline for the head of a fine-tuned model directory (see the package docstring, :mod:`bertkit.pipelines`).
 
     Args:
-        directory: a ``bertkit finetune`` OUTPUT directory, or a Hugging Face ``BertFor*`` directory with vocab.txt.
+        directory: a ``bertkit finetune`` OUTPUT directory, or a Hugging Face ``BertFor*`` directory with vocab.txt
+            (or its :class:`bertkit.modeldir.ModelDir`: every layer below reads from it, config.json once).
         device: "cpu", "cuda", ...
         precision: "auto" (bf16 where the CPU/GPU has it, else fp32), "bf16", "fp16" (GPU) or "fp32".
         quantize: None or "int8" (dynamic int8 Linear layers; CPU only; runs in fp32 around the int8 matmuls).
@@ -106,8 +97,7 @@ def load_pipeline(
     """
     import argparse
 
-    directory = Path(directory)
-    if not directory.is_dir():
+    if not Path(directory).is_dir():
         raise InputError(f"{directory}: no such model directory")
     quantize = resolve_quantize(quantize)
     runtime.check_backend(backend)
@@ -117,6 +107,7 @@ def load_pipeline(
         raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
     if qa_convention not in QA_CONVENTIONS:
         raise InputError(f"qa_convention must be one of {', '.join(QA_CONVENTIONS)}, got {qa_convention!r}")
+    directory = ModelDir.open(directory)  # read once, below: config.json, weights, tokenizer
     architecture, saved = read_head(directory)
     check_config_json(directory)
     config = models.of_head(architecture, directory).config_class().from_pretrained(directory)
@@ -130,7 +121,7 @@ def load_pipeline(
         "qa": QuestionAnsweringPipeline,
     }[HEADS[architecture]]
     try:
-        tokenizer = load_tokenizer(directory)
+        tokenizer = directory.tokenizer()
     except FileNotFoundError as e:
         raise InputError(str(e)) from None
     check_vocabulary_fits(directory, len(tokenizer), config.vocab_size)
@@ -154,7 +145,7 @@ def load_pipeline(
         device=device,
         precision=loaded.precision,
         batch_size=batch_size,
-        directory=directory,
+        directory=directory.path,
         quantize=quantize,
         backend=backend,
     )
@@ -163,12 +154,12 @@ def load_pipeline(
     return pipe
 
 
-def _load_head(directory: Path, architecture: str, task, saved: dict[str, Any]):
+def _load_head(directory: ModelDir, architecture: str, task, saved: dict[str, Any]):
     """The PyTorch head model of a fine-tuned directory; InputError for an exported ONNX directory (no weights) and
     :class:`NoHeadError` for weights without the head ``config.json`` names."""
 
     try:
-        find_weights(directory)
+        directory.weights()
     except FileNotFoundError as e:
         if (directory / onnx_name()).is_file() or (directory / onnx_name("int8")).is_file():
             raise InputError(
@@ -178,7 +169,7 @@ def _load_head(directory: Path, architecture: str, task, saved: dict[str, Any]):
         raise InputError(str(e)) from None
     if not (directory / "tagger_config.json").is_file():
         key = HEAD_KEYS[architecture]
-        if key not in _weight_shapes(directory):
+        if key not in directory.weight_shapes():
             raise NoHeadError(
                 f"{directory}: config.json names {architecture} but the weights have no head ({key} missing)"
             )

@@ -50,9 +50,9 @@ from bertkit.config import read_model_config, reads_next_token
 from bertkit.data.tasks.readers import jsonl_records, open_text
 from bertkit.errors import InputError, MissingFileError
 from bertkit.files import write_json, write_text
+from bertkit.modeldir import ModelDir
 from bertkit.precision import resolve_precision
 from bertkit.runtime import batch_loop
-from bertkit.tokenization import load_tokenizer
 from bertkit.training.interrupt import Interrupted
 
 log = logging.getLogger(__name__)
@@ -238,10 +238,11 @@ class PllScorer:
     ) -> PllScorer:
         """The scorer of a model directory with an MLM head (BERT's ``BertForPreTraining`` / ``BertForMaskedLM``,
         ModernBERT's ``ModernBertForMaskedLM``, an ELECTRA run's ``generator/``) and its tokenizer. A directory
-        whose checkpoint has no MLM head is an InputError naming it."""
-        directory = Path(directory)
-        if not directory.is_dir():
+        whose checkpoint has no MLM head is an InputError naming it. ``directory`` may be a
+        :class:`bertkit.modeldir.ModelDir` (read once)."""
+        if not Path(directory).is_dir():
             raise MissingFileError(f"{directory}: not a model directory (expected config.json, weights, vocabulary)")
+        directory = ModelDir.open(directory)
         arch = models.of_directory(directory)
         model_class = arch.model_class(arch.features_role, directory)  # the encoder with its MLM head
         model, info = model_class.from_pretrained(directory, output_loading_info=True)
@@ -251,7 +252,7 @@ class PllScorer:
                 f"{directory}: the checkpoint has no masked-LM head ({missing[0]} is absent): BLiMP's "
                 "pseudo-log-likelihood needs one (a pre-trained directory, or an ELECTRA run's generator/)"
             )
-        tokenizer = load_tokenizer(directory)
+        tokenizer = directory.tokenizer()
         limit = getattr(model.config, "max_position_embeddings", None)
         return cls(model.to(device).eval(), tokenizer, device=device, precision=precision, max_length=limit, **options)
 
@@ -476,8 +477,9 @@ def evaluate_blimp(
 
 def model_limits(directory: str | os.PathLike) -> tuple[Any, int | None]:
     """(tokenizer, positions) of a model directory, without loading its weights: what :func:`check_pairs` needs
-    before the scoring starts."""
-    return load_tokenizer(directory), read_model_config(directory).get("max_position_embeddings")
+    before the scoring starts; a :class:`bertkit.modeldir.ModelDir` keeps them for :meth:`PllScorer.from_pretrained`."""
+    directory = ModelDir.open(directory)
+    return directory.tokenizer(), read_model_config(directory).get("max_position_embeddings")
 
 
 def table(result: BlimpResult, paradigms: Sequence[Paradigm]) -> str:

@@ -17,11 +17,11 @@ from bertkit.checkpoint import find_weights
 from bertkit.config import check_vocabulary_fits
 from bertkit.export import head_outputs, onnx_name
 from bertkit.files import write_json
+from bertkit.modeldir import ModelDir
 from bertkit.options import from_args
 from bertkit.outputs import check_output, removed_on_failure
 from bertkit.precision import resolve_device
 from bertkit.tasks.options import InferenceFiles, RunOptions, load_finetuned, load_model, task_of_directory
-from bertkit.tokenization import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +103,11 @@ def _backend_for(model_dir: Path, backend: str) -> tuple[str, str | None]:
 def _load_onnx(files: InferenceFiles, args: argparse.Namespace, device: str):
     """(task, ONNX Runtime model as ``bertkit.runtime.load`` gives it, tokenizer) of a fine-tuned or exported
     directory: the task as the PyTorch path reads it (finetune_config.json, then the command's task flags), no
-    PyTorch weights needed."""
-    model_dir = Path(files.model)
+    PyTorch weights needed. The directory is read once (:class:`bertkit.modeldir.ModelDir`)."""
+    model_dir = ModelDir.open(files.model)
     task = task_of_directory(model_dir, args.task, args)
     try:
-        find_weights(model_dir)
+        model_dir.weights()
     except FileNotFoundError:
         pass  # an exported directory: its graph is checked against the task's head as it loads
     else:  # the graph comes from these weights: a directory without the task's head is refused as on PyTorch
@@ -115,7 +115,7 @@ def _load_onnx(files: InferenceFiles, args: argparse.Namespace, device: str):
     config = models.of_directory(model_dir).config_class().from_pretrained(model_dir)  # every graph runs alike
     if task.labels is None and config.id2label and not getattr(task, "regression", False):
         task.labels = [config.id2label[i] for i in range(len(config.id2label))]
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = model_dir.tokenizer()
     check_vocabulary_fits(model_dir, len(tokenizer), config.vocab_size)
     loaded = runtime.load(
         directory=model_dir,

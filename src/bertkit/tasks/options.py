@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.config import check_vocabulary_fits, read_config_file
+from bertkit.config import check_vocabulary_fits
 from bertkit.errors import InputError
+from bertkit.modeldir import ModelDir
 from bertkit.options import (
     add_options,
     check_bounds,
@@ -30,7 +31,6 @@ from bertkit.options import (
     quiet_option,
 )
 from bertkit.tasks import TASK_CONFIG_NAME, TASK_NAMES, get_task, read_task_config
-from bertkit.tokenization import load_tokenizer
 
 GENERIC = "generic files (--task classification / tagging)"
 SQUAD = "SQuAD"
@@ -129,8 +129,8 @@ def task_for_model(name: str, options: dict[str, Any], model_dir: str | Path):
     line naming the flag, before anything is written; the task's default (128, SQuAD 384) is cut to the positions
     the model has. (The low end, [CLS] + a token + [SEP], is ``bertkit.options.BOUNDS``'.)"""
     task = get_task(name, **options)
-    config = Path(model_dir) / "config.json"
-    positions = read_config_file(config).get("max_position_embeddings") if config.is_file() else None
+    config = ModelDir.open(model_dir).config_json
+    positions = config.get("max_position_embeddings") if config is not None else None
     length = getattr(task, "max_seq_length", None)
     if isinstance(positions, int) and positions > 0 and isinstance(length, int) and length > positions:
         if "max_seq_length" in options:
@@ -199,10 +199,10 @@ def _flag_types(tp: Any) -> tuple[type, ...]:
     return (int, float, type(None)) if base is float else (base, type(None))
 
 
-def task_of_directory(model_dir: Path, task_name: str | None, args: argparse.Namespace):
+def task_of_directory(model_dir: Path | ModelDir, task_name: str | None, args: argparse.Namespace):
     """The task of a fine-tuned model directory: ``--task``, else the one its task config names, built with the
     saved options under the command's task flags."""
-    if not model_dir.is_dir():
+    if not Path(model_dir).is_dir():
         raise InputError(f"--model {model_dir}: no such directory")
     saved = saved_task_config(model_dir)
     name = task_name or saved.get("task")
@@ -249,10 +249,10 @@ def load_model(task, model_dir: str | Path, finetuned: bool):
 
 
 def load_finetuned(model_dir: str | Path, task_name: str | None, args: argparse.Namespace):
-    """(task, model, tokenizer) of a fine-tuned OUTPUT directory."""
-    model_dir = Path(model_dir)
+    """(task, model, tokenizer) of a fine-tuned OUTPUT directory, read once (:class:`bertkit.modeldir.ModelDir`)."""
+    model_dir = ModelDir.open(model_dir)
     task = task_of_directory(model_dir, task_name, args)
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = model_dir.tokenizer()
     model = load_model(task, model_dir, finetuned=True)
     check_vocabulary_fits(model_dir, len(tokenizer), model.config.vocab_size)
     return task, model, tokenizer

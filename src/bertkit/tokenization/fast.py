@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bertkit.config import ConfigError, opened_dir
 from bertkit.files import write_json, write_text
 from bertkit.tokenization.encoding import Encoding
 from bertkit.tokenization.vocab import VocabError, VocabNotFoundError, load_tokenizer_json, read_json_object
@@ -44,6 +45,17 @@ CONVENTIONS = (
 )
 
 
+def _model_config(opened: Any, directory: Path) -> dict[str, Any]:
+    """``directory``'s config.json ({} when absent), from a :class:`bertkit.modeldir.ModelDir` that has read it when
+    there is one; a file it refuses is read here to be refused with this reader's message."""
+    if opened is not None and Path(opened) == directory:
+        try:
+            return opened.config_json or {}
+        except ConfigError:
+            pass
+    return read_json_object(directory / "config.json", "the model config")
+
+
 def load_tokenizer(path: str | Path, lowercase: bool | None = None) -> BertTokenizer | FastTokenizer:
     """The tokenizer of a model directory (or of a ``vocab.txt`` / ``tokenizer.json`` file).
 
@@ -58,10 +70,11 @@ def load_tokenizer(path: str | Path, lowercase: bool | None = None) -> BertToken
         VocabNotFoundError: neither ``vocab.txt`` nor ``tokenizer.json`` there (the message names the directory).
         VocabError: an unreadable tokenizer file, or special tokens missing from it.
     """
+    opened = opened_dir(path)
     path = Path(path)
     source = find_vocab(path) if path.is_dir() else path
     if source is not None and source.suffix == ".json" and source.is_file():
-        config = read_json_object(source.parent / "config.json", "the model config")
+        config = _model_config(opened, source.parent)
         vocab_size = config.get("vocab_size")
         check_tokenizer_json(source, vocab_size if type(vocab_size) is int and vocab_size > 0 else None)
     if (
