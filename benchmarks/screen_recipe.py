@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import platform
 import shlex
 import subprocess
@@ -59,7 +60,7 @@ def cpu_kind() -> str:
     except OSError:
         return platform.processor() or "unknown"
     kind = "AMX" if "amx_bf16" in flags else "AVX512-BF16" if "avx512_bf16" in flags else "AVX2"
-    return f"{kind}, {len(Path('/proc/cpuinfo').read_text().split('processor')) - 1} cores"
+    return f"{kind}, {os.cpu_count()} cores"
 
 
 def sh(cmd: list[str], log: Path) -> subprocess.Popen:

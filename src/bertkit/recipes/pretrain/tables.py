@@ -113,12 +113,11 @@ def choose_model(
 
 
 def on_gpu(device: str | None) -> bool:
-    """Whether the run trains on a GPU: ``--device cuda...``, or no ``--device`` where CUDA is available."""
-    if device is not None:
-        return str(device).startswith("cuda")
-    import torch  # the run's own, imported when it resolves: not for -h
+    """Whether the run trains on a GPU: ``--device cuda...``, or no ``--device`` where CUDA is available (the one
+    rule every command resolves its device by, ``precision.resolve_device``)."""
+    from bertkit.precision import resolve_device  # imports torch: when the run resolves, not for -h
 
-    return torch.cuda.is_available()
+    return resolve_device(device).startswith("cuda")
 
 
 def has_nsp_head(arch) -> bool:
