@@ -42,6 +42,7 @@ FIELDS = (
     "flags",
     "cpu",
     "minutes",
+    "vocab",
     "steps",
     "tokens_read",
     "heldout_mlm",
@@ -77,12 +78,15 @@ def wait_all(procs: list[subprocess.Popen], what: str) -> None:
 
 def prepare(out: Path, corpus: list[str]) -> tuple[Path, Path]:
     """(sentences, vocabulary directory): the corpus split into sentences and a vocabulary trained on it, by a
-    one-step run of the default recipe; then the shards of those sentences prepared once into bertkit's cache, where
-    every round's runs find them."""
+    one-step run of the budget recipe (``--recipe budget``: the 8,000-token vocabulary every ``--max-time`` run
+    trains; a bare one-step run is the paper recipe's, 30,522 tokens: the first rounds' vocabulary, the ``vocab``
+    column); then the shards of those sentences prepared once into bertkit's cache, where every round's runs find
+    them."""
     prep = out / "prep"
     if not (prep / "done").is_file():
         wait_all([sh([*BERTKIT, "pretrain", "--corpus", *corpus, "--output", str(prep), "--max-steps", "1",
-                      "--overwrite", "--quiet"], out / "logs" / "prep.log")], "the one-step run")  # fmt: skip
+                      "--recipe", "budget", "--overwrite", "--quiet"], out / "logs" / "prep.log")],
+                 "the one-step run")  # fmt: skip
         sentences = prep / "data" / "sentences.txt"
         wait_all([sh([*BERTKIT, "prepare", "--corpus", str(sentences), "--vocab", str(prep), "--corpus-format",
                       "google", "--quiet"], out / "logs" / "prepare.log")], "bertkit prepare")  # fmt: skip
@@ -134,7 +138,8 @@ def run_round(out: Path, name: str, flags: str, args, sentences: Path, vocab: Pa
              f"round {name}'s training")  # fmt: skip
     wait_all([blimp(r, args.blimp, args.pairs) for r in runs.values()], f"round {name}'s BLiMP")
     base, cand = figures(runs["default"]), figures(runs["candidate"])
-    row = {"round": name, "flags": flags, "cpu": cpu_kind(), "minutes": args.minutes, **cand,
+    vocab_size = sum(1 for line in (runs["candidate"] / "vocab.txt").open() if line.strip())
+    row = {"round": name, "flags": flags, "cpu": cpu_kind(), "minutes": args.minutes, "vocab": vocab_size, **cand,
            **{f"default_{k}": v for k, v in base.items()}, "date": time.strftime("%Y-%m-%d")}  # fmt: skip
     done.write_text(json.dumps(row, indent=1))
     return row

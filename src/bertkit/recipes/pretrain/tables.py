@@ -139,6 +139,16 @@ def resolve(cfg):
     own = cfg.arch is None or models.get(cfg.arch) is models.of_preset(MODEL_DEFAULTS[name]["model"])
     gpu_model = gpu and own and cfg.model_size is None and cfg.init_from is None
     model_size = GPU_BUDGET["model"] if gpu_model else cfg.model_size  # the card's: the recipe's architecture a size up
+    sized = ""
+    if name == "budget" and own and not gpu and cfg.model_size is None and cfg.init_from is None and cfg.max_time:
+        from bertkit.recipes.pretrain import sizing  # measures the CPU's peak once (cached): when the run resolves
+
+        own_type = models.of_preset(MODEL_DEFAULTS[name]["model"]).model_type
+        vocab_size = cfg.vocab_size or MODEL_DEFAULTS[name]["vocab_size"]
+        estimate = sizing.estimate(cfg, own_type, cfg.max_time, vocab_size)
+        size, why = sizing.choose(estimate, cfg.max_time, BUDGET_MINI_FROM_S)
+        model_size = models.get(own_type).preset(size)  # its own name: a BERT name would name BERT
+        sized = f" ({why})"
     arch_name, size, vocab_size = choose_model(name, cfg.arch, model_size, cfg.vocab_size, cfg.init_from, cfg.max_time)
     arch = models.get(arch_name)
     vocab = cfg.vocab or cfg.init_from  # --init-from: the model's own vocabulary (and tokenizer config)
@@ -167,7 +177,7 @@ def resolve(cfg):
     resolved = dataclasses.replace(cfg, recipe=name, **chosen)
     shown_vocab = resolved.vocab or f"{resolved.vocab_size} tokens trained on the corpus"
     keys = [k for k in table if not (cfg.init_from and k in FRESH_MODEL_KEYS)]  # a loaded model's own
-    shown = f"{resolved.model_shown()}, vocabulary {shown_vocab}; " + ", ".join(
+    shown = f"{resolved.model_shown()}{sized}, vocabulary {shown_vocab}; " + ", ".join(
         f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in keys
     )
     where = " for the GPU (32,768 tokens a step)" if gpu else ""

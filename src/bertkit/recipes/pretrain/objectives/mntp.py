@@ -82,12 +82,13 @@ class MntpPretraining(nn.Module):
         causal = torch.zeros(B, dtype=torch.bool)
         if self.training and self.causal_ratio > 0:
             causal = torch.rand(B) < self.causal_ratio  # the CPU RNG, which checkpoints restore
+        any_causal = bool(causal.any())  # asked of the CPU tensor: no wait on a GPU's stream
         causal = causal.to(input_ids.device)
         original = torch.where(labels != -100, labels, input_ids)  # the text before masking
         ids = torch.where(causal[:, None], original, input_ids)
         extra = {"output_pooler": False} if models.of_config(self.config).pooler_keys else {}
         hidden = models.encoder_of(self.base)(
-            ids, attention_mask, token_type_ids, position_ids, causal=causal if bool(causal.any()) else False, **extra
+            ids, attention_mask, token_type_ids, position_ids, causal=causal if any_causal else False, **extra
         ).last_hidden_state
         head = self.base.mlm_head_module()
         masked = shift_left(labels, -100).masked_fill(causal[:, None], -100)

@@ -1,0 +1,70 @@
+"""The budget recipe sized to the corpus and the machine (issue 62, item 4): the corpus's text size read from its
+files' headers, and the size chosen from how often the budget would read the corpus over."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+import zstandard
+
+from bertkit.recipes.pretrain import PretrainConfig, resolve, sizing
+
+TEXT = ("The quick brown fox jumps over the lazy dog. " * 2000).encode()
+
+
+@pytest.mark.parametrize(
+    "write, expected",
+    [
+        (lambda: TEXT, len(TEXT)),
+        (lambda: gzip.compress(TEXT), len(TEXT)),
+        (lambda: zstandard.ZstdCompressor().compress(TEXT), len(TEXT)),
+        # a zstd frame that does not record its size: the compressed size times the ratio
+        (lambda: zstandard.ZstdCompressor(write_content_size=False).compress(TEXT), None),
+    ],
+    ids=["plain", "gzip", "zstd", "zstd-unsized"],
+)
+def test_text_bytes_reads_the_decompressed_size_from_the_header(tmp_path, write, expected):
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(write())
+    if expected is None:
+        expected = int(path.stat().st_size * sizing.COMPRESSION_RATIO)
+    assert sizing.text_bytes(path) == expected
+
+
+def test_corpus_tokens_counts_every_file_and_gives_up_on_what_it_cannot_list(tmp_path):
+    (tmp_path / "a.txt").write_bytes(TEXT)
+    (tmp_path / "b.txt.gz").write_bytes(gzip.compress(TEXT))
+    assert sizing.corpus_tokens([tmp_path]) == int(2 * len(TEXT) / sizing.BYTES_PER_TOKEN)
+    assert sizing.corpus_tokens([tmp_path / "missing"]) is None
+
+
+def test_choose_keeps_the_time_rule_and_sizes_up_a_corpus_the_smaller_would_repeat():
+    tiny, mini = sizing.LADDER
+    reads = {tiny: 10e6, mini: 2e6}
+    big = sizing.Sizing(100_000_000, reads)  # read 0.1 times: the time rule
+    assert sizing.choose(big, 600, 1800)[0] == tiny and sizing.choose(big, 1800, 1800)[0] == mini
+    small = sizing.Sizing(100_000, reads)  # tiny would read it 100 times: a size up
+    size, why = sizing.choose(small, 600, 1800)
+    assert size == mini and "the smaller would read it 100 times" in why and "20 passes" in why
+    unknown = sizing.Sizing(None, reads)  # a table corpus: its size unknown, the time rule
+    size, why = sizing.choose(unknown, 600, 1800)
+    assert size == tiny and why == "the budget reads about 10.0M tokens (the corpus's size unknown)"
+
+
+def test_resolve_sizes_the_budget_to_the_corpus_and_says_why(tmp_path, monkeypatch):
+    (tmp_path / "corpus.txt").write_bytes(TEXT)  # 90 kB: about 22,500 tokens
+    rates = {}
+    monkeypatch.setattr(sizing, "tokens_per_second", lambda config, *a: rates[config["hidden_size"]])
+    cfg = lambda seconds: resolve(PretrainConfig(corpus=[str(tmp_path)], output="o", max_time=seconds))  # noqa: E731
+    rates.update({128: 1.0, 256: 0.2})  # tiny reads 54 tokens in a minute: the time rule
+    assert cfg(60).model_size == "modernbert-tiny" and cfg(1800).model_size == "modernbert-mini"
+    rates.update({128: 10_000.0, 256: 2_000.0})  # tiny would read it 24 times in a minute
+    chosen = cfg(60)
+    assert chosen.arch == "modernbert" and chosen.model_size == "modernbert-mini"
+    assert "the corpus holds about 22.5k tokens" in chosen.chosen
+    assert "the smaller would read it 24 times" in chosen.chosen
+    # a size the user names, another architecture or a GPU: not sized
+    assert resolve(PretrainConfig(corpus=[str(tmp_path)], output="o", max_time=60, arch="bert")).model_size == (
+        "bert-tiny"
+    )
