@@ -315,7 +315,7 @@ def test_feed_resumed_at_a_saved_position_gives_the_same_batches_across_ramp_sta
 def test_feed_schedules_the_mask_rate_by_step_through_the_prefetcher_and_resumes_exactly(shard_dir, vocab):
     """--mask-prob 0.5:0.1 with two micro-batches a step: each batch is masked at its step's rate (both micro-batches
     of a step alike), the prefetcher's batches built ahead equal those built when asked, and a Feed resumed at a
-    saved position and step gives the uninterrupted run's batches."""
+    saved position and step gives the uninterrupted run's batches; the prefetcher counts the tokens it handed over."""
     from types import SimpleNamespace
 
     from bertkit.data.pretraining.feed import Feed
@@ -353,6 +353,11 @@ def test_feed_schedules_the_mask_rate_by_step_through_the_prefetcher_and_resumes
         ahead = run(0, loader=prefetcher)
     finally:
         prefetcher.close()
+    # the loader's own rate over what it handed over (the log line's loader_tokens_per_s), then a fresh window
+    handed = prefetcher.tokens
+    rates = prefetcher.rates()
+    assert handed == sum(int(b["attention_mask"].sum()) for b in ahead) and rates["loader_tokens_per_s"] > 0
+    assert rates["loader_wait_s"] >= 0 and prefetcher.rates() == {"loader_wait_s": 0.0}
     for at in (3, 7):
         resumed = run(at, positions[at])
         for a, b, c in zip(resumed, whole[at * accum :], ahead[at * accum :]):

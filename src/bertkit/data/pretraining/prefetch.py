@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+
+
+def _built(data, epoch: int, index: int, **options) -> tuple[dict, float, int]:
+    """``data.batch(...)`` with the seconds it took to build and its real tokens (the loader's own rate)."""
+    t = time.perf_counter()
+    batch = data.batch(epoch, index, **options)
+    return batch, time.perf_counter() - t, int(batch["attention_mask"].sum())
 
 
 class Prefetcher:
@@ -24,6 +32,21 @@ class Prefetcher:
             self.pool, self.ahead = ThreadPoolExecutor(1, thread_name_prefix="bertkit-data"), 1
         self.pending: dict[tuple, object] = {}  # (epoch, index, options) -> future, for self.data
         self.data = None
+        self.workers = max(1, workers)
+        self.build_s = self.wait_s = 0.0  # seconds building batches (all workers), and the trainer waiting on one
+        self.tokens = 0  # the real tokens of the batches handed over
+
+    def rates(self, reset: bool = True) -> dict[str, float]:
+        """``loader_tokens_per_s``: what the loader alone builds in a second with its workers (tokens over build
+        seconds, times the workers); ``loader_wait``: seconds the trainer waited for a batch, since the last call.
+        A loader that keeps ahead builds faster than the step reads and is waited on for ~0 seconds."""
+        rates = {"loader_wait_s": round(self.wait_s, 3)}
+        if self.build_s > 0:
+            rates["loader_tokens_per_s"] = self.tokens / self.build_s * self.workers
+        if reset:
+            self.build_s = self.wait_s = 0.0
+            self.tokens = 0
+        return rates
 
     def get(self, data, epoch: int, index: int, ahead: Callable[[int], dict] | None = None, **options) -> dict:
         """``data.batch(epoch, index, **options)``, built ahead when it was asked for; then the next batches are
@@ -34,14 +57,17 @@ class Prefetcher:
                 f.cancel()
             self.pending, self.data = {}, data
         f = self.pending.pop((epoch, index, tuple(sorted(options.items()))), None)
-        batch = f.result() if f is not None else data.batch(epoch, index, **options)
+        t = time.perf_counter()
+        batch, seconds, tokens = f.result() if f is not None else _built(data, epoch, index, **options)
+        self.wait_s += time.perf_counter() - t  # built ahead: only what the trainer had to wait for
+        self.build_s, self.tokens = self.build_s + seconds, self.tokens + tokens
         e, i = epoch, index
         for k in range(1, self.ahead + 1):
             e, i = (e, i + 1) if i + 1 < data.num_batches(e) else (e + 1, 0)
             kw = ahead(k) if ahead is not None else options
             key = (e, i, tuple(sorted(kw.items())))
             if key not in self.pending:
-                self.pending[key] = self.pool.submit(data.batch, e, i, **kw)
+                self.pending[key] = self.pool.submit(_built, data, e, i, **kw)
         for key in [key for key in self.pending if key[:2] < (epoch, index + 1)]:  # passed, or asked otherwise
             self.pending.pop(key).cancel()
         return batch

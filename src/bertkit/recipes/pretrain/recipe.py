@@ -149,7 +149,7 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
                 if run.due(cfg.log_every) or (cfg.save_every and run.step % cfg.save_every == 0):
                     check_finite(train, run.not_finite)  # a GPU's deferred check, before a log line or checkpoint
                 if run.due(cfg.log_every):
-                    _log(cfg, objective, run, feed, train.scheduler.get_last_lr()[0])
+                    _log(cfg, objective, run, feed, train.scheduler.get_last_lr()[0], loader.rates())
                 if (eval_batches or probe) and ctx.is_main and run.due(_eval_every(cfg, run)):
                     run.timed(lambda: _held_out(cfg, objective, run, model, eval_batches, precision, probe, stop))
                 run.after_step(stop)
@@ -267,8 +267,10 @@ def _eval_every(cfg: PretrainConfig, run, steps: int | None = None) -> int:
     return cfg.eval_every or run.eval_interval(steps, max(1, max(steps, run.planned_steps) // 10))
 
 
-def _log(cfg: PretrainConfig, objective, run, feed: Feed, lr: float) -> None:
-    """A metrics line (means over the window and the ranks), the progress bar's figures, and a reset window."""
+def _log(cfg: PretrainConfig, objective, run, feed: Feed, lr: float, loader: dict) -> None:
+    """A metrics line (means over the window and the ranks), the progress bar's figures, and a reset window.
+    ``loader``: this rank's loader over the window (``Prefetcher.rates``): its rate alone, and the seconds the step
+    waited for it, beside the step's own rate."""
 
     ctx, m = run.ctx, run.meter
     loss, mlm_loss, mlm_acc, tok_s, tokens = all_reduce_mean(
@@ -293,6 +295,7 @@ def _log(cfg: PretrainConfig, objective, run, feed: Feed, lr: float) -> None:
         "epoch": feed.epoch,
         **own,
         **rates,
+        **loader,
     }
     nsp = {"nsp": f"{own['nsp_acc']:.3f}"} if "nsp_acc" in own else {}
     mfu = {"mfu": f"{rates['mfu']:.1%}"} if "mfu" in rates else {}
@@ -302,7 +305,8 @@ def _log(cfg: PretrainConfig, objective, run, feed: Feed, lr: float) -> None:
         f"step {run.step}/{run.total_steps}  loss {loss:.3f}  train-window mlm acc {mlm_acc:.3f}"
         + objective.said(own)
         + f"  {line['tokens_per_s']:.0f} tokens/s"
-        + (f"  MFU {mfu['mfu']}" if mfu else ""),
+        + (f"  MFU {mfu['mfu']}" if mfu else "")
+        + (f"  (loader alone {loader['loader_tokens_per_s']:.0f}/s)" if "loader_tokens_per_s" in loader else ""),
     )
 
 
