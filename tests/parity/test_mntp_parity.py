@@ -1,4 +1,4 @@
-"""An ``--objective mntp`` model in ``transformers``: the directory its run saves (config.json with
+"""An ``--objective mntp`` or ``mlm-clm`` model in ``transformers``: the directory its run saves (config.json with
 ``bertkit_objective: mntp``) loads in ``AutoModelForMaskedLM`` with bertkit's logits at every position (the class
 and weights are the masked LM's: only the reading differs, which transformers' fill-mask pipeline does not follow)."""
 
@@ -6,12 +6,14 @@ import json
 
 import pytest
 import torch
-from tinymodels import FINETUNE_VOCAB, read_vocab
+from tinymodels import FINETUNE_VOCAB, read_vocab, tiny_config
 from tinymodernbert import modernbert_config
 
 transformers = pytest.importorskip("transformers")
 
+from bertkit import Encoder  # noqa: E402
 from bertkit.config import OBJECTIVE_KEY  # noqa: E402
+from bertkit.modeling import BertForPreTraining  # noqa: E402
 from bertkit.modeling_modernbert import ModernBertForMaskedLM  # noqa: E402
 from bertkit.recipes.pretrain.objectives.mntp import MntpPretraining  # noqa: E402
 
@@ -32,3 +34,23 @@ def test_an_mntp_run_directory_loads_in_transformers_with_the_same_logits(tmp_pa
         got = theirs(input_ids=ids, attention_mask=mask).logits
     real = mask.bool()
     torch.testing.assert_close(got[real], ours[real], atol=1e-5, rtol=0)
+
+
+def test_an_mlm_clm_model_answers_fill_mask_as_transformers_pipeline_does(tmp_path):
+    """``--objective mlm-clm`` saves a plain masked LM (no ``bertkit_objective``): transformers' own fill-mask
+    pipeline gives bertkit's answers, token for token (the condition for a default objective, issue 62)."""
+    vocab = read_vocab(FINETUNE_VOCAB)
+    torch.manual_seed(0)
+    base = BertForPreTraining(tiny_config(len(vocab), layers=2, max_position_embeddings=64))
+    MntpPretraining(base, causal_ratio=1 / 16, reads_next=False).save_pretrained(tmp_path)
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    assert OBJECTIVE_KEY not in json.loads((tmp_path / "config.json").read_text())
+    model = transformers.BertForMaskedLM.from_pretrained(tmp_path).eval()
+    pipe = transformers.pipeline(
+        "fill-mask", model=model, tokenizer=transformers.BertTokenizer(str(tmp_path / "vocab.txt")), device="cpu"
+    )
+    ours = Encoder.from_pretrained(tmp_path, precision="fp32")
+    for text in ("the movie was [MASK] .", "a [MASK] film"):
+        got, want = ours.fill_mask([text], top_k=3)[0][0], pipe(text, top_k=3)
+        assert [a["token_id"] for a in got] == [a["token"] for a in want]
+        assert [a["score"] for a in got] == pytest.approx([a["score"] for a in want], abs=1e-5)

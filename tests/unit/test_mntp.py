@@ -119,6 +119,36 @@ def test_the_objective_reads_a_masked_token_at_the_position_before_it(arch):
         torch.testing.assert_close(out.loss, out.causal_loss)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_mlm_clm_reads_a_masked_token_where_it_stands_and_marks_no_config(arch):
+    """``--objective mlm-clm``: the same mix of masked and causal rows, a masked token's logits the head's at j
+    itself (a plain masked LM's reading), its causal rows mntp's; its model's config says nothing of the reading,
+    mntp's says ``mntp``."""
+    from bertkit.recipes.pretrain import objectives
+
+    base = _masked_lm(arch)
+    base.set_dropout(0.0)
+    model = MntpPretraining(base, causal_ratio=1.0, reads_next=False).eval()
+    torch.manual_seed(2)
+    original = torch.randint(5, len(VOCAB), (2, 10))
+    chosen = torch.zeros(2, 10, dtype=torch.bool)
+    chosen[0, [0, 5]] = chosen[1, [1, 9]] = True  # the first and the last position too: nothing shifts
+    ids, labels = original.masked_fill(chosen, VOCAB.index("[MASK]")), original.masked_fill(~chosen, -100)
+    encoder, head = models.encoder_of(base), base.mlm_head_module()
+    with torch.no_grad():
+        out = model(ids, labels=labels)
+        rows, cols = chosen.nonzero(as_tuple=True)
+        torch.testing.assert_close(out.masked_logits, head(encoder(ids).last_hidden_state)[rows, cols])
+        assert out.masked_labels.tolist() == original[rows, cols].tolist()
+        out = model.train()(ids, labels=labels)  # every row causal: every next token, nothing masked
+        assert out.causal_labels.tolist() == original[:, 1:].reshape(-1).tolist() and out.masked_labels.numel() == 0
+    for name, key in (("mlm-clm", None), ("mntp", "mntp")):
+        fresh = _masked_lm(arch)
+        cfg = type("Cfg", (), {"causal_ratio": 0.5})()
+        built, config = objectives.get(name).build(cfg, None, None, 0, "cpu", lambda *a, m=fresh: (m, m.config))
+        assert config.extra.get(OBJECTIVE_KEY) == key and built.reads_next == (name == "mntp")
+
+
 def test_the_config_key_round_trips_and_a_bad_value_is_refused(tmp_path):
     from bertkit.config import BertConfig
 

@@ -20,7 +20,7 @@ ONLY_WITH = {
     "phase2_seq_len": ("two_phase", True, "--two-phase"),
     "phase2_batch_size": ("two_phase", True, "--two-phase"),
     "rtd_weight": ("objective", "electra", "--objective electra"),
-    "causal_ratio": ("objective", "mntp", "--objective mntp"),
+    "causal_ratio": ("objective", ("mntp", "mlm-clm"), "--objective mntp or mlm-clm"),
     "dupe_factor": ("masking", "static", "--masking static"),
     "blimp_pairs": ("blimp", GIVEN, "--blimp"),
 }
@@ -33,7 +33,10 @@ def check_combinations(cfg: Any) -> None:
     past ``--max-steps``, a ``--device`` this machine lacks."""
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     for name, (needs, value, flag) in ONLY_WITH.items():
-        has = getattr(cfg, needs) is not None if value is GIVEN else getattr(cfg, needs) == value
+        if value is GIVEN:
+            has = getattr(cfg, needs) is not None
+        else:  # one value, or a tuple of the values that use it
+            has = getattr(cfg, needs) in (value if isinstance(value, tuple) else (value,))
         if getattr(cfg, name) != defaults[name] and not has:
             raise InputError(f"--{name.replace('_', '-')}: only {flag} uses it; leave the flag out")
     if cfg.whole_word_mask and cfg.mask_strategy not in ("token", "whole-word"):  # token: the default, unsaid

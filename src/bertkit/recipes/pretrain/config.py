@@ -136,11 +136,12 @@ class PretrainConfig:
         help=(
             "mlm: masked LM (BERT's); electra: replaced-token detection (Clark et al.): a small generator fills the "
             "masked positions, the model learns which tokens were replaced (the generator goes to OUTPUT/generator); "
-            "mntp: GPT-BERT's masked next-token prediction, mixed with causal LM (objectives/ holds each)"
+            "mntp: GPT-BERT's masked next-token prediction, mixed with causal LM; mlm-clm: masked LM mixed with "
+            "causal LM in one head, a [MASK] read where it stands (objectives/ holds each)"
         ),
     )
     causal_ratio: float = _run_key(
-        1 / 16, bounds=(0, 1, True, True), group=_M, help="--objective mntp: share of sequences trained as a causal LM"
+        1 / 16, bounds=(0, 1, True, True), group=_M, help="--objective mntp, mlm-clm: the share of causal LM sequences"
     )
     generator_layers: int | None = _run_key(
         None, group=_M, help="--objective electra: the generator's layers (default a quarter of the model's, >= 1)"

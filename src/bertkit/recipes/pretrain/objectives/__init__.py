@@ -28,6 +28,7 @@ OBJECTIVES: dict[str, str] = {
     "mlm": "bertkit.recipes.pretrain.objectives.mlm_nsp",
     "electra": "bertkit.recipes.pretrain.objectives.electra",
     "mntp": "bertkit.recipes.pretrain.objectives.mntp",
+    "mlm-clm": "bertkit.recipes.pretrain.objectives.mlm_clm",
 }
 
 

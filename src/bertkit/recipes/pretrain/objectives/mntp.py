@@ -62,11 +62,12 @@ class MntpPretraining(nn.Module):
     pre-training batch (``labels``: original ids at the chosen positions, -100 elsewhere). In training, each row is
     causal with probability ``causal_ratio``; in eval mode none is."""
 
-    def __init__(self, base: nn.Module, causal_ratio: float):
+    def __init__(self, base: nn.Module, causal_ratio: float, reads_next: bool = True):
         super().__init__()
         self.base = base
         self.config = base.config
         self.causal_ratio = float(causal_ratio)
+        self.reads_next = reads_next  # False: --objective mlm-clm, a masked token read where it stands
 
     def forward(
         self,
@@ -91,7 +92,7 @@ class MntpPretraining(nn.Module):
             ids, attention_mask, token_type_ids, position_ids, causal=causal if any_causal else False, **extra
         ).last_hidden_state
         head = self.base.mlm_head_module()
-        masked = shift_left(labels, -100).masked_fill(causal[:, None], -100)
+        masked = (shift_left(labels, -100) if self.reads_next else labels).masked_fill(causal[:, None], -100)
         after = next_token_labels(original, attention_mask).masked_fill(~causal[:, None], -100)
         mlm_loss, _, masked_logits, masked_labels = masked_lm(head, hidden, masked, sparse=True)
         causal_loss, _, causal_logits, causal_labels = masked_lm(head, hidden, after, sparse=True)
@@ -114,26 +115,28 @@ class MntpPretraining(nn.Module):
         self.base.save_pretrained(directory)
 
 
-def build_model(cfg, tokenizer, shard_dir: Path, max_len: int, device, build_base):
-    """(MntpPretraining, the config): the architecture's pre-training model as ``build_base`` makes it (or the
-    ``--init-from`` model), its config marked ``bertkit_objective: mntp``."""
-    base, config = build_base(cfg, tokenizer, shard_dir, max_len, device)
-    base.config.extra[OBJECTIVE_KEY] = "mntp"
-    return MntpPretraining(base, cfg.causal_ratio).to(device).train(), base.config
-
-
 class Mntp(Objective):
-    """GPT-BERT's part of the recipe: no NSP, its model, the causal rows' figures."""
+    """GPT-BERT's part of the recipe: no NSP, its model, the causal rows' figures. ``reads_next=False`` is
+    ``--objective mlm-clm``: the same mix, the masked rows' [MASK] read where it stands (a plain masked LM's head)."""
 
     defaults = DEFAULTS
 
+    def __init__(self, name: str = "mntp", reads_next: bool = True):
+        self.name, self.reads_next = name, reads_next
+
     def check(self, cfg) -> None:
         if cfg.nsp:
-            raise InputError("--objective mntp has no next-sentence prediction; leave out --nsp")
+            raise InputError(f"--objective {self.name} has no next-sentence prediction; leave out --nsp")
         if cfg.generator_layers is not None:
             raise InputError("--generator-layers: only --objective electra has a generator; leave the flag out")
 
-    build = staticmethod(build_model)
+    def build(self, cfg, tokenizer, shard_dir: Path, max_len: int, device, build_base):
+        """(MntpPretraining, the config): the architecture's pre-training model as ``build_base`` makes it (or the
+        ``--init-from`` model); mntp's config marked ``bertkit_objective: mntp`` (mlm-clm's reads as a masked LM's)."""
+        base, config = build_base(cfg, tokenizer, shard_dir, max_len, device)
+        if self.reads_next:
+            base.config.extra[OBJECTIVE_KEY] = "mntp"
+        return MntpPretraining(base, cfg.causal_ratio, self.reads_next).to(device).train(), base.config
 
     def count(self, meter, output: MntpOutput, batch: dict, cfg) -> None:
         with torch.no_grad():
