@@ -68,3 +68,16 @@ def test_resolve_sizes_the_budget_to_the_corpus_and_says_why(tmp_path, monkeypat
     assert resolve(PretrainConfig(corpus=[str(tmp_path)], output="o", max_time=60, arch="bert")).model_size == (
         "bert-tiny"
     )
+
+
+def test_the_rate_estimate_reads_a_scheduled_mask_rate_as_its_mean(tmp_path, monkeypatch):
+    """The step's FLOPs at the schedule's mean rate (``--mask-prob 0.4:0.15`` once failed the run's resolve), on
+    this CPU's measured peak (fixed here): more masked positions, more head FLOPs, fewer tokens a second."""
+    from bertkit.recipes.pretrain import flops
+
+    (tmp_path / "corpus.txt").write_bytes(TEXT)
+    monkeypatch.setattr(flops, "cpu_peak", lambda precision: 1e11)
+    seen = lambda p: sizing.estimate(  # noqa: E731
+        PretrainConfig(corpus=[str(tmp_path)], output="o", max_time=60, mask_prob=p), "modernbert", 60, 8000
+    ).reads[sizing.LADDER[0]]
+    assert seen("0.4:0.2") == pytest.approx(seen(0.3)) and seen(0.15) > seen(0.3) > seen(0.45)

@@ -20,6 +20,7 @@ import torch
 
 from bertkit import models
 from bertkit.data.pretraining.corpus import detect_format, expand_corpus
+from bertkit.data.pretraining.masking import parse_mask_prob
 from bertkit.errors import InputError
 from bertkit.precision import resolve_precision
 from bertkit.recipes.pretrain import flops
@@ -145,7 +146,8 @@ def _count(n: float) -> str:
 def estimate(cfg, arch: str, seconds: float, vocab_size: int) -> Sizing:
     """:class:`Sizing` for ``cfg``'s corpus and budget on this machine, at each size of the ladder."""
     precision = resolve_precision(cfg.precision, "cpu")
-    mask_prob = cfg.mask_prob if cfg.mask_prob is not None else 0.3
+    start, end = parse_mask_prob(cfg.mask_prob, default=0.3)  # a schedule (0.4:0.15): its mean over the run
+    mask_prob = (start + end) / 2
     reads = {}
     for size in LADDER:
         config = preset_config(arch, models.get(arch).preset(size), vocab_size)
