@@ -43,12 +43,12 @@ def test_choose_keeps_the_time_rule_and_sizes_up_a_corpus_the_smaller_would_repe
     tiny, mini = sizing.LADDER
     reads = {tiny: 10e6, mini: 2e6}
     big = sizing.Sizing(100_000_000, reads)  # read 0.1 times: the time rule
-    assert sizing.choose(big, 600, 1800)[0] == tiny and sizing.choose(big, 1800, 1800)[0] == mini
+    assert sizing.choose(big, tiny)[0] == tiny and sizing.choose(big, mini)[0] == mini
     small = sizing.Sizing(100_000, reads)  # tiny would read it 100 times: a size up
-    size, why = sizing.choose(small, 600, 1800)
+    size, why = sizing.choose(small, tiny)
     assert size == mini and "the smaller would read it 100 times" in why and "20 passes" in why
     unknown = sizing.Sizing(None, reads)  # a table corpus: its size unknown, the time rule
-    size, why = sizing.choose(unknown, 600, 1800)
+    size, why = sizing.choose(unknown, tiny)
     assert size == tiny and why == "the budget reads about 10.0M tokens (the corpus's size unknown)"
 
 

@@ -36,16 +36,15 @@ class Prefetcher:
         self.build_s = self.wait_s = 0.0  # seconds building batches (all workers), and the trainer waiting on one
         self.tokens = 0  # the real tokens of the batches handed over
 
-    def rates(self, reset: bool = True) -> dict[str, float]:
-        """``loader_tokens_per_s``: what the loader alone builds in a second with its workers (tokens over build
-        seconds, times the workers); ``loader_wait``: seconds the trainer waited for a batch, since the last call.
-        A loader that keeps ahead builds faster than the step reads and is waited on for ~0 seconds."""
+    def rates(self) -> dict[str, float]:
+        """Since the last call: ``loader_tokens_per_s``, what the loader alone builds in a second with its workers
+        (tokens over build seconds, times the workers), and ``loader_wait_s``, seconds the trainer waited for a
+        batch. A loader that keeps ahead builds faster than the step reads and is waited on for ~0 seconds."""
         rates = {"loader_wait_s": round(self.wait_s, 3)}
         if self.build_s > 0:
             rates["loader_tokens_per_s"] = self.tokens / self.build_s * self.workers
-        if reset:
-            self.build_s = self.wait_s = 0.0
-            self.tokens = 0
+        self.build_s = self.wait_s = 0.0
+        self.tokens = 0
         return rates
 
     def get(self, data, epoch: int, index: int, ahead: Callable[[int], dict] | None = None, **options) -> dict:

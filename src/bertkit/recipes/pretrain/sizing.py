@@ -3,8 +3,8 @@ tokens the corpus holds (:func:`corpus_tokens`, from its files' text sizes), how
 reads in a second on this machine (:func:`tokens_per_second`, from ``flops.py``'s count and the CPU's measured
 matmul peak), and so how often the budget would read the corpus over at each size (:class:`Sizing`).
 
-The rule (:func:`choose`): the budget recipe's ModernBERT is tiny below ``tables.BUDGET_MINI_FROM_S`` and mini from
-there (measured on the 12 books: docs/pretraining.md), and a size up sooner where the smaller would read the corpus
+The rule (:func:`choose`): the time rule's size (``tables.choose_model``: tiny below ``BUDGET_MINI_FROM_S``, mini
+from there, measured on the 12 books: docs/pretraining.md), and a size up sooner where the smaller would read the corpus
 more than ``MAX_PASSES`` times (more capacity pays once the text repeats: tiny passed over the books about 57 times
 in 30 minutes and fine-tuned worse than mini at 18). A corpus of unknown size (a table file) keeps the time rule.
 What it estimated is printed with the recipe's choices, so a user sees why."""
@@ -118,10 +118,9 @@ class Sizing:
         return self.reads[size] / self.corpus_tokens if self.corpus_tokens else None
 
 
-def choose(sizing: Sizing, seconds: float, mini_from_s: float) -> tuple[str, str]:
-    """(size, why): the time rule's size, or a size up where the smaller would pass over the corpus more than
-    ``MAX_PASSES`` times."""
-    size = LADDER[1] if seconds >= mini_from_s else LADDER[0]
+def choose(sizing: Sizing, size: str) -> tuple[str, str]:
+    """(size, why): ``size``, the time rule's (``tables.choose_model``), or a size up where the smaller would pass
+    over the corpus more than ``MAX_PASSES`` times."""
     why = describe(sizing, size)
     if size == LADDER[0] and (sizing.passes(LADDER[0]) or 0.0) > MAX_PASSES:
         size = LADDER[1]

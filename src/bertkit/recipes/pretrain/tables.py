@@ -139,17 +139,14 @@ def resolve(cfg):
     own = cfg.arch is None or models.get(cfg.arch) is models.of_preset(MODEL_DEFAULTS[name]["model"])
     gpu_model = gpu and own and cfg.model_size is None and cfg.init_from is None
     model_size = GPU_BUDGET["model"] if gpu_model else cfg.model_size  # the card's: the recipe's architecture a size up
+    arch_name, size, vocab_size = choose_model(name, cfg.arch, model_size, cfg.vocab_size, cfg.init_from, cfg.max_time)
     sized = ""
     if name == "budget" and own and not gpu and cfg.model_size is None and cfg.init_from is None and cfg.max_time:
         from bertkit.recipes.pretrain import sizing  # measures the CPU's peak once (cached): when the run resolves
 
-        own_type = models.of_preset(MODEL_DEFAULTS[name]["model"]).model_type
-        vocab_size = cfg.vocab_size or MODEL_DEFAULTS[name]["vocab_size"]
-        estimate = sizing.estimate(cfg, own_type, cfg.max_time, vocab_size)
-        size, why = sizing.choose(estimate, cfg.max_time, BUDGET_MINI_FROM_S)
-        model_size = models.get(own_type).preset(size)  # its own name: a BERT name would name BERT
+        # the time rule's size (choose_model's), a size up where the corpus would repeat
+        size, why = sizing.choose(sizing.estimate(cfg, arch_name, cfg.max_time, vocab_size), size)
         sized = f" ({why})"
-    arch_name, size, vocab_size = choose_model(name, cfg.arch, model_size, cfg.vocab_size, cfg.init_from, cfg.max_time)
     arch = models.get(arch_name)
     vocab = cfg.vocab or cfg.init_from  # --init-from: the model's own vocabulary (and tokenizer config)
     # chosen set from here on: the flags as given were checked when cfg was made (checks.check_given), not the values
