@@ -39,17 +39,20 @@ def test_corpus_tokens_counts_every_file_and_gives_up_on_what_it_cannot_list(tmp
     assert sizing.corpus_tokens([tmp_path / "missing"]) is None
 
 
-def test_choose_keeps_the_time_rule_and_sizes_up_a_corpus_the_smaller_would_repeat():
+def test_choose_sizes_up_where_the_larger_reads_enough_or_the_smaller_would_repeat():
     tiny, mini = sizing.LADDER
-    reads = {tiny: 10e6, mini: 2e6}
-    big = sizing.Sizing(100_000_000, reads)  # read 0.1 times: the time rule
-    assert sizing.choose(big, tiny)[0] == tiny and sizing.choose(big, mini)[0] == mini
-    small = sizing.Sizing(100_000, reads)  # tiny would read it 100 times: a size up
+    few, enough = sizing.MINI_FROM_TOKENS * 0.9, sizing.MINI_FROM_TOKENS
+    big = sizing.Sizing(100_000_000_000, {tiny: 5 * few, mini: few})  # read far less than once, mini too little
+    assert sizing.choose(big, tiny)[0] == tiny and sizing.choose(big, mini)[0] == mini  # a named size stays
+    size, why = sizing.choose(sizing.Sizing(100_000_000_000, {tiny: 5 * enough, mini: enough}), tiny)
+    assert size == mini and why.endswith(f"at least {enough / 1e6:.1f}M tokens for the larger")
+    small = sizing.Sizing(100_000, {tiny: 10e6, mini: 2e6})  # tiny would read it 100 times: a size up
     size, why = sizing.choose(small, tiny)
     assert size == mini and "the smaller would read it 100 times" in why and "20 passes" in why
-    unknown = sizing.Sizing(None, reads)  # a table corpus: its size unknown, the time rule
+    unknown = sizing.Sizing(None, {tiny: 10e6, mini: 2e6})  # a table corpus: its size unknown, the reads alone
     size, why = sizing.choose(unknown, tiny)
     assert size == tiny and why == "the budget reads about 10.0M tokens (the corpus's size unknown)"
+    assert sizing.choose(sizing.Sizing(None, {tiny: 5 * enough, mini: enough}), tiny)[0] == mini
 
 
 def test_resolve_sizes_the_budget_to_the_corpus_and_says_why(tmp_path, monkeypatch):
@@ -57,8 +60,10 @@ def test_resolve_sizes_the_budget_to_the_corpus_and_says_why(tmp_path, monkeypat
     rates = {}
     monkeypatch.setattr(sizing, "tokens_per_second", lambda config, *a: rates[config["hidden_size"]])
     cfg = lambda seconds: resolve(PretrainConfig(corpus=[str(tmp_path)], output="o", max_time=seconds))  # noqa: E731
-    rates.update({128: 1.0, 256: 0.2})  # tiny reads 54 tokens in a minute: the time rule
-    assert cfg(60).model_size == "modernbert-tiny" and cfg(1800).model_size == "modernbert-mini"
+    rates.update({128: 1.0, 256: 0.2})  # tiny reads 54 tokens in a minute, mini 324 in 30: tiny at any budget
+    assert cfg(60).model_size == "modernbert-tiny" and cfg(1800).model_size == "modernbert-tiny"
+    rates.update({128: 1.0, 256: 10_000.0})  # mini reads 16.2M tokens in 30 minutes: enough for the larger
+    assert cfg(1800).model_size == "modernbert-mini" and "for the larger" in cfg(1800).chosen
     rates.update({128: 10_000.0, 256: 2_000.0})  # tiny would read it 24 times in a minute
     chosen = cfg(60)
     assert chosen.arch == "modernbert" and chosen.model_size == "modernbert-mini"

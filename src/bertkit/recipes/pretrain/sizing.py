@@ -3,11 +3,14 @@ tokens the corpus holds (:func:`corpus_tokens`, from its files' text sizes), how
 reads in a second on this machine (:func:`tokens_per_second`, from ``flops.py``'s count and the CPU's measured
 matmul peak), and so how often the budget would read the corpus over at each size (:class:`Sizing`).
 
-The rule (:func:`choose`): the time rule's size (``tables.choose_model``: tiny below ``BUDGET_MINI_FROM_S``, mini
-from there, measured on the 12 books: docs/pretraining.md), and a size up sooner where the smaller would read the corpus
-more than ``MAX_PASSES`` times (more capacity pays once the text repeats: tiny passed over the books about 57 times
-in 30 minutes and fine-tuned worse than mini at 18). A corpus of unknown size (a table file) keeps the time rule.
-What it estimated is printed with the recipe's choices, so a user sees why."""
+The rule (:func:`choose`): ModernBERT-tiny, and a size up (mini) where mini would read at least
+``MINI_FROM_TOKENS`` tokens in the budget, or where tiny would read the corpus more than ``MAX_PASSES`` times (more
+capacity pays once the text repeats: tiny passed over the 12 books about 57 times in 30 minutes and fine-tuned worse
+than mini at 18). The first half is a compute rule, not a time rule: 30 minutes on the shared corpus (books and
+Wikipedia, read less than once) put tiny ahead on BLiMP where mini read 6.7 M tokens (one thread of the EPYC-BF16,
+about the pace of two AVX2 cores: 59.31 against 58.33) and mini ahead where it read 11.5 M (both threads: 60.00
+against 58.68; BENCHMARKS.md, "Which size at 30 minutes"). A corpus of unknown size (a table file) is sized by the
+first half alone. What it estimated is printed with the recipe's choices, so a user sees why."""
 
 from __future__ import annotations
 
@@ -39,6 +42,10 @@ BUDGET_MFU = 0.35
 TRAINING_SHARE = 0.9
 # a size up when the smaller model would read the corpus more often than this
 MAX_PASSES = 20.0
+# a size up when mini would read at least this many tokens in the budget (estimated as ``reads``): between the
+# estimates of the two measured 30-minute runs on the shared corpus, 4.9 M (one thread: tiny ahead on BLiMP) and
+# 10.1 M (two threads: mini ahead), at their geometric mean
+MINI_FROM_TOKENS = 7e6
 # the mean sequence length over the budget's seq ramp (32 tokens for 70% of the steps, then 128), in tokens
 MEAN_LENGTH = 60.0
 LADDER = ("bert-tiny", "bert-mini")  # the budget's sizes, by BERT name (tables.bert_size)
@@ -119,13 +126,16 @@ class Sizing:
 
 
 def choose(sizing: Sizing, size: str) -> tuple[str, str]:
-    """(size, why): ``size``, the time rule's (``tables.choose_model``), or a size up where the smaller would pass
-    over the corpus more than ``MAX_PASSES`` times."""
-    why = describe(sizing, size)
-    if size == LADDER[0] and (sizing.passes(LADDER[0]) or 0.0) > MAX_PASSES:
-        size = LADDER[1]
-        why = f"{describe(sizing, size)}; the smaller would read it {sizing.passes(LADDER[0]):.0f} times"
-    return size, why
+    """(size, why): ``size``, the recipe's (``tables.choose_model``), or a size up where the larger would read at
+    least ``MINI_FROM_TOKENS`` tokens or the smaller would pass over the corpus more than ``MAX_PASSES`` times."""
+    small, large = LADDER
+    if size != small:
+        return size, describe(sizing, size)
+    if sizing.reads[large] >= MINI_FROM_TOKENS:
+        return large, f"{describe(sizing, large)}; at least {_count(MINI_FROM_TOKENS)} tokens for the larger"
+    if (sizing.passes(small) or 0.0) > MAX_PASSES:
+        return large, f"{describe(sizing, large)}; the smaller would read it {sizing.passes(small):.0f} times"
+    return size, describe(sizing, size)
 
 
 def describe(sizing: Sizing, size: str) -> str:

@@ -15,7 +15,8 @@ RECIPES = ("budget", "paper")
 # the model each recipe builds when --arch / --model-size / --vocab-size are left out, named by its size preset (which
 # names its architecture). The budget recipe's is the one that fine-tuned best after minutes of pre-training (issue
 # 33's downstream meter; docs/pretraining.md, "Which model for a budget"): ModernBERT-tiny on an 8,000-token
-# vocabulary. --arch and --init-from keep the recipe's size in another architecture (models.Architecture.preset maps
+# vocabulary, a size up where the machine reads enough text in the budget (``sizing.choose``). --arch and
+# --init-from keep the recipe's size in another architecture (models.Architecture.preset maps
 # BERT's size names to each architecture's)
 MODEL_DEFAULTS = {
     "budget": {"model": "modernbert-tiny", "vocab_size": 8000},
@@ -24,11 +25,6 @@ MODEL_DEFAULTS = {
 # an architecture with no next-sentence head (ModernBERT) takes its own recipe's masking and no NSP, over --recipe's
 # (Warner et al., 2024: 30% masking, MLM only)
 NO_NSP_HEAD = {"mask_prob": 0.3, "nsp": False}
-# from this --max-time on, the budget recipe's ModernBERT is a size larger (mini: 6 x 256). At 30 minutes of the
-# 2-core CPU it fine-tuned better than tiny on SST-2, MRPC and CoNLL-2003: tiny passes over the 12 books about 57
-# times in 30 minutes, mini 18, and more capacity pays once the text repeats. At 10 minutes tiny makes 5x the
-# steps and its MLM meter was the higher (BENCHMARKS.md, "ModernBERT-mini at 30 minutes")
-BUDGET_MINI_FROM_S = 30 * 60
 
 PAPER = {
     "lr": 1e-4,
@@ -88,13 +84,12 @@ def choose_model(
     model_size: str | None,
     vocab_size: int | None,
     init_from: str | None,
-    max_time: float | None = None,
 ) -> tuple[str, str, int]:
     """(arch, model size, vocabulary size): what the user left out (None) filled in from ``recipe``'s
-    MODEL_DEFAULTS (the budget recipe's ModernBERT a size up from ``BUDGET_MINI_FROM_S`` seconds of
-    ``max_time``); ``--init-from`` continues the model's own architecture, and a ``--model-size`` names its own
+    MODEL_DEFAULTS; ``--init-from`` continues the model's own architecture, and a ``--model-size`` names its own
     (``bert-mini``: BERT; ``modernbert-mini``: ModernBERT). The size is the one given, or the recipe's by its BERT
-    name: :func:`resolve` maps it to the architecture's preset, once."""
+    name: :func:`resolve` maps it to the architecture's preset, once, after the budget recipe's sizing
+    (``sizing.choose``: a size up where the machine reads enough text in the budget, or the corpus would repeat)."""
 
     defaults = MODEL_DEFAULTS[recipe]
     own = models.of_preset(defaults["model"])  # the recipe's architecture
@@ -107,8 +102,6 @@ def choose_model(
             arch = own.model_type
     if model_size is None:  # the recipe's size (its BERT name: every architecture maps it)
         model_size = bert_size(defaults["model"])
-        if recipe == "budget" and models.get(arch) is own and (max_time or 0) >= BUDGET_MINI_FROM_S:
-            model_size = "bert-mini"  # measured for the recipe's own architecture only
     return arch, model_size, defaults["vocab_size"] if vocab_size is None else vocab_size
 
 
@@ -139,12 +132,12 @@ def resolve(cfg):
     own = cfg.arch is None or models.get(cfg.arch) is models.of_preset(MODEL_DEFAULTS[name]["model"])
     gpu_model = gpu and own and cfg.model_size is None and cfg.init_from is None
     model_size = GPU_BUDGET["model"] if gpu_model else cfg.model_size  # the card's: the recipe's architecture a size up
-    arch_name, size, vocab_size = choose_model(name, cfg.arch, model_size, cfg.vocab_size, cfg.init_from, cfg.max_time)
+    arch_name, size, vocab_size = choose_model(name, cfg.arch, model_size, cfg.vocab_size, cfg.init_from)
     sized = ""
     if name == "budget" and own and not gpu and cfg.model_size is None and cfg.init_from is None and cfg.max_time:
         from bertkit.recipes.pretrain import sizing  # measures the CPU's peak once (cached): when the run resolves
 
-        # the time rule's size (choose_model's), a size up where the corpus would repeat
+        # the recipe's size (choose_model's), a size up where the machine reads enough or the corpus would repeat
         size, why = sizing.choose(sizing.estimate(cfg, arch_name, cfg.max_time, vocab_size), size)
         sized = f" ({why})"
     arch = models.get(arch_name)
