@@ -8,7 +8,7 @@ import gzip
 import pytest
 import zstandard
 
-from bertkit.recipes.pretrain import PretrainConfig, resolve, sizing
+from bertkit.recipes.pretrain import PretrainConfig, resolve, sizing, tables
 
 TEXT = ("The quick brown fox jumps over the lazy dog. " * 2000).encode()
 
@@ -41,18 +41,19 @@ def test_corpus_tokens_counts_every_file_and_gives_up_on_what_it_cannot_list(tmp
 
 def test_choose_sizes_up_where_the_larger_reads_enough_or_the_smaller_would_repeat():
     tiny, mini = sizing.LADDER
+    assert tiny == tables.bert_size(tables.MODEL_DEFAULTS["budget"]["model"])  # the ladder starts at the recipe's
     few, enough = sizing.MINI_FROM_TOKENS * 0.9, sizing.MINI_FROM_TOKENS
     big = sizing.Sizing(100_000_000_000, {tiny: 5 * few, mini: few})  # read far less than once, mini too little
-    assert sizing.choose(big, tiny)[0] == tiny and sizing.choose(big, mini)[0] == mini  # a named size stays
-    size, why = sizing.choose(sizing.Sizing(100_000_000_000, {tiny: 5 * enough, mini: enough}), tiny)
+    assert sizing.choose(big)[0] == tiny
+    size, why = sizing.choose(sizing.Sizing(100_000_000_000, {tiny: 5 * enough, mini: enough}))
     assert size == mini and why.endswith(f"at least {enough / 1e6:.1f}M tokens for the larger")
     small = sizing.Sizing(100_000, {tiny: 10e6, mini: 2e6})  # tiny would read it 100 times: a size up
-    size, why = sizing.choose(small, tiny)
+    size, why = sizing.choose(small)
     assert size == mini and "the smaller would read it 100 times" in why and "20 passes" in why
     unknown = sizing.Sizing(None, {tiny: 10e6, mini: 2e6})  # a table corpus: its size unknown, the reads alone
-    size, why = sizing.choose(unknown, tiny)
+    size, why = sizing.choose(unknown)
     assert size == tiny and why == "the budget reads about 10.0M tokens (the corpus's size unknown)"
-    assert sizing.choose(sizing.Sizing(None, {tiny: 5 * enough, mini: enough}), tiny)[0] == mini
+    assert sizing.choose(sizing.Sizing(None, {tiny: 5 * enough, mini: enough}))[0] == mini
 
 
 def test_resolve_sizes_the_budget_to_the_corpus_and_says_why(tmp_path, monkeypatch):
@@ -64,6 +65,8 @@ def test_resolve_sizes_the_budget_to_the_corpus_and_says_why(tmp_path, monkeypat
     assert cfg(60).model_size == "modernbert-tiny" and cfg(1800).model_size == "modernbert-tiny"
     rates.update({128: 1.0, 256: 10_000.0})  # mini reads 16.2M tokens in 30 minutes: enough for the larger
     assert cfg(1800).model_size == "modernbert-mini" and "for the larger" in cfg(1800).chosen
+    named = resolve(PretrainConfig(corpus=[str(tmp_path)], output="o", max_time=1800, model_size="modernbert-tiny"))
+    assert named.model_size == "modernbert-tiny" and "for the larger" not in named.chosen  # a named size stays
     rates.update({128: 10_000.0, 256: 2_000.0})  # tiny would read it 24 times in a minute
     chosen = cfg(60)
     assert chosen.arch == "modernbert" and chosen.model_size == "modernbert-mini"

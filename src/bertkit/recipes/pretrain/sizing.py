@@ -49,7 +49,7 @@ MAX_PASSES = 20.0
 MINI_FROM_TOKENS = 7e6
 # the mean sequence length over the budget's seq ramp (32 tokens for 70% of the steps, then 128), in tokens
 MEAN_LENGTH = 60.0
-LADDER = ("bert-tiny", "bert-mini")  # the budget's sizes, by BERT name (tables.bert_size)
+LADDER = ("bert-tiny", "bert-mini")  # the budget's sizes, by BERT name (tables.bert_size); its own first
 
 
 def text_bytes(path: str | os.PathLike) -> int:
@@ -126,17 +126,15 @@ class Sizing:
         return self.reads[size] / self.corpus_tokens if self.corpus_tokens else None
 
 
-def choose(sizing: Sizing, size: str) -> tuple[str, str]:
-    """(size, why): ``size``, the recipe's (``tables.choose_model``), or a size up where the larger would read at
+def choose(sizing: Sizing) -> tuple[str, str]:
+    """(size, why): the smallest of the ladder (the recipe's own size), or a size up where the larger would read at
     least ``MINI_FROM_TOKENS`` tokens or the smaller would pass over the corpus more than ``MAX_PASSES`` times."""
     small, large = LADDER
-    if size != small:
-        return size, describe(sizing, size)
     if sizing.reads[large] >= MINI_FROM_TOKENS:
         return large, f"{describe(sizing, large)}; at least {_count(MINI_FROM_TOKENS)} tokens for the larger"
     if (sizing.passes(small) or 0.0) > MAX_PASSES:
         return large, f"{describe(sizing, large)}; the smaller would read it {sizing.passes(small):.0f} times"
-    return size, describe(sizing, size)
+    return small, describe(sizing, small)
 
 
 def describe(sizing: Sizing, size: str) -> str:

@@ -137,8 +137,8 @@ def resolve(cfg):
     if name == "budget" and own and not gpu and cfg.model_size is None and cfg.init_from is None and cfg.max_time:
         from bertkit.recipes.pretrain import sizing  # measures the CPU's peak once (cached): when the run resolves
 
-        # the recipe's size (choose_model's), a size up where the machine reads enough or the corpus would repeat
-        size, why = sizing.choose(sizing.estimate(cfg, arch_name, cfg.max_time, vocab_size), size)
+        # the recipe's size, a size up where the machine reads enough or the corpus would repeat
+        size, why = sizing.choose(sizing.estimate(cfg, arch_name, cfg.max_time, vocab_size))
         sized = f" ({why})"
     arch = models.get(arch_name)
     vocab = cfg.vocab or cfg.init_from  # --init-from: the model's own vocabulary (and tokenizer config)
