@@ -3,7 +3,9 @@
 bertkit route (what ``bertkit pretrain`` runs per step, training.step's ``apply_update``): ``bertkit.
 BertForPreTraining`` with the sparse MLM head (vocabulary logits only at masked positions), ``--precision auto``
 (bf16 where the CPU has avx512_bf16: there a bf16 model over fp32 master weights, ``precision.MasterWeights``; on
-a GPU autocast), fused AdamW with BERT's parameter groups, gradient clipping at 1.0, linear schedule.
+a GPU autocast), fused AdamW with BERT's parameter groups, gradient clipping at 1.0, linear schedule; on a GPU
+its encoder layers compiled (``training.step.compile_layers``, `bertkit pretrain`'s default there), the labelled
+positions found on the host and no attention mask where nothing is padded, as the recipe hands batches over.
 
 transformers route (what a user writes from its docs): ``transformers.BertForPreTraining`` (default attention), fp32,
 ``torch.optim.AdamW(model.parameters(), lr)``, ``out.loss`` from full-vocabulary logits, backward, clipping at 1.0,
@@ -119,7 +121,13 @@ def main() -> None:
         help="transformers route: fp32 | bf16 | fp16 (default: fp32 on CPU, bertkit's precision on GPU)",
     )
     ap.add_argument("--vocab", default=None, help="vocab.txt (default: bert-base-uncased from ../shared, else trained)")
-    ap.add_argument("--compile", action="store_true", help="torch.compile both models")
+    ap.add_argument(
+        "--compile",
+        action="store_true",
+        help="compile both routes, on a CPU too (bertkit: its encoder layers, as `bertkit pretrain --compile`; "
+        "transformers: the whole model, as Trainer's torch_compile). On a GPU both compile by default",
+    )
+    ap.add_argument("--eager", action="store_true", help="bertkit's route eager on a GPU too (`--no-compile`)")
     ap.add_argument(
         "--theirs-route",
         choices=("loop", "trainer"),
@@ -143,7 +151,7 @@ def main() -> None:
     from bertkit.precision import MasterWeights, autocast, grad_scaler, resolve_precision, uses_master_weights
     from bertkit.training.optim import build_optimizer, linear_schedule
     from bertkit.training.state import TrainState
-    from bertkit.training.step import apply_update
+    from bertkit.training.step import apply_update, compile_layers
 
     with tempfile.TemporaryDirectory() as tmp:
         arch = models.of_preset(args.model_size)  # bert-* or modernbert-*
@@ -152,6 +160,14 @@ def main() -> None:
             args.seq_len, args.batch_size, args.steps, Path(tmp), Path(args.vocab) if args.vocab else None, nsp
         )
     dev = torch.device(args.device)
+    # bertkit's route gets its batches as `bertkit pretrain` hands them over: the labelled positions found on the
+    # host, no attention mask where nothing is padded (recipe.py's _micro_batches); both routes' on the device
+    ours_batches = [dict(b) for b in batches]
+    for b in ours_batches:
+        b["masked_positions"] = torch.nonzero(b["labels"].reshape(-1) != -100).reshape(-1)
+        if bool(b["attention_mask"].all()):
+            del b["attention_mask"]
+    ours_batches = [{k: v.to(dev) for k, v in b.items()} for b in ours_batches]
     batches = [{k: v.to(dev) for k, v in b.items()} for b in batches]
     torch.manual_seed(0)
     ours = arch.build_for_pretraining(args.model_size, tok, max_len=args.seq_len).train()  # the tokenizer's ids
@@ -177,7 +193,10 @@ def main() -> None:
     state.masters = masters
     opt_theirs = torch.optim.AdamW(theirs.parameters(), lr=1e-4, **({"fused": True} if dev.type == "cuda" else {}))
     sched_theirs = transformers.get_linear_schedule_with_warmup(opt_theirs, 100, total)
-    run_ours = torch.compile(ours) if args.compile else ours
+    compiled = (args.compile or dev.type == "cuda") and not args.eager  # `bertkit pretrain`'s default
+    if compiled:
+        compile_layers(ours, dynamic=True)
+    run_ours = ours
     run_theirs = torch.compile(theirs) if args.compile or trainer else theirs
 
     def sync():
@@ -202,11 +221,12 @@ def main() -> None:
         return float(loss.detach())
 
     routes = {"bertkit": step_ours, "transformers": step_theirs}
+    inputs = {"bertkit": ours_batches, "transformers": batches}
     times: dict[str, list[float]] = {k: [] for k in routes}
     tokens = [int(b["attention_mask"].sum()) for b in batches]
-    for fn in routes.values():
+    for name, fn in routes.items():
         for i in range(args.warmup):
-            fn(batches[i % len(batches)])
+            fn(inputs[name][i % len(batches)])
     from bertkit.recipes.pretrain.flops import cpu_peak, device_peak, model_shapes, shapes_peak, train_flops
 
     # the peak (issue 56): the best matmul rate on the model's own products at the same threads, measured after
@@ -217,7 +237,7 @@ def main() -> None:
         for p in measured:
             measured[p] = max(measured[p], shapes_peak(shapes, p, dev, seconds=0.5))
         for name, fn in routes.items() if r % 2 == 0 else reversed(list(routes.items())):
-            for i, b in enumerate(batches):
+            for i, b in enumerate(inputs[name]):
                 sync()
                 t0 = time.perf_counter()
                 fn(b)
@@ -230,7 +250,8 @@ def main() -> None:
         f"{args.model_size} ({n_params / 1e6:.1f}M params, vocab {vocab_size}), batch {args.batch_size} x seq "
         f"{args.seq_len}, {where}, torch {torch.__version__}, transformers {transformers.__version__}, "
         f"precision bertkit {precision}{' (bf16 weights, fp32 masters)' if masters is not None else ''} / "
-        f"{theirs_said}{', compiled' if args.compile else ''}; {args.rounds} rounds x {args.steps} steps per route"
+        f"{theirs_said}{', compiled' if args.compile else ''}, bertkit's layers {'compiled' if compiled else 'eager'}; "
+        f"{args.rounds} rounds x {args.steps} steps per route"
     )
     med = {k: statistics.median(v) for k, v in times.items()}
     # MFU: the same model FLOPs for both routes (recipes/pretrain/flops.py: MLM head at masked positions only, as

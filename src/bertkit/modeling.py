@@ -608,19 +608,27 @@ class BertPreTrainingHeads(nn.Module):
 
 
 def masked_lm(
-    head: BertLMPredictionHead, hidden: Tensor, labels: Tensor | None, sparse: bool
+    head: nn.Module, hidden: Tensor, labels: Tensor | None, sparse: bool, positions: Tensor | None = None
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None]:
     """MLM logits and loss. With labels and ``sparse``, vocabulary logits are computed only at the labelled
     positions (labels != -100): the vocabulary projection over every position is the largest single cost of a small
-    model's training step. Returns (loss, full_logits [B, T, V] or None, masked_logits [M, V] or None, labels [M])."""
+    model's training step. ``positions`` [M]: those positions' flat indices into [B * T], ascending (the
+    pre-training loop finds them on the host), where the caller knows them: selecting by index needs no host sync, where
+    selecting by ``labels != -100`` waits for the device to learn M. Returns (loss, full_logits [B, T, V] or None,
+    masked_logits [M, V] or None, labels [M])."""
     if labels is None:
         return None, head(hidden), None, None
     if not sparse:
         logits = head(hidden)
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), labels.view(-1)), logits, None, None
-    selected = labels.view(-1) != -100
-    masked_labels = labels.view(-1)[selected]  # [M]
-    masked_logits = head(hidden.reshape(-1, hidden.size(-1))[selected])  # [M, V]
+    flat = hidden.reshape(-1, hidden.size(-1))
+    if positions is not None:
+        masked_labels = labels.reshape(-1).index_select(0, positions)  # [M]
+        masked_logits = head(flat.index_select(0, positions))  # [M, V]
+    else:
+        selected = labels.view(-1) != -100
+        masked_labels = labels.view(-1)[selected]  # [M]
+        masked_logits = head(flat[selected])  # [M, V]
     if masked_labels.numel() == 0:  # nothing to predict: a zero loss that still has a graph
         return masked_logits.sum() * 0.0, None, masked_logits, masked_labels
     return ops.cross_entropy(masked_logits, masked_labels), None, masked_logits, masked_labels
@@ -657,14 +665,16 @@ class BertForPreTraining(BertPreTrainedModel):
         next_sentence_label: Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        masked_positions: Tensor | None = None,
     ) -> BertForPreTrainingOutput:
         """``labels`` [B, T]: original token ids at masked positions, -100 elsewhere. ``next_sentence_label`` [B]:
-        0 = B follows A (IsNext), 1 = random (NotNext)."""
+        0 = B follows A (IsNext), 1 = random (NotNext). ``masked_positions`` [M]: the labelled positions' flat
+        indices, where the caller knows them (:func:`masked_lm`: no host sync)."""
         out = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, output_attentions
         )
         mlm_loss, logits, masked_logits, masked_labels = masked_lm(
-            self.cls.predictions, out.last_hidden_state, labels, self.sparse_prediction
+            self.cls.predictions, out.last_hidden_state, labels, self.sparse_prediction, masked_positions
         )
         nsp_logits = self.cls.seq_relationship(out.pooler_output)  # [B, 2]
         nsp_loss = None
@@ -707,12 +717,14 @@ class BertForMaskedLM(BertPreTrainedModel):
         labels: Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        masked_positions: Tensor | None = None,
     ) -> MaskedLMOutput:
+        """``masked_positions``: as :class:`BertForPreTraining`'s."""
         out = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, output_attentions
         )
         loss, logits, masked_logits, masked_labels = masked_lm(
-            self.cls.predictions, out.last_hidden_state, labels, self.sparse_prediction
+            self.cls.predictions, out.last_hidden_state, labels, self.sparse_prediction, masked_positions
         )
         return MaskedLMOutput(loss, logits, masked_logits, masked_labels, out.hidden_states, out.attentions)
 

@@ -43,6 +43,7 @@ from bertkit.modeling import (
     QuestionAnsweringOutput,
     SequenceClassifierOutput,
     causal_mask,
+    masked_lm,
 )
 
 # --------------------------------------------------------------------------------------------- config
@@ -873,9 +874,12 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         packing: Packing | None = None,
+        masked_positions: Tensor | None = None,
     ) -> ModernBertMaskedLMOutput:
         """``labels`` [B, T]: original token ids at masked positions, -100 elsewhere. Without labels, ``logits``
-        [B, T, V]; with labels (and ``sparse_prediction``), ``masked_logits`` [M, V] and ``masked_labels`` [M]."""
+        [B, T, V]; with labels (and ``sparse_prediction``), ``masked_logits`` [M, V] and ``masked_labels`` [M].
+        ``masked_positions`` [M]: the labelled positions' flat indices, where the caller knows them
+        (``modeling.masked_lm``: no host sync)."""
         out = self.model(
             input_ids,
             attention_mask,
@@ -894,13 +898,9 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
             logits = self.decoder(self.head(hidden))  # [B, T, V]
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), labels.view(-1))
             return ModernBertMaskedLMOutput(loss, logits, None, None, out.hidden_states, out.attentions)
-        selected = labels.view(-1) != -100
-        masked_labels = labels.view(-1)[selected]  # [M]
-        masked_logits = self.decoder(self.head(hidden.reshape(-1, hidden.size(-1))[selected]))  # [M, V]
-        if masked_labels.numel() == 0:  # nothing to predict: a zero loss that still has a graph
-            loss = masked_logits.sum() * 0.0
-        else:
-            loss = ops.cross_entropy(masked_logits, masked_labels)
+        loss, _, masked_logits, masked_labels = masked_lm(
+            self.mlm_head_module(), hidden, labels, True, masked_positions
+        )
         return ModernBertMaskedLMOutput(loss, None, masked_logits, masked_labels, out.hidden_states, out.attentions)
 
 

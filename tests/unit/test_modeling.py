@@ -2,6 +2,7 @@
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
@@ -106,6 +107,27 @@ def test_sparse_and_full_gradients_agree(tiny_config, batch):
         model(ids, attention_mask=mask, labels=labels).loss.backward()
         grads.append(model.bert.embeddings.word_embeddings.weight.grad.clone())
     torch.testing.assert_close(grads[0], grads[1], atol=1e-6, rtol=1e-5)
+
+
+def test_labelled_positions_given_select_what_the_labels_select(tiny_config, batch):
+    """The pre-training loop hands the labelled positions over from the host (no device sync): the same loss,
+    logits and gradients as selecting them by ``labels != -100``."""
+    ids, mask, types = batch
+    labels = torch.full((B, T), -100)
+    labels[0, 1], labels[2, 5], labels[3, 2] = 7, 8, 9
+    positions = torch.tensor(np.flatnonzero(labels.reshape(-1).numpy() != -100))
+    results = []
+    for given in (None, positions):
+        torch.manual_seed(0)
+        model = BertForPreTraining(tiny_config).eval()
+        out = model(ids, attention_mask=mask, token_type_ids=types, labels=labels, masked_positions=given)
+        out.loss.backward()
+        results.append((out, model.bert.embeddings.word_embeddings.weight.grad))
+    (by_labels, grad_labels), (by_positions, grad_positions) = results
+    assert by_positions.masked_labels.tolist() == [7, 8, 9]
+    torch.testing.assert_close(by_positions.masked_logits, by_labels.masked_logits, rtol=0, atol=0)
+    torch.testing.assert_close(by_positions.loss, by_labels.loss, rtol=0, atol=0)
+    torch.testing.assert_close(grad_positions, grad_labels, rtol=0, atol=0)
 
 
 def test_masked_lm_and_nsp_shapes(tiny_config, batch):

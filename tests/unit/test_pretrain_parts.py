@@ -319,3 +319,48 @@ def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("RANK", "1")
     with pytest.raises(RunError, match=r"GPU 1, but this machine has 1.*--nproc_per_node 1.*--device cpu"):
         distributed.setup("cuda")
+
+
+def test_the_loop_answers_from_the_host_what_a_plain_masked_lm_would_ask_the_device():
+    """The loop's micro-batch (recipe._micro_batches) for a masked LM that takes ``masked_positions``: the labelled
+    positions found on the host, and no attention mask where nothing is padded (a GPU's step then waits for
+    nothing); a padded batch keeps its mask. The loss is the plain call's, and the log counts the same tokens."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from tinymodels import tiny_config
+
+    from bertkit.modeling import BertForPreTraining
+    from bertkit.recipes.pretrain import objectives
+    from bertkit.recipes.pretrain.recipe import _micro_batches
+    from bertkit.training.meter import Meter
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 100, size=(3, 8))
+    labels = np.where(rng.random((3, 8)) < 0.3, ids, -100)
+    labels[0, 0] = ids[0, 0]  # at least one label
+    padded_mask = np.ones((3, 8), dtype=np.int64)
+    padded_mask[2, 5:] = 0
+    torch.manual_seed(0)
+    model = BertForPreTraining(tiny_config(vocab_size=100, layers=1)).eval()
+    seen = []
+
+    def recording(**kw):
+        seen.append(kw)
+        return model(**kw)
+
+    cfg = SimpleNamespace(grad_accum=1, nsp=False)
+    ctx = SimpleNamespace(device=torch.device("cpu"))
+    for mask in (np.ones((3, 8), dtype=np.int64), padded_mask):
+        batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        feed = SimpleNamespace(next=lambda loader, b=batch: b, hard=None)
+        meter = Meter()
+        forward, count = _micro_batches(feed, None, cfg, ctx, meter, objectives.get("mlm"), plain_mlm=True)
+        out = forward(recording, 0)
+        count(0, out)
+        kw = seen[-1]
+        assert kw["masked_positions"].tolist() == np.flatnonzero(labels.reshape(-1) != -100).tolist()
+        assert ("attention_mask" in kw) == (not mask.all())
+        plain = model(torch.from_numpy(ids), torch.from_numpy(mask), labels=torch.from_numpy(labels))
+        torch.testing.assert_close(out.loss, plain.loss, rtol=0, atol=0)
+        assert meter.sums["tokens"] == mask.sum() and meter.sums["mlm_n"] == (labels != -100).sum()

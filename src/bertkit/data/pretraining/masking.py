@@ -301,3 +301,15 @@ class HardTokens:
                 row, special[r, :n], vocab, mask_prob, max_predictions, "adaptive", rng, mix, weights
             )
         return batch
+
+
+def mlm_inputs(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A host batch as a plain masked LM's inputs (a model whose forward takes ``masked_positions``): what the model
+    would otherwise ask the device, answered from the numpy batch, so that a GPU's step queues its work without
+    waiting: the labelled positions' flat indices (selecting by ``labels != -100`` on the device waits to learn how
+    many), and no attention mask where nothing is padded (the model would check that it is all ones; without one,
+    attention runs its unmasked kernel). The same numbers: an all-ones mask is read as none."""
+    out = dict(batch, masked_positions=np.flatnonzero(batch["labels"].reshape(-1) != NO_LABEL))
+    if out["attention_mask"].all():
+        del out["attention_mask"]
+    return out

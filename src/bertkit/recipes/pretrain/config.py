@@ -56,12 +56,12 @@ def _as_run_key(f: Any) -> Any:
     return f
 
 
-_D, _M, _R, _T, _O = (
-    "data",
-    "model and objectives",
-    "recipe (unset: chosen by --recipe)",
-    "training",
-    "checkpoints and output",
+_D, _M, _R, _T = ("data", "model and objectives", "recipe (unset: chosen by --recipe)", "training")
+_O = "checkpoints and output"
+WORKERS_HELP = "processes building batches during training (default: on a GPU a third of the cores, 2 to 8; on CPU 0)"
+PROFILE_HELP = (
+    "profile STEPS training steps from the middle of the run with torch.profiler: wall time against the GPU's "
+    "kernel time, launches and host syncs a step, the top kernels (on a CPU: operators); into OUTPUT/profile.txt"
 )
 
 
@@ -104,9 +104,7 @@ class PretrainConfig:
         ),
     )
     prepare_timeout: float = option(7200.0, group=_D, help="seconds a rank waits for the corpus preparation")
-    loader_workers: int | None = option(
-        None, group=_D, help="processes building batches during training (default: 2 on a GPU; on CPU 0, a thread)"
-    )
+    loader_workers: int | None = option(None, group=_D, help=WORKERS_HELP)
 
     arch: str | None = _run_key(
         None,
@@ -280,11 +278,12 @@ class PretrainConfig:
     device: str | None = device_option(group=_T)
     seed: int = _as_run_key(seed_option(0, group=_T, help="seed of the weights, the data order and the masks"))
     threads: int | None = threads_option(group=_T)
-    compile: bool = option(
-        False,
+    compile: bool | None = option(
+        None,
         group=_T,
-        help="torch.compile the model for the training steps (faster per step on a GPU, see BENCHMARKS.md; compiling "
-        "takes about a minute, so it pays on runs of more than a few minutes)",
+        negative=("--no-compile", "train eagerly, also on a GPU"),
+        help="torch.compile each encoder layer for the training steps (default: on a GPU, where it fuses the layer's "
+        "small kernels; one layer compiles, the others reuse it, in seconds inside --max-time; see BENCHMARKS.md)",
     )
 
     save_every: int = option(
@@ -297,6 +296,7 @@ class PretrainConfig:
         None, bounds=POSITIVE, group=_O, help="held-out evaluation every N steps (default: ~10 per run)"
     )
     eval_batches: int = option(10, group=_O, help="held-out batches per evaluation")
+    profile: int = option(0, group=_O, metavar="STEPS", help=PROFILE_HELP)
     blimp: str | None = option(None, group=_O, help="a BLiMP directory: probe it at each held-out evaluation")
     blimp_pairs: int = option(20, bounds=POSITIVE, group=_O, help="the probe's BLiMP pairs per paradigm (seeded)")
     log_every: int = option(10, group=_O, help="a metrics line every N steps")

@@ -22,13 +22,15 @@ its figures; the loop is this one.
 
 from __future__ import annotations
 
+import inspect
 import time
 from pathlib import Path
 from typing import Any
 
 from bertkit.data.pretraining.feed import Feed
 from bertkit.data.pretraining.instances import VocabInfo
-from bertkit.data.pretraining.prefetch import Prefetcher
+from bertkit.data.pretraining.masking import mlm_inputs
+from bertkit.data.pretraining.prefetch import Prefetcher, default_workers
 from bertkit.precision import MasterWeights, autocast, uses_master_weights
 from bertkit.recipes.pretrain import flops, objectives
 from bertkit.recipes.pretrain.config import PretrainConfig, PretrainError
@@ -49,8 +51,9 @@ from bertkit.tasks.mlm import score_mlm
 from bertkit.training import distributed as dist
 from bertkit.training.distributed import all_reduce_mean
 from bertkit.training.interrupt import GracefulStop
+from bertkit.training.profile import StepProfile
 from bertkit.training.rundir import os_errors
-from bertkit.training.step import check_finite, optimizer_step, to_device
+from bertkit.training.step import check_finite, compile_layers, eagerly, optimizer_step, to_device
 
 __all__ = ["PretrainError", "pretrain"]
 
@@ -73,7 +76,6 @@ def pretrain(cfg: PretrainConfig) -> Path:
 
 
 def _pretrain(cfg: PretrainConfig, ctx) -> Path:
-    import torch
 
     out = Path(cfg.output)
     with GracefulStop() as stop, os_errors(out), removed_if_refused(cfg, ctx):
@@ -110,28 +112,32 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
             last_stage = lambda steps: feed.plan(steps)[-1].start  # noqa: E731
             run.plan_refit(_eval_every(cfg, run), last_stage, lambda steps: _eval_every(cfg, run, steps))
         ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
-        if cfg.compile:  # after DDP, as PyTorch's DDP + compile guide does; checkpoints save the plain model
-            ddp_model = torch.compile(ddp_model)
+        compiled = cfg.compile if cfg.compile is not None else ctx.device.type == "cuda"
+        if compiled:  # in place: the same module tree, so checkpoints and DDP see the plain model; shapes dynamic
+            compile_layers(model, dynamic=True)  # from the start: a ramp's next stage compiles nothing
         say_run(
             cfg,
             ctx,
             f"model {cfg.model_shown()}: "
             f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
             f"parameters, vocab {len(tokenizer)}, precision {precision}"
-            f"{' (bf16 weights, fp32 masters)' if masters is not None else ''}, {ctx.world_size} process(es) on "
+            f"{' (bf16 weights, fp32 masters)' if masters is not None else ''}"
+            f"{', layers compiled' if compiled else ''}, {ctx.world_size} process(es) on "
             f"{ctx.device.type}; {run.total_steps} steps",
         )
 
         # ---- the loop
-        workers = cfg.loader_workers if cfg.loader_workers is not None else (2 if ctx.device.type == "cuda" else 0)
+        workers = cfg.loader_workers if cfg.loader_workers is not None else default_workers(ctx.device.type)
         loader = Prefetcher(workers)
+        plain_mlm = "masked_positions" in inspect.signature(model.forward).parameters
+        profile = StepProfile(cfg.profile, ctx.device)
         try:  # the workers (processes on a GPU) go when the loop does, also when it raises
             while run.going():
                 t0 = time.perf_counter()
                 # a ramp's next stage (before the step: resume-exact)
                 if entered := feed.advance(run.step, run.total_steps):
                     say_run(cfg, ctx, entered)
-                forward, count = _micro_batches(feed, loader, cfg, ctx, run.meter, objective)
+                forward, count = _micro_batches(feed, loader, cfg, ctx, run.meter, objective, plain_mlm)
                 step = optimizer_step(
                     train,
                     range(cfg.grad_accum),
@@ -146,12 +152,16 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
                 )
                 feed.learned(_sum_over_ranks(ctx))  # adaptive masking's errors of this step (before its checkpoint)
                 run.stepped(step.loss_sum, t0)  # on a GPU a device tensor: no host sync in the step
+                if ctx.is_main and (profiled := profile.after_step(run.step, run.total_steps)):
+                    say_run(cfg, ctx, profiled)
+                    (out / "profile.txt").write_text(profiled + "\n", encoding="utf-8")
                 if run.due(cfg.log_every) or (cfg.save_every and run.step % cfg.save_every == 0):
                     check_finite(train, run.not_finite)  # a GPU's deferred check, before a log line or checkpoint
                 if run.due(cfg.log_every):
                     _log(cfg, objective, run, feed, train.scheduler.get_last_lr()[0], loader.rates())
                 if (eval_batches or probe) and ctx.is_main and run.due(_eval_every(cfg, run)):
-                    run.timed(lambda: _held_out(cfg, objective, run, model, eval_batches, precision, probe, stop))
+                    with eagerly():  # a compiled layer's graphs are the training step's
+                        run.timed(lambda: _held_out(cfg, objective, run, model, eval_batches, precision, probe, stop))
                 run.after_step(stop)
         finally:
             run.close()
@@ -216,14 +226,17 @@ def _held_out(cfg: PretrainConfig, objective, run, model, batches, precision: st
     say_run(cfg, ctx, f"  held-out at step {step}: " + ", ".join(x for x in (said, blimp) if x))
 
 
-def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objective):
+def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objective, plain_mlm: bool):
     """(forward, count) for ``optimizer_step``: each micro-batch is the feed's next batch; ``count`` adds its
-    figures to the log window: the MLM ones every objective has, then the objective's own."""
+    figures to the log window: the MLM ones every objective has, then the objective's own. ``plain_mlm``: the model
+    (the masked LM itself, not an objective's wrapper) takes ``masking.mlm_inputs``' host-side answers."""
 
     current: dict[str, Any] = {}
 
     def forward(model, _):
-        current["batch"] = batch = to_device(feed.next(loader), ctx.device)
+        host = feed.next(loader)
+        current["tokens"], current["rows"] = int(host["attention_mask"].sum()), len(host["attention_mask"])
+        current["batch"] = batch = to_device(mlm_inputs(host) if plain_mlm else host, ctx.device)
         return model(**batch)
 
     def count(_, output) -> None:
@@ -236,8 +249,8 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objectiv
             mlm_loss=output.mlm_loss.detach().double() / cfg.grad_accum,  # as float(loss) / grad_accum: float64
             mlm_n=output.masked_labels.numel(),
             mlm_ok=ok.sum(),
-            tokens=batch["attention_mask"].sum(),
-            sequences=int(batch["attention_mask"].shape[0]),
+            tokens=current["tokens"],
+            sequences=current["rows"],
         )
         objective.count(meter, output, batch, cfg)
 

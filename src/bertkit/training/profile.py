@@ -1,0 +1,105 @@
+"""``bertkit pretrain --profile N``: where a training step's time goes, measured by ``torch.profiler`` over N steps
+from the middle of the run (past compilation and the first ramp stages).
+
+    profile = StepProfile(steps=8, device=device)
+    ...after each step:  text = profile.after_step(step, total_steps)   # the summary once the N steps are done
+
+On a GPU the summary answers what issue 63 asks of a step: the wall time against the time the GPU's kernels ran
+(their sum: one stream runs one kernel at a time), the kernel launches and host synchronisations per step, and the
+kernels that take the most time. On a CPU, the operators with the most time of their own. The profiler adds a few
+microseconds to each launch, so the wall time it reports is a little above an unprofiled step's.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import torch
+
+# CUDA runtime and driver calls, as the profiler names them
+LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "cudaGraphLaunch")
+SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+TOP = 15
+
+
+class StepProfile:
+    """Profiles ``steps`` steps from the middle of the run (the first step at or past half of ``total_steps``, and
+    past ``warm`` steps) and returns their summary once, from :meth:`after_step`."""
+
+    def __init__(self, steps: int, device: torch.device | str, warm: int = 20):
+        self.steps, self.device, self.warm = steps, torch.device(device), warm
+        self.profiler = None
+        self.first = self.t0 = None
+        self.done = steps <= 0
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def after_step(self, step: int, total_steps: int) -> str | None:
+        """Called after each optimizer step (``step`` steps done): starts, or ends and summarises."""
+        if self.done:
+            return None
+        if self.profiler is None:
+            if step >= max(self.warm, total_steps // 2) and step + self.steps <= total_steps:
+                activities = [torch.profiler.ProfilerActivity.CPU]
+                if self.device.type == "cuda":
+                    activities.append(torch.profiler.ProfilerActivity.CUDA)
+                self._sync()
+                self.profiler = torch.profiler.profile(activities=activities)
+                self.profiler.__enter__()
+                self.first, self.t0 = step, time.perf_counter()
+            return None
+        if step - self.first < self.steps:
+            return None
+        self._sync()
+        wall = time.perf_counter() - self.t0
+        self.profiler.__exit__(None, None, None)
+        self.done = True
+        return summarize(self.profiler.events(), self.steps, wall, (self.first + 1, step), self.device.type)
+
+
+def summarize(events, steps: int, wall_s: float, span: tuple[int, int], device_type: str) -> str:
+    """The summary's text: one line of totals per step, then the top kernels (GPU) or operators (CPU) by time."""
+    from torch.autograd import DeviceType  # the profiler's event kinds
+
+    def ms(us: float) -> str:  # µs over the steps -> ms a step
+        return f"{us / 1e3 / steps:.3f}"
+
+    head = f"profile of steps {span[0]}-{span[1]} ({steps} steps, torch.profiler): wall {wall_s * 1e3 / steps:.2f}"
+    head += " ms a step"
+    kernels: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
+    calls = collections.Counter()
+    for e in events:
+        if e.device_type == DeviceType.CUDA:
+            k = kernels[e.name]
+            k[0] += e.time_range.elapsed_us()
+            k[1] += 1
+        elif e.name in LAUNCHES or e.name in SYNCS:
+            calls[e.name] += 1
+    lines = []
+    if device_type == "cuda":
+        busy = sum(t for t, _ in kernels.values())
+        syncs = sum(calls[n] for n in SYNCS)
+        lines.append(
+            f"{head}; GPU kernels {ms(busy)} ms a step ({busy / 1e6 / wall_s:.0%} of the wall time); "
+            f"{sum(calls[n] for n in LAUNCHES) / steps:.0f} launches a step; {syncs / steps:.1f} host syncs a step"
+            + (f" ({', '.join(f'{n} {calls[n]}' for n in SYNCS if calls[n])})" if syncs else "")
+        )
+        lines.append("top kernels: ms a step, share of kernel time, calls a step, name")
+        for name, (t, n) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[:TOP]:
+            lines.append(f"  {ms(t):>8}  {t / max(busy, 1e-9):5.1%}  {n / steps:6.1f}  {name[:110]}")
+    else:
+        own: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
+        for e in events:
+            if e.device_type == DeviceType.CPU:
+                o = own[e.name]
+                o[0] += e.self_cpu_time_total
+                o[1] += 1
+        total = sum(t for t, _ in own.values())
+        lines.append(f"{head}; operators' own time {ms(total)} ms a step")
+        lines.append("top operators: ms a step, share, calls a step, name")
+        for name, (t, n) in sorted(own.items(), key=lambda kv: -kv[1][0])[:TOP]:
+            lines.append(f"  {ms(t):>8}  {t / max(total, 1e-9):5.1%}  {n / steps:6.1f}  {name[:110]}")
+    return "\n".join(lines)

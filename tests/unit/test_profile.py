@@ -1,0 +1,56 @@
+"""``bertkit pretrain --profile``'s summary (training/profile.py), from events built by hand: the per-step
+arithmetic of kernel time, launches and syncs on a GPU, and of operators' own time on a CPU; and the window it
+profiles on a CPU run."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+from torch.autograd import DeviceType
+
+from bertkit.training.profile import StepProfile, summarize
+
+
+def event(name, device_type, us=0.0, own_us=0.0):
+    return SimpleNamespace(
+        name=name,
+        device_type=device_type,
+        time_range=SimpleNamespace(elapsed_us=lambda: us),
+        self_cpu_time_total=own_us,
+    )
+
+
+def test_gpu_summary_counts_kernel_time_launches_and_syncs_per_step():
+    events = (
+        [event("gemm", DeviceType.CUDA, us=300.0)] * 4  # 1,200 µs over 2 steps
+        + [event("elementwise", DeviceType.CUDA, us=100.0)] * 2  # 200 µs
+        + [event("cudaLaunchKernel", DeviceType.CPU)] * 6
+        + [event("cudaStreamSynchronize", DeviceType.CPU)] * 2
+        + [event("aten::mm", DeviceType.CPU, own_us=5.0)]
+    )
+    text = summarize(events, steps=2, wall_s=0.002, span=(11, 12), device_type="cuda").splitlines()
+    # 1,400 µs of kernels over 2 steps of 1 ms each: 0.7 ms a step, 70% of the wall
+    assert "wall 1.00 ms a step" in text[0] and "GPU kernels 0.700 ms a step (70% of the wall time)" in text[0]
+    assert "3 launches a step" in text[0] and "1.0 host syncs a step (cudaStreamSynchronize 2)" in text[0]
+    assert text[2].split() == ["0.600", "85.7%", "2.0", "gemm"]
+    assert text[3].split() == ["0.100", "14.3%", "1.0", "elementwise"]
+
+
+def test_cpu_summary_ranks_operators_by_their_own_time():
+    events = [event("aten::mm", DeviceType.CPU, own_us=3000.0), event("aten::add", DeviceType.CPU, own_us=1000.0)]
+    text = summarize(events, steps=4, wall_s=0.004, span=(1, 4), device_type="cpu").splitlines()
+    assert "operators' own time 1.000 ms a step" in text[0]
+    assert text[2].split() == ["0.750", "75.0%", "0.2", "aten::mm"]
+
+
+def test_the_profiled_window_is_the_middle_of_the_run_and_is_summarised_once():
+    profile = StepProfile(steps=2, device="cpu", warm=1)
+    x = torch.ones(8, 8)
+    said = []
+    for step in range(1, 11):
+        x = x @ x / 8
+        said.append(profile.after_step(step, total_steps=10))
+    # starts after step 5 (half of 10), ends after step 7: steps 6-7
+    assert [i + 1 for i, s in enumerate(said) if s] == [7]
+    assert said[6].startswith("profile of steps 6-7 (2 steps, torch.profiler)") and "aten::" in said[6]
