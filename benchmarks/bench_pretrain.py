@@ -4,8 +4,8 @@ bertkit route (what ``bertkit pretrain`` runs per step, training.step's ``apply_
 BertForPreTraining`` with the sparse MLM head (vocabulary logits only at masked positions), ``--precision auto``
 (bf16 where the CPU has avx512_bf16: there a bf16 model over fp32 master weights, ``precision.MasterWeights``; on
 a GPU autocast), fused AdamW with BERT's parameter groups, gradient clipping at 1.0, linear schedule; on a GPU
-its encoder layers compiled (``training.step.compile_layers``, `bertkit pretrain`'s default there), the labelled
-positions found on the host and no attention mask where nothing is padded, as the recipe hands batches over.
+compiled with dynamic shapes (`bertkit pretrain`'s default there), the labelled positions found on the host and no
+attention mask where nothing is padded, as the recipe hands batches over (``masking.mlm_inputs``).
 
 transformers route (what a user writes from its docs): ``transformers.BertForPreTraining`` (default attention), fp32,
 ``torch.optim.AdamW(model.parameters(), lr)``, ``out.loss`` from full-vocabulary logits, backward, clipping at 1.0,
@@ -124,8 +124,8 @@ def main() -> None:
     ap.add_argument(
         "--compile",
         action="store_true",
-        help="compile both routes, on a CPU too (bertkit: its encoder layers, as `bertkit pretrain --compile`; "
-        "transformers: the whole model, as Trainer's torch_compile). On a GPU both compile by default",
+        help="compile both routes, on a CPU too (bertkit as `bertkit pretrain --compile`, transformers as Trainer's "
+        "torch_compile). On a GPU both compile by default",
     )
     ap.add_argument("--eager", action="store_true", help="bertkit's route eager on a GPU too (`--no-compile`)")
     ap.add_argument(
@@ -151,7 +151,7 @@ def main() -> None:
     from bertkit.precision import MasterWeights, autocast, grad_scaler, resolve_precision, uses_master_weights
     from bertkit.training.optim import build_optimizer, linear_schedule
     from bertkit.training.state import TrainState
-    from bertkit.training.step import apply_update, compile_layers
+    from bertkit.training.step import apply_update
 
     with tempfile.TemporaryDirectory() as tmp:
         arch = models.of_preset(args.model_size)  # bert-* or modernbert-*
@@ -194,9 +194,7 @@ def main() -> None:
     opt_theirs = torch.optim.AdamW(theirs.parameters(), lr=1e-4, **({"fused": True} if dev.type == "cuda" else {}))
     sched_theirs = transformers.get_linear_schedule_with_warmup(opt_theirs, 100, total)
     compiled = (args.compile or dev.type == "cuda") and not args.eager  # `bertkit pretrain`'s default
-    if compiled:
-        compile_layers(ours, dynamic=True)
-    run_ours = ours
+    run_ours = torch.compile(ours, dynamic=True) if compiled else ours
     run_theirs = torch.compile(theirs) if args.compile or trainer else theirs
 
     def sync():
@@ -250,7 +248,7 @@ def main() -> None:
         f"{args.model_size} ({n_params / 1e6:.1f}M params, vocab {vocab_size}), batch {args.batch_size} x seq "
         f"{args.seq_len}, {where}, torch {torch.__version__}, transformers {transformers.__version__}, "
         f"precision bertkit {precision}{' (bf16 weights, fp32 masters)' if masters is not None else ''} / "
-        f"{theirs_said}{', compiled' if args.compile else ''}, bertkit's layers {'compiled' if compiled else 'eager'}; "
+        f"{theirs_said}{', compiled' if args.compile else ''}, bertkit {'compiled' if compiled else 'eager'}; "
         f"{args.rounds} rounds x {args.steps} steps per route"
     )
     med = {k: statistics.median(v) for k, v in times.items()}

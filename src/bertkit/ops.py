@@ -135,7 +135,9 @@ def cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
     all valid (no ignore_index)."""
     if logits.dim() != 2 or labels.shape != logits.shape[:1]:
         raise ValueError(f"expected logits [M, V] and labels [M], got {tuple(logits.shape)} and {tuple(labels.shape)}")
-    if logits.device.type != "cpu" or logits.size(0) == 0:
+    # a compiled graph: the plain loss, which the compiler fuses (the blockwise kernels loop over rows, which would
+    # fix the graph to one count of rows, and their check reads a value)
+    if logits.device.type != "cpu" or torch.compiler.is_compiling() or logits.size(0) == 0:
         return F.cross_entropy(logits.float(), labels)
     if bool(((labels < 0) | (labels >= logits.size(1))).any()):
         raise ValueError(f"labels must lie in [0, {logits.size(1)}); got {labels.min().item()}..{labels.max().item()}")

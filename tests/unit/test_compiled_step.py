@@ -50,46 +50,46 @@ def test_a_compiled_step_equals_the_eager_padded_step(backend):
         torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-5)
 
 
-def test_compiled_layers_train_as_the_eager_model_and_evaluation_compiles_nothing():
-    """`bertkit pretrain`'s compile (its default on a GPU): each encoder layer compiled in place, shapes dynamic.
-    Every layer is compiled, the state dict keeps its names, a step's loss and gradients are the eager step's, a
-    second batch shape compiles nothing new (a ramp's next stage), and evaluation under ``eagerly`` compiles
-    nothing."""
+def test_the_recipes_compile_is_one_graph_for_every_batch_shape():
+    """`bertkit pretrain`'s compile (its default on a GPU): the model compiled with dynamic shapes, its batches as
+    the loop hands them over (labelled positions from the host, no mask where nothing is padded: ``mlm_inputs``).
+    One graph, with no break (selecting by ``labels != -100`` would break it, and wait for the device); the step's
+    loss and gradients are the eager step's; another batch shape (a ramp's next stage) and another count of
+    labelled positions compile nothing new."""
     import numpy as np
     import torch._dynamo
 
+    from bertkit.data.pretraining.masking import mlm_inputs
     from bertkit.modeling_modernbert import ModernBertConfig, ModernBertForMaskedLM
-    from bertkit.training.step import compile_layers, eagerly
 
     config = ModernBertConfig.from_preset(
         "modernbert-tiny", vocab_size=100, pad_token_id=0, cls_token_id=1, sep_token_id=2, local_attention=8
     )  # its 3 layers: global, local, local; a window of 4 at 12 tokens: the local layers' band mask
     torch.manual_seed(0)
     model = ModernBertForMaskedLM(config).train()
-    names = list(model.state_dict())
 
-    def step(run, T):
-        g = torch.Generator().manual_seed(T)
-        ids = torch.randint(5, 100, (3, T), generator=g)
-        labels = torch.where(torch.rand(3, T, generator=g) < 0.3, ids, -100)
-        positions = torch.from_numpy(np.flatnonzero(labels.reshape(-1).numpy() != -100))
+    def step(run, rows, T, p):
+        rng = np.random.default_rng(T)
+        ids = rng.integers(5, 100, size=(rows, T))
+        host = {
+            "input_ids": ids,
+            "attention_mask": np.ones_like(ids),
+            "labels": np.where(rng.random(ids.shape) < p, ids, -100),
+        }
         model.zero_grad(set_to_none=True)
-        loss = run(ids, labels=labels, masked_positions=positions).loss
+        loss = run(**{k: torch.from_numpy(v) for k, v in mlm_inputs(host).items()}).loss
         loss.backward()
         return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
-    eager = step(model, 12)
+    eager = step(model, 3, 12, 0.3)
     torch._dynamo.reset()
-    assert len(compile_layers(model, backend="aot_eager", dynamic=True)) == len(model.model.layers) == 3
-    assert list(model.state_dict()) == names
-    compiled = step(model, 12)
-    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    assert graphs >= 1  # compiled, not run eagerly
+    torch._dynamo.utils.counters.clear()
+    compiled_model = torch.compile(model, backend="aot_eager", dynamic=True)
+    compiled = step(compiled_model, 3, 12, 0.3)
+    stats = torch._dynamo.utils.counters["stats"]
+    assert stats["unique_graphs"] == 1 and not torch._dynamo.utils.counters["graph_break"]
     torch.testing.assert_close(compiled[0], eager[0], rtol=1e-3, atol=0)
     for a, b in zip(eager[1], compiled[1]):
         torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-5)
-    step(model, 16)  # another stage's shape
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
-    with eagerly(), torch.no_grad():
-        model.eval()(torch.randint(5, 100, (2, 7)))
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+    step(compiled_model, 5, 16, 0.5)  # another stage's shape, another count of labels
+    assert stats["unique_graphs"] == 1 and not torch._dynamo.utils.counters["graph_break"]

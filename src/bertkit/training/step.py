@@ -32,7 +32,6 @@ __all__ = [
     "StepResult",
     "apply_update",
     "check_finite",
-    "compile_layers",
     "optimizer_step",
     "syncs_lazily",
     "to_device",
@@ -45,30 +44,6 @@ def to_device(batch: dict, device) -> dict:
     pin = torch.device(device).type == "cuda"  # the host allocator keeps a pinned block until its copy is done
     tensors = {k: torch.from_numpy(v) for k, v in batch.items()}
     return {k: (t.pin_memory() if pin else t).to(device, non_blocking=True) for k, t in tensors.items()}
-
-
-def compile_layers(model: torch.nn.Module, **options) -> list[torch.nn.Module]:
-    """``torch.compile`` the model's repeated layers in place (PyTorch's regional compilation): each
-    ``nn.ModuleList`` of two or more modules of one class (an encoder's layers; ELECTRA's two encoders' each)
-    has every module compiled. The layers share their code, so the first compiles and the others reuse it (their
-    weights are inputs of one graph): seconds, where the whole model takes a minute. The fusions that pay lie
-    inside a layer; the embeddings and heads run eagerly. The modules keep their names and state dict. Returns the
-    compiled modules. Evaluation runs them eagerly (:func:`eagerly`)."""
-    compiled, inside = [], set()  # inside: the compiled layers' submodules (a list in a layer compiles with it)
-    for module in model.modules():  # outer modules first
-        if isinstance(module, torch.nn.ModuleList) and len(module) > 1 and len({type(m) for m in module}) == 1:
-            if id(module) in inside:
-                continue
-            for layer in module:
-                layer.compile(**options)
-                compiled.append(layer)
-                inside.update(id(m) for m in layer.modules())
-    return compiled
-
-
-def eagerly():
-    """A context in which compiled modules run eagerly (evaluation's other shapes and modes compile nothing)."""
-    return torch.compiler.set_stance("force_eager")
 
 
 @dataclass

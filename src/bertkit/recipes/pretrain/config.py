@@ -282,8 +282,8 @@ class PretrainConfig:
         None,
         group=_T,
         negative=("--no-compile", "train eagerly, also on a GPU"),
-        help="torch.compile each encoder layer for the training steps (default: on a GPU, where it fuses the layer's "
-        "small kernels; one layer compiles, the others reuse it, in seconds inside --max-time; see BENCHMARKS.md)",
+        help="torch.compile the model for the training steps (default: on a GPU, where it fuses the small kernels "
+        "and launches fewer; it compiles once, shapes dynamic, inside --max-time; see BENCHMARKS.md)",
     )
 
     save_every: int = option(

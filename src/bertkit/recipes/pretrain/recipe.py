@@ -53,7 +53,7 @@ from bertkit.training.distributed import all_reduce_mean
 from bertkit.training.interrupt import GracefulStop
 from bertkit.training.profile import StepProfile
 from bertkit.training.rundir import os_errors
-from bertkit.training.step import check_finite, compile_layers, eagerly, optimizer_step, to_device
+from bertkit.training.step import check_finite, optimizer_step, to_device
 
 __all__ = ["PretrainError", "pretrain"]
 
@@ -76,6 +76,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
 
 
 def _pretrain(cfg: PretrainConfig, ctx) -> Path:
+    import torch
 
     out = Path(cfg.output)
     with GracefulStop() as stop, os_errors(out), removed_if_refused(cfg, ctx):
@@ -113,8 +114,8 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
             run.plan_refit(_eval_every(cfg, run), last_stage, lambda steps: _eval_every(cfg, run, steps))
         ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
         compiled = cfg.compile if cfg.compile is not None else ctx.device.type == "cuda"
-        if compiled:  # in place: the same module tree, so checkpoints and DDP see the plain model; shapes dynamic
-            compile_layers(model, dynamic=True)  # from the start: a ramp's next stage compiles nothing
+        if compiled:  # after DDP, as PyTorch's DDP + compile guide does; checkpoints and evaluation: the plain model
+            ddp_model = torch.compile(ddp_model, dynamic=True)  # from the start: a ramp's next stage compiles nothing
         say_run(
             cfg,
             ctx,
@@ -122,7 +123,7 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
             f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
             f"parameters, vocab {len(tokenizer)}, precision {precision}"
             f"{' (bf16 weights, fp32 masters)' if masters is not None else ''}"
-            f"{', layers compiled' if compiled else ''}, {ctx.world_size} process(es) on "
+            f"{', compiled' if compiled else ''}, {ctx.world_size} process(es) on "
             f"{ctx.device.type}; {run.total_steps} steps",
         )
 
@@ -160,8 +161,7 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
                 if run.due(cfg.log_every):
                     _log(cfg, objective, run, feed, train.scheduler.get_last_lr()[0], loader.rates())
                 if (eval_batches or probe) and ctx.is_main and run.due(_eval_every(cfg, run)):
-                    with eagerly():  # a compiled layer's graphs are the training step's
-                        run.timed(lambda: _held_out(cfg, objective, run, model, eval_batches, precision, probe, stop))
+                    run.timed(lambda: _held_out(cfg, objective, run, model, eval_batches, precision, probe, stop))
                 run.after_step(stop)
         finally:
             run.close()
