@@ -4,8 +4,9 @@
 #   (BATCHES="128" picks the batch sizes of the step and compile stages; default 64 128 256)
 # stages (default: all of them, in this order):
 #   check       gpu_check.py: bertkit = transformers on the GPU (fp32, bf16, a pre-training and a fine-tuning step)
-#   step        bench_pretrain.py: bert-base pre-training steps at seq 128, bf16, bertkit vs transformers, alternating
-#   compile     the same with torch.compile on both sides
+#   step        bench_pretrain.py: bert-base pre-training steps at seq 128, bf16, bertkit's step (compiled, its GPU
+#               default) vs transformers' as Trainer(bf16, torch_compile) runs it, alternating; `--eager` for bertkit eager
+#   compile     the same with --compile (on a GPU the same routes: both compile by default there)
 #   cli         `bertkit pretrain` bert-base for 300 steps: batches from a thread, from worker processes (the GPU
 #               default), and --compile; then torchrun with one process
 #   quickstart  `bertkit quickstart` on the GPU: the main job at its default 2-minute budget

@@ -54,3 +54,8 @@ def test_the_profiled_window_is_the_middle_of_the_run_and_is_summarised_once():
     # starts after step 5 (half of 10), ends after step 7: steps 6-7
     assert [i + 1 for i, s in enumerate(said) if s] == [7]
     assert said[6].startswith("profile of steps 6-7 (2 steps, torch.profiler)") and "aten::" in said[6]
+    # a last ramp stage from step 8 on: the window moves into it; one that leaves no room is not waited for
+    for last_stage, expect in ((8, "profile of steps 9-10"), (9, "profile of steps 6-7")):
+        profile = StepProfile(steps=2, device="cpu", warm=1)
+        texts = [profile.after_step(step, 10, lambda total, s=last_stage: s) for step in range(1, 11)]
+        assert [t.split(" (")[0] for t in texts if t] == [expect]

@@ -1,5 +1,5 @@
 """``bertkit pretrain --profile N``: where a training step's time goes, measured by ``torch.profiler`` over N steps
-from the middle of the run (past compilation and the first ramp stages).
+from the middle of the run (past compilation, and inside the last ramp stage).
 
     profile = StepProfile(steps=8, device=device)
     ...after each step:  text = profile.after_step(step, total_steps)   # the summary once the N steps are done
@@ -24,8 +24,8 @@ TOP = 15
 
 
 class StepProfile:
-    """Profiles ``steps`` steps from the middle of the run (the first step at or past half of ``total_steps``, and
-    past ``warm`` steps) and returns their summary once, from :meth:`after_step`."""
+    """Profiles ``steps`` steps from the middle of the run (the first step at or past half of ``total_steps``, past
+    ``warm`` steps, and past the step :meth:`after_step`'s ``not_before`` names) and returns their summary once."""
 
     def __init__(self, steps: int, device: torch.device | str, warm: int = 20):
         self.steps, self.device, self.warm = steps, torch.device(device), warm
@@ -37,12 +37,17 @@ class StepProfile:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def after_step(self, step: int, total_steps: int) -> str | None:
-        """Called after each optimizer step (``step`` steps done): starts, or ends and summarises."""
+    def after_step(self, step: int, total_steps: int, not_before=None) -> str | None:
+        """Called after each optimizer step (``step`` steps done): starts, or ends and summarises. ``not_before(
+        total_steps)``: a step to start at or after (the recipe's: inside the last ramp stage, the sequences the
+        run ends on), where the run has room for it."""
         if self.done:
             return None
         if self.profiler is None:
-            if step >= max(self.warm, total_steps // 2) and step + self.steps <= total_steps:
+            start = max(self.warm, total_steps // 2)
+            if not_before is not None and not_before(total_steps) + self.steps <= total_steps:
+                start = max(start, not_before(total_steps))
+            if step >= start and step + self.steps <= total_steps:
                 activities = [torch.profiler.ProfilerActivity.CPU]
                 if self.device.type == "cuda":
                     activities.append(torch.profiler.ProfilerActivity.CUDA)

@@ -109,8 +109,8 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
         run.record.update(world_size=ctx.world_size, model_config=config.to_dict("hf"))
         # run.json, metrics.jsonl cut back to the step resumed, the bar; the state restored from the checkpoint
         run.begin(train, total_steps, position=feed.position, reschedule=reschedule, tensorboard=cfg.tensorboard)
+        last_stage = lambda steps: feed.plan(steps)[-1].start  # noqa: E731  (the step a ramp's last stage starts at)
         if cfg.max_steps is None:  # --max-time's steps, fitted from cold probe steps: re-fitted to the pace
-            last_stage = lambda steps: feed.plan(steps)[-1].start  # noqa: E731
             run.plan_refit(_eval_every(cfg, run), last_stage, lambda steps: _eval_every(cfg, run, steps))
         ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
         compiled = cfg.compile if cfg.compile is not None else ctx.device.type == "cuda"
@@ -153,7 +153,7 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
                 )
                 feed.learned(_sum_over_ranks(ctx))  # adaptive masking's errors of this step (before its checkpoint)
                 run.stepped(step.loss_sum, t0)  # on a GPU a device tensor: no host sync in the step
-                if ctx.is_main and (profiled := profile.after_step(run.step, run.total_steps)):
+                if ctx.is_main and (profiled := profile.after_step(run.step, run.total_steps, last_stage)):
                     say_run(cfg, ctx, profiled)
                     (out / "profile.txt").write_text(profiled + "\n", encoding="utf-8")
                 if run.due(cfg.log_every) or (cfg.save_every and run.step % cfg.save_every == 0):
