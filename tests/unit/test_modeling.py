@@ -212,6 +212,29 @@ def test_sdpa_and_eager_agree(tiny_config, batch, act):
     assert (a.seq_relationship_logits - b.seq_relationship_logits).abs().max() <= 1e-5
 
 
+def test_bf16_attention_on_a_cpu_takes_the_eager_path_where_it_is_faster():
+    """``sdpa_attention`` on a CPU in bf16: the eager path up to BF16_CPU_EAGER_UP_TO's lengths (with gradients
+    256 tokens, without 128), SDPA's kernel past them and in fp32."""
+    from bertkit.modeling import BF16_CPU_EAGER_UP_TO, eager_attention, sdpa_attention
+
+    def routes(T, dtype, grad):
+        g = torch.Generator().manual_seed(T)
+        q, k, v = (torch.randn(2, 2, T, 8, generator=g).to(dtype).requires_grad_(grad) for _ in range(3))
+        ours = sdpa_attention(q, k, v, None, 0.0)[0]
+        return ours, eager_attention(q, k, v, None, 0.0)[0], torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    for T, dtype, grad, expect in (
+        (BF16_CPU_EAGER_UP_TO["train"], torch.bfloat16, True, "eager"),
+        (BF16_CPU_EAGER_UP_TO["train"] + 1, torch.bfloat16, True, "sdpa"),
+        (BF16_CPU_EAGER_UP_TO["infer"], torch.bfloat16, False, "eager"),
+        (BF16_CPU_EAGER_UP_TO["infer"] + 1, torch.bfloat16, False, "sdpa"),
+        (32, torch.float32, True, "sdpa"),
+    ):
+        ours, eager, sdpa = routes(T, dtype, grad)
+        assert not torch.equal(eager, sdpa)  # the two differ in their rounding: the test can tell them apart
+        assert torch.equal(ours, eager if expect == "eager" else sdpa), (T, dtype, grad)
+
+
 def test_unknown_attention_implementation(tiny_config):
     with pytest.raises(ValueError, match="attn_implementation"):
         BertModel(tiny_config).attn_implementation = "flash9"
