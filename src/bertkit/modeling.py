@@ -58,20 +58,17 @@ def eager_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropou
     return context, probs
 
 
-# bf16 on a CPU: the longest sequences at which the eager path (two matmuls and a softmax) is the faster one, with
-# gradients and without. SDPA's CPU flash kernel in bf16, against it on one Zen 4 core (AVX512-BF16): forward and
-# backward 2.4x slower at 128 tokens, 3.8x at 64, 7x at 32 and 1.6x at 256; forward alone 1.7x at 128 and faster
-# from 256 (benchmarks/bench_attention.py). In fp32 the two are level, and SDPA is ahead at long sequences.
-BF16_CPU_EAGER_UP_TO = {"train": 256, "infer": 128}
+# bf16 on a CPU: the longest sequence at which attention takes the eager path (two matmuls and a softmax), the faster
+# one there. SDPA's CPU flash kernel in bf16 against it on a 2-core Zen 4 (AVX512-BF16), 2 threads: forward and
+# backward 3.2x slower at 32 tokens, 2.2x at 128, 1.65x at 256, 1.2x at 512; forward alone 2.1x, 2.8x, 1.8x, and
+# 0.65x (faster) at 512 (benchmarks/bench_attention.py, BENCHMARKS.md). In fp32 the two are level, SDPA ahead at length.
+BF16_CPU_EAGER_UP_TO = 256
 
 
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> tuple[Tensor, None]:
     """PyTorch's fused ``scaled_dot_product_attention`` (flash / memory-efficient kernels where available); on a
     CPU in bf16 at short sequences, the eager path, which is faster there (:data:`BF16_CPU_EAGER_UP_TO`)."""
-    if q.device.type == "cpu" and (
-        dropout_p > 0
-        or (q.dtype == torch.bfloat16 and q.size(-2) <= BF16_CPU_EAGER_UP_TO["train" if q.requires_grad else "infer"])
-    ):
+    if q.device.type == "cpu" and (dropout_p > 0 or (q.dtype == torch.bfloat16 and q.size(-2) <= BF16_CPU_EAGER_UP_TO)):
         # (dropout: SDPA's CPU kernels have none: it falls back to its unfused math path and serial ``bernoulli_``;
         # the eager path is the same computation with bertkit's cheaper dropout mask)
         return eager_attention(q, k, v, mask, dropout_p)[0], None

@@ -213,8 +213,8 @@ def test_sdpa_and_eager_agree(tiny_config, batch, act):
 
 
 def test_bf16_attention_on_a_cpu_takes_the_eager_path_where_it_is_faster():
-    """``sdpa_attention`` on a CPU in bf16: the eager path up to BF16_CPU_EAGER_UP_TO's lengths (with gradients
-    256 tokens, without 128), SDPA's kernel past them and in fp32."""
+    """``sdpa_attention`` on a CPU in bf16: the eager path up to BF16_CPU_EAGER_UP_TO tokens, with gradients or
+    without, SDPA's kernel past it and in fp32."""
     from bertkit.modeling import BF16_CPU_EAGER_UP_TO, eager_attention, sdpa_attention
 
     def routes(T, dtype, grad):
@@ -224,10 +224,10 @@ def test_bf16_attention_on_a_cpu_takes_the_eager_path_where_it_is_faster():
         return ours, eager_attention(q, k, v, None, 0.0)[0], torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
     for T, dtype, grad, expect in (
-        (BF16_CPU_EAGER_UP_TO["train"], torch.bfloat16, True, "eager"),
-        (BF16_CPU_EAGER_UP_TO["train"] + 1, torch.bfloat16, True, "sdpa"),
-        (BF16_CPU_EAGER_UP_TO["infer"], torch.bfloat16, False, "eager"),
-        (BF16_CPU_EAGER_UP_TO["infer"] + 1, torch.bfloat16, False, "sdpa"),
+        (BF16_CPU_EAGER_UP_TO, torch.bfloat16, True, "eager"),
+        (BF16_CPU_EAGER_UP_TO + 1, torch.bfloat16, True, "sdpa"),
+        (BF16_CPU_EAGER_UP_TO, torch.bfloat16, False, "eager"),
+        (BF16_CPU_EAGER_UP_TO + 1, torch.bfloat16, False, "sdpa"),
         (32, torch.float32, True, "sdpa"),
     ):
         ours, eager, sdpa = routes(T, dtype, grad)
