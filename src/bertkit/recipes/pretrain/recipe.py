@@ -236,7 +236,9 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objectiv
     def forward(model, _):
         host = feed.next(loader)
         current["tokens"], current["rows"] = int(host["attention_mask"].sum()), len(host["attention_mask"])
-        current["batch"] = batch = to_device(mlm_inputs(host) if plain_mlm else host, ctx.device)
+        batch = to_device(mlm_inputs(host) if plain_mlm else host, ctx.device)
+        ids = batch["input_ids"]  # an objective's count reads the batch as the feed built it, its mask too
+        current["batch"] = batch if "attention_mask" in batch else dict(batch, attention_mask=ids.new_ones(ids.shape))
         return model(**batch)
 
     def count(_, output) -> None:
