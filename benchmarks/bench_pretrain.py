@@ -148,6 +148,7 @@ def main() -> None:
     import transformers
 
     from bertkit import models
+    from bertkit.data.pretraining.masking import mlm_inputs
     from bertkit.precision import MasterWeights, autocast, grad_scaler, resolve_precision, uses_master_weights
     from bertkit.training.optim import build_optimizer, linear_schedule
     from bertkit.training.state import TrainState
@@ -161,13 +162,9 @@ def main() -> None:
         )
     dev = torch.device(args.device)
     # bertkit's route gets its batches as `bertkit pretrain` hands them over: the labelled positions found on the
-    # host, no attention mask where nothing is padded (recipe.py's _micro_batches); both routes' on the device
-    ours_batches = [dict(b) for b in batches]
-    for b in ours_batches:
-        b["masked_positions"] = torch.nonzero(b["labels"].reshape(-1) != -100).reshape(-1)
-        if bool(b["attention_mask"].all()):
-            del b["attention_mask"]
-    ours_batches = [{k: v.to(dev) for k, v in b.items()} for b in ours_batches]
+    # host, no attention mask where nothing is padded (the recipe's masking.mlm_inputs); both routes' on the device
+    ours_batches = [mlm_inputs({k: v.numpy() for k, v in b.items()}) for b in batches]
+    ours_batches = [{k: torch.from_numpy(v).to(dev) for k, v in b.items()} for b in ours_batches]
     batches = [{k: v.to(dev) for k, v in b.items()} for b in batches]
     torch.manual_seed(0)
     ours = arch.build_for_pretraining(args.model_size, tok, max_len=args.seq_len).train()  # the tokenizer's ids
