@@ -416,10 +416,42 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     if x.dtype == torch.bfloat16 and x.device.type == "cpu":
         half = x.size(-1) // 2  # cos and sin repeat over the two halves (the rotary embedding's cat)
         c, s = cos[..., :half].to(x.dtype), sin[..., :half].to(x.dtype)
+        if not torch.compiler.is_compiling():  # eager: no temporaries (a compiled graph fuses the plain products)
+            return _Bf16Rotary.apply(x, c, s)
         x1, x2 = x[..., :half], x[..., half:]
         return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
     xf = x.float()
     return (xf * cos + rotate_half(xf) * sin).to(x.dtype)
+
+
+def _rotate_into(x: Tensor, c: Tensor, s: Tensor) -> Tensor:
+    """x * cos + rotate_half(x) * sin written half by half into one new tensor (c, s: the first half of cos and
+    sin): four in-place passes, no temporaries, no concatenation."""
+    half = x.size(-1) // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    o1, o2 = out[..., :half], out[..., half:]
+    torch.mul(x1, c, out=o1)
+    o1.addcmul_(x2, s, value=-1)  # x1 cos - x2 sin
+    torch.mul(x2, c, out=o2)
+    o2.addcmul_(x1, s)  # x2 cos + x1 sin
+    return out
+
+
+class _Bf16Rotary(torch.autograd.Function):
+    """The bf16 CPU rotation with its own backward: a rotation's gradient is the rotation by minus the angle, one
+    more :func:`_rotate_into` (autograd's own backward of the halves' products, sums and concatenation zero-filled
+    and accumulated each half: the rotary was 8% of modernbert-mini's bf16 step at 32 tokens)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, c: Tensor, s: Tensor) -> Tensor:
+        ctx.save_for_backward(c, s)
+        return _rotate_into(x, c, s)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        c, s = ctx.saved_tensors
+        return _rotate_into(grad, c, -s), None, None
 
 
 # --------------------------------------------------------------------------------------------- attention

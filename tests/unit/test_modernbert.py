@@ -251,15 +251,23 @@ def test_checkpoint_mismatch_names_the_field(tmp_path):
 
 
 def test_bf16_rotary_on_a_cpu_is_the_fp32_rotation_to_bf16s_rounding():
-    """A pure-bf16 model's q and k rotate in bf16 on a CPU (no fp32 round trip): within two bf16 roundings of the
-    fp32 rotation, and gradients too."""
+    """A pure-bf16 model's q and k rotate in bf16 on a CPU (no fp32 round trip, its own backward: the rotation by
+    minus the angle): within bf16's rounding of the fp32 rotation and of fp32 autograd's gradient, on q and k as the
+    layer cuts them from its strided qkv projection."""
     cos, sin = mb.ModernBertRotaryEmbedding(mb.ModernBertConfig(**TINY))(torch.arange(16)[None], mb.GLOBAL)
     cos, sin = cos[:, None], sin[:, None]  # [1, 1, T, D]: over the heads
-    x = torch.randn(2, 3, 16, cos.size(-1), generator=torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(0)
+    qkv = torch.randn(2, 16, 3, 3, cos.size(-1), generator=g)  # [B, T, 3, N, D], as Wqkv's output viewed
+    upstream = torch.randn(2, 3, 16, cos.size(-1), generator=g)
+    x = qkv.permute(2, 0, 3, 1, 4)[1].requires_grad_()  # k: [B, N, T, D], not contiguous
     exact = mb.apply_rotary(x, cos, sin)
-    xb = x.bfloat16().requires_grad_()
+    (exact * upstream).sum().backward()
+    qkv_b = qkv.bfloat16().requires_grad_()
+    xb = qkv_b.permute(2, 0, 3, 1, 4)[1]
     rotated = mb.apply_rotary(xb, cos, sin)
     assert rotated.dtype == torch.bfloat16
     torch.testing.assert_close(rotated.float(), exact, rtol=2**-7, atol=2**-7)
-    rotated.float().pow(2).sum().backward()
-    torch.testing.assert_close(xb.grad.float(), 2 * x, rtol=2**-5, atol=2**-5)  # a rotation keeps the norm
+    (rotated.float() * upstream).sum().backward()
+    grad = qkv_b.grad.permute(2, 0, 3, 1, 4)
+    torch.testing.assert_close(grad[1].float(), x.grad, rtol=2**-6, atol=2**-6)  # R(-angle) of the upstream
+    assert not grad[0].any() and not grad[2].any()  # q and v untouched
