@@ -412,14 +412,20 @@ def rotate_half(x: Tensor) -> Tensor:
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate q or k (``[..., D]``, cos/sin broadcastable) in fp32, whatever the autocast dtype; a bf16 q or k on a
     CPU (a pure-bf16 model's, ``precision.MasterWeights``) in bf16, as a bf16 transformers model rotates: the fp32
-    round trip and rotate_half's negation and concatenation were a fifth of modernbert-mini's bf16 step there."""
+    round trip and rotate_half's negation and concatenation were a fifth of modernbert-mini's bf16 step there.
+    Training on a CPU (bf16, or fp32 with gradients) rotates through :class:`_CpuRotary`; inference in fp32 keeps
+    the reference's products to the last bit."""
+    cpu = x.device.type == "cpu" and not torch.compiler.is_compiling()  # a compiled graph fuses the plain products
     if x.dtype == torch.bfloat16 and x.device.type == "cpu":
         half = x.size(-1) // 2  # cos and sin repeat over the two halves (the rotary embedding's cat)
         c, s = cos[..., :half].to(x.dtype), sin[..., :half].to(x.dtype)
-        if not torch.compiler.is_compiling():  # eager: no temporaries (a compiled graph fuses the plain products)
-            return _Bf16Rotary.apply(x, c, s)
+        if cpu:
+            return _CpuRotary.apply(x, c, s)
         x1, x2 = x[..., :half], x[..., half:]
         return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+    if cpu and x.dtype == torch.float32 and x.requires_grad and cos.dtype == torch.float32:
+        half = x.size(-1) // 2
+        return _CpuRotary.apply(x, cos[..., :half], sin[..., :half])
     xf = x.float()
     return (xf * cos + rotate_half(xf) * sin).to(x.dtype)
 
@@ -438,8 +444,8 @@ def _rotate_into(x: Tensor, c: Tensor, s: Tensor) -> Tensor:
     return out
 
 
-class _Bf16Rotary(torch.autograd.Function):
-    """The bf16 CPU rotation with its own backward: a rotation's gradient is the rotation by minus the angle, one
+class _CpuRotary(torch.autograd.Function):
+    """The CPU rotation with its own backward: a rotation's gradient is the rotation by minus the angle, one
     more :func:`_rotate_into` (autograd's own backward of the halves' products, sums and concatenation zero-filled
     and accumulated each half: the rotary was 8% of modernbert-mini's bf16 step at 32 tokens)."""
 

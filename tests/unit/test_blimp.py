@@ -17,7 +17,7 @@ from tinymodernbert import fixture_vocab, make_modernbert_dir
 
 from bertkit.cli import main
 from bertkit.errors import InputError
-from bertkit.tasks.blimp import BlimpProbe, PllScorer, evaluate_blimp, read_blimp
+from bertkit.tasks.blimp import BlimpProbe, Paradigm, PllScorer, evaluate_blimp, read_blimp, summarize
 from bertkit.tokenization import load_tokenizer
 
 # three paradigms, two fields; sentences repeat across pairs (as BLiMP's do) and some words split into pieces
@@ -271,3 +271,13 @@ def test_the_probe_gives_way_between_two_batches_when_asked(tmp_path, model_dir)
         probe(model, stop=lambda: asked.append(1) or len(asked) == 3)
     assert len(asked) == 3 and model.training
     assert 0 <= probe(model, stop=lambda: False) <= 100  # never asked to stop: the whole figure
+
+
+def test_blimps_two_spellings_of_syntax_semantics_are_one_field():
+    """BLiMP's principle_A_case_2 names its field "syntax/semantics", the other 13 of that field "syntax_semantics":
+    the report has the paper's one field, the mean of all its paradigms."""
+    pair = ("a good one .", "a bad one .")
+    paradigms = [Paradigm("p1", "syntax_semantics", [pair]), Paradigm("p2", "syntax/semantics", [pair, pair])]
+    scores = {pair[0]: -1.0, pair[1]: -2.0}
+    result = summarize(paradigms + [Paradigm("p3", "syntax_semantics", [pair[::-1]])], scores)
+    assert result.fields == {"syntax_semantics": pytest.approx(200 / 3)}

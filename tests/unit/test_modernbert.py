@@ -250,9 +250,11 @@ def test_checkpoint_mismatch_names_the_field(tmp_path):
             mb.ModernBertForMaskedLM.from_pretrained(tmp_path)
 
 
-def test_bf16_rotary_on_a_cpu_is_the_fp32_rotation_to_bf16s_rounding():
-    """A pure-bf16 model's q and k rotate in bf16 on a CPU (no fp32 round trip, its own backward: the rotation by
-    minus the angle): within bf16's rounding of the fp32 rotation and of fp32 autograd's gradient, on q and k as the
+@pytest.mark.parametrize("dtype, tol", [(torch.bfloat16, 2**-6), (torch.float32, 1e-6)])
+def test_cpu_training_rotary_is_the_reference_rotation(dtype, tol):
+    """Training on a CPU rotates q and k through its own function (in place, its backward the rotation by minus the
+    angle): a bf16 model's within bf16's rounding of the reference formula in fp32 (transformers' ``q * cos +
+    rotate_half(q) * sin``) and of autograd's gradient through it, an fp32 model's within 1e-6, on q and k as the
     layer cuts them from its strided qkv projection."""
     cos, sin = mb.ModernBertRotaryEmbedding(mb.ModernBertConfig(**TINY))(torch.arange(16)[None], mb.GLOBAL)
     cos, sin = cos[:, None], sin[:, None]  # [1, 1, T, D]: over the heads
@@ -260,14 +262,22 @@ def test_bf16_rotary_on_a_cpu_is_the_fp32_rotation_to_bf16s_rounding():
     qkv = torch.randn(2, 16, 3, 3, cos.size(-1), generator=g)  # [B, T, 3, N, D], as Wqkv's output viewed
     upstream = torch.randn(2, 3, 16, cos.size(-1), generator=g)
     x = qkv.permute(2, 0, 3, 1, 4)[1].requires_grad_()  # k: [B, N, T, D], not contiguous
-    exact = mb.apply_rotary(x, cos, sin)
+    exact = x * cos + mb.rotate_half(x) * sin  # the reference's formula, autograd's backward
     (exact * upstream).sum().backward()
-    qkv_b = qkv.bfloat16().requires_grad_()
-    xb = qkv_b.permute(2, 0, 3, 1, 4)[1]
-    rotated = mb.apply_rotary(xb, cos, sin)
-    assert rotated.dtype == torch.bfloat16
-    torch.testing.assert_close(rotated.float(), exact, rtol=2**-7, atol=2**-7)
+    qkv_d = qkv.to(dtype).requires_grad_()
+    rotated = mb.apply_rotary(qkv_d.permute(2, 0, 3, 1, 4)[1], cos, sin)
+    assert rotated.dtype == dtype and rotated.grad_fn.name().endswith("_CpuRotaryBackward")
+    torch.testing.assert_close(rotated.float(), exact, rtol=tol, atol=tol)
     (rotated.float() * upstream).sum().backward()
-    grad = qkv_b.grad.permute(2, 0, 3, 1, 4)
-    torch.testing.assert_close(grad[1].float(), x.grad, rtol=2**-6, atol=2**-6)  # R(-angle) of the upstream
+    grad = qkv_d.grad.permute(2, 0, 3, 1, 4)
+    torch.testing.assert_close(grad[1].float(), x.grad, rtol=tol, atol=tol)  # R(-angle) of the upstream
     assert not grad[0].any() and not grad[2].any()  # q and v untouched
+
+
+def test_fp32_inference_rotary_is_the_reference_formula_bit_for_bit():
+    """Without gradients an fp32 rotation is transformers' formula itself, so inference matches it to the bit."""
+    cos, sin = mb.ModernBertRotaryEmbedding(mb.ModernBertConfig(**TINY))(torch.arange(16)[None], mb.GLOBAL)
+    x = torch.randn(2, 3, 16, cos.size(-1), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(
+        mb.apply_rotary(x, cos[:, None], sin[:, None]), x * cos[:, None] + mb.rotate_half(x) * sin[:, None]
+    )

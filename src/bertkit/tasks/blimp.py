@@ -437,6 +437,11 @@ def pair_right(good: float, bad: float, ties: str = "wrong") -> bool:
     return good > bad or (ties == "correct" and good == bad)
 
 
+# BLiMP's own files spell one field two ways: principle_A_case_2 says "syntax/semantics", its 13 fellows
+# "syntax_semantics"; the paper's four fields are one field each here
+FIELD_SPELLINGS = {"syntax/semantics": "syntax_semantics"}
+
+
 def summarize(paradigms: Sequence[Paradigm], scores: dict[str, float], ties: str = "wrong") -> BlimpResult:
     """The figures of ``paradigms`` from each sentence's PLL (``scores``: sentence -> PLL), a tie scored by
     ``ties`` (one of :data:`TIES`)."""
@@ -452,7 +457,7 @@ def summarize(paradigms: Sequence[Paradigm], scores: dict[str, float], ties: str
         pairs = [(scores[g], scores[b]) for g, b in p.pairs]
         per[p.uid] = 100.0 * sum(pair_right(g, b, ties) for g, b in pairs) / len(pairs)
         tied[p.uid] = 100.0 * sum(g == b for g, b in pairs) / len(pairs)
-        by_field.setdefault(p.field, []).append(per[p.uid])
+        by_field.setdefault(FIELD_SPELLINGS.get(p.field, p.field), []).append(per[p.uid])
         kept[p.uid] = pairs
     fields = {f: float(np.mean(v)) for f, v in sorted(by_field.items())}
     overall = float(np.mean(list(per.values())))
