@@ -7,6 +7,7 @@ line naming file and line."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from tinymodernbert import fixture_vocab, make_modernbert_dir
 
 from bertkit.cli import main
 from bertkit.errors import InputError
-from bertkit.tasks.blimp import BlimpProbe, Paradigm, PllScorer, evaluate_blimp, read_blimp, summarize
+from bertkit.tasks.blimp import BlimpProbe, Paradigm, PllScorer, evaluate_blimp, read_blimp, summarize, table
 from bertkit.tokenization import load_tokenizer
 
 # three paradigms, two fields; sentences repeat across pairs (as BLiMP's do) and some words split into pieces
@@ -279,5 +280,8 @@ def test_blimps_two_spellings_of_syntax_semantics_are_one_field():
     pair = ("a good one .", "a bad one .")
     paradigms = [Paradigm("p1", "syntax_semantics", [pair]), Paradigm("p2", "syntax/semantics", [pair, pair])]
     scores = {pair[0]: -1.0, pair[1]: -2.0}
-    result = summarize(paradigms + [Paradigm("p3", "syntax_semantics", [pair[::-1]])], scores)
+    paradigms.append(Paradigm("p3", "syntax_semantics", [pair[::-1]]))
+    result = summarize(paradigms, scores)
     assert result.fields == {"syntax_semantics": pytest.approx(200 / 3)}
+    printed = table(result, paradigms)
+    assert "syntax/semantics" not in printed and re.search(r"field: syntax_semantics\s+3 paradigms", printed)

@@ -442,6 +442,11 @@ def pair_right(good: float, bad: float, ties: str = "wrong") -> bool:
 FIELD_SPELLINGS = {"syntax/semantics": "syntax_semantics"}
 
 
+def field_of(paradigm: Paradigm) -> str:
+    """The paradigm's field as the report counts it: its own spelling, or :data:`FIELD_SPELLINGS`' for it."""
+    return FIELD_SPELLINGS.get(paradigm.field, paradigm.field)
+
+
 def summarize(paradigms: Sequence[Paradigm], scores: dict[str, float], ties: str = "wrong") -> BlimpResult:
     """The figures of ``paradigms`` from each sentence's PLL (``scores``: sentence -> PLL), a tie scored by
     ``ties`` (one of :data:`TIES`)."""
@@ -457,7 +462,7 @@ def summarize(paradigms: Sequence[Paradigm], scores: dict[str, float], ties: str
         pairs = [(scores[g], scores[b]) for g, b in p.pairs]
         per[p.uid] = 100.0 * sum(pair_right(g, b, ties) for g, b in pairs) / len(pairs)
         tied[p.uid] = 100.0 * sum(g == b for g, b in pairs) / len(pairs)
-        by_field.setdefault(FIELD_SPELLINGS.get(p.field, p.field), []).append(per[p.uid])
+        by_field.setdefault(field_of(p), []).append(per[p.uid])
         kept[p.uid] = pairs
     fields = {f: float(np.mean(v)) for f, v in sorted(by_field.items())}
     overall = float(np.mean(list(per.values())))
@@ -491,11 +496,11 @@ def table(result: BlimpResult, paradigms: Sequence[Paradigm]) -> str:
     """The figures as a plain-text table: each paradigm (by field), each field, then overall."""
     width = max([len(p.uid) for p in paradigms] + [len("overall")])
     lines = [f"{'paradigm':<{width}}  {'field':<22} {'pairs':>6} {'acc %':>7}"]
-    for p in sorted(paradigms, key=lambda p: (p.field, p.uid)):
-        lines.append(f"{p.uid:<{width}}  {p.field:<22} {len(p.pairs):>6} {result.paradigms[p.uid]:>7.2f}")
+    for p in sorted(paradigms, key=lambda p: (field_of(p), p.uid)):
+        lines.append(f"{p.uid:<{width}}  {field_of(p):<22} {len(p.pairs):>6} {result.paradigms[p.uid]:>7.2f}")
     lines.append("")
     for name, value in result.fields.items():
-        count = sum(p.field == name for p in paradigms)
+        count = sum(field_of(p) == name for p in paradigms)
         lines.append(f"{'field: ' + name:<{width}}  {f'{count} paradigms':<22} {'':>6} {value:>7.2f}")
     lines.append(f"{'overall':<{width}}  {f'{len(paradigms)} paradigms':<22} {result.pairs:>6} {result.overall:>7.2f}")
     return "\n".join(lines)
