@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from bertkit.modeling_modernbert import apply_rotary, rotate_half
+from bertkit.modeling_modernbert import apply_rotary, rotate_half, rotate_halves
 
 SHAPES = [(128, 32), (32, 128)]  # (batch, tokens): the budget's first 70% of steps, then the rest
 HEADS, HEAD_SIZE = 4, 64
@@ -29,9 +29,7 @@ def reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Te
     round trip (bertkit's route before, a bf16 transformers model's arithmetic)."""
     if x.dtype == torch.bfloat16:
         half = x.size(-1) // 2
-        c, s = cos[..., :half].to(x.dtype), sin[..., :half].to(x.dtype)
-        x1, x2 = x[..., :half], x[..., half:]
-        return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+        return rotate_halves(x, cos[..., :half].to(x.dtype), sin[..., :half].to(x.dtype))
     return x * cos + rotate_half(x) * sin
 
 

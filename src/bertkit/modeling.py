@@ -50,7 +50,7 @@ def eager_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropou
     # scaled and masked in place: the product's own buffer (autograd keeps q and k for its backward, not the product)
     scores = torch.matmul(q, k.transpose(-1, -2)).div_(math.sqrt(q.size(-1)))  # [B, N, T, T]
     if mask is not None:
-        scores = scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)
+        scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)
     if scores.dtype == torch.bfloat16 and scores.device.type == "cpu":  # the CPU kernel sums in fp32 itself: the same
         probs = torch.softmax(scores, dim=-1)  # probabilities as the fp32 round trip's, five times faster
     else:

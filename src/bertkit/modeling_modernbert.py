@@ -415,19 +415,24 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     round trip and rotate_half's negation and concatenation were a fifth of modernbert-mini's bf16 step there.
     Training on a CPU (bf16, or fp32 with gradients) rotates through :class:`_CpuRotary`; inference in fp32 keeps
     the reference's products to the last bit."""
-    cpu = x.device.type == "cpu" and not torch.compiler.is_compiling()  # a compiled graph fuses the plain products
-    if x.dtype == torch.bfloat16 and x.device.type == "cpu":
+    bf16_cpu = x.dtype == torch.bfloat16 and x.device.type == "cpu"
+    if bf16_cpu or (x.device.type == "cpu" and x.dtype == torch.float32 and x.requires_grad):
         half = x.size(-1) // 2  # cos and sin repeat over the two halves (the rotary embedding's cat)
         c, s = cos[..., :half].to(x.dtype), sin[..., :half].to(x.dtype)
-        if cpu:
+        if not torch.compiler.is_compiling():
             return _CpuRotary.apply(x, c, s)
-        x1, x2 = x[..., :half], x[..., half:]
-        return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
-    if cpu and x.dtype == torch.float32 and x.requires_grad and cos.dtype == torch.float32:
-        half = x.size(-1) // 2
-        return _CpuRotary.apply(x, cos[..., :half], sin[..., :half])
+        if bf16_cpu:  # a compiled graph fuses the plain products
+            return rotate_halves(x, c, s)
     xf = x.float()
     return (xf * cos + rotate_half(xf) * sin).to(x.dtype)
+
+
+def rotate_halves(x: Tensor, c: Tensor, s: Tensor) -> Tensor:
+    """The rotation on the halves, in x's dtype (c, s: the first half of cos and sin): what autograd differentiates
+    where :class:`_CpuRotary` does not run (a compiled graph)."""
+    half = x.size(-1) // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
 
 
 def _rotate_into(x: Tensor, c: Tensor, s: Tensor) -> Tensor:
