@@ -234,6 +234,44 @@ def test_batch_layout(shard_dir, vocab):
     assert set(b["next_sentence_label"].tolist()) <= {0, 1}
 
 
+def test_pair_segments_without_nsp_split_a_run_at_a_sentence_boundary(shard_dir, vocab):
+    from bertkit.recipes.pretrain.config import PretrainConfig
+    from bertkit.recipes.pretrain.setup import data_options
+
+    cfg = PretrainConfig(corpus=["c"], output="o", max_steps=5, nsp=False, segments="pair", short_seq_prob=0.1)
+    options = data_options(cfg, 64, 8)  # the flag reaches the data
+    assert options.segments == "pair" and not options.nsp
+    data = PretrainingData(shard_dir, vocab, options)
+    inst = data.instances(0)
+    a, b = inst[:, 2] - inst[:, 1], inst[:, 4] - inst[:, 3]
+    pairs = b > 0
+    assert (inst[:, 5] == -1).all() and (a >= 1).all() and (a + b + 3 <= 64).all()
+    assert 0.5 < pairs.mean() < 1.0, pairs.mean()  # a one-sentence run stays one segment
+    whole = 0
+    for s, a_lo, a_hi, b_lo, b_hi, _ in inst[pairs][:400]:
+        sent, docs = data.shards[s].sentences, data.shards[s].documents
+        doc_of = np.searchsorted(sent[docs], [a_lo, b_hi - 1], side="right") - 1
+        assert b_lo >= a_hi and doc_of[0] == doc_of[1]  # B follows A in its document
+        if b_lo == a_hi:  # not truncated at the split: it lies on a sentence boundary
+            whole += 1
+            assert a_hi in sent
+    assert whole > 100
+    # the tokens: [CLS] A [SEP] B [SEP], B's types 1, neither [SEP] ever masked; a single run keeps one [SEP]
+    batch, two = data.batch(0, 0), 0
+    for r in range(8):
+        n = int(batch["attention_mask"][r].sum())
+        seps = np.flatnonzero(batch["input_ids"][r, :n] == vocab.sep_id)
+        assert seps[-1] == n - 1 and len(seps) in (1, 2)
+        two += len(seps) == 2
+        assert (batch["labels"][r, seps] == -100).all()
+        assert (batch["token_type_ids"][r, : seps[0] + 1] == 0).all() and (
+            batch["token_type_ids"][r, seps[0] + 1 : n] == 1
+        ).all()
+    assert two >= 3 and "next_sentence_label" not in batch
+    with pytest.raises(ValueError, match="segments"):
+        DataOptions(segments="three")
+
+
 def test_eval_batches_are_fixed_and_held_out(shard_dir, vocab):
     d = PretrainingData(shard_dir, vocab, DataOptions(max_seq_length=64, batch_size=4), split="eval")
     a, b = d.eval_batches(3), d.eval_batches(3)

@@ -109,6 +109,22 @@ def _popcount_bits(rng: random.Random, n: int) -> int:
     return bin(rng.getrandbits(n)).count("1") if n > 0 else 0
 
 
+def _fit(rng: random.Random, a_lo: int, a_hi: int, b_lo: int, b_hi: int, m: int) -> tuple[int, int, int, int]:
+    """A and B truncated at random ends until ``len(A) + len(B) <= m`` (Google's one-token loop, in closed form: the
+    longer one loses tokens until both are equal, then B and A alternate, B first)."""
+    la, lb = a_hi - a_lo, b_hi - b_lo
+    excess = la + lb - m
+    if excess > 0:
+        first = min(excess, abs(la - lb))
+        rest = excess - first
+        cut_a = (first if la > lb else 0) + rest // 2
+        cut_b = (first if la <= lb else 0) + (rest + 1) // 2
+        front_a, front_b = _popcount_bits(rng, cut_a), _popcount_bits(rng, cut_b)
+        a_lo, a_hi = a_lo + front_a, a_hi - (cut_a - front_a)
+        b_lo, b_hi = b_lo + front_b, b_hi - (cut_b - front_b)
+    return a_lo, a_hi, b_lo, b_hi
+
+
 class ShardLayout:
     """One shard's instances for one layout key (an epoch, or a static copy), built lazily.
 
@@ -126,9 +142,11 @@ class ShardLayout:
         nsp: bool,
         seed: str,
         starts: np.ndarray | None = None,
+        pairs: bool = False,
     ):
         self.shard, self.short_seq_prob, self.nsp, self.seed = shard, short_seq_prob, nsp, seed
-        self.max_tokens = max_seq_length - (3 if nsp else 2)
+        self.pairs = nsp or pairs
+        self.max_tokens = max_seq_length - (3 if self.pairs else 2)
         if self.max_tokens < 2:
             raise InputError(f"max_seq_length {max_seq_length} is too short for an instance")
         self.starts = _chunk_starts(shard, self.max_tokens) if starts is None else starts
@@ -142,7 +160,7 @@ class ShardLayout:
 
     def instance(self, k: int) -> tuple[int, int, int, int, int]:
         """(a_start, a_end, b_start, b_end, label) of instance ``k``: token ranges of the shard; label 0 IsNext,
-        1 NotNext, -1 without NSP (B empty)."""
+        1 NotNext, -1 without NSP (B empty, or with ``pairs`` the true continuation from a sentence boundary)."""
         sent, docs, m = self._sent, self._docs, self.max_tokens
         rng = random.Random(f"bertkit-instance/{self.seed}/{k}")
         c0 = int(self.starts[k])
@@ -154,7 +172,10 @@ class ShardLayout:
             e = min(c1, c0 + 1 + int(np.searchsorted(sent[c0 + 1 : c1 + 1], lo + goal)))
         n = e - c0  # sentences in the instance
         if not self.nsp:
-            return lo, min(int(sent[e]), lo + m), 0, 0, -1
+            a_hi = int(sent[c0 + rng.randint(1, n - 1)]) if self.pairs and n >= 2 else lo
+            if not lo < a_hi < int(sent[e]):  # one segment: one sentence, or an empty A or B
+                return lo, min(int(sent[e]), lo + m), 0, 0, -1
+            return (*_fit(rng, lo, a_hi, a_hi, int(sent[e]), m), -1)
         is_random = rng.random() < 0.5
         if is_random or n >= 2:
             a_lo, a_hi = lo, int(sent[c0 + (rng.randint(1, n - 1) if n >= 2 else 1)])
@@ -181,19 +202,7 @@ class ShardLayout:
         if b_hi <= b_lo and a_hi - a_lo >= 2:  # empty sentences only: B is A's second half
             mid = a_lo + (a_hi - a_lo) // 2
             a_hi, b_lo, b_hi, is_random = mid, mid, a_hi, False
-        # truncate the longer segment at random ends until the pair fits (Google's one-token loop, in closed form:
-        # the longer one loses tokens until both are equal, then B and A alternate, B first)
-        la, lb = a_hi - a_lo, b_hi - b_lo
-        excess = la + lb - m
-        if excess > 0:
-            first = min(excess, abs(la - lb))
-            rest = excess - first
-            cut_a = (first if la > lb else 0) + rest // 2
-            cut_b = (first if la <= lb else 0) + (rest + 1) // 2
-            front_a, front_b = _popcount_bits(rng, cut_a), _popcount_bits(rng, cut_b)
-            a_lo, a_hi = a_lo + front_a, a_hi - (cut_a - front_a)
-            b_lo, b_hi = b_lo + front_b, b_hi - (cut_b - front_b)
-        return a_lo, a_hi, b_lo, b_hi, int(is_random)
+        return (*_fit(rng, a_lo, a_hi, b_lo, b_hi, m), int(is_random))
 
     def table(self) -> np.ndarray:
         """Every instance, ``[N, 5]`` int64 (for tests and inspection: training never builds it)."""
@@ -201,13 +210,15 @@ class ShardLayout:
 
 
 def create_instances(
-    shard: Shard, max_seq_length: int, short_seq_prob: float, nsp: bool, seed: str | int = 0
+    shard: Shard, max_seq_length: int, short_seq_prob: float, nsp: bool, seed: str | int = 0, pairs: bool = False
 ) -> np.ndarray:
     """Instances of one shard as token ranges ``[N, 5]``: (a_start, a_end, b_start, b_end, label).
 
     With NSP, label 0 = IsNext, 1 = NotNext, and ``len(A) + len(B) + 3 <= max_seq_length``; without, B is empty,
-    label -1 and ``len(A) + 2 <= max_seq_length``. Materialises :class:`ShardLayout` (which training reads lazily)."""
-    return ShardLayout(shard, max_seq_length, short_seq_prob, nsp, str(seed)).table()
+    label -1 and ``len(A) + 2 <= max_seq_length``, or with ``pairs`` (``segments="pair"``) B is the true
+    continuation from a random sentence boundary where the instance has two sentences or more, label -1 and
+    ``len(A) + len(B) + 3 <= max_seq_length``. Materialises :class:`ShardLayout` (which training reads lazily)."""
+    return ShardLayout(shard, max_seq_length, short_seq_prob, nsp, str(seed), pairs=pairs).table()
 
 
 def _splitmix(x: np.ndarray) -> np.ndarray:
@@ -245,6 +256,12 @@ def permute(positions: np.ndarray, n: int, key: list[int]) -> np.ndarray:
 # --------------------------------------------------------------------------------------------- batches
 
 HONEST_MIX = (1.0, 0.0, 0.0)  # held-out inputs: every chosen position [MASK]
+SEGMENTS = ("one", "pair")  # an instance without NSP: one run of sentences, or two split at a sentence boundary
+SEGMENTS_HELP = (  # --segments'
+    "without NSP, what an instance holds: one: [CLS] A [SEP], a run of whole sentences; pair: [CLS] A [SEP] B [SEP], "
+    "the same run split at a random sentence boundary (BERT's IsNext format without its loss), so a model sees the "
+    "layout of the sentence-pair tasks it will be fine-tuned on"
+)
 
 
 def parse_mask_mix(text: str) -> tuple[float, float, float]:
@@ -273,10 +290,13 @@ class DataOptions:
     dupe_factor: int = 5  # static masking: fixed copies, cycled over epochs
     seed: int = 0
     mask_mix: tuple[float, float, float] = (0.8, 0.1, 0.1)  # training inputs of chosen positions: mask/random/keep
+    segments: str = "one"  # without NSP: "one" ([CLS] A [SEP]) or "pair" ([CLS] A [SEP] B [SEP], B the true next)
 
     def __post_init__(self) -> None:
         if self.masking not in ("dynamic", "static"):
             raise InputError(f"masking must be 'dynamic' or 'static', got {self.masking!r}")
+        if self.segments not in SEGMENTS:
+            raise InputError(f"segments must be one of {', '.join(SEGMENTS)}, got {self.segments!r}")
         if self.mask_strategy not in STRATEGIES:
             raise InputError(f"mask_strategy must be one of {', '.join(STRATEGIES)}, got {self.mask_strategy!r}")
         if not 0.0 < self.mask_prob < 1.0:
@@ -359,7 +379,8 @@ class PretrainingData:
     def _layout(self, key: int, s: int) -> ShardLayout:
         o = self.options
         starts = self._starts.pop(s, None)  # re-inserted below: the dict's order is least recent first
-        layout = ShardLayout(self.shards[s], o.max_seq_length, o.short_seq_prob, o.nsp, f"{o.seed}/{key}/{s}", starts)
+        shard, seed = self.shards[s], f"{o.seed}/{key}/{s}"
+        layout = ShardLayout(shard, o.max_seq_length, o.short_seq_prob, o.nsp, seed, starts, o.segments == "pair")
         while len(self._starts) >= 2 * SHUFFLE_SHARDS + 2:
             self._starts.pop(next(iter(self._starts)))
         self._starts[s] = layout.starts
@@ -435,7 +456,7 @@ class PretrainingData:
         a_lo, a_hi, b_lo, b_hi, label = self._layout(self._key(epoch), s).instance(k)
         toks = self.shards[s].tokens
         a = np.asarray(toks[a_lo:a_hi], dtype=np.int64)
-        if o.nsp:
+        if o.nsp or b_hi > b_lo:
             b = np.asarray(toks[b_lo:b_hi], dtype=np.int64)
             ids = np.concatenate([[v.cls_id], a, [v.sep_id], b, [v.sep_id]])
             types = np.concatenate([np.zeros(len(a) + 2, np.int64), np.ones(len(b) + 1, np.int64)])

@@ -328,6 +328,7 @@ def data_options(cfg: PretrainConfig, seq_len: int, batch_size: int):
         dupe_factor=cfg.dupe_factor,
         seed=cfg.seed,
         mask_mix=parse_mask_mix(cfg.mask_mix or "80/10/10"),
+        segments=cfg.segments,
     )
 
 
