@@ -80,6 +80,24 @@ def test_pretrain_modernbert_writes_a_transformers_modernbert(corpus, tmp_path):
     assert (a - b)[mask.bool()].abs().max() < 1e-4
 
 
+def test_nsp_trains_a_pretraining_only_head_and_saves_the_masked_lm(corpus, tmp_path):
+    """``--nsp`` on ModernBERT: NSP pairs and a head for pre-training only (objectives/mlm_nsp.py); its accuracy is
+    logged, and OUTPUT is the masked LM alone, as --no-nsp saves it (--objective mntp with --nsp: refused below)."""
+    from safetensors.torch import load_file
+
+    from bertkit.recipes.pretrain import pretrain
+
+    out = tmp_path / "nsp"
+    pretrain(_cfg(corpus, out, nsp=True, max_steps=6, save_every=100, eval_every=6))
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(0.0 <= x["nsp_acc"] <= 1.0 for x in lines if "loss" in x) and any("loss" in x for x in lines)
+    assert json.loads((out / "run.json").read_text())["config"]["nsp"] is True
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["ModernBertForMaskedLM"]
+    keys = set(load_file(str(out / "model.safetensors")))
+    assert not any(k.startswith(("dense.", "classifier.", "base.")) for k in keys) and "head.dense.weight" in keys
+
+
 def test_refusals_are_one_line(corpus, tmp_path, capsys):
     """Each refusal is exit 2 with a message naming why, no traceback and no model written: in-process through the
     command line's entry point (``bertkit.cli.main``, what the ``bertkit`` script calls), as test_pretrain_run.py
@@ -104,8 +122,8 @@ def test_refusals_are_one_line(corpus, tmp_path, capsys):
     ]
     for extra, needle in (
         (["--model-size", "bert-medium"], "not a ModernBERT size"),
-        (["--model-size", "modernbert-tiny", "--nsp"], "no next-sentence head"),
         (["--model-size", "modernbert-tiny", "--position-init", "sinusoidal"], "rotary"),
+        (["--model-size", "modernbert-tiny", "--objective", "mntp", "--nsp"], "no next-sentence prediction"),
     ):
         out = tmp_path / extra[-1].strip("-")
         assert main(base + ["--output", str(out)] + extra) == 2

@@ -364,3 +364,42 @@ def test_the_loop_answers_from_the_host_what_a_plain_masked_lm_would_ask_the_dev
         plain = model(torch.from_numpy(ids), torch.from_numpy(mask), labels=torch.from_numpy(labels))
         torch.testing.assert_close(out.loss, plain.loss, rtol=0, atol=0)
         assert meter.sums["tokens"] == mask.sum() and meter.sums["mlm_n"] == (labels != -100).sum()
+
+
+def test_the_pretraining_only_nsp_head_adds_berts_nsp_loss_to_the_masked_lms_own(tmp_path):
+    """``--nsp`` on ModernBERT (no next-sentence head in its layout): loss = the masked LM's own loss + BERT's NSP
+    cross-entropy over dense -> tanh -> linear of the masked mean of the final states (recomputed by hand), and
+    what it saves is the masked LM alone."""
+    from tinymodernbert import modernbert_config
+
+    from bertkit.modeling_modernbert import ModernBertForMaskedLM
+    from bertkit.recipes.pretrain.objectives.mlm_nsp import NextSentenceHead
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(40)]
+    torch.manual_seed(0)
+    base = ModernBertForMaskedLM(modernbert_config(vocab, classifier_pooling="mean")).eval()  # the presets'
+    model = NextSentenceHead(base).eval()
+    ids = torch.randint(5, len(vocab), (3, 12))
+    mask = torch.ones_like(ids)
+    mask[2, 8:] = 0
+    labels = torch.full_like(ids, -100)
+    labels[:, 3] = ids[:, 3]
+    ids[:, 3] = 4
+    nsp = torch.tensor([0, 1, 1])
+    with torch.no_grad():
+        out = model(ids, mask, labels=labels, next_sentence_label=nsp)
+        plain = base(ids, mask, labels=labels)
+        hidden = base.model(ids, mask).last_hidden_state
+        pooled = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+        logits = model.classifier(torch.tanh(model.dense(pooled)))
+    torch.testing.assert_close(out.mlm_loss, plain.loss)
+    torch.testing.assert_close(out.seq_relationship_logits, logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.loss, plain.loss + torch.nn.functional.cross_entropy(logits, nsp), atol=1e-5, rtol=0)
+    model.save_pretrained(tmp_path)  # the masked LM alone: the head stays in the checkpoints
+    from safetensors.torch import load_file
+
+    base.save_pretrained(tmp_path / "plain")
+    assert set(load_file(str(tmp_path / "model.safetensors"))) == set(
+        load_file(str(tmp_path / "plain/model.safetensors"))
+    )
+    assert {"dense.weight", "classifier.weight"} <= set(model.state_dict())

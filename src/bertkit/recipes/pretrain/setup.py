@@ -23,6 +23,7 @@ from bertkit.data.pretraining.masking import parse_mask_prob
 from bertkit.data.pretraining.ramps import parse_ramp
 from bertkit.errors import InputError, allocation_failure
 from bertkit.precision import grad_scaler, resolve_precision
+from bertkit.recipes.pretrain import objectives
 from bertkit.recipes.pretrain.config import RUN_KEYS, PretrainError, parse_mask_mix  # noqa: F401 (public here too)
 from bertkit.recipes.pretrain.once import check_same_shards, once
 from bertkit.recipes.pretrain.tables import has_nsp_head
@@ -255,7 +256,7 @@ def build_model(cfg: PretrainConfig, tokenizer, shard_dir: Path, max_len: int, d
     import torch
 
     arch = models.get(cfg.arch)
-    if cfg.nsp and not has_nsp_head(arch):
+    if cfg.nsp and not has_nsp_head(arch) and not getattr(objectives.get(cfg.objective), "adds_nsp_head", False):
         raise InputError(
             f"--nsp: {arch.model_type} has no next-sentence head; pre-train it with masked LM only (--no-nsp)"
         )

@@ -1,17 +1,93 @@
 """Masked LM, with BERT's next-sentence prediction where the run has it (``--nsp``, the paper recipe's): the
-objective of Devlin et al. The MLM figures every objective shares are the recipe's; this file adds NSP's."""
+objective of Devlin et al. The MLM figures every objective shares are the recipe's; this file adds NSP's.
+
+An architecture whose pre-training model has no next-sentence head (ModernBERT: transformers' layout is the masked
+LM alone) trains ``--nsp`` with :class:`NextSentenceHead`, a head for pre-training only: BERT's pooler and
+classifier (dense, tanh, a linear to 2) over the state the model's own sequence classifier pools
+(``classifier_pooling``: ModernBERT's mean of the final states by default). OUTPUT is the masked LM alone, as
+``--no-nsp`` saves it; the head lives in the checkpoints (so a resume is exact), never in the model."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from bertkit import models, ops
 from bertkit.errors import InputError
+from bertkit.modeling import BertForPreTrainingOutput, masked_lm
 from bertkit.recipes.pretrain.objectives import Objective
+from bertkit.recipes.pretrain.tables import has_nsp_head
 from bertkit.training.distributed import all_reduce_mean
 
 
+class NextSentenceHead(nn.Module):
+    """``base`` (a masked LM with no next-sentence head) and a pre-training-only one: ``BertForPreTrainingOutput``
+    from a pre-training batch, loss = MLM loss + NSP loss (BERT's sum)."""
+
+    def __init__(self, base: nn.Module):
+        super().__init__()
+        self.base = base
+        self.config = base.config
+        hidden = base.config.hidden_size
+        self.dense, self.classifier = nn.Linear(hidden, hidden), nn.Linear(hidden, 2)
+        for layer in (self.dense, self.classifier):  # BERT's init: normal(initializer_range), zero bias
+            nn.init.normal_(layer.weight, std=base.config.initializer_range)
+            nn.init.zeros_(layer.bias)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        next_sentence_label: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        masked_positions: Tensor | None = None,
+    ) -> BertForPreTrainingOutput:
+        hidden = models.encoder_of(self.base)(input_ids, attention_mask, token_type_ids, position_ids)
+        hidden = hidden.last_hidden_state  # [B, T, H]
+        mlm_loss, logits, masked_logits, masked_labels = masked_lm(
+            self.base.mlm_head_module(), hidden, labels, True, masked_positions
+        )
+        pooled = ops.pool(hidden, attention_mask, getattr(self.config, "classifier_pooling", "cls"))  # [B, H]
+        nsp_logits = self.classifier(torch.tanh(self.dense(pooled)))  # [B, 2]
+        nsp_loss = None
+        if next_sentence_label is not None:
+            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
+        losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
+        return BertForPreTrainingOutput(
+            loss=sum(losses[1:], losses[0]) if losses else None,
+            mlm_loss=mlm_loss,
+            nsp_loss=nsp_loss,
+            prediction_logits=logits,
+            seq_relationship_logits=nsp_logits,
+            masked_logits=masked_logits,
+            masked_labels=masked_labels,
+        )
+
+    def set_dropout(self, p: float) -> None:
+        self.base.set_dropout(p)
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """OUTPUT: the masked LM as ``--no-nsp`` saves it (transformers' layout has no place for the head)."""
+        self.base.save_pretrained(directory)
+
+
 class MlmNsp(Objective):
+    adds_nsp_head = True  # --nsp on an architecture without one: NextSentenceHead (build_model lets it through)
+
     def check(self, cfg) -> None:
         if cfg.generator_layers is not None:
             raise InputError("--generator-layers: only --objective electra has a generator; leave the flag out")
+
+    def build(self, cfg, tokenizer, shard_dir: Path, max_len: int, device, build_base):
+        base, config = build_base(cfg, tokenizer, shard_dir, max_len, device)
+        if not cfg.nsp or has_nsp_head(models.get(cfg.arch)):
+            return base, config
+        return NextSentenceHead(base).to(device).train(), config
 
     def count(self, meter, output, batch: dict, cfg) -> None:
         if cfg.nsp:
@@ -31,6 +107,9 @@ class MlmNsp(Objective):
 
     def said(self, fields: dict[str, float]) -> str:
         return f"  nsp acc {fields['nsp_acc']:.3f}" if "nsp_acc" in fields else ""
+
+    def masked_lm(self, model):
+        return model.base if isinstance(model, NextSentenceHead) else model
 
 
 OBJECTIVE = MlmNsp()
