@@ -686,21 +686,30 @@ class BertForPreTraining(BertPreTrainedModel):
             self.cls.predictions, out.last_hidden_state, labels, self.sparse_prediction, masked_positions
         )
         nsp_logits = self.cls.seq_relationship(out.pooler_output)  # [B, 2]
-        nsp_loss = None
-        if next_sentence_label is not None:
-            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
-        losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
-        return BertForPreTrainingOutput(
-            loss=sum(losses[1:], losses[0]) if losses else None,
-            mlm_loss=mlm_loss,
-            nsp_loss=nsp_loss,
-            prediction_logits=logits,
-            seq_relationship_logits=nsp_logits,
-            masked_logits=masked_logits,
-            masked_labels=masked_labels,
-            hidden_states=out.hidden_states,
-            attentions=out.attentions,
+        return pretraining_output(
+            (mlm_loss, logits, masked_logits, masked_labels), nsp_logits, next_sentence_label, out
         )
+
+
+def pretraining_output(mlm: tuple, nsp_logits: Tensor, next_sentence_label: Tensor | None, out=None):
+    """BERT's pre-training output: ``mlm`` as :func:`masked_lm` returns it, the NSP cross-entropy of ``nsp_logits``
+    [B, 2] where labels are given, loss = their sum; ``out``: the encoder output whose hidden states it carries."""
+    mlm_loss, logits, masked_logits, masked_labels = mlm
+    nsp_loss = None
+    if next_sentence_label is not None:
+        nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
+    losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
+    return BertForPreTrainingOutput(
+        loss=sum(losses[1:], losses[0]) if losses else None,
+        mlm_loss=mlm_loss,
+        nsp_loss=nsp_loss,
+        prediction_logits=logits,
+        seq_relationship_logits=nsp_logits,
+        masked_logits=masked_logits,
+        masked_labels=masked_labels,
+        hidden_states=getattr(out, "hidden_states", None),
+        attentions=getattr(out, "attentions", None),
+    )
 
 
 class BertForMaskedLM(BertPreTrainedModel):

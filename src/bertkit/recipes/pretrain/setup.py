@@ -256,7 +256,7 @@ def build_model(cfg: PretrainConfig, tokenizer, shard_dir: Path, max_len: int, d
     import torch
 
     arch = models.get(cfg.arch)
-    if cfg.nsp and not has_nsp_head(arch) and not getattr(objectives.get(cfg.objective), "adds_nsp_head", False):
+    if cfg.nsp and not has_nsp_head(arch) and not objectives.get(cfg.objective).adds_nsp_head:
         raise InputError(
             f"--nsp: {arch.model_type} has no next-sentence head; pre-train it with masked LM only (--no-nsp)"
         )

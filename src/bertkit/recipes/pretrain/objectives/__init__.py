@@ -54,6 +54,7 @@ class Objective:
 
     defaults: dict[str, Any] = {}
     masked_lm_dir = ""  # OUTPUT itself is the masked LM
+    adds_nsp_head = False  # True: it trains --nsp on an architecture whose pre-training model has no NSP head
 
     def check(self, cfg) -> None:
         """Refuse flags this objective cannot take (an ``InputError`` naming the flag)."""

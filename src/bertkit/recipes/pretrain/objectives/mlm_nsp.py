@@ -13,11 +13,10 @@ from pathlib import Path
 
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
 
 from bertkit import models, ops
 from bertkit.errors import InputError
-from bertkit.modeling import BertForPreTrainingOutput, masked_lm
+from bertkit.modeling import BertForPreTrainingOutput, masked_lm, pretraining_output
 from bertkit.recipes.pretrain.objectives import Objective
 from bertkit.recipes.pretrain.tables import has_nsp_head
 from bertkit.training.distributed import all_reduce_mean
@@ -49,24 +48,9 @@ class NextSentenceHead(nn.Module):
     ) -> BertForPreTrainingOutput:
         hidden = models.encoder_of(self.base)(input_ids, attention_mask, token_type_ids, position_ids)
         hidden = hidden.last_hidden_state  # [B, T, H]
-        mlm_loss, logits, masked_logits, masked_labels = masked_lm(
-            self.base.mlm_head_module(), hidden, labels, True, masked_positions
-        )
-        pooled = ops.pool(hidden, attention_mask, getattr(self.config, "classifier_pooling", "cls"))  # [B, H]
-        nsp_logits = self.classifier(torch.tanh(self.dense(pooled)))  # [B, 2]
-        nsp_loss = None
-        if next_sentence_label is not None:
-            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
-        losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
-        return BertForPreTrainingOutput(
-            loss=sum(losses[1:], losses[0]) if losses else None,
-            mlm_loss=mlm_loss,
-            nsp_loss=nsp_loss,
-            prediction_logits=logits,
-            seq_relationship_logits=nsp_logits,
-            masked_logits=masked_logits,
-            masked_labels=masked_labels,
-        )
+        mlm = masked_lm(self.base.mlm_head_module(), hidden, labels, True, masked_positions)
+        pooled = ops.pool(hidden, attention_mask, self.config.classifier_pooling)  # [B, H]
+        return pretraining_output(mlm, self.classifier(torch.tanh(self.dense(pooled))), next_sentence_label)
 
     def set_dropout(self, p: float) -> None:
         self.base.set_dropout(p)
@@ -77,7 +61,7 @@ class NextSentenceHead(nn.Module):
 
 
 class MlmNsp(Objective):
-    adds_nsp_head = True  # --nsp on an architecture without one: NextSentenceHead (build_model lets it through)
+    adds_nsp_head = True  # --nsp on an architecture without one: NextSentenceHead
 
     def check(self, cfg) -> None:
         if cfg.generator_layers is not None:
