@@ -15,6 +15,19 @@ def test_fp16_is_allowed_on_cpu_when_asked_and_never_picked_by_auto():
     assert grad_scaler("fp16", "cpu").is_enabled() and not grad_scaler("bf16", "cpu").is_enabled()
 
 
+def test_auto_precision_on_cpu_reads_the_bf16_flags_and_honours_an_isa_cap(monkeypatch):
+    """bf16 where the CPU's flags name avx512_bf16 or amx_bf16, fp32 elsewhere, and fp32 under a oneDNN ISA cap below
+    AVX512_CORE_BF16 (``$ONEDNN_MAX_CPU_ISA``: oneDNN then has no bf16 dot products)."""
+    from bertkit.precision import cpu_supports_bf16, resolve_precision
+
+    zen4, amx, zen3 = "flags : avx2 avx512f avx512_bf16", "flags : avx512f amx_bf16 amx_tile", "flags : avx2 fma"
+    assert cpu_supports_bf16(zen4, "") and cpu_supports_bf16(amx, "ALL") and cpu_supports_bf16(amx, "avx512_core_amx")
+    assert not cpu_supports_bf16(zen3, "")
+    assert not cpu_supports_bf16(zen4, "avx2") and not cpu_supports_bf16(amx, "AVX512_CORE_VNNI")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # whatever this machine's flags, auto then picks fp32
+    assert resolve_precision("auto", "cpu") == "fp32"
+
+
 def test_fp16_scaler_keeps_small_gradients_from_underflowing():
     """A loss whose fp16 gradients underflow to zero unscaled gets non-zero gradients through the scaler."""
     from bertkit.precision import autocast, grad_scaler
