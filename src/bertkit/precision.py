@@ -11,11 +11,10 @@ import torch
 from bertkit.errors import InputError
 from bertkit.options import PRECISIONS  # defined once, with the flag that takes it
 
-
 # oneDNN's ISA caps (``ONEDNN_MAX_CPU_ISA``) below AVX512_CORE_BF16: under one of them oneDNN has no bf16 dot
 # products, and a bf16 matrix product runs about 150x slower than fp32 (measured on a Zen 4 EPYC capped to AVX2).
 ISA_CAPS_WITHOUT_BF16 = frozenset(
-    {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_MIC", "AVX512_MIC_4OPS"}
+    "SSE41 AVX AVX2 AVX2_VNNI AVX2_VNNI_2 AVX512_CORE AVX512_CORE_VNNI AVX512_MIC AVX512_MIC_4OPS".split()
 )
 
 

@@ -19,17 +19,16 @@ from bertkit.errors import InputError
 from bertkit.modeling import BertForPreTrainingOutput, masked_lm, pretraining_output
 from bertkit.recipes.pretrain.objectives import Objective
 from bertkit.recipes.pretrain.tables import has_nsp_head
+from bertkit.recipes.pretrain.wrapper import Wrapper
 from bertkit.training.distributed import all_reduce_mean
 
 
-class NextSentenceHead(nn.Module):
+class NextSentenceHead(Wrapper):
     """``base`` (a masked LM with no next-sentence head) and a pre-training-only one: ``BertForPreTrainingOutput``
     from a pre-training batch, loss = MLM loss + NSP loss (BERT's sum)."""
 
     def __init__(self, base: nn.Module):
-        super().__init__()
-        self.base = base
-        self.config = base.config
+        super().__init__(base)
         hidden = base.config.hidden_size
         self.dense, self.classifier = nn.Linear(hidden, hidden), nn.Linear(hidden, 2)
         for layer in (self.dense, self.classifier):  # BERT's init: normal(initializer_range), zero bias
@@ -51,13 +50,6 @@ class NextSentenceHead(nn.Module):
         mlm = masked_lm(self.base.mlm_head_module(), hidden, labels, True, masked_positions)
         pooled = ops.pool(hidden, attention_mask, self.config.classifier_pooling)  # [B, H]
         return pretraining_output(mlm, self.classifier(torch.tanh(self.dense(pooled))), next_sentence_label)
-
-    def set_dropout(self, p: float) -> None:
-        self.base.set_dropout(p)
-
-    def save_pretrained(self, directory: str | Path) -> None:
-        """OUTPUT: the masked LM as ``--no-nsp`` saves it (transformers' layout has no place for the head)."""
-        self.base.save_pretrained(directory)
 
 
 class MlmNsp(Objective):

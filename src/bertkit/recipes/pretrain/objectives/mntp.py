@@ -33,6 +33,7 @@ from bertkit.config import OBJECTIVE_KEY
 from bertkit.errors import InputError
 from bertkit.modeling import masked_lm, shift_left
 from bertkit.recipes.pretrain.objectives import Objective
+from bertkit.recipes.pretrain.wrapper import Wrapper
 from bertkit.training.distributed import all_reduce_mean
 
 DEFAULTS = {"nsp": False}
@@ -57,15 +58,13 @@ class MntpOutput:
     causal_labels: Tensor  # [C]
 
 
-class MntpPretraining(nn.Module):
+class MntpPretraining(Wrapper):
     """The architecture's pre-training model (``base``), read as GPT-BERT reads it: :class:`MntpOutput` from a
     pre-training batch (``labels``: original ids at the chosen positions, -100 elsewhere). In training, each row is
     causal with probability ``causal_ratio``; in eval mode none is."""
 
     def __init__(self, base: nn.Module, causal_ratio: float, reads_next: bool = True):
-        super().__init__()
-        self.base = base
-        self.config = base.config
+        super().__init__(base)
         self.causal_ratio = float(causal_ratio)
         self.reads_next = reads_next  # False: --objective mlm-clm, a masked token read where it stands
 
@@ -106,13 +105,6 @@ class MntpPretraining(nn.Module):
             causal_logits=causal_logits,
             causal_labels=causal_labels,
         )
-
-    def set_dropout(self, p: float) -> None:
-        self.base.set_dropout(p)
-
-    def save_pretrained(self, directory: str | Path) -> None:
-        """OUTPUT: the pre-training model as ``--objective mlm`` saves it; its config says how its head reads."""
-        self.base.save_pretrained(directory)
 
 
 class Mntp(Objective):
