@@ -18,21 +18,27 @@ ISA_CAPS_WITHOUT_BF16 = frozenset(
 )
 
 
-def cpu_supports_bf16(cpuinfo: str | None = None, isa_cap: str | None = None) -> bool:
-    """True where the CPU has native bf16 arithmetic (AVX512-BF16 or AMX), so bf16 autocast is a speed-up: its flags
-    (``cpuinfo``, default ``/proc/cpuinfo``) name ``avx512_bf16`` or ``amx_bf16`` and oneDNN is not capped below
-    them (``isa_cap``, default ``$ONEDNN_MAX_CPU_ISA``, as a container or a user pins an older ISA)."""
+def cpu_flags() -> set[str]:
+    """This CPU's instruction-set flags (``/proc/cpuinfo``'s first ``flags`` line); empty where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_supports_bf16(flags: set[str] | None = None, isa_cap: str | None = None) -> bool:
+    """True where the CPU has native bf16 arithmetic (AVX512-BF16 or AMX), so bf16 autocast is a speed-up: its
+    ``flags`` (default :func:`cpu_flags`) name ``avx512_bf16`` or ``amx_bf16`` and oneDNN is not capped below them
+    (``isa_cap``, default ``$ONEDNN_MAX_CPU_ISA``, as a container or a user pins an older ISA)."""
     if isa_cap is None:
         isa_cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
     if isa_cap.strip().upper() in ISA_CAPS_WITHOUT_BF16:
         return False
-    if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8") as f:
-                cpuinfo = f.read()
-        except OSError:
-            return False
-    return "avx512_bf16" in cpuinfo or "amx_bf16" in cpuinfo
+    return bool((cpu_flags() if flags is None else flags) & {"avx512_bf16", "amx_bf16"})
 
 
 def resolve_device(name: str | None, cpu_only: bool = False) -> str:

@@ -30,6 +30,7 @@ from torch import nn
 
 from bertkit.errors import InputError, RunError
 from bertkit.modeling import BertSelfAttention
+from bertkit.precision import cpu_flags
 
 log = logging.getLogger(__name__)
 
@@ -74,17 +75,6 @@ def _refuse_saving(self: nn.Module, *args, **kwargs) -> None:
     check_not_quantized(self, "save")
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def pick_engine(engine: str | None = None) -> str:
     """The quantized engine for int8 Linear layers: ``engine``, else ``$BERTKIT_INT8_ENGINE``, else ``onednn`` on
     a CPU with int8 dot-product instructions (AVX512-VNNI / AVX-VNNI / AMX) and ``x86`` (fbgemm) elsewhere. Falls
@@ -98,7 +88,7 @@ def pick_engine(engine: str | None = None) -> str:
         if engine in supported:
             return engine
         log.warning("int8 engine %s is not in this PyTorch build (%s): picking another", engine, supported)
-    if "onednn" in supported and _cpu_flags() & {"avx512_vnni", "avx_vnni", "amx_int8"}:
+    if "onednn" in supported and cpu_flags() & {"avx512_vnni", "avx_vnni", "amx_int8"}:
         return "onednn"
     for name in ("x86", "fbgemm", "onednn"):
         if name in supported:

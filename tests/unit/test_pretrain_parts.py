@@ -20,7 +20,7 @@ def test_auto_precision_on_cpu_reads_the_bf16_flags_and_honours_an_isa_cap(monke
     AVX512_CORE_BF16 (``$ONEDNN_MAX_CPU_ISA``: oneDNN then has no bf16 dot products)."""
     from bertkit.precision import cpu_supports_bf16, resolve_precision
 
-    zen4, amx, zen3 = "flags : avx2 avx512f avx512_bf16", "flags : avx512f amx_bf16 amx_tile", "flags : avx2 fma"
+    zen4, amx, zen3 = {"avx2", "avx512f", "avx512_bf16"}, {"avx512f", "amx_bf16", "amx_tile"}, {"avx2", "fma"}
     assert cpu_supports_bf16(zen4, "") and cpu_supports_bf16(amx, "ALL") and cpu_supports_bf16(amx, "avx512_core_amx")
     assert not cpu_supports_bf16(zen3, "")
     assert not cpu_supports_bf16(zen4, "avx2") and not cpu_supports_bf16(amx, "AVX512_CORE_VNNI")
