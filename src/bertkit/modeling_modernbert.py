@@ -483,9 +483,10 @@ def attend(
     kernel = ATTENTION_FUNCTIONS[implementation]
     if key_mask is not None and key_mask.dim() == 4:  # the whole mask already (causal rows: ``causal_mask``)
         return kernel(q, k, v, key_mask, dropout_p)
-    # a traced graph (ONNX export) keeps the one path it saw for every length: the dense band, exact at any T
-    tracing = torch.jit.is_tracing()
-    if window is None or (T <= window + 1 and not tracing):  # every pair lies within the window: global attention
+    # a traced graph (ONNX export) keeps the one path it saw for every length: the dense band, exact at any T; so
+    # does a compiled one, whose one graph then serves a ramp's short and long stages (the branch on T recompiled)
+    tracing = torch.jit.is_tracing() or torch.compiler.is_compiling()
+    if window is None or (not tracing and T <= window + 1):  # every pair lies within the window: global attention
         return kernel(q, k, v, None if key_mask is None else key_mask[:, None, None, :], dropout_p)
     if tracing or implementation == "eager" or T <= BLOCKED_FROM * window:
         pos = torch.arange(T, device=q.device)

@@ -231,6 +231,19 @@ def test_bf16_scores_stay_close_to_fp32(model_dir):
     assert (np.abs(fp32 - bf16) / tokens).max() < 0.1
 
 
+def test_the_probe_scores_a_model_held_in_bf16_weights(model_dir):
+    """A bf16 CPU run holds its model in bf16 weights (``precision.MasterWeights``) and probes it in the middle of
+    training: the head still scores in fp32 (it raised a dtype error), and the model's weights stay bf16."""
+    sentences = [s for _f, pairs in PARADIGMS.values() for pair in pairs for s in pair]
+    fp32 = PllScorer.from_pretrained(model_dir, precision="fp32")
+    want = fp32.sentence_scores(sentences)
+    fp32.model.to(torch.bfloat16)
+    got = fp32.sentence_scores(sentences)
+    tokens = np.array([len(s.split()) for s in sentences])
+    assert (np.abs(want - got) / tokens).max() < 0.1
+    assert {p.dtype for p in fp32.model.parameters()} == {torch.bfloat16}
+
+
 @pytest.mark.parametrize("task", [["--task", "blimp"], ["--task=blimp"]])
 def test_evaluate_hands_blimp_to_its_own_flags(task, capsys):
     with pytest.raises(SystemExit):

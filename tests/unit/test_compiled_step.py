@@ -55,7 +55,7 @@ def test_the_recipes_compile_is_one_graph_for_every_batch_shape():
     the loop hands them over (labelled positions from the host, no mask where nothing is padded: ``mlm_inputs``).
     One graph, with no break (selecting by ``labels != -100`` would break it, and wait for the device); the step's
     loss and gradients are the eager step's; another batch shape (a ramp's next stage) and another count of
-    labelled positions compile nothing new."""
+    labelled positions compile nothing new, nor does a stage shorter than the local layers' window."""
     import numpy as np
     import torch._dynamo
 
@@ -92,4 +92,7 @@ def test_the_recipes_compile_is_one_graph_for_every_batch_shape():
     for a, b in zip(eager[1], compiled[1]):
         torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-5)
     step(compiled_model, 5, 16, 0.5)  # another stage's shape, another count of labels
+    # a stage shorter than the window (a ramp's first: every pair within it): the same graph, the eager step's loss
+    short = step(compiled_model, 6, 4, 0.5)
     assert stats["unique_graphs"] == 1 and not torch._dynamo.utils.counters["graph_break"]
+    torch.testing.assert_close(short[0], step(model, 6, 4, 0.5)[0], rtol=1e-3, atol=0)

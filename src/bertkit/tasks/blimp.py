@@ -29,6 +29,7 @@ only at each copy's one scored position, never over [B, T, V].
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -298,6 +299,8 @@ class PllScorer:
         """[C] float32: log p(original token | its masked copy) of every copy, in copy order."""
         encoder = models.encoder_of(self.model)
         head = self.model.mlm_head_module()
+        if any(p.dtype != torch.float32 for p in head.parameters()):  # a bf16-weight model (a CPU run's MasterWeights)
+            head = copy.deepcopy(head).float()  # its head in fp32, as the scores need (a copy: training holds it)
         device = torch.device(self.device)
         out = np.zeros(len(copies), dtype=np.float32)
         lengths = copies.lengths[copies.sentence].tolist()
