@@ -622,8 +622,9 @@ def masked_lm(
     """MLM logits and loss. With labels and ``sparse``, vocabulary logits are computed only at the labelled
     positions (labels != -100): the vocabulary projection over every position is the largest single cost of a small
     model's training step. ``positions`` [M]: those positions' flat indices into [B * T], ascending (the
-    pre-training loop finds them on the host), where the caller knows them: selecting by index needs no host sync, where
-    selecting by ``labels != -100`` waits for the device to learn M. Returns (loss, full_logits [B, T, V] or None,
+    pre-training loop finds them on the host; ``masking.mlm_inputs`` may pad them with unlabelled ones, whose -100 the
+    loss ignores), where the caller knows them: selecting by index needs no host sync, where selecting by
+    ``labels != -100`` waits for the device to learn M. Returns (loss, full_logits [B, T, V] or None,
     masked_logits [M, V] or None, labels [M])."""
     if labels is None:
         return None, head(hidden), None, None

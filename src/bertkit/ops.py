@@ -132,13 +132,15 @@ class _Bf16CrossEntropy(torch.autograd.Function):
 
 def cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
     """``F.cross_entropy(logits.float(), labels)`` (mean over rows, fp32 result) for logits [M, V], labels [M]
-    all valid (no ignore_index)."""
+    valid or -100 (ignored, as F.cross_entropy's default ``ignore_index``: ``masking.mlm_inputs``' padding)."""
     if logits.dim() != 2 or labels.shape != logits.shape[:1]:
         raise ValueError(f"expected logits [M, V] and labels [M], got {tuple(logits.shape)} and {tuple(labels.shape)}")
     # a compiled graph: the plain loss, which the compiler fuses (the blockwise kernels loop over rows, which would
     # fix the graph to one count of rows, and their check reads a value)
     if logits.device.type != "cpu" or torch.compiler.is_compiling() or logits.size(0) == 0:
         return F.cross_entropy(logits.float(), labels)
+    if bool((ignored := labels == -100).any()):  # the mean over the others
+        return cross_entropy(logits[~ignored], labels[~ignored])
     if bool(((labels < 0) | (labels >= logits.size(1))).any()):
         raise ValueError(f"labels must lie in [0, {logits.size(1)}); got {labels.min().item()}..{labels.max().item()}")
     if logits.dtype == torch.bfloat16:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 from tinymodels import tiny_config
 
 from bertkit.modeling import BertForPreTraining
@@ -96,3 +97,78 @@ def test_the_recipes_compile_is_one_graph_for_every_batch_shape():
     short = step(compiled_model, 6, 4, 0.5)
     assert stats["unique_graphs"] == 1 and not torch._dynamo.utils.counters["graph_break"]
     torch.testing.assert_close(short[0], step(model, 6, 4, 0.5)[0], rtol=1e-3, atol=0)
+
+
+def test_padded_labelled_positions_give_the_unpadded_step_and_share_a_shape():
+    """A graphed step (``compiled.CompiledStep``) pads the labelled positions to a multiple with an unlabelled one
+    (``mlm_inputs(pad_to=...)``): the compiled step on padded positions gives the eager unpadded step's loss and
+    gradients, and two batches with different counts of labels hand the graph one shape."""
+    import numpy as np
+    import torch._dynamo
+
+    from bertkit.data.pretraining.masking import mlm_inputs
+    from bertkit.modeling_modernbert import ModernBertConfig, ModernBertForMaskedLM
+
+    config = ModernBertConfig.from_preset(
+        "modernbert-tiny", vocab_size=100, pad_token_id=0, cls_token_id=1, sep_token_id=2, local_attention=8
+    )
+    torch.manual_seed(0)
+    model = ModernBertForMaskedLM(config).train()
+
+    def host(seed, p):
+        rng = np.random.default_rng(seed)
+        ids = rng.integers(5, 100, size=(3, 12))
+        labels = np.where(rng.random(ids.shape) < p, ids, -100)
+        labels[:, 0] = -100  # [CLS]: never labelled
+        return {"input_ids": ids, "attention_mask": np.ones_like(ids), "labels": labels}
+
+    def step(run, inputs):
+        model.zero_grad(set_to_none=True)
+        loss = run(**{k: torch.from_numpy(v) for k, v in inputs.items()}).loss
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+    first, second = host(1, 0.3), host(2, 0.4)
+    padded = [mlm_inputs(h, pad_to=16) for h in (first, second)]
+    counts = [int((h["labels"] != -100).sum()) for h in (first, second)]
+    assert counts[0] != counts[1] and all(len(p["masked_positions"]) == 16 for p in padded)  # one shape, two counts
+    for h, p, n in zip((first, second), padded, counts):
+        tail = p["masked_positions"][n:]
+        assert len(tail) and (h["labels"].reshape(-1)[tail] == -100).all()  # padding: unlabelled positions
+    eager = step(model, mlm_inputs(first))
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled_model = torch.compile(model, backend="aot_eager", dynamic=True)
+    compiled = step(compiled_model, padded[0])
+    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-3, atol=0)
+    for a, b in zip(eager[1], compiled[1]):
+        torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-5)
+    step(compiled_model, padded[1])
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+
+
+def test_the_step_is_graphed_on_one_gpu_for_a_plain_masked_lm_only():
+    """``compile_step``'s rule: CUDA graphs (and padded positions) where one GPU trains a plain masked LM; a CPU,
+    several processes or an objective's own model keep the plain compile; ``--no-compile`` none."""
+    from types import SimpleNamespace
+
+    from bertkit.recipes.pretrain.compiled import POSITIONS_MULTIPLE, compile_step
+
+    model = torch.nn.Linear(2, 2)
+    cfg = SimpleNamespace(compile=None)
+
+    def ctx(device, world=1):
+        return SimpleNamespace(device=torch.device(device), distributed=world > 1)
+
+    one_gpu = compile_step(cfg, ctx("cuda"), model, plain_mlm=True)
+    assert one_gpu.graphed and one_gpu.pad_to == POSITIONS_MULTIPLE and "CUDA graphs" in one_gpu.said
+    assert one_gpu.model is not model  # compiled (lazily: nothing runs until it is called)
+    for step in (
+        compile_step(cfg, ctx("cuda", world=2), model, plain_mlm=True),
+        compile_step(cfg, ctx("cuda"), model, plain_mlm=False),
+        compile_step(SimpleNamespace(compile=True), ctx("cpu"), model, plain_mlm=True),
+    ):
+        assert step.model is not model and not step.graphed and step.pad_to == 0 and step.said == ", compiled"
+    plain = compile_step(cfg, ctx("cpu"), model, plain_mlm=True)  # a CPU's default: eager
+    assert plain.model is model and plain.said == ""
+    assert compile_step(SimpleNamespace(compile=False), ctx("cuda"), model, plain_mlm=True).model is model

@@ -3,6 +3,8 @@ ramps, lr schedules, the recipe choice, the device check."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -337,7 +339,8 @@ def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):
 def test_the_loop_answers_from_the_host_what_a_plain_masked_lm_would_ask_the_device():
     """The loop's micro-batch (recipe._micro_batches) for a masked LM that takes ``masked_positions``: the labelled
     positions found on the host, and no attention mask where nothing is padded (a GPU's step then waits for
-    nothing); a padded batch keeps its mask. The loss is the plain call's, and the log counts the same tokens."""
+    nothing); a padded batch keeps its mask. A graphed step's positions are padded to its multiple with unlabelled
+    ones. The loss is the plain call's, and the log counts the same tokens and labels, padding or not."""
     from types import SimpleNamespace
 
     import numpy as np
@@ -345,6 +348,7 @@ def test_the_loop_answers_from_the_host_what_a_plain_masked_lm_would_ask_the_dev
 
     from bertkit.modeling import BertForPreTraining
     from bertkit.recipes.pretrain import objectives
+    from bertkit.recipes.pretrain.compiled import POSITIONS_MULTIPLE, CompiledStep
     from bertkit.recipes.pretrain.recipe import _micro_batches
     from bertkit.training.meter import Meter
 
@@ -364,19 +368,24 @@ def test_the_loop_answers_from_the_host_what_a_plain_masked_lm_would_ask_the_dev
 
     cfg = SimpleNamespace(grad_accum=1, nsp=False)
     ctx = SimpleNamespace(device=torch.device("cpu"))
-    for mask in (np.ones((3, 8), dtype=np.int64), padded_mask):
+    labelled = np.flatnonzero(labels.reshape(-1) != -100).tolist()
+    for mask, step_model in itertools.product((np.ones((3, 8), dtype=np.int64), padded_mask), (False, True)):
         batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
         feed = SimpleNamespace(next=lambda loader, b=batch: b, hard=None)
         meter = Meter()
-        forward, count = _micro_batches(feed, None, cfg, ctx, meter, objectives.get("mlm"), plain_mlm=True)
+        step_model = CompiledStep(None, graphed=step_model)
+        forward, count = _micro_batches(feed, None, cfg, ctx, meter, objectives.get("mlm"), True, step_model)
         out = forward(recording, 0)
         count(0, out)
-        kw = seen[-1]
-        assert kw["masked_positions"].tolist() == np.flatnonzero(labels.reshape(-1) != -100).tolist()
-        assert ("attention_mask" in kw) == (not mask.all())
+        positions = seen[-1]["masked_positions"].tolist()
+        assert positions[: len(labelled)] == labelled
+        assert len(positions) == (POSITIONS_MULTIPLE if step_model.graphed else len(labelled))
+        assert ("attention_mask" in seen[-1]) == (not mask.all())
         plain = model(torch.from_numpy(ids), torch.from_numpy(mask), labels=torch.from_numpy(labels))
-        torch.testing.assert_close(out.loss, plain.loss, rtol=0, atol=0)
-        assert meter.sums["tokens"] == mask.sum() and meter.sums["mlm_n"] == (labels != -100).sum()
+        torch.testing.assert_close(out.loss, plain.loss, rtol=1e-6, atol=0)
+        ok = (plain.masked_logits.argmax(-1) == plain.masked_labels).sum()
+        assert meter.sums["tokens"] == mask.sum() and meter.sums["mlm_n"] == len(labelled)
+        assert meter.sums["mlm_ok"] == ok
 
 
 def test_the_pretraining_only_nsp_head_adds_berts_nsp_loss_to_the_masked_lms_own(tmp_path):

@@ -303,13 +303,22 @@ class HardTokens:
         return batch
 
 
-def mlm_inputs(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def mlm_inputs(batch: dict[str, np.ndarray], pad_to: int = 0) -> dict[str, np.ndarray]:
     """A host batch as a plain masked LM's inputs (a model whose forward takes ``masked_positions``): what the model
     would otherwise ask the device, answered from the numpy batch, so that a GPU's step queues its work without
     waiting: the labelled positions' flat indices (selecting by ``labels != -100`` on the device waits to learn how
     many), and no attention mask where nothing is padded (the model would check that it is all ones; without one,
-    attention runs its unmasked kernel). The same numbers: an all-ones mask is read as none."""
-    out = dict(batch, masked_positions=np.flatnonzero(batch["labels"].reshape(-1) != NO_LABEL))
+    attention runs its unmasked kernel). The same numbers: an all-ones mask is read as none.
+
+    ``pad_to``: the positions' count padded up to a multiple of it with an unlabelled position (its label reads -100,
+    which the loss ignores), so that batches share a few shapes: a CUDA graph replays one shape, and a count that
+    moved with every batch would record a graph each time. The same loss and gradients."""
+    flat = batch["labels"].reshape(-1)
+    positions = np.flatnonzero(flat != NO_LABEL)
+    if pad_to and len(positions) % pad_to and len(positions) < len(flat):
+        free = int(np.argmax(flat == NO_LABEL))  # the first unlabelled position
+        positions = np.concatenate([positions, np.full(pad_to - len(positions) % pad_to, free, positions.dtype)])
+    out = dict(batch, masked_positions=positions)
     if out["attention_mask"].all():
         del out["attention_mask"]
     return out

@@ -16,8 +16,7 @@ a finished run's held-out figures are ``recipes/pretrain/evaluate.py``'s.
 
 The objectives (``--objective``) are ``objectives/``'s, one file each: ``mlm`` (with NSP where the recipe has it),
 ``electra``, replaced-token detection with a small generator, and ``mntp``, GPT-BERT's masked next-token prediction
-mixed with causal LM. An objective brings its defaults, its model and
-its figures; the loop is this one.
+mixed with causal LM. An objective brings its defaults, its model and its figures; the loop is this one.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ from bertkit.data.pretraining.masking import mlm_inputs
 from bertkit.data.pretraining.prefetch import Prefetcher, default_workers
 from bertkit.precision import MasterWeights, autocast, uses_master_weights
 from bertkit.recipes.pretrain import flops, objectives
+from bertkit.recipes.pretrain.compiled import compile_step
 from bertkit.recipes.pretrain.config import PretrainConfig, PretrainError
 from bertkit.recipes.pretrain.setup import (
     build_model,
@@ -76,8 +76,6 @@ def pretrain(cfg: PretrainConfig) -> Path:
 
 
 def _pretrain(cfg: PretrainConfig, ctx) -> Path:
-    import torch
-
     out = Path(cfg.output)
     with GracefulStop() as stop, os_errors(out), removed_if_refused(cfg, ctx):
         # ---- recipe, output dir, vocabulary, shards, model, optimizer; every flag checked before a file is written
@@ -112,10 +110,9 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
         last_stage = lambda steps: feed.plan(steps)[-1].start  # noqa: E731  (the step a ramp's last stage starts at)
         if cfg.max_steps is None:  # --max-time's steps, fitted from cold probe steps: re-fitted to the pace
             run.plan_refit(_eval_every(cfg, run), last_stage, lambda steps: _eval_every(cfg, run, steps))
-        ddp_model = dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp)
-        compiled = cfg.compile if cfg.compile is not None else ctx.device.type == "cuda"
-        if compiled:  # after DDP, as PyTorch's DDP + compile guide does; checkpoints and evaluation: the plain model
-            ddp_model = torch.compile(ddp_model, dynamic=True)  # from the start: a ramp's next stage compiles nothing
+        plain_mlm = "masked_positions" in inspect.signature(model.forward).parameters
+        # compiled as --compile says (on a GPU: also graphed); checkpoints and evaluation: the plain model
+        step_model = compile_step(cfg, ctx, dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp), plain_mlm)
         say_run(
             cfg,
             ctx,
@@ -123,14 +120,13 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
             f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
             f"parameters, vocab {len(tokenizer)}, precision {precision}"
             f"{' (bf16 weights, fp32 masters)' if masters is not None else ''}"
-            f"{', compiled' if compiled else ''}, {ctx.world_size} process(es) on "
+            f"{step_model.said}, {ctx.world_size} process(es) on "
             f"{ctx.device.type}; {run.total_steps} steps",
         )
 
         # ---- the loop
         workers = cfg.loader_workers if cfg.loader_workers is not None else default_workers(ctx.device.type)
         loader = Prefetcher(workers)
-        plain_mlm = "masked_positions" in inspect.signature(model.forward).parameters
         profile = StepProfile(cfg.profile, ctx.device)
         try:  # the workers (processes on a GPU) go when the loop does, also when it raises
             while run.going():
@@ -138,7 +134,7 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
                 # a ramp's next stage (before the step: resume-exact)
                 if entered := feed.advance(run.step, run.total_steps):
                     say_run(cfg, ctx, entered)
-                forward, count = _micro_batches(feed, loader, cfg, ctx, run.meter, objective, plain_mlm)
+                forward, count = _micro_batches(feed, loader, cfg, ctx, run.meter, objective, plain_mlm, step_model)
                 step = optimizer_step(
                     train,
                     range(cfg.grad_accum),
@@ -147,7 +143,7 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
                     precision=precision,
                     device=ctx.device,
                     ctx=ctx,
-                    ddp_model=ddp_model,
+                    ddp_model=step_model.model,
                     after_backward=count,
                     on_not_finite=run.not_finite,
                 )
@@ -226,30 +222,34 @@ def _held_out(cfg: PretrainConfig, objective, run, model, batches, precision: st
     say_run(cfg, ctx, f"  held-out at step {step}: " + ", ".join(x for x in (said, blimp) if x))
 
 
-def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objective, plain_mlm: bool):
+def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objective, plain_mlm: bool, step_model):
     """(forward, count) for ``optimizer_step``: each micro-batch is the feed's next batch; ``count`` adds its
     figures to the log window: the MLM ones every objective has, then the objective's own. ``plain_mlm``: the model
-    (the masked LM itself, not an objective's wrapper) takes ``masking.mlm_inputs``' host-side answers."""
+    (the masked LM itself, not an objective's wrapper) takes ``masking.mlm_inputs``' host-side answers, its labelled
+    positions padded as ``step_model`` (``compiled.CompiledStep``) asks; the padding counts nowhere."""
 
     current: dict[str, Any] = {}
 
     def forward(model, _):
         host = feed.next(loader)
         current["tokens"], current["rows"] = int(host["attention_mask"].sum()), len(host["attention_mask"])
-        batch = to_device(mlm_inputs(host) if plain_mlm else host, ctx.device)
+        inputs = mlm_inputs(host, step_model.pad_to) if plain_mlm else host
+        current["padding"] = len(inputs["masked_positions"]) - int((host["labels"] != -100).sum()) if plain_mlm else 0
+        batch = to_device(inputs, ctx.device)
+        step_model.begin()
         ids = batch["input_ids"]  # an objective's count reads the batch as the feed built it, its mask too
         current["batch"] = batch if "attention_mask" in batch else dict(batch, attention_mask=ids.new_ones(ids.shape))
         return model(**batch)
 
     def count(_, output) -> None:
-        batch = current["batch"]
+        batch, n = current["batch"], output.masked_labels.numel() - current["padding"]  # the padding: at the end
         # tensors, summed on the device: the window is read (one host sync) at the log line, not per micro-batch
-        ok = output.masked_logits.detach().max(-1).indices == output.masked_labels  # = argmax
+        ok = output.masked_logits.detach().max(-1).indices == output.masked_labels  # = argmax (padding: -100, never)
         if feed.hard is not None:  # --mask-strategy adaptive: which ids the model still misses
-            feed.hard.observe(output.masked_labels.cpu().numpy(), (~ok).cpu().numpy())
+            feed.hard.observe(output.masked_labels[:n].cpu().numpy(), (~ok[:n]).cpu().numpy())
         meter.add(
             mlm_loss=output.mlm_loss.detach().double() / cfg.grad_accum,  # as float(loss) / grad_accum: float64
-            mlm_n=output.masked_labels.numel(),
+            mlm_n=n,
             mlm_ok=ok.sum(),
             tokens=current["tokens"],
             sequences=current["rows"],
