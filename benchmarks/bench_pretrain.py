@@ -4,7 +4,8 @@ bertkit route (what ``bertkit pretrain`` runs per step, training.step's ``apply_
 BertForPreTraining`` with the sparse MLM head (vocabulary logits only at masked positions), ``--precision auto``
 (bf16 where the CPU has avx512_bf16: there a bf16 model over fp32 master weights, ``precision.MasterWeights``; on
 a GPU autocast), fused AdamW with BERT's parameter groups, gradient clipping at 1.0, linear schedule; on a GPU
-compiled with dynamic shapes (`bertkit pretrain`'s default there), the labelled positions found on the host and no
+compiled with dynamic shapes and replayed as CUDA graphs (`bertkit pretrain`'s default there:
+``recipes/pretrain/compiled.py``), the labelled positions found on the host (padded as a graphed step's) and no
 attention mask where nothing is padded, as the recipe hands batches over (``masking.mlm_inputs``).
 
 transformers route (what a user writes from its docs): ``transformers.BertForPreTraining`` (default attention), fp32,
@@ -44,6 +45,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -150,6 +152,7 @@ def main() -> None:
     from bertkit import models
     from bertkit.data.pretraining.masking import mlm_inputs
     from bertkit.precision import MasterWeights, autocast, grad_scaler, resolve_precision, uses_master_weights
+    from bertkit.recipes.pretrain.compiled import compile_step
     from bertkit.training.optim import build_optimizer, linear_schedule
     from bertkit.training.state import TrainState
     from bertkit.training.step import apply_update
@@ -161,11 +164,6 @@ def main() -> None:
             args.seq_len, args.batch_size, args.steps, Path(tmp), Path(args.vocab) if args.vocab else None, nsp
         )
     dev = torch.device(args.device)
-    # bertkit's route gets its batches as `bertkit pretrain` hands them over: the labelled positions found on the
-    # host, no attention mask where nothing is padded (the recipe's masking.mlm_inputs); both routes' on the device
-    ours_batches = [mlm_inputs({k: v.numpy() for k, v in b.items()}) for b in batches]
-    ours_batches = [{k: torch.from_numpy(v).to(dev) for k, v in b.items()} for b in ours_batches]
-    batches = [{k: v.to(dev) for k, v in b.items()} for b in batches]
     torch.manual_seed(0)
     ours = arch.build_for_pretraining(args.model_size, tok, max_len=args.seq_len).train()  # the tokenizer's ids
     if args.dropout is not None:  # both routes (the saved config carries it): 0 is the budget recipe's
@@ -191,7 +189,15 @@ def main() -> None:
     opt_theirs = torch.optim.AdamW(theirs.parameters(), lr=1e-4, **({"fused": True} if dev.type == "cuda" else {}))
     sched_theirs = transformers.get_linear_schedule_with_warmup(opt_theirs, 100, total)
     compiled = (args.compile or dev.type == "cuda") and not args.eager  # `bertkit pretrain`'s default
-    run_ours = torch.compile(ours, dynamic=True) if compiled else ours
+    # compiled as `bertkit pretrain` compiles it (compiled.compile_step: on one GPU, CUDA graphs too)
+    graph = compile_step(SimpleNamespace(compile=compiled), SimpleNamespace(device=dev, distributed=False), ours, True)
+    run_ours = graph.model
+    # bertkit's route gets its batches as `bertkit pretrain` hands them over: the labelled positions found on the
+    # host (padded as a graphed step's), no attention mask where nothing is padded (the recipe's
+    # masking.mlm_inputs); both routes' on the device
+    ours_batches = [mlm_inputs({k: v.numpy() for k, v in b.items()}, graph.pad_to) for b in batches]
+    ours_batches = [{k: torch.from_numpy(v).to(dev) for k, v in b.items()} for b in ours_batches]
+    batches = [{k: v.to(dev) for k, v in b.items()} for b in batches]
     run_theirs = torch.compile(theirs) if args.compile or trainer else theirs
 
     def sync():
@@ -199,6 +205,7 @@ def main() -> None:
             torch.cuda.synchronize(dev)
 
     def step_ours(b):  # training.step's apply_update: masters, clipping, optimizer, schedule, zero_grad
+        graph.begin()
         with autocast(precision, dev):
             loss = run_ours(**b).loss
         state.scaler.scale(loss).backward()
