@@ -13,7 +13,7 @@ from tinycorpus import google_format, mixed_corpus
 
 from bertkit.data.pretraining import corpus as corpus_module
 from bertkit.data.pretraining.corpus import CorpusError, expand_corpus, iter_documents
-from bertkit.data.pretraining.prepare import PrepareError, prepare_corpus
+from bertkit.data.pretraining.prepare import PrepareError, prepare_corpus, sentence_sample
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 VOCAB = FIXTURES / "tokenizer" / "vocab.txt"
@@ -251,3 +251,17 @@ def test_progress_bar_shows_bytes_rate_and_text_speed(tmp_path, capsys):
     prepare_corpus([corpus], tmp_path / "out", VOCAB, workers=1, progress=True, use_cache=False)
     err = capsys.readouterr().err
     assert "preparing: 100%" in err and "B/s" in err and "text " in err and "MB/s" in err
+
+
+def test_the_vocabulary_sample_is_every_kth_sentence_across_documents(tmp_path):
+    """A run's vocabulary reads every k-th sentence of its split corpus, k the smallest that keeps it within the
+    byte cap (so a corpus's later documents count as its first), afresh on each call; under the cap, all of it."""
+    docs = [[f"doc {d} sentence {i} ." for i in range(7)] for d in range(5)]
+    path = tmp_path / "sentences.txt"
+    path.write_text("".join("".join(s + "\n" for s in doc) + "\n" for doc in docs), encoding="utf-8")
+    every = [s for doc in docs for s in doc]
+    lines, k = sentence_sample(path, max_bytes=path.stat().st_size // 3 + 1)
+    assert k == 3 and list(lines()) == every[::3] == list(lines())
+    assert {s.split()[1] for s in lines()} == {str(d) for d in range(5)}  # every document contributes
+    lines, k = sentence_sample(path, max_bytes=path.stat().st_size)
+    assert k == 1 and list(lines()) == every

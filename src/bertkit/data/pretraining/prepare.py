@@ -48,6 +48,30 @@ PREPARE_VERSION = 2
 PROGRESS_NAME = "progress.json"
 PENDING_EVAL_NAME = "eval.pending.npz"
 DEFAULTS = {"shard_tokens": 1 << 24, "eval_fraction": 0.02, "max_eval_tokens": 1 << 21}
+# a pre-training run trains its vocabulary on at most about this many bytes of its sentence-split corpus, every k-th
+# sentence (:func:`sentence_sample`). On the shared corpus (books and Wikipedia, 347 MB split), the 8,000-token
+# vocabulary trained on all of it spent 3,951 of its entries on single characters (3,847 of them non-ASCII: an
+# alphabet that grows with the text), and took 80 s of a 2-core machine; on every 6th sentence, 1,379 entries, 6%
+# fewer tokens a word on held-out sentences (1.19 against 1.27), 18 s
+VOCAB_SAMPLE_BYTES = 64 << 20
+
+
+def sentence_sample(path: str | os.PathLike, max_bytes: int = VOCAB_SAMPLE_BYTES) -> tuple[Callable, int]:
+    """(lines, k): a function returning, afresh on each call, every k-th sentence of a Google-format file (a
+    sentence per line, blank lines between documents), k the smallest that keeps them within about ``max_bytes``
+    (1: all of them); for ``train_vocab(texts=lines)``, which reads them twice."""
+    k = max(1, -(-Path(path).stat().st_size // max_bytes))
+
+    def lines():
+        with open(path, encoding="utf-8") as f:
+            n = 0
+            for line in f:
+                if line.strip():
+                    if n % k == 0:
+                        yield line.rstrip("\n")
+                    n += 1
+
+    return lines, k
 
 
 class PrepareError(InputError):

@@ -172,9 +172,11 @@ def tokenizer_and_shards(cfg: PretrainConfig, ctx, resume: bool):
         if not have_vocab and cfg.vocab is None:
             say_run(cfg, ctx, f"reading {len(corpus)} corpus file(s) and splitting sentences ...")
             n_docs = write_sentences(corpus, sentences, fmt, cfg.workers, cfg.encoding, progress)
-            say_run(cfg, ctx, f"training a {cfg.vocab_size}-token WordPiece vocabulary on {n_docs} document(s) ...")
+            texts, k = preparation.sentence_sample(sentences)  # a large corpus: every k-th sentence
+            of = f"1 in {k} sentences of " if k > 1 else ""
+            say_run(cfg, ctx, f"training a {cfg.vocab_size}-token WordPiece vocabulary on {of}{n_docs} document(s) ...")
             train_vocab(
-                [sentences],
+                texts=texts,
                 vocab_size=cfg.vocab_size,
                 lowercase=True if cfg.lowercase is None else cfg.lowercase,
                 show_progress=progress,
