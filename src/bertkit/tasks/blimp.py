@@ -567,19 +567,27 @@ class BlimpProbe:
 
     def seconds(self, model: Any, precision: str = "fp32", batches: int = 2) -> float:
         """An estimate of one probe's seconds on ``model`` (what ``--max-time`` sets aside for each): its first
-        ``batches`` batches (the longest) timed, scaled by the padded tokens of all of them."""
+        ``batches`` batches (the longest) timed, scaled by the padded tokens of all of them, after one untimed batch
+        (a model's first call pays for lazy initialisation and kernel choice: on an H200 its seconds, scaled up,
+        set aside 90 s of a 4-minute budget for a probe that took 6)."""
         widths = self._copies.lengths[self._copies.sentence]
         plan = plan_batches(widths.tolist(), self._options["batch_size"])
         tokens = [len(b) * int(widths[b].max()) for b in plan]
-        done = [0]
 
-        def enough() -> bool:
-            done[0] += 1
-            return done[0] >= batches
+        def run(n: int) -> int:  # the probe's first n batches (fewer where it has fewer): how many ran
+            done = [0]
 
+            def enough() -> bool:
+                done[0] += 1
+                return done[0] >= n
+
+            try:
+                self.result(model, precision, stop=enough)
+            except Stopped:
+                pass
+            return done[0]
+
+        run(1)
         t0 = time.perf_counter()
-        try:
-            self.result(model, precision, stop=enough)
-        except Stopped:
-            pass
-        return (time.perf_counter() - t0) * sum(tokens) / max(1, sum(tokens[: done[0]]))
+        done = run(batches)
+        return (time.perf_counter() - t0) * sum(tokens) / max(1, sum(tokens[:done]))
