@@ -45,7 +45,7 @@ def compile_step(cfg, ctx, model, plain_mlm: bool) -> CompiledStep:
     compiled = cfg.compile if cfg.compile is not None else ctx.device.type == "cuda"
     if not compiled:
         return CompiledStep(model)
-    import torch
+    import torch  # as in begin()
 
     graphed = ctx.device.type == "cuda" and not ctx.distributed and plain_mlm
     mode = "reduce-overhead" if graphed else None
