@@ -377,16 +377,18 @@ def scores_in_processes(
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     parts = [order[w::workers] for w in range(workers)]
     jobs = [(str(directory), [sentences[i] for i in part], threads, options) for part in parts]
-    pool = multiprocessing.get_context("spawn").Pool(workers)  # a fresh interpreter: no forked torch state
-    try:
-        with _terminated_as_interrupt():  # SIGTERM ends the workers too (they outlived a killed parent)
+    # SIGTERM ends the workers too (they outlived a killed parent): handled from before the workers exist (a
+    # signal between the pool's start and the handler killed the command with the workers left running)
+    with _terminated_as_interrupt():
+        pool = multiprocessing.get_context("spawn").Pool(workers)  # a fresh interpreter: no forked torch state
+        try:
             results = pool.map(_score_part, jobs)
-        pool.close()  # the workers end on their own (terminate() would leave their semaphores to the tracker)
-    except BaseException:
-        pool.terminate()
-        raise
-    finally:
-        pool.join()
+            pool.close()  # the workers end on their own (terminate() would leave their semaphores to the tracker)
+        except BaseException:
+            pool.terminate()
+            raise
+        finally:
+            pool.join()
     scores = np.zeros(len(sentences), dtype=np.float64)
     for part, result in zip(parts, results):
         scores[part] = result
