@@ -288,7 +288,7 @@ def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path, monkeypatch):
     (init / "vocab.txt").write_text("[PAD]\n", encoding="utf-8")
     assert chosen(max_steps=10, init_from=str(init))[0] == "modernbert"
     line = resolve(PretrainConfig(corpus=["x"], output="o", max_time=60)).chosen
-    assert line.startswith("recipe budget: modernbert-tiny (the budget reads about ")  # sizing: test_pretrain_sizing
+    assert line.startswith("recipe budget: modernbert-tiny with num_hidden_layers=6 (the budget reads about ")
     assert "tokens (the corpus's size unknown)), vocabulary 8000 tokens trained on the corpus;" in line
     line = resolve(PretrainConfig(corpus=["x"], output="o", max_steps=10, init_from=str(init))).chosen
     assert line.startswith(f"recipe paper: from {init}, ")  # not the default size the model does not have

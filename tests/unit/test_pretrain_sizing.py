@@ -89,3 +89,25 @@ def test_the_rate_estimate_reads_a_scheduled_mask_rate_as_its_mean(tmp_path, mon
         PretrainConfig(corpus=[str(tmp_path)], output="o", max_time=60, mask_prob=p), "modernbert", 60, 8000
     ).reads[sizing.LADDER[0]]
     assert seen("0.4:0.2") == pytest.approx(seen(0.3)) and seen(0.15) > seen(0.3) > seen(0.45)
+
+
+def test_the_budget_builds_its_own_size_at_its_own_shape_and_says_so(tmp_path, monkeypatch):
+    """tiny, as the budget chooses it, at ``tables.BUDGET_SHAPES``' depth (over its preset); an override the user
+    gives wins, a size the user names is its preset, and the rate estimate counts the layers the run builds."""
+    (tmp_path / "corpus.txt").write_bytes(TEXT)
+    seen = {}  # hidden size -> the config last estimated at that width
+    monkeypatch.setattr(
+        sizing, "tokens_per_second", lambda config, *a: seen.update({config["hidden_size"]: config}) or 1.0
+    )
+    run = lambda **kw: resolve(PretrainConfig(corpus=[str(tmp_path)], output="o", max_time=60, **kw))  # noqa: E731
+    shape = tables.BUDGET_SHAPES["bert-tiny"]
+    chosen = run()
+    assert chosen.model_size == "modernbert-tiny" and chosen.config_overrides == shape
+    assert "modernbert-tiny with num_hidden_layers=6 (" in chosen.chosen
+    assert seen[128]["num_hidden_layers"] == shape["num_hidden_layers"]  # the estimate's tiny is the one built
+    own = run(config_overrides={"num_hidden_layers": 2})
+    assert own.config_overrides == {"num_hidden_layers": 2} and "with num_hidden_layers" not in own.chosen
+    assert seen[128]["num_hidden_layers"] == 2
+    named = run(model_size="modernbert-tiny")
+    assert named.config_overrides == {} and "with num_hidden_layers" not in named.chosen
+    assert run(arch="bert").config_overrides == {}  # another architecture: its preset

@@ -123,8 +123,8 @@ class PretrainConfig:
         help=(
             "bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large; with --arch modernbert: "
             "modernbert-tiny | -mini | -small | -base | -large (bert-X names map to modernbert-X). Default: "
-            "modernbert-tiny with the budget recipe (modernbert-mini where it reads 7M tokens in the budget), "
-            "bert-mini with the paper recipe"
+            "modernbert-tiny at 6 layers with the budget recipe (modernbert-mini where it reads 7M tokens in the "
+            "budget), bert-mini with the paper recipe"
         ),
     )
     objective: str = _run_key(

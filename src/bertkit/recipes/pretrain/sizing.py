@@ -152,13 +152,16 @@ def _count(n: float) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else f"{n:.0f}"
 
 
-def estimate(cfg, arch: str, seconds: float, vocab_size: int) -> Sizing:
-    """:class:`Sizing` for ``cfg``'s corpus and budget on this machine, at each size of the ladder."""
+def estimate(cfg, arch: str, seconds: float, vocab_size: int, shapes: dict | None = None) -> Sizing:
+    """:class:`Sizing` for ``cfg``'s corpus and budget on this machine, at each size of the ladder, each at the shape
+    the run would build (``shapes``: size -> config keys over its preset, ``tables.BUDGET_SHAPES``; the user's
+    ``--config-override`` over them)."""
     precision = resolve_precision(cfg.precision, "cpu")
     start, end = parse_mask_prob(cfg.mask_prob, default=0.3)  # a schedule (0.4:0.15): its mean over the run
     mask_prob = (start + end) / 2
     reads = {}
     for size in LADDER:
         config = preset_config(arch, models.get(arch).preset(size), vocab_size)
+        config.update((shapes or {}).get(size, {}), **cfg.config_overrides)  # the shape the run builds
         reads[size] = tokens_per_second(config, mask_prob, precision, cfg.threads) * seconds * TRAINING_SHARE
     return Sizing(corpus_tokens(cfg.corpus, cfg.follow_symlinks), reads)
