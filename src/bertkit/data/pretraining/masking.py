@@ -322,3 +322,9 @@ def mlm_inputs(batch: dict[str, np.ndarray], pad_to: int = 0) -> dict[str, np.nd
     if out["attention_mask"].all():
         del out["attention_mask"]
     return out
+
+
+def mlm_padding(inputs: dict[str, np.ndarray], batch: dict[str, np.ndarray]) -> int:
+    """How many of :func:`mlm_inputs`' positions for ``batch`` are its padding (they come last): what a loss or a
+    count over the labelled positions leaves out."""
+    return len(inputs["masked_positions"]) - int(np.count_nonzero(batch["labels"] != NO_LABEL))

@@ -28,7 +28,7 @@ from typing import Any
 
 from bertkit.data.pretraining.feed import Feed
 from bertkit.data.pretraining.instances import VocabInfo
-from bertkit.data.pretraining.masking import NO_LABEL, mlm_inputs
+from bertkit.data.pretraining.masking import mlm_inputs, mlm_padding
 from bertkit.data.pretraining.prefetch import Prefetcher, default_workers
 from bertkit.precision import MasterWeights, autocast, uses_master_weights
 from bertkit.recipes.pretrain import flops, objectives
@@ -234,8 +234,7 @@ def _micro_batches(feed: Feed, loader, cfg: PretrainConfig, ctx, meter, objectiv
         host = feed.next(loader)
         current["tokens"], current["rows"] = int(host["attention_mask"].sum()), len(host["attention_mask"])
         inputs = mlm_inputs(host, step_model.pad_to) if plain_mlm else host
-        labelled = int((host["labels"] != NO_LABEL).sum()) if plain_mlm else 0  # what mlm_inputs padded
-        current["padding"] = len(inputs["masked_positions"]) - labelled if plain_mlm else 0
+        current["padding"] = mlm_padding(inputs, host) if plain_mlm else 0
         batch = to_device(inputs, ctx.device)
         step_model.begin()
         ids = batch["input_ids"]  # an objective's count reads the batch as the feed built it, its mask too
