@@ -634,14 +634,32 @@ def masked_lm(
     flat = hidden.reshape(-1, hidden.size(-1))
     if positions is not None:
         masked_labels = labels.reshape(-1).index_select(0, positions)  # [M]
-        masked_logits = head(flat.index_select(0, positions))  # [M, V]
+        picked = flat.index_select(0, positions)  # [M, H]
     else:
         selected = labels.view(-1) != -100
         masked_labels = labels.view(-1)[selected]  # [M]
-        masked_logits = head(flat[selected])  # [M, V]
-    if masked_labels.numel() == 0:  # nothing to predict: a zero loss that still has a graph
-        return masked_logits.sum() * 0.0, None, masked_logits, masked_labels
-    return ops.cross_entropy(masked_logits, masked_labels), None, masked_logits, masked_labels
+        picked = flat[selected]  # [M, H]
+    if masked_labels.numel() == 0 or not isinstance(head, (BertLMPredictionHead, LMHead)):
+        masked_logits = head(picked)  # [M, V]
+        if masked_labels.numel() == 0:  # nothing to predict: a zero loss that still has a graph
+            return masked_logits.sum() * 0.0, None, masked_logits, masked_labels
+        return ops.cross_entropy(masked_logits, masked_labels), None, masked_logits, masked_labels
+    # a head of transform then decoder: the projection and the loss in one step (ops.linear_cross_entropy)
+    decoder = head.decoder
+    loss, masked_logits = ops.linear_cross_entropy(head.transform(picked), decoder.weight, decoder.bias, masked_labels)
+    return loss, None, masked_logits, masked_labels
+
+
+class LMHead(nn.Module):
+    """``decoder(transform(x))``: an MLM head as ``masked_lm`` reads it (``BertLMPredictionHead``'s two parts), for
+    a model whose head keeps them elsewhere (ModernBERT's ``head`` and ``decoder``). Holds no weights of its own."""
+
+    def __init__(self, transform: nn.Module, decoder: nn.Linear):
+        super().__init__()
+        self.transform, self.decoder = transform, decoder
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.decoder(self.transform(x))
 
 
 def shift_left(x: Tensor, fill: int | bool) -> Tensor:

@@ -38,6 +38,7 @@ from bertkit.errors import InputError, MissingFileError
 from bertkit.modeling import (
     ACT2FN,
     ATTENTION_FUNCTIONS,
+    LMHead,
     MaskedLMOutput,
     Packing,
     QuestionAnsweringOutput,
@@ -906,7 +907,7 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
 
     def mlm_head_module(self) -> nn.Module:
         """hidden states [B, T, H] -> vocabulary logits [B, T, V] (what fill-mask and the Encoder's MLM use)."""
-        return nn.Sequential(self.head, self.decoder)
+        return LMHead(self.head, self.decoder)
 
     def forward(
         self,

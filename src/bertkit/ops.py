@@ -1,4 +1,4 @@
-"""Two training-time operations with CPU-specific implementations, same maths as their PyTorch counterparts.
+"""Training-time operations with CPU-specific implementations, same maths as their PyTorch counterparts.
 
 - ``dropout``: on CPU, PyTorch's ``bernoulli_`` draws one Mersenne-Twister number and one float conversion per
   element, serially; it was ~15% of a bf16 bert-mini pre-training step. Here the drop mask is compared from 32-bit
@@ -10,6 +10,9 @@
   log-probabilities and zero-filled gradients that ``F.cross_entropy(logits.float(), labels)`` builds; bf16
   logits through PyTorch's fused bf16 softmax (six times faster on a CPU than any fp32 route; the loss to bf16's
   rounding of the largest probability, 2**-9 per row).
+- ``linear_cross_entropy``: the MLM head's vocabulary projection and that loss in one autograd step, bf16 on a CPU:
+  each row's loss from its target's probability (no pass for the row maxima) and the 1 / M of the mean applied to
+  the gradient's three products instead of to the [M, V] softmax; the logits come back without a gradient.
 
 Off CPU both fall back to the PyTorch functions (whose GPU kernels are already fused).
 
@@ -128,6 +131,74 @@ class _Bf16CrossEntropy(torch.autograd.Function):
         rows = torch.arange(probs.size(0), device=probs.device)
         out[rows, labels] = ((target - lse).exp() - 1.0).mul(scale).to(out.dtype)
         return out, None
+
+
+_TINY = 2.0**-100  # a target probability below this (a logit gap of about 70) has its loss taken from the logits
+
+
+class _Bf16LinearCrossEntropy(torch.autograd.Function):
+    """The vocabulary projection and the mean cross-entropy in one step, bf16 on a CPU: the logits [M, V] from
+    ``F.linear``, PyTorch's fused bf16 softmax over them, and each row's loss ``-log p(target)`` from its target's
+    probability (one bf16 rounding of it: 2**-8 relative, so 2**-8 absolute in the log; a probability under
+    ``_TINY`` takes its row's loss from an fp32 log-sum-exp of the logits instead). Against logits, then
+    ``_Bf16CrossEntropy``: no pass over [M, V] for the row maxima, and none to scale the softmax by 1 / M in the
+    backward, where the gradient's three products are scaled after the fact, on tensors of [M, H], [V, H] and [V].
+    The logits are an output without a gradient (what the training-window accuracy and ELECTRA's sampling read)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor) -> tuple[Tensor, Tensor]:
+        logits = F.linear(x, weight, bias)
+        probs = torch.softmax(logits, dim=-1)
+        valid = labels != -100
+        target = labels.clamp(min=0)  # an ignored row reads column 0, then counts nothing
+        p = probs.gather(1, target[:, None]).squeeze(1).float()
+        nll = p.log().neg_()
+        tiny = valid & (p < _TINY)
+        if bool(tiny.any()):  # rare: the bf16 probability has lost its digits (or is 0)
+            rows = tiny.nonzero().squeeze(1)
+            picked = logits[rows].float()
+            nll[rows] = torch.logsumexp(picked, dim=-1) - picked.gather(1, target[rows, None]).squeeze(1)
+        n = valid.sum()
+        ctx.save_for_backward(x, weight, probs, target, p, valid, n)
+        ctx.has_bias = bias is not None
+        ctx.mark_non_differentiable(logits)
+        return nll.masked_fill_(~valid, 0.0).sum() / n, logits
+
+    @staticmethod
+    def backward(ctx, grad: Tensor, _logits_grad: Tensor | None) -> tuple[Tensor | None, ...]:
+        if getattr(ctx, "spent", False):  # the gradient is made in the saved softmax itself: once only
+            raise RuntimeError("bertkit.ops.linear_cross_entropy (bf16): a second backward is not supported")
+        ctx.spent = True
+        x, weight, probs, target, p, valid, n = ctx.saved_tensors
+        scale = grad.float() / n
+        g = probs  # softmax minus one-hot, unscaled, in place
+        g[torch.arange(g.size(0), device=g.device), target] = (p - 1.0).to(g.dtype)
+        if not bool(valid.all()):
+            g[~valid] = 0
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = (g @ weight).float().mul_(scale).to(x.dtype)
+        if ctx.needs_input_grad[1]:
+            dw = g.t() @ (x.float() * scale).to(x.dtype)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = g.sum(0, dtype=torch.float32).mul_(scale).to(weight.dtype)
+        return dx, dw, db, None
+
+
+def linear_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """``(cross_entropy(logits, labels), logits)`` for ``logits = F.linear(x, weight, bias)``: x [M, H], weight
+    [V, H], labels [M] valid or -100 (ignored). bf16 on a CPU, the projection and the loss are one autograd step
+    (``_Bf16LinearCrossEntropy``) whose logits carry no gradient; elsewhere the two functions, and the logits keep
+    theirs."""
+    if labels.shape != x.shape[:1] or x.dim() != 2:
+        raise ValueError(f"expected x [M, H] and labels [M], got {tuple(x.shape)} and {tuple(labels.shape)}")
+    fused = x.dtype == weight.dtype == torch.bfloat16 and x.device.type == "cpu" and x.size(0) > 0
+    if not fused or torch.compiler.is_compiling():
+        logits = F.linear(x, weight, bias)
+        return cross_entropy(logits, labels), logits
+    if bool(((labels < -100) | ((labels > -100) & (labels < 0)) | (labels >= weight.size(0))).any()):
+        raise ValueError(f"labels must lie in [0, {weight.size(0)}); got {labels.min().item()}..{labels.max().item()}")
+    return _Bf16LinearCrossEntropy.apply(x, weight, bias, labels)
 
 
 def cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:

@@ -1,4 +1,5 @@
-"""bertkit.ops: the CPU dropout and blockwise cross-entropy against the PyTorch functions they replace."""
+"""bertkit.ops: the CPU dropout, the blockwise cross-entropy and the fused bf16 projection + cross-entropy against
+the PyTorch functions they replace."""
 
 from __future__ import annotations
 
@@ -107,3 +108,64 @@ def test_a_bf16_segment_embedding_sums_its_gradient_in_fp32():
     torch.testing.assert_close(table.weight.grad.float(), exact, rtol=2**-8, atol=0)
     fp32 = torch.nn.Embedding(2, 16)
     assert ops.embedding(fp32, ids).grad_fn.name() == fp32(ids).grad_fn.name()
+
+
+def _projection_case(rows: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, 64, generator=g).bfloat16()
+    weight = (torch.randn(1000, 64, generator=g) * 0.3).bfloat16()
+    bias = (torch.randn(1000, generator=g) * 0.1).bfloat16()
+    labels = torch.randint(0, 1000, (rows,), generator=g)
+    labels[3::4] = -100  # ignored (mlm_inputs' padding)
+    return x, weight, bias, labels
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear_cross_entropy_bf16_matches_the_fp32_loss_and_gradients(with_bias):
+    """The fused bf16 step against fp32 arithmetic on the same bf16 logits: the loss to one bf16 rounding of each
+    target's probability (2**-8 in the log), and the three gradients, (softmax - one-hot) / n pushed through the
+    projection in fp32, to bf16's roundings of the probabilities and of the results."""
+    x, weight, bias, labels = _projection_case(50)
+    bias = bias if with_bias else None
+    params = [t.clone().requires_grad_() for t in (x, weight) + ((bias,) if with_bias else ())]
+    loss, logits = ops.linear_cross_entropy(params[0], params[1], params[2] if with_bias else None, labels)
+    assert torch.equal(logits, torch.nn.functional.linear(x, weight, bias))  # the very logits of F.linear
+    assert not logits.requires_grad and loss.dtype == torch.float32
+    reference = logits.float().requires_grad_()
+    expected = F.cross_entropy(reference, labels)
+    expected.backward()
+    assert abs(loss.item() - expected.item()) < 2**-8
+    (loss * 3).backward()
+    dlogits = reference.grad * 3  # fp32: (softmax - one-hot) / n, 0 on ignored rows
+    wanted = [dlogits @ weight.float(), dlogits.t() @ x.float()] + ([dlogits.sum(0)] if with_bias else [])
+    for param, want in zip(params, wanted, strict=True):
+        assert param.grad.dtype == torch.bfloat16
+        err = (param.grad.float() - want).abs().max().item()
+        assert err <= 2**-7 * want.abs().max().item(), (tuple(param.shape), err)
+
+
+def test_linear_cross_entropy_takes_a_lost_probability_from_the_logits():
+    """A target 120 below its row's top logit has probability e**-120: 0 in bf16, so -log p would be inf. That row's
+    loss comes from an fp32 log-sum-exp of its logits; its gradient is the softmax's, -1 at the target."""
+    x = torch.zeros(2, 4).bfloat16()
+    x[:, 0] = 1
+    weight = torch.zeros(5, 4).bfloat16()
+    weight[0, 0], weight[1, 0] = 120.0, 0.0
+    labels = torch.tensor([1, 0])
+    leaf = x.clone().requires_grad_()
+    loss, logits = ops.linear_cross_entropy(leaf, weight, None, labels)
+    expected = F.cross_entropy(logits.float(), labels)
+    assert torch.isfinite(loss) and abs(loss.item() - expected.item()) < 1e-3  # about (120 + 0) / 2 = 60
+    loss.backward()
+    assert torch.isfinite(leaf.grad.float()).all()
+
+
+def test_linear_cross_entropy_elsewhere_is_the_two_functions():
+    """fp32 (or off the CPU): F.linear then ops.cross_entropy, the logits keeping their gradient."""
+    x, weight, bias, labels = _projection_case(20)
+    x, weight, bias = x.float().requires_grad_(), weight.float(), bias.float()
+    loss, logits = ops.linear_cross_entropy(x, weight, bias, labels)
+    assert logits.requires_grad
+    torch.testing.assert_close(loss, F.cross_entropy(F.linear(x, weight, bias), labels))
+    with pytest.raises(ValueError, match=r"\[0, 1000\)"):
+        ops.linear_cross_entropy(x.bfloat16(), weight.bfloat16(), None, torch.full((20,), 1000))
