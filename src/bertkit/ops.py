@@ -162,6 +162,7 @@ class _Bf16LinearCrossEntropy(torch.autograd.Function):
         ctx.save_for_backward(x, weight, probs, target, p, valid, n)
         ctx.has_bias = bias is not None
         ctx.mark_non_differentiable(logits)
+        ctx.set_materialize_grads(False)  # else the logits' (absent) gradient arrives as an [M, V] of zeros
         return nll.masked_fill_(~valid, 0.0).sum() / n, logits
 
     @staticmethod
@@ -181,7 +182,7 @@ class _Bf16LinearCrossEntropy(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             dw = g.t() @ (x.float() * scale).to(x.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
-            db = g.sum(0, dtype=torch.float32).mul_(scale).to(weight.dtype)
+            db = g.sum(0).float().mul_(scale).to(weight.dtype)  # a bf16 sum adds in fp32 (an fp32 one: a copy)
         return dx, dw, db, None
 
 
