@@ -186,25 +186,30 @@ def test_the_probe_gives_the_commands_number_on_its_sample_and_keeps_the_train_m
 
 def test_the_probes_time_estimate_leaves_out_the_models_first_call(tmp_path, model_dir, monkeypatch):
     """What --max-time sets aside for each probe: its first batches timed after an untimed one, so that a model's
-    slow first call (a GPU's lazy initialisation) is not scaled up to the whole probe."""
-    import time
+    slow first call (a GPU's lazy initialisation) is not scaled up to the whole probe. The probe's clock is a fake
+    one that only the calls move (100 s for the first, 1 s for each later one): no wall time is measured."""
+    from types import SimpleNamespace
+
+    import bertkit.tasks.blimp as blimp_module
 
     probe = BlimpProbe(write_blimp(tmp_path / "blimp"), load_tokenizer(model_dir), pairs_per_paradigm=3, batch_size=4)
-    calls = []
+    calls, clock = [], [0.0]
     real = probe.result
 
     def first_call_slow(model, precision="fp32", stop=None):
         calls.append(1)
-        if len(calls) == 1:
-            time.sleep(1.0)
+        clock[0] += 100.0 if len(calls) == 1 else 1.0
         return real(model, precision, stop)
 
     monkeypatch.setattr(probe, "result", first_call_slow)
+    monkeypatch.setattr(blimp_module, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     from bertkit import models
 
     arch = models.of_directory(model_dir)
     model = arch.model_class(arch.features_role).from_pretrained(model_dir)
-    assert probe.seconds(model) < 0.5 and len(calls) == 2
+    seconds = probe.seconds(model)
+    assert len(calls) == 2
+    assert 1.0 <= seconds < 100.0  # the second call's second, scaled to the probe's tokens; not the first's 100
 
 
 @pytest.mark.parametrize(
