@@ -46,12 +46,15 @@ def test_child_finishing_normally(fake_child, tmp_path):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
 def test_child_dies_with_a_killed_parent(tmp_path):
+    """The child ignores SIGTERM, as a run finishing its step and saving does: it must die all the same, or it goes on
+    writing into a cell that the resumed study has already cleared and started again."""
     import os
     import subprocess
 
     pidfile = tmp_path / "child.pid"
     (tmp_path / "child.py").write_text(
-        f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"
+        "import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"open({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"
     )
     (tmp_path / "parent.py").write_text(
         "import sys\nfrom bertkit.experiments import runner\n"

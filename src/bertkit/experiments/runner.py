@@ -40,14 +40,16 @@ class ChildResult:
 
 
 def _die_with_parent() -> None:
-    """In the child, before exec: on Linux, get SIGTERM when the study process dies (even by SIGKILL), so a killed
-    study leaves no run writing into a cell that its resumed self will redo."""
+    """In the child, before exec: on Linux, get SIGKILL when the study process dies (even by SIGKILL), so a killed
+    study leaves no run writing into a cell that its resumed self will redo. Not SIGTERM: a run takes that as a
+    request to finish its step and save, and a suite resumed meanwhile found the dying run's run.json in the cell
+    it had just cleared ("already holds a run"); a resumed cell restarts, or resumes from its last checkpoint."""
     if not sys.platform.startswith("linux"):
         return
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
 
