@@ -639,14 +639,15 @@ def masked_lm(
         selected = labels.view(-1) != -100
         masked_labels = labels.view(-1)[selected]  # [M]
         picked = flat[selected]  # [M, H]
-    if masked_labels.numel() == 0 or not isinstance(head, (BertLMPredictionHead, LMHead)):
+    if masked_labels.numel() == 0:  # nothing to predict: a zero loss that still has a graph
         masked_logits = head(picked)  # [M, V]
-        if masked_labels.numel() == 0:  # nothing to predict: a zero loss that still has a graph
-            return masked_logits.sum() * 0.0, None, masked_logits, masked_labels
-        return ops.cross_entropy(masked_logits, masked_labels), None, masked_logits, masked_labels
-    # a head of transform then decoder: the projection and the loss in one step (ops.linear_cross_entropy)
-    decoder = head.decoder
-    loss, masked_logits = ops.linear_cross_entropy(head.transform(picked), decoder.weight, decoder.bias, masked_labels)
+        return masked_logits.sum() * 0.0, None, masked_logits, masked_labels
+    if isinstance(head, (BertLMPredictionHead, LMHead)):  # transform then decoder: the projection and loss in one
+        transformed, decoder = head.transform(picked), head.decoder
+        loss, masked_logits = ops.linear_cross_entropy(transformed, decoder.weight, decoder.bias, masked_labels)
+    else:
+        masked_logits = head(picked)  # [M, V]
+        loss = ops.cross_entropy(masked_logits, masked_labels)
     return loss, None, masked_logits, masked_labels
 
 

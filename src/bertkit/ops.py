@@ -7,12 +7,12 @@
   still reproduce a run exactly.
 - ``cross_entropy``: the mean cross-entropy of low-precision vocabulary logits [M, V], computed in fp32 a block of
   rows at a time (log-sum-exp forward; softmax minus one-hot backward) without materialising the fp32 [M, V] copies,
-  log-probabilities and zero-filled gradients that ``F.cross_entropy(logits.float(), labels)`` builds; bf16
-  logits through PyTorch's fused bf16 softmax (six times faster on a CPU than any fp32 route; the loss to bf16's
-  rounding of the largest probability, 2**-9 per row).
-- ``linear_cross_entropy``: the MLM head's vocabulary projection and that loss in one autograd step, bf16 on a CPU:
-  each row's loss from its target's probability (no pass for the row maxima) and the 1 / M of the mean applied to
-  the gradient's three products instead of to the [M, V] softmax; the logits come back without a gradient.
+  log-probabilities and zero-filled gradients that ``F.cross_entropy(logits.float(), labels)`` builds.
+- ``linear_cross_entropy``: the MLM head's vocabulary projection and that loss in one autograd step, bf16 on a CPU,
+  through PyTorch's fused bf16 softmax (six times faster on a CPU than any fp32 route): each row's loss from its
+  target's probability (one bf16 rounding, 2**-8 in the log; no pass for the row maxima) and the 1 / M of the mean
+  applied to the gradient's three products instead of to the [M, V] softmax; the logits come back without a
+  gradient. Elsewhere, ``F.linear`` then ``cross_entropy``.
 
 Off CPU both fall back to the PyTorch functions (whose GPU kernels are already fused).
 
@@ -104,35 +104,6 @@ class _BlockwiseCrossEntropy(torch.autograd.Function):
         return out, None
 
 
-class _Bf16CrossEntropy(torch.autograd.Function):
-    """bf16 logits: PyTorch's fused bf16 softmax kernel (fp32 sums inside, one rounding of each probability) in one
-    pass, in place of fp32 copies and the several passes of a log-sum-exp; it keeps the softmax for the backward
-    (softmax minus one-hot, one bf16 multiply). Each row's log-sum-exp is recovered in fp32 from its largest
-    probability (``lse = x_max - log p_max``, to 2**-9 absolute: p_max's rounding), and the target's gradient is
-    computed in fp32 from it, so the loss is within 2**-9 of the fp32 loss per row."""
-
-    @staticmethod
-    def forward(ctx, logits: Tensor, labels: Tensor) -> Tensor:
-        probs = torch.softmax(logits, dim=-1)
-        top, where = logits.max(dim=-1)
-        lse = top.float() - probs.gather(1, where[:, None]).squeeze(1).float().log()
-        target = logits.gather(1, labels[:, None]).squeeze(1).float()
-        ctx.save_for_backward(probs, labels, lse, target)
-        return (lse - target).mean()
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
-        if getattr(ctx, "spent", False):  # the gradient is made in the saved softmax itself: once only
-            raise RuntimeError("bertkit.ops.cross_entropy (bf16): a second backward (retain_graph) is not supported")
-        ctx.spent = True
-        probs, labels, lse, target = ctx.saved_tensors
-        scale = grad.float() / probs.size(0)
-        out = probs.mul_(scale.to(probs.dtype))  # in place: no second [M, V] tensor
-        rows = torch.arange(probs.size(0), device=probs.device)
-        out[rows, labels] = ((target - lse).exp() - 1.0).mul(scale).to(out.dtype)
-        return out, None
-
-
 _TINY = 2.0**-100  # a target probability below this (a logit gap of about 70) has its loss taken from the logits
 
 
@@ -140,9 +111,10 @@ class _Bf16LinearCrossEntropy(torch.autograd.Function):
     """The vocabulary projection and the mean cross-entropy in one step, bf16 on a CPU: the logits [M, V] from
     ``F.linear``, PyTorch's fused bf16 softmax over them, and each row's loss ``-log p(target)`` from its target's
     probability (one bf16 rounding of it: 2**-8 relative, so 2**-8 absolute in the log; a probability under
-    ``_TINY`` takes its row's loss from an fp32 log-sum-exp of the logits instead). Against logits, then
-    ``_Bf16CrossEntropy``: no pass over [M, V] for the row maxima, and none to scale the softmax by 1 / M in the
-    backward, where the gradient's three products are scaled after the fact, on tensors of [M, H], [V, H] and [V].
+    ``_TINY`` takes its row's loss from an fp32 log-sum-exp of the logits instead). No pass over [M, V] for the row
+    maxima (a log-sum-exp's), and none to scale the softmax by 1 / M in the backward, where the gradient's three
+    products are scaled after the fact, on tensors of [M, H], [V, H] and [V]; the softmax itself becomes the
+    gradient, in place.
     The logits are an output without a gradient (what the training-window accuracy and ELECTRA's sampling read)."""
 
     @staticmethod
@@ -197,9 +169,14 @@ def linear_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor | None, labels:
     if not fused or torch.compiler.is_compiling():
         logits = F.linear(x, weight, bias)
         return cross_entropy(logits, labels), logits
-    if bool(((labels < -100) | ((labels > -100) & (labels < 0)) | (labels >= weight.size(0))).any()):
-        raise ValueError(f"labels must lie in [0, {weight.size(0)}); got {labels.min().item()}..{labels.max().item()}")
+    _check_labels(labels, weight.size(0))
     return _Bf16LinearCrossEntropy.apply(x, weight, bias, labels)
+
+
+def _check_labels(labels: Tensor, classes: int) -> None:
+    """Every label in [0, classes) or -100 (ignored), else a ValueError naming the range."""
+    if bool(((labels != -100) & ((labels < 0) | (labels >= classes))).any()):
+        raise ValueError(f"labels must lie in [0, {classes}); got {labels.min().item()}..{labels.max().item()}")
 
 
 def cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
@@ -213,10 +190,7 @@ def cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
         return F.cross_entropy(logits.float(), labels)
     if bool((ignored := labels == -100).any()):  # the mean over the others
         return cross_entropy(logits[~ignored], labels[~ignored])
-    if bool(((labels < 0) | (labels >= logits.size(1))).any()):
-        raise ValueError(f"labels must lie in [0, {logits.size(1)}); got {labels.min().item()}..{labels.max().item()}")
-    if logits.dtype == torch.bfloat16:
-        return _Bf16CrossEntropy.apply(logits, labels)
+    _check_labels(labels, logits.size(1))
     return _BlockwiseCrossEntropy.apply(logits, labels)
 
 
