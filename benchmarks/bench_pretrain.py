@@ -143,6 +143,14 @@ def main() -> None:
         default=None,
         help="every dropout of both models (default: the preset's; 0 is --recipe budget's)",
     )
+    ap.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="after the rounds, STEPS more of bertkit's step under torch.profiler, summarised as `bertkit pretrain "
+        "--profile` does (training/profile.py; on a CPU with the matrix products' share: the step's ceiling)",
+    )
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -284,6 +292,20 @@ def main() -> None:
         f"{measured[precision] / 1e12:.3g} TFLOP/s (the best of {args.rounds} probes, one after each round)"
     )
     print(f"  ratio bertkit / transformers: {med['transformers'] / med['bertkit']:.2f}x")
+    if args.profile:
+        from bertkit.training.profile import summarize  # only with --profile
+
+        activities = [torch.profiler.ProfilerActivity.CPU] + (
+            [torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda" else []
+        )
+        with torch.profiler.profile(activities=activities) as prof:
+            sync()
+            t0 = time.perf_counter()
+            for i in range(args.profile):
+                step_ours(ours_batches[i % len(ours_batches)])
+            sync()
+            wall = time.perf_counter() - t0
+        print(summarize(prof.events(), args.profile, wall, (1, args.profile), dev.type))
 
 
 if __name__ == "__main__":

@@ -37,11 +37,20 @@ def test_gpu_summary_counts_kernel_time_launches_and_syncs_per_step():
     assert text[3].split() == ["0.100", "14.3%", "1.0", "elementwise"]
 
 
-def test_cpu_summary_ranks_operators_by_their_own_time():
-    events = [event("aten::mm", DeviceType.CPU, own_us=3000.0), event("aten::add", DeviceType.CPU, own_us=1000.0)]
+def test_cpu_summary_ranks_operators_by_their_own_time_and_counts_the_products_share():
+    events = [
+        event("aten::mm", DeviceType.CPU, own_us=2000.0),
+        event("aten::addmm", DeviceType.CPU, own_us=1000.0),
+        event("aten::add", DeviceType.CPU, own_us=1000.0),
+        event("aten::linear", DeviceType.CPU, own_us=0.0),  # dispatches to addmm: not a product of its own
+        event("aten::_scaled_dot_product_flash_attention_for_cpu", DeviceType.CPU, own_us=2000.0),  # not a product
+    ]
     text = summarize(events, steps=4, wall_s=0.004, span=(1, 4), device_type="cpu").splitlines()
-    assert "operators' own time 1.000 ms a step" in text[0]
-    assert text[2].split() == ["0.750", "75.0%", "0.2", "aten::mm"]
+    assert "operators' own time 1.500 ms a step" in text[0]
+    # 3,000 of 6,000 µs are products: the rest free, the step at most 2x faster
+    said = "matrix products 0.750 ms a step (50%: with every other operator free the step would be at most 2.0x"
+    assert said in text[0]
+    assert text[2].split() == ["0.500", "33.3%", "0.2", "aten::mm"]
 
 
 def test_the_profiled_window_is_the_middle_of_the_run_and_is_summarised_once():

@@ -6,8 +6,10 @@ from the middle of the run (past compilation, and inside the last ramp stage).
 
 On a GPU the summary answers what issue 63 asks of a step: the wall time against the time the GPU's kernels ran
 (their sum: one stream runs one kernel at a time), the kernel launches and host synchronisations per step, and the
-kernels that take the most time. On a CPU, the operators with the most time of their own. The profiler adds a few
-microseconds to each launch, so the wall time it reports is a little above an unprofiled step's.
+kernels that take the most time. On a CPU, the operators with the most time of their own, and the matrix products'
+share of that time (``PRODUCTS``): the step's ceiling where everything else cost nothing, so the most that fusing
+or removing the other passes can buy (issue 63's question on a CPU whose bf16 products are fast, AMX). The profiler
+adds a few microseconds to each launch, so the wall time it reports is a little above an unprofiled step's.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import torch
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "cudaGraphLaunch")
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 TOP = 15
+# the CPU operators that are matrix products (their own time is the product's: oneDNN's or MKL's kernel); aten::linear
+# and aten::matmul only dispatch to them. Attention's fused kernel (SDPA's, products and softmax together) is not one
+PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::_addmm_activation")
 
 
 class StepProfile:
@@ -103,7 +108,12 @@ def summarize(events, steps: int, wall_s: float, span: tuple[int, int], device_t
                 o[0] += e.self_cpu_time_total
                 o[1] += 1
         total = sum(t for t, _ in own.values())
-        lines.append(f"{head}; operators' own time {ms(total)} ms a step")
+        products = sum(own[n][0] for n in PRODUCTS if n in own)
+        share = products / max(total, 1e-9)
+        lines.append(
+            f"{head}; operators' own time {ms(total)} ms a step; matrix products {ms(products)} ms a step ({share:.0%}:"
+            f" with every other operator free the step would be at most {1 / max(share, 1e-9):.1f}x faster)"
+        )
         lines.append("top operators: ms a step, share, calls a step, name")
         for name, (t, n) in sorted(own.items(), key=lambda kv: -kv[1][0])[:TOP]:
             lines.append(f"  {ms(t):>8}  {t / max(total, 1e-9):5.1%}  {n / steps:6.1f}  {name[:110]}")
