@@ -12,7 +12,9 @@
   through PyTorch's fused bf16 softmax (six times faster on a CPU than any fp32 route): each row's loss from its
   target's probability (one bf16 rounding, 2**-8 in the log; no pass for the row maxima) and the 1 / M of the mean
   applied to the gradient's three products instead of to the [M, V] softmax; the logits come back without a
-  gradient. Elsewhere, ``F.linear`` then ``cross_entropy``.
+  gradient. Elsewhere, ``F.linear`` then ``cross_entropy``. Its two [M, V] tensors (logits, softmax) are written
+  into buffers kept between calls (:class:`Workspace`): at 1,100 rows of 30,522 words each is 67 MB, which glibc
+  maps fresh every step, its 16,400 pages faulted in one by one (about 16 ms a tensor on a Xeon).
 
 Off CPU both fall back to the PyTorch functions (whose GPU kernels are already fused).
 
@@ -20,6 +22,8 @@ And ``pool``, the one masked pooling of a layer's states (the Encoder's and Mode
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -107,6 +111,44 @@ class _BlockwiseCrossEntropy(torch.autograd.Function):
 _TINY = 2.0**-100  # a target probability below this (a logit gap of about 70) has its loss taken from the logits
 
 
+def _use_count(t: Tensor) -> int:
+    """How many references hold ``t``'s storage (its tensors, views and saved copies for a backward pass)."""
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+
+class Workspace:
+    """Buffers kept between calls, for tensors that a step makes and drops again at the same size: a fresh CPU tensor
+    over glibc's mmap threshold (32 MB) is a fresh ``mmap``, every 4 KB page of it faulted in on its first write.
+    :meth:`take` hands out a view of a kept buffer only while nothing else holds that buffer's storage (its use count
+    is back to what it was when the workspace alone held it), so a tensor a caller keeps, or a backward pass has
+    saved, is never written over: the workspace takes a new buffer instead. It keeps at most ``keep`` buffers; past
+    that, a request gets a plain new tensor."""
+
+    def __init__(self, keep: int = 4):
+        self.keep = keep
+        self.buffers: list[tuple[Tensor, int]] = []  # (flat buffer, its storage's use count when free)
+
+    def take(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+        """An uninitialised tensor of ``shape``, from a free kept buffer where one is large enough."""
+        n = math.prod(shape)
+        for buf, free in self.buffers:
+            if buf.dtype == dtype and buf.device == device and buf.numel() >= n and _use_count(buf) == free:
+                return buf[:n].view(shape)
+        # a free buffer too small for this request is replaced by the new one (the rows grow from step to step)
+        self.buffers = [
+            (buf, free)
+            for buf, free in self.buffers
+            if not (buf.dtype == dtype and buf.device == device and _use_count(buf) == free)
+        ]
+        buf = torch.empty(n + n // 16, dtype=dtype, device=device)  # room for a few more rows next time
+        if len(self.buffers) < self.keep:
+            self.buffers.append((buf, _use_count(buf)))
+        return buf[:n].view(shape)
+
+
+_HEAD = Workspace()  # linear_cross_entropy's logits and softmax
+
+
 class _Bf16LinearCrossEntropy(torch.autograd.Function):
     """The vocabulary projection and the mean cross-entropy in one step, bf16 on a CPU: the logits [M, V] from
     ``F.linear``, PyTorch's fused bf16 softmax over them, and each row's loss ``-log p(target)`` from its target's
@@ -119,8 +161,13 @@ class _Bf16LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor) -> tuple[Tensor, Tensor]:
-        logits = F.linear(x, weight, bias)
-        probs = torch.softmax(logits, dim=-1)
+        shape = (x.size(0), weight.size(0))
+        logits = _HEAD.take(shape, x.dtype, x.device)  # F.linear's own products, written into a kept buffer
+        if bias is None:
+            torch.mm(x, weight.t(), out=logits)
+        else:
+            torch.addmm(bias, x, weight.t(), out=logits)
+        probs = torch.ops.aten._softmax.out(logits, -1, False, out=_HEAD.take(shape, x.dtype, x.device))
         valid = labels != -100
         target = labels.clamp(min=0)  # an ignored row reads column 0, then counts nothing
         p = probs.gather(1, target[:, None]).squeeze(1).float()

@@ -169,3 +169,44 @@ def test_linear_cross_entropy_elsewhere_is_the_two_functions():
     torch.testing.assert_close(loss, F.cross_entropy(F.linear(x, weight, bias), labels))
     with pytest.raises(ValueError, match=r"\[0, 1000\)"):
         ops.linear_cross_entropy(x.bfloat16(), weight.bfloat16(), None, torch.full((20,), 1000))
+
+
+def test_workspace_hands_a_buffer_out_again_only_once_nothing_holds_it():
+    ws = ops.Workspace(keep=3)
+    cpu = torch.device("cpu")
+    a = ws.take((4, 8), torch.float32, cpu)
+    first = a.data_ptr()
+    b = ws.take((4, 8), torch.float32, cpu)
+    assert b.data_ptr() != first  # a is still held
+    del a
+    assert ws.take((4, 8), torch.float32, cpu).data_ptr() == first  # free again: the same memory
+    # a buffer a backward pass has saved is not free until that pass has run
+    c = ws.take((4, 8), torch.float32, cpu).fill_(1.0)
+    x = torch.ones(4, 8, requires_grad=True)
+    y = (x * c).sum()
+    del c
+    assert ws.take((4, 8), torch.float32, cpu).data_ptr() != first
+    y.backward()
+    assert ws.take((4, 8), torch.float32, cpu).data_ptr() == first
+    # past keep buffers, a request gets a plain tensor; a request larger than every free buffer replaces them
+    del b
+    held = [ws.take((4, 8), torch.float32, cpu) for _ in range(4)]
+    assert len(ws.buffers) == 3 and len({t.data_ptr() for t in held}) == 4
+    del held
+    big = ws.take((40, 8), torch.float32, cpu)
+    assert [buf.numel() >= 320 for buf, _ in ws.buffers] == [True]
+    assert big.data_ptr() == ws.buffers[0][0].data_ptr()
+
+
+def test_linear_cross_entropy_never_writes_over_logits_a_caller_keeps():
+    """The bf16 route's logits live in the workspace's buffers: logits a caller still holds (the training-window
+    accuracy reads the last step's) are not the next call's, and keep their values through its forward and
+    backward."""
+    x, weight, bias, labels = _projection_case(50)
+    _, kept = ops.linear_cross_entropy(x, weight, bias, labels)
+    before = kept.clone()
+    leaf = (x * 2).requires_grad_()
+    loss, logits = ops.linear_cross_entropy(leaf, weight, bias, labels)
+    loss.backward()
+    assert logits.data_ptr() != kept.data_ptr() and torch.equal(kept, before)
+    assert torch.equal(logits, F.linear(leaf.detach(), weight, bias))
