@@ -377,16 +377,19 @@ def test_gradient_accumulation_equals_the_large_batch(tiny_dir, ft, tmp_path, mo
 def test_the_log_window_gets_each_steps_own_loss(tiny_dir, ft, tmp_path, monkeypatch):
     """Fine-tuning passes ``Run.stepped`` the step's own loss (the mean of its micro-batches'), as pre-training
     does, not the run's running average: over 4 steps of 2 micro-batches each, the loss a step reports equals the
-    mean of the micro-batch losses counted during that step."""
+    mean of the micro-batch losses counted during that step; and each micro-batch's rows are counted (the log's
+    rows per second)."""
     from bertkit.recipes.finetune import FinetuneArgs, finetune
     from bertkit.tasks import get_task
     from bertkit.tokenization import BertTokenizer
     from bertkit.training.run import Run
 
-    seen = []  # (loss passed, the run's loss sum and count after the step)
+    seen = []  # (loss passed, the run's loss sum, count and rows after the step)
     stepped = Run.stepped
     monkeypatch.setattr(
-        Run, "stepped", lambda run, loss, t0: seen.append((loss, run.loss_sum, run.loss_n)) or stepped(run, loss, t0)
+        Run,
+        "stepped",
+        lambda run, loss, t0: seen.append((loss, run.loss_sum, run.loss_n, run.seen)) or stepped(run, loss, t0),
     )
     task = get_task("sst2", max_seq_length=16)
     args = FinetuneArgs(epochs=1, batch_size=2, grad_accum=2, max_steps=4, lr=1e-3, precision="fp32", quiet=True)
@@ -402,8 +405,9 @@ def test_the_log_window_gets_each_steps_own_loss(tiny_dir, ft, tmp_path, monkeyp
     )
     assert len(seen) == 4
     before = (0.0, 0)
-    for loss, total, n in seen:
+    for step, (loss, total, n, rows) in enumerate(seen, 1):
         assert n - before[1] == 2 and loss == pytest.approx((total - before[0]) / 2, rel=1e-5)
+        assert rows == 4 * step  # 2 micro-batches of 2 rows a step
         before = (total, n)
     assert seen[-1][0] != pytest.approx(seen[-1][1] / seen[-1][2], rel=1e-5)  # not the running average
 

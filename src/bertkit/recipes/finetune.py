@@ -252,7 +252,7 @@ def finetune(
                 device=device,
                 ctx=ctx,
                 ddp_model=ddp_model,
-                after_backward=lambda _, out: run.count(out.loss.item()),
+                after_backward=lambda micro, out: run.count(out.loss.item(), len(micro)),  # micro: its rows' indices
             )
             run.stepped(result.loss, t0)  # the step's own loss (its micro-batches' mean) into the log window
             if run.due(50):
