@@ -149,7 +149,8 @@ def main() -> None:
         default=0,
         metavar="STEPS",
         help="after the rounds, STEPS more of bertkit's step under torch.profiler, summarised as `bertkit pretrain "
-        "--profile` does (training/profile.py; on a CPU with the matrix products' share: the step's ceiling)",
+        "--profile` does (training/profile.py; on a CPU with the matrix products' share: the step's ceiling, and the "
+        "products by shape, each at its rate in the step and alone)",
     )
     args = ap.parse_args()
     if args.threads:
@@ -293,12 +294,12 @@ def main() -> None:
     )
     print(f"  ratio bertkit / transformers: {med['transformers'] / med['bertkit']:.2f}x")
     if args.profile:
-        from bertkit.training.profile import summarize  # only with --profile
+        from bertkit.training.profile import SHAPES, alone_rate, product_shapes, summarize  # only with --profile
 
         activities = [torch.profiler.ProfilerActivity.CPU] + (
             [torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda" else []
         )
-        with torch.profiler.profile(activities=activities) as prof:
+        with torch.profiler.profile(activities=activities, record_shapes=True, with_flops=True) as prof:
             sync()
             t0 = time.perf_counter()
             for i in range(args.profile):
@@ -306,6 +307,12 @@ def main() -> None:
             sync()
             wall = time.perf_counter() - t0
         print(summarize(prof.events(), args.profile, wall, (1, args.profile), dev.type))
+        if dev.type == "cpu":  # each listed product alone, its operands in cache: what the step's memory costs it
+            print("the same products alone (same shapes and strides, repeated): TFLOP/s in the step -> alone")
+            for p in product_shapes(prof.events())[:SHAPES]:
+                rate = alone_rate(p)
+                inside = f"{p.flops / p.own_us / 1e6:6.2f}"
+                print(f"  {inside} -> {f'{rate / 1e12:6.2f}' if rate else '     -'}  {p.name}  {p.shapes}  {p.strides}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import torch
 from torch.autograd import DeviceType
 
-from bertkit.training.profile import StepProfile, summarize
+from bertkit.training.profile import StepProfile, alone_rate, product_shapes, summarize
 
 
 def event(name, device_type, us=0.0, own_us=0.0):
@@ -68,3 +68,25 @@ def test_the_profiled_window_is_the_middle_of_the_run_and_is_summarised_once():
         profile = StepProfile(steps=2, device="cpu", warm=1)
         texts = [profile.after_step(step, 10, lambda total, s=last_stage: s) for step in range(1, 11)]
         assert [t.split(" (")[0] for t in texts if t] == [expect]
+
+
+def test_products_are_grouped_by_shape_and_strides_with_their_rate_in_the_step():
+    """A real profile (record_shapes, with_flops): the forward's product and the same shapes with a transposed
+    operand are two rows, each with the profiler's FLOPs (2mkn a call); the summary lists them with their rate, and
+    alone_rate rebuilds each on operands of the same strides."""
+    a, w = torch.randn(64, 32), torch.randn(48, 32)
+    with torch.profiler.profile(record_shapes=True, with_flops=True) as prof:
+        for _ in range(3):
+            torch.nn.functional.linear(a, w)  # mm on (64, 32) x w.t(): strides (32, 1), (1, 32)
+            torch.mm(a.t().contiguous().t(), w.t())  # the first operand column-major: strides (1, 64)
+    rows = product_shapes(prof.events())
+    assert {r.strides for r in rows} == {((32, 1), (1, 32)), ((1, 64), (1, 32))}
+    for r in rows:
+        assert r.name == "aten::mm" and r.shapes == ((64, 32), (32, 48)) and r.calls == 3
+        assert r.flops == 3 * 2 * 64 * 32 * 48 and r.own_us > 0
+        assert alone_rate(r, seconds=0.01) > 0
+    text = summarize(prof.events(), steps=3, wall_s=0.01, span=(1, 3), device_type="cpu")
+    assert "matrix products by shape" in text and "((1, 64), (1, 32))" in text
+    # a hand-built profile without shapes or FLOPs has no such section
+    plain = summarize([event("aten::mm", DeviceType.CPU, own_us=5.0)], 1, 0.001, (1, 1), "cpu")
+    assert "by shape" not in plain

@@ -8,13 +8,16 @@ On a GPU the summary answers what issue 63 asks of a step: the wall time against
 (their sum: one stream runs one kernel at a time), the kernel launches and host synchronisations per step, and the
 kernels that take the most time. On a CPU, the operators with the most time of their own, and the matrix products'
 share of that time (``PRODUCTS``): the step's ceiling where everything else cost nothing, so the most that fusing
-or removing the other passes can buy (issue 63's question on a CPU whose bf16 products are fast, AMX). The profiler
-adds a few microseconds to each launch, so the wall time it reports is a little above an unprofiled step's.
+or removing the other passes can buy (issue 63's question on a CPU whose bf16 products are fast, AMX); then the
+products by their operands' shapes, each with the rate it ran at inside the step (the profiler's FLOP count over
+its own time), which :func:`alone_rate` measures for the same shapes and strides outside it. The profiler adds a
+few microseconds to each launch, so the wall time it reports is a little above an unprofiled step's.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import time
 
 import torch
@@ -26,6 +29,7 @@ TOP = 15
 # the CPU operators that are matrix products (their own time is the product's: oneDNN's or MKL's kernel); aten::linear
 # and aten::matmul only dispatch to them. Attention's fused kernel (SDPA's, products and softmax together) is not one
 PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::_addmm_activation")
+SHAPES = 8  # the products by shape a CPU summary lists
 
 
 class StepProfile:
@@ -57,7 +61,8 @@ class StepProfile:
                 if self.device.type == "cuda":
                     activities.append(torch.profiler.ProfilerActivity.CUDA)
                 self._sync()
-                self.profiler = torch.profiler.profile(activities=activities)
+                # the operands' shapes and the products' FLOPs: the CPU summary's products by shape
+                self.profiler = torch.profiler.profile(activities=activities, record_shapes=True, with_flops=True)
                 self.profiler.__enter__()
                 self.first, self.t0 = step, time.perf_counter()
             return None
@@ -117,4 +122,67 @@ def summarize(events, steps: int, wall_s: float, span: tuple[int, int], device_t
         lines.append("top operators: ms a step, share, calls a step, name")
         for name, (t, n) in sorted(own.items(), key=lambda kv: -kv[1][0])[:TOP]:
             lines.append(f"  {ms(t):>8}  {t / max(total, 1e-9):5.1%}  {n / steps:6.1f}  {name[:110]}")
+        rows = product_shapes(events)
+        if rows:
+            lines.append("matrix products by shape: ms a step, calls a step, TFLOP/s in the step, op, shapes, strides")
+            for r in rows[:SHAPES]:
+                lines.append(
+                    f"  {ms(r.own_us):>8}  {r.calls / steps:6.1f}  {r.flops / max(r.own_us, 1e-9) / 1e6:6.2f}  "
+                    f"{r.name}  {r.shapes}  {r.strides}"
+                )
     return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class Product:
+    """The calls of one matrix-product operator on one set of operand shapes and strides, over the profile."""
+
+    name: str
+    shapes: tuple
+    strides: tuple
+    dtype: str
+    calls: int = 0
+    own_us: float = 0.0
+    flops: float = 0.0
+
+
+def product_shapes(events) -> list[Product]:
+    """The profile's matrix products (``PRODUCTS``) grouped by operator, operand shapes and strides, most time
+    first; empty where the profile recorded no shapes or FLOPs (``record_shapes`` and ``with_flops``)."""
+    from torch.autograd import DeviceType  # the profiler's event kinds
+
+    groups: dict[tuple, Product] = {}
+    for e in events:
+        if e.device_type != DeviceType.CPU or e.name not in PRODUCTS or not getattr(e, "flops", 0):
+            continue
+        shapes = tuple(tuple(x) for x in e.input_shapes if x)
+        strides = tuple(tuple(x) for x in (getattr(e, "structured_input_strides", None) or []) if x)
+        dtypes = [d for d in (e.input_dtypes or []) if d]
+        key = (e.name, shapes, strides)
+        if key not in groups:
+            groups[key] = Product(e.name, shapes, strides, dtypes[0] if dtypes else "")
+        g = groups[key]
+        g.calls, g.own_us, g.flops = g.calls + 1, g.own_us + e.self_cpu_time_total, g.flops + e.flops
+    return sorted(groups.values(), key=lambda g: -g.own_us)
+
+
+def alone_rate(product: Product, seconds: float = 0.2) -> float | None:
+    """FLOP/s of ``product``'s operator on operands of its shapes and strides, alone and repeated (its operands
+    in cache): the best time over ``seconds``; None for an operator or dtype it cannot rebuild."""
+    dtype = {"c10::BFloat16": torch.bfloat16, "float": torch.float32, "c10::Half": torch.float16}.get(product.dtype)
+    op = {"aten::mm": torch.mm, "aten::bmm": torch.bmm, "aten::addmm": torch.addmm, "aten::baddbmm": torch.baddbmm}
+    if dtype is None or product.name not in op or len(product.strides) != len(product.shapes):
+        return None
+    g = torch.Generator().manual_seed(0)
+    args = []
+    for shape, stride in zip(product.shapes, product.strides, strict=True):
+        base = torch.randn(max(1, sum((n - 1) * st for n, st in zip(shape, stride, strict=True)) + 1), generator=g)
+        args.append(torch.as_strided(base.to(dtype), shape, stride))
+    flops = product.flops / product.calls
+    op[product.name](*args)  # the warm-up (the library picks its kernel)
+    best, deadline = float("inf"), time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        t = time.perf_counter()
+        op[product.name](*args)
+        best = min(best, time.perf_counter() - t)
+    return flops / best
