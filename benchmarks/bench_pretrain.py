@@ -294,7 +294,7 @@ def main() -> None:
     )
     print(f"  ratio bertkit / transformers: {med['transformers'] / med['bertkit']:.2f}x")
     if args.profile:
-        from bertkit.training.profile import SHAPES, alone_rate, product_shapes, summarize  # only with --profile
+        from bertkit.training.profile import SHAPES, alone_rate, product_shapes, summarize  # with --profile
 
         activities = [torch.profiler.ProfilerActivity.CPU] + (
             [torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda" else []
@@ -307,12 +307,12 @@ def main() -> None:
             sync()
             wall = time.perf_counter() - t0
         print(summarize(prof.events(), args.profile, wall, (1, args.profile), dev.type))
-        if dev.type == "cpu":  # each listed product alone, its operands in cache: what the step's memory costs it
-            print("the same products alone (same shapes and strides, repeated): TFLOP/s in the step -> alone")
+        if dev.type == "cpu":  # each listed product alone, from memory and from cache: what the step's memory costs it
+            print("the same products alone (same shapes and strides): TFLOP/s in the step, alone cold, alone hot")
             for p in product_shapes(prof.events())[:SHAPES]:
-                rate = alone_rate(p)
-                inside = f"{p.flops / p.own_us / 1e6:6.2f}"
-                print(f"  {inside} -> {f'{rate / 1e12:6.2f}' if rate else '     -'}  {p.name}  {p.shapes}  {p.strides}")
+                rates = [alone_rate(p, cold=True), alone_rate(p)]
+                said = "  ".join(f"{r / 1e12:6.2f}" if r else "     -" for r in rates)
+                print(f"  {p.flops / p.own_us / 1e6:6.2f}  {said}  {p.name}  {p.shapes}  {p.strides}")
 
 
 if __name__ == "__main__":

@@ -73,18 +73,22 @@ def test_the_profiled_window_is_the_middle_of_the_run_and_is_summarised_once():
 def test_products_are_grouped_by_shape_and_strides_with_their_rate_in_the_step():
     """A real profile (record_shapes, with_flops): the forward's product and the same shapes with a transposed
     operand are two rows, each with the profiler's FLOPs (2mkn a call); the summary lists them with their rate, and
-    alone_rate rebuilds each on operands of the same strides."""
-    a, w = torch.randn(64, 32), torch.randn(48, 32)
+    alone_rate rebuilds each on operands of the same strides, hot and cold; an addmm written into a given tensor
+    (its out= recorded as a fourth operand) too."""
+    a, w, bias, out = torch.randn(64, 32), torch.randn(48, 32), torch.randn(48), torch.empty(64, 48)
     with torch.profiler.profile(record_shapes=True, with_flops=True) as prof:
         for _ in range(3):
             torch.nn.functional.linear(a, w)  # mm on (64, 32) x w.t(): strides (32, 1), (1, 32)
             torch.mm(a.t().contiguous().t(), w.t())  # the first operand column-major: strides (1, 64)
+            torch.addmm(bias, a, w.t(), out=out)
     rows = product_shapes(prof.events())
-    assert {r.strides for r in rows} == {((32, 1), (1, 32)), ((1, 64), (1, 32))}
+    mms = [r for r in rows if r.name == "aten::mm"]
+    assert {r.strides for r in mms} == {((32, 1), (1, 32)), ((1, 64), (1, 32))}
     for r in rows:
-        assert r.name == "aten::mm" and r.shapes == ((64, 32), (32, 48)) and r.calls == 3
-        assert r.flops == 3 * 2 * 64 * 32 * 48 and r.own_us > 0
-        assert alone_rate(r, seconds=0.01) > 0
+        assert r.shapes[-2:] == ((32, 48), (64, 48)) if r.name == "aten::addmm" else r.shapes == ((64, 32), (32, 48))
+        assert r.calls == 3 and r.flops == 3 * 2 * 64 * 32 * 48 and r.own_us > 0
+        assert alone_rate(r, seconds=0.01) > 0 and alone_rate(r, seconds=0.01, cold=True) > 0
+    assert len(mms) == 2 and len(rows) == 3
     text = summarize(prof.events(), steps=3, wall_s=0.01, span=(1, 3), device_type="cpu")
     assert "matrix products by shape" in text and "((1, 64), (1, 32))" in text
     # a hand-built profile without shapes or FLOPs has no such section

@@ -166,23 +166,43 @@ def product_shapes(events) -> list[Product]:
     return sorted(groups.values(), key=lambda g: -g.own_us)
 
 
-def alone_rate(product: Product, seconds: float = 0.2) -> float | None:
-    """FLOP/s of ``product``'s operator on operands of its shapes and strides, alone and repeated (its operands
-    in cache): the best time over ``seconds``; None for an operator or dtype it cannot rebuild."""
+# an operator's operands (those after them, recorded where the call wrote into a given tensor, are its out=)
+OPERANDS = {"aten::mm": 2, "aten::bmm": 2, "aten::addmm": 3, "aten::baddbmm": 3}
+COLD_BYTES, COLD_COPIES = 512 * 2**20, 256  # cold operands: copies to fill this, over any last-level cache (at most)
+
+
+def alone_rate(product: Product, seconds: float = 0.2, cold: bool = False) -> float | None:
+    """FLOP/s of ``product``'s operator on operands of its shapes and strides, alone and repeated: the best time
+    over ``seconds``. Hot (the default): the same operands every call, in cache. ``cold``: each call on the next
+    of copies that fill ``COLD_BYTES`` (at most ``COLD_COPIES``: a small product stays in cache), its output
+    written into the next of as many buffers (touched beforehand: no page faults), as a step's operands come from
+    memory. None for an operator or dtype it cannot rebuild."""
     dtype = {"c10::BFloat16": torch.bfloat16, "float": torch.float32, "c10::Half": torch.float16}.get(product.dtype)
     op = {"aten::mm": torch.mm, "aten::bmm": torch.bmm, "aten::addmm": torch.addmm, "aten::baddbmm": torch.baddbmm}
-    if dtype is None or product.name not in op or len(product.strides) != len(product.shapes):
+    n = OPERANDS.get(product.name)
+    if dtype is None or n is None or len(product.strides) != len(product.shapes) or len(product.shapes) < n:
         return None
     g = torch.Generator().manual_seed(0)
-    args = []
-    for shape, stride in zip(product.shapes, product.strides, strict=True):
-        base = torch.randn(max(1, sum((n - 1) * st for n, st in zip(shape, stride, strict=True)) + 1), generator=g)
-        args.append(torch.as_strided(base.to(dtype), shape, stride))
+
+    def operands() -> list[torch.Tensor]:
+        out = []
+        for shape, stride in zip(product.shapes[:n], product.strides[:n], strict=True):
+            size = max(1, sum((k - 1) * st for k, st in zip(shape, stride, strict=True)) + 1)
+            out.append(torch.as_strided(torch.randn(size, generator=g).to(dtype), shape, stride))
+        return out
+
+    first = operands()
+    result = op[product.name](*first)  # the warm-up (the library picks its kernel); the output's shape
+    bytes_ = sum(t.untyped_storage().nbytes() for t in first) + result.untyped_storage().nbytes()
+    copies = min(COLD_COPIES, max(2, COLD_BYTES // max(bytes_, 1))) if cold else 1
+    sets = [first] + [operands() for _ in range(copies - 1)]
+    outs = [torch.zeros_like(result) for _ in range(copies)] if cold else [None]
     flops = product.flops / product.calls
-    op[product.name](*args)  # the warm-up (the library picks its kernel)
-    best, deadline = float("inf"), time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
+    best, deadline, i = float("inf"), time.perf_counter() + seconds, 0
+    while time.perf_counter() < deadline or i < 2 * copies:
+        j = i % copies
         t = time.perf_counter()
-        op[product.name](*args)
+        op[product.name](*sets[j], out=outs[j])
         best = min(best, time.perf_counter() - t)
+        i += 1
     return flops / best
