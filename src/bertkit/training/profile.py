@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import statistics
 import time
 
 import torch
@@ -172,11 +173,12 @@ COLD_BYTES, COLD_COPIES = 512 * 2**20, 256  # cold operands: copies to fill this
 
 
 def alone_rate(product: Product, seconds: float = 0.2, cold: bool = False) -> float | None:
-    """FLOP/s of ``product``'s operator on operands of its shapes and strides, alone and repeated: the best time
-    over ``seconds``. Hot (the default): the same operands every call, in cache. ``cold``: each call on the next
-    of copies that fill ``COLD_BYTES`` (at most ``COLD_COPIES``: a small product stays in cache), its output
-    written into the next of as many buffers (touched beforehand: no page faults), as a step's operands come from
-    memory. None for an operator or dtype it cannot rebuild."""
+    """FLOP/s of ``product``'s operator on operands of its shapes and strides, alone and repeated over ``seconds``.
+    Hot (the default): the same operands every call, in cache; the best time (a peak, as ``flops.shapes_peak``).
+    ``cold``: each call on the next of copies that fill ``COLD_BYTES`` (at most ``COLD_COPIES``: a small product
+    stays in cache), its output written into the next of as many buffers (touched beforehand: no page faults), as
+    a step's operands come from memory; the median time (a cache as large as the copies lets the best call find
+    its operands there). None for an operator or dtype it cannot rebuild."""
     dtype = {"c10::BFloat16": torch.bfloat16, "float": torch.float32, "c10::Half": torch.float16}.get(product.dtype)
     op = {"aten::mm": torch.mm, "aten::bmm": torch.bmm, "aten::addmm": torch.addmm, "aten::baddbmm": torch.baddbmm}
     n = OPERANDS.get(product.name)
@@ -198,11 +200,11 @@ def alone_rate(product: Product, seconds: float = 0.2, cold: bool = False) -> fl
     sets = [first] + [operands() for _ in range(copies - 1)]
     outs = [torch.zeros_like(result) for _ in range(copies)] if cold else [None]
     flops = product.flops / product.calls
-    best, deadline, i = float("inf"), time.perf_counter() + seconds, 0
+    times, deadline, i = [], time.perf_counter() + seconds, 0
     while time.perf_counter() < deadline or i < 2 * copies:
         j = i % copies
         t = time.perf_counter()
         op[product.name](*sets[j], out=outs[j])
-        best = min(best, time.perf_counter() - t)
+        times.append(time.perf_counter() - t)
         i += 1
-    return flops / best
+    return flops / (statistics.median(times[copies:]) if cold else min(times))
