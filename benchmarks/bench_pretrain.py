@@ -299,7 +299,8 @@ def main() -> None:
         activities = [torch.profiler.ProfilerActivity.CPU] + (
             [torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda" else []
         )
-        with torch.profiler.profile(activities=activities, record_shapes=True, with_flops=True) as prof:
+        cpu = dev.type == "cpu"  # the operands' shapes and the products' FLOPs: the CPU summary's products by shape
+        with torch.profiler.profile(activities=activities, record_shapes=cpu, with_flops=cpu) as prof:
             sync()
             t0 = time.perf_counter()
             for i in range(args.profile):
@@ -307,12 +308,12 @@ def main() -> None:
             sync()
             wall = time.perf_counter() - t0
         print(summarize(prof.events(), args.profile, wall, (1, args.profile), dev.type))
-        if dev.type == "cpu":  # each listed product alone, from memory and from cache: what the step's memory costs it
+        if cpu:  # each listed product alone, from memory and from cache: what the step's memory costs it
             print("the same products alone (same shapes and strides): TFLOP/s in the step, alone cold, alone hot")
             for p in product_shapes(prof.events())[:SHAPES]:
                 rates = [alone_rate(p, cold=True), alone_rate(p)]
                 said = "  ".join(f"{r / 1e12:6.2f}" if r else "     -" for r in rates)
-                print(f"  {p.flops / p.own_us / 1e6:6.2f}  {said}  {p.name}  {p.shapes}  {p.strides}")
+                print(f"  {p.rate / 1e12:6.2f}  {said}  {p.name}  {p.shapes}  {p.strides}")
 
 
 if __name__ == "__main__":

@@ -62,8 +62,9 @@ class StepProfile:
                 if self.device.type == "cuda":
                     activities.append(torch.profiler.ProfilerActivity.CUDA)
                 self._sync()
-                # the operands' shapes and the products' FLOPs: the CPU summary's products by shape
-                self.profiler = torch.profiler.profile(activities=activities, record_shapes=True, with_flops=True)
+                # on a CPU the operands' shapes and the products' FLOPs: the summary's products by shape
+                cpu = self.device.type == "cpu"
+                self.profiler = torch.profiler.profile(activities=activities, record_shapes=cpu, with_flops=cpu)
                 self.profiler.__enter__()
                 self.first, self.t0 = step, time.perf_counter()
             return None
@@ -128,7 +129,7 @@ def summarize(events, steps: int, wall_s: float, span: tuple[int, int], device_t
             lines.append("matrix products by shape: ms a step, calls a step, TFLOP/s in the step, op, shapes, strides")
             for r in rows[:SHAPES]:
                 lines.append(
-                    f"  {ms(r.own_us):>8}  {r.calls / steps:6.1f}  {r.flops / max(r.own_us, 1e-9) / 1e6:6.2f}  "
+                    f"  {ms(r.own_us):>8}  {r.calls / steps:6.1f}  {r.rate / 1e12:6.2f}  "
                     f"{r.name}  {r.shapes}  {r.strides}"
                 )
     return "\n".join(lines)
@@ -145,6 +146,11 @@ class Product:
     calls: int = 0
     own_us: float = 0.0
     flops: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        """FLOP/s inside the step: the profiler's FLOPs over the calls' own time."""
+        return self.flops / max(self.own_us * 1e-6, 1e-15)
 
 
 def product_shapes(events) -> list[Product]:
@@ -167,8 +173,14 @@ def product_shapes(events) -> list[Product]:
     return sorted(groups.values(), key=lambda g: -g.own_us)
 
 
-# an operator's operands (those after them, recorded where the call wrote into a given tensor, are its out=)
-OPERANDS = {"aten::mm": 2, "aten::bmm": 2, "aten::addmm": 3, "aten::baddbmm": 3}
+# the products alone_rate rebuilds: the function and its operands' count (those after them, recorded where the call
+# wrote into a given tensor, are its out=)
+REBUILT = {
+    "aten::mm": (torch.mm, 2),
+    "aten::bmm": (torch.bmm, 2),
+    "aten::addmm": (torch.addmm, 3),
+    "aten::baddbmm": (torch.baddbmm, 3),
+}
 COLD_BYTES, COLD_COPIES = 512 * 2**20, 256  # cold operands: copies to fill this, over any last-level cache (at most)
 
 
@@ -180,9 +192,8 @@ def alone_rate(product: Product, seconds: float = 0.2, cold: bool = False) -> fl
     a step's operands come from memory; the median time (a cache as large as the copies lets the best call find
     its operands there). None for an operator or dtype it cannot rebuild."""
     dtype = {"c10::BFloat16": torch.bfloat16, "float": torch.float32, "c10::Half": torch.float16}.get(product.dtype)
-    op = {"aten::mm": torch.mm, "aten::bmm": torch.bmm, "aten::addmm": torch.addmm, "aten::baddbmm": torch.baddbmm}
-    n = OPERANDS.get(product.name)
-    if dtype is None or n is None or len(product.strides) != len(product.shapes) or len(product.shapes) < n:
+    op, n = REBUILT.get(product.name, (None, 0))
+    if dtype is None or op is None or len(product.strides) != len(product.shapes) or len(product.shapes) < n:
         return None
     g = torch.Generator().manual_seed(0)
 
@@ -194,7 +205,7 @@ def alone_rate(product: Product, seconds: float = 0.2, cold: bool = False) -> fl
         return out
 
     first = operands()
-    result = op[product.name](*first)  # the warm-up (the library picks its kernel); the output's shape
+    result = op(*first)  # the warm-up (the library picks its kernel); the output's shape
     bytes_ = sum(t.untyped_storage().nbytes() for t in first) + result.untyped_storage().nbytes()
     copies = min(COLD_COPIES, max(2, COLD_BYTES // max(bytes_, 1))) if cold else 1
     sets = [first] + [operands() for _ in range(copies - 1)]
@@ -204,7 +215,7 @@ def alone_rate(product: Product, seconds: float = 0.2, cold: bool = False) -> fl
     while time.perf_counter() < deadline or i < 2 * copies:
         j = i % copies
         t = time.perf_counter()
-        op[product.name](*sets[j], out=outs[j])
+        op(*sets[j], out=outs[j])
         times.append(time.perf_counter() - t)
         i += 1
     return flops / (statistics.median(times[copies:]) if cold else min(times))
