@@ -111,3 +111,5 @@ def test_the_budget_builds_its_own_size_at_its_own_shape_and_says_so(tmp_path, m
     named = run(model_size="modernbert-tiny")
     assert named.config_overrides == {} and "with num_hidden_layers" not in named.chosen
     assert run(arch="bert").config_overrides == {}  # another architecture: its preset
+    variant = run(arch="modernbert-elc")  # a variant of the recipe's architecture: the recipe's size and shape
+    assert variant.arch == "modernbert-elc" and variant.config_overrides == shape
