@@ -11,8 +11,9 @@ prepared corpus (one vocabulary trained once, the shards prepared once into bert
   the 67 paradigms; a tie counts as wrong).
 
 The default runs again in every round, so drift between rounds (the machine's load, its CPU) shows beside each
-candidate. Finished rounds are kept (``OUT/rounds/NAME/result.json``): run the script again to go on after a stop;
-every finished row is in ``OUT/screen.csv`` and printed as a markdown table for BENCHMARKS.md.
+candidate. Finished rounds are kept (``OUT/rounds/NAME/result.json``), and a round whose two runs ended is scored
+again without training again: run the script again to go on after a stop; every finished row is in
+``OUT/screen.csv`` and printed as a markdown table for BENCHMARKS.md.
 
     .venv/bin/python benchmarks/screen_recipe.py --out runs/screen --minutes 10 \\
         --corpus ../shared/data/corpus/books ../shared/data/corpus/wiki --blimp ../shared/data/blimp \\
@@ -103,7 +104,8 @@ def train(run: Path, flags: list[str], minutes: float, sentences: Path, vocab: P
 
 def blimp(run: Path, data: str, pairs: int) -> subprocess.Popen:
     cmd = [*BERTKIT, "evaluate", "--task", "blimp", "--model", str(run), "--data", data, "--pairs-per-paradigm",
-           str(pairs), "--threads", "1", "--quiet", "--output", str(run.parent / f"{run.name}-blimp")]  # fmt: skip
+           str(pairs), "--threads", "1", "--quiet", "--overwrite",
+           "--output", str(run.parent / f"{run.name}-blimp")]  # fmt: skip
     return sh(cmd, run.parent / f"{run.name}.blimp.log")
 
 
@@ -133,9 +135,12 @@ def run_round(out: Path, name: str, flags: str, args, sentences: Path, vocab: Pa
     if done.is_file():
         return json.loads(done.read_text())
     runs = {"default": where / "default", "candidate": where / "candidate"}
-    wait_all([train(runs["default"], [], args.minutes, sentences, vocab, args.seed),
-              train(runs["candidate"], shlex.split(flags), args.minutes, sentences, vocab, args.seed)],
-             f"round {name}'s training")  # fmt: skip
+    trained = where / "trained"  # both runs ended: a stop while scoring goes on at the scoring (its BLiMP rewritten)
+    if not trained.is_file():
+        wait_all([train(runs["default"], [], args.minutes, sentences, vocab, args.seed),
+                  train(runs["candidate"], shlex.split(flags), args.minutes, sentences, vocab, args.seed)],
+                 f"round {name}'s training")  # fmt: skip
+        trained.write_text("")
     wait_all([blimp(r, args.blimp, args.pairs) for r in runs.values()], f"round {name}'s BLiMP")
     base, cand = figures(runs["default"]), figures(runs["candidate"])
     vocab_size = sum(1 for line in (runs["candidate"] / "vocab.txt").open() if line.strip())
