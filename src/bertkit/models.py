@@ -36,10 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.config import ConfigError, opened_dir
+from bertkit.config import OBJECTIVE_KEY, ConfigError, opened_dir
 
 CONFIG_NAME = "config.json"
 REMOTE_CODE = Path(__file__).resolve().parent / "resources" / "remote_code"  # variants' transformers modeling files
+# the transformers masked LM that reads a [MASK] at j from j - 1, for a saved ``--objective mntp`` model of an
+# architecture transformers has (its class: the masked LM's name with "Mntp", e.g. ModernBertMntpForMaskedLM)
+NEXT_TOKEN_CODE = "modeling_mntp.py"
 
 # an encoder layer's index in a parameter name, in every registered architecture's layout (BERT's
 # ``bert.encoder.layer.N.``, ModernBERT's ``model.layers.N.``, a bare encoder's ``layers.N.``): group 1 is N
@@ -185,16 +188,30 @@ class Architecture:
         """What a saved directory of this architecture needs for transformers to load it, beside ``config`` (the
         config.json dict being written): nothing for an architecture transformers has; a variant's
         ``remote_code`` copied into ``directory`` and ``config["auto_map"]`` naming its classes in it (the same
-        names as bertkit's), for ``AutoModel*.from_pretrained(directory, trust_remote_code=True)``."""
-        if not self.remote_code:
-            return
-        source = REMOTE_CODE / self.remote_code
+        names as bertkit's), for ``AutoModel*.from_pretrained(directory, trust_remote_code=True)``; a masked
+        next-token model's masked LM class (``NEXT_TOKEN_CODE``), which reads a [MASK] as bertkit does."""
+        if self.remote_code:
+            module = self._copy_code(directory, self.remote_code)
+            config["auto_map"] = {
+                "AutoConfig": f"{module}.{self.config_name}",
+                **{AUTO_CLASSES[r]: f"{module}.{name}" for r, name in self.classes.items() if r in AUTO_CLASSES},
+            }
+        roles = {name: role for role, name in self.classes.items()}
+        head = roles.get((config.get("architectures") or [""])[0])
+        if config.get(OBJECTIVE_KEY) == "mntp" and not self.base and head in ("pretraining", "masked_lm"):
+            # a masked next-token model with its MLM head: transformers' masked LM reading at j - 1, so that its
+            # fill-mask pipeline (trust_remote_code=True) gives bertkit's answers; without the flag its own class
+            # loads the same weights. A variant's directory keeps its own classes (not read shifted there)
+            module = self._copy_code(directory, NEXT_TOKEN_CODE)
+            name = self.classes["masked_lm"].replace("ForMaskedLM", "MntpForMaskedLM")
+            config["auto_map"] = {"AutoModelForMaskedLM": f"{module}.{name}"}
+
+    @staticmethod
+    def _copy_code(directory: str | os.PathLike, file: str) -> str:
+        """``file`` of REMOTE_CODE copied into ``directory``; its module name (what ``auto_map`` names)."""
+        source = REMOTE_CODE / file
         (Path(directory) / source.name).write_bytes(source.read_bytes())
-        module = source.stem
-        config["auto_map"] = {
-            "AutoConfig": f"{module}.{self.config_name}",
-            **{AUTO_CLASSES[role]: f"{module}.{name}" for role, name in self.classes.items() if role in AUTO_CLASSES},
-        }
+        return source.stem
 
     def class_names(self) -> set[str]:
         return set(self.classes.values())

@@ -54,3 +54,43 @@ def test_an_mlm_clm_model_answers_fill_mask_as_transformers_pipeline_does(tmp_pa
         got, want = ours.fill_mask([text], top_k=3)[0][0], pipe(text, top_k=3)
         assert [a["token_id"] for a in got] == [a["token"] for a in want]
         assert [a["score"] for a in got] == pytest.approx([a["score"] for a in want], abs=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["bert", "modernbert"])
+def test_an_mntp_model_answers_fill_mask_in_transformers_pipeline_as_bertkit_does(tmp_path, arch):
+    """The saved directory carries transformers' masked LM that reads a [MASK] at j from j - 1
+    (``modeling_mntp.py``, ``auto_map``): transformers' own fill-mask pipeline, with ``trust_remote_code``, gives
+    bertkit's answers token for token (the condition for ``mntp`` as a default objective, issue 62); the loss it
+    computes from labels at j is the shifted read's."""
+    vocab = read_vocab(FINETUNE_VOCAB)
+    torch.manual_seed(0)
+    if arch == "bert":
+        base = BertForPreTraining(tiny_config(len(vocab), layers=2, max_position_embeddings=64))
+    else:
+        base = ModernBertForMaskedLM(modernbert_config(vocab, local_attention=8))
+    base.config.extra[OBJECTIVE_KEY] = "mntp"
+    MntpPretraining(base, causal_ratio=1 / 16).save_pretrained(tmp_path)
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    assert (tmp_path / "modeling_mntp.py").is_file()
+    model = transformers.AutoModelForMaskedLM.from_pretrained(
+        tmp_path, trust_remote_code=True, attn_implementation="eager"
+    ).eval()
+    assert type(model).__name__ == ("BertMntpForMaskedLM" if arch == "bert" else "ModernBertMntpForMaskedLM")
+    pipe = transformers.pipeline(
+        "fill-mask", model=model, tokenizer=transformers.BertTokenizer(str(tmp_path / "vocab.txt")), device="cpu"
+    )
+    ours = Encoder.from_pretrained(tmp_path, precision="fp32")
+    plain = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    unshifted = transformers.pipeline("fill-mask", model=plain, tokenizer=pipe.tokenizer, device="cpu")
+    for text in ("the movie was [MASK] .", "a [MASK] film"):
+        got, want = ours.fill_mask([text], top_k=3)[0][0], pipe(text, top_k=3)
+        assert [a["token_id"] for a in got] == [a["token"] for a in want]
+        assert [a["score"] for a in got] == pytest.approx([a["score"] for a in want], abs=1e-5)
+        assert [a["token"] for a in unshifted(text, top_k=3)] != [a["token"] for a in want]  # read at j: others
+    ids = torch.randint(5, len(vocab), (1, 12))
+    labels = torch.full_like(ids, -100)
+    labels[0, 5] = 7
+    with torch.no_grad():
+        out = model(input_ids=ids, labels=labels)
+        direct = plain(input_ids=ids).logits[0, 4]
+    assert float(out.loss) == pytest.approx(float(torch.nn.functional.cross_entropy(direct[None], labels[0, 5:6])))

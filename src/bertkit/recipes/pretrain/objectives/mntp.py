@@ -14,7 +14,8 @@ the masked next-token accuracy at [MASK] inputs, read at j - 1; the causal figur
 (``train_causal_acc``). OUTPUT is the architecture's pre-training model as ``--objective mlm`` saves it, its
 config.json saying ``"bertkit_objective": "mntp"`` (``bertkit.config.OBJECTIVE_KEY``): bertkit's fill-mask, BLiMP
 scorer and probe read a [MASK] at j from position j - 1; transformers loads the same model (and ignores the key),
-but its fill-mask pipeline reads position j, so it does not give this model's answers.
+and with ``trust_remote_code=True`` the masked LM the directory carries (``resources/remote_code/modeling_mntp.py``,
+``models.NEXT_TOKEN_CODE``), which reads as bertkit does: its fill-mask pipeline then gives this model's answers.
 
 ``--causal-ratio`` defaults to 1/16: GPT-BERT's BabyLM submission trained 1 causal : 15 masked (the share is a
 lever the recipe screen decides, docs/pretraining.md).
