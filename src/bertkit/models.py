@@ -196,9 +196,8 @@ class Architecture:
                 "AutoConfig": f"{module}.{self.config_name}",
                 **{AUTO_CLASSES[r]: f"{module}.{name}" for r, name in self.classes.items() if r in AUTO_CLASSES},
             }
-        roles = {name: role for role, name in self.classes.items()}
-        head = roles.get((config.get("architectures") or [""])[0])
-        if config.get(OBJECTIVE_KEY) == "mntp" and not self.base and head in ("pretraining", "masked_lm"):
+        head = of_class_name((config.get("architectures") or [""])[0])  # (architecture, role) of the saved class
+        if config.get(OBJECTIVE_KEY) == "mntp" and not self.base and head and head[1] in ("pretraining", "masked_lm"):
             # a masked next-token model with its MLM head: transformers' masked LM reading at j - 1, so that its
             # fill-mask pipeline (trust_remote_code=True) gives bertkit's answers; without the flag its own class
             # loads the same weights. A variant's directory keeps its own classes (not read shifted there)

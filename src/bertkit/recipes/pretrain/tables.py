@@ -137,9 +137,8 @@ def resolve(cfg):
     gpu = name == "budget" and on_gpu(cfg.device)
     # the recipe's own architecture, or a variant of it (modernbert-elc): the budget's sizing and shape, so that a
     # variant is screened against the default at the default's size (issue 62)
-    own = cfg.arch is None or models.get(models.get(cfg.arch).base or cfg.arch) is models.of_preset(
-        MODEL_DEFAULTS[name]["model"]
-    )
+    recipe_arch = models.of_preset(MODEL_DEFAULTS[name]["model"]).model_type
+    own = cfg.arch is None or (models.get(cfg.arch).base or cfg.arch) == recipe_arch
     gpu_model = gpu and own and cfg.model_size is None and cfg.init_from is None
     model_size = GPU_BUDGET["model"] if gpu_model else cfg.model_size  # the card's: the recipe's architecture a size up
     arch_name, size, vocab_size = choose_model(name, cfg.arch, model_size, cfg.vocab_size, cfg.init_from)
