@@ -272,6 +272,47 @@ def test_pair_segments_without_nsp_split_a_run_at_a_sentence_boundary(shard_dir,
         DataOptions(segments="three")
 
 
+def test_echo_instances_repeat_their_first_segment_with_tokens_dropped(shard_dir, vocab):
+    from bertkit.errors import InputError
+    from bertkit.recipes.pretrain.config import PretrainConfig
+    from bertkit.recipes.pretrain.setup import data_options
+
+    cfg = PretrainConfig(corpus=["c"], output="o", max_steps=5, nsp=False, echo_share=0.5, short_seq_prob=0.1)
+    options = data_options(cfg, 64, 8)  # the flag reaches the data
+    assert options.echo_share == 0.5
+    echoed = PretrainingData(shard_dir, vocab, options)
+    plain = PretrainingData(shard_dir, vocab, DataOptions(max_seq_length=64, batch_size=8, nsp=False))
+    n_echo, dropped, kept = 0, 0, 0
+    for i in range(300):
+        ids, types, special, _ = echoed.instance_tokens(0, i)
+        seps = np.flatnonzero(ids == vocab.sep_id)
+        if len(seps) == 1:  # not an echo: the plain instance, token for token
+            assert np.array_equal(ids, plain.instance_tokens(0, i)[0])
+            continue
+        n_echo += 1
+        a, b = ids[1 : seps[0]], ids[seps[0] + 1 : -1]
+        assert 1 <= len(a) <= (64 - 3) // 2 and 1 <= len(b) <= len(a)
+        assert np.array_equal(a, plain.instance_tokens(0, i)[0][1 : 1 + len(a)])  # A: the instance's first tokens
+        j = 0  # B: A with tokens dropped, in A's order
+        for t in b:
+            while a[j] != t:
+                j += 1
+            j += 1
+        dropped, kept = dropped + len(a) - len(b), kept + len(b)
+        assert (types[: seps[0] + 1] == 0).all() and (types[seps[0] + 1 :] == 1).all()
+        assert special[[0, seps[0], len(ids) - 1]].all() and special.sum() == 3
+        assert np.array_equal(ids, echoed.instance_tokens(0, i)[0])  # the same draw every time
+    assert 100 < n_echo < 200, n_echo
+    assert 0.1 < dropped / (dropped + kept) < 0.3  # about ECHO_DROP of A's tokens
+    # the held-out batches score no echo: the same as a run without them
+    for x, y in zip(echoed.eval_batches(3), plain.eval_batches(3)):
+        assert np.array_equal(x["input_ids"], y["input_ids"]) and np.array_equal(x["labels"], y["labels"])
+    with pytest.raises(InputError, match="--echo-share 0.2 with --nsp"):
+        PretrainConfig(corpus=["c"], output="o", max_steps=5, nsp=True, echo_share=0.2)
+    with pytest.raises(InputError, match="echo_share"):
+        DataOptions(nsp=True, echo_share=0.2)
+
+
 def test_eval_batches_are_fixed_and_held_out(shard_dir, vocab):
     d = PretrainingData(shard_dir, vocab, DataOptions(max_seq_length=64, batch_size=4), split="eval")
     a, b = d.eval_batches(3), d.eval_batches(3)

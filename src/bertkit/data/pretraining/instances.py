@@ -256,6 +256,12 @@ def permute(positions: np.ndarray, n: int, key: list[int]) -> np.ndarray:
 # --------------------------------------------------------------------------------------------- batches
 
 HONEST_MIX = (1.0, 0.0, 0.0)  # held-out inputs: every chosen position [MASK]
+ECHO_DROP = 0.2  # an echo's A': each token of A dropped with this probability (so A' is not A at a fixed offset)
+ECHO_HELP = (  # --echo-share's
+    "share of instances (without NSP) built as an echo, [CLS] A [SEP] A' [SEP]: A' is A with a fifth of its tokens "
+    "dropped, both masked. The model learns to find a token of one segment in the other, which sentence-pair tasks "
+    "(QNLI, STS-B, MRPC) read first; held-out MLM scores no echo (default 0)"
+)
 SEGMENTS = ("one", "pair")  # an instance without NSP: one run of sentences, or two split at a sentence boundary
 SEGMENTS_HELP = (  # --segments'
     "without NSP, what an instance holds: one: [CLS] A [SEP], a run of whole sentences; pair: [CLS] A [SEP] B [SEP], "
@@ -291,12 +297,17 @@ class DataOptions:
     seed: int = 0
     mask_mix: tuple[float, float, float] = (0.8, 0.1, 0.1)  # training inputs of chosen positions: mask/random/keep
     segments: str = "one"  # without NSP: "one" ([CLS] A [SEP]) or "pair" ([CLS] A [SEP] B [SEP], B the true next)
+    echo_share: float = 0.0  # the share of instances built as echoes ([CLS] A [SEP] A' [SEP]; instance_tokens)
 
     def __post_init__(self) -> None:
         if self.masking not in ("dynamic", "static"):
             raise InputError(f"masking must be 'dynamic' or 'static', got {self.masking!r}")
         if self.segments not in SEGMENTS:
             raise InputError(f"segments must be one of {', '.join(SEGMENTS)}, got {self.segments!r}")
+        if not 0.0 <= self.echo_share < 1.0:
+            raise InputError(f"echo_share must be in [0, 1), got {self.echo_share}")
+        if self.echo_share > 0 and self.nsp:
+            raise InputError("echo_share: an echo's second segment is its first; NSP's is the next sentence")
         if self.mask_strategy not in STRATEGIES:
             raise InputError(f"mask_strategy must be one of {', '.join(STRATEGIES)}, got {self.mask_strategy!r}")
         if not 0.0 < self.mask_prob < 1.0:
@@ -449,15 +460,29 @@ class PretrainingData:
     def num_batches(self, epoch: int = 0) -> int:
         return self._per_rank(epoch) // self.options.batch_size
 
-    def instance_tokens(self, epoch: int, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        """(ids, token_type_ids, special mask, nsp label) of instance ``i`` before masking."""
+    def instance_tokens(
+        self, epoch: int, i: int, echoes: bool = True
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """(ids, token_type_ids, special mask, nsp label) of instance ``i`` before masking. With ``echo_share``, that
+        share of instances (drawn from (seed, epoch, ``i``)) is an echo: ``[CLS] A [SEP] A' [SEP]``, A the instance's
+        first ``(max_seq_length - 3) // 2`` tokens and A' A with each token dropped with probability
+        :data:`ECHO_DROP` (at least one kept). ``echoes=False`` (the held-out batches) builds none."""
         o, v = self.options, self.vocab
         s, k = (int(x[0]) for x in self._locate(epoch, np.asarray([i])))
         a_lo, a_hi, b_lo, b_hi, label = self._layout(self._key(epoch), s).instance(k)
         toks = self.shards[s].tokens
         a = np.asarray(toks[a_lo:a_hi], dtype=np.int64)
+        echo = echoes and o.echo_share > 0 and not o.nsp and b_hi == b_lo and a_hi > a_lo
+        if echo:
+            rng = np.random.default_rng([o.seed, 13, self._key(epoch), i])
+            echo = bool(rng.random() < o.echo_share)
+        if echo:
+            a = a[: (o.max_seq_length - 3) // 2]
+            kept = rng.random(len(a)) >= ECHO_DROP
+            kept[rng.integers(len(a))] = True
+            b_lo, b_hi = 0, 1  # B is A' (below), not a range of the shard
         if o.nsp or b_hi > b_lo:
-            b = np.asarray(toks[b_lo:b_hi], dtype=np.int64)
+            b = a[kept] if echo else np.asarray(toks[b_lo:b_hi], dtype=np.int64)
             ids = np.concatenate([[v.cls_id], a, [v.sep_id], b, [v.sep_id]])
             types = np.concatenate([np.zeros(len(a) + 2, np.int64), np.ones(len(b) + 1, np.int64)])
         else:
@@ -476,12 +501,14 @@ class PretrainingData:
         mix: tuple[float, float, float] | None = None,
         mask_prob: float | None = None,
         raw: bool = False,
+        echoes: bool = True,
     ) -> dict[str, np.ndarray | int]:
         """Instance ``i`` of an epoch, masked (the mask depends only on seed, epoch or copy, ``i`` and the rate);
         ``mix`` overrides the options' mask/random/keep shares, ``mask_prob`` their rate. ``raw``: unmasked, with its
-        special tokens' mask (``special``), for a strategy that masks later (``adaptive``, in the Feed)."""
+        special tokens' mask (``special``), for a strategy that masks later (``adaptive``, in the Feed);
+        ``echoes``: as :meth:`instance_tokens`'."""
         o = self.options
-        ids, types, special, label = self.instance_tokens(epoch, i)
+        ids, types, special, label = self.instance_tokens(epoch, i, echoes)
         if raw:
             masked, labels = ids, np.full(len(ids), NO_LABEL, dtype=np.int64)
         else:
@@ -512,14 +539,15 @@ class PretrainingData:
     def eval_batches(self, max_batches: int) -> list[dict[str, np.ndarray]]:
         """Fixed held-out batches (static masks, layout copy 0), the same every call. Every chosen position's input is
         [MASK] (none random, none kept), whatever the training mix: the honest meter scores only what the model had
-        to infer (docs/pretraining.md, "How quality is measured")."""
+        to infer (docs/pretraining.md, "How quality is measured"), and none is an echo (a token A' repeats is given
+        away)."""
         o = self.options
         n = min(self.num_instances(0), max_batches * o.batch_size)
         out = []
         for start in range(0, n, o.batch_size):
             out.append(
                 collate(
-                    [self.example(0, i, HONEST_MIX) for i in range(start, min(n, start + o.batch_size))],
+                    [self.example(0, i, HONEST_MIX, echoes=False) for i in range(start, min(n, start + o.batch_size))],
                     self.vocab.pad_id,
                     o.nsp,
                 )

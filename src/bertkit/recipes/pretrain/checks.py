@@ -28,7 +28,8 @@ ONLY_WITH = {
 
 def check_combinations(cfg: Any) -> None:
     """Refuse a ``PretrainConfig`` whose flags do not go together: one of :data:`ONLY_WITH` without its setting,
-    ``--whole-word-mask`` (``--mask-strategy whole-word``'s other spelling) with another strategy, a scheduled
+    ``--whole-word-mask`` (``--mask-strategy whole-word``'s other spelling) with another strategy, ``--echo-share``
+    with ``--nsp``, a scheduled
     ``--mask-prob`` or adaptive masks with static masking, ``--warmup-steps``
     past ``--max-steps``, a ``--device`` this machine lacks."""
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
@@ -53,6 +54,11 @@ def check_combinations(cfg: Any) -> None:
         raise InputError(
             f"--mask-prob {cfg.mask_prob} with --masking static: a scheduled rate changes the masks every step; "
             "use --masking dynamic or one rate"
+        )
+    if cfg.echo_share > 0 and cfg.nsp:
+        raise InputError(
+            f"--echo-share {cfg.echo_share} with --nsp: an echo's second segment repeats its first, NSP's is the next "
+            "sentence; use --no-nsp"
         )
     if cfg.warmup_steps is not None and cfg.max_steps is not None and cfg.warmup_steps > cfg.max_steps:
         raise InputError(
