@@ -242,6 +242,11 @@ def test_recipe_choice_budget_with_max_time_paper_otherwise_and_flags_win(tmp_pa
     line = mixed.chosen
     assert (mixed.recipe, mixed.nsp, mixed.lr, mixed.schedule) == ("paper", False, 3e-4, "linear")
     assert "nsp=False (set)" in line and "lr=0.0003 (set)" in line
+    # echoes: the budget's share without NSP; none beside NSP (the paper's, or --nsp on the budget); a share set wins
+    assert timed.echo_share == BUDGET["echo_share"] > 0 and stepped.echo_share == 0.0
+    assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, arch="bert", nsp=True)).echo_share == 0.0
+    set_share = resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, echo_share=0.1))
+    assert set_share.echo_share == 0.1 and "echo_share=0.1 (set)" in set_share.chosen
 
 
 def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path, monkeypatch):

@@ -55,7 +55,7 @@ def check_combinations(cfg: Any) -> None:
             f"--mask-prob {cfg.mask_prob} with --masking static: a scheduled rate changes the masks every step; "
             "use --masking dynamic or one rate"
         )
-    if cfg.echo_share > 0 and cfg.nsp:
+    if (cfg.echo_share or 0) > 0 and cfg.nsp:
         raise InputError(
             f"--echo-share {cfg.echo_share} with --nsp: an echo's second segment repeats its first, NSP's is the next "
             "sentence; use --no-nsp"

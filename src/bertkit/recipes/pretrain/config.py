@@ -12,12 +12,7 @@ from typing import Any
 
 from bertkit import models
 from bertkit.data.pretraining import masking as masks
-from bertkit.data.pretraining.instances import (  # noqa: F401 (parse_mask_mix: public here too)
-    ECHO_HELP,
-    SEGMENTS,
-    SEGMENTS_HELP,
-    parse_mask_mix,
-)
+from bertkit.data.pretraining.instances import ECHO_HELP, SEGMENTS, SEGMENTS_HELP, parse_mask_mix  # noqa: F401
 from bertkit.errors import PretrainError
 from bertkit.options import (
     POSITIVE,
@@ -175,7 +170,7 @@ class PretrainConfig:
         help="next-sentence prediction on [CLS] A [SEP] B [SEP] pairs (paper)",
     )
     segments: str = _run_key("one", choices=SEGMENTS, group=_M, help=SEGMENTS_HELP)
-    echo_share: float = _run_key(0.0, bounds=(0, 1, False, True), metavar="P", group=_M, help=ECHO_HELP)
+    echo_share: float | None = _run_key(None, bounds=(0, 1, False, True), metavar="P", group=_M, help=ECHO_HELP)
     mask_prob: float | str | None = _run_key(  # a float, or "START:END" (data/pretraining/masking.py)
         None, bounds=(0, 1, True, True), parse=masks.mask_prob_flag, metavar="P|START:END", group=_M, help=masks.HELP
     )

@@ -332,7 +332,7 @@ def data_options(cfg: PretrainConfig, seq_len: int, batch_size: int):
         seed=cfg.seed,
         mask_mix=parse_mask_mix(cfg.mask_mix or "80/10/10"),
         segments=cfg.segments,
-        echo_share=cfg.echo_share,
+        echo_share=cfg.echo_share or 0.0,
     )
 
 

@@ -32,6 +32,9 @@ BUDGET_SHAPES = {"bert-tiny": {"num_hidden_layers": 6}}
 # (Warner et al., 2024: 30% masking, MLM only)
 NO_NSP_HEAD = {"mask_prob": 0.3, "nsp": False}
 
+# the budget's share of echo instances ([CLS] A [SEP] A' [SEP]; --echo-share): a model trained on single segments cannot
+# find a token of one sentence in another, which sentence-pair tasks read first (BENCHMARKS.md, "Echo instances")
+ECHO_SHARE = 0.25
 PAPER = {
     "lr": 1e-4,
     "schedule": "linear",
@@ -48,6 +51,7 @@ PAPER = {
     "embedding_init": "normal",
     "seq_len": 128,
     "batch_size": 32,
+    "echo_share": 0.0,
 }
 # chosen by measurement (docs/pretraining.md, "Pre-training in minutes"); lr by model width below
 BUDGET = {
@@ -66,6 +70,7 @@ BUDGET = {
     "embedding_init": "normal",
     "seq_len": 128,
     "batch_size": 32,
+    "echo_share": ECHO_SHARE,
 }
 # the budget recipe on a GPU: the card carries far more than the CPU's 4,096 tokens a step, so the model is a size up
 # and each step 32,768 tokens (256 x 128; 1,024 x 32 while the sequences are short), at the lr that measured best
@@ -178,6 +183,8 @@ def resolve(cfg):
     objective = objectives.get(cfg.objective)  # its masking and NSP over the recipe's (ELECTRA: 15%, no NSP)
     objective.check(cfg)
     table.update(objective.defaults)
+    if cfg.nsp if cfg.nsp is not None else table["nsp"]:  # NSP's B is the next sentence: no echoes beside it
+        table["echo_share"] = 0.0
     if cfg.optimizer == "lamb":  # its step is relative to each weight's norm: one lr for every size
         table["lr"] = LAMB_LR if not cfg.init_from else LAMB_LR / 10
     elif table["lr"] is None:  # the budget's by size, as BERT's of the same size; 1e-4 to continue a model

@@ -39,7 +39,7 @@ from bertkit.recipes.pretrain.objectives import Objective
 from bertkit.training.distributed import all_reduce_mean
 
 # ELECTRA's masking (its pretrain_helpers.mask): 15% of the tokens, 85% of them [MASK], the rest left as they are
-DEFAULTS = {"nsp": False, "mask_prob": 0.15, "mask_mix": "85/0/15"}
+DEFAULTS = {"nsp": False, "mask_prob": 0.15, "mask_mix": "85/0/15", "echo_share": 0.0}  # echoes: not measured here
 RTD_HEAD_NAME = "rtd_head.safetensors"
 GENERATOR_DIR = "generator"
 
