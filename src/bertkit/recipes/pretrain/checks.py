@@ -29,9 +29,8 @@ ONLY_WITH = {
 def check_combinations(cfg: Any) -> None:
     """Refuse a ``PretrainConfig`` whose flags do not go together: one of :data:`ONLY_WITH` without its setting,
     ``--whole-word-mask`` (``--mask-strategy whole-word``'s other spelling) with another strategy, ``--echo-share``
-    with ``--nsp``, a scheduled
-    ``--mask-prob`` or adaptive masks with static masking, ``--warmup-steps``
-    past ``--max-steps``, a ``--device`` this machine lacks."""
+    with ``--nsp``, a scheduled ``--mask-prob`` or adaptive masks with static masking, ``--warmup-steps`` past
+    ``--max-steps``, a ``--device`` this machine lacks."""
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     for name, (needs, value, flag) in ONLY_WITH.items():
         if value is GIVEN:
