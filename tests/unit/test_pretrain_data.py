@@ -291,7 +291,7 @@ def test_echo_instances_repeat_their_first_segment_with_tokens_dropped(shard_dir
             continue
         n_echo += 1
         a, b = ids[1 : seps[0]], ids[seps[0] + 1 : -1]
-        assert 1 <= len(a) <= (64 - 3) // 2 and 1 <= len(b) <= len(a)
+        assert 1 <= len(a) <= int(61 / 1.8) and 1 <= len(b) <= len(a) and len(ids) <= 64
         assert np.array_equal(a, plain.instance_tokens(0, i)[0][1 : 1 + len(a)])  # A: the instance's first tokens
         j = 0  # B: A with tokens dropped, in A's order
         for t in b:
@@ -303,10 +303,21 @@ def test_echo_instances_repeat_their_first_segment_with_tokens_dropped(shard_dir
         assert special[[0, seps[0], len(ids) - 1]].all() and special.sum() == 3
         assert np.array_equal(ids, echoed.instance_tokens(0, i)[0])  # the same draw every time
     assert 100 < n_echo < 200, n_echo
-    assert 0.1 < dropped / (dropped + kept) < 0.3  # about ECHO_DROP of A's tokens
+    assert 0.1 < dropped / (dropped + kept) < 0.3  # about 1 - ECHO_KEEP of A's tokens
     # the held-out batches score no echo: the same as a run without them
     for x, y in zip(echoed.eval_batches(3), plain.eval_batches(3)):
         assert np.array_equal(x["input_ids"], y["input_ids"]) and np.array_equal(x["labels"], y["labels"])
+    # --echo-keep: a short A' leaves more of the sequence to A
+    cfg = PretrainConfig(
+        corpus=["c"], output="o", max_steps=5, nsp=False, echo_share=0.5, echo_keep=0.25, short_seq_prob=0.1
+    )
+    short = PretrainingData(shard_dir, vocab, data_options(cfg, 64, 8))
+    sizes = [np.flatnonzero(short.instance_tokens(0, i)[0] == vocab.sep_id) for i in range(300)]
+    a_len = [s[0] - 1 for s in sizes if len(s) == 2]
+    b_len = [s[1] - s[0] - 1 for s in sizes if len(s) == 2]
+    assert max(a_len) == int(61 / 1.25) and 0.15 < sum(b_len) / sum(a_len) < 0.35
+    with pytest.raises(InputError, match="echo_keep"):
+        DataOptions(nsp=False, echo_share=0.2, echo_keep=0.0)
     with pytest.raises(InputError, match="--echo-share 0.2 with --nsp"):
         PretrainConfig(corpus=["c"], output="o", max_steps=5, nsp=True, echo_share=0.2)
     with pytest.raises(InputError, match="echo_share"):

@@ -256,12 +256,16 @@ def permute(positions: np.ndarray, n: int, key: list[int]) -> np.ndarray:
 # --------------------------------------------------------------------------------------------- batches
 
 HONEST_MIX = (1.0, 0.0, 0.0)  # held-out inputs: every chosen position [MASK]
-ECHO_DROP = 0.2  # an echo's A': each token of A dropped with this probability (so A' is not A at a fixed offset)
+ECHO_KEEP = 0.8  # an echo's A': each token of A kept with this probability (so A' is not A at a fixed offset)
 ECHO_HELP = (  # --echo-share's
-    "share of instances (without NSP) built as an echo, [CLS] A [SEP] A' [SEP]: A' is A with a fifth of its tokens "
-    "dropped, both masked. The model learns to find a token of one segment in the other, which sentence-pair tasks "
-    "(QNLI, STS-B, MRPC) read first; held-out MLM scores no echo (default: the budget recipe's 0.25 without NSP, "
-    "else 0)"
+    "share of instances (without NSP) built as an echo, [CLS] A [SEP] A' [SEP]: A' is A with some of its tokens "
+    "dropped (--echo-keep), both masked. The model learns to find a token of one segment in the other, which "
+    "sentence-pair tasks (QNLI, STS-B, MRPC) read first; held-out MLM scores no echo (default: the budget recipe's "
+    "0.25 without NSP, else 0)"
+)
+ECHO_KEEP_HELP = (  # --echo-keep's
+    "an echo's A' keeps each token of A with this probability, in A's order; A takes 1/(1+K) of the sequence, so a "
+    "short A' leaves more of it to fresh text (default 0.8)"
 )
 SEGMENTS = ("one", "pair")  # an instance without NSP: one run of sentences, or two split at a sentence boundary
 SEGMENTS_HELP = (  # --segments'
@@ -299,6 +303,7 @@ class DataOptions:
     mask_mix: tuple[float, float, float] = (0.8, 0.1, 0.1)  # training inputs of chosen positions: mask/random/keep
     segments: str = "one"  # without NSP: "one" ([CLS] A [SEP]) or "pair" ([CLS] A [SEP] B [SEP], B the true next)
     echo_share: float = 0.0  # the share of instances built as echoes ([CLS] A [SEP] A' [SEP]; instance_tokens)
+    echo_keep: float = ECHO_KEEP  # an echo's A' keeps each token of A with this probability
 
     def __post_init__(self) -> None:
         if self.masking not in ("dynamic", "static"):
@@ -307,6 +312,8 @@ class DataOptions:
             raise InputError(f"segments must be one of {', '.join(SEGMENTS)}, got {self.segments!r}")
         if not 0.0 <= self.echo_share < 1.0:
             raise InputError(f"echo_share must be in [0, 1), got {self.echo_share}")
+        if not 0.0 < self.echo_keep <= 1.0:
+            raise InputError(f"echo_keep must be in (0, 1], got {self.echo_keep}")
         if self.echo_share > 0 and self.nsp:
             raise InputError("echo_share: an echo's second segment is its first; NSP's is the next sentence")
         if self.mask_strategy not in STRATEGIES:
@@ -466,8 +473,9 @@ class PretrainingData:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """(ids, token_type_ids, special mask, nsp label) of instance ``i`` before masking. With ``echo_share``, that
         share of instances (drawn from (seed, epoch, ``i``)) is an echo: ``[CLS] A [SEP] A' [SEP]``, A the instance's
-        first ``(max_seq_length - 3) // 2`` tokens and A' A with each token dropped with probability
-        :data:`ECHO_DROP` (at least one kept). ``echoes=False`` (the held-out batches) builds none."""
+        first ``(max_seq_length - 3) / (1 + echo_keep)`` tokens and A' A with each token kept with probability
+        ``echo_keep`` (at least one; cut to what the sequence holds). ``echoes=False`` (the held-out batches) builds
+        none."""
         o, v = self.options, self.vocab
         s, k = (int(x[0]) for x in self._locate(epoch, np.asarray([i])))
         a_lo, a_hi, b_lo, b_hi, label = self._layout(self._key(epoch), s).instance(k)
@@ -477,10 +485,11 @@ class PretrainingData:
         if b is None and echoes and o.echo_share > 0 and len(a):  # one segment: an echo, the share of the time
             rng = np.random.default_rng([o.seed, 13, self._key(epoch), i])
             if rng.random() < o.echo_share:
-                a = a[: (o.max_seq_length - 3) // 2]
-                kept = rng.random(len(a)) >= ECHO_DROP
+                room = o.max_seq_length - 3
+                a = a[: max(1, int(room / (1 + o.echo_keep)))]
+                kept = rng.random(len(a)) < o.echo_keep
                 kept[rng.integers(len(a))] = True
-                b = a[kept]
+                b = a[kept][: room - len(a)]
         if b is not None:
             ids = np.concatenate([[v.cls_id], a, [v.sep_id], b, [v.sep_id]])
             types = np.concatenate([np.zeros(len(a) + 2, np.int64), np.ones(len(b) + 1, np.int64)])

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import models
+from bertkit.data.pretraining import instances as ins
 from bertkit.data.pretraining import masking as masks
-from bertkit.data.pretraining.instances import ECHO_HELP, SEGMENTS, SEGMENTS_HELP, parse_mask_mix  # noqa: F401
+from bertkit.data.pretraining.instances import SEGMENTS, SEGMENTS_HELP, parse_mask_mix  # noqa: F401
 from bertkit.errors import PretrainError
 from bertkit.options import (
     POSITIVE,
@@ -170,7 +171,8 @@ class PretrainConfig:
         help="next-sentence prediction on [CLS] A [SEP] B [SEP] pairs (paper)",
     )
     segments: str = _run_key("one", choices=SEGMENTS, group=_M, help=SEGMENTS_HELP)
-    echo_share: float | None = _run_key(None, bounds=(0, 1, False, True), metavar="P", group=_M, help=ECHO_HELP)
+    echo_share: float | None = _run_key(None, bounds=(0, 1, False, True), metavar="P", group=_M, help=ins.ECHO_HELP)
+    echo_keep: float | None = _run_key(None, bounds=(0, 1, True, False), metavar="K", group=_M, help=ins.ECHO_KEEP_HELP)
     mask_prob: float | str | None = _run_key(  # a float, or "START:END" (data/pretraining/masking.py)
         None, bounds=(0, 1, True, True), parse=masks.mask_prob_flag, metavar="P|START:END", group=_M, help=masks.HELP
     )
@@ -340,9 +342,7 @@ class PretrainConfig:
         """The run keys, with paths made absolute, and the line that says what the recipe chose (run.json)."""
         d = dataclasses.asdict(self)
         d["corpus"] = [str(Path(p).resolve()) for p in self.corpus]
-        for key in ("vocab", "init_from"):
-            if d[key]:
-                d[key] = str(Path(d[key]).resolve())
+        d.update({k: str(Path(d[k]).resolve()) for k in ("vocab", "init_from") if d[k]})
         return {**{k: d[k] for k in RUN_KEYS}, "chosen": self.chosen}  # and what resolve() chose, as it said
 
 

@@ -18,7 +18,7 @@ from bertkit.data.pretraining import prepare as preparation  # a module: tests r
 from bertkit.data.pretraining.cooccurrence import ppmi_embeddings
 from bertkit.data.pretraining.corpus import expand_corpus, write_sentences
 from bertkit.data.pretraining.feed import Feed
-from bertkit.data.pretraining.instances import DataOptions, VocabInfo, token_counts, unigram_log_probs
+from bertkit.data.pretraining.instances import ECHO_KEEP, DataOptions, VocabInfo, token_counts, unigram_log_probs
 from bertkit.data.pretraining.masking import parse_mask_prob
 from bertkit.data.pretraining.ramps import parse_ramp
 from bertkit.errors import InputError, allocation_failure
@@ -333,6 +333,7 @@ def data_options(cfg: PretrainConfig, seq_len: int, batch_size: int):
         mask_mix=parse_mask_mix(cfg.mask_mix or "80/10/10"),
         segments=cfg.segments,
         echo_share=cfg.echo_share or 0.0,
+        echo_keep=cfg.echo_keep or ECHO_KEEP,
     )
 
 
