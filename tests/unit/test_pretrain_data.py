@@ -318,6 +318,13 @@ def test_echo_instances_repeat_their_first_segment_with_tokens_dropped(shard_dir
     assert max(a_len) == int(61 / 1.25) and 0.15 < sum(b_len) / sum(a_len) < 0.35
     with pytest.raises(InputError, match="--echo-keep 0.5: no instance is an echo"):
         PretrainConfig(corpus=["c"], output="o", max_steps=5, echo_share=0.0, echo_keep=0.5)
+    with pytest.raises(InputError, match="--echo-stage last: no instance is an echo"):
+        PretrainConfig(corpus=["c"], output="o", max_steps=5, nsp=True, echo_stage="last")
+    # --echo-stage last: none in a ramp's shorter stage, the share at the final length
+    cfg = PretrainConfig(
+        corpus=["c"], output="o", max_steps=5, nsp=False, echo_share=0.5, echo_stage="last", seq_len=64
+    )
+    assert data_options(cfg, 32, 16).echo_share == 0.0 and data_options(cfg, 64, 8).echo_share == 0.5
     with pytest.raises(InputError, match="echo_keep"):
         DataOptions(nsp=False, echo_share=0.2, echo_keep=0.0)
     with pytest.raises(InputError, match="--echo-share 0.2 with --nsp"):

@@ -267,6 +267,10 @@ ECHO_KEEP_HELP = (  # --echo-keep's
     "an echo's A' keeps each token of A with this probability, in A's order; A takes 1/(1+K) of the sequence, so a "
     "short A' leaves more of it to fresh text (default 0.8)"
 )
+ECHO_STAGE_HELP = (  # --echo-stage's
+    "where the ramps build echoes: all: every stage; last: only at the run's final --seq-len (the budget recipe's "
+    "last 30%% of steps, at 128 tokens), so the short stage that teaches most grammar holds none (default all)"
+)
 SEGMENTS = ("one", "pair")  # an instance without NSP: one run of sentences, or two split at a sentence boundary
 SEGMENTS_HELP = (  # --segments'
     "without NSP, what an instance holds: one: [CLS] A [SEP], a run of whole sentences; pair: [CLS] A [SEP] B [SEP], "

@@ -29,8 +29,8 @@ ONLY_WITH = {
 def check_combinations(cfg: Any) -> None:
     """Refuse a ``PretrainConfig`` whose flags do not go together: one of :data:`ONLY_WITH` without its setting,
     ``--whole-word-mask`` (``--mask-strategy whole-word``'s other spelling) with another strategy, ``--echo-share``
-    with ``--nsp``, ``--echo-keep`` where no instance is an echo, a scheduled ``--mask-prob`` or adaptive masks with
-    static masking, ``--warmup-steps`` past ``--max-steps``, a ``--device`` this machine lacks."""
+    with ``--nsp``, ``--echo-keep`` or ``--echo-stage`` where no instance is an echo, a scheduled ``--mask-prob`` or
+    adaptive masks with static masking, ``--warmup-steps`` past ``--max-steps``, a ``--device`` this machine lacks."""
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     for name, (needs, value, flag) in ONLY_WITH.items():
         if value is GIVEN:
@@ -59,8 +59,10 @@ def check_combinations(cfg: Any) -> None:
             f"--echo-share {cfg.echo_share} with --nsp: an echo's second segment repeats its first, NSP's is the next "
             "sentence; use --no-nsp"
         )
-    if cfg.echo_keep is not None and (cfg.echo_share == 0 or cfg.nsp):
-        raise InputError(f"--echo-keep {cfg.echo_keep}: no instance is an echo here (--echo-share 0 or --nsp)")
+    stage = None if cfg.echo_stage == "all" else cfg.echo_stage  # all: the default, unsaid
+    for flag, value in (("--echo-keep", cfg.echo_keep), ("--echo-stage", stage)):
+        if value is not None and (cfg.echo_share == 0 or cfg.nsp):
+            raise InputError(f"{flag} {value}: no instance is an echo here (--echo-share 0 or --nsp)")
     if cfg.warmup_steps is not None and cfg.max_steps is not None and cfg.warmup_steps > cfg.max_steps:
         raise InputError(
             f"--warmup-steps {cfg.warmup_steps}: more than the run's --max-steps {cfg.max_steps} (the learning rate "

@@ -316,7 +316,8 @@ def sinusoids(positions: int, width: int):
 def data_options(cfg: PretrainConfig, seq_len: int, batch_size: int):
     """What a batch of ``seq_len`` tokens and ``batch_size`` sequences holds: the run's masking, NSP and seed. A
     ``--mask-prob START:END`` run's data masks at START unless the feed passes a batch its rate
-    (``data.pretraining.feed``); its ``max_predictions`` default follows the larger end."""
+    (``data.pretraining.feed``); its ``max_predictions`` default follows the larger end. ``--echo-stage last``: echoes
+    only at the final ``seq_len``."""
 
     start, end = parse_mask_prob(cfg.mask_prob)
     return DataOptions(
@@ -332,7 +333,7 @@ def data_options(cfg: PretrainConfig, seq_len: int, batch_size: int):
         seed=cfg.seed,
         mask_mix=parse_mask_mix(cfg.mask_mix or "80/10/10"),
         segments=cfg.segments,
-        echo_share=cfg.echo_share or 0.0,
+        echo_share=(cfg.echo_share or 0.0) if cfg.echo_stage == "all" or seq_len >= (cfg.seq_len or 128) else 0.0,
         echo_keep=cfg.echo_keep or ECHO_KEEP,
     )
 
