@@ -59,10 +59,12 @@ def check_combinations(cfg: Any) -> None:
             f"--echo-share {cfg.echo_share} with --nsp: an echo's second segment repeats its first, NSP's is the next "
             "sentence; use --no-nsp"
         )
-    stage = None if cfg.echo_stage == "all" else cfg.echo_stage  # all: the default, unsaid
-    for flag, value in (("--echo-keep", cfg.echo_keep), ("--echo-stage", stage)):
-        if value is not None and (cfg.echo_share == 0 or cfg.nsp):
-            raise InputError(f"{flag} {value}: no instance is an echo here (--echo-share 0 or --nsp)")
+    for name in ("echo_keep", "echo_stage"):  # set (not the default) where no instance is an echo
+        value = getattr(cfg, name)
+        if value != defaults[name] and (cfg.echo_share == 0 or cfg.nsp):
+            raise InputError(
+                f"--{name.replace('_', '-')} {value}: no instance is an echo here (--echo-share 0 or --nsp)"
+            )
     if cfg.warmup_steps is not None and cfg.max_steps is not None and cfg.warmup_steps > cfg.max_steps:
         raise InputError(
             f"--warmup-steps {cfg.warmup_steps}: more than the run's --max-steps {cfg.max_steps} (the learning rate "
