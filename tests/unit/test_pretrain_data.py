@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bertkit.data.pretraining.draws import mask_rows
 from bertkit.data.pretraining.instances import (
     DataOptions,
     PretrainingData,
@@ -21,6 +22,7 @@ SPECIALS = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = [f"w{i}" for i in range(150)]
 PIECES = [f"##p{i}" for i in range(50)]
 TOKENS = SPECIALS + WORDS + PIECES
+BATCH_KEYS = ("input_ids", "token_type_ids", "attention_mask", "labels")
 
 
 @pytest.fixture(scope="module")
@@ -114,24 +116,32 @@ def test_random_next_comes_from_another_document(shard_dir, vocab):
     assert same.mean() < 0.05
 
 
-def _mask_many(vocab, whole_word, n=3000, seq=100, mask_prob=0.15, max_pred=1000, seed=0):
+def _mask_many(vocab, whole_word, n=3000, seq=100, mask_prob=0.15, max_pred=1000, seed=0, rows=False):
+    """n rows of seq tokens ([CLS] at 0, [SEP] at 40 and at the end) masked one by one by ``mask_instance``, or
+    with ``rows`` all at once by the loader's batch route (``draws.mask_rows``, token masking)."""
     rng = np.random.default_rng(seed)
+    ids = rng.integers(6, len(TOKENS), (n, seq))
+    ids[:, 0], ids[:, 40], ids[:, -1] = 3, 4, 4
+    special = np.zeros((n, seq), bool)
+    special[:, [0, 40, seq - 1]] = True
+    if rows:
+        masked, labels = mask_rows(
+            ids, special, np.full(n, seq), vocab, mask_prob, max_pred, (0.8, 0.1, 0.1), (seed, 0, np.arange(n))
+        )
+        return list(zip(ids, special, masked, labels))
     out = []
     for i in range(n):
-        ids = rng.integers(6, len(TOKENS), seq)
-        ids[0], ids[40], ids[-1] = 3, 4, 4
-        special = np.zeros(seq, bool)
-        special[[0, 40, seq - 1]] = True
         strategy = "whole-word" if whole_word else "token"
         masked, labels = mask_instance(
-            ids, special, vocab, mask_prob, max_pred, strategy, np.random.default_rng([seed, i])
+            ids[i], special[i], vocab, mask_prob, max_pred, strategy, np.random.default_rng([seed, i])
         )
-        out.append((ids, special, masked, labels))
+        out.append((ids[i], special[i], masked, labels))
     return out
 
 
-def test_masking_rate_and_80_10_10(vocab):
-    rows = _mask_many(vocab, whole_word=False)
+@pytest.mark.parametrize("rows", [False, True], ids=["one by one", "batch"])
+def test_masking_rate_and_80_10_10(vocab, rows):
+    rows = _mask_many(vocab, whole_word=False, rows=rows)
     picked = sum(int((lab != -100).sum()) for _, _, _, lab in rows)
     total = sum(len(ids) for ids, _, _, _ in rows)
     assert picked / total == pytest.approx(0.15, abs=0.002)  # round(100 * 0.15) = 15 per 100-token row
@@ -150,14 +160,24 @@ def test_masking_rate_and_80_10_10(vocab):
     assert as_random / picked == pytest.approx(0.1, abs=5 * sd + 0.01)
 
 
-def test_cap_max_predictions(vocab):
-    for _, _, _, lab in _mask_many(vocab, whole_word=False, n=50, max_pred=7):
+@pytest.mark.parametrize("rows", [False, True], ids=["one by one", "batch"])
+def test_cap_max_predictions(vocab, rows):
+    for _, _, _, lab in _mask_many(vocab, whole_word=False, n=50, max_pred=7, rows=rows):
         assert (lab != -100).sum() == 7
 
 
-@pytest.mark.parametrize("whole_word", [False, True])
-def test_special_tokens_never_masked_nor_introduced(vocab, whole_word):
-    for ids, special, masked, lab in _mask_many(vocab, whole_word, n=500):
+def test_batch_masking_picks_every_ordinary_position_alike(vocab):
+    """The batch route's picks are uniform over the positions: each of the 97 ordinary columns at 15%."""
+    picked = np.stack([lab != -100 for *_, lab in _mask_many(vocab, False, n=4000, rows=True)])
+    rate = picked.mean(0)
+    assert (rate[[0, 40, 99]] == 0).all()
+    ordinary = np.delete(rate, [0, 40, 99])
+    assert np.abs(ordinary - 0.15).max() < 5 * np.sqrt(0.15 * 0.85 / 4000), ordinary
+
+
+@pytest.mark.parametrize("route", ["token", "whole-word", "batch"])
+def test_special_tokens_never_masked_nor_introduced(vocab, route):
+    for ids, special, masked, lab in _mask_many(vocab, route == "whole-word", n=500, rows=route == "batch"):
         assert (lab[special] == -100).all() and (masked[special] == ids[special]).all()
         sel = lab != -100
         random_ones = masked[sel][(masked[sel] != vocab.mask_id)]
@@ -232,6 +252,36 @@ def test_batch_layout(shard_dir, vocab):
         assert (b["labels"][r, n:] == -100).all()
     assert b["input_ids"].shape[1] % 8 == 0
     assert set(b["next_sentence_label"].tolist()) <= {0, 1}
+
+
+@pytest.mark.parametrize("short_seq_prob", [0.0, 0.1])
+def test_a_batch_built_at_once_is_its_instances_built_one_by_one(shard_dir, vocab, short_seq_prob):
+    """The loader's array route (one segment, no NSP, token masking) gives each row what the instance alone gives:
+    its tokens are ``instance_tokens``' (the layout's A, an echo's A'), its masks :meth:`example`'s."""
+    options = DataOptions(
+        max_seq_length=48, batch_size=16, nsp=False, mask_prob=0.3, echo_share=0.4, short_seq_prob=short_seq_prob
+    )
+    d = PretrainingData(shard_dir, vocab, options)
+    assert d.vectorised and not PretrainingData(shard_dir, vocab, DataOptions(nsp=True)).vectorised
+    echoes = 0
+    for index in range(3):
+        b = d.batch(1, index)
+        ids = d.ids_at(1, np.arange(index * 16, index * 16 + 16))
+        assert b["input_ids"].shape[1] % 8 == 0 and set(b) == set(BATCH_KEYS)
+        for r, i in enumerate(ids):
+            n = int(b["attention_mask"][r].sum())
+            tokens, types, special, _ = d.instance_tokens(1, int(i))
+            alone = d.example(1, int(i))
+            assert n == len(tokens) and (b["attention_mask"][r, n:] == 0).all()
+            np.testing.assert_array_equal(alone["original_ids"], tokens)
+            np.testing.assert_array_equal(b["token_type_ids"][r, :n], types)
+            for k in ("input_ids", "labels"):
+                np.testing.assert_array_equal(b[k][r, :n], alone[k])
+            labelled = b["labels"][r] != -100
+            budget = min(15, max(1, round(n * 0.3)), n - int(special.sum()))  # max_predictions: ceil(48 * 0.3)
+            assert not labelled[:n][special].any() and labelled.sum() == budget
+            echoes += int(types.any())
+    assert 8 < echoes < 32, echoes  # 0.4 of 48 rows
 
 
 def test_pair_segments_without_nsp_split_a_run_at_a_sentence_boundary(shard_dir, vocab):

@@ -18,12 +18,16 @@ Pipeline (as Google's ``create_pretraining_data.py``, stored so a corpus larger 
 3. :func:`~bertkit.data.pretraining.masking.mask_instance` picks ``round(len * mask_prob)`` positions (at least 1,
    at most ``max_predictions``) among non-special tokens by the options' ``mask_strategy`` (the registry of
    :mod:`bertkit.data.pretraining.masking`: token, whole-word, ...); 80% become [MASK], 10% a random non-special
-   token, 10% stay. [CLS], [SEP] and [PAD] are never picked.
+   token, 10% stay. [CLS], [SEP] and [PAD] are never picked. The budget recipe's data (one segment, no NSP, token
+   masking: :attr:`PretrainingData.vectorised`) is built a whole batch at once by array passes, its echoes and masks
+   drawn by counter-based hashes of (seed, epoch or copy, instance, position) (:mod:`~bertkit.data.pretraining.draws`:
+   :func:`~bertkit.data.pretraining.draws.mask_rows`, the same rule): a batch of 1,024 x 32 tokens in a few
+   milliseconds where one generator per instance took 100 ms, so that a worker keeps ahead of a graphed GPU step.
 4. :class:`PretrainingData` serves batches by (epoch, index) as pure functions of the seed: the instance layout and
-   order of an epoch, and every mask, come from generators seeded by (seed, epoch or copy, shard or instance). So a
-   run resumes from its (epoch, index) position with no data state beyond those two numbers, and each rank of a
-   distributed run reads its own strided part of the order. The order visits the shards in a permuted sequence,
-   ``SHUFFLE_SHARDS`` at a time, shuffling those shards' instances together by a Feistel permutation (no index
+   order of an epoch, and every mask, come from generators or hashes seeded by (seed, epoch or copy, shard or
+   instance). So a run resumes from its (epoch, index) position with no data state beyond those two numbers, and
+   each rank of a distributed run reads its own strided part of the order. The order visits the shards in a permuted
+   sequence, ``SHUFFLE_SHARDS`` at a time, shuffling those shards' instances together by a Feistel permutation (no index
    array): a rank holds one count per shard and the chunk starts of about two windows, whatever the corpus size, and
    an epoch starts after one vectorised pass over the sentence offsets. Masking is ``dynamic`` (fresh layout and masks
    each epoch) or ``static`` (``dupe_factor`` fixed copies, cycled).
@@ -47,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bertkit.data.pretraining.draws import S_ECHO, S_FORCED, S_KEPT, hashes, mask_rows, splitmix, uniforms
 from bertkit.data.pretraining.masking import (  # noqa: F401 (public here too)
     NO_LABEL,
     STRATEGIES,
@@ -221,13 +226,6 @@ def create_instances(
     return ShardLayout(shard, max_seq_length, short_seq_prob, nsp, str(seed), pairs=pairs).table()
 
 
-def _splitmix(x: np.ndarray) -> np.ndarray:
-    x = (x + np.uint64(0x9E3779B97F4A7C15)) & np.uint64(0xFFFFFFFFFFFFFFFF)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
 def permute(positions: np.ndarray, n: int, key: list[int]) -> np.ndarray:
     """A pseudo-random permutation of ``[0, n)`` evaluated at ``positions``, without materialising it: a 4-round
     Feistel network over the next even power of two, with values that land at or past ``n`` walked on until they
@@ -247,7 +245,7 @@ def permute(positions: np.ndarray, n: int, key: list[int]) -> np.ndarray:
             y = x[todo]
             left, right = y >> half, y & low
             for k in round_keys:
-                left, right = right, left ^ (_splitmix(right ^ k) & low)
+                left, right = right, left ^ (splitmix(right ^ k) & low)
             x[todo] = (left << half) | right
             todo = todo[x[todo] >= np.uint64(n)]
     return x.astype(np.int64)
@@ -475,35 +473,26 @@ class PretrainingData:
     def instance_tokens(
         self, epoch: int, i: int, echoes: bool = True
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        """(ids, token_type_ids, special mask, nsp label) of instance ``i`` before masking. With ``echo_share``, that
-        share of instances (drawn from (seed, epoch, ``i``)) is an echo: ``[CLS] A [SEP] A' [SEP]``, A the instance's
-        first ``(max_seq_length - 3) / (1 + echo_keep)`` tokens and A' A with each token kept with probability
-        ``echo_keep`` (at least one; cut to what the sequence holds). ``echoes=False`` (the held-out batches) builds
-        none."""
+        """(ids, token_type_ids, special mask, nsp label) of instance ``i`` before masking: with one segment and no
+        NSP, row ``i`` of :meth:`_rows` (echoes included: ``echoes=False``, the held-out batches, builds none); else
+        ``[CLS] A [SEP] B [SEP]`` from the layout (``[CLS] A [SEP]`` where sentence pairs find one sentence)."""
+        if self.vectorised:
+            tokens, special, types, n = self._rows(epoch, np.asarray([i]), echoes)
+            return tokens[0, : n[0]], types[0, : n[0]], special[0, : n[0]], -1
         o, v = self.options, self.vocab
         s, k = (int(x[0]) for x in self._locate(epoch, np.asarray([i])))
         a_lo, a_hi, b_lo, b_hi, label = self._layout(self._key(epoch), s).instance(k)
         toks = self.shards[s].tokens
         a = np.asarray(toks[a_lo:a_hi], dtype=np.int64)
-        b = np.asarray(toks[b_lo:b_hi], dtype=np.int64) if o.nsp or b_hi > b_lo else None
-        if b is None and echoes and o.echo_share > 0 and len(a):  # one segment: an echo, the share of the time
-            rng = np.random.default_rng([o.seed, 13, self._key(epoch), i])
-            if rng.random() < o.echo_share:
-                room = o.max_seq_length - 3
-                a = a[: max(1, int(room / (1 + o.echo_keep)))]
-                kept = rng.random(len(a)) < o.echo_keep
-                kept[rng.integers(len(a))] = True
-                b = a[kept][: room - len(a)]
-        if b is not None:
+        if o.nsp or b_hi > b_lo:
+            b = np.asarray(toks[b_lo:b_hi], dtype=np.int64)
             ids = np.concatenate([[v.cls_id], a, [v.sep_id], b, [v.sep_id]])
             types = np.concatenate([np.zeros(len(a) + 2, np.int64), np.ones(len(b) + 1, np.int64)])
-        else:
+        else:  # sentence pairs without NSP from a one-sentence chunk: one segment
             ids = np.concatenate([[v.cls_id], a, [v.sep_id]])
             types = np.zeros(len(ids), np.int64)
         special = np.zeros(len(ids), bool)
-        special[0] = True
-        special[len(a) + 1] = True
-        special[-1] = True
+        special[[0, len(a) + 1, len(ids) - 1]] = True
         return ids, types, special, label
 
     def example(
@@ -518,17 +507,18 @@ class PretrainingData:
         """Instance ``i`` of an epoch, masked (the mask depends only on seed, epoch or copy, ``i`` and the rate);
         ``mix`` overrides the options' mask/random/keep shares, ``mask_prob`` their rate. ``raw``: unmasked, with its
         special tokens' mask (``special``), for a strategy that masks later (``adaptive``, in the Feed);
-        ``echoes``: as :meth:`instance_tokens`'."""
+        ``echoes``: as :meth:`instance_tokens`'. With one segment and no NSP, the row of a batch of one."""
         o = self.options
+        if self.vectorised:
+            batch, tokens, n = self._batch_of(epoch, np.asarray([i]), mix or o.mask_mix, mask_prob, raw, echoes)
+            row = {k: batch[k][0, : n[0]] for k in ("input_ids", "token_type_ids", "labels")}
+            special = {"special": batch["special_tokens_mask"][0, : n[0]]} if raw else {}
+            return {**row, "next_sentence_label": -1, "original_ids": tokens[0, : n[0]], **special}
         ids, types, special, label = self.instance_tokens(epoch, i, echoes)
         if raw:
             masked, labels = ids, np.full(len(ids), NO_LABEL, dtype=np.int64)
         else:
-            rng = np.random.default_rng([o.seed, 11, self._key(epoch), i])
-            rate = o.mask_prob if mask_prob is None else mask_prob
-            masked, labels = mask_instance(
-                ids, special, self.vocab, rate, o.max_predictions, o.mask_strategy, rng, mix or o.mask_mix
-            )
+            masked, labels = self._masked(epoch, i, ids, special, mix or o.mask_mix, mask_prob)
         return {
             "input_ids": masked,
             "token_type_ids": types,
@@ -538,6 +528,110 @@ class PretrainingData:
             **({"special": special} if raw else {}),
         }
 
+    def _masked(self, epoch: int, i: int, ids, special, mix, mask_prob: float | None) -> tuple[np.ndarray, np.ndarray]:
+        """Instance ``i``'s ``ids`` masked alone by the options' strategy, with its own generator."""
+        o = self.options
+        rng = np.random.default_rng([o.seed, 11, self._key(epoch), i])
+        rate = o.mask_prob if mask_prob is None else mask_prob
+        return mask_instance(ids, special, self.vocab, rate, o.max_predictions, o.mask_strategy, rng, mix)
+
+    @property
+    def vectorised(self) -> bool:
+        """Whether batches are laid out by array passes over all their rows (:meth:`_rows`): one segment and no NSP,
+        the budget recipe's (echoes included). Token masking then runs on the whole batch too (``draws.mask_rows``);
+        the other strategies mask row by row, each instance with its own generator. NSP and sentence pairs are
+        built instance by instance."""
+        return not self.options.nsp and self.options.segments == "one"
+
+    def _echoes(self, key: int, ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For instances ``ids`` whose A holds ``lengths`` tokens: which are echoes ([B] bool, ``echo_share`` of
+        them), A's length in each (an echo's cut to 1 / (1 + ``echo_keep``) of the room), and which of A's tokens
+        A' keeps ([B, max(lengths)] bool: each with probability ``echo_keep``, one drawn position always): counter-
+        based draws of (seed, key, instance) (draws.py), the same in a batch and alone."""
+        o, B = self.options, len(ids)
+        width = max(1, int(lengths.max(initial=0)))
+        echo = (uniforms(o.seed, S_ECHO, key, ids) < o.echo_share) & (lengths > 0)
+        cut = max(1, int((o.max_seq_length - 3) / (1 + o.echo_keep)))
+        a_len = np.where(echo, np.minimum(lengths, cut), lengths)
+        kept = (uniforms(o.seed, S_KEPT, key, ids, width) < o.echo_keep) & (np.arange(width) < a_len[:, None])
+        force = hashes(o.seed, S_FORCED, key, ids) % np.maximum(1, a_len).astype(np.uint64)
+        kept[np.arange(B), force.astype(np.int64)] = True
+        return echo, a_len, kept & echo[:, None]
+
+    def _spans(self, epoch: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(shard [B], first token [B], end [B]) of one-segment instances ``ids``: :meth:`ShardLayout.instance`'s A,
+        array by array where no short target is drawn (the chunk's tokens up to ``max_tokens``), else one by one."""
+        key, (shard, k) = self._key(epoch), self._locate(epoch, ids)
+        lo, hi = np.empty(len(ids), dtype=np.int64), np.empty(len(ids), dtype=np.int64)
+        for s in np.unique(shard):
+            at, layout = np.flatnonzero(shard == s), self._layout(key, int(s))
+            if self.options.short_seq_prob > 0:
+                lo[at], hi[at] = np.asarray([layout.instance(int(j))[:2] for j in k[at]]).reshape(-1, 2).T
+                continue
+            j, last = k[at], len(layout.starts) - 1
+            end = np.where(j < last, layout.starts[np.minimum(j + 1, last)], layout.n_sentences)  # the next chunk's
+            lo[at] = layout._sent[layout.starts[j]]
+            hi[at] = np.minimum(layout._sent[end], lo[at] + layout.max_tokens)
+        return shard, lo, hi
+
+    def _rows(self, epoch: int, ids: np.ndarray, echoes: bool) -> tuple[np.ndarray, ...]:
+        """One-segment instances ``ids`` laid out by array passes: ``[CLS] A [SEP]``, or an echo's ``[CLS] A [SEP]
+        A' [SEP]`` (:meth:`_echoes`) -> (ids [B, T] padded to a multiple of 8, special [B, T] ([CLS]/[SEP]),
+        token types [B, T], lengths [B])."""
+        o, v, key = self.options, self.vocab, self._key(epoch)
+        B = len(ids)
+        shard, lo, hi = self._spans(epoch, ids)
+        lengths = hi - lo
+        width = max(1, int(lengths.max(initial=0)))
+        a = np.zeros((B, width), dtype=np.int64)  # A's tokens, left-aligned
+        for s in np.unique(shard):
+            at, tokens = np.flatnonzero(shard == s), self.shards[s].tokens
+            offsets = np.minimum(np.arange(width), np.maximum(lengths[at, None] - 1, 0))
+            a[at] = np.asarray(tokens[np.minimum(lo[at, None] + offsets, len(tokens) - 1)], dtype=np.int64)
+        if echoes and o.echo_share > 0:
+            echo, a_len, kept = self._echoes(key, ids, lengths)
+        else:
+            echo, a_len, kept = np.zeros(B, dtype=bool), lengths, np.zeros((B, width), dtype=bool)
+        b_len = np.where(echo, np.minimum(kept.sum(1), o.max_seq_length - 3 - a_len), 0)
+        b = np.zeros_like(a)  # A's kept tokens, left-aligned in order
+        r, j = np.nonzero(kept)
+        b[r, np.cumsum(kept, axis=1)[r, j] - 1] = a[r, j]
+        n = a_len + 2 + np.where(echo, b_len + 1, 0)
+        T = -(-int(n.max(initial=8)) // 8) * 8
+        col = np.arange(T)[None, :]
+        b_first = (a_len + 2)[:, None]
+        in_b = echo[:, None] & (col >= b_first) & (col < b_first + b_len[:, None])
+        special = (col == 0) | (col == a_len[:, None] + 1) | (echo[:, None] & (col == b_first + b_len[:, None]))
+        at_a = np.take_along_axis(a, np.broadcast_to(np.clip(col - 1, 0, width - 1), (B, T)), 1)
+        at_b = np.take_along_axis(b, np.broadcast_to(np.clip(col - b_first, 0, width - 1), (B, T)), 1)
+        tokens = np.where((col >= 1) & (col <= a_len[:, None]), at_a, v.pad_id)
+        tokens = np.where(in_b, at_b, tokens)
+        tokens = np.where(special, np.where(col == 0, v.cls_id, v.sep_id), tokens)
+        types = (echo[:, None] & (col >= b_first) & (col < n[:, None])).astype(np.int64)
+        return tokens, special, types, n
+
+    def _batch_of(
+        self, epoch: int, ids: np.ndarray, mix, mask_prob: float | None, raw: bool, echoes: bool
+    ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """Instances ``ids`` as one batch (:meth:`_rows`), masked: by token, all rows at once (``draws.mask_rows``);
+        by another strategy, row by row as :meth:`example` masks an instance; ``raw``, not at all (with the special
+        tokens' mask, [PAD] included) -> (the batch as :func:`collate` lays it out, the unmasked ids, the lengths)."""
+        o, key = self.options, self._key(epoch)
+        tokens, special, types, n = self._rows(epoch, ids, echoes)
+        real = np.arange(tokens.shape[1])[None, :] < n[:, None]
+        batch = {"token_type_ids": types, "attention_mask": real.astype(np.int64)}
+        rate = o.mask_prob if mask_prob is None else mask_prob
+        if raw:
+            inputs, labels = tokens, np.full(tokens.shape, NO_LABEL, dtype=np.int64)
+            batch["special_tokens_mask"] = special | ~real
+        elif o.mask_strategy == "token":
+            inputs, labels = mask_rows(tokens, special, n, self.vocab, rate, o.max_predictions, mix, (o.seed, key, ids))
+        else:
+            inputs, labels = tokens.copy(), np.full(tokens.shape, NO_LABEL, dtype=np.int64)
+            for r, (i, k) in enumerate(zip(ids, n)):
+                inputs[r, :k], labels[r, :k] = self._masked(epoch, int(i), tokens[r, :k], special[r, :k], mix, rate)
+        return {"input_ids": inputs, **batch, "labels": labels}, tokens, n
+
     def batch(self, epoch: int, index: int, mask_prob: float | None = None, raw: bool = False) -> dict[str, np.ndarray]:
         """Batch ``index`` of this rank's order for ``epoch``: int64 arrays padded to the longest (multiple of 8);
         ``mask_prob`` and ``raw`` as :meth:`example`'s (``raw`` adds ``special_tokens_mask``)."""
@@ -545,6 +639,8 @@ class PretrainingData:
         if not 0 <= index < self.num_batches(epoch):
             raise IndexError(f"batch {index} is past the end of epoch {epoch} ({self.num_batches(epoch)} batches)")
         positions = self.rank + self.world_size * np.arange(index * o.batch_size, (index + 1) * o.batch_size)
+        if self.vectorised:
+            return self._batch_of(epoch, self.ids_at(epoch, positions), o.mask_mix, mask_prob, raw, True)[0]
         examples = [self.example(epoch, int(i), None, mask_prob, raw) for i in self.ids_at(epoch, positions)]
         return collate(examples, self.vocab.pad_id, o.nsp)
 
@@ -557,6 +653,10 @@ class PretrainingData:
         n = min(self.num_instances(0), max_batches * o.batch_size)
         out = []
         for start in range(0, n, o.batch_size):
+            if self.vectorised:
+                rows = np.arange(start, min(n, start + o.batch_size))
+                out.append(self._batch_of(0, rows, HONEST_MIX, None, False, False)[0])
+                continue
             out.append(
                 collate(
                     [self.example(0, i, HONEST_MIX, echoes=False) for i in range(start, min(n, start + o.batch_size))],

@@ -9,8 +9,10 @@ A strategy is a function with ONE signature, registered in :data:`STRATEGIES` un
 ``round(len * mask_prob)``, at least 1, at most ``max_predictions``), ``rng`` the instance's generator, ``weights``
 [T] how much each position asks to be predicted (only a strategy that reads the model's losses uses it; the others
 ignore it). What a picked position's input becomes is decided once, after, for every strategy: :func:`apply_mix`
-(the paper's 80/10/10, or ``--mask-mix``). :func:`mask_instance` is the one entry point. A new strategy is one
-function here and its line in :data:`STRATEGIES` (the flag's choices are the registry's keys).
+(the paper's 80/10/10, or ``--mask-mix``). :func:`mask_instance` is the one entry point for an instance; the loader
+masks the budget recipe's batches (``token``, no NSP) all rows at once by the same rule with hashed draws
+(``draws.mask_rows``). A new strategy is one function here and its line in :data:`STRATEGIES` (the flag's choices
+are the registry's keys).
 
 - ``token``: Devlin et al.'s: ``num`` candidates uniformly, without replacement.
 - ``whole-word``: Google's whole-word masking: a word is a non-``##`` token and the ``##`` tokens after it; words
