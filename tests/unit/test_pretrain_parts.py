@@ -226,9 +226,12 @@ def test_lr_schedules(kind):
         assert [ref.lr_lambdas[0](s) for s in range(total)] == pytest.approx(f[:total])
 
 
-def test_recipe_choice_budget_with_max_time_paper_otherwise_and_flags_win(tmp_path):
+def test_recipe_choice_budget_with_max_time_paper_otherwise_and_flags_win(tmp_path, monkeypatch):
+    from bertkit import precision
     from bertkit.recipes.pretrain import BUDGET, PAPER, PretrainConfig, resolve
+    from bertkit.recipes.pretrain.tables import ECHO_SHARE
 
+    monkeypatch.setattr(precision, "cpu_supports_bf16", lambda: True)  # a CPU with bf16 units, whatever runs this
     timed = resolve(PretrainConfig(corpus=["x"], output="o", max_time=60))
     line = timed.chosen
     assert timed.recipe == "budget" and line.startswith("recipe budget:")
@@ -247,6 +250,12 @@ def test_recipe_choice_budget_with_max_time_paper_otherwise_and_flags_win(tmp_pa
     assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, arch="bert", nsp=True)).echo_share == 0.0
     set_share = resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, echo_share=0.1))
     assert set_share.echo_share == 0.1 and "echo_share=0.1 (set)" in set_share.chosen
+    # none where the CPU run trains in fp32 (no bf16 units, or --precision fp32); a share set still wins
+    assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, precision="fp32")).echo_share == 0.0
+    monkeypatch.setattr(precision, "cpu_supports_bf16", lambda: False)  # an AVX2 CPU
+    assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60)).echo_share == 0.0
+    assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, echo_share=0.25)).echo_share == 0.25
+    assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, echo_keep=0.5)).echo_share == ECHO_SHARE
 
 
 def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path, monkeypatch):

@@ -259,7 +259,7 @@ ECHO_HELP = (  # --echo-share's
     "share of instances (without NSP) built as an echo, [CLS] A [SEP] A' [SEP]: A' is A with some of its tokens "
     "dropped (--echo-keep), both masked. The model learns to find a token of one segment in the other, which "
     "sentence-pair tasks (QNLI, STS-B, MRPC) read first; held-out MLM scores no echo (default: the budget recipe's "
-    "0.25 without NSP, else 0)"
+    "0.25 without NSP where it trains in bf16 (a GPU, a CPU with bf16 units), else 0)"
 )
 ECHO_KEEP_HELP = (  # --echo-keep's
     "an echo's A' keeps each token of A with this probability, in A's order; A takes 1/(1+K) of the sequence, so a "

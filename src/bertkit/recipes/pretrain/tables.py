@@ -33,7 +33,10 @@ BUDGET_SHAPES = {"bert-tiny": {"num_hidden_layers": 6}}
 NO_NSP_HEAD = {"mask_prob": 0.3, "nsp": False}
 
 # the budget's share of echo instances ([CLS] A [SEP] A' [SEP]; --echo-share): a model trained on single segments cannot
-# find a token of one sentence in another, which sentence-pair tasks read first (BENCHMARKS.md, "Echo instances")
+# find a token of one sentence in another, which sentence-pair tasks read first (BENCHMARKS.md, "Echo instances").
+# None where a CPU run trains in fp32 (no bf16 units, as an AVX2 CPU): at that pace echoes cost about 1.4 BLiMP (59.15
+# over three runs against 60.58 over four without) and bought no pair-task gain that held (QNLI +3.1 to +10.1, against
+# +2.9 and +3.8 without) (BENCHMARKS.md, "An AVX2 CPU at 30 minutes, emulated")
 ECHO_SHARE = 0.25
 PAPER = {
     "lr": 1e-4,
@@ -124,6 +127,14 @@ def on_gpu(device: str | None) -> bool:
     return resolve_device(device).startswith("cuda")
 
 
+def cpu_fp32(cfg) -> bool:
+    """Whether a CPU run trains in fp32: ``--precision fp32``, or ``auto`` on a CPU without bf16 units (or with
+    oneDNN capped below them: ``precision.cpu_supports_bf16``)."""
+    from bertkit.precision import resolve_precision  # imports torch: when the run resolves, not for -h
+
+    return resolve_precision(cfg.precision, "cpu") == "fp32"
+
+
 def has_nsp_head(arch) -> bool:
     """Whether the architecture's pre-training model (``models.Architecture.pretraining_role``) has BERT's
     next-sentence head: its role is the pre-training one, not the masked LM alone."""
@@ -185,6 +196,8 @@ def resolve(cfg):
     table.update(objective.defaults)
     if cfg.nsp if cfg.nsp is not None else table["nsp"]:  # NSP's B is the next sentence: no echoes beside it
         table["echo_share"] = 0.0
+    elif name == "budget" and not gpu and cpu_fp32(cfg) and (cfg.echo_keep, cfg.echo_stage) == (None, "all"):
+        table["echo_share"] = 0.0  # ECHO_SHARE's note: none at an fp32 CPU's pace, unless the echoes' flags ask
     if cfg.optimizer == "lamb":  # its step is relative to each weight's norm: one lr for every size
         table["lr"] = LAMB_LR if not cfg.init_from else LAMB_LR / 10
     elif table["lr"] is None:  # the budget's by size, as BERT's of the same size; 1e-4 to continue a model
