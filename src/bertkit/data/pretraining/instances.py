@@ -18,11 +18,12 @@ Pipeline (as Google's ``create_pretraining_data.py``, stored so a corpus larger 
 3. :func:`~bertkit.data.pretraining.masking.mask_instance` picks ``round(len * mask_prob)`` positions (at least 1,
    at most ``max_predictions``) among non-special tokens by the options' ``mask_strategy`` (the registry of
    :mod:`bertkit.data.pretraining.masking`: token, whole-word, ...); 80% become [MASK], 10% a random non-special
-   token, 10% stay. [CLS], [SEP] and [PAD] are never picked. The budget recipe's data (one segment, no NSP, token
-   masking: :attr:`PretrainingData.vectorised`) is built a whole batch at once by array passes, its echoes and masks
+   token, 10% stay. [CLS], [SEP] and [PAD] are never picked. The budget recipe's data (one segment, no NSP:
+   :attr:`PretrainingData.vectorised`) is laid out a whole batch at once by array passes, its echoes and token masks
    drawn by counter-based hashes of (seed, epoch or copy, instance, position) (:mod:`~bertkit.data.pretraining.draws`:
    :func:`~bertkit.data.pretraining.draws.mask_rows`, the same rule): a batch of 1,024 x 32 tokens in a few
    milliseconds where one generator per instance took 100 ms, so that a worker keeps ahead of a graphed GPU step.
+   The other strategies mask its rows one by one, each instance with its own generator.
 4. :class:`PretrainingData` serves batches by (epoch, index) as pure functions of the seed: the instance layout and
    order of an epoch, and every mask, come from generators or hashes seeded by (seed, epoch or copy, shard or
    instance). So a run resumes from its (epoch, index) position with no data state beyond those two numbers, and
