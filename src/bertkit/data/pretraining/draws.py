@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertkit.data.pretraining.masking import NO_LABEL, VocabInfo
+from bertkit.data.pretraining.masking import NO_LABEL, VocabInfo, budget
 
 # streams: what a draw is for (a stream never reuses another's numbers)
 S_PICK, S_MIX, S_ECHO, S_RANDOM, S_KEPT, S_FORCED = 11, 12, 13, 14, 15, 16
@@ -66,8 +66,7 @@ def mask_rows(
     B, T = ids.shape
     cols = np.arange(T)[None, :]
     candidates = (cols < lengths[:, None]) & ~special
-    num = np.minimum(max_predictions, np.maximum(1, np.rint(lengths * mask_prob).astype(np.int64)))  # budget()
-    num = np.minimum(num, candidates.sum(1))
+    num = np.minimum(budget(lengths, mask_prob, max_predictions), candidates.sum(1))
     keys = np.where(candidates, uniforms(seed, S_PICK, key, instances, T), 2.0)
     threshold = np.take_along_axis(np.sort(keys, axis=1), np.maximum(num - 1, 0)[:, None], axis=1)
     picked = (keys <= threshold) & (num[:, None] > 0)  # the num smallest keys: uniform, without replacement

@@ -115,10 +115,12 @@ def mask_prob_at(start: float, end: float, step: int, total_steps: int) -> float
     return start + (end - start) * min(1.0, step / max(1, total_steps - 1))
 
 
-def budget(length: int, mask_prob: float, max_predictions: int) -> int:
-    """Positions an instance of ``length`` tokens (specials included) predicts: ``round(length * mask_prob)``, at
-    least 1, at most ``max_predictions``."""
-    return min(max_predictions, max(1, round(length * mask_prob)))
+def budget(length, mask_prob: float, max_predictions: int):
+    """Positions an instance of ``length`` tokens (specials included) predicts: ``round(length * mask_prob)`` (half
+    to even), at least 1, at most ``max_predictions``; an int, or an int64 array for an array of lengths (a batch's
+    rows: ``draws.mask_rows``)."""
+    num = np.minimum(max_predictions, np.maximum(1, np.rint(np.asarray(length) * mask_prob).astype(np.int64)))
+    return int(num) if num.ndim == 0 else num
 
 
 def word_bounds(ids: np.ndarray, candidates: np.ndarray, vocab: VocabInfo) -> np.ndarray:

@@ -4,14 +4,13 @@ that a combination is refused in one line naming its flags before a file is read
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 from bertkit.data.pretraining.ramps import parse_ramp
 from bertkit.errors import InputError, PretrainError
 from bertkit.precision import check_device
-from bertkit.recipes.pretrain.tables import FRESH_MODEL_KEYS
+from bertkit.recipes.pretrain.tables import FRESH_MODEL_KEYS, given
 
 GIVEN = object()  # ONLY_WITH's value for a setting that acts whatever its value, when given (not None)
 # flags that act only with another setting: field -> (the field it needs, its value, the flag that sets it). Given
@@ -31,13 +30,12 @@ def check_combinations(cfg: Any) -> None:
     ``--whole-word-mask`` (``--mask-strategy whole-word``'s other spelling) with another strategy, ``--echo-share``
     with ``--nsp``, ``--echo-keep`` or ``--echo-stage`` where no instance is an echo, a scheduled ``--mask-prob`` or
     adaptive masks with static masking, ``--warmup-steps`` past ``--max-steps``, a ``--device`` this machine lacks."""
-    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     for name, (needs, value, flag) in ONLY_WITH.items():
         if value is GIVEN:
             has = getattr(cfg, needs) is not None
         else:  # one value, or a tuple of the values that use it
             has = getattr(cfg, needs) in (value if isinstance(value, tuple) else (value,))
-        if getattr(cfg, name) != defaults[name] and not has:
+        if given(cfg, name) and not has:
             raise InputError(f"--{name.replace('_', '-')}: only {flag} uses it; leave the flag out")
     if cfg.whole_word_mask and cfg.mask_strategy not in ("token", "whole-word"):  # token: the default, unsaid
         raise InputError(
@@ -60,11 +58,9 @@ def check_combinations(cfg: Any) -> None:
             "sentence; use --no-nsp"
         )
     for name in ("echo_keep", "echo_stage"):  # set (not the default) where no instance is an echo
-        value = getattr(cfg, name)
-        if value != defaults[name] and (cfg.echo_share == 0 or cfg.nsp):
-            raise InputError(
-                f"--{name.replace('_', '-')} {value}: no instance is an echo here (--echo-share 0 or --nsp)"
-            )
+        if given(cfg, name) and (cfg.echo_share == 0 or cfg.nsp):
+            flag = f"--{name.replace('_', '-')} {getattr(cfg, name)}"
+            raise InputError(f"{flag}: no instance is an echo here (--echo-share 0 or --nsp)")
     if cfg.warmup_steps is not None and cfg.max_steps is not None and cfg.warmup_steps > cfg.max_steps:
         raise InputError(
             f"--warmup-steps {cfg.warmup_steps}: more than the run's --max-steps {cfg.max_steps} (the learning rate "

@@ -127,6 +127,12 @@ def on_gpu(device: str | None) -> bool:
     return resolve_device(device).startswith("cuda")
 
 
+def given(cfg, name: str) -> bool:
+    """Whether ``cfg``'s field ``name`` holds other than its default: a flag the user set (checks.py refuses one that
+    acts only with another setting; the recipe leaves a choice the user made alone)."""
+    return getattr(cfg, name) != cfg.__dataclass_fields__[name].default
+
+
 def cpu_fp32(cfg) -> bool:
     """Whether a CPU run trains in fp32: ``--precision fp32``, or ``auto`` on a CPU without bf16 units (or with
     oneDNN capped below them: ``precision.cpu_supports_bf16``)."""
@@ -196,7 +202,7 @@ def resolve(cfg):
     table.update(objective.defaults)
     if cfg.nsp if cfg.nsp is not None else table["nsp"]:  # NSP's B is the next sentence: no echoes beside it
         table["echo_share"] = 0.0
-    elif name == "budget" and not gpu and cpu_fp32(cfg) and (cfg.echo_keep, cfg.echo_stage) == (None, "all"):
+    elif name == "budget" and not gpu and cpu_fp32(cfg) and not (given(cfg, "echo_keep") or given(cfg, "echo_stage")):
         table["echo_share"] = 0.0  # ECHO_SHARE's note: none at an fp32 CPU's pace, unless the echoes' flags ask
     if cfg.optimizer == "lamb":  # its step is relative to each weight's norm: one lr for every size
         table["lr"] = LAMB_LR if not cfg.init_from else LAMB_LR / 10
