@@ -654,17 +654,12 @@ class PretrainingData:
         n = min(self.num_instances(0), max_batches * o.batch_size)
         out = []
         for start in range(0, n, o.batch_size):
+            rows = np.arange(start, min(n, start + o.batch_size))
             if self.vectorised:
-                rows = np.arange(start, min(n, start + o.batch_size))
                 out.append(self._batch_of(0, rows, HONEST_MIX, None, False, False)[0])
-                continue
-            out.append(
-                collate(
-                    [self.example(0, i, HONEST_MIX, echoes=False) for i in range(start, min(n, start + o.batch_size))],
-                    self.vocab.pad_id,
-                    o.nsp,
-                )
-            )
+            else:
+                examples = [self.example(0, int(i), HONEST_MIX, echoes=False) for i in rows]
+                out.append(collate(examples, self.vocab.pad_id, o.nsp))
         return out
 
 
