@@ -284,6 +284,44 @@ def test_a_batch_built_at_once_is_its_instances_built_one_by_one(shard_dir, voca
     assert 8 < echoes < 32, echoes  # 0.4 of 48 rows
 
 
+def test_coupled_echoes_mask_a_chosen_token_of_a_with_its_twin(shard_dir, vocab):
+    """``--echo-mask coupled``: the independent batch's choices, plus each chosen token of A's twin in A' (found here
+    one by one from the echo's kept tokens), shown as [MASK]; A''s own choices with a visible twin remain (the copy)."""
+    options = dict(max_seq_length=48, batch_size=16, nsp=False, mask_prob=0.3, echo_share=0.6)
+    free = PretrainingData(shard_dir, vocab, DataOptions(**options))
+    tied = PretrainingData(shard_dir, vocab, DataOptions(**options, echo_mask="coupled"))
+    twins_seen, copies = 0, 0
+    for index in range(3):
+        x, y, ids = free.batch(0, index), tied.batch(0, index), free.ids_at(0, np.arange(index * 16, index * 16 + 16))
+        lo_hi = free._spans(0, ids)
+        echo, a_len, kept = free._echoes(free._key(0), ids, lo_hi[2] - lo_hi[1])
+        assert np.array_equal(x["token_type_ids"], y["token_type_ids"]) and echo.any()
+        added = (y["labels"] != -100) & (x["labels"] == -100)
+        assert (x["labels"][x["labels"] != -100] == y["labels"][x["labels"] != -100]).all()
+        assert not added[y["token_type_ids"] == 0].any()  # only A' gains choices
+        assert (y["input_ids"][added] == vocab.mask_id).all()
+        for r in range(16):
+            if not echo[r]:
+                assert np.array_equal(x["input_ids"][r], y["input_ids"][r]) and not added[r].any()
+                continue
+            b_first, b_len = a_len[r] + 2, int(y["token_type_ids"][r].sum()) - 1
+            for k, j in enumerate(np.flatnonzero(kept[r])[:b_len]):  # A''s k-th token is A's j-th
+                a_col, b_col = j + 1, b_first + k
+                if x["labels"][r, a_col] != -100:
+                    twins_seen += 1
+                    assert y["labels"][r, b_col] != -100 and y["input_ids"][r, b_col] == vocab.mask_id
+                elif x["labels"][r, b_col] != -100:
+                    copies += 1
+                    assert y["input_ids"][r, b_col] == x["input_ids"][r, b_col]  # a copy stays as it was
+                else:
+                    assert y["labels"][r, b_col] == -100  # nothing else is chosen
+    assert twins_seen > 20 and copies > 20, (twins_seen, copies)
+    alone = tied.example(0, int(ids[-1]))["labels"]  # an instance alone is coupled as in its batch
+    assert np.array_equal(alone, y["labels"][-1, : len(alone)])
+    with pytest.raises(ValueError, match="echo_mask"):
+        DataOptions(nsp=False, echo_share=0.2, echo_mask="tied")
+
+
 def test_pair_segments_without_nsp_split_a_run_at_a_sentence_boundary(shard_dir, vocab):
     from bertkit.recipes.pretrain.config import PretrainConfig
     from bertkit.recipes.pretrain.setup import data_options
@@ -370,6 +408,18 @@ def test_echo_instances_repeat_their_first_segment_with_tokens_dropped(shard_dir
         PretrainConfig(corpus=["c"], output="o", max_steps=5, echo_share=0.0, echo_keep=0.5)
     with pytest.raises(InputError, match="--echo-stage last: no instance is an echo"):
         PretrainConfig(corpus=["c"], output="o", max_steps=5, nsp=True, echo_stage="last")
+    with pytest.raises(InputError, match="--echo-mask coupled: no instance is an echo"):
+        PretrainConfig(corpus=["c"], output="o", max_steps=5, echo_share=0.0, echo_mask="coupled")
+    with pytest.raises(InputError, match="adaptive masks after the loader"):
+        PretrainConfig(
+            corpus=["c"],
+            output="o",
+            max_steps=5,
+            nsp=False,
+            echo_share=0.2,
+            echo_mask="coupled",
+            mask_strategy="adaptive",
+        )
     # --echo-stage last: none in a ramp's shorter stage, the share at the final length
     cfg = PretrainConfig(
         corpus=["c"], output="o", max_steps=5, nsp=False, echo_share=0.5, echo_stage="last", seq_len=64

@@ -255,7 +255,8 @@ def test_recipe_choice_budget_with_max_time_paper_otherwise_and_flags_win(tmp_pa
     monkeypatch.setattr(precision, "cpu_supports_bf16", lambda: False)  # an AVX2 CPU
     assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60)).echo_share == 0.0
     assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, echo_share=0.25)).echo_share == 0.25
-    assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, echo_keep=0.5)).echo_share == ECHO_SHARE
+    for flag in ({"echo_keep": 0.5}, {"echo_mask": "coupled"}):  # an echo flag set keeps the budget's echoes
+        assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, **flag)).echo_share == ECHO_SHARE
 
 
 def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path, monkeypatch):

@@ -78,3 +78,15 @@ def mask_rows(
     replacement = pool[(hashes(seed, S_RANDOM, key, instances, T) % np.uint64(len(pool))).astype(np.int64)]
     inputs[to_random] = replacement[to_random]
     return inputs, np.where(picked, ids, NO_LABEL)
+
+
+def couple_twins(inputs: np.ndarray, labels: np.ndarray, ids: np.ndarray, twins: np.ndarray, mask_id: int) -> None:
+    """``--echo-mask coupled``, in place on masked rows: wherever a token of an echo's A is chosen (``labels`` [B, T]
+    hold its id), its twin in A' (``twins`` [B, T]: at each of A''s columns its twin's column in A, else -1) is
+    chosen too and shown as [MASK], so A's prediction cannot be copied from A'. A''s own choices whose twin in A is
+    not chosen stay as they are: the copy the echo teaches."""
+    r, col = np.nonzero(twins >= 0)
+    hit = labels[r, twins[r, col]] != NO_LABEL
+    r, col = r[hit], col[hit]
+    inputs[r, col] = mask_id
+    labels[r, col] = ids[r, col]

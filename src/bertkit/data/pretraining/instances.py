@@ -52,7 +52,16 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.pretraining.draws import S_ECHO, S_FORCED, S_KEPT, hashes, mask_rows, splitmix, uniforms
+from bertkit.data.pretraining.draws import (
+    S_ECHO,
+    S_FORCED,
+    S_KEPT,
+    couple_twins,
+    hashes,
+    mask_rows,
+    splitmix,
+    uniforms,
+)
 from bertkit.data.pretraining.masking import (  # noqa: F401 (public here too)
     NO_LABEL,
     STRATEGIES,
@@ -270,6 +279,12 @@ ECHO_STAGE_HELP = (  # --echo-stage's
     "where the ramps build echoes: all: every stage; last: only at the run's final --seq-len (the budget recipe's "
     "last 30%% of steps, at 128 tokens), so the short stage that teaches most grammar holds none (default all)"
 )
+ECHO_MASKS = ("independent", "coupled")
+ECHO_MASK_HELP = (  # --echo-mask's
+    "how an echo's two segments are masked: independent: each as any instance; coupled: a masked token of A has its "
+    "twin in A' masked too, so A's predictions are never copied from A' (grammar), while A''s own masks whose twin "
+    "is visible teach the copy (default independent)"
+)
 SEGMENTS = ("one", "pair")  # an instance without NSP: one run of sentences, or two split at a sentence boundary
 SEGMENTS_HELP = (  # --segments'
     "without NSP, what an instance holds: one: [CLS] A [SEP], a run of whole sentences; pair: [CLS] A [SEP] B [SEP], "
@@ -307,6 +322,7 @@ class DataOptions:
     segments: str = "one"  # without NSP: "one" ([CLS] A [SEP]) or "pair" ([CLS] A [SEP] B [SEP], B the true next)
     echo_share: float = 0.0  # the share of instances built as echoes ([CLS] A [SEP] A' [SEP]; instance_tokens)
     echo_keep: float = ECHO_KEEP  # an echo's A' keeps each token of A with this probability
+    echo_mask: str = "independent"  # or "coupled": a masked token of A has its twin in A' masked too (couple_twins)
 
     def __post_init__(self) -> None:
         if self.masking not in ("dynamic", "static"):
@@ -317,6 +333,8 @@ class DataOptions:
             raise InputError(f"echo_share must be in [0, 1), got {self.echo_share}")
         if not 0.0 < self.echo_keep <= 1.0:
             raise InputError(f"echo_keep must be in (0, 1], got {self.echo_keep}")
+        if self.echo_mask not in ECHO_MASKS:
+            raise InputError(f"echo_mask must be one of {', '.join(ECHO_MASKS)}, got {self.echo_mask!r}")
         if self.echo_share > 0 and self.nsp:
             raise InputError("echo_share: an echo's second segment is its first; NSP's is the next sentence")
         if self.mask_strategy not in STRATEGIES:
@@ -478,7 +496,7 @@ class PretrainingData:
         NSP, row ``i`` of :meth:`_rows` (echoes included: ``echoes=False``, the held-out batches, builds none); else
         ``[CLS] A [SEP] B [SEP]`` from the layout (``[CLS] A [SEP]`` where sentence pairs find one sentence)."""
         if self.vectorised:
-            tokens, special, types, n = self._rows(epoch, np.asarray([i]), echoes)
+            tokens, special, types, n, _ = self._rows(epoch, np.asarray([i]), echoes)
             return tokens[0, : n[0]], types[0, : n[0]], special[0, : n[0]], -1
         o, v = self.options, self.vocab
         s, k = (int(x[0]) for x in self._locate(epoch, np.asarray([i])))
@@ -578,7 +596,7 @@ class PretrainingData:
     def _rows(self, epoch: int, ids: np.ndarray, echoes: bool) -> tuple[np.ndarray, ...]:
         """One-segment instances ``ids`` laid out by array passes: ``[CLS] A [SEP]``, or an echo's ``[CLS] A [SEP]
         A' [SEP]`` (:meth:`_echoes`) -> (ids [B, T] padded to a multiple of 8, special [B, T] ([CLS]/[SEP]),
-        token types [B, T], lengths [B])."""
+        token types [B, T], lengths [B], twins [B, T]: at each of A''s columns, its twin's column in A, else -1)."""
         o, v, key = self.options, self.vocab, self._key(epoch)
         B = len(ids)
         shard, lo, hi = self._spans(epoch, ids)
@@ -596,7 +614,8 @@ class PretrainingData:
         b_len = np.where(echo, np.minimum(kept.sum(1), o.max_seq_length - 3 - a_len), 0)
         b = np.zeros_like(a)  # A's kept tokens, left-aligned in order
         r, j = np.nonzero(kept)
-        b[r, np.cumsum(kept, axis=1)[r, j] - 1] = a[r, j]
+        slot = np.cumsum(kept, axis=1)[r, j] - 1  # each kept token's place in A'
+        b[r, slot] = a[r, j]
         n = a_len + 2 + np.where(echo, b_len + 1, 0)
         T = -(-int(n.max(initial=8)) // 8) * 8
         col = np.arange(T)[None, :]
@@ -609,7 +628,10 @@ class PretrainingData:
         tokens = np.where(in_b, at_b, tokens)
         tokens = np.where(special, np.where(col == 0, v.cls_id, v.sep_id), tokens)
         types = (echo[:, None] & (col >= b_first) & (col < n[:, None])).astype(np.int64)
-        return tokens, special, types, n
+        twins = np.full((B, T), -1, dtype=np.int64)
+        room = slot < b_len[r]  # the kept tokens A' has room for
+        twins[r[room], b_first[r[room], 0] + slot[room]] = j[room] + 1
+        return tokens, special, types, n, twins
 
     def _batch_of(
         self, epoch: int, ids: np.ndarray, mix, mask_prob: float | None, raw: bool, echoes: bool
@@ -618,7 +640,7 @@ class PretrainingData:
         by another strategy, row by row as :meth:`example` masks an instance; ``raw``, not at all (with the special
         tokens' mask, [PAD] included) -> (the batch as :func:`collate` lays it out, the unmasked ids, the lengths)."""
         o, key = self.options, self._key(epoch)
-        tokens, special, types, n = self._rows(epoch, ids, echoes)
+        tokens, special, types, n, twins = self._rows(epoch, ids, echoes)
         real = np.arange(tokens.shape[1])[None, :] < n[:, None]
         batch = {"token_type_ids": types, "attention_mask": real.astype(np.int64)}
         rate = o.mask_prob if mask_prob is None else mask_prob
@@ -631,6 +653,8 @@ class PretrainingData:
             inputs, labels = tokens.copy(), np.full(tokens.shape, NO_LABEL, dtype=np.int64)
             for r, (i, k) in enumerate(zip(ids, n)):
                 inputs[r, :k], labels[r, :k] = self._masked(epoch, int(i), tokens[r, :k], special[r, :k], mix, rate)
+        if o.echo_mask == "coupled" and not raw:
+            couple_twins(inputs, labels, tokens, twins, self.vocab.mask_id)
         return {"input_ids": inputs, **batch, "labels": labels}, tokens, n
 
     def batch(self, epoch: int, index: int, mask_prob: float | None = None, raw: bool = False) -> dict[str, np.ndarray]:

@@ -10,7 +10,7 @@ from typing import Any
 from bertkit.data.pretraining.ramps import parse_ramp
 from bertkit.errors import InputError, PretrainError
 from bertkit.precision import check_device
-from bertkit.recipes.pretrain.tables import FRESH_MODEL_KEYS, given
+from bertkit.recipes.pretrain.tables import ECHO_FLAGS, FRESH_MODEL_KEYS, given
 
 GIVEN = object()  # ONLY_WITH's value for a setting that acts whatever its value, when given (not None)
 # flags that act only with another setting: field -> (the field it needs, its value, the flag that sets it). Given
@@ -57,10 +57,12 @@ def check_combinations(cfg: Any) -> None:
             f"--echo-share {cfg.echo_share} with --nsp: an echo's second segment repeats its first, NSP's is the next "
             "sentence; use --no-nsp"
         )
-    for name in ("echo_keep", "echo_stage"):  # set (not the default) where no instance is an echo
+    for name in ECHO_FLAGS:  # set (not the default) where no instance is an echo
         if given(cfg, name) and (cfg.echo_share == 0 or cfg.nsp):
             flag = f"--{name.replace('_', '-')} {getattr(cfg, name)}"
             raise InputError(f"{flag}: no instance is an echo here (--echo-share 0 or --nsp)")
+    if cfg.echo_mask == "coupled" and cfg.mask_strategy == "adaptive":
+        raise InputError("--echo-mask coupled with --mask-strategy adaptive: adaptive masks after the loader does")
     if cfg.warmup_steps is not None and cfg.max_steps is not None and cfg.warmup_steps > cfg.max_steps:
         raise InputError(
             f"--warmup-steps {cfg.warmup_steps}: more than the run's --max-steps {cfg.max_steps} (the learning rate "

@@ -174,6 +174,7 @@ class PretrainConfig:
     echo_share: float | None = _run_key(None, bounds=(0, 1, False, True), metavar="P", group=_M, help=ins.ECHO_HELP)
     echo_keep: float | None = _run_key(None, bounds=(0, 1, True, False), metavar="K", group=_M, help=ins.ECHO_KEEP_HELP)
     echo_stage: str = _run_key("all", choices=("all", "last"), group=_M, help=ins.ECHO_STAGE_HELP)
+    echo_mask: str = _run_key("independent", choices=ins.ECHO_MASKS, group=_M, help=ins.ECHO_MASK_HELP)
     mask_prob: float | str | None = _run_key(  # a float, or "START:END" (data/pretraining/masking.py)
         None, bounds=(0, 1, True, True), parse=masks.mask_prob_flag, metavar="P|START:END", group=_M, help=masks.HELP
     )

@@ -335,6 +335,7 @@ def data_options(cfg: PretrainConfig, seq_len: int, batch_size: int):
         segments=cfg.segments,
         echo_share=(cfg.echo_share or 0.0) if cfg.echo_stage == "all" or seq_len >= (cfg.seq_len or 128) else 0.0,
         echo_keep=cfg.echo_keep or ECHO_KEEP,
+        echo_mask=cfg.echo_mask,
     )
 
 

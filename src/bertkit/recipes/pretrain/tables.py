@@ -38,6 +38,7 @@ NO_NSP_HEAD = {"mask_prob": 0.3, "nsp": False}
 # over three runs against 60.58 over four without) and bought no pair-task gain that held (QNLI +3.1 to +10.1, against
 # +2.9 and +3.8 without) (BENCHMARKS.md, "An AVX2 CPU at 30 minutes, emulated")
 ECHO_SHARE = 0.25
+ECHO_FLAGS = ("echo_keep", "echo_stage", "echo_mask")  # what acts only on echoes: set, they keep echoes in the budget
 PAPER = {
     "lr": 1e-4,
     "schedule": "linear",
@@ -202,7 +203,7 @@ def resolve(cfg):
     table.update(objective.defaults)
     if cfg.nsp if cfg.nsp is not None else table["nsp"]:  # NSP's B is the next sentence: no echoes beside it
         table["echo_share"] = 0.0
-    elif name == "budget" and not gpu and cpu_fp32(cfg) and not (given(cfg, "echo_keep") or given(cfg, "echo_stage")):
+    elif name == "budget" and not gpu and cpu_fp32(cfg) and not any(given(cfg, f) for f in ECHO_FLAGS):
         table["echo_share"] = 0.0  # ECHO_SHARE's note: none at an fp32 CPU's pace, unless the echoes' flags ask
     if cfg.optimizer == "lamb":  # its step is relative to each weight's norm: one lr for every size
         table["lr"] = LAMB_LR if not cfg.init_from else LAMB_LR / 10
