@@ -279,6 +279,7 @@ ECHO_STAGE_HELP = (  # --echo-stage's
     "where the ramps build echoes: all: every stage; last: only at the run's final --seq-len (the budget recipe's "
     "last 30%% of steps, at 128 tokens), so the short stage that teaches most grammar holds none (default all)"
 )
+NSP_HELP = "next-sentence prediction on [CLS] A [SEP] B [SEP] pairs (paper)"  # --nsp's
 ECHO_MASKS = ("independent", "coupled")
 ECHO_MASK_HELP = (  # --echo-mask's
     "how an echo's two segments are masked: independent: each as any instance; coupled: a masked token of A has its "

@@ -165,10 +165,7 @@ class PretrainConfig:
         )
     )
     nsp: bool | None = _run_key(
-        None,
-        negative=("--no-nsp", "MLM only, on full packed sequences"),
-        group=_M,
-        help="next-sentence prediction on [CLS] A [SEP] B [SEP] pairs (paper)",
+        None, negative=("--no-nsp", "MLM only, on full packed sequences"), group=_M, help=ins.NSP_HELP
     )
     segments: str = _run_key("one", choices=SEGMENTS, group=_M, help=SEGMENTS_HELP)
     echo_share: float | None = _run_key(None, bounds=(0, 1, False, True), metavar="P", group=_M, help=ins.ECHO_HELP)
