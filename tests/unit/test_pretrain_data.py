@@ -284,39 +284,43 @@ def test_a_batch_built_at_once_is_its_instances_built_one_by_one(shard_dir, voca
     assert 8 < echoes < 32, echoes  # 0.4 of 48 rows
 
 
-def test_coupled_echoes_mask_a_chosen_token_of_a_with_its_twin(shard_dir, vocab):
-    """``--echo-mask coupled``: the independent batch's choices, plus each chosen token of A's twin in A' (found here
-    one by one from the echo's kept tokens), shown as [MASK]; A''s own choices with a visible twin remain (the copy)."""
+@pytest.mark.parametrize("mode", ["coupled", "apart"])
+def test_echo_masks_choose_twins_together_or_apart(shard_dir, vocab, mode):
+    """``--echo-mask``, against the independent batch of the same draws, twin by twin (each A' column's twin found
+    here from the echo's kept tokens). ``coupled``: each chosen token of A's twin is chosen too, shown as [MASK];
+    A''s own choices with an unchosen twin stay (the copy). ``apart``: where both twins were chosen, A''s is not (its
+    token shown as it is); nothing else changes."""
     options = dict(max_seq_length=48, batch_size=16, nsp=False, mask_prob=0.3, echo_share=0.6)
     free = PretrainingData(shard_dir, vocab, DataOptions(**options))
-    tied = PretrainingData(shard_dir, vocab, DataOptions(**options, echo_mask="coupled"))
-    twins_seen, copies = 0, 0
+    tied = PretrainingData(shard_dir, vocab, DataOptions(**options, echo_mask=mode))
+    both, copies = 0, 0
     for index in range(3):
         x, y, ids = free.batch(0, index), tied.batch(0, index), free.ids_at(0, np.arange(index * 16, index * 16 + 16))
         lo_hi = free._spans(0, ids)
         echo, a_len, kept = free._echoes(free._key(0), ids, lo_hi[2] - lo_hi[1])
         assert np.array_equal(x["token_type_ids"], y["token_type_ids"]) and echo.any()
-        added = (y["labels"] != -100) & (x["labels"] == -100)
-        assert (x["labels"][x["labels"] != -100] == y["labels"][x["labels"] != -100]).all()
-        assert not added[y["token_type_ids"] == 0].any()  # only A' gains choices
-        assert (y["input_ids"][added] == vocab.mask_id).all()
-        for r in range(16):
-            if not echo[r]:
-                assert np.array_equal(x["input_ids"][r], y["input_ids"][r]) and not added[r].any()
-                continue
+        changed = (x["labels"] != y["labels"]) | (x["input_ids"] != y["input_ids"])
+        assert not changed[y["token_type_ids"] == 0].any()  # A and plain rows as the independent batch's
+        for r in np.flatnonzero(echo):
             b_first, b_len = a_len[r] + 2, int(y["token_type_ids"][r].sum()) - 1
+            twin_cols = set()
             for k, j in enumerate(np.flatnonzero(kept[r])[:b_len]):  # A''s k-th token is A's j-th
                 a_col, b_col = j + 1, b_first + k
-                if x["labels"][r, a_col] != -100:
-                    twins_seen += 1
-                    assert y["labels"][r, b_col] != -100 and y["input_ids"][r, b_col] == vocab.mask_id
-                elif x["labels"][r, b_col] != -100:
-                    copies += 1
-                    assert y["input_ids"][r, b_col] == x["input_ids"][r, b_col]  # a copy stays as it was
+                twin_cols.add(b_col)
+                chosen = x["labels"][r, b_col] != -100
+                original = x["labels"][r, b_col] if chosen else x["input_ids"][r, b_col]
+                if x["labels"][r, a_col] != -100 and (mode == "coupled" or chosen):
+                    both += 1
+                    if mode == "coupled":
+                        assert y["labels"][r, b_col] == original and y["input_ids"][r, b_col] == vocab.mask_id
+                    else:
+                        assert y["labels"][r, b_col] == -100 and y["input_ids"][r, b_col] == original
                 else:
-                    assert y["labels"][r, b_col] == -100  # nothing else is chosen
-    assert twins_seen > 20 and copies > 20, (twins_seen, copies)
-    alone = tied.example(0, int(ids[-1]))["labels"]  # an instance alone is coupled as in its batch
+                    copies += int(chosen)
+                    assert not changed[r, b_col]
+            assert not changed[r, [c for c in range(b_first, b_first + b_len) if c not in twin_cols]].any()
+    assert both > 20 and copies > 20, (both, copies)
+    alone = tied.example(0, int(ids[-1]))["labels"]  # an instance alone is masked as in its batch
     assert np.array_equal(alone, y["labels"][-1, : len(alone)])
     with pytest.raises(ValueError, match="echo_mask"):
         DataOptions(nsp=False, echo_share=0.2, echo_mask="tied")

@@ -80,13 +80,18 @@ def mask_rows(
     return inputs, np.where(picked, ids, NO_LABEL)
 
 
-def couple_twins(inputs: np.ndarray, labels: np.ndarray, ids: np.ndarray, twins: np.ndarray, mask_id: int) -> None:
-    """``--echo-mask coupled``, in place on masked rows: wherever a token of an echo's A is chosen (``labels`` [B, T]
-    hold its id), its twin in A' (``twins`` [B, T]: at each of A''s columns its twin's column in A, else -1) is
-    chosen too and shown as [MASK], so A's prediction cannot be copied from A'. A''s own choices whose twin in A is
-    not chosen stay as they are: the copy the echo teaches."""
+def couple_twins(
+    inputs: np.ndarray, labels: np.ndarray, ids: np.ndarray, twins: np.ndarray, mask_id: int, mode: str
+) -> None:
+    """``--echo-mask``, in place on masked rows (``labels`` [B, T] hold the chosen tokens' ids; ``twins`` [B, T]: at
+    each of an echo's A' columns its twin's column in A, else -1). ``coupled``: wherever a token of A is chosen, its
+    twin is chosen too and shown as [MASK], so no prediction of A can be copied from A'; A''s own choices whose twin
+    is not chosen stay (the copy). ``apart``: where both twins are chosen, A''s is not (its token shown as it is),
+    so every prediction that has a twin can be copied from it."""
     r, col = np.nonzero(twins >= 0)
     hit = labels[r, twins[r, col]] != NO_LABEL
+    if mode == "apart":
+        hit &= labels[r, col] != NO_LABEL
     r, col = r[hit], col[hit]
-    inputs[r, col] = mask_id
-    labels[r, col] = ids[r, col]
+    inputs[r, col] = mask_id if mode == "coupled" else ids[r, col]
+    labels[r, col] = ids[r, col] if mode == "coupled" else NO_LABEL

@@ -280,11 +280,11 @@ ECHO_STAGE_HELP = (  # --echo-stage's
     "last 30%% of steps, at 128 tokens), so the short stage that teaches most grammar holds none (default all)"
 )
 NSP_HELP = "next-sentence prediction on [CLS] A [SEP] B [SEP] pairs (paper)"  # --nsp's
-ECHO_MASKS = ("independent", "coupled")
+ECHO_MASKS = ("independent", "coupled", "apart")
 ECHO_MASK_HELP = (  # --echo-mask's
-    "how an echo's two segments are masked: independent: each as any instance; coupled: a masked token of A has its "
-    "twin in A' masked too, so A's predictions are never copied from A' (grammar), while A''s own masks whose twin "
-    "is visible teach the copy (default independent)"
+    "how an echo's two segments are masked: independent: each as any instance; coupled: a chosen token of A has its "
+    "twin in A' chosen too, so no prediction of A is copied from A'; apart: of two twins never both, so every "
+    "prediction with a twin can be copied (default independent)"
 )
 SEGMENTS = ("one", "pair")  # an instance without NSP: one run of sentences, or two split at a sentence boundary
 SEGMENTS_HELP = (  # --segments'
@@ -323,7 +323,7 @@ class DataOptions:
     segments: str = "one"  # without NSP: "one" ([CLS] A [SEP]) or "pair" ([CLS] A [SEP] B [SEP], B the true next)
     echo_share: float = 0.0  # the share of instances built as echoes ([CLS] A [SEP] A' [SEP]; instance_tokens)
     echo_keep: float = ECHO_KEEP  # an echo's A' keeps each token of A with this probability
-    echo_mask: str = "independent"  # or "coupled": a masked token of A has its twin in A' masked too (couple_twins)
+    echo_mask: str = "independent"  # "coupled" or "apart": how an echo's twins are masked (draws.couple_twins)
 
     def __post_init__(self) -> None:
         if self.masking not in ("dynamic", "static"):
@@ -654,8 +654,8 @@ class PretrainingData:
             inputs, labels = tokens.copy(), np.full(tokens.shape, NO_LABEL, dtype=np.int64)
             for r, (i, k) in enumerate(zip(ids, n)):
                 inputs[r, :k], labels[r, :k] = self._masked(epoch, int(i), tokens[r, :k], special[r, :k], mix, rate)
-        if o.echo_mask == "coupled" and not raw:
-            couple_twins(inputs, labels, tokens, twins, self.vocab.mask_id)
+        if o.echo_mask != "independent" and not raw:
+            couple_twins(inputs, labels, tokens, twins, self.vocab.mask_id, o.echo_mask)
         return {"input_ids": inputs, **batch, "labels": labels}, tokens, n
 
     def batch(self, epoch: int, index: int, mask_prob: float | None = None, raw: bool = False) -> dict[str, np.ndarray]:
