@@ -414,16 +414,17 @@ def test_echo_instances_repeat_their_first_segment_with_tokens_dropped(shard_dir
         PretrainConfig(corpus=["c"], output="o", max_steps=5, nsp=True, echo_stage="last")
     with pytest.raises(InputError, match="--echo-mask coupled: no instance is an echo"):
         PretrainConfig(corpus=["c"], output="o", max_steps=5, echo_share=0.0, echo_mask="coupled")
-    with pytest.raises(InputError, match="adaptive masks after the loader"):
-        PretrainConfig(
-            corpus=["c"],
-            output="o",
-            max_steps=5,
-            nsp=False,
-            echo_share=0.2,
-            echo_mask="coupled",
-            mask_strategy="adaptive",
-        )
+    for mode in ("coupled", "apart"):  # adaptive masks after the loader: neither mode would act
+        with pytest.raises(InputError, match=f"--echo-mask {mode} with --mask-strategy adaptive"):
+            PretrainConfig(
+                corpus=["c"],
+                output="o",
+                max_steps=5,
+                nsp=False,
+                echo_share=0.2,
+                echo_mask=mode,
+                mask_strategy="adaptive",
+            )
     # --echo-stage last: none in a ramp's shorter stage, the share at the final length
     cfg = PretrainConfig(
         corpus=["c"], output="o", max_steps=5, nsp=False, echo_share=0.5, echo_stage="last", seq_len=64

@@ -28,7 +28,8 @@ ONLY_WITH = {
 def check_combinations(cfg: Any) -> None:
     """Refuse a ``PretrainConfig`` whose flags do not go together: one of :data:`ONLY_WITH` without its setting,
     ``--whole-word-mask`` (``--mask-strategy whole-word``'s other spelling) with another strategy, ``--echo-share``
-    with ``--nsp``, ``--echo-keep`` or ``--echo-stage`` where no instance is an echo, a scheduled ``--mask-prob`` or
+    with ``--nsp``, ``--echo-keep``, ``--echo-stage`` or ``--echo-mask`` where no instance is an echo, ``--echo-mask``
+    coupled or apart with adaptive masks, a scheduled ``--mask-prob`` or
     adaptive masks with static masking, ``--warmup-steps`` past ``--max-steps``, a ``--device`` this machine lacks."""
     for name, (needs, value, flag) in ONLY_WITH.items():
         if value is GIVEN:
@@ -61,8 +62,8 @@ def check_combinations(cfg: Any) -> None:
         if given(cfg, name) and (cfg.echo_share == 0 or cfg.nsp):
             flag = f"--{name.replace('_', '-')} {getattr(cfg, name)}"
             raise InputError(f"{flag}: no instance is an echo here (--echo-share 0 or --nsp)")
-    if cfg.echo_mask == "coupled" and cfg.mask_strategy == "adaptive":
-        raise InputError("--echo-mask coupled with --mask-strategy adaptive: adaptive masks after the loader does")
+    if cfg.echo_mask != "independent" and cfg.mask_strategy == "adaptive":  # the loader's rows come to it unmasked
+        raise InputError(f"--echo-mask {cfg.echo_mask} with --mask-strategy adaptive: adaptive masks after the loader")
     if cfg.warmup_steps is not None and cfg.max_steps is not None and cfg.warmup_steps > cfg.max_steps:
         raise InputError(
             f"--warmup-steps {cfg.warmup_steps}: more than the run's --max-steps {cfg.max_steps} (the learning rate "
