@@ -327,6 +327,7 @@ def test_echo_masks_choose_twins_together_or_apart(shard_dir, vocab, mode):
 
 
 def test_pair_segments_without_nsp_split_a_run_at_a_sentence_boundary(shard_dir, vocab):
+    from bertkit.errors import InputError
     from bertkit.recipes.pretrain.config import PretrainConfig
     from bertkit.recipes.pretrain.setup import data_options
 
@@ -362,6 +363,13 @@ def test_pair_segments_without_nsp_split_a_run_at_a_sentence_boundary(shard_dir,
     assert two >= 3 and "next_sentence_label" not in batch
     with pytest.raises(ValueError, match="segments"):
         DataOptions(segments="three")
+    # a pair's B is the text after A, an echo's is A again: none beside pairs (they were built silently as none)
+    with pytest.raises(InputError, match="--echo-share 0.2 with --segments pair"):
+        PretrainConfig(corpus=["c"], output="o", max_steps=5, nsp=False, segments="pair", echo_share=0.2)
+    with pytest.raises(InputError, match="--echo-mask apart: no instance is an echo"):
+        PretrainConfig(corpus=["c"], output="o", max_steps=5, nsp=False, segments="pair", echo_mask="apart")
+    with pytest.raises(InputError, match="segments='pair'"):
+        DataOptions(nsp=False, segments="pair", echo_share=0.2)
 
 
 def test_echo_instances_repeat_their_first_segment_with_tokens_dropped(shard_dir, vocab):

@@ -248,6 +248,7 @@ def test_recipe_choice_budget_with_max_time_paper_otherwise_and_flags_win(tmp_pa
     # echoes: the budget's share without NSP; none beside NSP (the paper's, or --nsp on the budget); a share set wins
     assert timed.echo_share == BUDGET["echo_share"] > 0 and stepped.echo_share == 0.0
     assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, arch="bert", nsp=True)).echo_share == 0.0
+    assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, segments="pair")).echo_share == 0.0
     set_share = resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, echo_share=0.1))
     assert set_share.echo_share == 0.1 and "echo_share=0.1 (set)" in set_share.chosen
     # none where the CPU run trains in fp32 (no bf16 units, or --precision fp32); a share set still wins

@@ -4,6 +4,7 @@ files' headers, and the size chosen from how often the budget would read the cor
 from __future__ import annotations
 
 import gzip
+import json
 
 import pytest
 import zstandard
@@ -72,6 +73,13 @@ def test_resolve_sizes_the_budget_to_the_corpus_and_says_why(tmp_path, monkeypat
     assert chosen.arch == "modernbert" and chosen.model_size == "modernbert-mini"
     assert "the corpus holds about 22.5k tokens" in chosen.chosen
     assert "the smaller would read it 24 times" in chosen.chosen
+    # a run resumed keeps the size it chose, whatever the probe measures now (another size is another run)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text(json.dumps({"config": {"model_size": "modernbert-tiny"}}))
+    resumed = resolve(PretrainConfig(corpus=[str(tmp_path)], output=str(out), max_time=60, resume=True))
+    assert resumed.model_size == "modernbert-tiny" and "the size the resumed run chose" in resumed.chosen
+    assert resolve(PretrainConfig(corpus=[str(tmp_path)], output=str(out), max_time=60)).model_size == "modernbert-mini"
     # a size the user names, another architecture or a GPU: not sized
     assert resolve(PretrainConfig(corpus=[str(tmp_path)], output="o", max_time=60, arch="bert")).model_size == (
         "bert-tiny"

@@ -338,6 +338,8 @@ class DataOptions:
             raise InputError(f"echo_mask must be one of {', '.join(ECHO_MASKS)}, got {self.echo_mask!r}")
         if self.echo_share > 0 and self.nsp:
             raise InputError("echo_share: an echo's second segment is its first; NSP's is the next sentence")
+        if self.echo_share > 0 and self.segments == "pair":
+            raise InputError("echo_share with segments='pair': an echo's second segment is its first, a pair's is B")
         if self.mask_strategy not in STRATEGIES:
             raise InputError(f"mask_strategy must be one of {', '.join(STRATEGIES)}, got {self.mask_strategy!r}")
         if not 0.0 < self.mask_prob < 1.0:

@@ -58,10 +58,15 @@ def check_combinations(cfg: Any) -> None:
             f"--echo-share {cfg.echo_share} with --nsp: an echo's second segment repeats its first, NSP's is the next "
             "sentence; use --no-nsp"
         )
+    if (cfg.echo_share or 0) > 0 and cfg.segments == "pair":
+        raise InputError(
+            f"--echo-share {cfg.echo_share} with --segments pair: an echo's second segment repeats its first, a "
+            "pair's is the text after it; use --segments one"
+        )
     for name in ECHO_FLAGS:  # set (not the default) where no instance is an echo
-        if given(cfg, name) and (cfg.echo_share == 0 or cfg.nsp):
+        if given(cfg, name) and (cfg.echo_share == 0 or cfg.nsp or cfg.segments == "pair"):
             flag = f"--{name.replace('_', '-')} {getattr(cfg, name)}"
-            raise InputError(f"{flag}: no instance is an echo here (--echo-share 0 or --nsp)")
+            raise InputError(f"{flag}: no instance is an echo here (--echo-share 0, --nsp or --segments pair)")
     if cfg.echo_mask != "independent" and cfg.mask_strategy == "adaptive":  # the loader's rows come to it unmasked
         raise InputError(f"--echo-mask {cfg.echo_mask} with --mask-strategy adaptive: adaptive masks after the loader")
     if cfg.warmup_steps is not None and cfg.max_steps is not None and cfg.warmup_steps > cfg.max_steps:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 from pathlib import Path
 
@@ -146,6 +147,14 @@ def describe(sizing: Sizing, size: str) -> str:
         f"the corpus holds about {_count(sizing.corpus_tokens)} tokens; the budget reads about "
         f"{_count(reads)} ({sizing.passes(size):.2g} passes)"
     )
+
+
+def recorded_size(output: str | os.PathLike) -> str | None:
+    """The size preset that the run in ``output`` built (its run.json's), or None where there is none to read."""
+    try:
+        return json.loads((Path(output) / "run.json").read_text())["config"]["model_size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _count(n: float) -> str:

@@ -170,9 +170,14 @@ def resolve(cfg):
     if recipe_size and not gpu and cfg.max_time:
         from bertkit.recipes.pretrain import sizing  # measures the CPU's peak once (cached): when the run resolves
 
-        # the recipe's size, a size up where the machine reads enough or the corpus would repeat
-        size, why = sizing.choose(sizing.estimate(cfg, arch_name, cfg.max_time, vocab_size, BUDGET_SHAPES))
-        sized = f" ({why})"
+        # the recipe's size, a size up where the machine reads enough or the corpus would repeat; a run resumed
+        # keeps the size it chose (the probe measures the machine as it is now: another size would be another run)
+        kept = sizing.recorded_size(cfg.output) if cfg.resume else None
+        if kept in {models.get(arch_name).preset(s) for s in sizing.LADDER}:
+            size, sized = bert_size(kept), " (the size the resumed run chose)"
+        else:
+            size, why = sizing.choose(sizing.estimate(cfg, arch_name, cfg.max_time, vocab_size, BUDGET_SHAPES))
+            sized = f" ({why})"
     if recipe_size:  # the budget's shape of the size it chose (the user's overrides over it)
         overrides = {**BUDGET_SHAPES.get(size, {}), **cfg.config_overrides}
         sized = "".join(f" with {k}={v}" for k, v in overrides.items() if k not in cfg.config_overrides) + sized
@@ -201,7 +206,7 @@ def resolve(cfg):
     objective = objectives.get(cfg.objective)  # its masking and NSP over the recipe's (ELECTRA: 15%, no NSP)
     objective.check(cfg)
     table.update(objective.defaults)
-    if cfg.nsp if cfg.nsp is not None else table["nsp"]:  # NSP's B is the next sentence: no echoes beside it
+    if (cfg.nsp if cfg.nsp is not None else table["nsp"]) or cfg.segments == "pair":  # B the text after A: no echoes
         table["echo_share"] = 0.0
     elif name == "budget" and not gpu and cpu_fp32(cfg) and not any(given(cfg, f) for f in ECHO_FLAGS):
         table["echo_share"] = 0.0  # ECHO_SHARE's note: none at an fp32 CPU's pace, unless the echoes' flags ask
