@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from bertkit.data.pretraining.draws import mask_rows
+from bertkit.data.pretraining.echoes import draw_echoes
 from bertkit.data.pretraining.instances import (
     DataOptions,
     PretrainingData,
@@ -297,7 +298,7 @@ def test_echo_masks_choose_twins_together_or_apart(shard_dir, vocab, mode):
     for index in range(3):
         x, y, ids = free.batch(0, index), tied.batch(0, index), free.ids_at(0, np.arange(index * 16, index * 16 + 16))
         lo_hi = free._spans(0, ids)
-        echo, a_len, kept = free._echoes(free._key(0), ids, lo_hi[2] - lo_hi[1])
+        echo, a_len, kept = draw_echoes(free.options, free._key(0), ids, lo_hi[2] - lo_hi[1])
         assert np.array_equal(x["token_type_ids"], y["token_type_ids"]) and echo.any()
         changed = (x["labels"] != y["labels"]) | (x["input_ids"] != y["input_ids"])
         assert not changed[y["token_type_ids"] == 0].any()  # A and plain rows as the independent batch's
@@ -438,6 +439,10 @@ def test_echo_instances_repeat_their_first_segment_with_tokens_dropped(shard_dir
         corpus=["c"], output="o", max_steps=5, nsp=False, echo_share=0.5, echo_stage="last", seq_len=64
     )
     assert data_options(cfg, 32, 16).echo_share == 0.0 and data_options(cfg, 64, 8).echo_share == 0.5
+    first = PretrainConfig(  # --echo-stage first: the other way round
+        corpus=["c"], output="o", max_steps=5, nsp=False, echo_share=0.5, echo_stage="first", seq_len=64
+    )
+    assert data_options(first, 32, 16).echo_share == 0.5 and data_options(first, 64, 8).echo_share == 0.0
     with pytest.raises(InputError, match="echo_keep"):
         DataOptions(nsp=False, echo_share=0.2, echo_keep=0.0)
     with pytest.raises(InputError, match="--echo-share 0.2 with --nsp"):

@@ -52,16 +52,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.pretraining.draws import (
-    S_ECHO,
-    S_FORCED,
-    S_KEPT,
-    couple_twins,
-    hashes,
-    mask_rows,
-    splitmix,
-    uniforms,
-)
+from bertkit.data.pretraining.draws import couple_twins, mask_rows, splitmix
+from bertkit.data.pretraining.echoes import ECHO_KEEP, ECHO_MASKS, draw_echoes
 from bertkit.data.pretraining.masking import (  # noqa: F401 (public here too)
     NO_LABEL,
     STRATEGIES,
@@ -264,28 +256,7 @@ def permute(positions: np.ndarray, n: int, key: list[int]) -> np.ndarray:
 # --------------------------------------------------------------------------------------------- batches
 
 HONEST_MIX = (1.0, 0.0, 0.0)  # held-out inputs: every chosen position [MASK]
-ECHO_KEEP = 0.8  # an echo's A': each token of A kept with this probability (so A' is not A at a fixed offset)
-ECHO_HELP = (  # --echo-share's
-    "share of instances (without NSP) built as an echo, [CLS] A [SEP] A' [SEP]: A' is A with some of its tokens "
-    "dropped (--echo-keep), both masked. The model learns to find a token of one segment in the other, which "
-    "sentence-pair tasks (QNLI, STS-B, MRPC) read first; held-out MLM scores no echo (default: the budget recipe's "
-    "0.25 without NSP where it trains in bf16 (a GPU, a CPU with bf16 units), else 0)"
-)
-ECHO_KEEP_HELP = (  # --echo-keep's
-    "an echo's A' keeps each token of A with this probability, in A's order; A takes 1/(1+K) of the sequence, so a "
-    "short A' leaves more of it to fresh text (default 0.8)"
-)
-ECHO_STAGE_HELP = (  # --echo-stage's
-    "where the ramps build echoes: all: every stage; last: only at the run's final --seq-len (the budget recipe's "
-    "last 30%% of steps, at 128 tokens), so the short stage that teaches most grammar holds none (default all)"
-)
 NSP_HELP = "next-sentence prediction on [CLS] A [SEP] B [SEP] pairs (paper)"  # --nsp's
-ECHO_MASKS = ("independent", "coupled", "apart")
-ECHO_MASK_HELP = (  # --echo-mask's
-    "how an echo's two segments are masked: independent: each as any instance; coupled: a chosen token of A has its "
-    "twin in A' chosen too, so no prediction of A is copied from A'; apart: of two twins never both, so every "
-    "prediction with a twin can be copied (default independent)"
-)
 SEGMENTS = ("one", "pair")  # an instance without NSP: one run of sentences, or two split at a sentence boundary
 SEGMENTS_HELP = (  # --segments'
     "without NSP, what an instance holds: one: [CLS] A [SEP], a run of whole sentences; pair: [CLS] A [SEP] B [SEP], "
@@ -565,21 +536,6 @@ class PretrainingData:
         built instance by instance."""
         return not self.options.nsp and self.options.segments == "one"
 
-    def _echoes(self, key: int, ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For instances ``ids`` whose A holds ``lengths`` tokens: which are echoes ([B] bool, ``echo_share`` of
-        them), A's length in each (an echo's cut to 1 / (1 + ``echo_keep``) of the room), and which of A's tokens
-        A' keeps ([B, max(lengths)] bool: each with probability ``echo_keep``, one drawn position always): counter-
-        based draws of (seed, key, instance) (draws.py), the same in a batch and alone."""
-        o, B = self.options, len(ids)
-        width = max(1, int(lengths.max(initial=0)))
-        echo = (uniforms(o.seed, S_ECHO, key, ids) < o.echo_share) & (lengths > 0)
-        cut = max(1, int((o.max_seq_length - 3) / (1 + o.echo_keep)))
-        a_len = np.where(echo, np.minimum(lengths, cut), lengths)
-        kept = (uniforms(o.seed, S_KEPT, key, ids, width) < o.echo_keep) & (np.arange(width) < a_len[:, None])
-        force = hashes(o.seed, S_FORCED, key, ids) % np.maximum(1, a_len).astype(np.uint64)
-        kept[np.arange(B), force.astype(np.int64)] = True
-        return echo, a_len, kept & echo[:, None]
-
     def _spans(self, epoch: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(shard [B], first token [B], end [B]) of one-segment instances ``ids``: :meth:`ShardLayout.instance`'s A,
         array by array where no short target is drawn (the chunk's tokens up to ``max_tokens``), else one by one."""
@@ -611,7 +567,7 @@ class PretrainingData:
             offsets = np.minimum(np.arange(width), np.maximum(lengths[at, None] - 1, 0))
             a[at] = np.asarray(tokens[np.minimum(lo[at, None] + offsets, len(tokens) - 1)], dtype=np.int64)
         if echoes and o.echo_share > 0:
-            echo, a_len, kept = self._echoes(key, ids, lengths)
+            echo, a_len, kept = draw_echoes(self.options, key, ids, lengths)
         else:
             echo, a_len, kept = np.zeros(B, dtype=bool), lengths, np.zeros((B, width), dtype=bool)
         b_len = np.where(echo, np.minimum(kept.sum(1), o.max_seq_length - 3 - a_len), 0)

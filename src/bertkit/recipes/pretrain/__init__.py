@@ -17,10 +17,11 @@ The batches (the feed over the ramps' stages, its prefetcher) are ``bertkit.data
 
 from __future__ import annotations
 
+from bertkit.data.pretraining.instances import parse_mask_mix
 from bertkit.errors import LossNotFinite, PretrainError
 from bertkit.options import parse_duration
 from bertkit.recipes.pretrain.checks import check_given, longest_sequence
-from bertkit.recipes.pretrain.config import RUN_KEYS, SCHEDULES, PretrainConfig, parse_mask_mix
+from bertkit.recipes.pretrain.config import RUN_KEYS, SCHEDULES, PretrainConfig
 from bertkit.recipes.pretrain.evaluate import held_out_accuracy
 from bertkit.recipes.pretrain.recipe import pretrain
 from bertkit.recipes.pretrain.tables import BUDGET, BUDGET_LR, FRESH_MODEL_KEYS, PAPER, RECIPES, resolve

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import models
+from bertkit.data.pretraining import echoes as ech
 from bertkit.data.pretraining import instances as ins
 from bertkit.data.pretraining import masking as masks
-from bertkit.data.pretraining.instances import SEGMENTS, SEGMENTS_HELP, parse_mask_mix  # noqa: F401
 from bertkit.errors import PretrainError
 from bertkit.options import (
     POSITIVE,
@@ -167,11 +167,11 @@ class PretrainConfig:
     nsp: bool | None = _run_key(
         None, negative=("--no-nsp", "MLM only, on full packed sequences"), group=_M, help=ins.NSP_HELP
     )
-    segments: str = _run_key("one", choices=SEGMENTS, group=_M, help=SEGMENTS_HELP)
-    echo_share: float | None = _run_key(None, bounds=(0, 1, False, True), metavar="P", group=_M, help=ins.ECHO_HELP)
-    echo_keep: float | None = _run_key(None, bounds=(0, 1, True, False), metavar="K", group=_M, help=ins.ECHO_KEEP_HELP)
-    echo_stage: str = _run_key("all", choices=("all", "last"), group=_M, help=ins.ECHO_STAGE_HELP)
-    echo_mask: str = _run_key("independent", choices=ins.ECHO_MASKS, group=_M, help=ins.ECHO_MASK_HELP)
+    segments: str = _run_key("one", choices=ins.SEGMENTS, group=_M, help=ins.SEGMENTS_HELP)
+    echo_share: float | None = _run_key(None, bounds=(0, 1, False, True), metavar="P", group=_M, help=ech.ECHO_HELP)
+    echo_keep: float | None = _run_key(None, bounds=(0, 1, True, False), metavar="K", group=_M, help=ech.ECHO_KEEP_HELP)
+    echo_stage: str = _run_key("all", choices=ech.ECHO_STAGES, group=_M, help=ech.ECHO_STAGE_HELP)
+    echo_mask: str = _run_key("independent", choices=ech.ECHO_MASKS, group=_M, help=ech.ECHO_MASK_HELP)
     mask_prob: float | str | None = _run_key(  # a float, or "START:END" (data/pretraining/masking.py)
         None, bounds=(0, 1, True, True), parse=masks.mask_prob_flag, metavar="P|START:END", group=_M, help=masks.HELP
     )
@@ -323,7 +323,7 @@ class PretrainConfig:
         if self.whole_word_mask:  # its older spelling: one setting from here on
             object.__setattr__(self, "mask_strategy", "whole-word")
         if self.mask_mix is not None:
-            parse_mask_mix(self.mask_mix)
+            ins.parse_mask_mix(self.mask_mix)
         masks.parse_mask_prob(self.mask_prob)
         if not self.chosen:  # the flags as given (resolve() fills in what they refuse): before --init-from is read
             check_given(self)

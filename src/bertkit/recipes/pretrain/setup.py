@@ -17,14 +17,15 @@ from bertkit.config import ConfigError
 from bertkit.data.pretraining import prepare as preparation  # a module: tests replace its prepare_corpus
 from bertkit.data.pretraining.cooccurrence import ppmi_embeddings
 from bertkit.data.pretraining.corpus import expand_corpus, write_sentences
+from bertkit.data.pretraining.echoes import ECHO_KEEP, echo_stage
 from bertkit.data.pretraining.feed import Feed
-from bertkit.data.pretraining.instances import ECHO_KEEP, DataOptions, VocabInfo, token_counts, unigram_log_probs
+from bertkit.data.pretraining.instances import DataOptions, VocabInfo, parse_mask_mix, token_counts, unigram_log_probs
 from bertkit.data.pretraining.masking import parse_mask_prob
 from bertkit.data.pretraining.ramps import parse_ramp
 from bertkit.errors import InputError, allocation_failure
 from bertkit.precision import grad_scaler, resolve_precision
 from bertkit.recipes.pretrain import objectives
-from bertkit.recipes.pretrain.config import RUN_KEYS, PretrainError, parse_mask_mix  # noqa: F401 (public here too)
+from bertkit.recipes.pretrain.config import RUN_KEYS, PretrainError  # noqa: F401 (public here too)
 from bertkit.recipes.pretrain.once import check_same_shards, once
 from bertkit.recipes.pretrain.tables import has_nsp_head
 from bertkit.tokenization import BertTokenizer, train_vocab
@@ -333,7 +334,7 @@ def data_options(cfg: PretrainConfig, seq_len: int, batch_size: int):
         seed=cfg.seed,
         mask_mix=parse_mask_mix(cfg.mask_mix or "80/10/10"),
         segments=cfg.segments,
-        echo_share=(cfg.echo_share or 0.0) if cfg.echo_stage == "all" or seq_len >= (cfg.seq_len or 128) else 0.0,
+        echo_share=(cfg.echo_share or 0.0) if echo_stage(cfg.echo_stage, seq_len >= (cfg.seq_len or 128)) else 0.0,
         echo_keep=cfg.echo_keep or ECHO_KEEP,
         echo_mask=cfg.echo_mask,
     )
