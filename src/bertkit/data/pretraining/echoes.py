@@ -5,6 +5,8 @@ instances"). Which instances are echoes and what A' keeps are counter-based draw
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from bertkit.data.pretraining.draws import S_ECHO, S_FORCED, S_KEPT, hashes, uniforms
@@ -30,6 +32,33 @@ ECHO_STAGES = ("all", "first", "last")
 def echo_stage(stage: str, final: bool) -> bool:
     """Whether ``--echo-stage`` builds echoes in a ramp stage, ``final`` the one at the run's --seq-len."""
     return stage == "all" or (stage == "last") == final
+
+
+class EchoClash(NamedTuple):
+    """What makes B the text after A, so that no instance can be an echo (an echo's B repeats A)."""
+
+    flag: str  # the command's words
+    option: str  # DataOptions' words
+    b: str  # what B is there
+    way_out: str
+
+
+ECHO_CLASHES = {
+    "nsp": EchoClash("--nsp", "nsp=True", "NSP's is the next sentence", "--no-nsp"),
+    "pair": EchoClash("--segments pair", "segments='pair'", "a pair's is the text after it", "--segments one"),
+}
+
+
+def echo_clash(nsp: bool | None, segments: str | None) -> EchoClash | None:
+    """The one rule of where echoes can be: only in one-segment instances without NSP. None where they can be, else
+    what forbids them (read by the config's checks, DataOptions and the budget's default share)."""
+    return ECHO_CLASHES["nsp"] if nsp else ECHO_CLASHES["pair"] if segments == "pair" else None
+
+
+def echo_refusal(share: float, clash: EchoClash, option: bool = False) -> str:
+    """The one-line refusal of an echo share beside ``clash``, in the command's words or (``option``) DataOptions'."""
+    said = f"echo_share={share} with {clash.option}" if option else f"--echo-share {share} with {clash.flag}"
+    return f"{said}: an echo's second segment repeats its first, {clash.b}; use {clash.way_out}"
 
 
 ECHO_MASKS = ("independent", "coupled", "apart")

@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.data.pretraining.draws import couple_twins, mask_rows, splitmix
-from bertkit.data.pretraining.echoes import ECHO_KEEP, ECHO_MASKS, draw_echoes
+from bertkit.data.pretraining.echoes import ECHO_KEEP, ECHO_MASKS, draw_echoes, echo_clash, echo_refusal
 from bertkit.data.pretraining.masking import (  # noqa: F401 (public here too)
     NO_LABEL,
     STRATEGIES,
@@ -307,10 +307,9 @@ class DataOptions:
             raise InputError(f"echo_keep must be in (0, 1], got {self.echo_keep}")
         if self.echo_mask not in ECHO_MASKS:
             raise InputError(f"echo_mask must be one of {', '.join(ECHO_MASKS)}, got {self.echo_mask!r}")
-        if self.echo_share > 0 and self.nsp:
-            raise InputError("echo_share: an echo's second segment is its first; NSP's is the next sentence")
-        if self.echo_share > 0 and self.segments == "pair":
-            raise InputError("echo_share with segments='pair': an echo's second segment is its first, a pair's is B")
+        clash = echo_clash(self.nsp, self.segments)
+        if self.echo_share > 0 and clash:
+            raise InputError(echo_refusal(self.echo_share, clash, option=True))
         if self.mask_strategy not in STRATEGIES:
             raise InputError(f"mask_strategy must be one of {', '.join(STRATEGIES)}, got {self.mask_strategy!r}")
         if not 0.0 < self.mask_prob < 1.0:
@@ -533,8 +532,8 @@ class PretrainingData:
         """Whether batches are laid out by array passes over all their rows (:meth:`_rows`): one segment and no NSP,
         the budget recipe's (echoes included). Token masking then runs on the whole batch too (``draws.mask_rows``);
         the other strategies mask row by row, each instance with its own generator. NSP and sentence pairs are
-        built instance by instance."""
-        return not self.options.nsp and self.options.segments == "one"
+        built instance by instance: where echoes can be, this route is (echoes.echo_clash)."""
+        return echo_clash(self.options.nsp, self.options.segments) is None
 
     def _spans(self, epoch: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(shard [B], first token [B], end [B]) of one-segment instances ``ids``: :meth:`ShardLayout.instance`'s A,

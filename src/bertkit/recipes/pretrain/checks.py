@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.pretraining.echoes import echo_clash, echo_refusal
 from bertkit.data.pretraining.ramps import parse_ramp
 from bertkit.errors import InputError, PretrainError
 from bertkit.precision import check_device
@@ -53,20 +54,14 @@ def check_combinations(cfg: Any) -> None:
             f"--mask-prob {cfg.mask_prob} with --masking static: a scheduled rate changes the masks every step; "
             "use --masking dynamic or one rate"
         )
-    if (cfg.echo_share or 0) > 0 and cfg.nsp:
-        raise InputError(
-            f"--echo-share {cfg.echo_share} with --nsp: an echo's second segment repeats its first, NSP's is the next "
-            "sentence; use --no-nsp"
-        )
-    if (cfg.echo_share or 0) > 0 and cfg.segments == "pair":
-        raise InputError(
-            f"--echo-share {cfg.echo_share} with --segments pair: an echo's second segment repeats its first, a "
-            "pair's is the text after it; use --segments one"
-        )
+    clash = echo_clash(cfg.nsp, cfg.segments)
+    if clash and (cfg.echo_share or 0) > 0:
+        raise InputError(echo_refusal(cfg.echo_share, clash))
     for name in ECHO_FLAGS:  # set (not the default) where no instance is an echo
-        if given(cfg, name) and (cfg.echo_share == 0 or cfg.nsp or cfg.segments == "pair"):
+        if given(cfg, name) and (cfg.echo_share == 0 or clash):
             flag = f"--{name.replace('_', '-')} {getattr(cfg, name)}"
-            raise InputError(f"{flag}: no instance is an echo here (--echo-share 0, --nsp or --segments pair)")
+            why = f"beside {clash.flag}" if clash else "with --echo-share 0"
+            raise InputError(f"{flag}: no instance is an echo here ({why})")
     if cfg.echo_mask != "independent" and cfg.mask_strategy == "adaptive":  # the loader's rows come to it unmasked
         raise InputError(f"--echo-mask {cfg.echo_mask} with --mask-strategy adaptive: adaptive masks after the loader")
     if cfg.warmup_steps is not None and cfg.max_steps is not None and cfg.warmup_steps > cfg.max_steps:

@@ -23,6 +23,7 @@ that ask for it, and cached under ``~/.cache/bertkit`` (the highest figure seen)
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -116,9 +117,10 @@ def _cache_path() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "bertkit" / "cpu_peak.json"
 
 
-def _cpu_name() -> str:
+@functools.cache
+def _cpu_model() -> str:
     """The CPU's model name with its family and model numbers (one name, "AMD EPYC", covers Zen 3 without bf16 units
-    and Zen 4 with them), and the instruction-set caps of the environment (an AVX2 cap takes the bf16 units away)."""
+    and Zen 4 with them): read once a process."""
     name, ids = platform.processor() or platform.machine(), []
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -132,8 +134,12 @@ def _cpu_name() -> str:
                 break
     except OSError:
         pass
-    caps = [f"{v}={os.environ[v]}" for v in CPU_CAPS if os.environ.get(v)]
-    return ", ".join([name, *ids, *caps])
+    return ", ".join([name, *ids])
+
+
+def _cpu_name() -> str:
+    """:func:`_cpu_model` and the instruction-set caps in the environment (an AVX2 cap takes the bf16 units away)."""
+    return ", ".join([_cpu_model(), *(f"{v}={os.environ[v]}" for v in CPU_CAPS if os.environ.get(v))])
 
 
 # the environment's caps on the instruction sets ATen, oneDNN and MKL use: part of the probe's cache key

@@ -9,6 +9,7 @@ flag too."""
 from __future__ import annotations
 
 from bertkit import models
+from bertkit.data.pretraining.echoes import echo_clash
 from bertkit.recipes.pretrain import objectives
 
 RECIPES = ("budget", "paper")
@@ -206,7 +207,7 @@ def resolve(cfg):
     objective = objectives.get(cfg.objective)  # its masking and NSP over the recipe's (ELECTRA: 15%, no NSP)
     objective.check(cfg)
     table.update(objective.defaults)
-    if (cfg.nsp if cfg.nsp is not None else table["nsp"]) or cfg.segments == "pair":  # B the text after A: no echoes
+    if echo_clash(cfg.nsp if cfg.nsp is not None else table["nsp"], cfg.segments):  # B the text after A: no echoes
         table["echo_share"] = 0.0
     elif name == "budget" and not gpu and cpu_fp32(cfg) and not any(given(cfg, f) for f in ECHO_FLAGS):
         table["echo_share"] = 0.0  # ECHO_SHARE's note: none at an fp32 CPU's pace, unless the echoes' flags ask
