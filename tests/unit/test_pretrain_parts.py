@@ -251,13 +251,17 @@ def test_recipe_choice_budget_with_max_time_paper_otherwise_and_flags_win(tmp_pa
     assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, segments="pair")).echo_share == 0.0
     set_share = resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, echo_share=0.1))
     assert set_share.echo_share == 0.1 and "echo_share=0.1 (set)" in set_share.chosen
-    # none where the CPU run trains in fp32 (no bf16 units, or --precision fp32); a share set still wins
-    assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, precision="fp32")).echo_share == 0.0
+    # the share in every stage where the run trains in bf16; only in the short stage where a CPU run trains in fp32
+    # (no bf16 units, or --precision fp32); a stage or a share set wins
+    assert timed.echo_stage is None and stepped.echo_stage is None  # every stage (echoes.echo_stage)
+    fp32 = resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, precision="fp32"))
+    assert (fp32.echo_share, fp32.echo_stage) == (ECHO_SHARE, "first") and fp32.chosen.endswith("echo_stage=first")
     monkeypatch.setattr(precision, "cpu_supports_bf16", lambda: False)  # an AVX2 CPU
-    assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60)).echo_share == 0.0
-    assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, echo_share=0.25)).echo_share == 0.25
-    for flag in ({"echo_keep": 0.5}, {"echo_mask": "coupled"}):  # an echo flag set keeps the budget's echoes
-        assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, **flag)).echo_share == ECHO_SHARE
+    assert resolve(PretrainConfig(corpus=["x"], output="o", max_time=60)).echo_stage == "first"
+    stage_set = resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, echo_stage="all"))
+    assert stage_set.echo_stage == "all" and "echo_stage=all (set)" in stage_set.chosen
+    unshared = resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, echo_share=0.0))
+    assert (unshared.echo_share, unshared.echo_stage) == (0.0, None)
 
 
 def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path, monkeypatch):

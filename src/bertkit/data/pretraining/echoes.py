@@ -24,14 +24,16 @@ ECHO_KEEP_HELP = (  # --echo-keep's
 )
 ECHO_STAGE_HELP = (  # --echo-stage's
     "where the ramps build echoes: all: every stage; last: only at the run's final --seq-len (the budget recipe's "
-    "last 30%% of steps, at 128 tokens); first: only before it (the short stages) (default all)"
+    "last 30%% of steps, at 128 tokens); first: only before it (the short stages) (default all; the budget "
+    "recipe's first where a CPU run trains in fp32: no bf16 units)"
 )
 ECHO_STAGES = ("all", "first", "last")
 
 
-def echo_stage(stage: str, final: bool) -> bool:
-    """Whether ``--echo-stage`` builds echoes in a ramp stage, ``final`` the one at the run's --seq-len."""
-    return stage == "all" or (stage == "last") == final
+def echo_stage(stage: str | None, final: bool) -> bool:
+    """Whether ``--echo-stage`` builds echoes in a ramp stage, ``final`` the one at the run's --seq-len (None: all,
+    where no recipe chose)."""
+    return stage in (None, "all") or (stage == "last") == final
 
 
 class EchoClash(NamedTuple):

@@ -170,7 +170,7 @@ class PretrainConfig:
     segments: str = _run_key("one", choices=ins.SEGMENTS, group=_M, help=ins.SEGMENTS_HELP)
     echo_share: float | None = _run_key(None, bounds=(0, 1, False, True), metavar="P", group=_M, help=ech.ECHO_HELP)
     echo_keep: float | None = _run_key(None, bounds=(0, 1, True, False), metavar="K", group=_M, help=ech.ECHO_KEEP_HELP)
-    echo_stage: str = _run_key("all", choices=ech.ECHO_STAGES, group=_M, help=ech.ECHO_STAGE_HELP)
+    echo_stage: str | None = _run_key(None, choices=ech.ECHO_STAGES, group=_M, help=ech.ECHO_STAGE_HELP)
     echo_mask: str = _run_key("independent", choices=ech.ECHO_MASKS, group=_M, help=ech.ECHO_MASK_HELP)
     mask_prob: float | str | None = _run_key(  # a float, or "START:END" (data/pretraining/masking.py)
         None, bounds=(0, 1, True, True), parse=masks.mask_prob_flag, metavar="P|START:END", group=_M, help=masks.HELP

@@ -35,11 +35,14 @@ NO_NSP_HEAD = {"mask_prob": 0.3, "nsp": False}
 
 # the budget's share of echo instances ([CLS] A [SEP] A' [SEP]; --echo-share): a model trained on single segments cannot
 # find a token of one sentence in another, which sentence-pair tasks read first (BENCHMARKS.md, "Echo instances").
-# None where a CPU run trains in fp32 (no bf16 units, as an AVX2 CPU): at that pace echoes cost about 1.4 BLiMP (59.15
-# over three runs against 60.58 over four without) and bought no pair-task gain that held (QNLI +3.1 to +10.1, against
-# +2.9 and +3.8 without) (BENCHMARKS.md, "An AVX2 CPU at 30 minutes, emulated")
+# Where a CPU run trains in fp32 (no bf16 units, as an AVX2 CPU) only in the short stage (--echo-stage first, the
+# budget's 32-token stage): there echoes throughout cost about 1.4 BLiMP (59.15 over three runs against 60.58 over four
+# without) for a pair-task gain that did not hold (QNLI +3.1 to +10.1, without +2.9 and +3.8); in the short stage only
+# a quarter of it gained QNLI +18.52 and +3.49 with BLiMP 60.38 and 59.81 on all pairs in two seeds, the only setting
+# over +15 with BLiMP at 60 (BENCHMARKS.md, "An AVX2 CPU at 30 minutes, emulated")
 ECHO_SHARE = 0.25
-ECHO_FLAGS = ("echo_keep", "echo_stage", "echo_mask")  # what acts only on echoes: set, they keep echoes in the budget
+FP32_ECHO_STAGE = "first"
+ECHO_FLAGS = ("echo_keep", "echo_stage", "echo_mask")  # what acts only on echoes (refused where there are none)
 PAPER = {
     "lr": 1e-4,
     "schedule": "linear",
@@ -209,8 +212,8 @@ def resolve(cfg):
     table.update(objective.defaults)
     if echo_clash(cfg.nsp if cfg.nsp is not None else table["nsp"], cfg.segments):  # B the text after A: no echoes
         table["echo_share"] = 0.0
-    elif name == "budget" and not gpu and cpu_fp32(cfg) and not any(given(cfg, f) for f in ECHO_FLAGS):
-        table["echo_share"] = 0.0  # ECHO_SHARE's note: none at an fp32 CPU's pace, unless the echoes' flags ask
+    elif name == "budget" and not gpu and cpu_fp32(cfg) and (cfg.echo_share is None or cfg.echo_share > 0):
+        table["echo_stage"] = FP32_ECHO_STAGE  # ECHO_SHARE's note: at an fp32 CPU's pace, only in the short stage
     if cfg.optimizer == "lamb":  # its step is relative to each weight's norm: one lr for every size
         table["lr"] = LAMB_LR if not cfg.init_from else LAMB_LR / 10
     elif table["lr"] is None:  # the budget's by size, as BERT's of the same size; 1e-4 to continue a model
