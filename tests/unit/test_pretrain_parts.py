@@ -262,6 +262,8 @@ def test_recipe_choice_budget_with_max_time_paper_otherwise_and_flags_win(tmp_pa
     assert stage_set.echo_stage == "all" and "echo_stage=all (set)" in stage_set.chosen
     unshared = resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, echo_share=0.0))
     assert (unshared.echo_share, unshared.echo_stage) == (0.0, None)
+    electra = resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, objective="electra"))  # its share: 0
+    assert (electra.echo_share, electra.echo_stage) == (0.0, None)
 
 
 def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path, monkeypatch):

@@ -210,9 +210,10 @@ def resolve(cfg):
     objective = objectives.get(cfg.objective)  # its masking and NSP over the recipe's (ELECTRA: 15%, no NSP)
     objective.check(cfg)
     table.update(objective.defaults)
+    share = cfg.echo_share if cfg.echo_share is not None else table["echo_share"]  # the user's, else (ELECTRA: 0)
     if echo_clash(cfg.nsp if cfg.nsp is not None else table["nsp"], cfg.segments):  # B the text after A: no echoes
         table["echo_share"] = 0.0
-    elif name == "budget" and not gpu and cpu_fp32(cfg) and (cfg.echo_share is None or cfg.echo_share > 0):
+    elif name == "budget" and not gpu and cpu_fp32(cfg) and share > 0:
         table["echo_stage"] = FP32_ECHO_STAGE  # ECHO_SHARE's note: at an fp32 CPU's pace, only in the short stage
     if cfg.optimizer == "lamb":  # its step is relative to each weight's norm: one lr for every size
         table["lr"] = LAMB_LR if not cfg.init_from else LAMB_LR / 10
