@@ -11,8 +11,9 @@ from bertkit.data.pretraining.echoes import echo_clash, echo_refusal
 from bertkit.data.pretraining.ramps import parse_ramp
 from bertkit.errors import InputError, PretrainError
 from bertkit.precision import check_device
-from bertkit.recipes.pretrain.tables import ECHO_FLAGS, FRESH_MODEL_KEYS, given
+from bertkit.recipes.pretrain.tables import FRESH_MODEL_KEYS, given
 
+ECHO_FLAGS = ("echo_keep", "echo_stage", "echo_mask")  # what acts only on echoes (refused where there are none)
 GIVEN = object()  # ONLY_WITH's value for a setting that acts whatever its value, when given (not None)
 # flags that act only with another setting: field -> (the field it needs, its value, the flag that sets it). Given
 # without it (a value other than its default), one is refused rather than silently ignored

@@ -42,7 +42,6 @@ NO_NSP_HEAD = {"mask_prob": 0.3, "nsp": False}
 # 60.93 and 59.59 on all pairs (mean 60.18) (BENCHMARKS.md, "An AVX2 CPU at 30 minutes, emulated")
 ECHO_SHARE = 0.25
 FP32_ECHO_STAGE = "first"
-ECHO_FLAGS = ("echo_keep", "echo_stage", "echo_mask")  # what acts only on echoes (refused where there are none)
 PAPER = {
     "lr": 1e-4,
     "schedule": "linear",
