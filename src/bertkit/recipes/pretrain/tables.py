@@ -38,8 +38,8 @@ NO_NSP_HEAD = {"mask_prob": 0.3, "nsp": False}
 # Where a CPU run trains in fp32 (no bf16 units, as an AVX2 CPU) only in the short stage (--echo-stage first, the
 # budget's 32-token stage): there echoes throughout cost about 1.4 BLiMP (59.15 over three runs against 60.58 over four
 # without) for a pair-task gain that did not hold (QNLI +3.1 to +10.1, without +2.9 and +3.8); in the short stage only
-# a quarter of it gained QNLI +18.52, +3.49, +13.67 and +10.25 in four runs (median +11.96) with BLiMP 60.38, 59.81,
-# 60.93 and 59.59 on all pairs (mean 60.18) (BENCHMARKS.md, "An AVX2 CPU at 30 minutes, emulated")
+# a quarter of it gained QNLI +18.52, +3.49, +13.67, +10.25 and +12.24 in five runs (median +12.24) with BLiMP 60.38,
+# 59.81, 60.93, 59.59 and 59.92 on all pairs (mean 60.13) (BENCHMARKS.md, "An AVX2 CPU at 30 minutes, emulated")
 ECHO_SHARE = 0.25
 FP32_ECHO_STAGE = "first"
 PAPER = {
