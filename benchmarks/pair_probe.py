@@ -32,8 +32,10 @@ def read_pairs(path: str, a: str, b: str, label: str, positive: str) -> tuple[li
     """The two texts and the labels (``positive`` -> 1) of a tab-separated file with a header row."""
     with open(path, encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    if not rows:
+        raise SystemExit(f"{path}: no pairs under its header")
     for name in (a, b, label):
-        if rows and name not in rows[0]:
+        if name not in rows[0]:
             raise SystemExit(f"{path}: no column {name!r} (has {', '.join(rows[0])})")
     return [r[a] for r in rows], [r[b] for r in rows], np.array([r[label] == positive for r in rows])
 
