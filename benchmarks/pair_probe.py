@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from bertkit import models
-from bertkit.tokenization import truncate_pair_lengths
+from bertkit.ops import pool
 from bertkit.tokenization.fast import load_tokenizer
 
 
@@ -40,25 +40,21 @@ def read_pairs(path: str, a: str, b: str, label: str, positive: str) -> tuple[li
     return [r[a] for r in rows], [r[b] for r in rows], np.array([r[label] == positive for r in rows])
 
 
-def pooled_states(model, tok, first: list[str], second: list[str], max_len: int = 128, batch: int = 64) -> np.ndarray:
+def encode_pairs(tok, first: list[str], second: list[str], max_len: int = 128, batch: int = 64) -> list[dict]:
+    """Padded batches of ``[CLS] A [SEP] B [SEP]``, encoded and truncated as the fine-tuning encodes a pair (the
+    tokenizer's own pair encoding: Google's truncation, the longer segment first)."""
+    return [tok(first[i : i + batch], second[i : i + batch], max_length=max_len) for i in range(0, len(first), batch)]
+
+
+def pooled_states(model, batches: list[dict]) -> np.ndarray:
     """[pairs, (layers + 1) * hidden]: every layer's output (the embeddings' first), mean-pooled over each pair's
-    ``[CLS] A [SEP] B [SEP]`` tokens."""
-    cls, sep, pad = tok.cls_token_id, tok.sep_token_id, tok.pad_token_id
+    tokens (``ops.pool``, as ModernBERT's classifier pools)."""
     out = []
     with torch.no_grad():
-        for i in range(0, len(first), batch):
-            rows = []
-            for x, y in zip(first[i : i + batch], second[i : i + batch]):
-                a, b = tok.convert_tokens_to_ids(tok.tokenize(x)), tok.convert_tokens_to_ids(tok.tokenize(y))
-                la, lb = truncate_pair_lengths(len(a), len(b), max_len - 3)  # as the fine-tuning's (Google's)
-                a, b = a[:la], b[:lb]
-                rows.append([cls, *a, sep, *b, sep])
-            width = max(map(len, rows))
-            ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
-            mask = (torch.arange(width)[None] < torch.tensor([len(r) for r in rows])[:, None]).long()
-            states = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
-            m = mask.unsqueeze(-1).float()
-            out.append(torch.cat([(h.float() * m).sum(1) / m.sum(1) for h in states], -1).numpy())
+        for enc in batches:
+            mask = enc["attention_mask"]
+            states = model(input_ids=enc["input_ids"], attention_mask=mask, output_hidden_states=True).hidden_states
+            out.append(torch.cat([pool(h.float(), mask, "mean") for h in states], -1).numpy())
     return np.concatenate(out)
 
 
@@ -92,10 +88,11 @@ def main() -> None:
     train, dev = (read_pairs(p, a, b, label, args.positive) for p in (args.train, args.dev))
     model = models.of_directory(args.model).model_class("masked_lm", args.model).from_pretrained(args.model).eval()
     tok = load_tokenizer(args.model)
+    train_batches, dev_batches = encode_pairs(tok, *train[:2]), encode_pairs(tok, *dev[:2])  # once for every model
     for where in args.checkpoint or [None]:
         if where is not None:  # a training checkpoint's weights (the tied decoder comes with the embeddings)
             model.load_state_dict(torch.load(where, map_location="cpu", weights_only=True)["model"])
-        x_train, x_dev = pooled_states(model, tok, *train[:2]), pooled_states(model, tok, *dev[:2])
+        x_train, x_dev = pooled_states(model, train_batches), pooled_states(model, dev_batches)
         scores = probe(x_train, train[2], x_dev, dev[2], model.config.hidden_size)
         best = max((v, k) for k, v in scores.items() if k != "all")
         layers = " ".join(f"{k}:{v:.1f}" for k, v in scores.items())
