@@ -149,6 +149,7 @@ BOUNDS: dict[str, tuple] = {
     # processes and threads: each is made (a process pool submits 2 x workers batches ahead), so 1e9 would fork or
     # spawn until the machine gives out; 0 = the command's default
     **dict.fromkeys(("threads", "workers", "loader_workers"), (0, 1024, False, False)),
+    "processes": (1, 1024, False, False),  # pretrain's own launch: auto or a count
     "layer": (None, None, False, False),  # attention: 1..L, or -1 for the last (the model checks the range)
     "tag_column": (None, None, False, False),  # CoNLL: a column index, -1 = the last
     "null_score_diff_threshold": (None, None, False, False),  # SQuAD 2.0: a logit difference, any sign
@@ -609,6 +610,30 @@ def precision_option(default: str = "auto", group: str | None = None) -> Any:
 
 def threads_option(group: str | None = TRAINING) -> Any:
     return option(None, group=group, help=THREADS_HELP)
+
+
+def parse_processes(text: str) -> int | None:
+    """``--processes``: a count (its bounds: :data:`BOUNDS`'), or ``auto`` (None: the command's choice)."""
+    if text == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"expected a count or auto, got {text!r}") from None
+
+
+def processes_option(group: str | None = TRAINING) -> Any:
+    """``processes``: pretrain's training processes on this machine (``recipes/pretrain/tables.processes``)."""
+    return option(
+        None,
+        group=group,
+        metavar="N|auto",
+        parse=parse_processes,
+        help="training processes on this CPU, each on its share of the cores, as torchrun --standalone starts them "
+        "(DistributedDataParallel; the budget recipe's batch split between them). Default auto: 2 for the budget "
+        "recipe in fp32 (a CPU without bf16 units) with --max-time of 5 minutes or more and neither --threads nor a "
+        "batch size given, where two processes of one thread read more tokens a second than one of two; else 1",
+    )
 
 
 def output_option(

@@ -1,6 +1,6 @@
 """Multi-node pre-training as torchrun runs it, simulated on localhost: two nodes of one process each (gloo, c10d
 rendezvous), each preparing the corpus on its own "local disk" (``--prepare-on node``: a working directory per node),
-train the same weights as one process with the same global batch."""
+train the same weights as one process with the same global batch; so do the processes ``--processes 2`` starts."""
 
 from __future__ import annotations
 
@@ -135,3 +135,40 @@ def test_two_nodes_train_the_weights_of_one_process_with_the_same_global_batch(c
     assert len(set(losses[1])) == 3
     # every log line shows the token rate and MFU (over this CPU's measured peak)
     assert all(r["tokens_per_s"] > 0 and 0 < r["mfu"] < 5 for rs in records for r in rs if "loss" in r)
+
+
+@pytest.mark.timeout(150)
+def test_processes_two_train_the_weights_of_one_process_and_a_refusal_reads_as_one(corpus, tmp_path):
+    """``--processes 2``: bertkit's own launch (torch's elastic launcher, as ``torchrun --standalone``) trains the
+    weights of one process with the same global batch; a refusal inside the processes prints one line, as one
+    process's would."""
+    import gzip
+
+    from bertkit.commands.quickstart import bundled_corpus
+
+    # the whole of Alice: text enough that its held-out 2% fills more than one process's batch
+    path, vocab = tmp_path / "alice.txt", corpus[1]
+    path.write_bytes(gzip.decompress(next(p for p in bundled_corpus() if "alice" in p.name).read_bytes()))
+    args = ["pretrain", "--corpus", str(path), "--vocab", str(vocab), *TINY, "--threads", "1", "--eval-batches", "1"]
+    run = lambda *more: subprocess.run(  # noqa: E731
+        [str(BIN / "bertkit"), *args, *more], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=140
+    )
+    two = run("--output", "two", "--processes", "2", "--batch-size", "4")
+    assert two.returncode == 0, two.stderr[-3000:]
+    one = run("--output", "one", "--batch-size", "8")
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert json.loads((tmp_path / "two" / "run.json").read_text())["world_size"] == 2
+    got, ref = _weights(tmp_path / "two"), _weights(tmp_path / "one")
+    assert sorted(got) == sorted(ref)
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k], rtol=1e-4, atol=1e-5)
+    # the held-out meter scores the same text (the global batches' worth)
+    held = [[json.loads(x) for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()] for d in ("two", "one")]
+    held = [[r for r in rs if "eval_mlm_acc" in r][-1] for rs in held]
+    assert held[0]["eval_masked_tokens"] == held[1]["eval_masked_tokens"] > 0
+    assert held[0]["eval_mlm_acc"] == pytest.approx(held[1]["eval_mlm_acc"], abs=1e-6)
+    # a finished run resumed (refused inside the processes, where the run directory is opened): one line, its code
+    bad = run("--output", "two", "--processes", "2", "--batch-size", "4", "--resume")
+    lines = [x for x in bad.stderr.splitlines() if x.strip()]
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("bertkit pretrain: error: --resume: two holds a finished run")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from bertkit.errors import RunError
+from bertkit.errors import BertkitError, RunError
 from bertkit.precision import resolve_device
 
 
@@ -118,3 +118,70 @@ def cleanup(ctx: DistContext) -> None:
 
         gc.collect()
         dist.destroy_process_group()
+
+
+def launch(fn, args: tuple, processes: int, threads: int):
+    """``fn(*args)`` in ``processes`` processes on this machine, started as ``torchrun --standalone --nproc_per_node
+    N`` starts them (torch's elastic launcher: a rendezvous on a free local port, RANK, WORLD_SIZE and LOCAL_RANK in
+    each one's environment), each with ``threads`` torch threads; returns rank 0's result. A ``BertkitError`` that
+    rank 0 raised is raised here again (one line, as a one-process run's); SIGTERM or SIGINT sent to this process
+    is passed on to them (each stops as ``GracefulStop`` says: Ctrl-C's SIGINT reaches them from the terminal
+    anyway), and their own answer to it (``Interrupted``, after the checkpoint) is raised here."""
+    import logging
+    import multiprocessing
+    import signal
+    import uuid
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=processes,
+        run_id=f"bertkit-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",  # a free port, as --standalone
+        max_restarts=0,
+        monitor_interval=0.2,
+        start_method="spawn",
+        signals_to_handle="SIGHUP,SIGQUIT",  # SIGTERM and SIGINT: passed on below, the processes answer them
+    )
+
+    def pass_on(signum, frame):  # noqa: ARG001
+        for child in multiprocessing.active_children():
+            if signum == signal.SIGTERM:  # Ctrl-C's SIGINT reached the whole process group already
+                os.kill(child.pid, signum)
+
+    previous = {s: signal.signal(s, pass_on) for s in (signal.SIGTERM, signal.SIGINT)}
+    quiet = logging.getLogger("torch.distributed.elastic")
+    level, quiet.level = quiet.level, logging.CRITICAL  # its agent's lines; a process's own error is reported below
+    omp = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # what each process's OpenMP starts with (torchrun sets it too)
+    try:
+        results = elastic_launch(config, _launched)(fn, threads, args)
+    except ChildFailedError as e:  # a process that died unreported (killed, or a bug: its traceback is above)
+        first = min(e.failures.values(), key=lambda f: f.timestamp)
+        raise RunError(f"a training process failed ({first.signal_name() or f'exit code {first.exitcode}'})") from None
+    finally:
+        quiet.level = level
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if omp is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = omp
+    error, result = results[0]
+    if error is not None:
+        raise error
+    return result
+
+
+def _launched(fn, threads: int, args: tuple):
+    """One launched process: ``fn(*args)`` on ``threads`` threads, as (error, result): a BertkitError is handed back
+    to the launcher, which raises rank 0's (the others hold the same, or a consequence of it)."""
+    torch.set_num_threads(threads)
+    try:
+        return None, fn(*args)
+    except BertkitError as e:
+        return e, None

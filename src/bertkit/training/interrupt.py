@@ -26,6 +26,9 @@ class Interrupted(RunError):
         self.signum = int(signum)
         self.exit_code = 128 + self.signum
 
+    def __reduce__(self):  # handed back from a launched process (distributed.launch) with its signal
+        return type(self), (str(self), self.signum)
+
 
 class GracefulStop:
     """Context manager: ``with GracefulStop() as stop: ... if stop.requested: save(); stop.raise_(msg)``."""

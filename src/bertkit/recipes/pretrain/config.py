@@ -32,6 +32,7 @@ from bertkit.options import (
     option,
     output_option,
     precision_option,
+    processes_option,
     seed_option,
     threads_option,
     vocab_option,
@@ -281,6 +282,7 @@ class PretrainConfig:
     device: str | None = device_option(group=_T)
     seed: int = _as_run_key(seed_option(0, group=_T, help="seed of the weights, the data order and the masks"))
     threads: int | None = threads_option(group=_T)
+    processes: int | None = processes_option(group=_T)
     compile: bool | None = option(
         None,
         group=_T,
@@ -298,7 +300,7 @@ class PretrainConfig:
     eval_every: int | None = option(
         None, bounds=POSITIVE, group=_O, help="held-out evaluation every N steps (default: ~10 per run)"
     )
-    eval_batches: int = option(10, group=_O, help="held-out batches per evaluation")
+    eval_batches: int = option(10, group=_O, help="held-out global batches per evaluation")
     profile: int = option(0, group=_O, metavar="STEPS", help=PROFILE_HELP)
     blimp: str | None = option(None, group=_O, help="a BLiMP directory: probe it at each held-out evaluation")
     blimp_pairs: int = option(20, bounds=POSITIVE, group=_O, help="the probe's BLiMP pairs per paradigm (seeded)")

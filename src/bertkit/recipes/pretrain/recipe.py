@@ -14,13 +14,13 @@ when ``--max-time`` is given, is what measured best in minutes of CPU. Every cho
 of the run (clock, log window, checkpoints, the agreed stop, ``--max-time``'s schedule) are ``training.Run``'s;
 a finished run's held-out figures are ``recipes/pretrain/evaluate.py``'s.
 
-The objectives (``--objective``) are ``objectives/``'s, one file each: ``mlm`` (with NSP where the recipe has it),
-``electra``, replaced-token detection with a small generator, and ``mntp``, GPT-BERT's masked next-token prediction
-mixed with causal LM. An objective brings its defaults, its model and its figures; the loop is this one.
+The objectives (``--objective``: ``mlm``, ``electra``, ``mntp``) are ``objectives/``'s, one file each, each with
+its defaults, model and figures; the loop is this one. ``--processes N`` runs it as N processes under DDP.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 from pathlib import Path
@@ -45,7 +45,7 @@ from bertkit.recipes.pretrain.setup import (
     schedule,
     tokenizer_and_shards,
 )
-from bertkit.recipes.pretrain.tables import resolve
+from bertkit.recipes.pretrain.tables import processes, resolve, unused_parameters
 from bertkit.tasks.blimp import BlimpProbe, Stopped, read_blimp
 from bertkit.tasks.mlm import score_mlm
 from bertkit.training import distributed as dist
@@ -67,6 +67,9 @@ def pretrain(cfg: PretrainConfig) -> Path:
     Interrupted (after saving a checkpoint) on SIGTERM/SIGINT."""
     import torch
 
+    cfg = cfg if cfg.chosen else resolve(cfg)  # resolved once (the command resolves it): frozen from here
+    if (n := processes(cfg)) > 1:  # this machine's processes (--processes), each running this under DDP
+        return dist.launch(pretrain, (dataclasses.replace(cfg, processes=1),), n, cfg.threads)
     torch.set_num_threads(cfg.threads or torch.get_num_threads())
     ctx = dist.setup(cfg.device)
     try:  # the run's objects (the DDP wrapper holds the process group) are gone when _pretrain returns, before cleanup
@@ -79,7 +82,6 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
     out = Path(cfg.output)
     with GracefulStop() as stop, os_errors(out), removed_if_refused(cfg, ctx):
         # ---- recipe, output dir, vocabulary, shards, model, optimizer; every flag checked before a file is written
-        cfg = cfg if cfg.chosen else resolve(cfg)  # resolved once (the command resolves it): frozen from here
         objective = objectives.get(cfg.objective)
         check_batches(cfg)
         blimp = read_blimp(cfg.blimp) if cfg.blimp and ctx.is_main else None  # its bad files refused here
@@ -112,12 +114,11 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
             run.plan_refit(_eval_every(cfg, run), last_stage, lambda steps: _eval_every(cfg, run, steps))
         plain_mlm = "masked_positions" in inspect.signature(model.forward).parameters
         # compiled as --compile says (on a GPU: also graphed); checkpoints and evaluation: the plain model
-        step_model = compile_step(cfg, ctx, dist.wrap(model, ctx, find_unused_parameters=not cfg.nsp), plain_mlm)
+        step_model = compile_step(cfg, ctx, dist.wrap(model, ctx, unused_parameters(cfg)), plain_mlm)
         say_run(
             cfg,
             ctx,
-            f"model {cfg.model_shown()}: "
-            f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+            f"model {cfg.model_shown()}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
             f"parameters, vocab {len(tokenizer)}, precision {precision}"
             f"{' (bf16 weights, fp32 masters)' if masters is not None else ''}"
             f"{step_model.said}, {ctx.world_size} process(es) on "
@@ -174,9 +175,9 @@ def _pretrain(cfg: PretrainConfig, ctx) -> Path:
 
 
 def _eval_batches(cfg: PretrainConfig, feed: Feed) -> list[dict]:
-    """The fixed held-out batches (none when the corpus is too small to hold text out)."""
+    """The fixed held-out batches, ``eval_batches`` global batches' worth (none when no text is held out)."""
     eval_data = feed.make(cfg.seq_len, cfg.batch_size, "eval")
-    return eval_data.eval_batches(cfg.eval_batches) if eval_data.shards else []
+    return eval_data.eval_batches(cfg.eval_batches * feed.ctx.world_size) if eval_data.shards else []
 
 
 def _write_model(cfg: PretrainConfig, objective, ctx, model, tokenizer, run) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bertkit import models
 from bertkit.data.pretraining.echoes import echo_clash
+from bertkit.errors import PretrainError
 from bertkit.recipes.pretrain import objectives
 
 RECIPES = ("budget", "paper")
@@ -83,6 +84,14 @@ BUDGET = {
 # and each step 32,768 tokens (256 x 128; 1,024 x 32 while the sequences are short), at the lr that measured best
 # there: the flags of the H100 reference run (../shared/gpu/README.md: 4 minutes, BLiMP 65.77), now its defaults
 GPU_BUDGET = {"model": "modernbert-small", "batch_size": 256, "batch_ramp": "1024:0.7", "lr": 1e-3}
+# the budget on a CPU in fp32 trains as this many processes of a share of the cores each (DDP over gloo, the batch
+# split between them): on 2 AVX2 cores (the Zen 4 capped to AVX2) tiny's 32-token stage ran 1.10x as fast as two
+# processes of one thread as one of two (one thread runs a process's Python and small kernels while the other
+# computes, where one process's second thread waits on them), its 128-token stage 1.00x; the 30-minute run made
+# 5,939 steps against 5,180-5,642 (BENCHMARKS.md, "Two processes on two cores")
+CPU_PROCESSES = 2
+# ... from this budget (seconds): starting the processes (each imports torch, then a rendezvous) takes seconds
+PROCESSES_FROM = 300.0
 # the recipe keys that initialise a fresh model: an --init-from model brings its own, so they are not applied to it
 FRESH_MODEL_KEYS = ("output_bias", "position_init", "embedding_init")
 # --optimizer lamb's peak lr, whatever the recipe and size: the LTG-BERT / BabyLM recipes' LAMB value (~7e-3)
@@ -143,6 +152,48 @@ def cpu_fp32(cfg) -> bool:
     from bertkit.precision import resolve_precision  # imports torch: when the run resolves, not for -h
 
     return resolve_precision(cfg.precision, "cpu") == "fp32"
+
+
+def processes(cfg) -> int:
+    """The processes ``pretrain`` launches on this machine (``--processes``; auto: :data:`CPU_PROCESSES` for the
+    budget recipe in fp32 on a CPU, with ``--max-time`` of at least :data:`PROCESSES_FROM` seconds and no
+    ``--threads``, else 1). 1 inside a launched or torchrun process: its processes are already there."""
+    import os
+
+    import torch  # when the run resolves, not for -h
+
+    if "WORLD_SIZE" in os.environ:
+        if (cfg.processes or 1) > 1:
+            raise PretrainError("--processes: under torchrun the processes are torchrun's (--nproc_per_node)")
+        return 1
+    if cfg.processes is not None:
+        if cfg.processes > 1 and on_gpu(cfg.device):
+            raise PretrainError("--processes is for a CPU; for GPUs run under torchrun --nproc_per_node N")
+        return cfg.processes
+    # the user's --threads or batch sizes are one process's: they keep one
+    auto = cfg.threads is None and cfg.batch_size is None and cfg.batch_ramp is None
+    auto = auto and cfg.recipe_name() == "budget" and cfg.objective == "mlm"
+    auto = auto and (cfg.max_time or 0) >= PROCESSES_FROM and torch.get_num_threads() >= CPU_PROCESSES
+    return CPU_PROCESSES if auto and not on_gpu(cfg.device) and cpu_fp32(cfg) else 1
+
+
+def split_batches(table: dict, n: int) -> dict:
+    """The recipe's batch sizes (its batch and its ramp's) split between ``n`` processes: each process's part,
+    rounded up, so that the global batch is the recipe's."""
+    part = lambda size: -(-int(size) // n)  # noqa: E731
+    ramp = table["batch_ramp"]
+    if ramp != "off":
+        ramp = ",".join(f"{part(size)}:{until}" for size, until in (e.split(":") for e in ramp.split(",")))
+    return {**table, "batch_size": part(table["batch_size"]), "batch_ramp": ramp}
+
+
+def unused_parameters(cfg) -> bool:
+    """Whether the run's model has parameters its loss never reaches, which DDP must then look for at every step:
+    BERT's next-sentence head in a masked-LM run without NSP (ModernBERT has none); the other objectives' models
+    in any run without NSP."""
+    if cfg.objective == "mlm":
+        return not cfg.nsp and has_nsp_head(models.get(cfg.arch))
+    return not cfg.nsp
 
 
 def has_nsp_head(arch) -> bool:
@@ -218,12 +269,22 @@ def resolve(cfg):
         table["lr"] = LAMB_LR if not cfg.init_from else LAMB_LR / 10
     elif table["lr"] is None:  # the budget's by size, as BERT's of the same size; 1e-4 to continue a model
         table["lr"] = BUDGET_LR.get(bert_size(cfg.model_size), 2e-4) if not cfg.init_from else 1e-4
+    n, launched = processes(cfg), {}
+    if n > 1 and name == "budget":  # the recipe's batch is one machine's, split between its processes
+        table = split_batches(table, n)
     chosen = {k: v for k, v in table.items() if getattr(cfg, k) is None}
-    resolved = dataclasses.replace(cfg, recipe=name, **chosen)
+    if n > 1:  # each process on its share of the cores
+        import torch  # imports torch: when the run resolves, not for -h
+
+        launched = {"processes": n, "threads": cfg.threads or max(1, torch.get_num_threads() // n)}
+    resolved = dataclasses.replace(cfg, recipe=name, **chosen, **launched)
     shown_vocab = resolved.vocab or f"{resolved.vocab_size} tokens trained on the corpus"
     keys = [k for k in table if not (cfg.init_from and k in FRESH_MODEL_KEYS)]  # a loaded model's own
     shown = f"{resolved.model_shown()}{sized}, vocabulary {shown_vocab}; " + ", ".join(
         f"{k}={getattr(resolved, k)}" + ("" if k in chosen else " (set)") for k in keys
     )
     where = " for the GPU (32,768 tokens a step)" if gpu else ""
+    if n > 1:
+        split = ", the recipe's batch split between them" if name == "budget" else ", --batch-size each"
+        shown += f"; {n} processes of {resolved.threads} thread(s){split} (DDP)"
     return dataclasses.replace(resolved, chosen=f"recipe {name}{where}: {shown}")
