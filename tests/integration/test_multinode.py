@@ -172,3 +172,35 @@ def test_processes_two_train_the_weights_of_one_process_and_a_refusal_reads_as_o
     lines = [x for x in bad.stderr.splitlines() if x.strip()]
     assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr[-3000:]
     assert len(lines) == 1 and lines[0].startswith("bertkit pretrain: error: --resume: two holds a finished run")
+
+
+@pytest.mark.timeout(120)
+def test_processes_stop_on_sigterm_to_the_command_with_a_checkpoint(corpus, tmp_path):
+    """SIGTERM sent to the command (not to its processes) reaches them: they save a checkpoint at the same step and
+    stop, and the command exits 143 with the one line that says how to resume; what they print reaches its log as
+    it is said (line-buffered, not held until exit)."""
+    import signal
+    import time
+
+    path, vocab = corpus
+    flags = [x for x in TINY if x != "--quiet"]
+    flags[flags.index("--max-steps") + 1] = "100000"
+    cmd = [str(BIN / "bertkit"), "pretrain", "--corpus", str(path), "--vocab", str(vocab), *flags, "--output", "run"]
+    cmd += ["--processes", "2", "--threads", "1", "--batch-size", "4"]
+    env = {k: v for k, v in _env().items() if k != "PYTHONUNBUFFERED"}  # a log file's buffering, as a user's
+    log = tmp_path / "log.txt"  # the run's lines (stderr), as a user's 2> log.txt
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=f, text=True)
+        deadline = time.monotonic() + 90  # the third step's line in the log while the run goes on
+        while "step 3/" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "step 3/" in log.read_text(), log.read_text()[-2000:]
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    err = log.read_text()
+    assert proc.returncode == 143, err[-3000:]
+    last = [x for x in err.splitlines() if x.strip()][-1]
+    assert last.startswith("bertkit pretrain: error: stopped at step ") and "--resume" in last, err[-3000:]
+    step = int(last.split("stopped at step ")[1].split()[0])
+    assert (tmp_path / "run" / "checkpoints" / f"step-{step:08d}.pt").is_file()
+    assert err.count("SIGTERM received") == 2  # each process, once

@@ -6,7 +6,12 @@ Under ``torchrun --nproc_per_node N`` (single or multi-node) the environment car
 
 from __future__ import annotations
 
+import logging
+import multiprocessing
 import os
+import signal
+import sys
+import uuid
 from dataclasses import dataclass
 
 import torch
@@ -125,13 +130,9 @@ def launch(fn, args: tuple, processes: int, threads: int):
     N`` starts them (torch's elastic launcher: a rendezvous on a free local port, RANK, WORLD_SIZE and LOCAL_RANK in
     each one's environment), each with ``threads`` torch threads; returns rank 0's result. A ``BertkitError`` that
     rank 0 raised is raised here again (one line, as a one-process run's); SIGTERM or SIGINT sent to this process
-    is passed on to them (each stops as ``GracefulStop`` says: Ctrl-C's SIGINT reaches them from the terminal
-    anyway), and their own answer to it (``Interrupted``, after the checkpoint) is raised here."""
-    import logging
-    import multiprocessing
-    import signal
-    import uuid
-
+    is passed on to them (each stops as ``GracefulStop`` says), and their own answer to it (``Interrupted``, after
+    the checkpoint) is raised here."""
+    # torch's launcher loads when a run launches processes, not for every run
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -148,18 +149,20 @@ def launch(fn, args: tuple, processes: int, threads: int):
         signals_to_handle="SIGHUP,SIGQUIT",  # SIGTERM and SIGINT: passed on below, the processes answer them
     )
 
-    def pass_on(signum, frame):  # noqa: ARG001
+    def pass_on(signum, frame):  # noqa: ARG001  (Ctrl-C's SIGINT reaches them twice: a second one waits, harmless)
         for child in multiprocessing.active_children():
-            if signum == signal.SIGTERM:  # Ctrl-C's SIGINT reached the whole process group already
-                os.kill(child.pid, signum)
+            os.kill(child.pid, signum)
 
     previous = {s: signal.signal(s, pass_on) for s in (signal.SIGTERM, signal.SIGINT)}
     quiet = logging.getLogger("torch.distributed.elastic")
     level, quiet.level = quiet.level, logging.CRITICAL  # its agent's lines; a process's own error is reported below
     omp = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(threads)  # what each process's OpenMP starts with (torchrun sets it too)
+    # how the library's loggers are shown here (the CLI's plain lines on stderr), for each process to show them so
+    said = {name: logging.getLogger(name).level for name in ("bertkit", "bertkit.run")}
+    shown = bool(logging.getLogger("bertkit").handlers)
     try:
-        results = elastic_launch(config, _launched)(fn, threads, args)
+        results = elastic_launch(config, _launched)(fn, threads, args, said, shown)
     except ChildFailedError as e:  # a process that died unreported (killed, or a bug: its traceback is above)
         first = min(e.failures.values(), key=lambda f: f.timestamp)
         raise RunError(f"a training process failed ({first.signal_name() or f'exit code {first.exitcode}'})") from None
@@ -177,9 +180,19 @@ def launch(fn, args: tuple, processes: int, threads: int):
     return result
 
 
-def _launched(fn, threads: int, args: tuple):
+def _launched(fn, threads: int, args: tuple, said: dict[str, int], shown: bool):
     """One launched process: ``fn(*args)`` on ``threads`` threads, as (error, result): a BertkitError is handed back
-    to the launcher, which raises rank 0's (the others hold the same, or a consequence of it)."""
+    to the launcher, which raises rank 0's (the others hold the same, or a consequence of it). The library's loggers
+    at the launcher's levels, shown (``shown``) as the CLI shows them: plain lines on stderr, each as it is said."""
+    for stream in (sys.stdout, sys.stderr):  # a line as it is said, also into a log file
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(line_buffering=True)
+    for name, level in said.items():
+        logging.getLogger(name).setLevel(level)
+    if shown:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logging.getLogger("bertkit").addHandler(handler)
     torch.set_num_threads(threads)
     try:
         return None, fn(*args)
