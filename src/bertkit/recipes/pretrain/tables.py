@@ -87,8 +87,8 @@ GPU_BUDGET = {"model": "modernbert-small", "batch_size": 256, "batch_ramp": "102
 # the budget on a CPU in fp32 trains as this many processes of a share of the cores each (DDP over gloo, the batch
 # split between them): on 2 AVX2 cores (the Zen 4 capped to AVX2) tiny's 32-token stage ran 1.10x as fast as two
 # processes of one thread as one of two (one thread runs a process's Python and small kernels while the other
-# computes, where one process's second thread waits on them), its 128-token stage 1.00x; the 30-minute run made
-# 5,939 steps against 5,180-5,642 (BENCHMARKS.md, "Two processes on two cores")
+# computes, where one process's second thread waits on them), its 128-token stage 1.00x; two 30-minute runs made
+# 5,939 and 5,397 steps against 5,180-5,642 (BENCHMARKS.md, "Two processes on two cores")
 CPU_PROCESSES = 2
 # ... from this budget (seconds): starting the processes (each imports torch, then a rendezvous) takes seconds
 PROCESSES_FROM = 300.0
