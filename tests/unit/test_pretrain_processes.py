@@ -3,6 +3,7 @@ budget recipe's batch split between them, and what a launched process hands back
 
 from __future__ import annotations
 
+import json
 import pickle
 import signal
 
@@ -25,10 +26,10 @@ def two_cores_fp32(monkeypatch):
 
 
 def _cfg(**kw) -> PretrainConfig:
-    return PretrainConfig(corpus=["x"], output="o", **{"max_time": 1800, **kw})
+    return PretrainConfig(corpus=["x"], **{"output": "o", "max_time": 1800, **kw})
 
 
-def test_auto_launches_two_processes_only_for_the_budget_in_fp32_over_minutes(two_cores_fp32, monkeypatch):
+def test_auto_launches_two_processes_only_for_the_budget_in_fp32_over_minutes(two_cores_fp32, monkeypatch, tmp_path):
     assert tables.processes(_cfg()) == tables.CPU_PROCESSES == 2
     assert tables.processes(_cfg(max_time=tables.PROCESSES_FROM)) == 2
     # one process: bf16 units, a short budget, the paper recipe, another objective, a GPU, one core, or what the
@@ -50,6 +51,11 @@ def test_auto_launches_two_processes_only_for_the_budget_in_fp32_over_minutes(tw
     with pytest.raises(PretrainError, match="--processes is for a CPU; for GPUs run under torchrun"):
         tables.processes(_cfg(processes=2))
     monkeypatch.setattr(tables, "on_gpu", lambda device: False)
+    # a run resumed keeps the processes it ran as (its batches were theirs), whatever auto would choose now
+    for world in (1, 2):
+        (tmp_path / "run.json").write_text(json.dumps({"world_size": world}))
+        assert tables.processes(_cfg(output=str(tmp_path), resume=True)) == world
+    assert tables.processes(_cfg(output=str(tmp_path / "none"), resume=True)) == 2  # nothing recorded: auto's
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     assert tables.processes(_cfg()) == 1
     # inside a launched (or torchrun) process: no further launch; a count given there is refused

@@ -151,8 +151,16 @@ def describe(sizing: Sizing, size: str) -> str:
 
 def recorded_size(output: str | os.PathLike) -> str | None:
     """The size preset that the run in ``output`` built (its run.json's), or None where there is none to read."""
+    return recorded(output, "config", "model_size")
+
+
+def recorded(output: str | os.PathLike, *keys: str):
+    """What the run in ``output`` recorded at ``keys`` in its run.json, or None where there is none to read."""
     try:
-        return json.loads((Path(output) / "run.json").read_text())["config"]["model_size"]
+        value = json.loads((Path(output) / "run.json").read_text())
+        for key in keys:
+            value = value[key]
+        return value
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

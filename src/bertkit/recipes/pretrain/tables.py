@@ -157,7 +157,8 @@ def cpu_fp32(cfg) -> bool:
 def processes(cfg) -> int:
     """The processes ``pretrain`` launches on this machine (``--processes``; auto: :data:`CPU_PROCESSES` for the
     budget recipe in fp32 on a CPU, with ``--max-time`` of at least :data:`PROCESSES_FROM` seconds and no
-    ``--threads``, else 1). 1 inside a launched or torchrun process: its processes are already there."""
+    ``--threads``, else 1; a run resumed: the processes it ran as). 1 inside a launched or torchrun process: its
+    processes are already there."""
     import os
 
     import torch  # when the run resolves, not for -h
@@ -170,6 +171,12 @@ def processes(cfg) -> int:
         if cfg.processes > 1 and on_gpu(cfg.device):
             raise PretrainError("--processes is for a CPU; for GPUs run under torchrun --nproc_per_node N")
         return cfg.processes
+    if cfg.resume and not on_gpu(cfg.device):  # a run resumed as the processes it ran as: its batches are theirs
+        from bertkit.recipes.pretrain import sizing  # imports torch: when the run resolves, not for -h
+
+        kept = sizing.recorded(cfg.output, "world_size")
+        if isinstance(kept, int) and kept >= 1:
+            return kept
     # the user's --threads or batch sizes are one process's: they keep one
     auto = cfg.threads is None and cfg.batch_size is None and cfg.batch_ramp is None
     auto = auto and cfg.recipe_name() == "budget" and cfg.objective == "mlm"
