@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import uuid
 from dataclasses import dataclass
 
@@ -153,9 +154,13 @@ def launch(fn, args: tuple, processes: int, threads: int):
         for child in multiprocessing.active_children():
             os.kill(child.pid, signum)
 
-    previous = {s: signal.signal(s, pass_on) for s in (signal.SIGTERM, signal.SIGINT)}
-    quiet = logging.getLogger("torch.distributed.elastic")
-    level, quiet.level = quiet.level, logging.CRITICAL  # its agent's lines; a process's own error is reported below
+    main = threading.current_thread() is threading.main_thread()  # only there can handlers be installed
+    previous = {s: signal.signal(s, pass_on) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
+    # the launcher's own lines (its agent's, its process handling's): a process's error is reported below
+    quiet = [logging.getLogger(name) for name in ("torch.distributed.elastic", "torch.multiprocessing")]
+    levels = [log.level for log in quiet]
+    for log in quiet:
+        log.setLevel(logging.CRITICAL)
     omp = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(threads)  # what each process's OpenMP starts with (torchrun sets it too)
     # how the library's loggers are shown here (the CLI's plain lines on stderr), for each process to show them so
@@ -167,23 +172,25 @@ def launch(fn, args: tuple, processes: int, threads: int):
         first = min(e.failures.values(), key=lambda f: f.timestamp)
         raise RunError(f"a training process failed ({first.signal_name() or f'exit code {first.exitcode}'})") from None
     finally:
-        quiet.level = level
+        for log, level in zip(quiet, levels, strict=True):
+            log.setLevel(level)
         for s, handler in previous.items():
             signal.signal(s, handler)
         if omp is None:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
             os.environ["OMP_NUM_THREADS"] = omp
-    error, result = results[0]
-    if error is not None:
-        raise error
-    return result
+    errors = [results[rank][0] for rank in sorted(results) if results[rank][0] is not None]  # rank 0's first
+    if errors:
+        raise errors[0]
+    return results[0][1]
 
 
 def _launched(fn, threads: int, args: tuple, said: dict[str, int], shown: bool):
     """One launched process: ``fn(*args)`` on ``threads`` threads, as (error, result): a BertkitError is handed back
-    to the launcher, which raises rank 0's (the others hold the same, or a consequence of it). The library's loggers
-    at the launcher's levels, shown (``shown``) as the CLI shows them: plain lines on stderr, each as it is said."""
+    to the launcher, which raises rank 0's (the others hold the same, or a consequence of it), else the first. The
+    library's loggers at the launcher's levels, shown (``shown``) as the CLI shows them: plain lines on stderr, each
+    as it is said."""
     for stream in (sys.stdout, sys.stderr):  # a line as it is said, also into a log file
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(line_buffering=True)
