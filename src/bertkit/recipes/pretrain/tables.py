@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bertkit import models
 from bertkit.data.pretraining.echoes import echo_clash
+from bertkit.data.pretraining.ramps import parse_ramp
 from bertkit.errors import PretrainError
 from bertkit.recipes.pretrain import objectives
 
@@ -188,9 +189,8 @@ def split_batches(table: dict, n: int) -> dict:
     """The recipe's batch sizes (its batch and its ramp's) split between ``n`` processes: each process's part,
     rounded up, so that the global batch is the recipe's."""
     part = lambda size: -(-int(size) // n)  # noqa: E731
-    ramp = table["batch_ramp"]
-    if ramp != "off":
-        ramp = ",".join(f"{part(size)}:{until}" for size, until in (e.split(":") for e in ramp.split(",")))
+    stages = parse_ramp(table["batch_ramp"], "--batch-ramp")
+    ramp = ",".join(f"{part(size)}:{until}" for size, until in stages) or table["batch_ramp"]  # none: "off" stays
     return {**table, "batch_size": part(table["batch_size"]), "batch_ramp": ramp}
 
 
