@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import re
 import sys
 from typing import Any, NamedTuple
 
 from bertkit import __version__
+from bertkit.console import show_on_stderr
 from bertkit.embeddings import EMBEDDING_TASKS, EVALUATION_TASKS
 from bertkit.errors import BertkitError
 from bertkit.options import add_options, from_args
@@ -139,30 +139,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _StderrHandler(logging.StreamHandler):
-    """Warnings of the library (``logging.getLogger("bertkit...")``) as plain lines on the current stderr."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.setFormatter(logging.Formatter("%(message)s"))
-
-    @property
-    def stream(self):  # looked up at each record: stderr may have been replaced since
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:
-        pass
-
-
-def _show_library_warnings() -> None:
-    log = logging.getLogger("bertkit")
-    if not any(isinstance(h, _StderrHandler) for h in log.handlers):
-        log.addHandler(_StderrHandler())
-        log.setLevel(logging.WARNING)
-        logging.getLogger("bertkit.run").setLevel(logging.INFO)  # a training run's progress (bertkit.training.log)
-
-
 class UsageError(Exception):
     """A command line that does not parse: :func:`main` prints it (one line) and returns 2."""
 
@@ -202,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.parse_args(argv)  # prints help / version, or an "invalid choice" error and exits 2
         return 0
     name = argv[0]
-    _show_library_warnings()
+    show_on_stderr()  # the library's warnings and a run's progress lines
     module_name, rest, prog = select(name, argv[1:])
     module = importlib.import_module(module_name)
     parser = CommandParser(prog=prog, description=COMMANDS[name][1], epilog=getattr(module, "EPILOG", None))

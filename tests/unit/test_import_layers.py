@@ -16,7 +16,7 @@ PACKAGE = SRC / "bertkit"
 # lowest first; a top-level module or package of bertkit -> its layer
 LAYERS: list[tuple[str, set[str]]] = [
     # small utilities every layer uses; ``bertkit`` itself only names its lazy exports (resolved below)
-    ("leaves", {"__init__", "errors", "files", "options", "outputs", "precision", "ops"}),
+    ("leaves", {"__init__", "console", "errors", "files", "options", "outputs", "precision", "ops"}),
     # the models, their files and what they read: configs, checkpoints, tokenizer, corpus and task readers
     (
         "model",

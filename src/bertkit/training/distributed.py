@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from bertkit.console import StderrHandler
 from bertkit.errors import BertkitError, RunError
 from bertkit.precision import resolve_device
 
@@ -196,10 +197,8 @@ def _launched(fn, threads: int, args: tuple, said: dict[str, int], shown: bool):
             stream.reconfigure(line_buffering=True)
     for name, level in said.items():
         logging.getLogger(name).setLevel(level)
-    if shown:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logging.getLogger("bertkit").addHandler(handler)
+    if shown:  # the CLI's handler
+        logging.getLogger("bertkit").addHandler(StderrHandler())
     torch.set_num_threads(threads)
     try:
         return None, fn(*args)
