@@ -10,6 +10,10 @@ prepared corpus (one vocabulary trained once, the shards prepared once into bert
 - **BLiMP**: ``bertkit evaluate --task blimp --pairs-per-paradigm N`` (the first N pairs of each paradigm; the mean of
   the 67 paradigms; a tie counts as wrong).
 
+``--base-flags`` go to both runs of every round: the default's setting on another machine where this CPU's own
+differs (``--echo-stage first``: what the budget builds on a CPU that trains in fp32, run here in bf16 at one
+thread each, which reads about what two AVX2 cores read in fp32).
+
 The default runs again in every round, so drift between rounds (the machine's load, its CPU) shows beside each
 candidate. Finished rounds are kept (``OUT/rounds/NAME/result.json``), and a round whose two runs ended is scored
 again without training again: run the script again to go on after a stop; every finished row is in
@@ -137,14 +141,16 @@ def run_round(out: Path, name: str, flags: str, args, sentences: Path, vocab: Pa
     runs = {"default": where / "default", "candidate": where / "candidate"}
     trained = where / "trained"  # both runs ended: a stop while scoring goes on at the scoring (its BLiMP rewritten)
     if not trained.is_file():
-        wait_all([train(runs["default"], [], args.minutes, sentences, vocab, args.seed),
-                  train(runs["candidate"], shlex.split(flags), args.minutes, sentences, vocab, args.seed)],
+        base = shlex.split(args.base_flags)
+        wait_all([train(runs["default"], base, args.minutes, sentences, vocab, args.seed),
+                  train(runs["candidate"], base + shlex.split(flags), args.minutes, sentences, vocab, args.seed)],
                  f"round {name}'s training")  # fmt: skip
         trained.write_text("")
     wait_all([blimp(r, args.blimp, args.pairs) for r in runs.values()], f"round {name}'s BLiMP")
     base, cand = figures(runs["default"]), figures(runs["candidate"])
     vocab_size = sum(1 for line in (runs["candidate"] / "vocab.txt").open() if line.strip())
-    row = {"round": name, "flags": flags, "cpu": cpu_kind(), "minutes": args.minutes, "vocab": vocab_size, **cand,
+    every = " ".join(x for x in (args.base_flags, flags) if x)
+    row = {"round": name, "flags": every, "cpu": cpu_kind(), "minutes": args.minutes, "vocab": vocab_size, **cand,
            **{f"default_{k}": v for k, v in base.items()}, "date": time.strftime("%Y-%m-%d")}  # fmt: skip
     done.write_text(json.dumps(row, indent=1))
     return row
@@ -158,6 +164,12 @@ def main() -> None:
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--pairs", type=int, default=100, help="BLiMP pairs per paradigm (100: 6,700 pairs)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--base-flags",
+        default="",
+        help="flags of both runs of every round (the default's setting where this "
+        "CPU's own differs: --echo-stage first mimics a CPU that trains in fp32)",
+    )
     p.add_argument("--round", action="append", default=[], metavar="NAME=FLAGS", help="a candidate: its name and flags")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

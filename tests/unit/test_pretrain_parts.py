@@ -291,13 +291,16 @@ def test_the_recipe_chooses_the_model_the_user_left_out(tmp_path, monkeypatch):
     assert chosen(max_time=60, model_size="bert-mini") == ("bert", "bert-mini", 8000)  # the size names BERT
     assert chosen(max_time=60, model_size="modernbert-small")[0] == "modernbert"
     lr = lambda **kw: resolve(PretrainConfig(corpus=["x"], output="o", max_time=60, **kw)).lr  # noqa: E731
-    # the budget's lr by the BERT name of the size, in either architecture's name
+    # the budget's lr by the BERT name of the size, in either architecture's name; tiny at the budget's shape (6
+    # layers: tables.SHAPE_LR) its own, the preset named or another depth the size's
     assert (lr(), lr(model_size="modernbert-mini"), lr(arch="bert"), lr(model_size="bert-small")) == (
-        4e-3,
+        2e-3,
         1e-3,
         4e-3,
         5e-4,
     )
+    assert lr(model_size="modernbert-tiny") == lr(config_overrides={"num_hidden_layers": 3}) == 4e-3
+    assert lr(config_overrides={"num_hidden_layers": 6, "num_attention_heads": 4}) == 2e-3
     # LAMB's one lr whatever the size and recipe (its steps are relative to each weight's norm); --lr wins
     assert (lr(optimizer="lamb"), lr(optimizer="lamb", model_size="bert-small"), lr(optimizer="lamb", lr=1e-3)) == (
         7e-3,
@@ -336,7 +339,7 @@ def test_the_budget_recipe_sizes_its_steps_for_a_gpu(monkeypatch):
     gpu = run(max_time=60)
     assert (gpu.model_size, gpu.batch_size, gpu.batch_ramp, gpu.lr) == ("modernbert-small", 256, "1024:0.7", 1e-3)
     assert gpu.chosen.startswith("recipe budget for the GPU (32,768 tokens a step): modernbert-small")
-    assert (cpu.model_size, cpu.batch_size, cpu.batch_ramp, cpu.lr) == ("modernbert-tiny", 32, "128:0.7", 4e-3)
+    assert (cpu.model_size, cpu.batch_size, cpu.batch_ramp, cpu.lr) == ("modernbert-tiny", 32, "128:0.7", 2e-3)
     mini = run(max_time=60, model_size="modernbert-mini")
     assert (mini.batch_size, mini.lr) == (256, 1e-3) and run(max_time=60, model_size="bert-small").lr == 5e-4
     assert run(max_time=60, batch_size=64, lr=3e-4).batch_size == 64 and run(max_time=60, lr=3e-4).lr == 3e-4

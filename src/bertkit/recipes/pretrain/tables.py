@@ -31,6 +31,11 @@ MODEL_DEFAULTS = {
 # minutes, emulated"). A --config-override of the same key is the user's; a size named with --model-size is its
 # preset's
 BUDGET_SHAPES = {"bert-tiny": {"num_hidden_layers": 6}}
+# the lr of a size built at that shape, over BUDGET_LR's for its preset: tiny at 6 layers, 30 minutes side by side on
+# the shared corpus in three seeds (bf16, one thread each: about what two AVX2 cores read in fp32), at 2e-3 against
+# 4e-3: BLiMP level (means 59.82 and 59.71, the first 100 pairs a paradigm), QNLI's gain +15.99, +11.89 and +17.22
+# against +9.71, +12.99 and +5.26 (BENCHMARKS.md, "Small-data recipe screen", the lr rounds)
+SHAPE_LR = {"bert-tiny": 2e-3}
 # an architecture with no next-sentence head (ModernBERT) takes its own recipe's masking and no NSP, over --recipe's
 # (Warner et al., 2024: 30% masking, MLM only)
 NO_NSP_HEAD = {"mask_prob": 0.3, "nsp": False}
@@ -226,7 +231,7 @@ def resolve(cfg):
     gpu_model = gpu and own and cfg.model_size is None and cfg.init_from is None
     model_size = GPU_BUDGET["model"] if gpu_model else cfg.model_size  # the card's: the recipe's architecture a size up
     arch_name, size, vocab_size = choose_model(name, cfg.arch, model_size, cfg.vocab_size, cfg.init_from)
-    sized, overrides = "", cfg.config_overrides
+    sized, overrides, shaped = "", cfg.config_overrides, False
     recipe_size = name == "budget" and own and cfg.model_size is None and cfg.init_from is None
     if recipe_size and not gpu and cfg.max_time:
         from bertkit.recipes.pretrain import sizing  # measures the CPU's peak once (cached): when the run resolves
@@ -241,6 +246,7 @@ def resolve(cfg):
             sized = f" ({why})"
     if recipe_size:  # the budget's shape of the size it chose (the user's overrides over it)
         overrides = {**BUDGET_SHAPES.get(size, {}), **cfg.config_overrides}
+        shaped = size in BUDGET_SHAPES and BUDGET_SHAPES[size].items() <= overrides.items()  # as the budget builds it
         sized = "".join(f" with {k}={v}" for k, v in overrides.items() if k not in cfg.config_overrides) + sized
     arch = models.get(arch_name)
     vocab = cfg.vocab or cfg.init_from  # --init-from: the model's own vocabulary (and tokenizer config)
@@ -274,6 +280,8 @@ def resolve(cfg):
         table["echo_stage"] = FP32_ECHO_STAGE  # ECHO_SHARE's note: at an fp32 CPU's pace, only in the short stage
     if cfg.optimizer == "lamb":  # its step is relative to each weight's norm: one lr for every size
         table["lr"] = LAMB_LR if not cfg.init_from else LAMB_LR / 10
+    elif table["lr"] is None and shaped and size in SHAPE_LR:  # the size at the budget's own shape
+        table["lr"] = SHAPE_LR[size]
     elif table["lr"] is None:  # the budget's by size, as BERT's of the same size; 1e-4 to continue a model
         table["lr"] = BUDGET_LR.get(bert_size(cfg.model_size), 2e-4) if not cfg.init_from else 1e-4
     n, launched = processes(cfg), {}
