@@ -141,9 +141,9 @@ def run_round(out: Path, name: str, flags: str, args, sentences: Path, vocab: Pa
     runs = {"default": where / "default", "candidate": where / "candidate"}
     trained = where / "trained"  # both runs ended: a stop while scoring goes on at the scoring (its BLiMP rewritten)
     if not trained.is_file():
-        base = shlex.split(args.base_flags)
-        wait_all([train(runs["default"], base, args.minutes, sentences, vocab, args.seed),
-                  train(runs["candidate"], base + shlex.split(flags), args.minutes, sentences, vocab, args.seed)],
+        shared = shlex.split(args.base_flags)
+        wait_all([train(runs["default"], shared, args.minutes, sentences, vocab, args.seed),
+                  train(runs["candidate"], shared + shlex.split(flags), args.minutes, sentences, vocab, args.seed)],
                  f"round {name}'s training")  # fmt: skip
         trained.write_text("")
     wait_all([blimp(r, args.blimp, args.pairs) for r in runs.values()], f"round {name}'s BLiMP")
